@@ -1,0 +1,1 @@
+"""Inference core. Nothing in this package imports Textual."""

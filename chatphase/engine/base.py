@@ -1,0 +1,27 @@
+"""The narrow contract every engine implements (local llama.cpp, its child-process host, fakes, remote)."""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol, runtime_checkable
+
+from chatphase.engine.events import Event, TurnRequest
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Blocking, iterator-based engine API; callers run it in a worker thread.
+
+    - ``load()`` loads the model and yields ``ModelLoaded`` or ``EngineFailed``.
+    - ``run_turn(request)`` yields the events of one turn (see :mod:`chatphase.engine.events`).
+    - ``cancel()`` may be called from another thread; the running turn ends with
+      ``stop_reason="cancelled"`` at the next prefill chunk or token.
+    - ``close()`` releases the model (and the process, for the host). Idempotent.
+    """
+
+    def load(self) -> Iterator[Event]: ...
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]: ...
+
+    def cancel(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,165 @@
+"""Per-turn phase metrics and their exact formulas (DESIGN.md §2).
+
+Everything here is pure: it takes timestamps and counts and returns numbers, so the formulas are
+unit-tested with scripted timestamps. All timestamps are integers in nanoseconds on one monotonic clock
+(`time.perf_counter_ns()`, which on Linux and macOS is the system-wide monotonic clock).
+
+Definitions (shared by the dashboard, `ask --json` and `bench`):
+
+- ``ttft_ms = t_first - t_submit``: templating + tokenisation + prefill + first sample.
+- ``prefill_tokens_per_s = prefill_tokens / prefill_s``, with ``prefill_s`` the synchronised evaluation
+  time of the tokens actually evaluated this turn (cached tokens excluded).
+- ``decode_ms = t_last - t_first`` and ``decode_tokens_per_s = (decode_tokens - 1) / decode_s``: the
+  TPOT definition of vLLM's serving benchmark and MLPerf Inference (the first token belongs to TTFT).
+  Undefined (``None``) for fewer than 2 tokens.
+- ``tpot_ms = decode_ms / (decode_tokens - 1)``, the mean time per output token after the first.
+- ITL (inter-token latency) gaps ``t_i - t_{i-1}``; percentiles use linear interpolation between closest
+  ranks (NumPy's default ``method="linear"``, as vLLM's benchmark reports them).
+- ``kv_cache_bytes = kv_cache_tokens * kv_bytes_per_token``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, Sequence
+
+import numpy as np
+
+StopReason = Literal["stop", "length", "cancelled", "context_full", "error"]
+STOP_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "context_full", "error")
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class TurnMetrics:
+    """The measured phases of one chat turn (units in the field names; ``None`` = undefined).
+
+    Counts are tokens; times are milliseconds; rates are tokens per second; sizes are bytes.
+    ``prefill_tokens + cached_tokens == prompt_tokens`` always holds.
+    """
+
+    prompt_tokens: int
+    cached_tokens: int
+    prefill_tokens: int
+    prefill_ms: float
+    prefill_tokens_per_s: float | None
+    ttft_ms: float | None
+    decode_tokens: int
+    decode_ms: float
+    decode_tokens_per_s: float | None
+    itl_ms_p50: float | None
+    itl_ms_p95: float | None
+    itl_ms_max: float | None
+    kv_cache_tokens: int
+    kv_bytes_per_token: int
+    kv_cache_bytes: int
+    kv_capacity_bytes: int
+    stop_reason: StopReason
+    tokenize_ms: float = 0.0
+    tpot_ms: float | None = None
+    dropped_messages: int = 0
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict of every field, in declaration order."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TurnMetrics":
+        """Inverse of :meth:`to_dict`; unknown keys are ignored (forward compatible)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def ns_to_ms(ns: int) -> float:
+    """Nanoseconds -> milliseconds (float)."""
+    return ns / NS_PER_MS
+
+
+def rate_per_s(count: int, duration_ns: int) -> float | None:
+    """``count / seconds``; ``None`` when the duration is not positive or the count is zero."""
+    if duration_ns <= 0 or count <= 0:
+        return None
+    return count * NS_PER_S / duration_ns
+
+
+def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | None, float | None]:
+    """Inter-token latency p50, p95 and max in ms from the sampling times of the generated tokens.
+
+    ``token_times_ns`` is ``[t_first, t_2, ..., t_last]``. Gaps are ``t_i - t_{i-1}``; percentiles use
+    NumPy's linear interpolation. Returns ``(None, None, None)`` for fewer than 2 tokens.
+    """
+    if len(token_times_ns) < 2:
+        return None, None, None
+    gaps = np.diff(np.asarray(token_times_ns, dtype=np.int64)) / NS_PER_MS
+    p50, p95 = np.percentile(gaps, [50, 95])
+    return float(p50), float(p95), float(gaps.max())
+
+
+def compute_turn_metrics(
+    *,
+    t_submit_ns: int,
+    t_prefill_start_ns: int,
+    t_prefill_end_ns: int,
+    token_times_ns: Sequence[int],
+    prompt_tokens: int,
+    cached_tokens: int,
+    kv_cache_tokens: int,
+    kv_bytes_per_token: int,
+    kv_capacity_bytes: int,
+    stop_reason: StopReason,
+    dropped_messages: int = 0,
+) -> TurnMetrics:
+    """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens).
+
+    Args:
+        t_submit_ns: the turn's submit time.
+        t_prefill_start_ns / t_prefill_end_ns: start of the first prompt chunk and the synchronised end
+            of the last one (equal when nothing was evaluated).
+        token_times_ns: sampling time of each generated token, the end-of-generation token excluded.
+        prompt_tokens: tokens of the whole templated prompt; cached_tokens: reused from the KV cache.
+        kv_cache_tokens: KV cells in use after the turn; kv_bytes_per_token: from :mod:`chatphase.engine.kv`.
+
+    Raises:
+        ValueError: on inconsistent counts or timestamps out of order, or an unknown stop reason.
+    """
+    if not 0 <= cached_tokens <= prompt_tokens:
+        raise ValueError(f"cached_tokens={cached_tokens} outside 0..prompt_tokens={prompt_tokens}")
+    if t_prefill_end_ns < t_prefill_start_ns or t_prefill_start_ns < t_submit_ns:
+        raise ValueError("timestamps out of order: need t_submit <= t_prefill_start <= t_prefill_end")
+    if any(b < a for a, b in zip(token_times_ns, token_times_ns[1:])):
+        raise ValueError("token times must be non-decreasing")
+    if stop_reason not in STOP_REASONS:
+        raise ValueError(f"unknown stop_reason {stop_reason!r}")
+
+    prefill_tokens = prompt_tokens - cached_tokens
+    prefill_ns = t_prefill_end_ns - t_prefill_start_ns
+    decode_tokens = len(token_times_ns)
+    ttft_ms = ns_to_ms(token_times_ns[0] - t_submit_ns) if decode_tokens else None
+    decode_ns = token_times_ns[-1] - token_times_ns[0] if decode_tokens else 0
+    decode_tps = rate_per_s(decode_tokens - 1, decode_ns) if decode_tokens >= 2 else None
+    tpot_ms = ns_to_ms(decode_ns) / (decode_tokens - 1) if decode_tokens >= 2 else None
+    p50, p95, pmax = itl_stats_ms(token_times_ns)
+    return TurnMetrics(
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        prefill_tokens=prefill_tokens,
+        prefill_ms=ns_to_ms(prefill_ns),
+        prefill_tokens_per_s=rate_per_s(prefill_tokens, prefill_ns),
+        ttft_ms=ttft_ms,
+        decode_tokens=decode_tokens,
+        decode_ms=ns_to_ms(decode_ns),
+        decode_tokens_per_s=decode_tps,
+        itl_ms_p50=p50,
+        itl_ms_p95=p95,
+        itl_ms_max=pmax,
+        kv_cache_tokens=kv_cache_tokens,
+        kv_bytes_per_token=kv_bytes_per_token,
+        kv_cache_bytes=kv_cache_tokens * kv_bytes_per_token,
+        kv_capacity_bytes=kv_capacity_bytes,
+        stop_reason=stop_reason,
+        tokenize_ms=ns_to_ms(t_prefill_start_ns - t_submit_ns),
+        tpot_ms=tpot_ms,
+        dropped_messages=dropped_messages,
+    )
