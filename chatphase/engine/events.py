@@ -40,11 +40,19 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class TurnRequest:
-    """Run one turn: template ``messages`` (the whole conversation, newest last) and generate a reply."""
+    """Run one turn: template ``messages`` (the whole conversation, newest last) and generate a reply.
+
+    For experiments (``bench``): ``prompt_token_ids`` replaces the templated conversation with exactly
+    these tokens; ``reset_cache`` clears the KV cache first (a cold prefill); ``ignore_eos`` keeps
+    decoding until ``max_tokens`` (or the context is full).
+    """
 
     turn_id: int
-    messages: tuple[Message, ...]
+    messages: tuple[Message, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    prompt_token_ids: tuple[int, ...] | None = None
+    reset_cache: bool = False
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)
