@@ -2,4 +2,5 @@
 
 from chatphase.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # the engine's child process is spawned and re-imports the main module
+    raise SystemExit(main())

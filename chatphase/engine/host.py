@@ -1,0 +1,207 @@
+"""EngineHost: runs :class:`~chatphase.engine.llama.LlamaEngine` in a child process, same interface.
+
+Why a child process (DESIGN.md §1): a native crash in llama.cpp (a bad file, a kernel bug, an
+out-of-memory abort) must not take the UI and the transcript with it; llama.cpp's output to fd 1/2 must
+not draw over a Textual screen (the child points both at the engine log); and cancel, model switch and
+memory release become clean (the process ends, the OS takes its memory back).
+
+The child is started with the ``spawn`` method (the UI process has threads; ``fork`` would copy them
+half-way). Events come back over a ``multiprocessing`` pipe; per-token ``TokensDecoded`` events are
+coalesced in the child for at most ``coalesce_ms`` so that the pipe carries a bounded message rate — the
+token timestamps are taken before coalescing, so no measured figure changes. Cancel is a shared
+``multiprocessing.Event`` that the engine checks between prefill chunks and tokens.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from dataclasses import dataclass
+from typing import Iterator
+
+from chatphase.config import Settings
+from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
+from chatphase.gguf_meta import ModelInfo
+
+
+@dataclass(frozen=True)
+class _TurnDone:
+    """Private end-of-turn marker on the pipe (never yielded to callers)."""
+
+    turn_id: int
+
+
+def _child_main(conn, cancel, info: ModelInfo, settings: Settings, log_path, coalesce_ms: float) -> None:
+    """Child process body: load, then serve ``("turn", TurnRequest)`` / ``("close",)`` commands."""
+    from chatphase.engine.llamalog import default_log_path
+
+    log_path = log_path or default_log_path()
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI, which cancels and closes us
+
+    try:
+        from chatphase.engine.llama import LlamaEngine
+
+        engine = LlamaEngine(info, settings, cancel_event=cancel, log_path=log_path)
+        for event in engine.load():
+            conn.send(event)
+            if isinstance(event, EngineFailed):
+                return
+        coalesce_ns = int(coalesce_ms * 1e6)
+        while True:
+            try:
+                command = conn.recv()
+            except EOFError:
+                break
+            if command[0] == "close":
+                break
+            request: TurnRequest = command[1]
+            pending: TokensDecoded | None = None
+            parts: list[str] = []
+            sent_ns = 0
+            for event in engine.run_turn(request):
+                if isinstance(event, TokensDecoded):
+                    parts.append(event.text)
+                    first_pending = pending is None
+                    pending = TokensDecoded(event.turn_id, "", (0 if first_pending else pending.n_tokens) + event.n_tokens,
+                                            event.decode_tokens, event.t_ns)
+                    if first_pending and not sent_ns:
+                        sent_ns = event.t_ns
+                    if event.t_ns - sent_ns >= coalesce_ns:
+                        conn.send(TokensDecoded(pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns))
+                        pending, parts, sent_ns = None, [], event.t_ns
+                    continue
+                if pending is not None:
+                    conn.send(TokensDecoded(pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns))
+                    pending, parts = None, []
+                if hasattr(event, "t_ns"):
+                    sent_ns = event.t_ns
+                conn.send(event)
+            conn.send(_TurnDone(request.turn_id))
+        engine.close()
+    except (BrokenPipeError, EOFError):
+        pass  # the parent went away
+    except Exception as exc:  # report, never print a traceback over the UI
+        try:
+            conn.send(EngineFailed(f"engine error: {type(exc).__name__}: {exc}", fatal=True))
+        except Exception:
+            pass
+
+
+class EngineHost:
+    """The engine in a child process (implements :class:`chatphase.engine.base.Engine`).
+
+    Args:
+        info: the validated model; settings: engine settings; log_path: llama.cpp log file (also
+            receives everything the child writes to fd 1/2); coalesce_ms: longest time per-token
+            events are held back in the child before crossing the pipe (bounded message rate).
+
+    ``pid`` is the child's process id while it runs (for RSS/CPU figures and crash tests).
+    A child that dies (a signal, an abort) makes the running iterator yield
+    ``EngineFailed(fatal=True)`` naming the signal; call :meth:`close` and build a new host to restart.
+    """
+
+    def __init__(self, info: ModelInfo, settings: Settings, log_path: str | None = None, coalesce_ms: float = 25.0):
+        self.info = info
+        self.settings = settings
+        self.log_path = log_path
+        self.coalesce_ms = coalesce_ms
+        self._mp = mp.get_context("spawn")
+        self._cancel = self._mp.Event()
+        self._proc = None
+        self._conn = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def load(self) -> Iterator[Event]:
+        """Start the child and load the model; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
+        self.close()
+        parent, child = self._mp.Pipe()
+        self._proc = self._mp.Process(
+            target=_child_main, name="chatphase-engine", daemon=True,
+            args=(child, self._cancel, self.info, self.settings, self.log_path, self.coalesce_ms),
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        for event in self._receive():
+            yield event
+            if isinstance(event, (ModelLoaded, EngineFailed)):
+                return
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]:
+        """Send one turn to the child and yield its events until the turn ends."""
+        if self._conn is None or not self._proc.is_alive():
+            yield EngineFailed("the engine is not running; restart it", request.turn_id, fatal=True)
+            return
+        self._cancel.clear()
+        try:
+            self._conn.send(("turn", request))
+        except (BrokenPipeError, OSError):
+            yield self._death(request.turn_id)
+            return
+        for event in self._receive(request.turn_id):
+            if isinstance(event, _TurnDone):
+                return
+            yield event
+            if isinstance(event, EngineFailed) and event.fatal:
+                return
+
+    def cancel(self) -> None:
+        """Ask the running turn to stop at the next prefill chunk or token."""
+        self._cancel.set()
+
+    def close(self) -> None:
+        """Stop the child (politely, then by force) and release its memory. Idempotent."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is None:
+            return
+        self._cancel.set()
+        try:
+            conn.send(("close",))
+        except (BrokenPipeError, OSError):
+            pass
+        proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(2.0)
+        conn.close()
+
+    def _receive(self, turn_id: int | None = None) -> Iterator:
+        conn, proc = self._conn, self._proc
+        while True:
+            try:
+                if conn.poll(0.1):
+                    yield conn.recv()
+                    continue
+            except (EOFError, OSError):
+                pass
+            if not proc.is_alive():
+                # drain what the child sent before it died
+                try:
+                    while conn.poll(0):
+                        yield conn.recv()
+                except (EOFError, OSError):
+                    pass
+                yield self._death(turn_id)
+                return
+
+    def _death(self, turn_id: int | None) -> EngineFailed:
+        proc = self._proc
+        code = proc.exitcode if proc is not None else None
+        if code is not None and code < 0:
+            try:
+                why = signal.Signals(-code).name
+            except ValueError:
+                why = f"signal {-code}"
+        else:
+            why = f"exit code {code}"
+        return EngineFailed(f"the engine process died ({why}); the conversation is kept — restart the engine", turn_id, fatal=True)

@@ -1,0 +1,362 @@
+"""LlamaEngine: owns a llama.cpp model and context and runs one chat turn as a stream of events.
+
+It drives llama.cpp's C API (through llama-cpp-python's ctypes bindings) directly rather than
+``Llama.create_chat_completion``: stream chunks there are not tokens, and no prefill progress exists
+(DESIGN.md §3). Here the prompt is evaluated in ``n_batch`` chunks, each synchronised, with a
+``PrefillProgress`` event and a cancel check between chunks; sampling runs in llama.cpp's sampler chain,
+so the per-token Python work is one sample call, one piece lookup, one decode call and one event.
+
+KV prefix reuse follows ``Llama.generate``: keep the longest common prefix of the cached tokens and the
+new prompt, drop the rest (``llama_memory_seq_rm``), evaluate only the new tail; at least one token is
+always evaluated so that there are logits to sample from.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import time
+from pathlib import Path
+from typing import Iterator
+
+import llama_cpp as lc
+
+from chatphase.config import Settings
+from chatphase.cpu_features import detect_amx, read_cpu_flags
+from chatphase.engine.detok import IncrementalDetokenizer
+from chatphase.engine.events import (
+    EngineFailed, Event, FirstToken, LoadedModel, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams,
+    TokensDecoded, TurnFinished, TurnRequest,
+)
+from chatphase.engine.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
+from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
+from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.gguf_meta import ModelInfo
+
+_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30, "iq4_nl": 20}
+_FLASH_ATTN = {"auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+_ALL_LAYERS = 0x7FFFFFFF  # llama.cpp clamps to the model's layer count
+
+
+class _NeverSet:
+    def is_set(self) -> bool:
+        return False
+
+
+class LlamaEngine:
+    """In-process llama.cpp engine (implements :class:`chatphase.engine.base.Engine`).
+
+    Args:
+        info: the validated model (:func:`chatphase.gguf_meta.read_model_info`).
+        settings: engine settings (:class:`chatphase.config.Settings`).
+        cancel_event: anything with ``is_set()`` (a ``threading.Event`` or ``multiprocessing.Event``);
+            :meth:`cancel` sets a private one when not given.
+        log_path: where llama.cpp's log goes (default :func:`default_log_path`).
+    """
+
+    def __init__(self, info: ModelInfo, settings: Settings, cancel_event=None, log_path: str | os.PathLike | None = None):
+        import threading
+
+        self.info = info
+        self.settings = settings
+        self._cancel = cancel_event if cancel_event is not None else threading.Event()
+        self.log_path = Path(log_path) if log_path else default_log_path()
+        self._model = self._ctx = self._vocab = None
+        self._cache: list[int] = []
+        self._pieces: dict[int, bytes] = {}
+        self._log: LlamaLogCapture | None = None
+        self.loaded: LoadedModel | None = None
+
+    # -- Engine protocol -------------------------------------------------------------------------
+    def load(self) -> Iterator[Event]:
+        """Load the model and create the context; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
+        try:
+            yield ModelLoaded(self._load())
+        except Exception as exc:  # llama.cpp reports failures as NULL pointers; we raise with a message
+            yield EngineFailed(f"model failed to load: {exc}", fatal=True)
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]:
+        """Run one turn (see :mod:`chatphase.engine.events` for the event order).
+
+        A message too long for the context yields one ``EngineFailed(fatal=False)`` and no
+        ``TurnFinished``; a llama.cpp decode error ends the turn with ``stop_reason="error"``.
+        """
+        if self._ctx is None:
+            yield EngineFailed("the model is not loaded", request.turn_id, fatal=True)
+            return
+        yield from self._run(request)
+
+    def cancel(self) -> None:
+        """Ask the running turn to stop at the next prefill chunk or token (thread-safe)."""
+        self._cancel.set()
+
+    def close(self) -> None:
+        """Free the context and model. Idempotent."""
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            lc.llama_model_free(self._model)
+            self._model = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # -- public helpers --------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are parsed)."""
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (lc.llama_token * n_max)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
+        if n < 0:
+            n_max = -n
+            buf = (lc.llama_token * n_max)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (cached; special tokens render empty unless ``special``)."""
+        if not special and token in self._pieces:
+            return self._pieces[token]
+        size = 32
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, size, 0, special)
+            if n >= 0:
+                break
+            size = -n
+        out = buf.raw[:n]
+        if not special:
+            self._pieces[token] = out
+        return out
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose KV entries the cache holds, in order."""
+        return list(self._cache)
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _load(self) -> LoadedModel:
+        t0 = time.perf_counter_ns()
+        self._log = LlamaLogCapture(self.log_path)
+        self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
+        lc.llama_backend_init()
+        s = self.settings.engine_settings()
+        system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
+        gpu_ok = bool(lc.llama_supports_gpu_offload())
+        notes: list[str] = []
+
+        amx = detect_amx(system_info, read_cpu_flags())
+        use_extra_bufts = {"auto": not amx, "on": True, "off": False}[s["extra_bufts"]]
+        if amx and s["extra_bufts"] == "auto":
+            notes.append("AMX CPU: llama.cpp extra buffer types off (its AMX batched path crashes); --extra-bufts on overrides")
+        elif amx and use_extra_bufts:
+            notes.append("AMX CPU with extra buffer types on (--extra-bufts on): batched prefill may crash")
+
+        requested = s["n_gpu_layers"]
+        if requested is None:
+            n_gpu_layers = _ALL_LAYERS if gpu_ok else 0
+        elif not gpu_ok and requested != 0:
+            n_gpu_layers = 0
+            notes.append(f"n_gpu_layers={requested} ignored: this llama.cpp build has no GPU support (CPU only)")
+        else:
+            n_gpu_layers = _ALL_LAYERS if requested == -1 else requested
+
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_extra_bufts = use_extra_bufts
+        self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), mparams)
+        if not self._model:
+            raise RuntimeError(f"llama.cpp could not load {self.info.path} (see {self.log_path})")
+
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = s["n_ctx"]
+        cparams.n_batch = s["n_batch"]
+        cparams.n_ubatch = s["n_ubatch"]
+        cparams.n_threads = s["n_threads"]
+        cparams.n_threads_batch = s["n_threads_batch"]
+        cparams.flash_attn_type = _FLASH_ATTN[s["flash_attn"]]
+        cparams.type_k = _GGML_TYPES[s["type_k"]]
+        cparams.type_v = _GGML_TYPES[s["type_v"]]
+        cparams.no_perf = False
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {s['n_ctx']} tokens (see {self.log_path})")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._n_ctx = lc.llama_n_ctx(self._ctx)
+
+        template = lc.llama_model_chat_template(self._model, None)
+        self._template = ChatTemplate(
+            template.decode("utf-8") if template else None,
+            bos_token=self.piece(lc.llama_vocab_bos(self._vocab), special=True).decode("utf-8", "replace"),
+            eos_token=self.piece(lc.llama_vocab_eos(self._vocab), special=True).decode("utf-8", "replace"),
+            tokenize=self.tokenize,
+        )
+        if self._template.is_fallback:
+            notes.append("the model has no chat template: using ChatML")
+
+        if self.info.attention is None:
+            raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
+        self._kv_per_token = kv_bytes_per_token(self.info.attention, s["type_k"], s["type_v"])
+        resolved = dict(s, n_ctx=self._n_ctx, n_gpu_layers=n_gpu_layers if n_gpu_layers != _ALL_LAYERS else -1,
+                        use_extra_bufts=use_extra_bufts, gpu_offload_supported=gpu_ok, amx_detected=amx)
+        kv_mib = self._log.kv_cache_mib
+        self.loaded = LoadedModel(
+            info=self.info,
+            settings=resolved,
+            load_ms=ns_to_ms(time.perf_counter_ns() - t0),
+            kv_bytes_per_token=self._kv_per_token,
+            kv_capacity_bytes=kv_capacity_bytes(self._kv_per_token, self._n_ctx),
+            layers_offloaded=self._log.layers_offloaded if gpu_ok else 0,
+            layers_total=self._log.layers_total or self.info.n_layer + 1,
+            llama_kv_cache_bytes=round(kv_mib * 2**20) if kv_mib is not None else None,
+            system_info=system_info,
+            notes=tuple(notes),
+            log_path=str(self.log_path),
+            pid=os.getpid(),
+        )
+        for note in notes:
+            self._log.write(f"chatphase: {note}")
+        return self.loaded
+
+    # -- one turn --------------------------------------------------------------------------------
+    def _sampler(self, sp: SamplingParams):
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        if sp.temperature <= 0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+            return chain
+        if sp.repeat_penalty != 1.0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(64, sp.repeat_penalty, 0.0, 0.0))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(sp.top_k))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(sp.top_p, 1))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(sp.min_p, 1))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(sp.temperature))
+        seed = sp.seed if sp.seed is not None else random.getrandbits(32)
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
+        return chain
+
+    def _decode(self, tokens: list[int]) -> bool:
+        arr = (lc.llama_token * len(tokens))(*tokens)
+        return lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens))) == 0
+
+    def _reuse_prefix(self, prompt: list[int], reset: bool) -> int:
+        """Keep the longest common prefix of the cache and ``prompt`` (at least one token left to evaluate)."""
+        keep = 0
+        if not reset:
+            limit = min(len(self._cache), len(prompt) - 1)
+            while keep < limit and self._cache[keep] == prompt[keep]:
+                keep += 1
+        if keep < len(self._cache):
+            if not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
+                lc.llama_memory_clear(self._mem, True)  # models whose memory cannot drop a tail (recurrent)
+                keep = 0
+            del self._cache[keep:]
+        return keep
+
+    def _run(self, req: TurnRequest) -> Iterator[Event]:
+        t_submit = time.perf_counter_ns()
+        sp = req.sampling
+        if req.prompt_token_ids is not None:
+            prompt, dropped = list(req.prompt_token_ids), 0
+            if not 0 < len(prompt) < self._n_ctx:
+                yield EngineFailed(f"a prompt of {len(prompt)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
+                return
+        else:
+            budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
+            try:
+                fitted = self._template.fit(req.messages, budget)
+            except PromptTooLong as exc:
+                yield EngineFailed(f"message refused: {exc}", req.turn_id)
+                return
+            prompt, dropped = fitted.tokens, fitted.dropped_messages
+        cached = self._reuse_prefix(prompt, req.reset_cache)
+        todo = prompt[cached:]
+        t_prefill_start = time.perf_counter_ns()
+        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start)
+
+        stop = None
+        n_batch = self.settings.engine_settings()["n_batch"]
+        done = 0
+        while done < len(todo):
+            if self._cancel.is_set():
+                stop = "cancelled"
+                break
+            chunk = todo[done:done + n_batch]
+            if not self._decode(chunk):
+                stop = "error"
+                break
+            lc.llama_synchronize(self._ctx)
+            self._cache.extend(chunk)
+            done += len(chunk)
+            yield PrefillProgress(req.turn_id, done, len(todo), ns_to_ms(time.perf_counter_ns() - t_prefill_start))
+        t_prefill_end = time.perf_counter_ns()
+
+        times: list[int] = []
+        parts: list[str] = []
+        if stop is None:
+            stop = yield from self._generate(req, t_submit, times, parts)
+        metrics = compute_turn_metrics(
+            t_submit_ns=t_submit,
+            t_prefill_start_ns=t_prefill_start,
+            t_prefill_end_ns=t_prefill_end,
+            token_times_ns=times,
+            prompt_tokens=len(prompt),
+            cached_tokens=len(prompt) - len(todo),
+            kv_cache_tokens=len(self._cache),
+            kv_bytes_per_token=self._kv_per_token,
+            kv_capacity_bytes=self.loaded.kv_capacity_bytes,
+            stop_reason=stop,
+            dropped_messages=dropped,
+        )
+        if stop == "error":
+            yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
+        yield TurnFinished(req.turn_id, "".join(parts), metrics)
+
+    def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
+        """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason."""
+        sp = req.sampling
+        sampler = self._sampler(sp)
+        detok = IncrementalDetokenizer()
+        one = (lc.llama_token * 1)()
+        batch = lc.llama_batch_get_one(one, 1)
+        sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
+        is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab, self._cache
+        cancel, n_ctx, turn_id = self._cancel, self._n_ctx, req.turn_id
+        stop = "length"
+        try:
+            while True:
+                token = sample(sampler, ctx, -1)
+                t = perf_ns()
+                if not req.ignore_eos and is_eog(vocab, token):
+                    stop = "stop"
+                    break
+                times.append(t)
+                text = detok.feed(piece(token))
+                parts.append(text)
+                if len(times) == 1:
+                    yield FirstToken(turn_id, text, ns_to_ms(t - t_submit), t)
+                else:
+                    yield TokensDecoded(turn_id, text, 1, len(times), t)
+                if len(times) >= sp.max_tokens:
+                    break
+                if len(cache) >= n_ctx:
+                    stop = "context_full"
+                    break
+                if cancel.is_set():
+                    stop = "cancelled"
+                    break
+                one[0] = token
+                if decode(ctx, batch) != 0:
+                    stop = "error"
+                    break
+                cache.append(token)
+        finally:
+            lc.llama_sampler_free(sampler)
+            tail = detok.flush()
+            if tail:
+                parts.append(tail)
+        return stop

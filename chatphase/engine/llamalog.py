@@ -1,0 +1,85 @@
+"""Capture llama.cpp's own log (``llama_log_set``) into a file and read the facts it alone reports.
+
+llama.cpp reports some figures only in its log: the layers offloaded to the GPU
+(``load_tensors: offloaded 31/31 layers to GPU``) and the KV cache it allocated
+(``llama_kv_cache: size =   45.00 MiB (  2048 cells, ...``). :class:`LlamaLogCapture` writes every line
+to the log file (never to the terminal, where it would draw over the TUI) and keeps those figures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+from pathlib import Path
+
+import llama_cpp
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
+
+
+def default_log_path() -> Path:
+    """``engine.log`` in ``$CHATPHASE_LOG_DIR`` or the platform's user log directory (platformdirs)."""
+    env = os.environ.get("CHATPHASE_LOG_DIR")
+    if env:
+        return Path(env) / "engine.log"
+    import platformdirs
+
+    return Path(platformdirs.user_log_dir("chatphase")) / "engine.log"
+
+
+class LlamaLogCapture:
+    """Installs a process-wide llama.cpp log callback writing to ``path`` (appending).
+
+    Attributes filled as lines arrive: ``layers_offloaded``, ``layers_total`` (ints or ``None``),
+    ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int).
+    Only one capture should be active per process; the callback reference is kept on the instance
+    so ctypes does not free it while llama.cpp may call it.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
+        self._lock = threading.Lock()
+        self._partial = ""
+        self.layers_offloaded: int | None = None
+        self.layers_total: int | None = None
+        self.kv_cache_mib: float | None = None
+        self.kv_cache_cells: int | None = None
+        self._callback = llama_cpp.llama_log_callback(self._on_log)
+        llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
+
+    def write(self, text: str) -> None:
+        """Append chatphase's own line to the same log."""
+        with self._lock:
+            self._file.write(text if text.endswith("\n") else text + "\n")
+
+    def _on_log(self, level: int, text: bytes, user_data) -> None:
+        try:
+            chunk = text.decode("utf-8", errors="replace")
+            with self._lock:
+                self._file.write(chunk)
+                self._partial += chunk
+                if "\n" not in self._partial:
+                    return
+                *lines, self._partial = self._partial.split("\n")
+            for line in lines:
+                self._parse(line)
+        except Exception:  # a logging failure must never reach C
+            pass
+
+    def _parse(self, line: str) -> None:
+        if m := _OFFLOADED.search(line):
+            self.layers_offloaded, self.layers_total = int(m.group(1)), int(m.group(2))
+        elif m := _KV_SIZE.search(line):
+            self.kv_cache_mib, self.kv_cache_cells = float(m.group(1)), int(m.group(2))
+
+    def close(self) -> None:
+        """Flush and close the file (the callback stays installed but writes nowhere)."""
+        with self._lock:
+            self._file.flush()
+            self._file.close()
+            self._file = open(os.devnull, "w")
