@@ -1,0 +1,38 @@
+"""Shared fixtures. Real-model fixtures use the bundled default model (SmolLM2-135M-Instruct Q4_1)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Keep every test's files (logs, sessions, config) out of the user's real directories.
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory, monkeypatch):
+    base = tmp_path_factory.mktemp("chatphase-home")
+    monkeypatch.setenv("CHATPHASE_LOG_DIR", str(base / "log"))
+    monkeypatch.setenv("CHATPHASE_DATA_DIR", str(base / "data"))
+    monkeypatch.setenv("CHATPHASE_CONFIG", str(base / "config.toml"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield
+
+
+@pytest.fixture(scope="session")
+def default_model_info():
+    """``ModelInfo`` of the bundled default model (read once per session)."""
+    from chatphase.gguf_meta import read_model_info
+    from chatphase.models import default_model_path
+
+    return read_model_info(default_model_path())
+
+
+@pytest.fixture(scope="session")
+def default_model_path(default_model_info):
+    return default_model_info.path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that use a real model carry the ``model`` marker (select with ``-m model``)."""
+    for item in items:
+        if {"default_model_info", "llama_engine"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)

@@ -1,0 +1,81 @@
+"""Exact metric math with scripted timestamps (DESIGN.md §2)."""
+
+import pytest
+
+from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics, itl_stats_ms
+
+MS = 1_000_000
+
+
+def scripted(**overrides):
+    args = dict(
+        t_submit_ns=1_000 * MS,
+        t_prefill_start_ns=1_002 * MS,
+        t_prefill_end_ns=1_102 * MS,  # 100 ms of prefill
+        token_times_ns=[1_105 * MS, 1_115 * MS, 1_125 * MS, 1_145 * MS, 1_155 * MS],
+        prompt_tokens=250,
+        cached_tokens=50,
+        kv_cache_tokens=254,
+        kv_bytes_per_token=23_040,
+        kv_capacity_bytes=23_040 * 4096,
+        stop_reason="stop",
+    )
+    args.update(overrides)
+    return compute_turn_metrics(**args)
+
+
+def test_formulas_on_scripted_timestamps():
+    m = scripted()
+    assert m.prefill_tokens == 200
+    assert m.prefill_ms == 100.0
+    assert m.prefill_tokens_per_s == pytest.approx(2000.0)  # 200 tokens / 0.1 s
+    assert m.ttft_ms == 105.0  # t_first - t_submit
+    assert m.tokenize_ms == 2.0
+    assert m.decode_tokens == 5
+    assert m.decode_ms == 50.0  # t_last - t_first
+    assert m.decode_tokens_per_s == pytest.approx(80.0)  # (5 - 1) / 0.05 s, the TPOT definition
+    assert m.tpot_ms == pytest.approx(12.5)
+    # gaps 10, 10, 20, 10 -> p50 10, p95 by linear interpolation = 10 + 0.85 * 10 = 18.5, max 20
+    assert m.itl_ms_p50 == pytest.approx(10.0)
+    assert m.itl_ms_p95 == pytest.approx(18.5)
+    assert m.itl_ms_max == pytest.approx(20.0)
+    assert m.kv_cache_bytes == 254 * 23_040
+    assert m.prefill_tokens + m.cached_tokens == m.prompt_tokens
+
+
+def test_single_token_has_no_decode_rate():
+    m = scripted(token_times_ns=[1_105 * MS])
+    assert m.ttft_ms == 105.0
+    assert m.decode_tokens == 1 and m.decode_ms == 0.0
+    assert m.decode_tokens_per_s is None and m.tpot_ms is None
+    assert itl_stats_ms([5]) == (None, None, None)
+
+
+def test_no_tokens_cancelled_in_prefill():
+    m = scripted(token_times_ns=[], stop_reason="cancelled")
+    assert m.ttft_ms is None and m.decode_tokens == 0 and m.stop_reason == "cancelled"
+
+
+def test_fully_cached_prompt_has_no_prefill_rate():
+    m = scripted(cached_tokens=250, t_prefill_end_ns=1_002 * MS)
+    assert m.prefill_tokens == 0 and m.prefill_tokens_per_s is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(cached_tokens=300),
+        dict(t_prefill_start_ns=999 * MS),
+        dict(t_prefill_end_ns=1_001 * MS),
+        dict(token_times_ns=[3 * MS, 2 * MS]),
+        dict(stop_reason="eos"),
+    ],
+)
+def test_inconsistent_inputs_raise(bad):
+    with pytest.raises(ValueError):
+        scripted(**bad)
+
+
+def test_round_trip_dict():
+    m = scripted()
+    assert TurnMetrics.from_dict({**m.to_dict(), "future_field": 1}) == m
