@@ -4,15 +4,20 @@ Intel AMX: llama.cpp's CPU backend registers an AMX "extra buffer type" for quan
 these CPUs its batched prompt evaluation segfaults (llama.cpp issue #20824; the same crash was worked
 around in dspy PR #10079). Turning extra buffer types off (``llama_model_params.use_extra_bufts = false``)
 avoids it, so the engine detects AMX and does that unless the user overrides it.
+No llama.cpp import here: callers pass ``llama_cpp.llama_print_system_info()``'s text in.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Iterable
 
-#: /proc/cpuinfo flags that mean the CPU has AMX tiles.
-AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
+#: /proc/cpuinfo flags of Intel AMX (Linux ``arch/x86`` names).
+AMX_CPU_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16", "amx_fp16", "amx_complex"})
+AMX_FLAGS = AMX_CPU_FLAGS
+_AMX_SYSINFO_RE = re.compile(r"\bAMX(?:_INT8)?\s*=\s*1\b")
+_FEATURE_RE = re.compile(r"([A-Za-z0-9_]+)\s*=\s*1\b")
 
 
 def read_cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
@@ -21,12 +26,29 @@ def read_cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
         text = Path(cpuinfo).read_text(errors="replace")
     except OSError:
         return frozenset()
-    m = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    return frozenset(m.group(1).split()) if m else frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):  # x86 | arm64
+            return frozenset(value.split())
+    return frozenset()
 
 
-def detect_amx(system_info: str, cpu_flags: frozenset[str] | set[str] = frozenset()) -> bool:
-    """True when llama.cpp (``llama_print_system_info()``: ``AMX_INT8 = 1``) or the CPU flags report AMX."""
-    if re.search(r"\bAMX\w*\s*=\s*1", system_info):
+def detect_amx(system_info: str | bytes, cpuinfo_flags: Iterable[str] = ()) -> bool:
+    """Whether the CPU has Intel AMX: ``AMX_INT8 = 1`` (or ``AMX = 1``) in llama.cpp's system info string,
+    or any of :data:`AMX_CPU_FLAGS` (``amx_tile``, ``amx_int8``, ...) in the kernel's CPU flags.
+
+    ``system_info`` is ``llama_cpp.llama_print_system_info()`` (bytes or str); either source suffices,
+    because llama.cpp lists AMX only when its build includes the AMX backend.
+    """
+    if isinstance(system_info, bytes):
+        system_info = system_info.decode(errors="replace")
+    if _AMX_SYSINFO_RE.search(system_info or ""):
         return True
-    return bool(AMX_FLAGS & set(cpu_flags))
+    return bool(AMX_CPU_FLAGS & {f.lower() for f in cpuinfo_flags})
+
+
+def enabled_features(system_info: str | bytes) -> list[str]:
+    """Feature names llama.cpp reports as ``NAME = 1`` (``AVX2``, ``AVX512``, ``AMX_INT8``, ``OPENMP``, ...)."""
+    if isinstance(system_info, bytes):
+        system_info = system_info.decode(errors="replace")
+    return _FEATURE_RE.findall(system_info or "")
