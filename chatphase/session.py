@@ -1,0 +1,377 @@
+"""Crash-safe session files: every conversation and its per-turn metrics, append-only JSON lines.
+
+One file per session, ``<data dir>/sessions/<id>.jsonl``, where the data directory is
+``$CHATPHASE_DATA_DIR`` or ``platformdirs.user_data_dir("chatphase")``. Each line is one JSON record
+with a ``type``:
+
+- ``session`` (first line): ``id``, ``title``, ``created`` (ISO 8601 UTC), ``model`` (``ModelInfo``
+  dict), ``settings`` (``Settings`` dict), ``version``.
+- ``turn_start``: ``turn`` (1-based), ``time``, ``user`` (the user's message) — written and fsync'd
+  at submit, before any token, so a turn in flight is on disk as *partial*.
+- ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.session_recorder.TEXT_FLUSH_S`
+  seconds; flushed to the OS (survives SIGKILL of the process), not fsync'd.
+- ``turn_end``: ``turn``, ``time``, ``reply`` (full text), ``metrics`` (``TurnMetrics.to_dict()`` or
+  ``null``), ``error`` (``null`` or the engine's message) — fsync'd.
+- ``title``: ``title``, ``time`` (a rename); ``model``: ``model``, ``settings``, ``time`` (a model
+  or settings change inside the session; later turns record the new model name).
+
+Why append-only: a process killed at any byte leaves every earlier record intact, and at worst one
+half-written last line, which :func:`load_session` skips (counted in ``Session.corrupt_lines``). A
+writer that reopens such a file first ends the torn line, so new records are never glued to it.
+A turn without ``turn_end`` loads with ``status="partial"`` and the text streamed so far.
+
+Writing is :class:`chatphase.session_recorder.SessionRecorder`; this module reads, lists, renames and
+deletes, and holds the record-level I/O both use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from chatphase.engine.events import Message
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.errors import ChatPhaseError
+
+FORMAT_VERSION = 1
+SUFFIX = ".jsonl"
+TITLE_CHARS = 60
+
+TurnStatus = Literal["complete", "partial", "failed"]
+
+
+class SessionError(ChatPhaseError):
+    """A session that does not exist, is ambiguous, or cannot be read (exit code 1)."""
+
+
+def data_dir() -> Path:
+    """chatphase's user data directory: ``$CHATPHASE_DATA_DIR`` or the platform's (platformdirs)."""
+    env = os.environ.get("CHATPHASE_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("chatphase"))
+
+
+def sessions_dir() -> Path:
+    """Where session files live: ``data_dir() / "sessions"`` (not created here)."""
+    return data_dir() / "sessions"
+
+
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC with seconds, e.g. ``2026-11-30T14:55:00+00:00``."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_session_id() -> str:
+    """A sortable unique id: ``YYYYMMDD-HHMMSS-xxxx`` (UTC time, 4 random hex digits)."""
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def title_from(text: str) -> str:
+    """A session title from a user message: whitespace collapsed, at most :data:`TITLE_CHARS` chars."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1] + "…"
+
+
+@dataclass
+class Turn:
+    """One recorded turn. ``status``: ``complete`` (``turn_end`` with metrics), ``failed`` (the engine
+    reported an error; ``error`` holds it) or ``partial`` (the process ended mid-turn; ``reply`` is the
+    text streamed until then and ``metrics`` is ``None``)."""
+
+    index: int
+    user: str
+    reply: str
+    status: TurnStatus
+    started: str
+    finished: str | None = None
+    metrics: TurnMetrics | None = None
+    error: str | None = None
+    model: str = ""
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (``metrics`` as ``TurnMetrics.to_dict()`` or ``None``)."""
+        d = asdict(self)
+        d["metrics"] = self.metrics.to_dict() if self.metrics else None
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Turn":
+        """Inverse of :meth:`to_dict`."""
+        d = dict(data)
+        d["metrics"] = TurnMetrics.from_dict(d["metrics"]) if d.get("metrics") else None
+        return cls(**d)
+
+
+@dataclass
+class Session:
+    """A loaded session: header values, turns in order, and how many unreadable lines were skipped."""
+
+    id: str
+    title: str
+    created: str
+    model: dict
+    settings: dict
+    turns: list[Turn] = field(default_factory=list)
+    last_used: str = ""
+    corrupt_lines: int = 0
+    path: str = ""
+
+    @property
+    def model_name(self) -> str:
+        """The model's name as the header recorded it (``""`` when unknown)."""
+        return str(self.model.get("name", "")) if self.model else ""
+
+    def history(self) -> list[Message]:
+        """The conversation to continue from: system prompt (from the settings) then user/assistant
+        pairs of every turn with reply text (partial replies included, empty ones left out)."""
+        out: list[Message] = []
+        system = (self.settings or {}).get("system_prompt")
+        if system:
+            out.append(Message("system", system))
+        for t in self.turns:
+            if t.reply:
+                out += [Message("user", t.user), Message("assistant", t.reply)]
+        return out
+
+    def to_dict(self) -> dict:
+        """Everything as a plain JSON-ready dict (the JSON export's body)."""
+        d = asdict(self)
+        d["turns"] = [t.to_dict() for t in self.turns]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Session":
+        """Inverse of :meth:`to_dict`; unknown keys are ignored."""
+        names = set(cls.__dataclass_fields__)
+        d = {k: v for k, v in data.items() if k in names}
+        d["turns"] = [Turn.from_dict(t) for t in data.get("turns", [])]
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One line of the session list. ``last_used`` is the file's modification time (ISO 8601 UTC)."""
+
+    id: str
+    title: str
+    model: str
+    turns: int
+    partial_turns: int
+    created: str
+    last_used: str
+    path: str
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def parse_records(lines) -> tuple[list[dict], int]:
+    """Decode JSON-lines text into record dicts; returns ``(records, corrupt_line_count)``.
+
+    Lines that are not a JSON object with a ``type`` (a torn last line, garbage) are skipped and counted.
+    """
+    records, bad = [], 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("type"), str):
+            records.append(rec)
+        else:
+            bad += 1
+    return records, bad
+
+
+def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: str = "") -> Session:
+    """Replay records into a :class:`Session`.
+
+    Raises:
+        SessionError: when the first readable record is not a ``session`` header.
+    """
+    if not records or records[0].get("type") != "session":
+        raise SessionError(f"not a chatphase session file (no header): {path or '<records>'}")
+    h = records[0]
+    s = Session(
+        id=str(h.get("id", "")), title=str(h.get("title", "")), created=str(h.get("created", "")),
+        model=h.get("model") or {}, settings=h.get("settings") or {}, corrupt_lines=corrupt_lines, path=path,
+    )
+    model_name = s.model_name
+    by_index: dict[int, Turn] = {}
+    for rec in records[1:]:
+        kind = rec["type"]
+        try:
+            if kind == "turn_start":
+                t = Turn(index=int(rec["turn"]), user=str(rec.get("user", "")), reply="", status="partial",
+                         started=str(rec.get("time", "")), model=model_name)
+                by_index[t.index] = t
+                s.turns.append(t)
+            elif kind == "text" and int(rec["turn"]) in by_index:
+                by_index[int(rec["turn"])].reply += str(rec.get("text", ""))
+            elif kind == "turn_end" and int(rec["turn"]) in by_index:
+                t = by_index[int(rec["turn"])]
+                t.reply = str(rec.get("reply", t.reply))
+                t.finished = rec.get("time")
+                t.error = rec.get("error")
+                t.metrics = TurnMetrics.from_dict(rec["metrics"]) if rec.get("metrics") else None
+                t.status = "complete" if t.metrics is not None and not t.error else "failed"
+            elif kind == "title":
+                s.title = str(rec.get("title", s.title))
+            elif kind == "model":
+                s.model = rec.get("model") or s.model
+                s.settings = rec.get("settings") or s.settings
+                model_name = s.model_name
+        except (KeyError, TypeError, ValueError):
+            s.corrupt_lines += 1
+    return s
+
+
+def session_path(session_id: str, directory: Path | None = None) -> Path:
+    """The file of ``session_id`` (which must look like an id: no path separators)."""
+    if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
+        raise SessionError(f"not a session id: {session_id!r}")
+    return (directory or sessions_dir()) / f"{session_id}{SUFFIX}"
+
+
+def load_session(session_id: str, directory: Path | None = None) -> Session:
+    """Load a session by id, unique id prefix, or ``"last"`` (most recently used).
+
+    Raises:
+        SessionError: unknown or ambiguous id, or an unreadable file.
+    """
+    path = resolve_session_path(session_id, directory)
+    return load_session_file(path)
+
+
+def load_session_file(path: Path) -> Session:
+    """Load one session file (tolerating unreadable lines, see :func:`parse_records`).
+
+    Raises:
+        SessionError: the file is missing, unreadable, or has no header.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            records, bad = parse_records(fh)
+        mtime = path.stat().st_mtime
+    except OSError as exc:
+        raise SessionError(f"cannot read session {path}: {exc.strerror or exc}") from None
+    s = session_from_records(records, corrupt_lines=bad, path=str(path))
+    s.last_used = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
+    return s
+
+
+def list_sessions(directory: Path | None = None) -> list[SessionSummary]:
+    """Every readable session, most recently used first (files without a header are skipped)."""
+    d = directory or sessions_dir()
+    out = []
+    for path in d.glob(f"*{SUFFIX}") if d.is_dir() else []:
+        try:
+            s = load_session_file(path)
+        except SessionError:
+            continue
+        out.append(SessionSummary(
+            id=s.id or path.stem, title=s.title, model=s.model_name, turns=len(s.turns),
+            partial_turns=sum(t.status == "partial" for t in s.turns), created=s.created,
+            last_used=s.last_used, path=str(path),
+        ))
+    out.sort(key=lambda x: (x.last_used, x.id), reverse=True)
+    return out
+
+
+def resolve_session_path(session_id: str | None, directory: Path | None = None) -> Path:
+    """Find a session file by exact id, unique prefix, or ``None``/``"last"`` for the latest.
+
+    Raises:
+        SessionError: no sessions, no match, or a prefix matching several.
+    """
+    d = directory or sessions_dir()
+    if not session_id or session_id == "last":
+        sessions = list_sessions(d)
+        if not sessions:
+            raise SessionError(f"no saved sessions in {d}")
+        return Path(sessions[0].path)
+    exact = session_path(session_id, d)
+    if exact.is_file():
+        return exact
+    matches = sorted(d.glob(f"{session_id}*{SUFFIX}")) if d.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise SessionError(f"no session {session_id!r} (see `chatphase sessions`)")
+    raise SessionError(f"session id {session_id!r} is ambiguous: {', '.join(m.stem for m in matches[:5])}")
+
+
+def delete_session(session_id: str, directory: Path | None = None) -> Session:
+    """Delete a session file; returns what it held (for the confirmation line).
+
+    Raises:
+        SessionError: as :func:`resolve_session_path`, or when the file cannot be removed.
+    """
+    path = resolve_session_path(session_id, directory)
+    s = load_session_file(path)
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise SessionError(f"cannot delete {path}: {exc.strerror or exc}") from None
+    return s
+
+
+def rename_session(session_id: str, title: str, directory: Path | None = None) -> Session:
+    """Give a session a new title (appends a ``title`` record); returns the renamed session.
+
+    Raises:
+        SessionError: as :func:`resolve_session_path`, or an empty title.
+    """
+    title = " ".join(title.split())
+    if not title:
+        raise SessionError("a session title cannot be empty")
+    path = resolve_session_path(session_id, directory)
+    s = load_session_file(path)
+    with open_append(path) as fh:
+        write_record(fh, {"type": "title", "title": title, "time": utc_now()}, sync=True)
+    s.title = title
+    return s
+
+
+# ---------------------------------------------------------------- writing
+
+
+def open_append(path: Path):
+    """Open for appending (mode 0600); if the file ends in a torn line, end it first so new records
+    stay whole."""
+    torn = False
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END):
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fh = os.fdopen(fd, "a", encoding="utf-8")
+    if torn:
+        fh.write("\n")
+    return fh
+
+
+def write_record(fh, record: dict, *, sync: bool) -> None:
+    """Append one record as a JSON line and flush it to the OS; ``sync`` also fsyncs it to disk."""
+    fh.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    fh.flush()
+    if sync:
+        os.fsync(fh.fileno())

@@ -1,0 +1,170 @@
+"""Writes a session as it happens (the format is described in :mod:`chatphase.session`).
+
+Durability: the header, each ``turn_start`` and each ``turn_end`` are fsync'd, so finished turns
+survive a power loss; streamed reply text is flushed to the OS at most every :data:`TEXT_FLUSH_S`
+seconds, so a killed process (SIGKILL) keeps the partial reply up to that point.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.session import (
+    FORMAT_VERSION,
+    Session,
+    load_session_file,
+    new_session_id,
+    open_append,
+    resolve_session_path,
+    session_path,
+    title_from,
+    utc_now,
+    write_record,
+)
+
+#: streamed reply text is written at most this often (seconds); a SIGKILL loses at most this much.
+TEXT_FLUSH_S = 0.25
+
+
+class SessionRecorder:
+    """Writes one session as it happens. Not thread-safe: call it from one thread (or under a lock).
+
+    Typical use (``ask``, the TUI)::
+
+        rec = SessionRecorder.create(model=info.to_dict(), settings=settings.to_dict())
+        rec.begin_turn(user_text)
+        for event in engine.run_turn(request):
+            rec.observe(event)          # streams text, ends the turn on TurnFinished / EngineFailed
+        rec.close()
+
+    Nothing touches the disk before the first :meth:`begin_turn` (no empty sessions); the title
+    defaults to the first user message.
+    """
+
+    def __init__(self, path: Path, session_id: str, header: dict | None, next_turn: int = 1):
+        self.path = path
+        self.id = session_id
+        self._header = header  # written lazily (None once on disk)
+        self._fh = None
+        self._turn: int | None = None
+        self._next_turn = next_turn
+        self._buf: list[str] = []
+        self._streamed: list[str] = []
+        self._last_text_write = 0.0
+
+    @classmethod
+    def create(cls, *, model: dict, settings: dict, title: str | None = None,
+               directory: Path | None = None) -> "SessionRecorder":
+        """A recorder for a new session (file created at the first turn)."""
+        sid = new_session_id()
+        header = {"type": "session", "version": FORMAT_VERSION, "id": sid, "title": title or "",
+                  "created": utc_now(), "model": model, "settings": settings}
+        return cls(session_path(sid, directory), sid, header)
+
+    @classmethod
+    def resume(cls, session_id: str | None = None,
+               directory: Path | None = None) -> tuple["SessionRecorder", Session]:
+        """Continue a saved session (``None``/``"last"`` = the most recent); returns it as loaded too.
+
+        Raises:
+            SessionError: as :func:`load_session`.
+        """
+        path = resolve_session_path(session_id, directory)
+        s = load_session_file(path)
+        nxt = max((t.index for t in s.turns), default=0) + 1
+        return cls(path, s.id or path.stem, None, nxt), s
+
+    @property
+    def turn_in_flight(self) -> int | None:
+        """The index of the turn begun and not yet ended, if any."""
+        return self._turn
+
+    def _file(self):
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._fh = open_append(self.path)
+            if self._header is not None:
+                write_record(self._fh, self._header, sync=True)
+                self._header = None
+        return self._fh
+
+    def begin_turn(self, user: str) -> int:
+        """Record the user's message before generation starts; returns the turn's 1-based index.
+        A turn still open is first ended as failed ("superseded")."""
+        if self._turn is not None:
+            self.finish_turn("".join(self._streamed), None, error="superseded by a new turn")
+        if self._header is not None and not self._header["title"]:
+            self._header["title"] = title_from(user) or "untitled"
+        self._turn, self._next_turn = self._next_turn, self._next_turn + 1
+        self._buf, self._streamed = [], []
+        write_record(self._file(), {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}, sync=True)
+        self._last_text_write = time.monotonic()
+        return self._turn
+
+    def append_text(self, text: str) -> None:
+        """Stream reply text of the open turn (buffered; written at most every :data:`TEXT_FLUSH_S`)."""
+        if self._turn is None or not text:
+            return
+        self._buf.append(text)
+        self._streamed.append(text)
+        if time.monotonic() - self._last_text_write >= TEXT_FLUSH_S:
+            self._flush_text()
+
+    def _flush_text(self) -> None:
+        if self._buf and self._turn is not None:
+            write_record(self._file(), {"type": "text", "turn": self._turn, "text": "".join(self._buf)}, sync=False)
+            self._buf = []
+        self._last_text_write = time.monotonic()
+
+    def finish_turn(self, reply: str, metrics: TurnMetrics | None, *, error: str | None = None) -> None:
+        """End the open turn with its full reply and metrics (or an error); fsync'd. No-op if none open."""
+        if self._turn is None:
+            return
+        rec = {"type": "turn_end", "turn": self._turn, "time": utc_now(), "reply": reply,
+               "metrics": metrics.to_dict() if metrics else None, "error": error}
+        self._buf = []
+        self._turn = None
+        write_record(self._file(), rec, sync=True)
+
+    def observe(self, event) -> None:
+        """Feed an engine event: text events stream, ``TurnFinished`` ends the turn with its metrics,
+        ``EngineFailed`` for this turn (or a fatal one) ends it as failed keeping the text so far."""
+        if self._turn is None:
+            return
+        if isinstance(event, (FirstToken, TokensDecoded)):
+            self.append_text(event.text)
+        elif isinstance(event, TurnFinished):
+            self.finish_turn(event.reply, event.metrics)
+        elif isinstance(event, EngineFailed):
+            self.finish_turn("".join(self._streamed), None, error=event.message)
+
+    def set_model(self, model: dict, settings: dict) -> None:
+        """Record a model or settings change; later turns are attributed to the new model."""
+        rec = {"type": "model", "model": model, "settings": settings, "time": utc_now()}
+        if self._header is not None:
+            self._header.update(model=model, settings=settings)
+        else:
+            write_record(self._file(), rec, sync=True)
+
+    def rename(self, title: str) -> None:
+        """Set the title (before the first turn it goes into the header)."""
+        if self._header is not None:
+            self._header["title"] = " ".join(title.split())
+        else:
+            write_record(self._file(), {"type": "title", "title": " ".join(title.split()), "time": utc_now()}, sync=True)
+
+    def close(self) -> None:
+        """Write buffered text and close the file. An open turn stays partial. Idempotent."""
+        if self._fh is not None:
+            self._flush_text()
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> "SessionRecorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
