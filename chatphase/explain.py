@@ -1,0 +1,116 @@
+"""One plain-language line per phase saying what bounds it, with this model's and this turn's numbers.
+
+The reasoning is the roofline of DESIGN.md §2:
+
+- decode: every new token re-reads all weights plus the KV cache written so far, so
+  ``decode tokens/s <= memory bandwidth / (weight bytes + KV bytes)``. We report the effective bandwidth
+  ``decode_tokens_per_s × (weight bytes + KV bytes)``. When that is below
+  :data:`OVERHEAD_FRACTION` of a reference memory bandwidth, the bytes are not what limits the rate:
+  per-token overhead (sampling, Python, thread wake-ups) dominates — the usual case for tiny models on CPU.
+- prefill: every prompt token costs about ``2 × parameters`` FLOPs (one multiply-add per weight), and a
+  batch of prompt tokens reads the weights once, so ``prefill tokens/s <= peak FLOP/s / (2 × parameters)``.
+  We report the effective FLOP/s and how many times faster than decode the batch ran.
+
+Weight bytes are the GGUF file size (weights dominate it; metadata and vocabulary are a small part).
+Sizes use decimal units (1 MB = 10^6 bytes); llama.cpp's own log prints MiB (2^20 bytes).
+"""
+
+from __future__ import annotations
+
+from chatphase.engine.events import LoadedModel
+from chatphase.engine.metrics import TurnMetrics
+
+#: reference DRAM bandwidth of a CPU, bytes/s: DDR4-3200 dual channel, 2 × 25.6 GB/s theoretical peak.
+CPU_REFERENCE_BANDWIDTH = 51.2e9
+#: reference memory bandwidth of a GPU, bytes/s: a mid-range discrete card (e.g. RTX 3060 Ti/4070: ~450–500 GB/s).
+GPU_REFERENCE_BANDWIDTH = 450e9
+#: below this fraction of the reference bandwidth, decode is called overhead bound rather than bandwidth bound.
+OVERHEAD_FRACTION = 0.25
+#: prefills of fewer new tokens than this are too short to be compute bound (fixed per-call costs dominate).
+SMALL_PREFILL_TOKENS = 16
+
+
+def format_bytes(n: float) -> str:
+    """Human size in decimal units: ``950 B``, ``23.0 kB``, ``2.1 MB``, ``98 MB``, ``1.35 GB``, ``51.2 GB``."""
+    n = float(n)
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            v = n / scale
+            if unit == "GB":
+                return f"{v:.2f} {unit}" if v < 10 else f"{v:.1f} {unit}"
+            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_count(n: float) -> str:
+    """Human count: ``950``, ``135 M``, ``1.2 B`` (parameters, FLOPs)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
+    return f"{n:.0f}"
+
+
+def _gpu_offloaded(model: LoadedModel) -> bool:
+    """True when every layer runs on the GPU (partial offload is still bound by the CPU part)."""
+    return bool(model.layers_offloaded and model.layers_total and model.layers_offloaded >= model.layers_total)
+
+
+def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth: float | None = None) -> str:
+    """The decode line, e.g. ``decode: memory-bandwidth bound — each token re-reads 98 MB of weights +
+    2.1 MB of KV: 48.0 tok/s moves 4.8 GB/s (roofline ~520 tok/s at 51 GB/s)``.
+
+    Args:
+        model: the loaded model (weight bytes = ``model.info.size_bytes``; GPU offload decides the
+            default reference bandwidth).
+        metrics: the turn (``decode_tokens_per_s``, ``kv_cache_bytes`` after the turn).
+        reference_bandwidth: bytes/s to compare against; default :data:`CPU_REFERENCE_BANDWIDTH`, or
+            :data:`GPU_REFERENCE_BANDWIDTH` when all layers are offloaded.
+    """
+    tps = metrics.decode_tokens_per_s
+    if tps is None or tps <= 0:
+        return f"decode: {metrics.decode_tokens} token(s) — too few to measure a decode rate"
+    weights = model.info.size_bytes
+    kv = metrics.kv_cache_bytes
+    per_token = weights + kv
+    ref = reference_bandwidth or (GPU_REFERENCE_BANDWIDTH if _gpu_offloaded(model) else CPU_REFERENCE_BANDWIDTH)
+    effective = tps * per_token
+    roofline_tps = ref / per_token
+    reads = f"each token re-reads {format_bytes(weights)} of weights + {format_bytes(kv)} of KV"
+    if effective < OVERHEAD_FRACTION * ref:
+        return (f"decode: per-token overhead bound — {reads}, yet {tps:.1f} tok/s moves only "
+                f"{format_bytes(effective)}/s of ~{format_bytes(ref)}/s memory bandwidth; for a model this "
+                f"small, fixed work per token (sampling, Python, thread sync) dominates")
+    return (f"decode: memory-bandwidth bound — {reads}: {tps:.1f} tok/s moves {format_bytes(effective)}/s "
+            f"(roofline ~{roofline_tps:.0f} tok/s at {format_bytes(ref)}/s)")
+
+
+def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
+    """The prefill line, e.g. ``prefill: compute bound — each prompt token costs 2 × 135 M params = 0.27
+    GFLOP; 512 tok at 300 tok/s = 81 GFLOP/s, 6.2× the decode rate (a batch reads the weights once)``.
+
+    Uses ``model.info.n_params``; ``metrics.prefill_tokens``, ``prefill_ms``, ``prefill_tokens_per_s``,
+    ``cached_tokens``, ``prompt_tokens`` and ``decode_tokens_per_s``.
+    """
+    cached = metrics.cached_tokens
+    cached_note = f"; {cached} of {metrics.prompt_tokens} prompt tokens reused from the KV cache" if cached else ""
+    if metrics.prefill_tokens == 0:
+        return (f"prefill: nothing to compute — all {metrics.prompt_tokens} prompt tokens were reused "
+                f"from the KV cache")
+    tps = metrics.prefill_tokens_per_s
+    if tps is None or metrics.prefill_tokens < SMALL_PREFILL_TOKENS:
+        return (f"prefill: overhead bound — only {metrics.prefill_tokens} new token(s) in "
+                f"{metrics.prefill_ms:.1f} ms, too few to fill a batch{cached_note}")
+    flops_per_token = 2 * model.info.n_params
+    effective = tps * flops_per_token
+    speedup = ""
+    if metrics.decode_tokens_per_s:
+        speedup = f", {tps / metrics.decode_tokens_per_s:.1f}× the decode rate (a batch reads the weights once)"
+    return (f"prefill: compute bound — each prompt token costs 2 × {format_count(model.info.n_params)} params = "
+            f"{flops_per_token / 1e9:.2g} GFLOP; {metrics.prefill_tokens} tok at {tps:.0f} tok/s = "
+            f"{effective / 1e9:.0f} GFLOP/s{speedup}{cached_note}")
+
+
+def explain_turn(model: LoadedModel, metrics: TurnMetrics) -> tuple[str, str]:
+    """``(prefill line, decode line)`` for one turn."""
+    return explain_prefill(model, metrics), explain_decode(model, metrics)

@@ -1,0 +1,41 @@
+"""KV cache gauge: tokens and bytes used against n_ctx, and when the conversation will fill it.
+
+The forecast itself is pure (:func:`chatphase.forecast.forecast_kv`); this widget shows it with Textual's
+``ProgressBar`` and one line of text.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import Label, ProgressBar
+
+from chatphase.explain import format_bytes
+from chatphase.forecast import KvForecast
+
+
+def forecast_text(f: KvForecast, kv_bytes_per_token: int) -> str:
+    """``KV 1,234/4,096 tok · 28 MB/94 MB · ~9 turns left at +137 tok/turn`` (bytes = tokens × per-token)."""
+    used_b = format_bytes(f.used_tokens * kv_bytes_per_token)
+    cap_b = format_bytes(f.n_ctx * kv_bytes_per_token)
+    text = f"KV {f.used_tokens:,}/{f.n_ctx:,} tok · {used_b}/{cap_b}"
+    if f.growth_tokens_per_turn is None:
+        return text
+    if f.turns_left == 0:
+        return f"{text} · full: old messages will be dropped"
+    if f.turns_left is None:
+        return f"{text} · not growing"
+    return f"{text} · ~{f.turns_left} turns left at +{f.growth_tokens_per_turn:,.0f} tok/turn"
+
+
+class KvGauge(Widget):
+    """A bar of KV cache use and the forecast line; call :meth:`update_forecast` after each turn."""
+
+    def compose(self) -> ComposeResult:
+        yield ProgressBar(total=1, show_eta=False, id="kv-bar")
+        yield Label("KV – (no model)", id="kv-text")
+
+    def update_forecast(self, forecast: KvForecast, kv_bytes_per_token: int) -> None:
+        """Show ``forecast``; ``kv_bytes_per_token`` converts tokens to bytes."""
+        self.query_one("#kv-bar", ProgressBar).update(total=forecast.n_ctx, progress=forecast.used_tokens)
+        self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token))

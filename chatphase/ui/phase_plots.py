@@ -1,0 +1,92 @@
+"""Plots that grow as turns accumulate (textual-plotext ``PlotextPlot`` scatter plots).
+
+- :class:`TtftPlot`: TTFT (ms) against prompt tokens. Prefill grows with the prompt; turns that reused a
+  cached prefix are a second series, since their TTFT follows the *evaluated* tokens, not the prompt.
+- :class:`DecodeDepthPlot`: decode tokens/s against context depth (KV tokens after the turn). Each decode
+  step re-reads the whole KV cache, so the rate falls as the conversation grows.
+
+Both redraw only when a turn is added or the chat is reset (never per token); plotext re-lays out on resize.
+"""
+
+from __future__ import annotations
+
+from textual_plotext import PlotextPlot
+
+from chatphase.engine.metrics import TurnMetrics
+
+
+class _ScatterPlot(PlotextPlot):
+    """A scatter plot of (x, y) points in named series.
+
+    Series are told apart by marker (``MARKERS``, named in the title); plotext's legend would cover the
+    points in the top-left corner. Subclasses set the titles and ``SERIES`` and define ``point_for(metrics) -> (series, x, y) | None``.
+    """
+
+    TITLE = ""
+    XLABEL = ""
+    YLABEL = ""
+    SERIES: tuple[str, ...] = ()
+    MARKERS: tuple[str, ...] = ("dot", "x")
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.points: dict[str, list[tuple[float, float]]] = {s: [] for s in self.SERIES}
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.replot()
+
+    def clear_points(self) -> None:
+        """Remove every point (new chat)."""
+        self.points = {s: [] for s in self.SERIES}
+        self.replot()
+
+    def add_turn(self, metrics: TurnMetrics) -> None:
+        """Add the turn's point, if its metrics define one."""
+        point = self.point_for(metrics)
+        if point is not None:
+            series, x, y = point
+            self.points[series].append((x, y))
+            self.replot()
+
+    def replot(self) -> None:
+        """Rebuild the plotext figure from :attr:`points` and schedule a repaint."""
+        plt = self.plt
+        plt.clear_data()
+        plt.title(self.TITLE)
+        plt.xlabel(self.XLABEL)
+        plt.ylabel(self.YLABEL)
+        for (series, pts), marker in zip(self.points.items(), self.MARKERS):
+            if pts:
+                xs, ys = zip(*pts)
+                plt.scatter(list(xs), list(ys), marker=marker)
+        self.refresh()
+
+
+class TtftPlot(_ScatterPlot):
+    """TTFT (ms) against prompt tokens; series ``cold`` (nothing cached) and ``cached prefix``."""
+
+    TITLE = "TTFT vs prompt tokens (• cold, x cached prefix)"
+    XLABEL = "prompt tokens"
+    YLABEL = "TTFT ms"
+    SERIES = ("cold", "cached prefix")
+
+    def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
+        if metrics.ttft_ms is None:
+            return None
+        series = "cached prefix" if metrics.cached_tokens else "cold"
+        return series, float(metrics.prompt_tokens), float(metrics.ttft_ms)
+
+
+class DecodeDepthPlot(_ScatterPlot):
+    """Decode tokens/s against context depth (``kv_cache_tokens`` after the turn)."""
+
+    TITLE = "decode tok/s vs context depth"
+    XLABEL = "KV tokens"
+    YLABEL = "tok/s"
+    SERIES = ("decode",)
+
+    def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
+        if metrics.decode_tokens_per_s is None:
+            return None
+        return "decode", float(metrics.kv_cache_tokens), float(metrics.decode_tokens_per_s)

@@ -1,0 +1,75 @@
+"""System figures: engine process RSS and CPU %, system memory, model load time, threads, GPU offload.
+
+Sampled with :class:`chatphase.sysinfo.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
+(the sampler itself also refuses to sample more often), never per token.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from chatphase.engine.events import LoadedModel
+from chatphase.explain import format_bytes
+from chatphase.sysinfo import ProcessSampler, SystemSample
+
+#: seconds between samples.
+REFRESH_S = 1.0
+
+
+def gpu_offload_text(model: LoadedModel) -> str:
+    """``layers_offloaded/layers_total`` on GPU, or ``CPU only — this build has no GPU support``."""
+    if not model.settings.get("gpu_offload_supported", False):
+        return "CPU only — this build has no GPU support"
+    if model.layers_offloaded is None or model.layers_total is None:
+        return f"GPU build; offload not reported (n_gpu_layers={model.settings.get('n_gpu_layers')})"
+    return f"{model.layers_offloaded}/{model.layers_total} layers on GPU"
+
+
+def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
+    """The figure lines for ``model`` and the latest ``sample`` (``None`` before the first sample)."""
+    s = model.settings
+    lines = []
+    if not model.pid:
+        lines.append("engine process: not reported by this engine")
+    elif sample is None or not sample.process_alive:
+        lines.append(f"engine pid {model.pid}: {'not sampled yet' if sample is None else 'not running'}")
+    else:
+        cpu = "–" if sample.cpu_percent is None else f"{sample.cpu_percent:.0f} %"
+        lines.append(f"engine pid {sample.pid} · RSS {format_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
+                     f"· {sample.num_threads} OS threads")
+    if sample is not None:
+        lines.append(f"memory available {format_bytes(sample.mem_available_bytes)} "
+                     f"of {format_bytes(sample.mem_total_bytes)}")
+    lines.append(f"model load {model.load_ms:,.0f} ms · threads {s.get('n_threads', '–')} decode / "
+                 f"{s.get('n_threads_batch', '–')} batch")
+    lines.append(f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
+                 f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}")
+    lines.append(f"GPU offload: {gpu_offload_text(model)}")
+    return lines
+
+
+class SystemFigures(Static):
+    """The system figure lines, refreshed every :data:`REFRESH_S` s once a model is set."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("no model loaded", **kwargs)
+        self.model: LoadedModel | None = None
+        self.sampler: ProcessSampler | None = None
+        self.last_sample: SystemSample | None = None
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_S, self.sample_now)
+
+    def set_model(self, model: LoadedModel) -> None:
+        """Watch ``model.pid`` from now on and show the model's figures."""
+        self.model = model
+        self.sampler = ProcessSampler(model.pid, min_interval_s=REFRESH_S / 2)
+        self.last_sample = None
+        self.sample_now()
+
+    def sample_now(self) -> None:
+        """Take a sample (rate-bounded by the sampler) and redraw."""
+        if self.model is None or self.sampler is None:
+            return
+        self.last_sample = self.sampler.sample()
+        self.update("\n".join(system_lines(self.model, self.last_sample)))

@@ -1,0 +1,140 @@
+"""A per-turn timeline drawn to scale: tokenise → prefill → first token → decode, and the prompt's cached part.
+
+Two bars share the widget's width:
+
+- time (ms): ``tokenize_ms`` (templating + tokenisation), ``prefill_ms`` (evaluating the new prompt tokens),
+  first sample (``ttft_ms - tokenize_ms - prefill_ms``: sampling the first token and the hand-off), then
+  ``decode_ms``. The TTFT boundary is where decode starts.
+- prompt (tokens): ``cached_tokens`` reused from the KV cache, shown apart from the ``prefill_tokens``
+  evaluated this turn — the cached part costs no time, so it only shows on this token scale.
+
+Each segment with a non-zero length gets at least one cell, so a 1 ms tokenise step stays visible next to
+a 2 s decode; cells are shared out by largest remainder. Colours come from component classes (set in
+``dashboard.tcss`` with theme variables, so light and dark themes both work); each segment also has its own
+character, so the bar reads without colour.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+from rich.text import Text
+from textual.widget import Widget
+
+from chatphase.engine.metrics import TurnMetrics
+
+#: segment kind -> (glyph, label)
+SEGMENTS: dict[str, tuple[str, str]] = {
+    "tokenize": ("░", "tokenise"),
+    "prefill": ("█", "prefill"),
+    "first": ("▓", "1st token"),
+    "decode": ("━", "decode"),
+    "cached": ("▒", "cached"),
+    "evaluated": ("█", "evaluated"),
+}
+
+
+def time_segments(m: TurnMetrics) -> list[tuple[str, float]]:
+    """``[(kind, ms), ...]`` of the turn's wall time in order: tokenize, prefill, first, decode."""
+    ttft = m.ttft_ms
+    first = max(0.0, ttft - m.tokenize_ms - m.prefill_ms) if ttft is not None else 0.0
+    return [("tokenize", m.tokenize_ms), ("prefill", m.prefill_ms), ("first", first), ("decode", m.decode_ms)]
+
+
+def token_segments(m: TurnMetrics) -> list[tuple[str, float]]:
+    """``[(kind, tokens), ...]`` of the prompt: cached then evaluated."""
+    return [("cached", float(m.cached_tokens)), ("evaluated", float(m.prefill_tokens))]
+
+
+def scale_cells(lengths: Sequence[float], width: int) -> list[int]:
+    """Share ``width`` cells among ``lengths`` in proportion (largest remainder).
+
+    Every positive length gets at least one cell while ``width`` allows; zero lengths get none. The result
+    sums to ``width`` when any length is positive, else to 0.
+    """
+    total = sum(x for x in lengths if x > 0)
+    if total <= 0 or width <= 0:
+        return [0] * len(lengths)
+    positive = [i for i, x in enumerate(lengths) if x > 0]
+    cells = [0] * len(lengths)
+    reserved = min(width, len(positive))
+    for i in positive[:reserved]:
+        cells[i] = 1
+    rest = width - reserved
+    exact = [(lengths[i] / total) * rest if i in positive else 0.0 for i in range(len(lengths))]
+    floors = [int(e) for e in exact]
+    for i, f in enumerate(floors):
+        cells[i] += f
+    left = rest - sum(floors)
+    order = sorted(range(len(lengths)), key=lambda i: exact[i] - floors[i], reverse=True)
+    for i in order[:left]:
+        cells[i] += 1
+    return cells
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
+
+
+class TurnTimeline(Widget):
+    """Timeline bars of one turn. Call :meth:`show` with a turn's metrics, :meth:`clear` to empty it."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"timeline--{k}" for k in SEGMENTS}
+    """``timeline--tokenize|prefill|first|decode|cached|evaluated``: the colour of each segment."""
+
+    LABEL_WIDTH = 8
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._metrics: TurnMetrics | None = None
+
+    def show(self, metrics: TurnMetrics) -> None:
+        """Draw ``metrics``."""
+        self._metrics = metrics
+        self.refresh()
+
+    def clear(self) -> None:
+        """Show nothing (new chat)."""
+        self._metrics = None
+        self.refresh()
+
+    def _bar(self, label: str, segments: list[tuple[str, float]], width: int) -> Text:
+        text = Text(label.ljust(self.LABEL_WIDTH))
+        for (kind, _), n in zip(segments, scale_cells([v for _, v in segments], width)):
+            if n:
+                text.append(SEGMENTS[kind][0] * n, style=self.get_component_rich_style(f"timeline--{kind}"))
+        return text
+
+    def _legend(self, segments: list[tuple[str, float]], fmt, width: int) -> Text:
+        """Legend items (glyph, label, value), wrapped between items — never inside one — to ``width``."""
+        indent = " " * self.LABEL_WIDTH
+        text = Text(indent)
+        used = 0
+        for kind, value in segments:
+            glyph, label = SEGMENTS[kind]
+            item = f" {label} {fmt(value)}"
+            need = 1 + len(item) + (2 if used else 0)
+            if used and used + need > width:
+                text.append("\n" + indent)
+                used = 0
+            elif used:
+                text.append("  ")
+            text.append(glyph, style=self.get_component_rich_style(f"timeline--{kind}"))
+            text.append(item)
+            used += 1 + len(item) + (2 if used else 0)
+        return text
+
+    def render(self) -> Text:
+        m = self._metrics
+        if m is None:
+            return Text("no turn yet", style="italic")
+        width = max(4, self.size.width - self.LABEL_WIDTH)
+        times = time_segments(m)
+        tokens = token_segments(m)
+        lines = [
+            self._bar("time", times, width),
+            self._legend(times, _ms, width),
+            self._bar("prompt", tokens, width),
+            self._legend(tokens, lambda v: f"{int(v):,} tok", width),
+        ]
+        return Text("\n").join(lines)

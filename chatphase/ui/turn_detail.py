@@ -1,0 +1,81 @@
+"""One turn in full: its timeline, every metric, and the plain-language line per phase."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import Label, Static
+
+from chatphase.engine.events import LoadedModel
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.explain import explain_turn, format_bytes
+from chatphase.ui.timeline import TurnTimeline
+
+
+def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
+    """``[(name with unit, value), ...]`` of every metric of the turn, ``–`` when undefined."""
+
+    def num(v: float | None, digits: int = 1) -> str:
+        return "–" if v is None else f"{v:,.{digits}f}"
+
+    return [
+        ("prompt tokens", f"{m.prompt_tokens:,}"),
+        ("cached tokens", f"{m.cached_tokens:,}"),
+        ("prefill tokens", f"{m.prefill_tokens:,}"),
+        ("tokenize ms", num(m.tokenize_ms)),
+        ("prefill ms", num(m.prefill_ms)),
+        ("prefill tok/s", num(m.prefill_tokens_per_s, 0)),
+        ("TTFT ms", num(m.ttft_ms)),
+        ("decode tokens", f"{m.decode_tokens:,}"),
+        ("decode ms", num(m.decode_ms)),
+        ("decode tok/s", num(m.decode_tokens_per_s)),
+        ("TPOT ms", num(m.tpot_ms, 2)),
+        ("ITL p50 ms", num(m.itl_ms_p50, 2)),
+        ("ITL p95 ms", num(m.itl_ms_p95, 2)),
+        ("ITL max ms", num(m.itl_ms_max, 2)),
+        ("KV tokens", f"{m.kv_cache_tokens:,}"),
+        ("KV bytes", format_bytes(m.kv_cache_bytes)),
+        ("KV capacity", format_bytes(m.kv_capacity_bytes)),
+        ("KV bytes/token", f"{m.kv_bytes_per_token:,}"),
+        ("dropped messages", str(m.dropped_messages)),
+        ("stop reason", m.stop_reason),
+    ]
+
+
+def metrics_table(m: TurnMetrics) -> Table:
+    """A two-pairs-per-row grid of :func:`metric_pairs` (fits a 40-column side panel)."""
+    table = Table.grid(padding=(0, 1), expand=True)
+    for _ in range(2):
+        table.add_column(style="dim", no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+    pairs = metric_pairs(m)
+    for i in range(0, len(pairs), 2):
+        row = [*pairs[i], *(pairs[i + 1] if i + 1 < len(pairs) else ("", ""))]
+        table.add_row(*row)
+    return table
+
+
+class TurnDetail(Widget):
+    """The chosen turn: title, :class:`TurnTimeline`, metrics grid and the prefill/decode explanations."""
+
+    def compose(self) -> ComposeResult:
+        yield Label("no turn selected", id="detail-title")
+        yield TurnTimeline(id="detail-timeline")
+        yield Static("", id="detail-metrics")
+        yield Static("", id="detail-explain")
+
+    def show(self, turn_id: int, metrics: TurnMetrics, model: LoadedModel | None) -> None:
+        """Show turn ``turn_id``; the explanations need ``model`` (omitted when ``None``)."""
+        self.query_one("#detail-title", Label).update(f"turn {turn_id} · stop: {metrics.stop_reason}")
+        self.query_one(TurnTimeline).show(metrics)
+        self.query_one("#detail-metrics", Static).update(metrics_table(metrics))
+        explain = "\n".join(explain_turn(model, metrics)) if model is not None else ""
+        self.query_one("#detail-explain", Static).update(explain)
+
+    def clear(self) -> None:
+        """Show nothing (new chat)."""
+        self.query_one("#detail-title", Label).update("no turn selected")
+        self.query_one(TurnTimeline).clear()
+        self.query_one("#detail-metrics", Static).update("")
+        self.query_one("#detail-explain", Static).update("")
