@@ -136,11 +136,17 @@ class TokensDecoded:
 
 @dataclass(frozen=True)
 class TurnFinished:
-    """The turn is over; ``reply`` is the full text (partial when cancelled)."""
+    """The turn is over; ``reply`` is the full text (partial when cancelled).
+
+    ``server_timings``: a remote server's own figures for the turn (llama-server's ``timings``:
+    ``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``… plus ``network_queue_ms``), ``None``
+    for the local engine and for servers that send none (see :mod:`chatphase.engine.remote_wire`).
+    """
 
     turn_id: int
     reply: str
     metrics: TurnMetrics
+    server_timings: dict | None = None
 
 
 @dataclass(frozen=True)
