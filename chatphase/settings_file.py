@@ -142,12 +142,14 @@ def _check(key: str, value) -> None:
 
 def key_line(text: str, key: str, table: str | None = None) -> int | None:
     """The 1-based line where ``key`` is assigned in TOML ``text`` (in ``[table]`` or at top level,
-    dotted ``table.key`` included); ``None`` when not found."""
+    dotted ``table.key`` included) or, at top level, opened as a ``[key]`` table; ``None`` if not found."""
     current = None
     for n, line in enumerate(text.splitlines(), 1):
         head = re.match(r"\s*\[\s*([^\]]+?)\s*\]\s*(#.*)?$", line)
         if head:
             current = head.group(1).strip('"')
+            if table is None and current == key:
+                return n
             continue
         m = re.match(r"\s*([A-Za-z0-9_.\-\"' ]+?)\s*=", line)
         if not m:
@@ -192,7 +194,7 @@ def parse_config_text(text: str) -> dict:
         line = key_line(text, key, table)
         name = f"{table}.{key}" if table else key
         if key not in allowed:
-            where = "sampling key" if table else "key"
+            where = "table" if isinstance(value, dict) else "sampling key" if table else "key"
             hint = _suggest(key, allowed) or (" (it belongs in [sampling])" if key in _SAMPLING_HINTS else "")
             raise ConfigProblem(f"unknown {where}{hint}", name, line)
         try:

@@ -1,0 +1,170 @@
+"""Session files: append-only records, partial turns, torn lines, list/rename/delete/resume."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from chatphase import session_recorder
+from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded
+from chatphase.session import (
+    SessionError, delete_session, list_sessions, load_session, rename_session, resolve_session_path, sessions_dir,
+)
+from chatphase.session_recorder import SessionRecorder
+from tests.session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+
+
+def new_recorder(**kw) -> SessionRecorder:
+    return SessionRecorder.create(model=MODEL, settings=SETTINGS, **kw)
+
+
+def test_recorded_turns_load_back_with_metrics():
+    rec = new_recorder()
+    record_turns(rec, [("Hello there", ["Hi", "!", " How"]), ("Tell me more", ["Sure", "."])])
+    rec.close()
+    s = load_session(rec.id)
+    assert s.id == rec.id and s.title == "Hello there" and s.model_name == "TestModel-1M"
+    assert s.settings == SETTINGS and s.corrupt_lines == 0
+    assert [(t.index, t.user, t.reply, t.status) for t in s.turns] == [
+        (1, "Hello there", "Hi! How", "complete"), (2, "Tell me more", "Sure.", "complete")]
+    assert s.turns[0].metrics == scripted_metrics(3) and s.turns[1].metrics == scripted_metrics(2)
+    assert s.turns[0].started and s.turns[0].finished
+
+
+def test_nothing_written_before_the_first_turn():
+    rec = new_recorder()
+    rec.close()
+    assert not rec.path.exists() and list_sessions() == []
+
+
+def test_files_live_in_data_dir_and_are_private(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATPHASE_DATA_DIR", str(tmp_path / "d"))
+    rec = new_recorder()
+    record_turns(rec, [("q", ["a"])])
+    assert rec.path.parent == tmp_path / "d" / "sessions" == sessions_dir()
+    assert oct(rec.path.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_turn_in_flight_is_on_disk_as_partial(monkeypatch):
+    monkeypatch.setattr(session_recorder, "TEXT_FLUSH_S", 0.0)
+    rec = new_recorder()
+    record_turns(rec, [("first", ["done"])])
+    n = rec.begin_turn("second")
+    rec.observe(FirstToken(n, "half ", 5.0, 0))
+    rec.observe(TokensDecoded(n, "a reply", 1, 2, 0))
+    # no turn_end and no close(): what a SIGKILL leaves behind
+    s = load_session(rec.id)
+    assert [t.status for t in s.turns] == ["complete", "partial"]
+    assert s.turns[1].reply == "half a reply" and s.turns[1].metrics is None
+    assert list_sessions()[0].partial_turns == 1
+
+
+def test_engine_failure_ends_turn_as_failed_keeping_text():
+    rec = new_recorder()
+    n = rec.begin_turn("q")
+    rec.observe(FirstToken(n, "par", 5.0, 0))
+    rec.observe(EngineFailed("engine process died (signal 9)", turn_id=n, fatal=True))
+    s = load_session(rec.id)
+    assert s.turns[0].status == "failed" and s.turns[0].reply == "par"
+    assert s.turns[0].error == "engine process died (signal 9)"
+
+
+def test_torn_last_line_is_skipped_and_resume_appends_cleanly():
+    rec = new_recorder()
+    record_turns(rec, [("one", ["1"]), ("two", ["2"])])
+    rec.close()
+    with open(rec.path, "a", encoding="utf-8") as fh:
+        fh.write('{"type": "turn_start", "turn": 3, "us')  # killed mid-write
+    s = load_session(rec.id)
+    assert len(s.turns) == 2 and s.corrupt_lines == 1
+    rec2, loaded = SessionRecorder.resume(rec.id)
+    assert loaded.turns == s.turns
+    record_turns(rec2, [("three", ["3"])])
+    s = load_session(rec.id)
+    assert [t.index for t in s.turns] == [1, 2, 3] and s.turns[2].status == "complete"
+    assert s.corrupt_lines == 1  # the torn line stays alone on its line; nothing glued to it
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(cut=st.integers(min_value=0, max_value=10_000))
+def test_any_truncation_loads_a_prefix_of_the_turns(cut, tmp_path_factory):
+    d = tmp_path_factory.mktemp("trunc")
+    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=d)
+    record_turns(rec, [("one", ["a", "b"]), ("twö ✓", ["ü", "nicode"]), ("three", ["c"])])
+    rec.close()
+    full = load_session(rec.id, d)
+    data = rec.path.read_bytes()
+    rec.path.write_bytes(data[: cut % (len(data) + 1)])
+    try:
+        s = load_session(rec.id, d)
+    except SessionError:  # only when the header line itself is cut
+        assert b"\n" not in data[: cut % (len(data) + 1)]
+        return
+    assert len(s.turns) <= len(full.turns)
+    for got, want in zip(s.turns, full.turns):
+        assert got.index == want.index and got.user == want.user
+        assert got.status == want.status or got.status == "partial"
+        if got.status == "complete":
+            assert got == want
+
+
+def test_history_for_resume():
+    rec = new_recorder()
+    record_turns(rec, [("one", ["1"]), ("two", ["2"])])
+    rec.begin_turn("three")  # killed before any text: left out of the history
+    rec.close()
+    _, s = SessionRecorder.resume("last")
+    assert s.history() == [Message("system", "Be brief."), Message("user", "one"), Message("assistant", "1"),
+                           Message("user", "two"), Message("assistant", "2")]
+
+
+def fixed_ids(monkeypatch, *ids):
+    it = iter(ids)
+    monkeypatch.setattr(session_recorder, "new_session_id", lambda: next(it))
+
+
+def test_list_rename_delete_and_id_resolution(monkeypatch):
+    fixed_ids(monkeypatch, "20260101-000000-aaaa", "20260101-000000-bbbb")
+    a, b = new_recorder(title="alpha"), new_recorder()
+    record_turns(a, [("x", ["y"])])
+    record_turns(b, [("What is prefill?", ["It is"]), ("and decode?", ["that"])])
+    os.utime(a.path, (1, 1))  # a was used long ago
+    listed = list_sessions()
+    assert [(x.id, x.title, x.turns, x.model) for x in listed] == [
+        (b.id, "What is prefill?", 2, "TestModel-1M"), (a.id, "alpha", 1, "TestModel-1M")]
+    assert resolve_session_path("last") == b.path
+    assert resolve_session_path("20260101-000000-b") == b.path
+    rename_session(a.id, "  renamed   session ")
+    assert load_session(a.id).title == "renamed session"
+    with pytest.raises(SessionError, match="empty"):
+        rename_session(a.id, "   ")
+    gone = delete_session(a.id)
+    assert gone.title == "renamed session" and not a.path.exists()
+    with pytest.raises(SessionError, match="no session"):
+        load_session(a.id)
+    with pytest.raises(SessionError, match="not a session id"):
+        load_session("../etc/passwd")
+
+
+def test_ambiguous_prefix_and_empty_store(monkeypatch):
+    with pytest.raises(SessionError, match="no saved sessions"):
+        load_session("last")
+    fixed_ids(monkeypatch, "20260101-000000-aaaa", "20260101-000000-aaab")
+    for _ in range(2):
+        record_turns(new_recorder(), [("q", ["a"])])
+    with pytest.raises(SessionError, match="ambiguous"):
+        load_session("20260101-000000-aaa")
+
+
+def test_file_is_one_json_object_per_line():
+    rec = new_recorder()
+    record_turns(rec, [("q", ["a", "b"])])
+    rec.set_model({"name": "Other"}, {"n_ctx": 1024})
+    record_turns(rec, [("q2", ["c"])])
+    kinds = [json.loads(line)["type"] for line in rec.path.read_text().splitlines()]
+    assert kinds[0] == "session" and kinds.count("turn_start") == 2 and kinds.count("turn_end") == 2
+    s = load_session(rec.id)
+    assert [t.model for t in s.turns] == ["TestModel-1M", "Other"] and s.settings == {"n_ctx": 1024}

@@ -1,0 +1,123 @@
+"""Config file + environment layers: precedence CLI > env > file > default, and invalid files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
+from chatphase.config import Settings
+from chatphase.errors import UsageError
+from chatphase.settings_file import (
+    SETTING_KEYS, config_path, key_line, load_config, load_settings, save_settings, settings_to_toml,
+)
+
+
+def parse_cli(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_model_options(p)
+    add_sampling_options(p)
+    return p.parse_args(list(argv))
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    path = tmp_path / "config.toml"
+    os.environ["CHATPHASE_CONFIG"] = str(path)  # restored by conftest's monkeypatch
+    return path
+
+
+def effective(path, *argv: str, environ=None) -> Settings:
+    return settings_from_args(parse_cli(*argv), base=load_settings(path, environ or {}))
+
+
+def test_config_path_from_env(cfg):
+    assert config_path() == cfg
+
+
+def test_precedence_cli_over_env_over_file_over_default(cfg):
+    cfg.write_text("n_ctx = 1024\nn_batch = 32\n[sampling]\ntemperature = 0.2\nmax_tokens = 100\n")
+    env = {"CHATPHASE_N_CTX": "2048", "CHATPHASE_TEMPERATURE": "0.4"}
+    s = effective(cfg, "--n-ctx", "512", environ=env)
+    assert (s.n_ctx, s.n_batch, s.sampling.temperature, s.sampling.max_tokens, s.n_ubatch) == (512, 32, 0.4, 100, 256)
+    s = effective(cfg, environ=env)
+    assert (s.n_ctx, s.sampling.temperature) == (2048, 0.4)
+    s = effective(cfg)
+    assert (s.n_ctx, s.sampling.temperature) == (1024, 0.2)
+    cfg.unlink()
+    s = effective(cfg)
+    assert s == Settings()
+    report = load_config(cfg, {"CHATPHASE_TOP_K": "7"})
+    assert report.sources["top_k"] == "env" and report.sources["n_ctx"] == "default"
+
+
+def test_every_setting_key_has_an_environment_variable(cfg):
+    env = {"CHATPHASE_MODEL": "tiny.gguf", "CHATPHASE_MODELS_DIR": "/m", "CHATPHASE_N_THREADS": "3",
+           "CHATPHASE_N_GPU_LAYERS": "-1", "CHATPHASE_SYSTEM_PROMPT": "Hi", "CHATPHASE_SEED": "42",
+           "CHATPHASE_TOP_P": "0.5", "CHATPHASE_THEME": "gruvbox", "CHATPHASE_FLASH_ATTN": "off"}
+    s = load_settings(cfg, environ=env)
+    assert (s.model, s.models_dir, s.n_threads, s.n_gpu_layers, s.system_prompt, s.sampling.seed,
+            s.sampling.top_p, s.theme, s.flash_attn) == ("tiny.gguf", "/m", 3, -1, "Hi", 42, 0.5, "gruvbox", "off")
+    assert {"model", "n_ctx", "temperature", "max_tokens", "seed", "models_dir", "theme"} <= set(SETTING_KEYS)
+
+
+def test_auto_resets_optional_values(cfg):
+    cfg.write_text('n_threads = 4\nn_gpu_layers = 0\n')
+    s = load_settings(cfg, environ={"CHATPHASE_N_THREADS": "auto"})
+    assert (s.n_threads, s.n_gpu_layers) == (None, 0)
+    cfg.write_text('n_gpu_layers = "auto"\n')
+    assert load_settings(cfg, environ={}).n_gpu_layers is None
+
+
+@pytest.mark.parametrize("text, line, key, words", [
+    ("n_ctx = 1024\nn_batch = \n", 2, "n_batch", "invalid TOML"),
+    ("n_ctx = 1024\n\nn_ctxx = 5\n", 3, "n_ctxx", "did you mean 'n_ctx'"),
+    ("n_ctx = 8\n", 1, "n_ctx", "at least 16"),
+    ('# c\nn_threads = "four"\n', 2, "n_threads", 'integer or "auto"'),
+    ("theme = 'x'\n[sampling]\ntop_p = 2\n", 3, "sampling.top_p", "top_p must be in (0, 1]"),
+    ("temperature = 0.1\n", 1, "temperature", "belongs in [sampling]"),
+    ("[sampling]\nmax_tokens = true\n", 2, "sampling.max_tokens", "expected an integer"),
+    ("n_ctx = 512\n[engine]\nn_ctx = 1\n", 2, "engine", "unknown table"),
+])
+def test_invalid_file_names_key_and_line_and_uses_defaults(cfg, capsys, text, line, key, words):
+    cfg.write_text(text)
+    s = load_settings(cfg, environ={"CHATPHASE_SEED": "9"})
+    assert s == Settings().with_overrides(seed=9)  # the whole file ignored, the environment still applies
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("chatphase: config file")
+    assert f"line {line}" in err and f"key {key!r}" in err and words in err and "using built-in defaults" in err
+
+
+def test_unreadable_file_is_a_notice_not_a_crash(cfg):
+    cfg.mkdir()
+    report = load_config(cfg, {})
+    assert report.settings == Settings() and "cannot read" in report.problems[0]
+    problems = []
+    load_settings(cfg, {}, on_problem=problems.append)
+    assert problems == report.problems
+
+
+def test_bad_environment_value_is_a_usage_error(cfg):
+    with pytest.raises(UsageError, match="CHATPHASE_N_CTX: expected an integer, got 'lots'"):
+        load_settings(cfg, environ={"CHATPHASE_N_CTX": "lots"})
+    with pytest.raises(UsageError, match="CHATPHASE_TEMPERATURE: temperature must be >= 0"):
+        load_settings(cfg, environ={"CHATPHASE_TEMPERATURE": "-1"})
+
+
+def test_save_and_load_round_trip(cfg):
+    s = Settings().with_overrides(model="m.gguf", n_ctx=2048, n_threads=2, system_prompt='Say "hi"\nthen stop',
+                                  temperature=0.0, seed=7, theme="nord")
+    save_settings(s)
+    assert load_settings(cfg, environ={}) == s
+    text = cfg.read_text()
+    assert "[sampling]" in text and "n_batch" not in text  # only what differs from the defaults
+    assert key_line(text, "seed", "sampling") is not None
+    assert settings_to_toml(Settings()) == ""
+
+
+def test_save_refuses_invalid_settings(cfg):
+    with pytest.raises(UsageError):
+        save_settings(Settings(n_ctx=1))
+    assert not cfg.exists()
