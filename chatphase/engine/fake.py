@@ -1,0 +1,309 @@
+"""FakeEngine: a scripted :class:`~chatphase.engine.base.Engine` for UI tests and demos (no llama.cpp).
+
+It behaves like the real engine where the UI can tell: it "tokenises" the conversation (one token per
+whitespace-separated word, plus 2 tokens of template per message and 2 for the assistant header),
+reuses the longest common token prefix with what its pretend KV cache holds, drops the oldest messages
+when the prompt does not fit ``n_ctx`` (system prompt kept), refuses a single message that cannot fit,
+stops with ``context_full`` when the reply fills the context, honours :meth:`cancel` between prefill
+chunks and tokens, and can "crash" (yield ``EngineFailed(fatal=True)`` and stay dead).
+
+Timestamps are scripted, not measured: turn ``n`` starts at ``n * 10**12`` ns and every phase advances
+a virtual clock by the configured per-token costs, so the metrics (built with
+:func:`~chatphase.engine.metrics.compute_turn_metrics`) are exact and known in advance. Wall-clock delays
+(``*_delay_s``) are separate and only pace the event stream; ``hold`` pauses the stream at a chosen
+phase until :meth:`release` (or :meth:`cancel`), which lets tests look at a live prefill or decode.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator, Literal, Sequence
+
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    FirstToken,
+    LoadedModel,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
+)
+from chatphase.engine.kv import kv_capacity_bytes
+from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics
+from chatphase.gguf_meta import ModelInfo
+
+Phase = Literal["load", "prefill", "decode"]
+_PIECE = re.compile(r"\s*\S+|\s+")
+#: KV bytes per token used when the model info has none (SmolLM2-135M, f16; DESIGN.md §2).
+DEFAULT_KV_BYTES_PER_TOKEN = 23_040
+
+
+def fake_model_info(**overrides) -> ModelInfo:
+    """A :class:`ModelInfo` shaped like the bundled SmolLM2-135M Q4_1 (no file behind it)."""
+    values = dict(
+        path="/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        name="SmolLM2 135M Instruct",
+        architecture="llama",
+        n_params=134_515_008,
+        size_bytes=98_000_000,
+        n_layer=30,
+        quantization="Q4_1",
+        n_ctx_train=8192,
+        kv_bytes_per_token=DEFAULT_KV_BYTES_PER_TOKEN,
+        has_chat_template=True,
+    )
+    values.update(overrides)
+    return ModelInfo(**values)
+
+
+def template_tokens(messages: Sequence[Message]) -> list[str]:
+    """The fake chat template: ``<|im_start|> role words… <|im_end|>`` per message, then the assistant header."""
+    tokens: list[str] = []
+    for m in messages:
+        tokens += ["<|im_start|>", m.role, *m.content.split(), "<|im_end|>"]
+    return tokens + ["<|im_start|>", "assistant"]
+
+
+def split_reply(text: str) -> list[str]:
+    """Split reply text into token pieces (each word with its leading whitespace); ``"".join`` restores it."""
+    return _PIECE.findall(text)
+
+
+def default_reply(request: TurnRequest) -> str:
+    """A small Markdown reply quoting the last user message."""
+    last = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
+    return f"Reply {request.turn_id}: you said *{last[:60]}*.\n\n- prefill reads the prompt\n- decode writes **this**\n"
+
+
+@dataclass
+class FakeTiming:
+    """Virtual per-phase costs in ms that the scripted timestamps advance by."""
+
+    load_ms: float = 120.0
+    tokenize_ms: float = 1.0
+    prefill_ms_per_token: float = 2.0
+    decode_ms_per_token: float = 20.0
+
+
+class FakeEngine:
+    """Scripted engine (see the module docstring). Thread-safe for one turn at a time plus :meth:`cancel`.
+
+    Args:
+        info: the model to pretend to load; ``settings``: an object with ``n_ctx`` and ``n_batch``
+            (e.g. :class:`~chatphase.config.Settings`), or ``None`` for 4096 / 256.
+        replies: reply texts used in turn order (cycled), or a function ``TurnRequest -> str``;
+            default :func:`default_reply`.
+        timing: the virtual costs behind the scripted metrics.
+        prefill_delay_s / token_delay_s / load_delay_s: wall-clock pauses per prefill chunk, per token, on load.
+        crash_at: ``"load"``, ``"prefill"`` or ``"decode"`` makes turn ``crash_turn`` (or the load) fail fatally.
+        hold: ``"prefill"`` (after the first progress event) or ``"decode"`` (after ``hold_after_tokens``
+            tokens) blocks the stream until :meth:`release` or :meth:`cancel`; :attr:`held` is set meanwhile.
+        notes / log_path: copied into :class:`LoadedModel`.
+    """
+
+    def __init__(
+        self,
+        info: ModelInfo,
+        settings=None,
+        *,
+        replies: Sequence[str] | Callable[[TurnRequest], str] | None = None,
+        timing: FakeTiming | None = None,
+        prefill_delay_s: float = 0.0,
+        token_delay_s: float = 0.0,
+        load_delay_s: float = 0.0,
+        crash_at: Phase | None = None,
+        crash_turn: int = 1,
+        hold: Literal["prefill", "decode"] | None = None,
+        hold_after_tokens: int = 3,
+        notes: tuple[str, ...] = ("fake engine: scripted events",),
+        log_path: str = "",
+    ) -> None:
+        self.info = info
+        self.n_ctx = int(getattr(settings, "n_ctx", 4096))
+        self.n_batch = int(getattr(settings, "n_batch", 256))
+        self._replies = replies
+        self.timing = timing or FakeTiming()
+        self.prefill_delay_s, self.token_delay_s, self.load_delay_s = prefill_delay_s, token_delay_s, load_delay_s
+        self.crash_at, self.crash_turn = crash_at, crash_turn
+        self.hold, self.hold_after_tokens = hold, hold_after_tokens
+        self.notes, self.log_path = notes, log_path
+        self.kv_bytes_per_token = info.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN
+        self._cache: list[str] = []
+        self._cancel = threading.Event()
+        self._release = threading.Event()
+        self.held = threading.Event()
+        self.closed = False
+        self.dead = False
+        self.requests: list[TurnRequest] = []
+
+    # -- Engine protocol -------------------------------------------------------------------------
+    def load(self) -> Iterator[Event]:
+        """Yield ``ModelLoaded`` (or ``EngineFailed(fatal=True)`` when ``crash_at == "load"``)."""
+        self._cancel.wait(self.load_delay_s)
+        if self.crash_at == "load":
+            self.dead = True
+            yield EngineFailed("engine process died while loading the model (signal SIGSEGV)", fatal=True)
+            return
+        per_token = self.kv_bytes_per_token
+        yield ModelLoaded(
+            LoadedModel(
+                info=self.info,
+                settings={"n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_threads": 2, "n_gpu_layers": 0,
+                          "flash_attn": True, "gpu_offload_supported": False},
+                load_ms=self.timing.load_ms,
+                kv_bytes_per_token=per_token,
+                kv_capacity_bytes=kv_capacity_bytes(per_token, self.n_ctx),
+                layers_offloaded=0,
+                layers_total=self.info.n_layer + 1,
+                system_info="fake",
+                notes=tuple(self.notes),
+                log_path=self.log_path,
+                pid=0,
+            )
+        )
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]:
+        """Yield one scripted turn (see the module docstring for the rules)."""
+        self.requests.append(request)
+        self._cancel.clear()
+        if self.dead or self.closed:
+            yield EngineFailed("engine is not running", turn_id=request.turn_id, fatal=True)
+            return
+        t = self.timing
+        messages, dropped = self._fit(list(request.messages))
+        if messages is None:
+            yield EngineFailed(
+                f"message too long: it needs more than the context of {self.n_ctx} tokens", turn_id=request.turn_id
+            )
+            return
+        prompt = template_tokens(messages)
+        cached = _common_prefix(self._cache, prompt)
+        if cached == len(prompt):  # llama.cpp always evaluates at least the last prompt token
+            cached -= 1
+        prefill = len(prompt) - cached
+        t_submit = request.turn_id * 10**12
+        t_pre0 = t_submit + _ns(t.tokenize_ms)
+        yield PrefillStarted(request.turn_id, len(prompt), cached, prefill, dropped, t_pre0)
+        done = 0
+        while done < prefill:
+            if self._should_crash("prefill", request):
+                yield from self._die(request)
+                return
+            done = min(prefill, done + self.n_batch)
+            yield PrefillProgress(request.turn_id, done, prefill, done * t.prefill_ms_per_token)
+            if self._pause("prefill") or self._cancel.wait(self.prefill_delay_s):
+                break
+        cancelled = self._cancel.is_set()
+        t_pre1 = t_pre0 + _ns(done * t.prefill_ms_per_token)
+        self._cache = prompt[: cached + done]
+        pieces = [] if cancelled else self._reply_pieces(request)[: request.sampling.max_tokens]
+        room = self.n_ctx - (cached + done)
+        stop = "stop"
+        if len(pieces) > room:
+            pieces, stop = pieces[: max(room, 0)], "context_full"
+        elif len(pieces) == request.sampling.max_tokens:
+            stop = "length"
+        times: list[int] = []
+        text: list[str] = []
+        for i, piece in enumerate(pieces):
+            if self._should_crash("decode", request) and i == 1:
+                yield from self._die(request)
+                return
+            t_i = t_pre1 + _ns(t.decode_ms_per_token * (i + 1))
+            times.append(t_i)
+            text.append(piece)
+            self._cache += piece.split()  # what the template will show of this reply next turn
+            if i == 0:
+                yield FirstToken(request.turn_id, piece, (t_i - t_submit) / NS_PER_MS, t_i)
+            else:
+                yield TokensDecoded(request.turn_id, piece, 1, i + 1, t_i)
+            if (i + 1 == self.hold_after_tokens and self._pause("decode")) or self._cancel.wait(self.token_delay_s):
+                break
+        if self._cancel.is_set():
+            stop = "cancelled"
+        metrics = compute_turn_metrics(
+            t_submit_ns=t_submit,
+            t_prefill_start_ns=t_pre0,
+            t_prefill_end_ns=t_pre1,
+            token_times_ns=times,
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
+            kv_cache_tokens=cached + done + len(times),
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            kv_capacity_bytes=kv_capacity_bytes(self.kv_bytes_per_token, self.n_ctx),
+            stop_reason=stop,
+            dropped_messages=dropped,
+        )
+        yield TurnFinished(request.turn_id, "".join(text), metrics)
+
+    def cancel(self) -> None:
+        """Stop the running turn at the next chunk or token (it finishes with ``stop_reason="cancelled"``)."""
+        self._cancel.set()
+        self._release.set()
+
+    def release(self) -> None:
+        """Let a stream paused by ``hold`` continue."""
+        self._release.set()
+
+    def close(self) -> None:
+        """Mark the engine closed and wake any pause. Idempotent."""
+        self.closed = True
+        self.cancel()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _fit(self, messages: list[Message]) -> tuple[list[Message] | None, int]:
+        """Drop the oldest non-system messages until the prompt leaves room to reply; ``None`` if impossible."""
+        dropped = 0
+        head = [m for m in messages[:1] if m.role == "system"]
+        rest = messages[len(head):]
+        while len(template_tokens(head + rest)) >= self.n_ctx:
+            if len(rest) <= 1:
+                return None, dropped
+            rest, dropped = rest[1:], dropped + 1
+        return head + rest, dropped
+
+    def _reply_pieces(self, request: TurnRequest) -> list[str]:
+        if callable(self._replies):
+            text = self._replies(request)
+        elif self._replies:
+            text = self._replies[(request.turn_id - 1) % len(self._replies)]
+        else:
+            text = default_reply(request)
+        return split_reply(text)
+
+    def _should_crash(self, phase: Phase, request: TurnRequest) -> bool:
+        return self.crash_at == phase and request.turn_id == self.crash_turn
+
+    def _die(self, request: TurnRequest) -> Iterator[Event]:
+        self.dead = True
+        yield EngineFailed("engine process died (signal SIGSEGV)", turn_id=request.turn_id, fatal=True)
+
+    def _pause(self, phase: str) -> bool:
+        """Block while ``hold == phase`` until released; returns whether the turn was cancelled."""
+        if self.hold != phase:
+            return False
+        self.held.set()
+        self._release.wait()
+        self._release.clear()
+        self.held.clear()
+        self.hold = None  # hold once per engine
+        return self._cancel.is_set()
+
+
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _ns(ms: float) -> int:
+    return int(round(ms * NS_PER_MS))

@@ -1,0 +1,60 @@
+"""The app's user actions in one table: key binding, footer label, command-palette title and help.
+
+The same table builds the app's ``BINDINGS`` (each with an ``id``, so users can remap keys through
+Textual's keymap), the command-palette entries (``"Chat: Stop"``, ...) and the help screen, so the
+three can never disagree. Keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for
+editing (Ctrl+A/E/K/U/W/Y/Z...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class ChatAction:
+    """One user action: ``action`` is the app's ``action_*`` name; ``show`` puts it in the footer."""
+
+    id: str
+    key: str
+    action: str
+    label: str
+    title: str
+    help: str
+    show: bool = True
+
+    @property
+    def key_display(self) -> str:
+        """The key as people write it (``Esc``, ``Ctrl+N``, ``F1``)."""
+        return "+".join(part.capitalize() if len(part) > 1 else part.upper() for part in self.key.split("+"))
+
+
+ACTIONS: tuple[ChatAction, ...] = (
+    ChatAction("chat.stop", "escape", "stop", "Stop", "Chat: Stop",
+               "Stop generating; the partial reply and its metrics are kept (stop reason: cancelled)"),
+    ChatAction("chat.new", "ctrl+n", "new_chat", "New", "Chat: New",
+               "Start a new conversation (clears the context, the turn figures and the dashboard)"),
+    ChatAction("chat.regenerate", "ctrl+r", "regenerate", "Regen", "Chat: Regenerate",
+               "Generate the last reply again; the KV cache is reused up to it"),
+    ChatAction("chat.edit", "ctrl+o", "edit_last", "Edit", "Chat: Edit last message",
+               "Put your last message back in the box to edit and resend; the KV cache is reused up to it"),
+    ChatAction("chat.clear", "ctrl+l", "clear", "Clear", "Chat: Clear",
+               "Clear the screen; the model keeps the conversation (Chat: New forgets it)", show=False),
+    ChatAction("chat.copy", "f2", "copy_reply", "Copy", "Chat: Copy last reply",
+               "Copy the last reply to the clipboard", show=False),
+    ChatAction("view.dashboard", "ctrl+b", "toggle_dashboard", "Panel", "View: Toggle dashboard",
+               "Show or hide the phase panel and dashboard (below the chat on narrow terminals)"),
+    ChatAction("engine.log", "f3", "show_log", "Log", "Engine: Show log",
+               "Show llama.cpp's log of this engine (the file at LoadedModel.log_path)", show=False),
+    ChatAction("engine.restart", "f5", "restart_engine", "Restart", "Engine: Restart",
+               "Start a fresh engine process (after a crash); the conversation is kept", show=False),
+    ChatAction("app.help", "f1", "help", "Help", "Help: Keys and metrics",
+               "What the keys do and what each measured figure means"),
+)
+
+
+def action_bindings() -> list[Binding]:
+    """``Binding`` objects for :data:`ACTIONS` (ids as in the table)."""
+    return [Binding(a.key, a.action, a.label, show=a.show, id=a.id, tooltip=a.help) for a in ACTIONS]

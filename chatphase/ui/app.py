@@ -1,0 +1,412 @@
+"""ChatPhaseApp: the chat TUI that shows prefill and decode as they happen.
+
+The app keeps the conversation (a list of :class:`~chatphase.engine.events.Message`) and sends all of
+it with every turn; the engine reuses the KV-cache prefix itself. Engines come from
+``engine_factory(model_info)`` (an :class:`~chatphase.engine.host.EngineHost` in the CLI, a
+:class:`~chatphase.engine.fake.FakeEngine` in tests); their blocking calls run in the thread workers
+of :mod:`chatphase.ui.engine_link` and arrive as the messages of :mod:`chatphase.ui.messages`. Each
+engine gets a new ``engine_id`` and each turn a new ``turn_id``, so late events of a replaced engine
+or an abandoned turn are ignored. Decoded text is buffered and drawn at ``FLUSH_HZ``; the side panel
+and the dashboard's live rate are refreshed at ``PANEL_HZ``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import partial
+from typing import Callable, Iterable
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from chatphase.config import Settings
+from chatphase.engine.base import Engine
+from chatphase.engine.events import LoadedModel, Message, TurnRequest
+from chatphase.gguf_meta import ModelInfo
+from chatphase.ui import messages as msg
+from chatphase.ui.actions import ACTIONS, action_bindings
+from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage
+from chatphase.ui.engine_link import EngineWorkers
+from chatphase.ui.phase_indicator import PhaseIndicator
+from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.prompt_input import PromptInput
+from chatphase.ui.screens import HelpScreen, LogScreen
+
+#: side panel and dashboard live-rate refreshes per second during decode.
+PANEL_HZ = 4
+#: terminal width (columns) from which the side panel sits beside the chat instead of below it.
+WIDE_COLUMNS = 110
+
+
+def _make_dashboard():
+    """The teammate's ``chatphase.ui.dashboard.Dashboard`` if that module exists, else ``None``."""
+    if importlib.util.find_spec("chatphase.ui.dashboard") is None:
+        return None
+    from chatphase.ui.dashboard import Dashboard
+
+    return Dashboard(id="dashboard")
+
+
+class ChatPhaseApp(EngineWorkers, App[None]):
+    """The chat TUI.
+
+    Args:
+        settings: sampling, system prompt and theme (engine settings are the factory's business).
+        model_info: the validated model to start with.
+        engine_factory: ``ModelInfo -> Engine``; called to start, restart or switch engines.
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "chatphase"
+    BINDINGS = action_bindings()
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
+
+    def __init__(self, settings: Settings, model_info: ModelInfo, engine_factory: Callable[[ModelInfo], Engine]):
+        super().__init__()
+        self.settings = settings
+        self.model_info = model_info
+        self.engine_factory = engine_factory
+        self.conversation: list[Message] = []
+        self.engine: Engine | None = None
+        self.engine_id = 0
+        self.loaded: LoadedModel | None = None
+        self.busy = False  # an engine worker is running
+        self.turn_id = 0
+        self.active_turn: int | None = None
+        self.decoding = False
+        self._reuse_note: str | None = None
+        self._ticks = 0
+
+    # -- layout --------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="chat-column"):
+                yield ChatLog(id="chat-log")
+                yield PhaseIndicator(id="phase")
+                yield PromptInput(id="prompt")
+            with VerticalScroll(id="side"):
+                yield PhasePanel(id="phase-panel")
+                dashboard = _make_dashboard()
+                if dashboard is not None:
+                    yield dashboard
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.settings.theme in self.available_themes:
+            self.theme = self.settings.theme
+        else:
+            self.notify(f"Unknown theme {self.settings.theme!r}; using {self.theme}", severity="warning")
+        self.sub_title = self.model_info.name
+        self.set_interval(1 / FLUSH_HZ, self._tick)
+        self.start_engine()
+        self.query_one(PromptInput).focus()
+
+    @property
+    def dashboard(self):
+        """The mounted dashboard widget, or ``None``."""
+        found = self.query("#dashboard")
+        return found.first() if found else None
+
+    def _dash(self, method: str, *args) -> None:
+        dashboard = self.dashboard
+        if dashboard is not None and hasattr(dashboard, method):
+            getattr(dashboard, method)(*args)
+
+    # -- engine lifecycle ------------------------------------------------------------------------
+    def start_engine(self) -> None:
+        """Create an engine with the factory and load the model in a worker."""
+        self.engine_id += 1
+        self.loaded = None
+        self.query_one(PhaseIndicator).show_loading(self.model_info.name)
+        try:
+            self.engine = self.engine_factory(self.model_info)
+        except Exception as exc:  # a factory failure is shown, never a traceback
+            self.engine = None
+            self._engine_down(f"cannot start the engine: {exc}")
+            return
+        self.busy = True
+        self.load_engine(self.engine, self.engine_id)
+
+    def _retire_engine(self) -> None:
+        """Cancel and close the current engine in the background (its late events are ignored)."""
+        engine, self.engine = self.engine, None
+        self._abandon_turn()
+        if engine is not None:
+            engine.cancel()
+            self.run_worker(engine.close, thread=True, group="close", exit_on_error=False)
+
+    def switch_model(self, info: ModelInfo) -> None:
+        """Close the current engine and start ``engine_factory(info)``; the conversation is kept."""
+        self._retire_engine()
+        self.model_info = info
+        self.sub_title = info.name
+        self.query_one(ChatLog).add_notice(f"Switched model to {info.name}")
+        self.start_engine()
+
+    def _engine_down(self, message: str) -> None:
+        self.loaded = None
+        self.query_one(PhaseIndicator).failed(message, fatal=True)
+        self.query_one(ChatLog).add_notice(f"Engine stopped: {message}. Press F5 (Engine: Restart).", "error")
+        self.notify(message, title="Engine stopped", severity="error")
+
+    def _shutdown_engine(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.cancel()
+            engine.close()
+
+    async def action_quit(self) -> None:
+        """Quit at once, also mid-generation: cancel and close the engine, then exit."""
+        self._shutdown_engine()
+        self.exit()
+
+    def on_unmount(self) -> None:
+        self._shutdown_engine()
+
+    # -- turns -----------------------------------------------------------------------------------
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        self.send(message.text)
+
+    def send(self, text: str) -> bool:
+        """Add ``text`` as a user message and start a turn; returns ``False`` (and says why) if it can't."""
+        if self.loaded is None or self.engine is None or self.busy:
+            self._restore_prompt(text)
+            why = "wait for the reply or press Esc to stop it" if self.active_turn else (
+                "the model is still loading" if self.engine is not None else "the engine is stopped: press F5")
+            self.notify(f"Not sent: {why}.", severity="warning")
+            return False
+        self.conversation.append(Message("user", text))
+        self.query_one(ChatLog).add_user(text)
+        self._start_turn()
+        return True
+
+    def _start_turn(self) -> None:
+        assert self.engine is not None
+        self.turn_id += 1
+        self.active_turn, self.busy, self.decoding = self.turn_id, True, False
+        self.query_one(ChatLog).start_reply(self.turn_id)
+        system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
+        request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
+        self.run_engine_turn(self.engine, self.engine_id, request)
+
+    def _restore_prompt(self, text: str) -> None:
+        prompt = self.query_one(PromptInput)
+        if not prompt.text.strip():
+            prompt.set_text(text)
+
+    def _current(self, turn_id: int | None) -> bool:
+        return turn_id is not None and turn_id == self.active_turn
+
+    def _reply(self) -> ReplyView | None:
+        return self.query_one(ChatLog).active_reply
+
+    def on_engine_ready(self, message: msg.EngineReady) -> None:
+        if message.engine_id != self.engine_id:
+            return
+        self.loaded = message.event.model
+        self.query_one(PhasePanel).set_model(self.loaded)
+        self.query_one(PhaseIndicator).show_ready(self.loaded)
+        self._dash("set_model", self.loaded)
+
+    def on_worker_ended(self, message: msg.WorkerEnded) -> None:
+        if message.engine_id == self.engine_id:
+            self.busy = False
+            if message.kind == "turn" and self.active_turn is not None:  # ended without TurnFinished
+                self._abandon_turn()
+
+    def on_prefill_began(self, message: msg.PrefillBegan) -> None:
+        ev = message.event
+        if not self._current(ev.turn_id):
+            return
+        self.query_one(PhaseIndicator).prefill_started(ev)
+        self.query_one(PhasePanel).turn_started(ev.turn_id, ev)
+        if ev.dropped_messages:
+            self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
+                        "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
+        if self._reuse_note:
+            self.notify(f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
+                        f"{ev.prefill_tokens:,} to evaluate.", title=self._reuse_note)
+            self._reuse_note = None
+
+    def on_prefill_advanced(self, message: msg.PrefillAdvanced) -> None:
+        ev = message.event
+        if self._current(ev.turn_id):
+            self.query_one(PhaseIndicator).prefill_progress(ev)
+            self.query_one(PhasePanel).prefill_progress(ev.done_tokens, ev.elapsed_ms)
+
+    def on_first_token_arrived(self, message: msg.FirstTokenArrived) -> None:
+        ev = message.event
+        if not self._current(ev.turn_id):
+            return
+        self.decoding = True
+        self.query_one(PhaseIndicator).first_token(ev)
+        self.query_one(PhasePanel).first_token(ev.ttft_ms)
+        reply = self._reply()
+        if reply is not None:
+            reply.set_meta("decoding…")
+            reply.feed(ev.text)
+
+    def on_text_decoded(self, message: msg.TextDecoded) -> None:
+        ev = message.event
+        if self._current(ev.turn_id):
+            self.query_one(PhaseIndicator).decoded(ev)
+            reply = self._reply()
+            if reply is not None:
+                reply.feed(ev.text)
+
+    async def _tick(self) -> None:
+        """Bounded-rate redraw: buffered reply text, the live decode figures, the panel and dashboard."""
+        await self.query_one(ChatLog).flush()
+        indicator = self.query_one(PhaseIndicator)
+        indicator.render_live()
+        self._ticks += 1
+        if self.decoding and self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
+            rate = indicator.live_decode_rate()
+            self.query_one(PhasePanel).decode_live(indicator._decode_tokens, rate)
+            if rate is not None:
+                self._dash("decode_rate", rate)
+
+    async def on_turn_done(self, message: msg.TurnDone) -> None:
+        ev = message.event
+        if not self._current(ev.turn_id):
+            return
+        self.active_turn, self.decoding = None, False
+        reply = self._reply()
+        if reply is not None:
+            await reply.finish(ev.reply, ev.metrics)
+        self.conversation.append(Message("assistant", ev.reply))
+        self.query_one(PhaseIndicator).finished(ev.metrics)
+        self.query_one(PhasePanel).turn_finished(ev.turn_id, ev.metrics)
+        self._dash("turn_finished", ev.turn_id, ev.metrics)
+        if ev.metrics.stop_reason == "context_full":
+            self.notify("The reply filled the context (n_ctx). Start a new chat (Ctrl+N) or raise --n-ctx.",
+                        title="Context full", severity="warning")
+
+    async def on_engine_error(self, message: msg.EngineError) -> None:
+        ev = message.event
+        if message.engine_id != self.engine_id:
+            return
+        if ev.turn_id is not None and self._current(ev.turn_id) or ev.fatal and self.active_turn is not None:
+            await self._fail_turn()
+        if ev.fatal:
+            self._engine_down(ev.message)
+        else:
+            self.notify(ev.message, title="Not sent", severity="error")
+            self.query_one(PhaseIndicator).failed(ev.message, fatal=False)
+
+    async def _fail_turn(self) -> None:
+        """Undo a turn that produced no reply: drop its views and user message, give the text back."""
+        self.active_turn, self.decoding = None, False
+        log = self.query_one(ChatLog)
+        await log.remove_last(ReplyView)
+        await log.remove_last(UserMessage)
+        if self.conversation and self.conversation[-1].role == "user":
+            self._restore_prompt(self.conversation.pop().content)
+
+    def _abandon_turn(self) -> None:
+        """Stop following the active turn; keep what streamed so far as its reply."""
+        if self.active_turn is None:
+            return
+        self.active_turn, self.decoding = None, False
+        reply = self._reply()
+        if reply is not None:
+            self.conversation.append(Message("assistant", reply.text))
+            self.run_worker(reply.finish(reply.text, None), group="ui")
+            reply.set_meta("abandoned (engine replaced)")
+
+    # -- actions ---------------------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for a in ACTIONS:
+            yield SystemCommand(a.title, f"{a.help} ({a.key_display})", partial(self.run_action, a.action))
+
+    def action_stop(self) -> None:
+        """Cancel the running turn; it finishes with its partial reply and ``stop_reason="cancelled"``."""
+        if self.active_turn is not None and self.engine is not None:
+            self.engine.cancel()
+
+    async def action_new_chat(self) -> None:
+        """Forget the conversation and the figures (a running turn is cancelled)."""
+        if self.active_turn is not None and self.engine is not None:
+            self.engine.cancel()
+        self.active_turn, self.decoding = None, False
+        self.conversation.clear()
+        await self.query_one(ChatLog).clear_log()
+        self.query_one(PhasePanel).reset()
+        self._dash("reset")
+        if self.loaded is not None:
+            self.query_one(PhaseIndicator).show_ready(self.loaded)
+
+    def _idle_or_say(self, what: str) -> bool:
+        if self.busy or self.loaded is None:
+            self.notify(f"Cannot {what} now: wait for the reply (Esc stops it) or the engine.", severity="warning")
+            return False
+        return True
+
+    async def action_regenerate(self) -> None:
+        """Drop the last reply and generate it again (the prompt is the same, so the KV cache is reused)."""
+        if not self._idle_or_say("regenerate"):
+            return
+        if not self.conversation or self.conversation[-1].role != "assistant":
+            self.notify("There is no reply to regenerate.", severity="warning")
+            return
+        self.conversation.pop()
+        await self.query_one(ChatLog).remove_last(ReplyView)
+        self._reuse_note = "Regenerate"
+        self._start_turn()
+
+    async def action_edit_last(self) -> None:
+        """Take back the last user message (and its reply) into the prompt box for editing."""
+        if not self._idle_or_say("edit"):
+            return
+        if not any(m.role == "user" for m in self.conversation):
+            self.notify("There is no message to edit.", severity="warning")
+            return
+        log = self.query_one(ChatLog)
+        if self.conversation[-1].role == "assistant":
+            self.conversation.pop()
+            await log.remove_last(ReplyView)
+        text = self.conversation.pop().content
+        await log.remove_last(UserMessage)
+        prompt = self.query_one(PromptInput)
+        prompt.set_text(text)
+        prompt.focus()
+        self._reuse_note = "Edit and resend"
+        self.notify("Editing your last message: Enter resends it.")
+
+    async def action_clear(self) -> None:
+        """Clear the screen; the conversation (context) is kept."""
+        await self.query_one(ChatLog).clear_log()
+        self.notify("Screen cleared; the model keeps the conversation (Ctrl+N starts a new one).")
+
+    def action_copy_reply(self) -> None:
+        """Copy the last reply to the clipboard."""
+        reply = next((m.content for m in reversed(self.conversation) if m.role == "assistant"), "")
+        if not reply:
+            self.notify("There is no reply to copy.", severity="warning")
+            return
+        self.copy_to_clipboard(reply)
+        self.notify(f"Copied the last reply ({len(reply):,} characters).")
+
+    def action_toggle_dashboard(self) -> None:
+        """Show or hide the side panel (beside the chat when wide, below it when narrow)."""
+        narrow = self.screen.has_class("-narrow")
+        cls = "-show-side" if narrow else "-hide-side"
+        self.screen.toggle_class(cls)
+
+    def action_show_log(self) -> None:
+        """Open the engine's log file in a scrollable screen."""
+        self.push_screen(LogScreen(self.loaded.log_path if self.loaded else ""))
+
+    def action_restart_engine(self) -> None:
+        """Replace the engine with a fresh one (after a crash); the conversation is kept."""
+        self._retire_engine()
+        self.busy = False
+        self.query_one(ChatLog).add_notice("Restarting the engine…")
+        self.start_engine()
+
+    def action_help(self) -> None:
+        """Show keys and metric definitions."""
+        self.push_screen(HelpScreen())

@@ -1,0 +1,118 @@
+"""The one-line phase indicator above the prompt: which phase the model is in, live.
+
+- prefill: a :class:`~textual.widgets.ProgressBar` over the prompt tokens being evaluated, with the
+  elapsed prefill time and the prefill rate ``done_tokens / elapsed`` (both from the engine's
+  ``PrefillProgress`` events, so they describe the engine, not the UI's redraws);
+- decode: the token count, TTFT and the live decode rate ``(n - 1) / (t_n - t_first)`` (the TPOT
+  definition of :mod:`chatphase.engine.metrics`, on the engine's token timestamps);
+- done / stopped / failed: the turn's summary or the error and how to recover.
+
+Decode updates only store numbers; :meth:`PhaseIndicator.render_live` draws them and is called by the
+app at a bounded rate. Component parts: ``#phase-badge`` (class ``-prefill``/``-decode``/``-done``/
+``-error``/``-loading``), ``#prefill-bar``, ``#phase-stats``.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Label, ProgressBar
+
+from chatphase.engine.events import FirstToken, LoadedModel, PrefillProgress, PrefillStarted, TokensDecoded
+from chatphase.engine.metrics import NS_PER_S, TurnMetrics
+from chatphase.ui.format import fmt_int, fmt_ms, fmt_rate
+
+_BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-decode", "-done", "-error")
+
+
+class PhaseIndicator(Horizontal):
+    """Shows the live phase of the current turn (see the module docstring)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._decode_tokens = 0
+        self._t_first_ns = 0
+        self._t_last_ns = 0
+        self._ttft_ms: float | None = None
+        self._dirty = False
+        self._cached_note = ""
+
+    def compose(self) -> ComposeResult:
+        yield Label("", id="phase-badge")
+        yield ProgressBar(total=1, show_eta=False, id="prefill-bar")
+        yield Label("", id="phase-stats")
+
+    def _set(self, badge: str, kind: str, stats: str, bar: bool = False) -> None:
+        label = self.query_one("#phase-badge", Label)
+        label.update(f" {badge} ")
+        label.remove_class(*_BADGE_CLASSES)
+        label.add_class(f"-{kind}")
+        self.query_one("#prefill-bar").display = bar
+        self.query_one("#phase-stats", Label).update(stats)
+
+    def show_loading(self, model_name: str) -> None:
+        """The engine is starting and loading ``model_name``."""
+        self._set("LOADING", "loading", f"loading {model_name}…")
+
+    def show_ready(self, model: LoadedModel) -> None:
+        """Idle with a loaded model."""
+        n_ctx = model.settings.get("n_ctx")
+        self._set("READY", "idle", f"{model.info.name} · n_ctx {fmt_int(n_ctx)} · load {fmt_ms(model.load_ms)}")
+
+    def prefill_started(self, event: PrefillStarted) -> None:
+        """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache)."""
+        bar = self.query_one("#prefill-bar", ProgressBar)
+        bar.update(total=max(event.prefill_tokens, 1), progress=0)
+        cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
+        self._set("PREFILL", "prefill", f"0/{fmt_int(event.prefill_tokens)} tok{cached}", bar=True)
+        self._cached_note = cached
+
+    def prefill_progress(self, event: PrefillProgress) -> None:
+        """``done/total`` prompt tokens evaluated after ``elapsed_ms``."""
+        self.query_one("#prefill-bar", ProgressBar).update(total=max(event.total_tokens, 1), progress=event.done_tokens)
+        rate = event.done_tokens * 1000 / event.elapsed_ms if event.elapsed_ms > 0 else None
+        stats = (f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok · {fmt_ms(event.elapsed_ms)}"
+                 f" · {fmt_rate(rate)}{self._cached_note}")
+        self.query_one("#phase-stats", Label).update(stats)
+
+    def first_token(self, event: FirstToken) -> None:
+        """Decode begins: TTFT is known."""
+        self._decode_tokens, self._t_first_ns, self._t_last_ns = 1, event.t_ns, event.t_ns
+        self._ttft_ms = event.ttft_ms
+        self._set("DECODE", "decode", "")
+        self._dirty = True
+        self.render_live()
+
+    def decoded(self, event: TokensDecoded) -> None:
+        """Record more decoded tokens (drawn by :meth:`render_live`)."""
+        self._decode_tokens, self._t_last_ns = event.decode_tokens, event.t_ns
+        self._dirty = True
+
+    def live_decode_rate(self) -> float | None:
+        """Tokens per second so far: ``(n - 1) / (t_last - t_first)``; ``None`` before 2 tokens."""
+        span = self._t_last_ns - self._t_first_ns
+        if self._decode_tokens < 2 or span <= 0:
+            return None
+        return (self._decode_tokens - 1) * NS_PER_S / span
+
+    def render_live(self) -> None:
+        """Redraw the decode figures if they changed since the last call."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        stats = (f"{fmt_int(self._decode_tokens)} tok · {fmt_rate(self.live_decode_rate())}"
+                 f" · TTFT {fmt_ms(self._ttft_ms)} · Esc stop")
+        self.query_one("#phase-stats", Label).update(stats)
+
+    def finished(self, metrics: TurnMetrics) -> None:
+        """The turn is over: show its summary."""
+        self._dirty = False
+        badge, kind = ("STOPPED", "error") if metrics.stop_reason in ("cancelled", "error") else ("DONE", "done")
+        self._set(badge, kind, (f"TTFT {fmt_ms(metrics.ttft_ms)} · {fmt_int(metrics.decode_tokens)} tok · "
+                                f"{fmt_rate(metrics.decode_tokens_per_s)} · {metrics.stop_reason}"))
+
+    def failed(self, message: str, fatal: bool) -> None:
+        """The engine failed; a fatal failure needs a restart."""
+        self._dirty = False
+        hint = " · F5 restart engine" if fatal else ""
+        self._set("ENGINE STOPPED" if fatal else "ERROR", "error", f"{message}{hint}")

@@ -1,0 +1,172 @@
+"""The phase panel: the current/last turn's measured phases, the KV cache gauge, and the model.
+
+Sections (each a child widget, styled in ``app.tcss``):
+
+- ``#turn-figures``: TTFT, prompt tokens (cached), prefill tokens, prefill tok/s, decode tokens,
+  decode tok/s, ITL p50/p95, stop reason: live while a turn runs, then the turn's final
+  :class:`~chatphase.engine.metrics.TurnMetrics` (the definitions of DESIGN.md §2).
+- ``#kv-gauge`` / ``#kv-figures``: KV cache cells in use against the allocated context (tokens and
+  bytes = tokens × ``kv_bytes_per_token``; capacity = ``LoadedModel.kv_capacity_bytes``).
+- ``#model-figures``: name, parameters, file size, quantisation, layers, GPU offload on/off
+  (layers offloaded / total from llama.cpp's log), threads, n_ctx, load time, and the engine's notes
+  (e.g. the settings chosen for an AMX CPU).
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, ProgressBar, Static
+
+from chatphase.engine.events import LoadedModel, PrefillStarted
+from chatphase.engine.kv import KV_CELL_PAD
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.ui.format import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
+
+
+def _grid(rows: list[tuple[str, str]]) -> Table:
+    table = Table.grid(padding=(0, 1), expand=True)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(justify="right", overflow="fold")
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+class PhasePanel(Vertical):
+    """Side panel of phase figures (see the module docstring)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.model: LoadedModel | None = None
+        self.turn_id: int | None = None
+        self.figures: dict[str, str] = {}
+        self._kv_base_tokens = 0
+        self._kv_prefilled = 0
+
+    def compose(self) -> ComposeResult:
+        yield Label("Turn", id="turn-title", classes="panel-title")
+        yield Static(id="turn-figures")
+        yield Label("KV cache", classes="panel-title")
+        yield ProgressBar(total=1, show_eta=False, id="kv-gauge")
+        yield Static(id="kv-figures")
+        yield Label("Model", classes="panel-title")
+        yield Static(id="model-figures")
+
+    def on_mount(self) -> None:
+        self.reset()
+
+    # -- model ---------------------------------------------------------------------------------
+    def set_model(self, model: LoadedModel) -> None:
+        """Show the loaded model and size the KV gauge to its context."""
+        self.model = model
+        info, s = model.info, model.settings
+        if model.layers_offloaded:
+            gpu = f"on · {model.layers_offloaded}/{model.layers_total} layers"
+        elif s.get("gpu_offload_supported") is False:
+            gpu = "off · CPU-only build"
+        else:
+            gpu = "off"
+        rows = [
+            ("name", info.name),
+            ("params", fmt_params(info.n_params)),
+            ("file", fmt_bytes(info.size_bytes)),
+            ("quant", info.quantization),
+            ("layers", str(info.n_layer)),
+            ("GPU offload", gpu),
+            ("threads", str(s.get("n_threads", DASH))),
+            ("n_ctx", fmt_int(s.get("n_ctx"))),
+            ("load", fmt_ms(model.load_ms)),
+        ]
+        body = Table.grid()
+        body.add_row(_grid(rows))
+        for note in model.notes:
+            body.add_row(Text(f"• {note}", style="italic"))
+        self.query_one("#model-figures", Static).update(body)
+        self.set_kv_tokens(self._kv_base_tokens)
+
+    # -- turn ----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the turn figures (a new chat)."""
+        self.turn_id = None
+        self.figures = {}
+        self._kv_base_tokens = self._kv_prefilled = 0
+        self._render_turn()
+        self.set_kv_tokens(0)
+
+    def turn_started(self, turn_id: int, event: PrefillStarted) -> None:
+        """A turn's prefill starts: prompt and cached tokens are known."""
+        self.turn_id = turn_id
+        self._kv_base_tokens = self._kv_prefilled = event.cached_tokens
+        self.figures = {
+            "prompt tokens": fmt_int(event.prompt_tokens),
+            "cached": fmt_int(event.cached_tokens),
+            "prefill tokens": fmt_int(event.prefill_tokens),
+        }
+        self._render_turn()
+        self.set_kv_tokens(event.cached_tokens)
+
+    def prefill_progress(self, done_tokens: int, elapsed_ms: float) -> None:
+        """Prefill advanced: ``done_tokens`` evaluated after ``elapsed_ms``."""
+        self.figures["prefill tok/s"] = fmt_rate(done_tokens * 1000 / elapsed_ms if elapsed_ms > 0 else None)
+        self._kv_prefilled = self._kv_base_tokens + done_tokens
+        self._render_turn()
+        self.set_kv_tokens(self._kv_prefilled)
+
+    def first_token(self, ttft_ms: float) -> None:
+        """Decode begins."""
+        self.figures["TTFT"] = fmt_ms(ttft_ms)
+        self._render_turn()
+
+    def decode_live(self, decode_tokens: int, tokens_per_s: float | None) -> None:
+        """Live decode figures (call at a bounded rate)."""
+        self.figures["decode tokens"] = fmt_int(decode_tokens)
+        self.figures["decode tok/s"] = fmt_rate(tokens_per_s)
+        self._render_turn()
+        self.set_kv_tokens(self._kv_prefilled + decode_tokens)
+
+    def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
+        """Show the turn's final metrics."""
+        m = metrics
+        self.turn_id = turn_id
+        self.figures = {
+            "TTFT": fmt_ms(m.ttft_ms),
+            "prompt tokens": fmt_int(m.prompt_tokens),
+            "cached": fmt_int(m.cached_tokens),
+            "prefill tokens": fmt_int(m.prefill_tokens),
+            "prefill": fmt_ms(m.prefill_ms),
+            "prefill tok/s": fmt_rate(m.prefill_tokens_per_s),
+            "decode tokens": fmt_int(m.decode_tokens),
+            "decode tok/s": fmt_rate(m.decode_tokens_per_s),
+            "ITL p50 / p95": f"{fmt_ms(m.itl_ms_p50)} / {fmt_ms(m.itl_ms_p95)}",
+            "stop": m.stop_reason,
+        }
+        self._render_turn()
+        self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
+        self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
+
+    def _render_turn(self) -> None:
+        title = "Turn" if self.turn_id is None else f"Turn {self.turn_id}"
+        self.query_one("#turn-title", Label).update(title)
+        order = ("TTFT", "prompt tokens", "cached", "prefill tokens", "prefill", "prefill tok/s", "decode tokens",
+                 "decode tok/s", "ITL p50 / p95", "stop")
+        rows = [(k, self.figures.get(k, DASH)) for k in order]
+        self.query_one("#turn-figures", Static).update(_grid(rows))
+
+    # -- KV cache ------------------------------------------------------------------------------
+    def set_kv_tokens(self, tokens: int, used_bytes: int | None = None) -> None:
+        """Draw the KV gauge: ``tokens`` cells in use of the allocated cells (n_ctx padded to 256)."""
+        if self.model is None:
+            self.query_one("#kv-figures", Static).update(f"{fmt_int(tokens)} tok")
+            return
+        per_token = self.model.kv_bytes_per_token
+        cells = self.model.kv_capacity_bytes // per_token if per_token else KV_CELL_PAD
+        n_ctx = int(self.model.settings.get("n_ctx") or cells)
+        used_bytes = tokens * per_token if used_bytes is None else used_bytes
+        self.query_one("#kv-gauge", ProgressBar).update(total=n_ctx, progress=min(tokens, n_ctx))
+        text = (f"{fmt_int(tokens)} / {fmt_int(n_ctx)} tok\n"
+                f"{fmt_bytes(used_bytes)} / {fmt_bytes(self.model.kv_capacity_bytes)}"
+                f" ({fmt_bytes(per_token)}/tok)")
+        self.query_one("#kv-figures", Static).update(text)

@@ -1,0 +1,57 @@
+"""The prompt box: a multi-line :class:`~textual.widgets.TextArea` where Enter sends.
+
+Enter posts :class:`PromptInput.Submitted` with the text (and clears the box); Ctrl+J, Shift+Enter or
+Alt+Enter insert a new line (Shift+Enter only where the terminal reports it; Ctrl+J works everywhere).
+Pastes arrive as one bracketed-paste event, so large multi-line pastes go in whole and are not sent
+line by line. The box grows with its text up to a height cap set in ``app.tcss``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import TextArea
+
+
+class PromptInput(TextArea):
+    """Multi-line prompt input; see the module docstring for the keys."""
+
+    BINDINGS = [
+        Binding("enter", "submit", "Send", id="prompt.send", priority=True),
+        Binding("ctrl+j,shift+enter,alt+enter", "newline", "New line", key_display="^J", id="prompt.newline",
+                priority=True),
+    ]
+
+    @dataclass
+    class Submitted(Message):
+        """The user pressed Enter on non-blank ``text`` (the box is cleared)."""
+
+        prompt_input: "PromptInput"
+        text: str
+
+        @property
+        def control(self) -> "PromptInput":
+            return self.prompt_input
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+        self.placeholder = "Message the model…  (Enter send · Ctrl+J new line)"
+
+    def action_submit(self) -> None:
+        """Send the text unless it is blank."""
+        text = self.text
+        if not text.strip():
+            return
+        self.clear()
+        self.post_message(self.Submitted(self, text))
+
+    def action_newline(self) -> None:
+        """Insert a line break at the cursor."""
+        self.insert("\n")
+
+    def set_text(self, text: str) -> None:
+        """Replace the content and put the cursor at its end (used to edit a previous message)."""
+        self.load_text(text)
+        self.move_cursor(self.document.end)

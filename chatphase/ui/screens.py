@@ -1,0 +1,87 @@
+"""Modal screens: the engine log viewer and the help page (Esc or q closes either)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Label, Log, Markdown
+
+from chatphase.ui.actions import ACTIONS
+
+#: at most this much of the end of the log file is shown (bytes).
+LOG_TAIL_BYTES = 1_000_000
+
+METRICS_HELP = """
+## What the figures mean
+
+- **Prefill**: the whole prompt is read in one parallel pass; this is the pause before the first token.
+  The bar counts the prompt tokens evaluated this turn; tokens **cached** in the KV cache from earlier
+  turns are skipped.
+- **TTFT** (time to first token) = first token sampled − your submit: templating + tokenisation + prefill + first sample.
+- **Decode**: one token per step, bound by memory bandwidth. **decode tok/s** = (tokens − 1) / (t_last − t_first)
+  (TPOT as in vLLM's benchmark and MLPerf; the first token belongs to TTFT).
+- **ITL p50 / p95**: inter-token latency, gaps between consecutive tokens (linear-interpolated percentiles).
+- **KV cache**: cells in use × bytes per token, against the context allocated for n_ctx.
+"""
+
+
+class CloseableScreen(ModalScreen[None]):
+    """A modal screen closed by Esc or q."""
+
+    BINDINGS = [Binding("escape,q", "dismiss_screen", "Close", id="screen.close")]
+
+    def action_dismiss_screen(self) -> None:
+        self.dismiss(None)
+
+
+class LogScreen(CloseableScreen):
+    """Shows the end (up to :data:`LOG_TAIL_BYTES`) of the engine's log file at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="log-box", classes="modal-box"):
+            yield Label(f"Engine log: {self.path or '(none)'}  ·  Esc close", classes="panel-title")
+            yield Log(id="engine-log", highlight=False)
+
+    def on_mount(self) -> None:
+        log = self.query_one(Log)
+        log.write_lines(read_log_tail(self.path))
+        log.focus()
+
+
+def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
+    """Lines of the last ``limit`` bytes of ``path``, or one explanatory line when it cannot be read."""
+    if not path:
+        return ["No engine log yet: the engine has not reported one (is the model loaded?)."]
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError as exc:
+        return [f"Cannot read the engine log {path}: {exc.strerror or exc}"]
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines or ["(the engine log is empty)"]
+
+
+class HelpScreen(CloseableScreen):
+    """Keys (from :data:`~chatphase.ui.actions.ACTIONS`) and what each measured figure means."""
+
+    def compose(self) -> ComposeResult:
+        rows = "\n".join(f"| `{a.key_display}` | {a.title} | {a.help} |" for a in ACTIONS)
+        text = (
+            "# chatphase help\n\n| Key | Command | What it does |\n|---|---|---|\n"
+            "| `Enter` | Send | Send the message |\n| `Ctrl+J` | New line | Shift+Enter too, where the terminal reports it |\n"
+            f"{rows}\n| `Ctrl+P` | Command palette | Every command above, by name |\n| `Ctrl+Q` | Quit | Stops the engine and exits |\n"
+            f"{METRICS_HELP}"
+        )
+        with VerticalScroll(id="help-box", classes="modal-box"):
+            yield Markdown(text)
