@@ -1,0 +1,377 @@
+"""RemoteEngine: the :class:`~chatphase.engine.base.Engine` contract over an OpenAI-compatible server.
+
+llama.cpp's ``llama-server``, vLLM, llama-cpp-python's server and Ollama's ``/v1`` endpoint all stream
+``POST /v1/chat/completions`` as server-sent events; this engine sends the conversation there with
+``stream_options.include_usage`` and turns the stream into the same events and ``TurnMetrics`` as the local
+engine (what is measured where: :mod:`chatphase.engine.remote_wire`). The server's own ``timings``
+(llama-server) travel beside the client's view in ``TurnFinished.server_timings``.
+
+- ``load()`` lists ``GET /v1/models`` (an unknown ``remote_model`` fails here, naming what the server
+  serves) and reads llama-server's ``GET /props`` for ``n_ctx`` where it exists; a server without it is
+  treated as a plain OpenAI server (no llama-server-only request fields are sent to it).
+- Errors (connection refused, timeouts, HTTP errors, a stream cut mid-reply, an error object in the
+  stream) become one ``EngineFailed(fatal=False)``; when text had already arrived, a
+  ``TurnFinished(stop_reason="error")`` with the partial reply follows. Nothing is retried.
+- ``cancel()`` shuts the socket of the running stream down (a blocked read returns at once; closing the
+  connection is how every one of these servers learns to stop generating).
+- The API key is sent as ``Authorization: Bearer`` and is never part of a message, a repr or an event.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Iterator
+
+import httpx
+from httpx_sse import EventSource
+
+from chatphase.config import Settings
+from chatphase.engine.events import (
+    EngineFailed, Event, FirstToken, LoadedModel, ModelLoaded, PrefillProgress, PrefillStarted, TokensDecoded,
+    TurnFinished, TurnRequest,
+)
+from chatphase.engine.metrics import ns_to_ms
+from chatphase.engine.remote_wire import (
+    ServerReport, chunk_text, progress_tokens, remote_turn_metrics, server_timings_view, stop_reason_of,
+)
+from chatphase.errors import UsageError
+from chatphase.gguf_meta import ModelInfo
+
+
+class ServerURL:
+    """A server address split into the API base (``…/v1``), the server root and a printable form.
+
+    Accepts ``host:port``, ``http://host:port`` or ``http://host:port/v1`` (a missing scheme means http).
+    ``display`` never contains user info (``user:password@``).
+
+    Raises:
+        UsageError: for a scheme other than http/https or a URL without a host.
+    """
+
+    def __init__(self, text: str):
+        raw = text.strip()
+        if "://" not in raw:
+            raw = f"http://{raw}"
+        try:
+            url = httpx.URL(raw)
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise UsageError(f"--server: not a URL: {text!r} ({exc})") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise UsageError(f"--server must be an http(s) URL with a host, e.g. http://127.0.0.1:8080 (got {text!r})")
+        path = url.path.rstrip("/")
+        root_path = path[: -len("/v1")] if path.endswith("/v1") else path
+        self.api = url.copy_with(path=f"{root_path}/v1", query=None, fragment=None)
+        self.root = url.copy_with(path=root_path or "/", query=None, fragment=None)
+        self.display = str(self.root.copy_with(username=None, password=None)).rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"ServerURL({self.display!r})"
+
+
+class RemoteEngine:
+    """Chat turns on an OpenAI-compatible server, measured with the client's clock and the server's counts.
+
+    Args:
+        server_url: see :class:`ServerURL`.
+        settings: sampling defaults and the system prompt are taken from the request, not from here;
+            ``settings`` is kept for the engine-settings view only.
+        api_key: bearer token, or ``None`` (most local servers need none). Never printed or stored.
+        remote_model: the model name to ask for; ``None`` = the first one ``/v1/models`` lists.
+        connect_timeout_s: limit to connect and to send the request.
+        read_timeout_s: longest silence allowed between two bytes of the reply (covers a long prefill
+            on servers that send nothing until the first token).
+
+    Raises:
+        UsageError: for a malformed ``server_url`` (at construction, before any network use).
+    """
+
+    def __init__(self, server_url: str, settings: Settings, api_key: str | None = None,
+                 remote_model: str | None = None, *, connect_timeout_s: float = 5.0,
+                 read_timeout_s: float = 300.0):
+        self.url = ServerURL(server_url)
+        self.settings = settings
+        self.remote_model = remote_model
+        self.loaded: LoadedModel | None = None
+        self._timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s,
+                                      write=connect_timeout_s, pool=connect_timeout_s)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(headers=headers, timeout=self._timeout, follow_redirects=False)
+        self._is_llama_server = False
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._response: httpx.Response | None = None
+
+    def __repr__(self) -> str:
+        return f"RemoteEngine({self.url.display!r}, model={self.remote_model!r})"
+
+    # -- Engine protocol -------------------------------------------------------------------------
+    def load(self) -> Iterator[Event]:
+        """Check the server and the model name; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
+        t0 = time.perf_counter_ns()
+        try:
+            models = self._get_json(f"{self.url.api}/models")
+        except _RemoteError as exc:
+            yield EngineFailed(str(exc), fatal=True)
+            return
+        served = [m for m in (models.get("data") or []) if isinstance(m, dict) and m.get("id")]
+        ids = [str(m["id"]) for m in served]
+        if self.remote_model and ids and self.remote_model not in ids:
+            yield EngineFailed(f"the server at {self.url.display} does not serve model {self.remote_model!r}; "
+                               f"it serves: {', '.join(ids)}", fatal=True)
+            return
+        if not self.remote_model and ids:
+            self.remote_model = ids[0]
+        props = self._props()
+        self._is_llama_server = props is not None
+        meta = next((m.get("meta") for m in served if m["id"] == self.remote_model), None) or {}
+        self.loaded = self._loaded_model(props or {}, meta, ns_to_ms(time.perf_counter_ns() - t0))
+        yield ModelLoaded(self.loaded)
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]:
+        """Stream one turn (event order as in :mod:`chatphase.engine.events`; errors as in the module doc)."""
+        if self.loaded is None:
+            yield EngineFailed("not connected to the server; load() first", request.turn_id, fatal=True)
+            return
+        if request.prompt_token_ids is not None:
+            yield EngineFailed("token-id prompts are not supported over a server's chat API", request.turn_id)
+            return
+        self._cancel.clear()
+        yield from _Turn(self, request).run()
+
+    def cancel(self) -> None:
+        """Stop the running turn: the stream's socket is shut down (thread-safe; no-op when idle)."""
+        self._cancel.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            stream = response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        """Close the HTTP connections. Idempotent."""
+        self.cancel()
+        self._client.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def request_body(self, request: TurnRequest) -> dict:
+        """The JSON body of ``POST /v1/chat/completions`` for ``request``.
+
+        Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repeat_penalty``) are accepted by
+        llama-server, vLLM, llama-cpp-python and Ollama; ``return_progress`` (prefill progress chunks) and
+        ``cache_prompt`` (``False`` for ``reset_cache``) are sent to llama-server only.
+        """
+        sp = request.sampling
+        body: dict = {
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": sp.max_tokens,
+            "temperature": sp.temperature,
+            "top_p": sp.top_p,
+            "top_k": sp.top_k,
+            "min_p": sp.min_p,
+            "repeat_penalty": sp.repeat_penalty,
+        }
+        if self.remote_model:
+            body["model"] = self.remote_model
+        if sp.seed is not None:
+            body["seed"] = sp.seed
+        if request.ignore_eos:
+            body["ignore_eos"] = True
+        if self._is_llama_server:
+            body["return_progress"] = True
+            if request.reset_cache:
+                body["cache_prompt"] = False
+        return body
+
+    def _get_json(self, url: str, timeout: float | None = None) -> dict:
+        """GET ``url`` and decode JSON; raises :class:`_RemoteError` with a one-line message."""
+        try:
+            response = self._client.get(url, timeout=timeout or self._timeout)
+        except httpx.HTTPError as exc:
+            raise _RemoteError(transport_message(exc, self.url.display, self._timeout.read)) from None
+        if response.status_code >= 400:
+            raise _RemoteError(http_error_message(response, self.url.display))
+        try:
+            data = response.json()
+        except ValueError:
+            raise _RemoteError(f"the server at {self.url.display} answered {url.rsplit('/', 1)[-1]} with non-JSON") from None
+        return data if isinstance(data, dict) else {}
+
+    def _props(self) -> dict | None:
+        """llama-server's ``/props`` (``None`` for servers without it)."""
+        try:
+            return self._get_json(f"{str(self.url.root).rstrip('/')}/props", timeout=self._timeout.connect)
+        except _RemoteError:
+            return None
+
+    def _loaded_model(self, props: dict, meta: dict, load_ms: float) -> LoadedModel:
+        """Describe the served model with what the server exposes; the rest is ``None`` (unknown)."""
+        gen = props.get("default_generation_settings") or {}
+        n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
+        info = ModelInfo(
+            path=props.get("model_path") or f"{self.url.display} ({self.remote_model or 'default model'})",
+            name=self.remote_model or "remote model",
+            architecture="unknown",
+            n_params=meta.get("n_params"),
+            size_bytes=meta.get("size"),
+            n_layer=None,
+            quantization="unknown",
+            n_ctx_train=meta.get("n_ctx_train"),
+            kv_bytes_per_token=None,
+            has_chat_template=True,
+        )
+        server = "llama-server" if props else "OpenAI-compatible server"
+        return LoadedModel(
+            info=info,
+            settings={"backend": "remote", "server": self.url.display, "server_kind": server,
+                      "remote_model": self.remote_model, "n_ctx": n_ctx, "total_slots": props.get("total_slots")},
+            load_ms=load_ms,
+            kv_bytes_per_token=None,
+            kv_capacity_bytes=None,
+            notes=(f"remote {server} at {self.url.display}: token counts come from the server; "
+                   "TTFT and ITL from this client's clock (network included); KV figures unavailable",),
+        )
+
+
+class _RemoteError(Exception):
+    """Internal: a one-line, secret-free failure message."""
+
+
+class _Turn:
+    """One streamed turn: its clocks, its text and the server's report."""
+
+    def __init__(self, engine: RemoteEngine, request: TurnRequest):
+        self.engine, self.request = engine, request
+        self.report = ServerReport()
+        self.times: list[int] = []
+        self.parts: list[str] = []
+        self.t_submit = 0
+
+    def run(self) -> Iterator[Event]:
+        engine, rid = self.engine, self.request.turn_id
+        body = engine.request_body(self.request)
+        self.t_submit = time.perf_counter_ns()
+        yield PrefillStarted(rid, None, None, None, 0, self.t_submit)
+        error: str | None = None
+        done = False
+        try:
+            with engine._client.stream("POST", f"{engine.url.api}/chat/completions", json=body) as response:
+                with engine._lock:
+                    engine._response = response
+                if response.status_code >= 400:
+                    response.read()
+                    yield EngineFailed(http_error_message(response, engine.url.display), rid)
+                    return
+                for sse in EventSource(response).iter_sse():
+                    if engine._cancel.is_set():
+                        break
+                    if sse.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    if not sse.data.strip():
+                        continue
+                    error = yield from self._chunk(sse.data)
+                    if error:
+                        break
+                else:
+                    done = self.report.finish_reason is not None  # some servers omit [DONE]
+        except httpx.HTTPError as exc:
+            if not engine._cancel.is_set():
+                error = transport_message(exc, engine.url.display, engine._timeout.read, mid_stream=bool(self.times))
+        finally:
+            with engine._lock:
+                engine._response = None
+        if engine._cancel.is_set():
+            stop = "cancelled"
+        elif error is None and not done:
+            error = f"the stream from {engine.url.display} ended before the reply was complete"
+            stop = "error"
+        else:
+            stop = "error" if error else stop_reason_of(self.report.finish_reason)
+        if error and not self.times:
+            yield EngineFailed(error, rid)
+            return
+        if error:
+            yield EngineFailed(f"{error} — the partial reply is kept", rid)
+        metrics = remote_turn_metrics(t_submit_ns=self.t_submit, arrival_times_ns=self.times,
+                                      report=self.report, stop_reason=stop)
+        yield TurnFinished(rid, "".join(self.parts), metrics,
+                           server_timings=server_timings_view(self.report, metrics.ttft_ms))
+
+    def _chunk(self, data: str):
+        """Handle one SSE data payload; yields events, returns an error message or ``None``."""
+        now = time.perf_counter_ns()
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return f"the server at {self.engine.url.display} sent a malformed chunk"
+        if not isinstance(chunk, dict):
+            return None
+        if chunk.get("error"):
+            return f"the server reported an error mid-reply: {_error_text(chunk['error'])}"
+        self.report.absorb(chunk)
+        rid = self.request.turn_id
+        if "prompt_progress" in chunk and self.report.progress and not self.times:
+            progress = progress_tokens(self.report.progress)
+            if progress:
+                yield PrefillProgress(rid, progress[0], progress[1], progress[2])
+        content, reasoning = chunk_text(chunk)
+        if not (content or reasoning):
+            return None
+        self.parts.append(content)
+        self.times.append(now)
+        if len(self.times) == 1:
+            yield FirstToken(rid, content, ns_to_ms(now - self.t_submit), now)
+        else:
+            # live view only: one chunk is one token on llama-server, vLLM and llama-cpp-python; the
+            # final TurnMetrics take the server's usage instead.
+            yield TokensDecoded(rid, content, 1, len(self.times), now)
+        return None
+
+
+def transport_message(exc: httpx.HTTPError, where: str, read_timeout_s: float | None = None,
+                      mid_stream: bool = False) -> str:
+    """One line for a transport failure (no headers, no key): refused, timed out, cut off."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"the server at {where} did not accept a connection in time"
+    if isinstance(exc, httpx.ConnectError):
+        reason = "connection refused" if "refused" in str(exc).lower() else (str(exc) or type(exc).__name__)
+        return f"cannot connect to the server at {where}: {reason}"
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"the server at {where} sent nothing for {read_timeout_s:g} s (read timeout)"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"the server at {where} timed out ({type(exc).__name__})"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)) or mid_stream:
+        return f"the connection to {where} was cut {'mid-reply' if mid_stream else 'before a reply'}"
+    return f"request to {where} failed: {type(exc).__name__}"
+
+
+def http_error_message(response: httpx.Response, where: str) -> str:
+    """One line for an HTTP error status, with the server's own error text when it sent one."""
+    detail = ""
+    try:
+        data = response.json()
+        if isinstance(data, dict):
+            detail = _error_text(data.get("error") or data.get("detail") or data.get("message") or "")
+    except ValueError:
+        detail = response.text.strip().splitlines()[0] if response.text.strip() else ""
+    hint = " (check --api-key-env)" if response.status_code in (401, 403) else ""
+    text = f"the server at {where} answered HTTP {response.status_code} {response.reason_phrase}{hint}"
+    return f"{text}: {detail[:300]}" if detail else text
+
+
+def _error_text(error) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("msg") or error.get("type") or error)
+    if isinstance(error, list):
+        return "; ".join(_error_text(e) for e in error[:3])
+    return str(error)

@@ -1,0 +1,200 @@
+"""What an OpenAI-compatible server says during one streamed chat completion, and the metrics made of it.
+
+Pure functions and plain data (no network): :class:`ServerReport` gathers what a stream's chunks carry —
+``usage`` (OpenAI's streaming usage, asked for with ``stream_options.include_usage``), llama-server's
+``timings`` (``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``) and ``prompt_progress``
+(``total, cache, processed, time_ms``), and the ``finish_reason``; :func:`remote_turn_metrics` turns that
+plus the client's own arrival clock into the same :class:`~chatphase.engine.metrics.TurnMetrics` the local
+engine reports.
+
+Who measures what:
+
+- Client clock (``time.perf_counter_ns``): ``ttft_ms`` = first content chunk arrival − submit (network
+  + queueing + prefill + first sample); ``decode_ms`` = last − first content chunk arrival; ITL = gaps
+  between content chunk arrivals (vLLM's serving benchmark measures ITL the same way, on chunks).
+- Server: every token count. ``decode_tokens`` is ``usage.completion_tokens`` (else llama-server's
+  ``predicted_n``); ``prompt_tokens`` is ``usage.prompt_tokens`` (else ``prompt_n + cache_n``);
+  ``cached_tokens`` is ``usage.prompt_tokens_details.cached_tokens`` (else ``cache_n``). Chunks are never
+  counted as tokens in the final metrics.
+- Server only: ``prefill_ms`` (llama-server's ``prompt_ms``); a server without timings leaves it unknown.
+
+A figure the server does not report is ``None`` (shown as unknown), never zero: that applies to the count
+fields of ``TurnMetrics`` too, and to every KV figure (no common server API reports KV bytes per token).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from chatphase.engine.metrics import NS_PER_MS, TurnMetrics, itl_stats_ms, ns_to_ms
+
+#: llama-server ``timings`` keys kept beside the client's view (all numbers; ms or tokens or tokens/s).
+TIMING_KEYS = (
+    "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+    "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second", "cache_n",
+)
+
+_FINISH_TO_STOP = {"stop": "stop", "length": "length", "eos": "stop", "tool_calls": "stop",
+                   "function_call": "stop", "content_filter": "stop"}
+
+
+@dataclass
+class ServerReport:
+    """What the server reported during one stream; every field ``None`` until a chunk carries it.
+
+    ``timings`` is the subset of :data:`TIMING_KEYS` the server sent; ``progress`` the latest
+    ``prompt_progress`` object; ``finish_reason`` the OpenAI finish reason of choice 0.
+    """
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    timings: dict | None = None
+    progress: dict | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    extras: dict = field(default_factory=dict)
+
+    def absorb(self, chunk: dict) -> None:
+        """Update from one decoded ``chat.completion.chunk`` (unknown keys ignored)."""
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int_or(usage.get("prompt_tokens"), self.prompt_tokens)
+            self.completion_tokens = _int_or(usage.get("completion_tokens"), self.completion_tokens)
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                self.cached_tokens = _int_or(details.get("cached_tokens"), self.cached_tokens)
+        timings = chunk.get("timings")
+        if isinstance(timings, dict):
+            kept = {k: timings[k] for k in TIMING_KEYS if _is_number(timings.get(k))}
+            self.timings = kept or self.timings
+        progress = chunk.get("prompt_progress")
+        if isinstance(progress, dict):
+            self.progress = progress
+        for choice in chunk.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def timing(self, key: str) -> float | None:
+        """One llama-server timing, or ``None`` when not reported."""
+        return None if self.timings is None else self.timings.get(key)
+
+
+def chunk_text(chunk: dict) -> tuple[str, str]:
+    """``(content, reasoning)`` text of choice 0's delta in one chunk (``""`` where absent)."""
+    for choice in chunk.get("choices") or ():
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            delta = choice.get("delta") or {}
+            content = delta.get("content") or ""
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            return (content if isinstance(content, str) else ""), (reasoning if isinstance(reasoning, str) else "")
+    return "", ""
+
+
+def progress_tokens(progress: dict) -> tuple[int, int, float] | None:
+    """``(done, total, elapsed_ms)`` of the prefill from llama-server's ``prompt_progress``.
+
+    ``processed`` and ``total`` include the ``cache`` tokens reused from the KV cache; the prefill is
+    the rest, so both are taken net of ``cache``. ``None`` when the object lacks the counts.
+    """
+    try:
+        total, processed = int(progress["total"]), int(progress["processed"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    cache = int(progress.get("cache") or 0)
+    elapsed = progress.get("time_ms")
+    return max(0, processed - cache), max(0, total - cache), float(elapsed) if _is_number(elapsed) else 0.0
+
+
+def stop_reason_of(finish_reason: str | None) -> str:
+    """OpenAI ``finish_reason`` -> chatphase ``stop_reason`` (a missing one after ``[DONE]`` is ``stop``)."""
+    return _FINISH_TO_STOP.get(finish_reason or "stop", "stop")
+
+
+def remote_turn_metrics(
+    *, t_submit_ns: int, arrival_times_ns: list[int], report: ServerReport, stop_reason: str
+) -> TurnMetrics:
+    """Build :class:`TurnMetrics` from client arrival times (ns) and the server's report.
+
+    ``arrival_times_ns`` are the arrival times of the chunks that carried generated text, in order.
+    Formulas are those of :mod:`chatphase.engine.metrics` (TPOT as in vLLM/MLPerf:
+    ``(decode_tokens − 1) / (t_last − t_first)``, ITL percentiles by linear interpolation); the token
+    counts come from the server (see the module docstring), so a rate is ``None`` when its count is.
+
+    Raises:
+        ValueError: when arrival times are out of order or precede ``t_submit_ns``.
+    """
+    times = list(arrival_times_ns)
+    if any(b < a for a, b in zip(times, times[1:])) or (times and times[0] < t_submit_ns):
+        raise ValueError("arrival times must be non-decreasing and after the submit time")
+    prompt, cached, prefill = _prompt_counts(report)
+    decode_tokens = report.completion_tokens
+    if decode_tokens is None and report.timing("predicted_n") is not None:
+        decode_tokens = int(report.timing("predicted_n"))
+    decode_ns = times[-1] - times[0] if times else 0
+    multi = decode_tokens is not None and decode_tokens >= 2 and decode_ns > 0
+    prefill_ms = report.timing("prompt_ms")
+    p50, p95, pmax = itl_stats_ms(times)
+    return TurnMetrics(
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        prefill_tokens=prefill,
+        prefill_ms=prefill_ms,
+        prefill_tokens_per_s=(prefill * 1000.0 / prefill_ms) if prefill and prefill_ms else None,
+        ttft_ms=ns_to_ms(times[0] - t_submit_ns) if times else None,
+        decode_tokens=decode_tokens,
+        decode_ms=ns_to_ms(decode_ns),
+        decode_tokens_per_s=(decode_tokens - 1) * 1e9 / decode_ns if multi else None,
+        itl_ms_p50=p50,
+        itl_ms_p95=p95,
+        itl_ms_max=pmax,
+        kv_cache_tokens=None,
+        kv_bytes_per_token=None,
+        kv_cache_bytes=None,
+        kv_capacity_bytes=None,
+        stop_reason=stop_reason,
+        tokenize_ms=None,
+        tpot_ms=decode_ns / NS_PER_MS / (decode_tokens - 1) if multi else None,
+        dropped_messages=0,
+    )
+
+
+def server_timings_view(report: ServerReport, ttft_ms: float | None) -> dict | None:
+    """The server's own timings for ``TurnFinished.server_timings``, or ``None`` when it sent none.
+
+    Adds one derived figure, ``network_queue_ms = ttft_ms − prompt_ms``: the part of the client's TTFT
+    that is not the server's prefill (network both ways, HTTP handling, queueing for a slot).
+    """
+    if not report.timings:
+        return None
+    view = dict(report.timings)
+    prompt_ms = report.timing("prompt_ms")
+    if ttft_ms is not None and prompt_ms is not None:
+        view["network_queue_ms"] = ttft_ms - prompt_ms
+    return view
+
+
+def _prompt_counts(report: ServerReport) -> tuple[int | None, int | None, int | None]:
+    """``(prompt, cached, prefill)`` tokens with ``prefill + cached == prompt`` whenever all three are known."""
+    prompt, cached = report.prompt_tokens, report.cached_tokens
+    prefill = _int_or(report.timing("prompt_n"), None)
+    if cached is None:
+        cached = _int_or(report.timing("cache_n"), None)
+    if prompt is None and prefill is not None and cached is not None:
+        prompt = prefill + cached
+    if prompt is not None and cached is not None:
+        prefill = prompt - cached
+    elif prompt is not None and prefill is not None:
+        cached = prompt - prefill
+    return prompt, cached, prefill
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int_or(value, default):
+    return int(value) if _is_number(value) else default

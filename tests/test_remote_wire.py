@@ -1,0 +1,186 @@
+"""Remote engine against scripted loopback servers: llama-server timings and progress, usage counts,
+unknowns as None, HTTP and stream errors, the API key kept secret, URL and option handling."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from chatphase.config import Settings
+from chatphase.engine.events import (
+    EngineFailed, FirstToken, Message, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams, TokensDecoded,
+    TurnFinished, TurnRequest,
+)
+from chatphase.engine.factory import make_engine
+from chatphase.engine.remote import RemoteEngine, ServerURL
+from chatphase.engine.remote_wire import ServerReport, remote_turn_metrics
+from chatphase.errors import UsageError
+from remote_support import ScriptedServer, content_chunk, free_port, sse
+
+pytestmark = pytest.mark.timeout(60)
+
+MODELS = {"object": "list", "data": [{"id": "tiny", "object": "model",
+                                       "meta": {"n_params": 134515008, "size": 98000000, "n_ctx_train": 8192}}]}
+PROPS = {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1, "model_path": "/srv/tiny.gguf"}
+TIMINGS = {"prompt_n": 30, "prompt_ms": 12.5, "prompt_per_second": 2400.0, "cache_n": 10,
+           "predicted_n": 3, "predicted_ms": 30.0, "predicted_per_second": 100.0}
+
+
+def _request(turn_id=1, text="Hi"):
+    return TurnRequest(turn_id, (Message("user", text),), SamplingParams(max_tokens=8, temperature=0))
+
+
+def _llama_server_routes(stream: list) -> dict:
+    return {"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS), "POST /v1/chat/completions": (200, stream)}
+
+
+def _loaded(url, **kw) -> RemoteEngine:
+    engine = RemoteEngine(url, Settings(), **kw)
+    events = list(engine.load())
+    assert isinstance(events[-1], ModelLoaded), events
+    return engine
+
+
+def test_llama_server_timings_progress_and_usage_fill_the_metrics():
+    stream = sse(
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}],
+         "prompt_progress": {"total": 40, "cache": 10, "processed": 25, "time_ms": 5.0}},
+        {"choices": [{"index": 0, "delta": {}}], "prompt_progress": {"total": 40, "cache": 10, "processed": 40, "time_ms": 12.0}},
+        content_chunk("Hel"), 0.02, content_chunk("lo"), 0.02, content_chunk("!"),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": TIMINGS,
+         "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}},
+        "[DONE]",
+    )
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        engine = _loaded(srv.url + "/v1/")
+        assert engine.loaded.settings["n_ctx"] == 2048 and engine.loaded.info.n_params == 134515008
+        events = list(engine.run_turn(_request()))
+        body = srv.requests[-1][3]
+    assert body["stream_options"] == {"include_usage": True} and body["return_progress"] is True
+    assert body["model"] == "tiny" and body["messages"] == [{"role": "user", "content": "Hi"}]
+    assert isinstance(events[0], PrefillStarted) and events[0].prompt_tokens is None
+    progress = [e for e in events if isinstance(e, PrefillProgress)]
+    assert [(p.done_tokens, p.total_tokens) for p in progress] == [(15, 30), (30, 30)]
+    assert isinstance(events[3], FirstToken) and events[3].text == "Hel"
+    assert [e.text for e in events if isinstance(e, TokensDecoded)] == ["lo", "!"]
+    done = events[-1]
+    assert isinstance(done, TurnFinished) and done.reply == "Hello!"
+    m = done.metrics
+    assert (m.prompt_tokens, m.cached_tokens, m.prefill_tokens, m.decode_tokens) == (40, 10, 30, 3)
+    assert m.prefill_ms == 12.5 and m.prefill_tokens_per_s == pytest.approx(30 / 0.0125)
+    assert m.stop_reason == "stop" and m.ttft_ms == pytest.approx(events[3].ttft_ms)
+    assert m.decode_tokens_per_s == pytest.approx(2 / (m.decode_ms / 1000))
+    assert m.itl_ms_p50 <= m.itl_ms_p95 <= m.itl_ms_max <= m.decode_ms and m.decode_ms > 0
+    assert m.kv_cache_bytes is None and m.kv_bytes_per_token is None  # not exposed: unknown, not zero
+    st = done.server_timings
+    assert st["prompt_ms"] == 12.5 and st["cache_n"] == 10 and st["predicted_n"] == 3
+    assert st["network_queue_ms"] == pytest.approx(m.ttft_ms - 12.5)
+
+
+def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none():
+    stream = sse(content_chunk("a"), content_chunk("b"),
+                 {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}, "[DONE]")
+    routes = {"GET /v1/models": (200, MODELS), "POST /v1/chat/completions": (200, stream)}
+    with ScriptedServer(routes) as srv:
+        engine = _loaded(srv.url)
+        req = TurnRequest(2, (Message("user", "x"),), SamplingParams(seed=7), reset_cache=True, ignore_eos=True)
+        events = list(engine.run_turn(req))
+        body = srv.requests[-1][3]
+    assert "return_progress" not in body and "cache_prompt" not in body
+    assert body["seed"] == 7 and body["ignore_eos"] is True
+    m = events[-1].metrics
+    assert m.stop_reason == "length" and events[-1].server_timings is None
+    for name in ("prompt_tokens", "cached_tokens", "prefill_tokens", "prefill_ms", "decode_tokens",
+                 "decode_tokens_per_s", "tpot_ms", "kv_cache_tokens"):
+        assert getattr(m, name) is None, name
+    assert m.ttft_ms is not None and m.itl_ms_max is not None
+
+
+def test_api_key_sent_as_bearer_and_never_shown(monkeypatch):
+    secret = "sk-test-DO-NOT-PRINT-123"
+    monkeypatch.setenv("MY_SERVER_KEY", secret)
+    routes = {"GET /v1/models": (200, MODELS),
+              "POST /v1/chat/completions": (401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}})}
+    with ScriptedServer(routes) as srv:
+        engine = make_engine(None, Settings(), server=srv.url, api_key_env="MY_SERVER_KEY")
+        events = list(engine.load()) + list(engine.run_turn(_request()))
+        headers = srv.requests[0][2]
+    assert headers["Authorization"] == f"Bearer {secret}"
+    failed = events[-1]
+    assert isinstance(failed, EngineFailed) and not failed.fatal
+    assert "401" in failed.message and "Invalid API Key" in failed.message and "--api-key-env" in failed.message
+    assert all(secret not in repr(e) for e in events) and secret not in repr(engine)
+    assert secret not in repr(engine.loaded)
+
+
+def test_error_object_mid_stream_keeps_partial_reply():
+    stream = sse(content_chunk("par"), content_chunk("tial"),
+                 {"error": {"code": 500, "message": "slot crashed", "type": "server_error"}})
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        events = list(_loaded(srv.url).run_turn(_request()))
+    failed, finished = events[-2], events[-1]
+    assert isinstance(failed, EngineFailed) and "slot crashed" in failed.message and "partial reply is kept" in failed.message
+    assert isinstance(finished, TurnFinished) and finished.reply == "partial" and finished.metrics.stop_reason == "error"
+
+
+def test_stream_ending_without_finish_is_an_error_not_a_stop():
+    with ScriptedServer(_llama_server_routes(sse(content_chunk("half")))) as srv:
+        events = list(_loaded(srv.url).run_turn(_request()))
+    assert "ended before the reply was complete" in events[-2].message
+    assert events[-1].metrics.stop_reason == "error" and events[-1].reply == "half"
+
+
+def test_read_timeout_is_one_clear_failure():
+    stream = sse(1.5, content_chunk("late"), "[DONE]")
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        engine = RemoteEngine(srv.url, Settings(), read_timeout_s=0.3)
+        list(engine.load())
+        events = list(engine.run_turn(_request()))
+    assert isinstance(events[-1], EngineFailed) and "sent nothing for 0.3 s" in events[-1].message
+    assert not any(isinstance(e, TurnFinished) for e in events)
+
+
+def test_http_404_for_unknown_model_at_turn_time():
+    routes = {"GET /v1/models": (404, {"detail": "Not Found"}),
+              "POST /v1/chat/completions": (404, {"error": {"message": "The model `big` does not exist."}})}
+    with ScriptedServer(routes) as srv:
+        engine = RemoteEngine(srv.url, Settings(), remote_model="big")
+        load = list(engine.load())
+        assert isinstance(load[0], EngineFailed) and "HTTP 404" in load[0].message
+
+
+def test_server_url_forms_and_errors():
+    u = ServerURL("127.0.0.1:8080/v1/")
+    assert str(u.api) == "http://127.0.0.1:8080/v1" and u.display == "http://127.0.0.1:8080"
+    assert ServerURL("https://user:pw@h.example/base").display == "https://h.example/base"
+    for bad in ("ftp://host", "http://"):
+        with pytest.raises(UsageError):
+            ServerURL(bad)
+
+
+def test_factory_and_options(monkeypatch):
+    from chatphase.commands.server_options import add_server_options, engine_from_args
+
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    with pytest.raises(UsageError, match="NO_SUCH_KEY_VAR"):
+        make_engine(None, Settings(), server="http://127.0.0.1:9", api_key_env="NO_SUCH_KEY_VAR")
+    with pytest.raises(UsageError, match="need --server"):
+        make_engine(None, Settings(), remote_model="x")
+    p = argparse.ArgumentParser()
+    add_server_options(p)
+    args = p.parse_args(["--server", f"127.0.0.1:{free_port()}", "--remote-model", "m"])
+    engine = engine_from_args(args, None, Settings())
+    assert isinstance(engine, RemoteEngine) and engine.remote_model == "m"
+
+
+def test_metrics_from_report_prompt_counts_are_consistent():
+    report = ServerReport(prompt_tokens=50, completion_tokens=4)
+    report.timings = {"prompt_n": 20, "prompt_ms": 10.0}
+    m = remote_turn_metrics(t_submit_ns=0, arrival_times_ns=[5_000_000, 6_000_000, 8_000_000, 11_000_000],
+                            report=report, stop_reason="stop")
+    assert (m.prompt_tokens, m.cached_tokens, m.prefill_tokens) == (50, 30, 20)
+    assert m.ttft_ms == 5.0 and m.decode_ms == 6.0 and m.decode_tokens_per_s == pytest.approx(3 / 0.006)
+    assert (m.itl_ms_p50, m.itl_ms_max) == (2.0, 3.0) and m.tpot_ms == 2.0
+    with pytest.raises(ValueError):
+        remote_turn_metrics(t_submit_ns=10, arrival_times_ns=[5], report=ServerReport(), stop_reason="stop")
