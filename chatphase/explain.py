@@ -31,13 +31,13 @@ SMALL_PREFILL_TOKENS = 16
 
 
 def format_bytes(n: float) -> str:
-    """Human size in decimal units: ``950 B``, ``23.0 kB``, ``2.1 MB``, ``98 MB``, ``1.35 GB``, ``51.2 GB``."""
+    """Human size in decimal units: ``950 B``, ``2.3 kB``, ``23 kB``, ``2.1 MB``, ``98 MB``, ``1.35 GB``, ``51.2 GB``."""
     n = float(n)
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= scale:
             v = n / scale
             if unit == "GB":
-                return f"{v:.2f} {unit}" if v < 10 else f"{v:.1f} {unit}"
+                return f"{v:.2f} {unit}" if v < 10 else (f"{v:.1f} {unit}" if v < 100 else f"{v:.0f} {unit}")
             return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
     return f"{n:.0f} B"
 
@@ -79,8 +79,8 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
     reads = f"each token re-reads {format_bytes(weights)} of weights + {format_bytes(kv)} of KV"
     if effective < OVERHEAD_FRACTION * ref:
         return (f"decode: per-token overhead bound — {reads}, yet {tps:.1f} tok/s moves only "
-                f"{format_bytes(effective)}/s of ~{format_bytes(ref)}/s memory bandwidth; for a model this "
-                f"small, fixed work per token (sampling, Python, thread sync) dominates")
+                f"{format_bytes(effective)}/s of ~{format_bytes(ref)}/s memory bandwidth: fixed work per token "
+                f"(sampling, Python, thread sync) dominates")
     return (f"decode: memory-bandwidth bound — {reads}: {tps:.1f} tok/s moves {format_bytes(effective)}/s "
             f"(roofline ~{roofline_tps:.0f} tok/s at {format_bytes(ref)}/s)")
 

@@ -13,17 +13,17 @@ from textual.widgets import DataTable
 
 from chatphase.engine.metrics import TurnMetrics
 
-#: (column key, header) in display order; counts are tokens, headers name the other units.
+#: (column key, header) in display order; two-line headers (name, unit) keep the table within 80 columns.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("turn", "#"),
-    ("prompt_tokens", "prompt"),
-    ("cached_tokens", "cached"),
-    ("ttft_ms", "TTFT ms"),
-    ("prefill_tokens_per_s", "prefill tok/s"),
-    ("decode_tokens", "decode"),
-    ("decode_tokens_per_s", "decode tok/s"),
-    ("itl_ms_p95", "ITL p95 ms"),
-    ("kv_cache_tokens", "KV"),
+    ("prompt_tokens", "prompt\ntok"),
+    ("cached_tokens", "cached\ntok"),
+    ("ttft_ms", "TTFT\nms"),
+    ("prefill_tokens_per_s", "prefill\ntok/s"),
+    ("decode_tokens", "decode\ntok"),
+    ("decode_tokens_per_s", "decode\ntok/s"),
+    ("itl_ms_p95", "ITL p95\nms"),
+    ("kv_cache_tokens", "KV\ntok"),
     ("stop_reason", "stop"),
 )
 
@@ -60,7 +60,7 @@ class TurnHistoryTable(DataTable):
         turn_id: int
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        super().__init__(cursor_type="row", zebra_stripes=True, header_height=2, **kwargs)
 
     def on_mount(self) -> None:
         for key, header in COLUMNS:

@@ -124,17 +124,24 @@ class TurnTimeline(Widget):
             used += 1 + len(item) + (2 if used else 0)
         return text
 
-    def render(self) -> Text:
+    def render_width(self, width: int) -> Text:
+        """The timeline as Rich text for a content ``width`` in cells (used by :meth:`render` and for the height)."""
         m = self._metrics
         if m is None:
             return Text("no turn yet", style="italic")
-        width = max(4, self.size.width - self.LABEL_WIDTH)
+        bar_width = max(4, width - self.LABEL_WIDTH)
         times = time_segments(m)
         tokens = token_segments(m)
         lines = [
-            self._bar("time", times, width),
-            self._legend(times, _ms, width),
-            self._bar("prompt", tokens, width),
-            self._legend(tokens, lambda v: f"{int(v):,} tok", width),
+            self._bar("time", times, bar_width),
+            self._legend(times, _ms, bar_width),
+            self._bar("prompt", tokens, bar_width),
+            self._legend(tokens, lambda v: f"{int(v):,} tok", bar_width),
         ]
         return Text("\n").join(lines)
+
+    def render(self) -> Text:
+        return self.render_width(self.content_size.width)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.render_width(width).plain.splitlines())

@@ -1,0 +1,196 @@
+"""The Dashboard in a tiny host app, fed scripted TurnMetrics: what it shows matches the metrics."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from rich.console import Console
+from textual.widgets import Label, Sparkline, Static
+
+from chatphase.ui.dashboard import Dashboard
+from chatphase.ui.history_table import COLUMNS, TurnHistoryTable, format_row
+from chatphase.ui.kv_forecast import KvGauge
+from chatphase.ui.live_rate import LiveRate
+from chatphase.ui.phase_plots import DecodeDepthPlot, TtftPlot
+from chatphase.ui.system_figures import SystemFigures
+from chatphase.ui.timeline import TurnTimeline, scale_cells, time_segments
+from chatphase.ui.turn_detail import TurnDetail
+from dashboard_support import TURNS, DashboardApp, loaded_model, scripted_turn
+
+
+def text_of(widget: Static) -> str:
+    """Plain text of a Static's content (a str or a Rich renderable)."""
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=100, record=True)
+    console.print(content)
+    return console.export_text()
+
+
+@pytest.fixture
+def app():
+    return DashboardApp()
+
+
+async def feed(app, pid: int = 0, gpu: bool = False) -> Dashboard:
+    dash = app.query_one(Dashboard)
+    dash.set_model(loaded_model(pid=pid, gpu=gpu))
+    for turn_id, metrics in enumerate(TURNS, start=1):
+        dash.turn_finished(turn_id, metrics)
+    return dash
+
+
+async def test_history_rows_match_scripted_metrics(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        await feed(app)
+        await pilot.pause()
+        table = app.query_one(TurnHistoryTable)
+        assert table.row_count == 3
+        for i, metrics in enumerate(TURNS):
+            assert tuple(str(c) for c in table.get_row_at(i)) == format_row(i + 1, metrics)
+        # spot values from the script: turn 1 cold TTFT 397 ms, turn 2's every-10th slow gap -> ITL p95 63 ms
+        row2 = dict(zip((k for k, _ in COLUMNS), table.get_row_at(1)))
+        assert row2["ttft_ms"] == "212.6" and row2["itl_ms_p95"] == "63.0" and row2["cached_tokens"] == "199"
+        assert table.get_row_at(2)[-1] == "length"
+        assert table.cursor_row == 2  # newest last, and selected
+
+
+async def test_selecting_a_row_shows_that_turns_metrics_and_timeline(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        dash = await feed(app)
+        await pilot.pause()
+        assert dash.selected_turn == 3
+        app.query_one(TurnHistoryTable).focus()
+        await pilot.press("up", "up")
+        await pilot.pause()
+        assert dash.selected_turn == 1
+        detail = app.query_one(TurnDetail)
+        assert text_of(detail.query_one("#detail-title", Label)) == "turn 1 · stop: stop"
+        grid = text_of(detail.query_one("#detail-metrics", Static))
+        assert "TTFT ms" in grid and "397.0" in grid and "1,580.0" in grid  # decode ms: 79 gaps x 20 ms
+        explain = text_of(detail.query_one("#detail-explain", Static))
+        assert explain.startswith("prefill: compute bound") and "\ndecode: per-token overhead bound" in explain
+        timeline = detail.query_one(TurnTimeline)
+        assert timeline._metrics is TURNS[0]
+        rendered = timeline.render().plain
+        assert "prefill 375.0 ms" in rendered and "decode 1.58 s" in rendered and "evaluated 120 tok" in rendered
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert dash.selected_turn == 2
+
+
+async def test_timeline_bar_is_to_scale(app):
+    async with app.run_test(size=(108, 50)) as pilot:
+        await feed(app)
+        await pilot.pause()
+        timeline = app.query_one(TurnTimeline)
+        width = timeline.size.width - timeline.LABEL_WIDTH
+        bar = timeline.render().plain.splitlines()[0][timeline.LABEL_WIDTH:]
+        cells = scale_cells([ms for _, ms in time_segments(TURNS[2])], width)
+        assert len(bar) == width == sum(cells)
+        assert [bar.count(g) for g in "░█▓━"] == cells
+        prompt_bar = timeline.render().plain.splitlines()
+        prompt_line = next(line for line in prompt_bar if line.startswith("prompt"))[timeline.LABEL_WIDTH:]
+        assert prompt_line.count("▒") == scale_cells([409, 71], width)[0]
+
+
+def test_scale_cells():
+    assert scale_cells([1, 1, 2], 8) == [2, 2, 4]
+    assert scale_cells([0.001, 999, 0, 1], 10) == [1, 8, 0, 1]  # a tiny non-zero segment stays visible
+    assert scale_cells([0, 0], 10) == [0, 0]
+    assert sum(scale_cells([3, 7, 11], 37)) == 37
+
+
+async def test_kv_gauge_and_forecast(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        await feed(app)
+        await pilot.pause()
+        text = text_of(app.query_one(KvGauge).query_one("#kv-text", Label))
+        # 540 of 2,048 tokens x 23,040 B; growth 540/3 = 180 tok/turn; (2048-540)/180 = 8.4 turns
+        assert text == "KV 540/2,048 tok · 12 MB/47 MB · ~8 turns left at +180 tok/turn"
+        bar = app.query_one("#kv-bar")
+        assert bar.total == 2048 and bar.progress == 540
+
+
+async def test_plots_accumulate_points(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        await feed(app)
+        await pilot.pause()
+        ttft = app.query_one(TtftPlot).points
+        assert ttft["cold"] == [(120.0, TURNS[0].ttft_ms)]
+        assert ttft["cached prefix"] == [(260.0, TURNS[1].ttft_ms), (480.0, TURNS[2].ttft_ms)]
+        depth = app.query_one(DecodeDepthPlot).points["decode"]
+        assert depth == [(float(m.kv_cache_tokens), m.decode_tokens_per_s) for m in TURNS]
+        app.query_one(Dashboard).turn_finished(4, scripted_turn(500, 500, 1, 541))  # one token: no rate
+        assert len(app.query_one(DecodeDepthPlot).points["decode"]) == 3
+
+
+async def test_live_rate_repaints_on_a_timer_not_per_call(app):
+    async with app.run_test(size=(100, 40)) as pilot:
+        dash = app.query_one(Dashboard)
+        spark = app.query_one("#live-rate-sparkline", Sparkline)
+        for v in range(1, 501):
+            dash.decode_rate(float(v))
+        assert not spark.data  # nothing painted synchronously
+        await pilot.pause(0.4)
+        assert spark.data == [float(v) for v in range(381, 501)]  # the last HISTORY samples
+        assert text_of(app.query_one(LiveRate).query_one("#live-rate-label", Label)) == "decode 500.0 tok/s"
+
+
+async def test_regenerated_turn_updates_its_row(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        dash = await feed(app)
+        again = scripted_turn(480, 470, 90, 570, itl_ms=25.0)
+        dash.turn_finished(3, again)
+        await pilot.pause()
+        table = app.query_one(TurnHistoryTable)
+        assert table.row_count == 3
+        assert tuple(str(c) for c in table.get_row_at(2)) == format_row(3, again)
+
+
+async def test_reset_clears_history_but_keeps_model(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        dash = await feed(app)
+        dash.decode_rate(42.0)
+        dash.reset()
+        await pilot.pause()
+        assert app.query_one(TurnHistoryTable).row_count == 0
+        assert app.query_one(TtftPlot).points == {"cold": [], "cached prefix": []}
+        assert text_of(app.query_one("#kv-text", Label)) == "KV 0/2,048 tok · 0 B/47 MB"
+        assert text_of(app.query_one("#detail-title", Label)) == "no turn selected"
+        assert dash.model is not None and not dash.turns
+        dash.turn_finished(1, TURNS[0])
+        assert app.query_one(TurnHistoryTable).row_count == 1
+
+
+async def test_system_figures_for_a_live_process(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        await feed(app, pid=os.getpid())
+        await pilot.pause()
+        text = text_of(app.query_one(SystemFigures))
+        assert f"engine pid {os.getpid()} · RSS " in text
+        assert "memory available " in text
+        assert "model load 412 ms · threads 2 decode / 2 batch" in text
+        assert "GPU offload: CPU only — this build has no GPU support" in text
+
+
+async def test_system_figures_gpu_offload(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        await feed(app, gpu=True)
+        await pilot.pause()
+        text = text_of(app.query_one(SystemFigures))
+        assert "GPU offload: 31/31 layers on GPU" in text
+        assert "engine process: not reported by this engine" in text
+
+
+async def test_narrow_terminal_keeps_everything_reachable(app):
+    async with app.run_test(size=(80, 24)) as pilot:
+        await feed(app)
+        await pilot.pause()
+        assert app.query_one(TurnHistoryTable).region.height >= 3
+        assert app.query_one("#kv-text").region.right <= 80
+        app.query_one("#dash-tabs").active = "tab-plots"
+        await pilot.pause()
+        assert app.query_one(TtftPlot).region.height >= 8

@@ -1,0 +1,77 @@
+"""explain.py: the plain-language line per phase carries this model's and this turn's numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatphase.explain import (CPU_REFERENCE_BANDWIDTH, explain_decode, explain_prefill, explain_turn,
+                               format_bytes, format_count)
+from dashboard_support import TURNS, loaded_model, scripted_turn
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 B"), (950, "950 B"), (23_040, "23 kB"), (2_304, "2.3 kB"), (2_100_000, "2.1 MB"),
+                                     (98_000_000, "98 MB"), (1_350_000_000, "1.35 GB"), (51.2e9, "51.2 GB")])
+def test_format_bytes(n, text):
+    assert format_bytes(n) == text
+
+
+@pytest.mark.parametrize("n, text", [(950, "950"), (134_515_008, "135 M"), (1_240_000_000, "1.2 B")])
+def test_format_count(n, text):
+    assert format_count(n) == text
+
+
+def test_decode_tiny_model_on_cpu_is_overhead_bound():
+    m = TURNS[2]  # 44.4 tok/s, 540 KV tokens x 23,040 B = 12.4 MB
+    line = explain_decode(loaded_model(), m)
+    effective = m.decode_tokens_per_s * (98_000_000 + m.kv_cache_bytes)
+    assert line.startswith("decode: per-token overhead bound")
+    assert "re-reads 98 MB of weights + 12 MB of KV" in line
+    assert f"{m.decode_tokens_per_s:.1f} tok/s moves only {format_bytes(effective)}/s" in line
+    assert format_bytes(effective) == "4.91 GB"
+    assert "~51.2 GB/s memory bandwidth" in line
+
+
+def test_decode_fast_enough_is_bandwidth_bound_with_roofline():
+    m = scripted_turn(100, 0, 200, 300, itl_ms=0.5)  # 2,000 tok/s x 105 MB = 210 GB/s
+    line = explain_decode(loaded_model(), m)
+    per_token = 98_000_000 + 300 * 23_040
+    assert line.startswith("decode: memory-bandwidth bound")
+    assert "2000.0 tok/s" in line
+    assert f"roofline ~{CPU_REFERENCE_BANDWIDTH / per_token:.0f} tok/s at 51.2 GB/s" in line
+
+
+def test_decode_uses_gpu_reference_when_all_layers_offloaded():
+    m = scripted_turn(100, 0, 200, 300, itl_ms=0.5)
+    assert "at 450 GB/s" in explain_decode(loaded_model(gpu=True), m)
+    assert "of ~900 GB/s memory bandwidth" in explain_decode(loaded_model(), m, reference_bandwidth=900e9)
+
+
+def test_decode_with_one_token_has_no_rate():
+    m = scripted_turn(100, 0, 1, 101)
+    assert explain_decode(loaded_model(), m) == "decode: 1 token(s) — too few to measure a decode rate"
+
+
+def test_prefill_compute_bound_line_with_cache_and_batch_speedup():
+    m = TURNS[2]  # 71 new tokens at 320 tok/s, 409 of 480 cached, decode 44.4 tok/s
+    line = explain_prefill(loaded_model(), m)
+    assert line.startswith("prefill: compute bound")
+    assert "2 × 135 M params = 0.27 GFLOP" in line
+    assert "71 tok at 320 tok/s" in line
+    assert f"= {m.prefill_tokens_per_s * 2 * 134_515_008 / 1e9:.0f} GFLOP/s" in line
+    assert f"{m.prefill_tokens_per_s / m.decode_tokens_per_s:.1f}× the decode rate" in line
+    assert "409 of 480 prompt tokens reused from the KV cache" in line
+
+
+def test_prefill_all_cached_and_tiny_prefill():
+    all_cached = scripted_turn(300, 300, 10, 310)
+    assert explain_prefill(loaded_model(), all_cached) == (
+        "prefill: nothing to compute — all 300 prompt tokens were reused from the KV cache")
+    tiny = scripted_turn(305, 300, 10, 315)
+    line = explain_prefill(loaded_model(), tiny)
+    assert line.startswith("prefill: overhead bound — only 5 new token(s) in")
+    assert "300 of 305 prompt tokens reused" in line
+
+
+def test_explain_turn_pairs_both_lines():
+    prefill, decode = explain_turn(loaded_model(), TURNS[0])
+    assert prefill.startswith("prefill:") and decode.startswith("decode:")
