@@ -107,8 +107,11 @@ def _emit_partial(args, loaded, turns) -> None:
         return
     model = loaded.info.to_dict()
     model.pop("attention", None)
+    from chatphase.gpu import gpu_memory_used_bytes
+
     model.update(kv_bytes_per_token=loaded.kv_bytes_per_token, load_ms=loaded.load_ms,
-                 layers_offloaded=loaded.layers_offloaded, layers_total=loaded.layers_total, notes=list(loaded.notes))
+                 layers_offloaded=loaded.layers_offloaded, layers_total=loaded.layers_total,
+                 gpu_memory_bytes=gpu_memory_used_bytes(loaded.pid), notes=list(loaded.notes))
     json.dump({"model": model, "settings": loaded.settings, "turns": turns}, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
