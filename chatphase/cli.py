@@ -14,7 +14,7 @@ from chatphase import __version__
 from chatphase.errors import ChatPhaseError
 
 #: subcommand modules under chatphase.commands, in help order; the first is the default.
-COMMAND_MODULES = ("chat", "ask", "models", "pull", "info", "bench")
+COMMAND_MODULES = ("chat", "ask", "models", "pull", "info", "bench", "sessions", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
