@@ -19,7 +19,7 @@ from chatphase.session import load_session
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a saved session as Markdown, JSON or CSV",
-                       description=__doc__.split("\n\n")[0])
+                       description="Export a saved session: Markdown transcript with a metrics table, JSON of everything, or CSV with one row per turn.")
     p.add_argument("id", nargs="?", default="last", metavar="ID", help="session id, unique prefix, or 'last' (default)")
     p.add_argument("--format", "-f", choices=FORMATS, help="md | json | csv (default: from --output's extension, else md)")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write to FILE instead of stdout")

@@ -19,7 +19,7 @@ from chatphase.session import SessionSummary, delete_session, list_sessions, ren
 
 def register(sub) -> None:
     p = sub.add_parser("sessions", help="list, rename or delete saved conversations",
-                       description=__doc__.split("\n\n")[0])
+                       description="List saved sessions (newest first), rename or delete one.")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=run, action=None)
     actions = p.add_subparsers(dest="action", metavar="ACTION")

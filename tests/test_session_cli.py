@@ -1,0 +1,81 @@
+"""``chatphase sessions`` and ``chatphase export`` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatphase import session_recorder
+from chatphase.cli import main
+from chatphase.export import rows_from_csv, session_from_json
+from chatphase.session import load_session
+from chatphase.session_recorder import SessionRecorder
+from tests.session_support import MODEL, SETTINGS, record_turns
+
+
+@pytest.fixture
+def two_sessions(monkeypatch):
+    ids = iter(["20260101-000000-aaaa", "20260102-000000-bbbb"])
+    monkeypatch.setattr(session_recorder, "new_session_id", lambda: next(ids))
+    a = SessionRecorder.create(model=MODEL, settings=SETTINGS)
+    record_turns(a, [("What is TTFT?", ["Time", " to first token."])])
+    a.close()
+    b = SessionRecorder.create(model=MODEL, settings=SETTINGS)
+    record_turns(b, [("one", ["1"]), ("two", ["2"])])
+    b.begin_turn("three")
+    b.close()
+    return a, b
+
+
+def test_list_empty(capsys):
+    assert main(["sessions"]) == 0
+    assert "no saved sessions" in capsys.readouterr().out
+    assert main(["sessions", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_list_table_and_json(two_sessions, capsys):
+    assert main(["sessions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["ID", "TITLE", "MODEL", "TURNS", "LAST", "USED"]
+    assert {line.split()[0] for line in out[1:]} == {"20260101-000000-aaaa", "20260102-000000-bbbb"}
+    assert any("3 (1 partial)" in line for line in out)
+    assert main(["sessions", "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["20260101-000000-aaaa"]["title"] == "What is TTFT?"
+    assert (rows["20260102-000000-bbbb"]["turns"], rows["20260102-000000-bbbb"]["partial_turns"]) == (3, 1)
+    assert rows["20260102-000000-bbbb"]["model"] == "TestModel-1M"
+
+
+def test_rename_and_delete(two_sessions, capsys):
+    assert main(["sessions", "rename", "20260101", "TTFT", "notes"]) == 0
+    assert load_session("20260101-000000-aaaa").title == "TTFT notes"
+    assert main(["sessions", "delete", "20260101-000000-aaaa"]) == 2  # stdin is not a terminal: needs --yes
+    assert "without --yes" in capsys.readouterr().err
+    assert main(["sessions", "delete", "20260101-000000-aaaa", "--yes"]) == 0
+    assert "deleted 20260101-000000-aaaa: TTFT notes" in capsys.readouterr().out
+    assert main(["sessions", "delete", "20260101-000000-aaaa", "--yes"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "chatphase: no session '20260101-000000-aaaa' (see `chatphase sessions`)"
+
+
+def test_export_formats(two_sessions, capsys, tmp_path):
+    assert main(["export", "20260101", "--format", "json"]) == 0
+    assert session_from_json(capsys.readouterr().out) == load_session("20260101-000000-aaaa")
+    assert main(["export", "20260102", "-o", str(tmp_path / "t.csv")]) == 0  # format from the extension
+    assert "as csv" in capsys.readouterr().err
+    rows = rows_from_csv((tmp_path / "t.csv").read_text())
+    assert [r["status"] for r in rows] == ["complete", "complete", "partial"]
+    assert main(["export"]) == 0  # the latest session, as Markdown
+    md = capsys.readouterr().out
+    assert md.startswith("# ") and "## Metrics" in md and "_partial turn:" in md
+
+
+def test_export_errors(two_sessions, capsys, tmp_path):
+    assert main(["export", "nope"]) == 1
+    assert capsys.readouterr().err.startswith("chatphase: no session 'nope'")
+    assert main(["export", "20260101", "-o", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["export", "--format", "xml"])
