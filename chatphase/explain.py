@@ -12,13 +12,15 @@ The reasoning is the roofline of DESIGN.md §2:
   We report the effective FLOP/s and how many times faster than decode the batch ran.
 
 Weight bytes are the GGUF file size (weights dominate it; metadata and vocabulary are a small part).
-Sizes use decimal units (1 MB = 10^6 bytes); llama.cpp's own log prints MiB (2^20 bytes).
+Sizes use binary units (MiB, GiB) through :func:`chatphase.units.fmt_bytes`, as llama.cpp's log and the
+rest of the app do.
 """
 
 from __future__ import annotations
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.units import fmt_bytes
 
 #: reference DRAM bandwidth of a CPU, bytes/s: DDR4-3200 dual channel, 2 × 25.6 GB/s theoretical peak.
 CPU_REFERENCE_BANDWIDTH = 51.2e9
@@ -28,18 +30,6 @@ GPU_REFERENCE_BANDWIDTH = 450e9
 OVERHEAD_FRACTION = 0.25
 #: prefills of fewer new tokens than this are too short to be compute bound (fixed per-call costs dominate).
 SMALL_PREFILL_TOKENS = 16
-
-
-def format_bytes(n: float) -> str:
-    """Human size in decimal units: ``950 B``, ``2.3 kB``, ``23 kB``, ``2.1 MB``, ``98 MB``, ``1.35 GB``, ``51.2 GB``."""
-    n = float(n)
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            v = n / scale
-            if unit == "GB":
-                return f"{v:.2f} {unit}" if v < 10 else (f"{v:.1f} {unit}" if v < 100 else f"{v:.0f} {unit}")
-            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
-    return f"{n:.0f} B"
 
 
 def format_count(n: float) -> str:
@@ -57,8 +47,9 @@ def _gpu_offloaded(model: LoadedModel) -> bool:
 
 
 def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth: float | None = None) -> str:
-    """The decode line, e.g. ``decode: memory-bandwidth bound — each token re-reads 98 MB of weights +
-    2.1 MB of KV: 48.0 tok/s moves 4.8 GB/s (roofline ~520 tok/s at 51 GB/s)``.
+    """The decode line, e.g. ``decode: per-token overhead bound — each token re-reads 93.5 MiB of weights +
+    11.9 MiB of KV, yet 44.4 tok/s moves only 4.6 GiB/s of ~47.7 GiB/s memory bandwidth: fixed work per
+    token (sampling, Python, thread sync) dominates``.
 
     Args:
         model: the loaded model (weight bytes = ``model.info.size_bytes``; GPU offload decides the
@@ -76,13 +67,13 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
     ref = reference_bandwidth or (GPU_REFERENCE_BANDWIDTH if _gpu_offloaded(model) else CPU_REFERENCE_BANDWIDTH)
     effective = tps * per_token
     roofline_tps = ref / per_token
-    reads = f"each token re-reads {format_bytes(weights)} of weights + {format_bytes(kv)} of KV"
+    reads = f"each token re-reads {fmt_bytes(weights)} of weights + {fmt_bytes(kv)} of KV"
     if effective < OVERHEAD_FRACTION * ref:
         return (f"decode: per-token overhead bound — {reads}, yet {tps:.1f} tok/s moves only "
-                f"{format_bytes(effective)}/s of ~{format_bytes(ref)}/s memory bandwidth: fixed work per token "
+                f"{fmt_bytes(effective)}/s of ~{fmt_bytes(ref)}/s memory bandwidth: fixed work per token "
                 f"(sampling, Python, thread sync) dominates")
-    return (f"decode: memory-bandwidth bound — {reads}: {tps:.1f} tok/s moves {format_bytes(effective)}/s "
-            f"(roofline ~{roofline_tps:.0f} tok/s at {format_bytes(ref)}/s)")
+    return (f"decode: memory-bandwidth bound — {reads}: {tps:.1f} tok/s moves {fmt_bytes(effective)}/s "
+            f"(roofline ~{roofline_tps:.0f} tok/s at {fmt_bytes(ref)}/s)")
 
 
 def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:

@@ -109,7 +109,7 @@ async def test_kv_gauge_and_forecast(app):
         await pilot.pause()
         text = text_of(app.query_one(KvGauge).query_one("#kv-text", Label))
         # 540 of 2,048 tokens x 23,040 B; growth 540/3 = 180 tok/turn; (2048-540)/180 = 8.4 turns
-        assert text == "KV 540/2,048 tok · 12 MB/47 MB · ~8 turns left at +180 tok/turn"
+        assert text == "KV 540/2,048 tok · 11.9 MiB/45.0 MiB · ~8 turns left at +180 tok/turn"
         bar = app.query_one("#kv-bar")
         assert bar.total == 2048 and bar.progress == 540
 
@@ -158,7 +158,7 @@ async def test_reset_clears_history_but_keeps_model(app):
         await pilot.pause()
         assert app.query_one(TurnHistoryTable).row_count == 0
         assert app.query_one(TtftPlot).points == {"cold": [], "cached prefix": []}
-        assert text_of(app.query_one("#kv-text", Label)) == "KV 0/2,048 tok · 0 B/47 MB"
+        assert text_of(app.query_one("#kv-text", Label)) == "KV 0/2,048 tok · 0 B/45.0 MiB"
         assert text_of(app.query_one("#detail-title", Label)) == "no turn selected"
         assert dash.model is not None and not dash.turns
         dash.turn_finished(1, TURNS[0])

@@ -22,7 +22,7 @@ async def _three_turns(pilot) -> None:
 
 def test_dashboard_with_history_80x24(snap_compare):
     """80×24, dark theme. A reviewer should see: "decode 44.4 tok/s" with a green sparkline; the KV gauge at
-    26 % with "KV 540/2,048 tok · 12 MB/47 MB · ~8 turns left at +180 tok/turn"; the Turns tab with three
+    26 % with "KV 540/2,048 tok · 11.9 MiB/45.0 MiB · ~8 turns left at +180 tok/turn"; the Turns tab with three
     rows (TTFT 397.0 / 212.6 / 243.9 ms, cached 0 / 199 / 409), row 3 highlighted; below it "turn 3 · stop:
     length" and the time bar: a 1-cell tokenise step, an orange prefill, a red first-token step, a long green
     decode line."""

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from chatphase.explain import (CPU_REFERENCE_BANDWIDTH, explain_decode, explain_prefill, explain_turn,
-                               format_bytes, format_count)
+from chatphase.explain import CPU_REFERENCE_BANDWIDTH, explain_decode, explain_prefill, explain_turn, format_count
+from chatphase.units import fmt_bytes
 from dashboard_support import TURNS, loaded_model, scripted_turn
-
-
-@pytest.mark.parametrize("n, text", [(0, "0 B"), (950, "950 B"), (23_040, "23 kB"), (2_304, "2.3 kB"), (2_100_000, "2.1 MB"),
-                                     (98_000_000, "98 MB"), (1_350_000_000, "1.35 GB"), (51.2e9, "51.2 GB")])
-def test_format_bytes(n, text):
-    assert format_bytes(n) == text
 
 
 @pytest.mark.parametrize("n, text", [(950, "950"), (134_515_008, "135 M"), (1_240_000_000, "1.2 B")])
@@ -21,29 +15,29 @@ def test_format_count(n, text):
 
 
 def test_decode_tiny_model_on_cpu_is_overhead_bound():
-    m = TURNS[2]  # 44.4 tok/s, 540 KV tokens x 23,040 B = 12.4 MB
+    m = TURNS[2]  # 44.4 tok/s, 540 KV tokens x 23,040 B = 11.9 MiB; weights 98e6 B = 93.5 MiB
     line = explain_decode(loaded_model(), m)
     effective = m.decode_tokens_per_s * (98_000_000 + m.kv_cache_bytes)
     assert line.startswith("decode: per-token overhead bound")
-    assert "re-reads 98 MB of weights + 12 MB of KV" in line
-    assert f"{m.decode_tokens_per_s:.1f} tok/s moves only {format_bytes(effective)}/s" in line
-    assert format_bytes(effective) == "4.91 GB"
-    assert "~51.2 GB/s memory bandwidth" in line
+    assert "re-reads 93.5 MiB of weights + 11.9 MiB of KV" in line
+    assert f"{m.decode_tokens_per_s:.1f} tok/s moves only {fmt_bytes(effective)}/s" in line
+    assert fmt_bytes(effective) == "4.6 GiB"
+    assert "~47.7 GiB/s memory bandwidth" in line  # 51.2e9 B/s
 
 
 def test_decode_fast_enough_is_bandwidth_bound_with_roofline():
-    m = scripted_turn(100, 0, 200, 300, itl_ms=0.5)  # 2,000 tok/s x 105 MB = 210 GB/s
+    m = scripted_turn(100, 0, 200, 300, itl_ms=0.5)  # 2,000 tok/s x 105 MB = 210 GB/s > 25 % of 51.2 GB/s
     line = explain_decode(loaded_model(), m)
     per_token = 98_000_000 + 300 * 23_040
     assert line.startswith("decode: memory-bandwidth bound")
     assert "2000.0 tok/s" in line
-    assert f"roofline ~{CPU_REFERENCE_BANDWIDTH / per_token:.0f} tok/s at 51.2 GB/s" in line
+    assert f"roofline ~{CPU_REFERENCE_BANDWIDTH / per_token:.0f} tok/s at 47.7 GiB/s" in line
 
 
 def test_decode_uses_gpu_reference_when_all_layers_offloaded():
     m = scripted_turn(100, 0, 200, 300, itl_ms=0.5)
-    assert "at 450 GB/s" in explain_decode(loaded_model(gpu=True), m)
-    assert "of ~900 GB/s memory bandwidth" in explain_decode(loaded_model(), m, reference_bandwidth=900e9)
+    assert "at 419.1 GiB/s" in explain_decode(loaded_model(gpu=True), m)  # 450e9 B/s
+    assert "of ~838.2 GiB/s memory bandwidth" in explain_decode(loaded_model(), m, reference_bandwidth=900e9)
 
 
 def test_decode_with_one_token_has_no_rate():

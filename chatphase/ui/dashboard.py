@@ -118,4 +118,5 @@ class Dashboard(Widget):
         if n_ctx <= 0:
             return
         series = [m.kv_cache_tokens for m in self.turns.values()]
-        self.query_one(KvGauge).update_forecast(forecast_kv(series, n_ctx), self.model.kv_bytes_per_token)
+        self.query_one(KvGauge).update_forecast(forecast_kv(series, n_ctx), self.model.kv_bytes_per_token,
+                                                self.model.kv_capacity_bytes)

@@ -10,14 +10,18 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, ProgressBar
 
-from chatphase.explain import format_bytes
+from chatphase.units import fmt_bytes
 from chatphase.forecast import KvForecast
 
 
-def forecast_text(f: KvForecast, kv_bytes_per_token: int) -> str:
-    """``KV 1,234/4,096 tok · 28 MB/94 MB · ~9 turns left at +137 tok/turn`` (bytes = tokens × per-token)."""
-    used_b = format_bytes(f.used_tokens * kv_bytes_per_token)
-    cap_b = format_bytes(f.n_ctx * kv_bytes_per_token)
+def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int) -> str:
+    """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``.
+
+    Used bytes = used tokens × ``kv_bytes_per_token``; capacity = ``kv_capacity_bytes``, the cache llama.cpp
+    allocated (n_ctx padded to 256 cells, :func:`chatphase.engine.kv.kv_capacity_bytes`).
+    """
+    used_b = fmt_bytes(f.used_tokens * kv_bytes_per_token)
+    cap_b = fmt_bytes(kv_capacity_bytes)
     text = f"KV {f.used_tokens:,}/{f.n_ctx:,} tok · {used_b}/{cap_b}"
     if f.growth_tokens_per_turn is None:
         return text
@@ -35,7 +39,7 @@ class KvGauge(Widget):
         yield ProgressBar(total=1, show_eta=False, id="kv-bar")
         yield Label("KV – (no model)", id="kv-text")
 
-    def update_forecast(self, forecast: KvForecast, kv_bytes_per_token: int) -> None:
-        """Show ``forecast``; ``kv_bytes_per_token`` converts tokens to bytes."""
+    def update_forecast(self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int) -> None:
+        """Show ``forecast``; bytes as in :func:`forecast_text`."""
         self.query_one("#kv-bar", ProgressBar).update(total=forecast.n_ctx, progress=forecast.used_tokens)
-        self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token))
+        self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token, kv_capacity_bytes))

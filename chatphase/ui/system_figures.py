@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import LoadedModel
-from chatphase.explain import format_bytes
+from chatphase.units import fmt_bytes
 from chatphase.sysinfo import ProcessSampler, SystemSample
 
 #: seconds between samples.
@@ -35,11 +35,11 @@ def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
         lines.append(f"engine pid {model.pid}: {'not sampled yet' if sample is None else 'not running'}")
     else:
         cpu = "–" if sample.cpu_percent is None else f"{sample.cpu_percent:.0f} %"
-        lines.append(f"engine pid {sample.pid} · RSS {format_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
+        lines.append(f"engine pid {sample.pid} · RSS {fmt_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
                      f"· {sample.num_threads} OS threads")
     if sample is not None:
-        lines.append(f"memory available {format_bytes(sample.mem_available_bytes)} "
-                     f"of {format_bytes(sample.mem_total_bytes)}")
+        lines.append(f"memory available {fmt_bytes(sample.mem_available_bytes)} "
+                     f"of {fmt_bytes(sample.mem_total_bytes)}")
     lines.append(f"model load {model.load_ms:,.0f} ms · threads {s.get('n_threads', '–')} decode / "
                  f"{s.get('n_threads_batch', '–')} batch")
     lines.append(f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "

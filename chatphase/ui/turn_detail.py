@@ -9,7 +9,8 @@ from textual.widgets import Label, Static
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.explain import explain_turn, format_bytes
+from chatphase.explain import explain_turn
+from chatphase.units import fmt_bytes
 from chatphase.ui.timeline import TurnTimeline
 
 
@@ -35,8 +36,8 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("ITL p95 ms", num(m.itl_ms_p95, 2)),
         ("ITL max ms", num(m.itl_ms_max, 2)),
         ("KV tokens", f"{m.kv_cache_tokens:,}"),
-        ("KV bytes", format_bytes(m.kv_cache_bytes)),
-        ("KV capacity", format_bytes(m.kv_capacity_bytes)),
+        ("KV bytes", fmt_bytes(m.kv_cache_bytes)),
+        ("KV capacity", fmt_bytes(m.kv_capacity_bytes)),
         ("KV bytes/token", f"{m.kv_bytes_per_token:,}"),
         ("dropped messages", str(m.dropped_messages)),
         ("stop reason", m.stop_reason),
