@@ -170,3 +170,11 @@ def _is_first(p: Path) -> bool:
         return False
     m = SPLIT_RE.match(p.name)
     return not m or int(m["no"]) == 1
+
+
+def fmt_params(n: int) -> str:
+    """Parameter count: ``134515008`` -> ``135M``."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
+    return str(n)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 
-from chatphase.commands.models import fmt_params
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.cpu_features import detect_amx, enabled_features, read_cpu_flags
 from chatphase.engine.kv import kv_bytes_per_token
 from chatphase.errors import ModelError
 from chatphase.gguf_meta import read_model_info
 from chatphase.memory_estimate import assess, estimate
-from chatphase.models import resolve_model
+from chatphase.models import fmt_params, resolve_model
 from chatphase.units import fmt_bytes
 
 GPU_BUILD_HINT = (
@@ -93,6 +92,7 @@ def render(r: dict) -> str:
         f"architecture   {m['architecture']} · {m['n_layer']} layers · {fmt_params(m['n_params'])} parameters",
         f"quantisation   {m['quantization']} · {fmt_bytes(m['size_bytes'])} on disk",
         f"context        trained {m['n_ctx_train'] or '?'} tokens · n_ctx {kv['n_ctx']} ({kv['kv_cells']} KV cells)"
+        + (" · above the trained context: quality may degrade" if m["n_ctx_train"] and kv["n_ctx"] > m["n_ctx_train"] else "")
         + ("" if m["has_chat_template"] else " · no chat template in the file"),
         f"KV cache       {per_tok} per token ({kv['type_k']}/{kv['type_v']}) · {fmt_bytes(kv['kv_capacity_bytes'])} at n_ctx",
         f"memory         {mem['verdict']}: {mem['message']}",

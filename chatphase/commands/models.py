@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from chatphase.models import list_models
+from chatphase.models import fmt_params, list_models
 from chatphase.units import fmt_bytes
 
 
@@ -17,14 +17,6 @@ def register(sub) -> None:
     p.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=run)
-
-
-def fmt_params(n: int) -> str:
-    """Parameter count: ``134515008`` -> ``135M``."""
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
-    return str(n)
 
 
 def run(args) -> int:

@@ -1,0 +1,124 @@
+"""Model picker: a modal list of the models ``chatphase models`` finds; returns the chosen ``ModelInfo``.
+
+Rows come from :func:`chatphase.models.list_models` (bundled default, models directory, Hugging Face
+cache), read in a thread worker so the screen opens at once. Each row shows architecture, parameters,
+quantisation, file size, training context, KV bytes per token and the memory estimate at the app's
+n_ctx (:mod:`chatphase.memory_estimate`). Files that fail validation are listed with their reason and
+cannot be chosen (a notice says why); a model that would be refused for memory cannot be chosen either.
+Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Label
+
+from chatphase.gguf_meta import ModelInfo
+from chatphase.memory_estimate import assess, estimate
+from chatphase.models import ModelEntry, fmt_params, list_models
+from chatphase.units import fmt_bytes
+
+COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
+
+
+class ModelPickerScreen(ModalScreen[ModelInfo | None]):
+    """Pick a model. ``lister`` returns the entries (default :func:`list_models` over ``models_dir``);
+    ``current_path`` marks the loaded model; ``n_ctx`` sizes the memory column.
+    Dismisses with the chosen :class:`~chatphase.gguf_meta.ModelInfo`, or ``None`` on Esc."""
+
+    CSS_PATH = "model_picker.tcss"
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]
+
+    def __init__(self, n_ctx: int = 4096, current_path: str | None = None, models_dir: str | None = None,
+                 lister: Callable[[], list[ModelEntry]] | None = None) -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.current_path = current_path
+        self.lister = lister or (lambda: list_models(models_dir))
+        self.entries: list[ModelEntry] = []
+        self.verdicts: dict[str, object] = {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="picker-box", classes="modal-box"):
+            yield Label("Model: Switch  ·  Enter load  ·  Esc cancel", classes="panel-title")
+            yield Label("Reading model headers…", id="picker-status")
+            yield DataTable(id="picker-table", cursor_type="row", zebra_stripes=True)
+            yield Label("", id="picker-detail")
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self.load_entries()
+
+    @work(thread=True, exclusive=True, group="model-picker")
+    def load_entries(self) -> None:
+        """Read the model list off the UI thread, then fill the table."""
+        try:
+            entries = self.lister()
+            error = None
+        except Exception as exc:  # a broken models directory must not kill the picker
+            entries, error = [], f"cannot list models: {exc}"
+        self.app.call_from_thread(self.fill, entries, error)
+
+    def fill(self, entries: list[ModelEntry], error: str | None = None) -> None:
+        """Show ``entries`` (usable first, in listing order; broken ones after)."""
+        self.entries = sorted(entries, key=lambda e: e.info is None)
+        table = self.query_one(DataTable)
+        table.clear()
+        cursor = 0
+        for i, e in enumerate(self.entries):
+            table.add_row(*self._cells(e), key=str(i))
+            if e.info is not None and self.current_path and e.path == self.current_path:
+                cursor = i
+        usable = sum(e.info is not None for e in self.entries)
+        status = error or f"{usable} usable model{'s' if usable != 1 else ''} · memory at n_ctx {self.n_ctx}"
+        self.query_one("#picker-status", Label).update(status)
+        if self.entries:
+            table.move_cursor(row=cursor)
+        table.focus()
+
+    def _cells(self, e: ModelEntry) -> tuple:
+        mark = "●" if e.info is not None and e.path == self.current_path else ("*" if e.is_default else "")
+        label = e.spec or "default"
+        if e.info is None:
+            return (mark, Text(label, style="dim"), Text("unusable", style="red"), "", "", "", "", "", "", e.source)
+        i: ModelInfo = e.info
+        verdict = assess(estimate(i, self.n_ctx))
+        self.verdicts[e.path] = verdict
+        style = {"ok": "", "warn": "yellow", "refuse": "red"}[verdict.level]
+        memory = Text(fmt_bytes(estimate(i, self.n_ctx).total_bytes), style=style)
+        return (mark, label, i.architecture, fmt_params(i.n_params), i.quantization, fmt_bytes(i.size_bytes),
+                str(i.n_ctx_train or "?"), fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
+                memory, e.source)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Show the highlighted file's path, or why it cannot be used."""
+        if event.row_key is None or event.row_key.value is None:
+            return
+        e = self.entries[int(event.row_key.value)]
+        detail = Text(e.error or "unusable", style="red") if e.info is None else Text(
+            f"{e.info.name} · {e.path}" + (f" · {self.verdicts[e.path].message}" if e.path in self.verdicts else "")
+        )
+        self.query_one("#picker-detail", Label).update(detail)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        entry = self.entries[int(event.row_key.value)]
+        if entry.info is None:
+            self.notify(entry.error or "this file cannot be used", title="Model unusable", severity="error")
+            return
+        verdict = self.verdicts.get(entry.path)
+        if verdict is not None and verdict.level == "refuse":
+            self.notify(verdict.message, title="Model will not fit", severity="error")
+            return
+        if verdict is not None and verdict.level == "warn":
+            self.notify(verdict.message, title="Memory", severity="warning")
+        self.dismiss(entry.info)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

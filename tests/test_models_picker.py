@@ -1,0 +1,90 @@
+"""The model picker as a user sees it: a tiny host app opens it, Enter returns the chosen ModelInfo,
+unusable files cannot be chosen (a notice says why), Esc returns None."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+from textual.widgets import DataTable, Label
+
+from chatphase.models import ModelEntry
+from chatphase.ui.model_picker import ModelPickerScreen
+
+
+class Host(App):
+    """Opens the picker on mount and records what it returns."""
+
+    def __init__(self, lister, current_path=None):
+        super().__init__()
+        self.lister, self.current_path = lister, current_path
+        self.results: list = []
+
+    def compose(self) -> ComposeResult:
+        yield Label("host")
+
+    def on_mount(self) -> None:
+        self.push_screen(ModelPickerScreen(n_ctx=2048, current_path=self.current_path, lister=self.lister),
+                         self.results.append)
+
+
+def entries(default_model_info, tmp_path: Path) -> list[ModelEntry]:
+    broken = str(tmp_path / "page.gguf")
+    return [
+        ModelEntry("", default_model_info.path, "default", True, default_model_info),
+        ModelEntry("page.gguf", broken, "models-dir", False, None, f"not a GGUF file (starts with b'<!DO'): {broken}"),
+        ModelEntry("copy.gguf", str(tmp_path / "copy.gguf"), "models-dir", False, default_model_info),
+    ]
+
+
+async def wait_rows(pilot, n: int) -> DataTable:
+    table = pilot.app.screen.query_one(DataTable)
+    for _ in range(250):
+        if table.row_count == n:
+            return table
+        await pilot.pause(0.02)
+    raise AssertionError(f"picker never showed {n} rows")
+
+
+async def test_enter_returns_the_chosen_model(default_model_info, tmp_path):
+    app = Host(lambda: entries(default_model_info, tmp_path), current_path=default_model_info.path)
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = await wait_rows(pilot, 3)
+        assert table.cursor_row == 0  # the loaded model is highlighted
+        assert "2 usable models" in str(app.screen.query_one("#picker-status", Label).render())
+        row = [str(c) for c in table.get_row_at(0)]
+        assert row[0] == "●" and row[2:5] == ["llama", "135M", "Q4_1"] and row[7] == "22.5 KiB"
+        await pilot.press("down", "enter")  # the broken file sorts last: row 1 is copy.gguf
+        await pilot.pause()
+    assert app.results == [default_model_info]
+
+
+async def test_unusable_file_shows_its_reason_and_is_not_chosen(default_model_info, tmp_path):
+    app = Host(lambda: entries(default_model_info, tmp_path))
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = await wait_rows(pilot, 3)
+        assert str(table.get_row_at(2)[2]) == "unusable"
+        await pilot.press("down", "down")
+        await pilot.pause()
+        assert "not a GGUF file" in str(app.screen.query_one("#picker-detail", Label).render())
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ModelPickerScreen) and app.results == []
+        assert any("not a GGUF file" in n.message for n in app._notifications)
+        await pilot.press("escape")
+        await pilot.pause()
+    assert app.results == [None]
+
+
+async def test_picker_survives_a_failing_lister(tmp_path):
+    def boom():
+        raise PermissionError("models directory not readable")
+
+    app = Host(boom)
+    async with app.run_test(size=(120, 24)) as pilot:
+        status = app.screen.query_one("#picker-status", Label)
+        for _ in range(100):
+            if "cannot list models" in str(status.render()):
+                break
+            await pilot.pause(0.02)
+        assert "not readable" in str(status.render())
