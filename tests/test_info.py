@@ -1,0 +1,104 @@
+"""``chatphase info`` and ``chatphase models`` on the bundled default model, and the memory estimate.
+
+Figures are checked against llama.cpp's own: 23,040 KV bytes per token for SmolLM2-135M, and the KV cache
+size llama.cpp prints at context creation (``llama_kv_cache: size = 11.25 MiB`` at n_ctx 512)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatphase import cli
+from chatphase.memory_estimate import assess, estimate
+from chatphase.models import fmt_params, list_models
+
+MIB = 1024 * 1024
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_info_json_reports_model_kv_memory_and_build(capsys, default_model_info):
+    code, out, err = run(capsys, "info", "--n-ctx", "512", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["model"]["architecture"] == "llama" and r["model"]["quantization"] == "Q4_1"
+    assert r["kv"]["kv_bytes_per_token"] == 23_040
+    assert r["kv"]["kv_capacity_bytes"] == 11.25 * MIB  # llama.cpp: "llama_kv_cache: size = 11.25 MiB"
+    mem = r["memory"]
+    assert mem["total_bytes"] == mem["weights_bytes"] + mem["kv_cache_bytes"] + mem["compute_bytes"]
+    assert mem["weights_bytes"] == default_model_info.size_bytes and mem["verdict"] in ("ok", "warn")
+    s = r["system"]
+    assert isinstance(s["amx_detected"], bool) and isinstance(s["gpu_offload_supported"], bool)
+    assert "AVX" in s["system_info"] or s["system_info"]
+
+
+def test_info_text_and_quantised_kv(capsys):
+    code, out, _ = run(capsys, "info", "--n-ctx", "1000", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0")
+    assert code == 0
+    # q8_0 = 34/32 bytes per element: 23,040 × 17/32 = 12,240 bytes per token; 1000 -> 1024 cells
+    assert "12.0 KiB per token (q8_0/q8_0)" in out and "1024 KV cells" in out
+    assert "AMX" in out and "GPU offload" in out
+
+
+def test_info_refuses_a_context_that_cannot_be_allocated(capsys):
+    code, out, err = run(capsys, "info", "--n-ctx", "200000000")
+    assert code == 2
+    assert err.startswith("chatphase: model will not fit: KV cache + compute alone need") and err.count("\n") == 1
+    assert "lower --n-ctx" in err
+
+
+def test_info_unknown_model_name(capsys, tmp_path):
+    code, _, err = run(capsys, "info", "--model", "no-such-model", "--models-dir", str(tmp_path))
+    assert code == 2 and "model not found: no-such-model" in err
+
+
+def test_models_lists_the_default_marked(capsys):
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("*"))
+    assert "llama" in line and "135M" in line and "Q4_1" in line and "22.5 KiB" in line and "8192" in line
+    code, out, _ = run(capsys, "models", "--json")
+    listed = json.loads(out)
+    default = [m for m in listed if m["default"]]
+    assert len(default) == 1 and default[0]["info"]["kv_bytes_per_token"] == 23_040
+
+
+def test_models_dir_files_listed_and_broken_ones_explained(capsys, tmp_path, default_model_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.gguf").symlink_to(default_model_path)  # same file as the default: listed once
+    (tmp_path / "page.gguf").write_text("<html>not a model</html>")
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "x.gguf").write_text("hidden partial")
+    entries = list_models(tmp_path)
+    assert [e.source for e in entries] == ["default", "models-dir"]
+    assert entries[1].info is None and "not a GGUF file" in entries[1].error
+    code, out, _ = run(capsys, "models", "--models-dir", str(tmp_path))
+    assert code == 0 and "unusable: not a GGUF file" in out
+
+
+def test_memory_estimate_terms(default_model_info):
+    est = estimate(default_model_info, n_ctx=4096, n_ubatch=256)
+    assert est.kv_cache_bytes == 90 * MIB  # llama.cpp: 90.00 MiB at 4096 cells
+    # compute: within 10 % above llama.cpp's "CPU compute buffer size = 49.69 MiB" (n_ubatch 256)
+    assert 49.69 * MIB <= est.compute_bytes <= 1.1 * 49.69 * MIB
+    assert estimate(default_model_info, 4096, n_ubatch=64).compute_bytes < est.compute_bytes
+
+
+@pytest.mark.parametrize(
+    "available_mib, swap_mib, level",
+    [(10_000, 0, "ok"), (200, 0, "warn"), (100, 0, "refuse"), (100, 100, "warn")],
+)
+def test_memory_verdicts(default_model_info, available_mib, swap_mib, level):
+    est = estimate(default_model_info, n_ctx=4096)  # ~236 MiB in all, KV + compute ~143 MiB
+    verdict = assess(est, available_bytes=available_mib * MIB, swap_free_bytes=swap_mib * MIB)
+    assert verdict.level == level
+    assert "MiB" in verdict.message
+
+
+def test_fmt_params():
+    assert [fmt_params(n) for n in (134_515_008, 1_235_814_400, 7_241_732_096, 999)] == ["135M", "1.2B", "7.2B", "999"]
