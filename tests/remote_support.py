@@ -42,10 +42,11 @@ def free_port() -> int:
 
 
 def sse(*chunks) -> list:
-    """SSE body parts: each dict becomes ``data: {json}``, a str is sent as ``data: str``, a float pauses."""
+    """SSE body parts: each dict becomes ``data: {json}``, a str is sent as ``data: str``, a float pauses
+    that many seconds, a ``threading.Event`` pauses until it is set."""
     parts: list = []
     for c in chunks:
-        if isinstance(c, float):
+        if isinstance(c, (float, threading.Event)):
             parts.append(c)
         else:
             parts.append(f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n".encode())
@@ -85,6 +86,8 @@ class ScriptedServer:
                         for part in body:
                             if isinstance(part, float):
                                 time.sleep(part)
+                            elif isinstance(part, threading.Event):
+                                part.wait(30)
                             else:
                                 self.wfile.write(part)
                                 self.wfile.flush()

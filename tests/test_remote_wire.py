@@ -184,3 +184,23 @@ def test_metrics_from_report_prompt_counts_are_consistent():
     assert (m.itl_ms_p50, m.itl_ms_max) == (2.0, 3.0) and m.tpot_ms == 2.0
     with pytest.raises(ValueError):
         remote_turn_metrics(t_submit_ns=10, arrival_times_ns=[5], report=ServerReport(), stop_reason="stop")
+
+
+@pytest.mark.timeout(10)  # liveness bound: without the socket shutdown this waits out the 20 s read timeout
+def test_cancel_while_waiting_for_the_first_token_returns_at_once():
+    import threading
+
+    release = threading.Event()  # the server stays silent until the turn has returned
+    stream = sse(release, content_chunk("too late"), "[DONE]")
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        engine = RemoteEngine(srv.url, Settings(), read_timeout_s=20)
+        list(engine.load())
+        timer = threading.Timer(0.3, engine.cancel)
+        timer.start()
+        events = list(engine.run_turn(_request()))
+        release.set()
+        timer.join()
+    done = events[-1]
+    # a read timeout (EngineFailed) would mean the blocked read was waited out instead of interrupted
+    assert not any(isinstance(e, (EngineFailed, FirstToken)) for e in events)
+    assert isinstance(done, TurnFinished) and done.metrics.stop_reason == "cancelled" and done.reply == ""

@@ -217,18 +217,7 @@ class RemoteEngine:
         """Describe the served model with what the server exposes; the rest is ``None`` (unknown)."""
         gen = props.get("default_generation_settings") or {}
         n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
-        info = ModelInfo(
-            path=props.get("model_path") or f"{self.url.display} ({self.remote_model or 'default model'})",
-            name=self.remote_model or "remote model",
-            architecture="unknown",
-            n_params=meta.get("n_params"),
-            size_bytes=meta.get("size"),
-            n_layer=None,
-            quantization="unknown",
-            n_ctx_train=meta.get("n_ctx_train"),
-            kv_bytes_per_token=None,
-            has_chat_template=True,
-        )
+        info = remote_model_info(self.url.display, self.remote_model, props.get("model_path"), meta)
         server = "llama-server" if props else "OpenAI-compatible server"
         return LoadedModel(
             info=info,
@@ -240,6 +229,26 @@ class RemoteEngine:
             notes=(f"remote {server} at {self.url.display}: token counts come from the server; "
                    "TTFT and ITL from this client's clock (network included); KV figures unavailable",),
         )
+
+
+def remote_model_info(server: str, remote_model: str | None, model_path: str | None = None,
+                      meta: dict | None = None) -> ModelInfo:
+    """A :class:`ModelInfo` for a served model from what the server exposes (llama-server's
+    ``/v1/models`` ``meta``: ``n_params, size, n_ctx_train``; ``/props`` ``model_path``); everything else
+    is ``None`` or ``"unknown"``. With no ``meta`` it is the placeholder a UI shows before ``load()``."""
+    meta = meta or {}
+    return ModelInfo(
+        path=model_path or f"{server} ({remote_model or 'default model'})",
+        name=remote_model or f"model at {server}",
+        architecture="unknown",
+        n_params=meta.get("n_params"),
+        size_bytes=meta.get("size"),
+        n_layer=None,
+        quantization="unknown",
+        n_ctx_train=meta.get("n_ctx_train"),
+        kv_bytes_per_token=None,
+        has_chat_template=True,
+    )
 
 
 class _RemoteError(Exception):
