@@ -204,3 +204,23 @@ def test_cancel_while_waiting_for_the_first_token_returns_at_once():
     # a read timeout (EngineFailed) would mean the blocked read was waited out instead of interrupted
     assert not any(isinstance(e, (EngineFailed, FirstToken)) for e in events)
     assert isinstance(done, TurnFinished) and done.metrics.stop_reason == "cancelled" and done.reply == ""
+
+
+def test_token_id_prompt_goes_to_completions_with_cache_reset_and_ignore_eos():
+    text_chunk = lambda t: {"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": None}]}
+    stream = sse(text_chunk("x"), text_chunk("y"),
+                 {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                  "timings": {"prompt_n": 64, "prompt_ms": 20.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 9.0}},
+                 "[DONE]")
+    routes = {"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS), "POST /v1/completions": (200, stream)}
+    with ScriptedServer(routes) as srv:
+        engine = _loaded(srv.url)
+        req = TurnRequest(3, prompt_token_ids=tuple(range(1, 65)), sampling=SamplingParams(max_tokens=2),
+                          reset_cache=True, ignore_eos=True)
+        events = list(engine.run_turn(req))
+        body = srv.requests[-1][3]
+    assert body["prompt"] == list(range(1, 65)) and "messages" not in body
+    assert body["cache_prompt"] is False and body["ignore_eos"] is True
+    m = events[-1].metrics
+    assert events[-1].reply == "xy" and m.stop_reason == "length"
+    assert (m.prompt_tokens, m.cached_tokens, m.prefill_tokens, m.decode_tokens) == (64, 0, 64, 2)

@@ -3,7 +3,8 @@
 llama.cpp's ``llama-server``, vLLM, llama-cpp-python's server and Ollama's ``/v1`` endpoint all stream
 ``POST /v1/chat/completions`` as server-sent events; this engine sends the conversation there with
 ``stream_options.include_usage`` and turns the stream into the same events and ``TurnMetrics`` as the local
-engine (what is measured where: :mod:`chatphase.engine.remote_wire`). The server's own ``timings``
+engine (what is measured where: :mod:`chatphase.engine.remote_wire`). A token-id prompt (``bench``) goes
+to ``POST /v1/completions`` instead (llama-server and vLLM accept token ids there). The server's own ``timings``
 (llama-server) travel beside the client's view in ``TurnFinished.server_timings``.
 
 - ``load()`` lists ``GET /v1/models`` (an unknown ``remote_model`` fails here, naming what the server
@@ -135,9 +136,6 @@ class RemoteEngine:
         if self.loaded is None:
             yield EngineFailed("not connected to the server; load() first", request.turn_id, fatal=True)
             return
-        if request.prompt_token_ids is not None:
-            yield EngineFailed("token-id prompts are not supported over a server's chat API", request.turn_id)
-            return
         self._cancel.clear()
         yield from _Turn(self, request).run()
 
@@ -161,8 +159,13 @@ class RemoteEngine:
         self._client.close()
 
     # -- helpers ---------------------------------------------------------------------------------
+    def endpoint(self, request: TurnRequest) -> str:
+        """``…/v1/chat/completions``, or ``…/v1/completions`` for a token-id prompt (``bench``): llama-server
+        and vLLM take ``prompt`` as a list of token ids there (llama-cpp-python's server does not)."""
+        return f"{self.url.api}/{'completions' if request.prompt_token_ids is not None else 'chat/completions'}"
+
     def request_body(self, request: TurnRequest) -> dict:
-        """The JSON body of ``POST /v1/chat/completions`` for ``request``.
+        """The JSON body for :meth:`endpoint` (``messages``, or ``prompt`` token ids).
 
         Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repeat_penalty``) are accepted by
         llama-server, vLLM, llama-cpp-python and Ollama; ``return_progress`` (prefill progress chunks) and
@@ -170,7 +173,6 @@ class RemoteEngine:
         """
         sp = request.sampling
         body: dict = {
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": sp.max_tokens,
@@ -180,6 +182,10 @@ class RemoteEngine:
             "min_p": sp.min_p,
             "repeat_penalty": sp.repeat_penalty,
         }
+        if request.prompt_token_ids is not None:
+            body["prompt"] = list(request.prompt_token_ids)
+        else:
+            body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
         if self.remote_model:
             body["model"] = self.remote_model
         if sp.seed is not None:
@@ -273,7 +279,7 @@ class _Turn:
         error: str | None = None
         done = False
         try:
-            with engine._client.stream("POST", f"{engine.url.api}/chat/completions", json=body) as response:
+            with engine._client.stream("POST", engine.endpoint(self.request), json=body) as response:
                 with engine._lock:
                     engine._response = response
                 if response.status_code >= 400:

@@ -84,9 +84,12 @@ class ServerReport:
 
 
 def chunk_text(chunk: dict) -> tuple[str, str]:
-    """``(content, reasoning)`` text of choice 0's delta in one chunk (``""`` where absent)."""
+    """``(content, reasoning)`` text of choice 0 in one chunk: its chat ``delta``, or its ``text`` in a
+    ``/v1/completions`` stream (``""`` where absent)."""
     for choice in chunk.get("choices") or ():
         if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            if isinstance(choice.get("text"), str):
+                return choice["text"], ""
             delta = choice.get("delta") or {}
             content = delta.get("content") or ""
             reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
