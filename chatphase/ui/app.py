@@ -12,12 +12,11 @@ and the dashboard's live rate are refreshed at ``PANEL_HZ``.
 
 from __future__ import annotations
 
-import importlib.util
 from functools import partial
 from typing import Callable, Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -27,6 +26,7 @@ from chatphase.engine.events import LoadedModel, Message, TurnRequest
 from chatphase.gguf_meta import ModelInfo
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import ACTIONS, action_bindings
+from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage
 from chatphase.ui.engine_link import EngineWorkers
 from chatphase.ui.phase_indicator import PhaseIndicator
@@ -40,15 +40,6 @@ PANEL_HZ = 4
 WIDE_COLUMNS = 110
 
 
-def _make_dashboard():
-    """The teammate's ``chatphase.ui.dashboard.Dashboard`` if that module exists, else ``None``."""
-    if importlib.util.find_spec("chatphase.ui.dashboard") is None:
-        return None
-    from chatphase.ui.dashboard import Dashboard
-
-    return Dashboard(id="dashboard")
-
-
 class ChatPhaseApp(EngineWorkers, App[None]):
     """The chat TUI.
 
@@ -58,7 +49,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         engine_factory: ``ModelInfo -> Engine``; called to start, restart or switch engines.
     """
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = ["app.tcss", DASHBOARD_CSS_PATH]
     TITLE = "chatphase"
     BINDINGS = action_bindings()
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
@@ -86,11 +77,9 @@ class ChatPhaseApp(EngineWorkers, App[None]):
                 yield ChatLog(id="chat-log")
                 yield PhaseIndicator(id="phase")
                 yield PromptInput(id="prompt")
-            with VerticalScroll(id="side"):
+            with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
-                dashboard = _make_dashboard()
-                if dashboard is not None:
-                    yield dashboard
+                yield Dashboard(id="dashboard")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -99,27 +88,26 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         else:
             self.notify(f"Unknown theme {self.settings.theme!r}; using {self.theme}", severity="warning")
         self.sub_title = self.model_info.name
+        self.chat_log = self.query_one(ChatLog)
+        self.indicator = self.query_one(PhaseIndicator)
+        self.panel = self.query_one(PhasePanel)
+        self.prompt = self.query_one(PromptInput)
+        self._dashboard = self.query_one(Dashboard)
         self.set_interval(1 / FLUSH_HZ, self._tick)
         self.start_engine()
-        self.query_one(PromptInput).focus()
+        self.prompt.focus()
 
     @property
-    def dashboard(self):
-        """The mounted dashboard widget, or ``None``."""
-        found = self.query("#dashboard")
-        return found.first() if found else None
-
-    def _dash(self, method: str, *args) -> None:
-        dashboard = self.dashboard
-        if dashboard is not None and hasattr(dashboard, method):
-            getattr(dashboard, method)(*args)
+    def dashboard(self) -> Dashboard:
+        """The dashboard widget (history, timeline, plots, system figures)."""
+        return self._dashboard
 
     # -- engine lifecycle ------------------------------------------------------------------------
     def start_engine(self) -> None:
         """Create an engine with the factory and load the model in a worker."""
         self.engine_id += 1
         self.loaded = None
-        self.query_one(PhaseIndicator).show_loading(self.model_info.name)
+        self.indicator.show_loading(self.model_info.name)
         try:
             self.engine = self.engine_factory(self.model_info)
         except Exception as exc:  # a factory failure is shown, never a traceback
@@ -142,13 +130,15 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         self._retire_engine()
         self.model_info = info
         self.sub_title = info.name
-        self.query_one(ChatLog).add_notice(f"Switched model to {info.name}")
+        self.chat_log.add_notice(f"Switched model to {info.name}")
         self.start_engine()
 
     def _engine_down(self, message: str) -> None:
+        """The engine is gone: release it, say so in the indicator, the log and a notice."""
+        self._retire_engine()
         self.loaded = None
-        self.query_one(PhaseIndicator).failed(message, fatal=True)
-        self.query_one(ChatLog).add_notice(f"Engine stopped: {message}. Press F5 (Engine: Restart).", "error")
+        self.indicator.failed(message, fatal=True)
+        self.chat_log.add_notice(f"Engine stopped: {message}. Press F5 (Engine: Restart).", "error")
         self.notify(message, title="Engine stopped", severity="error")
 
     def _shutdown_engine(self) -> None:
@@ -178,7 +168,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
             self.notify(f"Not sent: {why}.", severity="warning")
             return False
         self.conversation.append(Message("user", text))
-        self.query_one(ChatLog).add_user(text)
+        self.chat_log.add_user(text)
         self._start_turn()
         return True
 
@@ -186,13 +176,13 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         assert self.engine is not None
         self.turn_id += 1
         self.active_turn, self.busy, self.decoding = self.turn_id, True, False
-        self.query_one(ChatLog).start_reply(self.turn_id)
+        self.chat_log.start_reply(self.turn_id)
         system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
         request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
         self.run_engine_turn(self.engine, self.engine_id, request)
 
     def _restore_prompt(self, text: str) -> None:
-        prompt = self.query_one(PromptInput)
+        prompt = self.prompt
         if not prompt.text.strip():
             prompt.set_text(text)
 
@@ -200,15 +190,15 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         return turn_id is not None and turn_id == self.active_turn
 
     def _reply(self) -> ReplyView | None:
-        return self.query_one(ChatLog).active_reply
+        return self.chat_log.active_reply
 
     def on_engine_ready(self, message: msg.EngineReady) -> None:
         if message.engine_id != self.engine_id:
             return
         self.loaded = message.event.model
-        self.query_one(PhasePanel).set_model(self.loaded)
-        self.query_one(PhaseIndicator).show_ready(self.loaded)
-        self._dash("set_model", self.loaded)
+        self.panel.set_model(self.loaded)
+        self.indicator.show_ready(self.loaded)
+        self.dashboard.set_model(self.loaded)
 
     def on_worker_ended(self, message: msg.WorkerEnded) -> None:
         if message.engine_id == self.engine_id:
@@ -220,8 +210,8 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         ev = message.event
         if not self._current(ev.turn_id):
             return
-        self.query_one(PhaseIndicator).prefill_started(ev)
-        self.query_one(PhasePanel).turn_started(ev.turn_id, ev)
+        self.indicator.prefill_started(ev)
+        self.panel.turn_started(ev.turn_id, ev)
         if ev.dropped_messages:
             self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
                         "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
@@ -233,16 +223,16 @@ class ChatPhaseApp(EngineWorkers, App[None]):
     def on_prefill_advanced(self, message: msg.PrefillAdvanced) -> None:
         ev = message.event
         if self._current(ev.turn_id):
-            self.query_one(PhaseIndicator).prefill_progress(ev)
-            self.query_one(PhasePanel).prefill_progress(ev.done_tokens, ev.elapsed_ms)
+            self.indicator.prefill_progress(ev)
+            self.panel.prefill_progress(ev.done_tokens, ev.total_tokens, ev.elapsed_ms)
 
     def on_first_token_arrived(self, message: msg.FirstTokenArrived) -> None:
         ev = message.event
         if not self._current(ev.turn_id):
             return
         self.decoding = True
-        self.query_one(PhaseIndicator).first_token(ev)
-        self.query_one(PhasePanel).first_token(ev.ttft_ms)
+        self.indicator.first_token(ev)
+        self.panel.first_token(ev.ttft_ms)
         reply = self._reply()
         if reply is not None:
             reply.set_meta("decoding…")
@@ -251,22 +241,24 @@ class ChatPhaseApp(EngineWorkers, App[None]):
     def on_text_decoded(self, message: msg.TextDecoded) -> None:
         ev = message.event
         if self._current(ev.turn_id):
-            self.query_one(PhaseIndicator).decoded(ev)
+            self.indicator.decoded(ev)
             reply = self._reply()
             if reply is not None:
                 reply.feed(ev.text)
 
     async def _tick(self) -> None:
         """Bounded-rate redraw: buffered reply text, the live decode figures, the panel and dashboard."""
-        await self.query_one(ChatLog).flush()
-        indicator = self.query_one(PhaseIndicator)
+        if not self.indicator.is_attached:  # shutting down
+            return
+        await self.chat_log.flush()
+        indicator = self.indicator
         indicator.render_live()
         self._ticks += 1
         if self.decoding and self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
             rate = indicator.live_decode_rate()
-            self.query_one(PhasePanel).decode_live(indicator._decode_tokens, rate)
+            self.panel.decode_live(indicator._decode_tokens, rate)
             if rate is not None:
-                self._dash("decode_rate", rate)
+                self.dashboard.decode_rate(rate)
 
     async def on_turn_done(self, message: msg.TurnDone) -> None:
         ev = message.event
@@ -277,9 +269,9 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         if reply is not None:
             await reply.finish(ev.reply, ev.metrics)
         self.conversation.append(Message("assistant", ev.reply))
-        self.query_one(PhaseIndicator).finished(ev.metrics)
-        self.query_one(PhasePanel).turn_finished(ev.turn_id, ev.metrics)
-        self._dash("turn_finished", ev.turn_id, ev.metrics)
+        self.indicator.finished(ev.metrics)
+        self.panel.turn_finished(ev.turn_id, ev.metrics)
+        self.dashboard.turn_finished(ev.turn_id, ev.metrics)
         if ev.metrics.stop_reason == "context_full":
             self.notify("The reply filled the context (n_ctx). Start a new chat (Ctrl+N) or raise --n-ctx.",
                         title="Context full", severity="warning")
@@ -294,12 +286,12 @@ class ChatPhaseApp(EngineWorkers, App[None]):
             self._engine_down(ev.message)
         else:
             self.notify(ev.message, title="Not sent", severity="error")
-            self.query_one(PhaseIndicator).failed(ev.message, fatal=False)
+            self.indicator.failed(ev.message, fatal=False)
 
     async def _fail_turn(self) -> None:
         """Undo a turn that produced no reply: drop its views and user message, give the text back."""
         self.active_turn, self.decoding = None, False
-        log = self.query_one(ChatLog)
+        log = self.chat_log
         await log.remove_last(ReplyView)
         await log.remove_last(UserMessage)
         if self.conversation and self.conversation[-1].role == "user":
@@ -333,11 +325,11 @@ class ChatPhaseApp(EngineWorkers, App[None]):
             self.engine.cancel()
         self.active_turn, self.decoding = None, False
         self.conversation.clear()
-        await self.query_one(ChatLog).clear_log()
-        self.query_one(PhasePanel).reset()
-        self._dash("reset")
+        await self.chat_log.clear_log()
+        self.panel.reset()
+        self.dashboard.reset()
         if self.loaded is not None:
-            self.query_one(PhaseIndicator).show_ready(self.loaded)
+            self.indicator.show_ready(self.loaded)
 
     def _idle_or_say(self, what: str) -> bool:
         if self.busy or self.loaded is None:
@@ -353,7 +345,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
             self.notify("There is no reply to regenerate.", severity="warning")
             return
         self.conversation.pop()
-        await self.query_one(ChatLog).remove_last(ReplyView)
+        await self.chat_log.remove_last(ReplyView)
         self._reuse_note = "Regenerate"
         self._start_turn()
 
@@ -364,13 +356,13 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         if not any(m.role == "user" for m in self.conversation):
             self.notify("There is no message to edit.", severity="warning")
             return
-        log = self.query_one(ChatLog)
+        log = self.chat_log
         if self.conversation[-1].role == "assistant":
             self.conversation.pop()
             await log.remove_last(ReplyView)
         text = self.conversation.pop().content
         await log.remove_last(UserMessage)
-        prompt = self.query_one(PromptInput)
+        prompt = self.prompt
         prompt.set_text(text)
         prompt.focus()
         self._reuse_note = "Edit and resend"
@@ -378,7 +370,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
 
     async def action_clear(self) -> None:
         """Clear the screen; the conversation (context) is kept."""
-        await self.query_one(ChatLog).clear_log()
+        await self.chat_log.clear_log()
         self.notify("Screen cleared; the model keeps the conversation (Ctrl+N starts a new one).")
 
     def action_copy_reply(self) -> None:
@@ -404,7 +396,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         """Replace the engine with a fresh one (after a crash); the conversation is kept."""
         self._retire_engine()
         self.busy = False
-        self.query_one(ChatLog).add_notice("Restarting the engine…")
+        self.chat_log.add_notice("Restarting the engine…")
         self.start_engine()
 
     def action_help(self) -> None:

@@ -1,41 +1,18 @@
-"""Short, unit-bearing text for the numbers the TUI shows (``None`` -> an em dash).
-
-Bytes use decimal units (kB, MB, GB: :func:`rich.filesize.decimal`), as llama.cpp's "MiB" figures are
-converted for display only; times are ms below 10 s and s above; rates are tokens per second.
-"""
+"""Short, unit-bearing text for the TUI's numbers: the CLI's formatters of :mod:`chatphase.units`
+(binary byte units, as llama.cpp prints them; ``None`` -> a dash) plus counts and parameter sizes."""
 
 from __future__ import annotations
 
-from rich.filesize import decimal
+from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
 
-DASH = "—"
+__all__ = ["DASH", "fmt_bytes", "fmt_int", "fmt_ms", "fmt_params", "fmt_rate"]
 
-
-def fmt_ms(ms: float | None) -> str:
-    """``412 ms``, ``9.87 s``, ``12.3 s``; ``—`` for ``None``."""
-    if ms is None:
-        return DASH
-    if ms < 10:
-        return f"{ms:.1f} ms"
-    if ms < 10_000:
-        return f"{ms:,.0f} ms"
-    return f"{ms / 1000:.1f} s"
-
-
-def fmt_rate(per_s: float | None) -> str:
-    """``48.2 tok/s`` (``1,234 tok/s`` above 1000); ``—`` for ``None``."""
-    if per_s is None:
-        return DASH
-    return f"{per_s:,.0f} tok/s" if per_s >= 1000 else f"{per_s:.1f} tok/s"
-
-
-def fmt_bytes(n: int | None) -> str:
-    """Decimal size, e.g. ``94.4 MB``; ``—`` for ``None``."""
-    return DASH if n is None else decimal(n, precision=1)
+#: what an undefined figure shows (the same dash as :mod:`chatphase.units`).
+DASH = "–"
 
 
 def fmt_int(n: int | None) -> str:
-    """Thousands-separated integer; ``—`` for ``None``."""
+    """Thousands-separated integer; :data:`DASH` for ``None``."""
     return DASH if n is None else f"{n:,}"
 
 

@@ -15,9 +15,8 @@ Sections (each a child widget, styled in ``app.tcss``):
 from __future__ import annotations
 
 from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.widgets import Label, ProgressBar, Static
 
 from chatphase.engine.events import LoadedModel, PrefillStarted
@@ -27,15 +26,15 @@ from chatphase.ui.format import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fm
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:
-    table = Table.grid(padding=(0, 1), expand=True)
+    table = Table.grid(padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
-    table.add_column(justify="right", overflow="fold")
+    table.add_column(overflow="fold")
     for name, value in rows:
         table.add_row(name, value)
     return table
 
 
-class PhasePanel(Vertical):
+class PhasePanel(VerticalScroll):
     """Side panel of phase figures (see the module docstring)."""
 
     def __init__(self, **kwargs) -> None:
@@ -64,27 +63,19 @@ class PhasePanel(Vertical):
         self.model = model
         info, s = model.info, model.settings
         if model.layers_offloaded:
-            gpu = f"on · {model.layers_offloaded}/{model.layers_total} layers"
+            gpu = f"on ({model.layers_offloaded}/{model.layers_total} layers)"
         elif s.get("gpu_offload_supported") is False:
-            gpu = "off · CPU-only build"
+            gpu = "off (CPU-only build)"
         else:
             gpu = "off"
         rows = [
             ("name", info.name),
-            ("params", fmt_params(info.n_params)),
-            ("file", fmt_bytes(info.size_bytes)),
-            ("quant", info.quantization),
-            ("layers", str(info.n_layer)),
-            ("GPU offload", gpu),
-            ("threads", str(s.get("n_threads", DASH))),
-            ("n_ctx", fmt_int(s.get("n_ctx"))),
-            ("load", fmt_ms(model.load_ms)),
+            ("size", f"{fmt_params(info.n_params)} params · {info.quantization} · {fmt_bytes(info.size_bytes)}"),
+            ("layers", f"{info.n_layer} · GPU offload {gpu}"),
+            ("engine", f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"),
         ]
-        body = Table.grid()
-        body.add_row(_grid(rows))
-        for note in model.notes:
-            body.add_row(Text(f"• {note}", style="italic"))
-        self.query_one("#model-figures", Static).update(body)
+        rows += [("note", note) for note in model.notes]
+        self.query_one("#model-figures", Static).update(_grid(rows))
         self.set_kv_tokens(self._kv_base_tokens)
 
     # -- turn ----------------------------------------------------------------------------------
@@ -101,16 +92,16 @@ class PhasePanel(Vertical):
         self.turn_id = turn_id
         self._kv_base_tokens = self._kv_prefilled = event.cached_tokens
         self.figures = {
-            "prompt tokens": fmt_int(event.prompt_tokens),
-            "cached": fmt_int(event.cached_tokens),
-            "prefill tokens": fmt_int(event.prefill_tokens),
+            "prompt": f"{fmt_int(event.prompt_tokens)} tok ({fmt_int(event.cached_tokens)} cached)",
+            "prefill": f"{fmt_int(event.prefill_tokens)} tok",
         }
         self._render_turn()
         self.set_kv_tokens(event.cached_tokens)
 
-    def prefill_progress(self, done_tokens: int, elapsed_ms: float) -> None:
-        """Prefill advanced: ``done_tokens`` evaluated after ``elapsed_ms``."""
-        self.figures["prefill tok/s"] = fmt_rate(done_tokens * 1000 / elapsed_ms if elapsed_ms > 0 else None)
+    def prefill_progress(self, done_tokens: int, total_tokens: int, elapsed_ms: float) -> None:
+        """Prefill advanced: ``done_tokens`` of ``total_tokens`` evaluated after ``elapsed_ms``."""
+        rate = done_tokens * 1000 / elapsed_ms if elapsed_ms > 0 else None
+        self.figures["prefill"] = f"{fmt_int(done_tokens)}/{fmt_int(total_tokens)} tok · {fmt_rate(rate)}"
         self._kv_prefilled = self._kv_base_tokens + done_tokens
         self._render_turn()
         self.set_kv_tokens(self._kv_prefilled)
@@ -122,8 +113,7 @@ class PhasePanel(Vertical):
 
     def decode_live(self, decode_tokens: int, tokens_per_s: float | None) -> None:
         """Live decode figures (call at a bounded rate)."""
-        self.figures["decode tokens"] = fmt_int(decode_tokens)
-        self.figures["decode tok/s"] = fmt_rate(tokens_per_s)
+        self.figures["decode"] = f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)}"
         self._render_turn()
         self.set_kv_tokens(self._kv_prefilled + decode_tokens)
 
@@ -132,16 +122,11 @@ class PhasePanel(Vertical):
         m = metrics
         self.turn_id = turn_id
         self.figures = {
-            "TTFT": fmt_ms(m.ttft_ms),
-            "prompt tokens": fmt_int(m.prompt_tokens),
-            "cached": fmt_int(m.cached_tokens),
-            "prefill tokens": fmt_int(m.prefill_tokens),
-            "prefill": fmt_ms(m.prefill_ms),
-            "prefill tok/s": fmt_rate(m.prefill_tokens_per_s),
-            "decode tokens": fmt_int(m.decode_tokens),
-            "decode tok/s": fmt_rate(m.decode_tokens_per_s),
-            "ITL p50 / p95": f"{fmt_ms(m.itl_ms_p50)} / {fmt_ms(m.itl_ms_p95)}",
-            "stop": m.stop_reason,
+            "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {m.stop_reason}",
+            "prompt": f"{fmt_int(m.prompt_tokens)} tok ({fmt_int(m.cached_tokens)} cached)",
+            "prefill": f"{fmt_int(m.prefill_tokens)} tok · {fmt_ms(m.prefill_ms)} · {fmt_rate(m.prefill_tokens_per_s)}",
+            "decode": f"{fmt_int(m.decode_tokens)} tok · {fmt_ms(m.decode_ms)} · {fmt_rate(m.decode_tokens_per_s)}",
+            "ITL p50/p95": f"{fmt_ms(m.itl_ms_p50)} / {fmt_ms(m.itl_ms_p95)}",
         }
         self._render_turn()
         self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
@@ -150,9 +135,7 @@ class PhasePanel(Vertical):
     def _render_turn(self) -> None:
         title = "Turn" if self.turn_id is None else f"Turn {self.turn_id}"
         self.query_one("#turn-title", Label).update(title)
-        order = ("TTFT", "prompt tokens", "cached", "prefill tokens", "prefill", "prefill tok/s", "decode tokens",
-                 "decode tok/s", "ITL p50 / p95", "stop")
-        rows = [(k, self.figures.get(k, DASH)) for k in order]
+        rows = [(k, self.figures.get(k, DASH)) for k in ("TTFT", "prompt", "prefill", "decode", "ITL p50/p95")]
         self.query_one("#turn-figures", Static).update(_grid(rows))
 
     # -- KV cache ------------------------------------------------------------------------------
@@ -166,7 +149,6 @@ class PhasePanel(Vertical):
         n_ctx = int(self.model.settings.get("n_ctx") or cells)
         used_bytes = tokens * per_token if used_bytes is None else used_bytes
         self.query_one("#kv-gauge", ProgressBar).update(total=n_ctx, progress=min(tokens, n_ctx))
-        text = (f"{fmt_int(tokens)} / {fmt_int(n_ctx)} tok\n"
-                f"{fmt_bytes(used_bytes)} / {fmt_bytes(self.model.kv_capacity_bytes)}"
-                f" ({fmt_bytes(per_token)}/tok)")
+        text = (f"{fmt_int(tokens)} / {fmt_int(n_ctx)} tok · "
+                f"{fmt_bytes(used_bytes)} / {fmt_bytes(self.model.kv_capacity_bytes)}")
         self.query_one("#kv-figures", Static).update(text)

@@ -1,0 +1,44 @@
+"""``chatphase chat`` (the default command): the Textual chat TUI on a local GGUF model.
+
+The model is resolved and validated (GGUF header, sizes) *before* the TUI starts, so a bad model is
+one line on stderr and exit code 2, never a half-drawn screen. The TUI then runs the model in an
+:class:`~chatphase.engine.host.EngineHost` child process (a native crash cannot take the UI down).
+Textual is imported only here, inside :func:`run`, so the other commands never load it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
+from chatphase.gguf_meta import read_model_info
+from chatphase.models import resolve_model
+
+
+def register(sub) -> None:
+    """Add the ``chat`` subcommand to ``sub`` (an argparse subparsers object)."""
+    p = sub.add_parser("chat", help="chat in the terminal UI (default)",
+                       description="Chat with a local GGUF model and watch prefill and decode happen.")
+    add_model_options(p)
+    add_sampling_options(p)
+    p.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. textual-dark, textual-light")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the model, then run the TUI until the user quits; returns the exit code (0).
+
+    Raises:
+        UsageError: bad settings (exit 2). ModelError: a model that cannot be used (exit 2).
+    """
+    settings = settings_from_args(args)
+    if getattr(args, "theme", None):
+        settings = settings.with_overrides(theme=args.theme)
+    info = read_model_info(resolve_model(settings.model, settings.models_dir))
+
+    from chatphase.engine.host import EngineHost
+    from chatphase.ui.app import ChatPhaseApp
+
+    app = ChatPhaseApp(settings, info, lambda model_info: EngineHost(model_info, settings))
+    app.run()
+    return 0

@@ -1,0 +1,307 @@
+"""ChatPhaseApp driven with Pilot and FakeEngines: submit, prefill progress, streaming, panel values,
+Esc, failures, restart, model switch, and every user action."""
+
+from __future__ import annotations
+
+import pytest
+from textual import events
+from textual.widgets import Label, Log, ProgressBar
+
+from chatphase.config import Settings
+from chatphase.engine.fake import fake_model_info
+from chatphase.ui.actions import ACTIONS
+from chatphase.ui.chat_log import ReplyView, UserMessage
+from chatphase.ui.format import fmt_ms, fmt_rate
+from chatphase.ui.phase_indicator import PhaseIndicator
+from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.prompt_input import PromptInput
+from chatphase.ui.screens import LogScreen
+from ui_support import make_app, notifications, send, wait_for, wait_thread
+
+
+def badge(app) -> str:
+    return str(app.query_one("#phase-badge", Label).render()).strip()
+
+
+def stats(app) -> str:
+    return str(app.query_one("#phase-stats", Label).render())
+
+
+def idle(app) -> bool:
+    return app.loaded is not None and not app.busy and app.active_turn is None
+
+
+async def test_turn_streams_reply_and_shows_the_engines_metrics():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        assert badge(app) == "READY"
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        reply = app.conversation[1].content
+        assert reply.startswith("Reply 1: you said *hello there*")
+        view = app.query_one(ReplyView)
+        assert view.text == reply and view.finished
+        metrics = app.dashboard.turns[1]
+        panel = app.query_one(PhasePanel).figures
+        assert panel["TTFT"] == f"{fmt_ms(metrics.ttft_ms)} · stop: stop"
+        assert fmt_rate(metrics.decode_tokens_per_s) in panel["decode"]
+        assert f"{metrics.prompt_tokens} tok (0 cached)" == panel["prompt"]
+        assert badge(app) == "DONE"
+        assert fmt_rate(metrics.decode_tokens_per_s) in stats(app)
+        # the whole conversation goes with the next turn, and the engine reuses its prefix
+        await send(pilot, "and more")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        assert engines[0].requests[1].messages == tuple(app.conversation[:3])
+        assert app.dashboard.turns[2].cached_tokens > 0
+
+
+async def test_prefill_progress_bar_counts_prompt_tokens():
+    app, engines = make_app(Settings(n_batch=4), hold="prefill")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "one two three four five six seven eight nine ten")
+        await wait_thread(pilot, engines[0].held)
+        await wait_for(pilot, lambda: app.query_one("#prefill-bar", ProgressBar).progress == 4)
+        bar = app.query_one("#prefill-bar", ProgressBar)
+        assert bar.display and bar.total == 15  # <|im_start|> user + 10 words + <|im_end|> + assistant header (2)
+        assert badge(app) == "PREFILL"
+        assert stats(app).startswith("4/15 tok · 8.0 ms · 500.0 tok/s")
+        engines[0].release()
+        await wait_for(pilot, lambda: idle(app))
+        assert not app.query_one("#prefill-bar").display
+
+
+async def test_esc_mid_decode_keeps_partial_reply_and_next_turn_works():
+    app, engines = make_app(hold="decode", hold_after_tokens=3)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_thread(pilot, engines[0].held)
+        await wait_for(pilot, lambda: "3 tok" in stats(app))
+        assert badge(app) == "DECODE"
+        assert "50.0 tok/s" in stats(app) and "TTFT 35.0 ms" in stats(app)
+        await wait_for(pilot, lambda: app.query_one(ReplyView).text == "Reply 1: you")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: idle(app))
+        assert app.dashboard.turns[1].stop_reason == "cancelled"
+        assert app.conversation[-1].content == "Reply 1: you"
+        assert badge(app) == "STOPPED"
+        await send(pilot, "again")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        assert app.dashboard.turns[2].stop_reason == "stop"
+
+
+async def test_esc_mid_prefill_cancels_without_tokens():
+    app, engines = make_app(Settings(n_batch=2), hold="prefill")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "a b c d e f")
+        await wait_thread(pilot, engines[0].held)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: idle(app))
+        m = app.dashboard.turns[1]
+        assert (m.stop_reason, m.decode_tokens) == ("cancelled", 0)
+
+
+async def test_over_long_message_is_refused_and_given_back():
+    app, engines = make_app(Settings(n_ctx=16))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        text = " ".join(f"w{i}" for i in range(30))
+        await send(pilot, text)
+        await wait_for(pilot, lambda: any("too long" in n for n in notifications(app)) and idle(app))
+        assert app.conversation == []
+        assert not app.query(UserMessage) and not app.query(ReplyView)
+        assert app.query_one(PromptInput).text == text
+
+
+async def test_trimmed_context_is_announced():
+    app, engines = make_app(Settings(n_ctx=40), replies=["ok"])
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for i in range(4):
+            await send(pilot, f"message number {i} with words")
+            await wait_for(pilot, lambda: len(app.conversation) == 2 * (i + 1) and idle(app))
+        assert any("oldest message(s) were left out" in n for n in notifications(app))
+        assert app.dashboard.turns[4].dropped_messages > 0
+
+
+async def test_crash_shows_error_and_restart_keeps_conversation():
+    app, engines = make_app(crash_at="decode", crash_turn=2, first_only=True)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "first")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await send(pilot, "second")
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.busy)
+        assert "SIGSEGV" in stats(app)
+        assert len(app.conversation) == 2 and app.query_one(PromptInput).text == "second"
+        await pilot.press("enter")  # refused while the engine is down
+        await wait_for(pilot, lambda: any("press F5" in n for n in notifications(app)))
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
+        assert engines[0].closed
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        assert engines[1].requests[0].messages[-1].content == "second"
+
+
+async def test_factory_failure_is_a_visible_error():
+    def broken(info):
+        raise RuntimeError("no engine today")
+
+    from chatphase.ui.app import ChatPhaseApp
+
+    app = ChatPhaseApp(Settings(), fake_model_info(), broken)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED")
+        assert "no engine today" in stats(app)
+
+
+async def test_regenerate_resends_the_same_prompt_and_reports_cache_reuse():
+    app, engines = make_app(replies=["first answer", "second answer"])
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(engines[0].requests) == 2 and idle(app))
+        assert engines[0].requests[1].messages == engines[0].requests[0].messages
+        assert [m.content for m in app.conversation] == ["hello", "second answer"]
+        assert len(app.query(ReplyView)) == 1
+        cached = app.dashboard.turns[2].cached_tokens
+        assert cached == app.dashboard.turns[2].prompt_tokens - 1
+        assert any(f"{cached:,} of" in n and "reused" in n for n in notifications(app))
+
+
+async def test_edit_last_message_and_resend():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "one")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await send(pilot, "two")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.query_one(PromptInput).text == "two")
+        assert len(app.conversation) == 2 and len(app.query(UserMessage)) == 1
+        await pilot.press("end", *" three", "enter")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        assert app.conversation[2].content == "two three"
+        assert app.dashboard.turns[3].cached_tokens > 0
+
+
+async def test_new_chat_and_clear():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await pilot.press("ctrl+l")
+        await pilot.pause()
+        assert not app.query(ReplyView) and len(app.conversation) == 2
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert app.conversation == [] and app.dashboard.turns == {}
+        assert app.query_one(PhasePanel).figures == {}
+
+
+async def test_copy_last_reply(monkeypatch):
+    app, engines = make_app(replies=["copy me"])
+    copied = []
+    monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("f2")
+        assert copied == []
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await pilot.press("f2")
+        assert copied == ["copy me"]
+
+
+async def test_engine_log_screen(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("llama_kv_cache: size = 90.00 MiB\nload_tensors: offloaded 0/31 layers to GPU\n")
+    app, engines = make_app(log_path=str(log))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen))
+        lines = app.screen.query_one(Log).lines
+        assert lines[1] == "load_tensors: offloaded 0/31 layers to GPU"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, LogScreen))
+
+
+async def test_actions_have_bindings_with_ids_and_palette_commands():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        ids = {b.id for b in app.BINDINGS}
+        for a in ACTIONS:
+            assert a.title in titles and a.id in ids
+            assert hasattr(app, f"action_{a.action}")
+        assert {"Chat: Stop", "Chat: New", "Engine: Restart"} <= titles
+
+
+@pytest.mark.parametrize("size,visible_before", [((80, 24), False), ((140, 40), True)])
+async def test_side_panel_toggles_and_collapses_when_narrow(size, visible_before):
+    app, engines = make_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        side = app.query_one("#side")
+        assert side.display == visible_before
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+        assert side.display == (not visible_before)
+
+
+async def test_switch_model_keeps_conversation():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        other = fake_model_info(name="Other 1B", n_params=1_000_000_000)
+        app.switch_model(other)
+        await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
+        assert engines[0].closed and engines[1].info is other
+        assert app.loaded.info is other and len(app.conversation) == 2
+        await send(pilot, "still here")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        assert engines[1].requests[0].messages[0].content == "hello"
+
+
+async def test_quit_mid_generation_closes_the_engine():
+    app, engines = make_app(hold="decode")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello")
+        await wait_thread(pilot, engines[0].held)
+        await pilot.press("ctrl+q")
+    assert engines[0].closed and app.return_code == 0
+
+
+async def test_multiline_input_and_large_paste():
+    app, engines = make_app(Settings(n_ctx=16384))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        prompt = app.query_one(PromptInput)
+        await pilot.press("a", "ctrl+j", "b")
+        assert prompt.text == "a\nb"
+        prompt.clear()
+        big = "\n".join(f"line {i} of a long paste" for i in range(2000))
+        app.post_message(events.Paste(big))
+        await wait_for(pilot, lambda: prompt.text == big)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        assert app.conversation[0].content == big and prompt.text == ""
+
+
+async def test_light_theme_from_settings():
+    app, engines = make_app(Settings(theme="textual-light"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.theme == "textual-light"

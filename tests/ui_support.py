@@ -1,0 +1,53 @@
+"""Helpers for the TUI tests: a ChatPhaseApp wired to FakeEngines, and polling waits."""
+
+from __future__ import annotations
+
+from chatphase.config import Settings
+from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.ui.app import ChatPhaseApp
+
+
+def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPhaseApp, list[FakeEngine]]:
+    """A ChatPhaseApp whose factory builds ``FakeEngine(info, settings, **engine_kwargs)``; engines are
+    collected in the returned list (newest last). ``engine_kwargs`` apply to the first engine only when
+    given as ``first_only=True``."""
+    settings = settings or Settings()
+    first_only = engine_kwargs.pop("first_only", False)
+    engines: list[FakeEngine] = []
+
+    def factory(info):
+        kwargs = engine_kwargs if not (first_only and engines) else {}
+        engine = FakeEngine(info, settings, **kwargs)
+        engines.append(engine)
+        return engine
+
+    return ChatPhaseApp(settings, fake_model_info(), factory), engines
+
+
+async def wait_for(pilot, condition, timeout_s: float = 5.0, step_s: float = 0.02) -> None:
+    """Let the app run until ``condition()`` is true; fail after ``timeout_s``."""
+    waited = 0.0
+    while not condition():
+        if waited >= timeout_s:
+            raise AssertionError(f"condition not met after {timeout_s} s")
+        await pilot.pause(step_s)
+        waited += step_s
+
+
+async def wait_thread(pilot, event, timeout_s: float = 5.0) -> None:
+    """Wait for a ``threading.Event`` set by an engine thread, letting the app run meanwhile."""
+    await wait_for(pilot, event.is_set, timeout_s)
+
+
+async def send(pilot, text: str) -> None:
+    """Type ``text`` into the prompt box (as a paste, newlines kept) and press Enter."""
+    from chatphase.ui.prompt_input import PromptInput
+
+    prompt = pilot.app.query_one(PromptInput)
+    prompt.set_text(text)
+    await pilot.press("enter")
+
+
+def notifications(app) -> list[str]:
+    """Texts of the notifications the app has raised and still shows."""
+    return [n.message for n in app._notifications]
