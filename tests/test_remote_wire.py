@@ -224,3 +224,12 @@ def test_token_id_prompt_goes_to_completions_with_cache_reset_and_ignore_eos():
     m = events[-1].metrics
     assert events[-1].reply == "xy" and m.stop_reason == "length"
     assert (m.prompt_tokens, m.cached_tokens, m.prefill_tokens, m.decode_tokens) == (64, 0, 64, 2)
+
+
+def test_a_server_that_does_not_stream_is_one_clear_failure():
+    routes = {"GET /v1/models": (200, MODELS),
+              "POST /v1/chat/completions": (200, {"choices": [{"message": {"content": "whole"}}]})}
+    with ScriptedServer(routes) as srv:
+        events = list(_loaded(srv.url).run_turn(_request()))
+    assert len(events) == 2 and isinstance(events[-1], EngineFailed)
+    assert "did not stream its reply" in events[-1].message and "application/json" in events[-1].message

@@ -35,6 +35,7 @@ from chatphase.engine.events import (
     TurnFinished, TurnRequest,
 )
 from chatphase.engine.metrics import ns_to_ms
+from chatphase.engine.remote_errors import error_text, http_error_message, transport_message
 from chatphase.engine.remote_wire import (
     ServerReport, chunk_text, progress_tokens, remote_turn_metrics, server_timings_view, stop_reason_of,
 )
@@ -332,7 +333,7 @@ class _Turn:
         if not isinstance(chunk, dict):
             return None
         if chunk.get("error"):
-            return f"the server reported an error mid-reply: {_error_text(chunk['error'])}"
+            return f"the server reported an error mid-reply: {error_text(chunk['error'])}"
         self.report.absorb(chunk)
         rid = self.request.turn_id
         if "prompt_progress" in chunk and self.report.progress and not self.times:
@@ -351,42 +352,3 @@ class _Turn:
             # final TurnMetrics take the server's usage instead.
             yield TokensDecoded(rid, content, 1, len(self.times), now)
         return None
-
-
-def transport_message(exc: httpx.HTTPError, where: str, read_timeout_s: float | None = None,
-                      mid_stream: bool = False) -> str:
-    """One line for a transport failure (no headers, no key): refused, timed out, cut off."""
-    if isinstance(exc, httpx.ConnectTimeout):
-        return f"the server at {where} did not accept a connection in time"
-    if isinstance(exc, httpx.ConnectError):
-        reason = "connection refused" if "refused" in str(exc).lower() else (str(exc) or type(exc).__name__)
-        return f"cannot connect to the server at {where}: {reason}"
-    if isinstance(exc, httpx.ReadTimeout):
-        return f"the server at {where} sent nothing for {read_timeout_s:g} s (read timeout)"
-    if isinstance(exc, httpx.TimeoutException):
-        return f"the server at {where} timed out ({type(exc).__name__})"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)) or mid_stream:
-        return f"the connection to {where} was cut {'mid-reply' if mid_stream else 'before a reply'}"
-    return f"request to {where} failed: {type(exc).__name__}"
-
-
-def http_error_message(response: httpx.Response, where: str) -> str:
-    """One line for an HTTP error status, with the server's own error text when it sent one."""
-    detail = ""
-    try:
-        data = response.json()
-        if isinstance(data, dict):
-            detail = _error_text(data.get("error") or data.get("detail") or data.get("message") or "")
-    except ValueError:
-        detail = response.text.strip().splitlines()[0] if response.text.strip() else ""
-    hint = " (check --api-key-env)" if response.status_code in (401, 403) else ""
-    text = f"the server at {where} answered HTTP {response.status_code} {response.reason_phrase}{hint}"
-    return f"{text}: {detail[:300]}" if detail else text
-
-
-def _error_text(error) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("msg") or error.get("type") or error)
-    if isinstance(error, list):
-        return "; ".join(_error_text(e) for e in error[:3])
-    return str(error)
