@@ -169,7 +169,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
         except Exception as exc:  # gguf raises ValueError/IndexError/KeyError on damaged headers
             error = error or exc
     if reader is None:
-        raise ModelError(f"GGUF header cannot be read ({type(error).__name__}: {error}): {p}")
+        raise ModelError(f"GGUF header cannot be read; damaged or cut short ({type(error).__name__}: {error}): {p}")
     meta: dict = {}
     for key, field in reader.fields.items():
         if key.startswith(_SKIP_PREFIXES):

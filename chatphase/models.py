@@ -13,6 +13,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from chatphase.errors import ModelError
 
@@ -53,12 +54,14 @@ def default_models_dir() -> Path:
     return Path(platformdirs.user_data_dir("chatphase")) / "models"
 
 
-def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None, *, pull: bool = False) -> Path:
+def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None, *, pull: bool = False,
+                  confirm: Callable[[str], bool] | None = None) -> Path:
     """Turn a model spec into a local path (the file itself is validated later).
 
     ``None``/empty -> the bundled default; an existing path -> itself; a bare name -> that file in the
     models directory (``.gguf`` may be omitted); ``OWNER/NAME[:FILE|:QUANT]`` -> the pulled or cached file,
-    downloaded first when ``pull`` is true (:func:`chatphase.hub.pull`).
+    downloaded first when ``pull`` is true or ``confirm(question)`` returns true (the user's consent, e.g.
+    a y/N prompt on a terminal) (:func:`chatphase.hub.pull`).
 
     Raises:
         ModelError: when nothing matches, listing what the models directory holds, or saying how to pull.
@@ -80,11 +83,11 @@ def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None,
         found = hub.find_local(repo, mdir)
         if found is not None:
             return found
-        if pull:
+        if pull or (confirm is not None and confirm(f"{spec} is not downloaded. Download it from Hugging Face into {mdir}?")):
             return hub.pull(repo, mdir).path
         how = f"chatphase pull {repo.repo_id}" + (f" --quant {repo.quant}" if repo.quant else "")
         how += f" --file {repo.filename}" if repo.filename else ""
-        raise ModelError(f"{spec} is not downloaded (not in {mdir} or the Hugging Face cache); run `{how}` or add --pull")
+        raise ModelError(f"{spec} is not downloaded (not in {mdir} or the Hugging Face cache); run `{how}` first")
     available = sorted(p.name for p in mdir.glob("*.gguf")) if mdir.is_dir() else []
     hint = f"; models in {mdir}: {', '.join(available)}" if available else ""
     raise ModelError(f"model not found: {spec}{hint}")

@@ -271,8 +271,12 @@ def test_offline_serves_from_the_hf_cache(offline_cache, tmp_path, capsys):
 
 
 def test_repo_spec_not_downloaded_says_how(offline_cache, capsys):
-    with pytest.raises(ModelError, match=f"run `chatphase pull {REPO} --quant Q8_0` or add --pull"):
+    with pytest.raises(ModelError, match=f"run `chatphase pull {REPO} --quant Q8_0` first"):
         resolve_model(f"{REPO}:Q8_0")
+    asked = []
+    with pytest.raises(ModelError, match="run `chatphase pull"):
+        resolve_model(f"{REPO}:Q8_0", confirm=lambda q: asked.append(q) or False)
+    assert asked and "Download it from Hugging Face" in asked[0]
     with pytest.raises(ModelError, match="offline"):
         resolve_model(f"{REPO}:Q8_0", pull=True)
 
@@ -288,3 +292,9 @@ def test_unreachable_hub_fails_fast(monkeypatch, tmp_path, capsys):
     with pytest.raises(ChatPhaseError, match="cannot reach http://127.0.0.1:9"):
         hub.pull(hub.RepoSpec(REPO, quant="Q8_0"), tmp_path / "models")
     assert time.monotonic() - t0 < 10
+
+
+def test_consent_downloads_a_repo_spec(online, tmp_path, repo_files):
+    path = resolve_model(f"{REPO}:Q4_K_M", confirm=lambda question: True)
+    assert path == tmp_path / "models" / REPO / "tiny-Q4_K_M.gguf"
+    assert path.read_bytes() == repo_files["tiny-Q4_K_M.gguf"]
