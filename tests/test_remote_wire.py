@@ -81,9 +81,11 @@ def test_llama_server_timings_progress_and_usage_fill_the_metrics():
 def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none():
     stream = sse(content_chunk("a"), content_chunk("b"),
                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}, "[DONE]")
-    routes = {"GET /v1/models": (200, MODELS), "POST /v1/chat/completions": (200, stream)}
+    vllm_models = {"data": [{"id": "tiny", "object": "model", "max_model_len": 4096}]}
+    routes = {"GET /v1/models": (200, vllm_models), "POST /v1/chat/completions": (200, stream)}
     with ScriptedServer(routes) as srv:
         engine = _loaded(srv.url)
+        assert engine.loaded.settings["n_ctx"] == 4096 and engine.loaded.info.n_params is None
         req = TurnRequest(2, (Message("user", "x"),), SamplingParams(seed=7), reset_cache=True, ignore_eos=True)
         events = list(engine.run_turn(req))
         body = srv.requests[-1][3]

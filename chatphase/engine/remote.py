@@ -128,8 +128,8 @@ class RemoteEngine:
             self.remote_model = ids[0]
         props = self._props()
         self._is_llama_server = props is not None
-        meta = next((m.get("meta") for m in served if m["id"] == self.remote_model), None) or {}
-        self.loaded = self._loaded_model(props or {}, meta, ns_to_ms(time.perf_counter_ns() - t0))
+        entry = next((m for m in served if m["id"] == self.remote_model), {})
+        self.loaded = self._loaded_model(props or {}, entry, ns_to_ms(time.perf_counter_ns() - t0))
         yield ModelLoaded(self.loaded)
 
     def run_turn(self, request: TurnRequest) -> Iterator[Event]:
@@ -220,11 +220,17 @@ class RemoteEngine:
         except _RemoteError:
             return None
 
-    def _loaded_model(self, props: dict, meta: dict, load_ms: float) -> LoadedModel:
-        """Describe the served model with what the server exposes; the rest is ``None`` (unknown)."""
+    def _loaded_model(self, props: dict, entry: dict, load_ms: float) -> LoadedModel:
+        """Describe the served model with what the server exposes; the rest is ``None`` (unknown).
+
+        ``n_ctx``: llama-server's ``/props`` ``default_generation_settings.n_ctx`` (per slot), else vLLM's
+        ``max_model_len`` in the ``/v1/models`` entry; ``entry["meta"]`` is llama-server's model facts.
+        """
         gen = props.get("default_generation_settings") or {}
         n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
-        info = remote_model_info(self.url.display, self.remote_model, props.get("model_path"), meta)
+        if n_ctx is None:
+            n_ctx = entry.get("max_model_len")
+        info = remote_model_info(self.url.display, self.remote_model, props.get("model_path"), entry.get("meta"))
         server = "llama-server" if props else "OpenAI-compatible server"
         return LoadedModel(
             info=info,
