@@ -15,7 +15,8 @@ Measured on the 98 MB default model: 2.4 s with ``GGUFReader``, ~0.05 s with the
 
 Validation order (each failure is one :class:`~chatphase.errors.ModelError` line): missing, directory,
 empty, bad magic (e.g. an HTML page saved as ``.gguf``), unparsable header, tensor data shorter than the
-header says (truncated), missing split parts, no or unsupported architecture.
+header says (truncated), missing split parts, no or unsupported architecture, no tensors at all
+(a vocabulary-only file).
 """
 
 from __future__ import annotations
@@ -251,6 +252,8 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
             _, part_reader = read_metadata(part)
             tensors.extend(part_reader.tensors)
             size += part.stat().st_size
+    if not tensors:
+        raise ModelError(f"GGUF file has no tensors (a vocabulary-only file?), nothing to run: {p}")
     try:
         shape: AttentionShape | None = attention_shape(meta, arch)
     except ValueError:

@@ -43,6 +43,17 @@ def write_tiny_gguf(path: Path, arch: str = "llama", file_type: int = int(gguf.L
     return path
 
 
+def write_vocab_only(path: Path) -> Path:
+    """A GGUF with metadata and a vocabulary but no tensors (as llama.cpp's ``ggml-vocab-*.gguf`` files)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_token_list([b"a", b"b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out = capsys.readouterr()
@@ -76,6 +87,7 @@ def bad_cases(tmp_path: Path, html: Path, truncated: Path) -> dict[str, tuple[Pa
         "garbage header": (tmp_path / "garbage.gguf", "header cannot be read"),
         "truncated": (truncated, "truncated"),
         "unsupported arch": (write_tiny_gguf(tmp_path / "alien.gguf", arch="notarealarch"), "not supported"),
+        "vocabulary only": (write_vocab_only(tmp_path / "vocab.gguf"), "has no tensors"),
     }
 
 
