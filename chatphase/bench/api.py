@@ -1,0 +1,171 @@
+"""One benchmark run end to end, as an iterator of events: the non-UI API behind ``chatphase bench``
+and the Experiments screen (which runs it in a child process, :mod:`chatphase.bench.job`).
+
+Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline),
+load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
+tokenizer, run the :class:`~chatphase.bench.runner.Sweep`, then assemble a
+:class:`~chatphase.bench.results.BenchResult` with fits and roofline.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator, Union
+
+from chatphase import __version__
+from chatphase.bench.fits import sweep_fits
+from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.results import BenchResult
+from chatphase.bench.roofline import MachinePeaks, build_roofline, measure_peaks
+from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
+from chatphase.config import Settings
+from chatphase.engine.base import Engine
+from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded
+from chatphase.errors import EngineError
+from chatphase.gguf_meta import ModelInfo
+
+
+@dataclass(frozen=True)
+class BenchStatus:
+    """A step started (``"measuring memory bandwidth"``, ``"loading model"``, ...)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class BenchDone:
+    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early)."""
+
+    result: BenchResult
+
+
+BenchEvent = Union[BenchStatus, SweepProgress, BenchDone]
+
+
+def system_facts(loaded: LoadedModel | None = None) -> dict:
+    """The JSON ``system`` object: OS, Python, CPU, cores, memory, library versions, llama.cpp's system info."""
+    import llama_cpp
+    import numpy
+    import psutil
+
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu": _cpu_name(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cpus": psutil.cpu_count(logical=True),
+        "memory_bytes": psutil.virtual_memory().total,
+        "chatphase": __version__,
+        "llama_cpp_python": llama_cpp.__version__,
+        "numpy": numpy.__version__,
+        "llama_system_info": loaded.system_info if loaded else "",
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class BenchRun:
+    """A whole benchmark; iterate to run it (blocking), :meth:`cancel` from any thread.
+
+    Args:
+        info: the validated model; settings: engine settings; plan: what to measure.
+        engine_factory: builds the engine (default: in-process ``LlamaEngine``) — tests pass a fake.
+        roofline: measure the machine's peaks and add the roofline (about a second).
+        builder: the prompt builder (default: one on the loaded engine's own vocabulary).
+
+    Raises (while iterating):
+        UsageError: the plan does not fit ``settings.n_ctx`` (raised before any work).
+        EngineError: the model fails to load or a turn fails.
+    """
+
+    def __init__(self, info: ModelInfo, settings: Settings, plan: SweepPlan,
+                 engine_factory: Callable[[ModelInfo, Settings], Engine] | None = None, roofline: bool = True,
+                 builder: PromptBuilder | None = None) -> None:
+        self.info, self.settings, self.plan = info, settings, plan
+        self._builder = builder
+        self._factory = engine_factory
+        self._roofline = roofline
+        self._cancel = threading.Event()
+        self._sweep: Sweep | None = None
+        self._engine: Engine | None = None
+
+    def cancel(self) -> None:
+        """Stop as soon as possible; the run still ends with a (partial) :class:`BenchDone`."""
+        self._cancel.set()
+        if self._sweep is not None:
+            self._sweep.cancel()
+        elif self._engine is not None:
+            self._engine.cancel()
+
+    def __iter__(self) -> Iterator[BenchEvent]:
+        plan = self.plan.validate(self.settings.n_ctx)
+        engine_settings = self.settings.engine_settings()
+        peaks: MachinePeaks | None = None
+        if self._roofline and not self._cancel.is_set():
+            yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
+            peaks = measure_peaks(threads=engine_settings["n_threads"])
+        yield BenchStatus(f"loading {self.info.name}")
+        engine = self._engine = self._make_engine()
+        try:
+            loaded = _load(engine)
+            builder = self._builder or PromptBuilder(EngineTokenizer(engine))
+            sweep = self._sweep = Sweep(engine, builder, plan)
+            if self._cancel.is_set():
+                sweep.cancel()
+            done: SweepDone | None = None
+            for event in sweep:
+                if isinstance(event, SweepDone):
+                    done = event
+                else:
+                    yield event
+        finally:
+            engine.close()
+        assert done is not None
+        yield BenchDone(self._result(loaded, plan, done, peaks))
+
+    def _make_engine(self) -> Engine:
+        if self._factory is not None:
+            return self._factory(self.info, self.settings)
+        from chatphase.engine.llama import LlamaEngine
+
+        return LlamaEngine(self.info, self.settings)
+
+    def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
+        counted = [s for s in done.samples if not s.warmup]
+        kv_per_token = loaded.kv_bytes_per_token
+        roofline = {}
+        if peaks is not None and done.cells:
+            roofline = build_roofline(peaks, weight_bytes=self.info.size_bytes, n_params=self.info.n_params,
+                                      kv_bytes_per_token=kv_per_token, cells=done.cells)
+        model = {k: v for k, v in self.info.to_dict().items() if k != "attention"}
+        return BenchResult(
+            model=model,
+            settings={"engine": loaded.settings, "plan": plan.to_dict(), "notes": list(loaded.notes) + list(done.notes)},
+            system=system_facts(loaded),
+            results=list(done.cells),
+            fits=sweep_fits(counted),
+            roofline=roofline,
+            samples=list(done.samples),
+            cancelled=done.cancelled,
+        )
+
+
+def _load(engine: Engine) -> LoadedModel:
+    for event in engine.load():
+        if isinstance(event, EngineFailed):
+            raise EngineError(event.message)
+        if isinstance(event, ModelLoaded):
+            return event.model
+    raise EngineError("the engine finished loading without reporting the model")

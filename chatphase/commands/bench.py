@@ -1,0 +1,136 @@
+"""``chatphase bench``: how TTFT grows with the prompt and decode speed with context depth, on this machine.
+
+For each prompt length a prompt of exactly that many tokens (cut on token boundaries), the KV cache
+cleared before each repetition, warm-up runs not counted; for each depth, decode speed with that many
+tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
+TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
+Exit codes: 0 ok (also when cancelled with partial results); 2 bad usage or unusable model; 1 engine failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
+from chatphase.bench.runner import DEFAULT_DEPTHS, DEFAULT_PROMPT_LENGTHS, SweepPlan, SweepProgress
+from chatphase.commands.options import add_model_options, settings_from_args
+from chatphase.errors import UsageError
+from chatphase.gguf_meta import read_model_info
+from chatphase.models import resolve_model
+
+
+def token_list(text: str) -> tuple[int, ...]:
+    """Parse ``"64,256,1024"`` into token counts; ``""`` or ``"none"`` is the empty list.
+
+    Raises:
+        argparse.ArgumentTypeError: for anything that is not comma-separated whole numbers.
+    """
+    text = text.strip()
+    if text.lower() in ("", "none"):
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts like 64,256,1024 (got {text!r})") from None
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="measure TTFT vs prompt length and decode speed vs context depth",
+                       description=__doc__.split("\n\n")[0])
+    add_model_options(p)
+    g = p.add_argument_group("sweep")
+    g.add_argument("--prompt-lengths", type=token_list, default=DEFAULT_PROMPT_LENGTHS, metavar="N,N,...",
+                   help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}; 'none' to skip)")
+    g.add_argument("--depths", type=token_list, default=DEFAULT_DEPTHS, metavar="N,N,...",
+                   help=f"KV cache depths in tokens for decode speed (default {','.join(map(str, DEFAULT_DEPTHS))}; 'none' to skip)")
+    g.add_argument("--gen", type=int, default=32, metavar="N", help="tokens decoded per run (default 32)")
+    g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
+    g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
+    g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
+    out = p.add_argument_group("output")
+    out.add_argument("--format", default="table", metavar="|".join(FORMATS),
+                     help="output format (default table)")
+    out.add_argument("--output", "-o", metavar="FILE", help="write the output here instead of stdout")
+    out.add_argument("--plot", metavar="FILE", help="draw TTFT and decode-vs-depth plots (.svg or .png; needs chatphase[plot])")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate everything, run the sweep with a progress bar on stderr, write the outputs."""
+    if args.format not in FORMATS:
+        raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
+    settings = settings_from_args(args)
+    plan = SweepPlan(prompt_lengths=args.prompt_lengths, depths=args.depths, gen_tokens=args.gen,
+                     reps=args.reps, warmup=args.warmup).validate(settings.n_ctx)
+    if args.plot:
+        check_plot_path(args.plot)
+    if args.output and not Path(args.output).expanduser().parent.is_dir():
+        raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
+    info = read_model_info(resolve_model(settings.model, settings.models_dir))
+
+    from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
+
+    bench = BenchRun(info, settings, plan, roofline=args.roofline)
+    result = None
+    with _Progress(plan.total_runs) as progress:
+        try:
+            for event in bench:
+                if isinstance(event, BenchStatus):
+                    progress.status(event.text)
+                elif isinstance(event, SweepProgress):
+                    progress.advance(event)
+                elif isinstance(event, BenchDone):
+                    result = event.result
+        except KeyboardInterrupt:
+            bench.cancel()  # the engine is closed by BenchRun; partial results are lost on Ctrl+C
+            raise
+    assert result is not None
+    text = render(result, args.format)
+    if args.output:
+        Path(args.output).expanduser().write_text(text, encoding="utf-8")
+        print(f"chatphase: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if args.plot:
+        write_plot([result], Path(args.plot).expanduser())
+        print(f"chatphase: wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+class _Progress:
+    """A rich progress bar on stderr (plain lines when stderr is not a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        self._plain = not console.is_terminal
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=console, transient=True, disable=self._plain)
+        self._task = self._bar.add_task("starting", total=total)
+
+    def __enter__(self) -> "_Progress":
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.__exit__(*exc)
+
+    def status(self, text: str) -> None:
+        self._bar.update(self._task, description=text)
+        if self._plain:
+            print(f"chatphase bench: {text}", file=sys.stderr, flush=True)
+
+    def advance(self, ev: SweepProgress) -> None:
+        s = ev.sample
+        what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
+        label = f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}"
+        self._bar.update(self._task, completed=ev.done_runs, description=label)
+        if self._plain and not s.warmup:
+            ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
+            rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
+            print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: TTFT {ttft}, decode {rate}",
+                  file=sys.stderr, flush=True)

@@ -1,0 +1,51 @@
+"""``chatphase bench`` on the command line: bad arguments exit 2 before any work; a real JSON run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatphase.cli import main
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--prompt-lengths", "4096"], "prompt length 4096 must be below n_ctx 4096"),
+    (["--prompt-lengths", "64", "--n-ctx", "64"], "below n_ctx 64"),
+    (["--reps", "0"], "--reps must be at least 1"),
+    (["--format", "yaml"], "unknown --format 'yaml'"),
+    (["--plot", "out.pdf"], ".svg or .png"),
+    (["--depths", "5000"], "depth 5000"),
+    (["--output", "/no/such/dir/r.json"], "--output directory does not exist"),
+])
+def test_bad_arguments_exit_2_with_one_line_before_any_work(capsys, argv, match):
+    # a model that does not exist: the argument error must come first (nothing is loaded)
+    assert main(["bench", "--model", "/nonexistent/model.gguf", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_length_list_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--prompt-lengths", "64,abc"])
+    assert exc.value.code == 2
+    assert "comma-separated token counts" in capsys.readouterr().err
+
+
+def test_missing_model_is_reported_after_the_plan(capsys):
+    assert main(["bench", "--model", "/nonexistent/model.gguf", "--prompt-lengths", "16"]) == 2
+    assert "model" in capsys.readouterr().err
+
+
+def test_real_bench_writes_json_and_csv(tmp_path, capsys, default_model_path):
+    argv = ["bench", "--prompt-lengths", "16,64", "--depths", "none", "--gen", "4", "--reps", "2", "--warmup", "0",
+            "--n-ctx", "256", "--no-roofline"]
+    assert main([*argv, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["prompt_tokens"] for r in data["results"]] == [16, 64]
+    assert all(r["reps"] == 2 and r["ttft_ms"]["n"] == 2 for r in data["results"])
+    assert data["settings"]["engine"]["n_ctx"] == 256
+    assert data["fits"]["ttft_ms_vs_prompt_tokens"]["n"] == 4
+    out = tmp_path / "r.csv"
+    assert main([*argv, "--format", "csv", "--output", str(out), "--prompt-lengths", "16"]) == 0
+    assert out.read_text().splitlines()[1].startswith("prompt,16,0,4,2,")

@@ -1,0 +1,116 @@
+"""Statistics, fits and roofline formulas against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from chatphase.bench.fits import LinearFit, linear_fit, sweep_fits
+from chatphase.bench.results import Sample
+from chatphase.bench.roofline import (
+    BINDING_PCT, MachinePeaks, build_roofline, decode_bound_tokens_per_s, measure_bandwidth,
+    measure_matmul_flops, prefill_bound_tokens_per_s, verdict,
+)
+from chatphase.bench.stats import EMPTY, Stats, summarize
+from tests.test_bench_results import make_cell
+
+
+def test_summary_of_a_known_sample():
+    s = summarize([2, 4, 4, 4, 5, 5, 7, 9])
+    assert s.mean == 5
+    assert s.sd == pytest.approx(math.sqrt(32 / 7))  # sample sd: divisor n - 1
+    assert (s.median, s.min, s.max, s.n) == (4.5, 2, 9, 8)
+
+
+def test_summary_skips_undefined_and_handles_one_value():
+    s = summarize([None, 3.0, None])
+    assert (s.mean, s.sd, s.median, s.min, s.max, s.n) == (3.0, None, 3.0, 3.0, 3.0, 1)
+    assert summarize([None]) == EMPTY
+    assert summarize([]) == EMPTY
+
+
+def test_stats_dict_round_trip():
+    s = summarize([1.5, 2.5, 10.0])
+    assert Stats.from_dict(s.to_dict()) == s
+    assert Stats.from_dict({"mean": "", "n": ""}) == EMPTY
+
+
+def test_perfect_line():
+    f = linear_fit([0, 1, 2, 3], [1, 3, 5, 7])
+    assert f.intercept == pytest.approx(1) and f.slope == pytest.approx(2)
+    assert f.r2 == pytest.approx(1) and f.n == 4
+    assert f.predict(10) == pytest.approx(21)
+
+
+def test_imperfect_line_hand_computed():
+    # x̄ = 2, ȳ = 5/3, Sxy = 1, Sxx = 2 -> b = 1/2, a = 2/3; SS_res = 1/6, SS_tot = 2/3 -> r² = 3/4
+    f = linear_fit([1, 2, 3], [1, 2, 2])
+    assert f.slope == pytest.approx(0.5)
+    assert f.intercept == pytest.approx(2 / 3)
+    assert f.r2 == pytest.approx(0.75)
+
+
+def test_fit_edge_cases():
+    assert linear_fit([5, 5], [1, 2]) is None  # one distinct x: no line
+    assert linear_fit([1, 2, 3], [None, 4, None]) is None
+    flat = linear_fit([1, 2, 3], [4, 4, 4])
+    assert flat.slope == pytest.approx(0) and flat.r2 is None  # r² undefined when y is constant
+    assert linear_fit([1, 2, 3], [2, None, 6]).slope == pytest.approx(2)
+    with pytest.raises(ValueError):
+        linear_fit([1, 2], [1])
+    assert LinearFit.from_dict(LinearFit(1.0, 2.0, None, 3).to_dict()) == LinearFit(1.0, 2.0, None, 3)
+
+
+def _sample(kind, prompt_tokens, depth, ttft, dtps, tpot, warm=False):
+    return Sample(kind, prompt_tokens, depth, 0, warm, ttft, 100.0, dtps, tpot, prompt_tokens - depth, depth, 8, 0, "length")
+
+
+def test_sweep_fits_use_the_right_samples():
+    samples = [
+        _sample("prompt", 100, 0, 25.0, 50, 20), _sample("prompt", 200, 0, 45.0, 50, 20),
+        _sample("prompt", 300, 0, 999.0, 50, 20, warm=True),  # warm-up: ignored
+        _sample("depth", 4, 0, 6.0, 50.0, 20.0), _sample("depth", 1004, 1000, 7.0, 40.0, 25.0),
+    ]
+    fits = sweep_fits(samples)
+    t = fits["ttft_ms_vs_prompt_tokens"]
+    assert t["intercept"] == pytest.approx(5) and t["slope"] == pytest.approx(0.2) and t["n"] == 2
+    d = fits["decode_tokens_per_s_vs_depth"]
+    assert d["intercept"] == pytest.approx(50) and d["slope"] == pytest.approx(-0.01)
+    assert fits["tpot_ms_vs_depth"]["slope"] == pytest.approx(0.005)
+    assert sweep_fits([])["ttft_ms_vs_prompt_tokens"] is None
+
+
+def test_roofline_bounds_by_hand():
+    # 10 GB/s over (100 MB weights + 1000 B × 1000 tokens) = 1e10 / 1.01e8
+    assert decode_bound_tokens_per_s(10e9, 100_000_000, 1000, 1000) == pytest.approx(99.00990099)
+    assert prefill_bound_tokens_per_s(1e11, 100_000_000) == pytest.approx(500)
+
+
+def test_build_roofline_percentages_and_verdicts():
+    peaks = MachinePeaks(10e9, "copy", 1e11, "matmul")
+    cell = make_cell("prompt", 96, 0, gen=8, ttft=[10.0], prefill=[250.0], decode=[20.0])
+    r = build_roofline(peaks, weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell])
+    row = r["cells"][0]
+    # context during decode = 96 + 8/2 = 100 tokens -> bound 1e10 / (1e8 + 1e5)
+    assert row["decode_bound_tokens_per_s"] == pytest.approx(1e10 / 100_100_000)
+    assert row["decode_pct_of_bound"] == pytest.approx(100 * 20.0 / (1e10 / 100_100_000))
+    assert row["prefill_pct_of_bound"] == pytest.approx(50.0)
+    assert "too small for the bound to bind" in r["decode_verdict"]  # 20 % < BINDING_PCT
+    assert "bound by arithmetic" in r["prefill_verdict"]  # exactly 50 %
+    assert r["bandwidth_method"] == "copy"
+
+
+def test_verdict_wording():
+    assert "above it" in verdict("decode", 130.0, 2**20)
+    assert "bound by memory bandwidth" in verdict("decode", BINDING_PCT + 1, 2**20)
+    assert "not measured" in verdict("prefill", None, 2**20)
+
+
+def test_peak_measurements_return_positive_rates_and_name_their_method():
+    bw, method = measure_bandwidth(array_bytes=4 * 2**20, threads=2, passes=2)
+    assert bw > 0 and "STREAM" in method and "2 thread" in method
+    flops, fmethod = measure_matmul_flops(n=64, passes=2)
+    assert flops > 0 and "matmul" in fmethod
+    with pytest.raises(ValueError):
+        measure_bandwidth(threads=0)
