@@ -100,7 +100,10 @@ class RemoteEngine:
         self._timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s,
                                       write=connect_timeout_s, pool=connect_timeout_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(headers=headers, timeout=self._timeout, follow_redirects=False)
+        # proxies from the environment apply to real hosts, never to this machine's own loopback
+        loopback = self.url.api.host in ("127.0.0.1", "localhost", "::1")
+        self._client = httpx.Client(headers=headers, timeout=self._timeout, follow_redirects=False,
+                                    trust_env=not loopback)
         self._is_llama_server = False
         self._cancel = threading.Event()
         self._lock = threading.Lock()
