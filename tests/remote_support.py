@@ -140,7 +140,7 @@ def start_llama_cpp_server(model_path: str, alias: str = "smol", n_ctx: int = 51
         if proc.poll() is not None:
             raise RuntimeError(f"llama-cpp-python server exited with {proc.returncode}")
         try:
-            if httpx.get(f"{url}/v1/models", timeout=1.0).status_code == 200:
+            if httpx.get(f"{url}/v1/models", timeout=1.0, trust_env=False).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             pass
