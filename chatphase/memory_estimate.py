@@ -93,3 +93,17 @@ def assess(est: MemoryEstimate, available_bytes: int | None = None, swap_free_by
     if est.total_bytes > available_bytes:
         return MemoryVerdict("warn", f"{need}, more than the {have}: weights will be read from disk, slowly", available_bytes, swap_free_bytes)
     return MemoryVerdict("ok", f"{need}; {have}", available_bytes, swap_free_bytes)
+
+
+def preflight(info: ModelInfo, n_ctx: int, n_ubatch: int = 256, type_k: str = "f16", type_v: str = "f16") -> MemoryVerdict:
+    """Check before loading: returns the verdict (``ok``/``warn``; show a ``warn`` message to the user).
+
+    Raises:
+        ModelError: when the verdict is ``refuse`` (one line with the figures; CLI exit 2).
+    """
+    from chatphase.errors import ModelError
+
+    verdict = assess(estimate(info, n_ctx, n_ubatch, type_k, type_v))
+    if verdict.level == "refuse":
+        raise ModelError(verdict.message)
+    return verdict
