@@ -102,3 +102,12 @@ def test_memory_verdicts(default_model_info, available_mib, swap_mib, level):
 
 def test_fmt_params():
     assert [fmt_params(n) for n in (134_515_008, 1_235_814_400, 7_241_732_096, 999)] == ["135M", "1.2B", "7.2B", "999"]
+
+
+def test_preflight_refuses_only_the_impossible(default_model_info):
+    from chatphase.errors import ModelError
+    from chatphase.memory_estimate import preflight
+
+    assert preflight(default_model_info, 512).level in ("ok", "warn")
+    with pytest.raises(ModelError, match="model will not fit"):
+        preflight(default_model_info, 200_000_000)
