@@ -143,7 +143,8 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
     ``tokenizer.ggml.tokens.count`` holds the vocabulary size when known).
 
     Raises:
-        ModelError: missing file, a directory, an empty file, not GGUF, a header that cannot be parsed,
+        ModelError: missing file, a directory or other non-file, an empty or unreadable file, not GGUF,
+            a header that cannot be parsed,
             or tensor data shorter than the header says (truncated).
     """
     p = Path(path)
@@ -151,11 +152,16 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
         raise ModelError(f"model file not found: {p}")
     if p.is_dir():
         raise ModelError(f"model path is a directory, not a GGUF file: {p}")
+    if not p.is_file():
+        raise ModelError(f"model path is not a regular file: {p}")
     size = p.stat().st_size
     if size == 0:
         raise ModelError(f"model file is empty: {p}")
-    with open(p, "rb") as fh:
-        magic = fh.read(4)
+    try:
+        with open(p, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file ({exc.strerror or exc}): {p}") from None
     if magic != GGUF_MAGIC:
         raise ModelError(f"not a GGUF file (starts with {magic[:4]!r}, expected b'GGUF'): {p}")
     reader = None

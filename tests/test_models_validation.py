@@ -54,6 +54,14 @@ def write_vocab_only(path: Path) -> Path:
     return path
 
 
+def make_fifo(path: Path) -> Path:
+    """A named pipe: opening it for reading would block, so it must be refused before any open()."""
+    import os
+
+    os.mkfifo(path)
+    return path
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out = capsys.readouterr()
@@ -87,6 +95,7 @@ def bad_cases(tmp_path: Path, html: Path, truncated: Path) -> dict[str, tuple[Pa
         "garbage header": (tmp_path / "garbage.gguf", "header cannot be read"),
         "truncated": (truncated, "truncated"),
         "unsupported arch": (write_tiny_gguf(tmp_path / "alien.gguf", arch="notarealarch"), "not supported"),
+        "fifo": (make_fifo(tmp_path / "pipe.gguf"), "not a regular file"),
         "vocabulary only": (write_vocab_only(tmp_path / "vocab.gguf"), "has no tensors"),
     }
 
