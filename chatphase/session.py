@@ -69,6 +69,14 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def local_time(iso: str) -> str:
+    """ISO 8601 (UTC) -> ``YYYY-MM-DD HH:MM`` in the local time zone; unparsable text unchanged."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return iso
+
+
 def new_session_id() -> str:
     """A sortable unique id: ``YYYYMMDD-HHMMSS-xxxx`` (UTC time, 4 random hex digits)."""
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)

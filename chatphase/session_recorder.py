@@ -15,6 +15,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.session import (
     FORMAT_VERSION,
     Session,
+    SessionError,
     load_session_file,
     new_session_id,
     open_append,
@@ -82,14 +83,27 @@ class SessionRecorder:
         """The index of the turn begun and not yet ended, if any."""
         return self._turn
 
-    def _file(self):
-        if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._fh = open_append(self.path)
-            if self._header is not None:
-                write_record(self._fh, self._header, sync=True)
-                self._header = None
-        return self._fh
+    @property
+    def turns_recorded(self) -> int:
+        """How many turns this session holds (begun ones included, earlier runs' too when resumed)."""
+        return self._next_turn - 1
+
+    def _emit(self, record: dict, *, sync: bool) -> None:
+        """Append a record (opening the file and writing the header first if needed).
+
+        Raises:
+            SessionError: the file cannot be created or written (disk full, permissions).
+        """
+        try:
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._fh = open_append(self.path)
+                if self._header is not None:
+                    write_record(self._fh, self._header, sync=True)
+                    self._header = None
+            write_record(self._fh, record, sync=sync)
+        except OSError as exc:
+            raise SessionError(f"cannot save the session to {self.path}: {exc.strerror or exc}") from None
 
     def begin_turn(self, user: str) -> int:
         """Record the user's message before generation starts; returns the turn's 1-based index.
@@ -100,7 +114,7 @@ class SessionRecorder:
             self._header["title"] = title_from(user) or "untitled"
         self._turn, self._next_turn = self._next_turn, self._next_turn + 1
         self._buf, self._streamed = [], []
-        write_record(self._file(), {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}, sync=True)
+        self._emit({"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}, sync=True)
         self._last_text_write = time.monotonic()
         return self._turn
 
@@ -115,7 +129,7 @@ class SessionRecorder:
 
     def _flush_text(self) -> None:
         if self._buf and self._turn is not None:
-            write_record(self._file(), {"type": "text", "turn": self._turn, "text": "".join(self._buf)}, sync=False)
+            self._emit({"type": "text", "turn": self._turn, "text": "".join(self._buf)}, sync=False)
             self._buf = []
         self._last_text_write = time.monotonic()
 
@@ -127,7 +141,7 @@ class SessionRecorder:
                "metrics": metrics.to_dict() if metrics else None, "error": error}
         self._buf = []
         self._turn = None
-        write_record(self._file(), rec, sync=True)
+        self._emit(rec, sync=True)
 
     def observe(self, event) -> None:
         """Feed an engine event: text events stream, ``TurnFinished`` ends the turn with its metrics,
@@ -147,21 +161,23 @@ class SessionRecorder:
         if self._header is not None:
             self._header.update(model=model, settings=settings)
         else:
-            write_record(self._file(), rec, sync=True)
+            self._emit(rec, sync=True)
 
     def rename(self, title: str) -> None:
         """Set the title (before the first turn it goes into the header)."""
         if self._header is not None:
             self._header["title"] = " ".join(title.split())
         else:
-            write_record(self._file(), {"type": "title", "title": " ".join(title.split()), "time": utc_now()}, sync=True)
+            self._emit({"type": "title", "title": " ".join(title.split()), "time": utc_now()}, sync=True)
 
     def close(self) -> None:
         """Write buffered text and close the file. An open turn stays partial. Idempotent."""
         if self._fh is not None:
-            self._flush_text()
-            self._fh.close()
-            self._fh = None
+            try:
+                self._flush_text()
+            finally:
+                self._fh.close()
+                self._fh = None
 
     def __enter__(self) -> "SessionRecorder":
         return self

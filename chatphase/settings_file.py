@@ -241,12 +241,14 @@ def _apply(settings: Settings, values: dict) -> Settings:
 def load_config(path: Path | None = None, environ: typing.Mapping[str, str] | None = None) -> ConfigReport:
     """Built-in defaults, then the config file (if valid), then the environment.
 
-    A missing file is fine; an unreadable or invalid one adds a problem message and is ignored.
+    ``path`` defaults to :func:`config_path` (``$CHATPHASE_CONFIG`` of the process); ``environ`` (default
+    ``os.environ``) supplies the ``CHATPHASE_<KEY>`` values. A missing file is fine; an unreadable or
+    invalid one adds a problem message and is ignored.
 
     Raises:
         UsageError: a bad ``CHATPHASE_<KEY>`` environment value.
     """
-    path = path or config_path(environ)
+    path = path or config_path()
     report = ConfigReport(Settings(), path, sources={k: "default" for k in SETTING_KEYS})
     file_values: dict = {}
     if path.exists():

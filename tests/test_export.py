@@ -17,7 +17,7 @@ from chatphase.export import (
 )
 from chatphase.session import Session, Turn, load_session
 from chatphase.session_recorder import SessionRecorder
-from tests.session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from chatphase.session import (
     SessionError, delete_session, list_sessions, load_session, rename_session, resolve_session_path, sessions_dir,
 )
 from chatphase.session_recorder import SessionRecorder
-from tests.session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 
 
 def new_recorder(**kw) -> SessionRecorder:

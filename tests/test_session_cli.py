@@ -11,7 +11,7 @@ from chatphase.cli import main
 from chatphase.export import rows_from_csv, session_from_json
 from chatphase.session import load_session
 from chatphase.session_recorder import SessionRecorder
-from tests.session_support import MODEL, SETTINGS, record_turns
+from session_support import MODEL, SETTINGS, record_turns
 
 
 @pytest.fixture

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime
 
 from chatphase.errors import UsageError
-from chatphase.session import SessionSummary, delete_session, list_sessions, rename_session, sessions_dir
+from chatphase.session import SessionSummary, delete_session, list_sessions, local_time, rename_session, sessions_dir
 
 
 def register(sub) -> None:
@@ -29,14 +28,6 @@ def register(sub) -> None:
     d = actions.add_parser("delete", help="delete a session file")
     d.add_argument("id", metavar="ID", help="session id, unique prefix, or 'last'")
     d.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-
-
-def local_time(iso: str) -> str:
-    """ISO 8601 (UTC) -> ``YYYY-MM-DD HH:MM`` in the local time zone; unparsable text unchanged."""
-    try:
-        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
-    except ValueError:
-        return iso
 
 
 def format_table(rows: list[SessionSummary]) -> str:

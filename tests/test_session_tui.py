@@ -1,0 +1,197 @@
+"""Sessions and settings in the TUI (FakeEngine + Pilot): recording, resume, export, sessions list,
+settings screen. Screenshots of the three screens are saved under ``screenshots/`` when
+``CHATPHASE_SCREENSHOTS=1``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from textual.widgets import DataTable, Input, Select
+
+from chatphase.config import Settings
+from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.export import rows_from_csv
+from chatphase.session import list_sessions, load_session
+from chatphase.session_recorder import SessionRecorder
+from chatphase.settings_file import load_settings
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.chat_log import ReplyView, UserMessage
+from chatphase.ui.session_actions import COLD_PREFILL_NOTE, SessionActions
+from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
+from chatphase.ui.settings_screen import SettingsScreen
+from ui_support import notifications, send, wait_for
+
+SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
+
+
+def app_class():
+    """The app with the session mixin (itself when the app already includes it)."""
+    if issubclass(ChatPhaseApp, SessionActions):
+        return ChatPhaseApp
+    return type("RecordingApp", (SessionActions, ChatPhaseApp), {"__module__": ChatPhaseApp.__module__})
+
+
+def make(settings: Settings | None = None):
+    settings = settings or Settings()
+    engines: list[FakeEngine] = []
+
+    def factory(info):
+        engines.append(FakeEngine(info, app.settings))
+        return engines[-1]
+
+    app = app_class()(settings, fake_model_info(), factory)
+    return app, engines
+
+
+def showing(app, cls, selector: str):
+    """The condition "screen ``cls`` is up and has composed ``selector``"."""
+    return lambda: isinstance(app.screen, cls) and bool(app.screen.query(selector))
+
+
+def idle(app) -> bool:
+    return app.loaded is not None and not app.busy and app.active_turn is None
+
+
+def shot(app, name: str) -> None:
+    if os.environ.get("CHATPHASE_SCREENSHOTS"):
+        SHOTS.mkdir(exist_ok=True)
+        app.save_screenshot(str(SHOTS / f"{name}.svg"))
+
+
+async def chat(pilot, app, *texts: str) -> None:
+    for text in texts:
+        n = len(app.conversation)
+        await send(pilot, text)
+        await wait_for(pilot, lambda: len(app.conversation) == n + 2 and idle(app))
+
+
+async def test_turns_are_recorded_with_the_dashboards_metrics():
+    app, _ = make()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await chat(pilot, app, "what is prefill", "and decode")
+        s = load_session(app.recorder.id)
+        assert [(t.user, t.status) for t in s.turns] == [("what is prefill", "complete"), ("and decode", "complete")]
+        assert [t.reply for t in s.turns] == [m.content for m in app.conversation if m.role == "assistant"]
+        assert [t.metrics for t in s.turns] == [app.dashboard.turns[1], app.dashboard.turns[2]]
+        assert s.model_name == "SmolLM2 135M Instruct" and s.settings["n_ctx"] == 4096
+        await app.action_new_chat()
+        await chat(pilot, app, "a new topic")
+        assert len(list_sessions()) == 2 and load_session(app.recorder.id).title == "a new topic"
+
+
+async def test_resume_restores_history_and_says_the_next_prefill_is_cold():
+    app0, _ = make()
+    async with app0.run_test(size=(130, 40)) as pilot:  # record two turns for real
+        await wait_for(pilot, lambda: idle(app0))
+        await chat(pilot, app0, "first question", "second question")
+        sid = app0.recorder.id
+        before = app0.dashboard.turns.copy()
+    recorder, session = SessionRecorder.resume(sid)
+    app, engines = make()
+    app.resume_on_start(recorder, session)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app) and len(app.conversation) == 4)
+        assert [m.content for m in app.conversation if m.role == "user"] == ["first question", "second question"]
+        assert [u.text for u in app.query(UserMessage)] == ["first question", "second question"]
+        assert len(app.query(ReplyView)) == 2 and app.dashboard.turns == before
+        await chat(pilot, app, "third")
+        request = engines[0].requests[0]
+        assert [m.content for m in request.messages][:4] == [m.content for m in app.conversation[:4]]
+        assert app.dashboard.turns[3].cached_tokens == 0
+        assert any(COLD_PREFILL_NOTE in n or "0 of" in n for n in notifications(app))
+        shot(app, "session-resumed")
+    s = load_session(sid)
+    assert [t.index for t in s.turns] == [1, 2, 3] and s.turns[2].user == "third"
+
+
+async def test_export_dialog_writes_the_chosen_format(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app, _ = make()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        app.action_export_session()
+        await pilot.pause()
+        assert "Nothing to export yet" in notifications(app)[-1]
+        await chat(pilot, app, "hello")
+        app.action_export_session()
+        await wait_for(pilot, showing(app, ExportScreen, "#export-path"))
+        await pilot.click("#export-format RadioButton:last-of-type")  # CSV
+        path = app.screen.query_one("#export-path", Input)
+        assert path.value.endswith(".csv")
+        shot(app, "session-export")
+        path.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ExportScreen))
+        out = tmp_path / f"chatphase-{app.recorder.id}.csv"
+        assert rows_from_csv(out.read_text())[0]["metrics"] == app.dashboard.turns[1]
+
+
+async def test_sessions_screen_renames_deletes_and_protects_the_open_one():
+    other = SessionRecorder.create(model={"name": "Other"}, settings={}, title="old chat")
+    other.begin_turn("x")
+    other.finish_turn("y", None, error="test")
+    other.close()
+    app, _ = make()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await chat(pilot, app, "current chat")
+        app.action_sessions()
+        await wait_for(pilot, showing(app, SessionsScreen, "#sessions-status"))
+        screen = app.screen
+        table = screen.query_one(DataTable)
+        assert table.row_count == 2
+        shot(app, "sessions-list")
+        table.move_cursor(row=table.get_row_index(app.recorder.id))
+        await pilot.press("d")
+        assert "open chat" in str(screen.query_one("#sessions-status").render())
+        table.move_cursor(row=table.get_row_index(other.id))
+        await pilot.press("r")
+        screen.query_one("#sessions-rename", Input).value = "renamed chat"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert load_session(other.id).title == "renamed chat"
+        await pilot.press("d")
+        assert other.path.exists()  # armed, not yet deleted
+        await pilot.press("d")
+        await pilot.pause()
+        assert not other.path.exists() and table.row_count == 1
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SessionsScreen))
+
+
+async def test_settings_screen_applies_reloads_and_saves(tmp_path):
+    app, engines = make()
+    async with app.run_test(size=(130, 45)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        app.action_edit_settings()
+        await wait_for(pilot, showing(app, SettingsScreen, "#settings-save"))
+        screen = app.screen
+        screen.query_one("#set-n_ctx", Input).value = "abc"
+        await pilot.pause()
+        assert "n_ctx: expected an integer" in str(screen.query_one("#settings-error").render())
+        await pilot.press("ctrl+s")
+        assert isinstance(app.screen, SettingsScreen)  # not applied while invalid
+        screen.query_one("#set-n_ctx", Input).value = "2048"
+        screen.query_one("#set-temperature", Input).value = "0"
+        screen.query_one("#set-seed", Input).value = "7"
+        screen.query_one("#set-flash_attn", Select).value = "off"
+        await pilot.pause()
+        assert "n_ctx, flash_attn reloads the model" in str(screen.query_one("#settings-reload").render())
+        shot(app, "settings")
+        screen.query_one("#settings-save").value = True
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
+        assert (app.settings.n_ctx, app.settings.sampling.temperature, app.settings.sampling.seed) == (2048, 0.0, 7)
+        assert engines[-1].n_ctx == 2048
+        saved = load_settings(environ={})
+        assert (saved.n_ctx, saved.flash_attn, saved.sampling.seed) == (2048, "off", 7)
+        # a sampling-only change applies without a reload
+        app.action_edit_settings()
+        await wait_for(pilot, showing(app, SettingsScreen, "#settings-save"))
+        app.screen.query_one("#set-top_k", Input).value = "5"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert app.settings.sampling.top_k == 5 and len(engines) == 2
