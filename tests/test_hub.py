@@ -298,3 +298,33 @@ def test_consent_downloads_a_repo_spec(online, tmp_path, repo_files):
     path = resolve_model(f"{REPO}:Q4_K_M", confirm=lambda question: True)
     assert path == tmp_path / "models" / REPO / "tiny-Q4_K_M.gguf"
     assert path.read_bytes() == repo_files["tiny-Q4_K_M.gguf"]
+
+
+@pytest.fixture
+def online_real(monkeypatch, tmp_path, default_model_path):
+    """The fake Hub serving a copy of the bundled default model (a real, loadable GGUF)."""
+    import huggingface_hub.constants as hc
+
+    server = FakeHub({"SmolLM2-135M-Instruct.Q4_1.gguf": Path(default_model_path).read_bytes()})
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setenv("CHATPHASE_MODELS_DIR", str(tmp_path / "models"))
+    yield server
+    server.close()
+
+
+def test_pulled_model_runs_by_repo_spec(online_real, capsys, default_model_info):
+    """pull REPO --quant, then `ask --model REPO:QUANT` loads it through llama.cpp and replies."""
+    assert cli.main(["pull", REPO, "--quant", "Q4_1"]) == 0
+    capsys.readouterr()
+    code = cli.main(["ask", "--model", f"{REPO}:Q4_1", "--n-ctx", "256", "--max-tokens", "3",
+                     "--temperature", "0", "--json", "Say hi"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["model"]["path"].endswith(f"{REPO}/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert result["model"]["kv_bytes_per_token"] == default_model_info.kv_bytes_per_token
+    assert result["turns"][0]["metrics"]["decode_tokens"] >= 1
