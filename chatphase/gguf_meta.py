@@ -27,6 +27,7 @@ import importlib.util
 import os
 import re
 import struct
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def _header_reader_class():
                 return 12 + int(values.nbytes), [raw_itype, alen, values], [2], [gguf.GGUFValueType.ARRAY, itype]
             if itype == gguf.GGUFValueType.STRING and count > _LONG_STRING_ARRAY:
                 buf = memoryview(self.data)
-                unpack = struct.Struct("<Q" if self.byte_order == "I" else ">Q").unpack_from
+                swapped = ">Q" if sys.byteorder == "little" else "<Q"
+                unpack = struct.Struct("=Q" if self.byte_order == "I" else swapped).unpack_from  # I = host order
                 for _ in range(count):  # step over each string: 8-byte length + bytes
                     offs += 8 + unpack(buf, offs)[0]
                 if offs > len(self.data):
@@ -318,7 +320,6 @@ def _bench(path: str, repeats: int = 3) -> None:
 
 
 if __name__ == "__main__":  # python -m chatphase.gguf_meta [PATH]: the reader benchmark
-    import sys
 
     from chatphase.models import default_model_path
 
