@@ -320,7 +320,6 @@ def _bench(path: str, repeats: int = 3) -> None:
 
 
 if __name__ == "__main__":  # python -m chatphase.gguf_meta [PATH]: the reader benchmark
-
     from chatphase.models import default_model_path
 
     _bench(sys.argv[1] if len(sys.argv) > 1 else str(default_model_path()))
