@@ -151,6 +151,8 @@ def list_models(models_dir: str | os.PathLike | None = None, cache_dir: str | os
         for rel, p in sorted(hub.cached_files(repo_id, None, cdir).items()):
             if _is_first(p):
                 candidates.append((f"{repo_id}:{rel}", p, "hf-cache", False))
+        for p in _model_files(repo_root / "snapshots"):  # other revisions: by path (same blobs listed once)
+            candidates.append((str(p), p, "hf-cache", False))
     seen: set[str] = set()
     out: list[ModelEntry] = []
     for spec, p, source, is_default in candidates:

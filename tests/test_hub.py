@@ -328,3 +328,12 @@ def test_pulled_model_runs_by_repo_spec(online_real, capsys, default_model_info)
     assert result["model"]["path"].endswith(f"{REPO}/SmolLM2-135M-Instruct.Q4_1.gguf")
     assert result["model"]["kv_bytes_per_token"] == default_model_info.kv_bytes_per_token
     assert result["turns"][0]["metrics"]["decode_tokens"] >= 1
+
+
+def test_cache_listing_includes_other_revisions_by_path(offline_cache, repo_files):
+    root = offline_cache / ("models--" + REPO.replace("/", "--"))
+    old = root / "snapshots" / ("f" * 40) / "tiny-Q8_0.gguf"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(repo_files["tiny-Q8_0.gguf"])
+    specs = [e.spec for e in list_models() if e.source == "hf-cache"]
+    assert specs == [f"{REPO}:tiny-Q4_K_M.gguf", str(old)]  # main's by REPO:FILE, the Q4_K_M blob listed once
