@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
 from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
@@ -43,7 +44,16 @@ class SessionRecorder:
 
     Nothing touches the disk before the first :meth:`begin_turn` (no empty sessions); the title
     defaults to the first user message.
+
+    Write errors (disk full, permissions) raise :class:`~chatphase.session.SessionError`, unless
+    ``on_error`` is set: then it is called once with the message, :attr:`failed` keeps it, and the
+    recorder stops writing (the chat goes on unsaved).
     """
+
+    #: called once with the message of the first write error (instead of raising); see the class doc.
+    on_error: Callable[[str], None] | None = None
+    #: the first write error's message once writing has stopped.
+    failed: str | None = None
 
     def __init__(self, path: Path, session_id: str, header: dict | None, next_turn: int = 1):
         self.path = path
@@ -92,8 +102,11 @@ class SessionRecorder:
         """Append a record (opening the file and writing the header first if needed).
 
         Raises:
-            SessionError: the file cannot be created or written (disk full, permissions).
+            SessionError: the file cannot be created or written (disk full, permissions), unless
+                :attr:`on_error` is set.
         """
+        if self.failed:
+            return
         try:
             if self._fh is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -103,7 +116,11 @@ class SessionRecorder:
                     self._header = None
             write_record(self._fh, record, sync=sync)
         except OSError as exc:
-            raise SessionError(f"cannot save the session to {self.path}: {exc.strerror or exc}") from None
+            message = f"cannot save the session to {self.path}: {exc.strerror or exc}"
+            if self.on_error is None:
+                raise SessionError(message) from None
+            self.failed = message
+            self.on_error(message)
 
     def begin_turn(self, user: str) -> int:
         """Record the user's message before generation starts; returns the turn's 1-based index.

@@ -168,3 +168,17 @@ def test_file_is_one_json_object_per_line():
     assert kinds[0] == "session" and kinds.count("turn_start") == 2 and kinds.count("turn_end") == 2
     s = load_session(rec.id)
     assert [t.model for t in s.turns] == ["TestModel-1M", "Other"] and s.settings == {"n_ctx": 1024}
+
+
+def test_write_errors_raise_or_go_to_on_error(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=blocker / "sessions")
+    with pytest.raises(SessionError, match="cannot save the session"):
+        rec.begin_turn("q")
+    errors = []
+    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=blocker / "sessions")
+    rec.on_error = errors.append
+    record_turns(rec, [("q", ["a", "b"]), ("q2", ["c"])])  # the chat goes on
+    rec.close()
+    assert len(errors) == 1 and "cannot save the session" in errors[0] and rec.failed == errors[0]

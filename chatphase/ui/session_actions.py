@@ -38,16 +38,14 @@ class SessionActions:
     _pending_resume: tuple[SessionRecorder, Session] | None = None
 
     # -- recording -------------------------------------------------------------------------------
-    def _record(self, call, *args, **kwargs) -> None:
-        """Run a recorder call; on a saving error, say so once and stop recording."""
-        if self.recorder is None:
-            return
-        try:
-            call(*args, **kwargs)
-        except ChatPhaseError as exc:
-            self.recorder = None
-            self._recorded_turn = None
-            self.notify(f"{exc}. This chat is no longer being saved.", title="Session not saved", severity="error")
+    def _use_recorder(self, recorder: SessionRecorder) -> SessionRecorder:
+        """Make ``recorder`` this chat's, reporting its first write error as a notice."""
+        recorder.on_error = self._save_failed
+        self.recorder = recorder
+        return recorder
+
+    def _save_failed(self, message: str) -> None:
+        self.notify(f"{message}. This chat is no longer being saved.", title="Session not saved", severity="error")
 
     def _model_key(self) -> tuple:
         return (self.model_info.path, repr(self.settings.to_dict()))
@@ -63,42 +61,39 @@ class SessionActions:
             self.recorder.close()  # a new chat: a new session
             self.recorder = None
         if self.recorder is None:
-            self.recorder = SessionRecorder.create(model=self.model_info.to_dict(), settings=self.settings.to_dict())
+            self._use_recorder(SessionRecorder.create(model=self.model_info.to_dict(), settings=self.settings.to_dict()))
             self._recorded_model = self._model_key()
         elif self._recorded_model != self._model_key():
-            self._record(self.recorder.set_model, self.model_info.to_dict(), self.settings.to_dict())
+            self.recorder.set_model(self.model_info.to_dict(), self.settings.to_dict())
             self._recorded_model = self._model_key()
         self._recorded_turn = ev.turn_id
-        self._record(self.recorder.begin_turn, self.conversation[-1].content)
+        self.recorder.begin_turn(self.conversation[-1].content)
 
     def _recording(self, turn_id: int | None) -> bool:
         return self.recorder is not None and turn_id is not None and turn_id == self._recorded_turn
 
     def on_first_token_arrived(self, message: msg.FirstTokenArrived) -> None:
         if self._recording(message.event.turn_id):
-            self._record(self.recorder.observe, message.event)
+            self.recorder.observe(message.event)
 
     def on_text_decoded(self, message: msg.TextDecoded) -> None:
         if self._recording(message.event.turn_id):
-            self._record(self.recorder.observe, message.event)
+            self.recorder.observe(message.event)
 
     def on_turn_done(self, message: msg.TurnDone) -> None:
         if self._recording(message.event.turn_id):
-            self._record(self.recorder.observe, message.event)
+            self.recorder.observe(message.event)
             self._recorded_turn = None
 
     def on_engine_error(self, message: msg.EngineError) -> None:
         ev = message.event
         if self._recording(ev.turn_id) or (ev.fatal and self._recording(self._recorded_turn)):
-            self._record(self.recorder.observe, ev)
+            self.recorder.observe(ev)
             self._recorded_turn = None
 
     def on_unmount(self) -> None:
         if self.recorder is not None:
-            try:
-                self.recorder.close()
-            except ChatPhaseError:
-                pass
+            self.recorder.close()
 
     # -- resume ----------------------------------------------------------------------------------
     def resume_on_start(self, recorder: SessionRecorder, session: Session) -> None:
@@ -117,7 +112,8 @@ class SessionActions:
 
         if self.recorder is not None and self.recorder is not recorder:
             self.recorder.close()
-        self.recorder, self._recorded_turn = recorder, None
+        self._use_recorder(recorder)
+        self._recorded_turn = None
         self._recorded_model = (session.model.get("path"), repr(session.settings))
         self.conversation[:] = [m for m in session.history() if m.role != "system"]
         log = self.query_one(ChatLog)
