@@ -1,0 +1,305 @@
+"""What does the TUI cost the model? Decode tokens/s and TTFT of the same turns, engine alone vs. through the TUI.
+
+Method (one run, side by side, interleaved):
+
+- One :class:`~chatphase.engine.host.EngineHost` (the model in its child process) is loaded once and shared by
+  both arms through :class:`SharedEngine`, so the only difference between the arms is the TUI. Every turn
+  starts from a cleared KV cache (``reset_cache=True``) and decodes greedily (temperature 0), so both arms
+  compute exactly the same tokens.
+- Arm **engine**: the turn is driven straight through ``EngineHost.run_turn()`` (no UI process work).
+- Arm **tui**: a fresh headless ``ChatPhaseApp`` (``app.run_test()``, 150×45 so the side panel and the
+  dashboard are shown and rendered) sends the prompt as a user would; the app streams the Markdown reply,
+  the phase indicator, the panel and the dashboard as it does in a terminal.
+- The arms alternate, and their order flips every repetition (engine→tui, tui→engine, ...), so drift in
+  machine load hits both alike. Reported: the median over repetitions per arm and the ratio tui/engine.
+
+Figures:
+
+- ``decode_tokens_per_s`` and ``ttft_ms`` as the engine measures them (DESIGN.md §2): the UI process
+  competes with the engine for CPU, so this is where a costly UI shows up.
+- ``client_ttft_ms``: from the submit call to the first token *received by the consumer* (the loop over
+  ``run_turn`` for the engine arm; the app's ``FirstTokenArrived`` handler for the TUI arm): adds the pipe
+  hop and, for the TUI, the worker thread and Textual's message queue.
+- ``UI-process CPU %``: CPU time of the benchmark's own process (all its threads: the app, its worker, the
+  pipe reader) over the turn's wall time, in % of one core. It does not depend on what else the machine
+  runs, so it is the figure to trust on a busy machine; the engine arm's is the bare consumer loop.
+- Long Markdown reply (``--long-tokens``, code blocks, ``ignore_eos=True``): the engine's decode rate in
+  the first and the last quarter of the reply (from the engine timestamps carried by ``TokensDecoded``),
+  and the UI's lag (handler time − token time, p95) in each quarter: a UI that re-renders the whole reply
+  per update would slow down or fall behind as the reply grows.
+
+Targets (issue 3): the TUI costs ≤ 3 % of decode tokens/s and ≤ 5 ms of TTFT; the long reply's last
+quarter decodes at ≥ 97 % of the first quarter's rate in the TUI arm relative to the engine arm.
+
+Run: ``python benchmarks/tui_overhead.py`` (``--help`` for options; ``--quick`` for a smoke run).
+Timing claims belong here, never in the unit tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+from chatphase.config import Settings
+from chatphase.engine.events import (EngineFailed, Event, FirstToken, Message, ModelLoaded, SamplingParams,
+                                     TokensDecoded, TurnFinished, TurnRequest)
+from chatphase.engine.host import EngineHost
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.gguf_meta import read_model_info
+from chatphase.models import resolve_model
+from chatphase.ui import app as app_module
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.dashboard import DASHBOARD_CSS_PATH
+
+SHORT_PROMPTS = (
+    "What is the capital of France? Answer in two sentences.",
+    "Explain in a short paragraph why the sky looks blue.",
+)
+LONG_PROMPT = (
+    "Write Python functions that sort, filter and group a list of numbers, each in its own ```python code "
+    "block, then explain each one with a bulleted list."
+)
+TUI_SIZE = (150, 45)
+DECODE_TARGET = 0.97  # tui/engine decode tokens/s
+TTFT_TARGET_MS = 5.0  # tui - engine TTFT
+
+
+class SharedEngine:
+    """One loaded :class:`EngineHost` behind the ``Engine`` protocol, for both arms.
+
+    ``load()`` replays the host's ``ModelLoaded`` (no reload); ``run_turn`` clears the KV cache first and
+    optionally forces ``ignore_eos``; ``close()`` leaves the host running (the benchmark closes it).
+    """
+
+    def __init__(self, host: EngineHost, loaded: ModelLoaded) -> None:
+        self.host = host
+        self.loaded = loaded
+        self.ignore_eos = False
+
+    def load(self) -> Iterator[Event]:
+        yield self.loaded
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]:
+        yield from self.host.run_turn(replace(request, reset_cache=True, ignore_eos=self.ignore_eos))
+
+    def cancel(self) -> None:
+        self.host.cancel()
+
+    def close(self) -> None:
+        """Nothing: the shared host outlives each app."""
+
+
+@dataclass
+class ArmResult:
+    """One turn of one arm: engine metrics, client TTFT (ms), and ``(t_ns, decode_tokens, t_seen_ns)``
+    for each ``TokensDecoded`` the consumer saw."""
+
+    metrics: TurnMetrics
+    client_ttft_ms: float
+    decoded: list[tuple[int, int, int]] = field(default_factory=list)
+    reply: str = ""
+    ui_cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class MeasuredApp(ChatPhaseApp):
+    """ChatPhaseApp that records when its handlers see the first token and each decoded batch.
+
+    Textual calls the handlers of every class in the MRO, so these run (first) in addition to the app's own.
+    Relative ``CSS_PATH`` entries resolve against the subclass's file, so the app's are made absolute.
+    """
+
+    CSS_PATH = [Path(app_module.__file__).with_name("app.tcss"), DASHBOARD_CSS_PATH]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.t_first_seen_ns: int | None = None
+        self.decoded: list[tuple[int, int, int]] = []
+        self.finished: TurnFinished | None = None
+
+    def on_first_token_arrived(self, message) -> None:
+        if self.t_first_seen_ns is None:
+            self.t_first_seen_ns = time.perf_counter_ns()
+
+    def on_text_decoded(self, message) -> None:
+        ev = message.event
+        self.decoded.append((ev.t_ns, ev.decode_tokens, time.perf_counter_ns()))
+
+    def on_turn_done(self, message) -> None:
+        self.finished = message.event
+
+
+def engine_arm(shared: SharedEngine, request: TurnRequest) -> ArmResult:
+    """Drive one turn straight through the host; the consumer does nothing but record times."""
+    decoded: list[tuple[int, int, int]] = []
+    c0, t0 = time.process_time(), time.perf_counter_ns()
+    t_first = None
+    finished = None
+    for event in shared.run_turn(request):
+        now = time.perf_counter_ns()
+        if isinstance(event, FirstToken) and t_first is None:
+            t_first = now
+        elif isinstance(event, TokensDecoded):
+            decoded.append((event.t_ns, event.decode_tokens, now))
+        elif isinstance(event, TurnFinished):
+            finished = event
+        elif isinstance(event, EngineFailed):
+            raise SystemExit(f"engine failed: {event.message}")
+    assert finished is not None and t_first is not None
+    return ArmResult(finished.metrics, (t_first - t0) / 1e6, decoded, finished.reply,
+                     time.process_time() - c0, (time.perf_counter_ns() - t0) / 1e9)
+
+
+async def _tui_turn(shared: SharedEngine, settings: Settings, prompt: str) -> ArmResult:
+    app = MeasuredApp(settings, shared.host.info, lambda info: shared)
+    async with app.run_test(size=TUI_SIZE) as pilot:
+        while app.loaded is None or app.busy:
+            await pilot.pause(0.01)
+        c0, t0 = time.process_time(), time.perf_counter_ns()
+        if not app.send(prompt):
+            raise SystemExit("the app refused the prompt")
+        while app.finished is None:
+            await asyncio.sleep(0.005)
+        await pilot.pause()
+        cpu_s, wall_s = time.process_time() - c0, (time.perf_counter_ns() - t0) / 1e9
+        assert app.t_first_seen_ns is not None
+        return ArmResult(app.finished.metrics, (app.t_first_seen_ns - t0) / 1e6, app.decoded, app.finished.reply,
+                         cpu_s, wall_s)
+
+
+def tui_arm(shared: SharedEngine, settings: Settings, prompt: str) -> ArmResult:
+    """One turn through a fresh headless app (startup is outside the measured turn)."""
+    return asyncio.run(_tui_turn(shared, settings, prompt))
+
+
+def quarter_rates(decoded: list[tuple[int, int, int]], total: int) -> tuple[float, float, float, float]:
+    """``(first-quarter tok/s, last-quarter tok/s, first-quarter lag p95 ms, last-quarter lag p95 ms)``.
+
+    Rates come from the engine timestamps of the coalesced ``TokensDecoded`` batches: tokens between the
+    first batch at or past the quarter's start and the first batch at or past its end, over their time.
+    """
+
+    def at(target: float) -> tuple[int, int]:
+        for t_ns, n, _ in decoded:
+            if n >= target:
+                return t_ns, n
+        return decoded[-1][0], decoded[-1][1]
+
+    def rate(lo: float, hi: float) -> float:
+        (t0, n0), (t1, n1) = at(lo), at(hi)
+        return (n1 - n0) / ((t1 - t0) / 1e9) if t1 > t0 else float("nan")
+
+    def lag_p95(lo: float, hi: float) -> float:
+        lags = [(seen - t) / 1e6 for t, n, seen in decoded if lo <= n <= hi]
+        return statistics.quantiles(lags, n=20)[-1] if len(lags) >= 2 else float("nan")
+
+    q = total / 4
+    return rate(1, q), rate(3 * q, total), lag_p95(1, q), lag_p95(3 * q, total)
+
+
+def median(xs) -> float:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None, help="model spec (default: the bundled SmolLM2-135M)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per arm and prompt (default 3)")
+    p.add_argument("--max-tokens", type=int, default=128, help="tokens per short reply (default 128)")
+    p.add_argument("--long-tokens", type=int, default=2200, help="tokens of the long reply (0 = skip; default 2200)")
+    p.add_argument("--long-reps", type=int, default=1, help="repetitions of the long case per arm (default 1)")
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 rep, 32 tokens, 300-token long reply")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.reps, args.max_tokens, args.long_tokens = 1, 32, 300
+
+    settings = Settings(model=args.model, n_ctx=args.n_ctx, sampling=SamplingParams(
+        max_tokens=args.max_tokens, temperature=0.0, seed=0))
+    info = read_model_info(resolve_model(settings.model))
+    host = EngineHost(info, settings)
+    try:
+        loaded = next(e for e in host.load() if isinstance(e, (ModelLoaded, EngineFailed)))
+        if isinstance(loaded, EngineFailed):
+            print(f"engine failed to load: {loaded.message}", file=sys.stderr)
+            return 1
+        shared = SharedEngine(host, loaded)
+        s = loaded.model.settings
+        print(f"model {info.name} · n_threads {s.get('n_threads')} · n_ctx {s.get('n_ctx')} · "
+              f"reps {args.reps} · max_tokens {args.max_tokens} · TUI {TUI_SIZE[0]}×{TUI_SIZE[1]} headless")
+        engine_arm(shared, TurnRequest(0, (Message("user", "Hi"),), replace(settings.sampling, max_tokens=8)))  # warm-up
+
+        rows = []
+        ok = True
+        for prompt in SHORT_PROMPTS:
+            runs: dict[str, list[ArmResult]] = {"engine": [], "tui": []}
+            request = TurnRequest(1, (Message("user", prompt),), settings.sampling)
+            for rep in range(args.reps):
+                for arm in (("engine", "tui") if rep % 2 == 0 else ("tui", "engine")):
+                    runs[arm].append(engine_arm(shared, request) if arm == "engine"
+                                     else tui_arm(shared, settings, prompt))
+            rows.append((prompt, runs))
+
+        print("\n| prompt | arm | decode tok | decode tok/s | TTFT ms (engine) | TTFT ms (client) | UI-process CPU % |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for prompt, runs in rows:
+            for arm in ("engine", "tui"):
+                r = runs[arm]
+                print(f"| {prompt[:28]}… | {arm} | {median(x.metrics.decode_tokens for x in r):.0f} | "
+                      f"{median(x.metrics.decode_tokens_per_s for x in r):.1f} | "
+                      f"{median(x.metrics.ttft_ms for x in r):.1f} | {median(x.client_ttft_ms for x in r):.1f} | "
+                      f"{median(100 * x.ui_cpu_s / x.wall_s for x in r):.1f} |")
+        print("\n| prompt | decode tok/s tui/engine (≥ 0.97) | TTFT Δ engine-clock ms (≤ 5) | TTFT Δ client ms (≤ 5) |")
+        print("|---|---:|---:|---:|")
+        for prompt, runs in rows:
+            e, t = runs["engine"], runs["tui"]
+            ratio = median(x.metrics.decode_tokens_per_s for x in t) / median(x.metrics.decode_tokens_per_s for x in e)
+            d_ttft = median(x.metrics.ttft_ms for x in t) - median(x.metrics.ttft_ms for x in e)
+            d_client = median(x.client_ttft_ms for x in t) - median(x.client_ttft_ms for x in e)
+            passed = ratio >= DECODE_TARGET and d_ttft <= TTFT_TARGET_MS and d_client <= TTFT_TARGET_MS
+            ok &= passed
+            print(f"| {prompt[:28]}… | {ratio:.3f} | {d_ttft:+.1f} | {d_client:+.1f} | {'PASS' if passed else 'FAIL'}")
+
+        if args.long_tokens:
+            shared.ignore_eos = True
+            long_settings = replace(settings, sampling=replace(settings.sampling, max_tokens=args.long_tokens))
+            request = TurnRequest(1, (Message("user", LONG_PROMPT),), long_settings.sampling)
+            long_runs: dict[str, list[ArmResult]] = {"engine": [], "tui": []}
+            for rep in range(args.long_reps):
+                for arm in (("engine", "tui") if rep % 2 == 0 else ("tui", "engine")):
+                    long_runs[arm].append(engine_arm(shared, request) if arm == "engine"
+                                          else tui_arm(shared, long_settings, LONG_PROMPT))
+            shared.ignore_eos = False
+            fences = long_runs["tui"][-1].reply.count("```")
+            print(f"\nlong Markdown reply ({args.long_tokens} tokens, ignore_eos; {fences // 2} code blocks, "
+                  f"{len(long_runs['tui'][-1].reply):,} characters):")
+            print("| arm | decode tok | decode tok/s | first-quarter tok/s | last-quarter tok/s | last/first | "
+                  "UI lag p95 ms first/last quarter | UI-process CPU % |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|")
+            slow = {}
+            for arm in ("engine", "tui"):
+                r = long_runs[arm][-1]
+                q1, q4, lag1, lag4 = quarter_rates(r.decoded, r.metrics.decode_tokens)
+                slow[arm] = q4 / q1
+                print(f"| {arm} | {r.metrics.decode_tokens} | {r.metrics.decode_tokens_per_s:.1f} | {q1:.1f} | "
+                      f"{q4:.1f} | {q4 / q1:.3f} | {lag1:.1f} / {lag4:.1f} | {100 * r.ui_cpu_s / r.wall_s:.1f} |")
+            rel = slow["tui"] / slow["engine"]
+            long_ok = rel >= DECODE_TARGET
+            ok &= long_ok
+            print(f"\nTUI last/first-quarter slowdown relative to the engine's: {rel:.3f} (≥ {DECODE_TARGET}) "
+                  f"{'PASS' if long_ok else 'FAIL'}")
+        print(f"\noverall: {'PASS' if ok else 'FAIL'}")
+        return 0 if ok else 1
+    finally:
+        host.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
