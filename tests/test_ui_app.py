@@ -305,3 +305,15 @@ async def test_light_theme_from_settings():
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert app.theme == "textual-light"
+
+
+async def test_type_ahead_burst_then_enter_sends_all_of_it():
+    """Keys arriving in one burst (fast typing, a terminal without bracketed paste) are sent whole."""
+    app, engines = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for key in ("h", "i"):
+            app.post_message(events.Key(key, key))
+        app.post_message(events.Key("enter", "\r"))
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        assert app.conversation[0].content == "hi"

@@ -12,6 +12,7 @@ and the dashboard's live rate are refreshed at ``PANEL_HZ``.
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Callable, Iterable
 
@@ -40,6 +41,20 @@ PANEL_HZ = 4
 WIDE_COLUMNS = 110
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker while ``sys.stderr`` is still the real one.
+
+    While a Textual app runs, ``sys.stderr`` is a capture object whose ``fileno()`` is -1, and the
+    tracker (started lazily by the first ``multiprocessing`` lock or event, e.g. in ``EngineHost``)
+    passes that fd to its child: ``ValueError: bad value(s) in fds_to_keep``. Starting it before the
+    app runs avoids that. POSIX only (elsewhere there is no tracker).
+    """
+    if os.name == "posix":
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+
+
 class ChatPhaseApp(EngineWorkers, App[None]):
     """The chat TUI.
 
@@ -56,6 +71,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
 
     def __init__(self, settings: Settings, model_info: ModelInfo, engine_factory: Callable[[ModelInfo], Engine]):
         super().__init__()
+        _start_resource_tracker()
         self.settings = settings
         self.model_info = model_info
         self.engine_factory = engine_factory

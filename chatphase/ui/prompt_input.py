@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from textual import events
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
@@ -18,10 +19,11 @@ from textual.widgets import TextArea
 class PromptInput(TextArea):
     """Multi-line prompt input; see the module docstring for the keys."""
 
+    #: keys that insert a line break instead of sending.
+    NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
     BINDINGS = [
-        Binding("enter", "submit", "Send", id="prompt.send", priority=True),
-        Binding("ctrl+j,shift+enter,alt+enter", "newline", "New line", key_display="^J", id="prompt.newline",
-                priority=True),
+        Binding("enter", "submit", "Send", id="prompt.send"),
+        Binding(",".join(NEWLINE_KEYS), "newline", "New line", key_display="^J", id="prompt.newline"),
     ]
 
     @dataclass
@@ -38,6 +40,24 @@ class PromptInput(TextArea):
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
         self.placeholder = "Message the model…  (Enter send · Ctrl+J new line)"
+
+    async def _on_key(self, event: events.Key) -> None:
+        """Enter sends and the newline keys break the line, handled here in key order.
+
+        (Priority bindings would run in the app before earlier keys of the same burst, e.g. a fast
+        type-ahead ``hi⏎``, reach the text, and send an empty box; the bindings above document the
+        keys for the footer, the help and the keymap.)
+        """
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            self.action_submit()
+        elif event.key in self.NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.action_newline()
+        else:
+            await super()._on_key(event)
 
     def action_submit(self) -> None:
         """Send the text unless it is blank."""
