@@ -20,13 +20,15 @@ Figures:
 - ``client_ttft_ms``: from the submit call to the first token *received by the consumer* (the loop over
   ``run_turn`` for the engine arm; the app's ``FirstTokenArrived`` handler for the TUI arm): adds the pipe
   hop and, for the TUI, the worker thread and Textual's message queue.
-- ``UI-process CPU %``: CPU time of the benchmark's own process (all its threads: the app, its worker, the
-  pipe reader) over the turn's wall time, in % of one core. It does not depend on what else the machine
-  runs, so it is the figure to trust on a busy machine; the engine arm's is the bare consumer loop.
+- ``UI CPU ms/token``: CPU time of the benchmark's own process (all its threads: the app, its worker, the
+  pipe reader) per decoded token. It hardly depends on what else the machine runs, so it is the figure to
+  trust on a busy machine; the engine arm's is the bare consumer loop. On a machine with spare cores the
+  UI's CPU does not slow the engine; on a machine whose cores the engine uses (n_threads = physical cores)
+  it does, roughly in proportion.
 - Long Markdown reply (``--long-tokens``, code blocks, ``ignore_eos=True``): the engine's decode rate in
   the first and the last quarter of the reply (from the engine timestamps carried by ``TokensDecoded``),
-  and the UI's lag (handler time − token time, p95) in each quarter: a UI that re-renders the whole reply
-  per update would slow down or fall behind as the reply grows.
+  the UI's lag (handler time − token time, p95) and its CPU per token in each quarter: a UI that re-renders
+  the whole reply per update would fall behind, spend more per token, or slow the engine as the reply grows.
 
 Targets (issue 3): the TUI costs ≤ 3 % of decode tokens/s and ≤ 5 ms of TTFT; the long reply's last
 quarter decodes at ≥ 97 % of the first quarter's rate in the TUI arm relative to the engine arm.
@@ -97,12 +99,13 @@ class SharedEngine:
 
 @dataclass
 class ArmResult:
-    """One turn of one arm: engine metrics, client TTFT (ms), and ``(t_ns, decode_tokens, t_seen_ns)``
-    for each ``TokensDecoded`` the consumer saw."""
+    """One turn of one arm: engine metrics, client TTFT (ms), ``(t_ns, decode_tokens, t_seen_ns,
+    process_cpu_s)`` for each ``TokensDecoded`` the consumer saw, the reply, and the consumer process's CPU
+    seconds and wall seconds over the turn."""
 
     metrics: TurnMetrics
     client_ttft_ms: float
-    decoded: list[tuple[int, int, int]] = field(default_factory=list)
+    decoded: list[tuple[int, int, int, float]] = field(default_factory=list)
     reply: str = ""
     ui_cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -120,7 +123,7 @@ class MeasuredApp(ChatPhaseApp):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.t_first_seen_ns: int | None = None
-        self.decoded: list[tuple[int, int, int]] = []
+        self.decoded: list[tuple[int, int, int, float]] = []
         self.finished: TurnFinished | None = None
 
     def on_first_token_arrived(self, message) -> None:
@@ -129,7 +132,7 @@ class MeasuredApp(ChatPhaseApp):
 
     def on_text_decoded(self, message) -> None:
         ev = message.event
-        self.decoded.append((ev.t_ns, ev.decode_tokens, time.perf_counter_ns()))
+        self.decoded.append((ev.t_ns, ev.decode_tokens, time.perf_counter_ns(), time.process_time()))
 
     def on_turn_done(self, message) -> None:
         self.finished = message.event
@@ -137,7 +140,7 @@ class MeasuredApp(ChatPhaseApp):
 
 def engine_arm(shared: SharedEngine, request: TurnRequest) -> ArmResult:
     """Drive one turn straight through the host; the consumer does nothing but record times."""
-    decoded: list[tuple[int, int, int]] = []
+    decoded: list[tuple[int, int, int, float]] = []
     c0, t0 = time.process_time(), time.perf_counter_ns()
     t_first = None
     finished = None
@@ -146,7 +149,7 @@ def engine_arm(shared: SharedEngine, request: TurnRequest) -> ArmResult:
         if isinstance(event, FirstToken) and t_first is None:
             t_first = now
         elif isinstance(event, TokensDecoded):
-            decoded.append((event.t_ns, event.decode_tokens, now))
+            decoded.append((event.t_ns, event.decode_tokens, now, time.process_time()))
         elif isinstance(event, TurnFinished):
             finished = event
         elif isinstance(event, EngineFailed):
@@ -178,29 +181,40 @@ def tui_arm(shared: SharedEngine, settings: Settings, prompt: str) -> ArmResult:
     return asyncio.run(_tui_turn(shared, settings, prompt))
 
 
-def quarter_rates(decoded: list[tuple[int, int, int]], total: int) -> tuple[float, float, float, float]:
-    """``(first-quarter tok/s, last-quarter tok/s, first-quarter lag p95 ms, last-quarter lag p95 ms)``.
+@dataclass
+class Quarters:
+    """First vs last quarter of a long reply: engine decode tok/s, UI lag p95 (ms: when the consumer saw a
+    batch minus the engine's time of its last token), and consumer-process CPU ms per token."""
 
-    Rates come from the engine timestamps of the coalesced ``TokensDecoded`` batches: tokens between the
-    first batch at or past the quarter's start and the first batch at or past its end, over their time.
+    first_tps: float
+    last_tps: float
+    first_lag_p95_ms: float
+    last_lag_p95_ms: float
+    first_cpu_ms_per_token: float
+    last_cpu_ms_per_token: float
+
+
+def quarters(decoded: list[tuple[int, int, int, float]], total: int) -> Quarters:
+    """:class:`Quarters` from the coalesced ``TokensDecoded`` batches of one turn.
+
+    A quarter spans from the first batch at or past its first token to the first batch at or past its last;
+    rates and CPU per token are taken between those two batches.
     """
 
-    def at(target: float) -> tuple[int, int]:
-        for t_ns, n, _ in decoded:
-            if n >= target:
-                return t_ns, n
-        return decoded[-1][0], decoded[-1][1]
+    def at(target: float) -> tuple[int, int, int, float]:
+        return next((d for d in decoded if d[1] >= target), decoded[-1])
 
-    def rate(lo: float, hi: float) -> float:
-        (t0, n0), (t1, n1) = at(lo), at(hi)
-        return (n1 - n0) / ((t1 - t0) / 1e9) if t1 > t0 else float("nan")
-
-    def lag_p95(lo: float, hi: float) -> float:
-        lags = [(seen - t) / 1e6 for t, n, seen in decoded if lo <= n <= hi]
-        return statistics.quantiles(lags, n=20)[-1] if len(lags) >= 2 else float("nan")
+    def span(lo: float, hi: float) -> tuple[float, float, float]:
+        (t0, n0, _, c0), (t1, n1, _, c1) = at(lo), at(hi)
+        lags = [(seen - t) / 1e6 for t, n, seen, _ in decoded if n0 <= n <= n1]
+        lag = statistics.quantiles(lags, n=20)[-1] if len(lags) >= 2 else float("nan")
+        tps = (n1 - n0) / ((t1 - t0) / 1e9) if t1 > t0 else float("nan")
+        cpu = 1000 * (c1 - c0) / (n1 - n0) if n1 > n0 else float("nan")
+        return tps, lag, cpu
 
     q = total / 4
-    return rate(1, q), rate(3 * q, total), lag_p95(1, q), lag_p95(3 * q, total)
+    (tps1, lag1, cpu1), (tps4, lag4, cpu4) = span(1, q), span(3 * q, total)
+    return Quarters(tps1, tps4, lag1, lag4, cpu1, cpu4)
 
 
 def median(xs) -> float:
@@ -247,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                                      else tui_arm(shared, settings, prompt))
             rows.append((prompt, runs))
 
-        print("\n| prompt | arm | decode tok | decode tok/s | TTFT ms (engine) | TTFT ms (client) | UI-process CPU % |")
+        print("\n| prompt | arm | decode tok | decode tok/s | TTFT ms (engine) | TTFT ms (client) | UI CPU ms/token |")
         print("|---|---|---:|---:|---:|---:|---:|")
         for prompt, runs in rows:
             for arm in ("engine", "tui"):
@@ -255,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {prompt[:28]}… | {arm} | {median(x.metrics.decode_tokens for x in r):.0f} | "
                       f"{median(x.metrics.decode_tokens_per_s for x in r):.1f} | "
                       f"{median(x.metrics.ttft_ms for x in r):.1f} | {median(x.client_ttft_ms for x in r):.1f} | "
-                      f"{median(100 * x.ui_cpu_s / x.wall_s for x in r):.1f} |")
+                      f"{median(1000 * x.ui_cpu_s / max(1, x.metrics.decode_tokens) for x in r):.2f} |")
         print("\n| prompt | decode tok/s tui/engine (≥ 0.97) | TTFT Δ engine-clock ms (≤ 5) | TTFT Δ client ms (≤ 5) |")
         print("|---|---:|---:|---:|")
         for prompt, runs in rows:
@@ -280,16 +294,18 @@ def main(argv: list[str] | None = None) -> int:
             fences = long_runs["tui"][-1].reply.count("```")
             print(f"\nlong Markdown reply ({args.long_tokens} tokens, ignore_eos; {fences // 2} code blocks, "
                   f"{len(long_runs['tui'][-1].reply):,} characters):")
-            print("| arm | decode tok | decode tok/s | first-quarter tok/s | last-quarter tok/s | last/first | "
-                  "UI lag p95 ms first/last quarter | UI-process CPU % |")
-            print("|---|---:|---:|---:|---:|---:|---:|---:|")
+            print("| arm | decode tok | decode tok/s | tok/s first → last quarter | last/first | "
+                  "UI lag p95 ms first → last | UI CPU ms/token first → last |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
             slow = {}
             for arm in ("engine", "tui"):
                 r = long_runs[arm][-1]
-                q1, q4, lag1, lag4 = quarter_rates(r.decoded, r.metrics.decode_tokens)
-                slow[arm] = q4 / q1
-                print(f"| {arm} | {r.metrics.decode_tokens} | {r.metrics.decode_tokens_per_s:.1f} | {q1:.1f} | "
-                      f"{q4:.1f} | {q4 / q1:.3f} | {lag1:.1f} / {lag4:.1f} | {100 * r.ui_cpu_s / r.wall_s:.1f} |")
+                q = quarters(r.decoded, r.metrics.decode_tokens)
+                slow[arm] = q.last_tps / q.first_tps
+                print(f"| {arm} | {r.metrics.decode_tokens} | {r.metrics.decode_tokens_per_s:.1f} | "
+                      f"{q.first_tps:.1f} → {q.last_tps:.1f} | {slow[arm]:.3f} | "
+                      f"{q.first_lag_p95_ms:.1f} → {q.last_lag_p95_ms:.1f} | "
+                      f"{q.first_cpu_ms_per_token:.2f} → {q.last_cpu_ms_per_token:.2f} |")
             rel = slow["tui"] / slow["engine"]
             long_ok = rel >= DECODE_TARGET
             ok &= long_ok

@@ -194,3 +194,14 @@ async def test_narrow_terminal_keeps_everything_reachable(app):
         app.query_one("#dash-tabs").active = "tab-plots"
         await pilot.pause()
         assert app.query_one(TtftPlot).region.height >= 8
+
+
+def test_forecast_text_states():
+    from chatphase.forecast import forecast_kv
+    from chatphase.ui.kv_forecast import forecast_text
+
+    cap = 2048 * 23_040
+    assert forecast_text(forecast_kv([], 2048), 23_040, cap) == "KV 0/2,048 tok · 0 B/45.0 MiB"
+    assert forecast_text(forecast_kv([0, 0], 2048), 23_040, cap).endswith("· not growing")
+    assert forecast_text(forecast_kv([1900, 2048], 2048), 23_040, cap).endswith("· full: old messages will be dropped")
+    assert forecast_text(forecast_kv([1000], 2048), 23_040, cap).endswith("· ~1 turn left at +1,000 tok/turn")

@@ -29,7 +29,8 @@ def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int
         return f"{text} · full: old messages will be dropped"
     if f.turns_left is None:
         return f"{text} · not growing"
-    return f"{text} · ~{f.turns_left} turns left at +{f.growth_tokens_per_turn:,.0f} tok/turn"
+    turns = "turn" if f.turns_left == 1 else "turns"
+    return f"{text} · ~{f.turns_left} {turns} left at +{f.growth_tokens_per_turn:,.0f} tok/turn"
 
 
 class KvGauge(Widget):
