@@ -27,7 +27,7 @@ FORMATS = ("md", "json", "csv")
 JSON_FORMAT_NAME = "chatphase-session"
 METRIC_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics))
 #: columns before the metrics in the CSV export.
-CSV_LEAD_COLUMNS = ("session_id", "turn", "status", "model", "started", "finished")
+CSV_LEAD_COLUMNS = ("session_id", "turn", "status", "replaced", "model", "started", "finished")
 CSV_COLUMNS = CSV_LEAD_COLUMNS + METRIC_COLUMNS + ("error",)
 #: the metrics shown in the Markdown table (the CSV has them all).
 MD_METRICS = (
@@ -35,8 +35,9 @@ MD_METRICS = (
     "decode_ms", "decode_tokens_per_s", "itl_ms_p50", "itl_ms_p95", "kv_cache_bytes", "stop_reason",
 )
 MD_NONE = "—"
+_REPLACED_NOTE = "_replaced: this turn was regenerated or its message edited; it left the conversation._"
 _STATUS_NOTE = {
-    "partial": "_partial turn: the program ended before this reply finished; the text stops where it was cut._",
+    "partial": "_partial turn: interrupted before this reply finished; the text stops where it was cut._",
     "failed": "_failed turn: {error}_",
 }
 
@@ -125,7 +126,7 @@ def to_csv(session: Session) -> str:
     w.writerow(CSV_COLUMNS)
     for t in session.turns:
         m = t.metrics.to_dict() if t.metrics else {}
-        lead = (session.id, t.index, t.status, t.model or session.model_name, t.started, t.finished)
+        lead = (session.id, t.index, t.status, int(t.replaced), t.model or session.model_name, t.started, t.finished)
         w.writerow([_csv_cell(v) for v in (*lead, *(m.get(c) for c in METRIC_COLUMNS), t.error)])
     return buf.getvalue()
 
@@ -142,7 +143,7 @@ def _parse_cell(text: str):
 
 
 def rows_from_csv(text: str) -> list[dict]:
-    """Parse a CSV export: one dict per turn with ``turn``, ``status``, ``model``, ``started``,
+    """Parse a CSV export: one dict per turn with ``turn``, ``status``, ``replaced``, ``model``, ``started``,
     ``finished``, ``error`` and ``metrics`` (a :class:`TurnMetrics`, or ``None`` for a turn without).
 
     Raises:
@@ -163,6 +164,7 @@ def rows_from_csv(text: str) -> list[dict]:
                     metric_vals[f.name] = float(v)
         rows.append({
             "session_id": str(vals["session_id"]), "turn": vals["turn"], "status": vals["status"],
+            "replaced": bool(vals["replaced"]),
             "model": raw["model"], "started": raw["started"], "finished": vals["finished"],
             "error": vals["error"], "metrics": TurnMetrics(**metric_vals) if has_metrics else None,
         })
@@ -191,12 +193,14 @@ def _settings_line(settings: dict) -> str:
 
 
 def metrics_table(session: Session) -> str:
-    """The Markdown metrics table: a ``turn`` and ``status`` column then :data:`MD_METRICS`."""
+    """The Markdown metrics table: a ``turn`` and ``status`` column (``replaced`` appended to the status
+    of a taken-back turn) then :data:`MD_METRICS`."""
     head = ("turn", "status", *MD_METRICS)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h not in ("status", "stop_reason") else "---" for h in head) + "|"]
     for t in session.turns:
         m = t.metrics.to_dict() if t.metrics else {}
-        cells = [str(t.index), t.status, *(_md_cell(m.get(k)) for k in MD_METRICS)]
+        status = f"{t.status}, replaced" if t.replaced else t.status
+        cells = [str(t.index), status, *(_md_cell(m.get(k)) for k in MD_METRICS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -222,5 +226,7 @@ def to_markdown(session: Session) -> str:
         out += [f"### Turn {t.index}", "", "**User**", "", t.user, "", "**Assistant**", "", t.reply or MD_NONE, ""]
         if t.status in _STATUS_NOTE:
             out += [_STATUS_NOTE[t.status].format(error=t.error or "unknown error"), ""]
+        if t.replaced:
+            out += [_REPLACED_NOTE, ""]
     out += ["## Metrics", "", metrics_table(session), ""]
     return "\n".join(out)

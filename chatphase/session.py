@@ -18,6 +18,9 @@ with a ``type``:
 Why append-only: a process killed at any byte leaves every earlier record intact, and at worst one
 half-written last line, which :func:`load_session` skips (counted in ``Session.corrupt_lines``). A
 writer that reopens such a file first ends the torn line, so new records are never glued to it.
+- ``replace``: ``turns`` (indices), ``time`` — those turns were taken back (regenerated, or the
+  message edited and sent again): kept in the file and exports, left out of the resumed conversation.
+
 A turn without ``turn_end`` loads with ``status="partial"`` and the text streamed so far.
 
 Writing is :class:`chatphase.session_recorder.SessionRecorder`; this module reads, lists, renames and
@@ -91,8 +94,9 @@ def title_from(text: str) -> str:
 @dataclass
 class Turn:
     """One recorded turn. ``status``: ``complete`` (``turn_end`` with metrics), ``failed`` (the engine
-    reported an error; ``error`` holds it) or ``partial`` (the process ended mid-turn; ``reply`` is the
-    text streamed until then and ``metrics`` is ``None``)."""
+    reported an error; ``error`` holds it) or ``partial`` (interrupted: the process ended mid-turn, or
+    the turn was abandoned; ``reply`` is the text streamed until then and ``metrics`` is ``None``).
+    ``replaced``: the user took the turn back (regenerate, edit); it is not part of the conversation."""
 
     index: int
     user: str
@@ -103,6 +107,13 @@ class Turn:
     metrics: TurnMetrics | None = None
     error: str | None = None
     model: str = ""
+    replaced: bool = False
+
+    @property
+    def in_conversation(self) -> bool:
+        """Whether the turn belongs to the conversation a resume continues (not failed, not replaced,
+        with reply text)."""
+        return self.status != "failed" and not self.replaced and bool(self.reply)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (``metrics`` as ``TurnMetrics.to_dict()`` or ``None``)."""
@@ -139,13 +150,13 @@ class Session:
 
     def history(self) -> list[Message]:
         """The conversation to continue from: system prompt (from the settings) then user/assistant
-        pairs of every turn with reply text (partial replies included, empty ones left out)."""
+        pairs of the turns :attr:`Turn.in_conversation` (partial replies included)."""
         out: list[Message] = []
         system = (self.settings or {}).get("system_prompt")
         if system:
             out.append(Message("system", system))
         for t in self.turns:
-            if t.reply:
+            if t.in_conversation:
                 out += [Message("user", t.user), Message("assistant", t.reply)]
         return out
 
@@ -237,7 +248,11 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
                 t.finished = rec.get("time")
                 t.error = rec.get("error")
                 t.metrics = TurnMetrics.from_dict(rec["metrics"]) if rec.get("metrics") else None
-                t.status = "complete" if t.metrics is not None and not t.error else "failed"
+                t.status = "failed" if t.error else "complete" if t.metrics is not None else "partial"
+            elif kind == "replace":
+                for i in rec["turns"]:
+                    if int(i) in by_index:
+                        by_index[int(i)].replaced = True
             elif kind == "title":
                 s.title = str(rec.get("title", s.title))
             elif kind == "model":

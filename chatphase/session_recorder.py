@@ -124,9 +124,9 @@ class SessionRecorder:
 
     def begin_turn(self, user: str) -> int:
         """Record the user's message before generation starts; returns the turn's 1-based index.
-        A turn still open is first ended as failed ("superseded")."""
+        A turn still open is first ended as partial (interrupted)."""
         if self._turn is not None:
-            self.finish_turn("".join(self._streamed), None, error="superseded by a new turn")
+            self.finish_turn("".join(self._streamed), None)  # interrupted: ends as partial
         if self._header is not None and not self._header["title"]:
             self._header["title"] = title_from(user) or "untitled"
         self._turn, self._next_turn = self._next_turn, self._next_turn + 1
@@ -151,7 +151,8 @@ class SessionRecorder:
         self._last_text_write = time.monotonic()
 
     def finish_turn(self, reply: str, metrics: TurnMetrics | None, *, error: str | None = None) -> None:
-        """End the open turn with its full reply and metrics (or an error); fsync'd. No-op if none open."""
+        """End the open turn with its full reply and metrics; fsync'd. No-op if none is open.
+        ``error`` marks it failed; no metrics and no error mark it partial (interrupted)."""
         if self._turn is None:
             return
         rec = {"type": "turn_end", "turn": self._turn, "time": utc_now(), "reply": reply,
@@ -171,6 +172,12 @@ class SessionRecorder:
             self.finish_turn(event.reply, event.metrics)
         elif isinstance(event, EngineFailed):
             self.finish_turn("".join(self._streamed), None, error=event.message)
+
+    def replace_turns(self, indices) -> None:
+        """Mark turns as taken back (regenerated or edited): kept, but out of the resumed conversation."""
+        indices = sorted(int(i) for i in indices)
+        if indices:
+            self._emit({"type": "replace", "turns": indices, "time": utc_now()}, sync=True)
 
     def set_model(self, model: dict, settings: dict) -> None:
         """Record a model or settings change; later turns are attributed to the new model."""

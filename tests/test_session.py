@@ -182,3 +182,18 @@ def test_write_errors_raise_or_go_to_on_error(tmp_path):
     record_turns(rec, [("q", ["a", "b"]), ("q2", ["c"])])  # the chat goes on
     rec.close()
     assert len(errors) == 1 and "cannot save the session" in errors[0] and rec.failed == errors[0]
+
+
+def test_replaced_and_interrupted_turns():
+    rec = new_recorder()
+    record_turns(rec, [("one", ["1"]), ("two", ["2"])])
+    rec.replace_turns([2])
+    n = rec.begin_turn("two again")
+    rec.append_text("par")
+    rec.begin_turn("three")  # the open turn is ended as interrupted (partial), its text kept
+    rec.close()
+    s = load_session(rec.id)
+    assert [(t.index, t.status, t.replaced) for t in s.turns] == [
+        (1, "complete", False), (2, "complete", True), (n, "partial", False), (4, "partial", False)]
+    assert s.turns[2].reply == "par" and s.turns[2].finished
+    assert [m.content for m in s.history()] == ["Be brief.", "one", "1", "two again", "par"]

@@ -195,3 +195,19 @@ async def test_settings_screen_applies_reloads_and_saves(tmp_path):
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
         assert app.settings.sampling.top_k == 5 and len(engines) == 2
+
+
+async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
+    app, _ = make()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await chat(pilot, app, "one", "two")
+        await app.action_regenerate()
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        await app.action_edit_last()
+        await chat(pilot, app, "two, edited")
+        conversation = list(app.conversation)
+        sid = app.recorder.id
+    s = load_session(sid)
+    assert [(t.user, t.replaced) for t in s.turns] == [("one", False), ("two", True), ("two", True), ("two, edited", False)]
+    assert [m for m in s.history() if m.role != "system"] == conversation

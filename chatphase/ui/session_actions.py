@@ -5,7 +5,8 @@ the app's MRO, so the ``on_*`` handlers here see the same engine messages as the
 them). A turn is recorded from its ``PrefillBegan`` (the user message is then the conversation's last
 message) to its ``TurnDone`` / ``EngineError``; a new chat (a conversation of one user message after
 recorded turns) starts a new session. Saving problems (disk full, permissions) are shown once as a
-notice and recording stops; the chat goes on.
+notice and recording stops; the chat goes on. Turns the user takes back (regenerate, edit and resend) are
+marked ``replaced`` when the next turn starts, so a resume continues the conversation the app had.
 
 Also here: resuming a saved session (history, chat log and dashboard history restored; the next
 turn is a cold prefill and the notice says so) and the actions behind the "Session: ..." and
@@ -35,6 +36,8 @@ class SessionActions:
     recorder: SessionRecorder | None = None
     _recorded_turn: int | None = None
     _recorded_model: tuple | None = None
+    #: recorder indices of the turns in the app's conversation, oldest first (set with the recorder).
+    _live_turns: list[int]
     _pending_resume: tuple[SessionRecorder, Session] | None = None
 
     # -- recording -------------------------------------------------------------------------------
@@ -42,6 +45,7 @@ class SessionActions:
         """Make ``recorder`` this chat's, reporting its first write error as a notice."""
         recorder.on_error = self._save_failed
         self.recorder = recorder
+        self._live_turns = []
         return recorder
 
     def _save_failed(self, message: str) -> None:
@@ -57,8 +61,8 @@ class SessionActions:
         users = [m for m in self.conversation if m.role == "user"]
         if not users or self.conversation[-1].role != "user":
             return
-        if self.recorder is not None and len(users) == 1 and self.recorder.turns_recorded:
-            self.recorder.close()  # a new chat: a new session
+        if self.recorder is not None and len(users) == 1 and self._live_turns and not self.dashboard.turns:
+            self.recorder.close()  # "Chat: New" cleared the conversation and the dashboard: a new session
             self.recorder = None
         if self.recorder is None:
             self._use_recorder(SessionRecorder.create(model=self.model_info.to_dict(), settings=self.settings.to_dict()))
@@ -66,8 +70,12 @@ class SessionActions:
         elif self._recorded_model != self._model_key():
             self.recorder.set_model(self.model_info.to_dict(), self.settings.to_dict())
             self._recorded_model = self._model_key()
+        kept = len(users) - 1  # turns still in the conversation; newer recorded ones were taken back
+        if len(self._live_turns) > kept:
+            self.recorder.replace_turns(self._live_turns[kept:])
+            del self._live_turns[kept:]
         self._recorded_turn = ev.turn_id
-        self.recorder.begin_turn(self.conversation[-1].content)
+        self._live_turns.append(self.recorder.begin_turn(self.conversation[-1].content))
 
     def _recording(self, turn_id: int | None) -> bool:
         return self.recorder is not None and turn_id is not None and turn_id == self._recorded_turn
@@ -90,6 +98,8 @@ class SessionActions:
         if self._recording(ev.turn_id) or (ev.fatal and self._recording(self._recorded_turn)):
             self.recorder.observe(ev)
             self._recorded_turn = None
+            if self._live_turns:  # the app drops a failed turn's message from the conversation
+                self._live_turns.pop()
 
     def on_unmount(self) -> None:
         if self.recorder is not None:
@@ -114,11 +124,12 @@ class SessionActions:
             self.recorder.close()
         self._use_recorder(recorder)
         self._recorded_turn = None
+        self._live_turns = [t.index for t in session.turns if t.in_conversation]
         self._recorded_model = (session.model.get("path"), repr(session.settings))
         self.conversation[:] = [m for m in session.history() if m.role != "system"]
         log = self.query_one(ChatLog)
         for t in session.turns:
-            if not t.reply:
+            if not t.in_conversation:
                 continue
             log.add_user(t.user)
             view = log.add_reply(t.index, t.reply)
