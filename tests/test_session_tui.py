@@ -211,3 +211,10 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
     s = load_session(sid)
     assert [(t.user, t.replaced) for t in s.turns] == [("one", False), ("two", True), ("two", True), ("two, edited", False)]
     assert [m for m in s.history() if m.role != "system"] == conversation
+
+
+async def test_config_problems_found_at_start_are_shown(cfg_problem="config file c.toml, line 2, key 'n_ctx': n_ctx must be at least 16 (got 2); using built-in defaults"):
+    app, _ = make()
+    app.startup_notices = (cfg_problem,)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: cfg_problem in notifications(app))

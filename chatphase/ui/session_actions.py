@@ -33,6 +33,8 @@ class SessionActions:
 
     #: ``False`` (``chat --no-save``) turns recording off.
     save_sessions: bool = True
+    #: messages to show as warnings once the app is up (e.g. config-file problems found at start).
+    startup_notices: tuple[str, ...] = ()
     recorder: SessionRecorder | None = None
     _recorded_turn: int | None = None
     _recorded_model: tuple | None = None
@@ -111,6 +113,8 @@ class SessionActions:
         self._pending_resume = (recorder, session)
 
     def on_mount(self) -> None:
+        for notice in self.startup_notices:
+            self.notify(notice, title="Settings", severity="warning", timeout=15)
         if self._pending_resume is not None:  # after every on_mount (the app's builds the widgets)
             self.call_after_refresh(self.restore_session, *self._pending_resume)
             self._pending_resume = None
