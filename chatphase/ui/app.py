@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from functools import partial
+from pathlib import Path
 from typing import Callable, Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
@@ -64,7 +65,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
         engine_factory: ``ModelInfo -> Engine``; called to start, restart or switch engines.
     """
 
-    CSS_PATH = ["app.tcss", DASHBOARD_CSS_PATH]
+    CSS_PATH = [Path(__file__).with_name("app.tcss"), DASHBOARD_CSS_PATH]  # absolute: subclasses elsewhere work
     TITLE = "chatphase"
     BINDINGS = action_bindings()
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]

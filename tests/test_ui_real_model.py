@@ -1,0 +1,92 @@
+"""The chat TUI on the real default model (EngineHost child process, greedy, short replies).
+
+Checks what a user sees against the engine's own numbers, and that regenerate and edit-and-resend reuse
+the KV cache up to the change. With ``CHATPHASE_SCREENSHOTS=1`` it also saves SVG screenshots of the
+real conversation to ``screenshots/`` (``chat-decoding.svg``, ``chat-finished.svg``, ``chat-narrow.svg``)
+for the README.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from chatphase.config import Settings
+from chatphase.engine.host import EngineHost
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.chat_log import ReplyView
+from chatphase.ui.format import fmt_int
+from ui_support import send, wait_for
+
+SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
+TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon as the turn does
+
+
+def shot(app, name: str) -> None:
+    """Save ``screenshots/{name}.svg`` when ``CHATPHASE_SCREENSHOTS`` is set."""
+    if os.environ.get("CHATPHASE_SCREENSHOTS"):
+        SHOTS.mkdir(exist_ok=True)
+        app.save_screenshot(str(SHOTS / f"{name}.svg"))
+
+
+def real_app(info, **overrides):
+    settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, **overrides)
+    return ChatPhaseApp(settings, info, lambda model_info: EngineHost(model_info, settings))
+
+
+def idle(app) -> bool:
+    return app.loaded is not None and not app.busy and app.active_turn is None
+
+
+async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_model_info):
+    app = real_app(default_model_info, max_tokens=16)
+    async with app.run_test(size=(140, 42)) as pilot:
+        app.prompt.cursor_blink = False
+        await wait_for(pilot, lambda: idle(app), TIMEOUT_S)
+        await send(pilot, "What is the capital of France?")
+        await wait_for(pilot, lambda: app.decoding, TIMEOUT_S)
+        shot(app, "chat-decoding")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app), TIMEOUT_S)
+        await send(pilot, "And of Italy?")
+        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app), TIMEOUT_S)
+        first, second = app.dashboard.turns[1], app.dashboard.turns[2]
+        assert second.cached_tokens >= first.prompt_tokens  # turn 1's prompt is a prefix of turn 2's
+        assert second.prefill_tokens + second.cached_tokens == second.prompt_tokens
+        # what the screen shows is the engine's figures
+        assert app.query(ReplyView).last().text == app.conversation[-1].content
+        assert app.panel.figures["prompt"] == f"{fmt_int(second.prompt_tokens)} tok ({fmt_int(second.cached_tokens)} cached)"
+        await pilot.pause(0.3)
+        shot(app, "chat-finished")
+
+        reply = app.conversation[-1].content
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: 3 in app.dashboard.turns and idle(app), TIMEOUT_S)
+        regen = app.dashboard.turns[3]
+        assert regen.prompt_tokens == second.prompt_tokens
+        assert regen.cached_tokens == regen.prompt_tokens - 1  # only the last prompt token is re-evaluated
+        assert app.conversation[-1].content == reply  # greedy: the same reply again
+        meta = str(app.query(ReplyView).last().query_one(".reply-meta").render())
+        assert f"{fmt_int(regen.cached_tokens)} cached" in meta
+
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.prompt.text == "And of Italy?")
+        await pilot.press("end", *" And Spain?", "enter")
+        await wait_for(pilot, lambda: 4 in app.dashboard.turns and idle(app), TIMEOUT_S)
+        edited = app.dashboard.turns[4]
+        assert edited.cached_tokens >= first.prompt_tokens
+        assert edited.prefill_tokens < edited.prompt_tokens
+        assert app.conversation[2].content == "And of Italy? And Spain?"
+        await pilot.press("ctrl+q")
+
+
+async def test_real_model_narrow_screen(default_model_info):
+    app = real_app(default_model_info, max_tokens=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.prompt.cursor_blink = False
+        await wait_for(pilot, lambda: idle(app), TIMEOUT_S)
+        await send(pilot, "Say hello in French.")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app), TIMEOUT_S)
+        await pilot.pause(0.3)
+        shot(app, "chat-narrow")
+        assert app.query_one("#phase-stats").render() is not None
+        assert not app.query_one("#side").display
