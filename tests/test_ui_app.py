@@ -15,7 +15,7 @@ from chatphase.ui.format import fmt_ms, fmt_rate
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
-from chatphase.ui.screens import LogScreen
+from chatphase.ui.screens import LogScreen, from_engine_start
 from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 
@@ -231,6 +231,8 @@ async def test_engine_log_screen(tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, LogScreen))
         lines = app.screen.query_one(Log).lines
         assert lines[1] == "load_tensors: offloaded 0/31 layers to GPU"
+        shared = ["other", "--- chatphase: loading m (pid 7)", "mine"]
+        assert from_engine_start(shared, 7) == shared[1:] and from_engine_start(shared, 8) == shared
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, LogScreen))
 

@@ -407,7 +407,7 @@ class ChatPhaseApp(EngineWorkers, App[None]):
 
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""
-        self.push_screen(LogScreen(self.loaded.log_path if self.loaded else ""))
+        self.push_screen(LogScreen(self.loaded.log_path, self.loaded.pid) if self.loaded else LogScreen(""))
 
     def action_restart_engine(self) -> None:
         """Replace the engine with a fresh one (after a crash); the conversation is kept."""

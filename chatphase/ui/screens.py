@@ -39,11 +39,13 @@ class CloseableScreen(ModalScreen[None]):
 
 
 class LogScreen(CloseableScreen):
-    """Shows the end (up to :data:`LOG_TAIL_BYTES`) of the engine's log file at ``path``."""
+    """Shows the end (up to :data:`LOG_TAIL_BYTES`) of the engine's log file at ``path``; with the
+    engine's ``pid``, from that engine's own ``--- chatphase: loading … (pid N)`` line on."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, pid: int = 0) -> None:
         super().__init__()
         self.path = path
+        self.pid = pid
 
     def compose(self) -> ComposeResult:
         with Vertical(id="log-box", classes="modal-box"):
@@ -52,8 +54,9 @@ class LogScreen(CloseableScreen):
 
     def on_mount(self) -> None:
         log = self.query_one(Log)
-        log.write_lines(read_log_tail(self.path))
+        log.write_lines(from_engine_start(read_log_tail(self.path), self.pid))
         log.focus()
+        self.call_after_refresh(log.scroll_end, animate=False)  # newest lines first in view
 
 
 def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
@@ -70,6 +73,19 @@ def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
         return [f"Cannot read the engine log {path}: {exc.strerror or exc}"]
     lines = data.decode("utf-8", errors="replace").splitlines()
     return lines or ["(the engine log is empty)"]
+
+
+def from_engine_start(lines: list[str], pid: int) -> list[str]:
+    """``lines`` from the last ``--- chatphase: loading … (pid {pid})`` marker on (all when absent).
+
+    The log file is shared by every engine process; its other lines may still interleave.
+    """
+    marker = f"(pid {pid})"
+    if pid:
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i].startswith("--- chatphase:") and lines[i].endswith(marker):
+                return lines[i:]
+    return lines
 
 
 class HelpScreen(CloseableScreen):
