@@ -229,10 +229,13 @@ def env_overrides(environ: typing.Mapping[str, str] | None = None) -> dict:
 
 
 def _apply(settings: Settings, values: dict) -> Settings:
-    """Like :meth:`Settings.with_overrides` but ``None`` values are applied too (``auto``)."""
+    """Like :meth:`Settings.with_overrides` but ``None`` values are applied too (``auto``), and a
+    ``models_dir`` starting with ``~`` is expanded."""
     from dataclasses import replace
 
     top = {k: v for k, v in values.items() if k in _TOP_HINTS}
+    if top.get("models_dir"):
+        top["models_dir"] = str(Path(top["models_dir"]).expanduser())
     samp = {k: v for k, v in values.items() if k in _SAMPLING_HINTS}
     out = replace(settings, **top)
     return replace(out, sampling=replace(out.sampling, **samp)) if samp else out

@@ -54,12 +54,12 @@ def test_precedence_cli_over_env_over_file_over_default(cfg):
 
 
 def test_every_setting_key_has_an_environment_variable(cfg):
-    env = {"CHATPHASE_MODEL": "tiny.gguf", "CHATPHASE_MODELS_DIR": "/m", "CHATPHASE_N_THREADS": "3",
+    env = {"CHATPHASE_MODEL": "tiny.gguf", "CHATPHASE_MODELS_DIR": "~/m", "CHATPHASE_N_THREADS": "3",
            "CHATPHASE_N_GPU_LAYERS": "-1", "CHATPHASE_SYSTEM_PROMPT": "Hi", "CHATPHASE_SEED": "42",
            "CHATPHASE_TOP_P": "0.5", "CHATPHASE_THEME": "gruvbox", "CHATPHASE_FLASH_ATTN": "off"}
     s = load_settings(cfg, environ=env)
     assert (s.model, s.models_dir, s.n_threads, s.n_gpu_layers, s.system_prompt, s.sampling.seed,
-            s.sampling.top_p, s.theme, s.flash_attn) == ("tiny.gguf", "/m", 3, -1, "Hi", 42, 0.5, "gruvbox", "off")
+            s.sampling.top_p, s.theme, s.flash_attn) == ("tiny.gguf", os.path.expanduser("~/m"), 3, -1, "Hi", 42, 0.5, "gruvbox", "off")
     assert {"model", "n_ctx", "temperature", "max_tokens", "seed", "models_dir", "theme"} <= set(SETTING_KEYS)
 
 
