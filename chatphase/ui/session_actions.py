@@ -3,8 +3,8 @@
 Recording needs no call from the app: Textual dispatches a message to the handler of *every* class in
 the app's MRO, so the ``on_*`` handlers here see the same engine messages as the app's own (after
 them). A turn is recorded from its ``PrefillBegan`` (the user message is then the conversation's last
-message) to its ``TurnDone`` / ``EngineError``; a new chat (a conversation of one user message after
-recorded turns) starts a new session. Saving problems (disk full, permissions) are shown once as a
+message) to its ``TurnDone`` / ``EngineError``; after "Chat: New" (conversation and dashboard
+cleared) the next turn starts a new session. Saving problems (disk full, permissions) are shown once as a
 notice and recording stops; the chat goes on. Turns the user takes back (regenerate, edit and resend) are
 marked ``replaced`` when the next turn starts, so a resume continues the conversation the app had.
 
