@@ -18,7 +18,8 @@ Precedence, highest first: CLI flag > environment > config file > built-in defau
   line, and the *whole* file is ignored (built-in defaults are used), so a typo never half-applies.
 - Environment: ``CHATPHASE_<KEY>`` with the key upper-cased, sampling keys included
   (``CHATPHASE_N_CTX=2048``, ``CHATPHASE_TEMPERATURE=0``, ``CHATPHASE_MODELS_DIR=~/gguf``).
-  ``auto``/empty sets an optional value back to automatic. A bad value raises :class:`UsageError`
+  ``auto`` or empty sets an optional number back to automatic, empty an optional text (model, system
+  prompt) back to none. A bad value raises :class:`UsageError`
   naming the variable, like a bad flag.
 - CLI flags are applied on top by :func:`chatphase.commands.options.settings_from_args`.
 """
@@ -94,6 +95,12 @@ def _split_hint(hint) -> tuple[type, bool]:
     return hint, False
 
 
+def _is_auto(base: type, text: str) -> bool:
+    """Whether ``text`` means "automatic" (``None``): empty for text settings (a model may be called
+    "auto"), empty or one of :data:`_AUTO` for numbers."""
+    return text == "" if base is str else text.strip().lower() in _AUTO
+
+
 def coerce_value(key: str, value):
     """Check a TOML value against the setting's type; returns the value to use.
 
@@ -101,7 +108,7 @@ def coerce_value(key: str, value):
         ValueError: wrong type (the message says what is expected).
     """
     base, optional = _split_hint(_hint(key))
-    if optional and isinstance(value, str) and value.strip().lower() in _AUTO:
+    if optional and isinstance(value, str) and _is_auto(base, value):
         return None
     if base is int and isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -122,7 +129,7 @@ def parse_env_value(key: str, text: str):
         ValueError: not a number where one is needed.
     """
     base, optional = _split_hint(_hint(key))
-    if optional and text.strip().lower() in _AUTO:
+    if optional and _is_auto(base, text):
         return None
     if base is str:
         return text

@@ -121,3 +121,24 @@ def test_save_refuses_invalid_settings(cfg):
     with pytest.raises(UsageError):
         save_settings(Settings(n_ctx=1))
     assert not cfg.exists()
+
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=30)
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    "model": text, "models_dir": st.just("/models"), "n_ctx": st.integers(16, 1 << 20), "n_batch": st.integers(1, 4096),
+    "n_threads": st.none() | st.integers(1, 256), "n_gpu_layers": st.none() | st.integers(-1, 200),
+    "flash_attn": st.sampled_from(["auto", "on", "off"]), "system_prompt": text, "theme": text,
+    "temperature": st.floats(0, 5), "top_p": st.floats(0.01, 1), "top_k": st.integers(0, 500),
+    "seed": st.none() | st.integers(0, 2**32), "max_tokens": st.integers(1, 100_000),
+}))
+def test_any_valid_settings_survive_save_and_load(tmp_path_factory, values):
+    path = tmp_path_factory.mktemp("cfg") / "config.toml"
+    s = Settings().with_overrides(**values)
+    save_settings(s, path)
+    report = load_config(path, {})
+    assert report.problems == [] and report.settings == s
