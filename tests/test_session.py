@@ -197,3 +197,14 @@ def test_replaced_and_interrupted_turns():
         (1, "complete", False), (2, "complete", True), (n, "partial", False), (4, "partial", False)]
     assert s.turns[2].reply == "par" and s.turns[2].finished
     assert [m.content for m in s.history()] == ["Be brief.", "one", "1", "two again", "par"]
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(user=st.text(min_size=1), pieces=st.lists(st.text(min_size=1), min_size=1, max_size=5))
+def test_any_text_round_trips(tmp_path_factory, user, pieces):
+    d = tmp_path_factory.mktemp("text")
+    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=d)
+    record_turns(rec, [(user, pieces)])
+    rec.close()
+    (t,) = load_session(rec.id, d).turns
+    assert (t.user, t.reply, t.status) == (user, "".join(pieces), "complete")
