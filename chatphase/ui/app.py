@@ -39,7 +39,7 @@ from chatphase.ui.screens import HelpScreen, LogScreen
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 4
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
-WIDE_COLUMNS = 110
+WIDE_COLUMNS = 120
 
 
 def _start_resource_tracker() -> None:
