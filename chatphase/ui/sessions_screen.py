@@ -160,8 +160,10 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box", classes="modal-box"):
-            yield Label(f"Export {self.session.title or self.session.id} ({len(self.session.turns)} turns)",
+            n = len(self.session.turns)
+            yield Label(f"Export {self.session.title or self.session.id} ({n} turn{'s' if n != 1 else ''})",
                         classes="panel-title")
+            yield Static("Pick a format (arrows, Space), then Enter in the path box  ·  Esc cancel", id="export-hint")
             with RadioSet(id="export-format"):
                 for fmt in FORMATS:
                     yield RadioButton(FORMAT_LABELS[fmt], value=fmt == self.fmt, name=fmt)
