@@ -6,17 +6,16 @@ from __future__ import annotations
 import pytest
 from textual import events
 from textual.widgets import Label, Log, ProgressBar
+from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.fake import fake_model_info
 from chatphase.ui.actions import ACTIONS
 from chatphase.ui.chat_log import ReplyView, UserMessage
 from chatphase.ui.format import fmt_ms, fmt_rate
-from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.screens import LogScreen, from_engine_start
-from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 
 def badge(app) -> str:
@@ -122,7 +121,7 @@ async def test_trimmed_context_is_announced():
         await wait_for(pilot, lambda: idle(app))
         for i in range(4):
             await send(pilot, f"message number {i} with words")
-            await wait_for(pilot, lambda: len(app.conversation) == 2 * (i + 1) and idle(app))
+            await wait_for(pilot, lambda n=2 * (i + 1): len(app.conversation) == n and idle(app))
         assert any("oldest message(s) were left out" in n for n in notifications(app))
         assert app.dashboard.turns[4].dropped_messages > 0
 
@@ -238,8 +237,8 @@ async def test_engine_log_screen(tmp_path):
 
 
 async def test_actions_have_bindings_with_ids_and_palette_commands():
-    app, engines = make_app()
-    async with app.run_test(size=(130, 40)) as pilot:
+    app, _ = make_app()
+    async with app.run_test(size=(130, 40)):
         titles = {c.title for c in app.get_system_commands(app.screen)}
         ids = {b.id for b in app.BINDINGS}
         for a in ACTIONS:

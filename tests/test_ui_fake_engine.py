@@ -7,10 +7,24 @@ import threading
 
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
-    EngineFailed, FirstToken, Message, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams,
-    TokensDecoded, TurnFinished, TurnRequest,
+    EngineFailed,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
-from chatphase.engine.fake import FakeEngine, FakeTiming, fake_model_info, split_reply, template_tokens
+from chatphase.engine.fake import (
+    FakeEngine,
+    FakeTiming,
+    fake_model_info,
+    split_reply,
+    template_tokens,
+)
 from chatphase.engine.kv import kv_capacity_bytes
 
 

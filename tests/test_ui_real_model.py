@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ui_support import send, wait_for
+
 from chatphase.config import Settings
 from chatphase.engine.host import EngineHost
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView
 from chatphase.ui.format import fmt_int
-from ui_support import send, wait_for
 
 SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon as the turn does

@@ -8,8 +8,9 @@ look at the SVGs before committing them.
 
 from __future__ import annotations
 
-from chatphase.config import Settings
 from ui_support import make_app, send, wait_for, wait_thread
+
+from chatphase.config import Settings
 
 CODE_REPLY = (
     "Prefill reads the whole prompt in **one parallel pass**; decode then writes one token per step.\n\n"

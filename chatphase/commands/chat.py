@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
+from chatphase.commands.options import (
+    add_model_options,
+    add_sampling_options,
+    settings_from_args,
+)
 from chatphase.gguf_meta import read_model_info
 from chatphase.models import resolve_model
 

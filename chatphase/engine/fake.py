@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Literal
 
 from chatphase.engine.events import (
     EngineFailed,
@@ -306,4 +307,4 @@ def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
 
 
 def _ns(ms: float) -> int:
-    return int(round(ms * NS_PER_MS))
+    return round(ms * NS_PER_MS)

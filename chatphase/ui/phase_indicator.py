@@ -18,7 +18,13 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from chatphase.engine.events import FirstToken, LoadedModel, PrefillProgress, PrefillStarted, TokensDecoded
+from chatphase.engine.events import (
+    FirstToken,
+    LoadedModel,
+    PrefillProgress,
+    PrefillStarted,
+    TokensDecoded,
+)
 from chatphase.engine.metrics import NS_PER_S, TurnMetrics
 from chatphase.ui.format import fmt_int, fmt_ms, fmt_rate
 

@@ -30,11 +30,11 @@ class PromptInput(TextArea):
     class Submitted(Message):
         """The user pressed Enter on non-blank ``text`` (the box is cleared)."""
 
-        prompt_input: "PromptInput"
+        prompt_input: PromptInput
         text: str
 
         @property
-        def control(self) -> "PromptInput":
+        def control(self) -> PromptInput:
             return self.prompt_input
 
     def __init__(self, **kwargs) -> None:
