@@ -84,6 +84,7 @@ class BenchRun:
         engine_factory: builds the engine (default: in-process ``LlamaEngine``) — tests pass a fake.
         roofline: measure the machine's peaks and add the roofline (about a second).
         builder: the prompt builder (default: one on the loaded engine's own vocabulary).
+        log_path: llama.cpp's log file for the default engine (default: the engine log).
 
     Raises (while iterating):
         UsageError: the plan does not fit ``settings.n_ctx`` (raised before any work).
@@ -92,8 +93,9 @@ class BenchRun:
 
     def __init__(self, info: ModelInfo, settings: Settings, plan: SweepPlan,
                  engine_factory: Callable[[ModelInfo, Settings], Engine] | None = None, roofline: bool = True,
-                 builder: PromptBuilder | None = None) -> None:
+                 builder: PromptBuilder | None = None, log_path: str | None = None) -> None:
         self.info, self.settings, self.plan = info, settings, plan
+        self._log_path = log_path
         self._builder = builder
         self._factory = engine_factory
         self._roofline = roofline
@@ -140,7 +142,7 @@ class BenchRun:
             return self._factory(self.info, self.settings)
         from chatphase.engine.llama import LlamaEngine
 
-        return LlamaEngine(self.info, self.settings)
+        return LlamaEngine(self.info, self.settings, log_path=self._log_path)
 
     def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
         counted = [s for s in done.samples if not s.warmup]

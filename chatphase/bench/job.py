@@ -1,0 +1,149 @@
+"""A benchmark run in a child process: the non-UI runner API the Experiments screen drives.
+
+Why a child (as for :class:`~chatphase.engine.host.EngineHost`, DESIGN.md §1): llama.cpp writes to
+fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
+model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
+with fds 1/2 pointed at the engine log and sends its events (picklable dataclasses) over a pipe;
+cancel is a shared ``multiprocessing.Event`` that a thread in the child turns into ``BenchRun.cancel()``.
+The ``spawn`` start method is used (the UI process has threads).
+
+Usage (blocking; call from a worker thread)::
+
+    job = BenchJob(info, settings, plan)      # raises UsageError when the plan does not fit n_ctx
+    for event in job.events():                # BenchStatus | SweepProgress | BenchDone | BenchFailed
+        ...
+    job.cancel()                              # from any thread; the run ends with a partial BenchDone
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+from chatphase.bench.api import BenchDone, BenchStatus
+from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.config import Settings
+from chatphase.gguf_meta import ModelInfo
+
+
+@dataclass(frozen=True)
+class BenchFailed:
+    """The run failed; ``message`` is one line for the user."""
+
+    message: str
+
+
+JobEvent = Union[BenchStatus, SweepProgress, BenchDone, BenchFailed]
+
+
+def _child_main(conn, cancel, info: ModelInfo, settings: Settings, plan: SweepPlan, roofline: bool, log_path) -> None:
+    """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
+    from chatphase.engine.llamalog import default_log_path
+
+    log_path = str(log_path or default_log_path())
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI
+    try:
+        from chatphase.bench.api import BenchRun
+        from chatphase.errors import ChatPhaseError
+
+        run = BenchRun(info, settings, plan, roofline=roofline, log_path=log_path)
+        threading.Thread(target=_watch_cancel, args=(cancel, run), daemon=True).start()
+        try:
+            for event in run:
+                conn.send(event)
+        except ChatPhaseError as exc:
+            conn.send(BenchFailed(str(exc)))
+    except (BrokenPipeError, EOFError):
+        pass  # the parent went away
+    except Exception as exc:
+        try:
+            conn.send(BenchFailed(f"benchmark error: {type(exc).__name__}: {exc}"))
+        except Exception:
+            pass
+
+
+def _watch_cancel(cancel, run) -> None:
+    """Poll the shared event (never ``wait()`` on it: a process that exits while waiting on a
+    ``multiprocessing.Event`` leaves a sleeper count behind and the parent's ``set()`` then blocks forever)."""
+    while not cancel.is_set():
+        time.sleep(0.05)
+    run.cancel()
+
+
+class BenchJob:
+    """One benchmark in a child process.
+
+    Args:
+        info: the validated model; settings: engine settings; plan: what to measure.
+        roofline: measure bandwidth/FLOP/s too; log_path: where the child's fds 1/2 go (engine log).
+
+    Raises:
+        UsageError: at construction, when the plan does not fit ``settings.n_ctx``.
+    """
+
+    def __init__(self, info: ModelInfo, settings: Settings, plan: SweepPlan, roofline: bool = True,
+                 log_path: str | None = None) -> None:
+        self.info, self.settings, self.plan = info, settings, plan.validate(settings.n_ctx)
+        self.roofline, self.log_path = roofline, log_path
+        self._mp = mp.get_context("spawn")
+        self._cancel = self._mp.Event()
+        self._proc = None
+        self._conn = None
+
+    def events(self) -> Iterator[JobEvent]:
+        """Start the child and yield its events until :class:`BenchDone` or :class:`BenchFailed`
+        (also yielded when the child dies, naming its exit code). Blocking."""
+        parent, child = self._mp.Pipe(duplex=False)
+        self._proc = self._mp.Process(
+            target=_child_main, name="chatphase-bench", daemon=True,
+            args=(child, self._cancel, self.info, self.settings, self.plan, self.roofline, self.log_path),
+        )
+        proc = self._proc
+        proc.start()
+        child.close()
+        self._conn = parent
+        try:
+            while True:
+                try:
+                    ready = parent.poll(0.1)
+                    event = parent.recv() if ready else None
+                except (EOFError, OSError):
+                    event, ready = None, False
+                if event is not None:
+                    yield event
+                    if isinstance(event, (BenchDone, BenchFailed)):
+                        return
+                elif not proc.is_alive():
+                    code = proc.exitcode
+                    yield BenchFailed(f"the benchmark process died (exit code {code}); see the engine log")
+                    return
+        finally:
+            self.close()
+
+    def cancel(self) -> None:
+        """Stop the run at the next prefill chunk or token; it still ends with a partial ``BenchDone``."""
+        self._cancel.set()
+
+    def close(self) -> None:
+        """Stop the child (politely, then by force). Idempotent."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is None:
+            return
+        self._cancel.set()
+        proc.join(3.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(2.0)
+        if conn is not None:
+            conn.close()
