@@ -1,0 +1,108 @@
+"""The Experiments screen's two plots (textual-plotext): TTFT vs prompt tokens, decode tok/s vs depth.
+
+A plot holds *series*: the running sweep (its samples appear as they are measured, so the plot fills
+in) and any number of finished results (current or loaded from a file, for overlays). A finished
+series draws each cell's mean joined by a line with ±1 sample sd error bars; series are told apart by
+colour and named in plotext's legend. Redraws happen per measured run, never faster.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from textual_plotext import PlotextPlot
+
+from chatphase.bench.results import BenchResult, CellResult, Sample
+
+PlotKind = Literal["ttft", "decode"]
+#: plotext colour names, one per series in order.
+COLORS = ("cyan", "orange", "green", "magenta", "yellow", "red", "blue")
+
+
+def cell_point(kind: PlotKind, cell: CellResult) -> tuple[float, float, float] | None:
+    """``(x, mean, sd)`` of ``cell`` on a plot of ``kind``, or ``None`` when it does not belong there."""
+    if kind == "ttft" and cell.kind == "prompt" and cell.ttft_ms.mean is not None:
+        return float(cell.prompt_tokens), cell.ttft_ms.mean, cell.ttft_ms.sd or 0.0
+    if kind == "decode" and cell.kind == "depth" and cell.decode_tokens_per_s.mean is not None:
+        return float(cell.depth), cell.decode_tokens_per_s.mean, cell.decode_tokens_per_s.sd or 0.0
+    return None
+
+
+def sample_point(kind: PlotKind, s: Sample) -> tuple[float, float] | None:
+    """``(x, y)`` of one measured repetition on a plot of ``kind`` (warm-ups are not plotted)."""
+    if s.warmup:
+        return None
+    if kind == "ttft" and s.kind == "prompt" and s.ttft_ms is not None:
+        return float(s.prompt_tokens), s.ttft_ms
+    if kind == "decode" and s.kind == "depth" and s.decode_tokens_per_s is not None:
+        return float(s.depth), s.decode_tokens_per_s
+    return None
+
+
+class BenchPlot(PlotextPlot):
+    """One experiment plot; ``kind`` picks the axes ("ttft" or "decode")."""
+
+    TITLES = {
+        "ttft": ("Prefill: TTFT vs prompt length", "prompt tokens", "TTFT ms"),
+        "decode": ("Decode: tok/s vs context depth", "depth (tokens in KV cache)", "tok/s"),
+    }
+
+    def __init__(self, kind: PlotKind, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.kind: PlotKind = kind
+        self.results: list[BenchResult] = []
+        self.live: list[tuple[float, float]] = []
+        self.live_label = ""
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.replot()
+
+    def set_results(self, results: list[BenchResult]) -> None:
+        """Show these finished results (overlays; the current run's result included when done)."""
+        self.results = list(results)
+        self.replot()
+
+    def start_live(self, label: str) -> None:
+        """Begin a running series named ``label`` (clears the previous live points)."""
+        self.live, self.live_label = [], label
+        self.replot()
+
+    def add_sample(self, sample: Sample) -> None:
+        """Add one measured repetition to the running series (ignored when it belongs to the other plot)."""
+        point = sample_point(self.kind, sample)
+        if point is not None:
+            self.live.append(point)
+            self.replot()
+
+    def end_live(self) -> None:
+        """Drop the running series (its finished result is shown through :meth:`set_results`)."""
+        self.live = []
+        self.replot()
+
+    def series_count(self) -> int:
+        """How many series have points on this plot (for tests and the empty-state hint)."""
+        drawn = sum(1 for r in self.results if any(cell_point(self.kind, c) for c in r.results))
+        return drawn + (1 if self.live else 0)
+
+    def replot(self) -> None:
+        """Rebuild the plotext figure and schedule a repaint."""
+        plt = self.plt
+        plt.clear_data()
+        title, xlabel, ylabel = self.TITLES[self.kind]
+        plt.title(title if self.series_count() else f"{title} — no data yet")
+        plt.xlabel(xlabel)
+        plt.ylabel(ylabel)
+        for i, res in enumerate(self.results):
+            pts = sorted(p for p in (cell_point(self.kind, c) for c in res.results) if p)
+            if not pts:
+                continue
+            color = COLORS[i % len(COLORS)]
+            xs, ys, sds = (list(v) for v in zip(*pts))
+            plt.plot(xs, ys, marker="dot", color=color, label=res.display_label())
+            if any(sds):
+                plt.error(xs, ys, yerr=sds, color=color)
+        if self.live:
+            xs, ys = (list(v) for v in zip(*self.live))
+            plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
+        self.refresh()

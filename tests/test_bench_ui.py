@@ -1,0 +1,129 @@
+"""The Experiments screen with a scripted in-process job: run, live plot, table, save, load + overlay, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from textual.app import App
+from textual.widgets import DataTable, Input, ProgressBar, Static
+
+from chatphase.bench.api import BenchRun
+from chatphase.bench.prompts import PromptBuilder
+from chatphase.config import Settings
+from chatphase.engine.fake import fake_model_info
+from chatphase.ui.experiments import ExperimentsScreen
+from chatphase.ui.experiments_plot import BenchPlot
+from tests.bench_support import CharTokenizer, ScriptedTokenEngine
+
+
+class ScriptedJob:
+    """A :class:`~chatphase.bench.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process."""
+
+    def __init__(self, info, settings, plan):
+        self.run = BenchRun(info, settings, plan, engine_factory=lambda i, s: ScriptedTokenEngine(),
+                            roofline=False, builder=PromptBuilder(CharTokenizer()))
+
+    def events(self):
+        yield from self.run
+
+    def cancel(self):
+        self.run.cancel()
+
+
+class ExperimentsApp(App):
+    def __init__(self, n_ctx=2048):
+        super().__init__()
+        self.screen_obj = ExperimentsScreen(fake_model_info(), Settings(n_ctx=n_ctx), job_factory=ScriptedJob)
+
+    def on_mount(self):
+        self.push_screen(self.screen_obj)
+
+
+async def _fill(pilot, screen, lengths="16,64,128", depths="0,256", reps="2", gen="8"):
+    for id_, value in (("exp-lengths", lengths), ("exp-depths", depths), ("exp-reps", reps), ("exp-gen", gen)):
+        screen.query_one(f"#{id_}", Input).value = value
+    await pilot.pause()
+
+
+async def test_run_fills_table_plots_and_saves_then_overlays(tmp_path):
+    app = ExperimentsApp()
+    async with app.run_test(size=(150, 48)) as pilot:
+        screen = app.screen_obj
+        await _fill(pilot, screen)
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert str(screen.query_one("#exp-status", Static).render()) == "Done."
+        assert screen.query_one("#exp-progress", ProgressBar).progress == 15  # 5 cells × (1 warm-up + 2 reps)
+        table = screen.query_one("#exp-table", DataTable)
+        assert table.row_count == 5
+        assert [str(table.get_row_at(i)[4]) for i in range(3)] == ["21.0 ± 0.0", "69.0 ± 0.0", "133.0 ± 0.0"]
+        assert "TTFT ≈ 5.0 ms + 1.000 ms × prompt tokens" in str(screen.query_one("#exp-summary", Static).render())
+        ttft, decode = screen.query_one("#exp-plot-ttft", BenchPlot), screen.query_one("#exp-plot-decode", BenchPlot)
+        assert ttft.series_count() == decode.series_count() == 1
+        app.save_screenshot(str(tmp_path / "experiments.svg"))
+
+        path = tmp_path / "run.json"
+        screen.query_one("#exp-path", Input).value = str(path)
+        await pilot.press("ctrl+s")
+        assert path.exists()
+        await pilot.press("ctrl+o")  # load the same file back as an overlay
+        await pilot.pause()
+        assert len(screen.overlays) == 1 and ttft.series_count() == 2
+        await pilot.click("#exp-clear")
+        assert ttft.series_count() == 1
+
+
+async def test_live_points_appear_while_running():
+    app = ExperimentsApp()
+    async with app.run_test(size=(150, 48)) as pilot:
+        screen = app.screen_obj
+        await _fill(pilot, screen, depths="")
+        plot = screen.query_one("#exp-plot-ttft", BenchPlot)
+        plot.start_live("x")
+        from chatphase.bench.results import Sample
+
+        plot.add_sample(Sample("prompt", 16, 0, 0, False, 21.0, 1.0, 2.0, 3.0, 16, 0, 8, 0, "length"))
+        plot.add_sample(Sample("prompt", 16, 0, 0, True, 99.0, 1.0, 2.0, 3.0, 16, 0, 8, 0, "length"))  # warm-up
+        plot.add_sample(Sample("depth", 20, 16, 0, False, 9.0, 1.0, 2.0, 3.0, 4, 16, 8, 0, "length"))  # other plot
+        assert plot.live == [(16.0, 21.0)]
+
+
+async def test_bad_form_gives_a_notice_and_starts_nothing():
+    app = ExperimentsApp(n_ctx=256)
+    async with app.run_test(size=(150, 48)) as pilot:
+        screen = app.screen_obj
+        await _fill(pilot, screen, lengths="16,abc")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert screen.job is None
+        assert "Prompt lengths: expected comma-separated" in str(screen.query_one("#exp-status", Static).render())
+        await _fill(pilot, screen, lengths="300")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert screen.job is None and "below n_ctx 256" in str(screen.query_one("#exp-status", Static).render())
+        screen.query_one("#exp-path", Input).value = "/nonexistent/x.json"
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert screen.overlays == []
+
+
+async def test_escape_cancels_a_run_then_closes():
+    app = ExperimentsApp()
+    async with app.run_test(size=(150, 48)) as pilot:
+        screen = app.screen_obj
+        await _fill(pilot, screen)
+        screen.action_run()
+        screen.action_cancel_or_close()  # cancels: the run ends with partial results
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert screen.job is None and screen.result is not None
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is not screen
+
+
+def test_ui_module_does_not_import_llama_cpp():
+    code = "import sys, chatphase.ui.experiments; assert 'llama_cpp' not in sys.modules, 'llama_cpp imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
