@@ -25,6 +25,11 @@ def _num(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
 
+def _signed(x: float, digits: int) -> str:
+    """``"+ 1.500"`` / ``"− 1.500"``: a term's sign and magnitude, for printed equations."""
+    return f"{'−' if x < 0 else '+'} {abs(x):.{digits}f}"
+
+
 def mean_sd(s: Stats) -> str:
     """``"12.3 ± 0.4"`` (``"12.3"`` for one value, ``"–"`` when undefined)."""
     if s.mean is None:
@@ -78,10 +83,10 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append("CANCELLED: partial results")
     f = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
     if f:
-        lines.append(f"fit: TTFT ms = {f['intercept']:.1f} + {f['slope']:.3f} × prompt_tokens  (r² {_num(f['r2'], 3)}, n={f['n']})")
+        lines.append(f"fit: TTFT ms = {f['intercept']:.1f} {_signed(f['slope'], 3)} × prompt_tokens  (r² {_num(f['r2'], 3)}, n={f['n']})")
     f = result.fits.get("decode_tokens_per_s_vs_depth") if result.fits else None
     if f:
-        lines.append(f"fit: decode tok/s = {f['intercept']:.1f} + {f['slope'] * 1000:.3f} × depth/1000  (r² {_num(f['r2'], 3)}, n={f['n']})")
+        lines.append(f"fit: decode tok/s = {f['intercept']:.1f} {_signed(f['slope'] * 1000, 3)} × depth/1000  (r² {_num(f['r2'], 3)}, n={f['n']})")
     r = result.roofline
     if r:
         lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['bandwidth_method']})")
