@@ -39,7 +39,7 @@ def test_missing_model_is_reported_after_the_plan(capsys):
 
 def test_real_bench_writes_json_and_csv(tmp_path, capsys, default_model_path):
     argv = ["bench", "--prompt-lengths", "16,64", "--depths", "none", "--gen", "4", "--reps", "2", "--warmup", "0",
-            "--n-ctx", "256", "--no-roofline"]
+            "--n-ctx", "256", "--threads", "1", "--no-roofline"]
     assert main([*argv, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["prompt_tokens"] for r in data["results"]] == [16, 64]

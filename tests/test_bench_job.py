@@ -14,7 +14,7 @@ from chatphase.gguf_meta import ModelInfo
 
 def test_job_runs_in_a_child_and_returns_the_result(default_model_info, tmp_path):
     plan = SweepPlan(prompt_lengths=(16, 48), depths=(), gen_tokens=3, reps=1, warmup=0)
-    job = BenchJob(default_model_info, Settings(n_ctx=128), plan, roofline=False, log_path=str(tmp_path / "engine.log"))
+    job = BenchJob(default_model_info, Settings(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "engine.log"))
     events = list(job.events())
     assert isinstance(events[0], BenchStatus)
     assert [e.done_runs for e in events if isinstance(e, SweepProgress)] == [1, 2]
@@ -26,7 +26,7 @@ def test_job_runs_in_a_child_and_returns_the_result(default_model_info, tmp_path
 
 def test_cancel_ends_with_partial_results(default_model_info, tmp_path):
     plan = SweepPlan(prompt_lengths=(16, 32, 48, 64), depths=(), gen_tokens=3, reps=3, warmup=0)
-    job = BenchJob(default_model_info, Settings(n_ctx=128), plan, roofline=False, log_path=str(tmp_path / "e.log"))
+    job = BenchJob(default_model_info, Settings(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log"))
     events = []
     for ev in job.events():
         events.append(ev)
@@ -58,7 +58,7 @@ def test_a_child_that_dies_is_reported_not_hung(default_model_info, tmp_path):
     import signal
 
     plan = SweepPlan(prompt_lengths=(16, 32, 48, 64), depths=(), gen_tokens=3, reps=3, warmup=0)
-    job = BenchJob(default_model_info, Settings(n_ctx=128), plan, roofline=False, log_path=str(tmp_path / "e.log"))
+    job = BenchJob(default_model_info, Settings(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log"))
     events = []
     for ev in job.events():
         events.append(ev)

@@ -136,7 +136,7 @@ def test_bench_run_validates_before_any_work():
 def test_real_sweep_ttft_grows_with_the_prompt(default_model_info):
     """A small real sweep on the bundled model: 32 and 256 tokens, 2 reps, and a depth run reusing the cache."""
     plan = SweepPlan(prompt_lengths=(32, 256), depths=(128,), gen_tokens=4, reps=2, warmup=0)
-    events = list(BenchRun(default_model_info, Settings(n_ctx=512), plan, roofline=False))
+    events = list(BenchRun(default_model_info, Settings(n_ctx=512, n_threads=1), plan, roofline=False))
     res = events[-1].result
     cells = {(c.kind, c.prompt_tokens): c for c in res.results}
     short, long_ = cells[("prompt", 32)], cells[("prompt", 256)]
