@@ -49,3 +49,21 @@ def test_real_bench_writes_json_and_csv(tmp_path, capsys, default_model_path):
     out = tmp_path / "r.csv"
     assert main([*argv, "--format", "csv", "--output", str(out), "--prompt-lengths", "16"]) == 0
     assert out.read_text().splitlines()[1].startswith("prompt,16,0,4,2,")
+
+
+def test_first_ctrl_c_cancels_and_prints_partial_results(default_model_path):
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "chatphase", "bench", "--prompt-lengths", "16,32,48,64", "--depths", "none",
+           "--gen", "4", "--reps", "5", "--warmup", "0", "--n-ctx", "128", "--threads", "1", "--no-roofline"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # plain progress lines (stderr is not a terminal)
+        if "[1/20]" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "CANCELLED: partial results" in out and "prompt" in out
+    assert "cancelled; the results above are partial" in err and "Traceback" not in err

@@ -4,14 +4,19 @@ For each prompt length a prompt of exactly that many tokens (cut on token bounda
 cleared before each repetition, warm-up runs not counted; for each depth, decode speed with that many
 tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
-Exit codes: 0 ok (also when cancelled with partial results); 2 bad usage or unusable model; 1 engine failure.
+Exit codes: 0 ok; 130 cancelled by Ctrl+C (partial results are still written; a second Ctrl+C aborts);
+2 bad usage or unusable model; 1 engine failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
 from chatphase.bench.runner import DEFAULT_DEPTHS, DEFAULT_PROMPT_LENGTHS, SweepPlan, SweepProgress
@@ -74,18 +79,14 @@ def run(args: argparse.Namespace) -> int:
 
     bench = BenchRun(info, settings, plan, roofline=args.roofline)
     result = None
-    with _Progress(plan.total_runs) as progress:
-        try:
-            for event in bench:
-                if isinstance(event, BenchStatus):
-                    progress.status(event.text)
-                elif isinstance(event, SweepProgress):
-                    progress.advance(event)
-                elif isinstance(event, BenchDone):
-                    result = event.result
-        except KeyboardInterrupt:
-            bench.cancel()  # the engine is closed by BenchRun; partial results are lost on Ctrl+C
-            raise
+    with _Progress(plan.total_runs) as progress, _first_ctrl_c_cancels(bench, progress):
+        for event in bench:
+            if isinstance(event, BenchStatus):
+                progress.status(event.text)
+            elif isinstance(event, SweepProgress):
+                progress.advance(event)
+            elif isinstance(event, BenchDone):
+                result = event.result
     assert result is not None
     text = render(result, args.format)
     if args.output:
@@ -96,7 +97,31 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         write_plot([result], Path(args.plot).expanduser())
         print(f"chatphase: wrote {args.plot}", file=sys.stderr)
+    if result.cancelled:
+        print("chatphase: cancelled; the results above are partial", file=sys.stderr)
+        return 130
     return 0
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_cancels(bench, progress) -> Iterator[None]:
+    """While running: the first Ctrl+C cancels the sweep (partial results are still written), a second
+    one interrupts at once. Only the main thread can own SIGINT; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame) -> None:
+        signal.signal(signal.SIGINT, previous)
+        progress.status("cancelling — Ctrl+C again to abort")
+        bench.cancel()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Progress:
