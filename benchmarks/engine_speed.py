@@ -85,12 +85,13 @@ class LlamaCppPython:
 
 
 class ChatphaseHost:
-    """(c): chatphase's engine in its child process, chatphase's defaults (threads, flash attention, batch)."""
+    """(c): chatphase's engine in its child process with chatphase's defaults (flash attention, batch sizes,
+    extra buffer types) and the benchmark's thread count (chatphase's default is the same: physical cores)."""
 
-    def __init__(self, info, n_ctx: int) -> None:
+    def __init__(self, info, n_ctx: int, threads: int) -> None:
         from chatphase.engine.host import EngineHost
 
-        self.host = EngineHost(info, Settings(n_ctx=n_ctx))
+        self.host = EngineHost(info, Settings(n_ctx=n_ctx, n_threads=threads))
         for ev in self.host.load():
             if isinstance(ev, EngineFailed):
                 raise SystemExit(f"chatphase engine failed to load: {ev.message}")
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = LlamaCppPython(info.path, n_ctx)
     b = LlamaCppPython(info.path, n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=True)
-    c = ChatphaseHost(info, n_ctx)
+    c = ChatphaseHost(info, n_ctx, threads)
     builder = PromptBuilder(b.llm)
     prompt, short = list(builder.tokens(args.pp)), list(builder.tokens(1))
     ce = c.loaded.settings
