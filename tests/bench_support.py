@@ -23,7 +23,7 @@ class ScriptedTokenEngine:
     """
 
     def __init__(self, fixed_ms=5.0, prefill_ms_per_token=1.0, decode_ms=10.0, decode_ms_per_depth=0.01,
-                 kv_bytes_per_token=100, fail_on_turn=None, cancel_after=None):
+                 kv_bytes_per_token=100, fail_on_turn=None, cancel_after=None, layers_offloaded=0):
         self.fixed_ms, self.prefill_ms, self.decode_ms, self.depth_ms = fixed_ms, prefill_ms_per_token, decode_ms, decode_ms_per_depth
         self.kv = kv_bytes_per_token
         self.requests: list[TurnRequest] = []
@@ -32,11 +32,13 @@ class ScriptedTokenEngine:
         self.closed = False
         self.fail_on_turn = fail_on_turn
         self.cancel_after = cancel_after
+        self.layers_offloaded = layers_offloaded
 
     def load(self) -> Iterator:
         info = fake_model_info()
         yield ModelLoaded(LoadedModel(info=info, settings={"n_ctx": 4096, "n_threads": 2}, load_ms=1.0,
-                                      kv_bytes_per_token=self.kv, kv_capacity_bytes=self.kv * 4096))
+                                      kv_bytes_per_token=self.kv, kv_capacity_bytes=self.kv * 4096,
+                                      layers_offloaded=self.layers_offloaded))
 
     def run_turn(self, req: TurnRequest) -> Iterator:
         self.requests.append(req)

@@ -124,6 +124,18 @@ def test_bench_run_with_a_fake_engine_builds_the_result():
     assert BenchResult.from_dict(json.loads(res.to_json())) == res
 
 
+@pytest.mark.parametrize("offloaded,expect", [(0, "too small for the bound to bind"), (31, "GPU")])
+def test_bench_run_roofline_verdicts(offloaded, expect):
+    from chatphase.bench.roofline import MachinePeaks
+
+    plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
+    engine = ScriptedTokenEngine(layers_offloaded=offloaded)
+    res = list(BenchRun(fake_model_info(), Settings(n_ctx=256), plan, engine_factory=lambda i, s: engine,
+                        builder=PromptBuilder(CharTokenizer()), peaks=MachinePeaks(1e12, "bw", 1e15, "mm")))[-1].result
+    assert expect in res.roofline["decode_verdict"] and expect in res.roofline["prefill_verdict"]
+    assert res.roofline["bandwidth_method"] == "bw" and len(res.roofline["cells"]) == 3
+
+
 def test_bench_run_validates_before_any_work():
     engine = ScriptedTokenEngine()
     run_ = BenchRun(fake_model_info(), Settings(n_ctx=64), SweepPlan(prompt_lengths=(64,)),

@@ -85,6 +85,7 @@ class BenchRun:
         roofline: measure the machine's peaks and add the roofline (about a second).
         builder: the prompt builder (default: one on the loaded engine's own vocabulary).
         log_path: llama.cpp's log file for the default engine (default: the engine log).
+        peaks: use these machine peaks instead of measuring them (tests; comparing on one reference).
 
     Raises (while iterating):
         UsageError: the plan does not fit ``settings.n_ctx`` (raised before any work).
@@ -93,8 +94,10 @@ class BenchRun:
 
     def __init__(self, info: ModelInfo, settings: Settings, plan: SweepPlan,
                  engine_factory: Callable[[ModelInfo, Settings], Engine] | None = None, roofline: bool = True,
-                 builder: PromptBuilder | None = None, log_path: str | None = None) -> None:
+                 builder: PromptBuilder | None = None, log_path: str | None = None,
+                 peaks: MachinePeaks | None = None) -> None:
         self.info, self.settings, self.plan = info, settings, plan
+        self._peaks = peaks
         self._log_path = log_path
         self._builder = builder
         self._factory = engine_factory
@@ -114,8 +117,8 @@ class BenchRun:
     def __iter__(self) -> Iterator[BenchEvent]:
         plan = self.plan.validate(self.settings.n_ctx)
         engine_settings = self.settings.engine_settings()
-        peaks: MachinePeaks | None = None
-        if self._roofline and not self._cancel.is_set():
+        peaks: MachinePeaks | None = self._peaks if self._roofline else None
+        if peaks is None and self._roofline and not self._cancel.is_set():
             yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
             peaks = measure_peaks(threads=engine_settings["n_threads"])
         yield BenchStatus(f"loading {self.info.name}")
@@ -151,6 +154,10 @@ class BenchRun:
         if peaks is not None and done.cells:
             roofline = build_roofline(peaks, weight_bytes=self.info.size_bytes, n_params=self.info.n_params,
                                       kv_bytes_per_token=kv_per_token, cells=done.cells)
+            if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU
+                note = (f"{loaded.layers_offloaded} layers run on the GPU: these CPU peaks do not bound them, "
+                        "so the percentages are not meaningful")
+                roofline.update(decode_verdict=f"decode: {note}", prefill_verdict=f"prefill: {note}")
         model = {k: v for k, v in self.info.to_dict().items() if k != "attention"}
         return BenchResult(
             model=model,
