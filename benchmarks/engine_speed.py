@@ -36,11 +36,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from chatphase.bench.prompts import PromptBuilder  # noqa: E402
-from chatphase.config import Settings, physical_cores  # noqa: E402
-from chatphase.engine.events import EngineFailed, SamplingParams, TurnFinished, TurnRequest  # noqa: E402
-from chatphase.gguf_meta import read_model_info  # noqa: E402
-from chatphase.models import resolve_model  # noqa: E402
+from chatphase.bench.prompts import PromptBuilder
+from chatphase.config import Settings, physical_cores
+from chatphase.engine.events import (
+    EngineFailed,
+    SamplingParams,
+    TurnFinished,
+    TurnRequest,
+)
+from chatphase.gguf_meta import read_model_info
+from chatphase.models import resolve_model
 
 
 @dataclass

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from chatphase.engine.events import (
-    EngineFailed, FirstToken, LoadedModel, ModelLoaded, PrefillStarted, TokensDecoded, TurnFinished, TurnRequest,
+    EngineFailed,
+    FirstToken,
+    LoadedModel,
+    ModelLoaded,
+    PrefillStarted,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
 from chatphase.engine.fake import fake_model_info
 from chatphase.engine.metrics import compute_turn_metrics

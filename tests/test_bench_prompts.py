@@ -6,7 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatphase.bench.prompts import EngineTokenizer, PromptBuilder, _last_complete_utf8_boundary
+from chatphase.bench.prompts import (
+    EngineTokenizer,
+    PromptBuilder,
+    _last_complete_utf8_boundary,
+)
 from chatphase.config import Settings
 from tests.bench_support import CharTokenizer
 

@@ -7,7 +7,15 @@ import json
 import pytest
 
 from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
-from chatphase.bench.results import CSV_COLUMNS, BenchResult, CellResult, Sample, load_result, parse_csv, save_result
+from chatphase.bench.results import (
+    CSV_COLUMNS,
+    BenchResult,
+    CellResult,
+    Sample,
+    load_result,
+    parse_csv,
+    save_result,
+)
 from chatphase.bench.stats import summarize
 from chatphase.errors import UsageError
 

@@ -25,7 +25,7 @@ def run(plan=PLAN, engine=None):
 
 
 def test_requests_follow_the_method():
-    engine, events = run()
+    engine, _ = run()
     reqs = engine.requests
     # prompt cells: 3 cold turns each of exactly L tokens; depth 0: 3 cold turns of 4 tokens;
     # depth 100: 3 × (prime 100 tokens with max_tokens=1, then 104 tokens reusing the cache)

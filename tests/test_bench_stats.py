@@ -9,8 +9,14 @@ import pytest
 from chatphase.bench.fits import LinearFit, linear_fit, sweep_fits
 from chatphase.bench.results import Sample
 from chatphase.bench.roofline import (
-    BINDING_PCT, MachinePeaks, build_roofline, decode_bound_tokens_per_s, measure_bandwidth,
-    measure_matmul_flops, prefill_bound_tokens_per_s, verdict,
+    BINDING_PCT,
+    MachinePeaks,
+    build_roofline,
+    decode_bound_tokens_per_s,
+    measure_bandwidth,
+    measure_matmul_flops,
+    prefill_bound_tokens_per_s,
+    verdict,
 )
 from chatphase.bench.stats import EMPTY, Stats, summarize
 from tests.test_bench_results import make_cell

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import platform
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
 
 from chatphase import __version__
 from chatphase.bench.fits import sweep_fits
@@ -41,7 +41,7 @@ class BenchDone:
     result: BenchResult
 
 
-BenchEvent = Union[BenchStatus, SweepProgress, BenchDone]
+BenchEvent = BenchStatus | SweepProgress | BenchDone
 
 
 def system_facts(loaded: LoadedModel | None = None) -> dict:

@@ -12,8 +12,8 @@ undefined).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class LinearFit:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "LinearFit | None":
+    def from_dict(cls, data: dict | None) -> LinearFit | None:
         """Inverse of :meth:`to_dict` (``None`` stays ``None``)."""
         if not data:
             return None

@@ -22,8 +22,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Union
 
 from chatphase.bench.api import BenchDone, BenchStatus
 from chatphase.bench.runner import SweepPlan, SweepProgress
@@ -38,7 +38,7 @@ class BenchFailed:
     message: str
 
 
-JobEvent = Union[BenchStatus, SweepProgress, BenchDone, BenchFailed]
+JobEvent = BenchStatus | SweepProgress | BenchDone | BenchFailed
 
 
 def _child_main(conn, cancel, info: ModelInfo, settings: Settings, plan: SweepPlan, roofline: bool, log_path) -> None:
@@ -65,10 +65,10 @@ def _child_main(conn, cancel, info: ModelInfo, settings: Settings, plan: SweepPl
             conn.send(BenchFailed(str(exc)))
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — reported to the parent as one line, never a traceback
         try:
             conn.send(BenchFailed(f"benchmark error: {type(exc).__name__}: {exc}"))
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 — the pipe is gone: nobody is left to tell
             pass
 
 

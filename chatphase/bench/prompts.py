@@ -18,7 +18,8 @@ engine evaluates; any object with llama-cpp-python's ``tokenize``/``detokenize``
 from __future__ import annotations
 
 import codecs
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 #: the default source text: plain prose about what is being measured, repeated as needed.
 DEFAULT_SOURCE_TEXT = (

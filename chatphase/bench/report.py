@@ -9,8 +9,8 @@ matplotlib (the optional extra ``chatphase[plot]``); several results overlay for
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from chatphase.bench.results import BenchResult, CellResult
 from chatphase.bench.stats import Stats
@@ -73,12 +73,12 @@ def summary_lines(result: BenchResult) -> list[str]:
     m, s = result.model, result.settings
     eng = s.get("engine", {})
     plan = s.get("plan", {})
-    lines = [
+    lines = [(
         f"model {m.get('name', '?')} ({m.get('quantization', '?')}, {m.get('n_params', 0) / 1e6:.0f} M params); "
         f"n_ctx {eng.get('n_ctx', '?')}, threads {eng.get('n_threads', '?')}, n_gpu_layers {eng.get('n_gpu_layers', '?')}, "
         f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} tokens, "
         f"{plan.get('reps', '?')} reps + {plan.get('warmup', '?')} warm-up, cache cleared each rep"
-    ]
+    )]
     if result.cancelled:
         lines.append("CANCELLED: partial results")
     f = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None

@@ -65,7 +65,7 @@ class Sample:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Sample":
+    def from_dict(cls, data: dict) -> Sample:
         """Inverse of :meth:`to_dict` (unknown keys ignored)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -95,7 +95,7 @@ class CellResult:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CellResult":
+    def from_dict(cls, data: dict) -> CellResult:
         """Inverse of :meth:`to_dict`.
 
         Raises:
@@ -121,7 +121,7 @@ class CellResult:
         return row
 
     @classmethod
-    def from_csv_row(cls, row: dict) -> "CellResult":
+    def from_csv_row(cls, row: dict) -> CellResult:
         """Inverse of :meth:`csv_row` (values arrive as strings)."""
         data: dict = {k: row[k] for k in _CELL_KEYS}
         for m in STAT_METRICS:
@@ -163,7 +163,7 @@ class BenchResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BenchResult":
+    def from_dict(cls, data: dict) -> BenchResult:
         """Inverse of :meth:`to_dict`.
 
         Raises:

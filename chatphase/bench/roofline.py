@@ -22,10 +22,11 @@ measured rate stays below :data:`BINDING_PCT` % of its bound, the verdict says s
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def measure_bandwidth(array_bytes: int = 128 * 2**20, threads: int = 1, passes: 
     src = np.ones(n, dtype=np.float64)
     dst = np.empty_like(src)
     bounds = np.linspace(0, n, threads + 1, dtype=np.int64)
-    slices = [slice(int(a), int(b)) for a, b in zip(bounds, bounds[1:])]
+    slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
 
     def copy(sl: slice) -> None:
         np.copyto(dst[sl], src[sl])

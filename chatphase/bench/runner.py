@@ -18,14 +18,19 @@ measure the same way. :class:`Sweep` is an iterator of :class:`SweepProgress` ev
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence, Union
 
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.results import CellKind, CellResult, Sample
 from chatphase.bench.stats import summarize
 from chatphase.engine.base import Engine
-from chatphase.engine.events import EngineFailed, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.events import (
+    EngineFailed,
+    SamplingParams,
+    TurnFinished,
+    TurnRequest,
+)
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
 
@@ -45,7 +50,7 @@ class SweepPlan:
     warmup: int = 1
     extend_tokens: int = 4
 
-    def validate(self, n_ctx: int) -> "SweepPlan":
+    def validate(self, n_ctx: int) -> SweepPlan:
         """Check the plan against the context size before any work; returns ``self``.
 
         Raises:
@@ -119,7 +124,7 @@ class SweepDone:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-SweepEvent = Union[SweepProgress, SweepDone]
+SweepEvent = SweepProgress | SweepDone
 
 
 class Sweep:

@@ -9,8 +9,8 @@ values for an even count.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Stats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "Stats":
+    def from_dict(cls, data: dict | None) -> Stats:
         """Inverse of :meth:`to_dict`; missing keys read as ``None`` (``n`` as 0)."""
         data = data or {}
         return cls(*(_opt_float(data.get(k)) for k in ("mean", "sd", "median", "min", "max")), n=int(data.get("n") or 0))

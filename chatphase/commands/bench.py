@@ -15,11 +15,16 @@ import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
-from chatphase.bench.runner import DEFAULT_DEPTHS, DEFAULT_PROMPT_LENGTHS, SweepPlan, SweepProgress
+from chatphase.bench.runner import (
+    DEFAULT_DEPTHS,
+    DEFAULT_PROMPT_LENGTHS,
+    SweepPlan,
+    SweepProgress,
+)
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.errors import UsageError
 from chatphase.gguf_meta import read_model_info
@@ -129,7 +134,13 @@ class _Progress:
 
     def __init__(self, total: int) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         console = Console(stderr=True)
         self._plain = not console.is_terminal
@@ -137,7 +148,7 @@ class _Progress:
                              console=console, transient=True, disable=self._plain)
         self._task = self._bar.add_task("starting", total=total)
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         self._bar.__enter__()
         return self
 

@@ -11,8 +11,8 @@ compare two models or two settings. Esc with nothing running closes the screen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from textual import work
 from textual.app import ComposeResult
@@ -138,7 +138,7 @@ class ExperimentsScreen(Screen[None]):
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
         """
-        value = lambda id_: self.query_one(f"#{id_}", Input).value  # noqa: E731
+        value = lambda id_: self.query_one(f"#{id_}", Input).value
         plan = SweepPlan(
             prompt_lengths=parse_tokens(value("exp-lengths"), "Prompt lengths"),
             depths=parse_tokens(value("exp-depths"), "Depths"),
@@ -219,7 +219,7 @@ class ExperimentsScreen(Screen[None]):
         try:
             for event in job.events():
                 self.app.call_from_thread(self.handle_event, event)
-        except Exception as exc:  # a notice, never a traceback over the screen
+        except Exception as exc:  # noqa: BLE001 — a notice, never a traceback over the screen
             self.app.call_from_thread(self.handle_event, BenchFailed(f"{type(exc).__name__}: {exc}"))
 
     def handle_event(self, event) -> None:

@@ -8,7 +8,7 @@ colour and named in plotext's legend. Redraws happen per measured run, never fas
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from textual_plotext import PlotextPlot
 
@@ -42,7 +42,7 @@ def sample_point(kind: PlotKind, s: Sample) -> tuple[float, float] | None:
 class BenchPlot(PlotextPlot):
     """One experiment plot; ``kind`` picks the axes ("ttft" or "decode")."""
 
-    TITLES = {
+    TITLES: ClassVar[dict[str, tuple[str, str, str]]] = {
         "ttft": ("Prefill: TTFT vs prompt length", "prompt tokens", "TTFT ms"),
         "decode": ("Decode: tok/s vs context depth", "depth (tokens in KV cache)", "tok/s"),
     }
