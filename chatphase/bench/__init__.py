@@ -9,5 +9,6 @@ Modules, each single-purpose and free of Textual:
 - :mod:`~chatphase.bench.runner` — the sweep over prompt lengths and depths (warm-up, reps, cold cache).
 - :mod:`~chatphase.bench.results` — the result records and their JSON/CSV forms.
 - :mod:`~chatphase.bench.report` — table, Markdown, CSV and JSON output, and the matplotlib plot.
-- :mod:`~chatphase.bench.job` — a sweep in a child process, for the TUI (no llama.cpp in the UI process).
+- :mod:`~chatphase.bench.api` — one whole run as an iterator of events (model load, peaks, sweep, result).
+- :mod:`~chatphase.bench.job` — that run in a child process, for the TUI (no llama.cpp in the UI process).
 """
