@@ -1,7 +1,8 @@
 """Live decode tokens/s: a label and Textual's ``Sparkline`` of the recent rate samples.
 
 :meth:`LiveRate.push` only records a sample; a timer repaints at most :data:`REFRESH_HZ` times a second
-when something changed, so however often the app reports a rate, the UI cost stays bounded.
+when something changed, so however often the app reports a rate, the UI cost stays bounded. Repaints never
+ask for a screen layout pass: Textual lays out the whole screen then, a cost that grows with the chat log.
 """
 
 from __future__ import annotations
@@ -50,5 +51,6 @@ class LiveRate(Widget):
             return
         self._dirty = False
         last = f"{self.samples[-1]:.1f}" if self.samples else "–"
-        self.query_one("#live-rate-label", Label).update(f"decode {last} tok/s")
+        # fixed-size label (dashboard.tcss): repaint only, no screen layout pass (whose cost grows with the chat log)
+        self.query_one("#live-rate-label", Label).update(f"decode {last} tok/s", layout=False)
         self.query_one("#live-rate-sparkline", Sparkline).data = list(self.samples)

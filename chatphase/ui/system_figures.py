@@ -48,6 +48,12 @@ def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
     return lines
 
 
+def _rows(text: str, width: int) -> int:
+    """Screen rows ``text`` takes when wrapped to ``width`` cells (an upper-bound estimate by length)."""
+    width = max(1, width)
+    return sum(max(1, -(-len(line) // width)) for line in text.splitlines())
+
+
 class SystemFigures(Static):
     """The system figure lines, refreshed every :data:`REFRESH_S` s once a model is set."""
 
@@ -56,6 +62,10 @@ class SystemFigures(Static):
         self.model: LoadedModel | None = None
         self.sampler: ProcessSampler | None = None
         self.last_sample: SystemSample | None = None
+        self._rows = -1
+
+    def on_resize(self) -> None:
+        self._rows = -1
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.sample_now)
@@ -72,4 +82,13 @@ class SystemFigures(Static):
         if self.model is None or self.sampler is None:
             return
         self.last_sample = self.sampler.sample()
-        self.update("\n".join(system_lines(self.model, self.last_sample)))
+        text = "\n".join(system_lines(self.model, self.last_sample))
+        width = self.content_size.width
+        if not width:  # on a hidden tab: showing the tab lays it out anyway
+            self.update(text, layout=False)
+            self._rows = -1
+            return
+        rows = _rows(text, width)
+        # a screen layout pass only when the height changes (its cost grows with the chat log)
+        self.update(text, layout=rows != self._rows)
+        self._rows = rows
