@@ -18,7 +18,8 @@ prompt of 512 tokens (cache cleared before each rep: ``Llama.reset()`` / ``reset
 prompt, end of sequence banned (``logit_bias`` / ``ignore_eos``). For (a)/(b) the times are wall-clock
 around the stream (what a caller sees); for (c) they are the engine's own TTFT and decode times
 (``TurnMetrics.ttft_ms`` / ``decode_ms``, taken inside the child, before the process hop); (d) reports
-its own. Prints mean ± sample sd per variant and the ratios to (d), or to (b) without it.
+its own. Prints mean ± sample sd and the median per variant, and the ratios of medians to (d), or to
+(b) without it (medians, because on a shared machine other processes' bursts hit single reps).
 Timing numbers belong here, never in unit tests (DESIGN.md §5).
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -142,6 +144,15 @@ def llama_bench(path: str, exe: str, threads: int, n_pp: int, n_tg: int) -> tupl
     return pp, tg
 
 
+def load_note() -> str:
+    """The 1/5/15-minute load averages against the core count: other processes skew every figure."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "load average unknown"
+    return f"load average {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} logical CPUs"
+
+
 def mean_sd(xs: list[float]) -> str:
     if not xs:
         return "–"
@@ -168,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or physical_cores()
     n_ctx = args.pp + args.tg + 64
     print(f"model {info.name} ({info.quantization}), pp{args.pp}/tg{args.tg}, {args.reps} reps interleaved, "
-          f"threads {threads} for (b)-(d)", flush=True)
+          f"threads {threads} for (b)-(d); {load_note()}", flush=True)
 
     a = LlamaCppPython(info.path, n_ctx)
     b = LlamaCppPython(info.path, n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=True)
@@ -207,13 +218,13 @@ def main(argv: list[str] | None = None) -> int:
             r.close()
 
     ref = variants["d" if "d" in variants else "b"]
-    ref_pp, ref_tg = statistics.fmean(ref.pp), statistics.fmean(ref.tg)
-    print(f"\n{'variant':<32} {'pp' + str(args.pp) + ' tok/s':>18} {'tg' + str(args.tg) + ' tok/s':>18} "
-          f"{'pp ratio':>9} {'tg ratio':>9}  settings")
+    med = statistics.median
+    print(f"\n{'variant':<32} {'pp' + str(args.pp) + ' tok/s mean ± sd':>24} {'median':>7} "
+          f"{'tg' + str(args.tg) + ' tok/s mean ± sd':>24} {'median':>7} {'pp ratio':>9} {'tg ratio':>9}  settings")
     for v in variants.values():
-        print(f"({v.key}) {v.name:<28} {mean_sd(v.pp):>18} {mean_sd(v.tg):>18} "
-              f"{statistics.fmean(v.pp) / ref_pp:>8.2f}x {statistics.fmean(v.tg) / ref_tg:>8.2f}x  {v.settings}")
-    print(f"ratios are to ({ref.key}) {ref.name}")
+        print(f"({v.key}) {v.name:<28} {mean_sd(v.pp):>24} {med(v.pp):>7.1f} {mean_sd(v.tg):>24} {med(v.tg):>7.1f} "
+              f"{med(v.pp) / med(ref.pp):>8.2f}x {med(v.tg) / med(ref.tg):>8.2f}x  {v.settings}")
+    print(f"ratios: median to median of ({ref.key}) {ref.name} (medians resist other processes' bursts); {load_note()}")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "model": info.name, "pp_tokens": args.pp, "tg_tokens": args.tg, "threads": threads, "reference": ref.key,
