@@ -35,7 +35,7 @@ from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 
 #: side panel and dashboard live-rate refreshes per second during decode.
-PANEL_HZ = 4
+PANEL_HZ = 5
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
 
@@ -201,14 +201,18 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
         if not prompt.text.strip():
             prompt.set_text(text)
 
+    def _alive(self) -> bool:
+        """False once the app is shutting down (its widgets are being removed)."""
+        return self.is_running and not (self._exit or self._closing or self._closed)
+
     def _current(self, turn_id: int | None) -> bool:
-        return turn_id is not None and turn_id == self.active_turn
+        return turn_id is not None and turn_id == self.active_turn and self._alive()
 
     def _reply(self) -> ReplyView | None:
         return self.chat_log.active_reply
 
     def on_engine_ready(self, message: msg.EngineReady) -> None:
-        if message.engine_id != self.engine_id:
+        if message.engine_id != self.engine_id or not self._alive():
             return
         self.loaded = message.event.model
         self.panel.set_model(self.loaded)
@@ -263,7 +267,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
 
     async def _tick(self) -> None:
         """Bounded-rate redraw: buffered reply text, the live decode figures, the panel and dashboard."""
-        if not self.indicator.is_attached:  # shutting down
+        if not self._alive():
             return
         await self.chat_log.flush()
         indicator = self.indicator
@@ -293,7 +297,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
 
     async def on_engine_error(self, message: msg.EngineError) -> None:
         ev = message.event
-        if message.engine_id != self.engine_id:
+        if message.engine_id != self.engine_id or not self._alive():
             return
         if ev.turn_id is not None and self._current(ev.turn_id) or ev.fatal and self.active_turn is not None:
             await self._fail_turn()

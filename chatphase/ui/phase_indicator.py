@@ -44,17 +44,24 @@ class PhaseIndicator(Horizontal):
         self._cached_note = ""
 
     def compose(self) -> ComposeResult:
-        yield Label("", id="phase-badge")
-        yield ProgressBar(total=1, show_eta=False, id="prefill-bar")
-        yield Label("", id="phase-stats")
+        self._badge = Label("", id="phase-badge")
+        self._bar = ProgressBar(total=1, show_eta=False, id="prefill-bar")
+        self._stats = Label("", id="phase-stats")
+        yield self._badge
+        yield self._bar
+        yield self._stats
 
     def _set(self, badge: str, kind: str, stats: str, bar: bool = False) -> None:
-        label = self.query_one("#phase-badge", Label)
-        label.update(f" {badge} ")
-        label.remove_class(*_BADGE_CLASSES)
-        label.add_class(f"-{kind}")
-        self.query_one("#prefill-bar").display = bar
-        self.query_one("#phase-stats", Label).update(stats)
+        """Switch phase (a layout: the badge and the bar change size)."""
+        self._badge.update(f" {badge} ")
+        self._badge.remove_class(*_BADGE_CLASSES)
+        self._badge.add_class(f"-{kind}")
+        self._bar.display = bar
+        self._stats.update(stats)
+
+    def _set_stats(self, stats: str) -> None:
+        """Live figures within a phase: the line's size is fixed, so no layout."""
+        self._stats.update(stats, layout=False)
 
     def show_loading(self, model_name: str) -> None:
         """The engine is starting and loading ``model_name``."""
@@ -67,19 +74,18 @@ class PhaseIndicator(Horizontal):
 
     def prefill_started(self, event: PrefillStarted) -> None:
         """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache)."""
-        bar = self.query_one("#prefill-bar", ProgressBar)
-        bar.update(total=max(event.prefill_tokens, 1), progress=0)
+        self._bar.update(total=max(event.prefill_tokens, 1), progress=0)
         cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
         self._set("PREFILL", "prefill", f"0/{fmt_int(event.prefill_tokens)} tok{cached}", bar=True)
         self._cached_note = cached
 
     def prefill_progress(self, event: PrefillProgress) -> None:
         """``done/total`` prompt tokens evaluated after ``elapsed_ms``."""
-        self.query_one("#prefill-bar", ProgressBar).update(total=max(event.total_tokens, 1), progress=event.done_tokens)
+        self._bar.update(total=max(event.total_tokens, 1), progress=event.done_tokens)
         rate = event.done_tokens * 1000 / event.elapsed_ms if event.elapsed_ms > 0 else None
         stats = (f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok · {fmt_ms(event.elapsed_ms)}"
                  f" · {fmt_rate(rate)}{self._cached_note}")
-        self.query_one("#phase-stats", Label).update(stats)
+        self._set_stats(stats)
 
     def first_token(self, event: FirstToken) -> None:
         """Decode begins: TTFT is known."""
@@ -108,7 +114,7 @@ class PhaseIndicator(Horizontal):
         self._dirty = False
         stats = (f"{fmt_int(self._decode_tokens)} tok · {fmt_rate(self.live_decode_rate())}"
                  f" · TTFT {fmt_ms(self._ttft_ms)} · Esc stop")
-        self.query_one("#phase-stats", Label).update(stats)
+        self._set_stats(stats)
 
     def finished(self, metrics: TurnMetrics) -> None:
         """The turn is over: show its summary."""

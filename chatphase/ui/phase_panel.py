@@ -46,13 +46,18 @@ class PhasePanel(VerticalScroll):
         self._kv_prefilled = 0
 
     def compose(self) -> ComposeResult:
-        yield Label("Turn", id="turn-title", classes="panel-title")
-        yield Static(id="turn-figures")
+        self._title = Label("Turn", id="turn-title", classes="panel-title")
+        self._turn = Static(id="turn-figures")
+        self._gauge = ProgressBar(total=1, show_eta=False, id="kv-gauge")
+        self._kv = Static(id="kv-figures")
+        self._model = Static(id="model-figures")
+        yield self._title
+        yield self._turn
         yield Label("KV cache", classes="panel-title")
-        yield ProgressBar(total=1, show_eta=False, id="kv-gauge")
-        yield Static(id="kv-figures")
+        yield self._gauge
+        yield self._kv
         yield Label("Model", classes="panel-title")
-        yield Static(id="model-figures")
+        yield self._model
 
     def on_mount(self) -> None:
         self.reset()
@@ -75,7 +80,7 @@ class PhasePanel(VerticalScroll):
             ("engine", f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"),
         ]
         rows += [("note", note) for note in model.notes]
-        self.query_one("#model-figures", Static).update(_grid(rows))
+        self._model.update(_grid(rows))
         self.set_kv_tokens(self._kv_base_tokens)
 
     # -- turn ----------------------------------------------------------------------------------
@@ -103,8 +108,8 @@ class PhasePanel(VerticalScroll):
         rate = done_tokens * 1000 / elapsed_ms if elapsed_ms > 0 else None
         self.figures["prefill"] = f"{fmt_int(done_tokens)}/{fmt_int(total_tokens)} tok · {fmt_rate(rate)}"
         self._kv_prefilled = self._kv_base_tokens + done_tokens
-        self._render_turn()
-        self.set_kv_tokens(self._kv_prefilled)
+        self._render_turn(layout=False)
+        self.set_kv_tokens(self._kv_prefilled, layout=False)
 
     def first_token(self, ttft_ms: float) -> None:
         """Decode begins."""
@@ -114,8 +119,8 @@ class PhasePanel(VerticalScroll):
     def decode_live(self, decode_tokens: int, tokens_per_s: float | None) -> None:
         """Live decode figures (call at a bounded rate)."""
         self.figures["decode"] = f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)}"
-        self._render_turn()
-        self.set_kv_tokens(self._kv_prefilled + decode_tokens)
+        self._render_turn(layout=False)
+        self.set_kv_tokens(self._kv_prefilled + decode_tokens, layout=False)
 
     def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
         """Show the turn's final metrics."""
@@ -132,23 +137,25 @@ class PhasePanel(VerticalScroll):
         self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
         self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
 
-    def _render_turn(self) -> None:
+    def _render_turn(self, layout: bool = True) -> None:
+        """Redraw the turn figures; ``layout=False`` for live updates (5 rows: the height stays, a value
+        that wraps is laid out at the next full update)."""
         title = "Turn" if self.turn_id is None else f"Turn {self.turn_id}"
-        self.query_one("#turn-title", Label).update(title)
+        self._title.update(title, layout=layout)
         rows = [(k, self.figures.get(k, DASH)) for k in ("TTFT", "prompt", "prefill", "decode", "ITL p50/p95")]
-        self.query_one("#turn-figures", Static).update(_grid(rows))
+        self._turn.update(_grid(rows), layout=layout)
 
     # -- KV cache ------------------------------------------------------------------------------
-    def set_kv_tokens(self, tokens: int, used_bytes: int | None = None) -> None:
-        """Draw the KV gauge: ``tokens`` cells in use of the allocated cells (n_ctx padded to 256)."""
+    def set_kv_tokens(self, tokens: int, used_bytes: int | None = None, layout: bool = True) -> None:
+        """Draw the KV gauge: ``tokens`` cells in use of the n_ctx context (bytes = tokens × per-token)."""
         if self.model is None:
-            self.query_one("#kv-figures", Static).update(f"{fmt_int(tokens)} tok")
+            self._kv.update(f"{fmt_int(tokens)} tok", layout=layout)
             return
         per_token = self.model.kv_bytes_per_token
         cells = self.model.kv_capacity_bytes // per_token if per_token else KV_CELL_PAD
         n_ctx = int(self.model.settings.get("n_ctx") or cells)
         used_bytes = tokens * per_token if used_bytes is None else used_bytes
-        self.query_one("#kv-gauge", ProgressBar).update(total=n_ctx, progress=min(tokens, n_ctx))
+        self._gauge.update(total=n_ctx, progress=min(tokens, n_ctx))
         text = (f"{fmt_int(tokens)} / {fmt_int(n_ctx)} tok · "
                 f"{fmt_bytes(used_bytes)} / {fmt_bytes(self.model.kv_capacity_bytes)}")
-        self.query_one("#kv-figures", Static).update(text)
+        self._kv.update(text, layout=layout)
