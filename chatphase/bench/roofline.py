@@ -133,9 +133,10 @@ def verdict(phase: str, pct: float | None, weight_bytes: int) -> str:
         return (f"{phase}: {pct:.0f}% of the bound — above it: the {weight_bytes / 2**20:.0f} MiB of weights are "
                 "served partly from CPU caches (or the peak test under-measured this machine)")
     if pct < BINDING_PCT:
-        return (f"{phase}: {pct:.0f}% of the bound — the model is too small for the bound to bind: per-token "
-                "overhead (graph setup, sampling, Python) dominates, not "
-                + ("memory bandwidth" if phase == "decode" else "arithmetic"))
+        why = ("per-token overhead (graph setup, sampling, Python) dominates, not memory bandwidth" if phase == "decode"
+               else "per-batch overhead and the work outside the weight matmuls (attention, norms, dequantisation) "
+                    "dominate, not matmul FLOP/s")
+        return f"{phase}: {pct:.0f}% of the bound — the model is too small for the bound to bind: {why}"
     return f"{phase}: {pct:.0f}% of the bound — bound by " + ("memory bandwidth" if phase == "decode" else "arithmetic")
 
 
