@@ -33,7 +33,7 @@ class _ScatterPlot(PlotextPlot):
         self.points: dict[str, list[tuple[float, float]]] = {s: [] for s in self.SERIES}
 
     def on_mount(self) -> None:
-        super().on_mount()
+        # PlotextPlot's own on_mount (theme subscription) is dispatched by Textual too: no super() call
         self.replot()
 
     def clear_points(self) -> None:
