@@ -68,7 +68,7 @@ class ExperimentsScreen(Screen[None]):
         job_factory: builds the job (tests pass a scripted one); default :class:`BenchJob`.
     """
 
-    CSS_PATH = "experiments.tcss"
+    CSS_PATH = Path(__file__).with_name("experiments.tcss")  # absolute: subclasses elsewhere work
     BINDINGS = [
         Binding("ctrl+r", "run", "Run", id="experiments.run", tooltip="Run the sweep"),
         Binding("escape", "cancel_or_close", "Cancel/Close", id="experiments.cancel",
