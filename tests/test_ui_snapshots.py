@@ -80,6 +80,8 @@ def test_decoding(snap_compare):
         await send(pilot, "What are prefill and decode?")
         await wait_thread(pilot, engines[0].held)
         await wait_for(pilot, lambda: "12 tok" in str(pilot.app.query_one("#phase-stats").render()))
+        reply = pilot.app.chat_log.active_reply
+        await wait_for(pilot, lambda: not reply.pending)  # the redraw budget may space flushes out
         await pilot.pause(0.5)
 
     assert snap_compare(app, terminal_size=(140, 40), run_before=run_before)

@@ -6,8 +6,9 @@ it with every turn; the engine reuses the KV-cache prefix itself. Engines come f
 :class:`~chatphase.engine.fake.FakeEngine` in tests); their blocking calls run in the thread workers
 of :mod:`chatphase.ui.engine_link` and arrive as the messages of :mod:`chatphase.ui.messages`. Each
 engine gets a new ``engine_id`` and each turn a new ``turn_id``, so late events of a replaced engine
-or an abandoned turn are ignored. Decoded text is buffered and drawn at ``FLUSH_HZ``; the side panel
-and the dashboard's live rate are refreshed at ``PANEL_HZ``.
+or an abandoned turn are ignored. Decoded text is buffered and drawn at up to ``FLUSH_HZ``, within a
+CPU budget (:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow decode; the live figures,
+the side panel and the dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from chatphase.ui.engine_link import EngineWorkers
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
+from chatphase.ui.redraw_budget import RedrawBudget, ui_cpu_share
 
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 5
@@ -84,6 +86,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
         self.decoding = False
         self._reuse_note: str | None = None
         self._ticks = 0
+        self._flush_budget = RedrawBudget(ui_cpu_share(None))
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -215,6 +218,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
         if message.engine_id != self.engine_id or not self._alive():
             return
         self.loaded = message.event.model
+        self._flush_budget = RedrawBudget(ui_cpu_share(self.loaded.settings.get("n_threads")))
         self.panel.set_model(self.loaded)
         self.indicator.show_ready(self.loaded)
         self.dashboard.set_model(self.loaded)
@@ -269,7 +273,8 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
         """Bounded-rate redraw: buffered reply text, the live decode figures, the panel and dashboard."""
         if not self._alive():
             return
-        await self.chat_log.flush()
+        if self._flush_budget.due() and await self.chat_log.flush():
+            self._flush_budget.mark()
         indicator = self.indicator
         indicator.render_live()
         self._ticks += 1

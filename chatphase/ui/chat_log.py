@@ -61,15 +61,21 @@ class ReplyView(Vertical):
             self._pending.append(text)
             self.text += text
 
-    async def flush(self) -> None:
-        """Hand the buffered text to the Markdown stream in one write."""
-        if not self._pending or self.finished:
-            return
+    @property
+    def pending(self) -> bool:
+        """Whether buffered text waits for the next :meth:`flush`."""
+        return bool(self._pending) and not self.finished
+
+    async def flush(self) -> bool:
+        """Hand the buffered text to the Markdown stream in one write; returns whether there was any."""
+        if not self.pending:
+            return False
         chunk = "".join(self._pending)
         self._pending.clear()
         if self._stream is None:
             self._stream = Markdown.get_stream(self._md)
         await self._stream.write(chunk)
+        return True
 
     def set_meta(self, text: str) -> None:
         """Set the footer line under the reply."""
@@ -138,11 +144,11 @@ class ChatLog(VerticalScroll):
         last = replies.last() if replies else None
         return last if last is not None and not last.finished else None
 
-    async def flush(self) -> None:
-        """Flush the active reply's buffered text (called by the app at ``FLUSH_HZ``)."""
+    async def flush(self) -> bool:
+        """Flush the active reply's buffered text (called by the app at up to ``FLUSH_HZ``); returns
+        whether any text was written."""
         reply = self.active_reply
-        if reply is not None:
-            await reply.flush()
+        return reply is not None and await reply.flush()
 
     async def remove_last(self, cls: type) -> str | None:
         """Remove the newest entry of type ``cls`` (``UserMessage`` or ``ReplyView``); returns its text."""
