@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ce = c.loaded.settings
     variants = {
         "a": Variant("a", "llama-cpp-python defaults",
-                     f"threads {a.llm.context_params.n_threads}, flash_attn "
+                     f"threads {a.llm.context_params.n_threads} (batch {a.llm.context_params.n_threads_batch}), flash_attn "
                      f"{ {-1: 'auto', 0: 'off', 1: 'on'}.get(a.llm.context_params.flash_attn_type, '?')}"),
         "b": Variant("b", "llama-cpp-python tuned", f"threads {threads}, flash_attn on"),
         "c": Variant("c", "chatphase EngineHost", f"threads {ce['n_threads']}, flash_attn {ce['flash_attn']}, n_batch {ce['n_batch']}"),
