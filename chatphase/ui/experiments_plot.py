@@ -55,7 +55,7 @@ class BenchPlot(PlotextPlot):
         self.live_label = ""
 
     def on_mount(self) -> None:
-        super().on_mount()
+        # no super().on_mount(): Textual dispatches PlotextPlot's own handler itself
         self.replot()
 
     def set_results(self, results: list[BenchResult]) -> None:
