@@ -14,6 +14,7 @@ Peaks are measured, not looked up:
   float64 arrays much larger than the CPU caches, split over the engine's thread count; bytes counted
   as read + written (2 × array bytes per pass); the best of several passes.
 - FLOP/s: a float32 ``numpy.matmul`` of two n × n matrices (NumPy's BLAS, 2n³ FLOPs); best of several.
+  BLAS picks its own thread count (usually every core), which can exceed the engine's ``n_threads``.
 
 ``weight_bytes`` is the GGUF file size (tensor data plus a small header: an upper estimate). A small
 model on a CPU is limited by per-token overhead (graph setup, sampling, Python), not by DRAM: when the
@@ -104,7 +105,7 @@ def measure_matmul_flops(n: int = 1024, passes: int = 5) -> tuple[float, str]:
         t0 = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / best, f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS), best of {passes}"
+    return 2.0 * n**3 / best, f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS on its own thread count), best of {passes}"
 
 
 def measure_peaks(threads: int = 1) -> MachinePeaks:
