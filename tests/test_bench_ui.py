@@ -127,3 +127,42 @@ async def test_escape_cancels_a_run_then_closes():
 def test_ui_module_does_not_import_llama_cpp():
     code = "import sys, chatphase.ui.experiments; assert 'llama_cpp' not in sys.modules, 'llama_cpp imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _other_result(path):
+    """A second scripted run (half the prefill cost, slower decode) saved as JSON, to overlay."""
+    from chatphase.bench.results import save_result
+    from chatphase.bench.runner import SweepPlan
+
+    plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
+    engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)
+    res = list(BenchRun(fake_model_info(), Settings(n_ctx=2048), plan, engine_factory=lambda i, s: engine,
+                        roofline=False, builder=PromptBuilder(CharTokenizer())))[-1].result
+    res.label = "other settings"
+    save_result(res, path)
+
+
+def test_snapshot_after_a_run_with_an_overlay(snap_compare, tmp_path):
+    """After a scripted sweep (3 prompt lengths, 3 depths, 2 reps): progress 100 % and "Done."; the left plot
+    rises linearly (TTFT = 5 ms + 1 ms/token), the right falls with depth; a second series "other settings"
+    (loaded from JSON) is overlaid in another colour — lower TTFT, lower decode rate — and both are named in
+    the legends; the table shows mean ± sd per cell, the fit line under it; the footer lists Run,
+    Cancel/Close, Save, Load."""
+    path = tmp_path / "other.json"
+    _other_result(path)
+
+    async def run_before(pilot):
+        screen = pilot.app.screen_obj
+        for inp in screen.query(Input):
+            inp.cursor_blink = False
+        await _fill(pilot, screen, lengths="16,64,128", depths="0,256,512")
+        await pilot.press("ctrl+r")
+        await pilot.app.workers.wait_for_complete()
+        screen.query_one("#exp-path", Input).value = str(path)
+        await pilot.press("ctrl+o")
+        screen.query_one("#exp-path", Input).value = "other.json"  # tmp_path differs per run
+        screen.query_one("#exp-table", DataTable).focus()
+        pilot.app.clear_notifications()
+        await pilot.pause(0.3)
+
+    assert snap_compare(ExperimentsApp(), terminal_size=(120, 40), run_before=run_before)
