@@ -100,8 +100,8 @@ class PhasePanel(VerticalScroll):
             "prompt": f"{fmt_int(event.prompt_tokens)} tok ({fmt_int(event.cached_tokens)} cached)",
             "prefill": f"{fmt_int(event.prefill_tokens)} tok",
         }
-        self._render_turn()
-        self.set_kv_tokens(event.cached_tokens)
+        self._render_turn(layout=False)  # while a turn runs, no layouts (they compete with the engine)
+        self.set_kv_tokens(event.cached_tokens, layout=False)
 
     def prefill_progress(self, done_tokens: int, total_tokens: int, elapsed_ms: float) -> None:
         """Prefill advanced: ``done_tokens`` of ``total_tokens`` evaluated after ``elapsed_ms``."""
@@ -114,7 +114,7 @@ class PhasePanel(VerticalScroll):
     def first_token(self, ttft_ms: float) -> None:
         """Decode begins."""
         self.figures["TTFT"] = fmt_ms(ttft_ms)
-        self._render_turn()
+        self._render_turn(layout=False)
 
     def decode_live(self, decode_tokens: int, tokens_per_s: float | None) -> None:
         """Live decode figures (call at a bounded rate)."""
