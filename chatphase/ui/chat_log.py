@@ -107,6 +107,10 @@ def metrics_line(m: TurnMetrics) -> str:
 class ChatLog(VerticalScroll):
     """The scrolling conversation (see the module docstring)."""
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._latest_reply: ReplyView | None = None  # kept so per-token calls never query the DOM
+
     def on_mount(self) -> None:
         self.anchor()
 
@@ -122,6 +126,7 @@ class ChatLog(VerticalScroll):
         view = ReplyView(turn_id)
         self.mount(view)
         self.anchor()
+        self._latest_reply = view
         return view
 
     def add_reply(self, turn_id: int, text: str) -> ReplyView:
@@ -139,10 +144,9 @@ class ChatLog(VerticalScroll):
 
     @property
     def active_reply(self) -> ReplyView | None:
-        """The newest unfinished reply, if any."""
-        replies = self.query(ReplyView)
-        last = replies.last() if replies else None
-        return last if last is not None and not last.finished else None
+        """The newest reply while it streams (unfinished and still in the log), else ``None``."""
+        view = self._latest_reply
+        return view if view is not None and not view.finished and view.parent is self else None
 
     async def flush(self) -> bool:
         """Flush the active reply's buffered text (called by the app at up to ``FLUSH_HZ``); returns
