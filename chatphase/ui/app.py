@@ -98,7 +98,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 yield Dashboard(id="dashboard")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
