@@ -36,6 +36,10 @@ class Settings:
     where the backend supports it), ``type_k``/``type_v`` (KV cache element types), ``extra_bufts``
     (llama.cpp's extra weight buffer types, e.g. AMX and repacking: auto turns them off on CPUs with AMX,
     whose batched path crashes, DESIGN.md §3).
+
+    Remote: ``server`` (an OpenAI-compatible server URL; ``None`` = run the local model), ``api_key_env``
+    (the environment variable holding its API key: the key itself is never a setting, so never saved),
+    ``remote_model`` (the served model to ask for). See :mod:`chatphase.engine.remote`.
     """
 
     model: str | None = None
@@ -51,6 +55,9 @@ class Settings:
     type_v: str = "f16"
     extra_bufts: str = "auto"
     system_prompt: str | None = None
+    server: str | None = None
+    api_key_env: str | None = None
+    remote_model: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     theme: str = "textual-dark"
 

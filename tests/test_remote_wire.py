@@ -162,7 +162,8 @@ def test_server_url_forms_and_errors():
 
 
 def test_factory_and_options(monkeypatch):
-    from chatphase.commands.server_options import add_server_options, engine_from_args
+    from chatphase.commands.options import settings_from_args
+    from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
 
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     with pytest.raises(UsageError, match="NO_SUCH_KEY_VAR"):
@@ -172,7 +173,9 @@ def test_factory_and_options(monkeypatch):
     p = argparse.ArgumentParser()
     add_server_options(p)
     args = p.parse_args(["--server", f"127.0.0.1:{free_port()}", "--remote-model", "m"])
-    engine = engine_from_args(args, None, Settings())
+    settings = settings_from_args(args)
+    assert model_info_for(settings).name == "m"
+    engine = engine_for(settings, None)
     assert isinstance(engine, RemoteEngine) and engine.remote_model == "m"
 
 

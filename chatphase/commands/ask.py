@@ -2,7 +2,8 @@
 
 Each PROMPT is the next user turn of one conversation. Without ``--json`` the reply streams to stdout
 and one metrics line per turn goes to stderr; with ``--json`` one object goes to stdout:
-``{"model": {...}, "settings": {...}, "turns": [{"prompt", "reply", "metrics": {TurnMetrics}}]}``.
+``{"model": {...}, "settings": {...}, "turns": [{"prompt", "reply", "metrics": {TurnMetrics}, "server_timings"}]}``
+(``server_timings``: a remote server's own timings, else ``null``; ``--server`` runs on a remote server).
 Exit codes: 0 ok; 2 bad usage or unusable model (one line on stderr); 1 engine failure.
 """
 
@@ -13,11 +14,10 @@ import json
 import sys
 
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
+from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
 from chatphase.engine.events import EngineFailed, FirstToken, Message, ModelLoaded, TokensDecoded, TurnFinished, TurnRequest
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
-from chatphase.gguf_meta import read_model_info
-from chatphase.models import resolve_model
 from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
 
 
@@ -26,6 +26,7 @@ def register(sub) -> None:
                        description=__doc__.split("\n\n")[0])
     add_model_options(p)
     add_sampling_options(p)
+    add_server_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with model, settings and per-turn metrics")
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="user turns, in order")
     p.set_defaults(func=run)
@@ -34,23 +35,22 @@ def register(sub) -> None:
 def metrics_line(turn: int, m: TurnMetrics) -> str:
     """One human-readable line of a turn's phase metrics (for stderr)."""
     itl = "–" if m.itl_ms_p50 is None else f"{m.itl_ms_p50:.1f}/{m.itl_ms_p95:.1f} ms"
+    n = lambda count: "–" if count is None else count  # noqa: E731 - a count a remote server did not report
     return (
-        f"[turn {turn}] prompt {m.prompt_tokens} tok (cached {m.cached_tokens}) · TTFT {fmt_ms(m.ttft_ms)} · "
-        f"prefill {m.prefill_tokens} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {m.decode_tokens} tok @ "
-        f"{fmt_rate(m.decode_tokens_per_s)} · ITL p50/p95 {itl} · KV {m.kv_cache_tokens} tok "
+        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)} · "
+        f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok @ "
+        f"{fmt_rate(m.decode_tokens_per_s)} · ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {m.stop_reason}"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the turns; see the module docstring for output and exit codes."""
-    from chatphase.engine.host import EngineHost
-
     settings = settings_from_args(args)
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
-    info = read_model_info(resolve_model(settings.model, settings.models_dir))
-    host = EngineHost(info, settings)
+    info = model_info_for(settings)
+    host = engine_for(settings, info)
     try:
         return _run(args, settings, info, host)
     finally:
@@ -93,7 +93,8 @@ def _run(args, settings, info, host) -> int:
             out.write("\n")
             print(metrics_line(i, finished.metrics), file=sys.stderr)
         messages.append(Message("assistant", finished.reply))
-        turns.append({"prompt": prompt, "reply": finished.reply, "metrics": finished.metrics.to_dict()})
+        turns.append({"prompt": prompt, "reply": finished.reply, "metrics": finished.metrics.to_dict(),
+                      "server_timings": finished.server_timings})
         if failure is not None:
             _emit_partial(args, loaded, turns)
             raise EngineError(failure.message)

@@ -39,7 +39,7 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
 
 _SETTING_KEYS = (
     "model", "models_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "n_gpu_layers",
-    "flash_attn", "type_k", "type_v", "extra_bufts", "system_prompt",
+    "flash_attn", "type_k", "type_v", "extra_bufts", "system_prompt", "server", "api_key_env", "remote_model",
     "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
 )
 

@@ -1,5 +1,9 @@
 """``--server``, ``--api-key-env`` and ``--remote-model``: run ``chat``, ``ask`` or ``bench`` on a remote
-OpenAI-compatible server (llama-server, vLLM, llama-cpp-python's server, Ollama's ``/v1``)."""
+OpenAI-compatible server (llama-server, vLLM, llama-cpp-python's server, Ollama's ``/v1``).
+
+The three are :class:`~chatphase.config.Settings` fields too, so the config file (``server = "…"``) and
+the environment (``CHATPHASE_SERVER``) can set them; a flag wins, as for every setting.
+"""
 
 from __future__ import annotations
 
@@ -12,23 +16,39 @@ from chatphase.gguf_meta import ModelInfo
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
-    """Add the remote-server option group (all default to ``None`` = run the local model)."""
+    """Add the remote-server option group (all default to ``None`` = the configured value)."""
     g = p.add_argument_group("remote server (instead of a local model)")
     g.add_argument("--server", metavar="URL",
                    help="OpenAI-compatible server, e.g. http://127.0.0.1:8080 (…/v1 optional); "
-                        "the local model options are then ignored")
+                        "the local engine options are then ignored")
     g.add_argument("--api-key-env", metavar="NAME",
                    help=f"environment variable holding the server's API key (default: {DEFAULT_API_KEY_ENV} if set)")
     g.add_argument("--remote-model", metavar="NAME",
                    help="model name to ask the server for (default: the first one it lists)")
 
 
-def engine_from_args(args: argparse.Namespace, info: ModelInfo | None, settings: Settings) -> Engine:
-    """The engine the parsed flags ask for (see :func:`chatphase.engine.factory.make_engine`).
+def model_info_for(settings: Settings) -> ModelInfo:
+    """The model to show before loading: the served model's placeholder with a server, else the local
+    GGUF (resolved and validated).
+
+    Raises:
+        UsageError: a malformed server URL. ModelError: a local model that cannot be used.
+    """
+    if settings.server:
+        from chatphase.engine.remote import ServerURL, remote_model_info
+
+        return remote_model_info(ServerURL(settings.server).display, settings.remote_model)
+    from chatphase.gguf_meta import read_model_info
+    from chatphase.models import resolve_model
+
+    return read_model_info(resolve_model(settings.model, settings.models_dir))
+
+
+def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
+    """The engine ``settings`` ask for (see :func:`chatphase.engine.factory.make_engine`).
 
     Raises:
         UsageError: as :func:`~chatphase.engine.factory.make_engine`.
     """
-    return make_engine(info, settings, server=getattr(args, "server", None),
-                       api_key_env=getattr(args, "api_key_env", None),
-                       remote_model=getattr(args, "remote_model", None))
+    return make_engine(info, settings, server=settings.server, api_key_env=settings.api_key_env,
+                       remote_model=settings.remote_model)
