@@ -1,7 +1,8 @@
 """``chatphase chat`` (the default command): the Textual chat TUI on a local GGUF model.
 
 The model is resolved and validated (GGUF header, sizes) *before* the TUI starts, so a bad model is
-one line on stderr and exit code 2, never a half-drawn screen. The TUI then runs the model in an
+one line on stderr and exit code 2, never a half-drawn screen (with ``--server URL`` the same TUI measures
+a model on an OpenAI-compatible server instead: :mod:`chatphase.engine.remote`; a bad URL is one line too). The TUI then runs the model in an
 :class:`~chatphase.engine.host.EngineHost` child process (a native crash cannot take the UI down).
 Textual is imported only here, inside :func:`run`, so the other commands never load it.
 """
@@ -15,8 +16,7 @@ from chatphase.commands.options import (
     add_sampling_options,
     settings_from_args,
 )
-from chatphase.gguf_meta import read_model_info
-from chatphase.models import resolve_model
+from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
 
 
 def register(sub) -> None:
@@ -25,6 +25,7 @@ def register(sub) -> None:
                        description="Chat with a local GGUF model and watch prefill and decode happen.")
     add_model_options(p)
     add_sampling_options(p)
+    add_server_options(p)
     p.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. textual-dark, textual-light")
     p.set_defaults(func=run)
 
@@ -38,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if getattr(args, "theme", None):
         settings = settings.with_overrides(theme=args.theme)
-    info = read_model_info(resolve_model(settings.model, settings.models_dir))
+    info = model_info_for(settings)
 
-    from chatphase.engine.host import EngineHost
     from chatphase.ui.app import ChatPhaseApp
 
-    app = ChatPhaseApp(settings, info, lambda model_info: EngineHost(model_info, settings))
+    # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF
+    app = ChatPhaseApp(settings, info, lambda model_info: engine_for(settings, model_info))
     app.run()
     return 0

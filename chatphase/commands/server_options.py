@@ -12,6 +12,7 @@ import argparse
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, make_engine
+from chatphase.errors import UsageError
 from chatphase.gguf_meta import ModelInfo
 
 
@@ -29,15 +30,21 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
 
 def model_info_for(settings: Settings) -> ModelInfo:
     """The model to show before loading: the served model's placeholder with a server, else the local
-    GGUF (resolved and validated).
+    GGUF (resolved and validated). Checks the server settings too, so a command fails on one line
+    before any UI starts.
 
     Raises:
-        UsageError: a malformed server URL. ModelError: a local model that cannot be used.
+        UsageError: a malformed server URL, an unset ``api_key_env`` variable, remote options without a
+            server. ModelError: a local model that cannot be used.
     """
     if settings.server:
+        from chatphase.engine.factory import api_key_from_env
         from chatphase.engine.remote import ServerURL, remote_model_info
 
+        api_key_from_env(settings.api_key_env)
         return remote_model_info(ServerURL(settings.server).display, settings.remote_model)
+    if settings.api_key_env or settings.remote_model:
+        raise UsageError("--api-key-env and --remote-model need --server URL")
     from chatphase.gguf_meta import read_model_info
     from chatphase.models import resolve_model
 
