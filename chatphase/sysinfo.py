@@ -27,7 +27,9 @@ class SystemSample:
     previous sample (``None`` on the first sample or without a process); ``num_threads`` OS threads of
     the process; ``process_alive`` False when the pid is gone or not readable (the process fields are
     then ``None``); ``mem_available_bytes`` / ``mem_total_bytes`` system memory (psutil
-    ``virtual_memory().available`` / ``.total``); ``t_s`` the sampler clock's time of the sample (s).
+    ``virtual_memory().available`` / ``.total``); ``t_s`` the sampler clock's time of the sample (s);
+    ``gpu_memory_bytes`` GPU memory the process holds (bytes; NVIDIA via NVML, see :mod:`chatphase.gpu`),
+    ``None`` when not asked for or unknown.
     """
 
     pid: int | None
@@ -38,6 +40,7 @@ class SystemSample:
     mem_available_bytes: int
     mem_total_bytes: int
     t_s: float
+    gpu_memory_bytes: int | None = None
 
 
 class ProcessSampler:
@@ -48,18 +51,22 @@ class ProcessSampler:
             (``LoadedModel.pid`` is 0 when an engine does not report one).
         min_interval_s: minimum seconds between real samples (default 1 s).
         clock: monotonic clock in seconds (injectable for tests).
+        gpu_memory: ``pid -> bytes or None``, called once per real sample of a live process to fill
+            ``gpu_memory_bytes`` (e.g. :func:`chatphase.gpu.gpu_memory_used_bytes`); ``None`` = not sampled.
 
     Raises:
         ValueError: when ``min_interval_s`` is negative.
     """
 
     def __init__(self, pid: int | None, min_interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 gpu_memory: Callable[[int], int | None] | None = None) -> None:
         if min_interval_s < 0:
             raise ValueError(f"min_interval_s must be >= 0 (got {min_interval_s})")
         self.pid = pid if pid and pid > 0 else None
         self.min_interval_s = min_interval_s
         self._clock = clock
+        self._gpu_memory = gpu_memory
         self._last: SystemSample | None = None
         self._proc: psutil.Process | None = None
         self._primed = False
@@ -98,6 +105,9 @@ class ProcessSampler:
                 alive = False
             if not alive:
                 rss = cpu = threads = None
+        gpu_bytes = None
+        if alive and self._gpu_memory is not None and self.pid is not None:
+            gpu_bytes = self._gpu_memory(self.pid)
         self._last = SystemSample(
             pid=self.pid,
             process_alive=alive,
@@ -107,5 +117,6 @@ class ProcessSampler:
             mem_available_bytes=int(vm.available),
             mem_total_bytes=int(vm.total),
             t_s=now,
+            gpu_memory_bytes=gpu_bytes,
         )
         return self._last

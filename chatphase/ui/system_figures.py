@@ -1,4 +1,5 @@
-"""System figures: engine process RSS and CPU %, system memory, model load time, threads, GPU offload.
+"""System figures: engine process RSS and CPU %, system memory, model load time, threads, GPU offload
+(layers offloaded/total, and on NVIDIA the engine process's GPU memory via :mod:`chatphase.gpu`).
 
 Sampled with :class:`chatphase.sysinfo.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
 (the sampler itself also refuses to sample more often), never per token.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import LoadedModel
+from chatphase.gpu import gpu_memory_used_bytes
 from chatphase.units import fmt_bytes
 from chatphase.sysinfo import ProcessSampler, SystemSample
 
@@ -44,7 +46,11 @@ def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
                  f"{s.get('n_threads_batch', '–')} batch")
     lines.append(f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
                  f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}")
-    lines.append(f"GPU offload: {gpu_offload_text(model)}")
+    gpu_line = f"GPU offload: {gpu_offload_text(model)}"
+    if model.settings.get("gpu_offload_supported", False):
+        gpu_bytes = None if sample is None else sample.gpu_memory_bytes
+        gpu_line += f" · GPU memory {fmt_bytes(gpu_bytes)}"
+    lines.append(gpu_line)
     return lines
 
 
@@ -73,7 +79,9 @@ class SystemFigures(Static):
     def set_model(self, model: LoadedModel) -> None:
         """Watch ``model.pid`` from now on and show the model's figures."""
         self.model = model
-        self.sampler = ProcessSampler(model.pid, min_interval_s=REFRESH_S / 2)
+        # NVML is asked only on a GPU build: a CPU-only engine holds no GPU memory
+        gpu = gpu_memory_used_bytes if model.settings.get("gpu_offload_supported", False) else None
+        self.sampler = ProcessSampler(model.pid, min_interval_s=REFRESH_S / 2, gpu_memory=gpu)
         self.last_sample = None
         self.sample_now()
 
