@@ -13,8 +13,8 @@ reads 200 %). The first sample of a process has no previous one, so its CPU % is
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import psutil
 

@@ -11,8 +11,8 @@ from textual.widgets import Static
 
 from chatphase.engine.events import LoadedModel
 from chatphase.gpu import gpu_memory_used_bytes
-from chatphase.units import fmt_bytes
 from chatphase.sysinfo import ProcessSampler, SystemSample
+from chatphase.units import fmt_bytes
 
 #: seconds between samples.
 REFRESH_S = 1.0
