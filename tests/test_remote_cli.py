@@ -4,6 +4,8 @@ errors and exit codes for an unreachable server, a malformed URL and an unset AP
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -57,3 +59,24 @@ def test_bad_server_options_are_usage_errors(capsys, monkeypatch, argv, needle):
     rc = main(["ask", *argv, "hello"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and needle in err
+
+
+def test_bench_over_a_server_sends_exact_token_prompts(default_model_path):
+    """Run as the CLI runs: a fresh process (it loads the model's vocabulary into llama.cpp)."""
+    text = lambda t: {"choices": [{"index": 0, "text": t, "finish_reason": None}]}  # noqa: E731
+    stream = sse(text("a"), text("b"),
+                 {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                  "timings": {"prompt_n": 16, "prompt_ms": 3.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 2.0},
+                  "usage": {"prompt_tokens": 16, "completion_tokens": 2}}, "[DONE]")
+    routes = {"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS), "POST /v1/completions": (200, stream)}
+    with ScriptedServer(routes) as srv:
+        proc = subprocess.run(
+            [sys.executable, "-m", "chatphase", "bench", "--server", srv.url, "--model", str(default_model_path),
+             "--prompt-lengths", "16", "--depths", "none", "--gen", "2", "--reps", "2", "--warmup", "0",
+             "--format", "json"], capture_output=True, text=True, timeout=120)
+        bodies = [r[3] for r in srv.requests if r[1] == "/v1/completions"]
+    out, err = proc.stdout, proc.stderr
+    assert proc.returncode == 0, err
+    assert len(bodies) == 2 and all(len(b["prompt"]) == 16 and b["cache_prompt"] is False for b in bodies)
+    assert all(b["ignore_eos"] is True and b["max_tokens"] == 2 for b in bodies)
+    assert json.loads(out)["results"][0]["prompt_tokens"] == 16

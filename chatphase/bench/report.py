@@ -47,7 +47,7 @@ def median_range(s: Stats) -> str:
 def _rows(cells: Sequence[CellResult], fmt) -> list[list[str]]:
     return [
         [c.kind, str(c.prompt_tokens), str(c.depth), str(c.reps), *(fmt(getattr(c, m)) for m, _ in _METRICS),
-         f"{c.kv_cache_bytes / 2**20:.1f}"]
+         "–" if c.kv_cache_bytes is None else f"{c.kv_cache_bytes / 2**20:.1f}"]
         for c in cells
     ]
 

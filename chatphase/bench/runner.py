@@ -236,7 +236,7 @@ def aggregate(samples: Sequence[Sample], gen_tokens: int) -> tuple[CellResult, .
             prefill_tokens_per_s=summarize(s.prefill_tokens_per_s for s in group),
             decode_tokens_per_s=summarize(s.decode_tokens_per_s for s in group),
             tpot_ms=summarize(s.tpot_ms for s in group),
-            kv_cache_bytes=max(s.kv_cache_bytes for s in group),
+            kv_cache_bytes=max((s.kv_cache_bytes for s in group if s.kv_cache_bytes is not None), default=None),
         )
         for (kind, n, d), group in groups.items()
     )

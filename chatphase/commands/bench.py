@@ -26,6 +26,7 @@ from chatphase.bench.runner import (
     SweepProgress,
 )
 from chatphase.commands.options import add_model_options, settings_from_args
+from chatphase.commands.server_options import add_server_options, remote_bench_options
 from chatphase.errors import UsageError
 from chatphase.gguf_meta import read_model_info
 from chatphase.models import resolve_model
@@ -50,6 +51,7 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="measure TTFT vs prompt length and decode speed vs context depth",
                        description=__doc__.split("\n\n")[0])
     add_model_options(p)
+    add_server_options(p)
     g = p.add_argument_group("sweep")
     g.add_argument("--prompt-lengths", type=token_list, default=DEFAULT_PROMPT_LENGTHS, metavar="N,N,...",
                    help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}; 'none' to skip)")
@@ -82,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
 
     from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
 
-    bench = BenchRun(info, settings, plan, roofline=args.roofline)
+    # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
+    # do not bound a remote server, so no roofline
+    bench = BenchRun(info, settings, plan, roofline=args.roofline and not settings.server,
+                     **remote_bench_options(settings, info))
     result = None
     with _Progress(plan.total_runs) as progress, _first_ctrl_c_cancels(bench, progress):
         for event in bench:

@@ -8,6 +8,7 @@ the environment (``CHATPHASE_SERVER``) can set them; a flag wins, as for every s
 from __future__ import annotations
 
 import argparse
+import weakref
 
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
@@ -59,3 +60,23 @@ def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
     """
     return make_engine(info, settings, server=settings.server, api_key_env=settings.api_key_env,
                        remote_model=settings.remote_model)
+
+
+def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
+    """Extra :class:`~chatphase.bench.api.BenchRun` arguments for ``bench --server`` (``{}`` without one).
+
+    The sweep sends exact-length token-id prompts, so it needs the served model's vocabulary: it is read
+    (vocabulary only) from the local GGUF ``info`` — pass ``--model`` naming the file the server runs.
+    The server must accept token-id prompts on ``/v1/completions`` (llama-server and vLLM do).
+    """
+    if not settings.server:
+        return {}
+    from llama_cpp import Llama  # its tokenize/detokenize match chatphase.bench.prompts.Tokenizer
+
+    from chatphase.bench.prompts import PromptBuilder
+
+    vocab = Llama(model_path=info.path, vocab_only=True, verbose=False)
+    builder = PromptBuilder(vocab)
+    # free llama.cpp's objects with the builder (or before interpreter exit), never during teardown
+    weakref.finalize(builder, vocab.close)
+    return {"engine_factory": lambda model_info, s: engine_for(s, model_info), "builder": builder}
