@@ -155,8 +155,8 @@ def test_http_404_for_unknown_model_at_turn_time():
 def test_server_url_forms_and_errors():
     u = ServerURL("127.0.0.1:8080/v1/")
     assert str(u.api) == "http://127.0.0.1:8080/v1" and u.display == "http://127.0.0.1:8080"
-    assert ServerURL("https://user:pw@h.example/base").display == "https://h.example/base"
-    for bad in ("ftp://host", "http://"):
+    assert ServerURL("https://h.example/base").display == "https://h.example/base"
+    for bad in ("ftp://host", "http://", "https://user:pw@h.example/base"):
         with pytest.raises(UsageError):
             ServerURL(bad)
 
