@@ -18,6 +18,7 @@ from chatphase.commands.server_options import add_server_options, engine_for, mo
 from chatphase.engine.events import EngineFailed, FirstToken, Message, ModelLoaded, TokensDecoded, TurnFinished, TurnRequest
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
+from chatphase.session_recorder import cli_recorder
 from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
 
 
@@ -28,6 +29,7 @@ def register(sub) -> None:
     add_sampling_options(p)
     add_server_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with model, settings and per-turn metrics")
+    p.add_argument("--no-save", action="store_true", help="do not save this conversation as a session (see `chatphase sessions`)")
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="user turns, in order")
     p.set_defaults(func=run)
 
@@ -50,14 +52,19 @@ def run(args: argparse.Namespace) -> int:
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
     info = model_info_for(settings)
+    recorder = None if args.no_save else cli_recorder(info.to_dict(), settings.to_dict())
     host = engine_for(settings, info)
     try:
-        return _run(args, settings, info, host)
+        return _run(args, settings, info, host, recorder)
     finally:
         host.close()
+        if recorder is not None:
+            recorder.close()
+            if recorder.turns_recorded and not recorder.failed:
+                print(f"chatphase: saved as session {recorder.id}", file=sys.stderr)
 
 
-def _run(args, settings, info, host) -> int:
+def _run(args, settings, info, host, recorder=None) -> int:
     out = sys.stdout
     loaded = None
     for event in host.load():
@@ -73,7 +80,11 @@ def _run(args, settings, info, host) -> int:
         messages.append(Message("user", prompt))
         request = TurnRequest(i, tuple(messages), settings.sampling)
         finished, failure = None, None
+        if recorder is not None:
+            recorder.begin_turn(prompt)
         for event in host.run_turn(request):
+            if recorder is not None:
+                recorder.observe(event)
             if isinstance(event, (FirstToken, TokensDecoded)) and not args.json:
                 out.write(event.text)
                 out.flush()
