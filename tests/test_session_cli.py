@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
 from chatphase import session_recorder
 from chatphase.cli import main
+from chatphase.commands.options import settings_from_args
+from chatphase.errors import UsageError
 from chatphase.export import rows_from_csv, session_from_json
 from chatphase.session import load_session
 from chatphase.session_recorder import SessionRecorder
@@ -79,3 +82,25 @@ def test_export_errors(two_sessions, capsys, tmp_path):
     assert "is a directory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["export", "--format", "xml"])
+
+
+def test_chat_resume_of_an_unknown_session_is_one_line_before_the_tui(capsys):
+    assert main(["chat", "--resume", "nope"]) == 1
+    assert capsys.readouterr().err.strip() == "chatphase: no session 'nope' (see `chatphase sessions`)"
+    assert main(["--resume"]) == 1  # chat is the default command; nothing saved yet
+    assert "no saved sessions" in capsys.readouterr().err
+
+
+def test_commands_start_from_the_config_file_and_environment(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[sampling]\ntemperature = 'hot'\n")
+    monkeypatch.setenv("CHATPHASE_CONFIG", str(cfg))
+    monkeypatch.setenv("CHATPHASE_N_CTX", "huge")
+    with pytest.raises(UsageError, match="environment variable CHATPHASE_N_CTX: expected an integer"):
+        settings_from_args(argparse.Namespace())
+    monkeypatch.setenv("CHATPHASE_N_CTX", "2048")
+    s = settings_from_args(argparse.Namespace(top_k=5))
+    assert (s.n_ctx, s.sampling.top_k, s.sampling.temperature) == (2048, 5, 0.7)  # env, flag, default (bad file)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"chatphase: config file {cfg}, line 2, key 'sampling.temperature': expected a number, "
+                       "got 'hot'; using built-in defaults")

@@ -10,6 +10,7 @@ Textual is imported only here, inside :func:`run`, so the other commands never l
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from chatphase.commands.options import (
     add_model_options,
@@ -27,6 +28,9 @@ def register(sub) -> None:
     add_sampling_options(p)
     add_server_options(p)
     p.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. textual-dark, textual-light")
+    p.add_argument("--resume", nargs="?", const="last", metavar="ID",
+                   help="reopen a saved session (default: the last one) with its history; see `chatphase sessions`")
+    p.add_argument("--no-save", action="store_true", help="do not save this conversation as a session")
     p.set_defaults(func=run)
 
 
@@ -35,15 +39,31 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         UsageError: bad settings (exit 2). ModelError: a model that cannot be used (exit 2).
+        SessionError: ``--resume`` names no saved session (exit 1).
     """
-    settings = settings_from_args(args)
+    from chatphase.settings_file import load_config
+
+    config = load_config()  # its problems are shown in the TUI
+    settings = settings_from_args(args, base=config.settings)
     if getattr(args, "theme", None):
         settings = settings.with_overrides(theme=args.theme)
+    resume = None
+    if args.resume:  # an unknown session is one line and exit 1, before the TUI starts
+        from chatphase.session_recorder import SessionRecorder
+
+        resume = SessionRecorder.resume(args.resume)
+        recorded = resume[1].model.get("path")
+        if not args.model and recorded and Path(recorded).is_file():
+            settings = settings.with_overrides(model=recorded)  # continue on the session's model
     info = model_info_for(settings)
 
     from chatphase.ui.app import ChatPhaseApp
 
     # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF
-    app = ChatPhaseApp(settings, info, lambda model_info: engine_for(settings, model_info))
+    app = ChatPhaseApp(settings, info, lambda model_info: engine_for(app.settings, model_info))
+    app.save_sessions = not args.no_save
+    app.startup_notices = tuple(config.problems)
+    if resume is not None:
+        app.resume_on_start(*resume)
     app.run()
     return 0

@@ -18,6 +18,8 @@ from chatphase.errors import ModelError
 from chatphase.gguf_meta import read_model_info
 from chatphase.memory_estimate import assess, estimate
 from chatphase.models import fmt_params, resolve_model
+from chatphase.session import sessions_dir
+from chatphase.settings_file import config_path
 from chatphase.units import fmt_bytes
 
 GPU_BUILD_HINT = (
@@ -68,6 +70,7 @@ def build_report(args) -> dict:
         "memory": {**est.to_dict(), "available_bytes": verdict.available_bytes, "swap_free_bytes": verdict.swap_free_bytes,
                    "verdict": verdict.level, "message": verdict.message},
         "system": system_report(),
+        "paths": {"config_file": str(config_path()), "sessions_dir": str(sessions_dir())},
     }
 
 
@@ -99,5 +102,6 @@ def render(r: dict) -> str:
         f"llama.cpp      llama-cpp-python {sysr['llama_cpp_version']} · {' '.join(sysr['cpu_features']) or 'no CPU features reported'}",
         f"AMX            {'detected' if sysr['amx_detected'] else 'not detected'} · extra buffer types auto = {sysr['extra_bufts_auto']}",
         "GPU offload    " + ("supported by this build (--n-gpu-layers; default all)" if sysr["gpu_offload_supported"] else GPU_BUILD_HINT),
+        f"config file    {r['paths']['config_file']} (sessions: {r['paths']['sessions_dir']})",
     ]
     return "\n".join(lines)

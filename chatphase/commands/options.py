@@ -45,11 +45,15 @@ _SETTING_KEYS = (
 
 
 def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
-    """Apply the flags the user gave (non-``None``) over ``base`` (the configured settings) and validate.
+    """Apply the flags the user gave (non-``None``) over ``base`` (default: the configured settings,
+    :func:`chatphase.settings_file.load_settings`: config file < environment) and validate.
 
     Raises:
-        UsageError: when a value is out of range.
+        UsageError: when a value is out of range, or a ``CHATPHASE_<KEY>`` variable is invalid.
     """
-    base = base or Settings()
+    if base is None:
+        from chatphase.settings_file import load_settings
+
+        base = load_settings()
     overrides = {k: getattr(args, k) for k in _SETTING_KEYS if getattr(args, k, None) is not None}
     return base.with_overrides(**overrides).validate()
