@@ -63,6 +63,8 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
         return f"decode: {metrics.decode_tokens} token(s) — too few to measure a decode rate"
     weights = model.info.size_bytes
     kv = metrics.kv_cache_bytes
+    if weights is None or kv is None:  # a remote server that reports neither weight nor KV bytes
+        return f"decode: {tps:.1f} tok/s — weight and KV bytes not reported by the server, no roofline"
     per_token = weights + kv
     ref = reference_bandwidth or (GPU_REFERENCE_BANDWIDTH if _gpu_offloaded(model) else CPU_REFERENCE_BANDWIDTH)
     effective = tps * per_token
@@ -83,6 +85,8 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
     Uses ``model.info.n_params``; ``metrics.prefill_tokens``, ``prefill_ms``, ``prefill_tokens_per_s``,
     ``cached_tokens``, ``prompt_tokens`` and ``decode_tokens_per_s``.
     """
+    if metrics.prefill_tokens is None or metrics.prefill_ms is None:
+        return "prefill: not reported by the server — the client's TTFT includes it with network and queueing"
     cached = metrics.cached_tokens
     cached_note = f"; {cached} of {metrics.prompt_tokens} prompt tokens reused from the KV cache" if cached else ""
     if metrics.prefill_tokens == 0:
@@ -92,6 +96,8 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
     if tps is None or metrics.prefill_tokens < SMALL_PREFILL_TOKENS:
         return (f"prefill: overhead bound — only {metrics.prefill_tokens} new token(s) in "
                 f"{metrics.prefill_ms:.1f} ms, too few to fill a batch{cached_note}")
+    if not model.info.n_params:
+        return f"prefill: {metrics.prefill_tokens} tok at {tps:.0f} tok/s (parameter count not reported){cached_note}"
     flops_per_token = 2 * model.info.n_params
     effective = tps * flops_per_token
     speedup = ""

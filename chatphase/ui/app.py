@@ -238,7 +238,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
         if ev.dropped_messages:
             self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
                         "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
-        if self._reuse_note:
+        if self._reuse_note and ev.prompt_tokens is not None:
             self.notify(f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
                         f"{ev.prefill_tokens:,} to evaluate.", title=self._reuse_note)
             self._reuse_note = None

@@ -115,7 +115,7 @@ class Dashboard(Widget):
         if self.model is None:
             return
         n_ctx = int(self.model.settings.get("n_ctx") or 0)
-        if n_ctx <= 0:
+        if n_ctx <= 0 or not self.model.kv_bytes_per_token:
             return
         series = [m.kv_cache_tokens for m in self.turns.values()]
         self.query_one(KvGauge).update_forecast(forecast_kv(series, n_ctx), self.model.kv_bytes_per_token,

@@ -16,6 +16,8 @@ def fmt_int(n: int | None) -> str:
     return DASH if n is None else f"{n:,}"
 
 
-def fmt_params(n: int) -> str:
+def fmt_params(n: int | None) -> str:
     """Parameter count in M or B, e.g. ``135M``, ``1.5B``."""
+    if n is None:
+        return DASH
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"

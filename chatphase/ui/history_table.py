@@ -12,6 +12,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.ui.format import fmt_int
 
 #: (column key, header) in display order; two-line headers (name, unit) keep the table within 80 columns.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -38,14 +39,14 @@ def format_row(turn_id: int, m: TurnMetrics) -> tuple[str, ...]:
     """The table cells of one turn, in :data:`COLUMNS` order (``–`` for an undefined metric)."""
     return (
         str(turn_id),
-        f"{m.prompt_tokens:,}",
-        f"{m.cached_tokens:,}",
+        fmt_int(m.prompt_tokens),
+        fmt_int(m.cached_tokens),
         _num(m.ttft_ms, 1),
         _num(m.prefill_tokens_per_s, 0),
-        f"{m.decode_tokens:,}",
+        fmt_int(m.decode_tokens),
         _num(m.decode_tokens_per_s, 1),
         _num(m.itl_ms_p95, 1),
-        f"{m.kv_cache_tokens:,}",
+        fmt_int(m.kv_cache_tokens),
         m.stop_reason,
     )
 

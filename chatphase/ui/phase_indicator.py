@@ -74,7 +74,7 @@ class PhaseIndicator(Horizontal):
 
     def prefill_started(self, event: PrefillStarted) -> None:
         """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache)."""
-        self._bar.update(total=max(event.prefill_tokens, 1), progress=0)
+        self._bar.update(total=max(event.prefill_tokens or 0, 1), progress=0)
         cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
         self._set("PREFILL", "prefill", f"0/{fmt_int(event.prefill_tokens)} tok{cached}", bar=True)
         self._cached_note = cached

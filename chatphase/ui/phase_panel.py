@@ -76,7 +76,7 @@ class PhasePanel(VerticalScroll):
         rows = [
             ("name", info.name),
             ("size", f"{fmt_params(info.n_params)} params · {info.quantization} · {fmt_bytes(info.size_bytes)}"),
-            ("layers", f"{info.n_layer} · GPU offload {gpu}"),
+            ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu}"),
             ("engine", f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"),
         ]
         rows += [("note", note) for note in model.notes]
@@ -107,7 +107,7 @@ class PhasePanel(VerticalScroll):
         """Prefill advanced: ``done_tokens`` of ``total_tokens`` evaluated after ``elapsed_ms``."""
         rate = done_tokens * 1000 / elapsed_ms if elapsed_ms > 0 else None
         self.figures["prefill"] = f"{fmt_int(done_tokens)}/{fmt_int(total_tokens)} tok · {fmt_rate(rate)}"
-        self._kv_prefilled = self._kv_base_tokens + done_tokens
+        self._kv_prefilled = None if self._kv_base_tokens is None else self._kv_base_tokens + done_tokens
         self._render_turn(layout=False)
         self.set_kv_tokens(self._kv_prefilled, layout=False)
 
@@ -120,7 +120,7 @@ class PhasePanel(VerticalScroll):
         """Live decode figures (call at a bounded rate)."""
         self.figures["decode"] = f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)}"
         self._render_turn(layout=False)
-        self.set_kv_tokens(self._kv_prefilled + decode_tokens, layout=False)
+        self.set_kv_tokens(None if self._kv_prefilled is None else self._kv_prefilled + decode_tokens, layout=False)
 
     def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
         """Show the turn's final metrics."""
@@ -146,10 +146,11 @@ class PhasePanel(VerticalScroll):
         self._turn.update(_grid(rows), layout=layout)
 
     # -- KV cache ------------------------------------------------------------------------------
-    def set_kv_tokens(self, tokens: int, used_bytes: int | None = None, layout: bool = True) -> None:
+    def set_kv_tokens(self, tokens: int | None, used_bytes: int | None = None, layout: bool = True) -> None:
         """Draw the KV gauge: ``tokens`` cells in use of the n_ctx context (bytes = tokens × per-token)."""
-        if self.model is None:
-            self._kv.update(f"{fmt_int(tokens)} tok", layout=layout)
+        if self.model is None or tokens is None or not self.model.kv_bytes_per_token:
+            text = f"{fmt_int(tokens)} tok" if tokens is not None else "KV cache: not reported by the server"
+            self._kv.update(text, layout=layout)
             return
         per_token = self.model.kv_bytes_per_token
         cells = self.model.kv_capacity_bytes // per_token if per_token else KV_CELL_PAD

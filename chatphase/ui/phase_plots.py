@@ -72,7 +72,7 @@ class TtftPlot(_ScatterPlot):
     SERIES = ("cold", "cached prefix")
 
     def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
-        if metrics.ttft_ms is None:
+        if metrics.ttft_ms is None or metrics.prompt_tokens is None:
             return None
         series = "cached prefix" if metrics.cached_tokens else "cold"
         return series, float(metrics.prompt_tokens), float(metrics.ttft_ms)
@@ -87,6 +87,6 @@ class DecodeDepthPlot(_ScatterPlot):
     SERIES = ("decode",)
 
     def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
-        if metrics.decode_tokens_per_s is None:
+        if metrics.decode_tokens_per_s is None or metrics.kv_cache_tokens is None:
             return None
         return "decode", float(metrics.kv_cache_tokens), float(metrics.decode_tokens_per_s)

@@ -37,12 +37,16 @@ SEGMENTS: dict[str, tuple[str, str]] = {
 def time_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     """``[(kind, ms), ...]`` of the turn's wall time in order: tokenize, prefill, first, decode."""
     ttft = m.ttft_ms
+    if m.tokenize_ms is None or m.prefill_ms is None:  # a remote server without timings: TTFT is one block
+        return [("first", ttft or 0.0), ("decode", m.decode_ms)]
     first = max(0.0, ttft - m.tokenize_ms - m.prefill_ms) if ttft is not None else 0.0
     return [("tokenize", m.tokenize_ms), ("prefill", m.prefill_ms), ("first", first), ("decode", m.decode_ms)]
 
 
 def token_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     """``[(kind, tokens), ...]`` of the prompt: cached then evaluated."""
+    if m.cached_tokens is None or m.prefill_tokens is None:  # counts the server did not report
+        return []
     return [("cached", float(m.cached_tokens)), ("evaluated", float(m.prefill_tokens))]
 
 

@@ -11,6 +11,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.explain import explain_turn
 from chatphase.units import fmt_bytes
+from chatphase.ui.format import fmt_int
 from chatphase.ui.timeline import TurnTimeline
 
 
@@ -21,24 +22,24 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         return "–" if v is None else f"{v:,.{digits}f}"
 
     return [
-        ("prompt tokens", f"{m.prompt_tokens:,}"),
-        ("cached tokens", f"{m.cached_tokens:,}"),
-        ("prefill tokens", f"{m.prefill_tokens:,}"),
+        ("prompt tokens", fmt_int(m.prompt_tokens)),
+        ("cached tokens", fmt_int(m.cached_tokens)),
+        ("prefill tokens", fmt_int(m.prefill_tokens)),
         ("tokenize ms", num(m.tokenize_ms)),
         ("prefill ms", num(m.prefill_ms)),
         ("prefill tok/s", num(m.prefill_tokens_per_s, 0)),
         ("TTFT ms", num(m.ttft_ms)),
-        ("decode tokens", f"{m.decode_tokens:,}"),
+        ("decode tokens", fmt_int(m.decode_tokens)),
         ("decode ms", num(m.decode_ms)),
         ("decode tok/s", num(m.decode_tokens_per_s)),
         ("TPOT ms", num(m.tpot_ms, 2)),
         ("ITL p50 ms", num(m.itl_ms_p50, 2)),
         ("ITL p95 ms", num(m.itl_ms_p95, 2)),
         ("ITL max ms", num(m.itl_ms_max, 2)),
-        ("KV tokens", f"{m.kv_cache_tokens:,}"),
+        ("KV tokens", fmt_int(m.kv_cache_tokens)),
         ("KV bytes", fmt_bytes(m.kv_cache_bytes)),
         ("KV capacity", fmt_bytes(m.kv_capacity_bytes)),
-        ("KV bytes/token", f"{m.kv_bytes_per_token:,}"),
+        ("KV bytes/token", fmt_int(m.kv_bytes_per_token)),
         ("dropped messages", str(m.dropped_messages)),
         ("stop reason", m.stop_reason),
     ]
