@@ -37,27 +37,29 @@ class TurnMetrics:
     """The measured phases of one chat turn (units in the field names; ``None`` = undefined).
 
     Counts are tokens; times are milliseconds; rates are tokens per second; sizes are bytes.
-    ``prefill_tokens + cached_tokens == prompt_tokens`` always holds.
+    ``prefill_tokens + cached_tokens == prompt_tokens`` always holds. The local engine fills every
+    field it can define; a remote server (:mod:`chatphase.engine.remote`) may leave counts, prefill and
+    KV figures unknown, and unknown is ``None`` — never a guessed zero.
     """
 
-    prompt_tokens: int
-    cached_tokens: int
-    prefill_tokens: int
-    prefill_ms: float
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    prefill_tokens: int | None
+    prefill_ms: float | None
     prefill_tokens_per_s: float | None
     ttft_ms: float | None
-    decode_tokens: int
-    decode_ms: float
+    decode_tokens: int | None
+    decode_ms: float | None
     decode_tokens_per_s: float | None
     itl_ms_p50: float | None
     itl_ms_p95: float | None
     itl_ms_max: float | None
-    kv_cache_tokens: int
-    kv_bytes_per_token: int
-    kv_cache_bytes: int
-    kv_capacity_bytes: int
+    kv_cache_tokens: int | None
+    kv_bytes_per_token: int | None
+    kv_cache_bytes: int | None
+    kv_capacity_bytes: int | None
     stop_reason: StopReason
-    tokenize_ms: float = 0.0
+    tokenize_ms: float | None = 0.0
     tpot_ms: float | None = None
     dropped_messages: int = 0
 
