@@ -218,3 +218,22 @@ async def test_config_problems_found_at_start_are_shown(cfg_problem="config file
     app.startup_notices = (cfg_problem,)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: cfg_problem in notifications(app))
+
+
+async def test_keys_and_palette_entries_open_the_screens():
+    from chatphase.ui.actions import ACTIONS
+
+    keys = {a.id: a.key for a in ACTIONS}
+    app, _ = make()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Session: Export", "Settings: Edit", "Session: Open, rename, delete"} <= titles
+        for action_id, screen, selector in (("settings.edit", SettingsScreen, "#settings-save"),
+                                            ("session.list", SessionsScreen, "#sessions-status")):
+            await pilot.press(keys[action_id])  # with the prompt box focused, as a user would
+            await wait_for(pilot, showing(app, screen, selector))
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, screen))
+        await pilot.press(keys["session.export"])
+        await wait_for(pilot, lambda: any("Nothing to export yet" in n for n in notifications(app)))

@@ -50,6 +50,12 @@ ACTIONS: tuple[ChatAction, ...] = (
                "Show llama.cpp's log of this engine (the file at LoadedModel.log_path)", show=False),
     ChatAction("engine.restart", "f5", "restart_engine", "Restart", "Engine: Restart",
                "Start a fresh engine process (after a crash); the conversation is kept", show=False),
+    ChatAction("session.list", "f4", "sessions", "Sessions", "Session: Open, rename, delete",
+               "Saved sessions: open one (resume it here), rename, delete or export"),
+    ChatAction("session.export", "f8", "export_session", "Export", "Session: Export",
+               "Export this chat's transcript and per-turn metrics as Markdown, JSON or CSV", show=False),
+    ChatAction("settings.edit", "f9", "edit_settings", "Settings", "Settings: Edit",
+               "Edit model, engine, sampling and theme settings; engine changes reload the model", show=False),
     ChatAction("app.help", "f1", "help", "Help", "Help: Keys and metrics",
                "What the keys do and what each measured figure means"),
 )

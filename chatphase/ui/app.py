@@ -31,6 +31,7 @@ from chatphase.ui.chat_actions import ChatActions
 from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import EngineWorkers
+from chatphase.ui.session_actions import SessionActions
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
@@ -56,7 +57,7 @@ def _start_resource_tracker() -> None:
         resource_tracker.ensure_running()
 
 
-class ChatPhaseApp(ChatActions, EngineWorkers, App[None]):
+class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, App[None]):
     """The chat TUI.
 
     Args:
