@@ -51,7 +51,7 @@ ACTIONS: tuple[ChatAction, ...] = (
     ChatAction("engine.restart", "f5", "restart_engine", "Restart", "Engine: Restart",
                "Start a fresh engine process (after a crash); the conversation is kept", show=False),
     ChatAction("session.list", "f4", "sessions", "Sessions", "Session: Open, rename, delete",
-               "Saved sessions: open one (resume it here), rename, delete or export"),
+               "Saved sessions: open one (resume it here), rename, delete or export", show=False),
     ChatAction("session.export", "f8", "export_session", "Export", "Session: Export",
                "Export this chat's transcript and per-turn metrics as Markdown, JSON or CSV", show=False),
     ChatAction("settings.edit", "f9", "edit_settings", "Settings", "Settings: Edit",
