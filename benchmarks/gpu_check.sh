@@ -20,7 +20,9 @@
 #   --dry-run      print the plan (every command) and run nothing
 # Environment: PYTHON (default python3), BUILD_TIMEOUT_S (default 420), RUN_TIMEOUT_S (default 150),
 #   GPU_CHECK_QUICK=1 (tiny ask/bench settings: a smoke test of the run stage on a CPU),
-#   GPU_CHECK_WORK (default build/gpucheck: the build and the joined model, kept between calls).
+#   GPU_CHECK_WORK (default build/gpucheck: the build and the joined model, kept between calls),
+#   GPU_CHECK_CMAKE_EXTRA (appended to CMAKE_ARGS, e.g. -DGGML_CUDA_FA=OFF to skip the FlashAttention
+#   kernels, the bulk of the CUDA build, if the build runs too long).
 set -euo pipefail
 
 LLAMA_VERSION=0.3.36
@@ -95,7 +97,7 @@ build() {
   say "build llama-cpp-python $LLAMA_VERSION for CUDA arch $ARCH (at most ${BUILD_TIMEOUT_S}s; log $OUT_DIR/build.log)"
   local t0=$SECONDS
   run rm -rf "$WORK/site"
-  export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH"
+  export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH${GPU_CHECK_CMAKE_EXTRA:+ $GPU_CHECK_CMAKE_EXTRA}"
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
   export CMAKE_BUILD_PARALLEL_LEVEL
   ((DRY)) && echo "+ export CMAKE_ARGS='$CMAKE_ARGS' CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL"
@@ -178,11 +180,15 @@ run_checks() {
 write_env() {
   ((DRY)) && { echo "+ write $OUT_DIR/gpu_env.json"; return 0; }
   [[ -z ${BUILD_S:-} && -f $WORK/build_s ]] && BUILD_S=$(< "$WORK/build_s")
-  "$PY" - "$OUT_DIR/gpu_env.json" "$GPU_NAME" "$CAP" "$DRIVER" "$MEM" "$ARCH" "${BUILD_S:-}" "$STAGE" <<'EOF'
+  local nvcc
+  nvcc=$(nvcc --version 2> /dev/null | grep -o 'release [0-9.]*' || true)
+  "$PY" - "$OUT_DIR/gpu_env.json" "$GPU_NAME" "$CAP" "$DRIVER" "$MEM" "$ARCH" "${BUILD_S:-}" "$STAGE" "$nvcc" \
+    "${CMAKE_ARGS:-}" <<'EOF'
 import json, sys
-path, name, cap, driver, mem, arch, build_s, stage = sys.argv[1:]
+path, name, cap, driver, mem, arch, build_s, stage, nvcc, cmake_args = sys.argv[1:]
 json.dump({"gpu_name": name, "compute_cap": cap, "driver_version": driver, "memory_total": mem,
-           "cuda_architectures": arch, "build_s": int(build_s) if build_s else None, "stage": stage},
+           "cuda_architectures": arch, "nvcc": nvcc or None, "cmake_args": cmake_args or None,
+           "build_s": int(build_s) if build_s else None, "stage": stage},
           open(path, "w"), indent=2)
 EOF
 }

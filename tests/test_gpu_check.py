@@ -80,6 +80,15 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert not out.exists() and not (tmp_path / "work").exists()  # nothing ran
 
 
+def test_extra_cmake_args_are_appended(tmp_path):
+    env = fake_gpu_env(tmp_path, cap="9.0")
+    env["GPU_CHECK_CMAKE_EXTRA"] = "-DGGML_CUDA_FA=OFF"
+    result = check("--dry-run", "--stage", "build", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "CMAKE_ARGS='-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA=OFF'" in result.stdout
+    assert "chatphase ask" not in result.stdout  # build stage only
+
+
 def test_bad_stage_is_one_line_error(tmp_path):
     result = check("--stage", "deploy", env=fake_gpu_env(tmp_path))
     assert result.returncode == 1
@@ -130,6 +139,8 @@ def test_run_stage_on_a_cpu_build_reports_no_offload(cpu_run):
         "ask_cpu.json", "ask_gpu.json", "bench_cpu.json", "bench_gpu.json", "gpu_env.json", "gpu_summary.json"]
     summary = json.loads((out / "gpu_summary.json").read_text())
     assert summary["gpu_name"] == "NVIDIA Fake" and summary["compute_cap"] == "9.0"
+    env = json.loads((out / "gpu_env.json").read_text())
+    assert (env["cuda_architectures"], env["stage"], env["build_s"]) == ("90", "run", None)
     assert not summary["offload_ok"]
     gpu, cpu = summary["runs"]["gpu"], summary["runs"]["cpu"]
     assert (gpu["n_gpu_layers"], cpu["n_gpu_layers"]) == (0, 0)  # -1 resolves to 0 on a CPU-only build
