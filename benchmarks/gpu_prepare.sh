@@ -17,13 +17,13 @@
 # Usage: benchmarks/gpu_prepare.sh [--model PATH] [--dest DIR] [--budget-mib N]
 #   --model PATH     GGUF to carry (default: chatphase's bundled default model)
 #   --dest DIR       output folder (default: .whl)
-#   --budget-mib N   most MiB one carried folder may hold (default 56: leaves room for the
-#                    working tree in the 64 MiB a call may send)
+#   --budget-mib N   most MiB one carried folder may hold (default: 64 MiB a call may send, less
+#                    the working tree that travels with it, less 1 MiB)
 set -euo pipefail
 
 LLAMA_VERSION=0.3.36
 DEST=.whl
-BUDGET_MIB=56
+BUDGET_MIB=""
 MODEL=""
 PY=${PYTHON:-python3}
 
@@ -68,8 +68,12 @@ while (($#)); do
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
-[[ $BUDGET_MIB =~ ^[0-9]+$ ]] || die "--budget-mib must be a whole number of MiB"
+[[ -z $BUDGET_MIB || $BUDGET_MIB =~ ^[0-9]+$ ]] || die "--budget-mib must be a whole number of MiB"
 cd "$(git rev-parse --show-toplevel)"
+MIB=1048576
+# what travels with every call: tracked and untracked-not-ignored files
+tree=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2> /dev/null | tail -1 | cut -f1)
+if [[ -n $BUDGET_MIB ]]; then budget=$((BUDGET_MIB * MIB)); else budget=$((64 * MIB - tree - MIB)); fi
 git check-ignore -q "$DEST/x" || die "$DEST is not ignored by git: it would travel twice (use .whl)"
 if [[ -z $MODEL ]]; then
   MODEL=$("$PY" -c 'from chatphase.models import default_model_path; print(default_model_path())') \
@@ -156,27 +160,26 @@ echo "== model $MODEL"
 size=$(stat -c %s "$MODEL")
 (cd "$(dirname "$MODEL")" && sha256sum "$(basename "$MODEL")") | sed 's/  .*$/  model.gguf/' > "$A/model.gguf.sha256"
 used=$(du -cb "$A" | tail -1 | cut -f1)
-room=$((BUDGET_MIB * 1024 * 1024 - used))
+room=$((budget - used))
 if ((size <= room)); then
   cp "$MODEL" "$A/model.gguf"
   rmdir "$B"
   echo "model fits in $A: one call carrying $A"
 else
-  ((room > 0)) || die "no room for the model in $A"
+  rest=$((size - room))
+  ((room > 0 && rest <= budget)) || die "model too large for two calls: $size bytes, $budget per call (the \
+working tree sends $tree bytes with each call: move big untracked files out of the checkout), or pass a smaller --model"
   head -c "$room" "$MODEL" > "$A/model.gguf.part-1"
   tail -c +"$((room + 1))" "$MODEL" > "$B/model.gguf.part-2"
-  rest=$((size - room))
-  ((rest <= BUDGET_MIB * 1024 * 1024)) || die "model too large for two calls ($size bytes); pass a smaller --model"
   echo "model split: $room bytes in $A, $rest bytes in $B: two calls (build carrying $A, run carrying $B)"
 fi
 
 echo "== sizes"
-tree=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 for d in "$A" "$B"; do
   [[ -d $d ]] || continue
   n=$(du -cb "$d" | tail -1 | cut -f1)
   awk -v d="$d" -v n="$n" -v t="$tree" 'BEGIN { m = 1048576;
     printf "%-8s %6.1f MiB  (+ working tree %.1f MiB = %.1f MiB of 64)\n", d, n/m, t/m, (n+t)/m }'
-  ((n + tree <= 64 * 1024 * 1024)) || echo "WARNING: $d + working tree exceed 64 MiB; move big untracked files out of the checkout" >&2
+  ((n + tree <= 64 * MIB)) || echo "WARNING: $d + working tree exceed 64 MiB; move big untracked files out of the checkout" >&2
 done
 du -sh "$DEST" | sed 's/^/total /'
