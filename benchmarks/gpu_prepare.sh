@@ -166,6 +166,9 @@ if ((size <= room)); then
   rmdir "$B"
   echo "model fits in $A: one call carrying $A"
 else
+  # split so that both calls carry about the same (the most slack under 64 MiB for each)
+  half=$(((size + used) / 2 - used))
+  ((half > 0 && half < room)) && room=$half
   rest=$((size - room))
   ((room > 0 && rest <= budget)) || die "model too large for two calls: $size bytes, $budget per call (the \
 working tree sends $tree bytes with each call: move big untracked files out of the checkout), or pass a smaller --model"
