@@ -35,10 +35,15 @@ from chatphase.ui.session_actions import SessionActions
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
-from chatphase.ui.redraw_budget import RedrawBudget, ui_cpu_share
+from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
 
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 5
+#: with no core to spare for the UI, live redraws (reply tail, figures) run every this many ticks.
+NO_SPARE_CORE_STRIDE = 2
+#: Markdown commits of a streaming reply happen at least this often (seconds), whatever the CPU budget;
+#: between commits the reply's tail streams as plain text at ``FLUSH_HZ``.
+COMMIT_MAX_INTERVAL_S = 2.0
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
 
@@ -87,7 +92,8 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, App[None]):
         self.decoding = False
         self._reuse_note: str | None = None
         self._ticks = 0
-        self._flush_budget = RedrawBudget(ui_cpu_share(None))
+        self._flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
+        self._tick_stride = 1
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -219,7 +225,9 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, App[None]):
         if message.engine_id != self.engine_id or not self._alive():
             return
         self.loaded = message.event.model
-        self._flush_budget = RedrawBudget(ui_cpu_share(self.loaded.settings.get("n_threads")))
+        threads = self.loaded.settings.get("n_threads")
+        self._flush_budget = RedrawBudget(ui_cpu_share(threads), COMMIT_MAX_INTERVAL_S)
+        self._tick_stride = 1 if spare_core(threads) else NO_SPARE_CORE_STRIDE
         self.panel.set_model(self.loaded)
         self.indicator.show_ready(self.loaded)
         self.dashboard.set_model(self.loaded)
@@ -274,12 +282,14 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, App[None]):
         """Bounded-rate redraw: buffered reply text, the live decode figures, the panel and dashboard."""
         if not self._alive():
             return
-        if self._flush_budget.due() and await self.chat_log.flush():
+        self._ticks += 1
+        if self._ticks % self._tick_stride:
+            return  # no spare core: draw at FLUSH_HZ / stride
+        if await self.chat_log.flush(commit=self._flush_budget.due()):
             self._flush_budget.mark()
         indicator = self.indicator
         indicator.render_live()
-        self._ticks += 1
-        if self.decoding and self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
+        if self.decoding and self._ticks % (self._tick_stride * max(1, FLUSH_HZ // PANEL_HZ)) == 0:
             rate = indicator.live_decode_rate()
             self.panel.decode_live(indicator._decode_tokens, rate)
             if rate is not None:

@@ -1,11 +1,18 @@
 """The chat log: user messages, streamed Markdown replies, and inline notices.
 
-Replies stream through Textual's :class:`~textual.widgets.markdown.MarkdownStream` (``Markdown.get_stream``),
-which appends to the document and re-parses only its last block, so a long reply does not get slower
-to draw as it grows. Decoded text is never drawn per token: :meth:`ReplyView.feed` only appends to a
-buffer, and the app calls :meth:`ChatLog.flush` at a bounded rate (``FLUSH_HZ``) to hand the buffered
-text to the stream in one piece. The log stays scrolled to the bottom (``anchor``) until the user
-scrolls up.
+Streaming a reply must not slow the model: on a machine whose cores all run the engine's threads, every
+millisecond of UI CPU is taken from decode. Handing text to Textual's ``Markdown`` costs a parse and a
+layout plus a repaint of the scrolled log (30–80 ms of CPU at 150×45), so it is done rarely; the text
+still streams visibly at ``FLUSH_HZ``:
+
+- :meth:`ReplyView.feed` only appends to the reply's text (never draws per token);
+- :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
+  in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
+  budget allows (``commit``), hands the whole blocks written so far to the Markdown through Textual's
+  :class:`~textual.widgets.markdown.MarkdownStream` (which re-parses only the last block). When no text
+  arrived since the previous flush (the stream paused), the partial block is committed too.
+
+The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ from textual.widgets.markdown import MarkdownStream
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.ui.format import fmt_int, fmt_ms, fmt_rate
 
-#: how often buffered reply text is handed to the Markdown stream (times per second). Each hand-over
-#: costs Textual a Markdown parse of the last block and a screen layout; measured at 150×45 with a
-#: 50 tok/s FakeEngine, the UI process used 21 % of a core for prose at 10 Hz against 28 % at 20 Hz.
+#: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
+#: often as the app's CPU budget allows.
 FLUSH_HZ = 10
+#: height of the plain-text tail that shows the block being written (lines).
+TAIL_LINES = 4
 
 
 class UserMessage(Static):
@@ -38,44 +46,112 @@ class Notice(Static):
         super().__init__(text, markup=False, classes=f"notice -{kind}")
 
 
+def complete_blocks_end(text: str) -> int:
+    """Length of the longest prefix of ``text`` made of whole Markdown blocks.
+
+    A block ends at a blank line outside a fenced code block, or at the line that closes a fence; the
+    prefix includes that line's newline. Returns 0 when no block is complete yet.
+    """
+    end = 0
+    pos = 0
+    fence: str | None = None
+    for line in text.splitlines(keepends=True):
+        pos += len(line)
+        if not line.endswith("\n"):
+            break  # the last line is still being written
+        stripped = line.strip()
+        if fence is None:
+            if stripped.startswith(("```", "~~~")):
+                fence = stripped[:3]
+            elif not stripped:
+                end = pos
+        elif stripped.startswith(fence) and not stripped.strip(fence[0]):
+            fence = None
+            end = pos
+    return end
+
+
+def tail_lines(text: str, width: int, count: int) -> str:
+    """The last ``count`` lines of ``text`` hard-wrapped at ``width`` cells (``width`` ≥ 1)."""
+    lines: list[str] = []
+    for line in text.split("\n")[-count:]:
+        line = line.expandtabs(4)
+        lines.extend(line[i:i + width] for i in range(0, max(1, len(line)), width))
+    return "\n".join(lines[-count:])
+
+
 class ReplyView(Vertical):
-    """One assistant reply: streamed Markdown plus a one-line metrics footer."""
+    """One assistant reply: Markdown of the whole blocks streamed so far, the block being written as
+    plain text in a fixed-height tail, and a one-line metrics footer (see the module docstring)."""
 
     def __init__(self, turn_id: int, text: str = "") -> None:
         super().__init__(classes="assistant")
         self.turn_id = turn_id
         self.text = text
-        self._pending: list[str] = []
+        self._committed = len(text)  # characters of ``text`` handed to the Markdown
+        self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
         self._stream: MarkdownStream | None = None
         self.finished = bool(text)
 
     def compose(self):
         self._md = Markdown(self.text, classes="reply-md")
+        self._tail = Static("", markup=False, classes="reply-tail")
+        self._tail.display = False
         self._meta = Static("prefill…" if not self.finished else "", classes="reply-meta")
         yield self._md
+        yield self._tail
         yield self._meta
 
     def feed(self, text: str) -> None:
         """Buffer decoded text (drawn at the next :meth:`flush`)."""
-        if text:
-            self._pending.append(text)
+        if text and not self.finished:
             self.text += text
 
     @property
     def pending(self) -> bool:
-        """Whether buffered text waits for the next :meth:`flush`."""
-        return bool(self._pending) and not self.finished
+        """Whether streamed text is not yet rendered as Markdown."""
+        return self._committed < len(self.text) and not self.finished
 
-    async def flush(self) -> bool:
-        """Hand the buffered text to the Markdown stream in one write; returns whether there was any."""
+    async def flush(self, commit: bool = True) -> bool:
+        """Draw the text fed since the last call; returns whether Markdown was written (a layout).
+
+        The unfinished block goes to the tail (a fixed-size redraw, no layout). With ``commit``, whole
+        blocks are handed to the Markdown stream, or all of the text when none arrived since the last call
+        (the stream paused, so the partial block is drawn as Markdown too).
+        """
         if not self.pending:
             return False
-        chunk = "".join(self._pending)
-        self._pending.clear()
+        stalled = self._shown == len(self.text)
+        self._shown = len(self.text)
+        wrote = False
+        if commit:
+            rest = self.text[self._committed:]
+            end = len(rest) if stalled else complete_blocks_end(rest)
+            if end:
+                await self._write(rest[:end])
+                wrote = True
+        self._draw_tail(hide_when_empty=stalled)
+        return wrote
+
+    async def _write(self, chunk: str) -> None:
         if self._stream is None:
             self._stream = Markdown.get_stream(self._md)
+        self._committed += len(chunk)
         await self._stream.write(chunk)
-        return True
+
+    def _draw_tail(self, hide_when_empty: bool) -> None:
+        """Show the uncommitted text in the tail. Showing or hiding the tail is a layout, so it stays
+        shown (empty) between blocks and is hidden only with a commit of everything."""
+        tail = self._tail
+        rest = self.text[self._committed:]
+        if not rest and (hide_when_empty or not tail.display):
+            tail.display = False
+            return
+        width = max(1, tail.content_size.width or self.content_size.width - 2)
+        lines = tail.content_size.height or TAIL_LINES
+        tail.update(tail_lines(rest, width, lines), layout=False)
+        if not tail.display:
+            tail.display = True
 
     def set_meta(self, text: str) -> None:
         """Set the footer line under the reply."""
@@ -83,14 +159,17 @@ class ReplyView(Vertical):
 
     async def finish(self, reply: str, metrics: TurnMetrics | None) -> None:
         """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""
-        await self.flush()
+        if self._committed < len(self.text):
+            await self._write(self.text[self._committed:])
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
         self.finished = True
+        self._tail.display = False
         if reply != self.text:
             self.text = reply
             await self._md.update(reply)
+        self._committed = self._shown = len(self.text)
         if metrics is not None:
             self.set_meta(metrics_line(metrics))
 
@@ -148,11 +227,11 @@ class ChatLog(VerticalScroll):
         view = self._latest_reply
         return view if view is not None and not view.finished and view.parent is self else None
 
-    async def flush(self) -> bool:
-        """Flush the active reply's buffered text (called by the app at up to ``FLUSH_HZ``); returns
-        whether any text was written."""
+    async def flush(self, commit: bool = True) -> bool:
+        """Draw the active reply's new text (called by the app at ``FLUSH_HZ``); ``commit``: whether
+        whole blocks may go to its Markdown now. Returns whether Markdown was written."""
         reply = self.active_reply
-        return reply is not None and await reply.flush()
+        return reply is not None and await reply.flush(commit)
 
     async def remove_last(self, cls: type) -> str | None:
         """Remove the newest entry of type ``cls`` (``UserMessage`` or ``ReplyView``); returns its text."""

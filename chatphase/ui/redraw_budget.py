@@ -19,16 +19,21 @@ import time
 from collections.abc import Callable
 
 #: UI CPU share (of one core) when the engine's threads leave no core free / when one is free.
-SHARE_NO_SPARE_CORE = 0.15
+SHARE_NO_SPARE_CORE = 0.03
 SHARE_SPARE_CORE = 0.5
+
+
+def spare_core(engine_threads: int | None, cpu_count: int | None = None) -> bool:
+    """Whether a machine of ``cpu_count`` logical CPUs (default ``os.cpu_count()``) has one left over
+    when the engine runs ``engine_threads`` threads (``None``: as many as CPUs)."""
+    cpus = cpu_count or os.cpu_count() or 1
+    return cpus - (engine_threads or cpus) >= 1
 
 
 def ui_cpu_share(engine_threads: int | None, cpu_count: int | None = None) -> float:
     """The budget for a machine of ``cpu_count`` logical CPUs (default ``os.cpu_count()``) whose engine
     runs ``engine_threads`` threads: generous when a core is spare, tight when none is."""
-    cpus = cpu_count or os.cpu_count() or 1
-    threads = engine_threads or cpus
-    return SHARE_SPARE_CORE if cpus - threads >= 1 else SHARE_NO_SPARE_CORE
+    return SHARE_SPARE_CORE if spare_core(engine_threads, cpu_count) else SHARE_NO_SPARE_CORE
 
 
 class RedrawBudget:
