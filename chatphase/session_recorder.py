@@ -64,6 +64,7 @@ class SessionRecorder:
         self._next_turn = next_turn
         self._buf: list[str] = []
         self._streamed: list[str] = []
+        self._error: str | None = None  # a non-fatal engine error of the open turn
         self._last_text_write = 0.0
 
     @classmethod
@@ -130,7 +131,7 @@ class SessionRecorder:
         if self._header is not None and not self._header["title"]:
             self._header["title"] = title_from(user) or "untitled"
         self._turn, self._next_turn = self._next_turn, self._next_turn + 1
-        self._buf, self._streamed = [], []
+        self._buf, self._streamed, self._error = [], [], None
         self._emit({"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}, sync=True)
         self._last_text_write = time.monotonic()
         return self._turn
@@ -152,9 +153,11 @@ class SessionRecorder:
 
     def finish_turn(self, reply: str, metrics: TurnMetrics | None, *, error: str | None = None) -> None:
         """End the open turn with its full reply and metrics; fsync'd. No-op if none is open.
-        ``error`` marks it failed; no metrics and no error mark it partial (interrupted)."""
+        ``error`` (or a non-fatal engine error seen in the turn) marks it failed; no metrics and no error
+        mark it partial (interrupted)."""
         if self._turn is None:
             return
+        error = error or self._error
         rec = {"type": "turn_end", "turn": self._turn, "time": utc_now(), "reply": reply,
                "metrics": metrics.to_dict() if metrics else None, "error": error}
         self._buf = []
@@ -162,8 +165,10 @@ class SessionRecorder:
         self._emit(rec, sync=True)
 
     def observe(self, event) -> None:
-        """Feed an engine event: text events stream, ``TurnFinished`` ends the turn with its metrics,
-        ``EngineFailed`` for this turn (or a fatal one) ends it as failed keeping the text so far."""
+        """Feed an engine event: text events stream; ``TurnFinished`` ends the turn with its metrics;
+        a fatal ``EngineFailed`` ends it as failed keeping the text so far; a non-fatal one is kept
+        for the turn's end (an engine may still send ``TurnFinished`` with the partial reply's metrics;
+        if none comes, the next turn or :meth:`close` ends this one as failed)."""
         if self._turn is None:
             return
         if isinstance(event, (FirstToken, TokensDecoded)):
@@ -171,7 +176,10 @@ class SessionRecorder:
         elif isinstance(event, TurnFinished):
             self.finish_turn(event.reply, event.metrics)
         elif isinstance(event, EngineFailed):
-            self.finish_turn("".join(self._streamed), None, error=event.message)
+            if event.fatal:
+                self.finish_turn("".join(self._streamed), None, error=event.message)
+            else:
+                self._error = event.message
 
     def replace_turns(self, indices) -> None:
         """Mark turns as taken back (regenerated or edited): kept, but out of the resumed conversation."""
@@ -195,7 +203,10 @@ class SessionRecorder:
             self._emit({"type": "title", "title": " ".join(title.split()), "time": utc_now()}, sync=True)
 
     def close(self) -> None:
-        """Write buffered text and close the file. An open turn stays partial. Idempotent."""
+        """Write buffered text and close the file; idempotent. An open turn stays partial, unless the
+        engine reported an error in it: then it ends as failed."""
+        if self._turn is not None and self._error is not None:
+            self.finish_turn("".join(self._streamed), None)
         if self._fh is not None:
             try:
                 self._flush_text()

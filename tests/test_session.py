@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from chatphase import session_recorder
-from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded
+from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded, TurnFinished
 from chatphase.session import (
     SessionError, delete_session, list_sessions, load_session, rename_session, resolve_session_path, sessions_dir,
 )
@@ -208,3 +208,19 @@ def test_any_text_round_trips(tmp_path_factory, user, pieces):
     rec.close()
     (t,) = load_session(rec.id, d).turns
     assert (t.user, t.reply, t.status) == (user, "".join(pieces), "complete")
+
+
+def test_non_fatal_engine_error_keeps_the_metrics_that_follow():
+    rec = new_recorder()
+    n = rec.begin_turn("q")
+    rec.observe(FirstToken(n, "cut ", 5.0, 0))
+    rec.observe(EngineFailed("the connection was cut mid-reply; the partial reply is kept", turn_id=n))
+    rec.observe(TurnFinished(n, "cut ", scripted_metrics(1, stop="error")))
+    n2 = rec.begin_turn("too long")
+    rec.observe(EngineFailed("the message does not fit n_ctx", turn_id=n2))  # refused: no TurnFinished
+    rec.close()
+    s = load_session(rec.id)
+    assert [(t.status, t.reply, t.error) for t in s.turns] == [
+        ("failed", "cut ", "the connection was cut mid-reply; the partial reply is kept"),
+        ("failed", "", "the message does not fit n_ctx")]
+    assert s.turns[0].metrics == scripted_metrics(1, stop="error") and s.history() == [Message("system", "Be brief.")]

@@ -237,3 +237,17 @@ async def test_keys_and_palette_entries_open_the_screens():
             await wait_for(pilot, lambda: not isinstance(app.screen, screen))
         await pilot.press(keys["session.export"])
         await wait_for(pilot, lambda: any("Nothing to export yet" in n for n in notifications(app)))
+
+
+async def test_a_refused_message_is_not_recorded_and_the_next_turn_is():
+    app, _ = make(Settings(n_ctx=40))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "word " * 60)  # cannot fit n_ctx: refused before prefill, the text goes back to the box
+        await wait_for(pilot, lambda: idle(app) and any("fit" in n or "context" in n for n in notifications(app)))
+        assert app.recorder is None and list_sessions() == []
+        app.query_one("#prompt").set_text("")
+        await chat(pilot, app, "hi")
+        s = load_session(app.recorder.id)
+    assert [(t.user, t.status) for t in s.turns] == [("hi", "complete")]
+    assert [m.content for m in s.history()] == [m.content for m in app.conversation]

@@ -98,10 +98,11 @@ class SessionActions:
     def on_engine_error(self, message: msg.EngineError) -> None:
         ev = message.event
         if self._recording(ev.turn_id) or (ev.fatal and self._recording(self._recorded_turn)):
-            self.recorder.observe(ev)
-            self._recorded_turn = None
-            if self._live_turns:  # the app drops a failed turn's message from the conversation
-                self._live_turns.pop()
+            self.recorder.observe(ev)  # a non-fatal error may still be followed by the turn's TurnDone
+            if ev.fatal:
+                self._recorded_turn = None
+            if self._live_turns and self._live_turns[-1] == self.recorder.turns_recorded:
+                self._live_turns.pop()  # the app drops a failed turn's message from the conversation
 
     def on_unmount(self) -> None:
         if self.recorder is not None:
