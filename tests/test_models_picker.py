@@ -88,3 +88,23 @@ async def test_picker_survives_a_failing_lister(tmp_path):
                 break
             await pilot.pause(0.02)
         assert "not readable" in str(status.render())
+
+
+async def test_app_model_switch_loads_the_picked_model(default_model_info, tmp_path, monkeypatch):
+    """Ctrl+G / "Model: Switch" in the chat app opens the picker; Enter switches to a fresh engine."""
+    from chatphase.config import Settings
+    from chatphase.ui.actions import ACTIONS
+    from tests.ui_support import make_app, wait_for
+
+    assert any(a.title == "Model: Switch" and a.action == "switch_model_picker" for a in ACTIONS)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    app, engines = make_app(Settings(models_dir=str(tmp_path), n_ctx=1024))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        assert app.screen.n_ctx == 1024
+        await wait_rows(pilot, 1)  # the bundled default: the only model here
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(engines) == 2 and app.model_info == default_model_info)
+        assert not isinstance(app.screen, ModelPickerScreen)

@@ -31,6 +31,7 @@ from chatphase.ui.chat_actions import ChatActions
 from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import EngineWorkers
+from chatphase.ui.model_picker import ModelActions
 from chatphase.ui.session_actions import SessionActions
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
@@ -62,7 +63,7 @@ def _start_resource_tracker() -> None:
         resource_tracker.ensure_running()
 
 
-class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, App[None]):
+class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App[None]):
     """The chat TUI.
 
     Args:
