@@ -166,3 +166,16 @@ def test_snapshot_after_a_run_with_an_overlay(snap_compare, tmp_path):
         await pilot.pause(0.3)
 
     assert snap_compare(ExperimentsApp(), terminal_size=(120, 40), run_before=run_before)
+
+
+async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
+    from ui_support import make_app, wait_for
+
+    app, _ = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        assert "Experiments: Open" in {c.title for c in app.get_system_commands(app.screen)}
+        await pilot.press("ctrl+t")  # with the prompt box focused, as a user would (F6/F7 belong to TextArea)
+        await wait_for(pilot, lambda: isinstance(app.screen, ExperimentsScreen))
+        assert app.screen.model_info == app.model_info and app.screen.settings is app.settings
+        await pilot.press("escape")  # nothing running: closes
+        await wait_for(pilot, lambda: not isinstance(app.screen, ExperimentsScreen))

@@ -56,6 +56,8 @@ ACTIONS: tuple[ChatAction, ...] = (
                "Export this chat's transcript and per-turn metrics as Markdown, JSON or CSV", show=False),
     ChatAction("settings.edit", "f9", "edit_settings", "Settings", "Settings: Edit",
                "Edit model, engine, sampling and theme settings; engine changes reload the model", show=False),
+    ChatAction("experiments.open", "ctrl+t", "open_experiments", "Experiments", "Experiments: Open",
+               "Prompt-length and depth sweeps with live plots, save/load and overlays (as chatphase bench)", show=False),
     ChatAction("model.switch", "ctrl+g", "switch_model_picker", "Model", "Model: Switch",
                "Pick another model (models directory, Hugging Face cache, bundled default); it loads in a fresh engine process and the conversation is kept", show=False),
     ChatAction("app.help", "f1", "help", "Help", "Help: Keys and metrics",

@@ -17,6 +17,7 @@ from textual.screen import Screen
 
 from chatphase.ui.actions import ACTIONS
 from chatphase.ui.chat_log import ReplyView, UserMessage
+from chatphase.ui.experiments import ExperimentsScreen
 from chatphase.ui.screens import HelpScreen, LogScreen
 
 
@@ -112,6 +113,10 @@ class ChatActions:
         self.busy = False
         self.chat_log.add_notice("Restarting the engine…")
         self.start_engine()
+
+    def action_open_experiments(self) -> None:
+        """Open the Experiments screen for this model and these engine settings (a sweep runs in its own process)."""
+        self.push_screen(ExperimentsScreen(self.model_info, self.settings))
 
     def action_help(self) -> None:
         """Show keys and metric definitions."""
