@@ -202,10 +202,18 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         assert self.engine is not None
         self.turn_id += 1
         self.active_turn, self.busy, self.decoding = self.turn_id, True, False
-        self.chat_log.start_reply(self.turn_id)
+        self.indicator.submitted()
         system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
         request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
-        self.run_engine_turn(self.engine, self.engine_id, request)
+        # Paint first, then send: the layout and repaint of the new messages would otherwise run during
+        # prefill, and with the engine's threads on every core they delay the first token by their cost.
+        engine, engine_id = self.engine, self.engine_id
+        self.chat_log.start_reply(self.turn_id, on_shown=lambda: self._send_turn(engine, engine_id, request))
+
+    def _send_turn(self, engine: Engine, engine_id: int, request: TurnRequest) -> None:
+        """Start the turn's worker unless the engine was replaced meanwhile (its turn is then abandoned)."""
+        if engine is self.engine and engine_id == self.engine_id and self._alive():
+            self.run_engine_turn(engine, engine_id, request)
 
     def _restore_prompt(self, text: str) -> None:
         prompt = self.prompt

@@ -17,6 +17,8 @@ The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
@@ -84,9 +86,10 @@ class ReplyView(Vertical):
     """One assistant reply: Markdown of the whole blocks streamed so far, the block being written as
     plain text in a fixed-height tail, and a one-line metrics footer (see the module docstring)."""
 
-    def __init__(self, turn_id: int, text: str = "") -> None:
+    def __init__(self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None) -> None:
         super().__init__(classes="assistant")
         self.turn_id = turn_id
+        self._on_shown = on_shown
         self.text = text
         self._committed = len(text)  # characters of ``text`` handed to the Markdown
         self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
@@ -101,6 +104,11 @@ class ReplyView(Vertical):
         yield self._md
         yield self._tail
         yield self._meta
+
+    def on_mount(self) -> None:
+        if self._on_shown is not None:  # its parts are mounted: call back once they are painted
+            self.app.call_after_refresh(self._on_shown)
+            self._on_shown = None
 
     def feed(self, text: str) -> None:
         """Buffer decoded text (drawn at the next :meth:`flush`)."""
@@ -200,9 +208,10 @@ class ChatLog(VerticalScroll):
         self.anchor()
         return widget
 
-    def start_reply(self, turn_id: int) -> ReplyView:
-        """Append an empty reply that the turn's text will stream into."""
-        view = ReplyView(turn_id)
+    def start_reply(self, turn_id: int, on_shown: Callable[[], object] | None = None) -> ReplyView:
+        """Append an empty reply that the turn's text will stream into; ``on_shown`` is called once it
+        is mounted and painted."""
+        view = ReplyView(turn_id, on_shown=on_shown)
         self.mount(view)
         self.anchor()
         self._latest_reply = view

@@ -72,12 +72,23 @@ class PhaseIndicator(Horizontal):
         n_ctx = model.settings.get("n_ctx")
         self._set("READY", "idle", f"{model.info.name} · n_ctx {fmt_int(n_ctx)} · load {fmt_ms(model.load_ms)}")
 
+    def submitted(self) -> None:
+        """A turn was sent: switch to the prefill look now (a layout), so that :meth:`prefill_started`
+        and the progress, which arrive while the engine evaluates the prompt, need none."""
+        self._bar.update(total=1, progress=0)
+        self._cached_note = ""
+        self._set("PREFILL", "prefill", "sent · templating…", bar=True)
+
     def prefill_started(self, event: PrefillStarted) -> None:
         """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache)."""
         self._bar.update(total=max(event.prefill_tokens or 0, 1), progress=0)
         cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
-        self._set("PREFILL", "prefill", f"0/{fmt_int(event.prefill_tokens)} tok{cached}", bar=True)
+        stats = f"0/{fmt_int(event.prefill_tokens)} tok{cached}"
         self._cached_note = cached
+        if self._badge.has_class("-prefill") and self._bar.display:
+            self._set_stats(stats)  # already in the prefill look (:meth:`submitted`): no layout
+        else:
+            self._set("PREFILL", "prefill", stats, bar=True)
 
     def prefill_progress(self, event: PrefillProgress) -> None:
         """``done/total`` prompt tokens evaluated after ``elapsed_ms``."""
