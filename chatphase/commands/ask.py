@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
-    info = model_info_for(settings)
+    info = model_info_for(settings, pull=args.pull)
     recorder = None if args.no_save else cli_recorder(info.to_dict(), settings.to_dict())
     host = engine_for(settings, info)
     try:

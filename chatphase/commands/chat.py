@@ -55,14 +55,15 @@ def run(args: argparse.Namespace) -> int:
         recorded = resume[1].model.get("path")
         if not args.model and recorded and Path(recorded).is_file():
             settings = settings.with_overrides(model=recorded)  # continue on the session's model
-    info = model_info_for(settings)
+    warnings: list[str] = []
+    info = model_info_for(settings, pull=args.pull, warn=warnings.append)
 
     from chatphase.ui.app import ChatPhaseApp
 
     # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF
     app = ChatPhaseApp(settings, info, lambda model_info: engine_for(app.settings, model_info))
     app.save_sessions = not args.no_save
-    app.startup_notices = tuple(config.problems)
+    app.startup_notices = (*config.problems, *warnings)
     if resume is not None:
         app.resume_on_start(*resume)
     app.run()

@@ -33,7 +33,6 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="model metadata, KV and memory estimate, CPU/GPU support of this build",
                        description=__doc__.split("\n\n")[0])
     add_model_options(p)
-    p.add_argument("--pull", action="store_true", help="download a REPO[:QUANT] model spec that is not local yet")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

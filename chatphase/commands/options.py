@@ -11,7 +11,10 @@ from chatphase.engine.kv import KV_TYPE_BYTES
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """``--model`` and the engine settings (all default to ``None`` = take the configured value)."""
     g = p.add_argument_group("model and engine")
-    g.add_argument("--model", "-m", metavar="SPEC", help="GGUF path, file name in the models directory; default: bundled SmolLM2-135M-Instruct")
+    g.add_argument("--model", "-m", metavar="SPEC",
+                   help="GGUF path, file name in the models directory, or OWNER/NAME[:FILE|:QUANT] from the Hugging Face "
+                        "cache; default: bundled SmolLM2-135M-Instruct")
+    g.add_argument("--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet")
     g.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
     g.add_argument("--n-ctx", type=int, metavar="N", help="context size in tokens (default 4096)")
     g.add_argument("--n-batch", type=int, metavar="N", help="prompt tokens per prefill chunk (default 256)")

@@ -29,10 +29,11 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
                    help="model name to ask the server for (default: the first one it lists)")
 
 
-def model_info_for(settings: Settings) -> ModelInfo:
+def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelInfo:
     """The model to show before loading: the served model's placeholder with a server, else the local
-    GGUF (resolved and validated). Checks the server settings too, so a command fails on one line
-    before any UI starts.
+    GGUF (resolved — downloaded with ``pull`` or the user's y/N consent on a terminal — validated, and its
+    memory checked: a warning goes to ``warn(text)``, default stderr). Checks the server settings too, so
+    a command fails on one line before any UI starts.
 
     Raises:
         UsageError: a malformed server URL, an unset ``api_key_env`` variable, remote options without a
@@ -46,10 +47,22 @@ def model_info_for(settings: Settings) -> ModelInfo:
         return remote_model_info(ServerURL(settings.server).display, settings.remote_model)
     if settings.api_key_env or settings.remote_model:
         raise UsageError("--api-key-env and --remote-model need --server URL")
+    import sys
+
     from chatphase.gguf_meta import read_model_info
+    from chatphase.memory_estimate import preflight
     from chatphase.models import resolve_model
 
-    return read_model_info(resolve_model(settings.model, settings.models_dir))
+    def consent(question: str) -> bool:  # a y/N prompt only where a person can answer it
+        if not sys.stdin.isatty():
+            return False
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+    info = read_model_info(resolve_model(settings.model, settings.models_dir, pull=pull, confirm=consent))
+    verdict = preflight(info, settings.n_ctx, settings.n_ubatch, settings.type_k, settings.type_v)
+    if verdict.level == "warn":
+        (warn or (lambda text: print(f"chatphase: warning: {text}", file=sys.stderr)))(verdict.message)
+    return info
 
 
 def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
