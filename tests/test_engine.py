@@ -213,3 +213,25 @@ def test_gpu_layers_on_a_cpu_build_give_a_notice(default_model_info, tmp_path):
     if loaded.settings["gpu_offload_supported"]:
         pytest.skip("this llama.cpp build supports GPU offload")
     assert any("no GPU support" in n for n in loaded.notes)
+
+
+def test_llama_cpp_may_log_after_an_engine_is_closed_and_collected(default_model_info, tmp_path):
+    """The log callback must outlive the engine: llama.cpp logs on every later load (a freed ctypes
+    callback is a segfault, so this runs in its own process)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import gc, llama_cpp
+        from chatphase.config import Settings
+        from chatphase.engine.llama import LlamaEngine
+        from chatphase.gguf_meta import read_model_info
+        info = read_model_info({default_model_info.path!r})
+        engine = LlamaEngine(info, Settings(n_ctx=256), log_path={str(tmp_path / "e.log")!r})
+        list(engine.load()); engine.close(); del engine; gc.collect()
+        llama_cpp.Llama({default_model_info.path!r}, vocab_only=True, verbose=False)
+        print("alive")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "alive" in result.stdout, result.returncode

@@ -35,8 +35,10 @@ class LlamaLogCapture:
 
     Attributes filled as lines arrive: ``layers_offloaded``, ``layers_total`` (ints or ``None``),
     ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int).
-    Only one capture should be active per process; the callback reference is kept on the instance
-    so ctypes does not free it while llama.cpp may call it.
+    One capture is active per process: a new one replaces the previous one. llama.cpp keeps calling
+    the C callback for the life of the process (llama.cpp objects log when freed, after ``close()``),
+    so the ctypes callback is one module-level object that is never freed, and it forwards to the
+    active capture, if any.
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -49,18 +51,20 @@ class LlamaLogCapture:
         self.layers_total: int | None = None
         self.kv_cache_mib: float | None = None
         self.kv_cache_cells: int | None = None
-        self._callback = llama_cpp.llama_log_callback(self._on_log)
-        llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
+        _install(self)
 
     def write(self, text: str) -> None:
         """Append chatphase's own line to the same log."""
         with self._lock:
-            self._file.write(text if text.endswith("\n") else text + "\n")
+            if not self._file.closed:
+                self._file.write(text if text.endswith("\n") else text + "\n")
 
     def _on_log(self, level: int, text: bytes, user_data) -> None:
         try:
             chunk = text.decode("utf-8", errors="replace")
             with self._lock:
+                if self._file.closed:
+                    return
                 self._file.write(chunk)
                 self._partial += chunk
                 if "\n" not in self._partial:
@@ -78,8 +82,32 @@ class LlamaLogCapture:
             self.kv_cache_mib, self.kv_cache_cells = float(m.group(1)), int(m.group(2))
 
     def close(self) -> None:
-        """Flush and close the file (the callback stays installed but writes nowhere)."""
+        """Stop capturing: flush and close the file (later llama.cpp lines are dropped). Idempotent."""
+        global _active
+        if _active is self:
+            _active = None
         with self._lock:
-            self._file.flush()
-            self._file.close()
-            self._file = open(os.devnull, "w")
+            if not self._file.closed:
+                self._file.close()
+
+
+_active: LlamaLogCapture | None = None
+
+
+def _forward(level: int, text: bytes, user_data) -> None:
+    capture = _active
+    if capture is not None:
+        capture._on_log(level, text, user_data)
+
+
+#: the one C callback of this process; module-level so it lives as long as llama.cpp may call it.
+_CALLBACK = llama_cpp.llama_log_callback(_forward)
+_installed = False
+
+
+def _install(capture: LlamaLogCapture) -> None:
+    global _active, _installed
+    _active = capture
+    if not _installed:
+        llama_cpp.llama_log_set(_CALLBACK, ctypes.c_void_p(0))
+        _installed = True
