@@ -67,3 +67,17 @@ def test_cancel_crosses_the_process_and_tokens_are_coalesced(default_model_info,
     finally:
         host.close()
     assert host.pid is None
+
+
+def test_a_caller_that_stops_reading_early_does_not_empty_the_next_turn(default_model_info, tmp_path):
+    host = start(default_model_info, tmp_path)
+    try:
+        short = SamplingParams(max_tokens=4, temperature=0)
+        for event in host.run_turn(TurnRequest(1, LONG.messages, short)):
+            if isinstance(event, TurnFinished):
+                break  # the end-of-turn marker is left in the pipe
+        events = list(host.run_turn(TurnRequest(2, LONG.messages, short)))
+        assert events and isinstance(events[-1], TurnFinished) and events[-1].turn_id == 2
+        assert all(getattr(e, "turn_id", 2) == 2 for e in events)
+    finally:
+        host.close()

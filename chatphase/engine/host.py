@@ -137,7 +137,11 @@ class EngineHost:
                 return
 
     def run_turn(self, request: TurnRequest) -> Iterator[Event]:
-        """Send one turn to the child and yield its events until the turn ends."""
+        """Send one turn to the child and yield its events until the turn ends.
+
+        A caller may stop reading early (e.g. at ``TurnFinished``); what is left of that turn is skipped
+        here, by ``turn_id``, so give each turn its own id.
+        """
         if self._conn is None or not self._proc.is_alive():
             yield EngineFailed("the engine is not running; restart it", request.turn_id, fatal=True)
             return
@@ -148,6 +152,9 @@ class EngineHost:
             yield self._death(request.turn_id)
             return
         for event in self._receive(request.turn_id):
+            turn_id = getattr(event, "turn_id", request.turn_id)
+            if turn_id != request.turn_id and not (isinstance(event, EngineFailed) and event.fatal):
+                continue  # the rest of an earlier turn whose caller stopped reading before its end
             if isinstance(event, _TurnDone):
                 return
             yield event
