@@ -24,7 +24,7 @@ from chatphase.units import fmt_bytes
 
 GPU_BUILD_HINT = (
     'this llama-cpp-python build is CPU-only; for a GPU build reinstall from source with a backend, e.g. '
-    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36 '
+    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir --no-binary llama-cpp-python llama-cpp-python==0.3.36 '
     "(Metal: -DGGML_METAL=on, Vulkan: -DGGML_VULKAN=on, ROCm: -DGGML_HIP=on)"
 )
 
