@@ -205,10 +205,15 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self.indicator.submitted()
         system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
         request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
-        # Paint first, then send: the layout and repaint of the new messages would otherwise run during
-        # prefill, and with the engine's threads on every core they delay the first token by their cost.
         engine, engine_id = self.engine, self.engine_id
-        self.chat_log.start_reply(self.turn_id, on_shown=lambda: self._send_turn(engine, engine_id, request))
+        if self._tick_stride == 1:  # a core to spare: the repaint runs beside the engine's prefill
+            self.chat_log.start_reply(self.turn_id)
+            self._send_turn(engine, engine_id, request)
+        else:
+            # No spare core: paint first, then send. The new messages' layouts and repaint would otherwise
+            # run during prefill and, with the engine's threads on every core, delay the first token by at
+            # least their cost; done first, they delay it by their cost and leave prefill undisturbed.
+            self.chat_log.start_reply(self.turn_id, on_shown=lambda: self._send_turn(engine, engine_id, request))
 
     def _send_turn(self, engine: Engine, engine_id: int, request: TurnRequest) -> None:
         """Start the turn's worker unless the engine was replaced meanwhile (its turn is then abandoned)."""
