@@ -102,11 +102,8 @@ class RemoteEngine:
         self.loaded: LoadedModel | None = None
         self._timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s,
                                       write=connect_timeout_s, pool=connect_timeout_s)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # proxies from the environment apply to real hosts, never to this machine's own loopback
-        loopback = self.url.api.host in ("127.0.0.1", "localhost", "::1")
-        self._client = httpx.Client(headers=headers, timeout=self._timeout, follow_redirects=False,
-                                    trust_env=not loopback)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = self._new_client()
         self._is_llama_server = False
         self._cancel = threading.Event()
         self._lock = threading.Lock()
@@ -166,6 +163,18 @@ class RemoteEngine:
         self._client.close()
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _new_client(self) -> httpx.Client:
+        # proxies from the environment apply to real hosts, never to this machine's own loopback
+        loopback = self.url.api.host in ("127.0.0.1", "localhost", "::1")
+        return httpx.Client(headers=self._headers, timeout=self._timeout, follow_redirects=False,
+                            trust_env=not loopback)
+
+    def _drop_connections(self) -> None:
+        """After a transport error, forget pooled keep-alive connections: the next request opens a new
+        one, so a server that went away reads as "connection refused", not as a stale socket's cut."""
+        old, self._client = self._client, self._new_client()
+        old.close()
+
     def endpoint(self, request: TurnRequest) -> str:
         """``…/v1/chat/completions``, or ``…/v1/completions`` for a token-id prompt (``bench``): llama-server
         and vLLM take ``prompt`` as a list of token ids there (llama-cpp-python's server does not)."""
@@ -315,6 +324,7 @@ class _Turn:
         except httpx.HTTPError as exc:
             if not engine._cancel.is_set():
                 error = transport_message(exc, engine.url.display, engine._timeout.read, mid_stream=bool(self.times))
+            engine._drop_connections()
         finally:
             with engine._lock:
                 engine._response = None
