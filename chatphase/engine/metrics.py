@@ -86,6 +86,18 @@ def rate_per_s(count: int, duration_ns: int) -> float | None:
     return count * NS_PER_S / duration_ns
 
 
+def decode_rates(decode_tokens: int | None, decode_ns: int) -> tuple[float | None, float | None]:
+    """``(decode_tokens_per_s, tpot_ms)`` from the generated-token count and ``t_last - t_first`` in ns.
+
+    TPOT definition of vLLM's serving benchmark and MLPerf: the first token belongs to TTFT, so the
+    rate is ``(decode_tokens - 1) / decode_s`` and ``tpot_ms = decode_ms / (decode_tokens - 1)``. Both are
+    ``None`` for an unknown count, fewer than 2 tokens, or a zero duration.
+    """
+    if decode_tokens is None or decode_tokens < 2 or decode_ns <= 0:
+        return None, None
+    return rate_per_s(decode_tokens - 1, decode_ns), ns_to_ms(decode_ns) / (decode_tokens - 1)
+
+
 def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | None, float | None]:
     """Inter-token latency p50, p95 and max in ms from the sampling times of the generated tokens.
 
@@ -140,8 +152,7 @@ def compute_turn_metrics(
     decode_tokens = len(token_times_ns)
     ttft_ms = ns_to_ms(token_times_ns[0] - t_submit_ns) if decode_tokens else None
     decode_ns = token_times_ns[-1] - token_times_ns[0] if decode_tokens else 0
-    decode_tps = rate_per_s(decode_tokens - 1, decode_ns) if decode_tokens >= 2 else None
-    tpot_ms = ns_to_ms(decode_ns) / (decode_tokens - 1) if decode_tokens >= 2 else None
+    decode_tps, tpot_ms = decode_rates(decode_tokens, decode_ns)
     p50, p95, pmax = itl_stats_ms(token_times_ns)
     return TurnMetrics(
         prompt_tokens=prompt_tokens,

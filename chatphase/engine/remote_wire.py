@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from chatphase.engine.metrics import NS_PER_MS, TurnMetrics, itl_stats_ms, ns_to_ms
+from chatphase.engine.metrics import TurnMetrics, decode_rates, itl_stats_ms, ns_to_ms
 
 #: llama-server ``timings`` keys kept beside the client's view (all numbers; ms or tokens or tokens/s).
 TIMING_KEYS = (
@@ -138,7 +138,7 @@ def remote_turn_metrics(
     if decode_tokens is None and report.timing("predicted_n") is not None:
         decode_tokens = int(report.timing("predicted_n"))
     decode_ns = times[-1] - times[0] if times else 0
-    multi = decode_tokens is not None and decode_tokens >= 2 and decode_ns > 0
+    decode_tps, tpot_ms = decode_rates(decode_tokens, decode_ns)
     prefill_ms = report.timing("prompt_ms")
     p50, p95, pmax = itl_stats_ms(times)
     return TurnMetrics(
@@ -150,7 +150,7 @@ def remote_turn_metrics(
         ttft_ms=ns_to_ms(times[0] - t_submit_ns) if times else None,
         decode_tokens=decode_tokens,
         decode_ms=ns_to_ms(decode_ns),
-        decode_tokens_per_s=(decode_tokens - 1) * 1e9 / decode_ns if multi else None,
+        decode_tokens_per_s=decode_tps,
         itl_ms_p50=p50,
         itl_ms_p95=p95,
         itl_ms_max=pmax,
@@ -160,7 +160,7 @@ def remote_turn_metrics(
         kv_capacity_bytes=None,
         stop_reason=stop_reason,
         tokenize_ms=None,
-        tpot_ms=decode_ns / NS_PER_MS / (decode_tokens - 1) if multi else None,
+        tpot_ms=tpot_ms,
         dropped_messages=0,
     )
 
