@@ -6,25 +6,14 @@ from textual.app import App, ComposeResult
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.gguf_meta import ModelInfo
+from chatphase.engine.fake import fake_model_info
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 
 MS = 1_000_000
 KV_PER_TOKEN = 23_040  # SmolLM2-135M, f16 (DESIGN.md §2)
 N_CTX = 2048
 
-INFO = ModelInfo(
-    path="/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-    name="SmolLM2 135M Instruct",
-    architecture="llama",
-    n_params=134_515_008,
-    size_bytes=98_000_000,
-    n_layer=30,
-    quantization="Q4_1",
-    n_ctx_train=8192,
-    kv_bytes_per_token=KV_PER_TOKEN,
-    has_chat_template=True,
-)
+INFO = fake_model_info(kv_bytes_per_token=KV_PER_TOKEN)
 
 
 def loaded_model(pid: int = 0, gpu: bool = False) -> LoadedModel:
