@@ -188,6 +188,8 @@ class LlamaEngine:
         self._vocab = lc.llama_model_get_vocab(self._model)
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_ctx = lc.llama_n_ctx(self._ctx)
+        if self._n_ctx != s["n_ctx"]:
+            notes.append(f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens")
 
         template = lc.llama_model_chat_template(self._model, None)
         self._template = ChatTemplate(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import llama_cpp
 
+_DEBUG, _CONT = 4, 5
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
 
@@ -47,6 +48,7 @@ class LlamaLogCapture:
         self._file = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
         self._lock = threading.Lock()
         self._partial = ""
+        self._last_level = 0
         self.layers_offloaded: int | None = None
         self.layers_total: int | None = None
         self.kv_cache_mib: float | None = None
@@ -60,6 +62,12 @@ class LlamaLogCapture:
                 self._file.write(text if text.endswith("\n") else text + "\n")
 
     def _on_log(self, level: int, text: bytes, user_data) -> None:
+        # ggml levels: 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line
+        if level == _DEBUG or (level == _CONT and self._last_level == _DEBUG):
+            self._last_level = _DEBUG
+            return  # per-graph debug chatter would bury what a user looks for in the log
+        if level != _CONT:
+            self._last_level = level
         try:
             chunk = text.decode("utf-8", errors="replace")
             with self._lock:
