@@ -47,7 +47,9 @@ SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$
 class ModelInfo:
     """What chatphase knows about a GGUF model file.
 
-    ``n_params`` counts tensor elements; ``size_bytes`` is the file size (all parts of a split model);
+    ``name`` is the file name without ``.gguf`` and split suffix (what users know a model by; the
+    metadata's ``general.name`` is often a training-run label). ``n_params`` counts tensor elements;
+    ``size_bytes`` is the file size (all parts of a split model);
     ``kv_bytes_per_token`` assumes an f16 cache (llama.cpp's default) and, like ``attention`` (the
     geometry for other cache types), is ``None`` for models without a per-token KV cache. ``n_vocab`` and
     ``n_embd`` feed the compute-buffer estimate (:mod:`chatphase.memory_estimate`); ``split_count`` is the
@@ -270,7 +272,7 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     kv_per_token = kv_bytes_per_token(shape) if shape else None
     return ModelInfo(
         path=str(p),
-        name=str(meta.get("general.name") or p.stem),
+        name=re.sub(r"-\d{5}-of-\d{5}$", "", p.stem),  # the file name: what users know a model by
         architecture=str(arch),
         n_params=int(sum(t.n_elements for t in tensors)),
         size_bytes=size,
