@@ -203,5 +203,7 @@ def test_forecast_text_states():
     cap = 2048 * 23_040
     assert forecast_text(forecast_kv([], 2048), 23_040, cap) == "KV 0/2,048 tok · 0 B/45.0 MiB"
     assert forecast_text(forecast_kv([0, 0], 2048), 23_040, cap).endswith("· not growing")
-    assert forecast_text(forecast_kv([1900, 2048], 2048), 23_040, cap).endswith("· full: old messages will be dropped")
+    assert forecast_text(forecast_kv([1900, 2048], 2048), 23_040, cap).endswith("· the next turn may not fit: the oldest messages will then be dropped")
+    assert forecast_text(forecast_kv([1000], 2048), 23_040, cap, usage=False) == "KV forecast: ~1 turn left at +1,000 tok/turn"
+    assert forecast_text(forecast_kv([], 2048), 23_040, cap, usage=False) == "KV forecast: after the first turn"
     assert forecast_text(forecast_kv([1000], 2048), 23_040, cap).endswith("· ~1 turn left at +1,000 tok/turn")

@@ -105,7 +105,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
                 yield PromptInput(id="prompt")
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
-                yield Dashboard(id="dashboard")
+                yield Dashboard(kv_usage=False, id="dashboard")  # the phase panel shows the live KV gauge
         yield Footer(compact=True)
 
     def on_mount(self) -> None:

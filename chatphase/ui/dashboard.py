@@ -37,11 +37,15 @@ DASHBOARD_CSS_PATH = Path(__file__).with_name("dashboard.tcss")
 class Dashboard(Widget):
     """Per-turn phase metrics of the current chat, kept in memory (turn id -> :class:`TurnMetrics`)."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, kv_usage: bool = True, **kwargs) -> None:
+        """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge)."""
         super().__init__(**kwargs)
         self.model: LoadedModel | None = None
         self.turns: dict[int, TurnMetrics] = {}
         self.selected_turn: int | None = None
+        self.kv_usage = kv_usage
+        #: KV tokens after each turn of the current engine (a new engine starts with an empty cache).
+        self._kv_tokens: dict[int, int] = {}
 
     def compose(self) -> ComposeResult:
         yield LiveRate(id="dash-live")
@@ -64,6 +68,7 @@ class Dashboard(Widget):
     def set_model(self, model: LoadedModel) -> None:
         """A model was loaded (or switched): show its figures and size the KV gauge to its n_ctx."""
         self.model = model
+        self._kv_tokens.clear()
         self.query_one(SystemFigures).set_model(model)
         self._update_kv()
         if self.selected_turn is not None:
@@ -73,6 +78,8 @@ class Dashboard(Widget):
         """Record a finished turn: history row (updated in place if the id exists), plots, KV forecast,
         and show it in the detail view."""
         self.turns[turn_id] = metrics
+        if metrics.kv_cache_tokens is not None:
+            self._kv_tokens[turn_id] = metrics.kv_cache_tokens
         self.query_one(TurnHistoryTable).upsert_turn(turn_id, metrics)
         self.query_one(TtftPlot).add_turn(metrics)
         self.query_one(DecodeDepthPlot).add_turn(metrics)
@@ -86,6 +93,7 @@ class Dashboard(Widget):
     def reset(self) -> None:
         """New chat: forget the turns (the model stays)."""
         self.turns.clear()
+        self._kv_tokens.clear()
         self.selected_turn = None
         self.query_one(TurnHistoryTable).clear()
         self.query_one(TurnDetail).clear()
@@ -117,6 +125,6 @@ class Dashboard(Widget):
         n_ctx = int(self.model.settings.get("n_ctx") or 0)
         if n_ctx <= 0 or not self.model.kv_bytes_per_token:
             return
-        series = [m.kv_cache_tokens for m in self.turns.values()]
+        series = list(self._kv_tokens.values())
         self.query_one(KvGauge).update_forecast(forecast_kv(series, n_ctx), self.model.kv_bytes_per_token,
-                                                self.model.kv_capacity_bytes)
+                                                self.model.kv_capacity_bytes, usage=self.kv_usage)

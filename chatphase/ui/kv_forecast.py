@@ -14,23 +14,28 @@ from chatphase.units import fmt_bytes
 from chatphase.forecast import KvForecast
 
 
-def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int) -> str:
+def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int, usage: bool = True) -> str:
     """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``.
 
     Used bytes = used tokens × ``kv_bytes_per_token``; capacity = ``kv_capacity_bytes``, the cache llama.cpp
-    allocated (n_ctx padded to 256 cells, :func:`chatphase.engine.kv.kv_capacity_bytes`).
+    allocated (n_ctx padded to 256 cells, :func:`chatphase.engine.kv.kv_capacity_bytes`). With
+    ``usage=False`` only the forecast is given (``KV forecast: ~9 turns left …``).
     """
-    used_b = fmt_bytes(f.used_tokens * kv_bytes_per_token)
-    cap_b = fmt_bytes(kv_capacity_bytes)
-    text = f"KV {f.used_tokens:,}/{f.n_ctx:,} tok · {used_b}/{cap_b}"
+    if usage:
+        used_b = fmt_bytes(f.used_tokens * kv_bytes_per_token)
+        cap_b = fmt_bytes(kv_capacity_bytes)
+        text = f"KV {f.used_tokens:,}/{f.n_ctx:,} tok · {used_b}/{cap_b}"
+    else:
+        text = "KV forecast:"
+    sep = " · " if usage else " "
     if f.growth_tokens_per_turn is None:
-        return text
+        return text if usage else f"{text} after the first turn"
     if f.turns_left == 0:
-        return f"{text} · full: old messages will be dropped"
+        return f"{text}{sep}the next turn may not fit: the oldest messages will then be dropped"
     if f.turns_left is None:
-        return f"{text} · not growing"
+        return f"{text}{sep}not growing"
     turns = "turn" if f.turns_left == 1 else "turns"
-    return f"{text} · ~{f.turns_left} {turns} left at +{f.growth_tokens_per_turn:,.0f} tok/turn"
+    return f"{text}{sep}~{f.turns_left} {turns} left at +{f.growth_tokens_per_turn:,.0f} tok/turn"
 
 
 class KvGauge(Widget):
@@ -40,7 +45,8 @@ class KvGauge(Widget):
         yield ProgressBar(total=1, show_eta=False, id="kv-bar")
         yield Label("KV – (no model)", id="kv-text")
 
-    def update_forecast(self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int) -> None:
-        """Show ``forecast``; bytes as in :func:`forecast_text`."""
+    def update_forecast(self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int,
+                        usage: bool = True) -> None:
+        """Show ``forecast``; text as in :func:`forecast_text`."""
         self.query_one("#kv-bar", ProgressBar).update(total=forecast.n_ctx, progress=forecast.used_tokens)
-        self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token, kv_capacity_bytes))
+        self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token, kv_capacity_bytes, usage))
