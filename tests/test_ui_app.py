@@ -135,15 +135,29 @@ async def test_crash_shows_error_and_restart_keeps_conversation():
         await send(pilot, "second")
         await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.busy)
         assert "SIGSEGV" in stats(app)
-        assert len(app.conversation) == 2 and app.query_one(PromptInput).text == "second"
-        await pilot.press("enter")  # refused while the engine is down
+        # the crash came mid-reply: what streamed stays in the chat and the conversation, marked
+        assert len(app.conversation) == 4 and app.conversation[-1].role == "assistant"
+        assert app.conversation[-1].content and app.query_one(PromptInput).text == ""
+        assert "partial reply kept" in " ".join(str(w.render()) for w in app.query(".meta, Label, Static"))
+        await send(pilot, "third")  # refused while the engine is down
         await wait_for(pilot, lambda: any("press F5" in n for n in notifications(app)))
         await pilot.press("f5")
         await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
         assert engines[0].closed
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
-        assert engines[1].requests[0].messages[-1].content == "second"
+        await wait_for(pilot, lambda: len(app.conversation) == 6 and idle(app))
+        assert [m.content for m in engines[1].requests[0].messages][-3::2] == ["second", "third"]
+
+
+async def test_crash_before_any_reply_text_gives_the_message_back():
+    app, engines = make_app(crash_at="prefill", crash_turn=2, first_only=True)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "first")
+        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await send(pilot, "second")
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.busy)
+        assert len(app.conversation) == 2 and app.query_one(PromptInput).text == "second"
 
 
 async def test_factory_failure_is_a_visible_error():

@@ -330,7 +330,11 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         if message.engine_id != self.engine_id or not self._alive():
             return
         if ev.turn_id is not None and self._current(ev.turn_id) or ev.fatal and self.active_turn is not None:
-            await self._fail_turn()
+            reply = self._reply()
+            if ev.fatal and reply is not None and reply.text:  # a crash mid-reply: keep what streamed
+                self._abandon_turn("engine stopped: partial reply kept")
+            else:
+                await self._fail_turn()
         if ev.fatal:
             self._engine_down(ev.message)
         else:
@@ -346,8 +350,8 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         if self.conversation and self.conversation[-1].role == "user":
             self._restore_prompt(self.conversation.pop().content)
 
-    def _abandon_turn(self) -> None:
-        """Stop following the active turn; keep what streamed so far as its reply."""
+    def _abandon_turn(self, why: str = "abandoned (engine replaced)") -> None:
+        """Stop following the active turn; keep what streamed so far as its reply, marked with ``why``."""
         if self.active_turn is None:
             return
         self.active_turn, self.decoding = None, False
@@ -355,4 +359,4 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         if reply is not None:
             self.conversation.append(Message("assistant", reply.text))
             self.run_worker(reply.finish(reply.text, None), group="ui")
-            reply.set_meta("abandoned (engine replaced)")
+            reply.set_meta(why)
