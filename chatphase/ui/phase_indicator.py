@@ -45,7 +45,7 @@ class PhaseIndicator(Horizontal):
 
     def compose(self) -> ComposeResult:
         self._badge = Label("", id="phase-badge")
-        self._bar = ProgressBar(total=1, show_eta=False, id="prefill-bar")
+        self._bar = ProgressBar(total=1, show_eta=False, show_percentage=False, id="prefill-bar")  # the stats give done/total
         self._stats = Label("", id="phase-stats")
         yield self._badge
         yield self._bar
