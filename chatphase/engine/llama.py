@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -57,8 +58,6 @@ class LlamaEngine:
     """
 
     def __init__(self, info: ModelInfo, settings: Settings, cancel_event=None, log_path: str | os.PathLike | None = None):
-        import threading
-
         self.info = info
         self.settings = settings
         self._cancel = cancel_event if cancel_event is not None else threading.Event()
@@ -188,6 +187,7 @@ class LlamaEngine:
         self._vocab = lc.llama_model_get_vocab(self._model)
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_ctx = lc.llama_n_ctx(self._ctx)
+        self._n_batch = s["n_batch"]
         if self._n_ctx != s["n_ctx"]:
             notes.append(f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens")
 
@@ -281,7 +281,7 @@ class LlamaEngine:
         yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start)
 
         stop = None
-        n_batch = self.settings.engine_settings()["n_batch"]
+        n_batch = self._n_batch
         done = 0
         while done < len(todo):
             if self._cancel.is_set():
