@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from chatphase.bench.api import BenchDone, BenchStatus
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.config import Settings
+from chatphase.engine.host import exit_reason, stop_process
 from chatphase.gguf_meta import ModelInfo
 
 
@@ -124,8 +125,7 @@ class BenchJob:
                     if isinstance(event, (BenchDone, BenchFailed)):
                         return
                 elif not proc.is_alive():
-                    code = proc.exitcode
-                    yield BenchFailed(f"the benchmark process died (exit code {code}); see the engine log")
+                    yield BenchFailed(f"the benchmark process died ({exit_reason(proc.exitcode)}); see the engine log")
                     return
         finally:
             self.close()
@@ -141,9 +141,4 @@ class BenchJob:
         if proc is None:
             return
         self._cancel.set()
-        proc.join(3.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(2.0)
-        if conn is not None:
-            conn.close()
+        stop_process(proc, conn, polite_s=3.0)

@@ -93,6 +93,26 @@ def _child_main(conn, cancel, info: ModelInfo, settings: Settings, log_path, coa
             pass
 
 
+def stop_process(proc, conn, polite_s: float) -> None:
+    """Wait ``polite_s`` seconds for a child process to end, then kill it; close its pipe end."""
+    proc.join(polite_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(2.0)
+    if conn is not None:
+        conn.close()
+
+
+def exit_reason(exitcode: int | None) -> str:
+    """A child's ``exitcode`` in words: the signal's name (``SIGSEGV``) or ``exit code N``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 class EngineHost:
     """The engine in a child process (implements :class:`chatphase.engine.base.Engine`).
 
@@ -176,11 +196,7 @@ class EngineHost:
             conn.send(("close",))
         except (BrokenPipeError, OSError):
             pass
-        proc.join(2.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(2.0)
-        conn.close()
+        stop_process(proc, conn, polite_s=2.0)
 
     def _receive(self, turn_id: int | None = None) -> Iterator:
         conn, proc = self._conn, self._proc
@@ -202,13 +218,5 @@ class EngineHost:
                 return
 
     def _death(self, turn_id: int | None) -> EngineFailed:
-        proc = self._proc
-        code = proc.exitcode if proc is not None else None
-        if code is not None and code < 0:
-            try:
-                why = signal.Signals(-code).name
-            except ValueError:
-                why = f"signal {-code}"
-        else:
-            why = f"exit code {code}"
+        why = exit_reason(self._proc.exitcode if self._proc is not None else None)
         return EngineFailed(f"the engine process died ({why}); the conversation is kept — restart the engine", turn_id, fatal=True)
