@@ -79,3 +79,10 @@ def test_inconsistent_inputs_raise(bad):
 def test_round_trip_dict():
     m = scripted()
     assert TurnMetrics.from_dict({**m.to_dict(), "future_field": 1}) == m
+
+
+def test_a_prefill_cancelled_between_chunks_counts_only_evaluated_tokens():
+    m = scripted(token_times_ns=[], stop_reason="cancelled", evaluated_tokens=50)
+    assert m.prefill_tokens == 50 and m.prefill_tokens_per_s == pytest.approx(500.0)  # 50 / 0.1 s
+    with pytest.raises(ValueError):
+        scripted(evaluated_tokens=201)

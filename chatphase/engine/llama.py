@@ -308,6 +308,7 @@ class LlamaEngine:
             token_times_ns=times,
             prompt_tokens=len(prompt),
             cached_tokens=len(prompt) - len(todo),
+            evaluated_tokens=done,
             kv_cache_tokens=len(self._cache),
             kv_bytes_per_token=self._kv_per_token,
             kv_capacity_bytes=self.loaded.kv_capacity_bytes,

@@ -37,7 +37,8 @@ class TurnMetrics:
     """The measured phases of one chat turn (units in the field names; ``None`` = undefined).
 
     Counts are tokens; times are milliseconds; rates are tokens per second; sizes are bytes.
-    ``prefill_tokens + cached_tokens == prompt_tokens`` always holds. The local engine fills every
+    ``prefill_tokens + cached_tokens == prompt_tokens`` holds for every prefill that ran to its end (one
+    cancelled between chunks counts only the tokens it evaluated). The local engine fills every
     field it can define; a remote server (:mod:`chatphase.engine.remote`) may leave counts, prefill and
     KV figures unknown, and unknown is ``None`` — never a guessed zero.
     """
@@ -124,6 +125,7 @@ def compute_turn_metrics(
     kv_capacity_bytes: int,
     stop_reason: StopReason,
     dropped_messages: int = 0,
+    evaluated_tokens: int | None = None,
 ) -> TurnMetrics:
     """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens).
 
@@ -134,6 +136,8 @@ def compute_turn_metrics(
         token_times_ns: sampling time of each generated token, the end-of-generation token excluded.
         prompt_tokens: tokens of the whole templated prompt; cached_tokens: reused from the KV cache.
         kv_cache_tokens: KV cells in use after the turn; kv_bytes_per_token: from :mod:`chatphase.engine.kv`.
+        evaluated_tokens: prompt tokens actually evaluated, when fewer than ``prompt_tokens - cached_tokens``
+            (a prefill cancelled between chunks); ``prefill_tokens`` and its rate then count only these.
 
     Raises:
         ValueError: on inconsistent counts or timestamps out of order, or an unknown stop reason.
@@ -148,6 +152,10 @@ def compute_turn_metrics(
         raise ValueError(f"unknown stop_reason {stop_reason!r}")
 
     prefill_tokens = prompt_tokens - cached_tokens
+    if evaluated_tokens is not None:
+        if not 0 <= evaluated_tokens <= prefill_tokens:
+            raise ValueError(f"evaluated_tokens={evaluated_tokens} outside 0..{prefill_tokens}")
+        prefill_tokens = evaluated_tokens
     prefill_ns = t_prefill_end_ns - t_prefill_start_ns
     decode_tokens = len(token_times_ns)
     ttft_ms = ns_to_ms(token_times_ns[0] - t_submit_ns) if decode_tokens else None
