@@ -51,9 +51,11 @@ async def test_history_rows_match_scripted_metrics(app):
         for i, metrics in enumerate(TURNS):
             assert tuple(str(c) for c in table.get_row_at(i)) == format_row(i + 1, metrics)
         # spot values from the script: turn 1 cold TTFT 397 ms, turn 2's every-10th slow gap -> ITL p95 63 ms
-        row2 = dict(zip((k for k, _ in COLUMNS), table.get_row_at(1)))
-        assert row2["ttft_ms"] == "212.6" and row2["itl_ms_p95"] == "63.0" and row2["cached_tokens"] == "199"
-        assert table.get_row_at(2)[-1] == "length"
+        # (two figures to a cell, top over bottom)
+        row2 = {k: str(v).split("\n") for (k, _), v in zip(COLUMNS, table.get_row_at(1))}
+        assert row2["ttft_itl_p95_ms"] == ["212.6", "63.0"] and row2["prompt_cached_tokens"] == ["260", "199"]
+        assert row2["decode_kv_tokens"] == ["150", "410"]
+        assert str(table.get_row_at(2)[-1]) == "length"
         assert table.cursor_row == 2  # newest last, and selected
 
 

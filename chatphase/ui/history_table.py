@@ -2,33 +2,39 @@
 
 Selecting or highlighting a row posts :class:`TurnHistoryTable.TurnChosen` with the turn id; the
 dashboard answers by showing that turn's full metrics and timeline.
+
+The table lives in the side panel (54 cells wide next to the chat, about 50 below it at 80×24), so its
+ten figures per turn are stacked two to a cell: each column holds two figures of one unit, top over
+bottom, and its three-line header names them (top, bottom, unit). Numbers are right-aligned. The table
+takes 45 cells with four-digit figures (48 with a ``cancelled`` stop), so it does not scroll sideways there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.ui.format import fmt_int
+from chatphase.ui.format import DASH, fmt_int
 
-#: (column key, header) in display order; two-line headers (name, unit) keep the table within 80 columns.
+#: (column key, header) in display order. A stacked column's header is "top figure\nbottom figure\nunit".
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("turn", "#"),
-    ("prompt_tokens", "prompt\ntok"),
-    ("cached_tokens", "cached\ntok"),
-    ("ttft_ms", "TTFT\nms"),
-    ("prefill_tokens_per_s", "prefill\ntok/s"),
-    ("decode_tokens", "decode\ntok"),
-    ("decode_tokens_per_s", "decode\ntok/s"),
-    ("itl_ms_p95", "ITL p95\nms"),
-    ("kv_cache_tokens", "KV\ntok"),
+    ("prompt_cached_tokens", "prompt\ncached\ntok"),
+    ("ttft_itl_p95_ms", "TTFT\nITL p95\nms"),
+    ("prefill_decode_tokens_per_s", "prefill\ndecode\ntok/s"),
+    ("decode_kv_tokens", "decode\nKV\ntok"),
     ("stop_reason", "stop"),
 )
-
-DASH = "–"
+#: the header's height in lines (top figure, bottom figure, unit).
+HEADER_HEIGHT = 3
+#: a row's height in lines (two figures per cell).
+ROW_HEIGHT = 2
+#: columns drawn left-aligned (the rest are numbers, right-aligned).
+TEXT_COLUMNS = frozenset({"stop_reason"})
 
 
 def _num(value: float | None, digits: int) -> str:
@@ -36,19 +42,20 @@ def _num(value: float | None, digits: int) -> str:
 
 
 def format_row(turn_id: int, m: TurnMetrics) -> tuple[str, ...]:
-    """The table cells of one turn, in :data:`COLUMNS` order (``–`` for an undefined metric)."""
+    """The table cells of one turn, in :data:`COLUMNS` order (``–`` for an undefined metric); a stacked
+    cell is ``"top\\nbottom"``."""
     return (
         str(turn_id),
-        fmt_int(m.prompt_tokens),
-        fmt_int(m.cached_tokens),
-        _num(m.ttft_ms, 1),
-        _num(m.prefill_tokens_per_s, 0),
-        fmt_int(m.decode_tokens),
-        _num(m.decode_tokens_per_s, 1),
-        _num(m.itl_ms_p95, 1),
-        fmt_int(m.kv_cache_tokens),
-        m.stop_reason,
+        f"{fmt_int(m.prompt_tokens)}\n{fmt_int(m.cached_tokens)}",
+        f"{_num(m.ttft_ms, 1)}\n{_num(m.itl_ms_p95, 1)}",
+        f"{_num(m.prefill_tokens_per_s, 0)}\n{_num(m.decode_tokens_per_s, 1)}",
+        f"{fmt_int(m.decode_tokens)}\n{fmt_int(m.kv_cache_tokens)}",
+        m.stop_reason.replace("_", "\n", 1),  # context_full: two lines, like the figures beside it
     )
+
+
+def _cell(key: str, text: str) -> Text:
+    return Text(text, justify="left" if key in TEXT_COLUMNS else "right")
 
 
 class TurnHistoryTable(DataTable):
@@ -61,21 +68,21 @@ class TurnHistoryTable(DataTable):
         turn_id: int
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, header_height=2, **kwargs)
+        super().__init__(cursor_type="row", zebra_stripes=True, header_height=HEADER_HEIGHT, **kwargs)
 
     def on_mount(self) -> None:
         for key, header in COLUMNS:
-            self.add_column(header, key=key)
+            self.add_column(_cell(key, header), key=key)
 
     def upsert_turn(self, turn_id: int, metrics: TurnMetrics) -> None:
         """Add the turn as the last row, or update its cells when the id is already shown (regenerate)."""
-        cells = format_row(turn_id, metrics)
+        cells = [_cell(key, value) for (key, _), value in zip(COLUMNS, format_row(turn_id, metrics))]
         key = str(turn_id)
         if key in self.rows:
             for (col, _), value in zip(COLUMNS, cells):
-                self.update_cell(key, col, value)
+                self.update_cell(key, col, value, update_width=True)
             return
-        self.add_row(*cells, key=key)
+        self.add_row(*cells, height=ROW_HEIGHT, key=key)
         self.move_cursor(row=self.row_count - 1, animate=False)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.widget import Widget
@@ -45,17 +47,38 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
     ]
 
 
-def metrics_table(m: TurnMetrics) -> Table:
-    """A two-pairs-per-row grid of :func:`metric_pairs` (fits a 40-column side panel)."""
+def metrics_table(m: TurnMetrics, pairs_per_row: int = 2) -> Table:
+    """A grid of :func:`metric_pairs`, ``pairs_per_row`` (name, value) pairs to a row."""
     table = Table.grid(padding=(0, 1), expand=True)
-    for _ in range(2):
+    for _ in range(pairs_per_row):
         table.add_column(style="dim", no_wrap=True)
         table.add_column(justify="right", no_wrap=True)
     pairs = metric_pairs(m)
-    for i in range(0, len(pairs), 2):
-        row = [*pairs[i], *(pairs[i + 1] if i + 1 < len(pairs) else ("", ""))]
-        table.add_row(*row)
+    for i in range(0, len(pairs), pairs_per_row):
+        row = [cell for pair in pairs[i:i + pairs_per_row] for cell in pair]
+        table.add_row(*row, *[""] * (2 * pairs_per_row - len(row)))
     return table
+
+
+class MetricsGrid:
+    """:func:`metrics_table` with two pairs to a row where they fit the width they are drawn at, else one
+    (in the side panel, 4-digit figures and a ``context_full`` stop need 53 cells for two)."""
+
+    def __init__(self, metrics: TurnMetrics) -> None:
+        self.metrics = metrics
+
+    def _table(self, console: Console, options: ConsoleOptions) -> Table:
+        two = metrics_table(self.metrics, 2)
+        two.expand = False  # measure the width the figures need, not the width on offer
+        fits = Measurement.get(console, options.update_width(10_000), two).maximum <= options.max_width
+        two.expand = True
+        return two if fits else metrics_table(self.metrics, 1)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._table(console, options)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self._table(console, options))
 
 
 class TurnDetail(Widget):
@@ -71,7 +94,7 @@ class TurnDetail(Widget):
         """Show turn ``turn_id``; the explanations need ``model`` (omitted when ``None``)."""
         self.query_one("#detail-title", Label).update(f"turn {turn_id} · stop: {metrics.stop_reason}")
         self.query_one(TurnTimeline).show(metrics)
-        self.query_one("#detail-metrics", Static).update(metrics_table(metrics))
+        self.query_one("#detail-metrics", Static).update(MetricsGrid(metrics))
         explain = "\n".join(explain_turn(model, metrics)) if model is not None else ""
         self.query_one("#detail-explain", Static).update(explain)
 

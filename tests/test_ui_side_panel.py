@@ -1,0 +1,96 @@
+"""The side panel's figures fit it at every width class: beside the chat (120 columns and wider, where the
+panel is 56 columns whatever the terminal) and below it (80×24, 100×30, Ctrl+B), nothing scrolls sideways,
+nothing is cut, and the KV gauge's percentage and every history cell can be read on screen."""
+
+from __future__ import annotations
+
+import pytest
+from textual.containers import ScrollableContainer
+from textual.geometry import Region
+from textual.scroll_view import ScrollView
+from textual.widgets import Static
+from ui_support import make_app, send, wait_for
+
+from chatphase.ui.app import WIDE_COLUMNS
+from chatphase.ui.history_table import COLUMNS, TurnHistoryTable, format_row
+from chatphase.ui.phase_panel import PhasePanel
+from dashboard_support import scripted_turn
+
+SIZES = [(120, 40), (130, 40), (150, 40), (200, 50), (80, 24), (100, 30), (120, 24)]
+
+#: turns with wide figures: four-digit counts and times, the longest stop reasons.
+WIDE_TURNS = [
+    scripted_turn(3_480, 2_900, 1_024, 4_504, prefill_tok_per_s=1_250.0, first_ms=900.0, itl_ms=123.4,
+                  stop_reason="cancelled"),
+    scripted_turn(4_000, 3_990, 96, 4_096, stop_reason="context_full"),
+]
+
+
+def idle(app) -> bool:
+    return app.loaded is not None and not app.busy and app.active_turn is None
+
+
+def lines_of(widget) -> list[str]:
+    """The widget's text as it is drawn at its size (the parts a scroll container hides included)."""
+    width, height = widget.size
+    return ["".join(seg.text for seg in strip) for strip in widget.render_lines(Region(0, 0, width, height))]
+
+
+async def chat(pilot, size) -> None:
+    app = pilot.app
+    await wait_for(pilot, lambda: idle(app))
+    for n, text in enumerate(["What are prefill and decode?", "Thanks!"], start=1):
+        await send(pilot, text)
+        await wait_for(pilot, lambda: len(app.conversation) == 2 * n and idle(app))
+    for turn_id, metrics in enumerate(WIDE_TURNS, start=3):  # what the app does on TurnFinished
+        app.panel.turn_finished(turn_id, metrics)
+        app.dashboard.turn_finished(turn_id, metrics)
+    if size[0] < WIDE_COLUMNS:
+        await pilot.press("ctrl+b")  # the panel below the chat
+    await pilot.pause(0.3)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+async def test_side_panel_figures_fit_at_every_width(size):
+    app, _ = make_app()
+    async with app.run_test(size=size) as pilot:
+        await chat(pilot, size)
+        side = app.query_one("#side")
+        assert side.display and side.region.right <= size[0]
+        inside = side.content_region
+
+        # nothing in the panel is wider than the room it is given: no sideways scrolling anywhere
+        for widget in side.query("*"):
+            if not widget.display or not widget.size.area:
+                continue
+            if isinstance(widget, (ScrollableContainer, ScrollView)):
+                assert not widget.show_horizontal_scrollbar, widget
+                assert widget.virtual_size.width <= widget.scrollable_content_region.width, widget
+            assert inside.x <= widget.region.x and widget.region.right <= inside.right, widget
+            if isinstance(widget, Static):  # a Rich grid short of room cuts a value with an ellipsis
+                assert not any("…" in line for line in lines_of(widget)), (widget, lines_of(widget))
+
+        # the KV gauge's percentage is on screen in full, inside the panel
+        panel = app.query_one(PhasePanel)
+        gauge = panel.query_one("#kv-gauge")
+        panel.scroll_to_widget(gauge, animate=False)
+        await pilot.pause()
+        percentage = gauge.query_one("#percentage")
+        assert gauge.percentage == 1.0  # context_full: the cache is full
+        assert percentage.region.size == percentage.size  # nothing of it hidden
+        assert inside.contains_region(percentage.region)
+        assert [line.strip() for line in lines_of(percentage)] == ["100%"]
+
+        # every cell of the turn history is drawn, headers included
+        table = app.query_one(TurnHistoryTable)
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        assert table.max_scroll_x == 0 and not table.show_horizontal_scrollbar
+        drawn = "\n".join(lines_of(table))
+        for _, header in COLUMNS:
+            assert all(word in drawn for word in header.split("\n"))
+        for turn_id, metrics in list(app.dashboard.turns.items())[-3:]:  # the rows the table shows at once
+            table.move_cursor(row=turn_id - 1, animate=False)
+            await pilot.pause()
+            drawn = "\n".join(lines_of(table))
+            for cell in format_row(turn_id, metrics):
+                assert all(line in drawn for line in cell.split("\n")), (cell, drawn)
