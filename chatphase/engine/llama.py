@@ -6,9 +6,11 @@ It drives llama.cpp's C API (through llama-cpp-python's ctypes bindings) directl
 ``PrefillProgress`` event and a cancel check between chunks; sampling runs in llama.cpp's sampler chain,
 so the per-token Python work is one sample call, one piece lookup, one decode call and one event.
 
-KV prefix reuse follows ``Llama.generate``: keep the longest common prefix of the cached tokens and the
-new prompt, drop the rest (``llama_memory_seq_rm``), evaluate only the new tail; at least one token is
-always evaluated so that there are logits to sample from.
+KV prefix reuse: the prompt's tokens are built from the cache where its text matches what the cache
+holds (:mod:`chatphase.engine.prefix`; the previous reply keeps the ids the model sampled, which
+re-tokenising its text often would not), then, as in ``Llama.generate``, the longest common prefix of
+the cached tokens and the prompt is kept, the rest dropped (``llama_memory_seq_rm``) and only the new
+tail evaluated; at least one token is always evaluated so that there are logits to sample from.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from chatphase.engine.events import (
 from chatphase.engine.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
+from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.gguf_meta import ModelInfo
 
@@ -64,6 +67,7 @@ class LlamaEngine:
         self.log_path = Path(log_path) if log_path else default_log_path()
         self._model = self._ctx = self._vocab = None
         self._cache: list[int] = []
+        self._known = CacheText()  # the text that prefixes of self._cache stand for
         self._pieces: dict[int, bytes] = {}
         self._log: LlamaLogCapture | None = None
         self.loaded: LoadedModel | None = None
@@ -131,6 +135,14 @@ class LlamaEngine:
         if not special:
             self._pieces[token] = out
         return out
+
+    def _render(self, token: int) -> bytes:
+        """The bytes a token stands for in templated text (control tokens such as ``<|im_end|>`` as text)."""
+        return self.piece(token) or self.piece(token, special=True)
+
+    def _encode(self, text: str, add_special: bool) -> list[int]:
+        """The prompt ``text`` as tokens, reusing the cached tokens for the text the cache holds."""
+        return encode_prompt(text, add_special, self._cache, self._known, self.tokenize, self._render)
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -262,6 +274,9 @@ class LlamaEngine:
     def _run(self, req: TurnRequest) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
+        if req.reset_cache:
+            self._known.clear()
+        text = None  # the prompt's templated text (UTF-8), when it has one
         if req.prompt_token_ids is not None:
             prompt, dropped = list(req.prompt_token_ids), 0
             if not 0 < len(prompt) < self._n_ctx:
@@ -270,12 +285,13 @@ class LlamaEngine:
         else:
             budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
             try:
-                fitted = self._template.fit(req.messages, budget)
+                fitted = self._template.fit(req.messages, budget, self._encode)
             except PromptTooLong as exc:
                 yield EngineFailed(f"message refused: {exc}", req.turn_id)
                 return
-            prompt, dropped = fitted.tokens, fitted.dropped_messages
+            prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
         cached = self._reuse_prefix(prompt, req.reset_cache)
+        self._known.truncate(cached, text)
         todo = prompt[cached:]
         t_prefill_start = time.perf_counter_ns()
         yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start)
@@ -300,7 +316,11 @@ class LlamaEngine:
         times: list[int] = []
         parts: list[str] = []
         if stop is None:
+            if text is not None:
+                self._known.add_prompt(len(prompt), text)
             stop = yield from self._generate(req, t_submit, times, parts)
+            if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
+                self._known.add_pieces(self._render(t) for t in self._cache[len(prompt):])
         metrics = compute_turn_metrics(
             t_submit_ns=t_submit,
             t_prefill_start_ns=t_prefill_start,

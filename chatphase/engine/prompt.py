@@ -26,10 +26,16 @@ class PromptTooLong(Exception):
 
 @dataclass(frozen=True)
 class FittedPrompt:
-    """The token list to evaluate and how many of the oldest messages were left out to fit ``n_ctx``."""
+    """The token list to evaluate, the templated text it stands for, and how many of the oldest
+    messages were left out to fit ``n_ctx``."""
 
     tokens: list[int]
     dropped_messages: int
+    text: str = ""
+
+
+Encode = Callable[[str, bool], list[int]]
+"""``(templated text, add_special) -> token ids`` of the prompt (the engine's may reuse cached tokens)."""
 
 
 class ChatTemplate:
@@ -47,28 +53,37 @@ class ChatTemplate:
         self._formatter = Jinja2ChatFormatter(self.source, eos_token=eos_token, bos_token=bos_token)
         self._tokenize = tokenize
 
+    def render(self, messages: Sequence[Message]) -> tuple[str, bool]:
+        """``(text, add_special)``: the templated conversation, ending with the assistant's generation
+        prompt, and whether tokenising it should add BOS/EOS (only when the template did not, as
+        llama-cpp-python's chat handler does)."""
+        result = self._formatter(messages=[{"role": m.role, "content": m.content} for m in messages])
+        return result.prompt, not result.added_special
+
     def tokens(self, messages: Sequence[Message]) -> list[int]:
         """Token ids of the templated conversation, ending with the assistant's generation prompt."""
-        result = self._formatter(messages=[{"role": m.role, "content": m.content} for m in messages])
-        # As llama-cpp-python's chat handler does: add BOS/EOS only when the template did not.
-        return self._tokenize(result.prompt, not result.added_special)
+        return self._tokenize(*self.render(messages))
 
-    def fit(self, messages: Sequence[Message], budget_tokens: int) -> FittedPrompt:
+    def fit(self, messages: Sequence[Message], budget_tokens: int, encode: Encode | None = None) -> FittedPrompt:
         """Drop the oldest non-system messages until the prompt is at most ``budget_tokens`` long.
 
         Messages are dropped in order (oldest first) but a leading system message is kept, and the
-        conversation always starts at a user message after dropping.
+        conversation always starts at a user message after dropping. ``encode`` turns the templated
+        text into the tokens that will be evaluated (default: the whole text tokenised), so the
+        budget counts exactly those.
 
         Raises:
             PromptTooLong: when the system prompt plus the newest message alone exceed the budget.
         """
         system = [m for m in messages[:1] if m.role == "system"]
         rest = list(messages[len(system):])
+        encode = encode or self._tokenize
         dropped = 0
         while True:
-            tokens = self.tokens(system + rest)
+            text, add_special = self.render(system + rest)
+            tokens = encode(text, add_special)
             if len(tokens) <= budget_tokens:
-                return FittedPrompt(tokens, dropped)
+                return FittedPrompt(tokens, dropped, text)
             if len(rest) <= 1:
                 raise PromptTooLong(
                     f"the message is {len(tokens):,} tokens with the template; the context leaves room for "
