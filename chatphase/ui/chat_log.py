@@ -1,16 +1,19 @@
 """The chat log: user messages, streamed Markdown replies, and inline notices.
 
 Streaming a reply must not slow the model: on a machine whose cores all run the engine's threads, every
-millisecond of UI CPU is taken from decode. Handing text to Textual's ``Markdown`` costs a parse and a
-layout plus a repaint of the scrolled log (30–80 ms of CPU at 150×45), so it is done rarely; the text
-still streams visibly at ``FLUSH_HZ``:
+millisecond of UI CPU is taken from decode. Committing text to the Markdown costs a parse, a render and
+a layout of the screen (10–40 ms of CPU at 150×45), so it is done rarely; the text still streams
+visibly at ``FLUSH_HZ``:
 
 - :meth:`ReplyView.feed` only appends to the reply's text (never draws per token);
 - :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
   in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
-  budget allows (``commit``), hands the whole blocks written so far to the Markdown through Textual's
-  :class:`~textual.widgets.markdown.MarkdownStream` (which re-parses only the last block). When no text
-  arrived since the previous flush (the stream paused), the partial block is committed too.
+  budget allows (``commit``), appends the whole blocks written so far to the Markdown. When no text arrived since the previous flush (the stream paused), the partial
+  block is committed too.
+- A reply's Markdown is a column of :class:`~chatphase.ui.reply_markdown.MarkdownSegment` widgets of
+  about ``SEGMENT_CHARS`` characters each, split at block boundaries, each one widget drawn by Rich: a
+  commit re-renders only the last segment, and the screen's widget count (which every Textual layout
+  pass walks) grows by one per segment, not by the ten or so widgets per block of Textual's Markdown.
 
 The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 """
@@ -20,17 +23,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Markdown, Static
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.ui.format import fmt_int, fmt_ms, fmt_rate
+from chatphase.ui.reply_markdown import MarkdownSegment
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
 #: often as the app's CPU budget allows.
 FLUSH_HZ = 10
 #: height of the plain-text tail that shows the block being written (lines).
 TAIL_LINES = 4
+#: a streamed reply's Markdown starts a new segment at the first block boundary past this many characters.
+SEGMENT_CHARS = 1200
 
 
 class UserMessage(Static):
@@ -93,15 +98,15 @@ class ReplyView(Vertical):
         self.text = text
         self._committed = len(text)  # characters of ``text`` handed to the Markdown
         self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
-        self._stream: MarkdownStream | None = None
+        self._segment_chars = len(text)  # characters in the last Markdown segment
         self.finished = bool(text)
 
     def compose(self):
-        self._md = Markdown(self.text, classes="reply-md")
+        self._segments = [MarkdownSegment(self.text, classes="reply-md")]
         self._tail = Static("", markup=False, classes="reply-tail")
         self._tail.display = False
         self._meta = Static("prefill…" if not self.finished else "", classes="reply-meta")
-        yield self._md
+        yield self._segments[0]
         yield self._tail
         yield self._meta
 
@@ -142,10 +147,18 @@ class ReplyView(Vertical):
         return wrote
 
     async def _write(self, chunk: str) -> None:
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self._md)
+        """Append whole blocks to the last segment, or start a new segment with them once the last is
+        ``SEGMENT_CHARS`` long — unless ``chunk`` starts indented (it may continue a list item above,
+        which a new segment would show as code)."""
         self._committed += len(chunk)
-        await self._stream.write(chunk)
+        if self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
+            segment = MarkdownSegment(chunk, classes="reply-md")
+            self._segments.append(segment)
+            self._segment_chars = len(chunk)
+            await self.mount(segment, before=self._tail)
+        else:
+            self._segment_chars += len(chunk)
+            self._segments[-1].append(chunk)
 
     def _draw_tail(self, hide_when_empty: bool) -> None:
         """Show the uncommitted text in the tail. Showing or hiding the tail is a layout, so it stays
@@ -169,14 +182,14 @@ class ReplyView(Vertical):
         """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""
         if self._committed < len(self.text):
             await self._write(self.text[self._committed:])
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
         self.finished = True
         self._tail.display = False
         if reply != self.text:
             self.text = reply
-            await self._md.update(reply)
+            extra, self._segments = self._segments[1:], self._segments[:1]
+            if extra:
+                await self.remove_children(extra)
+            self._segments[0].set_source(reply)
         self._committed = self._shown = len(self.text)
         if metrics is not None:
             self.set_meta(metrics_line(metrics))
