@@ -202,6 +202,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         assert self.engine is not None
         self.turn_id += 1
         self.active_turn, self.busy, self.decoding = self.turn_id, True, False
+        self.prompt.cursor_blink = False  # a blink is a frame: none while the engine runs (see on_worker_ended)
         self.indicator.submitted()
         system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
         request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
@@ -247,6 +248,8 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self.dashboard.set_model(self.loaded)
 
     def on_worker_ended(self, message: msg.WorkerEnded) -> None:
+        if message.kind == "turn":
+            self.prompt.cursor_blink = True
         if message.engine_id == self.engine_id:
             self.busy = False
             if message.kind == "turn" and self.active_turn is not None:  # ended without TurnFinished

@@ -2,7 +2,7 @@
 
 The app mounts ``Dashboard()`` and drives it with four calls (nothing here talks to the engine):
 :meth:`Dashboard.set_model` on ``ModelLoaded``, :meth:`Dashboard.turn_finished` on ``TurnFinished``,
-:meth:`Dashboard.decode_rate` during decode (any rate; the widget repaints at a bounded rate) and
+:meth:`Dashboard.decode_rate` during decode (at a bounded rate: each call repaints the sparkline) and
 :meth:`Dashboard.reset` on a new chat.
 
 Layout: two always-visible lines (live tokens/s sparkline, KV gauge) above tabs — *Turns* (history table,
@@ -87,7 +87,7 @@ class Dashboard(Widget):
         self.show_turn(turn_id)
 
     def decode_rate(self, tokens_per_s: float) -> None:
-        """A live decode-rate sample (tokens/s) for the sparkline; cheap, repaint is timer-bounded."""
+        """A live decode-rate sample (tokens/s) for the sparkline; repaints it, so call at a bounded rate."""
         self.query_one(LiveRate).push(tokens_per_s)
 
     def reset(self) -> None:

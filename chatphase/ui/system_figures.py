@@ -2,7 +2,9 @@
 (layers offloaded/total, and on NVIDIA the engine process's GPU memory via :mod:`chatphase.gpu`).
 
 Sampled with :class:`chatphase.sysinfo.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
-(the sampler itself also refuses to sample more often), never per token.
+(the sampler itself also refuses to sample more often), never per token, and only while the figures are
+on screen (the dashboard's System tab): a hidden widget's redraw still costs the UI a frame, taken from
+the engine's CPU on a machine without a spare core. Showing them samples at once.
 """
 
 from __future__ import annotations
@@ -74,7 +76,14 @@ class SystemFigures(Static):
         self._rows = -1
 
     def on_mount(self) -> None:
-        self.set_interval(REFRESH_S, self.sample_now)
+        self.set_interval(REFRESH_S, self._sample_if_shown)
+
+    def on_show(self) -> None:
+        self.sample_now()
+
+    def _sample_if_shown(self) -> None:
+        if self.is_on_screen:
+            self.sample_now()
 
     def set_model(self, model: LoadedModel) -> None:
         """Watch ``model.pid`` from now on and show the model's figures."""
