@@ -14,7 +14,9 @@ the side panel and the dashboard's live rate are refreshed at ``PANEL_HZ`` witho
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual.app import App, ComposeResult
@@ -23,7 +25,7 @@ from textual.widgets import Footer
 
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
-from chatphase.engine.events import LoadedModel, Message, TurnRequest
+from chatphase.engine.events import LoadedModel, Message, PrefillProgress, PrefillStarted, TurnRequest
 from chatphase.gguf_meta import ModelInfo
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import action_bindings
@@ -47,6 +49,19 @@ NO_SPARE_CORE_STRIDE = 2
 COMMIT_MAX_INTERVAL_S = 2.0
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
+#: with no core to spare, a prefill shows its progress once it has run this long (seconds).
+PREFILL_QUIET_S = 0.25
+
+
+@dataclass
+class _Prefill:
+    """The running turn's prefill: its start event, latest progress, and what of it is drawn."""
+
+    began: PrefillStarted
+    t_began: float
+    progress: PrefillProgress | None = None
+    dirty: bool = True
+    began_drawn: bool = False
 
 
 def _start_resource_tracker() -> None:
@@ -95,6 +110,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self._ticks = 0
         self._flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
         self._tick_stride = 1
+        self._prefill: _Prefill | None = None
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -257,34 +273,58 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
 
     def on_prefill_began(self, message: msg.PrefillBegan) -> None:
         ev = message.event
-        if not self._current(ev.turn_id):
-            return
-        self.indicator.prefill_started(ev)
-        self.panel.turn_started(ev.turn_id, ev)
-        if ev.dropped_messages:
-            self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
-                        "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
-        if self._reuse_note and ev.prompt_tokens is not None:
-            self.notify(f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
-                        f"{ev.prefill_tokens:,} to evaluate.", title=self._reuse_note)
-            self._reuse_note = None
+        if self._current(ev.turn_id):
+            self._prefill = _Prefill(ev, time.monotonic())  # drawn by _draw_prefill
 
     def on_prefill_advanced(self, message: msg.PrefillAdvanced) -> None:
         ev = message.event
-        if self._current(ev.turn_id):
-            self.indicator.prefill_progress(ev)
-            self.panel.prefill_progress(ev.done_tokens, ev.total_tokens, ev.elapsed_ms)
+        if self._current(ev.turn_id) and self._prefill is not None:
+            self._prefill.progress, self._prefill.dirty = ev, True
+
+    def _draw_prefill(self, now: float | None = None) -> None:
+        """Draw the prefill's start and latest progress, if not drawn yet.
+
+        Called from the redraw tick (``now``: the tick's clock) and, with ``now=None``, at the first
+        token. With no core to spare, a prefill younger than ``PREFILL_QUIET_S`` is not drawn by the tick:
+        the paint would run on a core the engine is evaluating the prompt on, and lengthen the pause.
+        """
+        p = self._prefill
+        if p is None or not p.dirty:
+            return
+        if not self._current(p.began.turn_id):  # the turn ended or was abandoned during its prefill
+            self._prefill = None
+            return
+        if now is not None and self._tick_stride > 1 and now - p.t_began < PREFILL_QUIET_S:
+            return
+        p.dirty = False
+        ev = p.began
+        if not p.began_drawn:
+            p.began_drawn = True
+            self.indicator.prefill_started(ev)
+            self.panel.turn_started(ev.turn_id, ev)
+            if ev.dropped_messages:
+                self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
+                            "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
+            if self._reuse_note and ev.prompt_tokens is not None:
+                self.notify(f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
+                            f"{ev.prefill_tokens:,} to evaluate.", title=self._reuse_note)
+                self._reuse_note = None
+        if p.progress is not None:
+            self.indicator.prefill_progress(p.progress)
+            self.panel.prefill_progress(p.progress.done_tokens, p.progress.total_tokens, p.progress.elapsed_ms)
 
     def on_first_token_arrived(self, message: msg.FirstTokenArrived) -> None:
         ev = message.event
         if not self._current(ev.turn_id):
             return
         self.decoding = True
+        self._draw_prefill()
+        self._prefill = None
         self.indicator.first_token(ev)
         self.panel.first_token(ev.ttft_ms)
         reply = self._reply()
         if reply is not None:
-            reply.set_meta("decoding…")
+            reply.set_meta("decoding…", layout=False)  # replaces "prefill…": one line either way
             reply.feed(ev.text)
 
     def on_text_decoded(self, message: msg.TextDecoded) -> None:
@@ -304,6 +344,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
             return  # no spare core: draw at FLUSH_HZ / stride
         if await self.chat_log.flush(commit=self._flush_budget.due()):
             self._flush_budget.mark()
+        self._draw_prefill(time.monotonic())
         indicator = self.indicator
         indicator.render_live()
         if self.decoding and self._ticks % (self._tick_stride * max(1, FLUSH_HZ // PANEL_HZ)) == 0:

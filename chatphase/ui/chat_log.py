@@ -104,16 +104,18 @@ class ReplyView(Vertical):
     def compose(self):
         self._segments = [MarkdownSegment(self.text, classes="reply-md")]
         self._tail = Static("", markup=False, classes="reply-tail")
-        self._tail.display = False
+        self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
         self._meta = Static("prefill…" if not self.finished else "", classes="reply-meta")
         yield self._segments[0]
         yield self._tail
         yield self._meta
 
     def on_mount(self) -> None:
-        if self._on_shown is not None:  # its parts are mounted: call back once they are painted
-            self.app.call_after_refresh(self._on_shown)
-            self._on_shown = None
+        if self._on_shown is not None:
+            # Call back once the view is laid out and painted. That takes two screen refreshes: the first
+            # places the view; its new parts, sized by it, ask for a second layout pass.
+            callback, self._on_shown = self._on_shown, None
+            self.app.call_after_refresh(self.app.call_after_refresh, callback)
 
     def feed(self, text: str) -> None:
         """Buffer decoded text (drawn at the next :meth:`flush`)."""
@@ -174,9 +176,9 @@ class ReplyView(Vertical):
         if not tail.display:
             tail.display = True
 
-    def set_meta(self, text: str) -> None:
-        """Set the footer line under the reply."""
-        self._meta.update(text)
+    def set_meta(self, text: str, layout: bool = True) -> None:
+        """Set the footer line under the reply; ``layout=False`` when ``text`` surely fits one line."""
+        self._meta.update(text, layout=layout)
 
     async def finish(self, reply: str, metrics: TurnMetrics | None) -> None:
         """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""

@@ -52,12 +52,14 @@ class PhaseIndicator(Horizontal):
         yield self._stats
 
     def _set(self, badge: str, kind: str, stats: str, bar: bool = False) -> None:
-        """Switch phase (a layout: the badge and the bar change size)."""
-        self._badge.update(f" {badge} ")
+        """Switch phase. The badge and the stats have fixed sizes (``app.tcss``), so only showing or hiding
+        the prefill bar is a layout; everything else is a repaint."""
+        self._badge.update(f" {badge} ", layout=False)
         self._badge.remove_class(*_BADGE_CLASSES)
         self._badge.add_class(f"-{kind}")
-        self._bar.display = bar
-        self._stats.update(stats)
+        if self._bar.display != bar:
+            self._bar.display = bar
+        self._stats.update(stats, layout=False)
 
     def _set_stats(self, stats: str) -> None:
         """Live figures within a phase: the line's size is fixed, so no layout."""
@@ -99,10 +101,11 @@ class PhaseIndicator(Horizontal):
         self._set_stats(stats)
 
     def first_token(self, event: FirstToken) -> None:
-        """Decode begins: TTFT is known."""
+        """Decode begins: TTFT is known. The prefill bar stays, full (no layout while the engine decodes)."""
         self._decode_tokens, self._t_first_ns, self._t_last_ns = 1, event.t_ns, event.t_ns
         self._ttft_ms = event.ttft_ms
-        self._set("DECODE", "decode", "")
+        self._bar.update(progress=self._bar.total)
+        self._set("DECODE", "decode", "", bar=True)
         self._dirty = True
         self.render_live()
 
