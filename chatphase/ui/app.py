@@ -42,7 +42,7 @@ from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
 
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 5
-#: with no core to spare for the UI, live redraws (reply tail, figures) run every this many ticks.
+#: with no core to spare for the UI, the redraw tick (reply tail, live figures) runs at FLUSH_HZ / this.
 NO_SPARE_CORE_STRIDE = 2
 #: Markdown commits of a streaming reply happen at least this often (seconds), whatever the CPU budget;
 #: between commits the reply's tail streams as plain text at ``FLUSH_HZ``.
@@ -135,7 +135,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self.panel = self.query_one(PhasePanel)
         self.prompt = self.query_one(PromptInput)
         self._dashboard = self.query_one(Dashboard)
-        self.set_interval(1 / FLUSH_HZ, self._tick)
+        self._tick_timer = self.set_interval(1 / FLUSH_HZ, self._tick)
         self.start_engine()
         self.prompt.focus()
 
@@ -258,7 +258,11 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self.loaded = message.event.model
         threads = self.loaded.settings.get("n_threads")
         self._flush_budget = RedrawBudget(ui_cpu_share(threads), COMMIT_MAX_INTERVAL_S)
-        self._tick_stride = 1 if spare_core(threads) else NO_SPARE_CORE_STRIDE
+        stride = 1 if spare_core(threads) else NO_SPARE_CORE_STRIDE
+        if stride != self._tick_stride:  # a timer wake-up takes a core from the engine too: no idle ticks
+            self._tick_stride = stride
+            self._tick_timer.stop()
+            self._tick_timer = self.set_interval(stride / FLUSH_HZ, self._tick)
         self.panel.set_model(self.loaded)
         self.indicator.show_ready(self.loaded)
         self.dashboard.set_model(self.loaded)
@@ -340,14 +344,12 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         if not self._alive():
             return
         self._ticks += 1
-        if self._ticks % self._tick_stride:
-            return  # no spare core: draw at FLUSH_HZ / stride
         if await self.chat_log.flush(commit=self._flush_budget.due()):
             self._flush_budget.mark()
         self._draw_prefill(time.monotonic())
         indicator = self.indicator
         indicator.render_live()
-        if self.decoding and self._ticks % (self._tick_stride * max(1, FLUSH_HZ // PANEL_HZ)) == 0:
+        if self.decoding and self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
             rate = indicator.live_decode_rate()
             self.panel.decode_live(indicator._decode_tokens, rate)
             if rate is not None:
