@@ -6,14 +6,14 @@ import os
 
 import pytest
 from rich.console import Console
-from textual.widgets import Label, Sparkline, Static
+from textual.widgets import Label, Sparkline, Static, TabbedContent
 
 from chatphase.ui.dashboard import Dashboard
 from chatphase.ui.history_table import COLUMNS, TurnHistoryTable, format_row
 from chatphase.ui.kv_forecast import KvGauge
 from chatphase.ui.live_rate import LiveRate
 from chatphase.ui.phase_plots import DecodeDepthPlot, TtftPlot
-from chatphase.ui.system_figures import SystemFigures
+from chatphase.ui.system_figures import REFRESH_S, SystemFigures
 from chatphase.ui.timeline import TurnTimeline, scale_cells, time_segments
 from chatphase.ui.turn_detail import TurnDetail
 from dashboard_support import TURNS, DashboardApp, loaded_model, scripted_turn
@@ -177,6 +177,34 @@ async def test_system_figures_for_a_live_process(app):
         assert "memory available " in text
         assert "model load 412 ms · threads 2 decode / 2 batch" in text
         assert "GPU offload: CPU only — this build has no GPU support" in text
+
+
+async def test_system_figures_sample_only_while_on_screen(app):
+    """The System tab's figures are sampled by their timer only while shown; showing them samples at once."""
+    async with app.run_test(size=(120, 50)) as pilot:
+        await feed(app, pid=os.getpid())
+        await pilot.pause()
+        figures = app.query_one(SystemFigures)
+        assert app.query_one("#dash-tabs", TabbedContent).active == "tab-turns"
+        sampler = figures.sampler
+        calls = []
+        sample = sampler.sample
+
+        def counted():
+            calls.append(1)
+            return sample()
+
+        sampler.sample = counted
+        await pilot.pause(REFRESH_S + 0.5)  # longer than the sampling timer's period
+        assert calls == [] and not figures.is_on_screen
+
+        app.query_one("#dash-tabs", TabbedContent).active = "tab-system"
+        waited = 0.0
+        while not calls and waited < 1.5:
+            await pilot.pause(0.05)
+            waited += 0.05
+        assert calls and figures.is_on_screen
+        assert f"engine pid {os.getpid()} · RSS " in text_of(figures)
 
 
 async def test_system_figures_gpu_offload(app):
