@@ -99,6 +99,7 @@ class ReplyView(Vertical):
         self._committed = len(text)  # characters of ``text`` handed to the Markdown
         self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
         self._segment_chars = len(text)  # characters in the last Markdown segment
+        self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
         self.finished = bool(text)
 
     def compose(self):
@@ -140,20 +141,23 @@ class ReplyView(Vertical):
         self._shown = len(self.text)
         wrote = False
         if commit:
-            rest = self.text[self._committed:]
-            end = len(rest) if stalled else complete_blocks_end(rest)
-            if end:
-                await self._write(rest[:end])
+            # Blocks are found from the last known block boundary, not from what was committed: after a
+            # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
+            end = len(self.text) if stalled else self._boundary + complete_blocks_end(self.text[self._boundary:])
+            if end > self._committed:
+                await self._write(self.text[self._committed:end])
                 wrote = True
         self._draw_tail(hide_when_empty=stalled)
         return wrote
 
     async def _write(self, chunk: str) -> None:
-        """Append whole blocks to the last segment, or start a new segment with them once the last is
-        ``SEGMENT_CHARS`` long — unless ``chunk`` starts indented (it may continue a list item above,
-        which a new segment would show as code)."""
+        """Append ``chunk`` to the last segment, or start a new segment with it once the last is
+        ``SEGMENT_CHARS`` long and ends at a block boundary — unless ``chunk`` starts indented (it may
+        continue a list item above, which a new segment would show as code)."""
+        at_boundary = self._committed == self._boundary
         self._committed += len(chunk)
-        if self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
+        self._boundary += complete_blocks_end(self.text[self._boundary:self._committed])
+        if at_boundary and self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
             segment = MarkdownSegment(chunk, classes="reply-md")
             self._segments.append(segment)
             self._segment_chars = len(chunk)
