@@ -111,6 +111,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self._flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
         self._tick_stride = 1
         self._prefill: _Prefill | None = None
+        self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -218,7 +219,8 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         assert self.engine is not None
         self.turn_id += 1
         self.active_turn, self.busy, self.decoding = self.turn_id, True, False
-        self.prompt.cursor_blink = False  # a blink is a frame: none while the engine runs (see on_worker_ended)
+        if self._blink is None:  # a blink is a frame: none while the engine runs (restored in on_worker_ended)
+            self._blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
         self.indicator.submitted()
         system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
         request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
@@ -268,8 +270,8 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self.dashboard.set_model(self.loaded)
 
     def on_worker_ended(self, message: msg.WorkerEnded) -> None:
-        if message.kind == "turn":
-            self.prompt.cursor_blink = True
+        if message.kind == "turn" and self._blink is not None:
+            self.prompt.cursor_blink, self._blink = self._blink, None
         if message.engine_id == self.engine_id:
             self.busy = False
             if message.kind == "turn" and self.active_turn is not None:  # ended without TurnFinished
