@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chatphase.bench.prompts import (
@@ -73,8 +73,14 @@ def test_extend_keeps_the_prefix(vocab):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(min_size=1, max_size=60).filter(lambda s: s.strip() != ""), n=st.integers(1, 700))
+@example(text="\x16", n=1)  # a control character the tokenizer drops: no tokens at all
 def test_property_exact_length_and_valid_utf8_for_any_text(vocab, text, n):
-    """Any Unicode source (non-ASCII, emoji, combining marks) gives exactly n tokens that decode as UTF-8."""
+    """Any Unicode source (non-ASCII, emoji, combining marks) gives exactly n tokens that decode as UTF-8;
+    a source the tokenizer turns into nothing is refused with ValueError."""
+    if not vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False):
+        with pytest.raises(ValueError, match="no tokens"):
+            PromptBuilder(vocab, source_text=text)
+        return
     b = PromptBuilder(vocab, source_text=text)
     toks = b.tokens(n)
     assert len(toks) == n
