@@ -10,7 +10,7 @@ from ui_support import make_app, send, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
-from chatphase.ui import app as app_module
+from chatphase.ui import prefill_drawing
 from chatphase.ui.chat_log import SEGMENT_CHARS, ChatLog, ReplyView, complete_blocks_end
 from chatphase.ui.redraw_budget import RedrawBudget
 from chatphase.ui.reply_markdown import MarkdownSegment
@@ -187,7 +187,7 @@ async def test_streamed_reply_in_the_app_is_segmented():
 
 # -- the prefill drawn from the tick -----------------------------------------------------------------
 async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch):
-    monkeypatch.setattr(app_module, "PREFILL_QUIET_S", 60.0)
+    monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
     app, engines = make_app(Settings(n_batch=16), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
@@ -200,7 +200,7 @@ async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch
         assert "0/65" not in stats(app)  # nor the prefill's start
         assert "templating" in stats(app)
 
-        monkeypatch.setattr(app_module, "PREFILL_QUIET_S", 0.0)
+        monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 0.0)
         await wait_for(pilot, lambda: "16/65" in stats(app), timeout_s=1.0)
 
         engines[0].release()
@@ -212,7 +212,7 @@ async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch
 
 async def test_quiet_prefill_is_drawn_at_the_first_token(monkeypatch):
     """Without a spare core and a prefill shorter than PREFILL_QUIET_S, the first token draws it."""
-    monkeypatch.setattr(app_module, "PREFILL_QUIET_S", 60.0)
+    monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
     app, engines = make_app(Settings(n_batch=16), hold="decode", hold_after_tokens=2)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
@@ -233,7 +233,7 @@ async def test_prefill_progress_is_drawn_at_once_with_a_spare_core():
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         app._tick_stride = 1  # a core to spare (FakeEngine reports 2 threads; this machine may have 2 CPUs)
-        assert app_module.PREFILL_QUIET_S > 0.1
+        assert prefill_drawing.PREFILL_QUIET_S > 0.1
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
         await wait_for(pilot, lambda: "16/65" in stats(app), timeout_s=1.0)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from textual.app import App, ComposeResult
@@ -25,7 +24,7 @@ from textual.widgets import Footer
 
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
-from chatphase.engine.events import LoadedModel, Message, PrefillProgress, PrefillStarted, TurnRequest
+from chatphase.engine.events import LoadedModel, Message, TurnRequest
 from chatphase.gguf_meta import ModelInfo
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import action_bindings
@@ -34,11 +33,12 @@ from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import EngineWorkers
 from chatphase.ui.model_picker import ModelActions
-from chatphase.ui.session_actions import SessionActions
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.prefill_drawing import PrefillDrawing
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
+from chatphase.ui.session_actions import SessionActions
 
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 5
@@ -49,21 +49,6 @@ NO_SPARE_CORE_STRIDE = 2
 COMMIT_MAX_INTERVAL_S = 2.0
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
-#: with no core to spare, a prefill shows its progress once it has run this long (seconds).
-PREFILL_QUIET_S = 0.25
-
-
-@dataclass
-class _Prefill:
-    """The running turn's prefill: its start event, latest progress, and what of it is drawn."""
-
-    began: PrefillStarted
-    t_began: float
-    progress: PrefillProgress | None = None
-    dirty: bool = True
-    began_drawn: bool = False
-
-
 def _start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker while ``sys.stderr`` is still the real one.
 
@@ -78,7 +63,7 @@ def _start_resource_tracker() -> None:
         resource_tracker.ensure_running()
 
 
-class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App[None]):
+class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, PrefillDrawing, App[None]):
     """The chat TUI.
 
     Args:
@@ -110,7 +95,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
         self._ticks = 0
         self._flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
         self._tick_stride = 1
-        self._prefill: _Prefill | None = None
+        self._prefill = None  # the running turn's prefill (PrefillDrawing)
         self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
 
     # -- layout --------------------------------------------------------------------------------
@@ -276,48 +261,6 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, App
             self.busy = False
             if message.kind == "turn" and self.active_turn is not None:  # ended without TurnFinished
                 self._abandon_turn()
-
-    def on_prefill_began(self, message: msg.PrefillBegan) -> None:
-        ev = message.event
-        if self._current(ev.turn_id):
-            self._prefill = _Prefill(ev, time.monotonic())  # drawn by _draw_prefill
-
-    def on_prefill_advanced(self, message: msg.PrefillAdvanced) -> None:
-        ev = message.event
-        if self._current(ev.turn_id) and self._prefill is not None:
-            self._prefill.progress, self._prefill.dirty = ev, True
-
-    def _draw_prefill(self, now: float | None = None) -> None:
-        """Draw the prefill's start and latest progress, if not drawn yet.
-
-        Called from the redraw tick (``now``: the tick's clock) and, with ``now=None``, at the first
-        token. With no core to spare, a prefill younger than ``PREFILL_QUIET_S`` is not drawn by the tick:
-        the paint would run on a core the engine is evaluating the prompt on, and lengthen the pause.
-        """
-        p = self._prefill
-        if p is None or not p.dirty:
-            return
-        if not self._current(p.began.turn_id):  # the turn ended or was abandoned during its prefill
-            self._prefill = None
-            return
-        if now is not None and self._tick_stride > 1 and now - p.t_began < PREFILL_QUIET_S:
-            return
-        p.dirty = False
-        ev = p.began
-        if not p.began_drawn:
-            p.began_drawn = True
-            self.indicator.prefill_started(ev)
-            self.panel.turn_started(ev.turn_id, ev)
-            if ev.dropped_messages:
-                self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
-                            "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
-            if self._reuse_note and ev.prompt_tokens is not None:
-                self.notify(f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
-                            f"{ev.prefill_tokens:,} to evaluate.", title=self._reuse_note)
-                self._reuse_note = None
-        if p.progress is not None:
-            self.indicator.prefill_progress(p.progress)
-            self.panel.prefill_progress(p.progress.done_tokens, p.progress.total_tokens, p.progress.elapsed_ms)
 
     def on_first_token_arrived(self, message: msg.FirstTokenArrived) -> None:
         ev = message.event

@@ -17,6 +17,7 @@ language is shown as plain text.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import ClassVar
 
 from pygments.lexers import get_all_lexers
 from rich.markdown import CodeBlock, Markdown
@@ -51,7 +52,7 @@ class _CodeBlock(CodeBlock):
 
 
 class _Markdown(Markdown):
-    elements = {**Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock}
+    elements: ClassVar[dict] = {**Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock}
 
 
 class MarkdownSegment(Widget):
