@@ -8,8 +8,8 @@ visibly at ``FLUSH_HZ``:
 - :meth:`ReplyView.feed` only appends to the reply's text (never draws per token);
 - :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
   in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
-  budget allows (``commit``), appends the whole blocks written so far to the Markdown. When no text arrived since the previous flush (the stream paused), the partial
-  block is committed too.
+  budget allows (``commit``), appends the whole blocks written so far to the Markdown. When no text
+  arrived since the previous flush (the stream paused), the partial block is committed too.
 - A reply's Markdown is a column of :class:`~chatphase.ui.reply_markdown.MarkdownSegment` widgets of
   about ``SEGMENT_CHARS`` characters each, split at block boundaries, each one widget drawn by Rich: a
   commit re-renders only the last segment, and the screen's widget count (which every Textual layout
