@@ -255,3 +255,20 @@ async def test_prompt_cursor_does_not_blink_while_a_turn_runs():
         engines[0].release()
         await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
         await wait_for(pilot, lambda: app.prompt.cursor_blink is True, timeout_s=1.0)
+
+
+async def test_a_block_longer_than_the_tail_is_committed_in_whole_lines():
+    """A list with no blank line is one block: its whole lines go to the Markdown, the tail keeps the rest."""
+    app = LogApp()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatLog).start_reply(1)
+        await pilot.pause()
+        items = "".join(f"- item {i}\n" for i in range(10))
+        view.feed(items + "- item 1")
+        assert await view.flush(commit=True)
+        assert "".join(s.source for s in segments(view)) == items
+        view.feed("0 is last\n\nAfter.\n\n")
+        await view.flush(commit=True)
+        await view.finish(view.text, None)
+        assert "".join(s.source for s in segments(view)) == view.text
+        assert_split_at_block_boundaries(view)

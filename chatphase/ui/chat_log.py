@@ -8,8 +8,9 @@ visibly at ``FLUSH_HZ``:
 - :meth:`ReplyView.feed` only appends to the reply's text (never draws per token);
 - :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
   in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
-  budget allows (``commit``), appends the whole blocks written so far to the Markdown. When no text
-  arrived since the previous flush (the stream paused), the partial block is committed too.
+  budget allows (``commit``), appends the whole blocks written so far to the Markdown — and the whole
+  lines of a block longer than the tail, which would otherwise stay out of sight until it ends. When no
+  text arrived since the previous flush (the stream paused), the partial block is committed too.
 - A reply's Markdown is a column of :class:`~chatphase.ui.reply_markdown.MarkdownSegment` widgets of
   about ``SEGMENT_CHARS`` characters each, split at block boundaries, each one widget drawn by Rich: a
   commit re-renders only the last segment, and the screen's widget count (which every Textual layout
@@ -144,6 +145,9 @@ class ReplyView(Vertical):
             # Blocks are found from the last known block boundary, not from what was committed: after a
             # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
             end = len(self.text) if stalled else self._boundary + complete_blocks_end(self.text[self._boundary:])
+            lines_end = self.text.rfind("\n") + 1
+            if self.text.count("\n", end, lines_end) >= TAIL_LINES:
+                end = lines_end  # a long block (a list, a code fence) goes in whole lines: the tail shows only its end
             if end > self._committed:
                 await self._write(self.text[self._committed:end])
                 wrote = True
