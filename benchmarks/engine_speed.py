@@ -20,7 +20,7 @@ around the stream (what a caller sees); for (c) they are the engine's own TTFT a
 (``TurnMetrics.ttft_ms`` / ``decode_ms``, taken inside the child, before the process hop); (d) reports
 its own. Prints mean ± sample sd and the median per variant, and the ratios of medians to (d), or to
 (b) without it (medians, because on a shared machine other processes' bursts hit single reps).
-Timing numbers belong here, never in unit tests (DESIGN.md §5).
+Timing numbers belong here, never in unit tests (README, Development).
 """
 
 from __future__ import annotations
@@ -39,15 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from chatphase.bench.prompts import PromptBuilder
-from chatphase.config import Settings, physical_cores
+from chatphase.engine.config import EngineConfig
+from chatphase.system.cpu_features import physical_cores
 from chatphase.engine.events import (
     EngineFailed,
     SamplingParams,
     TurnFinished,
     TurnRequest,
 )
-from chatphase.gguf_meta import read_model_info
-from chatphase.models import resolve_model
+from chatphase.models.gguf_meta import read_model_info
+from chatphase.models.resolve import resolve_model
 
 
 @dataclass
@@ -98,7 +99,7 @@ class ChatphaseHost:
     def __init__(self, info, n_ctx: int, threads: int) -> None:
         from chatphase.engine.host import EngineHost
 
-        self.host = EngineHost(info, Settings(n_ctx=n_ctx, n_threads=threads))
+        self.host = EngineHost(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
         for ev in self.host.load():
             if isinstance(ev, EngineFailed):
                 raise SystemExit(f"chatphase engine failed to load: {ev.message}")

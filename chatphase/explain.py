@@ -1,6 +1,6 @@
 """One plain-language line per phase saying what bounds it, with this model's and this turn's numbers.
 
-The reasoning is the roofline of DESIGN.md §2:
+The reasoning is the roofline of ``docs/metrics.md``:
 
 - decode: every new token re-reads all weights plus the KV cache written so far, so
   ``decode tokens/s <= memory bandwidth / (weight bytes + KV bytes)``. We report the effective bandwidth

@@ -1,12 +1,16 @@
-"""Human-readable figures, shared by the CLI and the TUI (binary units for bytes, as llama.cpp prints)."""
+"""Human-readable figures, shared by the CLI and the TUI: one formatter per kind of figure (binary units
+for bytes, as llama.cpp prints them; an undefined figure, ``None``, is :data:`DASH`)."""
 
 from __future__ import annotations
+
+#: what an undefined figure shows.
+DASH = "–"
 
 
 def fmt_bytes(n: float | None) -> str:
     """``1536`` -> ``"1.5 KiB"``; ``None`` -> ``"–"``."""
     if n is None:
-        return "–"
+        return DASH
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024 or unit == "GiB":
@@ -18,10 +22,25 @@ def fmt_bytes(n: float | None) -> str:
 def fmt_ms(ms: float | None) -> str:
     """Milliseconds with sensible precision; ``None`` -> ``"–"``."""
     if ms is None:
-        return "–"
+        return DASH
     return f"{ms:.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
 def fmt_rate(tokens_per_s: float | None) -> str:
     """Tokens per second; ``None`` (undefined) -> ``"–"``."""
-    return "–" if tokens_per_s is None else f"{tokens_per_s:,.1f} tok/s"
+    return DASH if tokens_per_s is None else f"{tokens_per_s:,.1f} tok/s"
+
+
+def fmt_int(n: int | None) -> str:
+    """Thousands-separated integer."""
+    return DASH if n is None else f"{n:,}"
+
+
+def fmt_params(n: int | None) -> str:
+    """Parameter count: ``134515008`` -> ``135M``, ``1_235_814_400`` -> ``1.2B``, ``12e9`` -> ``12B``."""
+    if n is None:
+        return DASH
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
+    return str(n)

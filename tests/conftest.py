@@ -20,8 +20,8 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def default_model_info():
     """``ModelInfo`` of the bundled default model (read once per session)."""
-    from chatphase.gguf_meta import read_model_info
-    from chatphase.models import default_model_path
+    from chatphase.models.gguf_meta import read_model_info
+    from chatphase.models.resolve import default_model_path
 
     return read_model_info(default_model_path())
 

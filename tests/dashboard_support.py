@@ -10,7 +10,7 @@ from chatphase.engine.fake import fake_model_info
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 
 MS = 1_000_000
-KV_PER_TOKEN = 23_040  # SmolLM2-135M, f16 (DESIGN.md §2)
+KV_PER_TOKEN = 23_040  # SmolLM2-135M, f16 (docs/metrics.md)
 N_CTX = 2048
 
 INFO = fake_model_info(kv_bytes_per_token=KV_PER_TOKEN)

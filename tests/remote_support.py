@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 
 #: the llama-cpp-python server's entry point with llama.cpp's extra buffer types off: on CPUs with
-#: Intel AMX its batched prompt evaluation segfaults with them on (DESIGN.md §3); the server has no flag.
+#: Intel AMX its batched prompt evaluation segfaults with them on (docs/architecture.md); the server has no flag.
 _SERVER_MAIN = """
 import llama_cpp
 _default = llama_cpp.llama_model_default_params

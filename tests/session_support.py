@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chatphase.engine.events import FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.session_recorder import SessionRecorder
+from chatphase.sessions.recorder import SessionRecorder
 
 MODEL = {"name": "TestModel-1M", "architecture": "llama", "quantization": "Q4_1", "path": "/models/test.gguf"}
 SETTINGS = {"n_ctx": 512, "n_batch": 64, "system_prompt": "Be brief.", "sampling": {"temperature": 0.0, "max_tokens": 16}}

@@ -11,7 +11,7 @@ from chatphase.bench.prompts import (
     PromptBuilder,
     _last_complete_utf8_boundary,
 )
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from tests.bench_support import CharTokenizer
 
 
@@ -20,7 +20,7 @@ def vocab(default_model_info):
     """The bundled model's vocabulary, through the engine that bench uses."""
     from chatphase.engine.llama import LlamaEngine
 
-    engine = LlamaEngine(default_model_info, Settings(n_ctx=64))
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=64))
     list(engine.load())
     yield EngineTokenizer(engine)
     engine.close()

@@ -10,7 +10,7 @@ from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.results import BenchResult
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info
 from chatphase.errors import EngineError, UsageError
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
@@ -111,7 +111,7 @@ def test_plan_validation(plan, match):
 def test_bench_run_with_a_fake_engine_builds_the_result():
     plan = SweepPlan(prompt_lengths=(10, 20, 40), depths=(0, 50), gen_tokens=3, reps=2, warmup=0)
     engine = ScriptedTokenEngine()
-    run_ = BenchRun(fake_model_info(), Settings(n_ctx=256), plan, engine_factory=lambda i, s: engine,
+    run_ = BenchRun(fake_model_info(), EngineConfig(n_ctx=256), plan, engine_factory=lambda i, s: engine,
                     roofline=False, builder=PromptBuilder(CharTokenizer()))
     events = list(run_)
     assert isinstance(events[0], BenchStatus) and isinstance(events[-1], BenchDone)
@@ -130,7 +130,7 @@ def test_bench_run_roofline_verdicts(offloaded, expect):
 
     plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
     engine = ScriptedTokenEngine(layers_offloaded=offloaded)
-    res = list(BenchRun(fake_model_info(), Settings(n_ctx=256), plan, engine_factory=lambda i, s: engine,
+    res = list(BenchRun(fake_model_info(), EngineConfig(n_ctx=256), plan, engine_factory=lambda i, s: engine,
                         builder=PromptBuilder(CharTokenizer()), peaks=MachinePeaks(1e12, "bw", 1e15, "mm")))[-1].result
     assert expect in res.roofline["decode_verdict"] and expect in res.roofline["prefill_verdict"]
     assert res.roofline["bandwidth_method"] == "bw" and len(res.roofline["cells"]) == 3
@@ -138,7 +138,7 @@ def test_bench_run_roofline_verdicts(offloaded, expect):
 
 def test_bench_run_validates_before_any_work():
     engine = ScriptedTokenEngine()
-    run_ = BenchRun(fake_model_info(), Settings(n_ctx=64), SweepPlan(prompt_lengths=(64,)),
+    run_ = BenchRun(fake_model_info(), EngineConfig(n_ctx=64), SweepPlan(prompt_lengths=(64,)),
                     engine_factory=lambda i, s: engine, builder=PromptBuilder(CharTokenizer()))
     with pytest.raises(UsageError):
         next(iter(run_))
@@ -148,7 +148,7 @@ def test_bench_run_validates_before_any_work():
 def test_real_sweep_ttft_grows_with_the_prompt(default_model_info):
     """A small real sweep on the bundled model: 32 and 256 tokens, 2 reps, and a depth run reusing the cache."""
     plan = SweepPlan(prompt_lengths=(32, 256), depths=(128,), gen_tokens=4, reps=2, warmup=0)
-    events = list(BenchRun(default_model_info, Settings(n_ctx=512, n_threads=1), plan, roofline=False))
+    events = list(BenchRun(default_model_info, EngineConfig(n_ctx=512, n_threads=1), plan, roofline=False))
     res = events[-1].result
     cells = {(c.kind, c.prompt_tokens): c for c in res.results}
     short, long_ = cells[("prompt", 32)], cells[("prompt", 256)]

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Input, ProgressBar, Static
 from chatphase.bench.api import BenchRun
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info
 from chatphase.ui.experiments import ExperimentsScreen
 from chatphase.ui.experiments_plot import BenchPlot
@@ -136,7 +137,7 @@ def _other_result(path):
 
     plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
     engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)
-    res = list(BenchRun(fake_model_info(), Settings(n_ctx=2048), plan, engine_factory=lambda i, s: engine,
+    res = list(BenchRun(fake_model_info(), EngineConfig(n_ctx=2048), plan, engine_factory=lambda i, s: engine,
                         roofline=False, builder=PromptBuilder(CharTokenizer())))[-1].result
     res.label = "other settings"
     save_result(res, path)

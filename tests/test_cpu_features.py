@@ -1,6 +1,6 @@
-"""AMX detection picks the settings that avoid llama.cpp's AMX batched-prefill crash (DESIGN.md §3)."""
+"""AMX detection picks the settings that avoid llama.cpp's AMX batched-prefill crash (docs/architecture.md)."""
 
-from chatphase.cpu_features import detect_amx, read_cpu_flags
+from chatphase.system.cpu_features import detect_amx, read_cpu_flags
 
 
 def test_detects_amx_from_llama_system_info():

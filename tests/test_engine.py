@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
     EngineFailed, FirstToken, Message, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams, TokensDecoded,
@@ -19,7 +19,7 @@ GREEDY = SamplingParams(max_tokens=24, temperature=0)
 
 
 def make_engine(info, tmp_path, **settings):
-    engine = LlamaEngine(info, Settings(**{"n_ctx": 1024, **settings}), log_path=tmp_path / "engine.log")
+    engine = LlamaEngine(info, EngineConfig(**{"n_ctx": 1024, **settings}), log_path=tmp_path / "engine.log")
     events = list(engine.load())
     assert isinstance(events[-1], ModelLoaded), events
     return engine, events[-1].model
@@ -226,11 +226,11 @@ def test_llama_cpp_may_log_after_an_engine_is_closed_and_collected(default_model
 
     script = textwrap.dedent(f"""
         import gc, llama_cpp
-        from chatphase.config import Settings
+        from chatphase.engine.config import EngineConfig
         from chatphase.engine.llama import LlamaEngine
-        from chatphase.gguf_meta import read_model_info
+        from chatphase.models.gguf_meta import read_model_info
         info = read_model_info({default_model_info.path!r})
-        engine = LlamaEngine(info, Settings(n_ctx=256), log_path={str(tmp_path / "e.log")!r})
+        engine = LlamaEngine(info, EngineConfig(n_ctx=256), log_path={str(tmp_path / "e.log")!r})
         list(engine.load()); engine.close(); del engine; gc.collect()
         llama_cpp.Llama({default_model_info.path!r}, vocab_only=True, verbose=False)
         print("alive")

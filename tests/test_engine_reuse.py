@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
 from chatphase.engine.llama import LlamaEngine
 
@@ -19,7 +19,7 @@ STORY = (Message("user", "Write a long story about a lighthouse keeper and a sto
 
 @pytest.fixture
 def llama_engine(default_model_info, tmp_path):
-    engine = LlamaEngine(default_model_info, Settings(n_ctx=1024), log_path=tmp_path / "engine.log")
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=1024), log_path=tmp_path / "engine.log")
     assert isinstance(list(engine.load())[-1], ModelLoaded)
     yield engine
     engine.close()

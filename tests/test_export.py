@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 from markdown_it import MarkdownIt
 
-from chatphase import session_recorder
+from chatphase.sessions import recorder as session_recorder
 from chatphase.engine.events import FirstToken
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
-from chatphase.export import (
+from chatphase.sessions.export import (
     CSV_COLUMNS, MD_METRICS, export_session, format_from_path, rows_from_csv, session_from_json, write_export,
 )
-from chatphase.session import Session, Turn, load_session
-from chatphase.session_recorder import SessionRecorder
+from chatphase.sessions.store import Session, Turn, load_session
+from chatphase.sessions.recorder import SessionRecorder
 from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 
 

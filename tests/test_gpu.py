@@ -3,7 +3,7 @@
 import os
 import sys
 
-from chatphase.gpu import gpu_memory_used_bytes, gpu_names
+from chatphase.system.gpu import gpu_memory_used_bytes, gpu_names
 
 
 def test_without_nvml_everything_is_unknown(monkeypatch):

@@ -120,7 +120,7 @@ def test_incomplete_model_parts_are_caught(tmp_path):
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, request):
     """The run stage on this CPU-only build with the bundled model and tiny settings: (result, out dir)."""
-    from chatphase.models import default_model_path
+    from chatphase.models.resolve import default_model_path
 
     tmp = tmp_path_factory.mktemp("gpucheck")
     env = fake_gpu_env(tmp, cap="9.0")

@@ -10,8 +10,8 @@ import pytest
 from dashboard_support import DashboardApp, loaded_model
 from test_dashboard import text_of
 
-from chatphase.gpu import gpu_memory_used_bytes
-from chatphase.sysinfo import ProcessSampler
+from chatphase.system.gpu import gpu_memory_used_bytes
+from chatphase.system.process import ProcessSampler
 from chatphase.ui.dashboard import Dashboard
 from chatphase.ui.system_figures import SystemFigures, system_lines
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed, FirstToken, Message, ModelLoaded, SamplingParams, TokensDecoded, TurnFinished, TurnRequest,
 )
@@ -15,7 +15,7 @@ LONG = TurnRequest(1, (Message("user", "Write a long story about a dragon."),), 
 
 
 def start(info, tmp_path):
-    host = EngineHost(info, Settings(n_ctx=512), log_path=str(tmp_path / "engine.log"))
+    host = EngineHost(info, EngineConfig(n_ctx=512), log_path=str(tmp_path / "engine.log"))
     events = list(host.load())
     assert isinstance(events[-1], ModelLoaded), events
     assert events[-1].model.pid == host.pid != os.getpid()

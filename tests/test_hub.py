@@ -18,9 +18,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from chatphase import cli, hub
+from chatphase import cli
+from chatphase.models import hub
 from chatphase.errors import ChatPhaseError, ModelError
-from chatphase.models import list_models, resolve_model
+from chatphase.models.resolve import list_models, resolve_model
 from test_models_validation import write_tiny_gguf
 
 REPO = "test-org/tiny-GGUF"
@@ -213,7 +214,7 @@ def test_failed_download_leaves_nothing_that_looks_like_a_model(online, tmp_path
 def test_killed_download_leaves_only_a_hidden_partial_that_is_cleaned(online, tmp_path, repo_files):
     online.mode = "stall"
     models = tmp_path / "models"
-    code = f"from chatphase import hub; hub.pull(hub.RepoSpec({REPO!r}, quant='Q8_0'), {str(models)!r})"
+    code = f"from chatphase.models import hub; hub.pull(hub.RepoSpec({REPO!r}, quant='Q8_0'), {str(models)!r})"
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ})
     deadline = time.monotonic() + 20
     while not list(models.rglob("*.incomplete")) and time.monotonic() < deadline:

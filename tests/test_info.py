@@ -10,8 +10,9 @@ import json
 import pytest
 
 from chatphase import cli
-from chatphase.memory_estimate import assess, estimate
-from chatphase.models import fmt_params, list_models
+from chatphase.models.memory import assess, estimate
+from chatphase.models.resolve import list_models
+from chatphase.units import fmt_params
 
 MIB = 1024 * 1024
 
@@ -106,7 +107,7 @@ def test_fmt_params():
 
 def test_preflight_refuses_only_the_impossible(default_model_info):
     from chatphase.errors import ModelError
-    from chatphase.memory_estimate import preflight
+    from chatphase.models.memory import preflight
 
     assert preflight(default_model_info, 512).level in ("ok", "warn")
     with pytest.raises(ModelError, match="model will not fit"):

@@ -1,8 +1,8 @@
-"""KV bytes per token from GGUF metadata (DESIGN.md §2)."""
+"""KV bytes per token from GGUF metadata (docs/metrics.md)."""
 
 import pytest
 
-from chatphase.engine.kv import attention_shape, kv_bytes_per_token, kv_capacity_bytes, kv_cells
+from chatphase.models.kv import attention_shape, kv_bytes_per_token, kv_capacity_bytes, kv_cells
 
 SMOLLM2 = {
     "llama.block_count": 30,

@@ -1,4 +1,4 @@
-"""Exact metric math with scripted timestamps (DESIGN.md §2)."""
+"""Exact metric math with scripted timestamps (docs/metrics.md)."""
 
 import pytest
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Label
 
-from chatphase.models import ModelEntry
+from chatphase.models.resolve import ModelEntry
 from chatphase.ui.model_picker import ModelPickerScreen
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from chatphase import cli
 from chatphase.errors import ModelError
-from chatphase.gguf_meta import architecture_supported, read_metadata, read_model_info
+from chatphase.models.gguf_meta import architecture_supported, read_metadata, read_model_info
 
 
 def write_tiny_gguf(path: Path, arch: str = "llama", file_type: int = int(gguf.LlamaFileType.MOSTLY_Q8_0),

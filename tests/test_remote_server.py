@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from chatphase.config import Settings
 from chatphase.engine.events import (
     EngineFailed, FirstToken, Message, ModelLoaded, PrefillStarted, SamplingParams, TokensDecoded, TurnFinished,
     TurnRequest,
@@ -32,7 +31,7 @@ def server(default_model_path):
 
 @pytest.fixture
 def engine(server):
-    eng = RemoteEngine(server, Settings(), remote_model="smol", read_timeout_s=60)
+    eng = RemoteEngine(server, remote_model="smol", read_timeout_s=60)
     events = list(eng.load())
     assert isinstance(events[-1], ModelLoaded), events
     yield eng
@@ -80,14 +79,14 @@ def test_cancel_mid_stream_then_next_turn_works(engine):
 
 
 def test_wrong_model_name_fails_at_load_naming_what_is_served(server):
-    eng = RemoteEngine(server, Settings(), remote_model="no-such-model")
+    eng = RemoteEngine(server, remote_model="no-such-model")
     events = list(eng.load())
     assert len(events) == 1 and isinstance(events[0], EngineFailed) and events[0].fatal
     assert "'no-such-model'" in events[0].message and "smol" in events[0].message
 
 
 def test_wrong_url_connection_refused_is_one_clear_message():
-    eng = RemoteEngine(f"http://127.0.0.1:{free_port()}", Settings())
+    eng = RemoteEngine(f"http://127.0.0.1:{free_port()}")
     events = list(eng.load())
     assert len(events) == 1 and isinstance(events[0], EngineFailed)
     assert "connection refused" in events[0].message and "Traceback" not in events[0].message
@@ -96,7 +95,7 @@ def test_wrong_url_connection_refused_is_one_clear_message():
 def test_server_killed_mid_stream_keeps_partial_reply(default_model_path):
     proc, url = start_llama_cpp_server(default_model_path)
     try:
-        eng = RemoteEngine(url, Settings(), read_timeout_s=30)
+        eng = RemoteEngine(url, read_timeout_s=30)
         assert isinstance(list(eng.load())[-1], ModelLoaded)
         events = []
         request = TurnRequest(1, (Message("user", "Count from 1 to 100."),), SamplingParams(max_tokens=300, temperature=0.0))

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed, FirstToken, Message, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams, TokensDecoded,
     TurnFinished, TurnRequest,
@@ -36,7 +36,7 @@ def _llama_server_routes(stream: list) -> dict:
 
 
 def _loaded(url, **kw) -> RemoteEngine:
-    engine = RemoteEngine(url, Settings(), **kw)
+    engine = RemoteEngine(url, **kw)
     events = list(engine.load())
     assert isinstance(events[-1], ModelLoaded), events
     return engine
@@ -105,7 +105,7 @@ def test_api_key_sent_as_bearer_and_never_shown(monkeypatch):
     routes = {"GET /v1/models": (200, MODELS),
               "POST /v1/chat/completions": (401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}})}
     with ScriptedServer(routes) as srv:
-        engine = make_engine(None, Settings(), server=srv.url, api_key_env="MY_SERVER_KEY")
+        engine = make_engine(None, EngineConfig(), server=srv.url, api_key_env="MY_SERVER_KEY")
         events = list(engine.load()) + list(engine.run_turn(_request()))
         headers = srv.requests[0][2]
     assert headers["Authorization"] == f"Bearer {secret}"
@@ -136,7 +136,7 @@ def test_stream_ending_without_finish_is_an_error_not_a_stop():
 def test_read_timeout_is_one_clear_failure():
     stream = sse(1.5, content_chunk("late"), "[DONE]")
     with ScriptedServer(_llama_server_routes(stream)) as srv:
-        engine = RemoteEngine(srv.url, Settings(), read_timeout_s=0.3)
+        engine = RemoteEngine(srv.url, read_timeout_s=0.3)
         list(engine.load())
         events = list(engine.run_turn(_request()))
     assert isinstance(events[-1], EngineFailed) and "sent nothing for 0.3 s" in events[-1].message
@@ -147,7 +147,7 @@ def test_http_404_for_unknown_model_at_turn_time():
     routes = {"GET /v1/models": (404, {"detail": "Not Found"}),
               "POST /v1/chat/completions": (404, {"error": {"message": "The model `big` does not exist."}})}
     with ScriptedServer(routes) as srv:
-        engine = RemoteEngine(srv.url, Settings(), remote_model="big")
+        engine = RemoteEngine(srv.url, remote_model="big")
         load = list(engine.load())
         assert isinstance(load[0], EngineFailed) and "HTTP 404" in load[0].message
 
@@ -167,9 +167,9 @@ def test_factory_and_options(monkeypatch):
 
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     with pytest.raises(UsageError, match="NO_SUCH_KEY_VAR"):
-        make_engine(None, Settings(), server="http://127.0.0.1:9", api_key_env="NO_SUCH_KEY_VAR")
+        make_engine(None, EngineConfig(), server="http://127.0.0.1:9", api_key_env="NO_SUCH_KEY_VAR")
     with pytest.raises(UsageError, match="need --server"):
-        make_engine(None, Settings(), remote_model="x")
+        make_engine(None, EngineConfig(), remote_model="x")
     p = argparse.ArgumentParser()
     add_server_options(p)
     args = p.parse_args(["--server", f"127.0.0.1:{free_port()}", "--remote-model", "m"])
@@ -198,7 +198,7 @@ def test_cancel_while_waiting_for_the_first_token_returns_at_once():
     release = threading.Event()  # the server stays silent until the turn has returned
     stream = sse(release, content_chunk("too late"), "[DONE]")
     with ScriptedServer(_llama_server_routes(stream)) as srv:
-        engine = RemoteEngine(srv.url, Settings(), read_timeout_s=20)
+        engine = RemoteEngine(srv.url, read_timeout_s=20)
         list(engine.load())
         timer = threading.Timer(0.3, engine.cancel)
         timer.start()

@@ -8,12 +8,12 @@ import os
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from chatphase import session_recorder
+from chatphase.sessions import recorder as session_recorder
 from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded, TurnFinished
-from chatphase.session import (
+from chatphase.sessions.store import (
     SessionError, delete_session, list_sessions, load_session, rename_session, resolve_session_path, sessions_dir,
 )
-from chatphase.session_recorder import SessionRecorder
+from chatphase.sessions.recorder import SessionRecorder
 from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 
 

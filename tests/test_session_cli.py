@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from chatphase import session_recorder
+from chatphase.sessions import recorder as session_recorder
 from chatphase.cli import main
 from chatphase.commands.options import settings_from_args
 from chatphase.errors import UsageError
-from chatphase.export import rows_from_csv, session_from_json
-from chatphase.session import load_session
-from chatphase.session_recorder import SessionRecorder
+from chatphase.sessions.export import rows_from_csv, session_from_json
+from chatphase.sessions.store import load_session
+from chatphase.sessions.recorder import SessionRecorder
 from session_support import MODEL, SETTINGS, record_turns
 
 

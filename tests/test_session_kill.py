@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from chatphase.export import rows_from_csv
-from chatphase.session import parse_records, sessions_dir
+from chatphase.sessions.export import rows_from_csv
+from chatphase.sessions.store import parse_records, sessions_dir
 
 PROMPTS = ("What is 2+2?", "What is the capital of France?", "Write a very long story about a dragon and a knight.")
 

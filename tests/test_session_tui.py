@@ -11,9 +11,9 @@ from textual.widgets import DataTable, Input, Select
 
 from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
-from chatphase.export import rows_from_csv
-from chatphase.session import list_sessions, load_session
-from chatphase.session_recorder import SessionRecorder
+from chatphase.sessions.export import rows_from_csv
+from chatphase.sessions.store import list_sessions, load_session
+from chatphase.sessions.recorder import SessionRecorder
 from chatphase.settings_file import load_settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView, UserMessage

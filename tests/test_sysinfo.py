@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from chatphase.sysinfo import ProcessSampler
+from chatphase.system.process import ProcessSampler
 
 
 class FakeClock:

@@ -12,7 +12,7 @@ from chatphase.config import Settings
 from chatphase.engine.fake import fake_model_info
 from chatphase.ui.actions import ACTIONS
 from chatphase.ui.chat_log import ReplyView, UserMessage
-from chatphase.ui.format import fmt_ms, fmt_rate
+from chatphase.units import fmt_ms, fmt_rate
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.screens import LogScreen, from_engine_start

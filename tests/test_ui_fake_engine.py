@@ -25,7 +25,7 @@ from chatphase.engine.fake import (
     split_reply,
     template_tokens,
 )
-from chatphase.engine.kv import kv_capacity_bytes
+from chatphase.models.kv import kv_capacity_bytes
 
 
 class Cfg:

@@ -17,7 +17,7 @@ from chatphase.config import Settings
 from chatphase.engine.host import EngineHost
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView
-from chatphase.ui.format import fmt_int
+from chatphase.units import fmt_int
 
 SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon as the turn does
@@ -32,7 +32,7 @@ def shot(app, name: str) -> None:
 
 def real_app(info, **overrides):
     settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, **overrides)
-    return ChatPhaseApp(settings, info, lambda model_info: EngineHost(model_info, settings))
+    return ChatPhaseApp(settings, info, lambda model_info: EngineHost(model_info, settings.engine_config()))
 
 
 def idle(app) -> bool:

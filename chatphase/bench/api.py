@@ -20,11 +20,11 @@ from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
 from chatphase.bench.roofline import MachinePeaks, build_roofline, measure_peaks
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
-from chatphase.config import Settings
 from chatphase.engine.base import Engine
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded
 from chatphase.errors import EngineError
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class BenchRun:
     """A whole benchmark; iterate to run it (blocking), :meth:`cancel` from any thread.
 
     Args:
-        info: the validated model; settings: engine settings; plan: what to measure.
+        info: the validated model; config: the engine settings; plan: what to measure.
         engine_factory: builds the engine (default: in-process ``LlamaEngine``) — tests pass a fake.
         roofline: measure the machine's peaks and add the roofline (about a second).
         builder: the prompt builder (default: one on the loaded engine's own vocabulary).
@@ -88,15 +88,15 @@ class BenchRun:
         peaks: use these machine peaks instead of measuring them (tests; comparing on one reference).
 
     Raises (while iterating):
-        UsageError: the plan does not fit ``settings.n_ctx`` (raised before any work).
+        UsageError: the plan does not fit ``config.n_ctx`` (raised before any work).
         EngineError: the model fails to load or a turn fails.
     """
 
-    def __init__(self, info: ModelInfo, settings: Settings, plan: SweepPlan,
-                 engine_factory: Callable[[ModelInfo, Settings], Engine] | None = None, roofline: bool = True,
+    def __init__(self, info: ModelInfo, config: EngineConfig, plan: SweepPlan,
+                 engine_factory: Callable[[ModelInfo, EngineConfig], Engine] | None = None, roofline: bool = True,
                  builder: PromptBuilder | None = None, log_path: str | None = None,
                  peaks: MachinePeaks | None = None) -> None:
-        self.info, self.settings, self.plan = info, settings, plan
+        self.info, self.config, self.plan = info, config, plan
         self._peaks = peaks
         self._log_path = log_path
         self._builder = builder
@@ -115,8 +115,8 @@ class BenchRun:
             self._engine.cancel()
 
     def __iter__(self) -> Iterator[BenchEvent]:
-        plan = self.plan.validate(self.settings.n_ctx)
-        engine_settings = self.settings.engine_settings()
+        plan = self.plan.validate(self.config.n_ctx)
+        engine_settings = self.config.resolved()
         peaks: MachinePeaks | None = self._peaks if self._roofline else None
         if peaks is None and self._roofline and not self._cancel.is_set():
             yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
@@ -142,10 +142,10 @@ class BenchRun:
 
     def _make_engine(self) -> Engine:
         if self._factory is not None:
-            return self._factory(self.info, self.settings)
+            return self._factory(self.info, self.config)
         from chatphase.engine.llama import LlamaEngine
 
-        return LlamaEngine(self.info, self.settings, log_path=self._log_path)
+        return LlamaEngine(self.info, self.config, log_path=self._log_path)
 
     def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
         counted = [s for s in done.samples if not s.warmup]

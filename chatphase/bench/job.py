@@ -1,6 +1,6 @@
 """A benchmark run in a child process: the non-UI runner API the Experiments screen drives.
 
-Why a child (as for :class:`~chatphase.engine.host.EngineHost`, DESIGN.md §1): llama.cpp writes to
+Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
 with fds 1/2 pointed at the engine log and sends its events (picklable dataclasses) over a pipe;
@@ -9,7 +9,7 @@ The ``spawn`` start method is used (the UI process has threads).
 
 Usage (blocking; call from a worker thread)::
 
-    job = BenchJob(info, settings, plan)      # raises UsageError when the plan does not fit n_ctx
+    job = BenchJob(info, config, plan)        # raises UsageError when the plan does not fit n_ctx
     for event in job.events():                # BenchStatus | SweepProgress | BenchDone | BenchFailed
         ...
     job.cancel()                              # from any thread; the run ends with a partial BenchDone
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 from chatphase.bench.api import BenchDone, BenchStatus
 from chatphase.bench.runner import SweepPlan, SweepProgress
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.host import exit_reason, stop_process
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class BenchFailed:
 JobEvent = BenchStatus | SweepProgress | BenchDone | BenchFailed
 
 
-def _child_main(conn, cancel, info: ModelInfo, settings: Settings, plan: SweepPlan, roofline: bool, log_path) -> None:
+def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool, log_path) -> None:
     """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
     from chatphase.engine.llamalog import default_log_path
 
@@ -57,7 +57,7 @@ def _child_main(conn, cancel, info: ModelInfo, settings: Settings, plan: SweepPl
         from chatphase.bench.api import BenchRun
         from chatphase.errors import ChatPhaseError
 
-        run = BenchRun(info, settings, plan, roofline=roofline, log_path=log_path)
+        run = BenchRun(info, config, plan, roofline=roofline, log_path=log_path)
         threading.Thread(target=_watch_cancel, args=(cancel, run), daemon=True).start()
         try:
             for event in run:
@@ -85,16 +85,16 @@ class BenchJob:
     """One benchmark in a child process.
 
     Args:
-        info: the validated model; settings: engine settings; plan: what to measure.
+        info: the validated model; config: the engine settings; plan: what to measure.
         roofline: measure bandwidth/FLOP/s too; log_path: where the child's fds 1/2 go (engine log).
 
     Raises:
-        UsageError: at construction, when the plan does not fit ``settings.n_ctx``.
+        UsageError: at construction, when the plan does not fit ``config.n_ctx``.
     """
 
-    def __init__(self, info: ModelInfo, settings: Settings, plan: SweepPlan, roofline: bool = True,
+    def __init__(self, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool = True,
                  log_path: str | None = None) -> None:
-        self.info, self.settings, self.plan = info, settings, plan.validate(settings.n_ctx)
+        self.info, self.config, self.plan = info, config, plan.validate(config.n_ctx)
         self.roofline, self.log_path = roofline, log_path
         self._mp = mp.get_context("spawn")
         self._cancel = self._mp.Event()
@@ -107,7 +107,7 @@ class BenchJob:
         parent, child = self._mp.Pipe(duplex=False)
         self._proc = self._mp.Process(
             target=_child_main, name="chatphase-bench", daemon=True,
-            args=(child, self._cancel, self.info, self.settings, self.plan, self.roofline, self.log_path),
+            args=(child, self._cancel, self.info, self.config, self.plan, self.roofline, self.log_path),
         )
         proc = self._proc
         proc.start()

@@ -1,7 +1,7 @@
 """How close each phase comes to its physical bound, with peaks measured on this machine.
 
 Bounds (the roofline model, Williams, Waterman & Patterson 2009, applied to LLM inference as in
-DESIGN.md §2):
+``docs/metrics.md``):
 
 - decode: every generated token reads all weights and the KV cache of the context once, so
   ``decode_bound_tokens_per_s = bandwidth_bytes_per_s / (weight_bytes + kv_bytes_per_token × context_tokens)``;

@@ -10,7 +10,7 @@ For each depth ``D`` (a ``"depth"`` cell): a priming turn with ``D`` tokens (``r
 ``extend_tokens`` more; the engine reuses the cached prefix, evaluates only the extension and decodes
 ``gen`` tokens at depth ``D``. Depth 0 is a single cold turn of ``extend_tokens`` tokens.
 
-Metrics are read from ``TurnFinished.metrics`` (DESIGN.md §2), so ``bench`` and the chat dashboard
+Metrics are read from ``TurnFinished.metrics`` (``docs/metrics.md``), so ``bench`` and the chat dashboard
 measure the same way. :class:`Sweep` is an iterator of :class:`SweepProgress` events ending in one
 :class:`SweepDone`; :meth:`Sweep.cancel` may be called from another thread.
 """

@@ -1,6 +1,6 @@
 """Summary statistics of benchmark repetitions: mean ± sample standard deviation, median, min, max.
 
-The same summary llama-bench prints (mean ± sd over repetitions, DESIGN.md §2), computed with the
+The same summary llama-bench prints (mean ± sd over repetitions, ``docs/metrics.md``), computed with the
 standard library's :mod:`statistics`: ``sd`` is the *sample* standard deviation (divisor ``n - 1``,
 ``statistics.stdev``), undefined (``None``) for a single value; ``median`` averages the two middle
 values for an even count.

@@ -18,7 +18,7 @@ from chatphase.commands.server_options import add_server_options, engine_for, mo
 from chatphase.engine.events import EngineFailed, FirstToken, Message, ModelLoaded, TokensDecoded, TurnFinished, TurnRequest
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
-from chatphase.session_recorder import cli_recorder
+from chatphase.sessions.recorder import cli_recorder
 from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
 
 
@@ -119,7 +119,7 @@ def _emit_partial(args, loaded, turns) -> None:
         return
     model = loaded.info.to_dict()
     model.pop("attention", None)
-    from chatphase.gpu import gpu_memory_used_bytes
+    from chatphase.system.gpu import gpu_memory_used_bytes
 
     model.update(kv_bytes_per_token=loaded.kv_bytes_per_token, load_ms=loaded.load_ms,
                  layers_offloaded=loaded.layers_offloaded, layers_total=loaded.layers_total,

@@ -28,8 +28,8 @@ from chatphase.bench.runner import (
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
 from chatphase.errors import UsageError
-from chatphase.gguf_meta import read_model_info
-from chatphase.models import resolve_model
+from chatphase.models.gguf_meta import read_model_info
+from chatphase.models.resolve import resolve_model
 
 
 def token_list(text: str) -> tuple[int, ...]:
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
-    bench = BenchRun(info, settings, plan, roofline=args.roofline and not settings.server,
+    bench = BenchRun(info, settings.engine_config(), plan, roofline=args.roofline and not settings.server,
                      **remote_bench_options(settings, info))
     result = None
     with _Progress(plan.total_runs) as progress, _first_ctrl_c_cancels(bench, progress):

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.with_overrides(theme=args.theme)
     resume = None
     if args.resume:  # an unknown session is one line and exit 1, before the TUI starts
-        from chatphase.session_recorder import SessionRecorder
+        from chatphase.sessions.recorder import SessionRecorder
 
         resume = SessionRecorder.resume(args.resume)
         recorded = resume[1].model.get("path")

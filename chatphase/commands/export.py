@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from chatphase.errors import UsageError
-from chatphase.export import FORMATS, export_session, format_from_path, write_export
-from chatphase.session import load_session
+from chatphase.sessions.export import FORMATS, export_session, format_from_path, write_export
+from chatphase.sessions.store import load_session
 
 
 def register(sub) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from chatphase.models import fmt_params, list_models
-from chatphase.units import fmt_bytes
+from chatphase.models.resolve import list_models
+from chatphase.units import fmt_bytes, fmt_params
 
 
 def register(sub) -> None:

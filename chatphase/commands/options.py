@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from chatphase.config import TRI_STATE, Settings
-from chatphase.engine.kv import KV_TYPE_BYTES
+from chatphase.config import Settings
+from chatphase.engine.config import TRI_STATE
+from chatphase.models.kv import KV_TYPE_BYTES
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, make_engine
 from chatphase.errors import UsageError
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -49,9 +49,9 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
         raise UsageError("--api-key-env and --remote-model need --server URL")
     import sys
 
-    from chatphase.gguf_meta import read_model_info
-    from chatphase.memory_estimate import preflight
-    from chatphase.models import resolve_model
+    from chatphase.models.gguf_meta import read_model_info
+    from chatphase.models.memory import preflight
+    from chatphase.models.resolve import resolve_model
 
     def consent(question: str) -> bool:  # a y/N prompt only where a person can answer it
         if not sys.stdin.isatty():
@@ -71,7 +71,7 @@ def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
     Raises:
         UsageError: as :func:`~chatphase.engine.factory.make_engine`.
     """
-    return make_engine(info, settings, server=settings.server, api_key_env=settings.api_key_env,
+    return make_engine(info, settings.engine_config(), server=settings.server, api_key_env=settings.api_key_env,
                        remote_model=settings.remote_model)
 
 
@@ -92,4 +92,4 @@ def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
     builder = PromptBuilder(vocab)
     # free llama.cpp's objects with the builder (or before interpreter exit), never during teardown
     weakref.finalize(builder, vocab.close)
-    return {"engine_factory": lambda model_info, s: engine_for(s, model_info), "builder": builder}
+    return {"engine_factory": lambda model_info, _config: engine_for(settings, model_info), "builder": builder}

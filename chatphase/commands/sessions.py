@@ -3,7 +3,7 @@
 ``chatphase sessions`` prints id, title, model, turns (partial ones counted) and last use, newest
 first; ``chatphase sessions rename ID TITLE``; ``chatphase sessions delete ID [--yes]``. ``ID`` is a
 session id, a unique prefix of one, or ``last``. Sessions are files in the user data directory
-(:mod:`chatphase.session`). Exit codes: 0 ok; 1 unknown session; 2 bad usage.
+(:mod:`chatphase.sessions.store`). Exit codes: 0 ok; 1 unknown session; 2 bad usage.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 
 from chatphase.errors import UsageError
-from chatphase.session import SessionSummary, delete_session, list_sessions, local_time, rename_session, sessions_dir
+from chatphase.sessions.store import SessionSummary, delete_session, list_sessions, local_time, rename_session, sessions_dir
 
 
 def register(sub) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _delete(args) -> int:
-    from chatphase.session import load_session
+    from chatphase.sessions.store import load_session
 
     s = load_session(args.id)
     if not args.yes:

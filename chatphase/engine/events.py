@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 Role = Literal["system", "user", "assistant"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 
-from chatphase.config import Settings
 from chatphase.engine.base import Engine
+from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 #: environment variable read for the API key when ``--api-key-env`` is not given.
 DEFAULT_API_KEY_ENV = "CHATPHASE_API_KEY"
@@ -34,9 +34,9 @@ def api_key_from_env(name: str | None) -> str | None:
     return value or None
 
 
-def make_engine(info: ModelInfo | None, settings: Settings, server: str | None = None,
+def make_engine(info: ModelInfo | None, config: EngineConfig, server: str | None = None,
                 api_key_env: str | None = None, remote_model: str | None = None) -> Engine:
-    """An engine for ``settings``: :class:`~chatphase.engine.remote.RemoteEngine` when ``server`` is a URL,
+    """An engine: :class:`~chatphase.engine.remote.RemoteEngine` when ``server`` is a URL,
     else :class:`~chatphase.engine.host.EngineHost` running the local model ``info``.
 
     Nothing is started or contacted here; call ``load()`` on the result.
@@ -48,11 +48,11 @@ def make_engine(info: ModelInfo | None, settings: Settings, server: str | None =
     if server:
         from chatphase.engine.remote import RemoteEngine
 
-        return RemoteEngine(server, settings, api_key=api_key_from_env(api_key_env), remote_model=remote_model)
+        return RemoteEngine(server, api_key=api_key_from_env(api_key_env), remote_model=remote_model)
     if api_key_env or remote_model:
         raise UsageError("--api-key-env and --remote-model need --server URL")
     if info is None:
         raise UsageError("no local model to run (give --model, or --server URL for a remote one)")
     from chatphase.engine.host import EngineHost
 
-    return EngineHost(info, settings)
+    return EngineHost(info, config)

@@ -35,13 +35,13 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.kv import kv_capacity_bytes
+from chatphase.models.kv import kv_capacity_bytes
 from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 Phase = Literal["load", "prefill", "decode"]
 _PIECE = re.compile(r"\s*\S+|\s+")
-#: KV bytes per token used when the model info has none (SmolLM2-135M, f16; DESIGN.md §2).
+#: KV bytes per token used when the model info has none (SmolLM2-135M, f16; ``docs/metrics.md``).
 DEFAULT_KV_BYTES_PER_TOKEN = 23_040
 
 
@@ -96,8 +96,8 @@ class FakeEngine:
     """Scripted engine (see the module docstring). Thread-safe for one turn at a time plus :meth:`cancel`.
 
     Args:
-        info: the model to pretend to load; ``settings``: an object with ``n_ctx`` and ``n_batch``
-            (e.g. :class:`~chatphase.config.Settings`), or ``None`` for 4096 / 256.
+        info: the model to pretend to load; ``config``: an object with ``n_ctx`` and ``n_batch``
+            (an :class:`~chatphase.engine.config.EngineConfig`), or ``None`` for 4096 / 256.
         replies: reply texts used in turn order (cycled), or a function ``TurnRequest -> str``;
             default :func:`default_reply`.
         timing: the virtual costs behind the scripted metrics.
@@ -111,7 +111,7 @@ class FakeEngine:
     def __init__(
         self,
         info: ModelInfo,
-        settings=None,
+        config=None,
         *,
         replies: Sequence[str] | Callable[[TurnRequest], str] | None = None,
         timing: FakeTiming | None = None,
@@ -126,8 +126,8 @@ class FakeEngine:
         log_path: str = "",
     ) -> None:
         self.info = info
-        self.n_ctx = int(getattr(settings, "n_ctx", 4096))
-        self.n_batch = int(getattr(settings, "n_batch", 256))
+        self.n_ctx = int(getattr(config, "n_ctx", 4096))
+        self.n_batch = int(getattr(config, "n_batch", 256))
         self._replies = replies
         self.timing = timing or FakeTiming()
         self.prefill_delay_s, self.token_delay_s, self.load_delay_s = prefill_delay_s, token_delay_s, load_delay_s

@@ -1,6 +1,6 @@
 """EngineHost: runs :class:`~chatphase.engine.llama.LlamaEngine` in a child process, same interface.
 
-Why a child process (DESIGN.md §1): a native crash in llama.cpp (a bad file, a kernel bug, an
+Why a child process (``docs/architecture.md``): a native crash in llama.cpp (a bad file, a kernel bug, an
 out-of-memory abort) must not take the UI and the transcript with it; llama.cpp's output to fd 1/2 must
 not draw over a Textual screen (the child points both at the engine log); and cancel, model switch and
 memory release become clean (the process ends, the OS takes its memory back).
@@ -20,9 +20,9 @@ import signal
 from dataclasses import dataclass
 from typing import Iterator
 
-from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class _TurnDone:
     turn_id: int
 
 
-def _child_main(conn, cancel, info: ModelInfo, settings: Settings, log_path, coalesce_ms: float) -> None:
+def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
     """Child process body: load, then serve ``("turn", TurnRequest)`` / ``("close",)`` commands."""
     from chatphase.engine.llamalog import default_log_path
 
@@ -47,7 +47,7 @@ def _child_main(conn, cancel, info: ModelInfo, settings: Settings, log_path, coa
     try:
         from chatphase.engine.llama import LlamaEngine
 
-        engine = LlamaEngine(info, settings, cancel_event=cancel, log_path=log_path)
+        engine = LlamaEngine(info, config, cancel_event=cancel, log_path=log_path)
         for event in engine.load():
             conn.send(event)
             if isinstance(event, EngineFailed):
@@ -117,7 +117,7 @@ class EngineHost:
     """The engine in a child process (implements :class:`chatphase.engine.base.Engine`).
 
     Args:
-        info: the validated model; settings: engine settings; log_path: llama.cpp log file (also
+        info: the validated model; config: the engine settings; log_path: llama.cpp log file (also
             receives everything the child writes to fd 1/2); coalesce_ms: longest time per-token
             events are held back in the child before crossing the pipe (bounded message rate).
 
@@ -126,9 +126,9 @@ class EngineHost:
     ``EngineFailed(fatal=True)`` naming the signal; call :meth:`close` and build a new host to restart.
     """
 
-    def __init__(self, info: ModelInfo, settings: Settings, log_path: str | None = None, coalesce_ms: float = 25.0):
+    def __init__(self, info: ModelInfo, config: EngineConfig, log_path: str | None = None, coalesce_ms: float = 25.0):
         self.info = info
-        self.settings = settings
+        self.config = config
         self.log_path = log_path
         self.coalesce_ms = coalesce_ms
         self._mp = mp.get_context("spawn")
@@ -146,7 +146,7 @@ class EngineHost:
         parent, child = self._mp.Pipe()
         self._proc = self._mp.Process(
             target=_child_main, name="chatphase-engine", daemon=True,
-            args=(child, self._cancel, self.info, self.settings, self.log_path, self.coalesce_ms),
+            args=(child, self._cancel, self.info, self.config, self.log_path, self.coalesce_ms),
         )
         self._proc.start()
         child.close()

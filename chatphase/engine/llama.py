@@ -2,7 +2,7 @@
 
 It drives llama.cpp's C API (through llama-cpp-python's ctypes bindings) directly rather than
 ``Llama.create_chat_completion``: stream chunks there are not tokens, and no prefill progress exists
-(DESIGN.md §3). Here the prompt is evaluated in ``n_batch`` chunks, each synchronised, with a
+(``docs/architecture.md``). Here the prompt is evaluated in ``n_batch`` chunks, each synchronised, with a
 ``PrefillProgress`` event and a cancel check between chunks; sampling runs in llama.cpp's sampler chain,
 so the per-token Python work is one sample call, one piece lookup, one decode call and one event.
 
@@ -25,19 +25,19 @@ from typing import Iterator
 
 import llama_cpp as lc
 
-from chatphase.config import Settings
-from chatphase.cpu_features import detect_amx, read_cpu_flags
+from chatphase.system.cpu_features import detect_amx, read_cpu_flags
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
     EngineFailed, Event, FirstToken, LoadedModel, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams,
     TokensDecoded, TurnFinished, TurnRequest,
 )
-from chatphase.engine.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30, "iq4_nl": 20}
 _FLASH_ATTN = {"auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}
@@ -53,16 +53,16 @@ class LlamaEngine:
     """In-process llama.cpp engine (implements :class:`chatphase.engine.base.Engine`).
 
     Args:
-        info: the validated model (:func:`chatphase.gguf_meta.read_model_info`).
-        settings: engine settings (:class:`chatphase.config.Settings`).
+        info: the validated model (:func:`chatphase.models.gguf_meta.read_model_info`).
+        config: the engine settings.
         cancel_event: anything with ``is_set()`` (a ``threading.Event`` or ``multiprocessing.Event``);
             :meth:`cancel` sets a private one when not given.
         log_path: where llama.cpp's log goes (default :func:`default_log_path`).
     """
 
-    def __init__(self, info: ModelInfo, settings: Settings, cancel_event=None, log_path: str | os.PathLike | None = None):
+    def __init__(self, info: ModelInfo, config: EngineConfig, cancel_event=None, log_path: str | os.PathLike | None = None):
         self.info = info
-        self.settings = settings
+        self.config = config
         self._cancel = cancel_event if cancel_event is not None else threading.Event()
         self.log_path = Path(log_path) if log_path else default_log_path()
         self._model = self._ctx = self._vocab = None
@@ -155,7 +155,7 @@ class LlamaEngine:
         self._log = LlamaLogCapture(self.log_path)
         self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
         lc.llama_backend_init()
-        s = self.settings.engine_settings()
+        s = self.config.resolved()
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         notes: list[str] = []

@@ -1,4 +1,4 @@
-"""Per-turn phase metrics and their exact formulas (DESIGN.md §2).
+"""Per-turn phase metrics and their exact formulas (``docs/metrics.md``).
 
 Everything here is pure: it takes timestamps and counts and returns numbers, so the formulas are
 unit-tested with scripted timestamps. All timestamps are integers in nanoseconds on one monotonic clock
@@ -135,7 +135,7 @@ def compute_turn_metrics(
             of the last one (equal when nothing was evaluated).
         token_times_ns: sampling time of each generated token, the end-of-generation token excluded.
         prompt_tokens: tokens of the whole templated prompt; cached_tokens: reused from the KV cache.
-        kv_cache_tokens: KV cells in use after the turn; kv_bytes_per_token: from :mod:`chatphase.engine.kv`.
+        kv_cache_tokens: KV cells in use after the turn; kv_bytes_per_token: from :mod:`chatphase.models.kv`.
         evaluated_tokens: prompt tokens actually evaluated, when fewer than ``prompt_tokens - cached_tokens``
             (a prefill cancelled between chunks); ``prefill_tokens`` and its rate then count only these.
 

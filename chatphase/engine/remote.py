@@ -29,7 +29,6 @@ from typing import Iterator
 import httpx
 from httpx_sse import EventSource
 
-from chatphase.config import Settings
 from chatphase.engine.events import (
     EngineFailed, Event, FirstToken, LoadedModel, ModelLoaded, PrefillProgress, PrefillStarted, TokensDecoded,
     TurnFinished, TurnRequest,
@@ -40,7 +39,7 @@ from chatphase.engine.remote_wire import (
     ServerReport, chunk_text, progress_tokens, remote_turn_metrics, server_timings_view, stop_reason_of,
 )
 from chatphase.errors import UsageError
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 
 
 class ServerURL:
@@ -81,8 +80,6 @@ class RemoteEngine:
 
     Args:
         server_url: see :class:`ServerURL`.
-        settings: sampling defaults and the system prompt are taken from the request, not from here;
-            ``settings`` is kept for the engine-settings view only.
         api_key: bearer token, or ``None`` (most local servers need none). Never printed or stored.
         remote_model: the model name to ask for; ``None`` = the first one ``/v1/models`` lists.
         connect_timeout_s: limit to connect and to send the request.
@@ -93,11 +90,10 @@ class RemoteEngine:
         UsageError: for a malformed ``server_url`` (at construction, before any network use).
     """
 
-    def __init__(self, server_url: str, settings: Settings, api_key: str | None = None,
+    def __init__(self, server_url: str, api_key: str | None = None,
                  remote_model: str | None = None, *, connect_timeout_s: float = 5.0,
                  read_timeout_s: float = 300.0):
         self.url = ServerURL(server_url)
-        self.settings = settings
         self.remote_model = remote_model
         self.loaded: LoadedModel | None = None
         self._timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s,

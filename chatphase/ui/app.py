@@ -25,7 +25,7 @@ from textual.widgets import Footer
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.engine.events import LoadedModel, Message, TurnRequest
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import action_bindings
 from chatphase.ui.chat_actions import ChatActions

@@ -27,7 +27,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.ui.format import fmt_int, fmt_ms, fmt_rate
+from chatphase.units import fmt_int, fmt_ms, fmt_rate
 from chatphase.ui.reply_markdown import MarkdownSegment
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as

@@ -27,11 +27,12 @@ from chatphase.bench.report import mean_sd
 from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError, UsageError
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo
 from chatphase.ui.experiments_plot import BenchPlot
 
-JobFactory = Callable[[ModelInfo, Settings, SweepPlan], BenchJob]
+JobFactory = Callable[[ModelInfo, EngineConfig, SweepPlan], BenchJob]
 
 
 def parse_tokens(text: str, what: str) -> tuple[int, ...]:
@@ -155,7 +156,7 @@ class ExperimentsScreen(Screen[None]):
             return
         try:
             plan = self.plan_from_form()
-            self.job = self.job_factory(self.model_info, self.settings, plan)
+            self.job = self.job_factory(self.model_info, self.settings.engine_config(), plan)
         except ChatPhaseError as exc:
             self._status(str(exc), "-error")
             self.notify(str(exc), severity="error")

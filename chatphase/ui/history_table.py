@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.ui.format import DASH, fmt_int
+from chatphase.units import DASH, fmt_int
 
 #: (column key, header) in display order. A stacked column's header is "top figure\nbottom figure\nunit".
 COLUMNS: tuple[tuple[str, str], ...] = (

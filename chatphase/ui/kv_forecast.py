@@ -18,7 +18,7 @@ def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int
     """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``.
 
     Used bytes = used tokens × ``kv_bytes_per_token``; capacity = ``kv_capacity_bytes``, the cache llama.cpp
-    allocated (n_ctx padded to 256 cells, :func:`chatphase.engine.kv.kv_capacity_bytes`). With
+    allocated (n_ctx padded to 256 cells, :func:`chatphase.models.kv.kv_capacity_bytes`). With
     ``usage=False`` only the forecast is given (``KV forecast: ~9 turns left …``).
     """
     if usage:

@@ -1,9 +1,9 @@
 """Model picker: a modal list of the models ``chatphase models`` finds; returns the chosen ``ModelInfo``.
 
-Rows come from :func:`chatphase.models.list_models` (bundled default, models directory, Hugging Face
+Rows come from :func:`chatphase.models.resolve.list_models` (bundled default, models directory, Hugging Face
 cache), read in a thread worker so the screen opens at once. Each row shows architecture, parameters,
 quantisation, file size, training context, KV bytes per token and the memory estimate at the app's
-n_ctx (:mod:`chatphase.memory_estimate`). Files that fail validation are listed with their reason and
+n_ctx (:mod:`chatphase.models.memory`). Files that fail validation are listed with their reason and
 cannot be chosen (a notice says why); a model that would be refused for memory cannot be chosen either.
 Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read.
 """
@@ -20,10 +20,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
-from chatphase.gguf_meta import ModelInfo
-from chatphase.memory_estimate import assess, estimate
-from chatphase.models import ModelEntry, fmt_params, list_models
-from chatphase.units import fmt_bytes
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.memory import assess, estimate
+from chatphase.models.resolve import ModelEntry, list_models
+from chatphase.units import fmt_bytes, fmt_params
 
 COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
 
@@ -31,7 +31,7 @@ COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Mem
 class ModelPickerScreen(ModalScreen[ModelInfo | None]):
     """Pick a model. ``lister`` returns the entries (default :func:`list_models` over ``models_dir``);
     ``current_path`` marks the loaded model; ``n_ctx`` sizes the memory column.
-    Dismisses with the chosen :class:`~chatphase.gguf_meta.ModelInfo`, or ``None`` on Esc."""
+    Dismisses with the chosen :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` on Esc."""
 
     CSS_PATH = "model_picker.tcss"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]

@@ -26,7 +26,7 @@ from chatphase.engine.events import (
     TokensDecoded,
 )
 from chatphase.engine.metrics import NS_PER_S, TurnMetrics
-from chatphase.ui.format import fmt_int, fmt_ms, fmt_rate
+from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 _BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-decode", "-done", "-error")
 

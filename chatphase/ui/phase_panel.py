@@ -4,7 +4,7 @@ Sections (each a child widget, styled in ``app.tcss``):
 
 - ``#turn-figures``: TTFT, prompt tokens (cached), prefill tokens, prefill tok/s, decode tokens,
   decode tok/s, ITL p50/p95, stop reason: live while a turn runs, then the turn's final
-  :class:`~chatphase.engine.metrics.TurnMetrics` (the definitions of DESIGN.md §2).
+  :class:`~chatphase.engine.metrics.TurnMetrics` (the definitions of ``docs/metrics.md``).
 - ``#kv-gauge`` / ``#kv-figures``: KV cache cells in use against the allocated context (tokens and
   bytes = tokens × ``kv_bytes_per_token``; capacity = ``LoadedModel.kv_capacity_bytes``).
 - ``#model-figures``: name, parameters, file size, quantisation, layers, GPU offload on/off
@@ -20,9 +20,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Label, ProgressBar, Static
 
 from chatphase.engine.events import LoadedModel, PrefillStarted
-from chatphase.engine.kv import KV_CELL_PAD
+from chatphase.models.kv import KV_CELL_PAD
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.ui.format import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
+from chatphase.units import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:

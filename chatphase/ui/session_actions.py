@@ -16,8 +16,8 @@ turn is a cold prefill and the notice says so) and the actions behind the "Sessi
 from __future__ import annotations
 
 from chatphase.errors import ChatPhaseError
-from chatphase.session import Session, load_session
-from chatphase.session_recorder import SessionRecorder
+from chatphase.sessions.store import Session, load_session
+from chatphase.sessions.recorder import SessionRecorder
 from chatphase.ui import messages as msg
 from chatphase.ui.settings_screen import SettingsChange, SettingsScreen
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
@@ -207,8 +207,8 @@ class SessionActions:
             self.notify(f"Settings applied ({note}).", title="Settings")
             return
         if {"model", "models_dir"} & set(change.reload_keys):
-            from chatphase.gguf_meta import read_model_info
-            from chatphase.models import resolve_model
+            from chatphase.models.gguf_meta import read_model_info
+            from chatphase.models.resolve import resolve_model
 
             try:
                 info = read_model_info(resolve_model(change.settings.model, change.settings.models_dir))

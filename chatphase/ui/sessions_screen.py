@@ -3,7 +3,7 @@
 :class:`SessionsScreen` dismisses with the id of the session to open (Enter), or ``None`` (Esc).
 Rename (``r``) edits the title in place; delete (``d``, pressed twice to confirm) removes the file —
 except for the session being recorded, which cannot be deleted while it is open. :class:`ExportScreen`
-writes one session as Markdown, JSON or CSV (:mod:`chatphase.export`) and dismisses with the path.
+writes one session as Markdown, JSON or CSV (:mod:`chatphase.sessions.export`) and dismisses with the path.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, RadioButton, RadioSet, Static
 
 from chatphase.errors import ChatPhaseError
-from chatphase.export import FORMATS, default_export_path, write_export
-from chatphase.session import Session, delete_session, list_sessions, load_session, local_time, rename_session
+from chatphase.sessions.export import FORMATS, default_export_path, write_export
+from chatphase.sessions.store import Session, delete_session, list_sessions, load_session, local_time, rename_session
 
 FORMAT_LABELS = {"md": "Markdown (transcript + metrics table)", "json": "JSON (everything)",
                  "csv": "CSV (one row per turn, one column per metric)"}

@@ -18,7 +18,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from chatphase.config import TRI_STATE, Settings
+from chatphase.config import Settings
+from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
 from chatphase.settings_file import config_path, parse_env_value, save_settings
 

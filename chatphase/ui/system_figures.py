@@ -1,7 +1,7 @@
 """System figures: engine process RSS and CPU %, system memory, model load time, threads, GPU offload
-(layers offloaded/total, and on NVIDIA the engine process's GPU memory via :mod:`chatphase.gpu`).
+(layers offloaded/total, and on NVIDIA the engine process's GPU memory via :mod:`chatphase.system.gpu`).
 
-Sampled with :class:`chatphase.sysinfo.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
+Sampled with :class:`chatphase.system.process.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
 (the sampler itself also refuses to sample more often), never per token, and only while the figures are
 on screen (the dashboard's System tab): a hidden widget's redraw still costs the UI a frame, taken from
 the engine's CPU on a machine without a spare core. Showing them samples at once.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import LoadedModel
-from chatphase.gpu import gpu_memory_used_bytes
-from chatphase.sysinfo import ProcessSampler, SystemSample
+from chatphase.system.gpu import gpu_memory_used_bytes
+from chatphase.system.process import ProcessSampler, SystemSample
 from chatphase.units import fmt_bytes
 
 #: seconds between samples.

@@ -13,7 +13,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.explain import explain_turn
 from chatphase.units import fmt_bytes
-from chatphase.ui.format import fmt_int
+from chatphase.units import fmt_int
 from chatphase.ui.timeline import TurnTimeline
 
 

@@ -61,7 +61,7 @@ def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None,
     ``None``/empty -> the bundled default; an existing path -> itself; a bare name -> that file in the
     models directory (``.gguf`` may be omitted); ``OWNER/NAME[:FILE|:QUANT]`` -> the pulled or cached file,
     downloaded first when ``pull`` is true or ``confirm(question)`` returns true (the user's consent, e.g.
-    a y/N prompt on a terminal) (:func:`chatphase.hub.pull`).
+    a y/N prompt on a terminal) (:func:`chatphase.models.hub.pull`).
 
     Raises:
         ModelError: when nothing matches, listing what the models directory holds, or saying how to pull.
@@ -76,7 +76,7 @@ def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None,
     for candidate in (mdir / spec, mdir / f"{spec}.gguf"):
         if candidate.exists():
             return candidate
-    from chatphase import hub
+    from chatphase.models import hub
 
     repo = hub.parse_repo_spec(spec)
     if repo is not None:
@@ -98,7 +98,7 @@ class ModelEntry:
     """One usable (or broken) model file found by :func:`list_models`.
 
     ``source`` is ``default`` (the bundled model), ``models-dir`` or ``hf-cache``; ``spec`` is what to pass
-    as ``--model``; ``info`` is the validated :class:`~chatphase.gguf_meta.ModelInfo`, or ``None`` with the
+    as ``--model``; ``info`` is the validated :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` with the
     one-line reason in ``error``.
     """
 
@@ -130,11 +130,11 @@ def list_models(models_dir: str | os.PathLike | None = None, cache_dir: str | os
                 include_broken: bool = True) -> list[ModelEntry]:
     """Every model chatphase can find: the bundled default, the models directory, the Hugging Face cache.
 
-    Each file is validated with :func:`chatphase.gguf_meta.read_model_info` (header only, ~30 ms each);
+    Each file is validated with :func:`chatphase.models.gguf_meta.read_model_info` (header only, ~30 ms each);
     the same file reached twice (a ``pull`` symlink into the cache) is listed once.
     """
-    from chatphase import hub
-    from chatphase.gguf_meta import read_model_info
+    from chatphase.models import hub
+    from chatphase.models.gguf_meta import read_model_info
     from chatphase.errors import ChatPhaseError
 
     mdir = Path(models_dir) if models_dir else default_models_dir()
@@ -169,17 +169,9 @@ def list_models(models_dir: str | os.PathLike | None = None, cache_dir: str | os
 
 
 def _is_first(p: Path) -> bool:
-    from chatphase.gguf_meta import SPLIT_RE
+    from chatphase.models.gguf_meta import SPLIT_RE
 
     if not p.name.lower().endswith(".gguf") or p.name.lower().startswith("mmproj"):
         return False
     m = SPLIT_RE.match(p.name)
     return not m or int(m["no"]) == 1
-
-
-def fmt_params(n: int) -> str:
-    """Parameter count: ``134515008`` -> ``135M``."""
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
-    return str(n)

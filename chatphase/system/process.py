@@ -28,7 +28,7 @@ class SystemSample:
     the process; ``process_alive`` False when the pid is gone or not readable (the process fields are
     then ``None``); ``mem_available_bytes`` / ``mem_total_bytes`` system memory (psutil
     ``virtual_memory().available`` / ``.total``); ``t_s`` the sampler clock's time of the sample (s);
-    ``gpu_memory_bytes`` GPU memory the process holds (bytes; NVIDIA via NVML, see :mod:`chatphase.gpu`),
+    ``gpu_memory_bytes`` GPU memory the process holds (bytes; NVIDIA via NVML, see :mod:`chatphase.system.gpu`),
     ``None`` when not asked for or unknown.
     """
 
@@ -52,7 +52,7 @@ class ProcessSampler:
         min_interval_s: minimum seconds between real samples (default 1 s).
         clock: monotonic clock in seconds (injectable for tests).
         gpu_memory: ``pid -> bytes or None``, called once per real sample of a live process to fill
-            ``gpu_memory_bytes`` (e.g. :func:`chatphase.gpu.gpu_memory_used_bytes`); ``None`` = not sampled.
+            ``gpu_memory_bytes`` (e.g. :func:`chatphase.system.gpu.gpu_memory_used_bytes`); ``None`` = not sampled.
 
     Raises:
         ValueError: when ``min_interval_s`` is negative.

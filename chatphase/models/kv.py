@@ -1,4 +1,4 @@
-"""KV-cache size from GGUF metadata (DESIGN.md §2).
+"""KV-cache size from GGUF metadata (``docs/metrics.md``).
 
 Bytes per token = Σ over layers of ``n_head_kv × head_dim_k × bytes(type_k) + n_head_kv × head_dim_v × bytes(type_v)``,
 where ``head_dim`` defaults to ``embedding_length / head_count`` unless ``{arch}.attention.key_length`` /

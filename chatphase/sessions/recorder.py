@@ -1,4 +1,4 @@
-"""Writes a session as it happens (the format is described in :mod:`chatphase.session`).
+"""Writes a session as it happens (the format is described in :mod:`chatphase.sessions.store`).
 
 Durability: the header, each ``turn_start`` and each ``turn_end`` are fsync'd, so finished turns
 survive a power loss; streamed reply text is flushed to the OS at most every :data:`TEXT_FLUSH_S`
@@ -13,7 +13,7 @@ from typing import Callable
 
 from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.session import (
+from chatphase.sessions.store import (
     FORMAT_VERSION,
     Session,
     SessionError,
@@ -45,7 +45,7 @@ class SessionRecorder:
     Nothing touches the disk before the first :meth:`begin_turn` (no empty sessions); the title
     defaults to the first user message.
 
-    Write errors (disk full, permissions) raise :class:`~chatphase.session.SessionError`, unless
+    Write errors (disk full, permissions) raise :class:`~chatphase.sessions.store.SessionError`, unless
     ``on_error`` is set: then it is called once with the message, :attr:`failed` keeps it, and the
     recorder stops writing (the chat goes on unsaved).
     """

@@ -5,7 +5,7 @@ Estimate = weights + KV cache + compute buffers:
 - weights: the GGUF file size (tensor data dominates; llama.cpp memory-maps the file, so these pages
   are page cache the kernel can drop and re-read — slow, but not an allocation failure);
 - KV cache: ``kv_bytes_per_token(type_k, type_v) × cells`` with cells = n_ctx rounded up to 256, exactly
-  the ``llama_kv_cache: size`` llama.cpp prints (:mod:`chatphase.engine.kv`);
+  the ``llama_kv_cache: size`` llama.cpp prints (:mod:`chatphase.models.kv`);
 - compute: ``4 × n_ubatch × (n_vocab + 8 × n_embd)`` bytes (f32 logits of one micro-batch plus
   activations) + the output buffer ``4 × n_vocab``. An approximation calibrated against llama.cpp's own
   ``CPU compute buffer size`` log for SmolLM2-135M: it gives 13.1 / 52.5 MiB where llama.cpp reports
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from chatphase.engine.kv import kv_bytes_per_token, kv_capacity_bytes, kv_cells
-from chatphase.gguf_meta import ModelInfo
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes, kv_cells
+from chatphase.models.gguf_meta import ModelInfo
 from chatphase.units import fmt_bytes
 
 @dataclass(frozen=True)

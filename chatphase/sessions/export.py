@@ -4,7 +4,7 @@
   metrics table row per turn. Numbers are rounded for reading (2 decimals); use JSON or CSV for
   exact values.
 - ``json``: ``{"format": "chatphase-session", "version": 1, "exported": ..., **Session.to_dict()}``;
-  :func:`session_from_json` reads it back into an equal :class:`~chatphase.session.Session`.
+  :func:`session_from_json` reads it back into an equal :class:`~chatphase.sessions.store.Session`.
 - ``csv``: one row per turn, one column per metric. Column names are the ``TurnMetrics`` field names,
   which carry their units (``ttft_ms``, ``decode_tokens_per_s``, ``kv_cache_bytes``, ``*_tokens``);
   an undefined metric (``None``) is an empty cell. Floats are written with Python's shortest
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
-from chatphase.session import Session, utc_now
+from chatphase.sessions.store import Session, utc_now
 
 FORMATS = ("md", "json", "csv")
 JSON_FORMAT_NAME = "chatphase-session"

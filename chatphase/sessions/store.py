@@ -8,7 +8,7 @@ with a ``type``:
   dict), ``settings`` (``Settings`` dict), ``version``.
 - ``turn_start``: ``turn`` (1-based), ``time``, ``user`` (the user's message) — written and fsync'd
   at submit, before any token, so a turn in flight is on disk as *partial*.
-- ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.session_recorder.TEXT_FLUSH_S`
+- ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.sessions.recorder.TEXT_FLUSH_S`
   seconds; flushed to the OS (survives SIGKILL of the process), not fsync'd.
 - ``turn_end``: ``turn``, ``time``, ``reply`` (full text), ``metrics`` (``TurnMetrics.to_dict()`` or
   ``null``), ``error`` (``null`` or the engine's message) — fsync'd.
@@ -23,7 +23,7 @@ writer that reopens such a file first ends the torn line, so new records are nev
 
 A turn without ``turn_end`` loads with ``status="partial"`` and the text streamed so far.
 
-Writing is :class:`chatphase.session_recorder.SessionRecorder`; this module reads, lists, renames and
+Writing is :class:`chatphase.sessions.recorder.SessionRecorder`; this module reads, lists, renames and
 deletes, and holds the record-level I/O both use.
 """
 

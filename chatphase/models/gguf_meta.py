@@ -10,7 +10,7 @@ vocabulary (49,152 tokens and 48,900 merges in SmolLM2) costs ~2 s per file. :cl
 their length, e.g. the vocabulary size); everything else is the package's own parsing. It relies on the
 reader's internal ``_get_field_parts`` / ``_build_tensors``; if a future ``gguf`` release changes them,
 :func:`read_metadata` falls back to the plain reader (correct, only slower).
-Measured side by side with ``python -m chatphase.gguf_meta`` on the 98 MB default model (2 shared cores):
+Measured side by side with ``python benchmarks/gguf_reader.py`` on the 98 MB default model (2 shared cores):
 59 ms vs 5,542 ms, a ratio of ~94x (``tests/test_models_validation.py`` checks both readers give the same
 metadata and tensors).
 
@@ -31,7 +31,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from chatphase.engine.kv import AttentionShape, attention_shape, kv_bytes_per_token
+from chatphase.models.kv import AttentionShape, attention_shape, kv_bytes_per_token
 from chatphase.errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
@@ -52,7 +52,7 @@ class ModelInfo:
     ``size_bytes`` is the file size (all parts of a split model);
     ``kv_bytes_per_token`` assumes an f16 cache (llama.cpp's default) and, like ``attention`` (the
     geometry for other cache types), is ``None`` for models without a per-token KV cache. ``n_vocab`` and
-    ``n_embd`` feed the compute-buffer estimate (:mod:`chatphase.memory_estimate`); ``split_count`` is the
+    ``n_embd`` feed the compute-buffer estimate (:mod:`chatphase.models.memory`); ``split_count`` is the
     number of files of a split GGUF (``path`` is the first).
     """
 
@@ -297,31 +297,3 @@ def _file_type_name(file_type) -> str:
         return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
     except ValueError:
         return f"type {file_type}"
-
-
-def _bench(path: str, repeats: int = 3) -> None:
-    """Side-by-side timing of the header reader and ``gguf.GGUFReader`` on one file (best of ``repeats``)."""
-    import time
-
-    import gguf
-
-    _reader_classes()  # import gguf and build the class outside the timing
-
-    def best(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    fast = best(lambda: read_metadata(path))
-    plain = best(lambda: gguf.GGUFReader(path))
-    print(f"{Path(path).name}: header reader {fast * 1e3:.1f} ms, gguf.GGUFReader {plain * 1e3:.1f} ms, "
-          f"ratio {plain / fast:.0f}x (best of {repeats})")
-
-
-if __name__ == "__main__":  # python -m chatphase.gguf_meta [PATH]: the reader benchmark
-    from chatphase.models import default_model_path
-
-    _bench(sys.argv[1] if len(sys.argv) > 1 else str(default_model_path()))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chatphase.errors import ChatPhaseError, ModelError, UsageError
-from chatphase.gguf_meta import SPLIT_RE
+from chatphase.models.gguf_meta import SPLIT_RE
 
 #: ``owner/name`` with an optional ``:FILE`` or ``:QUANT`` (the Hub's repo id characters).
 REPO_SPEC_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<sel>[^:]+))?$")

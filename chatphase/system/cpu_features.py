@@ -5,10 +5,12 @@ these CPUs its batched prompt evaluation segfaults (llama.cpp issue #20824; the 
 around in dspy PR #10079). Turning extra buffer types off (``llama_model_params.use_extra_bufts = false``)
 avoids it, so the engine detects AMX and does that unless the user overrides it.
 No llama.cpp import here: callers pass ``llama_cpp.llama_print_system_info()``'s text in.
+Also the machine's core count (:func:`physical_cores`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Iterable
@@ -52,3 +54,10 @@ def enabled_features(system_info: str | bytes) -> list[str]:
     if isinstance(system_info, bytes):
         system_info = system_info.decode(errors="replace")
     return _FEATURE_RE.findall(system_info or "")
+
+
+def physical_cores() -> int:
+    """Physical CPU cores (psutil), falling back to logical CPUs, at least 1."""
+    import psutil
+
+    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)

@@ -1,0 +1,86 @@
+"""EngineConfig: the engine's own settings (context, batching, threads, offload, KV cache types).
+
+The engine takes this and nothing else of the user's settings (sampling and the system prompt travel
+with each :class:`~chatphase.engine.events.TurnRequest`; theme and paths are not the engine's business).
+:meth:`chatphase.config.Settings.engine_config` builds one from the user's settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from chatphase.errors import UsageError
+from chatphase.models.kv import KV_TYPE_BYTES
+from chatphase.system.cpu_features import physical_cores
+
+TRI_STATE = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings, with chatphase's own defaults (llama-cpp-python's cost speed; see the README's
+    "Engine settings chatphase chooses").
+
+    ``n_ctx`` tokens of context; ``n_batch`` prompt tokens per prefill chunk (also the step of the live
+    prefill progress); ``n_ubatch`` the physical batch; ``n_threads`` / ``n_threads_batch`` decode and
+    prefill threads (``None`` = physical cores: llama-cpp-python's default of half the cores halves decode
+    on small machines); ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
+    0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
+    ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
+    (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824).
+    """
+
+    n_ctx: int = 4096
+    n_batch: int = 256
+    n_ubatch: int = 256
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_gpu_layers: int | None = None
+    flash_attn: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    extra_bufts: str = "auto"
+
+    def validate(self) -> "EngineConfig":
+        """Check ranges and choices; returns ``self``.
+
+        Raises:
+            UsageError: naming the first bad setting.
+        """
+        if self.n_ctx < 16:
+            raise UsageError(f"n_ctx must be at least 16 (got {self.n_ctx})")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise UsageError("n_batch and n_ubatch must be positive")
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"{name} must be positive (got {value})")
+        if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
+            raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
+        for name in ("flash_attn", "extra_bufts"):
+            if getattr(self, name) not in TRI_STATE:
+                raise UsageError(f"{name} must be one of {', '.join(TRI_STATE)} (got {getattr(self, name)!r})")
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in KV_TYPE_BYTES:
+                raise UsageError(f"{name} must be one of {', '.join(KV_TYPE_BYTES)} (got {getattr(self, name)!r})")
+        return self
+
+    def resolved(self) -> dict:
+        """The settings with automatic values resolved (threads = physical cores), as a plain dict."""
+        cores = physical_cores()
+        return {
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "n_ubatch": min(self.n_ubatch, self.n_batch),
+            "n_threads": self.n_threads or cores,
+            "n_threads_batch": self.n_threads_batch or self.n_threads or cores,
+            "n_gpu_layers": self.n_gpu_layers,
+            "flash_attn": self.flash_attn,
+            "type_k": self.type_k,
+            "type_v": self.type_v,
+            "extra_bufts": self.extra_bufts,
+        }
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (unresolved: ``None`` means automatic)."""
+        return asdict(self)

@@ -1,0 +1,78 @@
+"""The package's shape: layers that import one way, no import cycle, Textual and llama.cpp where they belong.
+
+Read from the source (:mod:`tests.import_graph`), so a lazy import inside a function counts too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import import_graph as g
+
+#: package -> the chatphase packages it may import (besides itself). Lower layers first:
+#: models <- engine <- chat <- ui / commands; sessions and bench beside chat; system and the leaf
+#: modules (errors, units) under everything.
+LEAF = {"errors", "units"}
+ALLOWED = {
+    "errors": set(),
+    "units": set(),
+    "system": LEAF,
+    "models": LEAF,
+    "engine": LEAF | {"models", "system"},
+    "config": LEAF | {"engine", "models", "system"},
+    "settings_file": LEAF | {"config", "engine", "models", "system"},
+    "explain": LEAF | {"engine", "models"},
+    "forecast": LEAF,
+    "sessions": LEAF | {"engine", "models"},
+    "bench": LEAF | {"engine", "models", "system", "explain"},
+    "chat": LEAF | {"engine", "models", "system", "sessions", "config"},
+}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_no_import_cycle():
+    assert g.cycles(g.graph()) == []
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_layers_import_one_way(package):
+    bad = sorted(
+        f"{src} imports {dst}"
+        for src, targets in g.graph().items() if package_of(src) == package
+        for dst in targets
+        if package_of(dst) not in ALLOWED[package] | {package, ""}
+    )
+    assert bad == []
+
+
+def test_textual_only_in_ui():
+    outside = [name for name, path in g.modules().items()
+               if package_of(name) != "ui" and g.external_imports(path) & {"textual", "textual_plotext"}]
+    assert outside == []
+
+
+def test_ui_never_imports_llama_cpp():
+    inside = [name for name, path in g.modules().items() if package_of(name) == "ui" and "llama_cpp" in g.external_imports(path)]
+    assert inside == []
+
+
+def test_engine_takes_its_own_config():
+    """The engine never sees the user's settings (theme, paths, sampling defaults): it takes an EngineConfig."""
+    bad = [f"{src} imports {dst}" for src, targets in g.graph().items() if package_of(src) == "engine"
+           for dst in targets if dst in ("chatphase.config", "chatphase.settings_file")]
+    assert bad == []
+
+
+def test_modules_stay_small():
+    big = {name: n for name, path in g.modules().items() if (n := len(path.read_text().splitlines())) > 400}
+    assert big == {}
+
+
+def test_graph_sees_lazy_imports():
+    """The graph is only as good as its reading: a function-level import must be an edge."""
+    edges = g.graph()
+    assert "chatphase.models.hub" in edges["chatphase.models.resolve"]  # imported inside resolve_model
