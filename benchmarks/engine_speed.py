@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.engine.config import EngineConfig
-from chatphase.system.cpu_features import physical_cores
 from chatphase.engine.events import (
     EngineFailed,
     SamplingParams,
@@ -49,6 +48,7 @@ from chatphase.engine.events import (
 )
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
+from chatphase.system.cpu_features import physical_cores
 
 
 @dataclass
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.llama_bench:
         variants["d"] = Variant("d", "llama-bench", f"threads {threads}")
 
-    for key, r in runners.items():  # warm-up, not counted
+    for r in runners.values():  # warm-up, not counted
         r.pp(prompt)
         r.tg(short, 8)
     order = list(variants)

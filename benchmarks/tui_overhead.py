@@ -44,13 +44,22 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
 
 from chatphase.config import Settings
-from chatphase.engine.events import (EngineFailed, Event, FirstToken, Message, ModelLoaded, SamplingParams,
-                                     TokensDecoded, TurnFinished, TurnRequest)
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
+)
 from chatphase.engine.host import EngineHost
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import read_model_info

@@ -49,7 +49,7 @@ class Settings:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     theme: str = "textual-dark"
 
-    def validate(self) -> "Settings":
+    def validate(self) -> Settings:
         """Check ranges and choices; returns ``self``.
 
         Raises:
@@ -65,7 +65,7 @@ class Settings:
             raise UsageError(f"top_p must be in (0, 1] (got {s.top_p})")
         return self
 
-    def with_overrides(self, **overrides) -> "Settings":
+    def with_overrides(self, **overrides) -> Settings:
         """A copy with the given non-``None`` fields replaced; sampling fields are accepted by name too."""
         sampling_names = {f.name for f in fields(SamplingParams)}
         top = {k: v for k, v in overrides.items() if v is not None and k not in sampling_names}

@@ -10,8 +10,8 @@ shrinks it — regenerate, edit-resend, trimmed context — counts as the net ch
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

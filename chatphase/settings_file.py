@@ -33,7 +33,7 @@ import sys
 import tempfile
 import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from chatphase.config import Settings

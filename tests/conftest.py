@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+
 
 # Keep every test's files (logs, sessions, config) out of the user's real directories.
 @pytest.fixture(autouse=True)

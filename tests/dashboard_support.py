@@ -5,8 +5,8 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 
 from chatphase.engine.events import LoadedModel
-from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.engine.fake import fake_model_info
+from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 
 MS = 1_000_000

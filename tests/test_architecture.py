@@ -5,9 +5,8 @@ Read from the source (:mod:`tests.import_graph`), so a lazy import inside a func
 
 from __future__ import annotations
 
-import pytest
-
 import import_graph as g
+import pytest
 
 #: package -> the chatphase packages it may import (besides itself). Lower layers first:
 #: models <- engine <- chat <- ui / commands; sessions and bench beside chat; system and the leaf

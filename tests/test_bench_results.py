@@ -105,5 +105,5 @@ def test_plot_files(tmp_path, suffix, magic):
 
 
 def test_plot_path_checked_before_work(tmp_path):
-    with pytest.raises(UsageError, match=".svg or .png"):
+    with pytest.raises(UsageError, match=r"\.svg or \.png"):
         check_plot_path(tmp_path / "plot.pdf")

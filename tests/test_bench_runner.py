@@ -34,7 +34,7 @@ def test_requests_follow_the_method():
     assert [r.reset_cache for r in reqs[9:]] == [True, False] * 3
     assert [r.sampling.max_tokens for r in reqs[9:]] == [1, 5] * 3
     assert all(r.reset_cache and r.sampling.max_tokens == 5 for r in reqs[:9])
-    for prime, measured in zip(reqs[9::2], reqs[10::2]):
+    for prime, measured in zip(reqs[9::2], reqs[10::2], strict=False):
         assert measured.prompt_token_ids[:100] == prime.prompt_token_ids
     assert len({r.turn_id for r in reqs}) == len(reqs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from dashboard_support import TURNS, DashboardApp, loaded_model, scripted_turn
 from rich.console import Console
 from textual.widgets import Label, Sparkline, Static, TabbedContent
 
@@ -16,7 +17,6 @@ from chatphase.ui.phase_plots import DecodeDepthPlot, TtftPlot
 from chatphase.ui.system_figures import REFRESH_S, SystemFigures
 from chatphase.ui.timeline import TurnTimeline, scale_cells, time_segments
 from chatphase.ui.turn_detail import TurnDetail
-from dashboard_support import TURNS, DashboardApp, loaded_model, scripted_turn
 
 
 def text_of(widget: Static) -> str:
@@ -52,7 +52,7 @@ async def test_history_rows_match_scripted_metrics(app):
             assert tuple(str(c) for c in table.get_row_at(i)) == format_row(i + 1, metrics)
         # spot values from the script: turn 1 cold TTFT 397 ms, turn 2's every-10th slow gap -> ITL p95 63 ms
         # (two figures to a cell, top over bottom)
-        row2 = {k: str(v).split("\n") for (k, _), v in zip(COLUMNS, table.get_row_at(1))}
+        row2 = {k: str(v).split("\n") for (k, _), v in zip(COLUMNS, table.get_row_at(1), strict=True)}
         assert row2["ttft_itl_p95_ms"] == ["212.6", "63.0"] and row2["prompt_cached_tokens"] == ["260", "199"]
         assert row2["decode_kv_tokens"] == ["150", "410"]
         assert str(table.get_row_at(2)[-1]) == "length"

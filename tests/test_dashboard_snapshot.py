@@ -6,8 +6,9 @@ and look at the new SVG before committing it.
 
 from __future__ import annotations
 
-from chatphase.ui.dashboard import Dashboard
 from dashboard_support import TURNS, DashboardApp, loaded_model
+
+from chatphase.ui.dashboard import Dashboard
 
 
 async def _three_turns(pilot) -> None:

@@ -3,15 +3,21 @@ context limits, cancel. Small n_ctx and few tokens keep each test to a second or
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
-    EngineFailed, FirstToken, Message, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams, TokensDecoded,
-    TurnFinished, TurnRequest,
+    EngineFailed,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
 from chatphase.engine.llama import LlamaEngine
 
@@ -39,7 +45,7 @@ def run(engine, request):
 
 
 def test_loaded_model_reports_settings_and_kv_agrees_with_llama_cpp(llama_engine, tmp_path):
-    engine, loaded = llama_engine
+    _engine, loaded = llama_engine
     assert loaded.kv_bytes_per_token == 23_040
     assert loaded.settings["n_ctx"] == 1024 and loaded.settings["n_threads"] >= 1
     assert loaded.settings["gpu_offload_supported"] in (True, False)
@@ -50,7 +56,7 @@ def test_loaded_model_reports_settings_and_kv_agrees_with_llama_cpp(llama_engine
 
 
 def test_two_turns_reuse_the_cache_and_metrics_are_consistent(llama_engine):
-    engine, loaded = llama_engine
+    engine, _loaded = llama_engine
     conv = [Message("user", "Name three colours.")]
     events, t1 = run(engine, TurnRequest(1, tuple(conv), GREEDY))
     kinds = [type(e) for e in events]
@@ -100,7 +106,7 @@ def test_split_multibyte_characters_stream_whole(llama_engine):
     assert out == text and "\ufffd" not in out
     # the same text generated through the engine's decode path (prompt = text, ask it to repeat)
     conv = (Message("user", f"Repeat exactly: {text}"),)
-    events, fin = run(engine, TurnRequest(1, conv, SamplingParams(max_tokens=40, temperature=0)))
+    _events, fin = run(engine, TurnRequest(1, conv, SamplingParams(max_tokens=40, temperature=0)))
     assert "\ufffd" not in fin.reply
 
 
@@ -113,7 +119,7 @@ def _invalid_utf8(b: bytes) -> bool:
 
 
 def test_context_overflow_drops_oldest_turns_and_refuses_a_huge_message(default_model_info, tmp_path):
-    engine, loaded = make_engine(default_model_info, tmp_path, n_ctx=256)
+    engine, _loaded = make_engine(default_model_info, tmp_path, n_ctx=256)
     try:
         sp = SamplingParams(max_tokens=16, temperature=0)
         conv = [Message("system", "Be brief.")]
@@ -136,7 +142,7 @@ def test_context_overflow_drops_oldest_turns_and_refuses_a_huge_message(default_
 
 
 def test_reply_that_fills_the_context_stops_with_context_full(default_model_info, tmp_path):
-    engine, loaded = make_engine(default_model_info, tmp_path, n_ctx=256)
+    engine, _loaded = make_engine(default_model_info, tmp_path, n_ctx=256)
     try:
         prompt = tuple(engine.tokenize("Count: one two three four five six seven eight nine ten. " * 20))[:200]
         assert len(prompt) == 200

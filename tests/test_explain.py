@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from dashboard_support import TURNS, loaded_model, scripted_turn
 
 from chatphase.explain import CPU_REFERENCE_BANDWIDTH, explain_decode, explain_prefill, explain_turn, format_count
 from chatphase.units import fmt_bytes
-from dashboard_support import TURNS, loaded_model, scripted_turn
 
 
 @pytest.mark.parametrize("n, text", [(950, "950"), (134_515_008, "135 M"), (1_240_000_000, "1.2 B")])

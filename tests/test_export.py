@@ -5,19 +5,27 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
+from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 
-from chatphase.sessions import recorder as session_recorder
 from chatphase.engine.events import FirstToken
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
+from chatphase.sessions import recorder as session_recorder
 from chatphase.sessions.export import (
-    CSV_COLUMNS, MD_METRICS, export_session, format_from_path, rows_from_csv, session_from_json, write_export,
+    CSV_COLUMNS,
+    MD_METRICS,
+    export_session,
+    format_from_path,
+    rows_from_csv,
+    session_from_json,
+    write_export,
 )
-from chatphase.sessions.store import Session, Turn, load_session
 from chatphase.sessions.recorder import SessionRecorder
-from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+from chatphase.sessions.store import Session, Turn, load_session
 
 
 @pytest.fixture
@@ -104,8 +112,8 @@ def test_markdown_has_transcript_and_a_parsable_metrics_table(saved):
     (table,) = _md_tables(md)
     assert table[0] == ["turn", "status", *MD_METRICS]
     assert [r[:2] for r in table[1:]] == [["1", "complete"], ["2", "complete"], ["3", "partial"]]
-    for row, turn in zip(table[1:3], saved.turns[:2]):
-        cells = dict(zip(table[0], row))
+    for row, turn in zip(table[1:3], saved.turns[:2], strict=True):
+        cells = dict(zip(table[0], row, strict=True))
         m = turn.metrics
         assert float(cells["ttft_ms"].replace(",", "")) == pytest.approx(m.ttft_ms, abs=0.005)
         assert float(cells["decode_tokens_per_s"].replace(",", "")) == pytest.approx(m.decode_tokens_per_s, abs=0.005)

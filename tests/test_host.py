@@ -7,7 +7,14 @@ import signal
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
-    EngineFailed, FirstToken, Message, ModelLoaded, SamplingParams, TokensDecoded, TurnFinished, TurnRequest,
+    EngineFailed,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
 from chatphase.engine.host import EngineHost
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from test_models_validation import write_tiny_gguf
 
 from chatphase import cli
-from chatphase.models import hub
 from chatphase.errors import ChatPhaseError, ModelError
+from chatphase.models import hub
 from chatphase.models.resolve import list_models, resolve_model
-from test_models_validation import write_tiny_gguf
 
 REPO = "test-org/tiny-GGUF"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -290,7 +290,7 @@ def test_unreachable_hub_fails_fast(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     t0 = time.monotonic()
-    with pytest.raises(ChatPhaseError, match="cannot reach http://127.0.0.1:9"):
+    with pytest.raises(ChatPhaseError, match=r"cannot reach http://127\.0\.0\.1:9"):
         hub.pull(hub.RepoSpec(REPO, quant="Q8_0"), tmp_path / "models")
     assert time.monotonic() - t0 < 10
 

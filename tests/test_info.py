@@ -47,7 +47,7 @@ def test_info_text_and_quantised_kv(capsys):
 
 
 def test_info_refuses_a_context_that_cannot_be_allocated(capsys):
-    code, out, err = run(capsys, "info", "--n-ctx", "200000000")
+    code, _out, err = run(capsys, "info", "--n-ctx", "200000000")
     assert code == 2
     assert err.startswith("chatphase: model will not fit: KV cache + compute alone need") and err.count("\n") == 1
     assert "lower --n-ctx" in err

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from remote_support import ScriptedServer, content_chunk, free_port, sse
 
 from chatphase.cli import main
-from remote_support import ScriptedServer, content_chunk, free_port, sse
 
 pytestmark = pytest.mark.timeout(60)
 

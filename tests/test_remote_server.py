@@ -9,13 +9,20 @@ clock figures (TTFT, ITL, decode time) must be filled and consistent.
 from __future__ import annotations
 
 import pytest
+from remote_support import free_port, start_llama_cpp_server, stop_process
 
 from chatphase.engine.events import (
-    EngineFailed, FirstToken, Message, ModelLoaded, PrefillStarted, SamplingParams, TokensDecoded, TurnFinished,
+    EngineFailed,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    PrefillStarted,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
     TurnRequest,
 )
 from chatphase.engine.remote import RemoteEngine
-from remote_support import free_port, start_llama_cpp_server, stop_process
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(180)]
 

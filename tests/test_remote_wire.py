@@ -6,17 +6,25 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from remote_support import ScriptedServer, content_chunk, free_port, sse
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
-    EngineFailed, FirstToken, Message, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams, TokensDecoded,
-    TurnFinished, TurnRequest,
+    EngineFailed,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
 from chatphase.engine.factory import make_engine
 from chatphase.engine.remote import RemoteEngine, ServerURL
 from chatphase.engine.remote_wire import ServerReport, remote_turn_metrics
 from chatphase.errors import UsageError
-from remote_support import ScriptedServer, content_chunk, free_port, sse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -212,7 +220,9 @@ def test_cancel_while_waiting_for_the_first_token_returns_at_once():
 
 
 def test_token_id_prompt_goes_to_completions_with_cache_reset_and_ignore_eos():
-    text_chunk = lambda t: {"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": None}]}
+    def text_chunk(t):
+        return {"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": None}]}
+
     stream = sse(text_chunk("x"), text_chunk("y"),
                  {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
                   "timings": {"prompt_n": 64, "prompt_ms": 20.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 9.0}},

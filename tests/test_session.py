@@ -6,15 +6,23 @@ import json
 import os
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
-
-from chatphase.sessions import recorder as session_recorder
-from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded, TurnFinished
-from chatphase.sessions.store import (
-    SessionError, delete_session, list_sessions, load_session, rename_session, resolve_session_path, sessions_dir,
-)
-from chatphase.sessions.recorder import SessionRecorder
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+
+from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded, TurnFinished
+from chatphase.sessions import recorder as session_recorder
+from chatphase.sessions.recorder import SessionRecorder
+from chatphase.sessions.store import (
+    SessionError,
+    delete_session,
+    list_sessions,
+    load_session,
+    rename_session,
+    resolve_session_path,
+    sessions_dir,
+)
 
 
 def new_recorder(**kw) -> SessionRecorder:
@@ -104,7 +112,7 @@ def test_any_truncation_loads_a_prefix_of_the_turns(cut, tmp_path_factory):
         assert b"\n" not in data[: cut % (len(data) + 1)]
         return
     assert len(s.turns) <= len(full.turns)
-    for got, want in zip(s.turns, full.turns):
+    for got, want in zip(s.turns, full.turns, strict=True):
         assert got.index == want.index and got.user == want.user
         assert got.status == want.status or got.status == "partial"
         if got.status == "complete":

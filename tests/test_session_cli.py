@@ -6,15 +6,15 @@ import argparse
 import json
 
 import pytest
+from session_support import MODEL, SETTINGS, record_turns
 
-from chatphase.sessions import recorder as session_recorder
 from chatphase.cli import main
 from chatphase.commands.options import settings_from_args
 from chatphase.errors import UsageError
+from chatphase.sessions import recorder as session_recorder
 from chatphase.sessions.export import rows_from_csv, session_from_json
-from chatphase.sessions.store import load_session
 from chatphase.sessions.recorder import SessionRecorder
-from session_support import MODEL, SETTINGS, record_turns
+from chatphase.sessions.store import load_session
 
 
 @pytest.fixture

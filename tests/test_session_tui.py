@@ -8,19 +8,19 @@ import os
 from pathlib import Path
 
 from textual.widgets import DataTable, Input, Select
+from ui_support import notifications, send, wait_for
 
 from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.export import rows_from_csv
-from chatphase.sessions.store import list_sessions, load_session
 from chatphase.sessions.recorder import SessionRecorder
+from chatphase.sessions.store import list_sessions, load_session
 from chatphase.settings_file import load_settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView, UserMessage
 from chatphase.ui.session_actions import COLD_PREFILL_NOTE, SessionActions
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
 from chatphase.ui.settings_screen import SettingsScreen
-from ui_support import notifications, send, wait_for
 
 SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 
@@ -63,7 +63,7 @@ async def chat(pilot, app, *texts: str) -> None:
     for text in texts:
         n = len(app.conversation)
         await send(pilot, text)
-        await wait_for(pilot, lambda: len(app.conversation) == n + 2 and idle(app))
+        await wait_for(pilot, lambda n=n: len(app.conversation) == n + 2 and idle(app))
 
 
 async def test_turns_are_recorded_with_the_dashboards_metrics():
@@ -234,7 +234,7 @@ async def test_keys_and_palette_entries_open_the_screens():
             await pilot.press(keys[action_id])  # with the prompt box focused, as a user would
             await wait_for(pilot, showing(app, screen, selector))
             await pilot.press("escape")
-            await wait_for(pilot, lambda: not isinstance(app.screen, screen))
+            await wait_for(pilot, lambda screen=screen: not isinstance(app.screen, screen))
         await pilot.press(keys["session.export"])
         await wait_for(pilot, lambda: any("Nothing to export yet" in n for n in notifications(app)))
 

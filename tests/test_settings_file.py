@@ -11,7 +11,13 @@ from chatphase.commands.options import add_model_options, add_sampling_options, 
 from chatphase.config import Settings
 from chatphase.errors import UsageError
 from chatphase.settings_file import (
-    SETTING_KEYS, config_path, key_line, load_config, load_settings, save_settings, settings_to_toml,
+    SETTING_KEYS,
+    config_path,
+    key_line,
+    load_config,
+    load_settings,
+    save_settings,
+    settings_to_toml,
 )
 
 
@@ -123,7 +129,9 @@ def test_save_refuses_invalid_settings(cfg):
     assert not cfg.exists()
 
 
-from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import settings as hsettings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=30)
 

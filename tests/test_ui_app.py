@@ -12,10 +12,10 @@ from chatphase.config import Settings
 from chatphase.engine.fake import fake_model_info
 from chatphase.ui.actions import ACTIONS
 from chatphase.ui.chat_log import ReplyView, UserMessage
-from chatphase.units import fmt_ms, fmt_rate
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.screens import LogScreen, from_engine_start
+from chatphase.units import fmt_ms, fmt_rate
 
 
 def badge(app) -> str:
@@ -104,7 +104,7 @@ async def test_esc_mid_prefill_cancels_without_tokens():
 
 
 async def test_over_long_message_is_refused_and_given_back():
-    app, engines = make_app(Settings(n_ctx=16))
+    app, _engines = make_app(Settings(n_ctx=16))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         text = " ".join(f"w{i}" for i in range(30))
@@ -116,7 +116,7 @@ async def test_over_long_message_is_refused_and_given_back():
 
 
 async def test_trimmed_context_is_announced():
-    app, engines = make_app(Settings(n_ctx=40), replies=["ok"])
+    app, _engines = make_app(Settings(n_ctx=40), replies=["ok"])
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         for i in range(4):
@@ -150,7 +150,7 @@ async def test_crash_shows_error_and_restart_keeps_conversation():
 
 
 async def test_crash_before_any_reply_text_gives_the_message_back():
-    app, engines = make_app(crash_at="prefill", crash_turn=2, first_only=True)
+    app, _engines = make_app(crash_at="prefill", crash_turn=2, first_only=True)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "first")
@@ -189,7 +189,7 @@ async def test_regenerate_resends_the_same_prompt_and_reports_cache_reuse():
 
 
 async def test_edit_last_message_and_resend():
-    app, engines = make_app()
+    app, _engines = make_app()
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "one")
@@ -206,7 +206,7 @@ async def test_edit_last_message_and_resend():
 
 
 async def test_new_chat_and_clear():
-    app, engines = make_app()
+    app, _engines = make_app()
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello")
@@ -221,7 +221,7 @@ async def test_new_chat_and_clear():
 
 
 async def test_copy_last_reply(monkeypatch):
-    app, engines = make_app(replies=["copy me"])
+    app, _engines = make_app(replies=["copy me"])
     copied = []
     monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
     async with app.run_test(size=(130, 40)) as pilot:
@@ -237,7 +237,7 @@ async def test_copy_last_reply(monkeypatch):
 async def test_engine_log_screen(tmp_path):
     log = tmp_path / "engine.log"
     log.write_text("llama_kv_cache: size = 90.00 MiB\nload_tensors: offloaded 0/31 layers to GPU\n")
-    app, engines = make_app(log_path=str(log))
+    app, _engines = make_app(log_path=str(log))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await pilot.press("f3")
@@ -263,7 +263,7 @@ async def test_actions_have_bindings_with_ids_and_palette_commands():
 
 @pytest.mark.parametrize("size,visible_before", [((80, 24), False), ((140, 40), True)])
 async def test_side_panel_toggles_and_collapses_when_narrow(size, visible_before):
-    app, engines = make_app()
+    app, _engines = make_app()
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         side = app.query_one("#side")
@@ -300,7 +300,7 @@ async def test_quit_mid_generation_closes_the_engine():
 
 
 async def test_multiline_input_and_large_paste():
-    app, engines = make_app(Settings(n_ctx=16384))
+    app, _engines = make_app(Settings(n_ctx=16384))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         prompt = app.query_one(PromptInput)
@@ -316,7 +316,7 @@ async def test_multiline_input_and_large_paste():
 
 
 async def test_light_theme_from_settings():
-    app, engines = make_app(Settings(theme="textual-light"))
+    app, _engines = make_app(Settings(theme="textual-light"))
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert app.theme == "textual-light"
@@ -324,7 +324,7 @@ async def test_light_theme_from_settings():
 
 async def test_type_ahead_burst_then_enter_sends_all_of_it():
     """Keys arriving in one burst (fast typing, a terminal without bracketed paste) are sent whole."""
-    app, engines = make_app()
+    app, _engines = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         for key in ("h", "i"):

@@ -103,4 +103,4 @@ def test_cancel_during_hold_and_crash():
     failed = turn(crashing, 1, "hi")[-1]
     assert isinstance(failed, EngineFailed) and failed.fatal and crashing.dead
     assert turn(crashing, 2, "again")[-1].fatal
-    assert list(FakeEngine(fake_model_info(), crash_at="load").load())[0].fatal
+    assert next(iter(FakeEngine(fake_model_info(), crash_at="load").load())).fatal

@@ -5,6 +5,7 @@ nothing is cut, and the KV gauge's percentage and every history cell can be read
 from __future__ import annotations
 
 import pytest
+from dashboard_support import scripted_turn
 from textual.containers import ScrollableContainer
 from textual.geometry import Region
 from textual.scroll_view import ScrollView
@@ -14,7 +15,6 @@ from ui_support import make_app, send, wait_for
 from chatphase.ui.app import WIDE_COLUMNS
 from chatphase.ui.history_table import COLUMNS, TurnHistoryTable, format_row
 from chatphase.ui.phase_panel import PhasePanel
-from dashboard_support import scripted_turn
 
 SIZES = [(120, 40), (130, 40), (150, 40), (200, 50), (80, 24), (100, 30), (120, 24)]
 
@@ -41,7 +41,7 @@ async def chat(pilot, size) -> None:
     await wait_for(pilot, lambda: idle(app))
     for n, text in enumerate(["What are prefill and decode?", "Thanks!"], start=1):
         await send(pilot, text)
-        await wait_for(pilot, lambda: len(app.conversation) == 2 * n and idle(app))
+        await wait_for(pilot, lambda n=n: len(app.conversation) == 2 * n and idle(app))
     for turn_id, metrics in enumerate(WIDE_TURNS, start=3):  # what the app does on TurnFinished
         app.panel.turn_finished(turn_id, metrics)
         app.dashboard.turn_finished(turn_id, metrics)

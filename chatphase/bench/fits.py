@@ -54,7 +54,7 @@ def linear_fit(x: Sequence[float], y: Sequence[float | None]) -> LinearFit | Non
     """
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
-    pts = [(float(a), float(b)) for a, b in zip(x, y) if b is not None]
+    pts = [(float(a), float(b)) for a, b in zip(x, y, strict=True) if b is not None]
     if len({p[0] for p in pts}) < 2:
         return None
     xs = np.array([p[0] for p in pts])

@@ -66,10 +66,10 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, plan: Sweep
             conn.send(BenchFailed(str(exc)))
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
-    except Exception as exc:  # noqa: BLE001 — reported to the parent as one line, never a traceback
+    except Exception as exc:
         try:
             conn.send(BenchFailed(f"benchmark error: {type(exc).__name__}: {exc}"))
-        except Exception:  # noqa: BLE001, S110 — the pipe is gone: nobody is left to tell
+        except Exception:
             pass
 
 

@@ -59,7 +59,7 @@ def _headers(what: str) -> list[str]:
 def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     left = {0}
-    def line(cells): return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    def line(cells): return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 

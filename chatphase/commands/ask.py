@@ -15,7 +15,15 @@ import sys
 
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
-from chatphase.engine.events import EngineFailed, FirstToken, Message, ModelLoaded, TokensDecoded, TurnFinished, TurnRequest
+from chatphase.engine.events import (
+    EngineFailed,
+    FirstToken,
+    Message,
+    ModelLoaded,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
+)
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
 from chatphase.sessions.recorder import cli_recorder

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 
 from chatphase.commands.options import add_model_options, settings_from_args
-from chatphase.system.cpu_features import detect_amx, enabled_features, read_cpu_flags
-from chatphase.models.kv import kv_bytes_per_token
 from chatphase.errors import ModelError
 from chatphase.models.gguf_meta import read_model_info
+from chatphase.models.kv import kv_bytes_per_token
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import resolve_model
 from chatphase.sessions.store import sessions_dir
 from chatphase.settings_file import config_path
+from chatphase.system.cpu_features import detect_amx, enabled_features, read_cpu_flags
 from chatphase.units import fmt_bytes, fmt_params
 
 GPU_BUILD_HINT = (

@@ -39,7 +39,7 @@ def run(args) -> int:
         ))
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     print("\n* default model · KV/TOK = f16 KV cache bytes per token")
     for e in broken:
         print(f"unusable: {e.error}")

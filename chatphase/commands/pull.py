@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from chatphase.models import hub
 from chatphase.errors import ChatPhaseError, UsageError
+from chatphase.models import hub
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import default_models_dir
 from chatphase.units import fmt_bytes

@@ -13,7 +13,14 @@ import json
 import sys
 
 from chatphase.errors import UsageError
-from chatphase.sessions.store import SessionSummary, delete_session, list_sessions, local_time, rename_session, sessions_dir
+from chatphase.sessions.store import (
+    SessionSummary,
+    delete_session,
+    list_sessions,
+    local_time,
+    rename_session,
+    sessions_dir,
+)
 
 
 def register(sub) -> None:
@@ -39,7 +46,7 @@ def format_table(rows: list[SessionSummary]) -> str:
         for s in rows
     ]
     widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in (head, *body))
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (head, *body))
 
 
 def run(args: argparse.Namespace) -> int:

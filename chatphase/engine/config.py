@@ -41,7 +41,7 @@ class EngineConfig:
     type_v: str = "f16"
     extra_bufts: str = "auto"
 
-    def validate(self) -> "EngineConfig":
+    def validate(self) -> EngineConfig:
         """Check ranges and choices; returns ``self``.
 
         Raises:

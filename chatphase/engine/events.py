@@ -9,7 +9,7 @@ All ``*_ns`` timestamps are ``time.perf_counter_ns()`` values taken inside the e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import ModelInfo
@@ -158,4 +158,4 @@ class EngineFailed:
     fatal: bool = False
 
 
-Event = Union[ModelLoaded, PrefillStarted, PrefillProgress, FirstToken, TokensDecoded, TurnFinished, EngineFailed]
+Event = ModelLoaded | PrefillStarted | PrefillProgress | FirstToken | TokensDecoded | TurnFinished | EngineFailed

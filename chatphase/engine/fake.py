@@ -35,9 +35,9 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.models.kv import kv_capacity_bytes
 from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.kv import kv_capacity_bytes
 
 Phase = Literal["load", "prefill", "decode"]
 _PIECE = re.compile(r"\s*\S+|\s+")
@@ -299,7 +299,7 @@ class FakeEngine:
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

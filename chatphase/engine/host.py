@@ -17,8 +17,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest

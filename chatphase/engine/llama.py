@@ -20,24 +20,33 @@ import os
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import llama_cpp as lc
 
-from chatphase.system.cpu_features import detect_amx, read_cpu_flags
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
-    EngineFailed, Event, FirstToken, LoadedModel, ModelLoaded, PrefillProgress, PrefillStarted, SamplingParams,
-    TokensDecoded, TurnFinished, TurnRequest,
+    EngineFailed,
+    Event,
+    FirstToken,
+    LoadedModel,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    SamplingParams,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
-from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.system.cpu_features import detect_amx, read_cpu_flags
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30, "iq4_nl": 20}
 _FLASH_ATTN = {"auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}

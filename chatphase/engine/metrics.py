@@ -20,8 +20,10 @@ Definitions (shared by the dashboard, `ask --json` and `bench`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Literal, Sequence
+from itertools import pairwise
+from typing import Literal
 
 import numpy as np
 
@@ -69,7 +71,7 @@ class TurnMetrics:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TurnMetrics":
+    def from_dict(cls, data: dict) -> TurnMetrics:
         """Inverse of :meth:`to_dict`; unknown keys are ignored (forward compatible)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -146,7 +148,7 @@ def compute_turn_metrics(
         raise ValueError(f"cached_tokens={cached_tokens} outside 0..prompt_tokens={prompt_tokens}")
     if t_prefill_end_ns < t_prefill_start_ns or t_prefill_start_ns < t_submit_ns:
         raise ValueError("timestamps out of order: need t_submit <= t_prefill_start <= t_prefill_end")
-    if any(b < a for a, b in zip(token_times_ns, token_times_ns[1:])):
+    if any(b < a for a, b in pairwise(token_times_ns)):
         raise ValueError("token times must be non-decreasing")
     if stop_reason not in STOP_REASONS:
         raise ValueError(f"unknown stop_reason {stop_reason!r}")

@@ -29,7 +29,7 @@ never used to split a prompt. Pure Python, no model: tokenisation and token rend
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 Tokenize = Callable[[str, bool], list[int]]
 """``(text, add_special) -> token ids``, parsing special tokens in ``text`` (e.g. ``<|im_start|>``)."""

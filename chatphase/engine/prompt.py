@@ -7,8 +7,8 @@ without one fall back to ChatML, llama.cpp's own default.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 

@@ -24,19 +24,32 @@ import json
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 from httpx_sse import EventSource
 
 from chatphase.engine.events import (
-    EngineFailed, Event, FirstToken, LoadedModel, ModelLoaded, PrefillProgress, PrefillStarted, TokensDecoded,
-    TurnFinished, TurnRequest,
+    EngineFailed,
+    Event,
+    FirstToken,
+    LoadedModel,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
 )
 from chatphase.engine.metrics import ns_to_ms
 from chatphase.engine.remote_errors import error_text, http_error_message, transport_message
 from chatphase.engine.remote_wire import (
-    ServerReport, chunk_text, progress_tokens, remote_turn_metrics, server_timings_view, stop_reason_of,
+    ServerReport,
+    chunk_text,
+    progress_tokens,
+    remote_turn_metrics,
+    server_timings_view,
+    stop_reason_of,
 )
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo

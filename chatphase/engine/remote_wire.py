@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from chatphase.engine.metrics import TurnMetrics, decode_rates, itl_stats_ms, ns_to_ms
 
@@ -131,7 +132,7 @@ def remote_turn_metrics(
         ValueError: when arrival times are out of order or precede ``t_submit_ns``.
     """
     times = list(arrival_times_ns)
-    if any(b < a for a, b in zip(times, times[1:])) or (times and times[0] < t_submit_ns):
+    if any(b < a for a, b in pairwise(times)) or (times and times[0] < t_submit_ns):
         raise ValueError("arrival times must be non-decreasing and after the submit time")
     prompt, cached, prefill = _prompt_counts(report)
     decode_tokens = report.completion_tokens

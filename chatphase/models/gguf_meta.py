@@ -31,8 +31,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from chatphase.models.kv import AttentionShape, attention_shape, kv_bytes_per_token
 from chatphase.errors import ModelError
+from chatphase.models.kv import AttentionShape, attention_shape, kv_bytes_per_token
 
 GGUF_MAGIC = b"GGUF"
 #: keys whose values are large arrays we never need (vocabulary, merges, scores).

@@ -336,7 +336,7 @@ def pull(spec: RepoSpec, models_dir: Path, cache_dir: Path | None = None) -> Pul
     if all(f in present for f in choice.files):
         return PullResult(targets[0], "present", targets)
     if all(f in cached for f in choice.files):
-        for f, dst in zip(choice.files, targets):
+        for f, dst in zip(choice.files, targets, strict=True):
             if f not in present:
                 _link_or_copy(cached[f], dst)
         return PullResult(targets[0], "hf-cache", targets)

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes, kv_cells
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes, kv_cells
 from chatphase.units import fmt_bytes
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from chatphase.errors import ModelError
 
@@ -133,9 +133,9 @@ def list_models(models_dir: str | os.PathLike | None = None, cache_dir: str | os
     Each file is validated with :func:`chatphase.models.gguf_meta.read_model_info` (header only, ~30 ms each);
     the same file reached twice (a ``pull`` symlink into the cache) is listed once.
     """
+    from chatphase.errors import ChatPhaseError
     from chatphase.models import hub
     from chatphase.models.gguf_meta import read_model_info
-    from chatphase.errors import ChatPhaseError
 
     mdir = Path(models_dir) if models_dir else default_models_dir()
     cdir = Path(cache_dir) if cache_dir else hub.hf_cache_dir()

@@ -8,8 +8,8 @@ seconds, so a killed process (SIGKILL) keeps the partial reply up to that point.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
@@ -69,7 +69,7 @@ class SessionRecorder:
 
     @classmethod
     def create(cls, *, model: dict, settings: dict, title: str | None = None,
-               directory: Path | None = None) -> "SessionRecorder":
+               directory: Path | None = None) -> SessionRecorder:
         """A recorder for a new session (file created at the first turn)."""
         sid = new_session_id()
         header = {"type": "session", "version": FORMAT_VERSION, "id": sid, "title": title or "",
@@ -78,7 +78,7 @@ class SessionRecorder:
 
     @classmethod
     def resume(cls, session_id: str | None = None,
-               directory: Path | None = None) -> tuple["SessionRecorder", Session]:
+               directory: Path | None = None) -> tuple[SessionRecorder, Session]:
         """Continue a saved session (``None``/``"last"`` = the most recent); returns it as loaded too.
 
         Raises:
@@ -214,7 +214,7 @@ class SessionRecorder:
                 self._fh.close()
                 self._fh = None
 
-    def __enter__(self) -> "SessionRecorder":
+    def __enter__(self) -> SessionRecorder:
         return self
 
     def __exit__(self, *exc) -> None:

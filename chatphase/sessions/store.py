@@ -122,7 +122,7 @@ class Turn:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Turn":
+    def from_dict(cls, data: dict) -> Turn:
         """Inverse of :meth:`to_dict`."""
         d = dict(data)
         d["metrics"] = TurnMetrics.from_dict(d["metrics"]) if d.get("metrics") else None
@@ -167,7 +167,7 @@ class Session:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Session":
+    def from_dict(cls, data: dict) -> Session:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
         names = set(cls.__dataclass_fields__)
         d = {k: v for k, v in data.items() if k in names}

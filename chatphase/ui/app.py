@@ -320,7 +320,7 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, Pre
         ev = message.event
         if message.engine_id != self.engine_id or not self._alive():
             return
-        if ev.turn_id is not None and self._current(ev.turn_id) or ev.fatal and self.active_turn is not None:
+        if (ev.turn_id is not None and self._current(ev.turn_id)) or (ev.fatal and self.active_turn is not None):
             reply = self._reply()
             if ev.fatal and reply is not None and reply.text:  # a crash mid-reply: keep what streamed
                 self._abandon_turn("engine stopped: partial reply kept")

@@ -27,8 +27,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.units import fmt_int, fmt_ms, fmt_rate
 from chatphase.ui.reply_markdown import MarkdownSegment
+from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
 #: often as the app's CPU budget allows.

@@ -139,7 +139,10 @@ class ExperimentsScreen(Screen[None]):
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
         """
-        value = lambda id_: self.query_one(f"#{id_}", Input).value
+
+        def value(id_: str) -> str:
+            return self.query_one(f"#{id_}", Input).value
+
         plan = SweepPlan(
             prompt_lengths=parse_tokens(value("exp-lengths"), "Prompt lengths"),
             depths=parse_tokens(value("exp-depths"), "Depths"),
@@ -220,7 +223,7 @@ class ExperimentsScreen(Screen[None]):
         try:
             for event in job.events():
                 self.app.call_from_thread(self.handle_event, event)
-        except Exception as exc:  # noqa: BLE001 — a notice, never a traceback over the screen
+        except Exception as exc:
             self.app.call_from_thread(self.handle_event, BenchFailed(f"{type(exc).__name__}: {exc}"))
 
     def handle_event(self, event) -> None:

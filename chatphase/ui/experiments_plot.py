@@ -98,11 +98,11 @@ class BenchPlot(PlotextPlot):
             if not pts:
                 continue
             color = COLORS[i % len(COLORS)]
-            xs, ys, sds = (list(v) for v in zip(*pts))
+            xs, ys, sds = (list(v) for v in zip(*pts, strict=True))
             plt.plot(xs, ys, marker="dot", color=color, label=res.display_label())
             if any(sds):
                 plt.error(xs, ys, yerr=sds, color=color)
         if self.live:
-            xs, ys = (list(v) for v in zip(*self.live))
+            xs, ys = (list(v) for v in zip(*self.live, strict=True))
             plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
         self.refresh()

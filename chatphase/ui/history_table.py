@@ -76,10 +76,10 @@ class TurnHistoryTable(DataTable):
 
     def upsert_turn(self, turn_id: int, metrics: TurnMetrics) -> None:
         """Add the turn as the last row, or update its cells when the id is already shown (regenerate)."""
-        cells = [_cell(key, value) for (key, _), value in zip(COLUMNS, format_row(turn_id, metrics))]
+        cells = [_cell(key, value) for (key, _), value in zip(COLUMNS, format_row(turn_id, metrics), strict=True)]
         key = str(turn_id)
         if key in self.rows:
-            for (col, _), value in zip(COLUMNS, cells):
+            for (col, _), value in zip(COLUMNS, cells, strict=True):
                 self.update_cell(key, col, value, update_width=True)
             return
         self.add_row(*cells, height=ROW_HEIGHT, key=key)

@@ -10,8 +10,8 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, ProgressBar
 
-from chatphase.units import fmt_bytes
 from chatphase.forecast import KvForecast
+from chatphase.units import fmt_bytes
 
 
 def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int, usage: bool = True) -> str:

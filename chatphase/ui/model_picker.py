@@ -10,7 +10,7 @@ Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are re
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import work

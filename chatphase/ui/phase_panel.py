@@ -20,8 +20,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Label, ProgressBar, Static
 
 from chatphase.engine.events import LoadedModel, PrefillStarted
-from chatphase.models.kv import KV_CELL_PAD
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.models.kv import KV_CELL_PAD
 from chatphase.units import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
 
 

@@ -56,9 +56,9 @@ class _ScatterPlot(PlotextPlot):
         plt.title(self.TITLE)
         plt.xlabel(self.XLABEL)
         plt.ylabel(self.YLABEL)
-        for (series, pts), marker in zip(self.points.items(), self.MARKERS):
+        for pts, marker in zip(self.points.values(), self.MARKERS, strict=False):
             if pts:
-                xs, ys = zip(*pts)
+                xs, ys = zip(*pts, strict=True)
                 plt.scatter(list(xs), list(ys), marker=marker)
         self.refresh()
 

@@ -16,11 +16,11 @@ turn is a cold prefill and the notice says so) and the actions behind the "Sessi
 from __future__ import annotations
 
 from chatphase.errors import ChatPhaseError
-from chatphase.sessions.store import Session, load_session
 from chatphase.sessions.recorder import SessionRecorder
+from chatphase.sessions.store import Session, load_session
 from chatphase.ui import messages as msg
-from chatphase.ui.settings_screen import SettingsChange, SettingsScreen
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
+from chatphase.ui.settings_screen import SettingsChange, SettingsScreen
 
 COLD_PREFILL_NOTE = "Resumed session: cold prefill"
 

@@ -16,7 +16,8 @@ character, so the bar reads without colour.
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.text import Text
 from textual.widget import Widget
@@ -104,7 +105,7 @@ class TurnTimeline(Widget):
 
     def _bar(self, label: str, segments: list[tuple[str, float]], width: int) -> Text:
         text = Text(label.ljust(self.LABEL_WIDTH))
-        for (kind, _), n in zip(segments, scale_cells([v for _, v in segments], width)):
+        for (kind, _), n in zip(segments, scale_cells([v for _, v in segments], width), strict=True):
             if n:
                 text.append(SEGMENTS[kind][0] * n, style=self.get_component_rich_style(f"timeline--{kind}"))
         return text

@@ -12,9 +12,8 @@ from textual.widgets import Label, Static
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.explain import explain_turn
-from chatphase.units import fmt_bytes
-from chatphase.units import fmt_int
 from chatphase.ui.timeline import TurnTimeline
+from chatphase.units import fmt_bytes, fmt_int
 
 
 def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
