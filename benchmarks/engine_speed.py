@@ -81,8 +81,9 @@ class LlamaCppPython:
     def tg(self, prompt: list[int], n_gen: int) -> float:
         self.llm.reset()
         times = []
-        for _ in self.llm.create_completion(prompt, max_tokens=n_gen, temperature=0.0, stream=True,
-                                            logit_bias=self.ban_eos):
+        for _ in self.llm.create_completion(
+            prompt, max_tokens=n_gen, temperature=0.0, stream=True, logit_bias=self.ban_eos
+        ):
             times.append(time.perf_counter())
         # chunks are not tokens (text is held back for UTF-8/stop strings): count tokens from the context
         generated = self.llm.n_tokens - len(prompt) + 1  # the last sampled token is never evaluated
@@ -108,8 +109,13 @@ class ChatphaseHost:
 
     def _metrics(self, prompt: list[int], max_tokens: int):
         self._turn += 1
-        req = TurnRequest(self._turn, prompt_token_ids=tuple(prompt), reset_cache=True, ignore_eos=True,
-                          sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0))
+        req = TurnRequest(
+            self._turn,
+            prompt_token_ids=tuple(prompt),
+            reset_cache=True,
+            ignore_eos=True,
+            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
+        )
         metrics = None
         for ev in self.host.run_turn(req):  # drain the whole turn: the host's end-of-turn marker follows
             if isinstance(ev, EngineFailed):
@@ -179,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     info = read_model_info(resolve_model(args.model))
     threads = args.threads or physical_cores()
     n_ctx = args.pp + args.tg + 64
-    print(f"model {info.name} ({info.quantization}), pp{args.pp}/tg{args.tg}, {args.reps} reps interleaved, "
-          f"threads {threads} for (b)-(d); {load_note()}", flush=True)
+    print(
+        f"model {info.name} ({info.quantization}), pp{args.pp}/tg{args.tg}, {args.reps} reps interleaved, "
+        f"threads {threads} for (b)-(d); {load_note()}",
+        flush=True,
+    )
 
     a = LlamaCppPython(info.path, n_ctx)
     b = LlamaCppPython(info.path, n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=True)
@@ -189,11 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     prompt, short = list(builder.tokens(args.pp)), list(builder.tokens(1))
     ce = c.loaded.settings
     variants = {
-        "a": Variant("a", "llama-cpp-python defaults",
-                     f"threads {a.llm.context_params.n_threads} (batch {a.llm.context_params.n_threads_batch}), flash_attn "
-                     f"{ {-1: 'auto', 0: 'off', 1: 'on'}.get(a.llm.context_params.flash_attn_type, '?')}"),
+        "a": Variant(
+            "a",
+            "llama-cpp-python defaults",
+            f"threads {a.llm.context_params.n_threads} (batch {a.llm.context_params.n_threads_batch}), flash_attn "
+            f"{ {-1: 'auto', 0: 'off', 1: 'on'}.get(a.llm.context_params.flash_attn_type, '?') }",
+        ),
         "b": Variant("b", "llama-cpp-python tuned", f"threads {threads}, flash_attn on"),
-        "c": Variant("c", "chatphase EngineHost", f"threads {ce['n_threads']}, flash_attn {ce['flash_attn']}, n_batch {ce['n_batch']}"),
+        "c": Variant(
+            "c",
+            "chatphase EngineHost",
+            f"threads {ce['n_threads']}, flash_attn {ce['flash_attn']}, n_batch {ce['n_batch']}",
+        ),
     }
     runners = {"a": a, "b": b, "c": c}
     if args.llama_bench:
@@ -205,33 +221,51 @@ def main(argv: list[str] | None = None) -> int:
     order = list(variants)
     try:
         for rep in range(args.reps):
-            for key in order[rep % len(order):] + order[:rep % len(order)]:
+            for key in order[rep % len(order) :] + order[: rep % len(order)]:
                 if key == "d":
                     pp, tg = llama_bench(info.path, args.llama_bench, threads, args.pp, args.tg)
                 else:
                     pp, tg = runners[key].pp(prompt), runners[key].tg(short, args.tg)
                 variants[key].pp.append(pp)
                 variants[key].tg.append(tg)
-            print(f"rep {rep + 1}/{args.reps}: " + ", ".join(
-                f"({k}) pp {v.pp[-1]:.0f} tg {v.tg[-1]:.0f}" for k, v in variants.items()), flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps}: "
+                + ", ".join(f"({k}) pp {v.pp[-1]:.0f} tg {v.tg[-1]:.0f}" for k, v in variants.items()),
+                flush=True,
+            )
     finally:
         for r in runners.values():
             r.close()
 
     ref = variants["d" if "d" in variants else "b"]
     med = statistics.median
-    print(f"\n{'variant':<32} {'pp' + str(args.pp) + ' tok/s mean ± sd':>24} {'median':>7} "
-          f"{'tg' + str(args.tg) + ' tok/s mean ± sd':>24} {'median':>7} {'pp ratio':>9} {'tg ratio':>9}  settings")
+    print(
+        f"\n{'variant':<32} {'pp' + str(args.pp) + ' tok/s mean ± sd':>24} {'median':>7} "
+        f"{'tg' + str(args.tg) + ' tok/s mean ± sd':>24} {'median':>7} {'pp ratio':>9} {'tg ratio':>9}  settings"
+    )
     for v in variants.values():
-        print(f"({v.key}) {v.name:<28} {mean_sd(v.pp):>24} {med(v.pp):>7.1f} {mean_sd(v.tg):>24} {med(v.tg):>7.1f} "
-              f"{med(v.pp) / med(ref.pp):>8.2f}x {med(v.tg) / med(ref.tg):>8.2f}x  {v.settings}")
+        print(
+            f"({v.key}) {v.name:<28} {mean_sd(v.pp):>24} {med(v.pp):>7.1f} {mean_sd(v.tg):>24} {med(v.tg):>7.1f} "
+            f"{med(v.pp) / med(ref.pp):>8.2f}x {med(v.tg) / med(ref.tg):>8.2f}x  {v.settings}"
+        )
     print(f"ratios: median to median of ({ref.key}) {ref.name} (medians resist other processes' bursts); {load_note()}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "model": info.name, "pp_tokens": args.pp, "tg_tokens": args.tg, "threads": threads, "reference": ref.key,
-            "variants": {k: {"name": v.name, "settings": v.settings, "pp_tokens_per_s": v.pp, "tg_tokens_per_s": v.tg}
-                         for k, v in variants.items()},
-        }, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "model": info.name,
+                    "pp_tokens": args.pp,
+                    "tg_tokens": args.tg,
+                    "threads": threads,
+                    "reference": ref.key,
+                    "variants": {
+                        k: {"name": v.name, "settings": v.settings, "pp_tokens_per_s": v.pp, "tg_tokens_per_s": v.tg}
+                        for k, v in variants.items()
+                    },
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -1,6 +1,6 @@
 """The GGUF header reader against ``gguf.GGUFReader`` on one file, side by side (best of N).
 
-    python benchmarks/gguf_reader.py [PATH] [--repeats N]     # default: the bundled model
+python benchmarks/gguf_reader.py [PATH] [--repeats N]     # default: the bundled model
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ def main() -> None:
     _reader_classes()  # import gguf and build the reader class outside the timing
     fast = best_s(lambda: read_metadata(path), args.repeats)
     plain = best_s(lambda: gguf.GGUFReader(path), args.repeats)
-    print(f"{Path(path).name}: header reader {fast * 1e3:.1f} ms, gguf.GGUFReader {plain * 1e3:.1f} ms, "
-          f"ratio {plain / fast:.0f}x (best of {args.repeats})")
+    print(
+        f"{Path(path).name}: header reader {fast * 1e3:.1f} ms, gguf.GGUFReader {plain * 1e3:.1f} ms, "
+        f"ratio {plain / fast:.0f}x (best of {args.repeats})"
+    )
 
 
 if __name__ == "__main__":

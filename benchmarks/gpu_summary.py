@@ -75,14 +75,28 @@ def run_figures(ask: dict, bench: dict) -> dict:
         "gpu_memory_bytes": model.get("gpu_memory_bytes"),
         "load_ms": model.get("load_ms"),
         "notes": model.get("notes", []),
-        "ask": {k: turn.get(k) for k in ("prompt_tokens", "ttft_ms", "prefill_tokens_per_s",
-                                         "decode_tokens", "decode_tokens_per_s")},
-        "prompt_sweep": [{"prompt_tokens": r["prompt_tokens"], "ttft_ms": _mean(r, "ttft_ms"),
-                          "prefill_tokens_per_s": _mean(r, "prefill_tokens_per_s")}
-                         for r in rows if r.get("kind") == "prompt"],
-        "depth_sweep": [{"depth": r["depth"], "decode_tokens_per_s": _mean(r, "decode_tokens_per_s"),
-                         "tpot_ms": _mean(r, "tpot_ms")}
-                        for r in rows if r.get("kind") == "depth"],
+        "ask": {
+            k: turn.get(k)
+            for k in ("prompt_tokens", "ttft_ms", "prefill_tokens_per_s", "decode_tokens", "decode_tokens_per_s")
+        },
+        "prompt_sweep": [
+            {
+                "prompt_tokens": r["prompt_tokens"],
+                "ttft_ms": _mean(r, "ttft_ms"),
+                "prefill_tokens_per_s": _mean(r, "prefill_tokens_per_s"),
+            }
+            for r in rows
+            if r.get("kind") == "prompt"
+        ],
+        "depth_sweep": [
+            {
+                "depth": r["depth"],
+                "decode_tokens_per_s": _mean(r, "decode_tokens_per_s"),
+                "tpot_ms": _mean(r, "tpot_ms"),
+            }
+            for r in rows
+            if r.get("kind") == "depth"
+        ],
     }
 
 
@@ -95,14 +109,23 @@ def speedups(gpu: dict, cpu: dict) -> dict:
     cpu_prompt = {r["prompt_tokens"]: r for r in cpu["prompt_sweep"]}
     cpu_depth = {r["depth"]: r for r in cpu["depth_sweep"]}
     return {
-        "prefill_tokens_per_s": {str(r["prompt_tokens"]): _ratio(r["prefill_tokens_per_s"],
-                                                                 cpu_prompt[r["prompt_tokens"]]["prefill_tokens_per_s"])
-                                 for r in gpu["prompt_sweep"] if r["prompt_tokens"] in cpu_prompt},
-        "ttft_ms": {str(r["prompt_tokens"]): _ratio(cpu_prompt[r["prompt_tokens"]]["ttft_ms"], r["ttft_ms"])
-                    for r in gpu["prompt_sweep"] if r["prompt_tokens"] in cpu_prompt},
-        "decode_tokens_per_s": {str(r["depth"]): _ratio(r["decode_tokens_per_s"],
-                                                        cpu_depth[r["depth"]]["decode_tokens_per_s"])
-                                for r in gpu["depth_sweep"] if r["depth"] in cpu_depth},
+        "prefill_tokens_per_s": {
+            str(r["prompt_tokens"]): _ratio(
+                r["prefill_tokens_per_s"], cpu_prompt[r["prompt_tokens"]]["prefill_tokens_per_s"]
+            )
+            for r in gpu["prompt_sweep"]
+            if r["prompt_tokens"] in cpu_prompt
+        },
+        "ttft_ms": {
+            str(r["prompt_tokens"]): _ratio(cpu_prompt[r["prompt_tokens"]]["ttft_ms"], r["ttft_ms"])
+            for r in gpu["prompt_sweep"]
+            if r["prompt_tokens"] in cpu_prompt
+        },
+        "decode_tokens_per_s": {
+            str(r["depth"]): _ratio(r["decode_tokens_per_s"], cpu_depth[r["depth"]]["decode_tokens_per_s"])
+            for r in gpu["depth_sweep"]
+            if r["depth"] in cpu_depth
+        },
     }
 
 
@@ -133,7 +156,9 @@ def summarise(folder: Path) -> dict:
         "compute_cap": env.get("compute_cap"),
         "driver_version": env.get("driver_version"),
         "build_s": env.get("build_s"),
-        "model": {k: bench_gpu.get("model", {}).get(k) for k in ("name", "path", "quantization", "size_bytes", "n_layer")},
+        "model": {
+            k: bench_gpu.get("model", {}).get(k) for k in ("name", "path", "quantization", "size_bytes", "n_layer")
+        },
         "system": bench_gpu.get("system", {}),
         "runs": runs,
         "speedup_gpu_over_cpu": speedups(runs["gpu"], runs["cpu"]),
@@ -152,10 +177,12 @@ def markdown(summary: dict) -> str:
     """The summary as a Markdown table: one row per bench cell, CPU and GPU side by side."""
     gpu, cpu = summary["runs"]["gpu"], summary["runs"]["cpu"]
     mem = gpu["gpu_memory_bytes"]
-    head = (f"GPU: {summary['gpu_name'] or '–'} (compute capability {summary['compute_cap'] or '–'}); "
-            f"model {summary['model']['name']} {summary['model']['quantization']}; "
-            f"-ngl -1 offloaded {gpu['layers_offloaded']}/{gpu['layers_total']} layers, "
-            f"GPU memory {'–' if mem is None else f'{mem / 2**20:,.0f} MiB'}")
+    head = (
+        f"GPU: {summary['gpu_name'] or '–'} (compute capability {summary['compute_cap'] or '–'}); "
+        f"model {summary['model']['name']} {summary['model']['quantization']}; "
+        f"-ngl -1 offloaded {gpu['layers_offloaded']}/{gpu['layers_total']} layers, "
+        f"GPU memory {'–' if mem is None else f'{mem / 2**20:,.0f} MiB'}"
+    )
     lines = [
         head,
         "",
@@ -167,16 +194,22 @@ def markdown(summary: dict) -> str:
     for r in gpu["prompt_sweep"]:
         c = cpu_prompt.get(r["prompt_tokens"], {})
         n = str(r["prompt_tokens"])
-        lines.append(f"| prefill, {n}-token prompt (tok/s) | {_f(c.get('prefill_tokens_per_s'))} | "
-                     f"{_f(r['prefill_tokens_per_s'])} | {_f(sp['prefill_tokens_per_s'].get(n), 2)} |")
-        lines.append(f"| TTFT, {n}-token prompt (ms) | {_f(c.get('ttft_ms'))} | {_f(r['ttft_ms'])} | "
-                     f"{_f(sp['ttft_ms'].get(n), 2)} (CPU ÷ GPU) |")
+        lines.append(
+            f"| prefill, {n}-token prompt (tok/s) | {_f(c.get('prefill_tokens_per_s'))} | "
+            f"{_f(r['prefill_tokens_per_s'])} | {_f(sp['prefill_tokens_per_s'].get(n), 2)} |"
+        )
+        lines.append(
+            f"| TTFT, {n}-token prompt (ms) | {_f(c.get('ttft_ms'))} | {_f(r['ttft_ms'])} | "
+            f"{_f(sp['ttft_ms'].get(n), 2)} (CPU ÷ GPU) |"
+        )
     cpu_depth = {r["depth"]: r for r in cpu["depth_sweep"]}
     for r in gpu["depth_sweep"]:
         c = cpu_depth.get(r["depth"], {})
         d = str(r["depth"])
-        lines.append(f"| decode at depth {d} (tok/s) | {_f(c.get('decode_tokens_per_s'))} | "
-                     f"{_f(r['decode_tokens_per_s'])} | {_f(sp['decode_tokens_per_s'].get(d), 2)} |")
+        lines.append(
+            f"| decode at depth {d} (tok/s) | {_f(c.get('decode_tokens_per_s'))} | "
+            f"{_f(r['decode_tokens_per_s'])} | {_f(sp['decode_tokens_per_s'].get(d), 2)} |"
+        )
     return "\n".join(lines)
 
 

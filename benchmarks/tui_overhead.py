@@ -170,8 +170,14 @@ def engine_arm(shared: SharedEngine, request: TurnRequest) -> ArmResult:
         elif isinstance(event, EngineFailed):
             raise SystemExit(f"engine failed: {event.message}")
     assert finished is not None and t_first is not None
-    return ArmResult(finished.metrics, (t_first - t0) / 1e6, decoded, finished.reply,
-                     time.process_time() - cpu_first, (time.perf_counter_ns() - t_first) / 1e9)
+    return ArmResult(
+        finished.metrics,
+        (t_first - t0) / 1e6,
+        decoded,
+        finished.reply,
+        time.process_time() - cpu_first,
+        (time.perf_counter_ns() - t_first) / 1e9,
+    )
 
 
 async def _tui_turn(shared: SharedEngine, settings: Settings, prompt: str) -> ArmResult:
@@ -191,8 +197,9 @@ async def _tui_turn(shared: SharedEngine, settings: Settings, prompt: str) -> Ar
         cpu_s = time.process_time() - app.cpu_first_s
         wall_s = (time.perf_counter_ns() - app.t_first_seen_ns) / 1e9
         assert app.t_first_seen_ns is not None
-        return ArmResult(app.finished.metrics, (app.t_first_seen_ns - t0) / 1e6, app.decoded, app.finished.reply,
-                         cpu_s, wall_s)
+        return ArmResult(
+            app.finished.metrics, (app.t_first_seen_ns - t0) / 1e6, app.decoded, app.finished.reply, cpu_s, wall_s
+        )
 
 
 def tui_arm(shared: SharedEngine, settings: Settings, prompt: str) -> ArmResult:
@@ -256,8 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.reps, args.max_tokens, args.long_tokens = 1, 32, 300
 
-    settings = Settings(model=args.model, n_ctx=args.n_ctx, n_threads=args.threads, sampling=SamplingParams(
-        max_tokens=args.max_tokens, temperature=0.0, seed=0))
+    settings = Settings(
+        model=args.model,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        sampling=SamplingParams(max_tokens=args.max_tokens, temperature=0.0, seed=0),
+    )
     info = read_model_info(resolve_model(settings.model))
     host = EngineHost(info, settings.engine_config())
     try:
@@ -267,9 +278,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         shared = SharedEngine(host, loaded)
         s = loaded.model.settings
-        print(f"model {info.name} · n_threads {s.get('n_threads')} · n_ctx {s.get('n_ctx')} · "
-              f"reps {args.reps} · max_tokens {args.max_tokens} · TUI {TUI_SIZE[0]}×{TUI_SIZE[1]} headless")
-        engine_arm(shared, TurnRequest(0, (Message("user", "Hi"),), replace(settings.sampling, max_tokens=8)))  # warm-up
+        print(
+            f"model {info.name} · n_threads {s.get('n_threads')} · n_ctx {s.get('n_ctx')} · "
+            f"reps {args.reps} · max_tokens {args.max_tokens} · TUI {TUI_SIZE[0]}×{TUI_SIZE[1]} headless"
+        )
+        engine_arm(
+            shared, TurnRequest(0, (Message("user", "Hi"),), replace(settings.sampling, max_tokens=8))
+        )  # warm-up
 
         rows = []
         ok = True
@@ -277,31 +292,42 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[ArmResult]] = {"engine": [], "tui": []}
             request = TurnRequest(1, (Message("user", prompt),), settings.sampling)
             for rep in range(args.reps):
-                for arm in (("engine", "tui") if rep % 2 == 0 else ("tui", "engine")):
-                    runs[arm].append(engine_arm(shared, request) if arm == "engine"
-                                     else tui_arm(shared, settings, prompt))
+                for arm in ("engine", "tui") if rep % 2 == 0 else ("tui", "engine"):
+                    runs[arm].append(
+                        engine_arm(shared, request) if arm == "engine" else tui_arm(shared, settings, prompt)
+                    )
             rows.append((prompt, runs))
 
         if rows:
-            print("\n| prompt | arm | decode tok | decode tok/s | TTFT ms (engine) | TTFT ms (client) | UI CPU ms/token |")
+            print(
+                "\n| prompt | arm | decode tok | decode tok/s | TTFT ms (engine) | TTFT ms (client) | UI CPU ms/token |"
+            )
             print("|---|---|---:|---:|---:|---:|---:|")
             for prompt, runs in rows:
                 for arm in ("engine", "tui"):
                     r = runs[arm]
-                    print(f"| {prompt[:28]}… | {arm} | {median(x.metrics.decode_tokens for x in r):.0f} | "
-                          f"{median(x.metrics.decode_tokens_per_s for x in r):.1f} | "
-                          f"{median(x.metrics.ttft_ms for x in r):.1f} | {median(x.client_ttft_ms for x in r):.1f} | "
-                          f"{median(1000 * x.ui_cpu_s / max(1, x.metrics.decode_tokens - 1) for x in r):.2f} |")
-            print("\n| prompt | decode tok/s tui/engine (≥ 0.97) | TTFT Δ engine-clock ms (≤ 5) | TTFT Δ client ms (≤ 5) | result |")
+                    print(
+                        f"| {prompt[:28]}… | {arm} | {median(x.metrics.decode_tokens for x in r):.0f} | "
+                        f"{median(x.metrics.decode_tokens_per_s for x in r):.1f} | "
+                        f"{median(x.metrics.ttft_ms for x in r):.1f} | {median(x.client_ttft_ms for x in r):.1f} | "
+                        f"{median(1000 * x.ui_cpu_s / max(1, x.metrics.decode_tokens - 1) for x in r):.2f} |"
+                    )
+            print(
+                "\n| prompt | decode tok/s tui/engine (≥ 0.97) | TTFT Δ engine-clock ms (≤ 5) | TTFT Δ client ms (≤ 5) | result |"
+            )
             print("|---|---:|---:|---:|---|")
             for prompt, runs in rows:
                 e, t = runs["engine"], runs["tui"]
-                ratio = median(x.metrics.decode_tokens_per_s for x in t) / median(x.metrics.decode_tokens_per_s for x in e)
+                ratio = median(x.metrics.decode_tokens_per_s for x in t) / median(
+                    x.metrics.decode_tokens_per_s for x in e
+                )
                 d_ttft = median(x.metrics.ttft_ms for x in t) - median(x.metrics.ttft_ms for x in e)
                 d_client = median(x.client_ttft_ms for x in t) - median(x.client_ttft_ms for x in e)
                 passed = ratio >= DECODE_TARGET and d_ttft <= TTFT_TARGET_MS and d_client <= TTFT_TARGET_MS
                 ok &= passed
-                print(f"| {prompt[:28]}… | {ratio:.3f} | {d_ttft:+.1f} | {d_client:+.1f} | {'PASS' if passed else 'FAIL'} |")
+                print(
+                    f"| {prompt[:28]}… | {ratio:.3f} | {d_ttft:+.1f} | {d_client:+.1f} | {'PASS' if passed else 'FAIL'} |"
+                )
 
         if args.long_tokens:
             shared.ignore_eos = True
@@ -309,30 +335,39 @@ def main(argv: list[str] | None = None) -> int:
             request = TurnRequest(1, (Message("user", LONG_PROMPT),), long_settings.sampling)
             long_runs: dict[str, list[ArmResult]] = {"engine": [], "tui": []}
             for rep in range(args.long_reps):
-                for arm in (("engine", "tui") if rep % 2 == 0 else ("tui", "engine")):
-                    long_runs[arm].append(engine_arm(shared, request) if arm == "engine"
-                                          else tui_arm(shared, long_settings, LONG_PROMPT))
+                for arm in ("engine", "tui") if rep % 2 == 0 else ("tui", "engine"):
+                    long_runs[arm].append(
+                        engine_arm(shared, request) if arm == "engine" else tui_arm(shared, long_settings, LONG_PROMPT)
+                    )
             shared.ignore_eos = False
             fences = long_runs["tui"][-1].reply.count("```")
-            print(f"\nlong Markdown reply ({args.long_tokens} tokens, ignore_eos; {fences // 2} code blocks, "
-                  f"{len(long_runs['tui'][-1].reply):,} characters):")
-            print("| arm | decode tok | decode tok/s | tok/s first → last quarter | last/first | "
-                  "UI lag p95 ms first → last | UI CPU ms/token first → last |")
+            print(
+                f"\nlong Markdown reply ({args.long_tokens} tokens, ignore_eos; {fences // 2} code blocks, "
+                f"{len(long_runs['tui'][-1].reply):,} characters):"
+            )
+            print(
+                "| arm | decode tok | decode tok/s | tok/s first → last quarter | last/first | "
+                "UI lag p95 ms first → last | UI CPU ms/token first → last |"
+            )
             print("|---|---:|---:|---:|---:|---:|---:|")
             slow = {}
             for arm in ("engine", "tui"):
                 r = long_runs[arm][-1]
                 q = quarters(r.decoded, r.metrics.decode_tokens)
                 slow[arm] = q.last_tps / q.first_tps
-                print(f"| {arm} | {r.metrics.decode_tokens} | {r.metrics.decode_tokens_per_s:.1f} | "
-                      f"{q.first_tps:.1f} → {q.last_tps:.1f} | {slow[arm]:.3f} | "
-                      f"{q.first_lag_p95_ms:.1f} → {q.last_lag_p95_ms:.1f} | "
-                      f"{q.first_cpu_ms_per_token:.2f} → {q.last_cpu_ms_per_token:.2f} |")
+                print(
+                    f"| {arm} | {r.metrics.decode_tokens} | {r.metrics.decode_tokens_per_s:.1f} | "
+                    f"{q.first_tps:.1f} → {q.last_tps:.1f} | {slow[arm]:.3f} | "
+                    f"{q.first_lag_p95_ms:.1f} → {q.last_lag_p95_ms:.1f} | "
+                    f"{q.first_cpu_ms_per_token:.2f} → {q.last_cpu_ms_per_token:.2f} |"
+                )
             rel = slow["tui"] / slow["engine"]
             long_ok = rel >= DECODE_TARGET
             ok &= long_ok
-            print(f"\nTUI last/first-quarter slowdown relative to the engine's: {rel:.3f} (≥ {DECODE_TARGET}) "
-                  f"{'PASS' if long_ok else 'FAIL'}")
+            print(
+                f"\nTUI last/first-quarter slowdown relative to the engine's: {rel:.3f} (≥ {DECODE_TARGET}) "
+                f"{'PASS' if long_ok else 'FAIL'}"
+            )
         print(f"\noverall: {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     finally:

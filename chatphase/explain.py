@@ -71,11 +71,15 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
     roofline_tps = ref / per_token
     reads = f"each token re-reads {fmt_bytes(weights)} of weights + {fmt_bytes(kv)} of KV"
     if effective < OVERHEAD_FRACTION * ref:
-        return (f"decode: per-token overhead bound — {reads}, yet {tps:.1f} tok/s moves only "
-                f"{fmt_bytes(effective)}/s of ~{fmt_bytes(ref)}/s memory bandwidth: fixed work per token "
-                f"(sampling, Python, thread sync) dominates")
-    return (f"decode: memory-bandwidth bound — {reads}: {tps:.1f} tok/s moves {fmt_bytes(effective)}/s "
-            f"(roofline ~{roofline_tps:.0f} tok/s at {fmt_bytes(ref)}/s)")
+        return (
+            f"decode: per-token overhead bound — {reads}, yet {tps:.1f} tok/s moves only "
+            f"{fmt_bytes(effective)}/s of ~{fmt_bytes(ref)}/s memory bandwidth: fixed work per token "
+            f"(sampling, Python, thread sync) dominates"
+        )
+    return (
+        f"decode: memory-bandwidth bound — {reads}: {tps:.1f} tok/s moves {fmt_bytes(effective)}/s "
+        f"(roofline ~{roofline_tps:.0f} tok/s at {fmt_bytes(ref)}/s)"
+    )
 
 
 def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
@@ -90,12 +94,13 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
     cached = metrics.cached_tokens
     cached_note = f"; {cached} of {metrics.prompt_tokens} prompt tokens reused from the KV cache" if cached else ""
     if metrics.prefill_tokens == 0:
-        return (f"prefill: nothing to compute — all {metrics.prompt_tokens} prompt tokens were reused "
-                f"from the KV cache")
+        return f"prefill: nothing to compute — all {metrics.prompt_tokens} prompt tokens were reused from the KV cache"
     tps = metrics.prefill_tokens_per_s
     if tps is None or metrics.prefill_tokens < SMALL_PREFILL_TOKENS:
-        return (f"prefill: overhead bound — only {metrics.prefill_tokens} new token(s) in "
-                f"{metrics.prefill_ms:.1f} ms, too few to fill a batch{cached_note}")
+        return (
+            f"prefill: overhead bound — only {metrics.prefill_tokens} new token(s) in "
+            f"{metrics.prefill_ms:.1f} ms, too few to fill a batch{cached_note}"
+        )
     if not model.info.n_params:
         return f"prefill: {metrics.prefill_tokens} tok at {tps:.0f} tok/s (parameter count not reported){cached_note}"
     flops_per_token = 2 * model.info.n_params
@@ -103,9 +108,11 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
     speedup = ""
     if metrics.decode_tokens_per_s:
         speedup = f", {tps / metrics.decode_tokens_per_s:.1f}× the decode rate (a batch reads the weights once)"
-    return (f"prefill: compute bound — each prompt token costs 2 × {format_count(model.info.n_params)} params = "
-            f"{flops_per_token / 1e9:.2g} GFLOP; {metrics.prefill_tokens} tok at {tps:.0f} tok/s = "
-            f"{effective / 1e9:.0f} GFLOP/s{speedup}{cached_note}")
+    return (
+        f"prefill: compute bound — each prompt token costs 2 × {format_count(model.info.n_params)} params = "
+        f"{flops_per_token / 1e9:.2g} GFLOP; {metrics.prefill_tokens} tok at {tps:.0f} tok/s = "
+        f"{effective / 1e9:.0f} GFLOP/s{speedup}{cached_note}"
+    )
 
 
 def explain_turn(model: LoadedModel, metrics: TurnMetrics) -> tuple[str, str]:

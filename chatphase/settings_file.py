@@ -284,8 +284,11 @@ def _stderr(message: str) -> None:
     print(f"chatphase: {message}", file=sys.stderr)
 
 
-def load_settings(path: Path | None = None, environ: typing.Mapping[str, str] | None = None,
-                  on_problem: typing.Callable[[str], None] | None = _stderr) -> Settings:
+def load_settings(
+    path: Path | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+    on_problem: typing.Callable[[str], None] | None = _stderr,
+) -> Settings:
     """The configured settings (defaults < file < environment), for the commands to start from.
 
     Config-file problems go to ``on_problem`` (default: one line on stderr each); the TUI passes its

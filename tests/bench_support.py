@@ -29,9 +29,23 @@ class ScriptedTokenEngine:
     request. ``cancel_after`` cancels itself after that many turns (to test a cancelled sweep).
     """
 
-    def __init__(self, fixed_ms=5.0, prefill_ms_per_token=1.0, decode_ms=10.0, decode_ms_per_depth=0.01,
-                 kv_bytes_per_token=100, fail_on_turn=None, cancel_after=None, layers_offloaded=0):
-        self.fixed_ms, self.prefill_ms, self.decode_ms, self.depth_ms = fixed_ms, prefill_ms_per_token, decode_ms, decode_ms_per_depth
+    def __init__(
+        self,
+        fixed_ms=5.0,
+        prefill_ms_per_token=1.0,
+        decode_ms=10.0,
+        decode_ms_per_depth=0.01,
+        kv_bytes_per_token=100,
+        fail_on_turn=None,
+        cancel_after=None,
+        layers_offloaded=0,
+    ):
+        self.fixed_ms, self.prefill_ms, self.decode_ms, self.depth_ms = (
+            fixed_ms,
+            prefill_ms_per_token,
+            decode_ms,
+            decode_ms_per_depth,
+        )
         self.kv = kv_bytes_per_token
         self.requests: list[TurnRequest] = []
         self.cache: list[int] = []
@@ -43,9 +57,16 @@ class ScriptedTokenEngine:
 
     def load(self) -> Iterator:
         info = fake_model_info()
-        yield ModelLoaded(LoadedModel(info=info, settings={"n_ctx": 4096, "n_threads": 2}, load_ms=1.0,
-                                      kv_bytes_per_token=self.kv, kv_capacity_bytes=self.kv * 4096,
-                                      layers_offloaded=self.layers_offloaded))
+        yield ModelLoaded(
+            LoadedModel(
+                info=info,
+                settings={"n_ctx": 4096, "n_threads": 2},
+                load_ms=1.0,
+                kv_bytes_per_token=self.kv,
+                kv_capacity_bytes=self.kv * 4096,
+                layers_offloaded=self.layers_offloaded,
+            )
+        )
 
     def run_turn(self, req: TurnRequest) -> Iterator:
         self.requests.append(req)
@@ -77,9 +98,18 @@ class ScriptedTokenEngine:
         yield FirstToken(req.turn_id, "x", (t_end - t0) / MS, t_end)
         if len(times) > 1:
             yield TokensDecoded(req.turn_id, "x" * (len(times) - 1), len(times) - 1, len(times), times[-1])
-        m = compute_turn_metrics(t_submit_ns=t0, t_prefill_start_ns=t_pre, t_prefill_end_ns=t_end, token_times_ns=times,
-                                 prompt_tokens=len(prompt), cached_tokens=keep, kv_cache_tokens=len(self.cache),
-                                 kv_bytes_per_token=self.kv, kv_capacity_bytes=self.kv * 4096, stop_reason=stop)
+        m = compute_turn_metrics(
+            t_submit_ns=t0,
+            t_prefill_start_ns=t_pre,
+            t_prefill_end_ns=t_end,
+            token_times_ns=times,
+            prompt_tokens=len(prompt),
+            cached_tokens=keep,
+            kv_cache_tokens=len(self.cache),
+            kv_bytes_per_token=self.kv,
+            kv_capacity_bytes=self.kv * 4096,
+            stop_reason=stop,
+        )
         yield TurnFinished(req.turn_id, "", m)
 
     def cancel(self) -> None:

@@ -18,17 +18,44 @@ INFO = fake_model_info(kv_bytes_per_token=KV_PER_TOKEN)
 
 def loaded_model(pid: int = 0, gpu: bool = False) -> LoadedModel:
     """A LoadedModel as the engine would report it for :data:`INFO` with ``n_ctx`` = :data:`N_CTX`."""
-    settings = {"n_ctx": N_CTX, "n_batch": 256, "n_ubatch": 256, "n_threads": 2, "n_threads_batch": 2,
-                "n_gpu_layers": -1 if gpu else 0, "flash_attn": "auto", "type_k": "f16", "type_v": "f16",
-                "use_extra_bufts": False, "gpu_offload_supported": gpu}
-    return LoadedModel(info=INFO, settings=settings, load_ms=412.0, kv_bytes_per_token=KV_PER_TOKEN,
-                       kv_capacity_bytes=KV_PER_TOKEN * N_CTX, layers_offloaded=31 if gpu else None,
-                       layers_total=31 if gpu else None, pid=pid)
+    settings = {
+        "n_ctx": N_CTX,
+        "n_batch": 256,
+        "n_ubatch": 256,
+        "n_threads": 2,
+        "n_threads_batch": 2,
+        "n_gpu_layers": -1 if gpu else 0,
+        "flash_attn": "auto",
+        "type_k": "f16",
+        "type_v": "f16",
+        "use_extra_bufts": False,
+        "gpu_offload_supported": gpu,
+    }
+    return LoadedModel(
+        info=INFO,
+        settings=settings,
+        load_ms=412.0,
+        kv_bytes_per_token=KV_PER_TOKEN,
+        kv_capacity_bytes=KV_PER_TOKEN * N_CTX,
+        layers_offloaded=31 if gpu else None,
+        layers_total=31 if gpu else None,
+        pid=pid,
+    )
 
 
-def scripted_turn(prompt_tokens: int, cached_tokens: int, decode_tokens: int, kv_tokens: int, *,
-                  tokenize_ms: float = 2.0, prefill_tok_per_s: float = 320.0, first_ms: float = 20.0,
-                  itl_ms: float = 20.0, slow_every: int = 0, stop_reason: str = "stop") -> TurnMetrics:
+def scripted_turn(
+    prompt_tokens: int,
+    cached_tokens: int,
+    decode_tokens: int,
+    kv_tokens: int,
+    *,
+    tokenize_ms: float = 2.0,
+    prefill_tok_per_s: float = 320.0,
+    first_ms: float = 20.0,
+    itl_ms: float = 20.0,
+    slow_every: int = 0,
+    stop_reason: str = "stop",
+) -> TurnMetrics:
     """A turn built with ``compute_turn_metrics`` from scripted timestamps.
 
     Prefill runs at ``prefill_tok_per_s``; tokens are ``itl_ms`` apart, every ``slow_every``-th gap 3× longer.
@@ -43,9 +70,17 @@ def scripted_turn(prompt_tokens: int, cached_tokens: int, decode_tokens: int, kv
             t += int(itl_ms * MS * (3 if slow_every and i % slow_every == 0 else 1))
         times.append(t)
     return compute_turn_metrics(
-        t_submit_ns=t0, t_prefill_start_ns=t_ps, t_prefill_end_ns=t_pe, token_times_ns=times,
-        prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, kv_cache_tokens=kv_tokens,
-        kv_bytes_per_token=KV_PER_TOKEN, kv_capacity_bytes=KV_PER_TOKEN * N_CTX, stop_reason=stop_reason)
+        t_submit_ns=t0,
+        t_prefill_start_ns=t_ps,
+        t_prefill_end_ns=t_pe,
+        token_times_ns=times,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        kv_cache_tokens=kv_tokens,
+        kv_bytes_per_token=KV_PER_TOKEN,
+        kv_capacity_bytes=KV_PER_TOKEN * N_CTX,
+        stop_reason=stop_reason,
+    )
 
 
 #: three turns of one conversation: cold first turn, then cached prefixes and a growing context.

@@ -56,8 +56,11 @@ def graph() -> dict[str, set[str]]:
         # "from pkg import mod" adds both pkg.mod and pkg: keep pkg only when nothing below it was meant
         edges[name] = {t for t in targets if t != name}
     for name in edges:
-        edges[name] = {t for t in edges[name] if not any(o.startswith(t + ".") for o in edges[name])
-                       or not (mods[t].name == "__init__.py")}
+        edges[name] = {
+            t
+            for t in edges[name]
+            if not any(o.startswith(t + ".") for o in edges[name]) or not (mods[t].name == "__init__.py")
+        }
     return edges
 
 

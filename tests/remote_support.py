@@ -54,7 +54,10 @@ def sse(*chunks) -> list:
 
 
 def content_chunk(text: str) -> dict:
-    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
 
 
 class ScriptedServer:
@@ -120,8 +123,9 @@ class ScriptedServer:
         self.httpd.server_close()
 
 
-def start_llama_cpp_server(model_path: str, alias: str = "smol", n_ctx: int = 512,
-                           deadline_s: float = 90.0) -> tuple[subprocess.Popen, str]:
+def start_llama_cpp_server(
+    model_path: str, alias: str = "smol", n_ctx: int = 512, deadline_s: float = 90.0
+) -> tuple[subprocess.Popen, str]:
     """Start llama-cpp-python's server on a free loopback port; returns ``(process, base_url)``.
 
     Raises:
@@ -129,10 +133,30 @@ def start_llama_cpp_server(model_path: str, alias: str = "smol", n_ctx: int = 51
     """
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER_MAIN, "--model", str(model_path), "--model_alias", alias,
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2",
-         "--n_batch", "256", "--verbose", "False"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-c",
+            _SERVER_MAIN,
+            "--model",
+            str(model_path),
+            "--model_alias",
+            alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(n_ctx),
+            "--n_threads",
+            "2",
+            "--n_batch",
+            "256",
+            "--verbose",
+            "False",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + deadline_s

@@ -7,17 +7,28 @@ from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.sessions.recorder import SessionRecorder
 
 MODEL = {"name": "TestModel-1M", "architecture": "llama", "quantization": "Q4_1", "path": "/models/test.gguf"}
-SETTINGS = {"n_ctx": 512, "n_batch": 64, "system_prompt": "Be brief.", "sampling": {"temperature": 0.0, "max_tokens": 16}}
+SETTINGS = {
+    "n_ctx": 512,
+    "n_batch": 64,
+    "system_prompt": "Be brief.",
+    "sampling": {"temperature": 0.0, "max_tokens": 16},
+}
 
 
 def scripted_metrics(n_tokens: int = 4, prompt_tokens: int = 20, cached: int = 0, stop: str = "stop") -> TurnMetrics:
     """Metrics of a turn with 1 ms between tokens and a 5 ms prefill (all timestamps scripted)."""
     t0 = 1_000_000_000
     return compute_turn_metrics(
-        t_submit_ns=t0, t_prefill_start_ns=t0 + 200_000, t_prefill_end_ns=t0 + 5_200_000,
+        t_submit_ns=t0,
+        t_prefill_start_ns=t0 + 200_000,
+        t_prefill_end_ns=t0 + 5_200_000,
         token_times_ns=[t0 + 6_000_000 + i * 1_000_000 for i in range(n_tokens)],
-        prompt_tokens=prompt_tokens, cached_tokens=cached, kv_cache_tokens=prompt_tokens + n_tokens,
-        kv_bytes_per_token=23_040, kv_capacity_bytes=512 * 23_040, stop_reason=stop,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached,
+        kv_cache_tokens=prompt_tokens + n_tokens,
+        kv_bytes_per_token=23_040,
+        kv_capacity_bytes=512 * 23_040,
+        stop_reason=stop,
     )
 
 

@@ -41,7 +41,8 @@ def test_no_import_cycle():
 def test_layers_import_one_way(package):
     bad = sorted(
         f"{src} imports {dst}"
-        for src, targets in g.graph().items() if package_of(src) == package
+        for src, targets in g.graph().items()
+        if package_of(src) == package
         for dst in targets
         if package_of(dst) not in ALLOWED[package] | {package, ""}
     )
@@ -49,20 +50,32 @@ def test_layers_import_one_way(package):
 
 
 def test_textual_only_in_ui():
-    outside = [name for name, path in g.modules().items()
-               if package_of(name) != "ui" and g.external_imports(path) & {"textual", "textual_plotext"}]
+    outside = [
+        name
+        for name, path in g.modules().items()
+        if package_of(name) != "ui" and g.external_imports(path) & {"textual", "textual_plotext"}
+    ]
     assert outside == []
 
 
 def test_ui_never_imports_llama_cpp():
-    inside = [name for name, path in g.modules().items() if package_of(name) == "ui" and "llama_cpp" in g.external_imports(path)]
+    inside = [
+        name
+        for name, path in g.modules().items()
+        if package_of(name) == "ui" and "llama_cpp" in g.external_imports(path)
+    ]
     assert inside == []
 
 
 def test_engine_takes_its_own_config():
     """The engine never sees the user's settings (theme, paths, sampling defaults): it takes an EngineConfig."""
-    bad = [f"{src} imports {dst}" for src, targets in g.graph().items() if package_of(src) == "engine"
-           for dst in targets if dst in ("chatphase.config", "chatphase.settings_file")]
+    bad = [
+        f"{src} imports {dst}"
+        for src, targets in g.graph().items()
+        if package_of(src) == "engine"
+        for dst in targets
+        if dst in ("chatphase.config", "chatphase.settings_file")
+    ]
     assert bad == []
 
 

@@ -9,15 +9,18 @@ import pytest
 from chatphase.cli import main
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--prompt-lengths", "4096"], "prompt length 4096 must be below n_ctx 4096"),
-    (["--prompt-lengths", "64", "--n-ctx", "64"], "below n_ctx 64"),
-    (["--reps", "0"], "--reps must be at least 1"),
-    (["--format", "yaml"], "unknown --format 'yaml'"),
-    (["--plot", "out.pdf"], ".svg or .png"),
-    (["--depths", "5000"], "depth 5000"),
-    (["--output", "/no/such/dir/r.json"], "--output directory does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--prompt-lengths", "4096"], "prompt length 4096 must be below n_ctx 4096"),
+        (["--prompt-lengths", "64", "--n-ctx", "64"], "below n_ctx 64"),
+        (["--reps", "0"], "--reps must be at least 1"),
+        (["--format", "yaml"], "unknown --format 'yaml'"),
+        (["--plot", "out.pdf"], ".svg or .png"),
+        (["--depths", "5000"], "depth 5000"),
+        (["--output", "/no/such/dir/r.json"], "--output directory does not exist"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line_before_any_work(capsys, argv, match):
     # a model that does not exist: the argument error must come first (nothing is loaded)
     assert main(["bench", "--model", "/nonexistent/model.gguf", *argv]) == 2
@@ -38,8 +41,24 @@ def test_missing_model_is_reported_after_the_plan(capsys):
 
 
 def test_real_bench_writes_json_and_csv(tmp_path, capsys, default_model_path):
-    argv = ["bench", "--prompt-lengths", "16,64", "--depths", "none", "--gen", "4", "--reps", "2", "--warmup", "0",
-            "--n-ctx", "256", "--threads", "1", "--no-roofline"]
+    argv = [
+        "bench",
+        "--prompt-lengths",
+        "16,64",
+        "--depths",
+        "none",
+        "--gen",
+        "4",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--n-ctx",
+        "256",
+        "--threads",
+        "1",
+        "--no-roofline",
+    ]
     assert main([*argv, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["prompt_tokens"] for r in data["results"]] == [16, 64]
@@ -56,8 +75,27 @@ def test_first_ctrl_c_cancels_and_prints_partial_results(default_model_path):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "chatphase", "bench", "--prompt-lengths", "16,32,48,64", "--depths", "none",
-           "--gen", "4", "--reps", "5", "--warmup", "0", "--n-ctx", "128", "--threads", "1", "--no-roofline"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "chatphase",
+        "bench",
+        "--prompt-lengths",
+        "16,32,48,64",
+        "--depths",
+        "none",
+        "--gen",
+        "4",
+        "--reps",
+        "5",
+        "--warmup",
+        "0",
+        "--n-ctx",
+        "128",
+        "--threads",
+        "1",
+        "--no-roofline",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # plain progress lines (stderr is not a terminal)
         if "[1/20]" in line:

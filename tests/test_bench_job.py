@@ -14,7 +14,13 @@ from chatphase.models.gguf_meta import ModelInfo
 
 def test_job_runs_in_a_child_and_returns_the_result(default_model_info, tmp_path):
     plan = SweepPlan(prompt_lengths=(16, 48), depths=(), gen_tokens=3, reps=1, warmup=0)
-    job = BenchJob(default_model_info, EngineConfig(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "engine.log"))
+    job = BenchJob(
+        default_model_info,
+        EngineConfig(n_ctx=128, n_threads=1),
+        plan,
+        roofline=False,
+        log_path=str(tmp_path / "engine.log"),
+    )
     events = list(job.events())
     assert isinstance(events[0], BenchStatus)
     assert [e.done_runs for e in events if isinstance(e, SweepProgress)] == [1, 2]
@@ -26,7 +32,9 @@ def test_job_runs_in_a_child_and_returns_the_result(default_model_info, tmp_path
 
 def test_cancel_ends_with_partial_results(default_model_info, tmp_path):
     plan = SweepPlan(prompt_lengths=(16, 32, 48, 64), depths=(), gen_tokens=3, reps=3, warmup=0)
-    job = BenchJob(default_model_info, EngineConfig(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log"))
+    job = BenchJob(
+        default_model_info, EngineConfig(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log")
+    )
     events = []
     for ev in job.events():
         events.append(ev)
@@ -45,10 +53,25 @@ def test_bad_plan_is_refused_before_starting(default_model_info):
 def test_unloadable_model_reports_one_line(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
-    info = ModelInfo(path=str(bad), name="bad", architecture="llama", n_params=1, size_bytes=68, n_layer=1,
-                     quantization="F16", n_ctx_train=128, kv_bytes_per_token=None, has_chat_template=False)
-    job = BenchJob(info, EngineConfig(n_ctx=64), SweepPlan(prompt_lengths=(8,), depths=()), roofline=False,
-                   log_path=str(tmp_path / "e.log"))
+    info = ModelInfo(
+        path=str(bad),
+        name="bad",
+        architecture="llama",
+        n_params=1,
+        size_bytes=68,
+        n_layer=1,
+        quantization="F16",
+        n_ctx_train=128,
+        kv_bytes_per_token=None,
+        has_chat_template=False,
+    )
+    job = BenchJob(
+        info,
+        EngineConfig(n_ctx=64),
+        SweepPlan(prompt_lengths=(8,), depths=()),
+        roofline=False,
+        log_path=str(tmp_path / "e.log"),
+    )
     last = list(job.events())[-1]
     assert isinstance(last, BenchFailed) and "\n" not in last.message
 
@@ -58,7 +81,9 @@ def test_a_child_that_dies_is_reported_not_hung(default_model_info, tmp_path):
     import signal
 
     plan = SweepPlan(prompt_lengths=(16, 32, 48, 64), depths=(), gen_tokens=3, reps=3, warmup=0)
-    job = BenchJob(default_model_info, EngineConfig(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log"))
+    job = BenchJob(
+        default_model_info, EngineConfig(n_ctx=128, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log")
+    )
     events = []
     for ev in job.events():
         events.append(ev)

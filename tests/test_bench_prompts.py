@@ -89,7 +89,10 @@ def test_property_exact_length_and_valid_utf8_for_any_text(vocab, text, n):
 
 
 @settings(max_examples=40, deadline=None)
-@given(text=st.text(alphabet=st.characters(min_codepoint=0x80, blacklist_categories=("Cs",)), min_size=1, max_size=20), n=st.integers(1, 200))
+@given(
+    text=st.text(alphabet=st.characters(min_codepoint=0x80, blacklist_categories=("Cs",)), min_size=1, max_size=20),
+    n=st.integers(1, 200),
+)
 def test_property_byte_level_tokenizer_never_splits_characters(text, n):
     """With one token per byte every non-ASCII character spans several tokens: cuts must avoid them."""
     b = PromptBuilder(CharTokenizer(bos=False), source_text=text)

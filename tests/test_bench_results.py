@@ -20,9 +20,21 @@ from chatphase.bench.stats import summarize
 from chatphase.errors import UsageError
 
 
-def make_cell(kind="prompt", prompt_tokens=64, depth=0, gen=16, ttft=(10.0, 12.0), prefill=(300.0, 280.0), decode=(50.0, None)):
-    return CellResult(kind, prompt_tokens, depth, gen, len(ttft), summarize(ttft), summarize(prefill),
-                      summarize(decode), summarize([20.0, 21.0]), 23_040 * (prompt_tokens + gen))
+def make_cell(
+    kind="prompt", prompt_tokens=64, depth=0, gen=16, ttft=(10.0, 12.0), prefill=(300.0, 280.0), decode=(50.0, None)
+):
+    return CellResult(
+        kind,
+        prompt_tokens,
+        depth,
+        gen,
+        len(ttft),
+        summarize(ttft),
+        summarize(prefill),
+        summarize(decode),
+        summarize([20.0, 21.0]),
+        23_040 * (prompt_tokens + gen),
+    )
 
 
 def make_result() -> BenchResult:
@@ -30,7 +42,11 @@ def make_result() -> BenchResult:
         model={"name": "Tiny", "quantization": "Q4_1", "n_params": 135_000_000},
         settings={"engine": {"n_ctx": 1024, "n_threads": 2}, "plan": {"gen_tokens": 16, "reps": 2, "warmup": 1}},
         system={"cpu": "test"},
-        results=[make_cell(), make_cell("prompt", 256, 0, ttft=(30.5, 31.5)), make_cell("depth", 260, 256, ttft=(5.0,))],
+        results=[
+            make_cell(),
+            make_cell("prompt", 256, 0, ttft=(30.5, 31.5)),
+            make_cell("depth", 260, 256, ttft=(5.0,)),
+        ],
         fits={"ttft_ms_vs_prompt_tokens": {"intercept": 3.0, "slope": 0.1, "r2": 0.99, "n": 4}},
         samples=[Sample("prompt", 64, 0, 0, False, 10.0, 300.0, None, None, 64, 0, 1, 1000, "length")],
     )
@@ -43,8 +59,16 @@ def test_json_round_trip_keeps_everything():
     data = json.loads(res.to_json())
     assert set(data) >= {"model", "settings", "system", "results", "fits", "roofline"}
     entry = data["results"][0]
-    assert set(entry) >= {"prompt_tokens", "depth", "gen_tokens", "reps", "ttft_ms", "prefill_tokens_per_s",
-                          "decode_tokens_per_s", "kv_cache_bytes"}
+    assert set(entry) >= {
+        "prompt_tokens",
+        "depth",
+        "gen_tokens",
+        "reps",
+        "ttft_ms",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "kv_cache_bytes",
+    }
     assert set(entry["ttft_ms"]) >= {"mean", "sd", "median", "min", "max"}
 
 
@@ -64,12 +88,15 @@ def test_save_and_load_files(tmp_path):
         save_result(res, tmp_path / "r.txt")
 
 
-@pytest.mark.parametrize("content,suffix,match", [
-    ("{not json", ".json", "not JSON"),
-    ('{"a": 1}', ".json", "not a chatphase bench result"),
-    ('{"results": [{"kind": "prompt"}]}', ".json", "malformed"),
-    ("x,y\n1,2\n", ".csv", "missing columns"),
-])
+@pytest.mark.parametrize(
+    "content,suffix,match",
+    [
+        ("{not json", ".json", "not JSON"),
+        ('{"a": 1}', ".json", "not a chatphase bench result"),
+        ('{"results": [{"kind": "prompt"}]}', ".json", "malformed"),
+        ("x,y\n1,2\n", ".csv", "missing columns"),
+    ],
+)
 def test_bad_files_give_one_line_errors(tmp_path, content, suffix, match):
     p = tmp_path / f"bad{suffix}"
     p.write_text(content)

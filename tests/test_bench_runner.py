@@ -47,7 +47,11 @@ def test_progress_then_done_with_warmups_not_counted():
     done = events[-1]
     assert isinstance(done, SweepDone) and not done.cancelled
     assert [(c.kind, c.prompt_tokens, c.depth, c.reps) for c in done.cells] == [
-        ("prompt", 10, 0, 2), ("prompt", 50, 0, 2), ("depth", 4, 0, 2), ("depth", 104, 100, 2)]
+        ("prompt", 10, 0, 2),
+        ("prompt", 50, 0, 2),
+        ("depth", 4, 0, 2),
+        ("depth", 104, 100, 2),
+    ]
 
 
 def test_cells_hold_the_engine_metrics_exactly():
@@ -92,17 +96,20 @@ def test_engine_failure_raises_engine_error():
         run(engine=ScriptedTokenEngine(fail_on_turn=2))
 
 
-@pytest.mark.parametrize("plan,match", [
-    (SweepPlan(reps=0), "--reps must be at least 1"),
-    (SweepPlan(warmup=-1), "--warmup"),
-    (SweepPlan(gen_tokens=0), "--gen"),
-    (SweepPlan(prompt_lengths=(), depths=()), "nothing to measure"),
-    (SweepPlan(prompt_lengths=(512,)), "must be below n_ctx 512"),
-    (SweepPlan(prompt_lengths=(500,), gen_tokens=32), "exceed n_ctx 512"),
-    (SweepPlan(prompt_lengths=(0,)), "at least 1 token"),
-    (SweepPlan(prompt_lengths=(8,), depths=(480,), gen_tokens=32), "depth 480"),
-    (SweepPlan(prompt_lengths=(8,), depths=(-1,)), "0 or more"),
-])
+@pytest.mark.parametrize(
+    "plan,match",
+    [
+        (SweepPlan(reps=0), "--reps must be at least 1"),
+        (SweepPlan(warmup=-1), "--warmup"),
+        (SweepPlan(gen_tokens=0), "--gen"),
+        (SweepPlan(prompt_lengths=(), depths=()), "nothing to measure"),
+        (SweepPlan(prompt_lengths=(512,)), "must be below n_ctx 512"),
+        (SweepPlan(prompt_lengths=(500,), gen_tokens=32), "exceed n_ctx 512"),
+        (SweepPlan(prompt_lengths=(0,)), "at least 1 token"),
+        (SweepPlan(prompt_lengths=(8,), depths=(480,), gen_tokens=32), "depth 480"),
+        (SweepPlan(prompt_lengths=(8,), depths=(-1,)), "0 or more"),
+    ],
+)
 def test_plan_validation(plan, match):
     with pytest.raises(UsageError, match=match):
         plan.validate(512)
@@ -111,8 +118,14 @@ def test_plan_validation(plan, match):
 def test_bench_run_with_a_fake_engine_builds_the_result():
     plan = SweepPlan(prompt_lengths=(10, 20, 40), depths=(0, 50), gen_tokens=3, reps=2, warmup=0)
     engine = ScriptedTokenEngine()
-    run_ = BenchRun(fake_model_info(), EngineConfig(n_ctx=256), plan, engine_factory=lambda i, s: engine,
-                    roofline=False, builder=PromptBuilder(CharTokenizer()))
+    run_ = BenchRun(
+        fake_model_info(),
+        EngineConfig(n_ctx=256),
+        plan,
+        engine_factory=lambda i, s: engine,
+        roofline=False,
+        builder=PromptBuilder(CharTokenizer()),
+    )
     events = list(run_)
     assert isinstance(events[0], BenchStatus) and isinstance(events[-1], BenchDone)
     res = events[-1].result
@@ -130,16 +143,29 @@ def test_bench_run_roofline_verdicts(offloaded, expect):
 
     plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
     engine = ScriptedTokenEngine(layers_offloaded=offloaded)
-    res = list(BenchRun(fake_model_info(), EngineConfig(n_ctx=256), plan, engine_factory=lambda i, s: engine,
-                        builder=PromptBuilder(CharTokenizer()), peaks=MachinePeaks(1e12, "bw", 1e15, "mm")))[-1].result
+    res = list(
+        BenchRun(
+            fake_model_info(),
+            EngineConfig(n_ctx=256),
+            plan,
+            engine_factory=lambda i, s: engine,
+            builder=PromptBuilder(CharTokenizer()),
+            peaks=MachinePeaks(1e12, "bw", 1e15, "mm"),
+        )
+    )[-1].result
     assert expect in res.roofline["decode_verdict"] and expect in res.roofline["prefill_verdict"]
     assert res.roofline["bandwidth_method"] == "bw" and len(res.roofline["cells"]) == 3
 
 
 def test_bench_run_validates_before_any_work():
     engine = ScriptedTokenEngine()
-    run_ = BenchRun(fake_model_info(), EngineConfig(n_ctx=64), SweepPlan(prompt_lengths=(64,)),
-                    engine_factory=lambda i, s: engine, builder=PromptBuilder(CharTokenizer()))
+    run_ = BenchRun(
+        fake_model_info(),
+        EngineConfig(n_ctx=64),
+        SweepPlan(prompt_lengths=(64,)),
+        engine_factory=lambda i, s: engine,
+        builder=PromptBuilder(CharTokenizer()),
+    )
     with pytest.raises(UsageError):
         next(iter(run_))
     assert engine.requests == []

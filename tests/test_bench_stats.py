@@ -69,14 +69,18 @@ def test_fit_edge_cases():
 
 
 def _sample(kind, prompt_tokens, depth, ttft, dtps, tpot, warm=False):
-    return Sample(kind, prompt_tokens, depth, 0, warm, ttft, 100.0, dtps, tpot, prompt_tokens - depth, depth, 8, 0, "length")
+    return Sample(
+        kind, prompt_tokens, depth, 0, warm, ttft, 100.0, dtps, tpot, prompt_tokens - depth, depth, 8, 0, "length"
+    )
 
 
 def test_sweep_fits_use_the_right_samples():
     samples = [
-        _sample("prompt", 100, 0, 25.0, 50, 20), _sample("prompt", 200, 0, 45.0, 50, 20),
+        _sample("prompt", 100, 0, 25.0, 50, 20),
+        _sample("prompt", 200, 0, 45.0, 50, 20),
         _sample("prompt", 300, 0, 999.0, 50, 20, warm=True),  # warm-up: ignored
-        _sample("depth", 4, 0, 6.0, 50.0, 20.0), _sample("depth", 1004, 1000, 7.0, 40.0, 25.0),
+        _sample("depth", 4, 0, 6.0, 50.0, 20.0),
+        _sample("depth", 1004, 1000, 7.0, 40.0, 25.0),
     ]
     fits = sweep_fits(samples)
     t = fits["ttft_ms_vs_prompt_tokens"]

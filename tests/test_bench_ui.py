@@ -22,8 +22,14 @@ class ScriptedJob:
     """A :class:`~chatphase.bench.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process."""
 
     def __init__(self, info, settings, plan):
-        self.run = BenchRun(info, settings, plan, engine_factory=lambda i, s: ScriptedTokenEngine(),
-                            roofline=False, builder=PromptBuilder(CharTokenizer()))
+        self.run = BenchRun(
+            info,
+            settings,
+            plan,
+            engine_factory=lambda i, s: ScriptedTokenEngine(),
+            roofline=False,
+            builder=PromptBuilder(CharTokenizer()),
+        )
 
     def events(self):
         yield from self.run
@@ -137,8 +143,16 @@ def _other_result(path):
 
     plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
     engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)
-    res = list(BenchRun(fake_model_info(), EngineConfig(n_ctx=2048), plan, engine_factory=lambda i, s: engine,
-                        roofline=False, builder=PromptBuilder(CharTokenizer())))[-1].result
+    res = list(
+        BenchRun(
+            fake_model_info(),
+            EngineConfig(n_ctx=2048),
+            plan,
+            engine_factory=lambda i, s: engine,
+            roofline=False,
+            builder=PromptBuilder(CharTokenizer()),
+        )
+    )[-1].result
     res.label = "other settings"
     save_result(res, path)
 

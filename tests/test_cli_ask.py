@@ -22,8 +22,18 @@ def test_version():
 
 @pytest.mark.model
 def test_ask_json_two_turns_are_consistent():
-    result = chatphase("ask", "--json", "--temperature", "0", "--max-tokens", "24", "--n-ctx", "1024",
-                       "Name a fruit.", "Name a vegetable.")
+    result = chatphase(
+        "ask",
+        "--json",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--n-ctx",
+        "1024",
+        "Name a fruit.",
+        "Name a vegetable.",
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     for key in ("path", "name", "architecture", "n_params", "size_bytes", "n_layer"):

@@ -89,12 +89,12 @@ async def test_timeline_bar_is_to_scale(app):
         await pilot.pause()
         timeline = app.query_one(TurnTimeline)
         width = timeline.size.width - timeline.LABEL_WIDTH
-        bar = timeline.render().plain.splitlines()[0][timeline.LABEL_WIDTH:]
+        bar = timeline.render().plain.splitlines()[0][timeline.LABEL_WIDTH :]
         cells = scale_cells([ms for _, ms in time_segments(TURNS[2])], width)
         assert len(bar) == width == sum(cells)
         assert [bar.count(g) for g in "░█▓━"] == cells
         prompt_bar = timeline.render().plain.splitlines()
-        prompt_line = next(line for line in prompt_bar if line.startswith("prompt"))[timeline.LABEL_WIDTH:]
+        prompt_line = next(line for line in prompt_bar if line.startswith("prompt"))[timeline.LABEL_WIDTH :]
         assert prompt_line.count("▒") == scale_cells([409, 71], width)[0]
 
 
@@ -234,7 +234,12 @@ def test_forecast_text_states():
     cap = 2048 * 23_040
     assert forecast_text(forecast_kv([], 2048), 23_040, cap) == "KV 0/2,048 tok · 0 B/45.0 MiB"
     assert forecast_text(forecast_kv([0, 0], 2048), 23_040, cap).endswith("· not growing")
-    assert forecast_text(forecast_kv([1900, 2048], 2048), 23_040, cap).endswith("· the next turn may not fit: the oldest messages will then be dropped")
-    assert forecast_text(forecast_kv([1000], 2048), 23_040, cap, usage=False) == "KV forecast: ~1 turn left at +1,000 tok/turn"
+    assert forecast_text(forecast_kv([1900, 2048], 2048), 23_040, cap).endswith(
+        "· the next turn may not fit: the oldest messages will then be dropped"
+    )
+    assert (
+        forecast_text(forecast_kv([1000], 2048), 23_040, cap, usage=False)
+        == "KV forecast: ~1 turn left at +1,000 tok/turn"
+    )
     assert forecast_text(forecast_kv([], 2048), 23_040, cap, usage=False) == "KV forecast: after the first turn"
     assert forecast_text(forecast_kv([1000], 2048), 23_040, cap).endswith("· ~1 turn left at +1,000 tok/turn")

@@ -86,7 +86,9 @@ def test_prefill_progress_comes_in_n_batch_chunks(default_model_info, tmp_path):
     engine, _ = make_engine(default_model_info, tmp_path, n_batch=32, n_ubatch=32)
     try:
         prompt = tuple(engine.tokenize("The quick brown fox jumps over the lazy dog. " * 12))
-        events, fin = run(engine, TurnRequest(1, prompt_token_ids=prompt, sampling=SamplingParams(max_tokens=2, temperature=0)))
+        events, fin = run(
+            engine, TurnRequest(1, prompt_token_ids=prompt, sampling=SamplingParams(max_tokens=2, temperature=0))
+        )
         progress = [e for e in events if isinstance(e, PrefillProgress)]
         assert [p.done_tokens for p in progress] == list(range(32, len(prompt), 32)) + [len(prompt)]
         assert all(p.total_tokens == len(prompt) for p in progress)
@@ -124,8 +126,10 @@ def test_context_overflow_drops_oldest_turns_and_refuses_a_huge_message(default_
         sp = SamplingParams(max_tokens=16, temperature=0)
         conv = [Message("system", "Be brief.")]
         for i in range(6):
-            conv += [Message("user", f"Question {i}: " + "tell me about rivers and lakes " * 4),
-                     Message("assistant", "Rivers flow into lakes and seas. " * 4)]
+            conv += [
+                Message("user", f"Question {i}: " + "tell me about rivers and lakes " * 4),
+                Message("assistant", "Rivers flow into lakes and seas. " * 4),
+            ]
         conv.append(Message("user", "Summarise."))
         events, fin = run(engine, TurnRequest(1, tuple(conv), sp))
         started = next(e for e in events if isinstance(e, PrefillStarted))
@@ -146,7 +150,9 @@ def test_reply_that_fills_the_context_stops_with_context_full(default_model_info
     try:
         prompt = tuple(engine.tokenize("Count: one two three four five six seven eight nine ten. " * 20))[:200]
         assert len(prompt) == 200
-        req = TurnRequest(1, prompt_token_ids=prompt, ignore_eos=True, sampling=SamplingParams(max_tokens=500, temperature=0))
+        req = TurnRequest(
+            1, prompt_token_ids=prompt, ignore_eos=True, sampling=SamplingParams(max_tokens=500, temperature=0)
+        )
         _, fin = run(engine, req)
         assert fin.metrics.stop_reason == "context_full"
         assert fin.metrics.kv_cache_tokens == 256
@@ -180,7 +186,11 @@ def test_cancel_mid_prefill_then_a_normal_turn(default_model_info, tmp_path):
 def test_cancel_mid_decode_keeps_the_partial_reply(llama_engine):
     engine, _ = llama_engine
     text = []
-    req = TurnRequest(1, (Message("user", "Write a long story about a lighthouse keeper."),), SamplingParams(max_tokens=200, temperature=0))
+    req = TurnRequest(
+        1,
+        (Message("user", "Write a long story about a lighthouse keeper."),),
+        SamplingParams(max_tokens=200, temperature=0),
+    )
     for event in engine.run_turn(req):
         if isinstance(event, TokensDecoded):
             text.append(event.text)

@@ -32,27 +32,31 @@ def run(engine, turn_id, messages, sampling):
     assert m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     # the model sees exactly the templated conversation
     text, _ = engine._template.render(messages)
-    assert b"".join(engine._render(t) for t in engine.cached_tokens[:m.prompt_tokens]) == text.encode()
+    assert b"".join(engine._render(t) for t in engine.cached_tokens[: m.prompt_tokens]) == text.encode()
     return events[-1]
 
 
-@pytest.mark.parametrize("sampling", [
-    SamplingParams(max_tokens=250, temperature=0),
-    SamplingParams(max_tokens=250, temperature=0.7, seed=0),
-], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(max_tokens=250, temperature=0),
+        SamplingParams(max_tokens=250, temperature=0.7, seed=0),
+    ],
+    ids=["greedy", "sampled"],
+)
 def test_follow_up_regenerate_and_edit_reuse_the_cache(llama_engine, sampling):
     engine = llama_engine
     first = run(engine, 1, STORY, sampling)
     m1 = first.metrics
     assert m1.decode_tokens >= 200, "a long reply is the point of this test"
-    sampled = engine.cached_tokens[m1.prompt_tokens:]  # the reply's tokens the cache holds
+    sampled = engine.cached_tokens[m1.prompt_tokens :]  # the reply's tokens the cache holds
     assert m1.kv_cache_tokens == m1.prompt_tokens + m1.decode_tokens - (m1.stop_reason == "length")
 
     conv = STORY + (Message("assistant", first.reply), Message("user", "Give it a title."))
     short = SamplingParams(max_tokens=8, temperature=0)
     m2 = run(engine, 2, conv, short).metrics
     assert m2.cached_tokens == m1.kv_cache_tokens  # the whole previous prompt and reply
-    assert engine.cached_tokens[m1.prompt_tokens:m1.kv_cache_tokens] == sampled
+    assert engine.cached_tokens[m1.prompt_tokens : m1.kv_cache_tokens] == sampled
     assert m2.prefill_tokens < 20
 
     m3 = run(engine, 3, conv, short).metrics  # regenerate: the same conversation again

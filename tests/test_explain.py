@@ -59,7 +59,8 @@ def test_prefill_compute_bound_line_with_cache_and_batch_speedup():
 def test_prefill_all_cached_and_tiny_prefill():
     all_cached = scripted_turn(300, 300, 10, 310)
     assert explain_prefill(loaded_model(), all_cached) == (
-        "prefill: nothing to compute — all 300 prompt tokens were reused from the KV cache")
+        "prefill: nothing to compute — all 300 prompt tokens were reused from the KV cache"
+    )
     tiny = scripted_turn(305, 300, 10, 315)
     line = explain_prefill(loaded_model(), tiny)
     assert line.startswith("prefill: overhead bound — only 5 new token(s) in")

@@ -15,6 +15,7 @@ from chatphase.engine.events import FirstToken
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
 from chatphase.sessions import recorder as session_recorder
+from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import (
     CSV_COLUMNS,
     MD_METRICS,
@@ -25,7 +26,7 @@ from chatphase.sessions.export import (
     write_export,
 )
 from chatphase.sessions.recorder import SessionRecorder
-from chatphase.sessions.store import Session, Turn, load_session
+from chatphase.sessions.store import Session, Turn
 
 
 @pytest.fixture
@@ -33,7 +34,10 @@ def saved(monkeypatch) -> Session:
     """Two finished turns (one with markdown and a pipe in it) and one partial turn."""
     monkeypatch.setattr(session_recorder, "TEXT_FLUSH_S", 0.0)
     rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, title="Phases | test")
-    record_turns(rec, [("Explain *prefill*", ["Prefill ", "reads the prompt."]), ("And decode?", ["One", " token", " at a time."])])
+    record_turns(
+        rec,
+        [("Explain *prefill*", ["Prefill ", "reads the prompt."]), ("And decode?", ["One", " token", " at a time."])],
+    )
     n = rec.begin_turn("Write a long story")
     rec.observe(FirstToken(n, "Once upon", 6.0, 0))
     return load_session(rec.id)
@@ -58,7 +62,9 @@ def test_csv_one_row_per_turn_round_trips_metrics(saved):
     assert tuple(header) == CSV_COLUMNS
     assert {"ttft_ms", "decode_tokens_per_s", "prefill_tokens_per_s", "kv_cache_bytes", "itl_ms_p95"} <= set(header)
     rows = rows_from_csv(text)
-    assert [(r["turn"], r["status"], r["metrics"]) for r in rows] == [(t.index, t.status, t.metrics) for t in saved.turns]
+    assert [(r["turn"], r["status"], r["metrics"]) for r in rows] == [
+        (t.index, t.status, t.metrics) for t in saved.turns
+    ]
     assert rows[2]["metrics"] is None and rows[0]["model"] == "TestModel-1M"
 
 
@@ -67,18 +73,40 @@ maybe = st.none() | finite
 
 
 @hsettings(max_examples=80, deadline=None)
-@given(st.builds(
-    TurnMetrics, prompt_tokens=st.integers(0, 10**6), cached_tokens=st.integers(0, 10**6),
-    prefill_tokens=st.integers(0, 10**6), prefill_ms=finite, prefill_tokens_per_s=maybe, ttft_ms=maybe,
-    decode_tokens=st.integers(0, 10**6), decode_ms=finite, decode_tokens_per_s=maybe, itl_ms_p50=maybe,
-    itl_ms_p95=maybe, itl_ms_max=maybe, kv_cache_tokens=st.integers(0, 10**6), kv_bytes_per_token=st.integers(0, 10**6),
-    kv_cache_bytes=st.integers(0, 10**12), kv_capacity_bytes=st.integers(0, 10**12),
-    stop_reason=st.sampled_from(["stop", "length", "cancelled", "context_full", "error"]),
-    tokenize_ms=finite, tpot_ms=maybe, dropped_messages=st.integers(0, 100),
-))
+@given(
+    st.builds(
+        TurnMetrics,
+        prompt_tokens=st.integers(0, 10**6),
+        cached_tokens=st.integers(0, 10**6),
+        prefill_tokens=st.integers(0, 10**6),
+        prefill_ms=finite,
+        prefill_tokens_per_s=maybe,
+        ttft_ms=maybe,
+        decode_tokens=st.integers(0, 10**6),
+        decode_ms=finite,
+        decode_tokens_per_s=maybe,
+        itl_ms_p50=maybe,
+        itl_ms_p95=maybe,
+        itl_ms_max=maybe,
+        kv_cache_tokens=st.integers(0, 10**6),
+        kv_bytes_per_token=st.integers(0, 10**6),
+        kv_cache_bytes=st.integers(0, 10**12),
+        kv_capacity_bytes=st.integers(0, 10**12),
+        stop_reason=st.sampled_from(["stop", "length", "cancelled", "context_full", "error"]),
+        tokenize_ms=finite,
+        tpot_ms=maybe,
+        dropped_messages=st.integers(0, 100),
+    )
+)
 def test_csv_round_trips_any_metrics(m):
-    s = Session("id-1", "t", "2026-01-01T00:00:00+00:00", MODEL, SETTINGS,
-                turns=[Turn(1, "q, \"quoted\"\nline", "a", "complete", "s", "f", m)])
+    s = Session(
+        "id-1",
+        "t",
+        "2026-01-01T00:00:00+00:00",
+        MODEL,
+        SETTINGS,
+        turns=[Turn(1, 'q, "quoted"\nline', "a", "complete", "s", "f", m)],
+    )
     (row,) = rows_from_csv(export_session(s, "csv"))
     assert row["metrics"] == m
     assert all(type(getattr(row["metrics"], f.name)) is type(getattr(m, f.name)) for f in dataclasses.fields(m))

@@ -22,9 +22,7 @@ def test_with_a_fake_nvml_the_process_memory_is_summed(monkeypatch):
         nvmlDeviceGetCount = staticmethod(lambda: 2)
         nvmlDeviceGetHandleByIndex = staticmethod(lambda i: i)
         nvmlDeviceGetName = staticmethod(lambda h: b"NVIDIA H200")
-        nvmlDeviceGetComputeRunningProcesses = staticmethod(
-            lambda h: [Proc(42, 1000 + h), Proc(7, 5)]
-        )
+        nvmlDeviceGetComputeRunningProcesses = staticmethod(lambda h: [Proc(42, 1000 + h), Proc(7, 5)])
 
     monkeypatch.setitem(sys.modules, "pynvml", FakeNVML)
     assert gpu_memory_used_bytes(42) == 1000 + 1001

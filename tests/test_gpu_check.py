@@ -35,16 +35,23 @@ def fake_gpu_env(tmp: Path, cap: str = "8.6") -> dict[str, str]:
     smi = bin_dir / "nvidia-smi"
     smi.write_text(f'#!/bin/sh\necho "NVIDIA Fake, {cap}, 580.159.04, 143771 MiB"\n')
     smi.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHON=sys.executable,
-               GPU_CHECK_WORK=str(tmp / "work"), CHATPHASE_DATA_DIR=str(tmp / "data"),
-               CHATPHASE_LOG_DIR=str(tmp / "log"), CHATPHASE_CONFIG=str(tmp / "config.toml"))
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        PYTHON=sys.executable,
+        GPU_CHECK_WORK=str(tmp / "work"),
+        CHATPHASE_DATA_DIR=str(tmp / "data"),
+        CHATPHASE_LOG_DIR=str(tmp / "log"),
+        CHATPHASE_CONFIG=str(tmp / "config.toml"),
+    )
     env.pop("OUT", None)
     return env
 
 
 def check(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(CHECK), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, check=False)
+    return subprocess.run(
+        ["bash", str(CHECK), *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
+    )
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
@@ -64,8 +71,16 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     (carry_a / "model.gguf.sha256").write_text("0  model.gguf\n")
     (carry_b / "model.gguf.part-2").write_bytes(b"rest")
     out = tmp_path / "out"
-    result = check("--dry-run", "--carry", str(carry_a), "--carry", str(carry_b), "--out", str(out),
-                   env=fake_gpu_env(tmp_path, cap="8.6"))
+    result = check(
+        "--dry-run",
+        "--carry",
+        str(carry_a),
+        "--carry",
+        str(carry_b),
+        "--out",
+        str(out),
+        env=fake_gpu_env(tmp_path, cap="8.6"),
+    )
     assert result.returncode == 0, result.stderr
     plan = result.stdout
     assert "NVIDIA Fake · compute capability 8.6" in plan
@@ -111,8 +126,7 @@ def test_incomplete_model_parts_are_caught(tmp_path):
     (carry / "model.gguf.part-1").write_bytes(b"GGUF first half")
     digest = hashlib.sha256(b"GGUF first half" + b" second half").hexdigest()
     (carry / "model.gguf.sha256").write_text(f"{digest}  model.gguf\n")
-    result = check("--stage", "run", "--carry", str(carry), "--out", str(tmp_path / "out"),
-                   env=fake_gpu_env(tmp_path))
+    result = check("--stage", "run", "--carry", str(carry), "--out", str(tmp_path / "out"), env=fake_gpu_env(tmp_path))
     assert result.returncode == 1
     assert "the carried model is incomplete (sha256 differs)" in result.stderr
 
@@ -136,7 +150,13 @@ def test_run_stage_on_a_cpu_build_reports_no_offload(cpu_run):
     assert result.returncode == 1, result.stderr
     assert "gpu_check: the check does not show GPU offload" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == [
-        "ask_cpu.json", "ask_gpu.json", "bench_cpu.json", "bench_gpu.json", "gpu_env.json", "gpu_summary.json"]
+        "ask_cpu.json",
+        "ask_gpu.json",
+        "bench_cpu.json",
+        "bench_gpu.json",
+        "gpu_env.json",
+        "gpu_summary.json",
+    ]
     summary = json.loads((out / "gpu_summary.json").read_text())
     assert summary["gpu_name"] == "NVIDIA Fake" and summary["compute_cap"] == "9.0"
     env = json.loads((out / "gpu_env.json").read_text())
@@ -150,8 +170,9 @@ def test_run_stage_on_a_cpu_build_reports_no_offload(cpu_run):
     assert [r["prompt_tokens"] for r in gpu["prompt_sweep"]] == [16, 48]
     assert [r["depth"] for r in cpu["depth_sweep"]] == [0]
     ratio = summary["speedup_gpu_over_cpu"]["prefill_tokens_per_s"]["16"]
-    assert ratio == pytest.approx(gpu["prompt_sweep"][0]["prefill_tokens_per_s"]
-                                  / cpu["prompt_sweep"][0]["prefill_tokens_per_s"])
+    assert ratio == pytest.approx(
+        gpu["prompt_sweep"][0]["prefill_tokens_per_s"] / cpu["prompt_sweep"][0]["prefill_tokens_per_s"]
+    )
     assert "| prefill, 16-token prompt (tok/s) |" in result.stdout
 
 

@@ -15,7 +15,7 @@ from chatphase.system.process import ProcessSampler
 from chatphase.ui.dashboard import Dashboard
 from chatphase.ui.system_figures import SystemFigures, system_lines
 
-GiB = 1024 ** 3
+GiB = 1024**3
 
 
 class FakeClock:
@@ -68,9 +68,9 @@ def test_sampler_without_reader_or_process_has_no_gpu_memory():
 
 
 def test_sampler_with_fake_nvml(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(os.getpid(), 1536 * 1024 ** 2))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(os.getpid(), 1536 * 1024**2))
     sample = ProcessSampler(os.getpid(), gpu_memory=gpu_memory_used_bytes).sample()
-    assert sample.gpu_memory_bytes == 1536 * 1024 ** 2
+    assert sample.gpu_memory_bytes == 1536 * 1024**2
 
 
 @pytest.mark.parametrize("gpu_bytes, shown", [(int(1.5 * GiB), "GPU memory 1.5 GiB"), (None, "GPU memory –")])

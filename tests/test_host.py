@@ -18,7 +18,9 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.host import EngineHost
 
-LONG = TurnRequest(1, (Message("user", "Write a long story about a dragon."),), SamplingParams(max_tokens=300, temperature=0))
+LONG = TurnRequest(
+    1, (Message("user", "Write a long story about a dragon."),), SamplingParams(max_tokens=300, temperature=0)
+)
 
 
 def start(info, tmp_path):

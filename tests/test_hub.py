@@ -67,12 +67,16 @@ class FakeHub:
         tree = f"/api/models/{REPO}/tree/"
         resolve = f"/{REPO}/resolve/"
         if path.startswith(tree):
-            body = json.dumps([{"type": "file", "path": n, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
-                               for n, b in self.files.items()]).encode()
+            body = json.dumps(
+                [
+                    {"type": "file", "path": n, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
+                    for n, b in self.files.items()
+                ]
+            ).encode()
             return self.reply(h, 200, body, {"Content-Type": "application/json"}, head)
         if not path.startswith(resolve):
             return self.reply(h, 404, b"{}", {"X-Error-Code": "RepoNotFound"}, head)
-        name = path[len(resolve):].split("/", 1)[1]
+        name = path[len(resolve) :].split("/", 1)[1]
         data = self.files.get(name)
         if data is None:
             return self.reply(h, 404, b"{}", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT}, head)
@@ -139,8 +143,11 @@ def online(monkeypatch, tmp_path, repo_files):
 
 def gguf_files(root: Path) -> list[str]:
     """Files that look like models: ``*.gguf`` outside hidden folders."""
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")
-                  if not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.gguf")
+        if not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
 
 
 def test_quant_names_and_choices():
@@ -149,9 +156,13 @@ def test_quant_names_and_choices():
     assert hub.quant_of("Q4_K_M/M-Q4_K_M-00001-of-00002.gguf") == "Q4_K_M"
     assert hub.quant_of("m-UD-IQ2_XXS.gguf") == "UD-IQ2_XXS"
     assert hub.quant_of("llama-2-7b.gguf") is None
-    choices = hub.gguf_choices(["a-Q8_0.gguf", "mmproj-F16.gguf", "s/a-F16-00002-of-00002.gguf", "s/a-F16-00001-of-00002.gguf", "x.md"])
+    choices = hub.gguf_choices(
+        ["a-Q8_0.gguf", "mmproj-F16.gguf", "s/a-F16-00002-of-00002.gguf", "s/a-F16-00001-of-00002.gguf", "x.md"]
+    )
     assert [(c.files, c.quant) for c in choices] == [
-        (("a-Q8_0.gguf",), "Q8_0"), (("s/a-F16-00001-of-00002.gguf", "s/a-F16-00002-of-00002.gguf"), "F16")]
+        (("a-Q8_0.gguf",), "Q8_0"),
+        (("s/a-F16-00001-of-00002.gguf", "s/a-F16-00002-of-00002.gguf"), "F16"),
+    ]
     with pytest.raises(ModelError, match="no Q2_K GGUF; quants: F16, Q8_0"):
         hub.choose(choices, "o/r", quant="Q2_K")
     with pytest.raises(ModelError, match="choose with --quant or --file"):
@@ -321,8 +332,21 @@ def test_pulled_model_runs_by_repo_spec(online_real, capsys, default_model_info)
     """pull REPO --quant, then `ask --model REPO:QUANT` loads it through llama.cpp and replies."""
     assert cli.main(["pull", REPO, "--quant", "Q4_1"]) == 0
     capsys.readouterr()
-    code = cli.main(["ask", "--model", f"{REPO}:Q4_1", "--n-ctx", "256", "--max-tokens", "3",
-                     "--temperature", "0", "--json", "Say hi"])
+    code = cli.main(
+        [
+            "ask",
+            "--model",
+            f"{REPO}:Q4_1",
+            "--n-ctx",
+            "256",
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0",
+            "--json",
+            "Say hi",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads(out)

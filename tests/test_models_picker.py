@@ -24,8 +24,9 @@ class Host(App):
         yield Label("host")
 
     def on_mount(self) -> None:
-        self.push_screen(ModelPickerScreen(n_ctx=2048, current_path=self.current_path, lister=self.lister),
-                         self.results.append)
+        self.push_screen(
+            ModelPickerScreen(n_ctx=2048, current_path=self.current_path, lister=self.lister), self.results.append
+        )
 
 
 def entries(default_model_info, tmp_path: Path) -> list[ModelEntry]:

@@ -18,8 +18,13 @@ from chatphase.errors import ModelError
 from chatphase.models.gguf_meta import architecture_supported, read_metadata, read_model_info
 
 
-def write_tiny_gguf(path: Path, arch: str = "llama", file_type: int = int(gguf.LlamaFileType.MOSTLY_Q8_0),
-                    split: tuple[int, int] | None = None, n_vocab: int = 300) -> Path:
+def write_tiny_gguf(
+    path: Path,
+    arch: str = "llama",
+    file_type: int = int(gguf.LlamaFileType.MOSTLY_Q8_0),
+    split: tuple[int, int] | None = None,
+    n_vocab: int = 300,
+) -> Path:
     """A small but complete GGUF: attention metadata, a vocabulary longer than the reader's skip threshold,
     one f32 tensor. ``split=(no, count)`` adds llama.cpp's split keys (``no`` counts from 1)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,11 +141,12 @@ def test_header_reader_matches_gguf_reader(default_model_path):
     """The fast header reader gives the same metadata and tensors as the package's own reader."""
     meta, fast = read_metadata(default_model_path)
     ref = gguf.GGUFReader(default_model_path)
-    expected = {k: f.contents() for k, f in ref.fields.items() if not k.startswith("tokenizer.ggml.") or
-                k in meta}
+    expected = {k: f.contents() for k, f in ref.fields.items() if not k.startswith("tokenizer.ggml.") or k in meta}
     assert {k: v for k, v in meta.items() if k in expected} == expected
     assert meta["tokenizer.ggml.tokens.count"] == len(ref.fields["tokenizer.ggml.tokens"].data) == 49152
-    assert [(t.name, t.data_offset, t.n_bytes) for t in fast.tensors] == [(t.name, t.data_offset, t.n_bytes) for t in ref.tensors]
+    assert [(t.name, t.data_offset, t.n_bytes) for t in fast.tensors] == [
+        (t.name, t.data_offset, t.n_bytes) for t in ref.tensors
+    ]
 
 
 def test_default_model_info(default_model_info):

@@ -21,9 +21,11 @@ class Toy:
     """Greedy longest-match tokenizer: specials 0-2, words 10+, single bytes 1000+byte."""
 
     def __init__(self, space_prefix: bool = False):
-        self.vocab = {**{s.encode(): i for s, i in SPECIALS.items()},
-                      **{w.encode(): 10 + i for i, w in enumerate(WORDS)},
-                      **{bytes([b]): 1000 + b for b in range(256)}}
+        self.vocab = {
+            **{s.encode(): i for s, i in SPECIALS.items()},
+            **{w.encode(): 10 + i for i, w in enumerate(WORDS)},
+            **{bytes([b]): 1000 + b for b in range(256)},
+        }
         self.pieces = {i: s for s, i in self.vocab.items()}
         self.space_prefix = space_prefix  # SPM-like: a space before the first text of each call
 
@@ -32,8 +34,8 @@ class Toy:
         out = [0] if add_special else []
         i = 0
         while i < len(data):
-            n = max(n for n in range(1, min(len(data) - i, 16) + 1) if data[i:i + n] in self.vocab)
-            out.append(self.vocab[data[i:i + n]])
+            n = max(n for n in range(1, min(len(data) - i, 16) + 1) if data[i : i + n] in self.vocab)
+            out.append(self.vocab[data[i : i + n]])
             i += n
         return out
 
@@ -112,9 +114,11 @@ def test_follow_up_reuses_the_whole_previous_turn_when_the_reply_retokenises_dif
     # the old rule (whole prompt re-tokenised, longest common token prefix) stops at the reply's start
     assert lcp(in_cache, toy.tokenize(chatml(conv2), False)) == len(prompt1)
     prompt2, keep2 = sim.turn(conv2)
-    assert prompt2[:len(in_cache)] == in_cache and keep2 == len(in_cache) == len(prompt1) + len(gen) - 1
+    assert prompt2[: len(in_cache)] == in_cache and keep2 == len(in_cache) == len(prompt1) + len(gen) - 1
     # the rest is the new text, tokenised on its own: "hello" + "<|im_end|>\n<|im_start|>user\nQ2..."
-    assert prompt2[keep2:] == toy.tokenize("hello<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n", False)
+    assert prompt2[keep2:] == toy.tokenize(
+        "hello<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n", False
+    )
     assert b"".join(map(toy.render, prompt2)) == chatml(conv2).encode()
 
 
@@ -139,7 +143,7 @@ def test_edited_last_user_message_reuses_up_to_the_edit():
     prompt3, keep3 = sim.turn(conv3, gen)
     edit = chatml(conv3).index("there")
     # every token that ends before the edit is kept; the first one that reaches it is not
-    ends = [len(b"".join(map(toy.render, prompt2[:i + 1]))) for i in range(len(prompt2))]
+    ends = [len(b"".join(map(toy.render, prompt2[: i + 1]))) for i in range(len(prompt2))]
     assert keep3 == sum(1 for e in ends if e <= edit)
     assert b"".join(map(toy.render, prompt3)) == chatml(conv3).encode()
 
@@ -158,7 +162,9 @@ def test_special_tokens_in_the_template_and_in_a_reply():
     assert keep == len(prompt1) + 1
     # the text after "ab" is tokenised on its own with the template's special tokens parsed; they
     # render as their text, so the spliced prompt is accepted (not the whole-prompt fallback)
-    assert prompt2[keep:keep + 3] == toy.ids("hello", "c", "<|im_end|>") and prompt2[:keep] == toy.tokenize(chatml(conv), False) + toy.ids("ab")
+    assert prompt2[keep : keep + 3] == toy.ids("hello", "c", "<|im_end|>") and prompt2[:keep] == toy.tokenize(
+        chatml(conv), False
+    ) + toy.ids("ab")
 
 
 def test_multibyte_character_split_across_generated_tokens():
@@ -214,7 +220,7 @@ def test_a_cache_cut_short_keeps_only_the_boundaries_it_still_holds():
     prompt1, _ = sim.turn(conv, toy.ids("ab", "c", "hello"))
     n = len(sim.cache)
     sim.known.truncate(n - 1)  # e.g. a prefill cancelled after this many tokens
-    del sim.cache[n - 1:]
+    del sim.cache[n - 1 :]
     assert sim.known.n_tokens == n - 1 and sim.known.text.endswith(b"assistant\nab")
     sim.known.truncate(len(prompt1) - 1)  # inside the prompt: its text is not recorded there
     assert sim.known.n_tokens == 0 and sim.known.text == b""
@@ -237,10 +243,14 @@ def test_fit_counts_the_tokens_encode_gives():
     template = ChatTemplate(None, bos_token="<s>", eos_token="</s>", tokenize=toy.tokenize)
     messages = [Message("user", "hello"), Message("assistant", "abc"), Message("user", "Q2")]
     whole = template.fit(messages, 100)
-    assert whole.tokens == toy.tokenize(whole.text, False) and whole.text == chatml([(m.role, m.content) for m in messages])
+    assert whole.tokens == toy.tokenize(whole.text, False) and whole.text == chatml(
+        [(m.role, m.content) for m in messages]
+    )
     fitted = template.fit(messages, 100, encode=lambda text, add: [7] * 5)
     assert fitted.tokens == [7] * 5 and fitted.dropped_messages == 0
     # budgets are checked against encode's tokens: 5 fit, 4 do not until messages are dropped
     calls = []
-    fitted = template.fit(messages, 4, encode=lambda text, add: calls.append(text) or [7] * (3 if "hello" not in text else 5))
+    fitted = template.fit(
+        messages, 4, encode=lambda text, add: calls.append(text) or [7] * (3 if "hello" not in text else 5)
+    )
     assert fitted.dropped_messages == 2 and len(fitted.tokens) == 3 and len(calls) == 2

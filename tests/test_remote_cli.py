@@ -20,9 +20,16 @@ TIMINGS = {"prompt_n": 12, "prompt_ms": 4.0, "cache_n": 0, "predicted_n": 2, "pr
 
 
 def _routes():
-    stream = sse(content_chunk("Hi"), content_chunk(" there"),
-                 {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": TIMINGS,
-                  "usage": {"prompt_tokens": 12, "completion_tokens": 2}}, "[DONE]")
+    stream = sse(
+        content_chunk("Hi"),
+        content_chunk(" there"),
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "timings": TIMINGS,
+            "usage": {"prompt_tokens": 12, "completion_tokens": 2},
+        },
+        "[DONE]",
+    )
     return {"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS), "POST /v1/chat/completions": (200, stream)}
 
 
@@ -49,11 +56,14 @@ def test_ask_unreachable_server_is_one_line_exit_1(capsys):
     assert rc == 1 and err.count("\n") == 1 and "connection refused" in err
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--server", "ftp://example"], "http(s) URL"),
-    (["--server", "http://127.0.0.1:9", "--api-key-env", "CHATPHASE_TEST_UNSET_VAR"], "CHATPHASE_TEST_UNSET_VAR"),
-    (["--remote-model", "x"], "need --server"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--server", "ftp://example"], "http(s) URL"),
+        (["--server", "http://127.0.0.1:9", "--api-key-env", "CHATPHASE_TEST_UNSET_VAR"], "CHATPHASE_TEST_UNSET_VAR"),
+        (["--remote-model", "x"], "need --server"),
+    ],
+)
 def test_bad_server_options_are_usage_errors(capsys, monkeypatch, argv, needle):
     monkeypatch.delenv("CHATPHASE_TEST_UNSET_VAR", raising=False)
     rc = main(["ask", *argv, "hello"])
@@ -64,16 +74,45 @@ def test_bad_server_options_are_usage_errors(capsys, monkeypatch, argv, needle):
 def test_bench_over_a_server_sends_exact_token_prompts(default_model_path):
     """Run as the CLI runs: a fresh process (it loads the model's vocabulary into llama.cpp)."""
     text = lambda t: {"choices": [{"index": 0, "text": t, "finish_reason": None}]}  # noqa: E731
-    stream = sse(text("a"), text("b"),
-                 {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                  "timings": {"prompt_n": 16, "prompt_ms": 3.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 2.0},
-                  "usage": {"prompt_tokens": 16, "completion_tokens": 2}}, "[DONE]")
+    stream = sse(
+        text("a"),
+        text("b"),
+        {
+            "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+            "timings": {"prompt_n": 16, "prompt_ms": 3.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 2.0},
+            "usage": {"prompt_tokens": 16, "completion_tokens": 2},
+        },
+        "[DONE]",
+    )
     routes = {"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS), "POST /v1/completions": (200, stream)}
     with ScriptedServer(routes) as srv:
         proc = subprocess.run(
-            [sys.executable, "-m", "chatphase", "bench", "--server", srv.url, "--model", str(default_model_path),
-             "--prompt-lengths", "16", "--depths", "none", "--gen", "2", "--reps", "2", "--warmup", "0",
-             "--format", "json"], capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "chatphase",
+                "bench",
+                "--server",
+                srv.url,
+                "--model",
+                str(default_model_path),
+                "--prompt-lengths",
+                "16",
+                "--depths",
+                "none",
+                "--gen",
+                "2",
+                "--reps",
+                "2",
+                "--warmup",
+                "0",
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         bodies = [r[3] for r in srv.requests if r[1] == "/v1/completions"]
     out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, err

@@ -73,8 +73,9 @@ def test_two_turn_chat_metrics_filled_and_consistent(engine):
 
 def test_cancel_mid_stream_then_next_turn_works(engine):
     events = []
-    for event in engine.run_turn(TurnRequest(1, (Message("user", "Count from 1 to 100."),),
-                                             SamplingParams(max_tokens=200, temperature=0.0))):
+    for event in engine.run_turn(
+        TurnRequest(1, (Message("user", "Count from 1 to 100."),), SamplingParams(max_tokens=200, temperature=0.0))
+    ):
         events.append(event)
         if isinstance(event, TokensDecoded) and event.decode_tokens >= 3:
             engine.cancel()
@@ -105,7 +106,9 @@ def test_server_killed_mid_stream_keeps_partial_reply(default_model_path):
         eng = RemoteEngine(url, read_timeout_s=30)
         assert isinstance(list(eng.load())[-1], ModelLoaded)
         events = []
-        request = TurnRequest(1, (Message("user", "Count from 1 to 100."),), SamplingParams(max_tokens=300, temperature=0.0))
+        request = TurnRequest(
+            1, (Message("user", "Count from 1 to 100."),), SamplingParams(max_tokens=300, temperature=0.0)
+        )
         for event in eng.run_turn(request):
             events.append(event)
             if isinstance(event, TokensDecoded) and event.decode_tokens == 3:

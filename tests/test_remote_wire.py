@@ -22,17 +22,27 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.factory import make_engine
-from chatphase.engine.remote import RemoteEngine, ServerURL
+from chatphase.engine.remote import RemoteEngine
+from chatphase.engine.remote_url import ServerURL
 from chatphase.engine.remote_wire import ServerReport, remote_turn_metrics
 from chatphase.errors import UsageError
 
 pytestmark = pytest.mark.timeout(60)
 
-MODELS = {"object": "list", "data": [{"id": "tiny", "object": "model",
-                                       "meta": {"n_params": 134515008, "size": 98000000, "n_ctx_train": 8192}}]}
+MODELS = {
+    "object": "list",
+    "data": [{"id": "tiny", "object": "model", "meta": {"n_params": 134515008, "size": 98000000, "n_ctx_train": 8192}}],
+}
 PROPS = {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1, "model_path": "/srv/tiny.gguf"}
-TIMINGS = {"prompt_n": 30, "prompt_ms": 12.5, "prompt_per_second": 2400.0, "cache_n": 10,
-           "predicted_n": 3, "predicted_ms": 30.0, "predicted_per_second": 100.0}
+TIMINGS = {
+    "prompt_n": 30,
+    "prompt_ms": 12.5,
+    "prompt_per_second": 2400.0,
+    "cache_n": 10,
+    "predicted_n": 3,
+    "predicted_ms": 30.0,
+    "predicted_per_second": 100.0,
+}
 
 
 def _request(turn_id=1, text="Hi"):
@@ -52,12 +62,24 @@ def _loaded(url, **kw) -> RemoteEngine:
 
 def test_llama_server_timings_progress_and_usage_fill_the_metrics():
     stream = sse(
-        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}],
-         "prompt_progress": {"total": 40, "cache": 10, "processed": 25, "time_ms": 5.0}},
-        {"choices": [{"index": 0, "delta": {}}], "prompt_progress": {"total": 40, "cache": 10, "processed": 40, "time_ms": 12.0}},
-        content_chunk("Hel"), 0.02, content_chunk("lo"), 0.02, content_chunk("!"),
-        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": TIMINGS,
-         "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}},
+        {
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}],
+            "prompt_progress": {"total": 40, "cache": 10, "processed": 25, "time_ms": 5.0},
+        },
+        {
+            "choices": [{"index": 0, "delta": {}}],
+            "prompt_progress": {"total": 40, "cache": 10, "processed": 40, "time_ms": 12.0},
+        },
+        content_chunk("Hel"),
+        0.02,
+        content_chunk("lo"),
+        0.02,
+        content_chunk("!"),
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "timings": TIMINGS,
+            "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43},
+        },
         "[DONE]",
     )
     with ScriptedServer(_llama_server_routes(stream)) as srv:
@@ -87,8 +109,12 @@ def test_llama_server_timings_progress_and_usage_fill_the_metrics():
 
 
 def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none():
-    stream = sse(content_chunk("a"), content_chunk("b"),
-                 {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}, "[DONE]")
+    stream = sse(
+        content_chunk("a"),
+        content_chunk("b"),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+        "[DONE]",
+    )
     vllm_models = {"data": [{"id": "tiny", "object": "model", "max_model_len": 4096}]}
     routes = {"GET /v1/models": (200, vllm_models), "POST /v1/chat/completions": (200, stream)}
     with ScriptedServer(routes) as srv:
@@ -101,8 +127,16 @@ def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none
     assert body["seed"] == 7 and body["ignore_eos"] is True
     m = events[-1].metrics
     assert m.stop_reason == "length" and events[-1].server_timings is None
-    for name in ("prompt_tokens", "cached_tokens", "prefill_tokens", "prefill_ms", "decode_tokens",
-                 "decode_tokens_per_s", "tpot_ms", "kv_cache_tokens"):
+    for name in (
+        "prompt_tokens",
+        "cached_tokens",
+        "prefill_tokens",
+        "prefill_ms",
+        "decode_tokens",
+        "decode_tokens_per_s",
+        "tpot_ms",
+        "kv_cache_tokens",
+    ):
         assert getattr(m, name) is None, name
     assert m.ttft_ms is not None and m.itl_ms_max is not None
 
@@ -110,8 +144,10 @@ def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none
 def test_api_key_sent_as_bearer_and_never_shown(monkeypatch):
     secret = "sk-test-DO-NOT-PRINT-123"
     monkeypatch.setenv("MY_SERVER_KEY", secret)
-    routes = {"GET /v1/models": (200, MODELS),
-              "POST /v1/chat/completions": (401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}})}
+    routes = {
+        "GET /v1/models": (200, MODELS),
+        "POST /v1/chat/completions": (401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}}),
+    }
     with ScriptedServer(routes) as srv:
         engine = make_engine(None, EngineConfig(), server=srv.url, api_key_env="MY_SERVER_KEY")
         events = list(engine.load()) + list(engine.run_turn(_request()))
@@ -125,13 +161,22 @@ def test_api_key_sent_as_bearer_and_never_shown(monkeypatch):
 
 
 def test_error_object_mid_stream_keeps_partial_reply():
-    stream = sse(content_chunk("par"), content_chunk("tial"),
-                 {"error": {"code": 500, "message": "slot crashed", "type": "server_error"}})
+    stream = sse(
+        content_chunk("par"),
+        content_chunk("tial"),
+        {"error": {"code": 500, "message": "slot crashed", "type": "server_error"}},
+    )
     with ScriptedServer(_llama_server_routes(stream)) as srv:
         events = list(_loaded(srv.url).run_turn(_request()))
     failed, finished = events[-2], events[-1]
-    assert isinstance(failed, EngineFailed) and "slot crashed" in failed.message and "partial reply is kept" in failed.message
-    assert isinstance(finished, TurnFinished) and finished.reply == "partial" and finished.metrics.stop_reason == "error"
+    assert (
+        isinstance(failed, EngineFailed)
+        and "slot crashed" in failed.message
+        and "partial reply is kept" in failed.message
+    )
+    assert (
+        isinstance(finished, TurnFinished) and finished.reply == "partial" and finished.metrics.stop_reason == "error"
+    )
 
 
 def test_stream_ending_without_finish_is_an_error_not_a_stop():
@@ -152,8 +197,10 @@ def test_read_timeout_is_one_clear_failure():
 
 
 def test_http_404_for_unknown_model_at_turn_time():
-    routes = {"GET /v1/models": (404, {"detail": "Not Found"}),
-              "POST /v1/chat/completions": (404, {"error": {"message": "The model `big` does not exist."}})}
+    routes = {
+        "GET /v1/models": (404, {"detail": "Not Found"}),
+        "POST /v1/chat/completions": (404, {"error": {"message": "The model `big` does not exist."}}),
+    }
     with ScriptedServer(routes) as srv:
         engine = RemoteEngine(srv.url, remote_model="big")
         load = list(engine.load())
@@ -190,8 +237,9 @@ def test_factory_and_options(monkeypatch):
 def test_metrics_from_report_prompt_counts_are_consistent():
     report = ServerReport(prompt_tokens=50, completion_tokens=4)
     report.timings = {"prompt_n": 20, "prompt_ms": 10.0}
-    m = remote_turn_metrics(t_submit_ns=0, arrival_times_ns=[5_000_000, 6_000_000, 8_000_000, 11_000_000],
-                            report=report, stop_reason="stop")
+    m = remote_turn_metrics(
+        t_submit_ns=0, arrival_times_ns=[5_000_000, 6_000_000, 8_000_000, 11_000_000], report=report, stop_reason="stop"
+    )
     assert (m.prompt_tokens, m.cached_tokens, m.prefill_tokens) == (50, 30, 20)
     assert m.ttft_ms == 5.0 and m.decode_ms == 6.0 and m.decode_tokens_per_s == pytest.approx(3 / 0.006)
     assert (m.itl_ms_p50, m.itl_ms_max) == (2.0, 3.0) and m.tpot_ms == 2.0
@@ -223,15 +271,25 @@ def test_token_id_prompt_goes_to_completions_with_cache_reset_and_ignore_eos():
     def text_chunk(t):
         return {"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": None}]}
 
-    stream = sse(text_chunk("x"), text_chunk("y"),
-                 {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                  "timings": {"prompt_n": 64, "prompt_ms": 20.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 9.0}},
-                 "[DONE]")
+    stream = sse(
+        text_chunk("x"),
+        text_chunk("y"),
+        {
+            "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+            "timings": {"prompt_n": 64, "prompt_ms": 20.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 9.0},
+        },
+        "[DONE]",
+    )
     routes = {"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS), "POST /v1/completions": (200, stream)}
     with ScriptedServer(routes) as srv:
         engine = _loaded(srv.url)
-        req = TurnRequest(3, prompt_token_ids=tuple(range(1, 65)), sampling=SamplingParams(max_tokens=2),
-                          reset_cache=True, ignore_eos=True)
+        req = TurnRequest(
+            3,
+            prompt_token_ids=tuple(range(1, 65)),
+            sampling=SamplingParams(max_tokens=2),
+            reset_cache=True,
+            ignore_eos=True,
+        )
         events = list(engine.run_turn(req))
         body = srv.requests[-1][3]
     assert body["prompt"] == list(range(1, 65)) and "messages" not in body
@@ -242,8 +300,10 @@ def test_token_id_prompt_goes_to_completions_with_cache_reset_and_ignore_eos():
 
 
 def test_a_server_that_does_not_stream_is_one_clear_failure():
-    routes = {"GET /v1/models": (200, MODELS),
-              "POST /v1/chat/completions": (200, {"choices": [{"message": {"content": "whole"}}]})}
+    routes = {
+        "GET /v1/models": (200, MODELS),
+        "POST /v1/chat/completions": (200, {"choices": [{"message": {"content": "whole"}}]}),
+    }
     with ScriptedServer(routes) as srv:
         events = list(_loaded(srv.url).run_turn(_request()))
     assert len(events) == 2 and isinstance(events[-1], EngineFailed)

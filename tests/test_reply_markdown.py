@@ -28,16 +28,19 @@ def _clear_caches() -> None:
         aliases.cache_clear()
 
 
-@pytest.mark.parametrize(("info", "expected"), [
-    ("python", "python"),
-    ("Python", "python"),
-    ("Py title=x.py", "py"),
-    ("  rust  ", "rust"),
-    ("", PLAIN),
-    (None, PLAIN),
-    ("   ", PLAIN),
-    ("no-such-language-xyz", PLAIN),
-])
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        ("python", "python"),
+        ("Python", "python"),
+        ("Py title=x.py", "py"),
+        ("  rust  ", "rust"),
+        ("", PLAIN),
+        (None, PLAIN),
+        ("   ", PLAIN),
+        ("no-such-language-xyz", PLAIN),
+    ],
+)
 def test_fence_language(info, expected):
     assert PLAIN == "text"
     assert fence_language(info) == expected

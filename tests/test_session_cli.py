@@ -12,9 +12,9 @@ from chatphase.cli import main
 from chatphase.commands.options import settings_from_args
 from chatphase.errors import UsageError
 from chatphase.sessions import recorder as session_recorder
+from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import rows_from_csv, session_from_json
 from chatphase.sessions.recorder import SessionRecorder
-from chatphase.sessions.store import load_session
 
 
 @pytest.fixture
@@ -102,5 +102,7 @@ def test_commands_start_from_the_config_file_and_environment(tmp_path, monkeypat
     s = settings_from_args(argparse.Namespace(top_k=5))
     assert (s.n_ctx, s.sampling.top_k, s.sampling.temperature) == (2048, 5, 0.7)  # env, flag, default (bad file)
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == (f"chatphase: config file {cfg}, line 2, key 'sampling.temperature': expected a number, "
-                       "got 'hot'; using built-in defaults")
+    assert err[-1] == (
+        f"chatphase: config file {cfg}, line 2, key 'sampling.temperature': expected a number, "
+        "got 'hot'; using built-in defaults"
+    )

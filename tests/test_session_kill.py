@@ -51,8 +51,19 @@ def wait_for_turn_text(proc: subprocess.Popen, turn: int, timeout_s: float = 240
 
 
 def test_sigkill_mid_reply_keeps_finished_turns_and_marks_the_partial_one(default_model_path):
-    cmd = [sys.executable, "-m", "chatphase", "ask", "--max-tokens", "400", "--temperature", "0",
-           "--n-ctx", "1024", *PROMPTS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "chatphase",
+        "ask",
+        "--max-tokens",
+        "400",
+        "--temperature",
+        "0",
+        "--n-ctx",
+        "1024",
+        *PROMPTS,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         wait_for_turn_text(proc, 3)

@@ -12,9 +12,9 @@ from ui_support import notifications, send, wait_for
 
 from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.sessions.catalog import list_sessions, load_session
 from chatphase.sessions.export import rows_from_csv
 from chatphase.sessions.recorder import SessionRecorder
-from chatphase.sessions.store import list_sessions, load_session
 from chatphase.settings_file import load_settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView, UserMessage
@@ -209,11 +209,18 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
         conversation = list(app.conversation)
         sid = app.recorder.id
     s = load_session(sid)
-    assert [(t.user, t.replaced) for t in s.turns] == [("one", False), ("two", True), ("two", True), ("two, edited", False)]
+    assert [(t.user, t.replaced) for t in s.turns] == [
+        ("one", False),
+        ("two", True),
+        ("two", True),
+        ("two, edited", False),
+    ]
     assert [m for m in s.history() if m.role != "system"] == conversation
 
 
-async def test_config_problems_found_at_start_are_shown(cfg_problem="config file c.toml, line 2, key 'n_ctx': n_ctx must be at least 16 (got 2); using built-in defaults"):
+async def test_config_problems_found_at_start_are_shown(
+    cfg_problem="config file c.toml, line 2, key 'n_ctx': n_ctx must be at least 16 (got 2); using built-in defaults",
+):
     app, _ = make()
     app.startup_notices = (cfg_problem,)
     async with app.run_test(size=(130, 40)) as pilot:
@@ -229,8 +236,10 @@ async def test_keys_and_palette_entries_open_the_screens():
         await wait_for(pilot, lambda: idle(app))
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Session: Export", "Settings: Edit", "Session: Open, rename, delete"} <= titles
-        for action_id, screen, selector in (("settings.edit", SettingsScreen, "#settings-save"),
-                                            ("session.list", SessionsScreen, "#sessions-status")):
+        for action_id, screen, selector in (
+            ("settings.edit", SettingsScreen, "#settings-save"),
+            ("session.list", SessionsScreen, "#sessions-status"),
+        ):
             await pilot.press(keys[action_id])  # with the prompt box focused, as a user would
             await wait_for(pilot, showing(app, screen, selector))
             await pilot.press("escape")

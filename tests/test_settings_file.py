@@ -60,33 +60,53 @@ def test_precedence_cli_over_env_over_file_over_default(cfg):
 
 
 def test_every_setting_key_has_an_environment_variable(cfg):
-    env = {"CHATPHASE_MODEL": "tiny.gguf", "CHATPHASE_MODELS_DIR": "~/m", "CHATPHASE_N_THREADS": "3",
-           "CHATPHASE_N_GPU_LAYERS": "-1", "CHATPHASE_SYSTEM_PROMPT": "Hi", "CHATPHASE_SEED": "42",
-           "CHATPHASE_TOP_P": "0.5", "CHATPHASE_THEME": "gruvbox", "CHATPHASE_FLASH_ATTN": "off"}
+    env = {
+        "CHATPHASE_MODEL": "tiny.gguf",
+        "CHATPHASE_MODELS_DIR": "~/m",
+        "CHATPHASE_N_THREADS": "3",
+        "CHATPHASE_N_GPU_LAYERS": "-1",
+        "CHATPHASE_SYSTEM_PROMPT": "Hi",
+        "CHATPHASE_SEED": "42",
+        "CHATPHASE_TOP_P": "0.5",
+        "CHATPHASE_THEME": "gruvbox",
+        "CHATPHASE_FLASH_ATTN": "off",
+    }
     s = load_settings(cfg, environ=env)
-    assert (s.model, s.models_dir, s.n_threads, s.n_gpu_layers, s.system_prompt, s.sampling.seed,
-            s.sampling.top_p, s.theme, s.flash_attn) == ("tiny.gguf", os.path.expanduser("~/m"), 3, -1, "Hi", 42, 0.5, "gruvbox", "off")
+    assert (
+        s.model,
+        s.models_dir,
+        s.n_threads,
+        s.n_gpu_layers,
+        s.system_prompt,
+        s.sampling.seed,
+        s.sampling.top_p,
+        s.theme,
+        s.flash_attn,
+    ) == ("tiny.gguf", os.path.expanduser("~/m"), 3, -1, "Hi", 42, 0.5, "gruvbox", "off")
     assert {"model", "n_ctx", "temperature", "max_tokens", "seed", "models_dir", "theme"} <= set(SETTING_KEYS)
 
 
 def test_auto_resets_optional_values(cfg):
-    cfg.write_text('n_threads = 4\nn_gpu_layers = 0\n')
+    cfg.write_text("n_threads = 4\nn_gpu_layers = 0\n")
     s = load_settings(cfg, environ={"CHATPHASE_N_THREADS": "auto"})
     assert (s.n_threads, s.n_gpu_layers) == (None, 0)
     cfg.write_text('n_gpu_layers = "auto"\n')
     assert load_settings(cfg, environ={}).n_gpu_layers is None
 
 
-@pytest.mark.parametrize("text, line, key, words", [
-    ("n_ctx = 1024\nn_batch = \n", 2, "n_batch", "invalid TOML"),
-    ("n_ctx = 1024\n\nn_ctxx = 5\n", 3, "n_ctxx", "did you mean 'n_ctx'"),
-    ("n_ctx = 8\n", 1, "n_ctx", "at least 16"),
-    ('# c\nn_threads = "four"\n', 2, "n_threads", 'integer or "auto"'),
-    ("theme = 'x'\n[sampling]\ntop_p = 2\n", 3, "sampling.top_p", "top_p must be in (0, 1]"),
-    ("temperature = 0.1\n", 1, "temperature", "belongs in [sampling]"),
-    ("[sampling]\nmax_tokens = true\n", 2, "sampling.max_tokens", "expected an integer"),
-    ("n_ctx = 512\n[engine]\nn_ctx = 1\n", 2, "engine", "unknown table"),
-])
+@pytest.mark.parametrize(
+    "text, line, key, words",
+    [
+        ("n_ctx = 1024\nn_batch = \n", 2, "n_batch", "invalid TOML"),
+        ("n_ctx = 1024\n\nn_ctxx = 5\n", 3, "n_ctxx", "did you mean 'n_ctx'"),
+        ("n_ctx = 8\n", 1, "n_ctx", "at least 16"),
+        ('# c\nn_threads = "four"\n', 2, "n_threads", 'integer or "auto"'),
+        ("theme = 'x'\n[sampling]\ntop_p = 2\n", 3, "sampling.top_p", "top_p must be in (0, 1]"),
+        ("temperature = 0.1\n", 1, "temperature", "belongs in [sampling]"),
+        ("[sampling]\nmax_tokens = true\n", 2, "sampling.max_tokens", "expected an integer"),
+        ("n_ctx = 512\n[engine]\nn_ctx = 1\n", 2, "engine", "unknown table"),
+    ],
+)
 def test_invalid_file_names_key_and_line_and_uses_defaults(cfg, capsys, text, line, key, words):
     cfg.write_text(text)
     s = load_settings(cfg, environ={"CHATPHASE_SEED": "9"})
@@ -113,8 +133,15 @@ def test_bad_environment_value_is_a_usage_error(cfg):
 
 
 def test_save_and_load_round_trip(cfg):
-    s = Settings().with_overrides(model="m.gguf", n_ctx=2048, n_threads=2, system_prompt='Say "hi"\nthen stop',
-                                  temperature=0.0, seed=7, theme="nord")
+    s = Settings().with_overrides(
+        model="m.gguf",
+        n_ctx=2048,
+        n_threads=2,
+        system_prompt='Say "hi"\nthen stop',
+        temperature=0.0,
+        seed=7,
+        theme="nord",
+    )
     save_settings(s)
     assert load_settings(cfg, environ={}) == s
     text = cfg.read_text()
@@ -137,13 +164,27 @@ text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 
 
 @hsettings(max_examples=60, deadline=None)
-@given(st.fixed_dictionaries({}, optional={
-    "model": text, "models_dir": st.just("/models"), "n_ctx": st.integers(16, 1 << 20), "n_batch": st.integers(1, 4096),
-    "n_threads": st.none() | st.integers(1, 256), "n_gpu_layers": st.none() | st.integers(-1, 200),
-    "flash_attn": st.sampled_from(["auto", "on", "off"]), "system_prompt": text, "theme": text,
-    "temperature": st.floats(0, 5), "top_p": st.floats(0.01, 1), "top_k": st.integers(0, 500),
-    "seed": st.none() | st.integers(0, 2**32), "max_tokens": st.integers(1, 100_000),
-}))
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "model": text,
+            "models_dir": st.just("/models"),
+            "n_ctx": st.integers(16, 1 << 20),
+            "n_batch": st.integers(1, 4096),
+            "n_threads": st.none() | st.integers(1, 256),
+            "n_gpu_layers": st.none() | st.integers(-1, 200),
+            "flash_attn": st.sampled_from(["auto", "on", "off"]),
+            "system_prompt": text,
+            "theme": text,
+            "temperature": st.floats(0, 5),
+            "top_p": st.floats(0.01, 1),
+            "top_k": st.integers(0, 500),
+            "seed": st.none() | st.integers(0, 2**32),
+            "max_tokens": st.integers(1, 100_000),
+        },
+    )
+)
 def test_any_valid_settings_survive_save_and_load(tmp_path_factory, values):
     path = tmp_path_factory.mktemp("cfg") / "config.toml"
     s = Settings().with_overrides(**values)

@@ -48,12 +48,25 @@ def test_is_an_engine_and_loads():
 
 
 def test_event_order_and_exact_metrics():
-    engine = FakeEngine(fake_model_info(), Cfg(n_batch=4), replies=["a b c d"],
-                        timing=FakeTiming(tokenize_ms=1, prefill_ms_per_token=2, decode_ms_per_token=10))
+    engine = FakeEngine(
+        fake_model_info(),
+        Cfg(n_batch=4),
+        replies=["a b c d"],
+        timing=FakeTiming(tokenize_ms=1, prefill_ms_per_token=2, decode_ms_per_token=10),
+    )
     events = turn(engine, 1, "one two three four five")
     kinds = [type(e) for e in events]
-    assert kinds == [PrefillStarted, PrefillProgress, PrefillProgress, PrefillProgress, FirstToken,
-                     TokensDecoded, TokensDecoded, TokensDecoded, TurnFinished]
+    assert kinds == [
+        PrefillStarted,
+        PrefillProgress,
+        PrefillProgress,
+        PrefillProgress,
+        FirstToken,
+        TokensDecoded,
+        TokensDecoded,
+        TokensDecoded,
+        TurnFinished,
+    ]
     start, *_ = events
     assert (start.prompt_tokens, start.cached_tokens, start.prefill_tokens) == (10, 0, 10)
     assert [e.done_tokens for e in events[1:4]] == [4, 8, 10]
@@ -84,7 +97,10 @@ def test_context_rules():
     assert full.metrics.stop_reason == "context_full" and full.metrics.kv_cache_tokens == 20
     trimmed = turn(engine, 3, "a b c d e f", "ok", "g h i j k l")
     assert trimmed[0].dropped_messages == 1  # the oldest message went; 15 tokens now fit
-    assert turn(FakeEngine(fake_model_info(), Cfg(), replies=["a b c"]), 1, "x", max_tokens=2)[-1].metrics.stop_reason == "length"
+    assert (
+        turn(FakeEngine(fake_model_info(), Cfg(), replies=["a b c"]), 1, "x", max_tokens=2)[-1].metrics.stop_reason
+        == "length"
+    )
 
 
 def test_cancel_during_hold_and_crash():

@@ -53,7 +53,10 @@ async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_m
         assert second.prefill_tokens + second.cached_tokens == second.prompt_tokens
         # what the screen shows is the engine's figures
         assert app.query(ReplyView).last().text == app.conversation[-1].content
-        assert app.panel.figures["prompt"] == f"{fmt_int(second.prompt_tokens)} tok ({fmt_int(second.cached_tokens)} cached)"
+        assert (
+            app.panel.figures["prompt"]
+            == f"{fmt_int(second.prompt_tokens)} tok ({fmt_int(second.cached_tokens)} cached)"
+        )
         await pilot.pause(0.3)
         shot(app, "chat-finished")
 

@@ -20,8 +20,9 @@ SIZES = [(120, 40), (130, 40), (150, 40), (200, 50), (80, 24), (100, 30), (120, 
 
 #: turns with wide figures: four-digit counts and times, the longest stop reasons.
 WIDE_TURNS = [
-    scripted_turn(3_480, 2_900, 1_024, 4_504, prefill_tok_per_s=1_250.0, first_ms=900.0, itl_ms=123.4,
-                  stop_reason="cancelled"),
+    scripted_turn(
+        3_480, 2_900, 1_024, 4_504, prefill_tok_per_s=1_250.0, first_ms=900.0, itl_ms=123.4, stop_reason="cancelled"
+    ),
     scripted_turn(4_000, 3_990, 96, 4_096, stop_reason="context_full"),
 ]
 

@@ -26,9 +26,14 @@ def _paragraph(i: int) -> str:
 CODE_BLOCK = "```python\ndef total(xs):\n    s = 0\n\n    for x in xs:\n        s += x\n    return s\n```\n\n"
 LIST_BLOCK = "- first item of the list\n- second item, a bit longer than the first\n- third item\n\n"
 #: a long Markdown reply: 40 paragraphs with a code block (with a blank line inside) and a list among them.
-LONG_REPLY = ("".join(_paragraph(i) for i in range(20)) + CODE_BLOCK
-              + "".join(_paragraph(i) for i in range(20, 30)) + LIST_BLOCK
-              + "".join(_paragraph(i) for i in range(30, 40)) + "The end.\n")
+LONG_REPLY = (
+    "".join(_paragraph(i) for i in range(20))
+    + CODE_BLOCK
+    + "".join(_paragraph(i) for i in range(20, 30))
+    + LIST_BLOCK
+    + "".join(_paragraph(i) for i in range(30, 40))
+    + "The end.\n"
+)
 
 
 def stats(app) -> str:
@@ -63,7 +68,7 @@ class LogApp(App):
 async def stream(pilot, view: ReplyView, text: str, size: int = 37) -> None:
     """Feed ``text`` in ``size``-character chunks with a committing flush after each (never a stall)."""
     for i in range(0, len(text), size):
-        view.feed(text[i:i + size])
+        view.feed(text[i : i + size])
         await view.flush(commit=True)
         await pilot.pause()
 
@@ -120,8 +125,10 @@ async def test_indented_chunk_continues_the_previous_segment():
         assert await view.flush(commit=True)
         await pilot.pause()
         parts = segments(view)
-        assert [p.source for p in parts] == [head + "   continued list item\n\n\tanother continuation\n\n",
-                                             "A new paragraph.\n\n"]
+        assert [p.source for p in parts] == [
+            head + "   continued list item\n\n\tanother continuation\n\n",
+            "A new paragraph.\n\n",
+        ]
         assert "".join(p.source for p in parts) == view.text
 
 

@@ -92,10 +92,17 @@ class BenchRun:
         EngineError: the model fails to load or a turn fails.
     """
 
-    def __init__(self, info: ModelInfo, config: EngineConfig, plan: SweepPlan,
-                 engine_factory: Callable[[ModelInfo, EngineConfig], Engine] | None = None, roofline: bool = True,
-                 builder: PromptBuilder | None = None, log_path: str | None = None,
-                 peaks: MachinePeaks | None = None) -> None:
+    def __init__(
+        self,
+        info: ModelInfo,
+        config: EngineConfig,
+        plan: SweepPlan,
+        engine_factory: Callable[[ModelInfo, EngineConfig], Engine] | None = None,
+        roofline: bool = True,
+        builder: PromptBuilder | None = None,
+        log_path: str | None = None,
+        peaks: MachinePeaks | None = None,
+    ) -> None:
         self.info, self.config, self.plan = info, config, plan
         self._peaks = peaks
         self._log_path = log_path
@@ -152,16 +159,27 @@ class BenchRun:
         kv_per_token = loaded.kv_bytes_per_token
         roofline = {}
         if peaks is not None and done.cells:
-            roofline = build_roofline(peaks, weight_bytes=self.info.size_bytes, n_params=self.info.n_params,
-                                      kv_bytes_per_token=kv_per_token, cells=done.cells)
+            roofline = build_roofline(
+                peaks,
+                weight_bytes=self.info.size_bytes,
+                n_params=self.info.n_params,
+                kv_bytes_per_token=kv_per_token,
+                cells=done.cells,
+            )
             if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU
-                note = (f"{loaded.layers_offloaded} layers run on the GPU: these CPU peaks do not bound them, "
-                        "so the percentages are not meaningful")
+                note = (
+                    f"{loaded.layers_offloaded} layers run on the GPU: these CPU peaks do not bound them, "
+                    "so the percentages are not meaningful"
+                )
                 roofline.update(decode_verdict=f"decode: {note}", prefill_verdict=f"prefill: {note}")
         model = {k: v for k, v in self.info.to_dict().items() if k != "attention"}
         return BenchResult(
             model=model,
-            settings={"engine": loaded.settings, "plan": plan.to_dict(), "notes": list(loaded.notes) + list(done.notes)},
+            settings={
+                "engine": loaded.settings,
+                "plan": plan.to_dict(),
+                "notes": list(loaded.notes) + list(done.notes),
+            },
             system=system_facts(loaded),
             results=list(done.cells),
             fits=sweep_fits(counted),

@@ -78,10 +78,16 @@ def sweep_fits(samples: Sequence) -> dict:
 
     def fit(points, xname, yname, y_unit, slope_unit):
         f = linear_fit([getattr(s, xname) for s in points], [getattr(s, yname) for s in points])
-        return None if f is None else {**f.to_dict(), "x": xname, "y": yname, "intercept_unit": y_unit, "slope_unit": slope_unit}
+        return (
+            None
+            if f is None
+            else {**f.to_dict(), "x": xname, "y": yname, "intercept_unit": y_unit, "slope_unit": slope_unit}
+        )
 
     return {
         "ttft_ms_vs_prompt_tokens": fit(prompt, "prompt_tokens", "ttft_ms", "ms", "ms per prompt token"),
-        "decode_tokens_per_s_vs_depth": fit(depth, "depth", "decode_tokens_per_s", "tokens/s", "tokens/s per token of depth"),
+        "decode_tokens_per_s_vs_depth": fit(
+            depth, "depth", "decode_tokens_per_s", "tokens/s", "tokens/s per token of depth"
+        ),
         "tpot_ms_vs_depth": fit(depth, "depth", "tpot_ms", "ms", "ms per token of depth"),
     }

@@ -92,8 +92,9 @@ class BenchJob:
         UsageError: at construction, when the plan does not fit ``config.n_ctx``.
     """
 
-    def __init__(self, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool = True,
-                 log_path: str | None = None) -> None:
+    def __init__(
+        self, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool = True, log_path: str | None = None
+    ) -> None:
         self.info, self.config, self.plan = info, config, plan.validate(config.n_ctx)
         self.roofline, self.log_path = roofline, log_path
         self._mp = mp.get_context("spawn")
@@ -106,7 +107,9 @@ class BenchJob:
         (also yielded when the child dies, naming its exit code). Blocking."""
         parent, child = self._mp.Pipe(duplex=False)
         self._proc = self._mp.Process(
-            target=_child_main, name="chatphase-bench", daemon=True,
+            target=_child_main,
+            name="chatphase-bench",
+            daemon=True,
             args=(child, self._cancel, self.info, self.config, self.plan, self.roofline, self.log_path),
         )
         proc = self._proc

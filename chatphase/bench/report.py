@@ -46,8 +46,14 @@ def median_range(s: Stats) -> str:
 
 def _rows(cells: Sequence[CellResult], fmt) -> list[list[str]]:
     return [
-        [c.kind, str(c.prompt_tokens), str(c.depth), str(c.reps), *(fmt(getattr(c, m)) for m, _ in _METRICS),
-         "–" if c.kv_cache_bytes is None else f"{c.kv_cache_bytes / 2**20:.1f}"]
+        [
+            c.kind,
+            str(c.prompt_tokens),
+            str(c.depth),
+            str(c.reps),
+            *(fmt(getattr(c, m)) for m, _ in _METRICS),
+            "–" if c.kv_cache_bytes is None else f"{c.kv_cache_bytes / 2**20:.1f}",
+        ]
         for c in cells
     ]
 
@@ -59,7 +65,12 @@ def _headers(what: str) -> list[str]:
 def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     left = {0}
-    def line(cells): return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    def line(cells):
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
@@ -73,20 +84,26 @@ def summary_lines(result: BenchResult) -> list[str]:
     m, s = result.model, result.settings
     eng = s.get("engine", {})
     plan = s.get("plan", {})
-    lines = [(
-        f"model {m.get('name', '?')} ({m.get('quantization', '?')}, {m.get('n_params', 0) / 1e6:.0f} M params); "
-        f"n_ctx {eng.get('n_ctx', '?')}, threads {eng.get('n_threads', '?')}, n_gpu_layers {eng.get('n_gpu_layers', '?')}, "
-        f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} tokens, "
-        f"{plan.get('reps', '?')} reps + {plan.get('warmup', '?')} warm-up, cache cleared each rep"
-    )]
+    lines = [
+        (
+            f"model {m.get('name', '?')} ({m.get('quantization', '?')}, {m.get('n_params', 0) / 1e6:.0f} M params); "
+            f"n_ctx {eng.get('n_ctx', '?')}, threads {eng.get('n_threads', '?')}, n_gpu_layers {eng.get('n_gpu_layers', '?')}, "
+            f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} tokens, "
+            f"{plan.get('reps', '?')} reps + {plan.get('warmup', '?')} warm-up, cache cleared each rep"
+        )
+    ]
     if result.cancelled:
         lines.append("CANCELLED: partial results")
     f = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
     if f:
-        lines.append(f"fit: TTFT ms = {f['intercept']:.1f} {_signed(f['slope'], 3)} × prompt_tokens  (r² {_num(f['r2'], 3)}, n={f['n']})")
+        lines.append(
+            f"fit: TTFT ms = {f['intercept']:.1f} {_signed(f['slope'], 3)} × prompt_tokens  (r² {_num(f['r2'], 3)}, n={f['n']})"
+        )
     f = result.fits.get("decode_tokens_per_s_vs_depth") if result.fits else None
     if f:
-        lines.append(f"fit: decode tok/s = {f['intercept']:.1f} {_signed(f['slope'] * 1000, 3)} × depth/1000  (r² {_num(f['r2'], 3)}, n={f['n']})")
+        lines.append(
+            f"fit: decode tok/s = {f['intercept']:.1f} {_signed(f['slope'] * 1000, 3)} × depth/1000  (r² {_num(f['r2'], 3)}, n={f['n']})"
+        )
     r = result.roofline
     if r:
         lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['bandwidth_method']})")
@@ -118,8 +135,18 @@ def render(result: BenchResult, fmt: str) -> str:
     t2 = table(_headers("median (min–max)"), _rows(result.results, median_range))
     lines = summary_lines(result)
     if fmt == "md":
-        return "\n\n".join([f"### chatphase bench — {result.display_label()}", lines[0], t1, t2,
-                            "\n".join(f"- {x}" for x in lines[1:])]) + "\n"
+        return (
+            "\n\n".join(
+                [
+                    f"### chatphase bench — {result.display_label()}",
+                    lines[0],
+                    t1,
+                    t2,
+                    "\n".join(f"- {x}" for x in lines[1:]),
+                ]
+            )
+            + "\n"
+        )
     return "\n\n".join([lines[0], t1, t2, "\n".join(lines[1:])]) + "\n"
 
 
@@ -160,16 +187,36 @@ def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
         depth = [c for c in res.results if c.kind == "depth" and c.decode_tokens_per_s.mean is not None]
         if prompt:
             xs = [c.prompt_tokens for c in prompt]
-            ax1.errorbar(xs, [c.ttft_ms.mean for c in prompt], yerr=[c.ttft_ms.sd or 0 for c in prompt],
-                         fmt="o", capsize=3, color=color, label=label)
+            ax1.errorbar(
+                xs,
+                [c.ttft_ms.mean for c in prompt],
+                yerr=[c.ttft_ms.sd or 0 for c in prompt],
+                fmt="o",
+                capsize=3,
+                color=color,
+                label=label,
+            )
             fit = (res.fits or {}).get("ttft_ms_vs_prompt_tokens")
             if fit:
                 lo, hi = min(xs), max(xs)
-                ax1.plot([lo, hi], [fit["intercept"] + fit["slope"] * lo, fit["intercept"] + fit["slope"] * hi],
-                         "--", color=color, alpha=0.6, label=f"{label}: {fit['slope']:.2f} ms/token")
+                ax1.plot(
+                    [lo, hi],
+                    [fit["intercept"] + fit["slope"] * lo, fit["intercept"] + fit["slope"] * hi],
+                    "--",
+                    color=color,
+                    alpha=0.6,
+                    label=f"{label}: {fit['slope']:.2f} ms/token",
+                )
         if depth:
-            ax2.errorbar([c.depth for c in depth], [c.decode_tokens_per_s.mean for c in depth],
-                         yerr=[c.decode_tokens_per_s.sd or 0 for c in depth], fmt="o-", capsize=3, color=color, label=label)
+            ax2.errorbar(
+                [c.depth for c in depth],
+                [c.decode_tokens_per_s.mean for c in depth],
+                yerr=[c.decode_tokens_per_s.sd or 0 for c in depth],
+                fmt="o-",
+                capsize=3,
+                color=color,
+                label=label,
+            )
     ax1.set(title="Prefill: TTFT vs prompt length", xlabel="prompt tokens", ylabel="TTFT (ms)")
     ax2.set(title="Decode: speed vs context depth", xlabel="depth (tokens in KV cache)", ylabel="decode tokens/s")
     for ax in (ax1, ax2):

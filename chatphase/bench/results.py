@@ -170,7 +170,7 @@ class BenchResult:
             UsageError: when ``data`` is not a benchmark result.
         """
         if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-            raise UsageError("not a chatphase bench result (no \"results\" list)")
+            raise UsageError('not a chatphase bench result (no "results" list)')
         try:
             return cls(
                 model=dict(data.get("model") or {}),

@@ -105,7 +105,10 @@ def measure_matmul_flops(n: int = 1024, passes: int = 5) -> tuple[float, str]:
         t0 = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / best, f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS on its own thread count), best of {passes}"
+    return (
+        2.0 * n** 3 / best,
+        f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS on its own thread count), best of {passes}",
+    )
 
 
 def measure_peaks(threads: int = 1) -> MachinePeaks:
@@ -115,8 +118,9 @@ def measure_peaks(threads: int = 1) -> MachinePeaks:
     return MachinePeaks(bw, bw_method, flops, flops_method)
 
 
-def decode_bound_tokens_per_s(bandwidth_bytes_per_s: float, weight_bytes: int, kv_bytes_per_token: int,
-                              context_tokens: float) -> float:
+def decode_bound_tokens_per_s(
+    bandwidth_bytes_per_s: float, weight_bytes: int, kv_bytes_per_token: int, context_tokens: float
+) -> float:
     """Memory-bandwidth bound on decode tokens/s at ``context_tokens`` tokens of context (see module doc)."""
     return bandwidth_bytes_per_s / (weight_bytes + kv_bytes_per_token * context_tokens)
 
@@ -131,18 +135,24 @@ def verdict(phase: str, pct: float | None, weight_bytes: int) -> str:
     if pct is None:
         return f"{phase}: not measured"
     if pct > 100:
-        return (f"{phase}: {pct:.0f}% of the bound — above it: the {weight_bytes / 2**20:.0f} MiB of weights are "
-                "served partly from CPU caches (or the peak test under-measured this machine)")
+        return (
+            f"{phase}: {pct:.0f}% of the bound — above it: the {weight_bytes / 2**20:.0f} MiB of weights are "
+            "served partly from CPU caches (or the peak test under-measured this machine)"
+        )
     if pct < BINDING_PCT:
-        why = ("per-token overhead (graph setup, sampling, Python) dominates, not memory bandwidth" if phase == "decode"
-               else "per-batch overhead and the work outside the weight matmuls (attention, norms, dequantisation) "
-                    "dominate, not matmul FLOP/s")
+        why = (
+            "per-token overhead (graph setup, sampling, Python) dominates, not memory bandwidth"
+            if phase == "decode"
+            else "per-batch overhead and the work outside the weight matmuls (attention, norms, dequantisation) "
+            "dominate, not matmul FLOP/s"
+        )
         return f"{phase}: {pct:.0f}% of the bound — the model is too small for the bound to bind: {why}"
     return f"{phase}: {pct:.0f}% of the bound — bound by " + ("memory bandwidth" if phase == "decode" else "arithmetic")
 
 
-def build_roofline(peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_bytes_per_token: int,
-                   cells: Sequence[CellResult]) -> dict:
+def build_roofline(
+    peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_bytes_per_token: int, cells: Sequence[CellResult]
+) -> dict:
     """The JSON ``roofline`` object: peaks, per-cell bounds and % of bound, and two verdicts.
 
     A cell decodes at an average context of ``prompt_tokens + gen_tokens / 2`` tokens. The verdicts use the
@@ -154,13 +164,17 @@ def build_roofline(peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_
         d_bound = decode_bound_tokens_per_s(peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context)
         p_bound = prefill_bound_tokens_per_s(peaks.flops_per_s, n_params)
         d_mean, p_mean = c.decode_tokens_per_s.mean, c.prefill_tokens_per_s.mean
-        rows.append({
-            "kind": c.kind, "prompt_tokens": c.prompt_tokens, "depth": c.depth,
-            "decode_bound_tokens_per_s": d_bound,
-            "decode_pct_of_bound": None if d_mean is None else 100.0 * d_mean / d_bound,
-            "prefill_bound_tokens_per_s": p_bound,
-            "prefill_pct_of_bound": None if p_mean is None else 100.0 * p_mean / p_bound,
-        })
+        rows.append(
+            {
+                "kind": c.kind,
+                "prompt_tokens": c.prompt_tokens,
+                "depth": c.depth,
+                "decode_bound_tokens_per_s": d_bound,
+                "decode_pct_of_bound": None if d_mean is None else 100.0 * d_mean / d_bound,
+                "prefill_bound_tokens_per_s": p_bound,
+                "prefill_pct_of_bound": None if p_mean is None else 100.0 * p_mean / p_bound,
+            }
+        )
     best_decode = max((r["decode_pct_of_bound"] for r in rows if r["decode_pct_of_bound"] is not None), default=None)
     best_prefill = max((r["prefill_pct_of_bound"] for r in rows if r["prefill_pct_of_bound"] is not None), default=None)
     return {
@@ -169,7 +183,8 @@ def build_roofline(peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_
         "n_params": n_params,
         "kv_bytes_per_token": kv_bytes_per_token,
         "decode_bound_tokens_per_s_at_empty_context": decode_bound_tokens_per_s(
-            peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, 0),
+            peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, 0
+        ),
         "prefill_bound_tokens_per_s": prefill_bound_tokens_per_s(peaks.flops_per_s, n_params),
         "cells": rows,
         "decode_best_pct_of_bound": best_decode,

@@ -98,8 +98,11 @@ class SweepPlan:
     def to_dict(self) -> dict:
         """JSON-ready dict."""
         return {
-            "prompt_lengths": list(self.prompt_lengths), "depths": list(self.depths),
-            "gen_tokens": self.gen_tokens, "reps": self.reps, "warmup": self.warmup,
+            "prompt_lengths": list(self.prompt_lengths),
+            "depths": list(self.depths),
+            "gen_tokens": self.gen_tokens,
+            "reps": self.reps,
+            "warmup": self.warmup,
             "extend_tokens": self.extend_tokens,
         }
 
@@ -179,7 +182,9 @@ class Sweep:
             if self.cancelled:
                 break
         counted = [s for s in samples if not s.warmup]
-        yield SweepDone(aggregate(counted, plan.gen_tokens), tuple(samples), self.cancelled, tuple(dict.fromkeys(notes)))
+        yield SweepDone(
+            aggregate(counted, plan.gen_tokens), tuple(samples), self.cancelled, tuple(dict.fromkeys(notes))
+        )
 
     def _run_cell_once(self, kind: CellKind, prompt_tokens: int, depth: int) -> TurnMetrics | None:
         gen = self.plan.gen_tokens
@@ -213,11 +218,20 @@ class Sweep:
 
 def _sample(kind: CellKind, prompt_tokens: int, depth: int, rep: int, warm: bool, m: TurnMetrics) -> Sample:
     return Sample(
-        kind=kind, prompt_tokens=prompt_tokens, depth=depth, rep=rep, warmup=warm,
-        ttft_ms=m.ttft_ms, prefill_tokens_per_s=m.prefill_tokens_per_s,
-        decode_tokens_per_s=m.decode_tokens_per_s, tpot_ms=m.tpot_ms,
-        prefill_tokens=m.prefill_tokens, cached_tokens=m.cached_tokens, decode_tokens=m.decode_tokens,
-        kv_cache_bytes=m.kv_cache_bytes, stop_reason=m.stop_reason,
+        kind=kind,
+        prompt_tokens=prompt_tokens,
+        depth=depth,
+        rep=rep,
+        warmup=warm,
+        ttft_ms=m.ttft_ms,
+        prefill_tokens_per_s=m.prefill_tokens_per_s,
+        decode_tokens_per_s=m.decode_tokens_per_s,
+        tpot_ms=m.tpot_ms,
+        prefill_tokens=m.prefill_tokens,
+        cached_tokens=m.cached_tokens,
+        decode_tokens=m.decode_tokens,
+        kv_cache_bytes=m.kv_cache_bytes,
+        stop_reason=m.stop_reason,
     )
 
 
@@ -231,7 +245,11 @@ def aggregate(samples: Sequence[Sample], gen_tokens: int) -> tuple[CellResult, .
         groups.setdefault((s.kind, s.prompt_tokens, s.depth), []).append(s)
     return tuple(
         CellResult(
-            kind=kind, prompt_tokens=n, depth=d, gen_tokens=gen_tokens, reps=len(group),  # type: ignore[arg-type]
+            kind=kind,
+            prompt_tokens=n,
+            depth=d,
+            gen_tokens=gen_tokens,
+            reps=len(group),  # type: ignore[arg-type]
             ttft_ms=summarize(s.ttft_ms for s in group),
             prefill_tokens_per_s=summarize(s.prefill_tokens_per_s for s in group),
             decode_tokens_per_s=summarize(s.decode_tokens_per_s for s in group),

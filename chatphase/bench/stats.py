@@ -32,7 +32,9 @@ class Stats:
     def from_dict(cls, data: dict | None) -> Stats:
         """Inverse of :meth:`to_dict`; missing keys read as ``None`` (``n`` as 0)."""
         data = data or {}
-        return cls(*(_opt_float(data.get(k)) for k in ("mean", "sd", "median", "min", "max")), n=int(data.get("n") or 0))
+        return cls(
+            *(_opt_float(data.get(k)) for k in ("mean", "sd", "median", "min", "max")), n=int(data.get("n") or 0)
+        )
 
 
 EMPTY = Stats(None, None, None, None, None, 0)

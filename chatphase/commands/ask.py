@@ -31,13 +31,18 @@ from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ask", help="run one conversation headless and print replies and metrics",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "ask", help="run one conversation headless and print replies and metrics", description=__doc__.split("\n\n")[0]
+    )
     add_model_options(p)
     add_sampling_options(p)
     add_server_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object with model, settings and per-turn metrics")
-    p.add_argument("--no-save", action="store_true", help="do not save this conversation as a session (see `chatphase sessions`)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object with model, settings and per-turn metrics"
+    )
+    p.add_argument(
+        "--no-save", action="store_true", help="do not save this conversation as a session (see `chatphase sessions`)"
+    )
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="user turns, in order")
     p.set_defaults(func=run)
 
@@ -107,13 +112,21 @@ def _run(args, settings, info, host, recorder=None) -> int:
             _emit_partial(args, loaded, turns)
             raise UsageError(failure.message if failure else "the engine ended the turn without a result")
         if finished.metrics.dropped_messages:
-            print(f"chatphase: {finished.metrics.dropped_messages} oldest messages left out to fit n_ctx", file=sys.stderr)
+            print(
+                f"chatphase: {finished.metrics.dropped_messages} oldest messages left out to fit n_ctx", file=sys.stderr
+            )
         if not args.json:
             out.write("\n")
             print(metrics_line(i, finished.metrics), file=sys.stderr)
         messages.append(Message("assistant", finished.reply))
-        turns.append({"prompt": prompt, "reply": finished.reply, "metrics": finished.metrics.to_dict(),
-                      "server_timings": finished.server_timings})
+        turns.append(
+            {
+                "prompt": prompt,
+                "reply": finished.reply,
+                "metrics": finished.metrics.to_dict(),
+                "server_timings": finished.server_timings,
+            }
+        )
         if failure is not None:
             _emit_partial(args, loaded, turns)
             raise EngineError(failure.message)
@@ -129,9 +142,14 @@ def _emit_partial(args, loaded, turns) -> None:
     model.pop("attention", None)
     from chatphase.system.gpu import gpu_memory_used_bytes
 
-    model.update(kv_bytes_per_token=loaded.kv_bytes_per_token, load_ms=loaded.load_ms,
-                 layers_offloaded=loaded.layers_offloaded, layers_total=loaded.layers_total,
-                 gpu_memory_bytes=gpu_memory_used_bytes(loaded.pid), notes=list(loaded.notes))
+    model.update(
+        kv_bytes_per_token=loaded.kv_bytes_per_token,
+        load_ms=loaded.load_ms,
+        layers_offloaded=loaded.layers_offloaded,
+        layers_total=loaded.layers_total,
+        gpu_memory_bytes=gpu_memory_used_bytes(loaded.pid),
+        notes=list(loaded.notes),
+    )
     json.dump({"model": model, "settings": loaded.settings, "turns": turns}, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
     sys.stdout.flush()

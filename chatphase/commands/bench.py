@@ -44,28 +44,44 @@ def token_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token counts like 64,256,1024 (got {text!r})") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated token counts like 64,256,1024 (got {text!r})"
+        ) from None
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="measure TTFT vs prompt length and decode speed vs context depth",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "bench",
+        help="measure TTFT vs prompt length and decode speed vs context depth",
+        description=__doc__.split("\n\n")[0],
+    )
     add_model_options(p)
     add_server_options(p)
     g = p.add_argument_group("sweep")
-    g.add_argument("--prompt-lengths", type=token_list, default=DEFAULT_PROMPT_LENGTHS, metavar="N,N,...",
-                   help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}; 'none' to skip)")
-    g.add_argument("--depths", type=token_list, default=DEFAULT_DEPTHS, metavar="N,N,...",
-                   help=f"KV cache depths in tokens for decode speed (default {','.join(map(str, DEFAULT_DEPTHS))}; 'none' to skip)")
+    g.add_argument(
+        "--prompt-lengths",
+        type=token_list,
+        default=DEFAULT_PROMPT_LENGTHS,
+        metavar="N,N,...",
+        help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}; 'none' to skip)",
+    )
+    g.add_argument(
+        "--depths",
+        type=token_list,
+        default=DEFAULT_DEPTHS,
+        metavar="N,N,...",
+        help=f"KV cache depths in tokens for decode speed (default {','.join(map(str, DEFAULT_DEPTHS))}; 'none' to skip)",
+    )
     g.add_argument("--gen", type=int, default=32, metavar="N", help="tokens decoded per run (default 32)")
     g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
-    out.add_argument("--format", default="table", metavar="|".join(FORMATS),
-                     help="output format (default table)")
+    out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
     out.add_argument("--output", "-o", metavar="FILE", help="write the output here instead of stdout")
-    out.add_argument("--plot", metavar="FILE", help="draw TTFT and decode-vs-depth plots (.svg or .png; needs chatphase[plot])")
+    out.add_argument(
+        "--plot", metavar="FILE", help="draw TTFT and decode-vs-depth plots (.svg or .png; needs chatphase[plot])"
+    )
     p.set_defaults(func=run)
 
 
@@ -74,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
     settings = settings_from_args(args)
-    plan = SweepPlan(prompt_lengths=args.prompt_lengths, depths=args.depths, gen_tokens=args.gen,
-                     reps=args.reps, warmup=args.warmup).validate(settings.n_ctx)
+    plan = SweepPlan(
+        prompt_lengths=args.prompt_lengths, depths=args.depths, gen_tokens=args.gen, reps=args.reps, warmup=args.warmup
+    ).validate(settings.n_ctx)
     if args.plot:
         check_plot_path(args.plot)
     if args.output and not Path(args.output).expanduser().parent.is_dir():
@@ -86,8 +103,13 @@ def run(args: argparse.Namespace) -> int:
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
-    bench = BenchRun(info, settings.engine_config(), plan, roofline=args.roofline and not settings.server,
-                     **remote_bench_options(settings, info))
+    bench = BenchRun(
+        info,
+        settings.engine_config(),
+        plan,
+        roofline=args.roofline and not settings.server,
+        **remote_bench_options(settings, info),
+    )
     result = None
     with _Progress(plan.total_runs) as progress, _first_ctrl_c_cancels(bench, progress):
         for event in bench:
@@ -149,8 +171,15 @@ class _Progress:
 
         console = Console(stderr=True)
         self._plain = not console.is_terminal
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             console=console, transient=True, disable=self._plain)
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=self._plain,
+        )
         self._task = self._bar.add_task("starting", total=total)
 
     def __enter__(self) -> _Progress:
@@ -173,5 +202,8 @@ class _Progress:
         if self._plain and not s.warmup:
             ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
             rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
-            print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: TTFT {ttft}, decode {rate}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: TTFT {ttft}, decode {rate}",
+                file=sys.stderr,
+                flush=True,
+            )

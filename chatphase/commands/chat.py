@@ -22,14 +22,22 @@ from chatphase.commands.server_options import add_server_options, engine_for, mo
 
 def register(sub) -> None:
     """Add the ``chat`` subcommand to ``sub`` (an argparse subparsers object)."""
-    p = sub.add_parser("chat", help="chat in the terminal UI (default)",
-                       description="Chat with a local GGUF model and watch prefill and decode happen.")
+    p = sub.add_parser(
+        "chat",
+        help="chat in the terminal UI (default)",
+        description="Chat with a local GGUF model and watch prefill and decode happen.",
+    )
     add_model_options(p)
     add_sampling_options(p)
     add_server_options(p)
     p.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. textual-dark, textual-light")
-    p.add_argument("--resume", nargs="?", const="last", metavar="ID",
-                   help="reopen a saved session (default: the last one) with its history; see `chatphase sessions`")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="last",
+        metavar="ID",
+        help="reopen a saved session (default: the last one) with its history; see `chatphase sessions`",
+    )
     p.add_argument("--no-save", action="store_true", help="do not save this conversation as a session")
     p.set_defaults(func=run)
 

@@ -13,15 +13,20 @@ import sys
 from pathlib import Path
 
 from chatphase.errors import UsageError
+from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import FORMATS, export_session, format_from_path, write_export
-from chatphase.sessions.store import load_session
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="export a saved session as Markdown, JSON or CSV",
-                       description="Export a saved session: Markdown transcript with a metrics table, JSON of everything, or CSV with one row per turn.")
+    p = sub.add_parser(
+        "export",
+        help="export a saved session as Markdown, JSON or CSV",
+        description="Export a saved session: Markdown transcript with a metrics table, JSON of everything, or CSV with one row per turn.",
+    )
     p.add_argument("id", nargs="?", default="last", metavar="ID", help="session id, unique prefix, or 'last' (default)")
-    p.add_argument("--format", "-f", choices=FORMATS, help="md | json | csv (default: from --output's extension, else md)")
+    p.add_argument(
+        "--format", "-f", choices=FORMATS, help="md | json | csv (default: from --output's extension, else md)"
+    )
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(func=run)
 

@@ -23,15 +23,18 @@ from chatphase.system.cpu_features import detect_amx, enabled_features, read_cpu
 from chatphase.units import fmt_bytes, fmt_params
 
 GPU_BUILD_HINT = (
-    'this llama-cpp-python build is CPU-only; for a GPU build reinstall from source with a backend, e.g. '
+    "this llama-cpp-python build is CPU-only; for a GPU build reinstall from source with a backend, e.g. "
     'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir --no-binary llama-cpp-python llama-cpp-python==0.3.36 '
     "(Metal: -DGGML_METAL=on, Vulkan: -DGGML_VULKAN=on, ROCm: -DGGML_HIP=on)"
 )
 
 
 def register(sub) -> None:
-    p = sub.add_parser("info", help="model metadata, KV and memory estimate, CPU/GPU support of this build",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "info",
+        help="model metadata, KV and memory estimate, CPU/GPU support of this build",
+        description=__doc__.split("\n\n")[0],
+    )
     add_model_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -48,7 +51,8 @@ def system_report() -> dict:
         "system_info": system_info,
         "cpu_features": enabled_features(system_info),
         "amx_detected": amx,
-        "extra_bufts_auto": "off (AMX CPU: llama.cpp's AMX batched prefill crashes, llama.cpp #20824)" if amx
+        "extra_bufts_auto": "off (AMX CPU: llama.cpp's AMX batched prefill crashes, llama.cpp #20824)"
+        if amx
         else "on (no AMX)",
         "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
     }
@@ -64,10 +68,21 @@ def build_report(args) -> dict:
     kv_per_token = kv_bytes_per_token(info.attention, settings.type_k, settings.type_v) if info.attention else None
     return {
         "model": info.to_dict(),
-        "kv": {"type_k": settings.type_k, "type_v": settings.type_v, "kv_bytes_per_token": kv_per_token,
-               "n_ctx": settings.n_ctx, "kv_cells": est.kv_cells, "kv_capacity_bytes": est.kv_cache_bytes},
-        "memory": {**est.to_dict(), "available_bytes": verdict.available_bytes, "swap_free_bytes": verdict.swap_free_bytes,
-                   "verdict": verdict.level, "message": verdict.message},
+        "kv": {
+            "type_k": settings.type_k,
+            "type_v": settings.type_v,
+            "kv_bytes_per_token": kv_per_token,
+            "n_ctx": settings.n_ctx,
+            "kv_cells": est.kv_cells,
+            "kv_capacity_bytes": est.kv_cache_bytes,
+        },
+        "memory": {
+            **est.to_dict(),
+            "available_bytes": verdict.available_bytes,
+            "swap_free_bytes": verdict.swap_free_bytes,
+            "verdict": verdict.level,
+            "message": verdict.message,
+        },
         "system": system_report(),
         "paths": {"config_file": str(config_path()), "sessions_dir": str(sessions_dir())},
     }
@@ -94,13 +109,20 @@ def render(r: dict) -> str:
         f"architecture   {m['architecture']} · {m['n_layer']} layers · {fmt_params(m['n_params'])} parameters",
         f"quantisation   {m['quantization']} · {fmt_bytes(m['size_bytes'])} on disk",
         f"context        trained {m['n_ctx_train'] or '?'} tokens · n_ctx {kv['n_ctx']} ({kv['kv_cells']} KV cells)"
-        + (" · above the trained context: quality may degrade" if m["n_ctx_train"] and kv["n_ctx"] > m["n_ctx_train"] else "")
+        + (
+            " · above the trained context: quality may degrade"
+            if m["n_ctx_train"] and kv["n_ctx"] > m["n_ctx_train"]
+            else ""
+        )
         + ("" if m["has_chat_template"] else " · no chat template in the file"),
         f"KV cache       {per_tok} per token ({kv['type_k']}/{kv['type_v']}) · {fmt_bytes(kv['kv_capacity_bytes'])} at n_ctx",
         f"memory         {mem['verdict']}: {mem['message']}",
         f"llama.cpp      llama-cpp-python {sysr['llama_cpp_version']} · {' '.join(sysr['cpu_features']) or 'no CPU features reported'}",
         f"AMX            {'detected' if sysr['amx_detected'] else 'not detected'} · extra buffer types auto = {sysr['extra_bufts_auto']}",
-        "GPU offload    " + ("supported by this build (--n-gpu-layers; default all)" if sysr["gpu_offload_supported"] else GPU_BUILD_HINT),
+        "GPU offload    "
+        + (
+            "supported by this build (--n-gpu-layers; default all)" if sysr["gpu_offload_supported"] else GPU_BUILD_HINT
+        ),
         f"config file    {r['paths']['config_file']} (sessions: {r['paths']['sessions_dir']})",
     ]
     return "\n".join(lines)

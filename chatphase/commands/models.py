@@ -12,8 +12,11 @@ from chatphase.units import fmt_bytes, fmt_params
 
 
 def register(sub) -> None:
-    p = sub.add_parser("models", help="list local GGUF models (models directory, Hugging Face cache, bundled default)",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "models",
+        help="list local GGUF models (models directory, Hugging Face cache, bundled default)",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=run)
@@ -32,11 +35,19 @@ def run(args) -> int:
             broken.append(e)
             continue
         i = e.info
-        rows.append((
-            "*" if e.is_default else "", e.spec or f"(default) {i.name}", i.architecture, fmt_params(i.n_params),
-            i.quantization, fmt_bytes(i.size_bytes), str(i.n_ctx_train or "?"),
-            fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–", e.source,
-        ))
+        rows.append(
+            (
+                "*" if e.is_default else "",
+                e.spec or f"(default) {i.name}",
+                i.architecture,
+                fmt_params(i.n_params),
+                i.quantization,
+                fmt_bytes(i.size_bytes),
+                str(i.n_ctx_train or "?"),
+                fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
+                e.source,
+            )
+        )
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())

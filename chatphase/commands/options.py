@@ -12,21 +12,39 @@ from chatphase.models.kv import KV_TYPE_BYTES
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """``--model`` and the engine settings (all default to ``None`` = take the configured value)."""
     g = p.add_argument_group("model and engine")
-    g.add_argument("--model", "-m", metavar="SPEC",
-                   help="GGUF path, file name in the models directory, or OWNER/NAME[:FILE|:QUANT] from the Hugging Face "
-                        "cache; default: bundled SmolLM2-135M-Instruct")
+    g.add_argument(
+        "--model",
+        "-m",
+        metavar="SPEC",
+        help="GGUF path, file name in the models directory, or OWNER/NAME[:FILE|:QUANT] from the Hugging Face "
+        "cache; default: bundled SmolLM2-135M-Instruct",
+    )
     g.add_argument("--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet")
     g.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
     g.add_argument("--n-ctx", type=int, metavar="N", help="context size in tokens (default 4096)")
     g.add_argument("--n-batch", type=int, metavar="N", help="prompt tokens per prefill chunk (default 256)")
     g.add_argument("--n-ubatch", type=int, metavar="N", help="physical batch size (default 256)")
-    g.add_argument("--threads", dest="n_threads", type=int, metavar="N", help="decode threads (default: physical cores)")
-    g.add_argument("--threads-batch", dest="n_threads_batch", type=int, metavar="N", help="prefill threads (default: --threads)")
-    g.add_argument("--n-gpu-layers", "-ngl", type=int, metavar="N", help="layers to offload to the GPU; -1 = all (default: all when the build supports it)")
+    g.add_argument(
+        "--threads", dest="n_threads", type=int, metavar="N", help="decode threads (default: physical cores)"
+    )
+    g.add_argument(
+        "--threads-batch", dest="n_threads_batch", type=int, metavar="N", help="prefill threads (default: --threads)"
+    )
+    g.add_argument(
+        "--n-gpu-layers",
+        "-ngl",
+        type=int,
+        metavar="N",
+        help="layers to offload to the GPU; -1 = all (default: all when the build supports it)",
+    )
     g.add_argument("--flash-attn", choices=TRI_STATE, help="flash attention (default auto)")
     g.add_argument("--cache-type-k", dest="type_k", choices=list(KV_TYPE_BYTES), help="KV cache K type (default f16)")
     g.add_argument("--cache-type-v", dest="type_v", choices=list(KV_TYPE_BYTES), help="KV cache V type (default f16)")
-    g.add_argument("--extra-bufts", choices=TRI_STATE, help="llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched path crashes")
+    g.add_argument(
+        "--extra-bufts",
+        choices=TRI_STATE,
+        help="llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched path crashes",
+    )
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
@@ -42,9 +60,28 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
 
 
 _SETTING_KEYS = (
-    "model", "models_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "n_gpu_layers",
-    "flash_attn", "type_k", "type_v", "extra_bufts", "system_prompt", "server", "api_key_env", "remote_model",
-    "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+    "model",
+    "models_dir",
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "n_threads_batch",
+    "n_gpu_layers",
+    "flash_attn",
+    "type_k",
+    "type_v",
+    "extra_bufts",
+    "system_prompt",
+    "server",
+    "api_key_env",
+    "remote_model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
 )
 
 

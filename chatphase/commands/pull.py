@@ -19,9 +19,16 @@ from chatphase.units import fmt_bytes
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pull", help="download a GGUF model from Hugging Face into the models directory",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("repo", metavar="REPO", help="OWNER/NAME, optionally :QUANT or :FILE (e.g. bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M)")
+    p = sub.add_parser(
+        "pull",
+        help="download a GGUF model from Hugging Face into the models directory",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "repo",
+        metavar="REPO",
+        help="OWNER/NAME, optionally :QUANT or :FILE (e.g. bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M)",
+    )
     sel = p.add_mutually_exclusive_group()
     sel.add_argument("--quant", "-q", metavar="Q", help="quantisation to pick from the repo's files (e.g. Q4_K_M)")
     sel.add_argument("--file", "-f", metavar="NAME", help="exact GGUF file in the repo")
@@ -47,8 +54,12 @@ def run(args) -> int:
             for f in result.files:
                 f.unlink(missing_ok=True)
         raise
-    how = {"downloaded": "downloaded", "hf-cache": "linked from the Hugging Face cache", "present": "already present"}[result.source]
+    how = {"downloaded": "downloaded", "hf-cache": "linked from the Hugging Face cache", "present": "already present"}[
+        result.source
+    ]
     print(f"{how}: {result.path}", file=sys.stderr)
-    print(f"{info.name} · {info.architecture} · {info.quantization} · {fmt_bytes(info.size_bytes)}"
-          f" · use with --model {spec.repo_id}:{Path(result.path).name}")
+    print(
+        f"{info.name} · {info.architecture} · {info.quantization} · {fmt_bytes(info.size_bytes)}"
+        f" · use with --model {spec.repo_id}:{Path(result.path).name}"
+    )
     return 0

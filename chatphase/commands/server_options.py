@@ -20,13 +20,20 @@ from chatphase.models.gguf_meta import ModelInfo
 def add_server_options(p: argparse.ArgumentParser) -> None:
     """Add the remote-server option group (all default to ``None`` = the configured value)."""
     g = p.add_argument_group("remote server (instead of a local model)")
-    g.add_argument("--server", metavar="URL",
-                   help="OpenAI-compatible server, e.g. http://127.0.0.1:8080 (…/v1 optional); "
-                        "the local engine options are then ignored")
-    g.add_argument("--api-key-env", metavar="NAME",
-                   help=f"environment variable holding the server's API key (default: {DEFAULT_API_KEY_ENV} if set)")
-    g.add_argument("--remote-model", metavar="NAME",
-                   help="model name to ask the server for (default: the first one it lists)")
+    g.add_argument(
+        "--server",
+        metavar="URL",
+        help="OpenAI-compatible server, e.g. http://127.0.0.1:8080 (…/v1 optional); "
+        "the local engine options are then ignored",
+    )
+    g.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help=f"environment variable holding the server's API key (default: {DEFAULT_API_KEY_ENV} if set)",
+    )
+    g.add_argument(
+        "--remote-model", metavar="NAME", help="model name to ask the server for (default: the first one it lists)"
+    )
 
 
 def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelInfo:
@@ -41,7 +48,8 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
     """
     if settings.server:
         from chatphase.engine.factory import api_key_from_env
-        from chatphase.engine.remote import ServerURL, remote_model_info
+        from chatphase.engine.remote import remote_model_info
+        from chatphase.engine.remote_url import ServerURL
 
         api_key_from_env(settings.api_key_env)
         return remote_model_info(ServerURL(settings.server).display, settings.remote_model)
@@ -71,8 +79,13 @@ def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
     Raises:
         UsageError: as :func:`~chatphase.engine.factory.make_engine`.
     """
-    return make_engine(info, settings.engine_config(), server=settings.server, api_key_env=settings.api_key_env,
-                       remote_model=settings.remote_model)
+    return make_engine(
+        info,
+        settings.engine_config(),
+        server=settings.server,
+        api_key_env=settings.api_key_env,
+        remote_model=settings.remote_model,
+    )
 
 
 def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:

@@ -13,19 +13,16 @@ import json
 import sys
 
 from chatphase.errors import UsageError
-from chatphase.sessions.store import (
-    SessionSummary,
-    delete_session,
-    list_sessions,
-    local_time,
-    rename_session,
-    sessions_dir,
-)
+from chatphase.sessions.catalog import SessionSummary, delete_session, list_sessions, rename_session
+from chatphase.sessions.store import local_time, sessions_dir
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sessions", help="list, rename or delete saved conversations",
-                       description="List saved sessions (newest first), rename or delete one.")
+    p = sub.add_parser(
+        "sessions",
+        help="list, rename or delete saved conversations",
+        description="List saved sessions (newest first), rename or delete one.",
+    )
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=run, action=None)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
@@ -41,8 +38,13 @@ def format_table(rows: list[SessionSummary]) -> str:
     """The session list as aligned text columns (ID, TITLE, MODEL, TURNS, LAST USED)."""
     head = ("ID", "TITLE", "MODEL", "TURNS", "LAST USED")
     body = [
-        (s.id, s.title if len(s.title) <= 40 else s.title[:39] + "…", s.model or "?",
-         f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else ""), local_time(s.last_used))
+        (
+            s.id,
+            s.title if len(s.title) <= 40 else s.title[:39] + "…",
+            s.model or "?",
+            f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else ""),
+            local_time(s.last_used),
+        )
         for s in rows
     ]
     widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _delete(args) -> int:
-    from chatphase.sessions.store import load_session
+    from chatphase.sessions.catalog import load_session
 
     s = load_session(args.id)
     if not args.yes:

@@ -34,8 +34,13 @@ def api_key_from_env(name: str | None) -> str | None:
     return value or None
 
 
-def make_engine(info: ModelInfo | None, config: EngineConfig, server: str | None = None,
-                api_key_env: str | None = None, remote_model: str | None = None) -> Engine:
+def make_engine(
+    info: ModelInfo | None,
+    config: EngineConfig,
+    server: str | None = None,
+    api_key_env: str | None = None,
+    remote_model: str | None = None,
+) -> Engine:
     """An engine: :class:`~chatphase.engine.remote.RemoteEngine` when ``server`` is a URL,
     else :class:`~chatphase.engine.host.EngineHost` running the local model ``info``.
 

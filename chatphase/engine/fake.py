@@ -155,8 +155,14 @@ class FakeEngine:
         yield ModelLoaded(
             LoadedModel(
                 info=self.info,
-                settings={"n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_threads": 2, "n_gpu_layers": 0,
-                          "flash_attn": True, "gpu_offload_supported": False},
+                settings={
+                    "n_ctx": self.n_ctx,
+                    "n_batch": self.n_batch,
+                    "n_threads": 2,
+                    "n_gpu_layers": 0,
+                    "flash_attn": True,
+                    "gpu_offload_supported": False,
+                },
                 load_ms=self.timing.load_ms,
                 kv_bytes_per_token=per_token,
                 kv_capacity_bytes=kv_capacity_bytes(per_token, self.n_ctx),
@@ -262,7 +268,7 @@ class FakeEngine:
         """Drop the oldest non-system messages until the prompt leaves room to reply; ``None`` if impossible."""
         dropped = 0
         head = [m for m in messages[:1] if m.role == "system"]
-        rest = messages[len(head):]
+        rest = messages[len(head) :]
         while len(template_tokens(head + rest)) >= self.n_ctx:
             if len(rest) <= 1:
                 return None, dropped

@@ -68,16 +68,29 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
                 if isinstance(event, TokensDecoded):
                     parts.append(event.text)
                     first_pending = pending is None
-                    pending = TokensDecoded(event.turn_id, "", (0 if first_pending else pending.n_tokens) + event.n_tokens,
-                                            event.decode_tokens, event.t_ns)
+                    pending = TokensDecoded(
+                        event.turn_id,
+                        "",
+                        (0 if first_pending else pending.n_tokens) + event.n_tokens,
+                        event.decode_tokens,
+                        event.t_ns,
+                    )
                     if first_pending and not sent_ns:
                         sent_ns = event.t_ns
                     if event.t_ns - sent_ns >= coalesce_ns:
-                        conn.send(TokensDecoded(pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns))
+                        conn.send(
+                            TokensDecoded(
+                                pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns
+                            )
+                        )
                         pending, parts, sent_ns = None, [], event.t_ns
                     continue
                 if pending is not None:
-                    conn.send(TokensDecoded(pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns))
+                    conn.send(
+                        TokensDecoded(
+                            pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns
+                        )
+                    )
                     pending, parts = None, []
                 if hasattr(event, "t_ns"):
                     sent_ns = event.t_ns
@@ -145,7 +158,9 @@ class EngineHost:
         self.close()
         parent, child = self._mp.Pipe()
         self._proc = self._mp.Process(
-            target=_child_main, name="chatphase-engine", daemon=True,
+            target=_child_main,
+            name="chatphase-engine",
+            daemon=True,
             args=(child, self._cancel, self.info, self.config, self.log_path, self.coalesce_ms),
         )
         self._proc.start()
@@ -219,4 +234,6 @@ class EngineHost:
 
     def _death(self, turn_id: int | None) -> EngineFailed:
         why = exit_reason(self._proc.exitcode if self._proc is not None else None)
-        return EngineFailed(f"the engine process died ({why}); the conversation is kept — restart the engine", turn_id, fatal=True)
+        return EngineFailed(
+            f"the engine process died ({why}); the conversation is kept — restart the engine", turn_id, fatal=True
+        )

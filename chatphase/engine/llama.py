@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +34,6 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
-    SamplingParams,
     TokensDecoded,
     TurnFinished,
     TurnRequest,
@@ -44,12 +42,17 @@ from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.sampling import sampler_chain
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.system.cpu_features import detect_amx, read_cpu_flags
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30, "iq4_nl": 20}
-_FLASH_ATTN = {"auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+_FLASH_ATTN = {
+    "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
 _ALL_LAYERS = 0x7FFFFFFF  # llama.cpp clamps to the model's layer count
 
 
@@ -69,7 +72,9 @@ class LlamaEngine:
         log_path: where llama.cpp's log goes (default :func:`default_log_path`).
     """
 
-    def __init__(self, info: ModelInfo, config: EngineConfig, cancel_event=None, log_path: str | os.PathLike | None = None):
+    def __init__(
+        self, info: ModelInfo, config: EngineConfig, cancel_event=None, log_path: str | os.PathLike | None = None
+    ):
         self.info = info
         self.config = config
         self._cancel = cancel_event if cancel_event is not None else threading.Event()
@@ -172,7 +177,9 @@ class LlamaEngine:
         amx = detect_amx(system_info, read_cpu_flags())
         use_extra_bufts = {"auto": not amx, "on": True, "off": False}[s["extra_bufts"]]
         if amx and s["extra_bufts"] == "auto":
-            notes.append("AMX CPU: llama.cpp extra buffer types off (its AMX batched path crashes); --extra-bufts on overrides")
+            notes.append(
+                "AMX CPU: llama.cpp extra buffer types off (its AMX batched path crashes); --extra-bufts on overrides"
+            )
         elif amx and use_extra_bufts:
             notes.append("AMX CPU with extra buffer types on (--extra-bufts on): batched prefill may crash")
 
@@ -210,7 +217,9 @@ class LlamaEngine:
         self._n_ctx = lc.llama_n_ctx(self._ctx)
         self._n_batch = s["n_batch"]
         if self._n_ctx != s["n_ctx"]:
-            notes.append(f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens")
+            notes.append(
+                f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens"
+            )
 
         template = lc.llama_model_chat_template(self._model, None)
         self._template = ChatTemplate(
@@ -225,8 +234,14 @@ class LlamaEngine:
         if self.info.attention is None:
             raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
         self._kv_per_token = kv_bytes_per_token(self.info.attention, s["type_k"], s["type_v"])
-        resolved = dict(s, n_ctx=self._n_ctx, n_gpu_layers=n_gpu_layers if n_gpu_layers != _ALL_LAYERS else -1,
-                        use_extra_bufts=use_extra_bufts, gpu_offload_supported=gpu_ok, amx_detected=amx)
+        resolved = dict(
+            s,
+            n_ctx=self._n_ctx,
+            n_gpu_layers=n_gpu_layers if n_gpu_layers != _ALL_LAYERS else -1,
+            use_extra_bufts=use_extra_bufts,
+            gpu_offload_supported=gpu_ok,
+            amx_detected=amx,
+        )
         kv_mib = self._log.kv_cache_mib
         self.loaded = LoadedModel(
             info=self.info,
@@ -247,21 +262,6 @@ class LlamaEngine:
         return self.loaded
 
     # -- one turn --------------------------------------------------------------------------------
-    def _sampler(self, sp: SamplingParams):
-        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-        if sp.temperature <= 0:
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
-            return chain
-        if sp.repeat_penalty != 1.0:
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(64, sp.repeat_penalty, 0.0, 0.0))
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(sp.top_k))
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(sp.top_p, 1))
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(sp.min_p, 1))
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(sp.temperature))
-        seed = sp.seed if sp.seed is not None else random.getrandbits(32)
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
-        return chain
-
     def _decode(self, tokens: list[int]) -> bool:
         arr = (lc.llama_token * len(tokens))(*tokens)
         return lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens))) == 0
@@ -312,7 +312,7 @@ class LlamaEngine:
             if self._cancel.is_set():
                 stop = "cancelled"
                 break
-            chunk = todo[done:done + n_batch]
+            chunk = todo[done : done + n_batch]
             if not self._decode(chunk):
                 stop = "error"
                 break
@@ -329,7 +329,7 @@ class LlamaEngine:
                 self._known.add_prompt(len(prompt), text)
             stop = yield from self._generate(req, t_submit, times, parts)
             if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
-                self._known.add_pieces(self._render(t) for t in self._cache[len(prompt):])
+                self._known.add_pieces(self._render(t) for t in self._cache[len(prompt) :])
         metrics = compute_turn_metrics(
             t_submit_ns=t_submit,
             t_prefill_start_ns=t_prefill_start,
@@ -351,7 +351,7 @@ class LlamaEngine:
     def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
         """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason."""
         sp = req.sampling
-        sampler = self._sampler(sp)
+        sampler = sampler_chain(sp)
         detok = IncrementalDetokenizer()
         one = (lc.llama_token * 1)()
         batch = lc.llama_batch_get_one(one, 1)

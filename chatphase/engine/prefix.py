@@ -41,7 +41,7 @@ def common_prefix_len(a: bytes, b: bytes) -> int:
     """Length in bytes of the longest common prefix of ``a`` and ``b`` (compares 4 KiB blocks in C)."""
     n = min(len(a), len(b))
     i, block = 0, 4096
-    while i < n and a[i:i + block] == b[i:i + block]:
+    while i < n and a[i : i + block] == b[i : i + block]:
         i += block
     i = min(i, n)
     while i < n and a[i] == b[i]:
@@ -85,7 +85,7 @@ class CacheText:
         if text is not None:
             keep = min(keep, bisect_right(self._nbytes, common_prefix_len(self._text, text)))
         del self._ntok[keep:], self._nbytes[keep:]
-        self._text = self._text[:self._nbytes[-1]] if self._nbytes else b""
+        self._text = self._text[: self._nbytes[-1]] if self._nbytes else b""
 
     def add_prompt(self, n_tokens: int, text: bytes) -> None:
         """The cache's first ``n_tokens`` tokens are the tokenisation of all of ``text``.
@@ -128,8 +128,9 @@ class CacheText:
         return 0, 0
 
 
-def encode_prompt(text: str, add_special: bool, cache: Sequence[int], known: CacheText,
-                  tokenize: Tokenize, render: Render) -> list[int]:
+def encode_prompt(
+    text: str, add_special: bool, cache: Sequence[int], known: CacheText, tokenize: Tokenize, render: Render
+) -> list[int]:
     """Token ids for the prompt ``text``, reusing the cached tokens whose text it starts with.
 
     Args:

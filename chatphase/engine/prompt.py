@@ -47,7 +47,9 @@ class ChatTemplate:
         tokenize: ``(text, add_special) -> token ids`` of the loaded model, parsing special tokens.
     """
 
-    def __init__(self, template: str | None, bos_token: str, eos_token: str, tokenize: Callable[[str, bool], list[int]]):
+    def __init__(
+        self, template: str | None, bos_token: str, eos_token: str, tokenize: Callable[[str, bool], list[int]]
+    ):
         self.source = template or CHATML_TEMPLATE
         self.is_fallback = template is None
         self._formatter = Jinja2ChatFormatter(self.source, eos_token=eos_token, bos_token=bos_token)
@@ -76,7 +78,7 @@ class ChatTemplate:
             PromptTooLong: when the system prompt plus the newest message alone exceed the budget.
         """
         system = [m for m in messages[:1] if m.role == "system"]
-        rest = list(messages[len(system):])
+        rest = list(messages[len(system) :])
         encode = encode or self._tokenize
         dropped = 0
         while True:

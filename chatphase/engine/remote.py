@@ -43,6 +43,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import ns_to_ms
 from chatphase.engine.remote_errors import error_text, http_error_message, transport_message
+from chatphase.engine.remote_url import ServerURL
 from chatphase.engine.remote_wire import (
     ServerReport,
     chunk_text,
@@ -51,41 +52,7 @@ from chatphase.engine.remote_wire import (
     server_timings_view,
     stop_reason_of,
 )
-from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
-
-
-class ServerURL:
-    """A server address split into the API base (``…/v1``), the server root and a printable form.
-
-    Accepts ``host:port``, ``http://host:port`` or ``http://host:port/v1`` (a missing scheme means http).
-    Credentials in the URL (``user:password@``) are refused: the URL is kept in settings and sessions.
-
-    Raises:
-        UsageError: for a scheme other than http/https, a URL without a host, or one with credentials.
-    """
-
-    def __init__(self, text: str):
-        raw = text.strip()
-        if "://" not in raw:
-            raw = f"http://{raw}"
-        try:
-            url = httpx.URL(raw)
-        except (httpx.InvalidURL, ValueError) as exc:
-            raise UsageError(f"--server: not a URL: {text!r} ({exc})") from None
-        if url.scheme not in ("http", "https") or not url.host:
-            raise UsageError(f"--server must be an http(s) URL with a host, e.g. http://127.0.0.1:8080 (got {text!r})")
-        if url.userinfo:  # settings and sessions keep the URL: a secret must not ride in it
-            raise UsageError("--server: credentials in the URL are not accepted; put the API key in an "
-                             "environment variable and name it with --api-key-env")
-        path = url.path.rstrip("/")
-        root_path = path[: -len("/v1")] if path.endswith("/v1") else path
-        self.api = url.copy_with(path=f"{root_path}/v1", query=None, fragment=None)
-        self.root = url.copy_with(path=root_path or "/", query=None, fragment=None)
-        self.display = str(self.root).rstrip("/")
-
-    def __repr__(self) -> str:
-        return f"ServerURL({self.display!r})"
 
 
 class RemoteEngine:
@@ -103,14 +70,21 @@ class RemoteEngine:
         UsageError: for a malformed ``server_url`` (at construction, before any network use).
     """
 
-    def __init__(self, server_url: str, api_key: str | None = None,
-                 remote_model: str | None = None, *, connect_timeout_s: float = 5.0,
-                 read_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        server_url: str,
+        api_key: str | None = None,
+        remote_model: str | None = None,
+        *,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 300.0,
+    ):
         self.url = ServerURL(server_url)
         self.remote_model = remote_model
         self.loaded: LoadedModel | None = None
-        self._timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s,
-                                      write=connect_timeout_s, pool=connect_timeout_s)
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout_s, read=read_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
+        )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = self._new_client()
         self._is_llama_server = False
@@ -133,8 +107,11 @@ class RemoteEngine:
         served = [m for m in (models.get("data") or []) if isinstance(m, dict) and m.get("id")]
         ids = [str(m["id"]) for m in served]
         if self.remote_model and ids and self.remote_model not in ids:
-            yield EngineFailed(f"the server at {self.url.display} does not serve model {self.remote_model!r}; "
-                               f"it serves: {', '.join(ids)}", fatal=True)
+            yield EngineFailed(
+                f"the server at {self.url.display} does not serve model {self.remote_model!r}; "
+                f"it serves: {', '.join(ids)}",
+                fatal=True,
+            )
             return
         if not self.remote_model and ids:
             self.remote_model = ids[0]
@@ -175,8 +152,9 @@ class RemoteEngine:
     def _new_client(self) -> httpx.Client:
         # proxies from the environment apply to real hosts, never to this machine's own loopback
         loopback = self.url.api.host in ("127.0.0.1", "localhost", "::1")
-        return httpx.Client(headers=self._headers, timeout=self._timeout, follow_redirects=False,
-                            trust_env=not loopback)
+        return httpx.Client(
+            headers=self._headers, timeout=self._timeout, follow_redirects=False, trust_env=not loopback
+        )
 
     def _drop_connections(self) -> None:
         """After a transport error, forget pooled keep-alive connections: the next request opens a new
@@ -234,7 +212,9 @@ class RemoteEngine:
         try:
             data = response.json()
         except ValueError:
-            raise _RemoteError(f"the server at {self.url.display} answered {url.rsplit('/', 1)[-1]} with non-JSON") from None
+            raise _RemoteError(
+                f"the server at {self.url.display} answered {url.rsplit('/', 1)[-1]} with non-JSON"
+            ) from None
         return data if isinstance(data, dict) else {}
 
     def _props(self) -> dict | None:
@@ -258,18 +238,27 @@ class RemoteEngine:
         server = "llama-server" if props else "OpenAI-compatible server"
         return LoadedModel(
             info=info,
-            settings={"backend": "remote", "server": self.url.display, "server_kind": server,
-                      "remote_model": self.remote_model, "n_ctx": n_ctx, "total_slots": props.get("total_slots")},
+            settings={
+                "backend": "remote",
+                "server": self.url.display,
+                "server_kind": server,
+                "remote_model": self.remote_model,
+                "n_ctx": n_ctx,
+                "total_slots": props.get("total_slots"),
+            },
             load_ms=load_ms,
             kv_bytes_per_token=None,
             kv_capacity_bytes=None,
-            notes=(f"remote {server} at {self.url.display}: token counts come from the server; "
-                   "TTFT and ITL from this client's clock (network included); KV figures unavailable",),
+            notes=(
+                f"remote {server} at {self.url.display}: token counts come from the server; "
+                "TTFT and ITL from this client's clock (network included); KV figures unavailable",
+            ),
         )
 
 
-def remote_model_info(server: str, remote_model: str | None, model_path: str | None = None,
-                      meta: dict | None = None) -> ModelInfo:
+def remote_model_info(
+    server: str, remote_model: str | None, model_path: str | None = None, meta: dict | None = None
+) -> ModelInfo:
     """A :class:`ModelInfo` for a served model from what the server exposes (llama-server's
     ``/v1/models`` ``meta``: ``n_params, size, n_ctx_train``; ``/props`` ``model_path``); everything else
     is ``None`` or ``"unknown"``. With no ``meta`` it is the placeholder a UI shows before ``load()``."""
@@ -349,10 +338,12 @@ class _Turn:
             return
         if error:
             yield EngineFailed(f"{error} — the partial reply is kept", rid)
-        metrics = remote_turn_metrics(t_submit_ns=self.t_submit, arrival_times_ns=self.times,
-                                      report=self.report, stop_reason=stop)
-        yield TurnFinished(rid, "".join(self.parts), metrics,
-                           server_timings=server_timings_view(self.report, metrics.ttft_ms))
+        metrics = remote_turn_metrics(
+            t_submit_ns=self.t_submit, arrival_times_ns=self.times, report=self.report, stop_reason=stop
+        )
+        yield TurnFinished(
+            rid, "".join(self.parts), metrics, server_timings=server_timings_view(self.report, metrics.ttft_ms)
+        )
 
     def _chunk(self, data: str):
         """Handle one SSE data payload; yields events, returns an error message or ``None``."""

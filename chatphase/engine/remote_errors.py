@@ -8,8 +8,9 @@ import httpx
 from httpx_sse import SSEError
 
 
-def transport_message(exc: httpx.HTTPError, where: str, read_timeout_s: float | None = None,
-                      mid_stream: bool = False) -> str:
+def transport_message(
+    exc: httpx.HTTPError, where: str, read_timeout_s: float | None = None, mid_stream: bool = False
+) -> str:
     """One line for a transport failure (no headers, no key): refused, timed out, cut off."""
     if isinstance(exc, httpx.ConnectTimeout):
         return f"the server at {where} did not accept a connection in time"

@@ -32,12 +32,25 @@ from chatphase.engine.metrics import TurnMetrics, decode_rates, itl_stats_ms, ns
 
 #: llama-server ``timings`` keys kept beside the client's view (all numbers; ms or tokens or tokens/s).
 TIMING_KEYS = (
-    "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
-    "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second", "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+    "cache_n",
 )
 
-_FINISH_TO_STOP = {"stop": "stop", "length": "length", "eos": "stop", "tool_calls": "stop",
-                   "function_call": "stop", "content_filter": "stop"}
+_FINISH_TO_STOP = {
+    "stop": "stop",
+    "length": "length",
+    "eos": "stop",
+    "tool_calls": "stop",
+    "function_call": "stop",
+    "content_filter": "stop",
+}
 
 
 @dataclass

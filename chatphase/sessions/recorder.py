@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.sessions.catalog import resolve_session_path
 from chatphase.sessions.store import (
     FORMAT_VERSION,
     Session,
@@ -20,7 +21,6 @@ from chatphase.sessions.store import (
     load_session_file,
     new_session_id,
     open_append,
-    resolve_session_path,
     session_path,
     title_from,
     utc_now,
@@ -68,17 +68,24 @@ class SessionRecorder:
         self._last_text_write = 0.0
 
     @classmethod
-    def create(cls, *, model: dict, settings: dict, title: str | None = None,
-               directory: Path | None = None) -> SessionRecorder:
+    def create(
+        cls, *, model: dict, settings: dict, title: str | None = None, directory: Path | None = None
+    ) -> SessionRecorder:
         """A recorder for a new session (file created at the first turn)."""
         sid = new_session_id()
-        header = {"type": "session", "version": FORMAT_VERSION, "id": sid, "title": title or "",
-                  "created": utc_now(), "model": model, "settings": settings}
+        header = {
+            "type": "session",
+            "version": FORMAT_VERSION,
+            "id": sid,
+            "title": title or "",
+            "created": utc_now(),
+            "model": model,
+            "settings": settings,
+        }
         return cls(session_path(sid, directory), sid, header)
 
     @classmethod
-    def resume(cls, session_id: str | None = None,
-               directory: Path | None = None) -> tuple[SessionRecorder, Session]:
+    def resume(cls, session_id: str | None = None, directory: Path | None = None) -> tuple[SessionRecorder, Session]:
         """Continue a saved session (``None``/``"last"`` = the most recent); returns it as loaded too.
 
         Raises:
@@ -158,8 +165,14 @@ class SessionRecorder:
         if self._turn is None:
             return
         error = error or self._error
-        rec = {"type": "turn_end", "turn": self._turn, "time": utc_now(), "reply": reply,
-               "metrics": metrics.to_dict() if metrics else None, "error": error}
+        rec = {
+            "type": "turn_end",
+            "turn": self._turn,
+            "time": utc_now(),
+            "reply": reply,
+            "metrics": metrics.to_dict() if metrics else None,
+            "error": error,
+        }
         self._buf = []
         self._turn = None
         self._emit(rec, sync=True)

@@ -175,24 +175,6 @@ class Session:
         return cls(**d)
 
 
-@dataclass(frozen=True)
-class SessionSummary:
-    """One line of the session list. ``last_used`` is the file's modification time (ISO 8601 UTC)."""
-
-    id: str
-    title: str
-    model: str
-    turns: int
-    partial_turns: int
-    created: str
-    last_used: str
-    path: str
-
-    def to_dict(self) -> dict:
-        """Plain JSON-ready dict."""
-        return asdict(self)
-
-
 # ---------------------------------------------------------------- reading
 
 
@@ -227,8 +209,13 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
         raise SessionError(f"not a chatphase session file (no header): {path or '<records>'}")
     h = records[0]
     s = Session(
-        id=str(h.get("id", "")), title=str(h.get("title", "")), created=str(h.get("created", "")),
-        model=h.get("model") or {}, settings=h.get("settings") or {}, corrupt_lines=corrupt_lines, path=path,
+        id=str(h.get("id", "")),
+        title=str(h.get("title", "")),
+        created=str(h.get("created", "")),
+        model=h.get("model") or {},
+        settings=h.get("settings") or {},
+        corrupt_lines=corrupt_lines,
+        path=path,
     )
     model_name = s.model_name
     by_index: dict[int, Turn] = {}
@@ -236,8 +223,14 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
         kind = rec["type"]
         try:
             if kind == "turn_start":
-                t = Turn(index=int(rec["turn"]), user=str(rec.get("user", "")), reply="", status="partial",
-                         started=str(rec.get("time", "")), model=model_name)
+                t = Turn(
+                    index=int(rec["turn"]),
+                    user=str(rec.get("user", "")),
+                    reply="",
+                    status="partial",
+                    started=str(rec.get("time", "")),
+                    model=model_name,
+                )
                 by_index[t.index] = t
                 s.turns.append(t)
             elif kind == "text" and int(rec["turn"]) in by_index:
@@ -271,16 +264,6 @@ def session_path(session_id: str, directory: Path | None = None) -> Path:
     return (directory or sessions_dir()) / f"{session_id}{SUFFIX}"
 
 
-def load_session(session_id: str, directory: Path | None = None) -> Session:
-    """Load a session by id, unique id prefix, or ``"last"`` (most recently used).
-
-    Raises:
-        SessionError: unknown or ambiguous id, or an unreadable file.
-    """
-    path = resolve_session_path(session_id, directory)
-    return load_session_file(path)
-
-
 def load_session_file(path: Path) -> Session:
     """Load one session file (tolerating unreadable lines, see :func:`parse_records`).
 
@@ -295,79 +278,6 @@ def load_session_file(path: Path) -> Session:
         raise SessionError(f"cannot read session {path}: {exc.strerror or exc}") from None
     s = session_from_records(records, corrupt_lines=bad, path=str(path))
     s.last_used = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
-    return s
-
-
-def list_sessions(directory: Path | None = None) -> list[SessionSummary]:
-    """Every readable session, most recently used first (files without a header are skipped)."""
-    d = directory or sessions_dir()
-    out = []
-    for path in d.glob(f"*{SUFFIX}") if d.is_dir() else []:
-        try:
-            s = load_session_file(path)
-        except SessionError:
-            continue
-        out.append(SessionSummary(
-            id=s.id or path.stem, title=s.title, model=s.model_name, turns=len(s.turns),
-            partial_turns=sum(t.status == "partial" for t in s.turns), created=s.created,
-            last_used=s.last_used, path=str(path),
-        ))
-    out.sort(key=lambda x: (x.last_used, x.id), reverse=True)
-    return out
-
-
-def resolve_session_path(session_id: str | None, directory: Path | None = None) -> Path:
-    """Find a session file by exact id, unique prefix, or ``None``/``"last"`` for the latest.
-
-    Raises:
-        SessionError: no sessions, no match, or a prefix matching several.
-    """
-    d = directory or sessions_dir()
-    if not session_id or session_id == "last":
-        sessions = list_sessions(d)
-        if not sessions:
-            raise SessionError(f"no saved sessions in {d}")
-        return Path(sessions[0].path)
-    exact = session_path(session_id, d)
-    if exact.is_file():
-        return exact
-    matches = sorted(d.glob(f"{session_id}*{SUFFIX}")) if d.is_dir() else []
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise SessionError(f"no session {session_id!r} (see `chatphase sessions`)")
-    raise SessionError(f"session id {session_id!r} is ambiguous: {', '.join(m.stem for m in matches[:5])}")
-
-
-def delete_session(session_id: str, directory: Path | None = None) -> Session:
-    """Delete a session file; returns what it held (for the confirmation line).
-
-    Raises:
-        SessionError: as :func:`resolve_session_path`, or when the file cannot be removed.
-    """
-    path = resolve_session_path(session_id, directory)
-    s = load_session_file(path)
-    try:
-        path.unlink()
-    except OSError as exc:
-        raise SessionError(f"cannot delete {path}: {exc.strerror or exc}") from None
-    return s
-
-
-def rename_session(session_id: str, title: str, directory: Path | None = None) -> Session:
-    """Give a session a new title (appends a ``title`` record); returns the renamed session.
-
-    Raises:
-        SessionError: as :func:`resolve_session_path`, or an empty title.
-    """
-    title = " ".join(title.split())
-    if not title:
-        raise SessionError("a session title cannot be empty")
-    path = resolve_session_path(session_id, directory)
-    s = load_session_file(path)
-    with open_append(path) as fh:
-        write_record(fh, {"type": "title", "title": title, "time": utc_now()}, sync=True)
-    s.title = title
     return s
 
 

@@ -58,9 +58,13 @@ class ProcessSampler:
         ValueError: when ``min_interval_s`` is negative.
     """
 
-    def __init__(self, pid: int | None, min_interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 gpu_memory: Callable[[int], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        pid: int | None,
+        min_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        gpu_memory: Callable[[int], int | None] | None = None,
+    ) -> None:
         if min_interval_s < 0:
             raise ValueError(f"min_interval_s must be >= 0 (got {min_interval_s})")
         self.pid = pid if pid and pid > 0 else None

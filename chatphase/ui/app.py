@@ -49,6 +49,8 @@ NO_SPARE_CORE_STRIDE = 2
 COMMIT_MAX_INTERVAL_S = 2.0
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
+
+
 def _start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker while ``sys.stderr`` is still the real one.
 
@@ -191,8 +193,11 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, Pre
         """Add ``text`` as a user message and start a turn; returns ``False`` (and says why) if it can't."""
         if self.loaded is None or self.engine is None or self.busy:
             self._restore_prompt(text)
-            why = "wait for the reply or press Esc to stop it" if self.active_turn else (
-                "the model is still loading" if self.engine is not None else "the engine is stopped: press F5")
+            why = (
+                "wait for the reply or press Esc to stop it"
+                if self.active_turn
+                else ("the model is still loading" if self.engine is not None else "the engine is stopped: press F5")
+            )
             self.notify(f"Not sent: {why}.", severity="warning")
             return False
         self.conversation.append(Message("user", text))
@@ -313,8 +318,11 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, Pre
         self.panel.turn_finished(ev.turn_id, ev.metrics)
         self.dashboard.turn_finished(ev.turn_id, ev.metrics)
         if ev.metrics.stop_reason == "context_full":
-            self.notify("The reply filled the context (n_ctx). Start a new chat (Ctrl+N) or raise --n-ctx.",
-                        title="Context full", severity="warning")
+            self.notify(
+                "The reply filled the context (n_ctx). Start a new chat (Ctrl+N) or raise --n-ctx.",
+                title="Context full",
+                severity="warning",
+            )
 
     async def on_engine_error(self, message: msg.EngineError) -> None:
         ev = message.event

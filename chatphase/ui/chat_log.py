@@ -84,7 +84,7 @@ def tail_lines(text: str, width: int, count: int) -> str:
     lines: list[str] = []
     for line in text.split("\n")[-count:]:
         line = line.expandtabs(4)
-        lines.extend(line[i:i + width] for i in range(0, max(1, len(line)), width))
+        lines.extend(line[i : i + width] for i in range(0, max(1, len(line)), width))
     return "\n".join(lines[-count:])
 
 
@@ -144,12 +144,12 @@ class ReplyView(Vertical):
         if commit:
             # Blocks are found from the last known block boundary, not from what was committed: after a
             # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
-            end = len(self.text) if stalled else self._boundary + complete_blocks_end(self.text[self._boundary:])
+            end = len(self.text) if stalled else self._boundary + complete_blocks_end(self.text[self._boundary :])
             lines_end = self.text.rfind("\n") + 1
             if self.text.count("\n", end, lines_end) >= TAIL_LINES:
                 end = lines_end  # a long block (a list, a code fence) goes in whole lines: the tail shows only its end
             if end > self._committed:
-                await self._write(self.text[self._committed:end])
+                await self._write(self.text[self._committed : end])
                 wrote = True
         self._draw_tail(hide_when_empty=stalled)
         return wrote
@@ -160,7 +160,7 @@ class ReplyView(Vertical):
         continue a list item above, which a new segment would show as code)."""
         at_boundary = self._committed == self._boundary
         self._committed += len(chunk)
-        self._boundary += complete_blocks_end(self.text[self._boundary:self._committed])
+        self._boundary += complete_blocks_end(self.text[self._boundary : self._committed])
         if at_boundary and self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
             segment = MarkdownSegment(chunk, classes="reply-md")
             self._segments.append(segment)
@@ -174,7 +174,7 @@ class ReplyView(Vertical):
         """Show the uncommitted text in the tail. Showing or hiding the tail is a layout, so it stays
         shown (empty) between blocks and is hidden only with a commit of everything."""
         tail = self._tail
-        rest = self.text[self._committed:]
+        rest = self.text[self._committed :]
         if not rest and (hide_when_empty or not tail.display):
             tail.display = False
             return
@@ -191,7 +191,7 @@ class ReplyView(Vertical):
     async def finish(self, reply: str, metrics: TurnMetrics | None) -> None:
         """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""
         if self._committed < len(self.text):
-            await self._write(self.text[self._committed:])
+            await self._write(self.text[self._committed :])
         self.finished = True
         self._tail.display = False
         if reply != self.text:
@@ -207,8 +207,13 @@ class ReplyView(Vertical):
 
 def metrics_line(m: TurnMetrics) -> str:
     """``TTFT 412 ms · 57 tok · 48.2 tok/s · stop`` (plus cached/dropped when non-zero)."""
-    parts = [f"TTFT {fmt_ms(m.ttft_ms)}", f"prefill {fmt_int(m.prefill_tokens)} tok",
-             f"{fmt_int(m.decode_tokens)} tok", fmt_rate(m.decode_tokens_per_s), m.stop_reason]
+    parts = [
+        f"TTFT {fmt_ms(m.ttft_ms)}",
+        f"prefill {fmt_int(m.prefill_tokens)} tok",
+        f"{fmt_int(m.decode_tokens)} tok",
+        fmt_rate(m.decode_tokens_per_s),
+        m.stop_reason,
+    ]
     if m.cached_tokens:
         parts.insert(2, f"{fmt_int(m.cached_tokens)} cached")
     return " · ".join(parts)

@@ -126,5 +126,6 @@ class Dashboard(Widget):
         if n_ctx <= 0 or not self.model.kv_bytes_per_token:
             return
         series = list(self._kv_tokens.values())
-        self.query_one(KvGauge).update_forecast(forecast_kv(series, n_ctx), self.model.kv_bytes_per_token,
-                                                self.model.kv_capacity_bytes, usage=self.kv_usage)
+        self.query_one(KvGauge).update_forecast(
+            forecast_kv(series, n_ctx), self.model.kv_bytes_per_token, self.model.kv_capacity_bytes, usage=self.kv_usage
+        )

@@ -72,8 +72,13 @@ class ExperimentsScreen(Screen[None]):
     CSS_PATH = Path(__file__).with_name("experiments.tcss")  # absolute: subclasses elsewhere work
     BINDINGS = [
         Binding("ctrl+r", "run", "Run", id="experiments.run", tooltip="Run the sweep"),
-        Binding("escape", "cancel_or_close", "Cancel/Close", id="experiments.cancel",
-                tooltip="Cancel the running sweep (partial results are kept); close when idle"),
+        Binding(
+            "escape",
+            "cancel_or_close",
+            "Cancel/Close",
+            id="experiments.cancel",
+            tooltip="Cancel the running sweep (partial results are kept); close when idle",
+        ),
         Binding("ctrl+s", "save", "Save", id="experiments.save", tooltip="Save the last result (.json or .csv)"),
         Binding("ctrl+o", "load", "Load", id="experiments.load", tooltip="Load a saved result and overlay it"),
     ]
@@ -127,8 +132,13 @@ class ExperimentsScreen(Screen[None]):
 
     # -- actions -----------------------------------------------------------------------------------
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        handlers = {"exp-run": self.action_run, "exp-cancel": self.action_cancel, "exp-save": self.action_save,
-                    "exp-load": self.action_load, "exp-clear": self.action_clear_overlays}
+        handlers = {
+            "exp-run": self.action_run,
+            "exp-cancel": self.action_cancel,
+            "exp-save": self.action_save,
+            "exp-load": self.action_load,
+            "exp-clear": self.action_clear_overlays,
+        }
         handler = handlers.get(event.button.id or "")
         if handler:
             handler()
@@ -238,8 +248,10 @@ class ExperimentsScreen(Screen[None]):
             what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
             ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
             rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
-            self._status(f"[{event.done_runs}/{event.total_runs}] {what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: "
-                         f"TTFT {ttft}, decode {rate}")
+            self._status(
+                f"[{event.done_runs}/{event.total_runs}] {what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: "
+                f"TTFT {ttft}, decode {rate}"
+            )
             for plot in self.query(BenchPlot):
                 plot.add_sample(s)
         elif isinstance(event, BenchDone):
@@ -249,8 +261,10 @@ class ExperimentsScreen(Screen[None]):
             self._fill_table(event.result)
             self._show_results()
             self.query_one("#exp-summary", Static).update(self._summary(event.result))
-            self._status("Cancelled: partial results." if event.result.cancelled else "Done.",
-                         "-warning" if event.result.cancelled else "")
+            self._status(
+                "Cancelled: partial results." if event.result.cancelled else "Done.",
+                "-warning" if event.result.cancelled else "",
+            )
         elif isinstance(event, BenchFailed):
             self.job = None
             self._set_running(False)
@@ -270,8 +284,16 @@ class ExperimentsScreen(Screen[None]):
         table = self.query_one("#exp-table", DataTable)
         table.clear()
         for c in result.results:
-            table.add_row(c.kind, str(c.prompt_tokens), str(c.depth), str(c.reps), mean_sd(c.ttft_ms),
-                          mean_sd(c.prefill_tokens_per_s), mean_sd(c.decode_tokens_per_s), f"{c.kv_cache_bytes / 2**20:.1f}")
+            table.add_row(
+                c.kind,
+                str(c.prompt_tokens),
+                str(c.depth),
+                str(c.reps),
+                mean_sd(c.ttft_ms),
+                mean_sd(c.prefill_tokens_per_s),
+                mean_sd(c.decode_tokens_per_s),
+                f"{c.kv_cache_bytes / 2**20:.1f}",
+            )
 
     @staticmethod
     def _summary(result: BenchResult) -> str:

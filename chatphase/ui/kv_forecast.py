@@ -45,8 +45,9 @@ class KvGauge(Widget):
         yield ProgressBar(total=1, show_eta=False, id="kv-bar")
         yield Label("KV – (no model)", id="kv-text")
 
-    def update_forecast(self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int,
-                        usage: bool = True) -> None:
+    def update_forecast(
+        self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int, usage: bool = True
+    ) -> None:
         """Show ``forecast``; text as in :func:`forecast_text`."""
         self.query_one("#kv-bar", ProgressBar).update(total=forecast.n_ctx, progress=forecast.used_tokens)
         self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token, kv_capacity_bytes, usage))

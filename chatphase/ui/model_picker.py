@@ -36,8 +36,13 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
     CSS_PATH = "model_picker.tcss"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]
 
-    def __init__(self, n_ctx: int = 4096, current_path: str | None = None, models_dir: str | None = None,
-                 lister: Callable[[], list[ModelEntry]] | None = None) -> None:
+    def __init__(
+        self,
+        n_ctx: int = 4096,
+        current_path: str | None = None,
+        models_dir: str | None = None,
+        lister: Callable[[], list[ModelEntry]] | None = None,
+    ) -> None:
         super().__init__()
         self.n_ctx = n_ctx
         self.current_path = current_path
@@ -93,17 +98,30 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         self.verdicts[e.path] = verdict
         style = {"ok": "", "warn": "yellow", "refuse": "red"}[verdict.level]
         memory = Text(fmt_bytes(estimate(i, self.n_ctx).total_bytes), style=style)
-        return (mark, label, i.architecture, fmt_params(i.n_params), i.quantization, fmt_bytes(i.size_bytes),
-                str(i.n_ctx_train or "?"), fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
-                memory, e.source)
+        return (
+            mark,
+            label,
+            i.architecture,
+            fmt_params(i.n_params),
+            i.quantization,
+            fmt_bytes(i.size_bytes),
+            str(i.n_ctx_train or "?"),
+            fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
+            memory,
+            e.source,
+        )
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Show the highlighted file's path, or why it cannot be used."""
         if event.row_key is None or event.row_key.value is None:
             return
         e = self.entries[int(event.row_key.value)]
-        detail = Text(e.error or "unusable", style="red") if e.info is None else Text(
-            f"{e.info.name} · {e.path}" + (f" · {self.verdicts[e.path].message}" if e.path in self.verdicts else "")
+        detail = (
+            Text(e.error or "unusable", style="red")
+            if e.info is None
+            else Text(
+                f"{e.info.name} · {e.path}" + (f" · {self.verdicts[e.path].message}" if e.path in self.verdicts else "")
+            )
         )
         self.query_one("#picker-detail", Label).update(detail)
 
@@ -142,7 +160,8 @@ class ModelActions:
             self.switch_model(info)
 
         self.push_screen(
-            ModelPickerScreen(n_ctx=self.settings.n_ctx, current_path=self.model_info.path,
-                              models_dir=self.settings.models_dir),
+            ModelPickerScreen(
+                n_ctx=self.settings.n_ctx, current_path=self.model_info.path, models_dir=self.settings.models_dir
+            ),
             chosen,
         )

@@ -45,7 +45,9 @@ class PhaseIndicator(Horizontal):
 
     def compose(self) -> ComposeResult:
         self._badge = Label("", id="phase-badge")
-        self._bar = ProgressBar(total=1, show_eta=False, show_percentage=False, id="prefill-bar")  # the stats give done/total
+        self._bar = ProgressBar(
+            total=1, show_eta=False, show_percentage=False, id="prefill-bar"
+        )  # the stats give done/total
         self._stats = Label("", id="phase-stats")
         yield self._badge
         yield self._bar
@@ -96,8 +98,10 @@ class PhaseIndicator(Horizontal):
         """``done/total`` prompt tokens evaluated after ``elapsed_ms``."""
         self._bar.update(total=max(event.total_tokens, 1), progress=event.done_tokens)
         rate = event.done_tokens * 1000 / event.elapsed_ms if event.elapsed_ms > 0 else None
-        stats = (f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok · {fmt_ms(event.elapsed_ms)}"
-                 f" · {fmt_rate(rate)}{self._cached_note}")
+        stats = (
+            f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok · {fmt_ms(event.elapsed_ms)}"
+            f" · {fmt_rate(rate)}{self._cached_note}"
+        )
         self._set_stats(stats)
 
     def first_token(self, event: FirstToken) -> None:
@@ -126,16 +130,24 @@ class PhaseIndicator(Horizontal):
         if not self._dirty:
             return
         self._dirty = False
-        stats = (f"{fmt_int(self._decode_tokens)} tok · {fmt_rate(self.live_decode_rate())}"
-                 f" · TTFT {fmt_ms(self._ttft_ms)} · Esc stop")
+        stats = (
+            f"{fmt_int(self._decode_tokens)} tok · {fmt_rate(self.live_decode_rate())}"
+            f" · TTFT {fmt_ms(self._ttft_ms)} · Esc stop"
+        )
         self._set_stats(stats)
 
     def finished(self, metrics: TurnMetrics) -> None:
         """The turn is over: show its summary."""
         self._dirty = False
         badge, kind = ("STOPPED", "error") if metrics.stop_reason in ("cancelled", "error") else ("DONE", "done")
-        self._set(badge, kind, (f"TTFT {fmt_ms(metrics.ttft_ms)} · {fmt_int(metrics.decode_tokens)} tok · "
-                                f"{fmt_rate(metrics.decode_tokens_per_s)} · {metrics.stop_reason}"))
+        self._set(
+            badge,
+            kind,
+            (
+                f"TTFT {fmt_ms(metrics.ttft_ms)} · {fmt_int(metrics.decode_tokens)} tok · "
+                f"{fmt_rate(metrics.decode_tokens_per_s)} · {metrics.stop_reason}"
+            ),
+        )
 
     def failed(self, message: str, fatal: bool) -> None:
         """The engine failed; a fatal failure needs a restart."""

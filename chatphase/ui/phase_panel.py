@@ -77,7 +77,10 @@ class PhasePanel(VerticalScroll):
             ("name", info.name),
             ("size", f"{fmt_params(info.n_params)} params · {info.quantization} · {fmt_bytes(info.size_bytes)}"),
             ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu}"),
-            ("engine", f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"),
+            (
+                "engine",
+                f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}",
+            ),
         ]
         rows += [("note", note) for note in model.notes]
         self._model.update(_grid(rows))
@@ -157,6 +160,8 @@ class PhasePanel(VerticalScroll):
         n_ctx = int(self.model.settings.get("n_ctx") or cells)
         used_bytes = tokens * per_token if used_bytes is None else used_bytes
         self._gauge.update(total=n_ctx, progress=min(tokens, n_ctx))
-        text = (f"{fmt_int(tokens)} / {fmt_int(n_ctx)} tok · "
-                f"{fmt_bytes(used_bytes)} / {fmt_bytes(self.model.kv_capacity_bytes)}")
+        text = (
+            f"{fmt_int(tokens)} / {fmt_int(n_ctx)} tok · "
+            f"{fmt_bytes(used_bytes)} / {fmt_bytes(self.model.kv_capacity_bytes)}"
+        )
         self._kv.update(text, layout=layout)

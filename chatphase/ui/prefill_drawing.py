@@ -69,11 +69,18 @@ class PrefillDrawing:
             self.indicator.prefill_started(ev)
             self.panel.turn_started(ev.turn_id, ev)
             if ev.dropped_messages:
-                self.notify(f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
-                            "the prompt (system prompt kept).", title="Context trimmed", severity="warning")
+                self.notify(
+                    f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
+                    "the prompt (system prompt kept).",
+                    title="Context trimmed",
+                    severity="warning",
+                )
             if self._reuse_note and ev.prompt_tokens is not None:
-                self.notify(f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
-                            f"{ev.prefill_tokens:,} to evaluate.", title=self._reuse_note)
+                self.notify(
+                    f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
+                    f"{ev.prefill_tokens:,} to evaluate.",
+                    title=self._reuse_note,
+                )
                 self._reuse_note = None
         if p.progress is not None:
             self.indicator.prefill_progress(p.progress)

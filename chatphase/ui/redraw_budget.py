@@ -45,8 +45,13 @@ class RedrawBudget:
         clock / cpu_clock: wall and process-CPU clocks in seconds (injectable for tests).
     """
 
-    def __init__(self, share: float, max_interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = time.process_time):
+    def __init__(
+        self,
+        share: float,
+        max_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ):
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share}")
         self.share, self.max_interval_s = share, max_interval_s

@@ -16,8 +16,9 @@ turn is a cold prefill and the notice says so) and the actions behind the "Sessi
 from __future__ import annotations
 
 from chatphase.errors import ChatPhaseError
+from chatphase.sessions.catalog import load_session
 from chatphase.sessions.recorder import SessionRecorder
-from chatphase.sessions.store import Session, load_session
+from chatphase.sessions.store import Session
 from chatphase.ui import messages as msg
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
 from chatphase.ui.settings_screen import SettingsChange, SettingsScreen
@@ -67,7 +68,9 @@ class SessionActions:
             self.recorder.close()  # "Chat: New" cleared the conversation and the dashboard: a new session
             self.recorder = None
         if self.recorder is None:
-            self._use_recorder(SessionRecorder.create(model=self.model_info.to_dict(), settings=self.settings.to_dict()))
+            self._use_recorder(
+                SessionRecorder.create(model=self.model_info.to_dict(), settings=self.settings.to_dict())
+            )
             self._recorded_model = self._model_key()
         elif self._recorded_model != self._model_key():
             self.recorder.set_model(self.model_info.to_dict(), self.settings.to_dict())
@@ -143,8 +146,10 @@ class SessionActions:
             if t.metrics is not None:
                 self.dashboard.turn_finished(t.index, t.metrics)
         self.turn_id = max([self.turn_id, *(t.index for t in session.turns)])
-        log.add_notice(f"Resumed session {session.id} “{session.title}” ({len(session.turns)} turns). "
-                       "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill).")
+        log.add_notice(
+            f"Resumed session {session.id} “{session.title}” ({len(session.turns)} turns). "
+            "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
+        )
         self._reuse_note = COLD_PREFILL_NOTE
         self.sub_title = f"{self.model_info.name} · {session.title}"
 

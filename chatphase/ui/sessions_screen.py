@@ -17,11 +17,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, RadioButton, RadioSet, Static
 
 from chatphase.errors import ChatPhaseError
+from chatphase.sessions.catalog import delete_session, list_sessions, load_session, rename_session
 from chatphase.sessions.export import FORMATS, default_export_path, write_export
-from chatphase.sessions.store import Session, delete_session, list_sessions, load_session, local_time, rename_session
+from chatphase.sessions.store import Session, local_time
 
-FORMAT_LABELS = {"md": "Markdown (transcript + metrics table)", "json": "JSON (everything)",
-                 "csv": "CSV (one row per turn, one column per metric)"}
+FORMAT_LABELS = {
+    "md": "Markdown (transcript + metrics table)",
+    "json": "JSON (everything)",
+    "csv": "CSV (one row per turn, one column per metric)",
+}
 
 
 class SessionsScreen(ModalScreen[str | None]):
@@ -43,8 +47,9 @@ class SessionsScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="sessions-box", classes="modal-box"):
-            yield Label("Sessions  ·  Enter open  ·  r rename  ·  d delete  ·  e export  ·  Esc close",
-                        classes="panel-title")
+            yield Label(
+                "Sessions  ·  Enter open  ·  r rename  ·  d delete  ·  e export  ·  Esc close", classes="panel-title"
+            )
             yield DataTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
             yield Input(id="sessions-rename", placeholder="new title, Enter to save, Esc to cancel")
             yield Static("", id="sessions-status")
@@ -134,8 +139,9 @@ class SessionsScreen(ModalScreen[str | None]):
     def action_export(self) -> None:
         sid = self.selected_id
         if sid is not None:
-            self.app.push_screen(ExportScreen(load_session(sid)),
-                                 lambda path: self._status(f"Exported to {path}") if path else None)
+            self.app.push_screen(
+                ExportScreen(load_session(sid)), lambda path: self._status(f"Exported to {path}") if path else None
+            )
 
     def action_close(self) -> None:
         box = self.query_one("#sessions-rename", Input)
@@ -161,8 +167,10 @@ class ExportScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box", classes="modal-box"):
             n = len(self.session.turns)
-            yield Label(f"Export {self.session.title or self.session.id} ({n} turn{'s' if n != 1 else ''})",
-                        classes="panel-title")
+            yield Label(
+                f"Export {self.session.title or self.session.id} ({n} turn{'s' if n != 1 else ''})",
+                classes="panel-title",
+            )
             yield Static("Pick a format (arrows, Space), then Enter in the path box  ·  Esc cancel", id="export-hint")
             with RadioSet(id="export-format"):
                 for fmt in FORMATS:

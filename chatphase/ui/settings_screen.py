@@ -120,16 +120,34 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
                 for key, label, hint in FIELDS:
                     with Horizontal(classes="settings-row"):
                         yield Label(label, classes="settings-label")
-                        yield Input(_text(get_value(self.settings, key)), placeholder=hint, id=f"set-{key}",
-                                    classes="settings-input", tooltip=hint, compact=True)
+                        yield Input(
+                            _text(get_value(self.settings, key)),
+                            placeholder=hint,
+                            id=f"set-{key}",
+                            classes="settings-input",
+                            tooltip=hint,
+                            compact=True,
+                        )
                 with Horizontal(classes="settings-row"):
                     yield Label("Flash attention", classes="settings-label")
-                    yield Select([(v, v) for v in TRI_STATE], value=self.settings.flash_attn, allow_blank=False,
-                                 id="set-flash_attn", classes="settings-input", compact=True)
+                    yield Select(
+                        [(v, v) for v in TRI_STATE],
+                        value=self.settings.flash_attn,
+                        allow_blank=False,
+                        id="set-flash_attn",
+                        classes="settings-input",
+                        compact=True,
+                    )
                 with Horizontal(classes="settings-row"):
                     yield Label("Theme", classes="settings-label")
-                    yield Select([(t, t) for t in self.themes], value=self.settings.theme, allow_blank=False,
-                                 id="set-theme", classes="settings-input", compact=True)
+                    yield Select(
+                        [(t, t) for t in self.themes],
+                        value=self.settings.theme,
+                        allow_blank=False,
+                        id="set-theme",
+                        classes="settings-input",
+                        compact=True,
+                    )
             yield Static("", id="settings-reload")
             yield Static("", id="settings-error")
             yield Checkbox(f"Save as defaults in {config_path()}", id="settings-save", compact=True)

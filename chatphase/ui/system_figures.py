@@ -39,15 +39,20 @@ def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
         lines.append(f"engine pid {model.pid}: {'not sampled yet' if sample is None else 'not running'}")
     else:
         cpu = "–" if sample.cpu_percent is None else f"{sample.cpu_percent:.0f} %"
-        lines.append(f"engine pid {sample.pid} · RSS {fmt_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
-                     f"· {sample.num_threads} OS threads")
+        lines.append(
+            f"engine pid {sample.pid} · RSS {fmt_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
+            f"· {sample.num_threads} OS threads"
+        )
     if sample is not None:
-        lines.append(f"memory available {fmt_bytes(sample.mem_available_bytes)} "
-                     f"of {fmt_bytes(sample.mem_total_bytes)}")
-    lines.append(f"model load {model.load_ms:,.0f} ms · threads {s.get('n_threads', '–')} decode / "
-                 f"{s.get('n_threads_batch', '–')} batch")
-    lines.append(f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
-                 f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}")
+        lines.append(f"memory available {fmt_bytes(sample.mem_available_bytes)} of {fmt_bytes(sample.mem_total_bytes)}")
+    lines.append(
+        f"model load {model.load_ms:,.0f} ms · threads {s.get('n_threads', '–')} decode / "
+        f"{s.get('n_threads_batch', '–')} batch"
+    )
+    lines.append(
+        f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
+        f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}"
+    )
     gpu_line = f"GPU offload: {gpu_offload_text(model)}"
     if model.settings.get("gpu_offload_supported", False):
         gpu_bytes = None if sample is None else sample.gpu_memory_bytes

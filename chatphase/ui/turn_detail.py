@@ -54,7 +54,7 @@ def metrics_table(m: TurnMetrics, pairs_per_row: int = 2) -> Table:
         table.add_column(justify="right", no_wrap=True)
     pairs = metric_pairs(m)
     for i in range(0, len(pairs), pairs_per_row):
-        row = [cell for pair in pairs[i:i + pairs_per_row] for cell in pair]
+        row = [cell for pair in pairs[i : i + pairs_per_row] for cell in pair]
         table.add_row(*row, *[""] * (2 * pairs_per_row - len(row)))
     return table
 
