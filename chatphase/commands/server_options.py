@@ -12,8 +12,7 @@ import weakref
 
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
-from chatphase.engine.factory import DEFAULT_API_KEY_ENV, make_engine
-from chatphase.errors import UsageError
+from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
 from chatphase.models.gguf_meta import ModelInfo
 
 
@@ -46,15 +45,12 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
         UsageError: a malformed server URL, an unset ``api_key_env`` variable, remote options without a
             server. ModelError: a local model that cannot be used.
     """
+    check_remote_options(settings.server, settings.api_key_env, settings.remote_model)
     if settings.server:
-        from chatphase.engine.factory import api_key_from_env
         from chatphase.engine.remote import remote_model_info
         from chatphase.engine.remote_url import ServerURL
 
-        api_key_from_env(settings.api_key_env)
         return remote_model_info(ServerURL(settings.server).display, settings.remote_model)
-    if settings.api_key_env or settings.remote_model:
-        raise UsageError("--api-key-env and --remote-model need --server URL")
     import sys
 
     from chatphase.models.gguf_meta import read_model_info

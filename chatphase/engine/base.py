@@ -16,12 +16,17 @@ class Engine(Protocol):
     - ``run_turn(request)`` yields the events of one turn (see :mod:`chatphase.engine.events`).
     - ``cancel()`` may be called from another thread; the running turn ends with
       ``stop_reason="cancelled"`` at the next prefill chunk or token.
+    - ``watch()`` blocks while the engine lives and yields ``EngineFailed(fatal=True)`` if it dies on
+      its own (a crashed child process), nothing when it is closed; engines with nothing to watch return
+      at once. It runs beside the other calls, so a death while idle is noticed at once.
     - ``close()`` releases the model (and the process, for the host). Idempotent.
     """
 
     def load(self) -> Iterator[Event]: ...
 
     def run_turn(self, request: TurnRequest) -> Iterator[Event]: ...
+
+    def watch(self) -> Iterator[Event]: ...
 
     def cancel(self) -> None: ...
 

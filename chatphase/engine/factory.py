@@ -34,6 +34,17 @@ def api_key_from_env(name: str | None) -> str | None:
     return value or None
 
 
+def check_remote_options(server: str | None, api_key_env: str | None, remote_model: str | None) -> str | None:
+    """The API key for ``server`` (``None`` when there is none to send), after checking the remote options.
+
+    Raises:
+        UsageError: an unset ``api_key_env`` variable, or remote-only options without ``server``.
+    """
+    if not server and (api_key_env or remote_model):
+        raise UsageError("--api-key-env and --remote-model need --server URL")
+    return api_key_from_env(api_key_env) if server else None
+
+
 def make_engine(
     info: ModelInfo | None,
     config: EngineConfig,
@@ -50,12 +61,11 @@ def make_engine(
         UsageError: a malformed server URL, an unset ``api_key_env`` variable, remote-only options without
             ``server``, or no local model without ``server``.
     """
+    api_key = check_remote_options(server, api_key_env, remote_model)
     if server:
         from chatphase.engine.remote import RemoteEngine
 
-        return RemoteEngine(server, api_key=api_key_from_env(api_key_env), remote_model=remote_model)
-    if api_key_env or remote_model:
-        raise UsageError("--api-key-env and --remote-model need --server URL")
+        return RemoteEngine(server, api_key=api_key, remote_model=remote_model)
     if info is None:
         raise UsageError("no local model to run (give --model, or --server URL for a remote one)")
     from chatphase.engine.host import EngineHost

@@ -128,6 +128,7 @@ class FakeEngine:
         self.info = info
         self.n_ctx = int(getattr(config, "n_ctx", 4096))
         self.n_batch = int(getattr(config, "n_batch", 256))
+        self.n_threads = int(getattr(config, "n_threads", None) or 2)
         self._replies = replies
         self.timing = timing or FakeTiming()
         self.prefill_delay_s, self.token_delay_s, self.load_delay_s = prefill_delay_s, token_delay_s, load_delay_s
@@ -141,6 +142,7 @@ class FakeEngine:
         self.held = threading.Event()
         self.closed = False
         self.dead = False
+        self._gone = threading.Event()  # set when dead or closed (ends watch())
         self.requests: list[TurnRequest] = []
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -158,7 +160,7 @@ class FakeEngine:
                 settings={
                     "n_ctx": self.n_ctx,
                     "n_batch": self.n_batch,
-                    "n_threads": 2,
+                    "n_threads": self.n_threads,
                     "n_gpu_layers": 0,
                     "flash_attn": True,
                     "gpu_offload_supported": False,
@@ -249,6 +251,17 @@ class FakeEngine:
         )
         yield TurnFinished(request.turn_id, "".join(text), metrics)
 
+    def watch(self) -> Iterator[Event]:
+        """Block until the engine dies or is closed; yield ``EngineFailed(fatal=True)`` when it died."""
+        self._gone.wait()
+        if self.dead and not self.closed:
+            yield EngineFailed("engine process died (signal SIGKILL)", fatal=True)
+
+    def kill(self) -> None:
+        """Die now, as a child process killed while idle would (:meth:`watch` reports it)."""
+        self.dead = True
+        self._gone.set()
+
     def cancel(self) -> None:
         """Stop the running turn at the next chunk or token (it finishes with ``stop_reason="cancelled"``)."""
         self._cancel.set()
@@ -261,6 +274,7 @@ class FakeEngine:
     def close(self) -> None:
         """Mark the engine closed and wake any pause. Idempotent."""
         self.closed = True
+        self._gone.set()
         self.cancel()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -289,6 +303,7 @@ class FakeEngine:
 
     def _die(self, request: TurnRequest) -> Iterator[Event]:
         self.dead = True
+        self._gone.set()
         yield EngineFailed("engine process died (signal SIGSEGV)", turn_id=request.turn_id, fatal=True)
 
     def _pause(self, phase: str) -> bool:

@@ -15,6 +15,7 @@ token timestamps are taken before coalescing, so no measured figure changes. Can
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import signal
 from collections.abc import Iterator
@@ -195,6 +196,17 @@ class EngineHost:
             yield event
             if isinstance(event, EngineFailed) and event.fatal:
                 return
+
+    def watch(self) -> Iterator[Event]:
+        """Block until the child process ends; yield ``EngineFailed(fatal=True)`` if it died on its own
+        (not by :meth:`close`). Waits on the process's sentinel, so it costs no wake-ups."""
+        proc = self._proc
+        if proc is None:
+            return
+        mp.connection.wait([proc.sentinel])
+        if self._proc is proc:  # close() clears _proc before it stops the child
+            proc.join(1.0)  # reap it, so that its exit code (the signal) is known
+            yield self._death(None)
 
     def cancel(self) -> None:
         """Ask the running turn to stop at the next prefill chunk or token."""

@@ -78,6 +78,7 @@ class LlamaEngine:
         self.info = info
         self.config = config
         self._cancel = cancel_event if cancel_event is not None else threading.Event()
+        self._owns_cancel = cancel_event is None  # a shared event is cleared by its owner (EngineHost)
         self.log_path = Path(log_path) if log_path else default_log_path()
         self._model = self._ctx = self._vocab = None
         self._cache: list[int] = []
@@ -103,7 +104,13 @@ class LlamaEngine:
         if self._ctx is None:
             yield EngineFailed("the model is not loaded", request.turn_id, fatal=True)
             return
+        if self._owns_cancel:
+            self._cancel.clear()  # a cancel stops the running turn, not the next one
         yield from self._run(request)
+
+    def watch(self) -> Iterator[Event]:
+        """Nothing to watch in-process (a crash here takes the caller with it): returns at once."""
+        return iter(())
 
     def cancel(self) -> None:
         """Ask the running turn to stop at the next prefill chunk or token (thread-safe)."""

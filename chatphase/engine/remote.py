@@ -129,6 +129,10 @@ class RemoteEngine:
         self._cancel.clear()
         yield from _Turn(self, request).run()
 
+    def watch(self) -> Iterator[Event]:
+        """Nothing to watch: a server that goes away fails the next request. Returns at once."""
+        return iter(())
+
     def cancel(self) -> None:
         """Stop the running turn: the stream's socket is shut down (thread-safe; no-op when idle)."""
         self._cancel.set()

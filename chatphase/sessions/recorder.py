@@ -21,6 +21,8 @@ from chatphase.sessions.store import (
     load_session_file,
     new_session_id,
     open_append,
+    records_of,
+    session_from_records,
     session_path,
     title_from,
     utc_now,
@@ -48,6 +50,9 @@ class SessionRecorder:
     Write errors (disk full, permissions) raise :class:`~chatphase.sessions.store.SessionError`, unless
     ``on_error`` is set: then it is called once with the message, :attr:`failed` keeps it, and the
     recorder stops writing (the chat goes on unsaved).
+
+    An in-memory recorder (:meth:`in_memory`, for a chat that is not saved) keeps the same records in
+    :attr:`records` instead of a file, so :meth:`session` reads an unsaved chat back the same way.
     """
 
     #: called once with the message of the first write error (instead of raising); see the class doc.
@@ -55,8 +60,11 @@ class SessionRecorder:
     #: the first write error's message once writing has stopped.
     failed: str | None = None
 
-    def __init__(self, path: Path, session_id: str, header: dict | None, next_turn: int = 1):
+    def __init__(
+        self, path: Path, session_id: str, header: dict | None, next_turn: int = 1, records: list[dict] | None = None
+    ):
         self.path = path
+        self.records = records  # in memory instead of the file when not None
         self.id = session_id
         self._header = header  # written lazily (None once on disk)
         self._fh = None
@@ -91,10 +99,34 @@ class SessionRecorder:
         Raises:
             SessionError: as :func:`load_session`.
         """
-        path = resolve_session_path(session_id, directory)
-        s = load_session_file(path)
-        nxt = max((t.index for t in s.turns), default=0) + 1
-        return cls(path, s.id or path.stem, None, nxt), s
+        s = load_session_file(resolve_session_path(session_id, directory))
+        return cls.continuing(s), s
+
+    @classmethod
+    def continuing(cls, session: Session) -> SessionRecorder:
+        """A recorder that appends to the file ``session`` was loaded from, numbering turns on from its."""
+        path = Path(session.path)
+        nxt = max((t.index for t in session.turns), default=0) + 1
+        return cls(path, session.id or path.stem, None, nxt)
+
+    @classmethod
+    def in_memory(cls, *, model: dict, settings: dict, title: str | None = None) -> SessionRecorder:
+        """A recorder for a new session that is kept in memory (nothing touches the disk)."""
+        rec = cls.create(model=model, settings=settings, title=title)
+        rec.records = []
+        return rec
+
+    @classmethod
+    def in_memory_continuing(cls, session: Session) -> SessionRecorder:
+        """An in-memory recorder that starts with ``session``'s records (a loaded session continued unsaved)."""
+        nxt = max((t.index for t in session.turns), default=0) + 1
+        return cls(Path(session.path), session.id, None, nxt, records=records_of(session))
+
+    def session(self) -> Session | None:
+        """The session as recorded so far (``None`` before its first turn)."""
+        if self.records is not None:
+            return session_from_records(self.records) if self.records else None
+        return load_session_file(self.path) if self.path.exists() else None
 
     @property
     def turn_in_flight(self) -> int | None:
@@ -114,6 +146,12 @@ class SessionRecorder:
                 :attr:`on_error` is set.
         """
         if self.failed:
+            return
+        if self.records is not None:
+            if self._header is not None:
+                self.records.append(self._header)
+                self._header = None
+            self.records.append(record)
             return
         try:
             if self._fh is None:

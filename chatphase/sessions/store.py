@@ -257,6 +257,42 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
     return s
 
 
+def records_of(session: Session) -> list[dict]:
+    """The records that replay into ``session`` (:func:`session_from_records`' inverse, up to time stamps
+    of renames and replacements)."""
+    out: list[dict] = [
+        {
+            "type": "session",
+            "version": FORMAT_VERSION,
+            "id": session.id,
+            "title": session.title,
+            "created": session.created,
+            "model": session.model,
+            "settings": session.settings,
+        }
+    ]
+    for t in session.turns:
+        out.append({"type": "turn_start", "turn": t.index, "time": t.started, "user": t.user})
+        if t.status == "partial":
+            out.append({"type": "text", "turn": t.index, "text": t.reply})
+        else:
+            metrics = t.metrics.to_dict() if t.metrics else None
+            out.append(
+                {
+                    "type": "turn_end",
+                    "turn": t.index,
+                    "time": t.finished,
+                    "reply": t.reply,
+                    "metrics": metrics,
+                    "error": t.error,
+                }
+            )
+    replaced = [t.index for t in session.turns if t.replaced]
+    if replaced:
+        out.append({"type": "replace", "turns": replaced, "time": session.last_used or session.created})
+    return out
+
+
 def session_path(session_id: str, directory: Path | None = None) -> Path:
     """The file of ``session_id`` (which must look like an id: no path separators)."""
     if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):

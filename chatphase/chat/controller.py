@@ -1,0 +1,396 @@
+"""ChatController: the one owner of a chat's conversation, its engine and its turns.
+
+It keeps the conversation (a list of :class:`~chatphase.engine.events.Message`) and sends all of it with
+every turn; the engine reuses the KV-cache prefix itself. Engines come from ``engine_factory(model_info,
+settings)`` (an :class:`~chatphase.engine.host.EngineHost` in the CLI, a
+:class:`~chatphase.engine.fake.FakeEngine` in tests). Each engine gets a new ``engine_id`` and each turn a new ``turn_id``, so the late events of a
+replaced engine or an abandoned turn are recognised and dropped here, not by the views.
+
+What an event means is decided here:
+
+- a turn refused or failed before any text (no ``TurnFinished``): its user message leaves the
+  conversation and goes back to the user (``turn_failed``);
+- an engine that dies mid-reply: the text so far stays as the reply, marked (``turn_abandoned``), and
+  the engine is down until :meth:`ChatController.restart_engine`;
+- a non-fatal error followed by ``TurnFinished`` (a remote stream cut mid-reply): the partial reply is
+  kept with ``stop_reason="error"``.
+
+Listeners (:class:`~chatphase.chat.listener.ChatListener`) are told everything; the blocking engine calls
+run in the :class:`~chatphase.chat.dispatch.Dispatcher`. No Textual here: the TUI and ``ask`` drive the
+same controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from chatphase.chat.conversation import Conversation
+from chatphase.chat.dispatch import Dispatcher, EngineJob
+from chatphase.chat.listener import ChatListener, Notice
+from chatphase.chat.turn import Turn, TurnKind
+from chatphase.config import Settings
+from chatphase.engine.base import Engine
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    FirstToken,
+    LoadedModel,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
+)
+from chatphase.errors import ChatPhaseError
+from chatphase.models.gguf_meta import ModelInfo
+
+if TYPE_CHECKING:
+    from chatphase.sessions.store import Session
+
+#: the notice titles of turns that reuse the KV cache on purpose.
+REGENERATE_NOTE = "Regenerate"
+RESEND_NOTE = "Edit and resend"
+COLD_PREFILL_NOTE = "Resumed session: cold prefill"
+
+
+class NotNow(ChatPhaseError):
+    """The chat cannot do that now; ``str`` says why and what to do (one line for the user).
+    ``action``: the id of the user action that would help (``chat.stop``, ``engine.restart``), for a
+    view to name its key."""
+
+    def __init__(self, message: str, action: str | None = None) -> None:
+        super().__init__(message)
+        self.action = action
+
+
+class ChatController:
+    """The conversation, the engine's life and the turn (see the module docstring).
+
+    Args:
+        settings: the user's settings; sampling and the system prompt go with each turn.
+        model_info: the validated model to start with.
+        engine_factory: ``(ModelInfo, Settings) -> Engine``; called to start, restart or switch engines.
+        dispatcher: runs the engine's blocking calls.
+        listeners: told what happens, in order (more with :meth:`add_listener`).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        model_info: ModelInfo,
+        engine_factory: Callable[[ModelInfo, Settings], Engine],
+        dispatcher: Dispatcher,
+        listeners: Iterable[ChatListener] = (),
+    ) -> None:
+        self.settings = settings
+        self.model_info = model_info
+        self.engine_factory = engine_factory
+        self.dispatcher = dispatcher
+        self.listeners: list[ChatListener] = list(listeners)
+        self.history = Conversation()
+        self.engine: Engine | None = None
+        self.engine_id = 0
+        self.loaded: LoadedModel | None = None
+        self.busy = False  # a load or turn job of the current engine is running
+        self.turn: Turn | None = None  # the turn in flight
+        self._last_turn_id = 0
+        self._reuse_note: str | None = None
+        self._closed = False
+
+    # -- state -------------------------------------------------------------------------------------
+    def add_listener(self, listener: ChatListener) -> None:
+        self.listeners.append(listener)
+
+    @property
+    def ready(self) -> bool:
+        """Whether a turn can start now (an engine is loaded and idle)."""
+        return self.loaded is not None and self.engine is not None and not self.busy
+
+    @property
+    def active_turn(self) -> int | None:
+        """The ``turn_id`` of the turn in flight."""
+        return self.turn.turn_id if self.turn is not None else None
+
+    @property
+    def conversation(self) -> list[Message]:
+        """The chat's user and assistant messages, oldest first."""
+        return self.history.messages
+
+    @property
+    def last_reply(self) -> str:
+        """The newest assistant message ("" when there is none)."""
+        return self.history.last_reply
+
+    def _tell(self, method: str, *args) -> None:
+        for listener in list(self.listeners):
+            getattr(listener, method)(*args)
+
+    # -- the engine's life -------------------------------------------------------------------------
+    def start_engine(self) -> None:
+        """Create an engine with the factory and load the model (its result arrives as ``engine_ready``
+        or ``engine_stopped``)."""
+        self.engine_id += 1
+        self.loaded = None
+        self._tell("engine_loading", self.model_info)
+        try:
+            engine = self.engine_factory(self.model_info, self.settings)
+        except Exception as exc:  # a factory failure is shown, never a traceback
+            self._engine_down(f"cannot start the engine: {exc}")
+            return
+        self.engine, self.busy = engine, True
+        self._start("load", engine, engine.load)
+
+    def restart_engine(self) -> None:
+        """Replace the engine with a fresh one (after a crash, or for new engine settings); the
+        conversation is kept."""
+        self._retire_engine()
+        self.start_engine()
+
+    def switch_model(self, info: ModelInfo) -> None:
+        """Close the current engine and start ``engine_factory(info)``; the conversation is kept (the
+        next turn prefills it on the new model)."""
+        self._retire_engine()
+        self.model_info = info
+        self._tell("notice", Notice("model", "Model", f"Switched model to {info.name}"))
+        self.start_engine()
+
+    def apply_settings(self, settings: Settings, reload_keys: Iterable[str] = ()) -> str:
+        """Use new ``settings``: sampling and the system prompt from the next turn; a new model (or models
+        directory) or new engine settings (``reload_keys``) through a new engine, the conversation kept.
+        Returns what was done, in words.
+
+        Raises:
+            ChatPhaseError: the new model cannot be used (the settings stay as they were).
+        """
+        reload_keys = list(reload_keys)
+        if {"model", "models_dir"} & set(reload_keys):
+            from chatphase.models.gguf_meta import read_model_info
+            from chatphase.models.resolve import resolve_model
+
+            info = read_model_info(resolve_model(settings.model, settings.models_dir))
+            self.settings = settings
+            self.switch_model(info)
+            return f"Loading {info.name}"
+        self.settings = settings
+        if reload_keys:
+            self.restart_engine()
+            return f"Reloading the model for {', '.join(reload_keys)}"
+        return "Settings applied"
+
+    def close(self) -> None:
+        """Cancel and close the engine now (blocking; at quit). Idempotent."""
+        self._closed = True
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.cancel()
+            engine.close()
+
+    def _retire_engine(self) -> None:
+        self._drop_turn("abandoned (engine replaced)", "the engine was replaced before the reply began")
+        self._let_go()
+
+    def _engine_down(self, message: str) -> None:
+        self._let_go()
+        self._tell("engine_stopped", message)
+
+    def _let_go(self) -> None:
+        """Drop the current engine: cancelled and closed in the background, its late events ignored."""
+        engine, self.engine = self.engine, None
+        self.engine_id += 1  # whatever its jobs (the turn, the watch) still send is late now
+        self.loaded, self.busy = None, False
+        if engine is not None:
+            engine.cancel()
+            self.dispatcher.spawn(engine.close)
+
+    def _start(self, kind, engine: Engine, call: Callable[[], Iterator[Event]], turn_id: int | None = None) -> None:
+        job = EngineJob(kind, engine, self.engine_id, call, self._deliver, self._job_ended, self._current, turn_id)
+        self.dispatcher.start(job)
+
+    def _current(self, job: EngineJob) -> bool:
+        """Whether ``job`` belongs to the current engine (a dispatcher that defers a start asks)."""
+        return job.engine_id == self.engine_id and not self._closed
+
+    # -- turns -------------------------------------------------------------------------------------
+    def _check_ready(self, what: str) -> None:
+        if self.ready:
+            return
+        if self.turn is not None:
+            raise NotNow(f"Not {what}: wait for the reply or stop it", "chat.stop")
+        if self.engine is None:
+            raise NotNow(f"Not {what}: the engine is stopped; restart it", "engine.restart")
+        raise NotNow(f"Not {what}: the model is still loading.")
+
+    def send(self, text: str) -> Turn:
+        """Add ``text`` as a user message and start a turn.
+
+        Raises:
+            NotNow: no engine is ready (loading, stopped, or a turn is running); the text is not kept.
+        """
+        self._check_ready("sent")
+        kind: TurnKind = "resend" if self._reuse_note == RESEND_NOTE else "send"
+        self.history.add("user", text)
+        return self._begin(kind)
+
+    def regenerate(self) -> Turn:
+        """Drop the last reply and generate it again (the same prompt, so the KV cache is reused).
+
+        Raises:
+            NotNow: not ready, or there is no reply to regenerate.
+        """
+        self._check_ready("regenerated")
+        removed = self.history.take_back_reply()
+        if removed is None:
+            raise NotNow("There is no reply to regenerate.")
+        self._tell("history_rewound", (removed,))
+        self._reuse_note = REGENERATE_NOTE
+        return self._begin("regenerate")
+
+    def take_back_last(self) -> str:
+        """Take the last user message (and its reply) out of the conversation for editing; returns its
+        text. The next :meth:`send` is an edit-and-resend (it reports the KV cache it reuses).
+
+        Raises:
+            NotNow: not ready, or there is no message to edit.
+        """
+        self._check_ready("edited")
+        removed = self.history.take_back_exchange()
+        if not removed:
+            raise NotNow("There is no message to edit.")
+        self._tell("history_rewound", removed)
+        self._reuse_note = RESEND_NOTE
+        return removed[0].content
+
+    def stop(self) -> bool:
+        """Cancel the running turn (it ends with its partial reply, ``stop_reason="cancelled"``); returns
+        whether one was running."""
+        if self.turn is None or self.engine is None:
+            return False
+        self.engine.cancel()
+        return True
+
+    def new_chat(self) -> None:
+        """Forget the conversation and its turns (a running turn is cancelled and dropped)."""
+        if self.turn is not None and self.engine is not None:
+            self.engine.cancel()
+        self.turn = None
+        self.history.clear()
+        self._reuse_note = None
+        self._tell("chat_cleared")
+
+    def restore(self, session: Session) -> None:
+        """Continue ``session``'s conversation (its turns taken back stay out). The KV cache does not hold
+        it, so the next turn is a cold prefill, and its notice says so.
+
+        Raises:
+            NotNow: a turn is running.
+        """
+        if self.turn is not None:
+            raise NotNow("Wait for the reply (Esc stops it), then open the session.")
+        self.history.restore(session.history(), max((t.index for t in session.turns), default=0))
+        self._reuse_note = COLD_PREFILL_NOTE
+        self._tell("history_restored", session)
+
+    def _begin(self, kind: TurnKind) -> Turn:
+        assert self.engine is not None
+        self._last_turn_id += 1
+        messages = self.history.request_messages(self.settings.system_prompt)
+        request = TurnRequest(self._last_turn_id, messages, self.settings.sampling)
+        users = self.history.user_messages()
+        turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
+        self.turn, self.busy = turn, True
+        self._tell("turn_started", turn)
+        engine = self.engine
+        self._start("turn", engine, lambda: engine.run_turn(request), turn.turn_id)
+        return turn
+
+    # -- events (on the controller's thread, from the dispatcher) ---------------------------------
+    def _deliver(self, job: EngineJob, event: Event) -> None:
+        if not self._current(job):
+            return  # a replaced engine's late event
+        if isinstance(event, ModelLoaded):
+            self.loaded = event.model
+            self._tell("engine_ready", event.model)
+            self._start("watch", job.engine, job.engine.watch)
+            return
+        if isinstance(event, EngineFailed):
+            self._failed(event)
+            return
+        turn = self.turn
+        if turn is None or getattr(event, "turn_id", None) != turn.turn_id:
+            return  # the rest of a turn that was abandoned or dropped
+        if isinstance(event, TokensDecoded):
+            turn.decoded(event)
+            self._tell("tokens_decoded", turn, event)
+        elif isinstance(event, PrefillProgress):
+            turn.progress = event
+            self._tell("prefill_progress", turn, event)
+        elif isinstance(event, FirstToken):
+            turn.first_token(event)
+            self._tell("first_token", turn, event)
+        elif isinstance(event, PrefillStarted):
+            self._prefill_started(turn, event)
+        elif isinstance(event, TurnFinished):
+            self._finished(turn, event)
+
+    def _prefill_started(self, turn: Turn, ev: PrefillStarted) -> None:
+        turn.prefill = ev
+        self._tell("prefill_started", turn, ev)
+        if ev.dropped_messages:
+            self._tell("notice", Notice.dropped(ev.dropped_messages))
+        if self._reuse_note and ev.prompt_tokens is not None:
+            self._tell("notice", Notice.reuse(self._reuse_note, ev))
+        self._reuse_note = None
+
+    def _finished(self, turn: Turn, ev: TurnFinished) -> None:
+        self.turn = None
+        self.history.add("assistant", ev.reply)
+        self._tell("turn_finished", turn, ev)
+        if ev.metrics.stop_reason == "context_full":
+            self._tell("notice", Notice.context_full())
+
+    def _failed(self, ev: EngineFailed) -> None:
+        turn = self.turn
+        if not ev.fatal:
+            if turn is not None and ev.turn_id == turn.turn_id:
+                turn.error = ev.message  # a TurnFinished may follow (a partial reply); else the job's end decides
+                title = "Not sent" if turn.prefill is None else "Turn error"
+                self._tell("notice", Notice("turn_error", title, ev.message, "error"))
+            return
+        self._drop_turn("engine stopped: partial reply kept", ev.message)
+        self._engine_down(ev.message)
+
+    def _job_ended(self, job: EngineJob) -> None:
+        if not self._current(job) or job.kind == "watch":
+            return
+        self.busy = False
+        turn = self.turn
+        if job.kind == "turn" and turn is not None and turn.turn_id == job.turn_id:  # ended without TurnFinished
+            why = f"ended early: {turn.error}" if turn.error else "ended early: partial reply kept"
+            self._drop_turn(why, turn.error or "the engine ended the turn without a result")
+
+    def _drop_turn(self, why: str, message: str) -> None:
+        """End the turn in flight without its result: kept as a partial reply if text streamed, else failed."""
+        if self.turn is not None:
+            if self.turn.reply:
+                self._abandon_turn(why)
+            else:
+                self._fail_turn(message)
+
+    def _fail_turn(self, message: str) -> None:
+        """The turn produced no reply: its user message leaves the conversation (to be given back)."""
+        turn, self.turn = self.turn, None
+        if turn is None:
+            return
+        self.history.drop_unanswered()
+        self._tell("turn_failed", turn, message)
+
+    def _abandon_turn(self, why: str) -> None:
+        """Stop following the turn in flight; what streamed so far is kept as its reply."""
+        turn, self.turn = self.turn, None
+        if turn is None:
+            return
+        self.history.add("assistant", turn.reply)
+        self._tell("turn_abandoned", turn, why)

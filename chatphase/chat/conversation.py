@@ -1,0 +1,68 @@
+"""The conversation of a chat: its messages, oldest first, and how its turns are numbered.
+
+Only user and assistant messages are kept; the system prompt is the settings', added to each turn's
+request (:meth:`Conversation.request_messages`). Numbers count the turns begun in this chat from 1 (a
+refused turn gives its number back; a new chat starts again at 1; a resumed session goes on from its
+own numbers).
+"""
+
+from __future__ import annotations
+
+from chatphase.engine.events import Message
+
+
+class Conversation:
+    """``messages`` (user/assistant) and the number of the newest turn (``numbered``)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.numbered = 0
+
+    def request_messages(self, system_prompt: str | None) -> tuple[Message, ...]:
+        """What a turn sends: the system prompt (if any), then every message."""
+        system = [Message("system", system_prompt)] if system_prompt else []
+        return tuple(system + self.messages)
+
+    def user_messages(self) -> list[str]:
+        return [m.content for m in self.messages if m.role == "user"]
+
+    @property
+    def last_reply(self) -> str:
+        """The newest assistant message ("" when there is none)."""
+        return next((m.content for m in reversed(self.messages) if m.role == "assistant"), "")
+
+    def add(self, role, content: str) -> None:
+        self.messages.append(Message(role, content))
+
+    def take_back_reply(self) -> Message | None:
+        """Remove and return the last message if it is a reply (regenerate), else ``None``."""
+        if self.messages and self.messages[-1].role == "assistant":
+            return self.messages.pop()
+        return None
+
+    def take_back_exchange(self) -> tuple[Message, ...]:
+        """Remove and return the last user message and what follows it (edit), oldest first."""
+        users = [i for i, m in enumerate(self.messages) if m.role == "user"]
+        if not users:
+            return ()
+        removed = tuple(self.messages[users[-1] :])
+        del self.messages[users[-1] :]
+        return removed
+
+    def drop_unanswered(self) -> None:
+        """Remove a trailing user message (its turn produced no reply) and give its number back."""
+        if self.messages and self.messages[-1].role == "user":
+            self.messages.pop()
+        self.numbered -= 1
+
+    def next_number(self) -> int:
+        self.numbered += 1
+        return self.numbered
+
+    def clear(self) -> None:
+        self.messages.clear()
+        self.numbered = 0
+
+    def restore(self, messages: list[Message], numbered: int) -> None:
+        self.messages[:] = [m for m in messages if m.role != "system"]
+        self.numbered = numbered

@@ -1,0 +1,122 @@
+"""What the chat controller tells its listeners: one typed interface for the TUI, the session
+recording and ``ask``.
+
+Every method is a no-op here; a listener overrides what it shows or keeps. Calls come on the
+controller's thread (the UI thread in the TUI), in the order things happened; engine events are passed
+as the engine's own event objects (:mod:`chatphase.engine.events`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from chatphase.chat.turn import Turn
+from chatphase.engine.events import (
+    FirstToken,
+    LoadedModel,
+    Message,
+    PrefillProgress,
+    PrefillStarted,
+    TokensDecoded,
+    TurnFinished,
+)
+from chatphase.models.gguf_meta import ModelInfo
+
+if TYPE_CHECKING:
+    from chatphase.sessions.store import Session
+
+NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model"]
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A plain-language note for the user: ``kind`` says what it is about (a view may add its own key
+    hints per kind), ``title`` a short heading, ``text`` one or two sentences."""
+
+    kind: NoticeKind
+    title: str
+    text: str
+    severity: Severity = "information"
+
+    @classmethod
+    def dropped(cls, n_messages: int) -> Notice:
+        return cls(
+            "dropped",
+            "Context trimmed",
+            f"The context is full: the {n_messages} oldest message(s) were left out of the prompt (system prompt kept).",
+            "warning",
+        )
+
+    @classmethod
+    def context_full(cls) -> Notice:
+        return cls(
+            "context_full",
+            "Context full",
+            "The reply filled the context (n_ctx). Start a new chat or raise n_ctx.",
+            "warning",
+        )
+
+    @classmethod
+    def reuse(cls, title: str, ev: PrefillStarted) -> Notice:
+        return cls(
+            "reuse",
+            title,
+            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
+            f"{ev.prefill_tokens:,} to evaluate.",
+        )
+
+
+class ChatListener:
+    """Told by :class:`~chatphase.chat.controller.ChatController` what happened (see the module docstring)."""
+
+    # -- the engine --------------------------------------------------------------------------------
+    def engine_loading(self, model: ModelInfo) -> None:
+        """A new engine starts and loads ``model`` (at start, restart and model switch)."""
+
+    def engine_ready(self, loaded: LoadedModel) -> None:
+        """The engine has loaded its model and takes turns."""
+
+    def engine_stopped(self, message: str) -> None:
+        """The engine is gone (a crash, a failed load or start); restarting it is the way on."""
+
+    # -- a turn ------------------------------------------------------------------------------------
+    def turn_started(self, turn: Turn) -> None:
+        """A turn was sent to the engine (for ``send``/``resend`` its user message was just added)."""
+
+    def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
+        """Templating and tokenisation are done; prefill of ``event.prefill_tokens`` starts."""
+
+    def prefill_progress(self, turn: Turn, event: PrefillProgress) -> None:
+        """More of the prompt evaluated."""
+
+    def first_token(self, turn: Turn, event: FirstToken) -> None:
+        """The first generated token: TTFT is known, decode begins."""
+
+    def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
+        """More generated tokens."""
+
+    def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
+        """The turn is over; its reply is the conversation's last message."""
+
+    def turn_failed(self, turn: Turn, message: str) -> None:
+        """The turn produced no reply (refused, or the engine failed before any text): its user message
+        (``turn.user``) left the conversation, to be given back to the user."""
+
+    def turn_abandoned(self, turn: Turn, why: str) -> None:
+        """The turn ended without its result (the engine died or was replaced mid-reply): the text so
+        far (``turn.reply``) is kept as its reply, marked with ``why``."""
+
+    # -- the conversation --------------------------------------------------------------------------
+    def history_rewound(self, removed: tuple[Message, ...]) -> None:
+        """Regenerate or edit took the newest messages back (``removed``, oldest first)."""
+
+    def chat_cleared(self) -> None:
+        """A new chat: the conversation and its turns are forgotten."""
+
+    def history_restored(self, session: Session) -> None:
+        """A saved session's conversation is the chat's now (its turns shown, the KV cache empty)."""
+
+    def notice(self, notice: Notice) -> None:
+        """Something to tell the user."""

@@ -1,0 +1,97 @@
+"""SessionRecording as a listener of the chat controller: what reaches the session file, without Textual."""
+
+from __future__ import annotations
+
+from chat_support import make_chat
+
+from chatphase.chat.recording import SessionRecording
+from chatphase.config import Settings
+from chatphase.sessions.catalog import list_sessions, load_session
+
+
+def recorded_chat(**kw):
+    chat, _engines, _calls = make_chat(**kw)
+    recording = SessionRecording(chat)
+    chat.add_listener(recording)
+    chat.start_engine()
+    chat.dispatcher.drain()
+    return chat, recording
+
+
+def say(chat, *texts):
+    for text in texts:
+        chat.send(text)
+        chat.dispatcher.drain()
+
+
+def test_turns_are_recorded_with_their_metrics():
+    chat, recording = recorded_chat(replies=["one", "two"])
+    say(chat, "what is prefill", "and decode")
+    s = load_session(recording.recorder.id)
+    assert [(t.user, t.reply, t.status) for t in s.turns] == [
+        ("what is prefill", "one", "complete"),
+        ("and decode", "two", "complete"),
+    ]
+    assert all(t.metrics is not None for t in s.turns) and s.settings["n_ctx"] == 4096
+
+
+def test_taken_back_turns_are_marked_replaced():
+    chat, recording = recorded_chat()
+    say(chat, "one", "two")
+    chat.regenerate()
+    chat.dispatcher.drain()
+    chat.take_back_last()
+    say(chat, "two, edited")
+    s = load_session(recording.recorder.id)
+    assert [(t.user, t.replaced) for t in s.turns] == [
+        ("one", False),
+        ("two", True),
+        ("two", True),
+        ("two, edited", False),
+    ]
+    assert [m for m in s.history() if m.role != "system"] == chat.conversation
+
+
+def test_a_refused_message_is_not_recorded():
+    chat, recording = recorded_chat(settings=Settings(n_ctx=40))
+    say(chat, "word " * 60)
+    assert recording.recorder is None and list_sessions() == []
+    say(chat, "hi")
+    assert [t.user for t in load_session(recording.recorder.id).turns] == ["hi"]
+
+
+def test_a_new_chat_is_a_new_session_and_a_restored_one_continues_its_file():
+    chat, recording = recorded_chat()
+    say(chat, "first")
+    first = recording.recorder.id
+    chat.new_chat()
+    say(chat, "a new topic")
+    second = recording.recorder.id
+    assert first != second and {s.id for s in list_sessions()} == {first, second}
+    chat.new_chat()
+    chat.restore(load_session(first))
+    say(chat, "back again")
+    s = load_session(first)
+    assert recording.recorder.id == first and [t.user for t in s.turns] == ["first", "back again"]
+    assert [t.index for t in s.turns] == [1, 2]
+
+
+def test_an_engine_death_mid_reply_keeps_the_partial_turn():
+    chat, recording = recorded_chat(crash_at="decode")
+    say(chat, "hello")
+    (turn,) = load_session(recording.recorder.id).turns
+    assert turn.status == "failed" and turn.reply and "partial reply kept" in turn.error
+
+
+def test_a_write_error_is_reported_once_and_the_chat_goes_on(monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("CHATPHASE_DATA_DIR", str(blocker))
+    errors = []
+    chat, _engines, _ = make_chat()
+    chat.add_listener(SessionRecording(chat, on_error=errors.append))
+    chat.start_engine()
+    chat.dispatcher.drain()
+    say(chat, "one", "two")
+    assert len(errors) == 1 and "cannot save the session" in errors[0]
+    assert len(chat.conversation) == 4
