@@ -56,11 +56,6 @@ _FLASH_ATTN = {
 _ALL_LAYERS = 0x7FFFFFFF  # llama.cpp clamps to the model's layer count
 
 
-class _NeverSet:
-    def is_set(self) -> bool:
-        return False
-
-
 class LlamaEngine:
     """In-process llama.cpp engine (implements :class:`chatphase.engine.base.Engine`).
 
