@@ -13,20 +13,16 @@ import argparse
 import json
 import sys
 
+from chatphase.chat.controller import ChatController
+from chatphase.chat.dispatch import InlineDispatcher
+from chatphase.chat.listener import ChatListener, Notice
+from chatphase.chat.recording import SessionRecording
+from chatphase.chat.turn import Turn
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
-from chatphase.engine.events import (
-    EngineFailed,
-    FirstToken,
-    Message,
-    ModelLoaded,
-    TokensDecoded,
-    TurnFinished,
-    TurnRequest,
-)
+from chatphase.engine.events import FirstToken, LoadedModel, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
-from chatphase.sessions.recorder import cli_recorder
 from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
 
 
@@ -59,97 +55,120 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
     )
 
 
+class _Printer(ChatListener):
+    """``ask``'s view of the chat: streams replies to stdout (not with ``--json``), one metrics line
+    per turn and the chat's notices to stderr, and keeps the turns and the failure for the exit code."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.loaded: LoadedModel | None = None
+        self.turns: list[dict] = []
+        self.stopped: str | None = None  # the engine is gone (exit 1)
+        self.refused: str | None = None  # the turn was refused before prefill (exit 2)
+        self.turn_error: str | None = None  # the turn ended with an error (exit 1 after it is kept)
+
+    def engine_ready(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        for note in loaded.notes:
+            print(f"chatphase: {note}", file=sys.stderr)
+
+    def engine_stopped(self, message: str) -> None:
+        self.stopped = message
+
+    def first_token(self, turn: Turn, event: FirstToken) -> None:
+        self._write(event.text)
+
+    def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
+        self._write(event.text)
+
+    def _write(self, text: str) -> None:
+        if not self.as_json:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
+        if not self.as_json:
+            sys.stdout.write("\n")
+            print(metrics_line(turn.number, event.metrics), file=sys.stderr)
+        self.turns.append(
+            {
+                "prompt": turn.user,
+                "reply": event.reply,
+                "metrics": event.metrics.to_dict(),
+                "server_timings": event.server_timings,
+            }
+        )
+
+    def turn_failed(self, turn: Turn, message: str) -> None:
+        if turn.prefill is None and self.stopped is None:
+            self.refused = message
+
+    def notice(self, notice: Notice) -> None:
+        if notice.kind == "turn_error":
+            self.turn_error = notice.text
+        elif notice.kind in ("dropped", "context_full"):
+            print(f"chatphase: {notice.text}", file=sys.stderr)
+
+    def emit_json(self) -> None:
+        """With ``--json``, print what was done so far (also before failing)."""
+        if not self.as_json or self.loaded is None:
+            return
+        loaded = self.loaded
+        model = loaded.info.to_dict()
+        model.pop("attention", None)
+        from chatphase.system.gpu import gpu_memory_used_bytes
+
+        model.update(
+            kv_bytes_per_token=loaded.kv_bytes_per_token,
+            load_ms=loaded.load_ms,
+            layers_offloaded=loaded.layers_offloaded,
+            layers_total=loaded.layers_total,
+            gpu_memory_bytes=gpu_memory_used_bytes(loaded.pid),
+            notes=list(loaded.notes),
+        )
+        json.dump(
+            {"model": model, "settings": loaded.settings, "turns": self.turns}, sys.stdout, indent=2, ensure_ascii=False
+        )
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the turns; see the module docstring for output and exit codes."""
     settings = settings_from_args(args)
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
     info = model_info_for(settings, pull=args.pull)
-    recorder = None if args.no_save else cli_recorder(info.to_dict(), settings.to_dict())
-    host = engine_for(settings, info)
+    engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
+    chat = ChatController(settings, info, lambda _info, _settings: engine, InlineDispatcher())
+    printer = _Printer(args.json)
+    chat.add_listener(printer)
+    recording = None
+    if not args.no_save:
+        recording = SessionRecording(chat, on_error=lambda m: print(f"chatphase: {m}; not saving", file=sys.stderr))
+        chat.add_listener(recording)
     try:
-        return _run(args, settings, info, host, recorder)
+        return _run(chat, printer, args.prompts)
     finally:
-        host.close()
-        if recorder is not None:
-            recorder.close()
-            if recorder.turns_recorded and not recorder.failed:
+        chat.close()
+        if recording is not None:
+            recorder = recording.recorder
+            recording.close()
+            if recorder is not None and recorder.turns_recorded and not recorder.failed:
                 print(f"chatphase: saved as session {recorder.id}", file=sys.stderr)
 
 
-def _run(args, settings, info, host, recorder=None) -> int:
-    out = sys.stdout
-    loaded = None
-    for event in host.load():
-        if isinstance(event, EngineFailed):
-            raise EngineError(event.message)
-        if isinstance(event, ModelLoaded):
-            loaded = event.model
-    for note in loaded.notes:
-        print(f"chatphase: {note}", file=sys.stderr)
-    messages: list[Message] = [Message("system", settings.system_prompt)] if settings.system_prompt else []
-    turns = []
-    for i, prompt in enumerate(args.prompts, start=1):
-        messages.append(Message("user", prompt))
-        request = TurnRequest(i, tuple(messages), settings.sampling)
-        finished, failure = None, None
-        if recorder is not None:
-            recorder.begin_turn(prompt)
-        for event in host.run_turn(request):
-            if recorder is not None:
-                recorder.observe(event)
-            if isinstance(event, (FirstToken, TokensDecoded)) and not args.json:
-                out.write(event.text)
-                out.flush()
-            elif isinstance(event, TurnFinished):
-                finished = event
-            elif isinstance(event, EngineFailed):
-                failure = event
-                if event.fatal:
-                    _emit_partial(args, loaded, turns)
-                    raise EngineError(event.message)
-        if finished is None:  # refused before prefill (a message too long for n_ctx)
-            _emit_partial(args, loaded, turns)
-            raise UsageError(failure.message if failure else "the engine ended the turn without a result")
-        if finished.metrics.dropped_messages:
-            print(
-                f"chatphase: {finished.metrics.dropped_messages} oldest messages left out to fit n_ctx", file=sys.stderr
-            )
-        if not args.json:
-            out.write("\n")
-            print(metrics_line(i, finished.metrics), file=sys.stderr)
-        messages.append(Message("assistant", finished.reply))
-        turns.append(
-            {
-                "prompt": prompt,
-                "reply": finished.reply,
-                "metrics": finished.metrics.to_dict(),
-                "server_timings": finished.server_timings,
-            }
-        )
-        if failure is not None:
-            _emit_partial(args, loaded, turns)
-            raise EngineError(failure.message)
-    _emit_partial(args, loaded, turns)
+def _run(chat: ChatController, printer: _Printer, prompts: list[str]) -> int:
+    chat.start_engine()  # inline: loaded (or stopped) when it returns
+    if printer.stopped is not None:
+        raise EngineError(printer.stopped)
+    for prompt in prompts:
+        chat.send(prompt)  # inline: the whole turn
+        failure = printer.stopped or printer.turn_error
+        if printer.refused is not None or failure is not None:
+            printer.emit_json()
+            if printer.refused is not None:
+                raise UsageError(printer.refused)
+            raise EngineError(failure)
+    printer.emit_json()
     return 0
-
-
-def _emit_partial(args, loaded, turns) -> None:
-    """With ``--json``, print what was done so far (also before failing)."""
-    if not args.json:
-        return
-    model = loaded.info.to_dict()
-    model.pop("attention", None)
-    from chatphase.system.gpu import gpu_memory_used_bytes
-
-    model.update(
-        kv_bytes_per_token=loaded.kv_bytes_per_token,
-        load_ms=loaded.load_ms,
-        layers_offloaded=loaded.layers_offloaded,
-        layers_total=loaded.layers_total,
-        gpu_memory_bytes=gpu_memory_used_bytes(loaded.pid),
-        notes=list(loaded.notes),
-    )
-    json.dump({"model": model, "settings": loaded.settings, "turns": turns}, sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
-    sys.stdout.flush()
