@@ -46,8 +46,8 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
+from chatphase.chat.listener import ChatListener
 from chatphase.config import Settings
 from chatphase.engine.events import (
     EngineFailed,
@@ -64,9 +64,7 @@ from chatphase.engine.host import EngineHost
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
-from chatphase.ui import app as app_module
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.dashboard import DASHBOARD_CSS_PATH
 
 # Replies of about a hundred tokens: a decode rate over a handful of tokens (a one-line answer) measures
 # scheduling noise, not the TUI.
@@ -102,6 +100,10 @@ class SharedEngine:
     def run_turn(self, request: TurnRequest) -> Iterator[Event]:
         yield from self.host.run_turn(replace(request, reset_cache=True, ignore_eos=self.ignore_eos))
 
+    def watch(self) -> Iterator[Event]:
+        """Nothing: the benchmark watches the host itself."""
+        return iter(())
+
     def cancel(self) -> None:
         self.host.cancel()
 
@@ -123,33 +125,26 @@ class ArmResult:
     wall_s: float = 0.0
 
 
-class MeasuredApp(ChatPhaseApp):
-    """ChatPhaseApp that records when its handlers see the first token and each decoded batch.
+class TurnTimes(ChatListener):
+    """Records, on the app's thread, when the chat view is told of the first token and each decoded
+    batch (the listener runs just before the view draws them)."""
 
-    Textual calls the handlers of every class in the MRO, so these run (first) in addition to the app's own.
-    Relative ``CSS_PATH`` entries resolve against the subclass's file, so the app's are made absolute.
-    """
-
-    CSS_PATH = [Path(app_module.__file__).with_name("app.tcss"), DASHBOARD_CSS_PATH]
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self) -> None:
         self.t_first_seen_ns: int | None = None
         self.cpu_first_s = 0.0
         self.decoded: list[tuple[int, int, int, float]] = []
         self.finished: TurnFinished | None = None
 
-    def on_first_token_arrived(self, message) -> None:
+    def first_token(self, turn, event) -> None:
         if self.t_first_seen_ns is None:
             self.t_first_seen_ns = time.perf_counter_ns()
             self.cpu_first_s = time.process_time()
 
-    def on_text_decoded(self, message) -> None:
-        ev = message.event
-        self.decoded.append((ev.t_ns, ev.decode_tokens, time.perf_counter_ns(), time.process_time()))
+    def tokens_decoded(self, turn, event) -> None:
+        self.decoded.append((event.t_ns, event.decode_tokens, time.perf_counter_ns(), time.process_time()))
 
-    def on_turn_done(self, message) -> None:
-        self.finished = message.event
+    def turn_finished(self, turn, event) -> None:
+        self.finished = event
 
 
 def engine_arm(shared: SharedEngine, request: TurnRequest) -> ArmResult:
@@ -181,24 +176,30 @@ def engine_arm(shared: SharedEngine, request: TurnRequest) -> ArmResult:
 
 
 async def _tui_turn(shared: SharedEngine, settings: Settings, prompt: str) -> ArmResult:
-    app = MeasuredApp(settings, shared.host.info, lambda info: shared)
+    app = ChatPhaseApp(settings, shared.host.info, lambda info, current: shared, save_sessions=False)
+    times = TurnTimes()
+    app.chat.listeners.insert(0, times)
     async with app.run_test(size=TUI_SIZE) as pilot:
-        while app.loaded is None or app.busy:
+        while not app.chat.ready:
             await pilot.pause(0.01)
         # Nobody sends in the instant the model is ready: let the start-up paint (the dashboard, its plots)
         # finish first, so that it is not counted as the turn's cost.
         await pilot.pause(SETTLE_S)
         t0 = time.perf_counter_ns()
-        if not app.send(prompt):
-            raise SystemExit("the app refused the prompt")
-        while app.finished is None:
+        app.chat.send(prompt)
+        while times.finished is None:
             await asyncio.sleep(0.005)
         await pilot.pause()
-        cpu_s = time.process_time() - app.cpu_first_s
-        wall_s = (time.perf_counter_ns() - app.t_first_seen_ns) / 1e9
-        assert app.t_first_seen_ns is not None
+        assert times.t_first_seen_ns is not None
+        cpu_s = time.process_time() - times.cpu_first_s
+        wall_s = (time.perf_counter_ns() - times.t_first_seen_ns) / 1e9
         return ArmResult(
-            app.finished.metrics, (app.t_first_seen_ns - t0) / 1e6, app.decoded, app.finished.reply, cpu_s, wall_s
+            times.finished.metrics,
+            (times.t_first_seen_ns - t0) / 1e6,
+            times.decoded,
+            times.finished.reply,
+            cpu_s,
+            wall_s,
         )
 
 

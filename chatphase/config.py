@@ -28,6 +28,9 @@ class Settings:
     Remote: ``server`` (an OpenAI-compatible server URL; ``None`` = run the local model), ``api_key_env``
     (the environment variable holding its API key: the key itself is never a setting, so never saved),
     ``remote_model`` (the served model to ask for). See :mod:`chatphase.engine.remote`.
+
+    Keys: ``keys`` maps the TUI's action ids (``chat.stop``, ``chat.new``…; F1 lists them) to keys
+    (``"ctrl+s"``, or several as ``"ctrl+s,f6"``), the config file's ``[keys]`` table.
     """
 
     model: str | None = None
@@ -48,6 +51,7 @@ class Settings:
     remote_model: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     theme: str = "textual-dark"
+    keys: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> Settings:
         """Check ranges and choices; returns ``self``.

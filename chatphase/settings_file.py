@@ -12,6 +12,8 @@ Precedence, highest first: CLI flag > environment > config file > built-in defau
       [sampling]
       temperature = 0.2
       max_tokens = 256
+      [keys]                      # the TUI's action ids (F1 lists them) -> keys
+      "chat.stop" = "escape,ctrl+s"
 
   Read with :mod:`tomllib`, written with ``tomli_w``. A file that is not valid TOML, or has an unknown
   key, a value of the wrong type or out of range, is reported in one message naming the key and the
@@ -47,7 +49,8 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
 
 ENV_PREFIX = "CHATPHASE_"
 SAMPLING_TABLE = "sampling"
-_TOP_HINTS = {k: v for k, v in typing.get_type_hints(Settings).items() if k != SAMPLING_TABLE}
+KEYS_TABLE = "keys"
+_TOP_HINTS = {k: v for k, v in typing.get_type_hints(Settings).items() if k not in (SAMPLING_TABLE, KEYS_TABLE)}
 _SAMPLING_HINTS = typing.get_type_hints(SamplingParams)
 #: every setting key (sampling ones flat), in declaration order.
 SETTING_KEYS: tuple[str, ...] = tuple(_TOP_HINTS) + tuple(_SAMPLING_HINTS)
@@ -191,7 +194,9 @@ def parse_config_text(text: str) -> dict:
         reason = re.sub(r" \(at line.*", "", str(exc))
         raise ConfigProblem(f"invalid TOML: {reason}", key, line) from None
     out: dict = {}
-    items = [(k, v, None) for k, v in doc.items() if k != SAMPLING_TABLE]
+    if KEYS_TABLE in doc:
+        out[KEYS_TABLE] = _keys_table(doc[KEYS_TABLE], text)
+    items = [(k, v, None) for k, v in doc.items() if k not in (SAMPLING_TABLE, KEYS_TABLE)]
     samp = doc.get(SAMPLING_TABLE, {})
     if not isinstance(samp, dict):
         raise ConfigProblem("must be a table ([sampling])", SAMPLING_TABLE, key_line(text, SAMPLING_TABLE))
@@ -211,6 +216,21 @@ def parse_config_text(text: str) -> dict:
             raise ConfigProblem(str(exc), name, line) from None
         out[key] = value
     return out
+
+
+def _keys_table(value, text: str) -> dict[str, str]:
+    """The ``[keys]`` table: action id -> key string (which ids exist is the TUI's to check).
+
+    Raises:
+        ConfigProblem: not a table, or a value that is not a non-empty string.
+    """
+    if not isinstance(value, dict):
+        raise ConfigProblem("must be a table ([keys])", KEYS_TABLE, key_line(text, KEYS_TABLE))
+    for action, keys in value.items():
+        if not isinstance(keys, str) or not keys.strip():
+            line = key_line(text, action, KEYS_TABLE)
+            raise ConfigProblem(f'expected keys as a string, e.g. "ctrl+s", got {keys!r}', f"keys.{action}", line)
+    return {action: keys.replace(" ", "") for action, keys in value.items()}
 
 
 def env_overrides(environ: typing.Mapping[str, str] | None = None) -> dict:
@@ -240,7 +260,7 @@ def _apply(settings: Settings, values: dict) -> Settings:
     ``models_dir`` starting with ``~`` is expanded."""
     from dataclasses import replace
 
-    top = {k: v for k, v in values.items() if k in _TOP_HINTS}
+    top = {k: v for k, v in values.items() if k in _TOP_HINTS or k == KEYS_TABLE}
     if top.get("models_dir"):
         top["models_dir"] = str(Path(top["models_dir"]).expanduser())
     samp = {k: v for k, v in values.items() if k in _SAMPLING_HINTS}
@@ -321,6 +341,8 @@ def settings_to_toml(settings: Settings) -> str:
             samp[k] = "auto" if v is None else v
     if samp:
         top[SAMPLING_TABLE] = samp
+    if settings.keys:
+        top[KEYS_TABLE] = dict(settings.keys)
     return tomli_w.dumps(top)
 
 

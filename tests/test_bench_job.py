@@ -88,5 +88,5 @@ def test_a_child_that_dies_is_reported_not_hung(default_model_info, tmp_path):
     for ev in job.events():
         events.append(ev)
         if len(events) == 1:
-            os.kill(job._proc.pid, signal.SIGKILL)
+            os.kill(job.pid, signal.SIGKILL)
     assert isinstance(events[-1], BenchFailed) and "died" in events[-1].message

@@ -191,6 +191,6 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
         assert "Experiments: Open" in {c.title for c in app.get_system_commands(app.screen)}
         await pilot.press("ctrl+t")  # with the prompt box focused, as a user would (F6/F7 belong to TextArea)
         await wait_for(pilot, lambda: isinstance(app.screen, ExperimentsScreen))
-        assert app.screen.model_info == app.model_info and app.screen.settings is app.settings
+        assert app.screen.model_info == app.chat.model_info and app.screen.settings is app.chat.settings
         await pilot.press("escape")  # nothing running: closes
         await wait_for(pilot, lambda: not isinstance(app.screen, ExperimentsScreen))

@@ -75,7 +75,7 @@ async def test_selecting_a_row_shows_that_turns_metrics_and_timeline(app):
         explain = text_of(detail.query_one("#detail-explain", Static))
         assert explain.startswith("prefill: compute bound") and "\ndecode: per-token overhead bound" in explain
         timeline = detail.query_one(TurnTimeline)
-        assert timeline._metrics is TURNS[0]
+        assert timeline.metrics is TURNS[0]
         rendered = timeline.render().plain
         assert "prefill 375.0 ms" in rendered and "decode 1.58 s" in rendered and "evaluated 120 tok" in rendered
         await pilot.press("down", "enter")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Label
+from ui_support import notifications, record_notifications
 
 from chatphase.models.resolve import ModelEntry
 from chatphase.ui.model_picker import ModelPickerScreen
@@ -62,6 +63,7 @@ async def test_enter_returns_the_chosen_model(default_model_info, tmp_path):
 
 async def test_unusable_file_shows_its_reason_and_is_not_chosen(default_model_info, tmp_path):
     app = Host(lambda: entries(default_model_info, tmp_path))
+    record_notifications(app)
     async with app.run_test(size=(140, 30)) as pilot:
         table = await wait_rows(pilot, 3)
         assert str(table.get_row_at(2)[2]) == "unusable"
@@ -71,7 +73,7 @@ async def test_unusable_file_shows_its_reason_and_is_not_chosen(default_model_in
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, ModelPickerScreen) and app.results == []
-        assert any("not a GGUF file" in n.message for n in app._notifications)
+        assert any("not a GGUF file" in n for n in notifications(app))
         await pilot.press("escape")
         await pilot.pause()
     assert app.results == [None]
@@ -93,19 +95,20 @@ async def test_picker_survives_a_failing_lister(tmp_path):
 
 async def test_app_model_switch_loads_the_picked_model(default_model_info, tmp_path, monkeypatch):
     """Ctrl+G / "Model: Switch" in the chat app opens the picker; Enter switches to a fresh engine."""
+    from ui_support import make_app, wait_for
+
     from chatphase.config import Settings
     from chatphase.ui.actions import ACTIONS
-    from tests.ui_support import make_app, wait_for
 
     assert any(a.title == "Model: Switch" and a.action == "switch_model_picker" for a in ACTIONS)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     app, engines = make_app(Settings(models_dir=str(tmp_path), n_ctx=1024))
     async with app.run_test(size=(130, 40)) as pilot:
-        await wait_for(pilot, lambda: app.loaded is not None)
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
         await pilot.press("ctrl+g")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
         assert app.screen.n_ctx == 1024
         await wait_rows(pilot, 1)  # the bundled default: the only model here
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(engines) == 2 and app.model_info == default_model_info)
+        await wait_for(pilot, lambda: len(engines) == 2 and app.chat.model_info == default_model_info)
         assert not isinstance(app.screen, ModelPickerScreen)

@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 from textual.widgets import DataTable, Input, Select
-from ui_support import notifications, send, wait_for
+from ui_support import notifications, record_notifications, send, wait_for
 
+from chatphase.chat.controller import COLD_PREFILL_NOTE
 from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import list_sessions, load_session
@@ -18,29 +19,22 @@ from chatphase.sessions.recorder import SessionRecorder
 from chatphase.settings_file import load_settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView, UserMessage
-from chatphase.ui.session_actions import COLD_PREFILL_NOTE, SessionActions
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
 from chatphase.ui.settings_screen import SettingsScreen
 
 SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 
 
-def app_class():
-    """The app with the session mixin (itself when the app already includes it)."""
-    if issubclass(ChatPhaseApp, SessionActions):
-        return ChatPhaseApp
-    return type("RecordingApp", (SessionActions, ChatPhaseApp), {"__module__": ChatPhaseApp.__module__})
-
-
-def make(settings: Settings | None = None):
+def make(settings: Settings | None = None, **app_kwargs):
     settings = settings or Settings()
     engines: list[FakeEngine] = []
 
-    def factory(info):
-        engines.append(FakeEngine(info, app.settings))
+    def factory(info, current):
+        engines.append(FakeEngine(info, current))
         return engines[-1]
 
-    app = app_class()(settings, fake_model_info(), factory)
+    app = ChatPhaseApp(settings, fake_model_info(), factory, **app_kwargs)
+    record_notifications(app)
     return app, engines
 
 
@@ -50,7 +44,7 @@ def showing(app, cls, selector: str):
 
 
 def idle(app) -> bool:
-    return app.loaded is not None and not app.busy and app.active_turn is None
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 def shot(app, name: str) -> None:
@@ -61,9 +55,9 @@ def shot(app, name: str) -> None:
 
 async def chat(pilot, app, *texts: str) -> None:
     for text in texts:
-        n = len(app.conversation)
+        n = len(app.chat.conversation)
         await send(pilot, text)
-        await wait_for(pilot, lambda n=n: len(app.conversation) == n + 2 and idle(app))
+        await wait_for(pilot, lambda n=n: len(app.chat.conversation) == n + 2 and idle(app))
 
 
 async def test_turns_are_recorded_with_the_dashboards_metrics():
@@ -71,14 +65,14 @@ async def test_turns_are_recorded_with_the_dashboards_metrics():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await chat(pilot, app, "what is prefill", "and decode")
-        s = load_session(app.recorder.id)
+        s = load_session(app.recording.recorder.id)
         assert [(t.user, t.status) for t in s.turns] == [("what is prefill", "complete"), ("and decode", "complete")]
-        assert [t.reply for t in s.turns] == [m.content for m in app.conversation if m.role == "assistant"]
+        assert [t.reply for t in s.turns] == [m.content for m in app.chat.conversation if m.role == "assistant"]
         assert [t.metrics for t in s.turns] == [app.dashboard.turns[1], app.dashboard.turns[2]]
         assert s.model_name == "SmolLM2 135M Instruct" and s.settings["n_ctx"] == 4096
         await app.action_new_chat()
         await chat(pilot, app, "a new topic")
-        assert len(list_sessions()) == 2 and load_session(app.recorder.id).title == "a new topic"
+        assert len(list_sessions()) == 2 and load_session(app.recording.recorder.id).title == "a new topic"
 
 
 async def test_resume_restores_history_and_says_the_next_prefill_is_cold():
@@ -86,19 +80,17 @@ async def test_resume_restores_history_and_says_the_next_prefill_is_cold():
     async with app0.run_test(size=(130, 40)) as pilot:  # record two turns for real
         await wait_for(pilot, lambda: idle(app0))
         await chat(pilot, app0, "first question", "second question")
-        sid = app0.recorder.id
+        sid = app0.recording.recorder.id
         before = app0.dashboard.turns.copy()
-    recorder, session = SessionRecorder.resume(sid)
-    app, engines = make()
-    app.resume_on_start(recorder, session)
+    app, engines = make(resume=load_session(sid))
     async with app.run_test(size=(130, 40)) as pilot:
-        await wait_for(pilot, lambda: idle(app) and len(app.conversation) == 4)
-        assert [m.content for m in app.conversation if m.role == "user"] == ["first question", "second question"]
+        await wait_for(pilot, lambda: idle(app) and len(app.chat.conversation) == 4)
+        assert [m.content for m in app.chat.conversation if m.role == "user"] == ["first question", "second question"]
         assert [u.text for u in app.query(UserMessage)] == ["first question", "second question"]
         assert len(app.query(ReplyView)) == 2 and app.dashboard.turns == before
         await chat(pilot, app, "third")
         request = engines[0].requests[0]
-        assert [m.content for m in request.messages][:4] == [m.content for m in app.conversation[:4]]
+        assert [m.content for m in request.messages][:4] == [m.content for m in app.chat.conversation[:4]]
         assert app.dashboard.turns[3].cached_tokens == 0
         assert any(COLD_PREFILL_NOTE in n or "0 of" in n for n in notifications(app))
         shot(app, "session-resumed")
@@ -124,7 +116,7 @@ async def test_export_dialog_writes_the_chosen_format(tmp_path, monkeypatch):
         path.focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, ExportScreen))
-        out = tmp_path / f"chatphase-{app.recorder.id}.csv"
+        out = tmp_path / f"chatphase-{app.recording.recorder.id}.csv"
         assert rows_from_csv(out.read_text())[0]["metrics"] == app.dashboard.turns[1]
 
 
@@ -143,7 +135,7 @@ async def test_sessions_screen_renames_deletes_and_protects_the_open_one():
         table = screen.query_one(DataTable)
         assert table.row_count == 2
         shot(app, "sessions-list")
-        table.move_cursor(row=table.get_row_index(app.recorder.id))
+        table.move_cursor(row=table.get_row_index(app.recording.recorder.id))
         await pilot.press("d")
         assert "open chat" in str(screen.query_one("#sessions-status").render())
         table.move_cursor(row=table.get_row_index(other.id))
@@ -184,7 +176,11 @@ async def test_settings_screen_applies_reloads_and_saves(tmp_path):
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
         await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
-        assert (app.settings.n_ctx, app.settings.sampling.temperature, app.settings.sampling.seed) == (2048, 0.0, 7)
+        assert (app.chat.settings.n_ctx, app.chat.settings.sampling.temperature, app.chat.settings.sampling.seed) == (
+            2048,
+            0.0,
+            7,
+        )
         assert engines[-1].n_ctx == 2048
         saved = load_settings(environ={})
         assert (saved.n_ctx, saved.flash_attn, saved.sampling.seed) == (2048, "off", 7)
@@ -194,7 +190,7 @@ async def test_settings_screen_applies_reloads_and_saves(tmp_path):
         app.screen.query_one("#set-top_k", Input).value = "5"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
-        assert app.settings.sampling.top_k == 5 and len(engines) == 2
+        assert app.chat.settings.sampling.top_k == 5 and len(engines) == 2
 
 
 async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
@@ -203,11 +199,11 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
         await wait_for(pilot, lambda: idle(app))
         await chat(pilot, app, "one", "two")
         await app.action_regenerate()
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         await app.action_edit_last()
         await chat(pilot, app, "two, edited")
-        conversation = list(app.conversation)
-        sid = app.recorder.id
+        conversation = list(app.chat.conversation)
+        sid = app.recording.recorder.id
     s = load_session(sid)
     assert [(t.user, t.replaced) for t in s.turns] == [
         ("one", False),
@@ -221,8 +217,7 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
 async def test_config_problems_found_at_start_are_shown(
     cfg_problem="config file c.toml, line 2, key 'n_ctx': n_ctx must be at least 16 (got 2); using built-in defaults",
 ):
-    app, _ = make()
-    app.startup_notices = (cfg_problem,)
+    app, _ = make(startup_notices=(cfg_problem,))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: cfg_problem in notifications(app))
 
@@ -254,9 +249,9 @@ async def test_a_refused_message_is_not_recorded_and_the_next_turn_is():
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "word " * 60)  # cannot fit n_ctx: refused before prefill, the text goes back to the box
         await wait_for(pilot, lambda: idle(app) and any("fit" in n or "context" in n for n in notifications(app)))
-        assert app.recorder is None and list_sessions() == []
+        assert app.recording.recorder is None and list_sessions() == []
         app.query_one("#prompt").set_text("")
         await chat(pilot, app, "hi")
-        s = load_session(app.recorder.id)
+        s = load_session(app.recording.recorder.id)
     assert [(t.user, t.status) for t in s.turns] == [("hi", "complete")]
-    assert [m.content for m in s.history()] == [m.content for m in app.conversation]
+    assert [m.content for m in s.history()] == [m.content for m in app.chat.conversation]

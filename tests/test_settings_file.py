@@ -105,6 +105,7 @@ def test_auto_resets_optional_values(cfg):
         ("temperature = 0.1\n", 1, "temperature", "belongs in [sampling]"),
         ("[sampling]\nmax_tokens = true\n", 2, "sampling.max_tokens", "expected an integer"),
         ("n_ctx = 512\n[engine]\nn_ctx = 1\n", 2, "engine", "unknown table"),
+        ('[keys]\n"chat.stop" = 3\n', 2, "keys.chat.stop", "expected keys as a string"),
     ],
 )
 def test_invalid_file_names_key_and_line_and_uses_defaults(cfg, capsys, text, line, key, words):
@@ -114,6 +115,14 @@ def test_invalid_file_names_key_and_line_and_uses_defaults(cfg, capsys, text, li
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("chatphase: config file")
     assert f"line {line}" in err and f"key {key!r}" in err and words in err and "using built-in defaults" in err
+
+
+def test_keys_table_is_read_and_saved(cfg):
+    cfg.write_text('n_ctx = 1024\n[keys]\n"chat.stop" = "ctrl+s, escape"\n"app.help" = "f1"\n')
+    s = load_settings(cfg, environ={})
+    assert s.keys == {"chat.stop": "ctrl+s,escape", "app.help": "f1"} and s.n_ctx == 1024
+    save_settings(s, cfg)
+    assert load_settings(cfg, environ={}) == s
 
 
 def test_unreadable_file_is_a_notice_not_a_crash(cfg):

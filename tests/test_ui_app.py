@@ -14,7 +14,7 @@ from chatphase.ui.actions import ACTIONS
 from chatphase.ui.chat_log import ReplyView, UserMessage
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
-from chatphase.ui.screens import LogScreen, from_engine_start
+from chatphase.ui.screens import HelpScreen, LogScreen, from_engine_start
 from chatphase.units import fmt_ms, fmt_rate
 
 
@@ -27,7 +27,7 @@ def stats(app) -> str:
 
 
 def idle(app) -> bool:
-    return app.loaded is not None and not app.busy and app.active_turn is None
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 async def test_turn_streams_reply_and_shows_the_engines_metrics():
@@ -36,8 +36,8 @@ async def test_turn_streams_reply_and_shows_the_engines_metrics():
         await wait_for(pilot, lambda: idle(app))
         assert badge(app) == "READY"
         await send(pilot, "hello there")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
-        reply = app.conversation[1].content
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        reply = app.chat.conversation[1].content
         assert reply.startswith("Reply 1: you said *hello there*")
         view = app.query_one(ReplyView)
         assert view.text == reply and view.finished
@@ -50,8 +50,8 @@ async def test_turn_streams_reply_and_shows_the_engines_metrics():
         assert fmt_rate(metrics.decode_tokens_per_s) in stats(app)
         # the whole conversation goes with the next turn, and the engine reuses its prefix
         await send(pilot, "and more")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
-        assert engines[0].requests[1].messages == tuple(app.conversation[:3])
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        assert engines[0].requests[1].messages == tuple(app.chat.conversation[:3])
         assert app.dashboard.turns[2].cached_tokens > 0
 
 
@@ -84,10 +84,10 @@ async def test_esc_mid_decode_keeps_partial_reply_and_next_turn_works():
         await pilot.press("escape")
         await wait_for(pilot, lambda: idle(app))
         assert app.dashboard.turns[1].stop_reason == "cancelled"
-        assert app.conversation[-1].content == "Reply 1: you"
+        assert app.chat.conversation[-1].content == "Reply 1: you"
         assert badge(app) == "STOPPED"
         await send(pilot, "again")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         assert app.dashboard.turns[2].stop_reason == "stop"
 
 
@@ -110,7 +110,7 @@ async def test_over_long_message_is_refused_and_given_back():
         text = " ".join(f"w{i}" for i in range(30))
         await send(pilot, text)
         await wait_for(pilot, lambda: any("too long" in n for n in notifications(app)) and idle(app))
-        assert app.conversation == []
+        assert app.chat.conversation == []
         assert not app.query(UserMessage) and not app.query(ReplyView)
         assert app.query_one(PromptInput).text == text
 
@@ -121,7 +121,7 @@ async def test_trimmed_context_is_announced():
         await wait_for(pilot, lambda: idle(app))
         for i in range(4):
             await send(pilot, f"message number {i} with words")
-            await wait_for(pilot, lambda n=2 * (i + 1): len(app.conversation) == n and idle(app))
+            await wait_for(pilot, lambda n=2 * (i + 1): len(app.chat.conversation) == n and idle(app))
         assert any("oldest message(s) were left out" in n for n in notifications(app))
         assert app.dashboard.turns[4].dropped_messages > 0
 
@@ -131,13 +131,13 @@ async def test_crash_shows_error_and_restart_keeps_conversation():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "first")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await send(pilot, "second")
-        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.busy)
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.chat.busy)
         assert "SIGSEGV" in stats(app)
         # the crash came mid-reply: what streamed stays in the chat and the conversation, marked
-        assert len(app.conversation) == 4 and app.conversation[-1].role == "assistant"
-        assert app.conversation[-1].content and app.query_one(PromptInput).text == ""
+        assert len(app.chat.conversation) == 4 and app.chat.conversation[-1].role == "assistant"
+        assert app.chat.conversation[-1].content and app.query_one(PromptInput).text == ""
         assert "partial reply kept" in " ".join(str(w.render()) for w in app.query(".meta, Label, Static"))
         await send(pilot, "third")  # refused while the engine is down
         await wait_for(pilot, lambda: any("press F5" in n for n in notifications(app)))
@@ -145,7 +145,7 @@ async def test_crash_shows_error_and_restart_keeps_conversation():
         await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
         assert engines[0].closed
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(app.conversation) == 6 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 6 and idle(app))
         assert [m.content for m in engines[1].requests[0].messages][-3::2] == ["second", "third"]
 
 
@@ -154,14 +154,14 @@ async def test_crash_before_any_reply_text_gives_the_message_back():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "first")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await send(pilot, "second")
-        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.busy)
-        assert len(app.conversation) == 2 and app.query_one(PromptInput).text == "second"
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.chat.busy)
+        assert len(app.chat.conversation) == 2 and app.query_one(PromptInput).text == "second"
 
 
 async def test_factory_failure_is_a_visible_error():
-    def broken(info):
+    def broken(info, settings):
         raise RuntimeError("no engine today")
 
     from chatphase.ui.app import ChatPhaseApp
@@ -177,11 +177,11 @@ async def test_regenerate_resends_the_same_prompt_and_reports_cache_reuse():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(engines[0].requests) == 2 and idle(app))
         assert engines[0].requests[1].messages == engines[0].requests[0].messages
-        assert [m.content for m in app.conversation] == ["hello", "second answer"]
+        assert [m.content for m in app.chat.conversation] == ["hello", "second answer"]
         assert len(app.query(ReplyView)) == 1
         cached = app.dashboard.turns[2].cached_tokens
         assert cached == app.dashboard.turns[2].prompt_tokens - 1
@@ -193,15 +193,15 @@ async def test_edit_last_message_and_resend():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "one")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await send(pilot, "two")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         await pilot.press("ctrl+o")
         await wait_for(pilot, lambda: app.query_one(PromptInput).text == "two")
-        assert len(app.conversation) == 2 and len(app.query(UserMessage)) == 1
+        assert len(app.chat.conversation) == 2 and len(app.query(UserMessage)) == 1
         await pilot.press("end", *" three", "enter")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
-        assert app.conversation[2].content == "two three"
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        assert app.chat.conversation[2].content == "two three"
         assert app.dashboard.turns[3].cached_tokens > 0
 
 
@@ -210,13 +210,13 @@ async def test_new_chat_and_clear():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await pilot.press("ctrl+l")
         await pilot.pause()
-        assert not app.query(ReplyView) and len(app.conversation) == 2
+        assert not app.query(ReplyView) and len(app.chat.conversation) == 2
         await pilot.press("ctrl+n")
         await pilot.pause()
-        assert app.conversation == [] and app.dashboard.turns == {}
+        assert app.chat.conversation == [] and app.dashboard.turns == {}
         assert app.query_one(PhasePanel).figures == {}
 
 
@@ -229,7 +229,7 @@ async def test_copy_last_reply(monkeypatch):
         await pilot.press("f2")
         assert copied == []
         await send(pilot, "hello")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await pilot.press("f2")
         assert copied == ["copy me"]
 
@@ -278,14 +278,14 @@ async def test_switch_model_keeps_conversation():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         other = fake_model_info(name="Other 1B", n_params=1_000_000_000)
         app.switch_model(other)
         await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
         assert engines[0].closed and engines[1].info is other
-        assert app.loaded.info is other and len(app.conversation) == 2
+        assert app.chat.loaded.info is other and len(app.chat.conversation) == 2
         await send(pilot, "still here")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         assert engines[1].requests[0].messages[0].content == "hello"
 
 
@@ -311,8 +311,8 @@ async def test_multiline_input_and_large_paste():
         app.post_message(events.Paste(big))
         await wait_for(pilot, lambda: prompt.text == big)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
-        assert app.conversation[0].content == big and prompt.text == ""
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert app.chat.conversation[0].content == big and prompt.text == ""
 
 
 async def test_light_theme_from_settings():
@@ -330,5 +330,47 @@ async def test_type_ahead_burst_then_enter_sends_all_of_it():
         for key in ("h", "i"):
             app.post_message(events.Key(key, key))
         app.post_message(events.Key("enter", "\r"))
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
-        assert app.conversation[0].content == "hi"
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert app.chat.conversation[0].content == "hi"
+
+
+async def test_keys_remapped_in_the_config_are_applied_and_shown():
+    app, engines = make_app(Settings(keys={"chat.stop": "ctrl+s", "no.such": "f7"}), hold="decode")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        assert any("'no.such' is not an action id" in n for n in notifications(app))
+        await send(pilot, "hello there")
+        await wait_thread(pilot, engines[0].held)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: idle(app))
+        assert app.dashboard.turns[1].stop_reason == "cancelled"
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.keys["chat.stop"] == "Ctrl+S" and app.screen.keys["chat.new"] == "Ctrl+N"
+        titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert titles["Chat: Stop"].endswith("(Ctrl+S)")
+
+
+async def test_ctrl_c_stops_a_running_turn_and_only_hints_when_idle():
+    app, engines = make_app(hold="decode")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_thread(pilot, engines[0].held)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: idle(app))
+        assert app.dashboard.turns[1].stop_reason == "cancelled" and app.is_running
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: any("quit" in n.lower() for n in notifications(app)))
+        assert app.is_running
+
+
+async def test_an_engine_that_dies_while_idle_is_noticed_without_a_send():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        engines[0].kill()
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED", timeout_s=1.0)
+        assert "SIGKILL" in stats(app) and app.chat.engine is None
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: len(engines) == 2 and idle(app))

@@ -32,11 +32,11 @@ def shot(app, name: str) -> None:
 
 def real_app(info, **overrides):
     settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, **overrides)
-    return ChatPhaseApp(settings, info, lambda model_info: EngineHost(model_info, settings.engine_config()))
+    return ChatPhaseApp(settings, info, lambda model_info, current: EngineHost(model_info, current.engine_config()))
 
 
 def idle(app) -> bool:
-    return app.loaded is not None and not app.busy and app.active_turn is None
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_model_info):
@@ -45,14 +45,14 @@ async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_m
         app.prompt.cursor_blink = False
         await wait_for(pilot, lambda: idle(app), TIMEOUT_S)
         await send(pilot, "What is the capital of France?")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app), TIMEOUT_S)
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app), TIMEOUT_S)
         await send(pilot, "And of Italy?")
-        await wait_for(pilot, lambda: len(app.conversation) == 4 and idle(app), TIMEOUT_S)
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app), TIMEOUT_S)
         first, second = app.dashboard.turns[1], app.dashboard.turns[2]
         assert second.cached_tokens >= first.prompt_tokens  # turn 1's prompt is a prefix of turn 2's
         assert second.prefill_tokens + second.cached_tokens == second.prompt_tokens
         # what the screen shows is the engine's figures
-        assert app.query(ReplyView).last().text == app.conversation[-1].content
+        assert app.query(ReplyView).last().text == app.chat.conversation[-1].content
         assert (
             app.panel.figures["prompt"]
             == f"{fmt_int(second.prompt_tokens)} tok ({fmt_int(second.cached_tokens)} cached)"
@@ -60,13 +60,13 @@ async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_m
         await pilot.pause(0.3)
         shot(app, "chat-finished")
 
-        reply = app.conversation[-1].content
+        reply = app.chat.conversation[-1].content
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: 3 in app.dashboard.turns and idle(app), TIMEOUT_S)
         regen = app.dashboard.turns[3]
         assert regen.prompt_tokens == second.prompt_tokens
         assert regen.cached_tokens == regen.prompt_tokens - 1  # only the last prompt token is re-evaluated
-        assert app.conversation[-1].content == reply  # greedy: the same reply again
+        assert app.chat.conversation[-1].content == reply  # greedy: the same reply again
         meta = str(app.query(ReplyView).last().query_one(".reply-meta").render())
         assert f"{fmt_int(regen.cached_tokens)} cached" in meta
 
@@ -77,7 +77,7 @@ async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_m
         edited = app.dashboard.turns[4]
         assert edited.cached_tokens >= first.prompt_tokens
         assert edited.prefill_tokens < edited.prompt_tokens
-        assert app.conversation[2].content == "And of Italy? And Spain?"
+        assert app.chat.conversation[2].content == "And of Italy? And Spain?"
         await pilot.press("ctrl+q")
 
 
@@ -87,8 +87,24 @@ async def test_real_model_narrow_screen(default_model_info):
         app.prompt.cursor_blink = False
         await wait_for(pilot, lambda: idle(app), TIMEOUT_S)
         await send(pilot, "Say hello in French.")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app), TIMEOUT_S)
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app), TIMEOUT_S)
         await pilot.pause(0.3)
         shot(app, "chat-narrow")
         assert app.query_one("#phase-stats").render() is not None
         assert not app.query_one("#side").display
+
+
+async def test_a_killed_idle_engine_process_is_noticed_at_once(default_model_info):
+    """The engine child killed while the chat is idle: the screen says so without a send (the controller
+    watches the process's sentinel), and F5 brings a new engine."""
+    import signal
+
+    app = real_app(default_model_info, max_tokens=8)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(app), TIMEOUT_S)
+        os.kill(app.chat.loaded.pid, signal.SIGKILL)
+        await wait_for(pilot, lambda: app.chat.engine is None, timeout_s=5.0)
+        badge = str(app.query_one("#phase-badge").render()).strip()
+        assert badge == "ENGINE STOPPED" and "SIGKILL" in str(app.query_one("#phase-stats").render())
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: idle(app), TIMEOUT_S)

@@ -28,7 +28,7 @@ WIDE_TURNS = [
 
 
 def idle(app) -> bool:
-    return app.loaded is not None and not app.busy and app.active_turn is None
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 def lines_of(widget) -> list[str]:
@@ -42,7 +42,7 @@ async def chat(pilot, size) -> None:
     await wait_for(pilot, lambda: idle(app))
     for n, text in enumerate(["What are prefill and decode?", "Thanks!"], start=1):
         await send(pilot, text)
-        await wait_for(pilot, lambda n=n: len(app.conversation) == 2 * n and idle(app))
+        await wait_for(pilot, lambda n=n: len(app.chat.conversation) == 2 * n and idle(app))
     for turn_id, metrics in enumerate(WIDE_TURNS, start=3):  # what the app does on TurnFinished
         app.panel.turn_finished(turn_id, metrics)
         app.dashboard.turn_finished(turn_id, metrics)

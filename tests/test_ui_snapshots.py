@@ -26,7 +26,7 @@ def snapshot_app(settings: Settings | None = None, **engine_kwargs):
 
 
 def idle(app) -> bool:
-    return app.loaded is not None and not app.busy and app.active_turn is None
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 async def settle(pilot) -> None:
@@ -38,9 +38,9 @@ async def settle(pilot) -> None:
 async def two_turns(pilot) -> None:
     await settle(pilot)
     await send(pilot, "What are prefill and decode?")
-    await wait_for(pilot, lambda: len(pilot.app.conversation) == 2 and idle(pilot.app))
+    await wait_for(pilot, lambda: len(pilot.app.chat.conversation) == 2 and idle(pilot.app))
     await send(pilot, "Thanks!")
-    await wait_for(pilot, lambda: len(pilot.app.conversation) == 4 and idle(pilot.app))
+    await wait_for(pilot, lambda: len(pilot.app.chat.conversation) == 4 and idle(pilot.app))
     await pilot.pause(0.3)
 
 

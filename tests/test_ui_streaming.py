@@ -4,6 +4,9 @@ not blinking while a turn runs."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import Label
 from ui_support import make_app, send, wait_for, wait_thread
@@ -16,6 +19,8 @@ from chatphase.ui.redraw_budget import RedrawBudget
 from chatphase.ui.reply_markdown import MarkdownSegment
 
 LONG_PROMPT = " ".join(f"word{i}" for i in range(60))  # 60 words: 65 prompt tokens in the FakeEngine
+#: engine threads that leave this machine no core for the UI (FakeEngine reports what it is given)
+NO_SPARE = os.cpu_count() or 1
 
 
 def _paragraph(i: int) -> str:
@@ -41,7 +46,7 @@ def stats(app) -> str:
 
 
 def idle(app) -> bool:
-    return app.loaded is not None and not app.busy and app.active_turn is None
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 def segments(view: ReplyView) -> list[MarkdownSegment]:
@@ -178,11 +183,10 @@ async def test_streamed_reply_in_the_app_is_segmented():
     app, _ = make_app(settings, replies=[LONG_REPLY], token_delay_s=0.004)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        app._tick_stride = 1
-        app._flush_budget = RedrawBudget(1.0, max_interval_s=0.0)  # commit at every tick
+        app.view.flush_budget = RedrawBudget(1.0, max_interval_s=0.0)  # commit at every tick
         await send(pilot, "write a long answer")
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app), timeout_s=30)
-        assert app.conversation[1].content == LONG_REPLY
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app), timeout_s=30)
+        assert app.chat.conversation[1].content == LONG_REPLY
         view = app.query_one(ReplyView)
         parts = segments(view)
         assert len(parts) > 1
@@ -195,57 +199,58 @@ async def test_streamed_reply_in_the_app_is_segmented():
 # -- the prefill drawn from the tick -----------------------------------------------------------------
 async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch):
     monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
-    app, engines = make_app(Settings(n_batch=16), hold="prefill")
+    app, engines = make_app(Settings(n_batch=16, n_threads=NO_SPARE), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        app._tick_stride = 2  # as on_engine_ready sets it when the engine's threads take every core
+        assert app.view.tick_stride == 2  # the engine's threads take every core
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
         await pilot.pause(0.5)  # several ticks
-        assert app._prefill is not None and app._prefill.progress is not None  # the progress arrived…
+        assert app.view.prefill.waiting and app.view.prefill.progress is not None  # the progress arrived…
         assert "16/65" not in stats(app)  # …but is not drawn
         assert "0/65" not in stats(app)  # nor the prefill's start
         assert "templating" in stats(app)
 
-        monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 0.0)
+        app.view.prefill.quiet_s = 0.0
         await wait_for(pilot, lambda: "16/65" in stats(app), timeout_s=1.0)
 
         engines[0].release()
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
-        assert app.conversation[1].content.startswith("Reply 1: you said")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert app.chat.conversation[1].content.startswith("Reply 1: you said")
         assert str(app.query_one("#phase-badge", Label).render()).strip() == "DONE"
-        assert app._prefill is None
+        assert not app.view.prefill.waiting and app.view.prefill.progress is None
 
 
 async def test_quiet_prefill_is_drawn_at_the_first_token(monkeypatch):
     """Without a spare core and a prefill shorter than PREFILL_QUIET_S, the first token draws it."""
     monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
-    app, engines = make_app(Settings(n_batch=16), hold="decode", hold_after_tokens=2)
+    app, engines = make_app(Settings(n_batch=16, n_threads=NO_SPARE), hold="decode", hold_after_tokens=2)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        app._tick_stride = 2
+        assert app.view.tick_stride == 2
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
-        await wait_for(pilot, lambda: app.decoding)
+        await wait_for(pilot, lambda: app.chat.turn is not None and app.chat.turn.decoding)
         assert app.panel.figures["prompt"] == "65 tok (0 cached)"  # the prefill's start reached the panel
         assert app.panel.figures["prefill"].startswith("65/65 tok")
-        bar = app.indicator.query_one("#prefill-bar")
+        bar = app.query_one("#prefill-bar")
         assert bar.total == 65 and bar.progress == 65  # the full prefill bar is kept at the first token
         engines[0].release()
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a core to spare needs 2 CPUs")
 async def test_prefill_progress_is_drawn_at_once_with_a_spare_core():
-    app, engines = make_app(Settings(n_batch=16), hold="prefill")
+    app, engines = make_app(Settings(n_batch=16, n_threads=NO_SPARE - 1), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        app._tick_stride = 1  # a core to spare (FakeEngine reports 2 threads; this machine may have 2 CPUs)
+        assert app.view.tick_stride == 1 and app.view.prefill.quiet_s == 0
         assert prefill_drawing.PREFILL_QUIET_S > 0.1
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
         await wait_for(pilot, lambda: "16/65" in stats(app), timeout_s=1.0)
         engines[0].release()
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
 
 
 # -- the prompt's cursor ---------------------------------------------------------------------------
@@ -256,11 +261,11 @@ async def test_prompt_cursor_does_not_blink_while_a_turn_runs():
         assert app.prompt.cursor_blink is True
         await send(pilot, "hello there")
         await wait_thread(pilot, engines[0].held)
-        assert app.busy and app.prompt.cursor_blink is False
+        assert app.chat.busy and app.prompt.cursor_blink is False
         await pilot.pause(0.3)
         assert app.prompt.cursor_blink is False
         engines[0].release()
-        await wait_for(pilot, lambda: len(app.conversation) == 2 and idle(app))
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await wait_for(pilot, lambda: app.prompt.cursor_blink is True, timeout_s=1.0)
 
 

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import weakref
+
 from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.ui.app import ChatPhaseApp
 
 
 def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPhaseApp, list[FakeEngine]]:
-    """A ChatPhaseApp whose factory builds ``FakeEngine(info, settings, **engine_kwargs)``; engines are
+    """A ChatPhaseApp whose factory builds ``FakeEngine(info, current settings, **engine_kwargs)``; engines are
     collected in the returned list (newest last). ``engine_kwargs`` apply to the first engine only when
     given as ``first_only=True``."""
     settings = settings or Settings()
     first_only = engine_kwargs.pop("first_only", False)
     engines: list[FakeEngine] = []
 
-    def factory(info):
+    def factory(info, current):
         kwargs = engine_kwargs if not (first_only and engines) else {}
-        engine = FakeEngine(info, settings, **kwargs)
+        engine = FakeEngine(info, current, **kwargs)
         engines.append(engine)
         return engine
 
-    return ChatPhaseApp(settings, fake_model_info(), factory), engines
+    app = ChatPhaseApp(settings, fake_model_info(), factory)
+    record_notifications(app)
+    return app, engines
 
 
 async def wait_for(pilot, condition, timeout_s: float = 5.0, step_s: float = 0.02) -> None:
@@ -48,6 +52,21 @@ async def send(pilot, text: str) -> None:
     await pilot.press("enter")
 
 
+_NOTIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def record_notifications(app) -> None:
+    """Keep every notification ``app`` raises (screens and widgets notify through ``app.notify``)."""
+    seen = _NOTIFIED.setdefault(app, [])
+    notify = app.notify
+
+    def recording(message, *args, **kwargs):
+        seen.append(str(message))
+        return notify(message, *args, **kwargs)
+
+    app.notify = recording
+
+
 def notifications(app) -> list[str]:
-    """Texts of the notifications the app has raised and still shows."""
-    return [n.message for n in app._notifications]
+    """Texts of the notifications the app has raised (see :func:`record_notifications`)."""
+    return _NOTIFIED.get(app, [])

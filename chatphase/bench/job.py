@@ -102,6 +102,11 @@ class BenchJob:
         self._proc = None
         self._conn = None
 
+    @property
+    def pid(self) -> int | None:
+        """The child process's id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
     def events(self) -> Iterator[JobEvent]:
         """Start the child and yield its events until :class:`BenchDone` or :class:`BenchFailed`
         (also yielded when the child dies, naming its exit code). Blocking."""

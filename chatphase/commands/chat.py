@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.with_overrides(theme=args.theme)
     resume = None
     if args.resume:  # an unknown session is one line and exit 1, before the TUI starts
-        from chatphase.sessions.recorder import SessionRecorder
+        from chatphase.sessions.catalog import load_session
 
-        resume = SessionRecorder.resume(args.resume)
-        recorded = resume[1].model.get("path")
+        resume = load_session(args.resume)
+        recorded = resume.model.get("path")
         if not args.model and recorded and Path(recorded).is_file():
             settings = settings.with_overrides(model=recorded)  # continue on the session's model
     warnings: list[str] = []
@@ -69,10 +69,13 @@ def run(args: argparse.Namespace) -> int:
     from chatphase.ui.app import ChatPhaseApp
 
     # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF
-    app = ChatPhaseApp(settings, info, lambda model_info: engine_for(app.settings, model_info))
-    app.save_sessions = not args.no_save
-    app.startup_notices = (*config.problems, *warnings)
-    if resume is not None:
-        app.resume_on_start(*resume)
+    app = ChatPhaseApp(
+        settings,
+        info,
+        lambda model_info, current: engine_for(current, model_info),
+        save_sessions=not args.no_save,
+        startup_notices=(*config.problems, *warnings),
+        resume=resume,
+    )
     app.run()
     return 0

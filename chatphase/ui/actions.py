@@ -1,13 +1,15 @@
 """The app's user actions in one table: key binding, footer label, command-palette title and help.
 
-The same table builds the app's ``BINDINGS`` (each with an ``id``, so users can remap keys through
-Textual's keymap), the command-palette entries (``"Chat: Stop"``, ...) and the help screen, so the
-three can never disagree. Keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for
-editing (Ctrl+A/E/K/U/W/Y/Z...).
+The same table builds the app's ``BINDINGS`` (each with an ``id``), the command-palette entries
+(``"Chat: Stop"``, ...) and the help screen, so the three can never disagree. Users remap keys by id in
+the config file's ``[keys]`` table (``"chat.stop" = "ctrl+s"``); the app applies it with Textual's keymap
+(``App.set_keymap``) and the help screen and palette show the keys in use (:func:`key_labels`). Default
+keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for editing (Ctrl+A/E/K/U/W/Y/Z...).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from textual.binding import Binding
@@ -27,8 +29,8 @@ class ChatAction:
 
     @property
     def key_display(self) -> str:
-        """The key as people write it (``Esc``, ``Ctrl+N``, ``F1``)."""
-        return "+".join(part.capitalize() if len(part) > 1 else part.upper() for part in self.key.split("+"))
+        """The default key as people write it (``Esc``, ``Ctrl+N``, ``F1``)."""
+        return key_display(self.key)
 
 
 ACTIONS: tuple[ChatAction, ...] = (
@@ -162,6 +164,30 @@ ACTIONS: tuple[ChatAction, ...] = (
         "What the keys do and what each measured figure means",
     ),
 )
+
+
+def key_display(keys: str) -> str:
+    """Textual key names as people write them: ``"ctrl+n,f6"`` -> ``"Ctrl+N / F6"``."""
+
+    def one(key: str) -> str:
+        return "+".join(
+            "Esc" if part == "escape" else part.capitalize() if len(part) > 1 else part.upper()
+            for part in key.split("+")
+        )
+
+    return " / ".join(one(k) for k in keys.split(",") if k)
+
+
+def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
+    """The ids of a ``[keys]`` table that name no action (a typo the user should hear of)."""
+    ids = {a.id for a in ACTIONS}
+    return sorted(k for k in keymap if k not in ids)
+
+
+def key_labels(keymap: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{action id: the keys that run it, as people write them}`` with ``keymap``'s remappings."""
+    keymap = keymap or {}
+    return {a.id: key_display(keymap.get(a.id, a.key)) for a in ACTIONS}
 
 
 def action_bindings() -> list[Binding]:

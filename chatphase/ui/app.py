@@ -1,106 +1,86 @@
-"""ChatPhaseApp: the chat TUI that shows prefill and decode as they happen.
+"""ChatPhaseApp: the chat TUI, a view of the chat controller that shows prefill and decode as they happen.
 
-The app keeps the conversation (a list of :class:`~chatphase.engine.events.Message`) and sends all of
-it with every turn; the engine reuses the KV-cache prefix itself. Engines come from
-``engine_factory(model_info)`` (an :class:`~chatphase.engine.host.EngineHost` in the CLI, a
-:class:`~chatphase.engine.fake.FakeEngine` in tests); their blocking calls run in the thread workers
-of :mod:`chatphase.ui.engine_link` and arrive as the messages of :mod:`chatphase.ui.messages`. Each
-engine gets a new ``engine_id`` and each turn a new ``turn_id``, so late events of a replaced engine
-or an abandoned turn are ignored. Decoded text is buffered and drawn at up to ``FLUSH_HZ``, within a
-CPU budget (:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow decode; the live figures,
-the side panel and the dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout.
+The turn belongs to :class:`~chatphase.chat.controller.ChatController` (plain Python): the conversation,
+the engine's life, regenerate and edit, what a late event means. The app composes the widgets, hands
+the controller's updates to :class:`~chatphase.ui.chat_view.ChatView`, runs the engine's blocking calls
+in thread workers (:class:`~chatphase.ui.engine_link.TextualDispatcher`) and maps keys and palette
+commands onto controller calls. The chat is recorded by
+:class:`~chatphase.chat.recording.SessionRecording` (in memory with ``save_sessions=False``).
 """
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
 from textual.widgets import Footer
 
+from chatphase.chat.controller import ChatController, NotNow
+from chatphase.chat.recording import SessionRecording
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
-from chatphase.engine.events import LoadedModel, Message, TurnRequest
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.sessions.store import Session
 from chatphase.ui import messages as msg
-from chatphase.ui.actions import action_bindings
-from chatphase.ui.chat_actions import ChatActions
-from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage
+from chatphase.ui.actions import ACTIONS, action_bindings, key_labels, unknown_ids
+from chatphase.ui.chat_log import ChatLog
+from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
-from chatphase.ui.engine_link import EngineWorkers
-from chatphase.ui.model_picker import ModelActions
+from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
-from chatphase.ui.prefill_drawing import PrefillDrawing
 from chatphase.ui.prompt_input import PromptInput
-from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
-from chatphase.ui.session_actions import SessionActions
+from chatphase.ui.screens import HelpScreen, LogScreen
+from chatphase.ui.session_actions import SessionCommands
 
-#: side panel and dashboard live-rate refreshes per second during decode.
-PANEL_HZ = 5
-#: with no core to spare for the UI, the redraw tick (reply tail, live figures) runs at FLUSH_HZ / this.
-NO_SPARE_CORE_STRIDE = 2
-#: Markdown commits of a streaming reply happen at least this often (seconds), whatever the CPU budget;
-#: between commits the reply's tail streams as plain text at ``FLUSH_HZ``.
-COMMIT_MAX_INTERVAL_S = 2.0
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
 
 
-def _start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker while ``sys.stderr`` is still the real one.
-
-    While a Textual app runs, ``sys.stderr`` is a capture object whose ``fileno()`` is -1, and the
-    tracker (started lazily by the first ``multiprocessing`` lock or event, e.g. in ``EngineHost``)
-    passes that fd to its child: ``ValueError: bad value(s) in fds_to_keep``. Starting it before the
-    app runs avoids that. POSIX only (elsewhere there is no tracker).
-    """
-    if os.name == "posix":
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
-
-
-class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, PrefillDrawing, App[None]):
+class ChatPhaseApp(App[None]):
     """The chat TUI.
 
     Args:
-        settings: sampling, system prompt and theme (engine settings are the factory's business).
+        settings: the user's settings (sampling, system prompt, theme, keys; the engine's part goes to
+            the factory).
         model_info: the validated model to start with.
-        engine_factory: ``ModelInfo -> Engine``; called to start, restart or switch engines.
+        engine_factory: ``(ModelInfo, Settings) -> Engine``; called to start, restart or switch engines.
+        save_sessions: record the chat in a session file (else in memory only: it can still be exported).
+        startup_notices: warnings to show once the screen is up (e.g. config-file problems).
+        resume: a saved session to continue.
     """
 
     CSS_PATH = [Path(__file__).with_name("app.tcss"), DASHBOARD_CSS_PATH]  # absolute: subclasses elsewhere work
     TITLE = "chatphase"
-    BINDINGS = action_bindings()
+    BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True)]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
 
-    def __init__(self, settings: Settings, model_info: ModelInfo, engine_factory: Callable[[ModelInfo], Engine]):
+    def __init__(
+        self,
+        settings: Settings,
+        model_info: ModelInfo,
+        engine_factory: Callable[[ModelInfo, Settings], Engine],
+        *,
+        save_sessions: bool = True,
+        startup_notices: Iterable[str] = (),
+        resume: Session | None = None,
+    ) -> None:
         super().__init__()
-        _start_resource_tracker()
-        self.settings = settings
-        self.model_info = model_info
-        self.engine_factory = engine_factory
-        self.conversation: list[Message] = []
-        self.engine: Engine | None = None
-        self.engine_id = 0
-        self.loaded: LoadedModel | None = None
-        self.busy = False  # an engine worker is running
-        self.turn_id = 0
-        self.active_turn: int | None = None
-        self.decoding = False
-        self._reuse_note: str | None = None
-        self._ticks = 0
-        self._flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
-        self._tick_stride = 1
-        self._prefill = None  # the running turn's prefill (PrefillDrawing)
-        self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
+        self.dispatcher = TextualDispatcher(self)
+        self.chat = ChatController(settings, model_info, engine_factory, self.dispatcher)
+        self.recording = SessionRecording(self.chat, on_error=self._save_failed, in_memory=not save_sessions)
+        self.chat.add_listener(self.recording)
+        self.startup_notices = tuple(startup_notices)
+        self._resume = resume
+        self.keys = key_labels(settings.keys)
+        self.view: ChatView | None = None
 
-    # -- layout --------------------------------------------------------------------------------
+    # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
             with Vertical(id="chat-column"):
@@ -112,250 +92,203 @@ class ChatPhaseApp(ChatActions, EngineWorkers, SessionActions, ModelActions, Pre
                 yield Dashboard(kv_usage=False, id="dashboard")  # the phase panel shows the live KV gauge
         yield Footer(compact=True)
 
-    def on_mount(self) -> None:
-        if self.settings.theme in self.available_themes:
-            self.theme = self.settings.theme
+    async def on_mount(self) -> None:
+        settings = self.chat.settings
+        if settings.theme in self.available_themes:
+            self.theme = settings.theme
         else:
-            self.notify(f"Unknown theme {self.settings.theme!r}; using {self.theme}", severity="warning")
-        self.sub_title = self.model_info.name
-        self.chat_log = self.query_one(ChatLog)
-        self.indicator = self.query_one(PhaseIndicator)
-        self.panel = self.query_one(PhasePanel)
-        self.prompt = self.query_one(PromptInput)
-        self._dashboard = self.query_one(Dashboard)
-        self._tick_timer = self.set_interval(1 / FLUSH_HZ, self._tick)
-        self.start_engine()
+            self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
+        self.set_keymap(settings.keys)
+        for bad in unknown_ids(settings.keys):
+            self.notify(
+                f"[keys] {bad!r} is not an action id (F1 lists them); ignored.",
+                title="Settings",
+                severity="warning",
+                timeout=15,
+            )
+        self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
+        self.chat.add_listener(self.view)
+        self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)
+        for notice in self.startup_notices:
+            self.notify(notice, title="Settings", severity="warning", timeout=15)
+        self.chat.start_engine()
+        if self._resume is not None:
+            self.chat.restore(self._resume)
+        await self.view.settle()
         self.prompt.focus()
 
     @property
     def dashboard(self) -> Dashboard:
-        """The dashboard widget (history, timeline, plots, system figures)."""
-        return self._dashboard
+        return self.query_one(Dashboard)
 
-    # -- engine lifecycle ------------------------------------------------------------------------
-    def start_engine(self) -> None:
-        """Create an engine with the factory and load the model in a worker."""
-        self.engine_id += 1
-        self.loaded = None
-        self.indicator.show_loading(self.model_info.name)
+    @property
+    def panel(self) -> PhasePanel:
+        return self.query_one(PhasePanel)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    @property
+    def chat_log(self) -> ChatLog:
+        return self.query_one(ChatLog)
+
+    # -- engine jobs come back here (TextualDispatcher) --------------------------------------------
+    async def on_engine_event_arrived(self, message: msg.EngineEventArrived) -> None:
+        message.job.deliver(message.event)
+        await self._settle()
+
+    async def on_engine_job_ended(self, message: msg.EngineJobEnded) -> None:
+        message.job.end()
+        await self._settle()
+
+    async def _settle(self) -> None:
+        if self.view is not None and self.is_running:
+            await self.view.settle()
+
+    # -- the user ----------------------------------------------------------------------------------
+    async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
         try:
-            self.engine = self.engine_factory(self.model_info)
-        except Exception as exc:  # a factory failure is shown, never a traceback
-            self.engine = None
-            self._engine_down(f"cannot start the engine: {exc}")
-            return
-        self.busy = True
-        self.load_engine(self.engine, self.engine_id)
+            self.chat.send(message.text)
+        except NotNow as exc:
+            prompt = self.prompt
+            if not prompt.text.strip():
+                prompt.set_text(message.text)
+            self._not_now(exc)
+        await self._settle()
 
-    def _retire_engine(self) -> None:
-        """Cancel and close the current engine in the background (its late events are ignored)."""
-        engine, self.engine = self.engine, None
-        self._abandon_turn()
-        if engine is not None:
-            engine.cancel()
-            self.run_worker(engine.close, thread=True, group="close", exit_on_error=False)
+    def _not_now(self, exc: NotNow) -> None:
+        hint = f" (press {self.keys[exc.action]})." if exc.action else ""
+        self.notify(f"{exc}{hint}", severity="warning")
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for a in ACTIONS:
+            yield SystemCommand(a.title, f"{a.help} ({self.keys[a.id]})", partial(self.run_action, a.action))
+
+    async def _chat_call(self, call: Callable[[], object]) -> object:
+        """Call the controller; a :class:`NotNow` is a warning notice. Widget work is awaited."""
+        try:
+            return call()
+        except NotNow as exc:
+            self._not_now(exc)
+            return None
+        finally:
+            await self._settle()
+
+    def action_stop(self) -> None:
+        """Cancel the running turn; it finishes with its partial reply and ``stop_reason="cancelled"``."""
+        self.chat.stop()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: stop a running turn, as llama-cli and Ollama do; else copy the prompt's selection, if
+        any; else say how to quit."""
+        if self.chat.stop():
+            return
+        prompt = self.prompt
+        if prompt.has_focus and prompt.selected_text:
+            prompt.action_copy()
+        else:
+            self.action_help_quit()
+
+    async def action_new_chat(self) -> None:
+        """Forget the conversation and the figures (a running turn is cancelled)."""
+        await self._chat_call(self.chat.new_chat)
+
+    async def action_regenerate(self) -> None:
+        """Drop the last reply and generate it again (the KV cache is reused up to it)."""
+        await self._chat_call(self.chat.regenerate)
+
+    async def action_edit_last(self) -> None:
+        """Take the last user message (and its reply) back into the prompt box to edit and resend."""
+        text = await self._chat_call(self.chat.take_back_last)
+        if isinstance(text, str):
+            prompt = self.prompt
+            prompt.set_text(text)
+            prompt.focus()
+            self.notify("Editing your last message: Enter resends it.")
+
+    async def action_clear(self) -> None:
+        """Clear the screen; the conversation (context) is kept."""
+        await self.chat_log.clear_log()
+        self.notify(f"Screen cleared; the model keeps the conversation ({self.keys['chat.new']} starts a new one).")
+
+    def action_copy_reply(self) -> None:
+        """Copy the last reply to the clipboard."""
+        reply = self.chat.last_reply
+        if not reply:
+            self.notify("There is no reply to copy.", severity="warning")
+            return
+        self.copy_to_clipboard(reply)
+        self.notify(f"Copied the last reply ({len(reply):,} characters).")
+
+    def action_toggle_dashboard(self) -> None:
+        """Show or hide the side panel (beside the chat when wide, below it when narrow)."""
+        self.screen.toggle_class("-show-side" if self.screen.has_class("-narrow") else "-hide-side")
+
+    def action_show_log(self) -> None:
+        """Open the engine's log file in a scrollable screen."""
+        loaded = self.chat.loaded
+        self.push_screen(LogScreen(loaded.log_path, loaded.pid) if loaded else LogScreen(""))
+
+    async def action_restart_engine(self) -> None:
+        """Replace the engine with a fresh one (after a crash); the conversation is kept."""
+        self.chat_log.add_notice("Restarting the engine…")
+        await self._chat_call(self.chat.restart_engine)
 
     def switch_model(self, info: ModelInfo) -> None:
-        """Close the current engine and start ``engine_factory(info)``; the conversation is kept."""
-        self._retire_engine()
-        self.model_info = info
-        self.sub_title = info.name
-        self.chat_log.add_notice(f"Switched model to {info.name}")
-        self.start_engine()
+        """Load ``info`` in a fresh engine; the conversation is kept."""
+        self.chat.switch_model(info)
 
-    def _engine_down(self, message: str) -> None:
-        """The engine is gone: release it, say so in the indicator, the log and a notice."""
-        self._retire_engine()
-        self.loaded = None
-        self.indicator.failed(message, fatal=True)
-        self.chat_log.add_notice(f"Engine stopped: {message}. Press F5 (Engine: Restart).", "error")
-        self.notify(message, title="Engine stopped", severity="error")
+    def action_switch_model_picker(self) -> None:
+        """Pick another model (models directory, Hugging Face cache, bundled default)."""
+        from chatphase.ui.model_picker import ModelPickerScreen
 
-    def _shutdown_engine(self) -> None:
-        engine, self.engine = self.engine, None
-        if engine is not None:
-            engine.cancel()
-            engine.close()
+        def chosen(info: ModelInfo | None) -> None:
+            if info is None:
+                return
+            if info.path == self.chat.model_info.path:
+                self.notify(f"{info.name} is already loaded", title="Model")
+                return
+            self.switch_model(info)
 
+        settings = self.chat.settings
+        picker = ModelPickerScreen(
+            n_ctx=settings.n_ctx, current_path=self.chat.model_info.path, models_dir=settings.models_dir
+        )
+        self.push_screen(picker, chosen)
+
+    def action_open_experiments(self) -> None:
+        """Open the Experiments screen for this model and these engine settings (a sweep runs in its own process)."""
+        from chatphase.ui.experiments import ExperimentsScreen
+
+        self.push_screen(ExperimentsScreen(self.chat.model_info, self.chat.settings))
+
+    def action_help(self) -> None:
+        """Show keys and metric definitions."""
+        self.push_screen(HelpScreen(self.keys))
+
+    def action_sessions(self) -> None:
+        """List saved sessions; choosing one resumes it here."""
+        self.sessions.open_list()
+
+    def action_export_session(self) -> None:
+        """Export this chat's transcript and per-turn metrics."""
+        self.sessions.export()
+
+    def action_edit_settings(self) -> None:
+        """Edit settings; engine changes reload the model."""
+        self.sessions.edit_settings()
+
+    def _save_failed(self, message: str) -> None:
+        self.notify(f"{message}. This chat is no longer being saved.", title="Session not saved", severity="error")
+
+    # -- leaving -----------------------------------------------------------------------------------
     async def action_quit(self) -> None:
         """Quit at once, also mid-generation: cancel and close the engine, then exit."""
-        self._shutdown_engine()
+        self.chat.close()
         self.exit()
 
     def on_unmount(self) -> None:
-        self._shutdown_engine()
-
-    # -- turns -----------------------------------------------------------------------------------
-    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
-        self.send(message.text)
-
-    def send(self, text: str) -> bool:
-        """Add ``text`` as a user message and start a turn; returns ``False`` (and says why) if it can't."""
-        if self.loaded is None or self.engine is None or self.busy:
-            self._restore_prompt(text)
-            why = (
-                "wait for the reply or press Esc to stop it"
-                if self.active_turn
-                else ("the model is still loading" if self.engine is not None else "the engine is stopped: press F5")
-            )
-            self.notify(f"Not sent: {why}.", severity="warning")
-            return False
-        self.conversation.append(Message("user", text))
-        self.chat_log.add_user(text)
-        self._start_turn()
-        return True
-
-    def _start_turn(self) -> None:
-        assert self.engine is not None
-        self.turn_id += 1
-        self.active_turn, self.busy, self.decoding = self.turn_id, True, False
-        if self._blink is None:  # a blink is a frame: none while the engine runs (restored in on_worker_ended)
-            self._blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
-        self.indicator.submitted()
-        system = [Message("system", self.settings.system_prompt)] if self.settings.system_prompt else []
-        request = TurnRequest(self.turn_id, messages=tuple(system + self.conversation), sampling=self.settings.sampling)
-        engine, engine_id = self.engine, self.engine_id
-        if self._tick_stride == 1:  # a core to spare: the repaint runs beside the engine's prefill
-            self.chat_log.start_reply(self.turn_id)
-            self._send_turn(engine, engine_id, request)
-        else:
-            # No spare core: paint first, then send. The new messages' layouts and repaint would otherwise
-            # run during prefill and, with the engine's threads on every core, delay the first token by at
-            # least their cost; done first, they delay it by their cost and leave prefill undisturbed.
-            self.chat_log.start_reply(self.turn_id, on_shown=lambda: self._send_turn(engine, engine_id, request))
-
-    def _send_turn(self, engine: Engine, engine_id: int, request: TurnRequest) -> None:
-        """Start the turn's worker unless the engine was replaced meanwhile (its turn is then abandoned)."""
-        if engine is self.engine and engine_id == self.engine_id and self._alive():
-            self.run_engine_turn(engine, engine_id, request)
-
-    def _restore_prompt(self, text: str) -> None:
-        prompt = self.prompt
-        if not prompt.text.strip():
-            prompt.set_text(text)
-
-    def _alive(self) -> bool:
-        """False once the app is shutting down (its widgets are being removed)."""
-        return self.is_running and not (self._exit or self._closing or self._closed)
-
-    def _current(self, turn_id: int | None) -> bool:
-        return turn_id is not None and turn_id == self.active_turn and self._alive()
-
-    def _reply(self) -> ReplyView | None:
-        return self.chat_log.active_reply
-
-    def on_engine_ready(self, message: msg.EngineReady) -> None:
-        if message.engine_id != self.engine_id or not self._alive():
-            return
-        self.loaded = message.event.model
-        threads = self.loaded.settings.get("n_threads")
-        self._flush_budget = RedrawBudget(ui_cpu_share(threads), COMMIT_MAX_INTERVAL_S)
-        stride = 1 if spare_core(threads) else NO_SPARE_CORE_STRIDE
-        if stride != self._tick_stride:  # a timer wake-up takes a core from the engine too: no idle ticks
-            self._tick_stride = stride
-            self._tick_timer.stop()
-            self._tick_timer = self.set_interval(stride / FLUSH_HZ, self._tick)
-        self.panel.set_model(self.loaded)
-        self.indicator.show_ready(self.loaded)
-        self.dashboard.set_model(self.loaded)
-
-    def on_worker_ended(self, message: msg.WorkerEnded) -> None:
-        if message.kind == "turn" and self._blink is not None:
-            self.prompt.cursor_blink, self._blink = self._blink, None
-        if message.engine_id == self.engine_id:
-            self.busy = False
-            if message.kind == "turn" and self.active_turn is not None:  # ended without TurnFinished
-                self._abandon_turn()
-
-    def on_first_token_arrived(self, message: msg.FirstTokenArrived) -> None:
-        ev = message.event
-        if not self._current(ev.turn_id):
-            return
-        self.decoding = True
-        self._draw_prefill()
-        self._prefill = None
-        self.indicator.first_token(ev)
-        self.panel.first_token(ev.ttft_ms)
-        reply = self._reply()
-        if reply is not None:
-            reply.set_meta("decoding…", layout=False)  # replaces "prefill…": one line either way
-            reply.feed(ev.text)
-
-    def on_text_decoded(self, message: msg.TextDecoded) -> None:
-        ev = message.event
-        if self._current(ev.turn_id):
-            self.indicator.decoded(ev)
-            reply = self._reply()
-            if reply is not None:
-                reply.feed(ev.text)
-
-    async def _tick(self) -> None:
-        """Bounded-rate redraw: buffered reply text, the live decode figures, the panel and dashboard."""
-        if not self._alive():
-            return
-        self._ticks += 1
-        if await self.chat_log.flush(commit=self._flush_budget.due()):
-            self._flush_budget.mark()
-        self._draw_prefill(time.monotonic())
-        indicator = self.indicator
-        indicator.render_live()
-        if self.decoding and self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
-            rate = indicator.live_decode_rate()
-            self.panel.decode_live(indicator._decode_tokens, rate)
-            if rate is not None:
-                self.dashboard.decode_rate(rate)
-
-    async def on_turn_done(self, message: msg.TurnDone) -> None:
-        ev = message.event
-        if not self._current(ev.turn_id):
-            return
-        self.active_turn, self.decoding = None, False
-        reply = self._reply()
-        if reply is not None:
-            await reply.finish(ev.reply, ev.metrics)
-        self.conversation.append(Message("assistant", ev.reply))
-        self.indicator.finished(ev.metrics)
-        self.panel.turn_finished(ev.turn_id, ev.metrics)
-        self.dashboard.turn_finished(ev.turn_id, ev.metrics)
-        if ev.metrics.stop_reason == "context_full":
-            self.notify(
-                "The reply filled the context (n_ctx). Start a new chat (Ctrl+N) or raise --n-ctx.",
-                title="Context full",
-                severity="warning",
-            )
-
-    async def on_engine_error(self, message: msg.EngineError) -> None:
-        ev = message.event
-        if message.engine_id != self.engine_id or not self._alive():
-            return
-        if (ev.turn_id is not None and self._current(ev.turn_id)) or (ev.fatal and self.active_turn is not None):
-            reply = self._reply()
-            if ev.fatal and reply is not None and reply.text:  # a crash mid-reply: keep what streamed
-                self._abandon_turn("engine stopped: partial reply kept")
-            else:
-                await self._fail_turn()
-        if ev.fatal:
-            self._engine_down(ev.message)
-        else:
-            self.notify(ev.message, title="Not sent", severity="error")
-            self.indicator.failed(ev.message, fatal=False)
-
-    async def _fail_turn(self) -> None:
-        """Undo a turn that produced no reply: drop its views and user message, give the text back."""
-        self.active_turn, self.decoding = None, False
-        log = self.chat_log
-        await log.remove_last(ReplyView)
-        await log.remove_last(UserMessage)
-        if self.conversation and self.conversation[-1].role == "user":
-            self._restore_prompt(self.conversation.pop().content)
-
-    def _abandon_turn(self, why: str = "abandoned (engine replaced)") -> None:
-        """Stop following the active turn; keep what streamed so far as its reply, marked with ``why``."""
-        if self.active_turn is None:
-            return
-        self.active_turn, self.decoding = None, False
-        reply = self._reply()
-        if reply is not None:
-            self.conversation.append(Message("assistant", reply.text))
-            self.run_worker(reply.finish(reply.text, None), group="ui")
-            reply.set_meta(why)
+        self.chat.close()
+        self.recording.close()

@@ -21,8 +21,10 @@ The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
+from textual.await_remove import AwaitRemove
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
@@ -225,6 +227,7 @@ class ChatLog(VerticalScroll):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._latest_reply: ReplyView | None = None  # kept so per-token calls never query the DOM
+        self._removing: weakref.WeakSet = weakref.WeakSet()  # entries whose removal has started
 
     def on_mount(self) -> None:
         self.anchor()
@@ -270,14 +273,15 @@ class ChatLog(VerticalScroll):
         reply = self.active_reply
         return reply is not None and await reply.flush(commit)
 
-    async def remove_last(self, cls: type) -> str | None:
-        """Remove the newest entry of type ``cls`` (``UserMessage`` or ``ReplyView``); returns its text."""
-        entries = self.query(cls)
+    def remove_last(self, cls: type) -> AwaitRemove | None:
+        """Start removing the newest entry of type ``cls`` (``UserMessage`` or ``ReplyView``) that is not
+        already being removed; returns the awaitable removal (``None`` when there is none). The entry is
+        chosen now, so entries mounted afterwards are never taken instead."""
+        entries = [w for w in self.query(cls) if w not in self._removing]
         if not entries:
             return None
-        last = entries.last()
-        await last.remove()
-        return getattr(last, "text", None)
+        self._removing.add(entries[-1])
+        return entries[-1].remove()
 
     async def clear_log(self) -> None:
         """Remove every entry."""

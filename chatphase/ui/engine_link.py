@@ -1,46 +1,86 @@
-"""Thread workers that drive a blocking :class:`~chatphase.engine.base.Engine` and post its events.
+"""The chat controller's dispatcher in the TUI: engine calls in Textual thread workers.
 
-The engine API is a set of blocking iterators, so each call runs in a Textual thread worker (one at a
-time: ``group="engine", exclusive=True``) and every event crosses into the app as a message from
-:mod:`chatphase.ui.messages` (``post_message`` is thread-safe). A worker always ends by posting
-:class:`~chatphase.ui.messages.WorkerEnded`, and turns an exception from the engine into an
-``EngineFailed(fatal=True)`` so the UI shows it instead of a traceback. ``engine_id`` tags every
-message so the app can ignore a replaced engine's late events.
+Each :class:`~chatphase.chat.dispatch.EngineJob` runs in a thread worker; its events cross into the app
+as :class:`~chatphase.ui.messages.EngineEventArrived` messages (``post_message`` is thread-safe) and its
+end as :class:`~chatphase.ui.messages.EngineJobEnded`; the app's handlers hand them to the job on the
+app's thread. With no core to spare for the UI, a turn's start waits until the view has shown the new
+reply (:meth:`TextualDispatcher.release_turn`).
 """
 
 from __future__ import annotations
 
-from textual import work
+import os
+from collections.abc import Callable
+
+from textual.app import App
 from textual.worker import get_current_worker
 
-from chatphase.engine.base import Engine
-from chatphase.engine.events import EngineFailed, TurnRequest
-from chatphase.ui.messages import WorkerEnded, to_message
+from chatphase.chat.dispatch import EngineJob
+from chatphase.ui.messages import EngineEventArrived, EngineJobEnded
 
 
-class EngineWorkers:
-    """Mixin for a Textual ``App``: :meth:`load_engine` and :meth:`run_engine_turn` as thread workers."""
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker while ``sys.stderr`` is still the real one.
 
-    @work(thread=True, exclusive=True, group="engine")
-    def load_engine(self, engine: Engine, engine_id: int) -> None:
-        """Run ``engine.load()`` and post its events (``EngineReady`` or ``EngineError``)."""
-        self._pump("load", engine, engine_id, lambda: engine.load())
+    While a Textual app runs, ``sys.stderr`` is a capture object whose ``fileno()`` is -1, and the
+    tracker (started lazily by the first ``multiprocessing`` lock or event, e.g. in ``EngineHost``)
+    passes that fd to its child: ``ValueError: bad value(s) in fds_to_keep``. Starting it before the
+    app runs avoids that. POSIX only (elsewhere there is no tracker).
+    """
+    if os.name == "posix":
+        from multiprocessing import resource_tracker
 
-    @work(thread=True, exclusive=True, group="engine")
-    def run_engine_turn(self, engine: Engine, engine_id: int, request: TurnRequest) -> None:
-        """Run ``engine.run_turn(request)`` and post each event as a message."""
-        self._pump("turn", engine, engine_id, lambda: engine.run_turn(request), request.turn_id)
+        resource_tracker.ensure_running()
 
-    def _pump(self, kind: str, engine: Engine, engine_id: int, start, turn_id: int | None = None) -> None:
+
+class TextualDispatcher:
+    """Runs engine jobs in ``app``'s thread workers (implements :class:`~chatphase.chat.dispatch.Dispatcher`).
+
+    ``paint_first``: whether a turn waits for :meth:`release_turn` (the view calls it once the new
+    reply is laid out and painted). With the engine's threads on every core, the new messages' layout
+    and paint would otherwise run during prefill and delay the first token by at least their cost; done
+    first, prefill runs undisturbed. The app sets it when the loaded engine's thread count is known.
+    """
+
+    def __init__(self, app: App, paint_first: bool = False) -> None:
+        _start_resource_tracker()
+        self.app = app
+        self.paint_first = paint_first
+        self._held: EngineJob | None = None
+
+    def start(self, job: EngineJob) -> None:
+        if job.kind == "turn" and self.paint_first:
+            self._held = job
+        else:
+            self._run(job)
+
+    def release_turn(self) -> None:
+        """The screen shows the turn: start its held job (unless its engine was replaced meanwhile)."""
+        job, self._held = self._held, None
+        if job is not None:
+            self._run_if_current(job)
+
+    def spawn(self, fn: Callable[[], object]) -> None:
+        self.app.run_worker(fn, thread=True, group="close", exit_on_error=False)
+
+    def _run_if_current(self, job: EngineJob) -> None:
+        if job.current():  # the engine may have been replaced while the screen was painted
+            self._run(job)
+        else:
+            job.end()
+
+    def _run(self, job: EngineJob) -> None:
+        group = "watch" if job.kind == "watch" else "engine"
+        self.app.run_worker(lambda: self._pump(job), thread=True, group=group, exit_on_error=False)
+
+    def _pump(self, job: EngineJob) -> None:
         worker = get_current_worker()
+        post = self.app.post_message
         try:
-            for event in start():
-                self.post_message(to_message(event, engine_id))  # type: ignore[attr-defined]
-                if worker.is_cancelled:
-                    engine.cancel()
+            for event in job.run():
+                post(EngineEventArrived(job, event))
+                if worker.is_cancelled:  # the app is shutting down
+                    job.engine.cancel()
                     break
-        except Exception as exc:  # the engine broke its contract: show it, never a traceback
-            failed = EngineFailed(f"engine error: {type(exc).__name__}: {exc}", turn_id=turn_id, fatal=True)
-            self.post_message(to_message(failed, engine_id))  # type: ignore[attr-defined]
         finally:
-            self.post_message(WorkerEnded(kind, engine_id))  # type: ignore[attr-defined]
+            post(EngineJobEnded(job))

@@ -140,28 +140,3 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
-
-
-class ModelActions:
-    """Mixin for :class:`~chatphase.ui.app.ChatPhaseApp`: the "Model: Switch" action opens the picker and
-    hands the chosen model to the app's ``switch_model`` (a fresh engine process; the conversation is
-    kept and re-prefilled on the new model). Expects the app's ``settings``, ``model_info`` and
-    ``switch_model``."""
-
-    def action_switch_model_picker(self) -> None:
-        """Open :class:`ModelPickerScreen` at the app's n_ctx, the loaded model highlighted."""
-
-        def chosen(info: ModelInfo | None) -> None:
-            if info is None:
-                return
-            if info.path == self.model_info.path:
-                self.notify(f"{info.name} is already loaded", title="Model")
-                return
-            self.switch_model(info)
-
-        self.push_screen(
-            ModelPickerScreen(
-                n_ctx=self.settings.n_ctx, current_path=self.model_info.path, models_dir=self.settings.models_dir
-            ),
-            chosen,
-        )

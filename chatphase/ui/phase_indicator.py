@@ -3,12 +3,12 @@
 - prefill: a :class:`~textual.widgets.ProgressBar` over the prompt tokens being evaluated, with the
   elapsed prefill time and the prefill rate ``done_tokens / elapsed`` (both from the engine's
   ``PrefillProgress`` events, so they describe the engine, not the UI's redraws);
-- decode: the token count, TTFT and the live decode rate ``(n - 1) / (t_n - t_first)`` (the TPOT
-  definition of :mod:`chatphase.engine.metrics`, on the engine's token timestamps);
+- decode: the token count, TTFT and the live decode rate (the turn's, from the engine's token
+  timestamps: :meth:`chatphase.chat.turn.Turn.live_decode_rate`);
 - done / stopped / failed: the turn's summary or the error and how to recover.
 
-Decode updates only store numbers; :meth:`PhaseIndicator.render_live` draws them and is called by the
-app at a bounded rate. Component parts: ``#phase-badge`` (class ``-prefill``/``-decode``/``-done``/
+The live decode figures are drawn by :meth:`PhaseIndicator.decode_live`, which the app calls at a
+bounded rate. Component parts: ``#phase-badge`` (class ``-prefill``/``-decode``/``-done``/
 ``-error``/``-loading``), ``#prefill-bar``, ``#phase-stats``.
 """
 
@@ -18,14 +18,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from chatphase.engine.events import (
-    FirstToken,
-    LoadedModel,
-    PrefillProgress,
-    PrefillStarted,
-    TokensDecoded,
-)
-from chatphase.engine.metrics import NS_PER_S, TurnMetrics
+from chatphase.engine.events import LoadedModel, PrefillProgress, PrefillStarted
+from chatphase.engine.metrics import TurnMetrics
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 _BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-decode", "-done", "-error")
@@ -36,11 +30,7 @@ class PhaseIndicator(Horizontal):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self._decode_tokens = 0
-        self._t_first_ns = 0
-        self._t_last_ns = 0
-        self._ttft_ms: float | None = None
-        self._dirty = False
+        self._drawn: tuple | None = None  # the live decode figures last drawn
         self._cached_note = ""
 
     def compose(self) -> ComposeResult:
@@ -104,41 +94,22 @@ class PhaseIndicator(Horizontal):
         )
         self._set_stats(stats)
 
-    def first_token(self, event: FirstToken) -> None:
-        """Decode begins: TTFT is known. The prefill bar stays, full (no layout while the engine decodes)."""
-        self._decode_tokens, self._t_first_ns, self._t_last_ns = 1, event.t_ns, event.t_ns
-        self._ttft_ms = event.ttft_ms
+    def first_token(self) -> None:
+        """Decode begins. The prefill bar stays, full (no layout while the engine decodes)."""
         self._bar.update(progress=self._bar.total)
         self._set("DECODE", "decode", "", bar=True)
-        self._dirty = True
-        self.render_live()
+        self._drawn = None
 
-    def decoded(self, event: TokensDecoded) -> None:
-        """Record more decoded tokens (drawn by :meth:`render_live`)."""
-        self._decode_tokens, self._t_last_ns = event.decode_tokens, event.t_ns
-        self._dirty = True
-
-    def live_decode_rate(self) -> float | None:
-        """Tokens per second so far: ``(n - 1) / (t_last - t_first)``; ``None`` before 2 tokens."""
-        span = self._t_last_ns - self._t_first_ns
-        if self._decode_tokens < 2 or span <= 0:
-            return None
-        return (self._decode_tokens - 1) * NS_PER_S / span
-
-    def render_live(self) -> None:
-        """Redraw the decode figures if they changed since the last call."""
-        if not self._dirty:
+    def decode_live(self, decode_tokens: int, tokens_per_s: float | None, ttft_ms: float | None) -> None:
+        """Draw the live decode figures, if they changed since the last call."""
+        figures = (decode_tokens, tokens_per_s, ttft_ms)
+        if figures == self._drawn:
             return
-        self._dirty = False
-        stats = (
-            f"{fmt_int(self._decode_tokens)} tok · {fmt_rate(self.live_decode_rate())}"
-            f" · TTFT {fmt_ms(self._ttft_ms)} · Esc stop"
-        )
-        self._set_stats(stats)
+        self._drawn = figures
+        self._set_stats(f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)} · TTFT {fmt_ms(ttft_ms)} · Esc stop")
 
     def finished(self, metrics: TurnMetrics) -> None:
         """The turn is over: show its summary."""
-        self._dirty = False
         badge, kind = ("STOPPED", "error") if metrics.stop_reason in ("cancelled", "error") else ("DONE", "done")
         self._set(
             badge,
@@ -149,8 +120,7 @@ class PhaseIndicator(Horizontal):
             ),
         )
 
-    def failed(self, message: str, fatal: bool) -> None:
-        """The engine failed; a fatal failure needs a restart."""
-        self._dirty = False
-        hint = " · F5 restart engine" if fatal else ""
-        self._set("ENGINE STOPPED" if fatal else "ERROR", "error", f"{message}{hint}")
+    def failed(self, message: str, restart_key: str | None = None) -> None:
+        """The turn failed (``ERROR``), or the engine did and needs a restart with ``restart_key``."""
+        hint = f" · {restart_key} restart engine" if restart_key else ""
+        self._set("ENGINE STOPPED" if restart_key else "ERROR", "error", f"{message}{hint}")

@@ -1,10 +1,10 @@
-"""Drawing the prefill: its start, progress and notes, from the app's redraw tick, not per event.
+"""Drawing the prefill: its start and progress, from the app's redraw tick, not per event.
 
-Mixin for :class:`~chatphase.ui.app.ChatPhaseApp`: the ``PrefillBegan``/``PrefillAdvanced`` handlers only
-record the events; :meth:`PrefillDrawing._draw_prefill` draws them in the phase indicator and the side
-panel (and shows the context-trimmed and cache-reuse notes) when the app's tick calls it, and once more
-at the first token. With no core to spare, a prefill younger than :data:`PREFILL_QUIET_S` is not drawn:
-the paint would run on a core the engine evaluates the prompt on, and lengthen the very pause it shows.
+The chat view records the prefill's events here (:meth:`PrefillDrawing.began`, :meth:`advanced`);
+:meth:`PrefillDrawing.draw` draws them in the phase indicator and the side panel when the tick calls it,
+and once more at the first token. With no core to spare (:meth:`PrefillDrawing.spare_core`), a prefill
+younger than :data:`PREFILL_QUIET_S` is not drawn: the paint would run on a core the engine evaluates the prompt on, and lengthen
+the very pause it shows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 
 from chatphase.engine.events import PrefillProgress, PrefillStarted
-from chatphase.ui import messages as msg
+from chatphase.ui.phase_indicator import PhaseIndicator
+from chatphase.ui.phase_panel import PhasePanel
 
 #: with no core to spare, a prefill shows its progress once it has run this long (seconds).
 PREFILL_QUIET_S = 0.25
@@ -21,8 +22,9 @@ PREFILL_QUIET_S = 0.25
 
 @dataclass
 class _Prefill:
-    """The running turn's prefill: its start event, latest progress, and what of it is drawn."""
+    """The running turn's prefill: its number, start event, latest progress, and what of it is drawn."""
 
+    number: int
     began: PrefillStarted
     t_began: float
     progress: PrefillProgress | None = None
@@ -31,57 +33,56 @@ class _Prefill:
 
 
 class PrefillDrawing:
-    """Mixin: records the prefill's events and draws them at a bounded rate (see the module docstring).
+    """Records a turn's prefill and draws it at a bounded rate (see the module docstring)."""
 
-    Uses the app's ``indicator``, ``panel``, ``notify``, ``_current``, ``_tick_stride``, ``_reuse_note``
-    and ``_prefill`` (a :class:`_Prefill` or ``None``).
-    """
+    def __init__(self, indicator: PhaseIndicator, panel: PhasePanel) -> None:
+        self.indicator = indicator
+        self.panel = panel
+        self.quiet_s = 0.0
+        self._prefill: _Prefill | None = None
 
-    def on_prefill_began(self, message: msg.PrefillBegan) -> None:
-        ev = message.event
-        if self._current(ev.turn_id):
-            self._prefill = _Prefill(ev, time.monotonic())  # drawn by _draw_prefill
+    @property
+    def waiting(self) -> bool:
+        """Whether a prefill has begun that is not drawn yet."""
+        return self._prefill is not None and not self._prefill.began_drawn
 
-    def on_prefill_advanced(self, message: msg.PrefillAdvanced) -> None:
-        ev = message.event
-        if self._current(ev.turn_id) and self._prefill is not None:
-            self._prefill.progress, self._prefill.dirty = ev, True
+    @property
+    def progress(self) -> PrefillProgress | None:
+        """The newest progress recorded (drawn or not)."""
+        return self._prefill.progress if self._prefill is not None else None
 
-    def _draw_prefill(self, now: float | None = None) -> None:
-        """Draw the prefill's start and latest progress, if not drawn yet.
+    def began(self, number: int, event: PrefillStarted) -> None:
+        self._prefill = _Prefill(number, event, time.monotonic())
 
-        Called from the redraw tick (``now``: the tick's clock) and, with ``now=None``, at the first
-        token. With no core to spare, a prefill younger than ``PREFILL_QUIET_S`` is not drawn by the tick:
-        the paint would run on a core the engine is evaluating the prompt on, and lengthen the pause.
+    def advanced(self, event: PrefillProgress) -> None:
+        if self._prefill is not None:
+            self._prefill.progress, self._prefill.dirty = event, True
+
+    def spare_core(self, spare: bool) -> None:
+        """Whether the engine leaves a core for the UI (no quiet period then)."""
+        self.quiet_s = 0.0 if spare else PREFILL_QUIET_S
+
+    def clear(self) -> None:
+        """The prefill is over (the first token came, or the turn ended)."""
+        self._prefill = None
+
+    def draw(self, now: float | None = None) -> bool:
+        """Draw the prefill's start and latest progress, if not drawn yet; returns whether its start
+        is drawn now (so the notices that go with it may be shown).
+
+        ``now``: the tick's clock; ``None`` (at the first token) draws whatever the quiet period held back.
         """
         p = self._prefill
         if p is None or not p.dirty:
-            return
-        if not self._current(p.began.turn_id):  # the turn ended or was abandoned during its prefill
-            self._prefill = None
-            return
-        if now is not None and self._tick_stride > 1 and now - p.t_began < PREFILL_QUIET_S:
-            return
+            return p is not None
+        if now is not None and self.quiet_s and now - p.t_began < self.quiet_s:
+            return False
         p.dirty = False
-        ev = p.began
         if not p.began_drawn:
             p.began_drawn = True
-            self.indicator.prefill_started(ev)
-            self.panel.turn_started(ev.turn_id, ev)
-            if ev.dropped_messages:
-                self.notify(
-                    f"The context is full: the {ev.dropped_messages} oldest message(s) were left out of "
-                    "the prompt (system prompt kept).",
-                    title="Context trimmed",
-                    severity="warning",
-                )
-            if self._reuse_note and ev.prompt_tokens is not None:
-                self.notify(
-                    f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
-                    f"{ev.prefill_tokens:,} to evaluate.",
-                    title=self._reuse_note,
-                )
-                self._reuse_note = None
+            self.indicator.prefill_started(p.began)
+            self.panel.turn_started(p.number, p.began)
         if p.progress is not None:
             self.indicator.prefill_progress(p.progress)
             self.panel.prefill_progress(p.progress.done_tokens, p.progress.total_tokens, p.progress.elapsed_ms)
+        return True

@@ -10,7 +10,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Log, Markdown
 
-from chatphase.ui.actions import ACTIONS
+from chatphase.ui.actions import ACTIONS, key_labels
 
 #: at most this much of the end of the log file is shown (bytes).
 LOG_TAIL_BYTES = 1_000_000
@@ -89,14 +89,22 @@ def from_engine_start(lines: list[str], pid: int) -> list[str]:
 
 
 class HelpScreen(CloseableScreen):
-    """Keys (from :data:`~chatphase.ui.actions.ACTIONS`) and what each measured figure means."""
+    """Keys (from :data:`~chatphase.ui.actions.ACTIONS`, as ``keys`` remaps them: ``{id: label}`` from
+    :func:`~chatphase.ui.actions.key_labels`) and what each measured figure means."""
+
+    def __init__(self, keys: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.keys = keys or key_labels()
 
     def compose(self) -> ComposeResult:
-        rows = "\n".join(f"| `{a.key_display}` | {a.title} | {a.help} |" for a in ACTIONS)
+        rows = "\n".join(f"| `{self.keys[a.id]}` | {a.title} | `{a.id}` | {a.help} |" for a in ACTIONS)
         text = (
-            "# chatphase help\n\n| Key | Command | What it does |\n|---|---|---|\n"
-            "| `Enter` | Send | Send the message |\n| `Ctrl+J` | New line | Shift+Enter too, where the terminal reports it |\n"
-            f"{rows}\n| `Ctrl+P` | Command palette | Every command above, by name |\n| `Ctrl+Q` | Quit | Stops the engine and exits |\n"
+            "# chatphase help\n\n| Key | Command | Id | What it does |\n|---|---|---|---|\n"
+            "| `Enter` | Send | | Send the message |\n"
+            "| `Ctrl+J` | New line | | Shift+Enter too, where the terminal reports it |\n"
+            f"{rows}\n| `Ctrl+P` | Command palette | | Every command above, by name |\n"
+            "| `Ctrl+Q` | Quit | | Stops the engine and exits |\n\n"
+            'Remap a key in the config file\'s `[keys]` table by its id, e.g. `"chat.stop" = "ctrl+s"`.\n'
             f"{METRICS_HELP}"
         )
         with VerticalScroll(id="help-box", classes="modal-box"):

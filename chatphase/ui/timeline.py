@@ -93,6 +93,11 @@ class TurnTimeline(Widget):
         super().__init__(**kwargs)
         self._metrics: TurnMetrics | None = None
 
+    @property
+    def metrics(self) -> TurnMetrics | None:
+        """The turn drawn (``None`` when empty)."""
+        return self._metrics
+
     def show(self, metrics: TurnMetrics) -> None:
         """Draw ``metrics``."""
         self._metrics = metrics

@@ -1,0 +1,256 @@
+"""ChatView: the chat controller's listener that draws the chat screen.
+
+It maps what the controller tells it onto the widgets: the chat log (user messages, the streaming
+reply, notices), the phase indicator, the side panel and the dashboard. Nothing here decides what an
+event means; that is :class:`~chatphase.chat.controller.ChatController`'s.
+
+Rates: decoded text is buffered in the reply view and drawn by :meth:`ChatView.tick` at up to
+``FLUSH_HZ``, within a CPU budget (:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow
+decode; the live figures and the dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout.
+With no core to spare, the tick itself runs at ``FLUSH_HZ / NO_SPARE_CORE_STRIDE`` (each wake-up takes a
+core from the engine) and a short prefill is not drawn at all (:mod:`chatphase.ui.prefill_drawing`).
+
+Widget work that must be awaited (removing or finishing views) is queued by the listener methods and
+run in order by :meth:`ChatView.settle`, which the app awaits after every call into the controller.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from textual.app import App
+
+from chatphase.chat.controller import ChatController
+from chatphase.chat.listener import ChatListener, Notice
+from chatphase.chat.turn import Turn
+from chatphase.engine.events import (
+    FirstToken,
+    LoadedModel,
+    Message,
+    PrefillProgress,
+    PrefillStarted,
+    TokensDecoded,
+    TurnFinished,
+)
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.sessions.store import Session
+from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage, metrics_line
+from chatphase.ui.dashboard import Dashboard
+from chatphase.ui.engine_link import TextualDispatcher
+from chatphase.ui.phase_indicator import PhaseIndicator
+from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.prefill_drawing import PrefillDrawing
+from chatphase.ui.prompt_input import PromptInput
+from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
+
+#: side panel and dashboard live-rate refreshes per second during decode.
+PANEL_HZ = 5
+#: with no core to spare for the UI, the redraw tick (reply tail, live figures) runs at FLUSH_HZ / this.
+NO_SPARE_CORE_STRIDE = 2
+#: Markdown commits of a streaming reply happen at least this often (seconds), whatever the CPU budget;
+#: between commits the reply's tail streams as plain text at ``FLUSH_HZ``.
+COMMIT_MAX_INTERVAL_S = 2.0
+
+
+class ChatView(ChatListener):
+    """Draws ``chat`` on ``app``'s widgets (see the module docstring). ``keys``: action id -> the keys
+    that run it (:func:`~chatphase.ui.actions.key_labels`), for the hints in notices."""
+
+    def __init__(self, app: App, chat: ChatController, dispatcher: TextualDispatcher, keys: Mapping[str, str]) -> None:
+        self.app = app
+        self.keys = keys
+        self.chat = chat
+        self.dispatcher = dispatcher
+        self.chat_log = app.query_one(ChatLog)
+        self.indicator = app.query_one(PhaseIndicator)
+        self.panel = app.query_one(PhasePanel)
+        self.dashboard = app.query_one(Dashboard)
+        self.prompt = app.query_one(PromptInput)
+        self.prefill = PrefillDrawing(self.indicator, self.panel)
+        self.tick_stride = 1
+        self._ticks = 0
+        #: when streamed text may be committed as Markdown (replaced per engine; tests may set their own)
+        self.flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
+        self._ops: list[Callable[[], Awaitable[object]]] = []
+        self._held_notices: list[Notice] = []  # shown once the prefill they belong to is drawn
+        self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
+        self._timer = app.set_interval(1 / FLUSH_HZ, self.tick)
+
+    async def settle(self) -> None:
+        """Run the queued widget work, in order."""
+        while self._ops:
+            await self._ops.pop(0)()
+
+    # -- the engine --------------------------------------------------------------------------------
+    def engine_loading(self, model: ModelInfo) -> None:
+        self.indicator.show_loading(model.name)
+        self.app.sub_title = model.name
+
+    def engine_ready(self, loaded: LoadedModel) -> None:
+        threads = loaded.settings.get("n_threads")
+        self.flush_budget = RedrawBudget(ui_cpu_share(threads), COMMIT_MAX_INTERVAL_S)
+        spare = spare_core(threads)
+        self.dispatcher.paint_first = not spare
+        self.prefill.spare_core(spare)
+        stride = 1 if spare else NO_SPARE_CORE_STRIDE
+        if stride != self.tick_stride:  # a timer wake-up takes a core from the engine too: no idle ticks
+            self.tick_stride = stride
+            self._timer.stop()
+            self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick)
+        self.panel.set_model(loaded)
+        self.indicator.show_ready(loaded)
+        self.dashboard.set_model(loaded)
+
+    def engine_stopped(self, message: str) -> None:
+        self._turn_over()
+        self.indicator.failed(message, self.keys["engine.restart"])
+        self.chat_log.add_notice(
+            f"Engine stopped: {message}. Press {self.keys['engine.restart']} (Engine: Restart).", "error"
+        )
+        self.app.notify(message, title="Engine stopped", severity="error")
+
+    # -- a turn ------------------------------------------------------------------------------------
+    def turn_started(self, turn: Turn) -> None:
+        if turn.kind != "regenerate":
+            self.chat_log.add_user(turn.user)
+        if self._blink is None:  # a blink is a frame: none while the engine runs
+            self._blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
+        self.indicator.submitted()
+        self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn)
+
+    def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
+        self.prefill.began(turn.number, event)  # drawn by the tick
+
+    def prefill_progress(self, turn: Turn, event: PrefillProgress) -> None:
+        self.prefill.advanced(event)
+
+    def first_token(self, turn: Turn, event: FirstToken) -> None:
+        self._draw_prefill()
+        self.prefill.clear()
+        self.indicator.first_token()
+        self.indicator.decode_live(turn.decode_tokens, None, turn.ttft_ms)
+        self.panel.first_token(event.ttft_ms)
+        reply = self.chat_log.active_reply
+        if reply is not None:
+            reply.set_meta("decoding…", layout=False)  # replaces "prefill…": one line either way
+            reply.feed(event.text)
+
+    def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
+        reply = self.chat_log.active_reply
+        if reply is not None:
+            reply.feed(event.text)
+
+    def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
+        self._turn_over()
+        reply = self.chat_log.active_reply
+        if reply is not None:
+            self._ops.append(lambda: reply.finish(event.reply, event.metrics))
+        self.indicator.finished(event.metrics)
+        self.panel.turn_finished(turn.number, event.metrics)
+        self.dashboard.turn_finished(turn.number, event.metrics)
+
+    def turn_failed(self, turn: Turn, message: str) -> None:
+        self._turn_over()
+        self._remove_last(ReplyView)
+        if turn.kind != "regenerate":
+            self._remove_last(UserMessage)
+        if not self.prompt.text.strip():
+            self.prompt.set_text(turn.user)
+
+    def turn_abandoned(self, turn: Turn, why: str) -> None:
+        self._turn_over()
+        reply = self.chat_log.active_reply
+        if reply is not None:
+
+            async def finish() -> None:
+                await reply.finish(turn.reply, None)
+                reply.set_meta(why)
+
+            self._ops.append(finish)
+
+    def _turn_over(self) -> None:
+        self.prefill.clear()
+        self._show_held_notices()
+        if self._blink is not None:
+            self.prompt.cursor_blink, self._blink = self._blink, None
+
+    # -- the conversation --------------------------------------------------------------------------
+    def history_rewound(self, removed: tuple[Message, ...]) -> None:
+        for message in reversed(removed):
+            self._remove_last(ReplyView if message.role == "assistant" else UserMessage)
+
+    def _remove_last(self, cls: type) -> None:
+        removal = self.chat_log.remove_last(cls)  # chosen now, before a new turn mounts its views
+        if removal is not None:
+            self._ops.append(lambda: removal)
+
+    def chat_cleared(self) -> None:
+        self._turn_over()
+        self._ops.append(self.chat_log.clear_log)
+        self.panel.reset()
+        self.dashboard.reset()
+        if self.chat.loaded is not None:
+            self.indicator.show_ready(self.chat.loaded)
+
+    def history_restored(self, session: Session) -> None:
+        log = self.chat_log
+        for t in session.turns:
+            if not t.in_conversation:
+                continue
+            log.add_user(t.user)
+            view = log.add_reply(t.index, t.reply)
+            meta = metrics_line(t.metrics) if t.metrics else f"{t.status} turn (no metrics)"
+            self.app.call_after_refresh(view.set_meta, meta)
+            if t.metrics is not None:
+                self.dashboard.turn_finished(t.index, t.metrics)
+        log.add_notice(
+            f"Resumed session {session.id} “{session.title}” ({len(session.turns)} turns). "
+            "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
+        )
+        self.app.sub_title = f"{self.chat.model_info.name} · {session.title}"
+
+    def notice(self, notice: Notice) -> None:
+        if notice.kind in ("reuse", "dropped") and self.prefill.waiting:
+            self._held_notices.append(notice)  # drawn with its prefill (none while the prefill is quiet)
+            return
+        self._show(notice)
+
+    def _show(self, notice: Notice) -> None:
+        if notice.kind == "model":
+            self.chat_log.add_notice(notice.text)
+            return
+        text = notice.text
+        if notice.kind == "context_full":
+            text = text.replace("Start a new chat", f"Start a new chat ({self.keys['chat.new']})")
+        if notice.kind == "turn_error":
+            self.indicator.failed(notice.text)
+        self.app.notify(text, title=notice.title, severity=notice.severity)
+
+    def _show_held_notices(self) -> None:
+        held, self._held_notices = self._held_notices, []
+        for notice in held:
+            self._show(notice)
+
+    # -- the redraw tick ---------------------------------------------------------------------------
+    def _draw_prefill(self, now: float | None = None) -> None:
+        if self.prefill.draw(now):
+            self._show_held_notices()
+
+    async def tick(self) -> None:
+        """Bounded-rate redraw: buffered reply text, the live prefill and decode figures, the panel."""
+        if not self.app.is_running:
+            return
+        self._ticks += 1
+        if await self.chat_log.flush(commit=self.flush_budget.due()):
+            self.flush_budget.mark()
+        self._draw_prefill(time.monotonic())
+        turn = self.chat.turn
+        if turn is None or not turn.decoding:
+            return
+        rate = turn.live_decode_rate()
+        self.indicator.decode_live(turn.decode_tokens, rate, turn.ttft_ms)
+        if self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
+            self.panel.decode_live(turn.decode_tokens, rate)
+            if rate is not None:
+                self.dashboard.decode_rate(rate)
