@@ -8,7 +8,8 @@ import pytest
 
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.engine import batched
-from chatphase.engine.batched import BatchedEngine, BatchRequest
+from chatphase.engine.batched import BatchedEngine
+from chatphase.engine.batching import BatchRequest
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded, SamplingParams, TurnFinished, TurnRequest
 

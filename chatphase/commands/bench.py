@@ -18,7 +18,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
+from chatphase.bench.plot import check_plot_path, write_plot
+from chatphase.bench.report import FORMATS, render
 from chatphase.bench.runner import (
     DEFAULT_DEPTHS,
     DEFAULT_PROMPT_LENGTHS,

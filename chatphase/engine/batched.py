@@ -25,49 +25,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import llama_cpp as lc
 import numpy as np
 
+from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.llama import LlamaEngine
-
-
-@dataclass(frozen=True)
-class BatchRequest:
-    """One batched run: ``prompts[j]`` is sequence j's prompt (token ids); ``gen_steps`` decode steps."""
-
-    prompts: tuple[tuple[int, ...], ...]
-    gen_steps: int
-
-
-@dataclass(frozen=True)
-class BatchOutcome:
-    """What one batched run measured; every ``*_ns`` is ``time.perf_counter_ns()`` inside the engine.
-
-    ``first_token_ns[j]``: sequence j's first token sampled (after the prefill chunk holding its last
-    prompt token); ``t_decode_start_ns``: the first step starts; ``step_end_ns[i]``: step i ends (its
-    ``llama_decode`` done, synchronised, the N next tokens sampled); ``decode_batch_tokens[i]``: the tokens
-    in step i's ``llama_decode`` call (N). ``tokens[j]``/``texts[j]``: what sequence j wrote.
-    ``kv_cache_tokens``: KV cells in use after the run (all sequences). ``stop_reason``: ``"length"``
-    (all steps ran), ``"cancelled"`` or ``"error"`` (llama.cpp refused a batch; ``error`` says how).
-    """
-
-    n_seq: int
-    prompt_tokens: int
-    t_prefill_start_ns: int
-    t_prefill_end_ns: int
-    first_token_ns: tuple[int, ...]
-    t_decode_start_ns: int
-    step_end_ns: tuple[int, ...]
-    decode_batch_tokens: tuple[int, ...]
-    tokens: tuple[tuple[int, ...], ...]
-    texts: tuple[str, ...]
-    kv_cache_tokens: int
-    kv_cache_bytes: int
-    stop_reason: str
-    error: str = ""
 
 
 class BatchedEngine(LlamaEngine):
