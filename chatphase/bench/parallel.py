@@ -115,7 +115,7 @@ def check_fits(n_seq: int, tokens_per_seq: int, n_ctx: int, what: str, fix: str)
         else f"not even one fits {what} {n_ctx:,}"
     )
     raise UsageError(
-        f"--parallel {n_seq}: {n_seq} sequences × {tokens_per_seq:,} tokens (prompt + generated) = {need:,} "
+        f"--parallel {n_seq}: {n_seq} sequence{'s' if n_seq != 1 else ''} × {tokens_per_seq:,} tokens (prompt + generated) = {need:,} "
         f"tokens; {room} — lower N or the lengths, or raise {fix} to {need:,}"
     )
 

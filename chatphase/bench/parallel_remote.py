@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from chatphase.bench.parallel import ParallelPlan, check_fits
+from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.parallel_results import ParallelSample
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
@@ -40,7 +40,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.metrics import TurnMetrics, ns_to_ms, rate_per_s
-from chatphase.errors import EngineError
+from chatphase.errors import EngineError, UsageError
 
 _BARRIER_TIMEOUT_S = 10.0
 
@@ -56,13 +56,12 @@ def fit_plan_to_server(plan: ParallelPlan, loaded: LoadedModel) -> tuple[Paralle
     """
     s = loaded.settings
     slot_ctx, slots = s.get("n_ctx"), s.get("total_slots")
-    if slot_ctx:
-        check_fits(
-            1,
-            max(plan.prompt_lengths) + plan.gen_tokens + 1,
-            int(slot_ctx),
-            "a server slot's n_ctx",
-            "the server's context",
+    need = max(plan.prompt_lengths) + plan.gen_tokens + 1
+    if slot_ctx and need > int(slot_ctx):
+        raise UsageError(
+            f"one stream needs {need:,} tokens (prompt + generated) but a slot of the server at "
+            f"{s.get('server', 'the server')} holds {int(slot_ctx):,} (its n_ctx per slot) — lower the lengths or "
+            "give the server a larger context"
         )
     if not slots or max(plan.n_seqs) <= slots:
         return plan, ()
