@@ -22,6 +22,7 @@ from chatphase.cli import main
         (["--parallel", "0"], "N must be 1 to 256"),
         (["--parallel", "1,8", "--prompt-lengths", "480", "--n-ctx", "2048"], "n_ctx 2,048 holds 4 such sequences"),
         (["--parallel", "4", "--depths", "0"], "--depths does not apply to --parallel"),
+        (["--parallel", "1,8", "--n-batch", "4"], "over n_batch 4"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_before_any_work(capsys, argv, match):

@@ -92,6 +92,11 @@ def test_bad_plans_are_refused_saying_what_fits(plan, n_ctx, match):
         plan.validate(n_ctx)
 
 
+def test_a_step_of_n_tokens_must_fit_n_batch():
+    with pytest.raises(UsageError, match="over n_batch 4 \\(raise --n-batch to 8\\)"):
+        ParallelPlan(n_seqs=(1, 8), prompt_lengths=(16,)).validate(4096, n_batch=4)
+
+
 def test_plan_that_just_fits_and_a_server_plan_skip_the_context_check():
     assert ParallelPlan(n_seqs=(16,), prompt_lengths=(96,), gen_tokens=32).validate(2048).total_runs == 4
     assert ParallelPlan(n_seqs=(64,), prompt_lengths=(4000,)).validate(None)

@@ -53,14 +53,14 @@ class ParallelPlan:
     reps: int = 3
     warmup: int = 1
 
-    def validate(self, n_ctx: int | None) -> ParallelPlan:
+    def validate(self, n_ctx: int | None, n_batch: int | None = None) -> ParallelPlan:
         """Check the plan before any work (``n_ctx=None`` skips the context check: a server's comes later);
         returns ``self``.
 
         Raises:
             UsageError: zero reps, negative warm-up, ``gen_tokens < 1``, no N or no prompt length, an N
-                below 1 or above llama.cpp's limit, or N sequences of prompt + generation over ``n_ctx``
-                (saying how many would fit).
+                below 1 or above llama.cpp's limit or above ``n_batch`` (a step is one batch of N tokens),
+                or N sequences of prompt + generation over ``n_ctx`` (saying how many would fit).
         """
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1 (got {self.reps})")
@@ -78,6 +78,11 @@ class ParallelPlan:
         for length in self.prompt_lengths:
             if length < 1:
                 raise UsageError(f"prompt lengths must be at least 1 token (got {length})")
+        if n_batch is not None and max(self.n_seqs) > n_batch:
+            raise UsageError(
+                f"--parallel {max(self.n_seqs)}: a step is one batch of N tokens, over n_batch {n_batch} "
+                f"(raise --n-batch to {max(self.n_seqs)})"
+            )
         if n_ctx is not None:
             check_fits(max(self.n_seqs), max(self.prompt_lengths) + self.gen_tokens, n_ctx, "n_ctx", "--n-ctx")
         return self

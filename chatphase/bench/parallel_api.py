@@ -39,7 +39,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
     engines = [engine]
     local = hasattr(engine, "run_batch")
     try:
-        plan = plan.validate(config.n_ctx if local else None)
+        plan = plan.validate(config.n_ctx, config.n_batch) if local else plan.validate(None)
         peaks = (yield from bench.peaks()) if local else None
         yield BenchStatus(f"loading {bench.info.name}")
         bench.attach(engine=engine)

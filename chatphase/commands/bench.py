@@ -174,7 +174,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         gen_tokens=args.gen,
         reps=args.reps,
         warmup=args.warmup,
-    ).validate(None if settings.server else settings.n_ctx)
+    ).validate(*((None,) if settings.server else (settings.n_ctx, settings.n_batch)))
 
 
 @contextlib.contextmanager
@@ -252,6 +252,6 @@ class _Progress:
             rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
             figures = f"TTFT {ttft}, decode {rate}"
         label = f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}"
-        self._bar.update(self._task, completed=ev.done_runs, description=label)
+        self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
         if self._plain and not s.warmup:
             print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)

@@ -135,7 +135,7 @@ class ExperimentsScreen(Screen[None]):
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
         """
-        return self.pane.plan(self.settings.n_ctx)
+        return self.pane.plan(self.settings)
 
     def action_run(self) -> None:
         """Validate the active form and start its sweep (a notice instead when the form is wrong)."""
@@ -144,7 +144,7 @@ class ExperimentsScreen(Screen[None]):
             return
         pane = self.pane
         try:
-            plan = pane.plan(self.settings.n_ctx)
+            plan = pane.plan(self.settings)
             self.job = self.job_factory(self.model_info, self.settings.engine_config(), plan)
         except ChatPhaseError as exc:
             self._status(str(exc), "-error")
@@ -222,7 +222,7 @@ class ExperimentsScreen(Screen[None]):
         elif isinstance(event, BenchNotice):
             self.notify(event.text, severity="warning", timeout=10)
         elif isinstance(event, SweepProgress):
-            self.query_one("#exp-progress", ProgressBar).update(progress=event.done_runs)
+            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
             self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event.sample)}")
             for plot in pane.plots():
                 plot.add_sample(event.sample)

@@ -19,6 +19,7 @@ from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.report import mean_sd
 from chatphase.bench.results import BenchResult
 from chatphase.bench.runner import SweepPlan
+from chatphase.config import Settings
 from chatphase.errors import UsageError
 from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
 
@@ -78,8 +79,8 @@ class SweepPane(TabPane):
     def _value(self, id_: str) -> str:
         return self.query_one(f"#{id_}", Input).value
 
-    def plan(self, n_ctx: int) -> SweepPlan:
-        """The plan the form describes, validated against ``n_ctx``.
+    def plan(self, settings: Settings) -> SweepPlan:
+        """The plan the form describes, validated against ``settings.n_ctx``.
 
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
@@ -90,7 +91,7 @@ class SweepPane(TabPane):
             reps=parse_count(self._value("exp-reps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-gen"), "Gen tokens"),
             warmup=1,
-        ).validate(n_ctx)
+        ).validate(settings.n_ctx)
 
     def plots(self):
         return self.query(BenchPlot)
@@ -152,8 +153,9 @@ class ParallelPane(TabPane):
     def _value(self, id_: str) -> str:
         return self.query_one(f"#{id_}", Input).value
 
-    def plan(self, n_ctx: int) -> ParallelPlan:
-        """The plan the form describes, validated against ``n_ctx`` (N sequences of prompt + steps must fit).
+    def plan(self, settings: Settings) -> ParallelPlan:
+        """The plan the form describes, validated against ``settings`` (N sequences of prompt + steps must fit
+        n_ctx; a step of N tokens n_batch).
 
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
@@ -164,7 +166,7 @@ class ParallelPane(TabPane):
             reps=parse_count(self._value("exp-preps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-pgen"), "Gen steps"),
             warmup=1,
-        ).validate(n_ctx)
+        ).validate(settings.n_ctx, settings.n_batch)
 
     def plots(self):
         return self.query(ParallelPlot)
