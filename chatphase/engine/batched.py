@@ -43,15 +43,13 @@ class BatchedEngine(LlamaEngine):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._batch = None
-        self._batch_capacity = 0
 
     def _load(self) -> LoadedModel:
         loaded = super()._load()
         self._n_seq_max = lc.llama_n_seq_max(self._ctx)
         self._n_ctx_seq = lc.llama_n_ctx_seq(self._ctx)
         self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
-        self._batch_capacity = max(self._n_batch, self._n_seq_max)
-        self._batch = lc.llama_batch_init(self._batch_capacity, 0, 1)
+        self._batch = lc.llama_batch_init(max(self._n_batch, self._n_seq_max), 0, 1)
         return loaded
 
     def close(self) -> None:
@@ -73,15 +71,17 @@ class BatchedEngine(LlamaEngine):
 
         Raises:
             RuntimeError: when the model is not loaded.
-            ValueError: no prompts, an empty prompt, more sequences than ``n_seq_max``, or a prompt plus
+            ValueError: no prompts, an empty prompt, more sequences than ``n_seq_max`` or ``n_batch``, or a prompt plus
                 ``gen_steps`` that does not fit a sequence's ``n_ctx_seq`` cells.
         """
         if self._ctx is None:
             raise RuntimeError("the model is not loaded")
         prompts, steps = request.prompts, request.gen_steps
         n = len(prompts)
-        if not 1 <= n <= self._n_seq_max:
-            raise ValueError(f"{n} sequences: this context holds 1 to {self._n_seq_max} (n_seq_max)")
+        if not 1 <= n <= min(self._n_seq_max, self._n_batch):
+            raise ValueError(
+                f"{n} sequences: this context takes 1 to {min(self._n_seq_max, self._n_batch)} (n_seq_max, n_batch)"
+            )
         if steps < 0 or any(not p or len(p) + steps > self._n_ctx_seq for p in prompts):
             raise ValueError(f"each prompt (>= 1 token) + {steps} steps must fit {self._n_ctx_seq} cells a sequence")
         lc.llama_memory_clear(self._mem, False)  # as llama-batched-bench, before each run
