@@ -14,8 +14,9 @@ from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import SamplingParams
 from chatphase.errors import UsageError
 
-#: the fields of :class:`Settings` that make up its :class:`EngineConfig`.
-ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
+#: the fields of :class:`Settings` that make up its :class:`EngineConfig` (those marked ``setting: False``,
+#: such as ``n_seq_max``, are chosen by the code that needs them, not by the user).
+ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig) if f.metadata.get("setting", True))
 
 
 @dataclass

@@ -130,3 +130,76 @@ class CharTokenizer:
 
     def detokenize(self, tokens, prev_tokens=None, special: bool = False) -> bytes:
         return bytes(t - 10 for t in tokens if t >= 10)
+
+
+class ScriptedBatchEngine:
+    """A batched engine (``run_batch``) with scripted clocks, for the parallel sweep's tests.
+
+    A run of N sequences spends ``prefill_ms_per_token`` per prompt token (all prompts in one chunk), then
+    each step ``step_ms + step_ms_per_seq × N`` (virtual ms). It records every request; ``cancel_after``
+    cancels itself after that many runs; ``fail_on_run`` makes that run end with ``stop_reason="error"``.
+    """
+
+    def __init__(
+        self,
+        prefill_ms_per_token=0.5,
+        step_ms=10.0,
+        step_ms_per_seq=1.0,
+        kv_bytes_per_token=100,
+        cancel_after=None,
+        fail_on_run=None,
+    ):
+        self.prefill_ms, self.step_ms, self.step_ms_per_seq = prefill_ms_per_token, step_ms, step_ms_per_seq
+        self.kv = kv_bytes_per_token
+        self.requests: list = []
+        self.cancelled = self.closed = False
+        self.cancel_after, self.fail_on_run = cancel_after, fail_on_run
+
+    def load(self) -> Iterator:
+        yield ModelLoaded(
+            LoadedModel(
+                info=fake_model_info(),
+                settings={"n_ctx": 4096, "n_threads": 2, "n_seq_max": 16},
+                load_ms=1.0,
+                kv_bytes_per_token=self.kv,
+                kv_capacity_bytes=self.kv * 4096,
+                layers_offloaded=0,
+            )
+        )
+
+    def run_batch(self, req):
+        from chatphase.engine.batching import BatchOutcome
+
+        self.requests.append(req)
+        if self.cancel_after is not None and len(self.requests) > self.cancel_after:
+            self.cancelled = True
+        n, steps = len(req.prompts), req.gen_steps
+        t0 = len(self.requests) * 10**12
+        prompt = sum(len(p) for p in req.prompts)
+        t_pre = t0 + int(prompt * self.prefill_ms * MS)
+        step = int((self.step_ms + self.step_ms_per_seq * n) * MS)
+        ends = () if self.cancelled else tuple(t_pre + step * (i + 1) for i in range(steps))
+        stop = "cancelled" if self.cancelled else "error" if len(self.requests) == self.fail_on_run else "length"
+        cells = prompt + n * len(ends)
+        return BatchOutcome(
+            n_seq=n,
+            prompt_tokens=prompt,
+            t_prefill_start_ns=t0,
+            t_prefill_end_ns=t_pre,
+            first_token_ns=(t_pre,) * n,
+            t_decode_start_ns=t_pre,
+            step_end_ns=ends,
+            decode_batch_tokens=(n,) * len(ends),
+            tokens=tuple((7,) * (len(ends) + 1) for _ in range(n)),
+            texts=("x" * (len(ends) + 1),) * n,
+            kv_cache_tokens=cells,
+            kv_cache_bytes=cells * self.kv,
+            stop_reason=stop,
+            error="scripted failure" if stop == "error" else "",
+        )
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def close(self) -> None:
+        self.closed = True

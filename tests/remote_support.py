@@ -182,3 +182,89 @@ def stop_process(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+class SlotServer:
+    """A loopback stand-in for llama-server with ``total_slots`` parallel slots, for the parallel sweep.
+
+    ``POST /v1/completions`` (token-id prompts) streams ``max_tokens`` text chunks, ``chunk_s`` seconds
+    apart, then a final chunk with ``usage`` and ``[DONE]``; with ``endless`` it streams until the client
+    hangs up. It records each request's body, the most streams it served at once (``max_active``) and how
+    many streams ended because the client went away (``hung_up``). Every request is served in its own
+    thread, so concurrent streams really overlap.
+    """
+
+    def __init__(self, total_slots: int | None = 4, slot_n_ctx: int = 1024, chunk_s: float = 0.005, endless=False):
+        self.bodies: list[dict] = []
+        self.active = self.max_active = self.hung_up = 0
+        self.lock = threading.Lock()
+        self.all_streaming = threading.Event()
+        self.expect = 0  # set all_streaming once this many streams are active
+        outer = self
+        props = {"default_generation_settings": {"n_ctx": slot_n_ctx}, "total_slots": total_slots}
+        models = {"data": [{"id": "slots", "object": "model"}]}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args):
+                pass
+
+            def _json(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self._json(models)
+                elif self.path == "/props" and total_slots is not None:
+                    self._json(props)
+                else:
+                    self.send_error(404)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with outer.lock:
+                    outer.bodies.append(body)
+                    outer.active += 1
+                    outer.max_active = max(outer.max_active, outer.active)
+                    if outer.expect and outer.active >= outer.expect:
+                        outer.all_streaming.set()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    n = body["max_tokens"]
+                    i = 0
+                    while endless or i < n:
+                        chunk = {"choices": [{"index": 0, "text": f"t{i} ", "finish_reason": None}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        i += 1
+                        time.sleep(chunk_s)
+                    usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+                    end = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage}
+                    self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    with outer.lock:
+                        outer.hung_up += 1
+                finally:
+                    with outer.lock:
+                        outer.active -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> SlotServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

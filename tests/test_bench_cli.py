@@ -19,6 +19,10 @@ from chatphase.cli import main
         (["--plot", "out.pdf"], ".svg or .png"),
         (["--depths", "5000"], "depth 5000"),
         (["--output", "/no/such/dir/r.json"], "--output directory does not exist"),
+        (["--parallel", "0"], "N must be 1 to 256"),
+        (["--parallel", "1,8", "--prompt-lengths", "480", "--n-ctx", "2048"], "n_ctx 2,048 holds 4 such sequences"),
+        (["--parallel", "4", "--depths", "0"], "--depths does not apply to --parallel"),
+        (["--parallel", "1,8", "--n-batch", "4"], "over n_batch 4"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_before_any_work(capsys, argv, match):
@@ -105,3 +109,17 @@ def test_first_ctrl_c_cancels_and_prints_partial_results(default_model_path):
     assert proc.returncode == 130
     assert "CANCELLED: partial results" in out and "prompt" in out
     assert "cancelled; the results above are partial" in err and "Traceback" not in err
+
+
+def test_real_parallel_bench_writes_json_csv_and_a_plot(tmp_path, capsys, default_model_path):
+    argv = ["bench", "--parallel", "1,2", "--prompt-lengths", "16", "--gen", "4", "--reps", "2", "--warmup", "0"]
+    argv += ["--n-ctx", "256", "--threads", "1", "--no-roofline"]
+    assert main([*argv, "--format", "json", "--plot", str(tmp_path / "p.png")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["results"] == [] and [c["n_seq"] for c in data["parallel"]] == [1, 2]
+    assert all(c["reps"] == 2 and c["aggregate_decode_tokens_per_s"]["n"] == 2 for c in data["parallel"])
+    assert data["settings"]["engine"]["n_seq_max"] == 2 and data["parallel"][1]["kv_cache_bytes"] == 2 * 20 * 23_040
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    out = tmp_path / "r.csv"
+    assert main([*argv, "--format", "csv", "--output", str(out), "--parallel", "2"]) == 0
+    assert out.read_text().splitlines()[1].startswith("parallel,16,2,4,2,")

@@ -6,6 +6,8 @@ import pytest
 
 from chatphase.bench.api import BenchDone, BenchStatus
 from chatphase.bench.job import BenchFailed, BenchJob
+from chatphase.bench.parallel import ParallelPlan
+from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
@@ -28,6 +30,23 @@ def test_job_runs_in_a_child_and_returns_the_result(default_model_info, tmp_path
     assert isinstance(done, BenchDone) and not done.result.cancelled
     assert [c.prompt_tokens for c in done.result.results] == [16, 48]
     assert (tmp_path / "engine.log").exists()  # llama.cpp's output went to the log, not the terminal
+
+
+def test_parallel_sweep_runs_in_a_child(default_model_info, tmp_path):
+    plan = ParallelPlan(n_seqs=(1, 3), prompt_lengths=(16,), gen_tokens=3, reps=1, warmup=0)
+    job = BenchJob(
+        default_model_info, EngineConfig(n_ctx=256, n_threads=1), plan, roofline=False, log_path=str(tmp_path / "e.log")
+    )
+    events = list(job.events())
+    samples = [e.sample for e in events if isinstance(e, SweepProgress)]
+    assert [s.n_seq for s in samples] == [1, 3] and all(isinstance(s, ParallelSample) for s in samples)
+    done = events[-1]
+    assert isinstance(done, BenchDone) and [c.n_seq for c in done.result.parallel] == [1, 3]
+    assert done.result.parallel[1].kv_cache_bytes == 3 * (16 + 3) * default_model_info.kv_bytes_per_token
+    with pytest.raises(UsageError, match="n_ctx 256 holds 13 such"):
+        BenchJob(
+            default_model_info, EngineConfig(n_ctx=256), ParallelPlan(n_seqs=(16,), prompt_lengths=(16,), gen_tokens=3)
+        )
 
 
 def test_cancel_ends_with_partial_results(default_model_info, tmp_path):

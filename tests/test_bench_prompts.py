@@ -92,10 +92,21 @@ def test_property_exact_length_and_valid_utf8_for_any_text(vocab, text, n):
 @given(
     text=st.text(alphabet=st.characters(min_codepoint=0x80, blacklist_categories=("Cs",)), min_size=1, max_size=20),
     n=st.integers(1, 200),
+    variant=st.integers(0, 50),
 )
-def test_property_byte_level_tokenizer_never_splits_characters(text, n):
-    """With one token per byte every non-ASCII character spans several tokens: cuts must avoid them."""
+def test_property_byte_level_tokenizer_never_splits_characters(text, n, variant):
+    """With one token per byte every non-ASCII character spans several tokens: cuts (and the start of a
+    variant) must avoid them."""
     b = PromptBuilder(CharTokenizer(bos=False), source_text=text)
-    toks = b.tokens(n)
+    toks = b.tokens(n, variant=variant)
     assert len(toks) == n
     b.text(toks)
+
+
+def test_variants_are_distinct_prompts_of_the_same_length(vocab):
+    b = PromptBuilder(vocab)
+    prompts = [b.tokens(64, variant=j) for j in range(8)]
+    assert all(len(p) == 64 for p in prompts) and len(set(prompts)) == 8
+    assert prompts[0] == b.tokens(64) and all(p[: len(b.prefix)] == b.prefix for p in prompts)
+    for p in prompts:
+        b.text(p)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
+from chatphase.bench.plot import check_plot_path, write_plot
+from chatphase.bench.report import FORMATS, render
 from chatphase.bench.results import (
     CSV_COLUMNS,
     BenchResult,

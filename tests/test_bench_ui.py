@@ -1,7 +1,9 @@
-"""The Experiments screen with a scripted in-process job: run, live plot, table, save, load + overlay, errors."""
+"""The Experiments screen with a scripted in-process job: run, live plot, table, save, load + overlay, errors;
+both tabs (prompt length & depth, parallel), and the form's layout at 80 columns."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -9,25 +11,30 @@ from textual.app import App
 from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from chatphase.bench.api import BenchRun
+from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.prompts import PromptBuilder
+from chatphase.bench.roofline import MachinePeaks
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info
 from chatphase.ui.experiments import ExperimentsScreen
-from chatphase.ui.experiments_plot import BenchPlot
-from tests.bench_support import CharTokenizer, ScriptedTokenEngine
+from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
+from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedTokenEngine
 
 
 class ScriptedJob:
-    """A :class:`~chatphase.bench.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process."""
+    """A :class:`~chatphase.bench.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process
+    (a scripted batched engine and scripted machine peaks for the parallel sweep)."""
 
     def __init__(self, info, settings, plan):
+        parallel = isinstance(plan, ParallelPlan)
         self.run = BenchRun(
             info,
             settings,
             plan,
-            engine_factory=lambda i, s: ScriptedTokenEngine(),
-            roofline=False,
+            engine_factory=lambda i, s: ScriptedBatchEngine() if parallel else ScriptedTokenEngine(),
+            roofline=parallel,
+            peaks=MachinePeaks(20e9, "scripted copy", 100e9, "scripted matmul") if parallel else None,
             builder=PromptBuilder(CharTokenizer()),
         )
 
@@ -158,7 +165,8 @@ def _other_result(path):
 
 
 def test_snapshot_after_a_run_with_an_overlay(snap_compare, tmp_path):
-    """After a scripted sweep (3 prompt lengths, 3 depths, 2 reps): progress 100 % and "Done."; the left plot
+    """On the "Prompt length & depth" tab (the "Parallel" tab beside it), after a scripted sweep (3 prompt
+    lengths, 3 depths, 2 reps): Run/Cancel beside the progress bar, 100 % and "Done."; the left plot
     rises linearly (TTFT = 5 ms + 1 ms/token), the right falls with depth; a second series "other settings"
     (loaded from JSON) is overlaid in another colour — lower TTFT, lower decode rate — and both are named in
     the legends; the table shows mean ± sd per cell, the fit line under it; the footer lists Run,
@@ -194,3 +202,96 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
         assert app.screen.model_info == app.chat.model_info and app.screen.settings is app.chat.settings
         await pilot.press("escape")  # nothing running: closes
         await wait_for(pilot, lambda: not isinstance(app.screen, ExperimentsScreen))
+
+
+async def _parallel_tab(pilot, screen, n_seqs="1,2,4", length="16", reps="2", gen="8"):
+    await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-parallel")
+    await pilot.pause()
+    for id_, value in (("exp-nseqs", n_seqs), ("exp-plength", length), ("exp-preps", reps), ("exp-pgen", gen)):
+        screen.query_one(f"#{id_}", Input).value = value
+    await pilot.pause()
+
+
+async def test_parallel_sweep_plots_live_then_fills_table_saves_and_overlays(tmp_path):
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await _parallel_tab(pilot, screen)
+        assert screen.pane.kind == "parallel" and screen.query_one("#exp-path", Input).value.startswith(
+            "bench-parallel-"
+        )
+        plot = screen.query_one("#exp-plot-parallel", ParallelPlot)
+        seen: list[int] = []
+        original = plot.add_sample
+        plot.add_sample = lambda s: (original(s), seen.append(len(plot.live)))  # the live series as it grows
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert seen == [0, 1, 2, 2, 3, 4, 4, 5, 6]  # warm-ups are not plotted
+        assert str(screen.query_one("#exp-status", Static).render()) == "Done."
+        assert screen.query_one("#exp-progress", ProgressBar).progress == 9  # 3 N × (1 warm-up + 2 reps)
+        table = screen.query_one("#exp-table", DataTable)
+        assert [str(c.label) for c in table.columns.values()][:6] == [
+            "prompt tok",
+            "N",
+            "reps",
+            "step ms",
+            "per-seq tok/s",
+            "aggregate tok/s",
+        ]
+        assert [str(table.get_row_at(i)[5]) for i in range(3)] == [
+            "90.9 ± 0.0",
+            "166.7 ± 0.0",
+            "285.7 ± 0.0",
+        ]  # 1000 N / (10 + N)
+        summary = str(screen.query_one("#exp-summary", Static).render())
+        assert "bound by arithmetic at N ≈" in summary and "N=4: a step reads" in summary
+        assert plot.series_count() == 1 and plot.live == []
+        path = tmp_path / "parallel.json"
+        screen.query_one("#exp-path", Input).value = str(path)
+        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert plot.series_count() == 2  # overlaid on the parallel plot...
+        assert screen.query_one("#exp-plot-ttft", BenchPlot).series_count() == 0  # ...and on no other
+        await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-sweep")
+        await pilot.pause()
+        assert (
+            screen.result is None
+            and table.row_count == 0
+            and "TTFT ms" in [str(c.label) for c in table.columns.values()]
+        )
+
+
+async def test_parallel_form_errors_are_notices():
+    app = ExperimentsApp(n_ctx=512)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        cases = (
+            ("0", "16", "N must be 1 to 256"),
+            ("8", "60", "n_ctx 512 holds 7 such"),
+            ("2,x", "16", "Sequences: expected"),
+        )
+        for n_seqs, length, message in cases:
+            await _parallel_tab(pilot, screen, n_seqs=n_seqs, length=length, gen="8")
+            await pilot.press("ctrl+r")
+            await pilot.pause()
+            assert screen.job is None and message in str(screen.query_one("#exp-status", Static).render())
+
+
+async def test_form_labels_stay_apart_at_80_columns():
+    """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths")."""
+    from textual.widgets import Label
+
+    app = ExperimentsApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen_obj
+        for tab in ("sweep", "parallel"):
+            await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
+            await pilot.pause()
+            labels = [lbl for lbl in screen.pane.query(".exp-field Label").results(Label)]
+            assert len(labels) == 4
+            for lbl in labels:
+                assert lbl.region.width >= len(str(lbl.render())), str(lbl.render())
+            for left, right in itertools.pairwise(labels):
+                assert left.region.right < right.region.x, (str(left.render()), str(right.render()))

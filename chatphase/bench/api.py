@@ -4,84 +4,40 @@ and the Experiments screen (which runs it in a child process, :mod:`chatphase.be
 Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline),
 load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
 tokenizer, run the :class:`~chatphase.bench.runner.Sweep`, then assemble a
-:class:`~chatphase.bench.results.BenchResult` with fits and roofline.
+:class:`~chatphase.bench.results.BenchResult` with fits and roofline. A
+:class:`~chatphase.bench.parallel.ParallelPlan` runs the parallel-decode sweep instead
+(:mod:`chatphase.bench.parallel_api`).
 """
 
 from __future__ import annotations
 
-import platform
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
-from chatphase import __version__
+from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
 from chatphase.bench.fits import sweep_fits
+from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
 from chatphase.bench.roofline import MachinePeaks, build_roofline, measure_peaks
-from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
+from chatphase.bench.runner import Sweep, SweepDone, SweepPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded
-from chatphase.errors import EngineError
+from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo
 
-
-@dataclass(frozen=True)
-class BenchStatus:
-    """A step started (``"measuring memory bandwidth"``, ``"loading model"``, ...)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class BenchDone:
-    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early)."""
-
-    result: BenchResult
-
-
-BenchEvent = BenchStatus | SweepProgress | BenchDone
-
-
-def system_facts(loaded: LoadedModel | None = None) -> dict:
-    """The JSON ``system`` object: OS, Python, CPU, cores, memory, library versions, llama.cpp's system info."""
-    import llama_cpp
-    import numpy
-    import psutil
-
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpu": _cpu_name(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "logical_cpus": psutil.cpu_count(logical=True),
-        "memory_bytes": psutil.virtual_memory().total,
-        "chatphase": __version__,
-        "llama_cpp_python": llama_cpp.__version__,
-        "numpy": numpy.__version__,
-        "llama_system_info": loaded.system_info if loaded else "",
-    }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+__all__ = ["BenchDone", "BenchEvent", "BenchNotice", "BenchRun", "BenchStatus", "system_facts"]
 
 
 class BenchRun:
     """A whole benchmark; iterate to run it (blocking), :meth:`cancel` from any thread.
 
     Args:
-        info: the validated model; config: the engine settings; plan: what to measure.
-        engine_factory: builds the engine (default: in-process ``LlamaEngine``) — tests pass a fake.
+        info: the validated model; config: the engine settings; plan: what to measure (a
+            :class:`SweepPlan`, or a :class:`~chatphase.bench.parallel.ParallelPlan` for the parallel sweep).
+        engine_factory: builds the engine (default: in-process ``LlamaEngine``, or ``BatchedEngine`` for a
+            parallel plan) — tests pass a fake. For a parallel plan an engine without ``run_batch`` (a
+            remote server's) is built once per concurrent stream.
         roofline: measure the machine's peaks and add the roofline (about a second).
         builder: the prompt builder (default: one on the loaded engine's own vocabulary).
         log_path: llama.cpp's log file for the default engine (default: the engine log).
@@ -96,7 +52,7 @@ class BenchRun:
         self,
         info: ModelInfo,
         config: EngineConfig,
-        plan: SweepPlan,
+        plan: SweepPlan | ParallelPlan,
         engine_factory: Callable[[ModelInfo, EngineConfig], Engine] | None = None,
         roofline: bool = True,
         builder: PromptBuilder | None = None,
@@ -122,16 +78,17 @@ class BenchRun:
             self._engine.cancel()
 
     def __iter__(self) -> Iterator[BenchEvent]:
+        if isinstance(self.plan, ParallelPlan):
+            from chatphase.bench.parallel_api import run_parallel
+
+            yield from run_parallel(self, self.plan)
+            return
         plan = self.plan.validate(self.config.n_ctx)
-        engine_settings = self.config.resolved()
-        peaks: MachinePeaks | None = self._peaks if self._roofline else None
-        if peaks is None and self._roofline and not self._cancel.is_set():
-            yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
-            peaks = measure_peaks(threads=engine_settings["n_threads"])
+        peaks = yield from self.peaks()
         yield BenchStatus(f"loading {self.info.name}")
-        engine = self._engine = self._make_engine()
+        engine = self._engine = self.make_engine()
         try:
-            loaded = _load(engine)
+            loaded = load_engine(engine)
             builder = self._builder or PromptBuilder(EngineTokenizer(engine))
             sweep = self._sweep = Sweep(engine, builder, plan)
             if self._cancel.is_set():
@@ -147,12 +104,39 @@ class BenchRun:
         assert done is not None
         yield BenchDone(self._result(loaded, plan, done, peaks))
 
-    def _make_engine(self) -> Engine:
+    def peaks(self) -> Iterator[BenchEvent]:
+        """Measure the machine's peaks unless given or off (a generator: ``peaks = yield from run.peaks()``)."""
+        peaks: MachinePeaks | None = self._peaks if self._roofline else None
+        if peaks is None and self._roofline and not self._cancel.is_set():
+            yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
+            peaks = measure_peaks(threads=self.config.resolved()["n_threads"])
+        return peaks
+
+    def make_engine(self, config: EngineConfig | None = None, batched: bool = False) -> Engine:
+        """A new engine from the factory, else an in-process ``LlamaEngine`` (``BatchedEngine`` when ``batched``)."""
+        config = config or self.config
         if self._factory is not None:
-            return self._factory(self.info, self.config)
+            return self._factory(self.info, config)
+        if batched:
+            from chatphase.engine.batched import BatchedEngine
+
+            return BatchedEngine(self.info, config, log_path=self._log_path)
         from chatphase.engine.llama import LlamaEngine
 
-        return LlamaEngine(self.info, self.config, log_path=self._log_path)
+        return LlamaEngine(self.info, config, log_path=self._log_path)
+
+    @property
+    def builder(self) -> PromptBuilder | None:
+        """The prompt builder given at construction (``None``: build one on the loaded engine)."""
+        return self._builder
+
+    def attach(self, sweep=None, engine=None) -> None:
+        """Send :meth:`cancel` to this sweep (else engine) from now on; cancel it at once if asked already."""
+        self._sweep = sweep or self._sweep
+        self._engine = engine or self._engine
+        target = sweep or engine
+        if target is not None and self._cancel.is_set():
+            target.cancel()
 
     def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
         counted = [s for s in done.samples if not s.warmup]
@@ -187,12 +171,3 @@ class BenchRun:
             samples=list(done.samples),
             cancelled=done.cancelled,
         )
-
-
-def _load(engine: Engine) -> LoadedModel:
-    for event in engine.load():
-        if isinstance(event, EngineFailed):
-            raise EngineError(event.message)
-        if isinstance(event, ModelLoaded):
-            return event.model
-    raise EngineError("the engine finished loading without reporting the model")

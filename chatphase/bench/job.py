@@ -25,7 +25,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from chatphase.bench.api import BenchDone, BenchStatus
+from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
+from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.host import exit_reason, stop_process
@@ -39,10 +40,12 @@ class BenchFailed:
     message: str
 
 
-JobEvent = BenchStatus | SweepProgress | BenchDone | BenchFailed
+JobEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone | BenchFailed
 
 
-def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool, log_path) -> None:
+def _child_main(
+    conn, cancel, info: ModelInfo, config: EngineConfig, plan: SweepPlan | ParallelPlan, roofline: bool, log_path
+) -> None:
     """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
     from chatphase.engine.llamalog import default_log_path
 
@@ -85,7 +88,7 @@ class BenchJob:
     """One benchmark in a child process.
 
     Args:
-        info: the validated model; config: the engine settings; plan: what to measure.
+        info: the validated model; config: the engine settings; plan: what to measure (either sweep).
         roofline: measure bandwidth/FLOP/s too; log_path: where the child's fds 1/2 go (engine log).
 
     Raises:
@@ -93,7 +96,12 @@ class BenchJob:
     """
 
     def __init__(
-        self, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool = True, log_path: str | None = None
+        self,
+        info: ModelInfo,
+        config: EngineConfig,
+        plan: SweepPlan | ParallelPlan,
+        roofline: bool = True,
+        log_path: str | None = None,
     ) -> None:
         self.info, self.config, self.plan = info, config, plan.validate(config.n_ctx)
         self.roofline, self.log_path = roofline, log_path

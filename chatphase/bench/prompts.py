@@ -11,7 +11,8 @@ invalid text. :class:`PromptBuilder` therefore works on the model's own token id
    ``need - k`` tokens (at most a few) are a single-token ASCII filler such as ``" the"``.
 
 So ``len(builder.tokens(n)) == n`` for every ``n >= 1`` and the detokenised bytes always decode as
-UTF-8. The tokenizer is the engine's own (:class:`EngineTokenizer`), so the ids are exactly those the
+UTF-8. ``tokens(n, variant=j)`` starts the stream ``j`` token boundaries later (boundaries that end on a
+complete character), so the sequences of a parallel run each get their own prompt of the same length. The tokenizer is the engine's own (:class:`EngineTokenizer`), so the ids are exactly those the
 engine evaluates; any object with llama-cpp-python's ``tokenize``/``detokenize`` works too.
 """
 
@@ -81,6 +82,7 @@ class PromptBuilder:
             raise ValueError("the prompt source text has no tokens")
         self._body: tuple[int, ...] = tuple(body)
         self._pieces: dict[int, bytes] = {}
+        self._starts: list[int] | None = None
         self.filler: int = self._pick_filler()
 
     def piece(self, token: int) -> bytes:
@@ -100,12 +102,19 @@ class PromptBuilder:
                 return tok
         raise ValueError("no single-token ASCII filler found in this vocabulary")
 
-    def _stream(self, need: int) -> list[int]:
-        reps = -(-need // len(self._body))
-        return list((self._body * reps)[:need])
+    def _stream(self, need: int, variant: int) -> list[int]:
+        if variant:
+            if self._starts is None:  # body offsets whose preceding pieces end on a complete character
+                self._starts = _complete_utf8_boundaries([self.piece(t) for t in self._body])
+            start = self._starts[variant % len(self._starts)]
+        else:
+            start = 0
+        reps = -(-(need + start) // len(self._body))
+        return list((self._body * reps)[start : start + need])
 
-    def tokens(self, n_tokens: int) -> tuple[int, ...]:
-        """A prompt of exactly ``n_tokens`` token ids (the BOS prefix included when the model has one).
+    def tokens(self, n_tokens: int, variant: int = 0) -> tuple[int, ...]:
+        """A prompt of exactly ``n_tokens`` token ids (the BOS prefix included when the model has one);
+        ``variant`` ``j > 0`` starts the source ``j`` complete-character token boundaries later.
 
         Raises:
             ValueError: when ``n_tokens < 1``.
@@ -115,7 +124,7 @@ class PromptBuilder:
         if n_tokens <= len(self.prefix):
             return self.prefix[:n_tokens]
         need = n_tokens - len(self.prefix)
-        stream = self._stream(need)
+        stream = self._stream(need, variant)
         cut = _last_complete_utf8_boundary([self.piece(t) for t in stream])
         return self.prefix + tuple(stream[:cut]) + (self.filler,) * (need - cut)
 
@@ -129,6 +138,17 @@ class PromptBuilder:
     def text(self, tokens: Sequence[int]) -> str:
         """The text of ``tokens`` (strict UTF-8; :meth:`tokens` guarantees it decodes)."""
         return b"".join(self.piece(t) for t in tokens).decode("utf-8")
+
+
+def _complete_utf8_boundaries(pieces: Sequence[bytes]) -> list[int]:
+    """Every ``k < len(pieces)`` such that ``b"".join(pieces[:k])`` ends on a complete UTF-8 character."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out = [0]
+    for i, piece in enumerate(pieces[:-1], start=1):
+        decoder.decode(piece)
+        if decoder.getstate()[0] == b"":
+            out.append(i)
+    return out
 
 
 def _last_complete_utf8_boundary(pieces: Sequence[bytes]) -> int:

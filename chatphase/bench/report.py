@@ -1,24 +1,28 @@
-"""Output of a :class:`~chatphase.bench.results.BenchResult`: table, Markdown, CSV, JSON, and a plot.
+"""Text output of a :class:`~chatphase.bench.results.BenchResult`: table, Markdown, CSV and JSON.
 
-``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) per cell, then the fits and
-the roofline verdicts. ``csv``/``json`` are the file forms of :mod:`chatphase.bench.results`.
-:func:`write_plot` draws TTFT vs prompt tokens and decode tokens/s vs depth with ±1 sd error bars using
-matplotlib (the optional extra ``chatphase[plot]``); several results overlay for comparison.
+``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) per cell — prompt/depth
+cells and parallel-decode cells each in their own pair — then the fits and the roofline verdicts.
+``csv``/``json`` are the file forms of :mod:`chatphase.bench.results`; plots are :mod:`chatphase.bench.plot`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
+from chatphase.bench.parallel_results import ParallelCell
 from chatphase.bench.results import BenchResult, CellResult
 from chatphase.bench.stats import Stats
 from chatphase.errors import UsageError
 
 FORMATS = ("table", "csv", "json", "md")
-PLOT_SUFFIXES = (".svg", ".png")
 _METRICS = (("ttft_ms", "TTFT ms"), ("prefill_tokens_per_s", "prefill tok/s"), ("decode_tokens_per_s", "decode tok/s"))
+_PARALLEL_METRICS = (
+    ("step_ms", "step ms"),
+    ("decode_tokens_per_s", "per-seq tok/s"),
+    ("aggregate_decode_tokens_per_s", "aggregate tok/s"),
+    ("prefill_tokens_per_s", "prefill tok/s"),
+    ("ttft_ms", "TTFT ms"),
+)
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -62,6 +66,30 @@ def _headers(what: str) -> list[str]:
     return ["kind", "prompt tok", "depth", "reps", *(f"{label} {what}" for _, label in _METRICS), "KV MiB"]
 
 
+def _mib(x: float | None) -> str:
+    return "–" if x is None else f"{x / 2**20:.1f}"
+
+
+def _parallel_rows(cells: Sequence[ParallelCell], fmt) -> list[list[str]]:
+    return [
+        [
+            str(c.prompt_tokens),
+            str(c.n_seq),
+            str(c.reps),
+            *(fmt(getattr(c, m)) for m, _ in _PARALLEL_METRICS),
+            _mib(c.kv_cache_bytes),
+            _mib(c.step_bytes),
+            "–" if c.step_flops is None else f"{c.step_flops / 1e9:.2f}",
+        ]
+        for c in cells
+    ]
+
+
+def _parallel_headers(what: str) -> list[str]:
+    labels = (f"{label} {what}" for _, label in _PARALLEL_METRICS)
+    return ["prompt tok", "N", "reps", *labels, "KV MiB", "step MiB", "step GFLOP"]
+
+
 def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     left = {0}
@@ -88,10 +116,12 @@ def summary_lines(result: BenchResult) -> list[str]:
         (
             f"model {m.get('name', '?')} ({m.get('quantization', '?')}, {m.get('n_params', 0) / 1e6:.0f} M params); "
             f"n_ctx {eng.get('n_ctx', '?')}, threads {eng.get('n_threads', '?')}, n_gpu_layers {eng.get('n_gpu_layers', '?')}, "
-            f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} tokens, "
+            f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} {'steps' if result.parallel else 'tokens'}, "
             f"{plan.get('reps', '?')} reps + {plan.get('warmup', '?')} warm-up, cache cleared each rep"
         )
     ]
+    if result.parallel:
+        lines.append(parallel_method_line(result))
     if result.cancelled:
         lines.append("CANCELLED: partial results")
     f = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
@@ -108,6 +138,7 @@ def summary_lines(result: BenchResult) -> list[str]:
     if r:
         lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['bandwidth_method']})")
         lines.append(f"matmul {r['flops_per_s'] / 1e9:.1f} GFLOP/s ({r['flops_method']})")
+    if r and "decode_verdict" in r:
         lines.append(
             f"decode bound {r['decode_bound_tokens_per_s_at_empty_context']:,.0f} tok/s = bandwidth / "
             f"({r['weight_bytes'] / 2**20:.0f} MiB weights + {r['kv_bytes_per_token']:,} B KV per token of context); "
@@ -115,7 +146,25 @@ def summary_lines(result: BenchResult) -> list[str]:
         )
         lines.append(r["decode_verdict"])
         lines.append(r["prefill_verdict"])
+    lines.extend((r or {}).get("parallel_verdicts", []))
+    if result.parallel:
+        lines.extend(f"note: {n}" for n in s.get("notes", []))
     return lines
+
+
+def parallel_method_line(result: BenchResult) -> str:
+    """How the parallel sweep measured, in one sentence (remote: concurrent streams; local: one batch)."""
+    plan = result.settings.get("plan", {})
+    ns = ", ".join(str(n) for n in plan.get("n_seqs", sorted({c.n_seq for c in result.parallel})))
+    if result.settings.get("engine", {}).get("backend") == "remote":
+        return (
+            f"parallel decode on the server: N = {ns} concurrent streams (token-id prompts, {plan.get('gen_tokens', '?')} "
+            "tokens after the first); client clock, server counts; aggregate = Σ (tokens − 1) / decode span"
+        )
+    return (
+        f"parallel decode: N = {ns} sequences in one context, each step one llama_decode of N tokens "
+        f"({plan.get('gen_tokens', '?')} steps); aggregate tok/s = N × steps / decode time (llama-batched-bench's S_TG)"
+    )
 
 
 def render(result: BenchResult, fmt: str) -> str:
@@ -131,103 +180,15 @@ def render(result: BenchResult, fmt: str) -> str:
     if fmt not in ("table", "md"):
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     table = _plain_table if fmt == "table" else _md_table
-    t1 = table(_headers("mean ± sd"), _rows(result.results, mean_sd))
-    t2 = table(_headers("median (min–max)"), _rows(result.results, median_range))
+    tables = []
+    if result.results or not result.parallel:
+        tables.append(table(_headers("mean ± sd"), _rows(result.results, mean_sd)))
+        tables.append(table(_headers("median (min–max)"), _rows(result.results, median_range)))
+    if result.parallel:
+        tables.append(table(_parallel_headers("mean ± sd"), _parallel_rows(result.parallel, mean_sd)))
+        tables.append(table(_parallel_headers("median (min–max)"), _parallel_rows(result.parallel, median_range)))
     lines = summary_lines(result)
     if fmt == "md":
-        return (
-            "\n\n".join(
-                [
-                    f"### chatphase bench — {result.display_label()}",
-                    lines[0],
-                    t1,
-                    t2,
-                    "\n".join(f"- {x}" for x in lines[1:]),
-                ]
-            )
-            + "\n"
-        )
-    return "\n\n".join([lines[0], t1, t2, "\n".join(lines[1:])]) + "\n"
-
-
-def check_plot_path(path: str | os.PathLike) -> Path:
-    """Validate a ``--plot`` path before any work: suffix .svg/.png and matplotlib installed.
-
-    Raises:
-        UsageError: otherwise.
-    """
-    p = Path(path)
-    if p.suffix.lower() not in PLOT_SUFFIXES:
-        raise UsageError(f"--plot needs a .svg or .png file name (got {p.name!r})")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'chatphase[plot]'") from None
-    return p
-
-
-def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
-    """Draw TTFT vs prompt tokens (with the fitted line) and decode tok/s vs depth, ±1 sd error bars,
-    one series per result; format from the suffix (SVG or PNG). Returns the path.
-
-    Raises:
-        UsageError: as :func:`check_plot_path`, or when the file cannot be written.
-    """
-    p = check_plot_path(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    for i, res in enumerate(results):
-        color = f"C{i}"
-        label = res.display_label()
-        prompt = [c for c in res.results if c.kind == "prompt" and c.ttft_ms.mean is not None]
-        depth = [c for c in res.results if c.kind == "depth" and c.decode_tokens_per_s.mean is not None]
-        if prompt:
-            xs = [c.prompt_tokens for c in prompt]
-            ax1.errorbar(
-                xs,
-                [c.ttft_ms.mean for c in prompt],
-                yerr=[c.ttft_ms.sd or 0 for c in prompt],
-                fmt="o",
-                capsize=3,
-                color=color,
-                label=label,
-            )
-            fit = (res.fits or {}).get("ttft_ms_vs_prompt_tokens")
-            if fit:
-                lo, hi = min(xs), max(xs)
-                ax1.plot(
-                    [lo, hi],
-                    [fit["intercept"] + fit["slope"] * lo, fit["intercept"] + fit["slope"] * hi],
-                    "--",
-                    color=color,
-                    alpha=0.6,
-                    label=f"{label}: {fit['slope']:.2f} ms/token",
-                )
-        if depth:
-            ax2.errorbar(
-                [c.depth for c in depth],
-                [c.decode_tokens_per_s.mean for c in depth],
-                yerr=[c.decode_tokens_per_s.sd or 0 for c in depth],
-                fmt="o-",
-                capsize=3,
-                color=color,
-                label=label,
-            )
-    ax1.set(title="Prefill: TTFT vs prompt length", xlabel="prompt tokens", ylabel="TTFT (ms)")
-    ax2.set(title="Decode: speed vs context depth", xlabel="depth (tokens in KV cache)", ylabel="decode tokens/s")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    try:
-        fig.savefig(p)
-    except OSError as exc:
-        raise UsageError(f"cannot write plot {p}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-    return p
+        head = [f"### chatphase bench — {result.display_label()}", lines[0]]
+        return "\n\n".join([*head, *tables, "\n".join(f"- {x}" for x in lines[1:])]) + "\n"
+    return "\n\n".join([lines[0], *tables, "\n".join(lines[1:])]) + "\n"

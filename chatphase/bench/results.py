@@ -3,8 +3,10 @@
 - :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
 - :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
 - :class:`BenchResult` — one whole run: ``{"model", "settings", "system", "results", "fits", "roofline",
-  "samples"}`` in JSON (the shape issue 5 fixes); the CSV form holds the ``results`` rows only, one
-  column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...).
+  "samples"}`` in JSON (the shape issue 5 fixes), plus ``"parallel"`` and ``"parallel_samples"`` for the
+  parallel-decode sweep (:mod:`~chatphase.bench.parallel_results`); the CSV form holds the cells only, one
+  row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...): a parallel cell is a row
+  of kind ``"parallel"`` with its own columns (blank in the other rows, and theirs blank in it).
 
 Cell kinds: ``"prompt"`` cells start from an empty KV cache with a prompt of ``prompt_tokens`` tokens
 (``depth`` 0); ``"depth"`` cells first fill the cache with ``depth`` tokens, then send a prompt of
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from chatphase.bench.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
 from chatphase.bench.stats import Stats
 from chatphase.errors import UsageError
 
@@ -143,6 +146,8 @@ class BenchResult:
     samples: list[Sample] = field(default_factory=list)
     cancelled: bool = False
     label: str = ""
+    parallel: list[ParallelCell] = field(default_factory=list)
+    parallel_samples: list[ParallelSample] = field(default_factory=list)
 
     def display_label(self) -> str:
         """``label``, else the model name, else ``"run"``."""
@@ -160,6 +165,8 @@ class BenchResult:
             "samples": [s.to_dict() for s in self.samples],
             "cancelled": self.cancelled,
             "label": self.label,
+            "parallel": [c.to_dict() for c in self.parallel],
+            "parallel_samples": [s.to_dict() for s in self.parallel_samples],
         }
 
     @classmethod
@@ -182,6 +189,8 @@ class BenchResult:
                 samples=[Sample.from_dict(s) for s in data.get("samples") or []],
                 cancelled=bool(data.get("cancelled", False)),
                 label=str(data.get("label") or ""),
+                parallel=[ParallelCell.from_dict(c) for c in data.get("parallel") or []],
+                parallel_samples=[ParallelSample.from_dict(s) for s in data.get("parallel_samples") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"malformed bench result entry: {type(exc).__name__}: {exc}") from None
@@ -191,29 +200,45 @@ class BenchResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self) -> str:
-        """CSV text: a header of :data:`CSV_COLUMNS`, one row per cell."""
+        """CSV text, one row per cell: the header is :data:`CSV_COLUMNS` for prompt/depth cells,
+        :data:`~chatphase.bench.parallel_results.PARALLEL_CSV_COLUMNS` for parallel ones, both when both."""
+        columns = list(CSV_COLUMNS) if self.results or not self.parallel else []
+        if self.parallel:
+            columns += [c for c in PARALLEL_CSV_COLUMNS if c not in columns]
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", restval="")
         writer.writeheader()
-        for cell in self.results:
+        for cell in [*self.results, *self.parallel]:
             writer.writerow(cell.csv_row())
         return buf.getvalue()
 
 
-def parse_csv(text: str) -> list[CellResult]:
-    """Cells from CSV text written by :meth:`BenchResult.to_csv`.
+def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
+    """Prompt/depth cells and parallel cells from CSV text written by :meth:`BenchResult.to_csv`.
 
     Raises:
         UsageError: when the header lacks the expected columns or a row is malformed.
     """
     reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in _CELL_KEYS if c not in (reader.fieldnames or [])]
+    missing = [c for c in ("kind", "prompt_tokens", "gen_tokens", "reps") if c not in (reader.fieldnames or [])]
     if missing:
         raise UsageError(f"not a chatphase bench CSV (missing columns: {', '.join(missing)})")
+    cells: list[CellResult] = []
+    parallel: list[ParallelCell] = []
     try:
-        return [CellResult.from_csv_row(row) for row in reader]
+        for row in reader:
+            if row["kind"] == "parallel":
+                parallel.append(ParallelCell.from_csv_row(row))
+            else:
+                cells.append(CellResult.from_csv_row(row))
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"malformed bench CSV row: {exc}") from None
+    return cells, parallel
+
+
+def parse_csv(text: str) -> list[CellResult]:
+    """The prompt/depth cells of CSV text written by :meth:`BenchResult.to_csv` (see :func:`read_csv`)."""
+    return read_csv(text)[0]
 
 
 def load_result(path: str | os.PathLike) -> BenchResult:
@@ -236,7 +261,8 @@ def load_result(path: str | os.PathLike) -> BenchResult:
         result = BenchResult.from_dict(data)
         return result
     if suffix == ".csv":
-        return BenchResult(results=parse_csv(text), label=p.stem)
+        cells, parallel = read_csv(text)
+        return BenchResult(results=cells, parallel=parallel, label=p.stem)
     raise UsageError(f"unknown result file type {suffix or '(none)'!r}: use .json or .csv")
 
 

@@ -106,7 +106,7 @@ def measure_matmul_flops(n: int = 1024, passes: int = 5) -> tuple[float, str]:
         a @ b
         best = min(best, time.perf_counter() - t0)
     return (
-        2.0 * n** 3 / best,
+        2.0 * n**3 / best,
         f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS on its own thread count), best of {passes}",
     )
 
@@ -118,16 +118,28 @@ def measure_peaks(threads: int = 1) -> MachinePeaks:
     return MachinePeaks(bw, bw_method, flops, flops_method)
 
 
+def step_bytes(weight_bytes: int, kv_bytes_per_token: int, context_tokens: float, n_seq: int = 1) -> float:
+    """Bytes one decode step reads: the weights once, plus each of ``n_seq`` sequences' KV cache of
+    ``context_tokens`` tokens (``weight_bytes + n_seq × kv_bytes_per_token × context_tokens``)."""
+    return weight_bytes + n_seq * kv_bytes_per_token * context_tokens
+
+
+def step_flops(n_params: int, n_tokens: int = 1) -> float:
+    """FLOPs of a forward pass over ``n_tokens`` tokens: ``2 × n_params × n_tokens`` (one multiply-add per
+    weight and token; attention's own arithmetic is left out, small beside it at these contexts)."""
+    return 2.0 * n_params * n_tokens
+
+
 def decode_bound_tokens_per_s(
     bandwidth_bytes_per_s: float, weight_bytes: int, kv_bytes_per_token: int, context_tokens: float
 ) -> float:
     """Memory-bandwidth bound on decode tokens/s at ``context_tokens`` tokens of context (see module doc)."""
-    return bandwidth_bytes_per_s / (weight_bytes + kv_bytes_per_token * context_tokens)
+    return bandwidth_bytes_per_s / step_bytes(weight_bytes, kv_bytes_per_token, context_tokens)
 
 
 def prefill_bound_tokens_per_s(flops_per_s: float, n_params: int) -> float:
     """Compute bound on prefill tokens/s: ``flops_per_s / (2 × n_params)``."""
-    return flops_per_s / (2.0 * n_params)
+    return flops_per_s / step_flops(n_params)
 
 
 def verdict(phase: str, pct: float | None, weight_bytes: int) -> str:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.results import CellKind, CellResult, Sample
 from chatphase.bench.stats import summarize
@@ -109,11 +110,12 @@ class SweepPlan:
 
 @dataclass(frozen=True)
 class SweepProgress:
-    """``done_runs`` of ``total_runs`` finished; ``sample`` is the run just measured (``warmup`` flagged)."""
+    """``done_runs`` of ``total_runs`` finished; ``sample`` is the run just measured (``warmup`` flagged): a
+    :class:`Sample`, or a :class:`~chatphase.bench.parallel_results.ParallelSample` in the parallel sweep."""
 
     done_runs: int
     total_runs: int
-    sample: Sample
+    sample: Sample | ParallelSample
 
 
 @dataclass(frozen=True)

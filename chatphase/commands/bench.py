@@ -4,6 +4,8 @@ For each prompt length a prompt of exactly that many tokens (cut on token bounda
 cleared before each repetition, warm-up runs not counted; for each depth, decode speed with that many
 tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
+``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
+in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
 Exit codes: 0 ok; 130 cancelled by Ctrl+C (partial results are still written; a second Ctrl+C aborts);
 2 bad usage or unusable model; 1 engine failure.
 """
@@ -18,7 +20,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from chatphase.bench.report import FORMATS, check_plot_path, render, write_plot
+from chatphase.bench.parallel import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
+from chatphase.bench.parallel_results import ParallelSample
+from chatphase.bench.plot import check_plot_path, write_plot
+from chatphase.bench.report import FORMATS, render
 from chatphase.bench.runner import (
     DEFAULT_DEPTHS,
     DEFAULT_PROMPT_LENGTHS,
@@ -61,18 +66,30 @@ def register(sub) -> None:
     g.add_argument(
         "--prompt-lengths",
         type=token_list,
-        default=DEFAULT_PROMPT_LENGTHS,
         metavar="N,N,...",
-        help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}; 'none' to skip)",
+        help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}, with --parallel "
+        f"{','.join(map(str, DEFAULT_PARALLEL_PROMPT_LENGTHS))}; 'none' to skip)",
     )
     g.add_argument(
         "--depths",
         type=token_list,
-        default=DEFAULT_DEPTHS,
         metavar="N,N,...",
         help=f"KV cache depths in tokens for decode speed (default {','.join(map(str, DEFAULT_DEPTHS))}; 'none' to skip)",
     )
-    g.add_argument("--gen", type=int, default=32, metavar="N", help="tokens decoded per run (default 32)")
+    g.add_argument(
+        "--parallel",
+        type=token_list,
+        metavar="N,N,...",
+        help="instead: decode N sequences together for each N, e.g. 1,2,4,8,16 (each its own prompt of "
+        "--prompt-lengths tokens; over --server N concurrent streams)",
+    )
+    g.add_argument(
+        "--gen",
+        type=int,
+        default=32,
+        metavar="N",
+        help="tokens decoded per run; with --parallel decode steps (default 32)",
+    )
     g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
@@ -90,16 +107,14 @@ def run(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
     settings = settings_from_args(args)
-    plan = SweepPlan(
-        prompt_lengths=args.prompt_lengths, depths=args.depths, gen_tokens=args.gen, reps=args.reps, warmup=args.warmup
-    ).validate(settings.n_ctx)
+    plan = _plan(args, settings)
     if args.plot:
         check_plot_path(args.plot)
     if args.output and not Path(args.output).expanduser().parent.is_dir():
         raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
 
-    from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
+    from chatphase.bench.api import BenchDone, BenchNotice, BenchRun, BenchStatus
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
@@ -115,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         for event in bench:
             if isinstance(event, BenchStatus):
                 progress.status(event.text)
+            elif isinstance(event, BenchNotice):
+                progress.notice(event.text)
             elif isinstance(event, SweepProgress):
                 progress.advance(event)
             elif isinstance(event, BenchDone):
@@ -133,6 +150,31 @@ def run(args: argparse.Namespace) -> int:
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
+
+
+def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
+    """The sweep the arguments ask for, validated before any work (a server's context is checked later).
+
+    Raises:
+        UsageError: a plan that does not fit, or ``--depths`` with ``--parallel``.
+    """
+    if args.parallel is None:
+        return SweepPlan(
+            prompt_lengths=DEFAULT_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
+            depths=DEFAULT_DEPTHS if args.depths is None else args.depths,
+            gen_tokens=args.gen,
+            reps=args.reps,
+            warmup=args.warmup,
+        ).validate(settings.n_ctx)
+    if args.depths is not None:
+        raise UsageError("--depths does not apply to --parallel: each sequence decodes from its own prompt")
+    return ParallelPlan(
+        n_seqs=args.parallel,
+        prompt_lengths=DEFAULT_PARALLEL_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
+        gen_tokens=args.gen,
+        reps=args.reps,
+        warmup=args.warmup,
+    ).validate(*((None,) if settings.server else (settings.n_ctx, settings.n_batch)))
 
 
 @contextlib.contextmanager
@@ -194,16 +236,22 @@ class _Progress:
         if self._plain:
             print(f"chatphase bench: {text}", file=sys.stderr, flush=True)
 
+    def notice(self, text: str) -> None:
+        """A line the user must see (printed above the bar, and kept)."""
+        self._bar.console.print(f"chatphase: warning: {text}", markup=False, highlight=False, soft_wrap=True)
+
     def advance(self, ev: SweepProgress) -> None:
         s = ev.sample
-        what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
-        label = f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}"
-        self._bar.update(self._task, completed=ev.done_runs, description=label)
-        if self._plain and not s.warmup:
+        if isinstance(s, ParallelSample):
+            what = f"N={s.n_seq} prompt {s.prompt_tokens}"
+            rate = s.aggregate_decode_tokens_per_s
+            figures = f"aggregate decode {'–' if rate is None else f'{rate:.1f} tok/s'}"
+        else:
+            what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
             ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
             rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
-            print(
-                f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: TTFT {ttft}, decode {rate}",
-                file=sys.stderr,
-                flush=True,
-            )
+            figures = f"TTFT {ttft}, decode {rate}"
+        label = f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}"
+        self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
+        if self._plain and not s.warmup:
+            print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)

@@ -7,13 +7,15 @@ with each :class:`~chatphase.engine.events.TurnRequest`; theme and paths are not
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
 from chatphase.system.cpu_features import physical_cores
 
 TRI_STATE = ("auto", "on", "off")
+#: llama.cpp's limit on sequences in one context (``LLAMA_MAX_SEQ`` in src/llama-cparams.h).
+MAX_SEQUENCES = 256
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,9 @@ class EngineConfig:
     0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
     (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824).
+    ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
+    into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
+    setting (``metadata["setting"]`` is false, so :class:`chatphase.config.Settings` has no such field).
     """
 
     n_ctx: int = 4096
@@ -40,6 +45,7 @@ class EngineConfig:
     type_k: str = "f16"
     type_v: str = "f16"
     extra_bufts: str = "auto"
+    n_seq_max: int = field(default=1, metadata={"setting": False})
 
     def validate(self) -> EngineConfig:
         """Check ranges and choices; returns ``self``.
@@ -55,6 +61,8 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"{name} must be positive (got {value})")
+        if not 1 <= self.n_seq_max <= MAX_SEQUENCES:
+            raise UsageError(f"n_seq_max must be 1 to {MAX_SEQUENCES} (got {self.n_seq_max})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
         for name in ("flash_attn", "extra_bufts"):
@@ -79,6 +87,7 @@ class EngineConfig:
             "type_k": self.type_k,
             "type_v": self.type_v,
             "extra_bufts": self.extra_bufts,
+            "n_seq_max": self.n_seq_max,
         }
 
     def to_dict(self) -> dict:

@@ -207,6 +207,7 @@ class LlamaEngine:
         cparams.n_ubatch = s["n_ubatch"]
         cparams.n_threads = s["n_threads"]
         cparams.n_threads_batch = s["n_threads_batch"]
+        cparams.n_seq_max = s["n_seq_max"]
         cparams.flash_attn_type = _FLASH_ATTN[s["flash_attn"]]
         cparams.type_k = _GGML_TYPES[s["type_k"]]
         cparams.type_v = _GGML_TYPES[s["type_v"]]

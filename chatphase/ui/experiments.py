@@ -1,12 +1,15 @@
-"""The Experiments screen: prompt-length and depth sweeps from the TUI, plotted as they run.
+"""The Experiments screen: the benchmark sweeps from the TUI, plotted as they run.
 
-Pick prompt lengths, depths, reps and generated tokens; Run (Ctrl+R) starts the same benchmark as
-``chatphase bench`` in a child process (:class:`chatphase.bench.job.BenchJob`, driven from a thread
-worker — this module never imports llama.cpp). A progress bar counts the runs, both plots fill in with
-every measured repetition, and Esc cancels (partial results are kept). When the run ends the table
-shows mean ± sd per cell and the status line the fit and the roofline verdicts. Save (Ctrl+S) writes
-JSON or CSV by the file name; Load (Ctrl+O) reads an earlier result and overlays it on the plots, to
-compare two models or two settings. Esc with nothing running closes the screen.
+Two tabs (:mod:`chatphase.ui.experiments_panes`): **Prompt length & depth** (prompt lengths, depths, reps,
+generated tokens) and **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps).
+Run (Ctrl+R) starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for
+the second), in a child process (:class:`chatphase.bench.job.BenchJob`, driven from a thread worker —
+this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in with every
+measured repetition, and Esc cancels (partial results are kept). When the run ends the table shows
+mean ± sd per cell and the summary the fit and the roofline verdicts (per N for the parallel sweep).
+Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name; Load (Ctrl+O) reads an
+earlier result and overlays it on every plot it has cells for, to compare two models or two settings.
+Esc with nothing running closes the screen.
 """
 
 from __future__ import annotations
@@ -14,50 +17,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static
+from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
-from chatphase.bench.api import BenchDone, BenchStatus
+from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
 from chatphase.bench.job import BenchFailed, BenchJob
-from chatphase.bench.report import mean_sd
+from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
-from chatphase.errors import ChatPhaseError, UsageError
+from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
-from chatphase.ui.experiments_plot import BenchPlot
+from chatphase.ui.experiments_panes import ParallelPane, SweepPane
 
-JobFactory = Callable[[ModelInfo, EngineConfig, SweepPlan], BenchJob]
-
-
-def parse_tokens(text: str, what: str) -> tuple[int, ...]:
-    """``"64, 256,1024"`` -> ``(64, 256, 1024)``; empty -> ``()``.
-
-    Raises:
-        UsageError: naming the field, for anything but comma-separated whole numbers.
-    """
-    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
-    try:
-        return tuple(int(p) for p in parts)
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated token counts like 64,256,1024") from None
-
-
-def parse_count(text: str, what: str) -> int:
-    """A whole number from an input field.
-
-    Raises:
-        UsageError: naming the field.
-    """
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise UsageError(f"{what}: expected a whole number (got {text.strip()!r})") from None
+JobFactory = Callable[[ModelInfo, EngineConfig, SweepPlan | ParallelPlan], BenchJob]
 
 
 class ExperimentsScreen(Screen[None]):
@@ -71,7 +49,7 @@ class ExperimentsScreen(Screen[None]):
 
     CSS_PATH = Path(__file__).with_name("experiments.tcss")  # absolute: subclasses elsewhere work
     BINDINGS = [
-        Binding("ctrl+r", "run", "Run", id="experiments.run", tooltip="Run the sweep"),
+        Binding("ctrl+r", "run", "Run", id="experiments.run", tooltip="Run the active tab's sweep"),
         Binding(
             "escape",
             "cancel_or_close",
@@ -79,7 +57,7 @@ class ExperimentsScreen(Screen[None]):
             id="experiments.cancel",
             tooltip="Cancel the running sweep (partial results are kept); close when idle",
         ),
-        Binding("ctrl+s", "save", "Save", id="experiments.save", tooltip="Save the last result (.json or .csv)"),
+        Binding("ctrl+s", "save", "Save", id="experiments.save", tooltip="Save the tab's last result (.json or .csv)"),
         Binding("ctrl+o", "load", "Load", id="experiments.load", tooltip="Load a saved result and overlay it"),
     ]
 
@@ -89,46 +67,54 @@ class ExperimentsScreen(Screen[None]):
         self.settings = settings
         self.job_factory: JobFactory = job_factory or (lambda info, s, plan: BenchJob(info, s, plan))
         self.job: BenchJob | None = None
-        self.result: BenchResult | None = None
+        self.job_pane: SweepPane | ParallelPane | None = None
+        self.results: dict[str, BenchResult | None] = {"sweep": None, "parallel": None}
         self.overlays: list[BenchResult] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="exp-box"):
+        with VerticalScroll(id="exp-box"):
             yield Label(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.n_ctx}", classes="panel-title")
-            with Horizontal(id="exp-form"):
-                yield self._field("Prompt lengths", "exp-lengths", "64,256,1024")
-                yield self._field("Depths", "exp-depths", "0,1024")
-                yield self._field("Reps", "exp-reps", "3")
-                yield self._field("Gen tokens", "exp-gen", "32")
-                yield Button("Run", id="exp-run", variant="primary")
-                yield Button("Cancel", id="exp-cancel", disabled=True)
+            with TabbedContent(id="exp-tabs"):
+                yield SweepPane()
+                yield ParallelPane()
             with Horizontal(id="exp-progress-row"):
+                yield Button("Run", id="exp-run", variant="primary", compact=True)
+                yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
                 yield ProgressBar(id="exp-progress", show_eta=False)
                 yield Static("Set the sweep and press Run (Ctrl+R).", id="exp-status")
-            with Horizontal(id="exp-plots"):
-                yield BenchPlot("ttft", id="exp-plot-ttft")
-                yield BenchPlot("decode", id="exp-plot-decode")
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="exp-summary")
             with Horizontal(id="exp-files"):
-                yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path())
+                yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path("sweep"))
                 yield Button("Save", id="exp-save")
                 yield Button("Load + overlay", id="exp-load")
                 yield Button("Clear overlays", id="exp-clear")
         yield Footer()
 
-    @staticmethod
-    def _field(label: str, id_: str, value: str) -> Vertical:
-        return Vertical(Label(label), Input(value=value, id=id_), classes="exp-field")
-
-    def _default_path(self) -> str:
+    def _default_path(self, kind: str) -> str:
         stem = "".join(ch if ch.isalnum() else "-" for ch in self.model_info.name.lower()).strip("-")
-        return f"bench-{stem}.json"
+        return f"bench-{'parallel-' if kind == 'parallel' else ''}{stem}.json"
 
     def on_mount(self) -> None:
-        table = self.query_one("#exp-table", DataTable)
-        table.add_columns("kind", "prompt tok", "depth", "reps", "TTFT ms", "prefill tok/s", "decode tok/s", "KV MiB")
+        self._fill_table()
         self.query_one("#exp-lengths", Input).focus()
+
+    @property
+    def pane(self) -> SweepPane | ParallelPane:
+        """The active tab's pane."""
+        return self.query_one(f"#{self.query_one(TabbedContent).active}")
+
+    @property
+    def result(self) -> BenchResult | None:
+        """The active tab's last result."""
+        return self.results[self.pane.kind]
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
+        path = self.query_one("#exp-path", Input)
+        if path.value in (self._default_path("sweep"), self._default_path("parallel")):
+            path.value = self._default_path(self.pane.kind)
+        self._fill_table()
 
     # -- actions -----------------------------------------------------------------------------------
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -143,40 +129,30 @@ class ExperimentsScreen(Screen[None]):
         if handler:
             handler()
 
-    def plan_from_form(self) -> SweepPlan:
-        """The :class:`SweepPlan` the form describes (validated against n_ctx).
+    def plan_from_form(self) -> SweepPlan | ParallelPlan:
+        """The plan the active tab's form describes (validated against n_ctx).
 
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
         """
-
-        def value(id_: str) -> str:
-            return self.query_one(f"#{id_}", Input).value
-
-        plan = SweepPlan(
-            prompt_lengths=parse_tokens(value("exp-lengths"), "Prompt lengths"),
-            depths=parse_tokens(value("exp-depths"), "Depths"),
-            reps=parse_count(value("exp-reps"), "Reps"),
-            gen_tokens=parse_count(value("exp-gen"), "Gen tokens"),
-            warmup=1,
-        )
-        return plan.validate(self.settings.n_ctx)
+        return self.pane.plan(self.settings)
 
     def action_run(self) -> None:
-        """Validate the form and start the sweep (a notice instead when the form is wrong)."""
+        """Validate the active form and start its sweep (a notice instead when the form is wrong)."""
         if self.job is not None:
             self.notify("A sweep is already running (Esc cancels it).", severity="warning")
             return
+        pane = self.pane
         try:
-            plan = self.plan_from_form()
+            plan = pane.plan(self.settings)
             self.job = self.job_factory(self.model_info, self.settings.engine_config(), plan)
         except ChatPhaseError as exc:
             self._status(str(exc), "-error")
             self.notify(str(exc), severity="error")
             return
-        bar = self.query_one("#exp-progress", ProgressBar)
-        bar.update(total=plan.total_runs, progress=0)
-        for plot in self.query(BenchPlot):
+        self.job_pane = pane
+        self.query_one("#exp-progress", ProgressBar).update(total=plan.total_runs, progress=0)
+        for plot in pane.plots():
             plot.start_live(self.model_info.name)
         self._set_running(True)
         self._status(f"Starting: {plan.total_runs} runs ({plan.warmup} warm-up + {plan.reps} reps per cell)…")
@@ -196,9 +172,9 @@ class ExperimentsScreen(Screen[None]):
             self.dismiss(None)
 
     def action_save(self) -> None:
-        """Save the last result to the path field (.json or .csv)."""
+        """Save the active tab's last result to the path field (.json or .csv)."""
         if self.result is None:
-            self.notify("Nothing to save yet: run a sweep first.", severity="warning")
+            self.notify("Nothing to save yet: run this tab's sweep first.", severity="warning")
             return
         path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
         try:
@@ -209,7 +185,7 @@ class ExperimentsScreen(Screen[None]):
         self.notify(f"Saved {path}")
 
     def action_load(self) -> None:
-        """Load the result at the path field and overlay it on the plots."""
+        """Load the result at the path field and overlay it on the plots it has cells for."""
         path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
         try:
             loaded = load_result(path)
@@ -220,10 +196,10 @@ class ExperimentsScreen(Screen[None]):
             loaded.label = f"{loaded.display_label()} ({path.name})"
         self.overlays.append(loaded)
         self._show_results()
-        self.notify(f"Loaded {path.name}: {len(loaded.results)} cells overlaid")
+        self.notify(f"Loaded {path.name}: {len(loaded.results) + len(loaded.parallel)} cells overlaid")
 
     def action_clear_overlays(self) -> None:
-        """Remove the loaded overlays (the current result stays)."""
+        """Remove the loaded overlays (the current results stay)."""
         self.overlays.clear()
         self._show_results()
 
@@ -238,29 +214,24 @@ class ExperimentsScreen(Screen[None]):
 
     def handle_event(self, event) -> None:
         """Apply one job event to the screen (called on the UI thread; ignored once the screen is closed)."""
-        if not self.is_attached:
+        if not self.is_attached or self.job_pane is None:
             return
+        pane = self.job_pane
         if isinstance(event, BenchStatus):
             self._status(event.text[:1].upper() + event.text[1:] + "…")
+        elif isinstance(event, BenchNotice):
+            self.notify(event.text, severity="warning", timeout=10)
         elif isinstance(event, SweepProgress):
-            self.query_one("#exp-progress", ProgressBar).update(progress=event.done_runs)
-            s = event.sample
-            what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
-            ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
-            rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
-            self._status(
-                f"[{event.done_runs}/{event.total_runs}] {what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: "
-                f"TTFT {ttft}, decode {rate}"
-            )
-            for plot in self.query(BenchPlot):
-                plot.add_sample(s)
+            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
+            self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event.sample)}")
+            for plot in pane.plots():
+                plot.add_sample(event.sample)
         elif isinstance(event, BenchDone):
             self.job = None
             self._set_running(False)
-            self.result = event.result
-            self._fill_table(event.result)
+            self.results[pane.kind] = event.result
             self._show_results()
-            self.query_one("#exp-summary", Static).update(self._summary(event.result))
+            self._fill_table()
             self._status(
                 "Cancelled: partial results." if event.result.cancelled else "Done.",
                 "-warning" if event.result.cancelled else "",
@@ -268,44 +239,29 @@ class ExperimentsScreen(Screen[None]):
         elif isinstance(event, BenchFailed):
             self.job = None
             self._set_running(False)
-            for plot in self.query(BenchPlot):
+            for plot in pane.plots():
                 plot.end_live()
             self._status(event.message, "-error")
             self.notify(event.message, severity="error")
 
     # -- helpers -----------------------------------------------------------------------------------
     def _show_results(self) -> None:
-        shown = ([self.result] if self.result else []) + self.overlays
-        for plot in self.query(BenchPlot):
-            plot.end_live()
-            plot.set_results(shown)
+        for pane in (self.query_one(SweepPane), self.query_one(ParallelPane)):
+            current = self.results[pane.kind]
+            for plot in pane.plots():
+                plot.end_live()
+                plot.set_results(([current] if current else []) + self.overlays)
 
-    def _fill_table(self, result: BenchResult) -> None:
+    def _fill_table(self) -> None:
+        """The active tab's columns and its last result's rows; its summary under the table."""
+        pane, result = self.pane, self.result
         table = self.query_one("#exp-table", DataTable)
-        table.clear()
-        for c in result.results:
-            table.add_row(
-                c.kind,
-                str(c.prompt_tokens),
-                str(c.depth),
-                str(c.reps),
-                mean_sd(c.ttft_ms),
-                mean_sd(c.prefill_tokens_per_s),
-                mean_sd(c.decode_tokens_per_s),
-                f"{c.kv_cache_bytes / 2**20:.1f}",
-            )
-
-    @staticmethod
-    def _summary(result: BenchResult) -> str:
-        lines = []
-        fit = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
-        if fit:
-            r2 = "–" if fit["r2"] is None else f"{fit['r2']:.3f}"
-            lines.append(f"TTFT ≈ {fit['intercept']:.1f} ms + {fit['slope']:.3f} ms × prompt tokens (r² {r2})")
-        if result.roofline:
-            lines.append(f"{result.roofline['decode_verdict']}")
-            lines.append(f"{result.roofline['prefill_verdict']}")
-        return "\n".join(lines)
+        table.clear(columns=True)
+        table.add_columns(*pane.COLUMNS)
+        if result is not None:
+            for row in pane.rows(result):
+                table.add_row(*row)
+        self.query_one("#exp-summary", Static).update(pane.summary(result) if result else "")
 
     def _set_running(self, running: bool) -> None:
         self.query_one("#exp-run", Button).disabled = running

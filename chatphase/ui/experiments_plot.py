@@ -1,4 +1,5 @@
-"""The Experiments screen's two plots (textual-plotext): TTFT vs prompt tokens, decode tok/s vs depth.
+"""The Experiments screen's plots (textual-plotext): TTFT vs prompt tokens, decode tok/s vs depth, and the
+parallel sweep's aggregate and per-sequence decode tok/s against N (:class:`ParallelPlot`).
 
 A plot holds *series*: the running sweep (its samples appear as they are measured, so the plot fills
 in) and any number of finished results (current or loaded from a file, for overlays). A finished
@@ -12,6 +13,7 @@ from typing import ClassVar, Literal
 
 from textual_plotext import PlotextPlot
 
+from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.results import BenchResult, CellResult, Sample
 
 PlotKind = Literal["ttft", "decode"]
@@ -30,7 +32,7 @@ def cell_point(kind: PlotKind, cell: CellResult) -> tuple[float, float, float] |
 
 def sample_point(kind: PlotKind, s: Sample) -> tuple[float, float] | None:
     """``(x, y)`` of one measured repetition on a plot of ``kind`` (warm-ups are not plotted)."""
-    if s.warmup:
+    if s.warmup or not isinstance(s, Sample):
         return None
     if kind == "ttft" and s.kind == "prompt" and s.ttft_ms is not None:
         return float(s.prompt_tokens), s.ttft_ms
@@ -105,4 +107,96 @@ class BenchPlot(PlotextPlot):
         if self.live:
             xs, ys = (list(v) for v in zip(*self.live, strict=True))
             plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
+        self.refresh()
+
+
+class ParallelPlot(PlotextPlot):
+    """Aggregate and per-sequence decode tok/s against N (sequences decoded together).
+
+    Each finished result draws two lines in its colour: the aggregate (dots) and the per-sequence rate
+    (crosses, "per seq" in the legend); the running sweep's repetitions appear as they are measured.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.results: list[BenchResult] = []
+        self.live: list[tuple[float, float, float]] = []  # (N, aggregate, per sequence)
+        self.live_label = ""
+
+    def on_mount(self) -> None:
+        self.replot()
+
+    def set_results(self, results: list[BenchResult]) -> None:
+        """Show these finished results (the current one and the overlays); those without parallel cells draw nothing."""
+        self.results = list(results)
+        self.replot()
+
+    def start_live(self, label: str) -> None:
+        """Begin a running series named ``label``."""
+        self.live, self.live_label = [], label
+        self.replot()
+
+    def add_sample(self, sample) -> None:
+        """Add one measured repetition of the running sweep (warm-ups and other sweeps' samples ignored)."""
+        if (
+            isinstance(sample, ParallelSample)
+            and not sample.warmup
+            and sample.aggregate_decode_tokens_per_s is not None
+        ):
+            self.live.append(
+                (float(sample.n_seq), sample.aggregate_decode_tokens_per_s, sample.decode_tokens_per_s or 0.0)
+            )
+            self.replot()
+
+    def end_live(self) -> None:
+        """Drop the running series."""
+        self.live = []
+        self.replot()
+
+    def series_count(self) -> int:
+        """How many results (and the running sweep) have points here."""
+        return sum(1 for r in self.results if r.parallel) + (1 if self.live else 0)
+
+    def replot(self) -> None:
+        """Rebuild the plotext figure and schedule a repaint."""
+        plt = self.plt
+        plt.clear_data()
+        title = "Parallel decode: tok/s vs sequences decoded together"
+        plt.title(title if self.series_count() else f"{title} — no data yet")
+        plt.xlabel("N (sequences)")
+        plt.ylabel("tok/s")
+        ticks: set[float] = set()
+        drawn = 0
+        for res in self.results:
+            cells = sorted(
+                (c for c in res.parallel if c.aggregate_decode_tokens_per_s.mean is not None), key=lambda c: c.n_seq
+            )
+            if not cells:
+                continue
+            color = COLORS[drawn % len(COLORS)]
+            drawn += 1
+            xs = [float(c.n_seq) for c in cells]
+            ticks.update(xs)
+            label = res.display_label()
+            plt.plot(
+                xs,
+                [c.aggregate_decode_tokens_per_s.mean for c in cells],
+                marker="dot",
+                color=color,
+                label=f"{label} aggregate",
+            )
+            plt.plot(
+                xs,
+                [c.decode_tokens_per_s.mean or 0.0 for c in cells],
+                marker="x",
+                color=color,
+                label=f"{label} per seq",
+            )
+        if self.live:
+            xs, agg, per = (list(v) for v in zip(*self.live, strict=True))
+            ticks.update(xs)
+            plt.scatter(xs, agg, marker="dot", color="white", label=f"{self.live_label} aggregate (running)")
+            plt.scatter(xs, per, marker="x", color="gray", label="per seq (running)")
+        if ticks:
+            plt.xticks(sorted(ticks), [str(int(t)) for t in sorted(ticks)])
         self.refresh()

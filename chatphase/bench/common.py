@@ -1,0 +1,81 @@
+"""What every benchmark run shares: its events, the ``system`` facts of a result, loading an engine.
+
+Used by :mod:`chatphase.bench.api` (which re-exports the events) and :mod:`chatphase.bench.parallel_api`.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+from chatphase import __version__
+from chatphase.bench.results import BenchResult
+from chatphase.bench.runner import SweepProgress
+from chatphase.engine.base import Engine
+from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded
+from chatphase.errors import EngineError
+
+
+@dataclass(frozen=True)
+class BenchStatus:
+    """A step started (``"measuring memory bandwidth"``, ``"loading model"``, ...)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class BenchNotice:
+    """Something the user should read while the run goes on (e.g. N values a server cannot run)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class BenchDone:
+    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early)."""
+
+    result: BenchResult
+
+
+BenchEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone
+
+
+def system_facts(loaded: LoadedModel | None = None) -> dict:
+    """The JSON ``system`` object: OS, Python, CPU, cores, memory, library versions, llama.cpp's system info."""
+    import llama_cpp
+    import numpy
+    import psutil
+
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu": _cpu_name(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cpus": psutil.cpu_count(logical=True),
+        "memory_bytes": psutil.virtual_memory().total,
+        "chatphase": __version__,
+        "llama_cpp_python": llama_cpp.__version__,
+        "numpy": numpy.__version__,
+        "llama_system_info": loaded.system_info if loaded else "",
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_engine(engine: Engine) -> LoadedModel:
+    for event in engine.load():
+        if isinstance(event, EngineFailed):
+            raise EngineError(event.message)
+        if isinstance(event, ModelLoaded):
+            return event.model
+    raise EngineError("the engine finished loading without reporting the model")

@@ -1,0 +1,106 @@
+"""The parallel-decode sweep as one benchmark run (``chatphase bench --parallel``, the Experiments screen).
+
+:class:`~chatphase.bench.api.BenchRun` hands a :class:`~chatphase.bench.parallel.ParallelPlan` to
+:func:`run_parallel`. Steps: build the engine, validate the plan (locally against ``n_ctx``: N sequences of
+prompt + generation must fit; nothing has run yet), measure the machine's peaks (local only: they do
+not bound a server), load, run the :class:`~chatphase.bench.parallel.ParallelSweep` and assemble the
+:class:`~chatphase.bench.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
+
+Locally the engine is a :class:`~chatphase.engine.batched.BatchedEngine` with ``n_seq_max`` = the largest
+N. An engine without ``run_batch`` is a server's: after connecting, the plan is cut to the server's slots
+(said in a :class:`~chatphase.bench.common.BenchNotice`) and one more engine is loaded per concurrent
+stream (:mod:`chatphase.bench.parallel_remote`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.parallel import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
+from chatphase.bench.parallel_remote import RemoteStreams, fit_plan_to_server
+from chatphase.bench.parallel_roofline import build_parallel_roofline
+from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.results import BenchResult
+from chatphase.bench.roofline import MachinePeaks
+from chatphase.engine.events import LoadedModel
+
+
+def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
+    """Run ``plan`` for ``bench`` (a :class:`~chatphase.bench.api.BenchRun`); yields its events.
+
+    Raises:
+        UsageError: the plan does not fit (before any work; for a server, after connecting).
+        EngineError: the model fails to load or a run fails.
+    """
+    config = replace(bench.config, n_seq_max=max(plan.n_seqs) if plan.n_seqs else 1)
+    engine = bench.make_engine(config, batched=True)
+    engines = [engine]
+    local = hasattr(engine, "run_batch")
+    try:
+        plan = plan.validate(config.n_ctx, config.n_batch) if local else plan.validate(None)
+        peaks = (yield from bench.peaks()) if local else None
+        yield BenchStatus(f"loading {bench.info.name}")
+        bench.attach(engine=engine)
+        loaded = load_engine(engine)
+        notes: tuple[str, ...] = ()
+        if local:
+            runner = LocalBatches(engine)
+        else:
+            plan, notes = fit_plan_to_server(plan, loaded)
+            for note in notes:
+                yield BenchNotice(note)
+            if max(plan.n_seqs) > 1:
+                yield BenchStatus(f"opening {max(plan.n_seqs)} streams")
+            for _ in range(max(plan.n_seqs) - 1):
+                engines.append(bench.make_engine(config, batched=True))
+                load_engine(engines[-1])
+            runner = RemoteStreams(engines)
+        builder = bench.builder or PromptBuilder(EngineTokenizer(engine))
+        info = loaded.info
+        facts = ModelFacts(info.size_bytes, info.n_params, loaded.kv_bytes_per_token)
+        sweep = ParallelSweep(runner, builder, plan, facts, notes)
+        bench.attach(sweep=sweep)
+        done: ParallelDone | None = None
+        for event in sweep:
+            if isinstance(event, ParallelDone):
+                done = event
+            else:
+                yield event
+    finally:
+        for e in engines:
+            e.close()
+    assert done is not None
+    yield BenchDone(parallel_result(loaded, plan, done, peaks))
+
+
+def parallel_result(
+    loaded: LoadedModel, plan: ParallelPlan, done: ParallelDone, peaks: MachinePeaks | None
+) -> BenchResult:
+    """The :class:`BenchResult` of a parallel sweep (its ``parallel`` cells, samples and roofline)."""
+    info = loaded.info
+    roofline: dict = {}
+    known = None not in (info.size_bytes, info.n_params, loaded.kv_bytes_per_token)
+    if peaks is not None and done.cells and known:
+        roofline = build_parallel_roofline(
+            peaks,
+            weight_bytes=info.size_bytes,
+            n_params=info.n_params,
+            kv_bytes_per_token=loaded.kv_bytes_per_token,
+            cells=done.cells,
+        )
+        if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU
+            roofline["parallel_verdicts"] = [
+                f"{loaded.layers_offloaded} layers run on the GPU: these CPU peaks do not bound them, "
+                "so the bounds and percentages are not meaningful"
+            ]
+    return BenchResult(
+        model={k: v for k, v in info.to_dict().items() if k != "attention"},
+        settings={"engine": loaded.settings, "plan": plan.to_dict(), "notes": [*loaded.notes, *done.notes]},
+        system=system_facts(loaded),
+        roofline=roofline,
+        cancelled=done.cancelled,
+        parallel=list(done.cells),
+        parallel_samples=list(done.samples),
+    )

@@ -1,0 +1,180 @@
+"""Plots of :class:`~chatphase.bench.results.BenchResult` s with matplotlib (the optional extra ``chatphase[plot]``).
+
+:func:`write_plot` draws TTFT vs prompt tokens and decode tokens/s vs depth with ±1 sd error bars, and, for
+parallel-decode cells, aggregate and per-sequence decode tokens/s and the step time against N; several
+results overlay for comparison (one colour each).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from chatphase.bench.results import BenchResult
+from chatphase.errors import UsageError
+
+PLOT_SUFFIXES = (".svg", ".png")
+
+
+def check_plot_path(path: str | os.PathLike) -> Path:
+    """Validate a ``--plot`` path before any work: suffix .svg/.png and matplotlib installed.
+
+    Raises:
+        UsageError: otherwise.
+    """
+    p = Path(path)
+    if p.suffix.lower() not in PLOT_SUFFIXES:
+        raise UsageError(f"--plot needs a .svg or .png file name (got {p.name!r})")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'chatphase[plot]'") from None
+    return p
+
+
+def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
+    """Draw the results' plots, one series per result (±1 sd error bars); format from the suffix (SVG or
+    PNG). A row for prompt/depth cells (TTFT vs prompt tokens with the fitted line, decode tok/s vs depth)
+    and one for parallel cells (:func:`_plot_parallel`), each where some result has such cells. Returns the path.
+
+    Raises:
+        UsageError: as :func:`check_plot_path`, or when the file cannot be written.
+    """
+    p = check_plot_path(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parallel = any(r.parallel for r in results)
+    rows = [
+        *(["sweep"] if any(r.results for r in results) or not parallel else []),
+        *(["parallel"] if parallel else []),
+    ]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 4.2 * len(rows)), layout="constrained", squeeze=False)
+    for kind, (ax1, ax2) in zip(rows, axes, strict=True):
+        (_plot_sweep if kind == "sweep" else _plot_parallel)(results, ax1, ax2)
+        for ax in (ax1, ax2):
+            ax.grid(alpha=0.3)
+            ax.set_ylim(bottom=0)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize="small")
+    try:
+        fig.savefig(p)
+    except OSError as exc:
+        raise UsageError(f"cannot write plot {p}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    return p
+
+
+def _plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:
+    """TTFT vs prompt tokens (with the fitted line) and decode tok/s vs depth."""
+    for i, res in enumerate(results):
+        color = f"C{i}"
+        label = res.display_label()
+        prompt = [c for c in res.results if c.kind == "prompt" and c.ttft_ms.mean is not None]
+        depth = [c for c in res.results if c.kind == "depth" and c.decode_tokens_per_s.mean is not None]
+        if prompt:
+            xs = [c.prompt_tokens for c in prompt]
+            ax1.errorbar(
+                xs,
+                [c.ttft_ms.mean for c in prompt],
+                yerr=[c.ttft_ms.sd or 0 for c in prompt],
+                fmt="o",
+                capsize=3,
+                color=color,
+                label=label,
+            )
+            fit = (res.fits or {}).get("ttft_ms_vs_prompt_tokens")
+            if fit:
+                lo, hi = min(xs), max(xs)
+                ax1.plot(
+                    [lo, hi],
+                    [fit["intercept"] + fit["slope"] * lo, fit["intercept"] + fit["slope"] * hi],
+                    "--",
+                    color=color,
+                    alpha=0.6,
+                    label=f"{label}: {fit['slope']:.2f} ms/token",
+                )
+        if depth:
+            ax2.errorbar(
+                [c.depth for c in depth],
+                [c.decode_tokens_per_s.mean for c in depth],
+                yerr=[c.decode_tokens_per_s.sd or 0 for c in depth],
+                fmt="o-",
+                capsize=3,
+                color=color,
+                label=label,
+            )
+    ax1.set(title="Prefill: TTFT vs prompt length", xlabel="prompt tokens", ylabel="TTFT (ms)")
+    ax2.set(title="Decode: speed vs context depth", xlabel="depth (tokens in KV cache)", ylabel="decode tokens/s")
+
+
+def _plot_parallel(results: Sequence[BenchResult], ax1, ax2) -> None:
+    """Aggregate (solid) and per-sequence (dashed) decode tok/s vs N, and the step time vs N; the roofline's
+    aggregate bound and bound step time dotted where the result has one. One series per result and prompt length."""
+    series, all_ns = 0, set()
+    for res in results:
+        bounds = {(b["prompt_tokens"], b["n_seq"]): b for b in (res.roofline or {}).get("parallel_cells", [])}
+        for length in dict.fromkeys(c.prompt_tokens for c in res.parallel):
+            cells = sorted((c for c in res.parallel if c.prompt_tokens == length), key=lambda c: c.n_seq)
+            color, ns = f"C{series}", [c.n_seq for c in cells]
+            series += 1
+            all_ns.update(ns)
+            label = res.display_label() + (
+                f", prompt {length}" if len({c.prompt_tokens for c in res.parallel}) > 1 else ""
+            )
+            for metric, fmt, what in (
+                ("aggregate_decode_tokens_per_s", "o-", "aggregate"),
+                ("decode_tokens_per_s", "s--", "per sequence"),
+            ):
+                stats = [getattr(c, metric) for c in cells]
+                ax1.errorbar(
+                    ns,
+                    [s.mean or 0 for s in stats],
+                    yerr=[s.sd or 0 for s in stats],
+                    fmt=fmt,
+                    capsize=3,
+                    color=color,
+                    label=f"{label}: {what}",
+                )
+            step = [c.step_ms for c in cells]
+            ax2.errorbar(
+                ns,
+                [s.mean or 0 for s in step],
+                yerr=[s.sd or 0 for s in step],
+                fmt="o-",
+                capsize=3,
+                color=color,
+                label=label,
+            )
+            bound = [bounds.get((length, n)) for n in ns]
+            if all(bound):
+                ax1.plot(
+                    ns,
+                    [b["aggregate_bound_tokens_per_s"] for b in bound],
+                    ":",
+                    color=color,
+                    alpha=0.7,
+                    label=f"{label}: roofline bound",
+                )
+                ax2.plot(
+                    ns,
+                    [b["bound_step_ms"] for b in bound],
+                    ":",
+                    color=color,
+                    alpha=0.7,
+                    label=f"{label}: roofline bound",
+                )
+    ax1.set(
+        title="Parallel decode: tok/s vs sequences", xlabel="N (sequences decoded together)", ylabel="decode tokens/s"
+    )
+    ax2.set(
+        title="Parallel decode: step time vs sequences", xlabel="N (sequences decoded together)", ylabel="step (ms)"
+    )
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(all_ns), [str(n) for n in sorted(all_ns)])
+        ax.minorticks_off()

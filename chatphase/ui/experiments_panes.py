@@ -1,0 +1,198 @@
+"""The Experiments screen's two sweeps, one tab each: the form that describes a plan, its plots, and how its
+results read in the table and the summary.
+
+- :class:`SweepPane` — prompt lengths and context depths (TTFT and decode tok/s plots).
+- :class:`ParallelPane` — N sequences decoded together (aggregate and per-sequence tok/s against N).
+
+The screen (:mod:`chatphase.ui.experiments`) runs whichever tab is active and talks to both through the same
+methods: :meth:`plan`, the live-plot calls, :meth:`rows` and :meth:`summary`.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, TabPane
+
+from chatphase.bench.parallel import ParallelPlan
+from chatphase.bench.parallel_results import ParallelSample
+from chatphase.bench.report import mean_sd
+from chatphase.bench.results import BenchResult
+from chatphase.bench.runner import SweepPlan
+from chatphase.config import Settings
+from chatphase.errors import UsageError
+from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
+
+
+def parse_tokens(text: str, what: str) -> tuple[int, ...]:
+    """``"64, 256,1024"`` -> ``(64, 256, 1024)``; empty -> ``()``.
+
+    Raises:
+        UsageError: naming the field, for anything but comma-separated whole numbers.
+    """
+    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"{what}: expected comma-separated token counts like 64,256,1024") from None
+
+
+def parse_count(text: str, what: str) -> int:
+    """A whole number from an input field.
+
+    Raises:
+        UsageError: naming the field.
+    """
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise UsageError(f"{what}: expected a whole number (got {text.strip()!r})") from None
+
+
+def _field(label: str, id_: str, value: str) -> Vertical:
+    return Vertical(Label(label), Input(value=value, id=id_), classes="exp-field")
+
+
+def _mib(x: int | None) -> str:
+    return "–" if x is None else f"{x / 2**20:.1f}"
+
+
+class SweepPane(TabPane):
+    """Prompt lengths × depths: TTFT against prompt tokens and decode tok/s against depth."""
+
+    kind = "sweep"
+    COLUMNS = ("kind", "prompt tok", "depth", "reps", "TTFT ms", "prefill tok/s", "decode tok/s", "KV MiB")
+
+    def __init__(self) -> None:
+        super().__init__("Prompt length & depth", id="exp-tab-sweep")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="exp-form", classes="exp-form"):
+            yield _field("Prompt lengths", "exp-lengths", "64,256,1024")
+            yield _field("Depths", "exp-depths", "0,1024")
+            yield _field("Reps", "exp-reps", "3")
+            yield _field("Gen tokens", "exp-gen", "32")
+        with Horizontal(id="exp-plots", classes="exp-plots"):
+            yield BenchPlot("ttft", id="exp-plot-ttft")
+            yield BenchPlot("decode", id="exp-plot-decode")
+
+    def _value(self, id_: str) -> str:
+        return self.query_one(f"#{id_}", Input).value
+
+    def plan(self, settings: Settings) -> SweepPlan:
+        """The plan the form describes, validated against ``settings.n_ctx``.
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        return SweepPlan(
+            prompt_lengths=parse_tokens(self._value("exp-lengths"), "Prompt lengths"),
+            depths=parse_tokens(self._value("exp-depths"), "Depths"),
+            reps=parse_count(self._value("exp-reps"), "Reps"),
+            gen_tokens=parse_count(self._value("exp-gen"), "Gen tokens"),
+            warmup=1,
+        ).validate(settings.n_ctx)
+
+    def plots(self):
+        return self.query(BenchPlot)
+
+    @staticmethod
+    def progress_text(s) -> str:
+        what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
+        ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
+        rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
+        return f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: TTFT {ttft}, decode {rate}"
+
+    @staticmethod
+    def rows(result: BenchResult) -> list[tuple[str, ...]]:
+        return [
+            (
+                c.kind,
+                str(c.prompt_tokens),
+                str(c.depth),
+                str(c.reps),
+                mean_sd(c.ttft_ms),
+                mean_sd(c.prefill_tokens_per_s),
+                mean_sd(c.decode_tokens_per_s),
+                _mib(c.kv_cache_bytes),
+            )
+            for c in result.results
+        ]
+
+    @staticmethod
+    def summary(result: BenchResult) -> str:
+        lines = []
+        fit = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
+        if fit:
+            r2 = "–" if fit["r2"] is None else f"{fit['r2']:.3f}"
+            lines.append(f"TTFT ≈ {fit['intercept']:.1f} ms + {fit['slope']:.3f} ms × prompt tokens (r² {r2})")
+        if result.roofline and "decode_verdict" in result.roofline:
+            lines.append(result.roofline["decode_verdict"])
+            lines.append(result.roofline["prefill_verdict"])
+        return "\n".join(lines)
+
+
+class ParallelPane(TabPane):
+    """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
+
+    kind = "parallel"
+    COLUMNS = ("prompt tok", "N", "reps", "step ms", "per-seq tok/s", "aggregate tok/s", "prefill tok/s", "KV MiB")
+
+    def __init__(self) -> None:
+        super().__init__("Parallel", id="exp-tab-parallel")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="exp-pform", classes="exp-form"):
+            yield _field("Sequences (N)", "exp-nseqs", "1,2,4,8")
+            yield _field("Prompt tokens", "exp-plength", "128")
+            yield _field("Reps", "exp-preps", "3")
+            yield _field("Gen steps", "exp-pgen", "32")
+        with Horizontal(id="exp-pplots", classes="exp-plots"):
+            yield ParallelPlot(id="exp-plot-parallel")
+
+    def _value(self, id_: str) -> str:
+        return self.query_one(f"#{id_}", Input).value
+
+    def plan(self, settings: Settings) -> ParallelPlan:
+        """The plan the form describes, validated against ``settings`` (N sequences of prompt + steps must fit
+        n_ctx; a step of N tokens n_batch).
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        return ParallelPlan(
+            n_seqs=parse_tokens(self._value("exp-nseqs"), "Sequences"),
+            prompt_lengths=parse_tokens(self._value("exp-plength"), "Prompt tokens"),
+            reps=parse_count(self._value("exp-preps"), "Reps"),
+            gen_tokens=parse_count(self._value("exp-pgen"), "Gen steps"),
+            warmup=1,
+        ).validate(settings.n_ctx, settings.n_batch)
+
+    def plots(self):
+        return self.query(ParallelPlot)
+
+    @staticmethod
+    def progress_text(s: ParallelSample) -> str:
+        rate = "–" if s.aggregate_decode_tokens_per_s is None else f"{s.aggregate_decode_tokens_per_s:.1f} tok/s"
+        per = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f}"
+        return f"N={s.n_seq} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: aggregate {rate}, per sequence {per}"
+
+    @staticmethod
+    def rows(result: BenchResult) -> list[tuple[str, ...]]:
+        return [
+            (
+                str(c.prompt_tokens),
+                str(c.n_seq),
+                str(c.reps),
+                mean_sd(c.step_ms),
+                mean_sd(c.decode_tokens_per_s),
+                mean_sd(c.aggregate_decode_tokens_per_s),
+                mean_sd(c.prefill_tokens_per_s),
+                _mib(c.kv_cache_bytes),
+            )
+            for c in result.parallel
+        ]
+
+    @staticmethod
+    def summary(result: BenchResult) -> str:
+        return "\n".join((result.roofline or {}).get("parallel_verdicts", []))
