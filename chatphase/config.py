@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from chatphase.engine.config import EngineConfig
+from chatphase.engine.config import TRI_STATE, EngineConfig
 from chatphase.engine.events import SamplingParams
 from chatphase.errors import UsageError
 
@@ -29,6 +29,10 @@ class Settings:
     Remote: ``server`` (an OpenAI-compatible server URL; ``None`` = run the local model), ``api_key_env``
     (the environment variable holding its API key: the key itself is never a setting, so never saved),
     ``remote_model`` (the served model to ask for). See :mod:`chatphase.engine.remote`.
+
+    Thinking (reasoning models): ``thinking`` ``on``/``off`` sets the template's ``enable_thinking`` where
+    the template takes it (``auto`` leaves the template's default); ``sampling.think_budget`` closes the
+    thinking block after that many tokens.
 
     Keys: ``keys`` maps the TUI's action ids (``chat.stop``, ``chat.new``…; F1 lists them) to keys
     (``"ctrl+s"``, or several as ``"ctrl+s,f6"``), the config file's ``[keys]`` table.
@@ -52,6 +56,7 @@ class Settings:
     remote_model: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     theme: str = "textual-dark"
+    thinking: str = "auto"
     keys: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> Settings:
@@ -68,6 +73,10 @@ class Settings:
             raise UsageError(f"temperature must be >= 0 (got {s.temperature})")
         if not 0 < s.top_p <= 1:
             raise UsageError(f"top_p must be in (0, 1] (got {s.top_p})")
+        if s.think_budget is not None and s.think_budget < 0:
+            raise UsageError(f"think_budget must be >= 0 (got {s.think_budget})")
+        if self.thinking not in TRI_STATE:
+            raise UsageError(f"thinking must be one of {', '.join(TRI_STATE)} (got {self.thinking!r})")
         return self
 
     def with_overrides(self, **overrides) -> Settings:

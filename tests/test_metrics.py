@@ -86,3 +86,52 @@ def test_a_prefill_cancelled_between_chunks_counts_only_evaluated_tokens():
     assert m.prefill_tokens == 50 and m.prefill_tokens_per_s == pytest.approx(500.0)  # 50 / 0.1 s
     with pytest.raises(ValueError):
         scripted(evaluated_tokens=201)
+
+
+def test_thinking_is_a_phase_inside_decode():
+    # submit at 0; tokens every 10 ms from 100 ms: 4 of thinking (the block closes at 132 ms), then 3 of answer
+    times = [(100 + 10 * i) * MS for i in range(7)]
+    m = compute_turn_metrics(
+        t_submit_ns=0,
+        t_prefill_start_ns=MS,
+        t_prefill_end_ns=90 * MS,
+        token_times_ns=times,
+        prompt_tokens=10,
+        cached_tokens=0,
+        kv_cache_tokens=17,
+        kv_bytes_per_token=1,
+        kv_capacity_bytes=256,
+        stop_reason="stop",
+        thinking_tokens=4,
+        t_thinking_end_ns=132 * MS,
+    )
+    assert (m.ttft_ms, m.thinking_tokens, m.thinking_ms, m.answer_tokens) == (100.0, 4, 32.0, 3)
+    assert m.ttfa_ms == 140.0 and m.answer_tokens_per_s == pytest.approx(100.0)  # 2 gaps in 20 ms
+    assert m.decode_tokens_per_s == pytest.approx(100.0) and not m.thinking_cut_short  # thinking is decode
+
+
+def test_thinking_cut_short_and_no_thinking():
+    times = [(100 + 10 * i) * MS for i in range(5)]
+    base = dict(
+        t_submit_ns=0,
+        t_prefill_start_ns=MS,
+        t_prefill_end_ns=90 * MS,
+        token_times_ns=times,
+        prompt_tokens=10,
+        cached_tokens=0,
+        kv_cache_tokens=15,
+        kv_bytes_per_token=1,
+        kv_capacity_bytes=256,
+        stop_reason="length",
+    )
+    cut = compute_turn_metrics(**base, thinking_tokens=5)
+    assert (cut.thinking_cut_short, cut.thinking_ms, cut.answer_tokens, cut.ttfa_ms) == (True, 40.0, 0, None)
+    plain = compute_turn_metrics(**base)
+    assert (plain.thinking_tokens, plain.answer_tokens, plain.ttfa_ms, plain.thinking_cut_short) == (
+        None,
+        None,
+        None,
+        False,
+    )
+    with pytest.raises(ValueError):
+        compute_turn_metrics(**base, thinking_tokens=6, t_thinking_end_ns=200 * MS)

@@ -40,6 +40,7 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
+    ThinkingEnded,
     TokensDecoded,
     TurnFinished,
     TurnRequest,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 REGENERATE_NOTE = "Regenerate"
 RESEND_NOTE = "Edit and resend"
 COLD_PREFILL_NOTE = "Resumed session: cold prefill"
+AFTER_THINKING_NOTE = "After thinking"
 
 
 class NotNow(ChatPhaseError):
@@ -121,7 +123,7 @@ class ChatController:
 
     @property
     def last_reply(self) -> str:
-        """The newest assistant message ("" when there is none)."""
+        """The newest answer ("" when there is none)."""
         return self.history.last_reply
 
     def _tell(self, method: str, *args) -> None:
@@ -156,29 +158,6 @@ class ChatController:
         self.model_info = info
         self._tell("notice", Notice("model", "Model", f"Switched model to {info.name}"))
         self.start_engine()
-
-    def apply_settings(self, settings: Settings, reload_keys: Iterable[str] = ()) -> str:
-        """Use new ``settings``: sampling and the system prompt from the next turn; a new model (or models
-        directory) or new engine settings (``reload_keys``) through a new engine, the conversation kept.
-        Returns what was done, in words.
-
-        Raises:
-            ChatPhaseError: the new model cannot be used (the settings stay as they were).
-        """
-        reload_keys = list(reload_keys)
-        if {"model", "models_dir"} & set(reload_keys):
-            from chatphase.models.gguf_meta import read_model_info
-            from chatphase.models.resolve import resolve_model
-
-            info = read_model_info(resolve_model(settings.model, settings.models_dir))
-            self.settings = settings
-            self.switch_model(info)
-            return f"Loading {info.name}"
-        self.settings = settings
-        if reload_keys:
-            self.restart_engine()
-            return f"Reloading the model for {', '.join(reload_keys)}"
-        return "Settings applied"
 
     def close(self) -> None:
         """Cancel and close the engine now (blocking; at quit). Idempotent."""
@@ -297,7 +276,8 @@ class ChatController:
         assert self.engine is not None
         self._last_turn_id += 1
         messages = self.history.request_messages(self.settings.system_prompt)
-        request = TurnRequest(self._last_turn_id, messages, self.settings.sampling)
+        thinking = {"on": True, "off": False}.get(self.settings.thinking)
+        request = TurnRequest(self._last_turn_id, messages, self.settings.sampling, enable_thinking=thinking)
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
         self.turn, self.busy = turn, True
@@ -332,6 +312,9 @@ class ChatController:
             self._tell("first_token", turn, event)
         elif isinstance(event, PrefillStarted):
             self._prefill_started(turn, event)
+        elif isinstance(event, ThinkingEnded):
+            turn.thinking_ended = event
+            self._tell("thinking_ended", turn, event)
         elif isinstance(event, TurnFinished):
             self._finished(turn, event)
 
@@ -346,7 +329,9 @@ class ChatController:
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
         self.turn = None
-        self.history.add("assistant", ev.reply)
+        self.history.add("assistant", ev.reply, ev.thinking)
+        if ev.thinking and self._reuse_note is None:
+            self._reuse_note = AFTER_THINKING_NOTE  # the cache holds the thinking; the next prompt may not
         self._tell("turn_finished", turn, ev)
         if ev.metrics.stop_reason == "context_full":
             self._tell("notice", Notice.context_full())
@@ -392,5 +377,5 @@ class ChatController:
         turn, self.turn = self.turn, None
         if turn is None:
             return
-        self.history.add("assistant", turn.reply)
+        self.history.add("assistant", turn.reply, turn.thinking)
         self._tell("turn_abandoned", turn, why)

@@ -28,11 +28,18 @@ class Conversation:
 
     @property
     def last_reply(self) -> str:
-        """The newest assistant message ("" when there is none)."""
+        """The newest assistant message's answer ("" when there is none)."""
         return next((m.content for m in reversed(self.messages) if m.role == "assistant"), "")
 
-    def add(self, role, content: str) -> None:
-        self.messages.append(Message(role, content))
+    @property
+    def last_thinking(self) -> str:
+        """The newest assistant message's thinking ("" when there is none)."""
+        return next((m.reasoning for m in reversed(self.messages) if m.role == "assistant"), "")
+
+    def add(self, role, content: str, reasoning: str = "") -> None:
+        """Append a message (``reasoning``: an assistant message's thinking, sent back where the
+        model's template takes it)."""
+        self.messages.append(Message(role, content, reasoning))
 
     def take_back_reply(self) -> Message | None:
         """Remove and return the last message if it is a reply (regenerate), else ``None``."""

@@ -18,6 +18,7 @@ from chatphase.engine.events import (
     Message,
     PrefillProgress,
     PrefillStarted,
+    ThinkingEnded,
     TokensDecoded,
     TurnFinished,
 )
@@ -95,7 +96,10 @@ class ChatListener:
         """The first generated token: TTFT is known, decode begins."""
 
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
-        """More generated tokens."""
+        """More generated tokens (``event.text`` answer, ``event.thinking`` thinking text)."""
+
+    def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
+        """A reasoning model's thinking block closed; the answer follows."""
 
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         """The turn is over; its reply is the conversation's last message."""

@@ -2,8 +2,10 @@
 
 Each PROMPT is the next user turn of one conversation. Without ``--json`` the reply streams to stdout
 and one metrics line per turn goes to stderr; with ``--json`` one object goes to stdout:
-``{"model": {...}, "settings": {...}, "turns": [{"prompt", "reply", "metrics": {TurnMetrics}, "server_timings"}]}``
-(``server_timings``: a remote server's own timings, else ``null``; ``--server`` runs on a remote server).
+``{"model": {...}, "settings": {...}, "turns": [{"prompt", "reply", "thinking", "metrics": {TurnMetrics},
+"server_timings"}]}`` (``thinking``: a reasoning model's thinking text, apart from the reply;
+``server_timings``: a remote server's own timings, else ``null``; ``--server`` runs on a remote server).
+A reasoning model's thinking goes to stderr only with ``--show-thinking``.
 Exit codes: 0 ok; 2 bad usage or unusable model (one line on stderr); 1 engine failure.
 """
 
@@ -20,7 +22,7 @@ from chatphase.chat.recording import SessionRecording
 from chatphase.chat.turn import Turn
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
-from chatphase.engine.events import FirstToken, LoadedModel, TokensDecoded, TurnFinished
+from chatphase.engine.events import FirstToken, LoadedModel, ThinkingEnded, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
 from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
@@ -39,6 +41,7 @@ def register(sub) -> None:
     p.add_argument(
         "--no-save", action="store_true", help="do not save this conversation as a session (see `chatphase sessions`)"
     )
+    p.add_argument("--show-thinking", action="store_true", help="print a reasoning model's thinking to stderr")
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="user turns, in order")
     p.set_defaults(func=run)
 
@@ -47,10 +50,17 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
     """One human-readable line of a turn's phase metrics (for stderr)."""
     itl = "–" if m.itl_ms_p50 is None else f"{m.itl_ms_p50:.1f}/{m.itl_ms_p95:.1f} ms"
     n = lambda count: "–" if count is None else count  # noqa: E731 - a count a remote server did not report
+    thinking = ""
+    if m.thinking_tokens is not None:
+        cut = ", cut short" if m.thinking_cut_short else ""
+        thinking = (
+            f"thinking {n(m.thinking_tokens)} tok in {fmt_ms(m.thinking_ms)}{cut} · first answer token "
+            f"{fmt_ms(m.ttfa_ms)} · answer {n(m.answer_tokens)} tok @ {fmt_rate(m.answer_tokens_per_s)} · "
+        )
     return (
         f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok @ "
-        f"{fmt_rate(m.decode_tokens_per_s)} · ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
+        f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {m.stop_reason}"
     )
 
@@ -59,8 +69,9 @@ class _Printer(ChatListener):
     """``ask``'s view of the chat: streams replies to stdout (not with ``--json``), one metrics line
     per turn and the chat's notices to stderr, and keeps the turns and the failure for the exit code."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, show_thinking: bool = False) -> None:
         self.as_json = as_json
+        self.show_thinking = show_thinking and not as_json
         self.loaded: LoadedModel | None = None
         self.turns: list[dict] = []
         self.stopped: str | None = None  # the engine is gone (exit 1)
@@ -76,13 +87,23 @@ class _Printer(ChatListener):
         self.stopped = message
 
     def first_token(self, turn: Turn, event: FirstToken) -> None:
-        self._write(event.text)
+        self._write(event.text, event.thinking)
 
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
-        self._write(event.text)
+        self._write(event.text, event.thinking)
 
-    def _write(self, text: str) -> None:
-        if not self.as_json:
+    def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
+        if self.show_thinking:
+            how = " (budget spent)" if event.forced else ""
+            print(
+                f"\n[thought for {event.thinking_ms / 1000:.1f} s · {event.thinking_tokens} tok{how}]", file=sys.stderr
+            )
+
+    def _write(self, text: str, thinking: str) -> None:
+        if thinking and self.show_thinking:
+            sys.stderr.write(thinking)
+            sys.stderr.flush()
+        if text and not self.as_json:
             sys.stdout.write(text)
             sys.stdout.flush()
 
@@ -94,6 +115,7 @@ class _Printer(ChatListener):
             {
                 "prompt": turn.user,
                 "reply": event.reply,
+                "thinking": event.thinking,
                 "metrics": event.metrics.to_dict(),
                 "server_timings": event.server_timings,
             }
@@ -141,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     info = model_info_for(settings, pull=args.pull)
     engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
     chat = ChatController(settings, info, lambda _info, _settings: engine, InlineDispatcher())
-    printer = _Printer(args.json)
+    printer = _Printer(args.json, args.show_thinking)
     chat.add_listener(printer)
     recording = None
     if not args.no_save:

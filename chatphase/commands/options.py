@@ -57,6 +57,17 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-p", type=float, metavar="P")
     g.add_argument("--seed", type=int, metavar="S")
     g.add_argument("--system", dest="system_prompt", metavar="TEXT", help="system prompt")
+    g.add_argument(
+        "--thinking",
+        choices=TRI_STATE,
+        help="reasoning models: think before answering (on/off where the template can switch it; default auto)",
+    )
+    g.add_argument(
+        "--think-budget",
+        type=int,
+        metavar="N",
+        help="reasoning models: close the thinking block after N thinking tokens (default: no budget)",
+    )
 
 
 _SETTING_KEYS = (
@@ -82,6 +93,8 @@ _SETTING_KEYS = (
     "top_k",
     "min_p",
     "seed",
+    "thinking",
+    "think_budget",
 )
 
 

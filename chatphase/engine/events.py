@@ -1,7 +1,9 @@
 """Typed events an engine emits, and the request it takes (plain, picklable dataclasses).
 
 One turn yields, in order: ``PrefillStarted``, zero or more ``PrefillProgress``, ``FirstToken``, zero or
-more ``TokensDecoded``, then exactly one ``TurnFinished`` — or ``EngineFailed`` at any point. Loading a
+more ``TokensDecoded`` (with one ``ThinkingEnded`` among them when a reasoning model's thinking block
+closes), then exactly one ``TurnFinished`` — or ``EngineFailed`` at any point. Generated text comes split:
+``text`` is the answer's, ``thinking`` the thinking block's (markers removed; :mod:`chatphase.engine.thinking`). Loading a
 model yields ``ModelLoaded`` or ``EngineFailed``. The same events drive the TUI, ``ask`` and ``bench``.
 All ``*_ns`` timestamps are ``time.perf_counter_ns()`` values taken inside the engine.
 """
@@ -19,15 +21,18 @@ Role = Literal["system", "user", "assistant"]
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message."""
+    """One chat message; ``reasoning`` is an assistant message's thinking (given to the chat template as
+    ``reasoning_content``: templates that take it render it, the others leave it out)."""
 
     role: Role
     content: str
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Sampling settings of one turn. ``temperature <= 0`` means greedy; ``seed=None`` a random seed."""
+    """Sampling settings of one turn. ``temperature <= 0`` means greedy; ``seed=None`` a random seed;
+    ``think_budget``: thinking tokens after which the engine closes a reasoning model's thinking block."""
 
     max_tokens: int = 512
     temperature: float = 0.7
@@ -36,6 +41,7 @@ class SamplingParams:
     min_p: float = 0.05
     repeat_penalty: float = 1.0
     seed: int | None = None
+    think_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,8 @@ class TurnRequest:
 
     For experiments (``bench``): ``prompt_token_ids`` replaces the templated conversation with exactly
     these tokens; ``reset_cache`` clears the KV cache first (a cold prefill); ``ignore_eos`` keeps
-    decoding until ``max_tokens`` (or the context is full).
+    decoding until ``max_tokens`` (or the context is full). ``enable_thinking``: the template variable of
+    models that can think or not (``None`` leaves the template's default).
     """
 
     turn_id: int
@@ -53,6 +60,7 @@ class TurnRequest:
     prompt_token_ids: tuple[int, ...] | None = None
     reset_cache: bool = False
     ignore_eos: bool = False
+    enable_thinking: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,9 @@ class LoadedModel:
     ``settings`` holds the resolved engine settings (``n_ctx, n_batch, n_ubatch, n_threads,
     n_threads_batch, n_gpu_layers, flash_attn, type_k, type_v, use_extra_bufts, gpu_offload_supported``).
     ``layers_offloaded`` / ``layers_total`` come from llama.cpp's own log (``offloaded X/Y layers to GPU``);
-    ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen.
+    ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``thinking_format``:
+    the name of the model's thinking markers (:data:`chatphase.engine.thinking.FORMATS`), ``None`` for a
+    model that does not think; ``thinking_switch``: its template takes ``enable_thinking``.
     """
 
     info: ModelInfo
@@ -77,6 +87,8 @@ class LoadedModel:
     notes: tuple[str, ...] = ()
     log_path: str = ""
     pid: int = 0
+    thinking_format: str | None = None
+    thinking_switch: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,17 +123,20 @@ class PrefillProgress:
 
 @dataclass(frozen=True)
 class FirstToken:
-    """The first generated token (``text`` may be empty while a multi-byte character is incomplete)."""
+    """The first generated token (``text`` may be empty while a multi-byte character is incomplete, or
+    while the token is thinking: then ``thinking`` holds its text)."""
 
     turn_id: int
     text: str
     ttft_ms: float
     t_ns: int
+    thinking: str = ""
 
 
 @dataclass(frozen=True)
 class TokensDecoded:
-    """``n_tokens`` more generated tokens whose text is ``text``; ``decode_tokens`` counted so far.
+    """``n_tokens`` more generated tokens whose answer text is ``text`` and thinking text ``thinking``;
+    ``decode_tokens`` and ``thinking_tokens`` counted so far.
 
     The engine emits one per token; :class:`~chatphase.engine.host.EngineHost` coalesces them in time
     before they cross the process boundary.
@@ -132,11 +147,26 @@ class TokensDecoded:
     n_tokens: int
     decode_tokens: int
     t_ns: int
+    thinking: str = ""
+    thinking_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ThinkingEnded:
+    """The thinking block closed after ``thinking_tokens`` tokens and ``thinking_ms`` (from the first
+    generated token); ``forced``: the engine closed it (the thinking budget was spent)."""
+
+    turn_id: int
+    thinking_tokens: int
+    thinking_ms: float
+    t_ns: int
+    forced: bool = False
 
 
 @dataclass(frozen=True)
 class TurnFinished:
-    """The turn is over; ``reply`` is the full text (partial when cancelled).
+    """The turn is over; ``reply`` is the full answer text (partial when cancelled), ``thinking`` the
+    thinking block's.
 
     ``server_timings``: a remote server's own figures for the turn (llama-server's ``timings``:
     ``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``… plus ``network_queue_ms``), ``None``
@@ -147,6 +177,7 @@ class TurnFinished:
     reply: str
     metrics: TurnMetrics
     server_timings: dict | None = None
+    thinking: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,4 +189,13 @@ class EngineFailed:
     fatal: bool = False
 
 
-Event = ModelLoaded | PrefillStarted | PrefillProgress | FirstToken | TokensDecoded | TurnFinished | EngineFailed
+Event = (
+    ModelLoaded
+    | PrefillStarted
+    | PrefillProgress
+    | FirstToken
+    | TokensDecoded
+    | ThinkingEnded
+    | TurnFinished
+    | EngineFailed
+)

@@ -31,11 +31,13 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
+    ThinkingEnded,
     TokensDecoded,
     TurnFinished,
     TurnRequest,
 )
 from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics
+from chatphase.engine.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_capacity_bytes
 
@@ -99,7 +101,11 @@ class FakeEngine:
         info: the model to pretend to load; ``config``: an object with ``n_ctx`` and ``n_batch``
             (an :class:`~chatphase.engine.config.EngineConfig`), or ``None`` for 4096 / 256.
         replies: reply texts used in turn order (cycled), or a function ``TurnRequest -> str``;
-            default :func:`default_reply`.
+            default :func:`default_reply`. A reply may be a list of pieces: one token each (else a text
+            is split into words, :func:`split_reply`).
+        thinking / thinking_preopened: the model's thinking format (:data:`chatphase.engine.thinking.FORMATS`)
+            and whether its template opens the block in the generation prompt; replies are split as the
+            real engine splits them (a ``think_budget`` closes the block and goes on with the scripted answer).
         timing: the virtual costs behind the scripted metrics.
         prefill_delay_s / token_delay_s / load_delay_s: wall-clock pauses per prefill chunk, per token, on load.
         crash_at: ``"load"``, ``"prefill"`` or ``"decode"`` makes turn ``crash_turn`` (or the load) fail fatally.
@@ -113,7 +119,9 @@ class FakeEngine:
         info: ModelInfo,
         config=None,
         *,
-        replies: Sequence[str] | Callable[[TurnRequest], str] | None = None,
+        replies: Sequence[str | Sequence[str]] | Callable[[TurnRequest], str] | None = None,
+        thinking: ThinkingFormat | None = None,
+        thinking_preopened: bool = False,
         timing: FakeTiming | None = None,
         prefill_delay_s: float = 0.0,
         token_delay_s: float = 0.0,
@@ -130,6 +138,7 @@ class FakeEngine:
         self.n_batch = int(getattr(config, "n_batch", 256))
         self.n_threads = int(getattr(config, "n_threads", None) or 2)
         self._replies = replies
+        self.thinking, self.thinking_preopened = thinking, thinking_preopened
         self.timing = timing or FakeTiming()
         self.prefill_delay_s, self.token_delay_s, self.load_delay_s = prefill_delay_s, token_delay_s, load_delay_s
         self.crash_at, self.crash_turn = crash_at, crash_turn
@@ -174,6 +183,7 @@ class FakeEngine:
                 notes=tuple(self.notes),
                 log_path=self.log_path,
                 pid=0,
+                thinking_format=self.thinking.name if self.thinking else None,
             )
         )
 
@@ -220,20 +230,42 @@ class FakeEngine:
             stop = "length"
         times: list[int] = []
         text: list[str] = []
-        for i, piece in enumerate(pieces):
+        thought: list[str] = []
+        tracker = ThinkingTracker(self.thinking, self.thinking_preopened, request.sampling.think_budget)
+        i = 0
+        while i < len(pieces):
+            piece = pieces[i]
             if self._should_crash("decode", request) and i == 1:
                 yield from self._die(request)
                 return
-            t_i = t_pre1 + _ns(t.decode_ms_per_token * (i + 1))
+            t_i = t_pre1 + _ns(t.decode_ms_per_token * (len(times) + 1))
             times.append(t_i)
-            text.append(piece)
             self._cache += piece.split()  # what the template will show of this reply next turn
-            if i == 0:
-                yield FirstToken(request.turn_id, piece, (t_i - t_submit) / NS_PER_MS, t_i)
+            split = tracker.token(piece, t_i)
+            text.append(split.answer)
+            thought.append(split.thinking)
+            if len(times) == 1:
+                yield FirstToken(request.turn_id, split.answer, (t_i - t_submit) / NS_PER_MS, t_i, split.thinking)
             else:
-                yield TokensDecoded(request.turn_id, piece, 1, i + 1, t_i)
-            if (i + 1 == self.hold_after_tokens and self._pause("decode")) or self._cancel.wait(self.token_delay_s):
+                yield TokensDecoded(
+                    request.turn_id, split.answer, 1, len(times), t_i, split.thinking, tracker.thinking_tokens
+                )
+            i += 1
+            if tracker.over_budget():  # the engine closes the block itself and goes on with the answer
+                tracker.force_close(t_i)
+                self._cache += [self.thinking.close]
+                i = _answer_start(pieces, self.thinking, self.thinking_preopened)
+            if split.closed or (tracker.forced and tracker.t_end_ns == t_i):
+                yield ThinkingEnded(
+                    request.turn_id, tracker.thinking_tokens, (t_i - times[0]) / NS_PER_MS, t_i, tracker.forced
+                )
+            if (len(times) == self.hold_after_tokens and self._pause("decode")) or self._cancel.wait(
+                self.token_delay_s
+            ):
                 break
+        tail = tracker.finish()
+        text.append(tail.answer)
+        thought.append(tail.thinking)
         if self._cancel.is_set():
             stop = "cancelled"
         metrics = compute_turn_metrics(
@@ -248,8 +280,9 @@ class FakeEngine:
             kv_capacity_bytes=kv_capacity_bytes(self.kv_bytes_per_token, self.n_ctx),
             stop_reason=stop,
             dropped_messages=dropped,
+            **tracker.metrics_args(),
         )
-        yield TurnFinished(request.turn_id, "".join(text), metrics)
+        yield TurnFinished(request.turn_id, "".join(text), metrics, thinking="".join(thought))
 
     def watch(self) -> Iterator[Event]:
         """Block until the engine dies or is closed; yield ``EngineFailed(fatal=True)`` when it died."""
@@ -291,12 +324,12 @@ class FakeEngine:
 
     def _reply_pieces(self, request: TurnRequest) -> list[str]:
         if callable(self._replies):
-            text = self._replies(request)
+            reply = self._replies(request)
         elif self._replies:
-            text = self._replies[(request.turn_id - 1) % len(self._replies)]
+            reply = self._replies[(request.turn_id - 1) % len(self._replies)]
         else:
-            text = default_reply(request)
-        return split_reply(text)
+            reply = default_reply(request)
+        return split_reply(reply) if isinstance(reply, str) else list(reply)
 
     def _should_crash(self, phase: Phase, request: TurnRequest) -> bool:
         return self.crash_at == phase and request.turn_id == self.crash_turn
@@ -316,6 +349,15 @@ class FakeEngine:
         self.held.clear()
         self.hold = None  # hold once per engine
         return self._cancel.is_set()
+
+
+def _answer_start(pieces: Sequence[str], fmt: ThinkingFormat, preopened: bool) -> int:
+    """The index of the first scripted piece after the script's own closing marker (its end if none)."""
+    splitter = ThinkingSplitter(fmt, preopened)
+    for i, piece in enumerate(pieces):
+        if splitter.feed(piece).closed:
+            return i + 1
+    return len(pieces)
 
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:

@@ -33,6 +33,33 @@ class _TurnDone:
     turn_id: int
 
 
+class _Batch:
+    """``TokensDecoded`` events held back in the child, merged into one when sent (texts joined, counts
+    added, the last one's running totals and time kept)."""
+
+    def __init__(self) -> None:
+        self._events: list[TokensDecoded] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._events)
+
+    def add(self, event: TokensDecoded) -> None:
+        self._events.append(event)
+
+    def take(self) -> TokensDecoded:
+        events, self._events = self._events, []
+        last = events[-1]
+        return TokensDecoded(
+            last.turn_id,
+            "".join(e.text for e in events),
+            sum(e.n_tokens for e in events),
+            last.decode_tokens,
+            last.t_ns,
+            "".join(e.thinking for e in events),
+            last.thinking_tokens,
+        )
+
+
 def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
     """Child process body: load, then serve ``("turn", TurnRequest)`` / ``("close",)`` commands."""
     from chatphase.engine.llamalog import default_log_path
@@ -62,37 +89,19 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
             if command[0] == "close":
                 break
             request: TurnRequest = command[1]
-            pending: TokensDecoded | None = None
-            parts: list[str] = []
+            batch = _Batch()
             sent_ns = 0
             for event in engine.run_turn(request):
                 if isinstance(event, TokensDecoded):
-                    parts.append(event.text)
-                    first_pending = pending is None
-                    pending = TokensDecoded(
-                        event.turn_id,
-                        "",
-                        (0 if first_pending else pending.n_tokens) + event.n_tokens,
-                        event.decode_tokens,
-                        event.t_ns,
-                    )
-                    if first_pending and not sent_ns:
+                    if not batch and not sent_ns:
                         sent_ns = event.t_ns
+                    batch.add(event)
                     if event.t_ns - sent_ns >= coalesce_ns:
-                        conn.send(
-                            TokensDecoded(
-                                pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns
-                            )
-                        )
-                        pending, parts, sent_ns = None, [], event.t_ns
+                        conn.send(batch.take())
+                        sent_ns = event.t_ns
                     continue
-                if pending is not None:
-                    conn.send(
-                        TokensDecoded(
-                            pending.turn_id, "".join(parts), pending.n_tokens, pending.decode_tokens, pending.t_ns
-                        )
-                    )
-                    pending, parts = None, []
+                if batch:
+                    conn.send(batch.take())
                 if hasattr(event, "t_ns"):
                     sent_ns = event.t_ns
                 conn.send(event)

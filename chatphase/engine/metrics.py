@@ -16,6 +16,11 @@ Definitions (shared by the dashboard, `ask --json` and `bench`):
 - ITL (inter-token latency) gaps ``t_i - t_{i-1}``; percentiles use linear interpolation between closest
   ranks (NumPy's default ``method="linear"``, as vLLM's benchmark reports them).
 - ``kv_cache_bytes = kv_cache_tokens * kv_bytes_per_token``.
+- Thinking (reasoning models; ``None`` when the reply had no thinking block): ``thinking_tokens`` are the
+  generated tokens of the block (its markers included), ``thinking_ms = t_thinking_end - t_first``;
+  ``answer_tokens = decode_tokens - thinking_tokens``; ``ttfa_ms = t_first_answer - t_submit`` (time to the
+  first answer token; TTFT stays the first generated token); ``answer_tokens_per_s`` as decode's rate over
+  the answer's tokens. A reply that ends inside the block is ``thinking_cut_short``.
 """
 
 from __future__ import annotations
@@ -65,6 +70,12 @@ class TurnMetrics:
     tokenize_ms: float | None = 0.0
     tpot_ms: float | None = None
     dropped_messages: int = 0
+    thinking_tokens: int | None = None
+    thinking_ms: float | None = None
+    thinking_cut_short: bool = False
+    answer_tokens: int | None = None
+    ttfa_ms: float | None = None
+    answer_tokens_per_s: float | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field, in declaration order."""
@@ -128,6 +139,8 @@ def compute_turn_metrics(
     stop_reason: StopReason,
     dropped_messages: int = 0,
     evaluated_tokens: int | None = None,
+    thinking_tokens: int | None = None,
+    t_thinking_end_ns: int | None = None,
 ) -> TurnMetrics:
     """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens).
 
@@ -140,6 +153,9 @@ def compute_turn_metrics(
         kv_cache_tokens: KV cells in use after the turn; kv_bytes_per_token: from :mod:`chatphase.models.kv`.
         evaluated_tokens: prompt tokens actually evaluated, when fewer than ``prompt_tokens - cached_tokens``
             (a prefill cancelled between chunks); ``prefill_tokens`` and its rate then count only these.
+        thinking_tokens: generated tokens of the thinking block (the first ones), ``None`` without one;
+        t_thinking_end_ns: when the block closed (after its closing marker, sampled or forced); ``None``
+            when the reply ended inside it (thinking cut short).
 
     Raises:
         ValueError: on inconsistent counts or timestamps out of order, or an unknown stop reason.
@@ -164,6 +180,7 @@ def compute_turn_metrics(
     decode_ns = token_times_ns[-1] - token_times_ns[0] if decode_tokens else 0
     decode_tps, tpot_ms = decode_rates(decode_tokens, decode_ns)
     p50, p95, pmax = itl_stats_ms(token_times_ns)
+    thinking = _thinking_figures(t_submit_ns, token_times_ns, thinking_tokens, t_thinking_end_ns)
     return TurnMetrics(
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
@@ -185,4 +202,35 @@ def compute_turn_metrics(
         tokenize_ms=ns_to_ms(t_prefill_start_ns - t_submit_ns),
         tpot_ms=tpot_ms,
         dropped_messages=dropped_messages,
+        **thinking,
     )
+
+
+def _thinking_figures(
+    t_submit_ns: int, token_times_ns: Sequence[int], thinking_tokens: int | None, t_end_ns: int | None
+) -> dict:
+    """The thinking fields of :class:`TurnMetrics` (see the module docstring).
+
+    Raises:
+        ValueError: more thinking tokens than generated ones, or an end before the first token.
+    """
+    if thinking_tokens is None:
+        return {}
+    n = len(token_times_ns)
+    if not 0 <= thinking_tokens <= n:
+        raise ValueError(f"thinking_tokens={thinking_tokens} outside 0..decode_tokens={n}")
+    cut_short = t_end_ns is None
+    if cut_short:
+        t_end_ns = token_times_ns[-1] if n else t_submit_ns
+    elif n and thinking_tokens and t_end_ns < token_times_ns[thinking_tokens - 1]:
+        raise ValueError("the thinking block cannot end before its last token")
+    answer = n - thinking_tokens
+    answer_times = token_times_ns[thinking_tokens:]
+    return {
+        "thinking_tokens": thinking_tokens,
+        "thinking_ms": ns_to_ms(t_end_ns - token_times_ns[0]) if n else 0.0,
+        "thinking_cut_short": cut_short,
+        "answer_tokens": answer,
+        "ttfa_ms": ns_to_ms(answer_times[0] - t_submit_ns) if answer else None,
+        "answer_tokens_per_s": decode_rates(answer, answer_times[-1] - answer_times[0])[0] if answer else None,
+    }

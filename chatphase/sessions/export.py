@@ -123,6 +123,8 @@ def session_from_json(text: str) -> Session:
 def _csv_cell(value) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return str(int(value))  # as the replaced column: 0 or 1
     if isinstance(value, float):
         return repr(value)
     return str(value)
@@ -172,6 +174,8 @@ def rows_from_csv(text: str) -> list[dict]:
                 v = metric_vals[f.name]
                 if isinstance(v, int) and "float" in str(f.type) and "int" not in str(f.type):
                     metric_vals[f.name] = float(v)
+                elif str(f.type) == "bool":
+                    metric_vals[f.name] = bool(v)
         rows.append(
             {
                 "session_id": str(vals["session_id"]),

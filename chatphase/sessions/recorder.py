@@ -72,6 +72,8 @@ class SessionRecorder:
         self._next_turn = next_turn
         self._buf: list[str] = []
         self._streamed: list[str] = []
+        self._thinking_buf: list[str] = []
+        self._thought: list[str] = []  # the open turn's thinking text so far
         self._error: str | None = None  # a non-fatal engine error of the open turn
         self._last_text_write = 0.0
 
@@ -177,29 +179,41 @@ class SessionRecorder:
             self._header["title"] = title_from(user) or "untitled"
         self._turn, self._next_turn = self._next_turn, self._next_turn + 1
         self._buf, self._streamed, self._error = [], [], None
+        self._thinking_buf, self._thought = [], []
         self._emit({"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}, sync=True)
         self._last_text_write = time.monotonic()
         return self._turn
 
-    def append_text(self, text: str) -> None:
-        """Stream reply text of the open turn (buffered; written at most every :data:`TEXT_FLUSH_S`)."""
-        if self._turn is None or not text:
+    def append_text(self, text: str, thinking: str = "") -> None:
+        """Stream reply text (and a reasoning model's thinking text) of the open turn (buffered; written
+        at most every :data:`TEXT_FLUSH_S`)."""
+        if self._turn is None or not (text or thinking):
             return
-        self._buf.append(text)
-        self._streamed.append(text)
+        if text:
+            self._buf.append(text)
+            self._streamed.append(text)
+        if thinking:
+            self._thinking_buf.append(thinking)
+            self._thought.append(thinking)
         if time.monotonic() - self._last_text_write >= TEXT_FLUSH_S:
             self._flush_text()
 
     def _flush_text(self) -> None:
-        if self._buf and self._turn is not None:
-            self._emit({"type": "text", "turn": self._turn, "text": "".join(self._buf)}, sync=False)
-            self._buf = []
+        if self._turn is not None:
+            if self._thinking_buf:
+                self._emit({"type": "thinking", "turn": self._turn, "text": "".join(self._thinking_buf)}, sync=False)
+                self._thinking_buf = []
+            if self._buf:
+                self._emit({"type": "text", "turn": self._turn, "text": "".join(self._buf)}, sync=False)
+                self._buf = []
         self._last_text_write = time.monotonic()
 
-    def finish_turn(self, reply: str, metrics: TurnMetrics | None, *, error: str | None = None) -> None:
-        """End the open turn with its full reply and metrics; fsync'd. No-op if none is open.
-        ``error`` (or a non-fatal engine error seen in the turn) marks it failed; no metrics and no error
-        mark it partial (interrupted)."""
+    def finish_turn(
+        self, reply: str, metrics: TurnMetrics | None, *, error: str | None = None, thinking: str | None = None
+    ) -> None:
+        """End the open turn with its full reply and metrics (and ``thinking`` text: default, what
+        streamed); fsync'd. No-op if none is open. ``error`` (or a non-fatal engine error seen in the
+        turn) marks it failed; no metrics and no error mark it partial (interrupted)."""
         if self._turn is None:
             return
         error = error or self._error
@@ -211,7 +225,10 @@ class SessionRecorder:
             "metrics": metrics.to_dict() if metrics else None,
             "error": error,
         }
-        self._buf = []
+        thinking = "".join(self._thought) if thinking is None else thinking
+        if thinking:
+            rec["thinking"] = thinking
+        self._buf, self._thinking_buf = [], []
         self._turn = None
         self._emit(rec, sync=True)
 
@@ -223,9 +240,9 @@ class SessionRecorder:
         if self._turn is None:
             return
         if isinstance(event, (FirstToken, TokensDecoded)):
-            self.append_text(event.text)
+            self.append_text(event.text, event.thinking)
         elif isinstance(event, TurnFinished):
-            self.finish_turn(event.reply, event.metrics)
+            self.finish_turn(event.reply, event.metrics, thinking=event.thinking)
         elif isinstance(event, EngineFailed):
             if event.fatal:
                 self.finish_turn("".join(self._streamed), None, error=event.message)

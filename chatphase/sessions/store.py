@@ -8,10 +8,12 @@ with a ``type``:
   dict), ``settings`` (``Settings`` dict), ``version``.
 - ``turn_start``: ``turn`` (1-based), ``time``, ``user`` (the user's message) — written and fsync'd
   at submit, before any token, so a turn in flight is on disk as *partial*.
+- ``thinking``: ``turn``, ``text`` — a reasoning model's thinking text as it streams (like ``text``).
 - ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.sessions.recorder.TEXT_FLUSH_S`
   seconds; flushed to the OS (survives SIGKILL of the process), not fsync'd.
 - ``turn_end``: ``turn``, ``time``, ``reply`` (full text), ``metrics`` (``TurnMetrics.to_dict()`` or
-  ``null``), ``error`` (``null`` or the engine's message) — fsync'd.
+  ``null``), ``error`` (``null`` or the engine's message), ``thinking`` (the thinking text, when there was
+  any) — fsync'd.
 - ``title``: ``title``, ``time`` (a rename); ``model``: ``model``, ``settings``, ``time`` (a model
   or settings change inside the session; later turns record the new model name).
 
@@ -108,6 +110,7 @@ class Turn:
     error: str | None = None
     model: str = ""
     replaced: bool = False
+    thinking: str = ""
 
     @property
     def in_conversation(self) -> bool:
@@ -157,7 +160,7 @@ class Session:
             out.append(Message("system", system))
         for t in self.turns:
             if t.in_conversation:
-                out += [Message("user", t.user), Message("assistant", t.reply)]
+                out += [Message("user", t.user), Message("assistant", t.reply, t.thinking)]
         return out
 
     def to_dict(self) -> dict:
@@ -235,9 +238,12 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
                 s.turns.append(t)
             elif kind == "text" and int(rec["turn"]) in by_index:
                 by_index[int(rec["turn"])].reply += str(rec.get("text", ""))
+            elif kind == "thinking" and int(rec["turn"]) in by_index:
+                by_index[int(rec["turn"])].thinking += str(rec.get("text", ""))
             elif kind == "turn_end" and int(rec["turn"]) in by_index:
                 t = by_index[int(rec["turn"])]
                 t.reply = str(rec.get("reply", t.reply))
+                t.thinking = str(rec.get("thinking", t.thinking))
                 t.finished = rec.get("time")
                 t.error = rec.get("error")
                 t.metrics = TurnMetrics.from_dict(rec["metrics"]) if rec.get("metrics") else None
@@ -274,19 +280,16 @@ def records_of(session: Session) -> list[dict]:
     for t in session.turns:
         out.append({"type": "turn_start", "turn": t.index, "time": t.started, "user": t.user})
         if t.status == "partial":
+            if t.thinking:
+                out.append({"type": "thinking", "turn": t.index, "text": t.thinking})
             out.append({"type": "text", "turn": t.index, "text": t.reply})
         else:
             metrics = t.metrics.to_dict() if t.metrics else None
-            out.append(
-                {
-                    "type": "turn_end",
-                    "turn": t.index,
-                    "time": t.finished,
-                    "reply": t.reply,
-                    "metrics": metrics,
-                    "error": t.error,
-                }
-            )
+            end = {"type": "turn_end", "turn": t.index, "time": t.finished, "reply": t.reply, "metrics": metrics}
+            end["error"] = t.error
+            if t.thinking:
+                end["thinking"] = t.thinking
+            out.append(end)
     replaced = [t.index for t in session.turns if t.replaced]
     if replaced:
         out.append({"type": "replace", "turns": replaced, "time": session.last_used or session.created})

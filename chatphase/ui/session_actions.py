@@ -14,6 +14,7 @@ from textual.app import App
 
 from chatphase.chat.controller import ChatController, NotNow
 from chatphase.chat.recording import SessionRecording
+from chatphase.chat.settings_apply import apply_settings
 from chatphase.errors import ChatPhaseError
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.store import Session
@@ -91,7 +92,7 @@ class SessionCommands:
             return
         note = f"saved to {change.saved_path}" if change.saved_path else "for this session"
         try:
-            done = self.chat.apply_settings(change.settings, change.reload_keys if change.reload_needed else ())
+            done = apply_settings(self.chat, change.settings, change.reload_keys if change.reload_needed else ())
         except ChatPhaseError as exc:
             self.app.notify(f"{exc}. Settings not applied.", title="Settings", severity="error")
             return

@@ -1,0 +1,32 @@
+"""Settings changed while a chat runs (the settings screen): what they take, and how."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from chatphase.chat.controller import ChatController
+from chatphase.config import Settings
+
+
+def apply_settings(chat: ChatController, settings: Settings, reload_keys: Iterable[str] = ()) -> str:
+    """Use new ``settings`` in ``chat``: sampling and the system prompt from the next turn; a new model (or
+    models directory) or new engine settings (``reload_keys``) through a new engine, the conversation kept.
+    Returns what was done, in words.
+
+    Raises:
+        ChatPhaseError: the new model cannot be used (the chat's settings stay as they were).
+    """
+    reload_keys = list(reload_keys)
+    if {"model", "models_dir"} & set(reload_keys):
+        from chatphase.models.gguf_meta import read_model_info
+        from chatphase.models.resolve import resolve_model
+
+        info = read_model_info(resolve_model(settings.model, settings.models_dir))
+        chat.settings = settings
+        chat.switch_model(info)
+        return f"Loading {info.name}"
+    chat.settings = settings
+    if reload_keys:
+        chat.restart_engine()
+        return f"Reloading the model for {', '.join(reload_keys)}"
+    return "Settings applied"
