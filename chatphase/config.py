@@ -40,16 +40,17 @@ class Settings:
 
     model: str | None = None
     models_dir: str | None = None
-    n_ctx: int = 4096
-    n_batch: int = 256
-    n_ubatch: int = 256
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_gpu_layers: int | None = None
-    flash_attn: str = "auto"
-    type_k: str = "f16"
-    type_v: str = "f16"
-    extra_bufts: str = "auto"
+    # the engine's settings, with its defaults (one source: EngineConfig)
+    n_ctx: int = EngineConfig.n_ctx
+    n_batch: int = EngineConfig.n_batch
+    n_ubatch: int = EngineConfig.n_ubatch
+    n_threads: int | None = EngineConfig.n_threads
+    n_threads_batch: int | None = EngineConfig.n_threads_batch
+    n_gpu_layers: int | None = EngineConfig.n_gpu_layers
+    flash_attn: str = EngineConfig.flash_attn
+    type_k: str = EngineConfig.type_k
+    type_v: str = EngineConfig.type_v
+    extra_bufts: str = EngineConfig.extra_bufts
     system_prompt: str | None = None
     server: str | None = None
     api_key_env: str | None = None

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 
-from chatphase.models.resolve import list_models
-from chatphase.units import fmt_bytes, fmt_params
+from chatphase.models.resolve import FIGURE_COLUMNS, list_models
 
 
 def register(sub) -> None:
@@ -27,27 +26,14 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
-    header = ("", "MODEL (--model)", "ARCH", "PARAMS", "QUANT", "SIZE", "CTX", "KV/TOK", "SOURCE")
+    header = ("", "MODEL (--model)", *FIGURE_COLUMNS, "SOURCE")
     rows = [header]
     broken = []
     for e in entries:
         if e.info is None:
             broken.append(e)
             continue
-        i = e.info
-        rows.append(
-            (
-                "*" if e.is_default else "",
-                e.spec or f"(default) {i.name}",
-                i.architecture,
-                fmt_params(i.n_params),
-                i.quantization,
-                fmt_bytes(i.size_bytes),
-                str(i.n_ctx_train or "?"),
-                fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
-                e.source,
-            )
-        )
+        rows.append(("*" if e.is_default else "", e.spec or f"(default) {e.info.name}", *e.figures(), e.source))
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())

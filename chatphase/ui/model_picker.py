@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Label
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import ModelEntry, list_models
-from chatphase.units import fmt_bytes, fmt_params
+from chatphase.units import fmt_bytes
 
 COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
 
@@ -98,18 +98,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         self.verdicts[e.path] = verdict
         style = {"ok": "", "warn": "yellow", "refuse": "red"}[verdict.level]
         memory = Text(fmt_bytes(estimate(i, self.n_ctx).total_bytes), style=style)
-        return (
-            mark,
-            label,
-            i.architecture,
-            fmt_params(i.n_params),
-            i.quantization,
-            fmt_bytes(i.size_bytes),
-            str(i.n_ctx_train or "?"),
-            fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
-            memory,
-            e.source,
-        )
+        return (mark, label, *e.figures(), memory, e.source)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Show the highlighted file's path, or why it cannot be used."""
