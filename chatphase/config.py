@@ -22,7 +22,7 @@ ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
 class Settings:
     """User-facing settings, with the defaults chatphase chooses by itself.
 
-    Engine: ``n_ctx`` … ``extra_bufts``, flat here so that flags, environment and the config file name
+    Engine: ``n_ctx`` … ``chat_template``, flat here so that flags, environment and the config file name
     them directly; their meaning and defaults are :class:`~chatphase.engine.config.EngineConfig`'s.
 
     Remote: ``server`` (an OpenAI-compatible server URL; ``None`` = run the local model), ``api_key_env``
@@ -42,6 +42,7 @@ class Settings:
     type_k: str = "f16"
     type_v: str = "f16"
     extra_bufts: str = "auto"
+    chat_template: str | None = None
     system_prompt: str | None = None
     server: str | None = None
     api_key_env: str | None = None

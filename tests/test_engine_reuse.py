@@ -32,7 +32,7 @@ def run(engine, turn_id, messages, sampling):
     assert m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     # the model sees exactly the templated conversation
     text, _ = engine._template.render(messages)
-    assert b"".join(engine._render(t) for t in engine.cached_tokens[: m.prompt_tokens]) == text.encode()
+    assert b"".join(engine._vocab.render(t) for t in engine.cached_tokens[: m.prompt_tokens]) == text.encode()
     return events[-1]
 
 

@@ -27,7 +27,9 @@ class EngineConfig:
     on small machines); ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
     0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
-    (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824).
+    (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
+    ``chat_template`` the prompt format: ``None`` = the model's own template, else a format fitting its
+    vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.chat_format`).
     """
 
     n_ctx: int = 4096
@@ -40,6 +42,7 @@ class EngineConfig:
     type_k: str = "f16"
     type_v: str = "f16"
     extra_bufts: str = "auto"
+    chat_template: str | None = None
 
     def validate(self) -> EngineConfig:
         """Check ranges and choices; returns ``self``.
@@ -79,6 +82,7 @@ class EngineConfig:
             "type_k": self.type_k,
             "type_v": self.type_v,
             "extra_bufts": self.extra_bufts,
+            "chat_template": self.chat_template,
         }
 
     def to_dict(self) -> dict:

@@ -62,7 +62,9 @@ class LoadedModel:
     ``settings`` holds the resolved engine settings (``n_ctx, n_batch, n_ubatch, n_threads,
     n_threads_batch, n_gpu_layers, flash_attn, type_k, type_v, use_extra_bufts, gpu_offload_supported``).
     ``layers_offloaded`` / ``layers_total`` come from llama.cpp's own log (``offloaded X/Y layers to GPU``);
-    ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen.
+    ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``chat_format`` says
+    how prompts are written (:attr:`chatphase.engine.chat_format.ChatFormat.label`, e.g. ``gemma
+    (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server).
     """
 
     info: ModelInfo
@@ -77,6 +79,7 @@ class LoadedModel:
     notes: tuple[str, ...] = ()
     log_path: str = ""
     pid: int = 0
+    chat_format: str = ""
 
 
 @dataclass(frozen=True)

@@ -295,6 +295,16 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     )
 
 
+def read_chat_template(path: str | os.PathLike) -> str | None:
+    """The GGUF's ``tokenizer.chat_template`` (Jinja source), ``None`` when it has none.
+
+    Raises:
+        ModelError: as :func:`read_metadata`.
+    """
+    template = read_metadata(path)[0].get("tokenizer.chat_template")
+    return template if isinstance(template, str) and template else None
+
+
 def _file_type_name(file_type) -> str:
     if file_type is None:
         return "unknown"
