@@ -89,7 +89,7 @@ def test_an_unknown_or_unreadable_override_is_one_line(tmp_path):
     assert "chatml" in str(err.value) and "\n" not in str(err.value)
     latin1 = tmp_path / "latin1.jinja"
     latin1.write_bytes("{{ 'caf\xe9' }}".encode("latin-1"))
-    with pytest.raises(UsageError, match=r"not UTF-8 text \(at byte offset 7\)"):
+    with pytest.raises(UsageError, match=r"not UTF-8 text \(bad byte at offset 7\)"):
         resolve_override(str(latin1))
 
 

@@ -22,6 +22,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -66,9 +67,10 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, plan: Sweep
             conn.send(BenchFailed(str(exc)))
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
-    except Exception as exc:
+    except Exception:  # the traceback goes to the log (our fd 2), the user gets words
+        traceback.print_exc()
         try:
-            conn.send(BenchFailed(f"benchmark error: {type(exc).__name__}: {exc}"))
+            conn.send(BenchFailed(f"the benchmark stopped on an internal error (details in {log_path})"))
         except Exception:
             pass
 

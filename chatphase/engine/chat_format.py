@@ -133,14 +133,9 @@ def resolve_override(value: str | None) -> ChatFormat | None:
         raise UsageError(
             f"--chat-template {value}: no such file and no built-in format of that name (built-in: {names})"
         )
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise UsageError(f"--chat-template {value}: cannot read the file ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"--chat-template {value}: not UTF-8 text (at byte offset {exc.start:,}); save it as UTF-8"
-        ) from None
+    from chatphase.engine.text import read_utf8
+
+    text = read_utf8(path, "chat template file")
     return ChatFormat("file", str(path), template=text, why=f"--chat-template {value}")
 
 

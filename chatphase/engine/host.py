@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -99,11 +100,19 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
         engine.close()
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
-    except Exception as exc:  # report, never print a traceback over the UI
+    except Exception as exc:  # report in words; the traceback goes to the engine log (our fd 2)
+        traceback.print_exc()
         try:
-            conn.send(EngineFailed(f"engine error: {type(exc).__name__}: {exc}", fatal=True))
+            conn.send(EngineFailed(internal_error_message(exc, log_path), fatal=True))
         except Exception:
             pass
+
+
+def internal_error_message(exc: BaseException, log_path) -> str:
+    """One line for an unexpected failure inside the engine: what happened and what to do, the Python
+    details left to the engine log (where :func:`_child_main` printed the traceback)."""
+    what = "ran out of memory" if isinstance(exc, MemoryError) else "stopped on an internal error"
+    return f"the engine {what}; the conversation is kept — restart the engine (details in {log_path})"
 
 
 def stop_process(proc, conn, polite_s: float) -> None:

@@ -31,6 +31,7 @@ from chatphase.engine.events import (
     Event,
     FirstToken,
     LoadedModel,
+    Message,
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
@@ -45,6 +46,7 @@ from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.engine.sampling import sampler_chain
 from chatphase.engine.stops import StopText
+from chatphase.engine.text import clean_text
 from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
@@ -235,6 +237,7 @@ class LlamaEngine:
     def _run(self, req: TurnRequest) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
+        messages = tuple(Message(m.role, clean_text(m.content)[0]) for m in req.messages)  # never a surrogate
         if req.reset_cache:
             self._known.clear()
         text = None  # the prompt's templated text (UTF-8), when it has one
@@ -246,7 +249,7 @@ class LlamaEngine:
         else:
             budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
             try:
-                fitted = self._template.fit(req.messages, budget, self._encode)
+                fitted = self._template.fit(messages, budget, self._encode)
             except PromptTooLong as exc:
                 yield EngineFailed(f"message refused: {exc}", req.turn_id)
                 return

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import os
 import re
 import struct
@@ -185,8 +186,11 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
             ) from None
         except Exception as exc:  # gguf raises ValueError/IndexError/KeyError on damaged headers
             error = error or exc
-    if reader is None:
-        raise ModelError(f"GGUF header cannot be read; damaged or cut short ({type(error).__name__}: {error}): {p}")
+    if reader is None:  # gguf's own words (an IndexError deep in numpy) go to the debug log (--verbose)
+        logging.getLogger(__name__).debug("GGUF header of %s: %r", p, error, exc_info=error)
+        raise ModelError(
+            f"GGUF header cannot be read: the file is damaged or cut short; download or copy it again: {p}"
+        )
     meta: dict = {}
     for key, field in reader.fields.items():
         if key.startswith(_SKIP_PREFIXES):

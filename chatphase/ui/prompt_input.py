@@ -2,8 +2,10 @@
 
 Enter posts :class:`PromptInput.Submitted` with the text (and clears the box); Ctrl+J, Shift+Enter or
 Alt+Enter insert a new line (Shift+Enter only where the terminal reports it; Ctrl+J works everywhere).
-Pastes arrive as one bracketed-paste event, so large multi-line pastes go in whole and are not sent
-line by line. The box grows with its text up to a height cap set in ``app.tcss``.
+Ctrl+U clears the box (shown in the footer; Ctrl+Z brings the text back). Pastes arrive as one
+bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
+them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a notice says so once per
+paste. The box grows with its text up to a height cap set in ``app.tcss``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
+from chatphase.engine.text import clean_text, replaced_note
+
 
 class PromptInput(TextArea):
     """Multi-line prompt input; see the module docstring for the keys."""
@@ -24,6 +28,9 @@ class PromptInput(TextArea):
     BINDINGS = [
         Binding("enter", "submit", "Send", id="prompt.send"),
         Binding(",".join(NEWLINE_KEYS), "newline", "New line", key_display="^J", id="prompt.newline"),
+        Binding(
+            "ctrl+u", "clear_prompt", "Clear box", id="prompt.clear", tooltip="Empty the prompt box (Ctrl+Z undoes)"
+        ),
     ]
 
     @dataclass
@@ -39,7 +46,7 @@ class PromptInput(TextArea):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
-        self.placeholder = "Message the model…  (Enter send · Ctrl+J new line)"
+        self.placeholder = "Message the model…  (Enter send · Ctrl+J new line · Ctrl+U clear)"
 
     async def _on_key(self, event: events.Key) -> None:
         """Enter sends and the newline keys break the line, handled here in key order.
@@ -66,6 +73,23 @@ class PromptInput(TextArea):
             return
         self.clear()
         self.post_message(self.Submitted(self, text))
+
+    def action_clear_prompt(self) -> None:
+        """Empty the box as one edit (so Ctrl+Z restores the text)."""
+        if self.text:
+            self.replace("", self.document.start, self.document.end)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        """A paste with lone surrogates (they cannot be encoded for the model) goes in with U+FFFD
+        instead, said once; any other paste is left to ``TextArea``'s own handler (Textual calls each
+        class's handler in turn unless one prevents the default)."""
+        text, first = clean_text(event.text)
+        if first is None:
+            return
+        event.prevent_default()
+        event.stop()
+        self.notify(replaced_note("The pasted text", first), title="Paste", severity="warning")
+        await super()._on_paste(events.Paste(text))
 
     def action_newline(self) -> None:
         """Insert a line break at the cursor."""

@@ -96,6 +96,7 @@ class HelpScreen(CloseableScreen):
         text = (
             "# chatphase help\n\n| Key | Command | What it does |\n|---|---|---|\n"
             "| `Enter` | Send | Send the message |\n| `Ctrl+J` | New line | Shift+Enter too, where the terminal reports it |\n"
+            "| `Ctrl+U` | Clear box | Empty the prompt box (Ctrl+Z brings the text back) |\n"
             f"{rows}\n| `Ctrl+P` | Command palette | Every command above, by name |\n| `Ctrl+Q` | Quit | Stops the engine and exits |\n"
             f"{METRICS_HELP}"
         )
