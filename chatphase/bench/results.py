@@ -184,10 +184,8 @@ class BenchResult:
                 label=str(data.get("label") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            missing = f" (no {exc})" if isinstance(exc, KeyError) else ""
-            raise UsageError(
-                f"not a chatphase bench result: an entry is missing or of the wrong kind{missing}"
-            ) from None
+            what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
+            raise UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)") from None
 
     def to_json(self) -> str:
         """Indented JSON text."""
