@@ -18,7 +18,6 @@ Usage (blocking; call from a worker thread)::
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import signal
 import threading
 import time
@@ -45,14 +44,10 @@ JobEvent = BenchStatus | SweepProgress | BenchDone | BenchFailed
 
 def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool, log_path) -> None:
     """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
-    from chatphase.engine.llamalog import default_log_path
+    from chatphase.engine.llamalog import default_log_path, redirect_stdio
 
     log_path = str(log_path or default_log_path())
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    redirect_stdio(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI
     try:
         from chatphase.bench.api import BenchRun

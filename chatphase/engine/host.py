@@ -15,7 +15,6 @@ token timestamps are taken before coalescing, so no measured figure changes. Can
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import signal
 import traceback
 from collections.abc import Iterator
@@ -35,14 +34,10 @@ class _TurnDone:
 
 def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
     """Child process body: load, then serve ``("turn", TurnRequest)`` / ``("close",)`` commands."""
-    from chatphase.engine.llamalog import default_log_path
+    from chatphase.engine.llamalog import default_log_path, redirect_stdio
 
     log_path = log_path or default_log_path()
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    redirect_stdio(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI, which cancels and closes us
 
     try:
