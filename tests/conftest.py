@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 
-# Keep every test's files (logs, sessions, config) out of the user's real directories.
+# Keep every test's files (logs, sessions, config, the engine registry) out of the user's real directories.
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.mktemp("chatphase-home")
     monkeypatch.setenv("CHATPHASE_LOG_DIR", str(base / "log"))
     monkeypatch.setenv("CHATPHASE_DATA_DIR", str(base / "data"))
     monkeypatch.setenv("CHATPHASE_CONFIG", str(base / "config.toml"))
+    monkeypatch.setenv("CHATPHASE_RUNTIME_DIR", str(base / "run"))  # engines of other runs stay unseen
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield
 

@@ -1,14 +1,15 @@
 """One benchmark run end to end, as an iterator of events: the non-UI API behind ``chatphase bench``
 and the Experiments screen (which runs it in a child process, :mod:`chatphase.bench.job`).
 
-Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline),
-load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
+Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline;
+before loading, after other chatphase engines stopped: :mod:`chatphase.bench.peaks`), load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
 tokenizer, run the :class:`~chatphase.bench.runner.Sweep`, then assemble a
 :class:`~chatphase.bench.results.BenchResult` with fits and roofline.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import threading
 from collections.abc import Callable, Iterator
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 
 from chatphase import __version__
 from chatphase.bench.fits import sweep_fits
+from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
-from chatphase.bench.roofline import MachinePeaks, build_roofline, measure_peaks
+from chatphase.bench.roofline import build_roofline
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
@@ -86,6 +88,7 @@ class BenchRun:
         builder: the prompt builder (default: one on the loaded engine's own vocabulary).
         log_path: llama.cpp's log file for the default engine (default: the engine log).
         peaks: use these machine peaks instead of measuring them (tests; comparing on one reference).
+        quiet_wait_s: how long to wait for other chatphase engines to stop before measuring the peaks.
 
     Raises (while iterating):
         UsageError: the plan does not fit ``config.n_ctx`` (raised before any work).
@@ -102,8 +105,10 @@ class BenchRun:
         builder: PromptBuilder | None = None,
         log_path: str | None = None,
         peaks: MachinePeaks | None = None,
+        quiet_wait_s: float = QUIET_WAIT_S,
     ) -> None:
         self.info, self.config, self.plan = info, config, plan
+        self._quiet_wait_s = quiet_wait_s
         self._peaks = peaks
         self._log_path = log_path
         self._builder = builder
@@ -125,9 +130,18 @@ class BenchRun:
         plan = self.plan.validate(self.config.n_ctx)
         engine_settings = self.config.resolved()
         peaks: MachinePeaks | None = self._peaks if self._roofline else None
-        if peaks is None and self._roofline and not self._cancel.is_set():
+        if peaks is None and self._roofline and not self._cancel.is_set():  # before our engine loads
+            from chatphase.system.engine_registry import running_engines
+
+            if others := running_engines(exclude=(os.getpid(),)):
+                pids = ", ".join(map(str, others))
+                yield BenchStatus(f"waiting up to {self._quiet_wait_s:g} s for chatphase engine pid {pids} to stop")
             yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
-            peaks = measure_peaks(threads=engine_settings["n_threads"])
+            peaks = measure_peaks(
+                threads=engine_settings["n_threads"],
+                threads_batch=engine_settings["n_threads_batch"],
+                quiet_wait_s=self._quiet_wait_s,
+            )
         yield BenchStatus(f"loading {self.info.name}")
         engine = self._engine = self._make_engine()
         try:

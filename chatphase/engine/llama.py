@@ -51,6 +51,7 @@ from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.system import engine_registry
 
 
 class _NeverSet:
@@ -80,6 +81,7 @@ class LlamaEngine:
         self._cache: list[int] = []
         self._known = CacheText()  # the text that prefixes of self._cache stand for
         self._stops: tuple[str, ...] = ()
+        self._registered = False
         self._log: LlamaLogCapture | None = None
         self.loaded: LoadedModel | None = None
 
@@ -119,6 +121,9 @@ class LlamaEngine:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._registered:
+            engine_registry.unregister()
+            self._registered = False
 
     # -- public helpers --------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
@@ -197,6 +202,7 @@ class LlamaEngine:
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
+        self._registered = engine_registry.register() is not None  # peak measurements wait for us
         return self.loaded
 
     def _chat_format(self, override: str | None):
