@@ -253,3 +253,20 @@ def test_ask_on_gemma_names_the_format_on_stderr(gemma_model_info):
     assert result.returncode == 0, result.stderr
     assert "chatphase: chat format: gemma (llama.cpp built-in)" in result.stderr
     assert not any(m in result.stdout for m in MARKERS)
+
+
+async def test_the_model_panel_shows_the_chat_format_at_80_columns():
+    from dataclasses import replace
+
+    from textual.widgets import Static
+    from ui_support import make_app, wait_for
+
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        app.panel.set_model(replace(app.loaded, chat_format="gemma (llama.cpp built-in)"))
+        await pilot.press("ctrl+b")  # the panel below the chat at 80 columns
+        await pilot.pause(0.2)
+        figures = app.panel.query_one("#model-figures", Static)
+        text = " ".join(line.text for line in figures.render_lines(figures.region.reset_offset))
+        assert "format gemma (llama.cpp built-in)" in " ".join(text.split())  # wrapped, all on screen
