@@ -2,7 +2,8 @@
 
 Enter posts :class:`PromptInput.Submitted` with the text (and clears the box); Ctrl+J, Shift+Enter or
 Alt+Enter insert a new line (Shift+Enter only where the terminal reports it; Ctrl+J works everywhere).
-Ctrl+U clears the box (shown in the footer; Ctrl+Z brings the text back). Pastes arrive as one
+Ctrl+U clears the box (said by the placeholder while it is empty and by the box's border while it holds
+text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
 bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
 them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a notice says so once per
 paste. The box grows with its text up to a height cap set in ``app.tcss``.
@@ -29,7 +30,12 @@ class PromptInput(TextArea):
         Binding("enter", "submit", "Send", id="prompt.send"),
         Binding(",".join(NEWLINE_KEYS), "newline", "New line", key_display="^J", id="prompt.newline"),
         Binding(
-            "ctrl+u", "clear_prompt", "Clear box", id="prompt.clear", tooltip="Empty the prompt box (Ctrl+Z undoes)"
+            "ctrl+u",
+            "clear_prompt",
+            "Clear box",
+            show=False,  # the footer is full at 80 columns: the box's border says it while it holds text
+            id="prompt.clear",
+            tooltip="Empty the prompt box (Ctrl+Z undoes)",
         ),
     ]
 
@@ -73,6 +79,14 @@ class PromptInput(TextArea):
             return
         self.clear()
         self.post_message(self.Submitted(self, text))
+
+    #: the border's hint while the box holds text.
+    CLEAR_HINT = "Ctrl+U clear"
+
+    def on_text_area_changed(self, _event: TextArea.Changed) -> None:
+        hint = self.CLEAR_HINT if self.text else ""
+        if self.border_subtitle != hint:
+            self.border_subtitle = hint
 
     def action_clear_prompt(self) -> None:
         """Empty the box as one edit (so Ctrl+Z restores the text)."""
