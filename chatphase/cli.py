@@ -34,9 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def clean_argv(argv: list[str]) -> list[str]:
+def clean_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """``argv`` with bytes that are not UTF-8 (lone surrogates, as Python decodes them) replaced by
-    U+FFFD; says so once on stderr, naming the first argument that held some."""
+    U+FFFD, and the notice that says so (once, naming the first argument that held some), also printed
+    on stderr; ``main`` hands the notices to the command as ``args.input_notices`` (the TUI shows them)."""
     from chatphase.engine.text import clean_text, replaced_note
 
     out, first = [], None
@@ -45,14 +46,15 @@ def clean_argv(argv: list[str]) -> list[str]:
         if at is not None and first is None:
             first = (i, at)
         out.append(text)
-    if first is not None:
-        print(f"chatphase: {replaced_note(f'argument {first[0]}', first[1])}", file=sys.stderr)
-    return out
+    notes = [replaced_note(f"argument {first[0]}", first[1])] if first is not None else []
+    for note in notes:
+        print(f"chatphase: {note}", file=sys.stderr)
+    return out, notes
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    argv = clean_argv(list(sys.argv[1:] if argv is None else argv))
+    argv, input_notices = clean_argv(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["--verbose"]:  # before the command: the details behind one-line errors, on stderr
         argv = argv[1:]
         logging.basicConfig(level=logging.DEBUG, format="chatphase: debug: %(name)s: %(message)s")
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = [COMMAND_MODULES[0], *argv]
     args = parser.parse_args(argv)
+    args.input_notices = input_notices
     try:
         return int(args.func(args) or 0)
     except ChatPhaseError as exc:
