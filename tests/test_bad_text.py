@@ -163,3 +163,15 @@ def test_an_internal_error_in_the_engine_is_words_and_the_traceback_is_in_the_lo
         f"the engine stopped on an internal error; the conversation is kept — restart the engine (details in {log})"
     )
     assert "Traceback" in log.read_text() and "AttributeError" in log.read_text()
+
+
+def test_a_session_record_with_a_lone_surrogate_is_saved_with_u_fffd(tmp_path):
+    from chatphase.sessions.store import open_append, parse_records, write_record
+
+    path = tmp_path / "s.jsonl"
+    fh = open_append(path)
+    write_record(fh, {"type": "session", "settings": {"system_prompt": "be \udcff brief"}}, sync=True)
+    fh.close()
+    with open(path, encoding="utf-8") as fh:
+        (record,) = parse_records(fh)[0]
+    assert record["settings"]["system_prompt"] == "be \ufffd brief"
