@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from chatphase import __version__
@@ -24,20 +25,45 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with a local GGUF model and watch prefill and decode happen.",
     )
     parser.add_argument("--version", action="version", version=f"chatphase {__version__}")
+    parser.add_argument(
+        "--verbose", action="store_true", help="before the command: print the details behind one-line errors"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"chatphase.commands.{name}").register(sub)
     return parser
 
 
+def clean_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` with bytes that are not UTF-8 (lone surrogates, as Python decodes them) replaced by
+    U+FFFD, and the notice that says so (once, naming the first argument that held some), also printed
+    on stderr; ``main`` hands the notices to the command as ``args.input_notices`` (the TUI shows them)."""
+    from chatphase.engine.text import clean_text, replaced_note
+
+    out, first = [], None
+    for i, arg in enumerate(argv, start=1):
+        text, at = clean_text(arg)
+        if at is not None and first is None:
+            first = (i, at)
+        out.append(text)
+    notes = [replaced_note(f"argument {first[0]}", first[1])] if first is not None else []
+    for note in notes:
+        print(f"chatphase: {note}", file=sys.stderr)
+    return out, notes
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, input_notices = clean_argv(list(sys.argv[1:] if argv is None else argv))
+    if argv[:1] == ["--verbose"]:  # before the command: the details behind one-line errors, on stderr
+        argv = argv[1:]
+        logging.basicConfig(level=logging.DEBUG, format="chatphase: debug: %(name)s: %(message)s")
     parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = [COMMAND_MODULES[0], *argv]
     args = parser.parse_args(argv)
+    args.input_notices = input_notices
     try:
         return int(args.func(args) or 0)
     except ChatPhaseError as exc:

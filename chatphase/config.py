@@ -23,7 +23,7 @@ ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig) if f.metadata.get("se
 class Settings:
     """User-facing settings, with the defaults chatphase chooses by itself.
 
-    Engine: ``n_ctx`` … ``extra_bufts``, flat here so that flags, environment and the config file name
+    Engine: ``n_ctx`` … ``chat_template``, flat here so that flags, environment and the config file name
     them directly; their meaning and defaults are :class:`~chatphase.engine.config.EngineConfig`'s.
 
     Remote: ``server`` (an OpenAI-compatible server URL; ``None`` = run the local model), ``api_key_env``
@@ -51,6 +51,7 @@ class Settings:
     type_k: str = EngineConfig.type_k
     type_v: str = EngineConfig.type_v
     extra_bufts: str = EngineConfig.extra_bufts
+    chat_template: str | None = EngineConfig.chat_template
     system_prompt: str | None = None
     server: str | None = None
     api_key_env: str | None = None

@@ -9,11 +9,11 @@ from chatphase.bench.api import BenchDone, BenchRun
 from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
 from chatphase.bench.parallel_results import ParallelCell
 from chatphase.bench.parallel_roofline import build_parallel_roofline, crossover_n_seq
+from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.plot import write_plot
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.report import render
 from chatphase.bench.results import BenchResult, load_result, read_csv, save_result
-from chatphase.bench.roofline import MachinePeaks
 from chatphase.bench.runner import SweepProgress
 from chatphase.bench.stats import summarize
 from chatphase.engine.batching import BatchOutcome

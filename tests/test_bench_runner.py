@@ -139,7 +139,7 @@ def test_bench_run_with_a_fake_engine_builds_the_result():
 
 @pytest.mark.parametrize("offloaded,expect", [(0, "too small for the bound to bind"), (31, "GPU")])
 def test_bench_run_roofline_verdicts(offloaded, expect):
-    from chatphase.bench.roofline import MachinePeaks
+    from chatphase.bench.peaks import MachinePeaks
 
     plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
     engine = ScriptedTokenEngine(layers_offloaded=offloaded)

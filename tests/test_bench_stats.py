@@ -7,14 +7,12 @@ import math
 import pytest
 
 from chatphase.bench.fits import LinearFit, linear_fit, sweep_fits
+from chatphase.bench.peaks import MachinePeaks, measure_bandwidth, measure_matmul_flops
 from chatphase.bench.results import Sample
 from chatphase.bench.roofline import (
     BINDING_PCT,
-    MachinePeaks,
     build_roofline,
     decode_bound_tokens_per_s,
-    measure_bandwidth,
-    measure_matmul_flops,
     prefill_bound_tokens_per_s,
     verdict,
 )
@@ -118,9 +116,14 @@ def test_verdict_wording():
 
 
 def test_peak_measurements_return_positive_rates_and_name_their_method():
-    bw, method = measure_bandwidth(array_bytes=4 * 2**20, threads=2, passes=2)
-    assert bw > 0 and "STREAM" in method and "2 thread" in method
-    flops, fmethod = measure_matmul_flops(n=64, passes=2)
-    assert flops > 0 and "matmul" in fmethod
+    for kind in ("read", "copy"):
+        passes, method = measure_bandwidth(kind, array_bytes=4 * 2**20, threads=2, max_s=0.2)
+        assert passes.best > 0 and "2 thread" in method and "passes, spread" in method
+        assert len(passes.rates) >= 5 and passes.spread()["min"] <= passes.spread()["median"] <= passes.best
+    assert "STREAM-style Copy" in measure_bandwidth("copy", array_bytes=2**20, max_s=0.1)[1]
+    flops, fmethod = measure_matmul_flops(n=64, threads=1, max_s=0.2)
+    assert flops.best > 0 and "matmul" in fmethod and "BLAS on 1 thread" in fmethod
     with pytest.raises(ValueError):
         measure_bandwidth(threads=0)
+    with pytest.raises(ValueError):
+        measure_bandwidth("triad")

@@ -12,8 +12,8 @@ from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from chatphase.bench.api import BenchRun
 from chatphase.bench.parallel import ParallelPlan
+from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.roofline import MachinePeaks
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info

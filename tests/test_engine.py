@@ -207,7 +207,7 @@ def test_cancel_mid_decode_keeps_the_partial_reply(llama_engine):
 
 
 def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, monkeypatch):
-    import chatphase.engine.llama as llama_mod
+    import chatphase.engine.llama_params as llama_mod
 
     monkeypatch.setattr(llama_mod, "detect_amx", lambda *a: True)
     engine, loaded = make_engine(default_model_info, tmp_path)

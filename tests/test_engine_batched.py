@@ -53,7 +53,7 @@ def test_four_sequences_decode_in_one_batch_and_write_the_same_text(engine, monk
     assert all(len(t) == 9 for t in out.tokens)  # the first token from the prefill, then one per step
     assert len(set(out.texts)) == 1 and out.texts[0].strip()
     # llama.cpp's own view of the cache: every sequence holds its prompt and 8 decoded tokens
-    assert [lc.llama_memory_seq_pos_max(engine._mem, j) for j in range(4)] == [47] * 4
+    assert engine.sequence_lengths() == [48] * 4
     assert out.kv_cache_tokens == 4 * 48 and out.kv_cache_bytes == 4 * 48 * engine.loaded.kv_bytes_per_token
     times = [out.t_prefill_start_ns, out.t_prefill_end_ns, out.t_decode_start_ns, *out.step_end_ns]
     assert times == sorted(times) and all(
@@ -89,7 +89,6 @@ def test_cancel_and_bad_requests(engine):
     engine.cancel()
     out = engine.run_batch(BatchRequest((prompt,) * 2, 4))
     assert out.stop_reason == "cancelled" and out.step_end_ns == ()
-    engine._cancel.clear()
     with pytest.raises(ValueError, match="1 to 4"):
         engine.run_batch(BatchRequest((prompt,) * 5, 4))
     with pytest.raises(ValueError, match="256 cells"):  # n_ctx 1024 / 4 sequences

@@ -31,8 +31,8 @@ def run(engine, turn_id, messages, sampling):
     m = events[-1].metrics
     assert m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     # the model sees exactly the templated conversation
-    text, _ = engine._template.render(messages)
-    assert b"".join(engine._render(t) for t in engine.cached_tokens[: m.prompt_tokens]) == text.encode()
+    text, _ = engine.template.render(messages)
+    assert b"".join(engine.vocab.render(t) for t in engine.cached_tokens[: m.prompt_tokens]) == text.encode()
     return events[-1]
 
 

@@ -24,9 +24,11 @@ def write_tiny_gguf(
     file_type: int = int(gguf.LlamaFileType.MOSTLY_Q8_0),
     split: tuple[int, int] | None = None,
     n_vocab: int = 300,
+    chat_template: str | None = None,
 ) -> Path:
     """A small but complete GGUF: attention metadata, a vocabulary longer than the reader's skip threshold,
-    one f32 tensor. ``split=(no, count)`` adds llama.cpp's split keys (``no`` counts from 1)."""
+    one f32 tensor. ``split=(no, count)`` adds llama.cpp's split keys (``no`` counts from 1);
+    ``chat_template`` a ``tokenizer.chat_template``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tiny {arch}")
@@ -37,6 +39,8 @@ def write_tiny_gguf(
     w.add_context_length(256)
     w.add_file_type(file_type)
     w.add_token_list([f"t{i}".encode() for i in range(n_vocab)])
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     if split:
         w.add_uint16("split.no", split[0] - 1)
         w.add_uint16("split.count", split[1])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from chatphase.engine.chat_format import ChatFormat, renderer
 from chatphase.engine.events import Message
 from chatphase.engine.prefix import CacheText, common_prefix_len, encode_prompt
 from chatphase.engine.prompt import ChatTemplate
@@ -240,10 +241,10 @@ def test_add_prompt_must_extend_the_record():
 
 def test_fit_counts_the_tokens_encode_gives():
     toy = Toy()
-    template = ChatTemplate(None, bos_token="<s>", eos_token="</s>", tokenize=toy.tokenize)
+    template = ChatTemplate(renderer(ChatFormat("builtin", "chatml")), tokenize=toy.tokenize)
     messages = [Message("user", "hello"), Message("assistant", "abc"), Message("user", "Q2")]
     whole = template.fit(messages, 100)
-    assert whole.tokens == toy.tokenize(whole.text, False) and whole.text == chatml(
+    assert whole.tokens == toy.tokenize(whole.text, True) and whole.text == chatml(  # llama.cpp formats add BOS
         [(m.role, m.content) for m in messages]
     )
     fitted = template.fit(messages, 100, encode=lambda text, add: [7] * 5)

@@ -2,12 +2,14 @@
 the bundled default model, started by these tests (once per module; a second one for the kill test).
 
 llama-cpp-python's server sends no ``usage`` in streams (it ignores ``stream_options``) and no timings,
-so here token counts must come out unknown (``None``), never zero or counted from chunks; the client
-clock figures (TTFT, ITL, decode time) must be filled and consistent.
+so here the reply's tokens are counted by its tokenizer endpoint (``/extras/tokenize``), labelled so, and
+the prompt's count stays unknown (``None``), never zero or counted from chunks; the client clock figures
+(TTFT, ITL, decode time) must be filled and consistent.
 """
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from remote_support import free_port, start_llama_cpp_server, stop_process
 
@@ -65,9 +67,15 @@ def test_two_turn_chat_metrics_filled_and_consistent(engine):
         assert m.decode_ms == pytest.approx((arrivals[-1] - arrivals[0]) / 1e6)
         if len(arrivals) >= 2:
             assert 0 <= m.itl_ms_p50 <= m.itl_ms_p95 <= m.itl_ms_max <= m.decode_ms + 1e-9
-        # this server reports no usage in streams: counts and rates are unknown, not zero or guessed
-        assert m.decode_tokens is None and m.prompt_tokens is None and m.decode_tokens_per_s is None
-        assert done.server_timings is None
+        # this server reports no usage in streams: the reply is counted by its /extras/tokenize (labelled
+        # so), never by chunks; the prompt's count stays unknown, not zero or guessed
+        counted = httpx.post(f"{engine.url.root}extras/tokenize", json={"input": done.reply}, trust_env=False)
+        bos = len(httpx.post(f"{engine.url.root}extras/tokenize", json={"input": ""}, trust_env=False).json()["tokens"])
+        assert m.decode_tokens == len(counted.json()["tokens"]) - bos and m.decode_tokens_source == "tokenizer"
+        assert engine.tokenizer.endpoint == "/extras/tokenize"
+        if m.decode_tokens >= 2:
+            assert m.decode_tokens_per_s == pytest.approx((m.decode_tokens - 1) / (m.decode_ms / 1000))
+        assert m.prompt_tokens is None and done.server_timings is None
         conversation += [Message("assistant", done.reply), Message("user", "And of Italy?")]
 
 

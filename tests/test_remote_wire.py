@@ -122,7 +122,7 @@ def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none
         assert engine.loaded.settings["n_ctx"] == 4096 and engine.loaded.info.n_params is None
         req = TurnRequest(2, (Message("user", "x"),), SamplingParams(seed=7), reset_cache=True, ignore_eos=True)
         events = list(engine.run_turn(req))
-        body = srv.requests[-1][3]
+        body = next(b for _m, path, _h, b in srv.requests if path == "/v1/chat/completions")
     assert "return_progress" not in body and "cache_prompt" not in body
     assert body["seed"] == 7 and body["ignore_eos"] is True
     m = events[-1].metrics
@@ -308,3 +308,56 @@ def test_a_server_that_does_not_stream_is_one_clear_failure():
         events = list(_loaded(srv.url).run_turn(_request()))
     assert len(events) == 2 and isinstance(events[-1], EngineFailed)
     assert "did not stream its reply" in events[-1].message and "application/json" in events[-1].message
+
+
+def test_a_stream_without_counts_is_counted_by_the_server_tokenizer_never_by_chunks():
+    """Two chunks of text, no usage, no timings: llama-server's ``/tokenize`` counts the reply (5 tokens,
+    not 2 chunks); one without a tokenizer endpoint leaves the count unknown."""
+    stream = sse(
+        content_chunk("Hello"),
+        content_chunk(" there, friend"),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        "[DONE]",
+    )
+    routes = {**_llama_server_routes(stream), "POST /tokenize": (200, {"tokens": [9, 8, 7, 6, 5]})}
+    with ScriptedServer(routes) as srv:
+        engine = _loaded(srv.url)
+        m = list(engine.run_turn(_request()))[-1].metrics
+        tokenize_bodies = [body for method, path, _h, body in srv.requests if path == "/tokenize"]
+    assert (m.decode_tokens, m.decode_tokens_source) == (5, "tokenizer")
+    assert m.decode_tokens_per_s == pytest.approx(4 / (m.decode_ms / 1000))
+    assert tokenize_bodies == [
+        {"content": "", "add_special": False},
+        {"content": "Hello there, friend", "add_special": False},
+    ]
+    assert engine.tokenizer.endpoint == "/tokenize"
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        m = list(_loaded(srv.url).run_turn(_request()))[-1].metrics
+    assert m.decode_tokens is None and m.decode_tokens_source is None and m.decode_tokens_per_s is None
+
+
+def test_usage_counts_win_and_say_so():
+    report = ServerReport()
+    report.absorb({"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    report.tokenized_completion_tokens = 4
+    assert report.decode_count() == (3, "usage")
+    report = ServerReport(timings={"predicted_n": 6})
+    assert report.decode_count() == (6, "timings")
+
+
+def test_the_tokenizer_counter_takes_off_the_bos_its_endpoint_adds():
+    from chatphase.engine.remote_tokens import ServerTokenizer
+
+    calls = []
+
+    def post(url, body):
+        calls.append(url)
+        if url.endswith("/tokenize") and not url.endswith("/extras/tokenize"):
+            return None  # not llama-server
+        return {"tokens": [1] + [42] * len(body["input"].split())}  # BOS + one token a word
+
+    counter = ServerTokenizer(post, "http://127.0.0.1:9/", "smol", llama_server=False)
+    assert counter.count("three small words") == 3 and counter.count("") == 0
+    assert calls[0] == "http://127.0.0.1:9/extras/tokenize"  # llama-cpp-python's first when not llama-server
+    dead = ServerTokenizer(lambda url, body: None, "http://127.0.0.1:9", None, llama_server=True)
+    assert dead.count("x") is None and dead.count("y") is None and dead.endpoint is None

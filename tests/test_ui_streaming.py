@@ -103,38 +103,38 @@ async def test_long_reply_is_split_into_segments_at_block_boundaries():
 
 
 async def test_indented_chunk_continues_the_previous_segment():
+    """A list may go on after a blank line (an indented continuation, a tab): it is held back until a
+    block that cannot belong to it begins, and never split from its continuations."""
     app = LogApp()
     async with app.run_test(size=(100, 40)) as pilot:
         view = app.query_one(ChatLog).start_reply(1)
         await pilot.pause()
-        head = "".join(_paragraph(i) for i in range(SEGMENT_CHARS // 80 + 2)) + "- a list item\n\n"
-        assert len(head) > SEGMENT_CHARS
+        paragraphs = "".join(_paragraph(i) for i in range(SEGMENT_CHARS // 80 + 2))
+        head = paragraphs + "- a list item\n\n"
+        assert len(paragraphs) > SEGMENT_CHARS
         view.feed(head)
         assert await view.flush(commit=True)
         await pilot.pause()
-        assert [p.source for p in segments(view)] == [head]
+        assert [p.source for p in segments(view)] == [paragraphs]  # the list may still go on
 
-        # the segment is full, but an indented block may continue the list item above: kept with it
         view.feed("   continued list item\n\n")
-        assert await view.flush(commit=True)
-        await pilot.pause()
-        assert [p.source for p in segments(view)] == [head + "   continued list item\n\n"]
-
+        await view.flush(commit=True)
         view.feed("\tanother continuation\n\n")
-        assert await view.flush(commit=True)
+        await view.flush(commit=True)
         await pilot.pause()
-        assert len(segments(view)) == 1
+        assert all(p.source[:1] not in (" ", "\t") for p in segments(view))  # never split from its item
 
-        # an unindented block starts a new segment
+        # an unindented paragraph cannot continue the list: the list goes in whole, with its continuations
         view.feed("A new paragraph.\n\n")
         assert await view.flush(commit=True)
         await pilot.pause()
         parts = segments(view)
         assert [p.source for p in parts] == [
-            head + "   continued list item\n\n\tanother continuation\n\n",
-            "A new paragraph.\n\n",
+            paragraphs,
+            "- a list item\n\n   continued list item\n\n\tanother continuation\n\nA new paragraph.\n\n",
         ]
         assert "".join(p.source for p in parts) == view.text
+        assert parts[1].lead == _paragraph(SEGMENT_CHARS // 80 + 1)  # drawn as it reads after the block above
 
 
 async def test_finish_with_another_text_leaves_one_segment():

@@ -1,8 +1,8 @@
 """One benchmark run end to end, as an iterator of events: the non-UI API behind ``chatphase bench``
 and the Experiments screen (which runs it in a child process, :mod:`chatphase.bench.job`).
 
-Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline),
-load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
+Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline;
+before loading, after other chatphase engines stopped: :mod:`chatphase.bench.peaks`), load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
 tokenizer, run the :class:`~chatphase.bench.runner.Sweep`, then assemble a
 :class:`~chatphase.bench.results.BenchResult` with fits and roofline. A
 :class:`~chatphase.bench.parallel.ParallelPlan` runs the parallel-decode sweep instead
@@ -11,15 +11,17 @@ tokenizer, run the :class:`~chatphase.bench.runner.Sweep`, then assemble a
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 
 from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
 from chatphase.bench.fits import sweep_fits
 from chatphase.bench.parallel import ParallelPlan
+from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
-from chatphase.bench.roofline import MachinePeaks, build_roofline, measure_peaks
+from chatphase.bench.roofline import build_roofline
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
@@ -42,6 +44,7 @@ class BenchRun:
         builder: the prompt builder (default: one on the loaded engine's own vocabulary).
         log_path: llama.cpp's log file for the default engine (default: the engine log).
         peaks: use these machine peaks instead of measuring them (tests; comparing on one reference).
+        quiet_wait_s: how long to wait for other chatphase engines to stop before measuring the peaks.
 
     Raises (while iterating):
         UsageError: the plan does not fit ``config.n_ctx`` (raised before any work).
@@ -58,8 +61,10 @@ class BenchRun:
         builder: PromptBuilder | None = None,
         log_path: str | None = None,
         peaks: MachinePeaks | None = None,
+        quiet_wait_s: float = QUIET_WAIT_S,
     ) -> None:
         self.info, self.config, self.plan = info, config, plan
+        self._quiet_wait_s = quiet_wait_s
         self._peaks = peaks
         self._log_path = log_path
         self._builder = builder
@@ -105,11 +110,22 @@ class BenchRun:
         yield BenchDone(self._result(loaded, plan, done, peaks))
 
     def peaks(self) -> Iterator[BenchEvent]:
-        """Measure the machine's peaks unless given or off (a generator: ``peaks = yield from run.peaks()``)."""
+        """Measure the machine's peaks unless given or off, before this run's engine loads and once other
+        chatphase engines have stopped (a generator: ``peaks = yield from run.peaks()``)."""
         peaks: MachinePeaks | None = self._peaks if self._roofline else None
         if peaks is None and self._roofline and not self._cancel.is_set():
+            from chatphase.system.engine_registry import running_engines
+
+            if others := running_engines(exclude=(os.getpid(),)):
+                pids = ", ".join(map(str, others))
+                yield BenchStatus(f"waiting up to {self._quiet_wait_s:g} s for chatphase engine pid {pids} to stop")
             yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
-            peaks = measure_peaks(threads=self.config.resolved()["n_threads"])
+            resolved = self.config.resolved()
+            peaks = measure_peaks(
+                threads=resolved["n_threads"],
+                threads_batch=resolved["n_threads_batch"],
+                quiet_wait_s=self._quiet_wait_s,
+            )
         return peaks
 
     def make_engine(self, config: EngineConfig | None = None, batched: bool = False) -> Engine:

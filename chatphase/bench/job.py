@@ -4,7 +4,8 @@ Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architect
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
 with fds 1/2 pointed at the engine log and sends its events (picklable dataclasses) over a pipe;
-cancel is a shared ``multiprocessing.Event`` that a thread in the child turns into ``BenchRun.cancel()``.
+cancel travels on a second pipe (:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked
+semaphore" warnings when the UI is killed) and a thread in the child turns it into ``BenchRun.cancel()``.
 The ``spawn`` start method is used (the UI process has threads).
 
 Usage (blocking; call from a worker thread)::
@@ -18,16 +19,17 @@ Usage (blocking; call from a worker thread)::
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.host import exit_reason, stop_process
 from chatphase.models.gguf_meta import ModelInfo
@@ -44,24 +46,20 @@ JobEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone | BenchFailed
 
 
 def _child_main(
-    conn, cancel, info: ModelInfo, config: EngineConfig, plan: SweepPlan | ParallelPlan, roofline: bool, log_path
+    conn, cancel_conn, info: ModelInfo, config: EngineConfig, plan: SweepPlan | ParallelPlan, roofline: bool, log_path
 ) -> None:
     """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
-    from chatphase.engine.llamalog import default_log_path
+    from chatphase.engine.llamalog import default_log_path, redirect_stdio
 
     log_path = str(log_path or default_log_path())
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    redirect_stdio(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI
     try:
         from chatphase.bench.api import BenchRun
         from chatphase.errors import ChatPhaseError
 
         run = BenchRun(info, config, plan, roofline=roofline, log_path=log_path)
-        threading.Thread(target=_watch_cancel, args=(cancel, run), daemon=True).start()
+        threading.Thread(target=_watch_cancel, args=(CancelFlag(cancel_conn), run), daemon=True).start()
         try:
             for event in run:
                 conn.send(event)
@@ -69,16 +67,16 @@ def _child_main(
             conn.send(BenchFailed(str(exc)))
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
-    except Exception as exc:
+    except Exception:  # the traceback goes to the log (our fd 2), the user gets words
+        traceback.print_exc()
         try:
-            conn.send(BenchFailed(f"benchmark error: {type(exc).__name__}: {exc}"))
+            conn.send(BenchFailed(f"the benchmark stopped on an internal error (details in {log_path})"))
         except Exception:
             pass
 
 
 def _watch_cancel(cancel, run) -> None:
-    """Poll the shared event (never ``wait()`` on it: a process that exits while waiting on a
-    ``multiprocessing.Event`` leaves a sleeper count behind and the parent's ``set()`` then blocks forever)."""
+    """Poll the cancel pipe (a request for any run, :data:`~chatphase.engine.cancel_pipe.ALL`), then cancel."""
     while not cancel.is_set():
         time.sleep(0.05)
     run.cancel()
@@ -106,7 +104,7 @@ class BenchJob:
         self.info, self.config, self.plan = info, config, plan.validate(config.n_ctx)
         self.roofline, self.log_path = roofline, log_path
         self._mp = mp.get_context("spawn")
-        self._cancel = self._mp.Event()
+        self._cancel: CancelSender | None = None
         self._proc = None
         self._conn = None
 
@@ -119,15 +117,18 @@ class BenchJob:
         """Start the child and yield its events until :class:`BenchDone` or :class:`BenchFailed`
         (also yielded when the child dies, naming its exit code). Blocking."""
         parent, child = self._mp.Pipe(duplex=False)
+        cancel_in, cancel_out = self._mp.Pipe(duplex=False)
         self._proc = self._mp.Process(
             target=_child_main,
             name="chatphase-bench",
             daemon=True,
-            args=(child, self._cancel, self.info, self.config, self.plan, self.roofline, self.log_path),
+            args=(child, cancel_in, self.info, self.config, self.plan, self.roofline, self.log_path),
         )
         proc = self._proc
+        self._cancel = CancelSender(cancel_out)
         proc.start()
         child.close()
+        cancel_in.close()
         self._conn = parent
         try:
             while True:
@@ -148,13 +149,15 @@ class BenchJob:
 
     def cancel(self) -> None:
         """Stop the run at the next prefill chunk or token; it still ends with a partial ``BenchDone``."""
-        self._cancel.set()
+        if self._cancel is not None:
+            self._cancel.cancel(ALL)
 
     def close(self) -> None:
         """Stop the child (politely, then by force). Idempotent."""
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        proc, conn, cancel = self._proc, self._conn, self._cancel
+        self._proc = self._conn = self._cancel = None
         if proc is None:
             return
-        self._cancel.set()
+        cancel.cancel(ALL)
         stop_process(proc, conn, polite_s=3.0)
+        cancel.close()

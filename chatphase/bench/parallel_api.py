@@ -21,9 +21,9 @@ from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStat
 from chatphase.bench.parallel import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
 from chatphase.bench.parallel_remote import RemoteStreams, fit_plan_to_server
 from chatphase.bench.parallel_roofline import build_parallel_roofline
+from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
-from chatphase.bench.roofline import MachinePeaks
 from chatphase.engine.events import LoadedModel
 
 

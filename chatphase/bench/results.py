@@ -193,7 +193,8 @@ class BenchResult:
                 parallel_samples=[ParallelSample.from_dict(s) for s in data.get("parallel_samples") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"malformed bench result entry: {type(exc).__name__}: {exc}") from None
+            what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
+            raise UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)") from None
 
     def to_json(self) -> str:
         """Indented JSON text."""
@@ -245,13 +246,13 @@ def load_result(path: str | os.PathLike) -> BenchResult:
     """Read a saved result: ``.json`` (the whole run) or ``.csv`` (cells only, labelled by file name).
 
     Raises:
-        UsageError: a missing/unreadable file, an unknown suffix, or content that is not a result.
+        UsageError: a missing/unreadable file or one that is not UTF-8, an unknown suffix, or content that
+            is not a result.
     """
+    from chatphase.engine.text import read_utf8
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {p}: {exc.strerror or exc}") from None
+    text = read_utf8(p, "result file")
     suffix = p.suffix.lower()
     if suffix == ".json":
         try:

@@ -8,13 +8,9 @@ Bounds (the roofline model, Williams, Waterman & Patterson 2009, applied to LLM 
 - prefill: a forward pass costs about ``2 × n_params`` FLOPs per token (one multiply-add per weight), so
   ``prefill_bound_tokens_per_s = flops_per_s / (2 × n_params)``.
 
-Peaks are measured, not looked up:
-
-- memory bandwidth: a STREAM-style *Copy* (McCalpin's STREAM benchmark) with ``numpy.copyto`` on two
-  float64 arrays much larger than the CPU caches, split over the engine's thread count; bytes counted
-  as read + written (2 × array bytes per pass); the best of several passes.
-- FLOP/s: a float32 ``numpy.matmul`` of two n × n matrices (NumPy's BLAS, 2n³ FLOPs); best of several.
-  BLAS picks its own thread count (usually every core), which can exceed the engine's ``n_threads``.
+Peaks are measured on this machine, with no other chatphase engine running, repeated until stable,
+at the engine's thread count (:mod:`chatphase.bench.peaks`); the decode bound uses the *read* bandwidth
+(decode reads the weights), the copy figure is kept beside it for comparison with STREAM.
 
 ``weight_bytes`` is the GGUF file size (tensor data plus a small header: an upper estimate). A small
 model on a CPU is limited by per-token overhead (graph setup, sampling, Python), not by DRAM: when the
@@ -23,99 +19,13 @@ measured rate stays below :data:`BINDING_PCT` % of its bound, the verdict says s
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 
-import numpy as np
-
+from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.results import CellResult
 
 #: below this percentage of its bound a phase is reported as not bound by it (overhead dominates).
 BINDING_PCT = 50.0
-
-
-@dataclass(frozen=True)
-class MachinePeaks:
-    """Measured peaks: bytes per second and FLOP per second, each with the method that measured it."""
-
-    bandwidth_bytes_per_s: float
-    bandwidth_method: str
-    flops_per_s: float
-    flops_method: str
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return asdict(self)
-
-
-def measure_bandwidth(array_bytes: int = 128 * 2**20, threads: int = 1, passes: int = 5) -> tuple[float, str]:
-    """STREAM-style Copy bandwidth in bytes per second, and a description of the method.
-
-    Args:
-        array_bytes: size of each of the two arrays (bytes; far above the last-level cache).
-        threads: threads copying disjoint slices at once (``numpy.copyto`` releases the GIL).
-        passes: timed passes; the best one counts (STREAM reports the best of its trials).
-
-    Raises:
-        ValueError: when an argument is not positive.
-    """
-    if array_bytes <= 0 or threads < 1 or passes < 1:
-        raise ValueError("array_bytes, threads and passes must be positive")
-    n = max(threads, array_bytes // 8)
-    src = np.ones(n, dtype=np.float64)
-    dst = np.empty_like(src)
-    bounds = np.linspace(0, n, threads + 1, dtype=np.int64)
-    slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
-
-    def copy(sl: slice) -> None:
-        np.copyto(dst[sl], src[sl])
-
-    best = float("inf")
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        list(pool.map(copy, slices))  # touch every page once before timing
-        for _ in range(passes):
-            t0 = time.perf_counter()
-            list(pool.map(copy, slices))
-            best = min(best, time.perf_counter() - t0)
-    moved = 2 * n * 8
-    method = (
-        f"STREAM-style Copy: numpy.copyto of 2 × {n * 8 / 2**20:.0f} MiB float64 arrays on {threads} "
-        f"thread(s), read + write bytes counted, best of {passes}"
-    )
-    return moved / best, method
-
-
-def measure_matmul_flops(n: int = 1024, passes: int = 5) -> tuple[float, str]:
-    """float32 matrix-multiply FLOP/s (``2 n³`` FLOPs per product, NumPy's BLAS), best of ``passes``.
-
-    Raises:
-        ValueError: when an argument is not positive.
-    """
-    if n < 1 or passes < 1:
-        raise ValueError("n and passes must be positive")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    a @ b  # warm-up (thread pool start, page faults)
-    best = float("inf")
-    for _ in range(passes):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return (
-        2.0 * n**3 / best,
-        f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS on its own thread count), best of {passes}",
-    )
-
-
-def measure_peaks(threads: int = 1) -> MachinePeaks:
-    """Measure both peaks (about a second on a laptop)."""
-    bw, bw_method = measure_bandwidth(threads=threads)
-    flops, flops_method = measure_matmul_flops()
-    return MachinePeaks(bw, bw_method, flops, flops_method)
 
 
 def step_bytes(weight_bytes: int, kv_bytes_per_token: int, context_tokens: float, n_seq: int = 1) -> float:
@@ -189,8 +99,14 @@ def build_roofline(
         )
     best_decode = max((r["decode_pct_of_bound"] for r in rows if r["decode_pct_of_bound"] is not None), default=None)
     best_prefill = max((r["prefill_pct_of_bound"] for r in rows if r["prefill_pct_of_bound"] is not None), default=None)
+    decode_verdict = verdict("decode", best_decode, weight_bytes)
+    prefill_verdict = verdict("prefill", best_prefill, weight_bytes)
+    if peaks.engines_beside:  # say it where the verdict is read: these percentages run high
+        decode_verdict += f" ({peaks.conditions})"
+        prefill_verdict += f" ({peaks.conditions})"
     return {
         **peaks.to_dict(),
+        "conditions": peaks.conditions,
         "weight_bytes": weight_bytes,
         "n_params": n_params,
         "kv_bytes_per_token": kv_bytes_per_token,
@@ -201,6 +117,6 @@ def build_roofline(
         "cells": rows,
         "decode_best_pct_of_bound": best_decode,
         "prefill_best_pct_of_bound": best_prefill,
-        "decode_verdict": verdict("decode", best_decode, weight_bytes),
-        "prefill_verdict": verdict("prefill", best_prefill, weight_bytes),
+        "decode_verdict": decode_verdict,
+        "prefill_verdict": prefill_verdict,
     }

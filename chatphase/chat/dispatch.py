@@ -9,15 +9,15 @@ dispatcher (``chatphase/ui/engine_link.py``) uses Textual thread workers and mes
 
 from __future__ import annotations
 
-import logging
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, Event
-
-log = logging.getLogger(__name__)
+from chatphase.engine.host import internal_error_message
+from chatphase.engine.llamalog import default_log_path
 
 JobKind = Literal["load", "turn", "watch"]
 
@@ -42,12 +42,13 @@ class EngineJob:
 
     def run(self) -> Iterator[Event]:
         """The call's events (blocking); an exception from the engine (a broken contract) becomes one
-        ``EngineFailed(fatal=True)`` in plain words, its detail logged."""
+        ``EngineFailed(fatal=True)`` in plain words, its traceback appended to the engine log."""
         try:
             yield from self.call()
-        except Exception:
-            log.exception("engine %s failed", self.kind)
-            yield EngineFailed("the engine failed unexpectedly (details in the log)", self.turn_id, fatal=True)
+        except Exception as exc:
+            log_path = getattr(self.engine, "log_path", None) or default_log_path()
+            _append_traceback(log_path, f"chatphase: engine {self.kind} failed in the UI process")
+            yield EngineFailed(internal_error_message(exc, log_path), self.turn_id, fatal=True)
 
     def deliver(self, event: Event) -> None:
         self.on_event(self, event)
@@ -57,6 +58,15 @@ class EngineJob:
 
     def current(self) -> bool:
         return self.is_current(self)
+
+
+def _append_traceback(log_path, heading: str) -> None:
+    """Keep the traceback of the exception being handled in the engine log (the user sees one line)."""
+    try:
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"{heading}\n{traceback.format_exc()}")
+    except OSError:
+        pass
 
 
 class Dispatcher(Protocol):

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         info,
         lambda model_info, current: engine_for(current, model_info),
         save_sessions=not args.no_save,
-        startup_notices=(*config.problems, *warnings),
+        startup_notices=(*config.problems, *warnings, *getattr(args, "input_notices", ())),
         resume=resume,
     )
     app.run()

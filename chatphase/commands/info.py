@@ -67,6 +67,7 @@ def build_report(args) -> dict:
     verdict = assess(est)
     kv_per_token = kv_bytes_per_token(info.attention, settings.type_k, settings.type_v) if info.attention else None
     return {
+        "chat_format": chat_format_report(info, settings.chat_template),
         "model": info.to_dict(),
         "kv": {
             "type_k": settings.type_k,
@@ -88,6 +89,20 @@ def build_report(args) -> dict:
     }
 
 
+def chat_format_report(info, override: str | None) -> dict:
+    """The prompt format the engine will use (``label``, ``why``, end-of-turn ``stops``), or ``error``:
+    the one line that makes ``chat`` and ``ask`` refuse the model."""
+    from chatphase.engine.chat_format import TemplateError, format_before_load
+
+    try:
+        fmt = format_before_load(info, override, with_vocab=True)
+    except TemplateError as exc:
+        return {"error": str(exc)}
+    except RuntimeError as exc:  # llama.cpp could not read the vocabulary
+        return {"error": str(exc)}
+    return {"label": fmt.label, "why": fmt.why, "stops": list(fmt.stops)}
+
+
 def run(args) -> int:
     report = build_report(args)
     if args.json:
@@ -96,7 +111,17 @@ def run(args) -> int:
         print(render(report))
     if report["memory"]["verdict"] == "refuse":
         raise ModelError(report["memory"]["message"])
+    if "error" in report["chat_format"]:
+        raise ModelError(report["chat_format"]["error"])
     return 0
+
+
+def _chat_format_line(fmt: dict) -> str:
+    if "error" in fmt:
+        return f"unusable: {fmt['error']}"
+    stops = f" · stops at {' '.join(repr(s) for s in fmt['stops'])}" if fmt["stops"] else ""
+    why = "" if fmt["why"] == "the model's own template" else f" · {fmt['why']}"
+    return f"{fmt['label']}{why}{stops}"
 
 
 def render(r: dict) -> str:
@@ -115,6 +140,7 @@ def render(r: dict) -> str:
             else ""
         )
         + ("" if m["has_chat_template"] else " · no chat template in the file"),
+        f"chat format    {_chat_format_line(r['chat_format'])}",
         f"KV cache       {per_tok} per token ({kv['type_k']}/{kv['type_v']}) · {fmt_bytes(kv['kv_capacity_bytes'])} at n_ctx",
         f"memory         {mem['verdict']}: {mem['message']}",
         f"llama.cpp      llama-cpp-python {sysr['llama_cpp_version']} · {' '.join(sysr['cpu_features']) or 'no CPU features reported'}",

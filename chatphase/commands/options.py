@@ -45,6 +45,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         choices=TRI_STATE,
         help="llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched path crashes",
     )
+    g.add_argument(
+        "--chat-template",
+        metavar="NAME|FILE",
+        help="prompt format: a llama.cpp built-in (chatml, gemma, llama3, phi3, mistral-v7, …), completion "
+        "(no chat markup) or a Jinja file; default: the model's own template, else a format its vocabulary has",
+    )
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
@@ -83,6 +89,7 @@ _SETTING_KEYS = (
     "type_k",
     "type_v",
     "extra_bufts",
+    "chat_template",
     "system_prompt",
     "server",
     "api_key_env",

@@ -43,7 +43,8 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
 
     Raises:
         UsageError: a malformed server URL, an unset ``api_key_env`` variable, remote options without a
-            server. ModelError: a local model that cannot be used.
+            server, an unknown ``--chat-template``. ModelError: a local model that cannot be used, or
+            whose chat template fails to render (:func:`chatphase.engine.chat_format.format_before_load`).
     """
     check_remote_options(settings.server, settings.api_key_env, settings.remote_model)
     if settings.server:
@@ -63,6 +64,9 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
         return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
     info = read_model_info(resolve_model(settings.model, settings.models_dir, pull=pull, confirm=consent))
+    from chatphase.engine.chat_format import format_before_load
+
+    format_before_load(info, settings.chat_template)  # a broken template: one line, exit 2, before any UI
     verdict = preflight(info, settings.n_ctx, settings.n_ubatch, settings.type_k, settings.type_v)
     if verdict.level == "warn":
         (warn or (lambda text: print(f"chatphase: warning: {text}", file=sys.stderr)))(verdict.message)

@@ -48,7 +48,7 @@ class BatchedEngine(LlamaEngine):
         loaded = super()._load()
         self._n_seq_max = lc.llama_n_seq_max(self._ctx)
         self._n_ctx_seq = lc.llama_n_ctx_seq(self._ctx)
-        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab.ptr)
         self._batch = lc.llama_batch_init(max(self._n_batch, self._n_seq_max), 0, 1)
         return loaded
 
@@ -89,9 +89,16 @@ class BatchedEngine(LlamaEngine):
         self._known.clear()
         out = _Run(n, steps)
         out.t_prefill_start = time.perf_counter_ns()
-        if self._prefill(prompts, out) and steps:
-            self._decode_steps(prompts, out)
+        try:
+            if self._prefill(prompts, out) and steps:
+                self._decode_steps(prompts, out)
+        finally:
+            self.cancel_done()
         return out.outcome(self, prompts)
+
+    def sequence_lengths(self) -> list[int]:
+        """Tokens each sequence holds in the KV cache, by llama.cpp's own count (its last position + 1)."""
+        return [lc.llama_memory_seq_pos_max(self._mem, j) + 1 for j in range(self._n_seq_max)]
 
     def _prefill(self, prompts: Sequence[Sequence[int]], run: _Run) -> bool:
         """All prompts in ``n_batch`` chunks; samples each sequence's first token after its chunk."""

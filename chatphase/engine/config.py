@@ -29,7 +29,9 @@ class EngineConfig:
     on small machines); ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
     0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
-    (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824).
+    (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
+    ``chat_template`` the prompt format: ``None`` = the model's own template, else a format fitting its
+    vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.chat_format`).
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
     setting (``metadata["setting"]`` is false, so :class:`chatphase.config.Settings` has no such field).
@@ -45,6 +47,7 @@ class EngineConfig:
     type_k: str = "f16"
     type_v: str = "f16"
     extra_bufts: str = "auto"
+    chat_template: str | None = None
     n_seq_max: int = field(default=1, metadata={"setting": False})
 
     def validate(self) -> EngineConfig:
@@ -88,6 +91,7 @@ class EngineConfig:
             "type_v": self.type_v,
             "extra_bufts": self.extra_bufts,
             "n_seq_max": self.n_seq_max,
+            "chat_template": self.chat_template,
         }
 
     def to_dict(self) -> dict:

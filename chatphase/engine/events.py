@@ -73,6 +73,9 @@ class LoadedModel:
     ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``thinking_format``:
     the name of the model's thinking markers (:data:`chatphase.engine.thinking.FORMATS`), ``None`` for a
     model that does not think; ``thinking_switch``: its template takes ``enable_thinking``.
+    ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``chat_format`` says
+    how prompts are written (:attr:`chatphase.engine.chat_format.ChatFormat.label`, e.g. ``gemma
+    (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server).
     """
 
     info: ModelInfo
@@ -89,6 +92,7 @@ class LoadedModel:
     pid: int = 0
     thinking_format: str | None = None
     thinking_switch: bool = False
+    chat_format: str = ""
 
 
 @dataclass(frozen=True)

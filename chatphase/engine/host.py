@@ -8,19 +8,22 @@ memory release become clean (the process ends, the OS takes its memory back).
 The child is started with the ``spawn`` method (the UI process has threads; ``fork`` would copy them
 half-way). Events come back over a ``multiprocessing`` pipe; per-token ``TokensDecoded`` events are
 coalesced in the child for at most ``coalesce_ms`` so that the pipe carries a bounded message rate — the
-token timestamps are taken before coalescing, so no measured figure changes. Cancel is a shared
-``multiprocessing.Event`` that the engine checks between prefill chunks and tokens.
+token timestamps are taken before coalescing, so no measured figure changes. Cancel travels on a second
+pipe (:mod:`chatphase.engine.cancel_pipe`), checked by the engine between prefill chunks and tokens:
+no ``multiprocessing`` lock or event, so no named semaphore the resource tracker would report as leaked
+when the UI process is killed.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import multiprocessing.connection
-import os
 import signal
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
 from chatphase.models.gguf_meta import ModelInfo
@@ -60,21 +63,19 @@ class _Batch:
         )
 
 
-def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
-    """Child process body: load, then serve ``("turn", TurnRequest)`` / ``("close",)`` commands."""
-    from chatphase.engine.llamalog import default_log_path
+def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
+    """Child process body: load, then serve ``("turn", TurnRequest, seq)`` / ``("close",)`` commands;
+    ``cancel_conn`` carries cancel requests (:class:`~chatphase.engine.cancel_pipe.CancelFlag`)."""
+    from chatphase.engine.llamalog import default_log_path, redirect_stdio
 
     log_path = log_path or default_log_path()
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    redirect_stdio(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI, which cancels and closes us
 
     try:
         from chatphase.engine.llama import LlamaEngine
 
+        cancel = CancelFlag(cancel_conn)
         engine = LlamaEngine(info, config, cancel_event=cancel, log_path=log_path)
         for event in engine.load():
             conn.send(event)
@@ -89,6 +90,7 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
             if command[0] == "close":
                 break
             request: TurnRequest = command[1]
+            cancel.begin(command[2])
             batch = _Batch()
             sent_ns = 0
             for event in engine.run_turn(request):
@@ -109,11 +111,19 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
         engine.close()
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
-    except Exception as exc:  # report, never print a traceback over the UI
+    except Exception as exc:  # report in words; the traceback goes to the engine log (our fd 2)
+        traceback.print_exc()
         try:
-            conn.send(EngineFailed(f"engine error: {type(exc).__name__}: {exc}", fatal=True))
+            conn.send(EngineFailed(internal_error_message(exc, log_path), fatal=True))
         except Exception:
             pass
+
+
+def internal_error_message(exc: BaseException, log_path) -> str:
+    """One line for an unexpected failure inside the engine: what happened and what to do, the Python
+    details left to the engine log (where :func:`_child_main` printed the traceback)."""
+    what = "ran out of memory" if isinstance(exc, MemoryError) else "stopped on an internal error"
+    return f"the engine {what}; the conversation is kept — restart the engine (details in {log_path})"
 
 
 def stop_process(proc, conn, polite_s: float) -> None:
@@ -155,7 +165,8 @@ class EngineHost:
         self.log_path = log_path
         self.coalesce_ms = coalesce_ms
         self._mp = mp.get_context("spawn")
-        self._cancel = self._mp.Event()
+        self._cancel: CancelSender | None = None
+        self._seq = 0  # turns sent to this child, numbered for cancel
         self._proc = None
         self._conn = None
 
@@ -167,15 +178,17 @@ class EngineHost:
         """Start the child and load the model; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
         self.close()
         parent, child = self._mp.Pipe()
+        cancel_in, cancel_out = self._mp.Pipe(duplex=False)
         self._proc = self._mp.Process(
             target=_child_main,
             name="chatphase-engine",
             daemon=True,
-            args=(child, self._cancel, self.info, self.config, self.log_path, self.coalesce_ms),
+            args=(child, cancel_in, self.info, self.config, self.log_path, self.coalesce_ms),
         )
         self._proc.start()
         child.close()
-        self._conn = parent
+        cancel_in.close()
+        self._conn, self._cancel = parent, CancelSender(cancel_out)
         for event in self._receive():
             yield event
             if isinstance(event, (ModelLoaded, EngineFailed)):
@@ -190,9 +203,9 @@ class EngineHost:
         if self._conn is None or not self._proc.is_alive():
             yield EngineFailed("the engine is not running; restart it", request.turn_id, fatal=True)
             return
-        self._cancel.clear()
+        self._seq += 1
         try:
-            self._conn.send(("turn", request))
+            self._conn.send(("turn", request, self._seq))
         except (BrokenPipeError, OSError):
             yield self._death(request.turn_id)
             return
@@ -219,20 +232,22 @@ class EngineHost:
 
     def cancel(self) -> None:
         """Ask the running turn to stop at the next prefill chunk or token."""
-        self._cancel.set()
+        if self._cancel is not None:
+            self._cancel.cancel(self._seq)
 
     def close(self) -> None:
         """Stop the child (politely, then by force) and release its memory. Idempotent."""
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        proc, conn, cancel = self._proc, self._conn, self._cancel
+        self._proc = self._conn = self._cancel = None
         if proc is None:
             return
-        self._cancel.set()
+        cancel.cancel(ALL)
         try:
             conn.send(("close",))
         except (BrokenPipeError, OSError):
             pass
         stop_process(proc, conn, polite_s=2.0)
+        cancel.close()
 
     def _receive(self, turn_id: int | None = None) -> Iterator:
         conn, proc = self._conn, self._proc

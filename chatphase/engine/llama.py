@@ -15,7 +15,6 @@ tail evaluated; at least one token is always evaluated so that there are logits 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
+from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
@@ -31,6 +31,7 @@ from chatphase.engine.events import (
     Event,
     FirstToken,
     LoadedModel,
+    Message,
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
@@ -38,22 +39,19 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
+from chatphase.engine.llama_params import context_params, model_params, offload_plan
 from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.engine.sampling import sampler_chain
+from chatphase.engine.stops import StopText
+from chatphase.engine.text import clean_text
+from chatphase.engine.vocab import Vocab
+from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
-from chatphase.system.cpu_features import detect_amx, read_cpu_flags
-
-_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30, "iq4_nl": 20}
-_FLASH_ATTN = {
-    "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
-    "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-    "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-}
-_ALL_LAYERS = 0x7FFFFFFF  # llama.cpp clamps to the model's layer count
+from chatphase.system import engine_registry
 
 
 class LlamaEngine:
@@ -78,7 +76,8 @@ class LlamaEngine:
         self._model = self._ctx = self._vocab = None
         self._cache: list[int] = []
         self._known = CacheText()  # the text that prefixes of self._cache stand for
-        self._pieces: dict[int, bytes] = {}
+        self._stops: tuple[str, ...] = ()
+        self._registered = False
         self._log: LlamaLogCapture | None = None
         self.loaded: LoadedModel | None = None
 
@@ -87,6 +86,8 @@ class LlamaEngine:
         """Load the model and create the context; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
         try:
             yield ModelLoaded(self._load())
+        except (TemplateError, UsageError) as exc:  # already one line the user can act on
+            yield EngineFailed(str(exc), fatal=True)
         except Exception as exc:  # llama.cpp reports failures as NULL pointers; we raise with a message
             yield EngineFailed(f"model failed to load: {exc}", fatal=True)
 
@@ -99,9 +100,16 @@ class LlamaEngine:
         if self._ctx is None:
             yield EngineFailed("the model is not loaded", request.turn_id, fatal=True)
             return
+        try:
+            yield from self._run(request)
+        finally:
+            self.cancel_done()
+
+    def cancel_done(self) -> None:
+        """A turn (or batch) ended: a cancel asked for it is spent, so the next one runs (the engine's own
+        flag; a shared one is cleared by its owner, :class:`~chatphase.engine.host.EngineHost`)."""
         if self._owns_cancel:
-            self._cancel.clear()  # a cancel stops the running turn, not the next one
-        yield from self._run(request)
+            self._cancel.clear()
 
     def watch(self) -> Iterator[Event]:
         """Nothing to watch in-process (a crash here takes the caller with it): returns at once."""
@@ -122,48 +130,37 @@ class LlamaEngine:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._registered:
+            engine_registry.unregister()
+            self._registered = False
 
     # -- public helpers --------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are parsed)."""
-        data = text.encode("utf-8")
-        n_max = len(data) + 16
-        buf = (lc.llama_token * n_max)()
-        n = lc.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
-        if n < 0:
-            n_max = -n
-            buf = (lc.llama_token * n_max)()
-            n = lc.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
-        return list(buf[:n])
+        return self._vocab.tokenize(text, add_special)
 
     def piece(self, token: int, special: bool = False) -> bytes:
-        """The bytes of one token (cached; special tokens render empty unless ``special``)."""
-        if not special and token in self._pieces:
-            return self._pieces[token]
-        size = 32
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = lc.llama_token_to_piece(self._vocab, token, buf, size, 0, special)
-            if n >= 0:
-                break
-            size = -n
-        out = buf.raw[:n]
-        if not special:
-            self._pieces[token] = out
-        return out
-
-    def _render(self, token: int) -> bytes:
-        """The bytes a token stands for in templated text (control tokens such as ``<|im_end|>`` as text)."""
-        return self.piece(token) or self.piece(token, special=True)
+        """The bytes of one token (special tokens render empty unless ``special``)."""
+        return self._vocab.piece(token, special)
 
     def _encode(self, text: str, add_special: bool) -> list[int]:
         """The prompt ``text`` as tokens, reusing the cached tokens for the text the cache holds."""
-        return encode_prompt(text, add_special, self._cache, self._known, self.tokenize, self._render)
+        return encode_prompt(text, add_special, self._cache, self._known, self._vocab.tokenize, self._vocab.render)
 
     @property
     def cached_tokens(self) -> list[int]:
         """The tokens whose KV entries the cache holds, in order."""
         return list(self._cache)
+
+    @property
+    def template(self) -> ChatTemplate:
+        """The chat format turns are rendered with (after :meth:`load`)."""
+        return self._template
+
+    @property
+    def vocab(self) -> Vocab:
+        """The loaded model's vocabulary (after :meth:`load`)."""
+        return self._vocab
 
     # -- loading ---------------------------------------------------------------------------------
     def _load(self) -> LoadedModel:
@@ -174,48 +171,15 @@ class LlamaEngine:
         s = self.config.resolved()
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
-        notes: list[str] = []
-
-        amx = detect_amx(system_info, read_cpu_flags())
-        use_extra_bufts = {"auto": not amx, "on": True, "off": False}[s["extra_bufts"]]
-        if amx and s["extra_bufts"] == "auto":
-            notes.append(
-                "AMX CPU: llama.cpp extra buffer types off (its AMX batched path crashes); --extra-bufts on overrides"
-            )
-        elif amx and use_extra_bufts:
-            notes.append("AMX CPU with extra buffer types on (--extra-bufts on): batched prefill may crash")
-
-        requested = s["n_gpu_layers"]
-        if requested is None:
-            n_gpu_layers = _ALL_LAYERS if gpu_ok else 0
-        elif not gpu_ok and requested != 0:
-            n_gpu_layers = 0
-            notes.append(f"n_gpu_layers={requested} ignored: this llama.cpp build has no GPU support (CPU only)")
-        else:
-            n_gpu_layers = _ALL_LAYERS if requested == -1 else requested
-
-        mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        mparams.use_extra_bufts = use_extra_bufts
-        self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), mparams)
+        plan = offload_plan(s, system_info, gpu_ok)
+        notes = list(plan.notes)
+        self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
         if not self._model:
             raise RuntimeError(f"llama.cpp could not load {self.info.path} (see {self.log_path})")
-
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = s["n_ctx"]
-        cparams.n_batch = s["n_batch"]
-        cparams.n_ubatch = s["n_ubatch"]
-        cparams.n_threads = s["n_threads"]
-        cparams.n_threads_batch = s["n_threads_batch"]
-        cparams.n_seq_max = s["n_seq_max"]
-        cparams.flash_attn_type = _FLASH_ATTN[s["flash_attn"]]
-        cparams.type_k = _GGML_TYPES[s["type_k"]]
-        cparams.type_v = _GGML_TYPES[s["type_v"]]
-        cparams.no_perf = False
-        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        self._ctx = lc.llama_init_from_model(self._model, context_params(s))
         if not self._ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {s['n_ctx']} tokens (see {self.log_path})")
-        self._vocab = lc.llama_model_get_vocab(self._model)
+        self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_ctx = lc.llama_n_ctx(self._ctx)
         self._n_batch = s["n_batch"]
@@ -224,15 +188,9 @@ class LlamaEngine:
                 f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens"
             )
 
-        template = lc.llama_model_chat_template(self._model, None)
-        self._template = ChatTemplate(
-            template.decode("utf-8") if template else None,
-            bos_token=self.piece(lc.llama_vocab_bos(self._vocab), special=True).decode("utf-8", "replace"),
-            eos_token=self.piece(lc.llama_vocab_eos(self._vocab), special=True).decode("utf-8", "replace"),
-            tokenize=self.tokenize,
-        )
-        if self._template.is_fallback:
-            notes.append("the model has no chat template: using ChatML")
+        self._format = self._chat_format(s["chat_template"])
+        if self._format.kind != "model":
+            notes.append(f"chat format: {self._format.label} — {self._format.why}")
 
         if self.info.attention is None:
             raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
@@ -240,10 +198,10 @@ class LlamaEngine:
         resolved = dict(
             s,
             n_ctx=self._n_ctx,
-            n_gpu_layers=n_gpu_layers if n_gpu_layers != _ALL_LAYERS else -1,
-            use_extra_bufts=use_extra_bufts,
+            n_gpu_layers=plan.n_gpu_layers_setting,
+            use_extra_bufts=plan.use_extra_bufts,
             gpu_offload_supported=gpu_ok,
-            amx_detected=amx,
+            amx_detected=plan.amx,
         )
         kv_mib = self._log.kv_cache_mib
         self.loaded = LoadedModel(
@@ -259,10 +217,28 @@ class LlamaEngine:
             notes=tuple(notes),
             log_path=str(self.log_path),
             pid=os.getpid(),
+            chat_format=self._format.label,
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
+        self._registered = engine_registry.register() is not None  # peak measurements wait for us
         return self.loaded
+
+    def _chat_format(self, override: str | None):
+        """Choose the prompt format (:func:`~chatphase.engine.chat_format.choose_format`) and check that it
+        renders; sets ``self._template`` and ``self._stops``.
+
+        Raises:
+            TemplateError, UsageError: a template that cannot be used, an unknown override (one line).
+        """
+        raw = lc.llama_model_chat_template(self._model, None)
+        model_template = raw.decode("utf-8", errors="replace") if raw else None
+        fmt = choose_format(self.info.architecture, model_template, self._vocab.has_special, override)
+        render = renderer(fmt, bos_token=self._vocab.bos_text, eos_token=self._vocab.eos_text)
+        fmt = probe(fmt, render)
+        self._template = ChatTemplate(render, self._vocab.tokenize)
+        self._stops = fmt.stops
+        return fmt
 
     # -- one turn --------------------------------------------------------------------------------
     def _decode(self, tokens: list[int]) -> bool:
@@ -286,6 +262,7 @@ class LlamaEngine:
     def _run(self, req: TurnRequest) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
+        messages = tuple(Message(m.role, clean_text(m.content)[0]) for m in req.messages)  # never a surrogate
         if req.reset_cache:
             self._known.clear()
         text = None  # the prompt's templated text (UTF-8), when it has one
@@ -297,9 +274,12 @@ class LlamaEngine:
         else:
             budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
             try:
-                fitted = self._template.fit(req.messages, budget, self._encode)
+                fitted = self._template.fit(messages, budget, self._encode)
             except PromptTooLong as exc:
                 yield EngineFailed(f"message refused: {exc}", req.turn_id)
+                return
+            except Exception as exc:  # the template raised on this conversation (e.g. a system message)
+                yield EngineFailed(refusal(self._format, exc), req.turn_id)
                 return
             prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
         cached = self._reuse_prefix(prompt, req.reset_cache)
@@ -332,7 +312,7 @@ class LlamaEngine:
                 self._known.add_prompt(len(prompt), text)
             stop = yield from self._generate(req, t_submit, times, parts)
             if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
-                self._known.add_pieces(self._render(t) for t in self._cache[len(prompt) :])
+                self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
         metrics = compute_turn_metrics(
             t_submit_ns=t_submit,
             t_prefill_start_ns=t_prefill_start,
@@ -352,15 +332,22 @@ class LlamaEngine:
         yield TurnFinished(req.turn_id, "".join(parts), metrics)
 
     def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
-        """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason."""
+        """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason.
+
+        A token that completes an end-of-turn marker written as text (:class:`StopText`) ends the reply
+        as an end-of-generation token does (not counted, not evaluated) unless text before the marker
+        came with it.
+        """
         sp = req.sampling
         sampler = sampler_chain(sp)
         detok = IncrementalDetokenizer()
+        stop_text = StopText(() if req.ignore_eos else self._stops)
         one = (lc.llama_token * 1)()
         batch = lc.llama_batch_get_one(one, 1)
         sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
-        is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab, self._cache
+        is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab.ptr, self._cache
         cancel, n_ctx, turn_id = self._cancel, self._n_ctx, req.turn_id
+        filtered = bool(stop_text.stops)
         stop = "length"
         try:
             while True:
@@ -369,13 +356,21 @@ class LlamaEngine:
                 if not req.ignore_eos and is_eog(vocab, token):
                     stop = "stop"
                     break
-                times.append(t)
                 text = detok.feed(piece(token))
+                if filtered:
+                    text = stop_text.feed(text)
+                    if stop_text.stopped and not text:
+                        stop = "stop"
+                        break
+                times.append(t)
                 parts.append(text)
                 if len(times) == 1:
                     yield FirstToken(turn_id, text, ns_to_ms(t - t_submit), t)
                 else:
                     yield TokensDecoded(turn_id, text, 1, len(times), t)
+                if stop_text.stopped:  # the token ended with a marker: the text before it was the last
+                    stop = "stop"
+                    break
                 if len(times) >= sp.max_tokens:
                     break
                 if len(cache) >= n_ctx:
@@ -391,7 +386,7 @@ class LlamaEngine:
                 cache.append(token)
         finally:
             lc.llama_sampler_free(sampler)
-            tail = detok.flush()
+            tail = stop_text.feed(detok.flush()) + stop_text.flush()
             if tail:
                 parts.append(tail)
         return stop

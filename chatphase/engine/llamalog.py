@@ -2,8 +2,16 @@
 
 llama.cpp reports some figures only in its log: the layers offloaded to the GPU
 (``load_tensors: offloaded 31/31 layers to GPU``) and the KV cache it allocated
-(``llama_kv_cache: size =   45.00 MiB (  2048 cells, ...``). :class:`LlamaLogCapture` writes every line
+(``llama_kv_cache: size =   45.00 MiB (  2048 cells, ...``). :class:`LlamaLogCapture` writes its lines
 to the log file (never to the terminal, where it would draw over the TUI) and keeps those figures.
+
+What is kept: lines at or above :func:`log_level` (``info`` by default; ``CHATPHASE_LOG_LEVEL=debug``
+keeps llama.cpp's debug lines too, about 1,000 graph lines of ~236 KB per engine start). The levels are
+ggml's (``enum ggml_log_level`` in the vendored ``ggml/include/ggml.h``: 1 debug, 2 info, 3 warn, 4 error,
+5 continuation of the previous line; llama-cpp-python's ``_logger.py`` comment has an older order).
+The file is shared by every engine process; before a process appends to it, a file over
+:data:`LOG_CAP_BYTES` is rotated (``engine.log`` -> ``engine.log.1`` -> ``engine.log.2``, the oldest
+dropped), so the log stays under about three caps.
 """
 
 from __future__ import annotations
@@ -16,7 +24,13 @@ from pathlib import Path
 
 import llama_cpp
 
-_DEBUG, _CONT = 4, 5
+#: ggml's log levels (``enum ggml_log_level``).
+LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4}
+_CONT = 5
+#: a log file larger than this is rotated when the next engine process starts (bytes).
+LOG_CAP_BYTES = 2 * 2**20
+#: rotated files kept beside the log (``engine.log.1`` … ``.N``).
+LOG_KEEP = 2
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
 
@@ -31,9 +45,44 @@ def default_log_path() -> Path:
     return Path(platformdirs.user_log_dir("chatphase")) / "engine.log"
 
 
+def log_level() -> int:
+    """The lowest ggml level written: ``$CHATPHASE_LOG_LEVEL`` (debug, info, warn, error; default info)."""
+    return LEVELS.get(os.environ.get("CHATPHASE_LOG_LEVEL", "").strip().lower(), LEVELS["info"])
+
+
+def rotate_log(path: str | os.PathLike, cap_bytes: int = LOG_CAP_BYTES, keep: int = LOG_KEEP) -> bool:
+    """Rotate ``path`` when it is larger than ``cap_bytes``: ``.N-1`` -> ``.N`` … ``path`` -> ``.1``
+    (the oldest dropped). Returns whether it rotated. A process that still holds the old file open
+    keeps writing to it under its new name, which is fine for a log."""
+    p = Path(path)
+    try:
+        if p.stat().st_size <= cap_bytes:
+            return False
+        for n in range(keep, 0, -1):
+            older = p.with_name(f"{p.name}.{n}")
+            newer = p.with_name(f"{p.name}.{n - 1}") if n > 1 else p
+            if newer.exists():
+                os.replace(newer, older)
+        return True
+    except OSError:  # another process rotated it first, or the directory is read-only: keep appending
+        return False
+
+
+def redirect_stdio(path: str | os.PathLike) -> None:
+    """Point this process's fds 1 and 2 at the log ``path`` (appending, rotated first), so that what
+    llama.cpp or a crash prints never reaches the terminal (engine and bench child processes)."""
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    rotate_log(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 class LlamaLogCapture:
     """Installs a process-wide llama.cpp log callback writing to ``path`` (appending).
 
+    Lines below ``min_level`` (default :func:`log_level`) are dropped, with their continuations.
     Attributes filled as lines arrive: ``layers_offloaded``, ``layers_total`` (ints or ``None``),
     ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int).
     One capture is active per process: a new one replaces the previous one. llama.cpp keeps calling
@@ -42,9 +91,11 @@ class LlamaLogCapture:
     active capture, if any.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, min_level: int | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        rotate_log(self.path)
+        self.min_level = log_level() if min_level is None else min_level
         self._file = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
         self._lock = threading.Lock()
         self._partial = ""
@@ -61,13 +112,12 @@ class LlamaLogCapture:
             if not self._file.closed:
                 self._file.write(text if text.endswith("\n") else text + "\n")
 
-    def _on_log(self, level: int, text: bytes, user_data) -> None:
-        # ggml levels: 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line
-        if level == _DEBUG or (level == _CONT and self._last_level == _DEBUG):
-            self._last_level = _DEBUG
-            return  # per-graph debug chatter would bury what a user looks for in the log
+    def on_log(self, level: int, text: bytes, user_data) -> None:
+        """llama.cpp's log callback (ggml level, text, user data): lines at or above :attr:`min_level` go to the file."""
         if level != _CONT:
             self._last_level = level
+        if self._last_level < self.min_level:
+            return  # per-graph debug chatter would bury what a user looks for in the log
         try:
             chunk = text.decode("utf-8", errors="replace")
             with self._lock:
@@ -105,7 +155,7 @@ _active: LlamaLogCapture | None = None
 def _forward(level: int, text: bytes, user_data) -> None:
     capture = _active
     if capture is not None:
-        capture._on_log(level, text, user_data)
+        capture.on_log(level, text, user_data)
 
 
 #: the one C callback of this process; module-level so it lives as long as llama.cpp may call it.

@@ -47,7 +47,10 @@ class TurnMetrics:
     ``prefill_tokens + cached_tokens == prompt_tokens`` holds for every prefill that ran to its end (one
     cancelled between chunks counts only the tokens it evaluated). The local engine fills every
     field it can define; a remote server (:mod:`chatphase.engine.remote`) may leave counts, prefill and
-    KV figures unknown, and unknown is ``None`` — never a guessed zero.
+    KV figures unknown, and unknown is ``None`` — never a guessed zero. ``decode_tokens_source`` says
+    who counted a remote reply's tokens: ``usage`` (the server's usage), ``timings`` (llama-server's
+    ``predicted_n``), ``tokenizer`` (the server's tokenizer over the reply text,
+    :mod:`chatphase.engine.remote_tokens`); ``None`` for the local engine, which counts what it sampled.
     """
 
     prompt_tokens: int | None
@@ -76,6 +79,7 @@ class TurnMetrics:
     answer_tokens: int | None = None
     ttfa_ms: float | None = None
     answer_tokens_per_s: float | None = None
+    decode_tokens_source: str | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field, in declaration order."""

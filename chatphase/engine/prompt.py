@@ -1,8 +1,8 @@
-"""Chat templating and fitting a conversation into the context window.
+"""Fitting a templated conversation into the context window.
 
-The template is the model's own (``tokenizer.chat_template`` in the GGUF), rendered by llama-cpp-python's
-``Jinja2ChatFormatter`` in Jinja's immutable sandbox (CVE-2024-34359 was the unsandboxed case). Models
-without one fall back to ChatML, llama.cpp's own default.
+The format (the model's Jinja template, a llama.cpp built-in, or a plain completion prompt) is chosen and
+checked in :mod:`chatphase.engine.chat_format`; :class:`ChatTemplate` renders with it, tokenises, and
+drops the oldest messages until the prompt fits.
 """
 
 from __future__ import annotations
@@ -10,14 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
+from chatphase.engine.chat_format import Render
 from chatphase.engine.events import Message
-
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 
 class PromptTooLong(Exception):
@@ -39,28 +33,22 @@ Encode = Callable[[str, bool], list[int]]
 
 
 class ChatTemplate:
-    """Renders ``Message`` lists with the model's template and tokenises them.
+    """Renders ``Message`` lists in a chat format and tokenises them.
 
     Args:
-        template: Jinja source (``None`` -> ChatML).
-        bos_token / eos_token: the special tokens' text, passed to the template.
+        render: the format's :data:`~chatphase.engine.chat_format.Render` function.
         tokenize: ``(text, add_special) -> token ids`` of the loaded model, parsing special tokens.
     """
 
-    def __init__(
-        self, template: str | None, bos_token: str, eos_token: str, tokenize: Callable[[str, bool], list[int]]
-    ):
-        self.source = template or CHATML_TEMPLATE
-        self.is_fallback = template is None
-        self._formatter = Jinja2ChatFormatter(self.source, eos_token=eos_token, bos_token=bos_token)
+    def __init__(self, render: Render, tokenize: Callable[[str, bool], list[int]]):
+        self._render = render
         self._tokenize = tokenize
 
     def render(self, messages: Sequence[Message]) -> tuple[str, bool]:
         """``(text, add_special)``: the templated conversation, ending with the assistant's generation
         prompt, and whether tokenising it should add BOS/EOS (only when the template did not, as
         llama-cpp-python's chat handler does)."""
-        result = self._formatter(messages=[{"role": m.role, "content": m.content} for m in messages])
-        return result.prompt, not result.added_special
+        return self._render(messages, True)
 
     def tokens(self, messages: Sequence[Message]) -> list[int]:
         """Token ids of the templated conversation, ending with the assistant's generation prompt."""

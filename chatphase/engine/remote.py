@@ -5,7 +5,9 @@ llama.cpp's ``llama-server``, vLLM, llama-cpp-python's server and Ollama's ``/v1
 ``stream_options.include_usage`` and turns the stream into the same events and ``TurnMetrics`` as the local
 engine (what is measured where: :mod:`chatphase.engine.remote_wire`). A token-id prompt (``bench``) goes
 to ``POST /v1/completions`` instead (llama-server and vLLM accept token ids there). The server's own ``timings``
-(llama-server) travel beside the client's view in ``TurnFinished.server_timings``.
+(llama-server) travel beside the client's view in ``TurnFinished.server_timings``. A stream that
+carries no token count (llama-cpp-python's server) gets its reply counted by the server's tokenizer
+endpoint afterwards (:mod:`chatphase.engine.remote_tokens`), labelled ``decode_tokens_source="tokenizer"``.
 
 - ``load()`` lists ``GET /v1/models`` (an unknown ``remote_model`` fails here, naming what the server
   serves) and reads llama-server's ``GET /props`` for ``n_ctx`` where it exists; a server without it is
@@ -43,6 +45,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import ns_to_ms
 from chatphase.engine.remote_errors import error_text, http_error_message, transport_message
+from chatphase.engine.remote_tokens import ServerTokenizer
 from chatphase.engine.remote_url import ServerURL
 from chatphase.engine.remote_wire import (
     ServerReport,
@@ -88,6 +91,7 @@ class RemoteEngine:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = self._new_client()
         self._is_llama_server = False
+        self.tokenizer: ServerTokenizer | None = None
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._response: httpx.Response | None = None
@@ -117,6 +121,7 @@ class RemoteEngine:
             self.remote_model = ids[0]
         props = self._props()
         self._is_llama_server = props is not None
+        self.tokenizer = ServerTokenizer(self._post_json, str(self.url.root), self.remote_model, self._is_llama_server)
         entry = next((m for m in served if m["id"] == self.remote_model), {})
         self.loaded = self._loaded_model(props or {}, entry, ns_to_ms(time.perf_counter_ns() - t0))
         yield ModelLoaded(self.loaded)
@@ -220,6 +225,14 @@ class RemoteEngine:
                 f"the server at {self.url.display} answered {url.rsplit('/', 1)[-1]} with non-JSON"
             ) from None
         return data if isinstance(data, dict) else {}
+
+    def _post_json(self, url: str, body: dict):
+        """POST ``body`` to ``url``; the decoded JSON, or ``None`` on any failure (for optional endpoints)."""
+        try:
+            response = self._client.post(url, json=body, timeout=self._timeout.connect)
+            return response.json() if response.status_code < 400 else None
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def _props(self) -> dict | None:
         """llama-server's ``/props`` (``None`` for servers without it)."""
@@ -342,6 +355,8 @@ class _Turn:
             return
         if error:
             yield EngineFailed(f"{error} — the partial reply is kept", rid)
+        if self.report.decode_count()[0] is None:  # the server's tokenizer, never a count of chunks
+            self.report.tokenized_completion_tokens = engine.tokenizer.count("".join(self.parts))
         metrics = remote_turn_metrics(
             t_submit_ns=self.t_submit, arrival_times_ns=self.times, report=self.report, stop_reason=stop
         )

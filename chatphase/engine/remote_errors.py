@@ -15,17 +15,19 @@ def transport_message(
     if isinstance(exc, httpx.ConnectTimeout):
         return f"the server at {where} did not accept a connection in time"
     if isinstance(exc, httpx.ConnectError):
-        reason = "connection refused" if "refused" in str(exc).lower() else (str(exc) or type(exc).__name__)
+        reason = "connection refused" if "refused" in str(exc).lower() else (str(exc) or "no route to it")
         return f"cannot connect to the server at {where}: {reason}"
     if isinstance(exc, httpx.ReadTimeout):
         return f"the server at {where} sent nothing for {read_timeout_s:g} s (read timeout)"
     if isinstance(exc, httpx.TimeoutException):
-        return f"the server at {where} timed out ({type(exc).__name__})"
+        doing = "sending the request" if isinstance(exc, httpx.WriteTimeout) else "waiting for an answer"
+        return f"the server at {where} timed out {doing}"
     if isinstance(exc, SSEError):
         return f"the server at {where} did not stream its reply ({exc})"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)) or mid_stream:
         return f"the connection to {where} was cut {'mid-reply' if mid_stream else 'before a reply'}"
-    return f"request to {where} failed: {type(exc).__name__}"
+    reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "no reason given"
+    return f"the request to {where} failed ({reason})"
 
 
 def http_error_message(response: httpx.Response, where: str) -> str:

@@ -13,7 +13,8 @@ Who measures what:
   + queueing + prefill + first sample); ``decode_ms`` = last − first content chunk arrival; ITL = gaps
   between content chunk arrivals (vLLM's serving benchmark measures ITL the same way, on chunks).
 - Server: every token count. ``decode_tokens`` is ``usage.completion_tokens`` (else llama-server's
-  ``predicted_n``); ``prompt_tokens`` is ``usage.prompt_tokens`` (else ``prompt_n + cache_n``);
+  ``predicted_n``, else the reply's text counted by the server's tokenizer endpoint,
+  :mod:`chatphase.engine.remote_tokens`; ``TurnMetrics.decode_tokens_source`` says which); ``prompt_tokens`` is ``usage.prompt_tokens`` (else ``prompt_n + cache_n``);
   ``cached_tokens`` is ``usage.prompt_tokens_details.cached_tokens`` (else ``cache_n``). Chunks are never
   counted as tokens in the final metrics.
 - Server only: ``prefill_ms`` (llama-server's ``prompt_ms``); a server without timings leaves it unknown.
@@ -58,7 +59,8 @@ class ServerReport:
     """What the server reported during one stream; every field ``None`` until a chunk carries it.
 
     ``timings`` is the subset of :data:`TIMING_KEYS` the server sent; ``progress`` the latest
-    ``prompt_progress`` object; ``finish_reason`` the OpenAI finish reason of choice 0.
+    ``prompt_progress`` object; ``finish_reason`` the OpenAI finish reason of choice 0;
+    ``tokenized_completion_tokens`` the reply counted afterwards by the server's tokenizer endpoint.
     """
 
     prompt_tokens: int | None = None
@@ -69,6 +71,18 @@ class ServerReport:
     finish_reason: str | None = None
     model: str | None = None
     extras: dict = field(default_factory=dict)
+    tokenized_completion_tokens: int | None = None
+
+    def decode_count(self) -> tuple[int | None, str | None]:
+        """``(decode tokens, who counted them)``: usage, else llama-server's timings, else the server's
+        tokenizer over the reply (:attr:`tokenized_completion_tokens`); ``(None, None)`` when none did."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens, "usage"
+        if self.timing("predicted_n") is not None:
+            return int(self.timing("predicted_n")), "timings"
+        if self.tokenized_completion_tokens is not None:
+            return self.tokenized_completion_tokens, "tokenizer"
+        return None, None
 
     def absorb(self, chunk: dict) -> None:
         """Update from one decoded ``chat.completion.chunk`` (unknown keys ignored)."""
@@ -148,9 +162,7 @@ def remote_turn_metrics(
     if any(b < a for a, b in pairwise(times)) or (times and times[0] < t_submit_ns):
         raise ValueError("arrival times must be non-decreasing and after the submit time")
     prompt, cached, prefill = _prompt_counts(report)
-    decode_tokens = report.completion_tokens
-    if decode_tokens is None and report.timing("predicted_n") is not None:
-        decode_tokens = int(report.timing("predicted_n"))
+    decode_tokens, source = report.decode_count()
     decode_ns = times[-1] - times[0] if times else 0
     decode_tps, tpot_ms = decode_rates(decode_tokens, decode_ns)
     prefill_ms = report.timing("prompt_ms")
@@ -176,6 +188,7 @@ def remote_turn_metrics(
         tokenize_ms=None,
         tpot_ms=tpot_ms,
         dropped_messages=0,
+        decode_tokens_source=source,
     )
 
 

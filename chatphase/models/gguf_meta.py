@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import os
 import re
 import struct
@@ -185,8 +186,11 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
             ) from None
         except Exception as exc:  # gguf raises ValueError/IndexError/KeyError on damaged headers
             error = error or exc
-    if reader is None:
-        raise ModelError(f"GGUF header cannot be read; damaged or cut short ({type(error).__name__}: {error}): {p}")
+    if reader is None:  # gguf's own words (an IndexError deep in numpy) go to the debug log (--verbose)
+        logging.getLogger(__name__).debug("GGUF header of %s: %r", p, error, exc_info=error)
+        raise ModelError(
+            f"GGUF header cannot be read: the file is damaged or cut short; download or copy it again: {p}"
+        )
     meta: dict = {}
     for key, field in reader.fields.items():
         if key.startswith(_SKIP_PREFIXES):
@@ -293,6 +297,16 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
         n_embd=int(meta.get(f"{arch}.embedding_length", 0)),
         split_count=split_count,
     )
+
+
+def read_chat_template(path: str | os.PathLike) -> str | None:
+    """The GGUF's ``tokenizer.chat_template`` (Jinja source), ``None`` when it has none.
+
+    Raises:
+        ModelError: as :func:`read_metadata`.
+    """
+    template = read_metadata(path)[0].get("tokenizer.chat_template")
+    return template if isinstance(template, str) and template else None
 
 
 def _file_type_name(file_type) -> str:

@@ -18,6 +18,7 @@ Unreachable Hub: one line naming the endpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -253,7 +254,7 @@ def check_reachable(timeout_s: float = 5.0) -> None:
         httpx.head(endpoint(), timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise ChatPhaseError(
-            f"cannot reach {endpoint()} ({type(exc).__name__}); set HF_HUB_OFFLINE=1 to use cached models only"
+            f"cannot reach {endpoint()} ({_network_reason(exc)}); set HF_HUB_OFFLINE=1 to use cached models only"
         ) from None
 
 
@@ -265,7 +266,7 @@ def _hub_error(exc: Exception, repo_id: str) -> ChatPhaseError:
             f"repository not found on {endpoint()}: {repo_id} (private or gated repos need `hf auth login`)"
         )
     if isinstance(exc, hf_errors.RevisionNotFoundError):
-        return ModelError(f"revision not found in {repo_id}: {exc.__class__.__name__}")
+        return ModelError(f"revision not found in {repo_id} (check --revision)")
     if isinstance(exc, (hf_errors.EntryNotFoundError, hf_errors.RemoteEntryNotFoundError)):
         return ModelError(f"file not found in {repo_id}")
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
@@ -276,11 +277,24 @@ def _hub_error(exc: Exception, repo_id: str) -> ChatPhaseError:
         return ChatPhaseError(f"the Hub answered with an error for {repo_id}: {str(exc).splitlines()[0]}")
     if "httpx" in type(exc).__module__ or isinstance(exc, ConnectionError):
         return ChatPhaseError(
-            f"cannot reach {endpoint()} ({type(exc).__name__}); set HF_HUB_OFFLINE=1 to use cached models only"
+            f"cannot reach {endpoint()} ({_network_reason(exc)}); set HF_HUB_OFFLINE=1 to use cached models only"
         )
     if isinstance(exc, OSError):
         return ChatPhaseError(f"download from {repo_id} failed: {str(exc).splitlines()[0]}")
-    return ChatPhaseError(f"download from {repo_id} failed: {type(exc).__name__}: {exc}")
+    logging.getLogger(__name__).debug("download from %s", repo_id, exc_info=exc)
+    return ChatPhaseError(f"download from {repo_id} failed ({_network_reason(exc)}); run it again to resume")
+
+
+def _network_reason(exc: BaseException) -> str:
+    """A network failure in words (the exception's class is for --verbose, not for the user)."""
+    name = type(exc).__name__.lower()
+    if "timeout" in name:
+        return "timed out"
+    if "refused" in str(exc).lower():
+        return "connection refused"
+    if "connect" in name or isinstance(exc, ConnectionError):
+        return "no connection"
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "no reason given"
 
 
 def remove_stale_partials(base: Path, older_than_s: float = STALE_PARTIAL_S) -> list[Path]:

@@ -342,8 +342,12 @@ def open_append(path: Path):
 
 
 def write_record(fh, record: dict, *, sync: bool) -> None:
-    """Append one record as a JSON line and flush it to the OS; ``sync`` also fsyncs it to disk."""
-    fh.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    """Append one record as a JSON line and flush it to the OS; ``sync`` also fsyncs it to disk.
+    Text that is not valid Unicode (a lone surrogate, e.g. from an environment variable) is written as
+    U+FFFD: it could not be encoded, and a session must never fail to save for it."""
+    from chatphase.engine.text import clean_text
+
+    fh.write(clean_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")))[0] + "\n")
     fh.flush()
     if sync:
         os.fsync(fh.fileno())

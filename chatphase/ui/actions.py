@@ -76,6 +76,15 @@ ACTIONS: tuple[ChatAction, ...] = (
         show=False,
     ),
     ChatAction(
+        "prompt.clear",
+        "ctrl+u",
+        "clear_prompt",
+        "Clear box",
+        "Prompt: Clear",
+        "Empty the prompt box (Ctrl+Z brings the text back)",
+        show=False,
+    ),
+    ChatAction(
         "chat.copy",
         "f2",
         "copy_reply",

@@ -213,6 +213,10 @@ class ChatPhaseApp(App[None]):
         await self.chat_log.clear_log()
         self.notify(f"Screen cleared; the model keeps the conversation ({self.keys['chat.new']} starts a new one).")
 
+    def action_clear_prompt(self) -> None:
+        """Empty the prompt box (one edit: Ctrl+Z brings the text back)."""
+        self.prompt.action_clear_prompt()
+
     def action_copy_reply(self) -> None:
         """Copy the last reply to the clipboard."""
         reply = self.chat.last_reply
@@ -242,21 +246,9 @@ class ChatPhaseApp(App[None]):
 
     def action_switch_model_picker(self) -> None:
         """Pick another model (models directory, Hugging Face cache, bundled default)."""
-        from chatphase.ui.model_picker import ModelPickerScreen
+        from chatphase.ui.model_picker import pick_model
 
-        def chosen(info: ModelInfo | None) -> None:
-            if info is None:
-                return
-            if info.path == self.chat.model_info.path:
-                self.notify(f"{info.name} is already loaded", title="Model")
-                return
-            self.switch_model(info)
-
-        settings = self.chat.settings
-        picker = ModelPickerScreen(
-            n_ctx=settings.n_ctx, current_path=self.chat.model_info.path, models_dir=settings.models_dir
-        )
-        self.push_screen(picker, chosen)
+        pick_model(self, self.chat, self.switch_model)
 
     def action_open_experiments(self) -> None:
         """Open the Experiments screen for this model and these engine settings (a sweep runs in its own process)."""

@@ -12,9 +12,13 @@ visibly at ``FLUSH_HZ``:
   lines of a block longer than the tail, which would otherwise stay out of sight until it ends. When no
   text arrived since the previous flush (the stream paused), the partial block is committed too.
 - A reply's Markdown is a column of :class:`~chatphase.ui.reply_markdown.MarkdownSegment` widgets of
-  about ``SEGMENT_CHARS`` characters each, split at block boundaries, each one widget drawn by Rich: a
-  commit re-renders only the last segment, and the screen's widget count (which every Textual layout
-  pass walks) grows by one per segment, not by the ten or so widgets per block of Textual's Markdown.
+  about ``SEGMENT_CHARS`` characters each, split only where the whole text's parse starts a block that
+  later text cannot change (:func:`~chatphase.ui.md_blocks.complete_blocks_end`), each one widget drawn
+  by Rich, and each drawn as it reads after the last block of the segment above (the blank line Rich puts
+  between two blocks depends on the first), so the segments read exactly as one rendering of the whole
+  text: a commit re-renders only the last segment, and the screen's widget count (which every Textual
+  layout pass walks) grows by one per segment, not by the ten or so widgets per block of Textual's
+  Markdown. ``tests/test_md_streaming.py`` checks this as a property over generated Markdown.
 
 The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 """
@@ -29,6 +33,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.ui.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.reply_markdown import MarkdownSegment
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
@@ -54,31 +59,6 @@ class Notice(Static):
 
     def __init__(self, text: str, kind: str = "info") -> None:
         super().__init__(text, markup=False, classes=f"notice -{kind}")
-
-
-def complete_blocks_end(text: str) -> int:
-    """Length of the longest prefix of ``text`` made of whole Markdown blocks.
-
-    A block ends at a blank line outside a fenced code block, or at the line that closes a fence; the
-    prefix includes that line's newline. Returns 0 when no block is complete yet.
-    """
-    end = 0
-    pos = 0
-    fence: str | None = None
-    for line in text.splitlines(keepends=True):
-        pos += len(line)
-        if not line.endswith("\n"):
-            break  # the last line is still being written
-        stripped = line.strip()
-        if fence is None:
-            if stripped.startswith(("```", "~~~")):
-                fence = stripped[:3]
-            elif not stripped:
-                end = pos
-        elif stripped.startswith(fence) and not stripped.strip(fence[0]):
-            fence = None
-            end = pos
-    return end
 
 
 def tail_lines(text: str, width: int, count: int) -> str:
@@ -164,7 +144,8 @@ class ReplyView(Vertical):
         self._committed += len(chunk)
         self._boundary += complete_blocks_end(self.text[self._boundary : self._committed])
         if at_boundary and self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
-            segment = MarkdownSegment(chunk, classes="reply-md")
+            above = self._segments[-1].source
+            segment = MarkdownSegment(chunk, lead=above[last_block_start(above) :], classes="reply-md")
             self._segments.append(segment)
             self._segment_chars = len(chunk)
             await self.mount(segment, before=self._tail)

@@ -101,6 +101,9 @@ class ChatView(ChatListener):
         self.panel.set_model(loaded)
         self.indicator.show_ready(loaded)
         self.dashboard.set_model(loaded)
+        for note in loaded.notes:
+            if note.startswith("chat format:"):  # a model without its own template: say which format it gets
+                self.chat_log.add_notice(note)
 
     def engine_stopped(self, message: str) -> None:
         self._turn_over()

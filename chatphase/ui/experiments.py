@@ -14,6 +14,7 @@ Esc with nothing running closes the screen.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -209,8 +210,9 @@ class ExperimentsScreen(Screen[None]):
         try:
             for event in job.events():
                 self.app.call_from_thread(self.handle_event, event)
-        except Exception as exc:
-            self.app.call_from_thread(self.handle_event, BenchFailed(f"{type(exc).__name__}: {exc}"))
+        except Exception:  # the details go to the debug log; the screen says it in words
+            logging.getLogger(__name__).debug("experiments job", exc_info=True)
+            self.app.call_from_thread(self.handle_event, BenchFailed("the benchmark stopped on an internal error"))
 
     def handle_event(self, event) -> None:
         """Apply one job event to the screen (called on the UI thread; ignored once the screen is closed)."""

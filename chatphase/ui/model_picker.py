@@ -14,12 +14,14 @@ from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
+from chatphase.chat.controller import ChatController
+from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import ModelEntry, list_models
@@ -129,3 +131,29 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], None]) -> None:
+    """Open :class:`ModelPickerScreen` at ``chat``'s n_ctx, its model highlighted; a usable choice goes to
+    ``switch`` (a fresh engine; the conversation is kept). A file whose chat template cannot render is
+    refused here, before the running engine is let go."""
+    from chatphase.engine.chat_format import format_before_load
+
+    def chosen(info: ModelInfo | None) -> None:
+        if info is None:
+            return
+        if info.path == chat.model_info.path:
+            app.notify(f"{info.name} is already loaded", title="Model")
+            return
+        try:
+            format_before_load(info, chat.settings.chat_template)
+        except ChatPhaseError as exc:
+            app.notify(str(exc), title="Model unusable", severity="error")
+            return
+        switch(info)
+
+    settings = chat.settings
+    app.push_screen(
+        ModelPickerScreen(n_ctx=settings.n_ctx, current_path=chat.model_info.path, models_dir=settings.models_dir),
+        chosen,
+    )

@@ -8,8 +8,9 @@ Sections (each a child widget, styled in ``app.tcss``):
 - ``#kv-gauge`` / ``#kv-figures``: KV cache cells in use against the allocated context (tokens and
   bytes = tokens × ``kv_bytes_per_token``; capacity = ``LoadedModel.kv_capacity_bytes``).
 - ``#model-figures``: name, parameters, file size, quantisation, layers, GPU offload on/off
-  (layers offloaded / total from llama.cpp's log), threads, n_ctx, load time, and the engine's notes
-  (e.g. the settings chosen for an AMX CPU).
+  (layers offloaded / total from llama.cpp's log), threads, n_ctx, load time, the chat format prompts
+  are written in (``LoadedModel.chat_format``), and the engine's notes (e.g. the settings chosen for
+  an AMX CPU, the format chosen for a file without a chat template).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class PhasePanel(VerticalScroll):
                 f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}",
             ),
         ]
+        if model.chat_format:
+            rows.append(("format", model.chat_format))
         rows += [("note", note) for note in model.notes]
         self._model.update(_grid(rows))
         self.set_kv_tokens(self._kv_base_tokens)

@@ -2,8 +2,11 @@
 
 Enter posts :class:`PromptInput.Submitted` with the text (and clears the box); Ctrl+J, Shift+Enter or
 Alt+Enter insert a new line (Shift+Enter only where the terminal reports it; Ctrl+J works everywhere).
-Pastes arrive as one bracketed-paste event, so large multi-line pastes go in whole and are not sent
-line by line. The box grows with its text up to a height cap set in ``app.tcss``.
+Ctrl+U clears the box (said by the placeholder while it is empty and by the box's border while it holds
+text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
+bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
+them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a notice says so once per
+paste. The box grows with its text up to a height cap set in ``app.tcss``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
+from chatphase.engine.text import clean_text, replaced_note
+
 
 class PromptInput(TextArea):
     """Multi-line prompt input; see the module docstring for the keys."""
@@ -24,6 +29,14 @@ class PromptInput(TextArea):
     BINDINGS = [
         Binding("enter", "submit", "Send", id="prompt.send"),
         Binding(",".join(NEWLINE_KEYS), "newline", "New line", key_display="^J", id="prompt.newline"),
+        Binding(
+            "ctrl+u",
+            "clear_prompt",
+            "Clear box",
+            show=False,  # the footer is full at 80 columns: the box's border says it while it holds text
+            id="prompt.clear",
+            tooltip="Empty the prompt box (Ctrl+Z undoes)",
+        ),
     ]
 
     @dataclass
@@ -39,7 +52,7 @@ class PromptInput(TextArea):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
-        self.placeholder = "Message the model…  (Enter send · Ctrl+J new line)"
+        self.placeholder = "Message the model…  (Enter send · Ctrl+J new line · Ctrl+U clear)"
 
     async def _on_key(self, event: events.Key) -> None:
         """Enter sends and the newline keys break the line, handled here in key order.
@@ -66,6 +79,31 @@ class PromptInput(TextArea):
             return
         self.clear()
         self.post_message(self.Submitted(self, text))
+
+    #: the border's hint while the box holds text.
+    CLEAR_HINT = "Ctrl+U clear"
+
+    def on_text_area_changed(self, _event: TextArea.Changed) -> None:
+        hint = self.CLEAR_HINT if self.text else ""
+        if self.border_subtitle != hint:
+            self.border_subtitle = hint
+
+    def action_clear_prompt(self) -> None:
+        """Empty the box as one edit (so Ctrl+Z restores the text)."""
+        if self.text:
+            self.replace("", self.document.start, self.document.end)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        """A paste with lone surrogates (they cannot be encoded for the model) goes in with U+FFFD
+        instead, said once; any other paste is left to ``TextArea``'s own handler (Textual calls each
+        class's handler in turn unless one prevents the default)."""
+        text, first = clean_text(event.text)
+        if first is None:
+            return
+        event.prevent_default()
+        event.stop()
+        self.notify(replaced_note("The pasted text", first), title="Paste", severity="warning")
+        await super()._on_paste(events.Paste(text))
 
     def action_newline(self) -> None:
         """Insert a line break at the cursor."""

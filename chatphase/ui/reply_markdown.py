@@ -20,7 +20,9 @@ from functools import lru_cache
 from typing import ClassVar
 
 from pygments.lexers import get_all_lexers
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markdown import CodeBlock, Markdown
+from rich.segment import Segment
 from textual.widget import Widget
 
 #: the language name Pygments renders without highlighting.
@@ -55,8 +57,26 @@ class _Markdown(Markdown):
     elements: ClassVar[dict] = {**Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock}
 
 
+class ContinuedMarkdown:
+    """Markdown ``source`` drawn as it reads after ``lead`` (the last block of the segment above): the
+    lines of ``lead + source`` after those of ``lead`` alone, so the blank line Rich puts between two
+    blocks (or not: after a rule, before a list) is the one a single rendering would have."""
+
+    def __init__(self, lead: str, source: str, code_theme: str) -> None:
+        self.lead, self.source, self.code_theme = lead, source, code_theme
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        skip = len(console.render_lines(_Markdown(self.lead, code_theme=self.code_theme), options, pad=False))
+        lines = console.render_lines(_Markdown(self.lead + self.source, code_theme=self.code_theme), options, pad=False)
+        new_line = Segment.line()
+        for line in lines[skip:]:
+            yield from line
+            yield new_line
+
+
 class MarkdownSegment(Widget):
-    """One widget showing Markdown ``source`` (a run of whole blocks), drawn by Rich.
+    """One widget showing Markdown ``source`` (a run of whole blocks), drawn by Rich; ``lead`` is the
+    last block of the segment above, for the join (:class:`ContinuedMarkdown`).
 
     :meth:`append` adds text and asks for a layout (the height may change). The renderable is built on
     demand and cached by Textual until the next change, so an unchanged segment costs nothing to lay out.
@@ -68,12 +88,16 @@ class MarkdownSegment(Widget):
     }
     """
 
-    def __init__(self, source: str = "", **kwargs) -> None:
+    def __init__(self, source: str = "", lead: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
         self.source = source
+        self.lead = lead
 
-    def render(self) -> Markdown:
-        return _Markdown(self.source, code_theme=CODE_THEMES[self.app.current_theme.dark])
+    def render(self) -> Markdown | ContinuedMarkdown:
+        theme = CODE_THEMES[self.app.current_theme.dark]
+        if self.lead:
+            return ContinuedMarkdown(self.lead, self.source, theme)
+        return _Markdown(self.source, code_theme=theme)
 
     def append(self, text: str) -> None:
         """Add ``text`` (whole Markdown blocks) at the end."""
@@ -82,8 +106,8 @@ class MarkdownSegment(Widget):
             self.refresh(layout=True)
 
     def set_source(self, source: str) -> None:
-        """Replace the whole text."""
-        self.source = source
+        """Replace the whole text (drawn on its own, with no segment above)."""
+        self.source, self.lead = source, ""
         self.refresh(layout=True)
 
     def on_mount(self) -> None:

@@ -12,8 +12,9 @@ from textual.widgets import Label, Log, Markdown
 
 from chatphase.ui.actions import ACTIONS, key_labels
 
-#: at most this much of the end of the log file is shown (bytes).
-LOG_TAIL_BYTES = 1_000_000
+#: at most this much of the end of the log file is read (bytes): the file is rotated at
+#: :data:`~chatphase.engine.llamalog.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
+LOG_TAIL_BYTES = 4 * 2**20
 
 METRICS_HELP = """
 ## What the figures mean
@@ -39,8 +40,9 @@ class CloseableScreen(ModalScreen[None]):
 
 
 class LogScreen(CloseableScreen):
-    """Shows the end (up to :data:`LOG_TAIL_BYTES`) of the engine's log file at ``path``; with the
-    engine's ``pid``, from that engine's own ``--- chatphase: loading … (pid N)`` line on."""
+    """Shows the engine's log file at ``path`` (its last :data:`LOG_TAIL_BYTES`); with the engine's
+    ``pid``, from that engine's own ``--- chatphase: loading … (pid N)`` line on, opened at that line
+    (the engine's start in view, its later lines below)."""
 
     def __init__(self, path: str, pid: int = 0) -> None:
         super().__init__()
@@ -50,13 +52,13 @@ class LogScreen(CloseableScreen):
     def compose(self) -> ComposeResult:
         with Vertical(id="log-box", classes="modal-box"):
             yield Label(f"Engine log: {self.path or '(none)'}  ·  Esc close", classes="panel-title")
-            yield Log(id="engine-log", highlight=False)
+            yield Log(id="engine-log", highlight=False, auto_scroll=False)
 
     def on_mount(self) -> None:
         log = self.query_one(Log)
         log.write_lines(from_engine_start(read_log_tail(self.path), self.pid))
         log.focus()
-        self.call_after_refresh(log.scroll_end, animate=False)  # newest lines first in view
+        self.call_after_refresh(log.scroll_home, animate=False)  # this engine's start in view
 
 
 def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
@@ -102,6 +104,7 @@ class HelpScreen(CloseableScreen):
             "# chatphase help\n\n| Key | Command | Id | What it does |\n|---|---|---|---|\n"
             "| `Enter` | Send | | Send the message |\n"
             "| `Ctrl+J` | New line | | Shift+Enter too, where the terminal reports it |\n"
+            "| `Ctrl+U` | Clear box | | Empty the prompt box (Ctrl+Z brings the text back) |\n"
             f"{rows}\n| `Ctrl+P` | Command palette | | Every command above, by name |\n"
             "| `Ctrl+Q` | Quit | | Stops the engine and exits |\n\n"
             'Remap a key in the config file\'s `[keys]` table by its id, e.g. `"chat.stop" = "ctrl+s"`.\n'

@@ -28,6 +28,40 @@ FORMAT_LABELS = {
 }
 
 
+#: the sessions table's columns; Title and Model (indices 1, 2) give way when the table is narrow.
+COLUMNS = ("ID", "Title", "Model", "Turns", "Last used")
+_SHRINKABLE = (1, 2)
+_MIN_SHRUNK = 6
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells with a trailing … when longer (cell widths as Rich counts them)."""
+    from rich.cells import cell_len, set_cell_size
+
+    return text if cell_len(text) <= width else set_cell_size(text, max(width - 1, 0)) + "…"
+
+
+def fit_columns(total: int, rows: list[tuple[str, ...]], cell_padding: int = 1) -> list[int]:
+    """Column widths (cells) for :data:`COLUMNS` so that the table fits ``total`` cells: each column as
+    wide as its longest cell or label; when that is too wide, Title and Model give way (the wider one
+    first, a cell at a time) down to :data:`_MIN_SHRUNK` cells, then a long Turns text ("3 (1 partial)")
+    down to its label; ID and Last used never."""
+    from rich.cells import cell_len
+
+    widths = [max([cell_len(label)] + [cell_len(r[i]) for r in rows]) for i, label in enumerate(COLUMNS)]
+    excess = sum(widths) + 2 * cell_padding * len(COLUMNS) - total
+    while excess > 0:  # one cell at a time from the wider of Title and Model
+        i = max(_SHRINKABLE, key=lambda k: widths[k])
+        if widths[i] <= _MIN_SHRUNK:
+            break
+        widths[i] -= 1
+        excess -= 1
+    turns = COLUMNS.index("Turns")
+    if excess > 0:
+        widths[turns] -= min(excess, widths[turns] - len(COLUMNS[turns]))
+    return widths
+
+
 class SessionsScreen(ModalScreen[str | None]):
     """The saved sessions, newest first. ``current_id`` is the session being recorded (marked, and
     protected from deletion)."""
@@ -56,20 +90,31 @@ class SessionsScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("ID", "Title", "Model", "Turns", "Last used")
         self.query_one("#sessions-rename", Input).display = False
         self.refresh_table()
         table.focus()
 
+    def on_resize(self) -> None:
+        self.refresh_table(keep=self.selected_id)  # the columns are fitted to the table's width
+
     def refresh_table(self, keep: str | None = None) -> None:
-        """Reload the list from disk (cursor kept on ``keep`` when given)."""
+        """Reload the list from disk (cursor kept on ``keep`` when given), the columns fitted to the
+        table's width: ID, Turns and Last used whole, Title and Model cut with … to share the rest."""
         table = self.query_one(DataTable)
-        table.clear()
         rows = list_sessions()
+        cells = []
         for s in rows:
             turns = f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else "")
             mark = "● " if s.id == self.current_id else ""
-            table.add_row(mark + s.id, s.title, s.model, turns, local_time(s.last_used), key=s.id)
+            cells.append((mark + s.id, s.title, s.model, turns, local_time(s.last_used)))
+        scrollbar = table.styles.scrollbar_size_vertical if len(rows) + 1 > table.size.height else 0
+        width = table.size.width - scrollbar
+        widths = fit_columns(width, cells, cell_padding=table.cell_padding)
+        table.clear(columns=True)
+        for label, w in zip(COLUMNS, widths, strict=True):
+            table.add_column(label, width=w)
+        for s, row in zip(rows, cells, strict=True):
+            table.add_row(*(clip(text, w) for text, w in zip(row, widths, strict=True)), key=s.id)
         if keep and keep in {s.id for s in rows}:
             table.move_cursor(row=table.get_row_index(keep))
         self._status("No saved sessions yet." if not rows else f"{len(rows)} sessions (● = this chat)")

@@ -24,7 +24,7 @@ from chatphase.errors import UsageError
 from chatphase.settings_file import config_path, parse_env_value, save_settings
 
 #: settings whose change needs the model to be loaded again.
-RELOAD_KEYS = ("model", "models_dir", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "flash_attn")
+RELOAD_KEYS = ("model", "models_dir", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "flash_attn", "chat_template")
 
 #: (key, label, hint) of the text fields, in form order; sampling keys are flat.
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -34,6 +34,11 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("n_batch", "n_batch", "prompt tokens per prefill chunk"),
     ("n_threads", "Threads", "empty = physical cores"),
     ("n_gpu_layers", "n_gpu_layers", "empty = all when the build supports GPU offload; -1 = all"),
+    (
+        "chat_template",
+        "Chat template",
+        "empty = the model's own, else one its vocabulary has; a llama.cpp name or a Jinja file",
+    ),
     ("system_prompt", "System prompt", "empty = none"),
     ("temperature", "Temperature", "0 = greedy"),
     ("top_p", "top_p", "(0, 1]"),

@@ -17,7 +17,8 @@ from chatphase.units import fmt_bytes, fmt_int
 
 
 def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
-    """``[(name with unit, value), ...]`` of every metric of the turn, ``–`` when undefined."""
+    """``[(name with unit, value), ...]`` of every metric of the turn, ``–`` when undefined; for a remote
+    reply, who counted its tokens (``decode_tokens_source``)."""
 
     def num(v: float | None, digits: int = 1) -> str:
         return "–" if v is None else f"{v:,.{digits}f}"
@@ -43,7 +44,15 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("KV bytes/token", fmt_int(m.kv_bytes_per_token)),
         ("dropped messages", str(m.dropped_messages)),
         ("stop reason", m.stop_reason),
-    ]
+    ] + (
+        [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
+        if m.decode_tokens_source
+        else []
+    )
+
+
+#: who counted a remote reply's tokens (``TurnMetrics.decode_tokens_source``), in words.
+_COUNTED_BY = {"usage": "server usage", "timings": "server timings", "tokenizer": "server tokenizer"}
 
 
 def metrics_table(m: TurnMetrics, pairs_per_row: int = 2) -> Table:

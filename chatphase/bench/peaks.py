@@ -1,0 +1,224 @@
+"""The machine's peaks for the roofline (:mod:`chatphase.bench.roofline`): memory bandwidth and matmul
+FLOP/s, measured here, honestly.
+
+- **Quiet first**: other chatphase engines are waited for (up to ``quiet_wait_s``; they register in
+  :mod:`chatphase.system.engine_registry`), because an engine's OpenMP workers spinning beside a
+  bandwidth test make it read far low (11.6 against 18.5 GB/s seen on 2 vCPUs). The bench measures
+  before it loads its own engine. Engines that would not stop are named in the method text.
+- **Repeated until stable**: passes run until the best three agree within :data:`STABLE_TOLERANCE`
+  (or :data:`MAX_PASSES` / ``max_s`` run out); the best pass counts, as STREAM reports, and the spread
+  (min, median, max over the passes) is kept and printed.
+- **At the engine's thread count**: the arrays are split over ``threads`` Python threads (NumPy
+  releases the GIL in both kernels); BLAS is limited to ``threads_batch`` threads (threadpoolctl) for
+  the matmul, the count prefill runs on.
+- **Read and copy**: *read* sums a float64 array (``numpy.add.reduce``: bytes read, none written),
+  what decode does with the weights, so the decode bound uses it; *copy* is STREAM's Copy kernel
+  (``numpy.copyto``, read + write bytes counted), the figure to compare with a STREAM build
+  (``benchmarks/results/`` holds one such comparison).
+- FLOP/s: a float32 ``numpy.matmul`` of two n × n matrices, ``2 n³`` FLOPs per product.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+#: the best three passes must lie within this fraction of the best for a figure to count as stable.
+STABLE_TOLERANCE = 0.03
+MIN_PASSES, MAX_PASSES = 5, 40
+#: the longest a chatphase engine is waited for before measuring anyway (seconds).
+QUIET_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """Rates of the timed passes of one kernel (units of the caller), best first in :attr:`best`."""
+
+    rates: tuple[float, ...]
+    stable: bool
+
+    @property
+    def best(self) -> float:
+        return max(self.rates)
+
+    def spread(self) -> dict:
+        """``min``, ``median``, ``max`` and ``passes``: what the method text and the JSON report."""
+        return {
+            "min": min(self.rates),
+            "median": statistics.median(self.rates),
+            "max": max(self.rates),
+            "passes": len(self.rates),
+            "stable": self.stable,
+        }
+
+    def describe(self, scale: float, unit: str) -> str:
+        s = self.spread()
+        state = "stable" if self.stable else f"not stable within {STABLE_TOLERANCE:.0%}"
+        return (
+            f"best of {s['passes']} passes, spread {s['min'] / scale:.1f}–{s['max'] / scale:.1f} {unit} "
+            f"(median {s['median'] / scale:.1f}; {state})"
+        )
+
+
+def repeat_until_stable(run_once: Callable[[], float], max_s: float = 3.0) -> Repeated:
+    """Call ``run_once`` (returns a rate) until the best three rates are within :data:`STABLE_TOLERANCE`
+    of the best, at least :data:`MIN_PASSES` and at most :data:`MAX_PASSES` times or ``max_s`` seconds."""
+    rates: list[float] = []
+    t0 = time.perf_counter()
+    while True:
+        rates.append(run_once())
+        top = sorted(rates, reverse=True)[:3]
+        stable = len(rates) >= MIN_PASSES and top[-1] >= top[0] * (1 - STABLE_TOLERANCE)
+        if stable or len(rates) >= MAX_PASSES or (len(rates) >= MIN_PASSES and time.perf_counter() - t0 > max_s):
+            return Repeated(tuple(rates), stable)
+
+
+def _slices(n: int, threads: int) -> list[slice]:
+    bounds = np.linspace(0, n, threads + 1, dtype=np.int64)
+    return [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+
+def measure_bandwidth(
+    kind: str = "copy", array_bytes: int = 128 * 2**20, threads: int = 1, max_s: float = 3.0
+) -> tuple[Repeated, str]:
+    """Memory bandwidth in bytes per second: ``kind`` ``"read"`` (sum an array) or ``"copy"`` (STREAM
+    Copy, read + write bytes counted), over ``threads`` threads on arrays of ``array_bytes`` each (far
+    above the last-level cache). Returns the passes and a description of the method.
+
+    Raises:
+        ValueError: an unknown ``kind`` or a non-positive size or thread count.
+    """
+    if kind not in ("read", "copy") or array_bytes <= 0 or threads < 1:
+        raise ValueError("kind must be read or copy; array_bytes and threads must be positive")
+    n = max(threads, array_bytes // 8)
+    src = np.ones(n, dtype=np.float64)
+    dst = np.empty_like(src) if kind == "copy" else None
+    slices = _slices(n, threads)
+
+    def work(sl: slice) -> None:
+        if dst is None:
+            np.add.reduce(src[sl])
+        else:
+            np.copyto(dst[sl], src[sl])
+
+    moved = (2 if kind == "copy" else 1) * n * 8
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(work, slices))  # touch every page once before timing
+
+        def once() -> float:
+            t = time.perf_counter()
+            list(pool.map(work, slices))
+            return moved / (time.perf_counter() - t)
+
+        passes = repeat_until_stable(once, max_s)
+    what = (
+        "STREAM-style Copy (numpy.copyto, read + write bytes counted)"
+        if kind == "copy"
+        else "read (numpy.add.reduce, bytes read)"
+    )
+    method = f"{what} of {n * 8 / 2**20:.0f} MiB float64 arrays on {threads} thread(s), {passes.describe(1e9, 'GB/s')}"
+    return passes, method
+
+
+def measure_matmul_flops(n: int = 1024, threads: int | None = None, max_s: float = 3.0) -> tuple[Repeated, str]:
+    """float32 matrix-multiply FLOP/s (``2 n³`` FLOPs per product) with BLAS on ``threads`` threads
+    (``None``: BLAS's own count). Returns the passes and the method.
+
+    Raises:
+        ValueError: when an argument is not positive.
+    """
+    if n < 1 or (threads is not None and threads < 1):
+        raise ValueError("n and threads must be positive")
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    with threadpool_limits(limits=threads, user_api="blas"):
+        a @ b  # warm-up (thread pool start, page faults)
+
+        def once() -> float:
+            t = time.perf_counter()
+            a @ b
+            return 2.0 * n**3 / (time.perf_counter() - t)
+
+        passes = repeat_until_stable(once, max_s)
+    on = f"BLAS on {threads} thread(s)" if threads else "BLAS on its own thread count"
+    return passes, f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, {on}), {passes.describe(1e9, 'GFLOP/s')}"
+
+
+@dataclass(frozen=True)
+class MachinePeaks:
+    """Measured peaks: ``bandwidth_bytes_per_s`` (read bandwidth: the decode bound's) and
+    ``flops_per_s``, each with the method that measured it; ``copy_bandwidth_bytes_per_s`` (STREAM
+    Copy, for comparison), ``spread`` per kernel (:meth:`Repeated.spread`), ``threads`` /
+    ``threads_batch`` used, ``engines_beside`` (pids of chatphase engines that ran during the
+    measurement: ``[]`` for a clean one) and ``waited_s`` for them beforehand."""
+
+    bandwidth_bytes_per_s: float
+    bandwidth_method: str
+    flops_per_s: float
+    flops_method: str
+    copy_bandwidth_bytes_per_s: float | None = None
+    copy_method: str = ""
+    spread: dict = field(default_factory=dict)
+    threads: int | None = None
+    threads_batch: int | None = None
+    engines_beside: list[int] = field(default_factory=list)
+    waited_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return asdict(self)
+
+    @property
+    def conditions(self) -> str:
+        """One sentence on the conditions: quiet, or beside which engines."""
+        if not self.engines_beside:
+            waited = f" (waited {self.waited_s:.1f} s for one to stop)" if self.waited_s >= 0.5 else ""
+            return f"measured with no chatphase engine running{waited}"
+        pids = ", ".join(map(str, self.engines_beside))
+        return (
+            f"measured beside chatphase engine pid {pids} (still running after {self.waited_s:.0f} s): "
+            "the peaks may read low, close it and measure again"
+        )
+
+
+def measure_peaks(
+    threads: int = 1,
+    threads_batch: int | None = None,
+    quiet_wait_s: float = QUIET_WAIT_S,
+    array_bytes: int = 128 * 2**20,
+    matmul_n: int = 1024,
+    max_s: float = 3.0,
+) -> MachinePeaks:
+    """Wait for other chatphase engines (up to ``quiet_wait_s``), then measure read and copy bandwidth
+    on ``threads`` threads and matmul FLOP/s on ``threads_batch`` (default ``threads``) BLAS threads."""
+    from chatphase.system.engine_registry import running_engines, wait_until_no_engines
+
+    me = (os.getpid(),)
+    waited, beside = wait_until_no_engines(quiet_wait_s, exclude=me)
+    read, read_method = measure_bandwidth("read", array_bytes, threads, max_s)
+    copy, copy_method = measure_bandwidth("copy", array_bytes, threads, max_s)
+    flops, flops_method = measure_matmul_flops(matmul_n, threads_batch or threads, max_s)
+    beside = sorted(set(beside) | set(running_engines(exclude=me)))
+    return MachinePeaks(
+        bandwidth_bytes_per_s=read.best,
+        bandwidth_method=read_method,
+        flops_per_s=flops.best,
+        flops_method=flops_method,
+        copy_bandwidth_bytes_per_s=copy.best,
+        copy_method=copy_method,
+        spread={"read": read.spread(), "copy": copy.spread(), "matmul": flops.spread()},
+        threads=threads,
+        threads_batch=threads_batch or threads,
+        engines_beside=beside,
+        waited_s=waited,
+    )

@@ -1,0 +1,100 @@
+"""A llama.cpp vocabulary: tokenise text, render tokens as bytes, tell special tokens.
+
+:class:`Vocab` wraps a ``llama_vocab`` pointer (of a loaded model, or of a vocabulary-only load with
+:func:`load_vocab`, which ``chatphase info`` uses to name the chat format without loading weights).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from contextlib import contextmanager
+
+import llama_cpp as lc
+
+_SPECIAL_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED
+
+
+class Vocab:
+    """Tokeniser and token renderer over a ``llama_vocab`` pointer (valid while its model lives)."""
+
+    def __init__(self, vocab) -> None:
+        self.ptr = vocab
+        self._pieces: dict[int, bytes] = {}
+
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are parsed). Lone surrogates
+        (text that is not valid Unicode) become U+FFFD rather than an error."""
+        data = text.encode("utf-8", errors="replace")
+        n_max = len(data) + 16
+        buf = (lc.llama_token * n_max)()
+        n = lc.llama_tokenize(self.ptr, data, len(data), buf, n_max, add_special, True)
+        if n < 0:
+            n_max = -n
+            buf = (lc.llama_token * n_max)()
+            n = lc.llama_tokenize(self.ptr, data, len(data), buf, n_max, add_special, True)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (cached; special tokens render empty unless ``special``)."""
+        if not special and token in self._pieces:
+            return self._pieces[token]
+        size = 32
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = lc.llama_token_to_piece(self.ptr, token, buf, size, 0, special)
+            if n >= 0:
+                break
+            size = -n
+        out = buf.raw[:n]
+        if not special:
+            self._pieces[token] = out
+        return out
+
+    def render(self, token: int) -> bytes:
+        """The bytes a token stands for in templated text (control tokens such as ``<|im_end|>`` as text)."""
+        return self.piece(token) or self.piece(token, special=True)
+
+    def has_special(self, text: str) -> bool:
+        """Whether ``text`` is one control or user-defined token of this vocabulary (a chat marker the
+        model was trained on), not plain text spelled by several tokens."""
+        tokens = self.tokenize(text)
+        return len(tokens) == 1 and bool(lc.llama_vocab_get_attr(self.ptr, tokens[0]) & _SPECIAL_ATTRS)
+
+    def special_text(self, token: int) -> str:
+        """The text of a special token (BOS, EOS) for templates; ``""`` for a negative (absent) id."""
+        return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    @property
+    def bos_text(self) -> str:
+        return self.special_text(lc.llama_vocab_bos(self.ptr))
+
+    @property
+    def eos_text(self) -> str:
+        return self.special_text(lc.llama_vocab_eos(self.ptr))
+
+
+@contextmanager
+def load_vocab(path: str | os.PathLike, log_path: str | os.PathLike):
+    """A :class:`Vocab` of the GGUF at ``path`` loaded without its weights (llama.cpp's ``vocab_only``);
+    llama.cpp's log goes to ``log_path``. Freed on exit.
+
+    Raises:
+        RuntimeError: llama.cpp could not read the vocabulary.
+    """
+    from chatphase.engine.llamalog import LlamaLogCapture
+
+    log = LlamaLogCapture(log_path)
+    model = None
+    try:
+        lc.llama_backend_init()
+        params = lc.llama_model_default_params()
+        params.vocab_only = True
+        model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not model:
+            raise RuntimeError(f"llama.cpp could not read the vocabulary of {path} (see {log_path})")
+        yield Vocab(lc.llama_model_get_vocab(model))
+    finally:
+        if model:
+            lc.llama_model_free(model)
+        log.close()
