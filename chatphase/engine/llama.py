@@ -43,6 +43,7 @@ from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.engine.sampling import sampler_chain
+from chatphase.engine.thread_governor import ThreadGovernor
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.system.cpu_features import detect_amx, read_cpu_flags
@@ -170,6 +171,7 @@ class LlamaEngine:
         self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
         lc.llama_backend_init()
         s = self.config.resolved()
+        self._threads = ThreadGovernor.for_config(self.config, lambda n, nb: lc.llama_set_n_threads(self._ctx, n, nb))
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         notes: list[str] = []
@@ -302,8 +304,9 @@ class LlamaEngine:
         cached = self._reuse_prefix(prompt, req.reset_cache)
         self._known.truncate(cached, text)
         todo = prompt[cached:]
+        threads = self._threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
-        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start)
+        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
 
         stop = None
         n_batch = self._n_batch
@@ -346,7 +349,7 @@ class LlamaEngine:
         )
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
-        yield TurnFinished(req.turn_id, "".join(parts), metrics)
+        yield TurnFinished(req.turn_id, "".join(parts), self._threads.finish_turn(metrics))
 
     def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
         """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason."""
@@ -357,7 +360,7 @@ class LlamaEngine:
         batch = lc.llama_batch_get_one(one, 1)
         sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
         is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab, self._cache
-        cancel, n_ctx, turn_id = self._cancel, self._n_ctx, req.turn_id
+        cancel, n_ctx, turn_id, on_token = self._cancel, self._n_ctx, req.turn_id, self._threads.on_token
         stop = "length"
         try:
             while True:
@@ -367,6 +370,7 @@ class LlamaEngine:
                     stop = "stop"
                     break
                 times.append(t)
+                on_token(t)  # the thread policy: may change decode threads before this token is evaluated
                 text = detok.feed(piece(token))
                 parts.append(text)
                 if len(times) == 1:

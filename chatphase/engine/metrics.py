@@ -43,6 +43,10 @@ class TurnMetrics:
     cancelled between chunks counts only the tokens it evaluated). The local engine fills every
     field it can define; a remote server (:mod:`chatphase.engine.remote`) may leave counts, prefill and
     KV figures unknown, and unknown is ``None`` — never a guessed zero.
+
+    Threads (the local engine's thread policy, :mod:`chatphase.engine.threads`): ``n_threads_prefill``
+    the prompt's threads, ``n_threads_decode`` decode's at the end of the turn, ``decode_thread_changes``
+    how often decode's changed mid-turn, ``threads_reason`` why, in words.
     """
 
     prompt_tokens: int | None
@@ -65,6 +69,10 @@ class TurnMetrics:
     tokenize_ms: float | None = 0.0
     tpot_ms: float | None = None
     dropped_messages: int = 0
+    n_threads_prefill: int | None = None
+    n_threads_decode: int | None = None
+    decode_thread_changes: int | None = None
+    threads_reason: str | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field, in declaration order."""
