@@ -106,7 +106,7 @@ def measure_matmul_flops(n: int = 1024, passes: int = 5) -> tuple[float, str]:
         a @ b
         best = min(best, time.perf_counter() - t0)
     return (
-        2.0 * n** 3 / best,
+        2.0 * n**3 / best,
         f"numpy.matmul float32 {n}×{n} (2n³ FLOPs, NumPy's BLAS on its own thread count), best of {passes}",
     )
 
