@@ -42,7 +42,7 @@ def scripted_governor(engine, loads, **kwargs):
 
     queue = list(loads)
     gov = ThreadGovernor(2, None, None, set_threads, lambda: queue.pop(0) if len(queue) > 1 else queue[0], **kwargs)
-    engine._threads = gov
+    engine.threads = gov
     return seen
 
 

@@ -257,6 +257,16 @@ def test_pinned_threads_never_change_nor_sample():
     assert (m.n_threads_decode, m.decode_thread_changes, m.threads_reason) == (2, 0, "2: fixed (--threads)")
 
 
+def test_idle_ticks_reach_the_load_sampler_only_under_auto():
+    ticks = []
+    auto = ThreadGovernor(2, None, None, lambda n, nb: None, lambda: 0.0, tick=lambda: ticks.append("auto"))
+    pinned = ThreadGovernor(2, 1, None, lambda n, nb: None, lambda: 0.0, tick=lambda: ticks.append("pinned"))
+    for gov in (auto, pinned):
+        gov.idle()
+        gov.idle()
+    assert ticks == ["auto", "auto"]
+
+
 def test_many_changes_are_summarised():
     s = Script([0.0])
     gov = ThreadGovernor(2, None, None, s.set_threads, s.load, up_check_s=0.0)
@@ -297,23 +307,45 @@ def test_other_load_excludes_chatphase_processes():
     assert load.sample() == pytest.approx(0.5)
 
 
-def test_other_load_keeps_the_last_estimate_over_short_windows_and_forgets_ended_processes():
+def test_other_load_windows_start_at_a_snapshot_old_enough_and_forget_ended_processes():
     clock = Clock()
     busy = {"s": 0.0}
     own = {11: 0.0}
     load = OtherCpuLoad(
-        exclude_pids=(11,), min_window_s=0.1, clock=clock, busy_s=lambda: busy["s"], process_s=lambda pid: own.get(pid)
+        exclude_pids=(11,), min_window_s=0.25, clock=clock, busy_s=lambda: busy["s"], process_s=lambda pid: own.get(pid)
     )
-    clock.t += 1.0
+    clock.t += 0.1
+    assert load.sample() is None  # no snapshot old enough, no estimate yet
+    clock.t += 0.9
     busy["s"] += 1.0
-    assert load.sample() == pytest.approx(1.0)
+    assert load.sample() == pytest.approx(1.0)  # from the first snapshot
     clock.t += 0.01
     busy["s"] += 0.02
-    assert load.sample() == pytest.approx(1.0)  # too short a window: the last estimate
+    assert load.sample() == pytest.approx(1.02 / 1.01)  # the last sample is too recent: from the one before
     clock.t += 1.0
     busy["s"] += 0.5
-    del own[11]  # the process ended: its time is not subtracted, and never negative
-    assert load.sample() == pytest.approx(0.52 / 1.01)
+    own[11] += 0.2
+    assert load.sample() == pytest.approx(0.3)
+    clock.t += 1.0
+    busy["s"] += 0.5
+    del own[11]  # the process ended: its time is not subtracted
+    assert load.sample() == pytest.approx(0.5)
+
+
+def test_idle_ticks_make_the_sample_cover_the_last_second_not_the_whole_idle_time():
+    clock = Clock()
+    busy = {"s": 0.0}
+    load = OtherCpuLoad(exclude_pids=(), clock=clock, busy_s=lambda: busy["s"], process_s=lambda pid: None)
+    for second in range(60):  # a minute between turns: a compile runs for 55 s, then the machine is quiet
+        clock.t += 1.0
+        busy["s"] += 2.0 if second < 55 else 0.0
+        load.tick()
+    clock.t += 0.1
+    assert load.sample() == pytest.approx(0.0)  # from the last tick at least 0.25 s old: quiet
+    untick = OtherCpuLoad(exclude_pids=(), clock=clock, busy_s=lambda: busy["s"], process_s=lambda pid: None)
+    clock.t += 60.0
+    busy["s"] += 110.0
+    assert untick.sample() == pytest.approx(110.0 / 60.0)  # without ticks: the average since the last sample
 
 
 def test_other_load_reads_this_machine():

@@ -24,6 +24,10 @@ from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
 from chatphase.models.gguf_meta import ModelInfo
 
+#: seconds between the thread policy's load snapshots while the child waits for a turn
+#: (:meth:`chatphase.engine.thread_governor.ThreadGovernor.idle`): one ~0.06 ms wake-up a second.
+IDLE_TICK_S = 1.0
+
 
 @dataclass(frozen=True)
 class _TurnDone:
@@ -55,6 +59,8 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
         coalesce_ns = int(coalesce_ms * 1e6)
         while True:
             try:
+                while not conn.poll(IDLE_TICK_S):  # waiting for a turn: the thread policy's load snapshot
+                    engine.threads.idle()
                 command = conn.recv()
             except EOFError:
                 break

@@ -171,7 +171,7 @@ class LlamaEngine:
         self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
         lc.llama_backend_init()
         s = self.config.resolved()
-        self._threads = ThreadGovernor.for_config(self.config, lambda n, nb: lc.llama_set_n_threads(self._ctx, n, nb))
+        self.threads = ThreadGovernor.for_config(self.config, lambda n, nb: lc.llama_set_n_threads(self._ctx, n, nb))
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         notes: list[str] = []
@@ -304,7 +304,7 @@ class LlamaEngine:
         cached = self._reuse_prefix(prompt, req.reset_cache)
         self._known.truncate(cached, text)
         todo = prompt[cached:]
-        threads = self._threads.start_turn()  # before the clock starts: it samples the load, sets the threads
+        threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
         yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
 
@@ -349,7 +349,7 @@ class LlamaEngine:
         )
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
-        yield TurnFinished(req.turn_id, "".join(parts), self._threads.finish_turn(metrics))
+        yield TurnFinished(req.turn_id, "".join(parts), self.threads.finish_turn(metrics))
 
     def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
         """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason."""
@@ -360,7 +360,7 @@ class LlamaEngine:
         batch = lc.llama_batch_get_one(one, 1)
         sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
         is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab, self._cache
-        cancel, n_ctx, turn_id, on_token = self._cancel, self._n_ctx, req.turn_id, self._threads.on_token
+        cancel, n_ctx, turn_id, on_token = self._cancel, self._n_ctx, req.turn_id, self.threads.on_token
         stop = "length"
         try:
             while True:

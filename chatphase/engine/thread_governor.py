@@ -40,6 +40,7 @@ class ThreadGovernor:
             ``None`` = never sampled (auto then starts on every core and adapts from the gaps alone).
         up_check_s / up_check_max_s: seconds of decode on fewer threads than cores before a load sample
             may bring one back, and the most that wait grows to after steps up that did not hold.
+        tick: ``() -> None``, the load sampler's snapshot between turns (``OtherCpuLoad.tick``; see :meth:`idle`).
     """
 
     def __init__(
@@ -51,12 +52,14 @@ class ThreadGovernor:
         load: Callable[[], float | None] | None = None,
         up_check_s: float = 1.0,
         up_check_max_s: float = 8.0,
+        tick: Callable[[], None] | None = None,
     ) -> None:
         self.cores = max(1, cores)
         self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
         self.adaptive = n_threads is None  # decode threads follow the gaps
         self._load = load if n_threads is None else None  # a pinned --threads pins prefill too
         self._set = set_threads
+        self._tick = tick if self._load is not None else None
         self._up_base_ns = self._up_ns = int(up_check_s * NS_PER_S)
         self._up_max_ns = int(up_check_max_s * NS_PER_S)
         self.choice = choose_turn_threads(self.cores, None, n_threads, n_threads_batch)
@@ -68,7 +71,14 @@ class ThreadGovernor:
         """The governor of an :class:`~chatphase.engine.config.EngineConfig`'s context: physical cores,
         other load sampled with :class:`~chatphase.system.cpu_load.OtherCpuLoad` (this process and its
         parent, the UI or ``ask``, are chatphase's own)."""
-        return cls(physical_cores(), config.n_threads, config.n_threads_batch, set_threads, OtherCpuLoad().sample)
+        load = OtherCpuLoad()
+        return cls(physical_cores(), config.n_threads, config.n_threads_batch, set_threads, load.sample, tick=load.tick)
+
+    def idle(self) -> None:
+        """Between turns, about once a second (the engine's child process calls it while it waits): a load
+        snapshot, so that the next turn's choice reflects the last second rather than all the idle time."""
+        if self._tick is not None:
+            self._tick()
 
     def _reset_turn(self) -> None:
         self._gaps: deque[int] = deque(maxlen=WINDOW)

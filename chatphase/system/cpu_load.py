@@ -4,14 +4,20 @@
 system, irq, softirq and steal — a vCPU the hypervisor takes away is as lost as one another process
 uses) minus the CPU time of the processes named in ``exclude_pids`` (chatphase's own: the engine and
 the process that started it, whose UI work is budgeted separately), divided by the wall time between
-two samples. One sample is three small ``/proc`` reads (about 0.1 ms), so the engine takes one per turn
+two samples. One sample is three small ``/proc`` reads (about 0.06 ms), so the engine takes one per turn
 and, while decoding with fewer threads than cores, at most one a second — never one per token.
+
+So that a sample before a turn tells the load of the last second or so, not the average over a long
+idle time (a compile that ended a minute ago, or began a second ago), :meth:`OtherCpuLoad.tick` records
+a snapshot without estimating anything; the engine's child process calls it once a second while it
+waits for a turn, and a sample measures from the newest snapshot at least ``min_window_s`` old.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import psutil
@@ -52,8 +58,9 @@ class OtherCpuLoad:
 
     Args:
         exclude_pids: processes whose CPU is not "other" (default: this process and its parent).
-        min_window_s: a sample taken sooner than this after the last one returns the last estimate
-            (the kernel counts CPU time in 10 ms ticks, so a shorter window is mostly noise).
+        min_window_s: the shortest window a sample measures; with no snapshot that old it returns the
+            last estimate (the kernel counts CPU time in 10 ms ticks: ±0.04 cores over 0.25 s on 2 CPUs).
+        keep: snapshots kept for the next sample's window.
         clock, busy_s, process_s: injectable for tests (seconds; :func:`machine_busy_s`,
             :class:`ProcessCpu`).
     """
@@ -61,7 +68,8 @@ class OtherCpuLoad:
     def __init__(
         self,
         exclude_pids: Iterable[int] | None = None,
-        min_window_s: float = 0.1,
+        min_window_s: float = 0.25,
+        keep: int = 4,
         clock: Callable[[], float] = time.monotonic,
         busy_s: Callable[[], float] = machine_busy_s,
         process_s: Callable[[int], float | None] | None = None,
@@ -70,9 +78,9 @@ class OtherCpuLoad:
         self.exclude_pids = tuple(dict.fromkeys(p for p in pids if p and p > 0))
         self.min_window_s = min_window_s
         self._clock, self._busy_s, self._process_s = clock, busy_s, process_s or ProcessCpu()
-        self._last: tuple[float, float, dict[int, float]] | None = None
+        self._snaps: deque[tuple[float, float, dict[int, float]]] = deque(maxlen=max(2, keep))
         self.estimate: float | None = None
-        self._snapshot(clock())
+        self.tick()
 
     def _own(self) -> dict[int, float]:
         out = {}
@@ -82,18 +90,20 @@ class OtherCpuLoad:
                 out[pid] = seconds
         return out
 
-    def _snapshot(self, now: float) -> tuple[float, float, dict[int, float]]:
-        self._last = (now, self._busy_s(), self._own())
-        return self._last
+    def tick(self) -> None:
+        """Record a snapshot, so that the next sample's window starts no earlier than this."""
+        self._snaps.append((self._clock(), self._busy_s(), self._own()))
 
     def sample(self) -> float | None:
-        """Cores (≥ 0) that other processes used since the previous sample; ``None`` before a window of
-        ``min_window_s`` has passed since this object was made."""
-        t0, busy0, own0 = self._last
+        """Cores (≥ 0) that other processes used from the newest snapshot at least ``min_window_s`` old
+        until now; the last estimate (``None`` at first) when no snapshot is that old."""
         now = self._clock()
-        if now - t0 < self.min_window_s:
+        start = next((snap for snap in reversed(self._snaps) if now - snap[0] >= self.min_window_s), None)
+        if start is None:
             return self.estimate
-        _, busy1, own1 = self._snapshot(now)
+        t0, busy0, own0 = start
+        busy1, own1 = self._busy_s(), self._own()
+        self._snaps.append((now, busy1, own1))
         own = sum(own1[p] - own0[p] for p in own1 if p in own0)  # a process that ended is not counted
         self.estimate = max(0.0, (busy1 - busy0 - own) / (now - t0))
         return self.estimate
