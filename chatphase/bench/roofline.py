@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 from chatphase.bench.results import CellResult
 
 #: below this percentage of its bound a phase is reported as not bound by it (overhead dominates).
@@ -62,6 +60,8 @@ def measure_bandwidth(array_bytes: int = 128 * 2**20, threads: int = 1, passes: 
     Raises:
         ValueError: when an argument is not positive.
     """
+    import numpy as np  # here: the TUI imports this module, and NumPy at import costs it ~0.1 s
+
     if array_bytes <= 0 or threads < 1 or passes < 1:
         raise ValueError("array_bytes, threads and passes must be positive")
     n = max(threads, array_bytes // 8)
@@ -94,6 +94,8 @@ def measure_matmul_flops(n: int = 1024, passes: int = 5) -> tuple[float, str]:
     Raises:
         ValueError: when an argument is not positive.
     """
+    import numpy as np  # here: the TUI imports this module, and NumPy at import costs it ~0.1 s
+
     if n < 1 or passes < 1:
         raise ValueError("n and passes must be positive")
     rng = np.random.default_rng(0)

@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
 from typing import Literal
 
-import numpy as np
-
 StopReason = Literal["stop", "length", "cancelled", "context_full", "error"]
 STOP_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "context_full", "error")
 
@@ -117,6 +115,8 @@ def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | N
     """
     if len(token_times_ns) < 2:
         return None, None, None
+    import numpy as np  # here, not at the top: the UI imports this module for TurnMetrics, and NumPy costs it ~0.1 s
+
     gaps = np.diff(np.asarray(token_times_ns, dtype=np.int64)) / NS_PER_MS
     p50, p95 = np.percentile(gaps, [50, 95])
     return float(p50), float(p95), float(gaps.max())
