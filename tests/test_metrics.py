@@ -86,3 +86,22 @@ def test_a_prefill_cancelled_between_chunks_counts_only_evaluated_tokens():
     assert m.prefill_tokens == 50 and m.prefill_tokens_per_s == pytest.approx(500.0)  # 50 / 0.1 s
     with pytest.raises(ValueError):
         scripted(evaluated_tokens=201)
+
+
+def test_itl_percentiles_match_numpys_linear_method():
+    """The standard library computes them (no NumPy in the UI), by NumPy's definition."""
+    import random
+
+    import numpy as np
+
+    from chatphase.engine.metrics import itl_stats_ms
+
+    rng = random.Random(14)
+    for n in (2, 3, 4, 21, 200):
+        times = [0]
+        for _ in range(n - 1):
+            times.append(times[-1] + rng.randrange(1, 300_000_000))
+        gaps = np.diff(np.asarray(times)) / 1e6
+        p50, p95, pmax = itl_stats_ms(times)
+        assert (p50, p95) == pytest.approx(tuple(np.percentile(gaps, [50, 95])), rel=1e-12)
+        assert pmax == gaps.max()

@@ -14,7 +14,9 @@ Definitions (shared by the dashboard, `ask --json` and `bench`):
   Undefined (``None``) for fewer than 2 tokens.
 - ``tpot_ms = decode_ms / (decode_tokens - 1)``, the mean time per output token after the first.
 - ITL (inter-token latency) gaps ``t_i - t_{i-1}``; percentiles use linear interpolation between closest
-  ranks (NumPy's default ``method="linear"``, as vLLM's benchmark reports them).
+  ranks (NumPy's default ``method="linear"``, as vLLM's benchmark reports them; computed with the standard
+  library's ``statistics.quantiles(method="inclusive")``, the same method, so that neither the UI nor the
+  engine process needs NumPy for it).
 - ``kv_cache_bytes = kv_cache_tokens * kv_bytes_per_token``.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
+from statistics import quantiles
 from typing import Literal
 
 StopReason = Literal["stop", "length", "cancelled", "context_full", "error"]
@@ -111,15 +114,16 @@ def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | N
     """Inter-token latency p50, p95 and max in ms from the sampling times of the generated tokens.
 
     ``token_times_ns`` is ``[t_first, t_2, ..., t_last]``. Gaps are ``t_i - t_{i-1}``; percentiles use
-    NumPy's linear interpolation. Returns ``(None, None, None)`` for fewer than 2 tokens.
+    linear interpolation between closest ranks (NumPy's default; ``statistics.quantiles`` "inclusive").
+    Returns ``(None, None, None)`` for fewer than 2 tokens.
     """
     if len(token_times_ns) < 2:
         return None, None, None
-    import numpy as np  # here, not at the top: the UI imports this module for TurnMetrics, and NumPy costs it ~0.1 s
-
-    gaps = np.diff(np.asarray(token_times_ns, dtype=np.int64)) / NS_PER_MS
-    p50, p95 = np.percentile(gaps, [50, 95])
-    return float(p50), float(p95), float(gaps.max())
+    gaps = [(b - a) / NS_PER_MS for a, b in pairwise(token_times_ns)]
+    if len(gaps) == 1:
+        return gaps[0], gaps[0], gaps[0]
+    cuts = quantiles(gaps, n=100, method="inclusive")  # cuts[k - 1] is the k-th percentile
+    return cuts[49], cuts[94], max(gaps)
 
 
 def compute_turn_metrics(
