@@ -38,8 +38,11 @@ MILESTONES = ("drawn", "input", "loaded")
 class Terminal:
     """A command in a detached tmux session, watched through control mode (``tmux -C``)."""
 
+    runs = 0
+
     def __init__(self, command: list[str], size: tuple[int, int], env: dict[str, str]) -> None:
-        self.socket = f"chatphase-startup-{os.getpid()}"
+        Terminal.runs += 1  # a socket of its own per run: the last run's server may still be going away
+        self.socket = f"chatphase-startup-{os.getpid()}-{Terminal.runs}"
         args = ["tmux", "-L", self.socket, "-f", "/dev/null", "-C", "new-session", "-x", str(size[0])]
         args += ["-y", str(size[1]), *[f"-e{k}={v}" for k, v in env.items()], shlex.join(command)]
         self.t0 = time.monotonic()

@@ -194,7 +194,7 @@ def test_quiet_turn_keeps_every_core_and_reports_it():
 
 
 def test_preemption_mid_decode_drops_a_thread_between_tokens():
-    s = Script([0.0])
+    s = Script([0.0, 1.0])  # quiet at the turn's start; then the samples see the new load
     gov = ThreadGovernor(2, None, None, s.set_threads, s.load)
     gov.start_turn()
     run_gaps(gov, [7] * 20 + [25] * 8 + [11] * 50)

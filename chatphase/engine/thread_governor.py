@@ -9,8 +9,11 @@ and evaluating it, so a gap is always timed at one count.
 Cost: one load sample (:class:`chatphase.system.cpu_load.OtherCpuLoad`, ~0.06 ms) before and after each
 turn, and during decode only while it runs on fewer threads than cores, at most every ``up_check_s`` —
 never per token. Per token, ``on_token`` does a subtraction and a few comparisons unless the gap is slow.
-A step up that the gaps undo soon after doubles the wait before the next one (up to ``up_check_max_s``),
-so a machine whose load comes and goes does not make decode flip-flop.
+A step up that the gaps undo within :data:`UNDONE_S` doubles the wait before the next one (up to
+``up_check_max_s``), so load that the sample cannot see (the chat UI's own, which is not "other") does
+not make decode flip-flop. The first wait is short (0.25 s): under real other load the sample says so
+and nothing is tried, while after a burst of the UI's (a long Markdown commit) decode gets its thread
+back at once.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from chatphase.system.cpu_load import OtherCpuLoad
 
 #: changes spelled out in a turn's reason; more are counted.
 REASON_CHANGES = 3
+#: a step down within this many seconds of a step up means the step up did not hold.
+UNDONE_S = 1.0
 NS_PER_S = 1_000_000_000
 
 
@@ -50,7 +55,7 @@ class ThreadGovernor:
         n_threads_batch: int | None,
         set_threads: Callable[[int, int], None],
         load: Callable[[], float | None] | None = None,
-        up_check_s: float = 1.0,
+        up_check_s: float = 0.25,
         up_check_max_s: float = 8.0,
         tick: Callable[[], None] | None = None,
     ) -> None:
@@ -125,7 +130,7 @@ class ThreadGovernor:
         if n > self.n_decode:
             self._up_at = t_ns
         else:
-            soon = self._up_at is not None and t_ns - self._up_at < 2 * self._up_base_ns
+            soon = self._up_at is not None and t_ns - self._up_at < max(UNDONE_S * NS_PER_S, 2 * self._up_base_ns)
             self._up_ns = min(2 * self._up_ns, self._up_max_ns) if soon else self._up_base_ns
             self._up_at = None
         self._changes.append(f"{self.n_decode} → {n} at token {self._tokens}: {why}")

@@ -19,7 +19,7 @@ fell to 5–25 tok/s and prefilled at 87 tok/s where 1 thread decoded at 80 and 
   (``llama_set_n_threads`` between two tokens). The mean, not the median, because preemption makes the
   gaps bimodal: beside one busy process, 2 threads had a median gap of 14 ms (1.7× quiet) but a mean of
   48 ms (p95 167 ms). The odd slow gap (the chat UI redrawing, a page fault) moves the mean of 8 gaps
-  too little to count. A fresh load sample, taken at most once a second and only while decode runs on
+  too little to count. A fresh load sample, taken at most every 0.25 s and only while decode runs on
   fewer threads than cores, brings threads back when cores are free again.
 """
 

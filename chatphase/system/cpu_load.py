@@ -5,7 +5,7 @@ system, irq, softirq and steal — a vCPU the hypervisor takes away is as lost a
 uses) minus the CPU time of the processes named in ``exclude_pids`` (chatphase's own: the engine and
 the process that started it, whose UI work is budgeted separately), divided by the wall time between
 two samples. One sample is three small ``/proc`` reads (about 0.06 ms), so the engine takes one per turn
-and, while decoding with fewer threads than cores, at most one a second — never one per token.
+and, while decoding with fewer threads than cores, at most one every 0.25 s — never one per token.
 
 So that a sample before a turn tells the load of the last second or so, not the average over a long
 idle time (a compile that ended a minute ago, or began a second ago), :meth:`OtherCpuLoad.tick` records
