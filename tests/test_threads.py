@@ -314,14 +314,17 @@ def test_other_load_windows_start_at_a_snapshot_old_enough_and_forget_ended_proc
     load = OtherCpuLoad(
         exclude_pids=(11,), min_window_s=0.25, clock=clock, busy_s=lambda: busy["s"], process_s=lambda pid: own.get(pid)
     )
-    clock.t += 0.1
+    clock.t += 0.05
     assert load.sample() is None  # no snapshot old enough, no estimate yet
+    clock.t += 0.05
+    busy["s"] += 0.1
+    assert load.sample() == pytest.approx(1.0)  # the first sample may take a quarter of the window
     clock.t += 0.9
-    busy["s"] += 1.0
-    assert load.sample() == pytest.approx(1.0)  # from the first snapshot
+    busy["s"] += 0.9
+    assert load.sample() == pytest.approx(1.0)  # from the first snapshot (the second is too recent)
     clock.t += 0.01
     busy["s"] += 0.02
-    assert load.sample() == pytest.approx(1.02 / 1.01)  # the last sample is too recent: from the one before
+    assert load.sample() == pytest.approx(0.92 / 0.91)  # the last sample is too recent: from the one before
     clock.t += 1.0
     busy["s"] += 0.5
     own[11] += 0.2

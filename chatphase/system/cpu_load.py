@@ -60,6 +60,8 @@ class OtherCpuLoad:
         exclude_pids: processes whose CPU is not "other" (default: this process and its parent).
         min_window_s: the shortest window a sample measures; with no snapshot that old it returns the
             last estimate (the kernel counts CPU time in 10 ms ticks: ±0.04 cores over 0.25 s on 2 CPUs).
+            The first sample takes a quarter of that, so that a turn right after loading (``ask``) has
+            a coarse figure rather than none.
         keep: snapshots kept for the next sample's window.
         clock, busy_s, process_s: injectable for tests (seconds; :func:`machine_busy_s`,
             :class:`ProcessCpu`).
@@ -98,7 +100,8 @@ class OtherCpuLoad:
         """Cores (≥ 0) that other processes used from the newest snapshot at least ``min_window_s`` old
         until now; the last estimate (``None`` at first) when no snapshot is that old."""
         now = self._clock()
-        start = next((snap for snap in reversed(self._snaps) if now - snap[0] >= self.min_window_s), None)
+        shortest = self.min_window_s if self.estimate is not None else self.min_window_s / 4
+        start = next((snap for snap in reversed(self._snaps) if now - snap[0] >= shortest), None)
         if start is None:
             return self.estimate
         t0, busy0, own0 = start
