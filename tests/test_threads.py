@@ -41,13 +41,13 @@ def test_free_threads_never_below_one_and_all_cores_when_unknown():
 def test_quiet_machine_gets_every_core_for_prefill_and_decode():
     choice = choose_turn_threads(2, 0.1)
     assert (choice.n_threads_decode, choice.n_threads_prefill) == (2, 2)
-    assert choice.reason == "2: no core busy elsewhere (other load 0.1 cores)"
+    assert choice.reason == "2: no core busy elsewhere (other load 0.10 cores)"
 
 
 def test_one_busy_process_takes_one_core_away():
     choice = choose_turn_threads(2, 1.0)
     assert (choice.n_threads_decode, choice.n_threads_prefill) == (1, 1)
-    assert choice.reason == "2 → 1: one core busy elsewhere (other load 1.0 cores)"
+    assert choice.reason == "2 → 1: one core busy elsewhere (other load 1.00 cores)"
 
 
 def test_overloaded_machine_keeps_one_thread_and_says_all_cores_busy():
@@ -131,7 +131,7 @@ def test_decode_steps_up_only_with_a_fresh_load_sample_showing_free_cores():
     assert decode_step(1, 2, steady, 11 * MS) is None  # no sample: stay
     assert decode_step(1, 2, steady, 11 * MS, other_load_cores=0.9) is None  # still busy
     n, why = decode_step(1, 2, steady, 11 * MS, other_load_cores=0.1)
-    assert n == 2 and why == "both cores free again (other load 0.1 cores)"
+    assert n == 2 and why == "both cores free again (other load 0.10 cores)"
     assert decode_step(2, 8, steady, 11 * MS, other_load_cores=0.0)[0] == 3  # one at a time
     assert decode_step(2, 2, steady, 11 * MS, other_load_cores=0.0) is None  # already every core
 
@@ -190,7 +190,7 @@ def test_quiet_turn_keeps_every_core_and_reports_it():
     m = finished(gov)
     assert s.calls == [(2, 2)]
     assert (m.n_threads_prefill, m.n_threads_decode, m.decode_thread_changes) == (2, 2, 0)
-    assert m.threads_reason == "2: no core busy elsewhere (other load 0.0 cores)"
+    assert m.threads_reason == "2: no core busy elsewhere (other load 0.00 cores)"
 
 
 def test_preemption_mid_decode_drops_a_thread_between_tokens():

@@ -9,11 +9,11 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 
 from chatphase.ui.dashboard import Dashboard
-from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.phase_panel import PhasePanel, threads_text
 from chatphase.ui.system_figures import SystemFigures, system_lines, threads_lines
 from chatphase.ui.turn_detail import TurnDetail, metric_pairs
 
-REASON = "2 → 1: one core busy elsewhere (other load 1.0 cores)"
+REASON = "2 → 1: one core busy elsewhere (other load 1.00 cores)"
 AUTO = replace(loaded_model(), settings={**loaded_model().settings, "threads_policy": "auto"})
 TURN = replace(TURNS[0], n_threads_prefill=1, n_threads_decode=1, decode_thread_changes=0, threads_reason=REASON)
 
@@ -70,6 +70,10 @@ async def test_phase_panel_threads_row():
         panel.turn_finished(1, TURN)
         await pilot.pause()
         assert f"threads 1 decode / 1 prefill · {REASON}" in _lines(panel._model)
+        changed = replace(
+            TURN, n_threads_decode=2, decode_thread_changes=2, threads_reason=f"{REASON}; 1 → 2 at …; 2 → 1 at …"
+        )
+        assert threads_text(changed) == f"2 decode / 1 prefill · {REASON} · then 2 changes during decode"
         panel.set_model(loaded_model())  # no thread policy: no threads row
         await pilot.pause()
         assert "\nthreads " not in _lines(panel._model)

@@ -42,7 +42,7 @@ _WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """Threads for one turn, and why (``"2 → 1: one core busy elsewhere (other load 1.0 cores)"``)."""
+    """Threads for one turn, and why (``"2 → 1: one core busy elsewhere (other load 1.00 cores)"``)."""
 
     n_threads_decode: int
     n_threads_prefill: int
@@ -96,10 +96,10 @@ def choose_turn_threads(
     if other_load_cores is None:
         why = f"{auto}: {_cores_text(cores, cores)}, no load sample yet"
     elif auto == cores:
-        why = f"{auto}: no core busy elsewhere (other load {other_load_cores:.1f} cores)"
+        why = f"{auto}: no core busy elsewhere (other load {other_load_cores:.2f} cores)"
     else:
         busy = min(busy_cores(other_load_cores), cores)
-        why = f"{cores} → {auto}: {_cores_text(busy, cores)} busy elsewhere (other load {other_load_cores:.1f} cores)"
+        why = f"{cores} → {auto}: {_cores_text(busy, cores)} busy elsewhere (other load {other_load_cores:.2f} cores)"
     if n_threads is not None:
         why = f"decode {decode} fixed (--threads); prefill {why}"
     elif n_threads_batch is not None:
@@ -140,5 +140,5 @@ def decode_step(
     if other_load_cores is not None and n < cores:
         target = free_threads(cores, other_load_cores)
         if target > n:
-            return n + 1, f"{_cores_text(target, cores)} free again (other load {other_load_cores:.1f} cores)"
+            return n + 1, f"{_cores_text(target, cores)} free again (other load {other_load_cores:.2f} cores)"
     return None

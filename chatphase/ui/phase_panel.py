@@ -26,6 +26,17 @@ from chatphase.models.kv import KV_CELL_PAD
 from chatphase.units import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
 
 
+def threads_text(m: TurnMetrics) -> str:
+    """A turn's threads in a few words: the counts, the reason before the turn, and how many changes
+    decode saw (the turn's detail in the dashboard spells them out)."""
+    before = (m.threads_reason or "").split("; ")[0]  # the reason is "choice; change; change ..."
+    text = f"{m.n_threads_decode} decode / {m.n_threads_prefill} prefill · {before}"
+    if m.decode_thread_changes:
+        n = m.decode_thread_changes
+        text += f" · then {n} change{'s' if n > 1 else ''} during decode"
+    return text
+
+
 def _grid(rows: list[tuple[str, str]]) -> Table:
     table = Table.grid(padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
@@ -148,7 +159,7 @@ class PhasePanel(VerticalScroll):
         self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
         self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
         if m.n_threads_decode is not None and self.model is not None:
-            self._threads = f"{m.n_threads_decode} decode / {m.n_threads_prefill} prefill · {m.threads_reason}"
+            self._threads = threads_text(m)
             self._render_model()
 
     def _render_turn(self, layout: bool = True) -> None:

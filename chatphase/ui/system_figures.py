@@ -35,7 +35,7 @@ def gpu_offload_text(model: LoadedModel) -> str:
 
 def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
     """The threads figure (``threads 1 decode / 1 prefill, auto``) and, after a turn of an engine with a
-    thread policy, its reason (``threads: 2 → 1: one core busy elsewhere (other load 1.0 cores)``)."""
+    thread policy, its reason (``threads: 2 → 1: one core busy elsewhere (other load 1.00 cores)``)."""
     s = model.settings
     policy = s.get("threads_policy")
     if turn is not None and turn.n_threads_decode is not None:
