@@ -10,6 +10,9 @@ fell to 5–25 tok/s and prefilled at 87 tok/s where 1 thread decoded at 80 and 
 
 - **Before each turn** a core counts as busy elsewhere when other processes use at least
   :data:`BUSY_CORE_SHARE` of one, and both prefill and decode get the cores that are left (at least one).
+  That is where the two counts break even: with a core taken a share f of the time, 2 threads decode
+  at about (1 − f) + f / 4 of their quiet speed (27/105 ≈ 1/4 while it is taken), 1 thread at 0.62 of
+  it (65/105), equal at f ≈ 0.5 — and 2 threads' ITL is far worse long before that.
   Prefill is compute-bound and decode bandwidth-bound, but the barrier stall hits both alike (prefill on
   2 threads fell to 0.54× of 1 thread beside the compile), so they get the same count; a pinned count
   (``--threads``, ``--threads-batch``) is never changed.
