@@ -49,10 +49,10 @@ def _child_main(conn, cancel, info: ModelInfo, config: EngineConfig, log_path, c
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI, which cancels and closes us
     # OpenMP waiting: libgomp's defaults stay, by measurement (2 vCPUs, interleaved A/B runs of 2 decode
     # threads; docs/architecture.md). OMP_WAIT_POLICY=PASSIVE decoded at 58 tok/s where the default did
-    # 154 on a quiet machine (a futex sleep and wake at every barrier); ACTIVE keeps the workers spinning
-    # after each turn (0.7-0.9 cores while idle, against ~10 ms of spinning by default) and was no faster;
+    # 154 on a quiet machine (median of 2 each; a futex sleep and wake at every barrier); ACTIVE spins
+    # the workers after each turn (0.7-0.9 cores while idle, ~10 ms by default) and was no faster;
     # GOMP_SPINCOUNT 100 was slower, 1000 and 10000 and OMP_PROC_BIND=close level with the default quiet
-    # and no steadier beside busy processes, where one thread beat every 2-thread variant by 1.4-4x. So
+    # and no steadier beside busy processes, where one thread beat every 2-thread variant by 1.4x or more. So
     # the thread policy (chatphase.engine.threads), not the wait policy, is the lever, and a value the
     # user set is left alone. The ggml threadpool (llama_attach_threadpool) is in libllama but not in the
     # 0.3.36 bindings, and under this OpenMP build it carries only a CPU mask and a priority, which
