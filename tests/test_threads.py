@@ -355,3 +355,18 @@ def test_other_load_reads_this_machine():
     load = OtherCpuLoad(min_window_s=0.0)
     value = load.sample()
     assert value is not None and value >= 0.0
+
+
+# -- the cores to start from ----------------------------------------------------------------------
+
+
+def test_cgroup_quota_caps_the_cores(tmp_path):
+    from chatphase.system.cpu_features import cgroup_cpu_limit, physical_cores, usable_cores
+
+    f = tmp_path / "cpu.max"
+    f.write_text("150000 100000\n")
+    assert cgroup_cpu_limit(f) == 2  # 1.5 CPUs of quota: two threads can run, rounded up
+    f.write_text("max 100000\n")
+    assert cgroup_cpu_limit(f) is None
+    assert cgroup_cpu_limit(tmp_path / "missing") is None
+    assert 1 <= usable_cores() <= physical_cores()

@@ -23,7 +23,7 @@ def text_of(widget) -> str:
 
 
 def test_threads_figure_before_and_after_a_turn():
-    assert threads_lines(AUTO) == ("threads auto, up to 2 (physical cores)", None)
+    assert threads_lines(AUTO) == ("threads auto, up to 2 (the cores this machine gives the engine)", None)
     assert threads_lines(AUTO, TURN) == ("threads 1 decode / 1 prefill, auto", f"threads: {REASON}")
     # an engine without a thread policy (a remote server, an older engine): the settings' counts
     assert threads_lines(loaded_model()) == ("threads 2 decode / 2 batch", None)
@@ -66,7 +66,7 @@ async def test_phase_panel_threads_row():
         panel = app.query_one(PhasePanel)
         panel.set_model(AUTO)
         await pilot.pause()
-        assert "threads auto, up to 2 (physical cores)" in _lines(panel._model)
+        assert "threads auto, up to 2 cores" in _lines(panel._model)
         panel.turn_finished(1, TURN)
         await pilot.pause()
         assert f"threads 1 decode / 1 prefill · {REASON}" in _lines(panel._model)

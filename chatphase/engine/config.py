@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
-from chatphase.system.cpu_features import physical_cores
+from chatphase.system.cpu_features import usable_cores
 
 TRI_STATE = ("auto", "on", "off")
 
@@ -75,8 +75,9 @@ class EngineConfig:
 
     def resolved(self) -> dict:
         """The settings with automatic values resolved, as a plain dict; auto threads resolve to the
-        physical cores, the count the context starts with (each turn then chooses its own)."""
-        cores = physical_cores()
+        usable cores (physical, within the affinity mask and cgroup quota), the count the context starts
+        with (each turn then chooses its own)."""
+        cores = usable_cores()
         return {
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,

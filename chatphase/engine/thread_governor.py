@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.threads import SLOW_FACTOR, WINDOW, ThreadChoice, choose_turn_threads, decode_step
-from chatphase.system.cpu_features import physical_cores
+from chatphase.system.cpu_features import usable_cores
 from chatphase.system.cpu_load import OtherCpuLoad
 
 #: changes spelled out in a turn's reason; more are counted.
@@ -73,11 +73,12 @@ class ThreadGovernor:
 
     @classmethod
     def for_config(cls, config, set_threads: Callable[[int, int], None]) -> ThreadGovernor:
-        """The governor of an :class:`~chatphase.engine.config.EngineConfig`'s context: physical cores,
-        other load sampled with :class:`~chatphase.system.cpu_load.OtherCpuLoad` (this process and its
-        parent, the UI or ``ask``, are chatphase's own)."""
+        """The governor of an :class:`~chatphase.engine.config.EngineConfig`'s context: the usable cores
+        (:func:`~chatphase.system.cpu_features.usable_cores`), other load sampled with
+        :class:`~chatphase.system.cpu_load.OtherCpuLoad` (this process and its parent, the UI or ``ask``,
+        are chatphase's own)."""
         load = OtherCpuLoad()
-        return cls(physical_cores(), config.n_threads, config.n_threads_batch, set_threads, load.sample, tick=load.tick)
+        return cls(usable_cores(), config.n_threads, config.n_threads_batch, set_threads, load.sample, tick=load.tick)
 
     def idle(self) -> None:
         """Between turns, about once a second (the engine's child process calls it while it waits): a load

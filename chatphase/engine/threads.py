@@ -1,6 +1,6 @@
 """The thread policy: how many threads prefill and decode get, from what the machine can give now.
 
-Pure functions of (physical cores, other processes' CPU load, recent inter-token gaps); the engine's
+Pure functions of (cores, other processes' CPU load, recent inter-token gaps); the engine's
 bookkeeping around them (when to sample, what to report) is :mod:`chatphase.engine.thread_governor`.
 
 Why (measured on 2 vCPUs, no SMT, SmolLM2-135M; ``docs/architecture.md``): llama.cpp's OpenMP workers
@@ -84,7 +84,7 @@ def choose_turn_threads(
     """The threads of the next turn.
 
     Args:
-        cores: physical cores (≥ 1).
+        cores: the cores the engine may use (≥ 1; :func:`chatphase.system.cpu_features.usable_cores`).
         other_load_cores: cores other processes used lately (:class:`chatphase.system.cpu_load.OtherCpuLoad`),
             ``None`` when not known yet.
         n_threads / n_threads_batch: pinned decode / prefill counts (``None`` = auto); a pinned decode
@@ -131,7 +131,7 @@ def decode_step(
     """A change of the decode thread count between two tokens, as ``(new count, reason)``, or ``None``.
 
     Args:
-        n: the current count; cores: physical cores (the most decode may use).
+        n: the current count; cores: the most decode may use.
         gaps_ns: gaps (ns) since the count became ``n``, newest last; fastest_ns: the fastest of them.
         other_load_cores: a fresh load sample when the caller took one (only then can threads go up,
             one at a time, to what :func:`free_threads` allows).

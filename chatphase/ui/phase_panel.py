@@ -101,7 +101,7 @@ class PhasePanel(VerticalScroll):
             ("engine", engine if policy else f"{s.get('n_threads', DASH)} threads · {engine}"),
         ]
         if policy:  # the threads row says what they are
-            rows.append(("threads", self._threads or f"{policy}, up to {s.get('n_threads', DASH)} (physical cores)"))
+            rows.append(("threads", self._threads or f"{policy}, up to {s.get('n_threads', DASH)} cores"))
         rows += [("note", note) for note in model.notes]
         self._model.update(_grid(rows))
 

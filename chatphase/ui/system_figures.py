@@ -42,7 +42,7 @@ def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[
         figure = f"threads {turn.n_threads_decode} decode / {turn.n_threads_prefill} prefill"
         return (f"{figure}, {policy}" if policy else figure), f"threads: {turn.threads_reason}"
     if policy == "auto":
-        return f"threads auto, up to {s.get('n_threads', '–')} (physical cores)", None
+        return f"threads auto, up to {s.get('n_threads', '–')} (the cores this machine gives the engine)", None
     figure = f"threads {s.get('n_threads', '–')} decode / {s.get('n_threads_batch', '–')} batch"
     return (f"{figure}, {policy}" if policy else figure), None
 
