@@ -164,13 +164,18 @@ class EngineHost:
         self._cancel = self._mp.Event()
         self._proc = None
         self._conn = None
+        self._fresh = False  # started by start() and not loaded yet
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def load(self) -> Iterator[Event]:
-        """Start the child and load the model; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
+    def start(self) -> None:
+        """Start the child now, without waiting for it: it imports llama.cpp and loads the model while the
+        caller does other work (the TUI importing Textual and drawing); :meth:`load` then yields what it
+        reports. Does nothing when a started child has not been loaded yet."""
+        if self._proc is not None and self._fresh:
+            return
         self.close()
         parent, child = self._mp.Pipe()
         self._proc = self._mp.Process(
@@ -182,6 +187,13 @@ class EngineHost:
         self._proc.start()
         child.close()
         self._conn = parent
+        self._fresh = True
+
+    def load(self) -> Iterator[Event]:
+        """Start the child (unless :meth:`start` just did) and load the model; yields ``ModelLoaded`` or
+        ``EngineFailed(fatal=True)``. Called again, it starts a fresh child."""
+        self.start()
+        self._fresh = False
         for event in self._receive():
             yield event
             if isinstance(event, (ModelLoaded, EngineFailed)):
@@ -220,6 +232,7 @@ class EngineHost:
         """Stop the child (politely, then by force) and release its memory. Idempotent."""
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        self._fresh = False
         if proc is None:
             return
         self._cancel.set()
