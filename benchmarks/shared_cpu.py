@@ -337,10 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         a.samples = {c: [] for c in conditions}
     loads: dict[str, list[str]] = {c: [] for c in conditions}
 
-    def on_term(*_):
+    def on_signal(*_):
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a shell may start a background job ignoring it
+        signal.signal(sig, on_signal)
     runners: dict[str, EngineArm] = {}
     try:
         for a in arms:
