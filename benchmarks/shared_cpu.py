@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 from engine_speed import llama_bench, load_note
 
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import EngineFailed, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.events import EngineFailed, SamplingParams, TurnFinished, TurnRequest
 from chatphase.engine.host import EngineHost
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -125,10 +125,16 @@ class Arm:
 
 
 class EngineArm:
-    """Turns on one loaded engine child process, cancelled after ``timeout_s``."""
+    """Turns on one engine child process (loaded here; ``threads`` ``None`` = auto), each cancelled after
+    ``timeout_s``."""
 
-    def __init__(self, host: EngineHost, timeout_s: float) -> None:
-        self.host, self.timeout_s, self.turn_id = host, timeout_s, 0
+    def __init__(self, info, n_ctx: int, threads: int | None, timeout_s: float) -> None:
+        self.host = EngineHost(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
+        self.timeout_s, self.turn_id = timeout_s, 0
+        failed = [ev for ev in self.host.load() if isinstance(ev, EngineFailed)]
+        if failed:
+            self.host.close()
+            raise SystemExit(f"chatphase engine failed to load: {failed[0].message}")
 
     def turn(self, prompt: list[int], max_tokens: int):
         self.turn_id += 1
@@ -174,15 +180,6 @@ class EngineArm:
         )
 
 
-def start_engine(info, n_ctx: int, threads: int | None) -> EngineHost:
-    host = EngineHost(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
-    for ev in host.load():
-        if isinstance(ev, EngineFailed):
-            raise SystemExit(f"chatphase engine failed to load: {ev.message}")
-        assert isinstance(ev, ModelLoaded)
-    return host
-
-
 def prompt_tokens(info, n: int) -> tuple[list[int], list[int]]:
     """``n`` prompt tokens and a 1-token prompt, from chatphase bench's prompt builder."""
     import llama_cpp
@@ -215,21 +212,21 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 
 def machine_line() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import psutil
 
-    mem = psutil.virtual_memory().total / 2**30
+    cpu = next((ln.split(":", 1)[1].strip() for ln in _cpuinfo().splitlines() if ln.startswith("model name")), "?")
     return (
-        f"{model}, {physical_cores()} physical cores / {os.cpu_count()} logical CPUs, {mem:.0f} GiB, "
-        f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+        f"{cpu}, {physical_cores()} physical cores / {os.cpu_count()} logical CPUs, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
     )
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
 
 
 def condition_table(cond: str, arms: list[Arm], loads: list[str], args) -> tuple[list[str], dict]:
@@ -346,8 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for a in arms:
             if not a.key.startswith("llama-bench"):
-                a.host = start_engine(info, n_ctx, a.threads)
-                runners[a.key] = EngineArm(a.host, args.turn_timeout_s)
+                runners[a.key] = EngineArm(info, n_ctx, a.threads, args.turn_timeout_s)
+                a.host = runners[a.key].host
                 runners[a.key].sample(prompt, short, 8)  # warm-up, not counted
         for rep in range(args.reps):
             for cond in conditions[rep % len(conditions) :] + conditions[: rep % len(conditions)]:
