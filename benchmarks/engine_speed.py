@@ -138,10 +138,16 @@ class ChatphaseHost:
         self.host.close()
 
 
-def llama_bench(path: str, exe: str, threads: int, n_pp: int, n_tg: int) -> tuple[float, float]:
-    """(d): one ``llama-bench -r 1`` run; returns (pp tokens/s, tg tokens/s)."""
+def llama_bench(
+    path: str, exe: str, threads: int, n_pp: int, n_tg: int, timeout_s: float | None = None
+) -> tuple[float, float]:
+    """(d): one ``llama-bench -r 1`` run; returns (pp tokens/s, tg tokens/s).
+
+    Raises:
+        subprocess.TimeoutExpired: when it runs longer than ``timeout_s`` (the process is killed).
+    """
     cmd = [exe, "-m", path, "-t", str(threads), "-p", str(n_pp), "-n", str(n_tg), "-r", "1", "-o", "json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout_s).stdout
     pp = tg = float("nan")
     for row in json.loads(out):
         if row.get("n_prompt") == n_pp and not row.get("n_gen"):

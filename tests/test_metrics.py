@@ -135,3 +135,22 @@ def test_thinking_cut_short_and_no_thinking():
     )
     with pytest.raises(ValueError):
         compute_turn_metrics(**base, thinking_tokens=6, t_thinking_end_ns=200 * MS)
+
+
+def test_itl_percentiles_match_numpys_linear_method():
+    """The standard library computes them (no NumPy in the UI), by NumPy's definition."""
+    import random
+
+    import numpy as np
+
+    from chatphase.engine.metrics import itl_stats_ms
+
+    rng = random.Random(14)
+    for n in (2, 3, 4, 21, 200):
+        times = [0]
+        for _ in range(n - 1):
+            times.append(times[-1] + rng.randrange(1, 300_000_000))
+        gaps = np.diff(np.asarray(times)) / 1e6
+        p50, p95, pmax = itl_stats_ms(times)
+        assert (p50, p95) == pytest.approx(tuple(np.percentile(gaps, [50, 95])), rel=1e-12)
+        assert pmax == gaps.max()

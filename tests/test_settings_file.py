@@ -200,3 +200,23 @@ def test_any_valid_settings_survive_save_and_load(tmp_path_factory, values):
     save_settings(s, path)
     report = load_config(path, {})
     assert report.problems == [] and report.settings == s
+
+
+def test_threads_auto_flag_overrides_a_configured_count(cfg):
+    cfg.write_text("n_threads = 4\nn_threads_batch = 2\n")
+    assert (effective(cfg).n_threads, effective(cfg).n_threads_batch) == (4, 2)
+    s = effective(cfg, "--threads", "auto", "--threads-batch", "AUTO")
+    assert (s.n_threads, s.n_threads_batch) == (None, None)
+    assert s.engine_config().threads_policy() == "auto"
+    s = effective(cfg, "--threads", "3", environ={"CHATPHASE_N_THREADS": "auto"})
+    assert s.n_threads == 3 and s.engine_config().threads_policy() == "fixed"
+    assert Settings().engine_config().threads_policy() == "auto"  # the default
+
+
+def test_threads_flag_refuses_words_other_than_auto(cfg, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_cli("--threads", "many")
+    assert exc.value.code == 2
+    assert "expected a number or auto, got 'many'" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="n_threads must be positive"):
+        effective(cfg, "--threads", "0")

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class LinearFit:
@@ -52,6 +50,8 @@ def linear_fit(x: Sequence[float], y: Sequence[float | None]) -> LinearFit | Non
     Raises:
         ValueError: when ``x`` and ``y`` differ in length.
     """
+    import numpy as np  # here: the TUI imports this module, and NumPy at import costs it ~0.1 s
+
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
     pts = [(float(a), float(b)) for a, b in zip(x, y, strict=True) if b is not None]

@@ -28,8 +28,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
 #: the best three passes must lie within this fraction of the best for a figure to count as stable.
 STABLE_TOLERANCE = 0.03
 MIN_PASSES, MAX_PASSES = 5, 40
@@ -81,6 +79,8 @@ def repeat_until_stable(run_once: Callable[[], float], max_s: float = 3.0) -> Re
 
 
 def _slices(n: int, threads: int) -> list[slice]:
+    import numpy as np  # here: the TUI imports this module (MachinePeaks), and NumPy would cost it ~0.1 s
+
     bounds = np.linspace(0, n, threads + 1, dtype=np.int64)
     return [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
 
@@ -95,6 +95,8 @@ def measure_bandwidth(
     Raises:
         ValueError: an unknown ``kind`` or a non-positive size or thread count.
     """
+    import numpy as np  # here: the TUI imports this module (MachinePeaks), and NumPy would cost it ~0.1 s
+
     if kind not in ("read", "copy") or array_bytes <= 0 or threads < 1:
         raise ValueError("kind must be read or copy; array_bytes and threads must be positive")
     n = max(threads, array_bytes // 8)
@@ -134,6 +136,8 @@ def measure_matmul_flops(n: int = 1024, threads: int | None = None, max_s: float
     Raises:
         ValueError: when an argument is not positive.
     """
+    import numpy as np  # here: the TUI imports this module (MachinePeaks), and NumPy would cost it ~0.1 s
+
     if n < 1 or (threads is not None and threads < 1):
         raise ValueError("n and threads must be positive")
     from threadpoolctl import threadpool_limits

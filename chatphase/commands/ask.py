@@ -51,6 +51,10 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
     itl = "–" if m.itl_ms_p50 is None else f"{m.itl_ms_p50:.1f}/{m.itl_ms_p95:.1f} ms"
     n = lambda count: "–" if count is None else count  # noqa: E731 - a count a remote server did not report
     src = " (server tokenizer)" if m.decode_tokens_source == "tokenizer" else ""
+    threads = ""
+    if m.n_threads_decode is not None:
+        changes = f" ({m.threads_reason})" if m.decode_thread_changes else ""
+        threads = f"threads {m.n_threads_prefill}/{m.n_threads_decode}{changes} · "
     thinking = ""
     if m.thinking_tokens is not None:
         cut = ", cut short" if m.thinking_cut_short else ""
@@ -62,7 +66,7 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
         f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
-        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {m.stop_reason}"
+        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{m.stop_reason}"
     )
 
 

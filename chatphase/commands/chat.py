@@ -65,14 +65,21 @@ def run(args: argparse.Namespace) -> int:
             settings = settings.with_overrides(model=recorded)  # continue on the session's model
     warnings: list[str] = []
     info = model_info_for(settings, pull=args.pull, warn=warnings.append)
+    # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF.
+    # The first engine starts now, so that the child imports llama.cpp and loads the model while the UI
+    # imports Textual and draws; the app's first start_engine() takes it over.
+    first = [engine_for(settings, info)]
+    getattr(first[0], "start", lambda: None)()
+
+    def engines(model_info, current):
+        return first.pop() if first and model_info is info else engine_for(current, model_info)
 
     from chatphase.ui.app import ChatPhaseApp
 
-    # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF
     app = ChatPhaseApp(
         settings,
         info,
-        lambda model_info, current: engine_for(current, model_info),
+        engines,
         save_sessions=not args.no_save,
         startup_notices=(*config.problems, *warnings, *getattr(args, "input_notices", ())),
         resume=resume,

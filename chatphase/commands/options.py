@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from chatphase.config import Settings
 from chatphase.engine.config import TRI_STATE
 from chatphase.models.kv import KV_TYPE_BYTES
+
+#: the value of an optional count flag that sets it back to automatic, over a config file or environment.
+AUTO = "auto"
+
+
+def count_or_auto(text: str) -> int | str:
+    """An integer, or :data:`AUTO` (any case) for "chatphase chooses" (``--threads auto``).
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse prints it as a usage error, exit 2).
+    """
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or {AUTO}, got {text!r}") from None
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -25,10 +43,19 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-batch", type=int, metavar="N", help="prompt tokens per prefill chunk (default 256)")
     g.add_argument("--n-ubatch", type=int, metavar="N", help="physical batch size (default 256)")
     g.add_argument(
-        "--threads", dest="n_threads", type=int, metavar="N", help="decode threads (default: physical cores)"
+        "--threads",
+        dest="n_threads",
+        type=count_or_auto,
+        metavar="N|auto",
+        help="decode threads; auto (the default) chooses them each turn from the cores other processes leave "
+        "free, and fewer mid-reply when decode is preempted; a number pins them (and prefill's)",
     )
     g.add_argument(
-        "--threads-batch", dest="n_threads_batch", type=int, metavar="N", help="prefill threads (default: --threads)"
+        "--threads-batch",
+        dest="n_threads_batch",
+        type=count_or_auto,
+        metavar="N|auto",
+        help="prefill threads (default: as --threads)",
     )
     g.add_argument(
         "--n-gpu-layers",
@@ -117,4 +144,6 @@ def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -
 
         base = load_settings()
     overrides = {k: getattr(args, k) for k in _SETTING_KEYS if getattr(args, k, None) is not None}
-    return base.with_overrides(**overrides).validate()
+    autos = {k: None for k, v in overrides.items() if v == AUTO}  # auto beats a configured number
+    settings = base.with_overrides(**{k: v for k, v in overrides.items() if k not in autos})
+    return replace(settings, **autos).validate()

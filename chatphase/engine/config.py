@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
-from chatphase.system.cpu_features import physical_cores
+from chatphase.system.cpu_features import usable_cores
 
 TRI_STATE = ("auto", "on", "off")
 #: llama.cpp's limit on sequences in one context (``LLAMA_MAX_SEQ`` in src/llama-cparams.h).
@@ -25,8 +25,10 @@ class EngineConfig:
 
     ``n_ctx`` tokens of context; ``n_batch`` prompt tokens per prefill chunk (also the step of the live
     prefill progress); ``n_ubatch`` the physical batch; ``n_threads`` / ``n_threads_batch`` decode and
-    prefill threads (``None`` = physical cores: llama-cpp-python's default of half the cores halves decode
-    on small machines); ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
+    prefill threads (``None`` = auto: chosen before each turn from the cores other processes leave free,
+    and decode's changed between tokens when the engine is preempted, :mod:`chatphase.engine.threads`; a
+    number pins it, and a pinned ``n_threads`` pins prefill too unless ``n_threads_batch`` is given);
+    ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
     0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
     (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
@@ -76,15 +78,24 @@ class EngineConfig:
                 raise UsageError(f"{name} must be one of {', '.join(KV_TYPE_BYTES)} (got {getattr(self, name)!r})")
         return self
 
+    def threads_policy(self) -> str:
+        """``auto``, ``fixed``, or which of decode and prefill is which (``decode auto, prefill fixed``)."""
+        decode = "fixed" if self.n_threads is not None else "auto"
+        prefill = "fixed" if (self.n_threads_batch or self.n_threads) is not None else "auto"
+        return decode if decode == prefill else f"decode {decode}, prefill {prefill}"
+
     def resolved(self) -> dict:
-        """The settings with automatic values resolved (threads = physical cores), as a plain dict."""
-        cores = physical_cores()
+        """The settings with automatic values resolved, as a plain dict; auto threads resolve to the
+        usable cores (physical, within the affinity mask and cgroup quota), the count the context starts
+        with (each turn then chooses its own)."""
+        cores = usable_cores()
         return {
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
             "n_ubatch": min(self.n_ubatch, self.n_batch),
             "n_threads": self.n_threads or cores,
             "n_threads_batch": self.n_threads_batch or self.n_threads or cores,
+            "threads_policy": self.threads_policy(),
             "n_gpu_layers": self.n_gpu_layers,
             "flash_attn": self.flash_attn,
             "type_k": self.type_k,

@@ -105,6 +105,8 @@ class PrefillStarted:
     """Templating and tokenisation are done; ``prefill_tokens`` of ``prompt_tokens`` will be evaluated.
 
     ``dropped_messages`` older messages were left out so the prompt fits ``n_ctx`` (system prompt kept).
+    ``n_threads_prefill`` / ``n_threads_decode`` / ``threads_reason``: the threads the turn starts with and
+    why (:mod:`chatphase.engine.threads`; ``None`` from an engine without a thread policy).
     """
 
     turn_id: int
@@ -113,6 +115,9 @@ class PrefillStarted:
     prefill_tokens: int
     dropped_messages: int
     t_ns: int
+    n_threads_prefill: int | None = None
+    n_threads_decode: int | None = None
+    threads_reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,10 @@ from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
 from chatphase.models.gguf_meta import ModelInfo
 
+#: seconds between the thread policy's load snapshots while the child waits for a turn
+#: (:meth:`chatphase.engine.thread_governor.ThreadGovernor.idle`): one ~0.06 ms wake-up a second.
+IDLE_TICK_S = 1.0
+
 
 @dataclass(frozen=True)
 class _TurnDone:
@@ -71,6 +75,16 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
     log_path = log_path or default_log_path()
     redirect_stdio(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI, which cancels and closes us
+    # OpenMP waiting: libgomp's defaults stay, by measurement (2 vCPUs, interleaved A/B runs of 2 decode
+    # threads; docs/architecture.md). OMP_WAIT_POLICY=PASSIVE decoded at 58 tok/s where the default did
+    # 154 on a quiet machine (median of 2 each; a futex sleep and wake at every barrier); ACTIVE spins
+    # the workers after each turn (0.7-0.9 cores while idle, ~10 ms by default) and was no faster;
+    # GOMP_SPINCOUNT 100 was slower, 1000 and 10000 and OMP_PROC_BIND=close level with the default quiet
+    # and no steadier beside busy processes, where one thread beat every 2-thread variant by 1.4x or more. So
+    # the thread policy (chatphase.engine.threads), not the wait policy, is the lever, and a value the
+    # user set is left alone. The ggml threadpool (llama_attach_threadpool) is in libllama but not in the
+    # 0.3.36 bindings, and under this OpenMP build it carries only a CPU mask and a priority, which
+    # OMP_PROC_BIND already covers.
 
     try:
         from chatphase.engine.llama import LlamaEngine
@@ -84,6 +98,8 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
         coalesce_ns = int(coalesce_ms * 1e6)
         while True:
             try:
+                while not conn.poll(IDLE_TICK_S):  # waiting for a turn: the thread policy's load snapshot
+                    engine.threads.idle()
                 command = conn.recv()
             except EOFError:
                 break
@@ -169,13 +185,18 @@ class EngineHost:
         self._seq = 0  # turns sent to this child, numbered for cancel
         self._proc = None
         self._conn = None
+        self._fresh = False  # started by start() and not loaded yet
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def load(self) -> Iterator[Event]:
-        """Start the child and load the model; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
+    def start(self) -> None:
+        """Start the child now, without waiting for it: it imports llama.cpp and loads the model while the
+        caller does other work (the TUI importing Textual and drawing); :meth:`load` then yields what it
+        reports. Does nothing when a started child has not been loaded yet."""
+        if self._proc is not None and self._fresh:
+            return
         self.close()
         parent, child = self._mp.Pipe()
         cancel_in, cancel_out = self._mp.Pipe(duplex=False)
@@ -189,6 +210,13 @@ class EngineHost:
         child.close()
         cancel_in.close()
         self._conn, self._cancel = parent, CancelSender(cancel_out)
+        self._fresh = True
+
+    def load(self) -> Iterator[Event]:
+        """Start the child (unless :meth:`start` just did) and load the model; yields ``ModelLoaded`` or
+        ``EngineFailed(fatal=True)``. Called again, it starts a fresh child."""
+        self.start()
+        self._fresh = False
         for event in self._receive():
             yield event
             if isinstance(event, (ModelLoaded, EngineFailed)):
@@ -239,6 +267,7 @@ class EngineHost:
         """Stop the child (politely, then by force) and release its memory. Idempotent."""
         proc, conn, cancel = self._proc, self._conn, self._cancel
         self._proc = self._conn = self._cancel = None
+        self._fresh = False
         if proc is None:
             return
         cancel.cancel(ALL)

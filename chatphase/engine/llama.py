@@ -47,6 +47,7 @@ from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.engine.sampling import sampler_chain
 from chatphase.engine.stops import StopText
 from chatphase.engine.text import clean_text
+from chatphase.engine.thread_governor import ThreadGovernor
 from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
@@ -169,6 +170,7 @@ class LlamaEngine:
         self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
         lc.llama_backend_init()
         s = self.config.resolved()
+        self.threads = ThreadGovernor.for_config(self.config, lambda n, nb: lc.llama_set_n_threads(self._ctx, n, nb))
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         plan = offload_plan(s, system_info, gpu_ok)
@@ -285,8 +287,9 @@ class LlamaEngine:
         cached = self._reuse_prefix(prompt, req.reset_cache)
         self._known.truncate(cached, text)
         todo = prompt[cached:]
+        threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
-        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start)
+        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
 
         stop = None
         n_batch = self._n_batch
@@ -329,7 +332,7 @@ class LlamaEngine:
         )
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
-        yield TurnFinished(req.turn_id, "".join(parts), metrics)
+        yield TurnFinished(req.turn_id, "".join(parts), self.threads.finish_turn(metrics))
 
     def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
         """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason.
@@ -346,7 +349,7 @@ class LlamaEngine:
         batch = lc.llama_batch_get_one(one, 1)
         sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
         is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab.ptr, self._cache
-        cancel, n_ctx, turn_id = self._cancel, self._n_ctx, req.turn_id
+        cancel, n_ctx, turn_id, on_token = self._cancel, self._n_ctx, req.turn_id, self.threads.on_token
         filtered = bool(stop_text.stops)
         stop = "length"
         try:
@@ -363,6 +366,7 @@ class LlamaEngine:
                         stop = "stop"
                         break
                 times.append(t)
+                on_token(t)  # the thread policy: may change decode threads before this token is evaluated
                 parts.append(text)
                 if len(times) == 1:
                     yield FirstToken(turn_id, text, ns_to_ms(t - t_submit), t)

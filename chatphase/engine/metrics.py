@@ -14,7 +14,9 @@ Definitions (shared by the dashboard, `ask --json` and `bench`):
   Undefined (``None``) for fewer than 2 tokens.
 - ``tpot_ms = decode_ms / (decode_tokens - 1)``, the mean time per output token after the first.
 - ITL (inter-token latency) gaps ``t_i - t_{i-1}``; percentiles use linear interpolation between closest
-  ranks (NumPy's default ``method="linear"``, as vLLM's benchmark reports them).
+  ranks (NumPy's default ``method="linear"``, as vLLM's benchmark reports them; computed with the standard
+  library's ``statistics.quantiles(method="inclusive")``, the same method, so that neither the UI nor the
+  engine process needs NumPy for it).
 - ``kv_cache_bytes = kv_cache_tokens * kv_bytes_per_token``.
 - Thinking (reasoning models; ``None`` when the reply had no thinking block): ``thinking_tokens`` are the
   generated tokens of the block (its markers included), ``thinking_ms = t_thinking_end - t_first``;
@@ -28,9 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
+from statistics import quantiles
 from typing import Literal
-
-import numpy as np
 
 StopReason = Literal["stop", "length", "cancelled", "context_full", "error"]
 STOP_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "context_full", "error")
@@ -51,6 +52,10 @@ class TurnMetrics:
     who counted a remote reply's tokens: ``usage`` (the server's usage), ``timings`` (llama-server's
     ``predicted_n``), ``tokenizer`` (the server's tokenizer over the reply text,
     :mod:`chatphase.engine.remote_tokens`); ``None`` for the local engine, which counts what it sampled.
+
+    Threads (the local engine's thread policy, :mod:`chatphase.engine.threads`): ``n_threads_prefill``
+    the prompt's threads, ``n_threads_decode`` decode's at the end of the turn, ``decode_thread_changes``
+    how often decode's changed mid-turn, ``threads_reason`` why, in words.
     """
 
     prompt_tokens: int | None
@@ -80,6 +85,10 @@ class TurnMetrics:
     ttfa_ms: float | None = None
     answer_tokens_per_s: float | None = None
     decode_tokens_source: str | None = None
+    n_threads_prefill: int | None = None
+    n_threads_decode: int | None = None
+    decode_thread_changes: int | None = None
+    threads_reason: str | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field, in declaration order."""
@@ -120,13 +129,16 @@ def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | N
     """Inter-token latency p50, p95 and max in ms from the sampling times of the generated tokens.
 
     ``token_times_ns`` is ``[t_first, t_2, ..., t_last]``. Gaps are ``t_i - t_{i-1}``; percentiles use
-    NumPy's linear interpolation. Returns ``(None, None, None)`` for fewer than 2 tokens.
+    linear interpolation between closest ranks (NumPy's default; ``statistics.quantiles`` "inclusive").
+    Returns ``(None, None, None)`` for fewer than 2 tokens.
     """
     if len(token_times_ns) < 2:
         return None, None, None
-    gaps = np.diff(np.asarray(token_times_ns, dtype=np.int64)) / NS_PER_MS
-    p50, p95 = np.percentile(gaps, [50, 95])
-    return float(p50), float(p95), float(gaps.max())
+    gaps = [(b - a) / NS_PER_MS for a, b in pairwise(token_times_ns)]
+    if len(gaps) == 1:
+        return gaps[0], gaps[0], gaps[0]
+    cuts = quantiles(gaps, n=100, method="inclusive")  # cuts[k - 1] is the k-th percentile
+    return cuts[49], cuts[94], max(gaps)
 
 
 def compute_turn_metrics(

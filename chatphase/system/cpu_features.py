@@ -5,7 +5,7 @@ these CPUs its batched prompt evaluation segfaults (llama.cpp issue #20824; the 
 around in dspy PR #10079). Turning extra buffer types off (``llama_model_params.use_extra_bufts = false``)
 avoids it, so the engine detects AMX and does that unless the user overrides it.
 No llama.cpp import here: callers pass ``llama_cpp.llama_print_system_info()``'s text in.
-Also the machine's core count (:func:`physical_cores`).
+Also the machine's core count (:func:`physical_cores`) and the cores this process may use (:func:`usable_cores`).
 """
 
 from __future__ import annotations
@@ -61,3 +61,22 @@ def physical_cores() -> int:
     import psutil
 
     return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
+def cgroup_cpu_limit(cpu_max: str | Path = "/sys/fs/cgroup/cpu.max") -> int | None:
+    """CPUs a cgroup v2 quota allows (``quota period`` in ``cpu.max``, rounded up), ``None`` without one."""
+    try:
+        quota, period = Path(cpu_max).read_text().split()[:2]
+        return max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):  # no file, "max" (no quota), or not cgroup v2
+        return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run threads on: physical cores, but no more than the CPUs its affinity
+    mask allows (``taskset``) or its cgroup's quota gives (a container's ``--cpus``), at least 1."""
+    cores = physical_cores()
+    if hasattr(os, "sched_getaffinity"):
+        cores = min(cores, len(os.sched_getaffinity(0)) or cores)
+    limit = cgroup_cpu_limit()
+    return max(1, min(cores, limit) if limit else cores)

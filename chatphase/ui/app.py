@@ -35,7 +35,6 @@ from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
-from chatphase.ui.screens import HelpScreen, LogScreen
 from chatphase.ui.session_actions import SessionCommands
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
@@ -232,6 +231,8 @@ class ChatPhaseApp(App[None]):
 
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""
+        from chatphase.ui.screens import LogScreen  # screens load when first opened (startup)
+
         loaded = self.chat.loaded
         self.push_screen(LogScreen(loaded.log_path, loaded.pid) if loaded else LogScreen(""))
 
@@ -258,6 +259,8 @@ class ChatPhaseApp(App[None]):
 
     def action_help(self) -> None:
         """Show keys and metric definitions."""
+        from chatphase.ui.screens import HelpScreen
+
         self.push_screen(HelpScreen(self.keys))
 
     def action_sessions(self) -> None:

@@ -88,7 +88,17 @@ class ChatView(ChatListener):
         self.app.sub_title = model.name
 
     def engine_ready(self, loaded: LoadedModel) -> None:
-        threads = loaded.settings.get("n_threads")
+        self._engine_threads(loaded.settings.get("n_threads"))
+        self.panel.set_model(loaded)
+        self.indicator.show_ready(loaded)
+        self.dashboard.set_model(loaded)
+        for note in loaded.notes:
+            if note.startswith("chat format:"):  # a model without its own template: say which format it gets
+                self.chat_log.add_notice(note)
+
+    def _engine_threads(self, threads: int | None) -> None:
+        """Fit the redraw rates to the engine's decode threads (``None``: as many as cores): with no core
+        to spare, the UI draws less, paints a new turn before it is sent, and lets a short prefill be."""
         self.flush_budget = RedrawBudget(ui_cpu_share(threads), COMMIT_MAX_INTERVAL_S)
         spare = spare_core(threads)
         self.dispatcher.paint_first = not spare
@@ -98,12 +108,6 @@ class ChatView(ChatListener):
             self.tick_stride = stride
             self._timer.stop()
             self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick)
-        self.panel.set_model(loaded)
-        self.indicator.show_ready(loaded)
-        self.dashboard.set_model(loaded)
-        for note in loaded.notes:
-            if note.startswith("chat format:"):  # a model without its own template: say which format it gets
-                self.chat_log.add_notice(note)
 
     def engine_stopped(self, message: str) -> None:
         self._turn_over()
@@ -152,6 +156,8 @@ class ChatView(ChatListener):
         self.indicator.finished(event.metrics)
         self.panel.turn_finished(turn.number, event.metrics)
         self.dashboard.turn_finished(turn.number, event.metrics)
+        if event.metrics.n_threads_decode is not None:  # the thread policy's choice: likely the next turn's too
+            self._engine_threads(event.metrics.n_threads_decode)
 
     def turn_failed(self, turn: Turn, message: str) -> None:
         self._turn_over()

@@ -83,6 +83,7 @@ class Dashboard(Widget):
         self.query_one(TurnHistoryTable).upsert_turn(turn_id, metrics)
         self.query_one(TtftPlot).add_turn(metrics)
         self.query_one(DecodeDepthPlot).add_turn(metrics)
+        self.query_one(SystemFigures).set_turn(metrics)
         self._update_kv()
         self.show_turn(turn_id)
 

@@ -10,7 +10,9 @@ Sections (each a child widget, styled in ``app.tcss``):
 - ``#model-figures``: name, parameters, file size, quantisation, layers, GPU offload on/off
   (layers offloaded / total from llama.cpp's log), threads, n_ctx, load time, the chat format prompts
   are written in (``LoadedModel.chat_format``), and the engine's notes (e.g. the settings chosen for
-  an AMX CPU, the format chosen for a file without a chat template).
+  an AMX CPU, the format chosen for a file without a chat template). With a thread policy
+  (``threads_policy`` in the settings), a ``threads`` row shows the last turn's prefill and decode threads
+  and why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.units import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
+
+
+def threads_text(m: TurnMetrics) -> str:
+    """A turn's threads in a few words: the counts, the reason before the turn, and how many changes
+    decode saw (the turn's detail in the dashboard spells them out)."""
+    before = (m.threads_reason or "").split("; ")[0]  # the reason is "choice; change; change ..."
+    text = f"{m.n_threads_decode} decode / {m.n_threads_prefill} prefill · {before}"
+    if m.decode_thread_changes:
+        n = m.decode_thread_changes
+        text += f" · then {n} change{'s' if n > 1 else ''} during decode"
+    return text
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:
@@ -45,6 +58,7 @@ class PhasePanel(VerticalScroll):
         self.figures: dict[str, str] = {}
         self._kv_base_tokens = 0
         self._kv_prefilled = 0
+        self._threads: str | None = None  # the last turn's threads and why
 
     def compose(self) -> ComposeResult:
         self._title = Label("Turn", id="turn-title", classes="panel-title")
@@ -67,6 +81,12 @@ class PhasePanel(VerticalScroll):
     def set_model(self, model: LoadedModel) -> None:
         """Show the loaded model and size the KV gauge to its context."""
         self.model = model
+        self._threads = None
+        self._render_model()
+        self.set_kv_tokens(self._kv_base_tokens)
+
+    def _render_model(self) -> None:
+        model = self.model
         info, s = model.info, model.settings
         if model.layers_offloaded:
             gpu = f"on ({model.layers_offloaded}/{model.layers_total} layers)"
@@ -74,20 +94,20 @@ class PhasePanel(VerticalScroll):
             gpu = "off (CPU-only build)"
         else:
             gpu = "off"
+        policy = s.get("threads_policy")
+        engine = f"n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"
         rows = [
             ("name", info.name),
             ("size", f"{fmt_params(info.n_params)} params · {info.quantization} · {fmt_bytes(info.size_bytes)}"),
             ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu}"),
-            (
-                "engine",
-                f"{s.get('n_threads', DASH)} threads · n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}",
-            ),
+            ("engine", engine if policy else f"{s.get('n_threads', DASH)} threads · {engine}"),
         ]
         if model.chat_format:
             rows.append(("format", model.chat_format))
+        if policy:  # the threads row says what they are
+            rows.append(("threads", self._threads or f"{policy}, up to {s.get('n_threads', DASH)} cores"))
         rows += [("note", note) for note in model.notes]
         self._model.update(_grid(rows))
-        self.set_kv_tokens(self._kv_base_tokens)
 
     # -- turn ----------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -142,6 +162,9 @@ class PhasePanel(VerticalScroll):
         self._render_turn()
         self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
         self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
+        if m.n_threads_decode is not None and self.model is not None:
+            self._threads = threads_text(m)
+            self._render_model()
 
     def _render_turn(self, layout: bool = True) -> None:
         """Redraw the turn figures; ``layout=False`` for live updates (5 rows: the height stays, a value

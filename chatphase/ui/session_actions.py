@@ -9,6 +9,7 @@ saved); the app calls it from its actions.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from textual.app import App
 
@@ -18,8 +19,9 @@ from chatphase.chat.settings_apply import apply_settings
 from chatphase.errors import ChatPhaseError
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.store import Session
-from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
-from chatphase.ui.settings_screen import SettingsChange, SettingsScreen
+
+if TYPE_CHECKING:
+    from chatphase.ui.settings_screen import SettingsChange
 
 
 class SessionCommands:
@@ -49,10 +51,14 @@ class SessionCommands:
                 "Nothing to export yet: it starts with the first turn.", title="Session: Export", severity="warning"
             )
             return
+        from chatphase.ui.sessions_screen import ExportScreen  # screens load when first opened (startup)
+
         self.app.push_screen(ExportScreen(session))
 
     def open_list(self) -> None:
         """List saved sessions; choosing one resumes it here (when no reply is running)."""
+        from chatphase.ui.sessions_screen import SessionsScreen
+
         saved = self.recording.saved
         self.app.push_screen(SessionsScreen(saved.id if saved else None), self._open)
 
@@ -82,6 +88,8 @@ class SessionCommands:
 
     def edit_settings(self) -> None:
         """Open the settings screen; apply its result (reloading the model when needed)."""
+        from chatphase.ui.settings_screen import SettingsScreen
+
         screen = SettingsScreen(self.chat.settings, list(self.app.available_themes))
         self.app.push_screen(screen, self.apply)
 

@@ -32,7 +32,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("models_dir", "Models directory", "empty = default"),
     ("n_ctx", "n_ctx", "context size, tokens"),
     ("n_batch", "n_batch", "prompt tokens per prefill chunk"),
-    ("n_threads", "Threads", "empty = physical cores"),
+    ("n_threads", "Threads", "auto or empty = chosen each turn from the cores left free; a number pins it"),
     ("n_gpu_layers", "n_gpu_layers", "empty = all when the build supports GPU offload; -1 = all"),
     (
         "chat_template",

@@ -1,6 +1,9 @@
 """System figures: engine process RSS and CPU %, system memory, model load time, threads, GPU offload
 (layers offloaded/total, and on NVIDIA the engine process's GPU memory via :mod:`chatphase.system.gpu`).
 
+Threads: with the auto policy (:mod:`chatphase.engine.threads`) the last turn's prefill and decode
+threads and the reason; before a turn, the most the policy may use.
+
 Sampled with :class:`chatphase.system.process.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
 (the sampler itself also refuses to sample more often), never per token, and only while the figures are
 on screen (the dashboard's System tab): a hidden widget's redraw still costs the UI a frame, taken from
@@ -12,6 +15,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import LoadedModel
+from chatphase.engine.metrics import TurnMetrics
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler, SystemSample
 from chatphase.units import fmt_bytes
@@ -29,8 +33,23 @@ def gpu_offload_text(model: LoadedModel) -> str:
     return f"{model.layers_offloaded}/{model.layers_total} layers on GPU"
 
 
-def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
-    """The figure lines for ``model`` and the latest ``sample`` (``None`` before the first sample)."""
+def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
+    """The threads figure (``threads 1 decode / 1 prefill, auto``) and, after a turn of an engine with a
+    thread policy, its reason (``threads: 2 → 1: one core busy elsewhere (other load 1.00 cores)``)."""
+    s = model.settings
+    policy = s.get("threads_policy")
+    if turn is not None and turn.n_threads_decode is not None:
+        figure = f"threads {turn.n_threads_decode} decode / {turn.n_threads_prefill} prefill"
+        return (f"{figure}, {policy}" if policy else figure), f"threads: {turn.threads_reason}"
+    if policy == "auto":
+        return f"threads auto, up to {s.get('n_threads', '–')} (the cores this machine gives the engine)", None
+    figure = f"threads {s.get('n_threads', '–')} decode / {s.get('n_threads_batch', '–')} batch"
+    return (f"{figure}, {policy}" if policy else figure), None
+
+
+def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetrics | None = None) -> list[str]:
+    """The figure lines for ``model``, the latest ``sample`` (``None`` before the first sample) and the
+    last finished ``turn`` (for its threads)."""
     s = model.settings
     lines = []
     if not model.pid:
@@ -45,10 +64,10 @@ def system_lines(model: LoadedModel, sample: SystemSample | None) -> list[str]:
         )
     if sample is not None:
         lines.append(f"memory available {fmt_bytes(sample.mem_available_bytes)} of {fmt_bytes(sample.mem_total_bytes)}")
-    lines.append(
-        f"model load {model.load_ms:,.0f} ms · threads {s.get('n_threads', '–')} decode / "
-        f"{s.get('n_threads_batch', '–')} batch"
-    )
+    threads, why = threads_lines(model, turn)
+    lines.append(f"model load {model.load_ms:,.0f} ms · {threads}")
+    if why:
+        lines.append(why)
     lines.append(
         f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
         f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}"
@@ -75,6 +94,7 @@ class SystemFigures(Static):
         self.model: LoadedModel | None = None
         self.sampler: ProcessSampler | None = None
         self.last_sample: SystemSample | None = None
+        self.turn: TurnMetrics | None = None
         self._rows = -1
 
     def on_resize(self) -> None:
@@ -97,14 +117,19 @@ class SystemFigures(Static):
         gpu = gpu_memory_used_bytes if model.settings.get("gpu_offload_supported", False) else None
         self.sampler = ProcessSampler(model.pid, min_interval_s=REFRESH_S / 2, gpu_memory=gpu)
         self.last_sample = None
+        self.turn = None
         self.sample_now()
+
+    def set_turn(self, metrics: TurnMetrics) -> None:
+        """A turn finished: show its threads (at the next sample, which the timer takes only while shown)."""
+        self.turn = metrics
 
     def sample_now(self) -> None:
         """Take a sample (rate-bounded by the sampler) and redraw."""
         if self.model is None or self.sampler is None:
             return
         self.last_sample = self.sampler.sample()
-        text = "\n".join(system_lines(self.model, self.last_sample))
+        text = "\n".join(system_lines(self.model, self.last_sample, self.turn))
         width = self.content_size.width
         if not width:  # on a hidden tab: showing the tab lays it out anyway
             self.update(text, layout=False)

@@ -23,6 +23,11 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
     def num(v: float | None, digits: int = 1) -> str:
         return "–" if v is None else f"{v:,.{digits}f}"
 
+    threads = (
+        []
+        if m.n_threads_decode is None
+        else [("threads prefill/decode", f"{m.n_threads_prefill}/{m.n_threads_decode}")]
+    )
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
@@ -44,6 +49,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("KV bytes/token", fmt_int(m.kv_bytes_per_token)),
         ("dropped messages", str(m.dropped_messages)),
         ("stop reason", m.stop_reason),
+        *threads,
     ] + (
         [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
         if m.decode_tokens_source
@@ -103,7 +109,10 @@ class TurnDetail(Widget):
         self.query_one("#detail-title", Label).update(f"turn {turn_id} · stop: {metrics.stop_reason}")
         self.query_one(TurnTimeline).show(metrics)
         self.query_one("#detail-metrics", Static).update(MetricsGrid(metrics))
-        explain = "\n".join(explain_turn(model, metrics)) if model is not None else ""
+        lines = explain_turn(model, metrics) if model is not None else []
+        if metrics.threads_reason:
+            lines = [*lines, f"threads: {metrics.threads_reason}"]
+        explain = "\n".join(lines)
         self.query_one("#detail-explain", Static).update(explain)
 
     def clear(self) -> None:
