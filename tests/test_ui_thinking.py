@@ -290,3 +290,25 @@ async def test_the_settings_screen_sets_thinking_its_budget_and_the_open_block()
         block = app.query_one(ThinkingBlock)
         assert block.expanded and body_text(block) == "a"  # two thinking tokens: "<think>", "a"
         assert "budget reached" in drawn(block.query_one(CollapsibleTitle))
+
+
+async def test_esc_while_thinking_cuts_it_short_and_a_cleared_screen_does_not_break_the_stream():
+    pieces = ["<think>", "Let", " me", " see", ".", "</think>", "Four", "."]
+    for key in ("escape", "ctrl+l"):
+        app, engines = thinking_app(pieces, THINK, hold="decode", hold_after_tokens=3)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for(pilot, lambda: idle(app))
+            await send(pilot, "?")
+            await wait_thread(pilot, engines[0].held)
+            await wait_for(pilot, lambda: badge(app) == "THINKING")
+            await pilot.press(key)
+            engines[0].release()
+            await wait_for(pilot, lambda: idle(app))
+            await pilot.pause(0.2)
+            m = app.dashboard.turns[1]
+            if key == "escape":
+                assert (m.stop_reason, m.thinking_cut_short, badge(app)) == ("cancelled", True, "STOPPED")
+                title = drawn(app.query_one(ThinkingBlock).query_one(CollapsibleTitle)).strip()
+                assert title == "▶ Thinking cut short after 0.0 s · 3 tok"
+            else:  # the screen was cleared mid-turn: the reply ends off screen, its figures still count
+                assert not app.query(ThinkingBlock) and m.thinking_tokens == 6 and badge(app) == "DONE"

@@ -101,7 +101,7 @@ class ThinkingBlock(Vertical):
 
     def draw(self, tokens: int, seconds: float) -> None:
         """Redraw the running count and the tail (no layout); nothing when unchanged or finished."""
-        if self.finished or not self._composed:
+        if self.finished or not self._composed or not self.is_attached:  # finished, or cleared from the log
             return
         tail = self._tail
         width = max(1, tail.content_size.width or self.content_size.width - 3)
