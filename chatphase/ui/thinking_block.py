@@ -68,6 +68,7 @@ class ThinkingBlock(Vertical):
         self.finished = title is not None
         self.open = open
         self._composed = False
+        self._fold: Collapsible | None = None  # the finished block (made by :meth:`_make_fold`)
         self._drawn: tuple[str, str] | None = None  # header and tail last drawn
 
     @property
@@ -80,19 +81,24 @@ class ThinkingBlock(Vertical):
     def compose(self):
         self._header = Static("Thinking…", markup=False, classes="thinking-live")
         self._tail = Static("", markup=False, classes="thinking-tail")
-        self._body = Static(self.text.strip() if self.finished else "", markup=False, classes="thinking-text")
-        self._fold = Collapsible(self._body, title=self.title, collapsed=not self.open, classes="thinking-fold")
         self._header.display = self._tail.display = not self.finished
-        self._fold.display = self.finished
         self._composed = True
         yield self._header
         yield self._tail
-        yield self._fold
+        if self.finished:
+            yield self._make_fold()
+
+    def _make_fold(self) -> Collapsible:
+        """The finished block's line and text. Made when the block finishes: a Collapsible opened later by
+        code would scroll itself into view, taking the chat log off the streaming answer."""
+        self._body = Static(self.text.strip(), markup=False, classes="thinking-text")
+        self._fold = Collapsible(self._body, title=self.title, collapsed=not self.open, classes="thinking-fold")
+        return self._fold
 
     @property
     def expanded(self) -> bool:
         """Whether the finished block shows the whole thinking text."""
-        return self.finished and not self._fold.collapsed if self._composed else self.open
+        return self._fold is not None and not self._fold.collapsed
 
     def feed(self, text: str) -> None:
         """Buffer thinking text (drawn at the next :meth:`draw`)."""
@@ -128,9 +134,9 @@ class ThinkingBlock(Vertical):
             self.open = open
         if not self._composed:
             return  # compose draws the finished block
-        self._body.update(self.text.strip())
-        self._fold.title = title
         if first:
             self._header.display = self._tail.display = False
-            self._fold.collapsed = not open
-            self._fold.display = True
+            self.mount(self._make_fold())
+        elif self._fold is not None:
+            self._body.update(self.text.strip())
+            self._fold.title = title
