@@ -10,6 +10,8 @@ without thinking never gets a block, so its chat looks as it always did.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import App
 
 from chatphase.chat.controller import ChatController
@@ -22,12 +24,12 @@ from chatphase.ui.thinking_block import ThinkingBlock, metrics_title, thought_ti
 
 
 class ThinkingDrawing:
-    """The thinking block of the turn in flight (see the module docstring); ``open()`` tells whether a
+    """The thinking block of the turn in flight (see the module docstring); ``keep_open()`` tells whether a
     finished block stays expanded (the ``thinking_open`` setting, read when it finishes)."""
 
-    def __init__(self, chat_log: ChatLog, open) -> None:
+    def __init__(self, chat_log: ChatLog, keep_open: Callable[[], bool]) -> None:
         self.chat_log = chat_log
-        self.open = open
+        self.keep_open = keep_open
         self.block: ThinkingBlock | None = None
         self.forced = False  # the engine closed the block (the thinking budget)
 
@@ -56,7 +58,9 @@ class ThinkingDrawing:
         """The answer starts: collapse the block."""
         self.forced = event.forced
         if self.block is not None:
-            self.block.finish(thought_title(event.thinking_tokens, event.thinking_ms, forced=event.forced), self.open())
+            self.block.finish(
+                thought_title(event.thinking_tokens, event.thinking_ms, forced=event.forced), self.keep_open()
+            )
 
     def finished(self, reply: ReplyView | None, thinking: str, metrics: TurnMetrics) -> None:
         """The turn is over: its final thinking text and figures (a block is mounted for thinking that
@@ -66,14 +70,16 @@ class ThinkingDrawing:
             block = ThinkingBlock()
             reply.add_above(block)
         if block is not None:
-            block.finish(metrics_title(metrics, self.forced), self.open(), text=thinking)
+            block.finish(metrics_title(metrics, self.forced), self.keep_open(), text=thinking)
 
     def abandoned(self, turn: Turn) -> None:
         """The turn ended without its result: the block keeps what streamed, with the figures so far."""
         block, self.block = self.block, None
         if block is not None:
             ms = turn.thinking_s() * 1000
-            block.finish(thought_title(turn.thinking_tokens, ms, turn.thinking_ended is None, self.forced), self.open())
+            block.finish(
+                thought_title(turn.thinking_tokens, ms, turn.thinking_ended is None, self.forced), self.keep_open()
+            )
 
 
 def copy_reply(app: App, chat: ChatController, with_thinking: bool = False) -> None:
