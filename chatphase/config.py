@@ -32,7 +32,8 @@ class Settings:
 
     Thinking (reasoning models): ``thinking`` ``on``/``off`` sets the template's ``enable_thinking`` where
     the template takes it (``auto`` leaves the template's default); ``sampling.think_budget`` closes the
-    thinking block after that many tokens.
+    thinking block after that many tokens; ``thinking_open`` keeps the TUI's thinking block expanded once the
+    answer starts (else it collapses to one line).
 
     Keys: ``keys`` maps the TUI's action ids (``chat.stop``, ``chat.new``…; F1 lists them) to keys
     (``"ctrl+s"``, or several as ``"ctrl+s,f6"``), the config file's ``[keys]`` table.
@@ -59,6 +60,7 @@ class Settings:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     theme: str = "textual-dark"
     thinking: str = "auto"
+    thinking_open: bool = False
     keys: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> Settings:

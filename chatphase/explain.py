@@ -10,6 +10,8 @@ The reasoning is the roofline of ``docs/metrics.md``:
 - prefill: every prompt token costs about ``2 × parameters`` FLOPs (one multiply-add per weight), and a
   batch of prompt tokens reads the weights once, so ``prefill tokens/s <= peak FLOP/s / (2 × parameters)``.
   We report the effective FLOP/s and how many times faster than decode the batch ran.
+- thinking (reasoning models): the thinking block is decode whose tokens the user waits through before the
+  answer; we report its share of the generated tokens and how long the first answer token waited for it.
 
 Weight bytes are the GGUF file size (weights dominate it; metadata and vocabulary are a small part).
 Sizes use binary units (MiB, GiB) through :func:`chatphase.units.fmt_bytes`, as llama.cpp's log and the
@@ -115,6 +117,35 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
     )
 
 
-def explain_turn(model: LoadedModel, metrics: TurnMetrics) -> tuple[str, str]:
-    """``(prefill line, decode line)`` for one turn."""
-    return explain_prefill(model, metrics), explain_decode(model, metrics)
+def _duration(ms: float | None) -> str:
+    if ms is None:
+        return "–"
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def explain_thinking(metrics: TurnMetrics) -> str | None:
+    """The thinking line of a reasoning model's turn (``None`` for a turn without a thinking block), e.g.
+    ``thinking: 312 of 420 generated tokens (74%), 4.1 s before the first answer token (TTFA 4.2 s; TTFT
+    41 ms)``; a reply that ended inside the block says it was cut short and by what."""
+    thinking = metrics.thinking_tokens
+    if thinking is None:
+        return None
+    generated = metrics.decode_tokens or 0
+    share = f" ({100 * thinking / generated:.0f}%)" if generated else ""
+    tokens = f"{thinking:,} of {generated:,} generated tokens{share}"
+    spent = _duration(metrics.thinking_ms)
+    if metrics.thinking_cut_short:
+        return (
+            f"thinking: {tokens} in {spent}, cut short (stop: {metrics.stop_reason}) — the reply ended before an answer"
+        )
+    return (
+        f"thinking: {tokens}, {spent} before the first answer token "
+        f"(TTFA {_duration(metrics.ttfa_ms)}; TTFT {_duration(metrics.ttft_ms)})"
+    )
+
+
+def explain_turn(model: LoadedModel, metrics: TurnMetrics) -> tuple[str, ...]:
+    """``(prefill line, decode line)`` for one turn, and the thinking line when it had a thinking block."""
+    thinking = explain_thinking(metrics)
+    lines = (explain_prefill(model, metrics), explain_decode(model, metrics))
+    return lines if thinking is None else (*lines, thinking)

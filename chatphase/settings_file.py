@@ -21,7 +21,8 @@ Precedence, highest first: CLI flag > environment > config file > built-in defau
 - Environment: ``CHATPHASE_<KEY>`` with the key upper-cased, sampling keys included
   (``CHATPHASE_N_CTX=2048``, ``CHATPHASE_TEMPERATURE=0``, ``CHATPHASE_MODELS_DIR=~/gguf``).
   ``auto`` or empty sets an optional number back to automatic, empty an optional text (model, system
-  prompt) back to none. A bad value raises :class:`UsageError`
+  prompt) back to none; a switch (``thinking_open``) takes ``1/true/yes/on`` or ``0/false/no/off``. A bad
+  value raises :class:`UsageError`
   naming the variable, like a bad flag.
 - CLI flags are applied on top by :func:`chatphase.commands.options.settings_from_args`.
 """
@@ -55,6 +56,8 @@ _SAMPLING_HINTS = typing.get_type_hints(SamplingParams)
 #: every setting key (sampling ones flat), in declaration order.
 SETTING_KEYS: tuple[str, ...] = tuple(_TOP_HINTS) + tuple(_SAMPLING_HINTS)
 _AUTO = ("", "auto", "none", "default")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class ConfigProblem(ValueError):
@@ -113,13 +116,15 @@ def coerce_value(key: str, value):
     base, optional = _split_hint(_hint(key))
     if optional and isinstance(value, str) and _is_auto(base, value):
         return None
+    if base is bool and isinstance(value, bool):
+        return value
     if base is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if base is str and isinstance(value, str):
         return value
-    want = {int: "an integer", float: "a number", str: "a string"}[base]
+    want = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[base]
     if optional and base is not str:
         want += ' or "auto"'
     raise ValueError(f"expected {want}, got {value!r}")
@@ -136,6 +141,11 @@ def parse_env_value(key: str, text: str):
         return None
     if base is str:
         return text
+    if base is bool:
+        word = text.strip().lower()
+        if word in _TRUE + _FALSE:
+            return word in _TRUE
+        raise ValueError(f"expected one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}, got {text!r}")
     try:
         return base(text.strip())
     except ValueError:

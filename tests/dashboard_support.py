@@ -55,10 +55,14 @@ def scripted_turn(
     itl_ms: float = 20.0,
     slow_every: int = 0,
     stop_reason: str = "stop",
+    thinking_tokens: int | None = None,
+    cut_short: bool = False,
 ) -> TurnMetrics:
     """A turn built with ``compute_turn_metrics`` from scripted timestamps.
 
     Prefill runs at ``prefill_tok_per_s``; tokens are ``itl_ms`` apart, every ``slow_every``-th gap 3× longer.
+    ``thinking_tokens``: the first tokens are a thinking block that closes at its last token (unless
+    ``cut_short``: the reply ends inside it).
     """
     t0 = 10_000 * MS
     t_ps = t0 + int(tokenize_ms * MS)
@@ -80,6 +84,8 @@ def scripted_turn(
         kv_bytes_per_token=KV_PER_TOKEN,
         kv_capacity_bytes=KV_PER_TOKEN * N_CTX,
         stop_reason=stop_reason,
+        thinking_tokens=thinking_tokens,
+        t_thinking_end_ns=times[thinking_tokens - 1] if thinking_tokens and not cut_short else None,
     )
 
 

@@ -10,12 +10,12 @@ from rich.console import Console
 from textual.widgets import Label, Sparkline, Static, TabbedContent
 
 from chatphase.ui.dashboard import Dashboard
-from chatphase.ui.history_table import COLUMNS, TurnHistoryTable, format_row
+from chatphase.ui.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
 from chatphase.ui.kv_forecast import KvGauge
 from chatphase.ui.live_rate import LiveRate
 from chatphase.ui.phase_plots import DecodeDepthPlot, TtftPlot
 from chatphase.ui.system_figures import REFRESH_S, SystemFigures
-from chatphase.ui.timeline import TurnTimeline, scale_cells, time_segments
+from chatphase.ui.timeline import TurnTimeline, reply_segments, scale_cells, time_segments
 from chatphase.ui.turn_detail import TurnDetail
 
 
@@ -153,6 +153,36 @@ async def test_regenerated_turn_updates_its_row(app):
         assert tuple(str(c) for c in table.get_row_at(2)) == format_row(3, again)
 
 
+#: a reasoning model's turn: 312 of 420 generated tokens in the thinking block.
+THINKING_TURN = scripted_turn(600, 539, 420, 1_020, thinking_tokens=312, itl_ms=13.2)
+
+
+async def test_a_turn_with_thinking_switches_the_history_to_thinking_tokens_and_splits_its_timeline(app):
+    async with app.run_test(size=(120, 50)) as pilot:
+        dash = await feed(app)
+        table = app.query_one(TurnHistoryTable)
+        assert not table.thinking and [str(c) for c in table.get_row_at(0)][4] == "80\n200"  # decode over KV
+        dash.turn_finished(4, THINKING_TURN)
+        await pilot.pause()
+        assert table.thinking and [c.key.value for c in table.columns.values()] == [k for k, _ in THINKING_COLUMNS]
+        assert [str(c) for c in table.get_row_at(0)] == list(format_row(1, TURNS[0], thinking=True))
+        assert str(table.get_row_at(3)[4]) == "420\n312" and table.cursor_row == 3  # decode over thinking tokens
+        assert str(table.get_row_at(0)[4]) == "80\n–"  # a turn without thinking
+        m = THINKING_TURN
+        segments = time_segments(m)
+        assert [k for k, _ in segments] == ["tokenize", "prefill", "first", "thinking", "answer"]
+        assert dict(segments)["thinking"] == m.thinking_ms and dict(segments)["answer"] == pytest.approx(108 * 13.2)
+        assert reply_segments(m) == [("thinking", 312.0), ("answer", 108.0)] and reply_segments(TURNS[0]) == []
+        lines = app.query_one(TurnTimeline).render().plain.splitlines()
+        reply = next(line for line in lines if line.startswith("reply"))[TurnTimeline.LABEL_WIDTH :]
+        assert (reply.count("┅"), reply.count("━")) == tuple(scale_cells([312, 108], len(reply)))
+        ttft = app.query_one(TtftPlot)
+        assert ttft.points["first answer"] == [(600.0, m.ttfa_ms)] and "+ TTFA" in ttft.title()
+        dash.reset()
+        await pilot.pause()
+        assert not table.thinking and [c.key.value for c in table.columns.values()] == [k for k, _ in COLUMNS]
+
+
 async def test_reset_clears_history_but_keeps_model(app):
     async with app.run_test(size=(120, 50)) as pilot:
         dash = await feed(app)
@@ -160,7 +190,7 @@ async def test_reset_clears_history_but_keeps_model(app):
         dash.reset()
         await pilot.pause()
         assert app.query_one(TurnHistoryTable).row_count == 0
-        assert app.query_one(TtftPlot).points == {"cold": [], "cached prefix": []}
+        assert app.query_one(TtftPlot).points == {"cold": [], "cached prefix": [], "first answer": []}
         assert text_of(app.query_one("#kv-text", Label)) == "KV 0/2,048 tok · 0 B/45.0 MiB"
         assert text_of(app.query_one("#detail-title", Label)) == "no turn selected"
         assert dash.model is not None and not dash.turns

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from dashboard_support import TURNS, loaded_model, scripted_turn
 
-from chatphase.explain import CPU_REFERENCE_BANDWIDTH, explain_decode, explain_prefill, explain_turn, format_count
+from chatphase.explain import (
+    CPU_REFERENCE_BANDWIDTH,
+    explain_decode,
+    explain_prefill,
+    explain_thinking,
+    explain_turn,
+    format_count,
+)
 from chatphase.units import fmt_bytes
 
 
@@ -70,3 +77,22 @@ def test_prefill_all_cached_and_tiny_prefill():
 def test_explain_turn_pairs_both_lines():
     prefill, decode = explain_turn(loaded_model(), TURNS[0])
     assert prefill.startswith("prefill:") and decode.startswith("decode:")
+
+
+def test_thinking_says_what_it_cost_this_turn():
+    m = scripted_turn(120, 0, 420, 540, thinking_tokens=312, itl_ms=13.2)  # the block ends at token 312
+    line = explain_thinking(m)
+    assert line == (
+        f"thinking: 312 of 420 generated tokens (74%), {m.thinking_ms / 1000:.1f} s before the first answer token "
+        f"(TTFA {m.ttfa_ms / 1000:.1f} s; TTFT {m.ttft_ms:.0f} ms)"
+    )
+    assert m.thinking_ms == pytest.approx(311 * 13.2, abs=0.01) and line.count("4.1 s") == 1
+    assert explain_turn(loaded_model(), m)[2] == line
+
+
+def test_thinking_cut_short_and_none_without_a_block():
+    m = scripted_turn(120, 0, 300, 420, thinking_tokens=300, cut_short=True, stop_reason="length")
+    assert explain_thinking(m) == (
+        "thinking: 300 of 300 generated tokens (100%) in 6.0 s, cut short (stop: length) — the reply ended before an answer"
+    )
+    assert explain_thinking(TURNS[0]) is None and len(explain_turn(loaded_model(), TURNS[0])) == 2

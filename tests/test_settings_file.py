@@ -220,3 +220,20 @@ def test_threads_flag_refuses_words_other_than_auto(cfg, capsys):
     assert "expected a number or auto, got 'many'" in capsys.readouterr().err
     with pytest.raises(UsageError, match="n_threads must be positive"):
         effective(cfg, "--threads", "0")
+
+
+def test_thinking_open_is_a_switch_in_the_file_the_environment_and_the_saved_file(cfg):
+    assert Settings().thinking_open is False
+    cfg.write_text("thinking_open = true\n")
+    assert load_settings(cfg, environ={}).thinking_open is True
+    assert load_settings(cfg, environ={"CHATPHASE_THINKING_OPEN": "no"}).thinking_open is False
+    cfg.unlink()
+    assert load_settings(cfg, environ={"CHATPHASE_THINKING_OPEN": "Yes"}).thinking_open is True
+    with pytest.raises(UsageError, match="CHATPHASE_THINKING_OPEN"):
+        load_settings(cfg, environ={"CHATPHASE_THINKING_OPEN": "maybe"})
+    cfg.write_text('thinking_open = "yes"\n')
+    report = load_config(cfg, {})
+    assert report.settings.thinking_open is False and "thinking_open" in report.problems[0]
+    assert "true or false" in report.problems[0]
+    save_settings(Settings(thinking_open=True, thinking="off"), cfg)
+    assert "thinking_open = true" in cfg.read_text() and load_settings(cfg, environ={}).thinking_open is True

@@ -13,7 +13,7 @@ from textual.widgets import Static
 from ui_support import make_app, send, wait_for
 
 from chatphase.ui.app import WIDE_COLUMNS
-from chatphase.ui.history_table import COLUMNS, TurnHistoryTable, format_row
+from chatphase.ui.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
 from chatphase.ui.phase_panel import PhasePanel
 
 SIZES = [(120, 40), (130, 40), (150, 40), (200, 50), (80, 24), (100, 30), (120, 24)]
@@ -25,6 +25,10 @@ WIDE_TURNS = [
     ),
     scripted_turn(4_000, 3_990, 96, 4_096, stop_reason="context_full"),
 ]
+#: a reasoning model's turn with four-digit thinking figures (the table then shows thinking tokens).
+WIDE_THINKING_TURN = scripted_turn(1_200, 1_100, 2_896, 4_096, thinking_tokens=2_500, itl_ms=21.7)
+#: the sizes checked with a thinking turn too (one per width class).
+THINKING_SIZES = [(120, 40), (80, 24), (100, 30)]
 
 
 def idle(app) -> bool:
@@ -37,13 +41,13 @@ def lines_of(widget) -> list[str]:
     return ["".join(seg.text for seg in strip) for strip in widget.render_lines(Region(0, 0, width, height))]
 
 
-async def chat(pilot, size) -> None:
+async def chat(pilot, size, thinking: bool = False) -> None:
     app = pilot.app
     await wait_for(pilot, lambda: idle(app))
     for n, text in enumerate(["What are prefill and decode?", "Thanks!"], start=1):
         await send(pilot, text)
         await wait_for(pilot, lambda n=n: len(app.chat.conversation) == 2 * n and idle(app))
-    for turn_id, metrics in enumerate(WIDE_TURNS, start=3):  # what the app does on TurnFinished
+    for turn_id, metrics in enumerate(WIDE_TURNS + [WIDE_THINKING_TURN] * thinking, start=3):  # as on TurnFinished
         app.panel.turn_finished(turn_id, metrics)
         app.dashboard.turn_finished(turn_id, metrics)
     if size[0] < WIDE_COLUMNS:
@@ -51,11 +55,15 @@ async def chat(pilot, size) -> None:
     await pilot.pause(0.3)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
-async def test_side_panel_figures_fit_at_every_width(size):
+@pytest.mark.parametrize(
+    "size, thinking",
+    [(size, False) for size in SIZES] + [(size, True) for size in THINKING_SIZES],
+    ids=[f"{w}x{h}" for w, h in SIZES] + [f"{w}x{h}-thinking" for w, h in THINKING_SIZES],
+)
+async def test_side_panel_figures_fit_at_every_width(size, thinking):
     app, _ = make_app()
     async with app.run_test(size=size) as pilot:
-        await chat(pilot, size)
+        await chat(pilot, size, thinking)
         side = app.query_one("#side")
         assert side.display and side.region.right <= size[0]
         inside = side.content_region
@@ -77,7 +85,7 @@ async def test_side_panel_figures_fit_at_every_width(size):
         panel.scroll_to_widget(gauge, animate=False)
         await pilot.pause()
         percentage = gauge.query_one("#percentage")
-        assert gauge.percentage == 1.0  # context_full: the cache is full
+        assert gauge.percentage == 1.0  # the cache is full
         assert percentage.region.size == percentage.size  # nothing of it hidden
         assert inside.contains_region(percentage.region)
         assert [line.strip() for line in lines_of(percentage)] == ["100%"]
@@ -87,11 +95,12 @@ async def test_side_panel_figures_fit_at_every_width(size):
         assert table.virtual_size.width <= table.scrollable_content_region.width
         assert table.max_scroll_x == 0 and not table.show_horizontal_scrollbar
         drawn = "\n".join(lines_of(table))
-        for _, header in COLUMNS:
+        assert table.thinking == thinking and table.columns_shown == (THINKING_COLUMNS if thinking else COLUMNS)
+        for _, header in table.columns_shown:
             assert all(word in drawn for word in header.split("\n"))
         for turn_id, metrics in list(app.dashboard.turns.items())[-3:]:  # the rows the table shows at once
             table.move_cursor(row=turn_id - 1, animate=False)
             await pilot.pause()
             drawn = "\n".join(lines_of(table))
-            for cell in format_row(turn_id, metrics):
+            for cell in format_row(turn_id, metrics, table.thinking):
                 assert all(line in drawn for line in cell.split("\n")), (cell, drawn)

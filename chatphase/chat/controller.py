@@ -126,6 +126,11 @@ class ChatController:
         """The newest answer ("" when there is none)."""
         return self.history.last_reply
 
+    @property
+    def last_thinking(self) -> str:
+        """The newest reply's thinking ("" when there is none)."""
+        return self.history.last_thinking
+
     def _tell(self, method: str, *args) -> None:
         for listener in list(self.listeners):
             getattr(listener, method)(*args)
@@ -359,7 +364,7 @@ class ChatController:
     def _drop_turn(self, why: str, message: str) -> None:
         """End the turn in flight without its result: kept as a partial reply if text streamed, else failed."""
         if self.turn is not None:
-            if self.turn.reply:
+            if self.turn.reply or self.turn.thinking:  # what streamed is kept, thinking included
                 self._abandon_turn(why)
             else:
                 self._fail_turn(message)

@@ -4,7 +4,8 @@ The same table builds the app's ``BINDINGS`` (each with an ``id``), the command-
 (``"Chat: Stop"``, ...) and the help screen, so the three can never disagree. Users remap keys by id in
 the config file's ``[keys]`` table (``"chat.stop" = "ctrl+s"``); the app applies it with Textual's keymap
 (``App.set_keymap``) and the help screen and palette show the keys in use (:func:`key_labels`). Default
-keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for editing (Ctrl+A/E/K/U/W/Y/Z...).
+keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for editing (Ctrl+A/E/K/U/W/Y/Z...,
+F6 and F7).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from textual.binding import Binding
 
 @dataclass(frozen=True)
 class ChatAction:
-    """One user action: ``action`` is the app's ``action_*`` name; ``show`` puts it in the footer."""
+    """One user action: ``action`` is the app's ``action_*`` name (with arguments in Textual's action
+    syntax, ``copy_reply(True)``); ``show`` puts it in the footer."""
 
     id: str
     key: str
@@ -91,6 +93,25 @@ ACTIONS: tuple[ChatAction, ...] = (
         "Copy",
         "Chat: Copy last reply",
         "Copy the last reply to the clipboard",
+        show=False,
+    ),
+    ChatAction(
+        "chat.copy_thinking",
+        "ctrl+f2",
+        "copy_reply(True)",
+        "Copy+thinking",
+        "Chat: Copy with thinking",
+        "Copy the last reply with a reasoning model's thinking before it (in <think>…</think>)",
+        show=False,
+    ),
+    ChatAction(
+        "thinking.cycle",
+        "ctrl+f9",
+        "cycle_thinking",
+        "Thinking",
+        "Thinking: On/Off/Auto",
+        "Reasoning models: switch thinking auto → on → off for the next turns, where the template can "
+        "(Settings: thinking)",
         show=False,
     ),
     ChatAction(

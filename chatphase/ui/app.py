@@ -36,6 +36,7 @@ from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.session_actions import SessionCommands
+from chatphase.ui.thinking_view import copy_reply, cycle_thinking
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
@@ -216,14 +217,13 @@ class ChatPhaseApp(App[None]):
         """Empty the prompt box (one edit: Ctrl+Z brings the text back)."""
         self.prompt.action_clear_prompt()
 
-    def action_copy_reply(self) -> None:
-        """Copy the last reply to the clipboard."""
-        reply = self.chat.last_reply
-        if not reply:
-            self.notify("There is no reply to copy.", severity="warning")
-            return
-        self.copy_to_clipboard(reply)
-        self.notify(f"Copied the last reply ({len(reply):,} characters).")
+    def action_copy_reply(self, with_thinking: bool = False) -> None:
+        """Copy the last reply (the answer only; ``with_thinking``: its thinking before it) to the clipboard."""
+        copy_reply(self, self.chat, with_thinking)
+
+    def action_cycle_thinking(self) -> None:
+        """Thinking auto → on → off for the next turns (where the model's template can switch it)."""
+        cycle_thinking(self, self.chat)
 
     def action_toggle_dashboard(self) -> None:
         """Show or hide the side panel (beside the chat when wide, below it when narrow)."""

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from textual.await_remove import AwaitRemove
 from textual.containers import Vertical, VerticalScroll
+from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
@@ -166,6 +167,13 @@ class ReplyView(Vertical):
         tail.update(tail_lines(rest, width, lines), layout=False)
         if not tail.display:
             tail.display = True
+
+    def add_above(self, widget: Widget) -> AwaitMount:
+        """Mount ``widget`` above the reply's text (a reasoning model's thinking block, which streams
+        first). The answer's tail, empty until then, is hidden: it shows again with the first answer text."""
+        if not self._committed and not self.text:
+            self._tail.display = False
+        return self.mount(widget, before=0)
 
     def set_meta(self, text: str, layout: bool = True) -> None:
         """Set the footer line under the reply; ``layout=False`` when ``text`` surely fits one line."""

@@ -10,6 +10,10 @@ decode; the live figures and the dashboard's live rate are refreshed at ``PANEL_
 With no core to spare, the tick itself runs at ``FLUSH_HZ / NO_SPARE_CORE_STRIDE`` (each wake-up takes a
 core from the engine) and a short prefill is not drawn at all (:mod:`chatphase.ui.prefill_drawing`).
 
+A reasoning model's thinking streams into its own block above the reply, drawn by the same tick
+(:class:`~chatphase.ui.thinking_view.ThinkingDrawing`); the phase line and the panel show the thinking
+phase's figures while it lasts.
+
 Widget work that must be awaited (removing or finishing views) is queued by the listener methods and
 run in order by :meth:`ChatView.settle`, which the app awaits after every call into the controller.
 """
@@ -30,6 +34,7 @@ from chatphase.engine.events import (
     Message,
     PrefillProgress,
     PrefillStarted,
+    ThinkingEnded,
     TokensDecoded,
     TurnFinished,
 )
@@ -43,6 +48,8 @@ from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prefill_drawing import PrefillDrawing
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
+from chatphase.ui.thinking_block import ThinkingBlock, metrics_title
+from chatphase.ui.thinking_view import ThinkingDrawing
 
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 5
@@ -68,6 +75,7 @@ class ChatView(ChatListener):
         self.dashboard = app.query_one(Dashboard)
         self.prompt = app.query_one(PromptInput)
         self.prefill = PrefillDrawing(self.indicator, self.panel)
+        self.thinking = ThinkingDrawing(self.chat_log, lambda: self.chat.settings.thinking_open)
         self.tick_stride = 1
         self._ticks = 0
         #: when streamed text may be committed as Markdown (replaced per engine; tests may set their own)
@@ -124,6 +132,7 @@ class ChatView(ChatListener):
         if self._blink is None:  # a blink is a frame: none while the engine runs
             self._blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
         self.indicator.submitted()
+        self.thinking.turn_started()
         self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn)
 
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
@@ -135,22 +144,31 @@ class ChatView(ChatListener):
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._draw_prefill()
         self.prefill.clear()
-        self.indicator.first_token()
-        self.indicator.decode_live(turn.decode_tokens, None, turn.ttft_ms)
+        self.indicator.first_token(thinking=turn.thinking_now)
+        self._draw_live(turn)
         self.panel.first_token(event.ttft_ms)
         reply = self.chat_log.active_reply
         if reply is not None:
             reply.set_meta("decoding…", layout=False)  # replaces "prefill…": one line either way
             reply.feed(event.text)
+        self.thinking.feed(event.thinking)
 
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         reply = self.chat_log.active_reply
         if reply is not None:
             reply.feed(event.text)
+        self.thinking.feed(event.thinking)
+
+    def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
+        self.thinking.ended(event)
+        reply = self.chat_log.active_reply
+        if reply is not None:
+            reply.set_meta("decoding…", layout=False)
 
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         self._turn_over()
         reply = self.chat_log.active_reply
+        self.thinking.finished(reply, event.thinking, event.metrics)
         if reply is not None:
             self._ops.append(lambda: reply.finish(event.reply, event.metrics))
         self.indicator.finished(event.metrics)
@@ -169,6 +187,7 @@ class ChatView(ChatListener):
 
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         self._turn_over()
+        self.thinking.abandoned(turn)
         reply = self.chat_log.active_reply
         if reply is not None:
 
@@ -211,6 +230,9 @@ class ChatView(ChatListener):
             view = log.add_reply(t.index, t.reply)
             meta = metrics_line(t.metrics) if t.metrics else f"{t.status} turn (no metrics)"
             self.app.call_after_refresh(view.set_meta, meta)
+            if t.thinking:
+                block = ThinkingBlock(t.thinking, title=metrics_title(t.metrics), open=self.chat.settings.thinking_open)
+                self.app.call_after_refresh(view.add_above, block)
             if t.metrics is not None:
                 self.dashboard.turn_finished(t.index, t.metrics)
         log.add_notice(
@@ -257,9 +279,20 @@ class ChatView(ChatListener):
         turn = self.chat.turn
         if turn is None or not turn.decoding:
             return
-        rate = turn.live_decode_rate()
-        self.indicator.decode_live(turn.decode_tokens, rate, turn.ttft_ms)
+        rate = self._draw_live(turn)
         if self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
-            self.panel.decode_live(turn.decode_tokens, rate)
+            thought = turn.thinking_tokens or turn.thinking_ended is not None
+            thinking = (turn.thinking_tokens, turn.thinking_s(), turn.thinking_ended is not None) if thought else None
+            self.panel.decode_live(turn.decode_tokens, rate, thinking)
             if rate is not None:
                 self.dashboard.decode_rate(rate)
+
+    def _draw_live(self, turn: Turn) -> float | None:
+        """The phase line's live figures (thinking or decode) and the thinking block; returns the decode rate."""
+        rate = turn.live_decode_rate()
+        if turn.thinking_now:
+            self.indicator.thinking_live(turn.thinking_tokens, turn.thinking_s(), turn.ttft_ms)
+            self.thinking.draw(turn)
+        else:
+            self.indicator.decode_live(turn.decode_tokens, rate, turn.ttft_ms)
+        return rate

@@ -96,7 +96,7 @@ class Dashboard(Widget):
         self.turns.clear()
         self._kv_tokens.clear()
         self.selected_turn = None
-        self.query_one(TurnHistoryTable).clear()
+        self.query_one(TurnHistoryTable).reset()
         self.query_one(TurnDetail).clear()
         self.query_one(TtftPlot).clear_points()
         self.query_one(DecodeDepthPlot).clear_points()

@@ -7,6 +7,11 @@ The table lives in the side panel (54 cells wide next to the chat, about 50 belo
 ten figures per turn are stacked two to a cell: each column holds two figures of one unit, top over
 bottom, and its three-line header names them (top, bottom, unit). Numbers are right-aligned. The table
 takes 45 cells with four-digit figures (48 with a ``cancelled`` stop), so it does not scroll sideways there.
+
+Once a turn of the chat had a thinking block (a reasoning model), the table uses :data:`THINKING_COLUMNS`:
+the bottom figure of the token column is the turn's thinking tokens instead of the KV tokens after it
+(those are close to prompt + decode tokens, and shown in the turn's detail and the KV gauge), so the
+table keeps its width. A new chat goes back to :data:`COLUMNS`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("decode_kv_tokens", "decode\nKV\ntok"),
     ("stop_reason", "stop"),
 )
+#: the columns once a turn had thinking: decode tokens over thinking tokens in place of decode over KV.
+THINKING_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    ("decode_thinking_tokens", "decode\nthink\ntok") if key == "decode_kv_tokens" else (key, header)
+    for key, header in COLUMNS
+)
 #: the header's height in lines (top figure, bottom figure, unit).
 HEADER_HEIGHT = 3
 #: a row's height in lines (two figures per cell).
@@ -41,15 +51,16 @@ def _num(value: float | None, digits: int) -> str:
     return DASH if value is None else f"{value:,.{digits}f}"
 
 
-def format_row(turn_id: int, m: TurnMetrics) -> tuple[str, ...]:
-    """The table cells of one turn, in :data:`COLUMNS` order (``–`` for an undefined metric); a stacked
-    cell is ``"top\\nbottom"``."""
+def format_row(turn_id: int, m: TurnMetrics, thinking: bool = False) -> tuple[str, ...]:
+    """The table cells of one turn, in :data:`COLUMNS` order (:data:`THINKING_COLUMNS` with ``thinking``;
+    ``–`` for an undefined metric); a stacked cell is ``"top\\nbottom"``."""
+    below_decode = m.thinking_tokens if thinking else m.kv_cache_tokens
     return (
         str(turn_id),
         f"{fmt_int(m.prompt_tokens)}\n{fmt_int(m.cached_tokens)}",
         f"{_num(m.ttft_ms, 1)}\n{_num(m.itl_ms_p95, 1)}",
         f"{_num(m.prefill_tokens_per_s, 0)}\n{_num(m.decode_tokens_per_s, 1)}",
-        f"{fmt_int(m.decode_tokens)}\n{fmt_int(m.kv_cache_tokens)}",
+        f"{fmt_int(m.decode_tokens)}\n{fmt_int(below_decode)}",
         m.stop_reason.replace("_", "\n", 1),  # context_full: two lines, like the figures beside it
     )
 
@@ -59,7 +70,8 @@ def _cell(key: str, text: str) -> Text:
 
 
 class TurnHistoryTable(DataTable):
-    """Every turn of this chat with its headline metrics; row key = the turn id as a string."""
+    """Every turn of this chat with its headline metrics; row key = the turn id as a string. ``thinking``:
+    whether the table shows :data:`THINKING_COLUMNS` (a turn had thinking)."""
 
     @dataclass
     class TurnChosen(Message):
@@ -69,21 +81,56 @@ class TurnHistoryTable(DataTable):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, header_height=HEADER_HEIGHT, **kwargs)
+        self.thinking = False
+        self._turns: dict[int, TurnMetrics] = {}  # the rows shown, to redraw them in the other columns
+
+    @property
+    def columns_shown(self) -> tuple[tuple[str, str], ...]:
+        """:data:`COLUMNS` or :data:`THINKING_COLUMNS`."""
+        return THINKING_COLUMNS if self.thinking else COLUMNS
 
     def on_mount(self) -> None:
-        for key, header in COLUMNS:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for key, header in self.columns_shown:
             self.add_column(_cell(key, header), key=key)
 
     def upsert_turn(self, turn_id: int, metrics: TurnMetrics) -> None:
-        """Add the turn as the last row, or update its cells when the id is already shown (regenerate)."""
-        cells = [_cell(key, value) for (key, _), value in zip(COLUMNS, format_row(turn_id, metrics), strict=True)]
+        """Add the turn as the last row, or update its cells when the id is already shown (regenerate).
+        The first turn with thinking switches the table to :data:`THINKING_COLUMNS`."""
+        if metrics.thinking_tokens is not None and not self.thinking:
+            self._turns[turn_id] = metrics
+            self._switch_columns(True)
+            return
+        self._turns[turn_id] = metrics
+        columns = self.columns_shown
+        cells = format_row(turn_id, metrics, self.thinking)
+        cells = [_cell(key, value) for (key, _), value in zip(columns, cells, strict=True)]
         key = str(turn_id)
         if key in self.rows:
-            for (col, _), value in zip(COLUMNS, cells, strict=True):
+            for (col, _), value in zip(columns, cells, strict=True):
                 self.update_cell(key, col, value, update_width=True)
             return
         self.add_row(*cells, height=ROW_HEIGHT, key=key)
         self.move_cursor(row=self.row_count - 1, animate=False)
+
+    def _switch_columns(self, thinking: bool) -> None:
+        """Show the other columns, every row kept (the cursor on the newest)."""
+        self.thinking = thinking
+        turns = dict(self._turns)
+        self.clear(columns=True)
+        self._add_columns()
+        for turn_id, metrics in turns.items():
+            self.upsert_turn(turn_id, metrics)
+
+    def reset(self) -> None:
+        """Forget every row (a new chat), back to :data:`COLUMNS`."""
+        self._turns.clear()
+        if self.thinking:
+            self._switch_columns(False)
+        else:
+            self.clear()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -3,12 +3,14 @@
 - prefill: a :class:`~textual.widgets.ProgressBar` over the prompt tokens being evaluated, with the
   elapsed prefill time and the prefill rate ``done_tokens / elapsed`` (both from the engine's
   ``PrefillProgress`` events, so they describe the engine, not the UI's redraws);
+- thinking (a reasoning model's thinking block, a phase of decode): its token count, its time so far
+  and TTFT, before the answer's decode;
 - decode: the token count, TTFT and the live decode rate (the turn's, from the engine's token
   timestamps: :meth:`chatphase.chat.turn.Turn.live_decode_rate`);
 - done / stopped / failed: the turn's summary or the error and how to recover.
 
 The live decode figures are drawn by :meth:`PhaseIndicator.decode_live`, which the app calls at a
-bounded rate. Component parts: ``#phase-badge`` (class ``-prefill``/``-decode``/``-done``/
+bounded rate. Component parts: ``#phase-badge`` (class ``-prefill``/``-thinking``/``-decode``/``-done``/
 ``-error``/``-loading``), ``#prefill-bar``, ``#phase-stats``.
 """
 
@@ -20,9 +22,10 @@ from textual.widgets import Label, ProgressBar
 
 from chatphase.engine.events import LoadedModel, PrefillProgress, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.ui.thinking_block import thinking_live
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
-_BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-decode", "-done", "-error")
+_BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-thinking", "-decode", "-done", "-error")
 
 
 class PhaseIndicator(Horizontal):
@@ -94,28 +97,48 @@ class PhaseIndicator(Horizontal):
         )
         self._set_stats(stats)
 
-    def first_token(self) -> None:
-        """Decode begins. The prefill bar stays, full (no layout while the engine decodes)."""
+    def first_token(self, thinking: bool = False) -> None:
+        """Decode begins (in a thinking block when ``thinking``). The prefill bar stays, full (no layout
+        while the engine decodes)."""
         self._bar.update(progress=self._bar.total)
-        self._set("DECODE", "decode", "", bar=True)
+        self._set("THINKING" if thinking else "DECODE", "thinking" if thinking else "decode", "", bar=True)
         self._drawn = None
+
+    def _phase(self, thinking: bool) -> None:
+        """Switch between the thinking and the answer's decode look (a repaint, no layout)."""
+        if self._badge.has_class("-thinking") != thinking:
+            self._set("THINKING" if thinking else "DECODE", "thinking" if thinking else "decode", "", bar=True)
+            self._drawn = None
 
     def decode_live(self, decode_tokens: int, tokens_per_s: float | None, ttft_ms: float | None) -> None:
         """Draw the live decode figures, if they changed since the last call."""
+        self._phase(False)
         figures = (decode_tokens, tokens_per_s, ttft_ms)
         if figures == self._drawn:
             return
         self._drawn = figures
         self._set_stats(f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)} · TTFT {fmt_ms(ttft_ms)} · Esc stop")
 
+    def thinking_live(self, thinking_tokens: int, thinking_s: float, ttft_ms: float | None) -> None:
+        """Draw the live thinking figures (tokens and seconds of the block so far), if they changed."""
+        self._phase(True)
+        figures = ("thinking", thinking_tokens, round(thinking_s, 1), ttft_ms)
+        if figures == self._drawn:
+            return
+        self._drawn = figures
+        self._set_stats(f"{thinking_live(thinking_tokens, thinking_s)} · TTFT {fmt_ms(ttft_ms)} · Esc stop")
+
     def finished(self, metrics: TurnMetrics) -> None:
         """The turn is over: show its summary."""
         badge, kind = ("STOPPED", "error") if metrics.stop_reason in ("cancelled", "error") else ("DONE", "done")
+        ttfa = ""  # a reasoning model's turn: when its answer began (the thinking block says for how long)
+        if metrics.thinking_tokens is not None:
+            ttfa = f"TTFA {fmt_ms(metrics.ttfa_ms)} · "
         self._set(
             badge,
             kind,
             (
-                f"TTFT {fmt_ms(metrics.ttft_ms)} · {fmt_int(metrics.decode_tokens)} tok · "
+                f"TTFT {fmt_ms(metrics.ttft_ms)} · {ttfa}{fmt_int(metrics.decode_tokens)} tok · "
                 f"{fmt_rate(metrics.decode_tokens_per_s)} · {metrics.stop_reason}"
             ),
         )

@@ -4,7 +4,9 @@ Sections (each a child widget, styled in ``app.tcss``):
 
 - ``#turn-figures``: TTFT, prompt tokens (cached), prefill tokens, prefill tok/s, decode tokens,
   decode tok/s, ITL p50/p95, stop reason: live while a turn runs, then the turn's final
-  :class:`~chatphase.engine.metrics.TurnMetrics` (the definitions of ``docs/metrics.md``).
+  :class:`~chatphase.engine.metrics.TurnMetrics` (the definitions of ``docs/metrics.md``). A turn with a
+  thinking block adds two rows: ``thinking`` (its tokens and time) and ``answer`` (the answer's tokens,
+  TTFA — the first answer token — and the answer's rate).
 - ``#kv-gauge`` / ``#kv-figures``: KV cache cells in use against the allocated context (tokens and
   bytes = tokens × ``kv_bytes_per_token``; capacity = ``LoadedModel.kv_capacity_bytes``).
 - ``#model-figures``: name, parameters, file size, quantisation, layers, GPU offload on/off
@@ -25,6 +27,7 @@ from textual.widgets import Label, ProgressBar, Static
 from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.kv import KV_CELL_PAD
+from chatphase.ui.thinking_block import thinking_live
 from chatphase.units import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
 
 
@@ -142,10 +145,19 @@ class PhasePanel(VerticalScroll):
         self.figures["TTFT"] = fmt_ms(ttft_ms)
         self._render_turn(layout=False)
 
-    def decode_live(self, decode_tokens: int, tokens_per_s: float | None) -> None:
-        """Live decode figures (call at a bounded rate)."""
+    def decode_live(
+        self, decode_tokens: int, tokens_per_s: float | None, thinking: tuple[int, float, bool] | None = None
+    ) -> None:
+        """Live decode figures (call at a bounded rate); ``thinking``: the thinking block's tokens and
+        seconds so far, and whether it has ended (a reasoning model's turn)."""
         self.figures["decode"] = f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)}"
-        self._render_turn(layout=False)
+        rows = len(self.figures)
+        if thinking is not None:
+            tokens, seconds, ended = thinking
+            self.figures["thinking"] = thinking_live(tokens, seconds)
+            if ended:
+                self.figures["answer"] = f"{fmt_int(decode_tokens - tokens)} tok"
+        self._render_turn(layout=len(self.figures) != rows)  # a new row is a layout, once per turn
         self.set_kv_tokens(None if self._kv_prefilled is None else self._kv_prefilled + decode_tokens, layout=False)
 
     def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
@@ -159,6 +171,12 @@ class PhasePanel(VerticalScroll):
             "decode": f"{fmt_int(m.decode_tokens)} tok · {fmt_ms(m.decode_ms)} · {fmt_rate(m.decode_tokens_per_s)}",
             "ITL p50/p95": f"{fmt_ms(m.itl_ms_p50)} / {fmt_ms(m.itl_ms_p95)}",
         }
+        if m.thinking_tokens is not None:
+            cut = " · cut short" if m.thinking_cut_short else ""
+            self.figures["thinking"] = f"{fmt_int(m.thinking_tokens)} tok · {fmt_ms(m.thinking_ms)}{cut}"
+            self.figures["answer"] = (
+                f"{fmt_int(m.answer_tokens)} tok · TTFA {fmt_ms(m.ttfa_ms)} · {fmt_rate(m.answer_tokens_per_s)}"
+            )
         self._render_turn()
         self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
         self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
@@ -167,11 +185,13 @@ class PhasePanel(VerticalScroll):
             self._render_model()
 
     def _render_turn(self, layout: bool = True) -> None:
-        """Redraw the turn figures; ``layout=False`` for live updates (5 rows: the height stays, a value
-        that wraps is laid out at the next full update)."""
+        """Redraw the turn figures; ``layout=False`` for live updates (5 rows, 7 with thinking: the height
+        stays, a value that wraps is laid out at the next full update)."""
         title = "Turn" if self.turn_id is None else f"Turn {self.turn_id}"
         self._title.update(title, layout=layout)
-        rows = [(k, self.figures.get(k, DASH)) for k in ("TTFT", "prompt", "prefill", "decode", "ITL p50/p95")]
+        keys = ["TTFT", "prompt", "prefill", "decode", "ITL p50/p95"]
+        keys[4:4] = [k for k in ("thinking", "answer") if k in self.figures]
+        rows = [(k, self.figures.get(k, DASH)) for k in keys]
         self._turn.update(_grid(rows), layout=layout)
 
     # -- KV cache ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Plots that grow as turns accumulate (textual-plotext ``PlotextPlot`` scatter plots).
 
 - :class:`TtftPlot`: TTFT (ms) against prompt tokens. Prefill grows with the prompt; turns that reused a
-  cached prefix are a second series, since their TTFT follows the *evaluated* tokens, not the prompt.
+  cached prefix are a second series, since their TTFT follows the *evaluated* tokens, not the prompt. A
+  reasoning model's turns add a third: TTFA, the first *answer* token, which waits for the thinking too.
 - :class:`DecodeDepthPlot`: decode tokens/s against context depth (KV tokens after the turn). Each decode
   step re-reads the whole KV cache, so the rate falls as the conversation grows.
 
@@ -19,7 +20,8 @@ class _ScatterPlot(PlotextPlot):
     """A scatter plot of (x, y) points in named series.
 
     Series are told apart by marker (``MARKERS``, named in the title); plotext's legend would cover the
-    points in the top-left corner. Subclasses set the titles and ``SERIES`` and define ``point_for(metrics) -> (series, x, y) | None``.
+    points in the top-left corner. Subclasses set the titles and ``SERIES`` and define ``point_for(metrics) -> (series, x, y) | None``
+    (or ``points_for``, for more than one point a turn).
     """
 
     TITLE = ""
@@ -43,17 +45,26 @@ class _ScatterPlot(PlotextPlot):
 
     def add_turn(self, metrics: TurnMetrics) -> None:
         """Add the turn's point, if its metrics define one."""
-        point = self.point_for(metrics)
-        if point is not None:
-            series, x, y = point
+        points = self.points_for(metrics)
+        for series, x, y in points:
             self.points[series].append((x, y))
+        if points:
             self.replot()
+
+    def points_for(self, metrics: TurnMetrics) -> list[tuple[str, float, float]]:
+        """The turn's points: :meth:`point_for`'s, if any."""
+        point = self.point_for(metrics)
+        return [] if point is None else [point]
+
+    def title(self) -> str:
+        """The title drawn (:attr:`TITLE`)."""
+        return self.TITLE
 
     def replot(self) -> None:
         """Rebuild the plotext figure from :attr:`points` and schedule a repaint."""
         plt = self.plt
         plt.clear_data()
-        plt.title(self.TITLE)
+        plt.title(self.title())
         plt.xlabel(self.XLABEL)
         plt.ylabel(self.YLABEL)
         for pts, marker in zip(self.points.values(), self.MARKERS, strict=False):
@@ -69,13 +80,26 @@ class TtftPlot(_ScatterPlot):
     TITLE = "TTFT vs prompt tokens (• cold, x cached prefix)"
     XLABEL = "prompt tokens"
     YLABEL = "TTFT ms"
-    SERIES = ("cold", "cached prefix")
+    SERIES = ("cold", "cached prefix", "first answer")
+    MARKERS = ("dot", "x", "+")
 
     def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
         if metrics.ttft_ms is None or metrics.prompt_tokens is None:
             return None
         series = "cached prefix" if metrics.cached_tokens else "cold"
         return series, float(metrics.prompt_tokens), float(metrics.ttft_ms)
+
+    def points_for(self, metrics: TurnMetrics) -> list[tuple[str, float, float]]:
+        """TTFT's point, and TTFA's for a turn whose answer followed a thinking block."""
+        points = super().points_for(metrics)
+        if points and metrics.ttfa_ms is not None:
+            points.append(("first answer", float(metrics.prompt_tokens), float(metrics.ttfa_ms)))
+        return points
+
+    def title(self) -> str:
+        if self.points["first answer"]:
+            return "TTFT vs prompt tokens (• cold, x cached, + TTFA)"
+        return self.TITLE
 
 
 class DecodeDepthPlot(_ScatterPlot):

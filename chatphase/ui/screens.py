@@ -27,6 +27,8 @@ METRICS_HELP = """
   (TPOT as in vLLM's benchmark and MLPerf; the first token belongs to TTFT).
 - **ITL p50 / p95**: inter-token latency, gaps between consecutive tokens (linear-interpolated percentiles).
 - **KV cache**: cells in use × bytes per token, against the context allocated for n_ctx.
+- **Thinking** (reasoning models): the thinking block is decode too; its tokens and time, the **answer**'s
+  tokens and rate, and **TTFA** (time to the first answer token; TTFT stays the first generated token).
 """
 
 

@@ -1,4 +1,4 @@
-"""The settings screen: edit the model, engine, sampling and theme settings in a form.
+"""The settings screen: edit the model, engine, sampling, thinking and theme settings in a form.
 
 Values are parsed the way ``CHATPHASE_<KEY>`` environment variables are (:mod:`chatphase.settings_file`):
 an empty optional field or ``auto`` means "chatphase chooses" (threads, GPU layers) or "random" (seed).
@@ -45,7 +45,15 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("top_k", "top_k", "tokens"),
     ("seed", "Seed", "empty = random"),
     ("max_tokens", "Max tokens", "per reply"),
+    ("think_budget", "Think budget", "reasoning models: thinking tokens before the block is closed; empty = none"),
 )
+#: (key, label, hint) of the choices among auto/on/off.
+TRI_STATE_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("flash_attn", "Flash attention", "auto = llama.cpp enables it where the backend supports it"),
+    ("thinking", "Thinking", "reasoning models: on/off where the template can switch it; auto = its default"),
+)
+#: (key, label) of the switches (checkboxes).
+SWITCHES: tuple[tuple[str, str], ...] = (("thinking_open", "Keep a reasoning model's thinking expanded"),)
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ def parse_form(values: dict[str, str], base: Settings) -> Settings:
         UsageError: naming the field whose text is invalid or out of range.
     """
     parsed = {}
-    labels = {k: label for k, label, _ in FIELDS}
+    labels = {k: label for k, label, _ in FIELDS + TRI_STATE_FIELDS} | dict(SWITCHES)
     for key, text in values.items():
         try:
             value = parse_env_value(key, text)
@@ -133,16 +141,18 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
                             tooltip=hint,
                             compact=True,
                         )
-                with Horizontal(classes="settings-row"):
-                    yield Label("Flash attention", classes="settings-label")
-                    yield Select(
-                        [(v, v) for v in TRI_STATE],
-                        value=self.settings.flash_attn,
-                        allow_blank=False,
-                        id="set-flash_attn",
-                        classes="settings-input",
-                        compact=True,
-                    )
+                for key, label, hint in TRI_STATE_FIELDS:
+                    with Horizontal(classes="settings-row"):
+                        yield Label(label, classes="settings-label")
+                        yield Select(
+                            [(v, v) for v in TRI_STATE],
+                            value=get_value(self.settings, key),
+                            allow_blank=False,
+                            id=f"set-{key}",
+                            classes="settings-input",
+                            tooltip=hint,
+                            compact=True,
+                        )
                 with Horizontal(classes="settings-row"):
                     yield Label("Theme", classes="settings-label")
                     yield Select(
@@ -153,6 +163,10 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
                         classes="settings-input",
                         compact=True,
                     )
+                for key, label in SWITCHES:
+                    with Horizontal(classes="settings-row"):
+                        yield Label("", classes="settings-label")
+                        yield Checkbox(label, get_value(self.settings, key), id=f"set-{key}", compact=True)
             yield Static("", id="settings-reload")
             yield Static("", id="settings-error")
             yield Checkbox(f"Save as defaults in {config_path()}", id="settings-save", compact=True)
@@ -166,8 +180,10 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
     def form_values(self) -> dict[str, str]:
         """The texts of every field (Selects included), by setting key."""
         values = {key: self.query_one(f"#set-{key}", Input).value for key, _, _ in FIELDS}
-        for key in ("flash_attn", "theme"):
+        for key in [k for k, _, _ in TRI_STATE_FIELDS] + ["theme"]:
             values[key] = str(self.query_one(f"#set-{key}", Select).value)
+        for key, _ in SWITCHES:
+            values[key] = "true" if self.query_one(f"#set-{key}", Checkbox).value else "false"
         return values
 
     def _update_notes(self) -> Settings | None:
@@ -187,6 +203,9 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
         self._update_notes()
 
     def on_select_changed(self, _event: Select.Changed) -> None:
+        self._update_notes()
+
+    def on_checkbox_changed(self, _event: Checkbox.Changed) -> None:
         self._update_notes()
 
     def on_input_submitted(self, _event: Input.Submitted) -> None:

@@ -1,12 +1,16 @@
-"""A per-turn timeline drawn to scale: tokenise → prefill → first token → decode, and the prompt's cached part.
+"""A per-turn timeline drawn to scale: tokenise → prefill → first token → decode (a reasoning model's:
+thinking → answer), and the prompt's cached part.
 
 Two bars share the widget's width:
 
 - time (ms): ``tokenize_ms`` (templating + tokenisation), ``prefill_ms`` (evaluating the new prompt tokens),
   first sample (``ttft_ms - tokenize_ms - prefill_ms``: sampling the first token and the hand-off), then
-  ``decode_ms``. The TTFT boundary is where decode starts.
+  ``decode_ms``. The TTFT boundary is where decode starts. A turn with a thinking block splits decode into
+  ``thinking_ms`` (from the first token to the block's end) and the answer (the rest of ``decode_ms``).
 - prompt (tokens): ``cached_tokens`` reused from the KV cache, shown apart from the ``prefill_tokens``
   evaluated this turn — the cached part costs no time, so it only shows on this token scale.
+
+A turn with a thinking block adds a third bar, reply (tokens): ``thinking_tokens`` then ``answer_tokens``.
 
 Each segment with a non-zero length gets at least one cell, so a 1 ms tokenise step stays visible next to
 a 2 s decode; cells are shared out by largest remainder. Colours come from component classes (set in
@@ -30,18 +34,25 @@ SEGMENTS: dict[str, tuple[str, str]] = {
     "prefill": ("█", "prefill"),
     "first": ("▓", "1st token"),
     "decode": ("━", "decode"),
+    "thinking": ("┅", "thinking"),
+    "answer": ("━", "answer"),
     "cached": ("▒", "cached"),
     "evaluated": ("█", "evaluated"),
 }
 
 
 def time_segments(m: TurnMetrics) -> list[tuple[str, float]]:
-    """``[(kind, ms), ...]`` of the turn's wall time in order: tokenize, prefill, first, decode."""
+    """``[(kind, ms), ...]`` of the turn's wall time in order: tokenize, prefill, first, decode (or thinking
+    and answer, for a turn with a thinking block)."""
     ttft = m.ttft_ms
+    decode = [("decode", m.decode_ms)]
+    if m.thinking_tokens is not None:
+        thinking = min(m.thinking_ms or 0.0, m.decode_ms or 0.0)
+        decode = [("thinking", thinking), ("answer", max(0.0, (m.decode_ms or 0.0) - thinking))]
     if m.tokenize_ms is None or m.prefill_ms is None:  # a remote server without timings: TTFT is one block
-        return [("first", ttft or 0.0), ("decode", m.decode_ms)]
+        return [("first", ttft or 0.0), *decode]
     first = max(0.0, ttft - m.tokenize_ms - m.prefill_ms) if ttft is not None else 0.0
-    return [("tokenize", m.tokenize_ms), ("prefill", m.prefill_ms), ("first", first), ("decode", m.decode_ms)]
+    return [("tokenize", m.tokenize_ms), ("prefill", m.prefill_ms), ("first", first), *decode]
 
 
 def token_segments(m: TurnMetrics) -> list[tuple[str, float]]:
@@ -49,6 +60,13 @@ def token_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     if m.cached_tokens is None or m.prefill_tokens is None:  # counts the server did not report
         return []
     return [("cached", float(m.cached_tokens)), ("evaluated", float(m.prefill_tokens))]
+
+
+def reply_segments(m: TurnMetrics) -> list[tuple[str, float]]:
+    """``[(kind, tokens), ...]`` of the reply: thinking then answer (``[]`` for a turn without thinking)."""
+    if m.thinking_tokens is None:
+        return []
+    return [("thinking", float(m.thinking_tokens)), ("answer", float(m.answer_tokens or 0))]
 
 
 def scale_cells(lengths: Sequence[float], width: int) -> list[int]:
@@ -85,7 +103,7 @@ class TurnTimeline(Widget):
     """Timeline bars of one turn. Call :meth:`show` with a turn's metrics, :meth:`clear` to empty it."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"timeline--{k}" for k in SEGMENTS}
-    """``timeline--tokenize|prefill|first|decode|cached|evaluated``: the colour of each segment."""
+    """``timeline--tokenize|prefill|first|decode|thinking|answer|cached|evaluated``: the colour of each segment."""
 
     LABEL_WIDTH = 8
 
@@ -148,6 +166,9 @@ class TurnTimeline(Widget):
             self._bar("prompt", tokens, bar_width),
             self._legend(tokens, lambda v: f"{int(v):,} tok", bar_width),
         ]
+        reply = reply_segments(m)
+        if reply:
+            lines += [self._bar("reply", reply, bar_width), self._legend(reply, lambda v: f"{int(v):,} tok", bar_width)]
         return Text("\n").join(lines)
 
     def render(self) -> Text:

@@ -28,6 +28,16 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         if m.n_threads_decode is None
         else [("threads prefill/decode", f"{m.n_threads_prefill}/{m.n_threads_decode}")]
     )
+    thinking = []
+    if m.thinking_tokens is not None:  # a reasoning model's turn (docs/metrics.md, "Reasoning models")
+        thinking = [
+            ("thinking tokens", fmt_int(m.thinking_tokens)),
+            ("thinking ms", num(m.thinking_ms)),
+            ("answer tokens", fmt_int(m.answer_tokens)),
+            ("TTFA ms", num(m.ttfa_ms)),
+            ("answer tok/s", num(m.answer_tokens_per_s)),
+            ("thinking cut short", "yes" if m.thinking_cut_short else "no"),
+        ]
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
@@ -43,6 +53,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("ITL p50 ms", num(m.itl_ms_p50, 2)),
         ("ITL p95 ms", num(m.itl_ms_p95, 2)),
         ("ITL max ms", num(m.itl_ms_max, 2)),
+        *thinking,
         ("KV tokens", fmt_int(m.kv_cache_tokens)),
         ("KV bytes", fmt_bytes(m.kv_cache_bytes)),
         ("KV capacity", fmt_bytes(m.kv_capacity_bytes)),
