@@ -52,8 +52,46 @@ def gemma_model_info():
     return read_model_info(gemma.assemble(target))  # an existing file: its SHA-256 is checked
 
 
+#: a ChatML template that opens a thinking block in the generation prompt (as DeepSeek-R1's distills and
+#: Qwen3 with thinking on do), leaves earlier replies' thinking out of the history (as Qwen3's does), and
+#: takes ``enable_thinking`` (off: an empty, closed block, as Qwen3's).
+THINKING_TEMPLATE = (
+    "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}"
+)
+
+
+@pytest.fixture(scope="session")
+def thinking_model_info(default_model_info, tmp_path_factory):
+    """The default model with :data:`THINKING_TEMPLATE` as its ``tokenizer.chat_template``, written once by
+    gguf's own metadata tool (``gguf_new_metadata``): a small model that "thinks" on real tokens."""
+    import subprocess
+    import sys
+
+    from chatphase.models.gguf_meta import read_model_info
+
+    out = tmp_path_factory.mktemp("thinking-model") / "SmolLM2-thinking.gguf"
+    template = tmp_path_factory.getbasetemp() / "thinking-template.jinja"
+    template.write_text(THINKING_TEMPLATE, encoding="utf-8")
+    cmd = [
+        sys.executable,
+        "-m",
+        "gguf.scripts.gguf_new_metadata",
+        default_model_info.path,
+        str(out),
+        "--chat-template-file",
+        str(template),
+        "--force",
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    return read_model_info(out)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that use a real model carry the ``model`` marker (select with ``-m model``)."""
+    models = {"default_model_info", "llama_engine", "gemma_model_info", "thinking_model_info"}
     for item in items:
-        if {"default_model_info", "llama_engine", "gemma_model_info"} & set(getattr(item, "fixturenames", ())):
+        if models & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)

@@ -6,7 +6,6 @@ The load is scripted (a real machine's load is whatever it is), the thread count
 
 from __future__ import annotations
 
-import llama_cpp as lc
 import pytest
 
 from chatphase.engine.config import EngineConfig
@@ -37,8 +36,8 @@ def scripted_governor(engine, loads, **kwargs):
     seen = []
 
     def set_threads(n, nb):
-        lc.llama_set_n_threads(engine._ctx, n, nb)
-        seen.append((lc.llama_n_threads(engine._ctx), lc.llama_n_threads_batch(engine._ctx)))
+        engine.set_threads(n, nb)
+        seen.append(engine.threads_now())
 
     queue = list(loads)
     gov = ThreadGovernor(2, None, None, set_threads, lambda: queue.pop(0) if len(queue) > 1 else queue[0], **kwargs)
@@ -71,7 +70,7 @@ def test_threads_go_up_mid_decode_and_the_turn_completes(engine):
     # on a busy machine the gaps may take the thread away again: at least the one change happened
     assert m.n_threads_prefill == 1 and m.decode_thread_changes == len(seen) - 1 >= 1
     assert "1 → 2 at token" in m.threads_reason and "both cores free again" in m.threads_reason
-    assert lc.llama_n_threads(engine._ctx) == m.n_threads_decode == seen[-1][0]
+    assert engine.threads_now()[0] == m.n_threads_decode == seen[-1][0]
 
 
 def test_the_next_turn_chooses_again_and_reuses_the_cache(engine):
@@ -92,6 +91,6 @@ def test_pinned_threads_are_what_llama_cpp_runs(default_model_info, tmp_path):
         m = run(engine, 1, max_tokens=4)[-1].metrics
         assert (m.n_threads_prefill, m.n_threads_decode, m.decode_thread_changes) == (1, 1, 0)
         assert m.threads_reason == "1: fixed (--threads)"
-        assert (lc.llama_n_threads(engine._ctx), lc.llama_n_threads_batch(engine._ctx)) == (1, 1)
+        assert engine.threads_now() == (1, 1)
     finally:
         engine.close()

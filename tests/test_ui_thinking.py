@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from textual.geometry import Region
 from textual.widgets import Collapsible, Label
-from textual.widgets._collapsible import CollapsibleTitle
 from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
@@ -123,7 +122,7 @@ async def test_the_thinking_streams_in_its_block_then_collapses_above_the_answer
         await pilot.pause(0.2)
 
         m = app.dashboard.turns[1]
-        title = block.query_one(CollapsibleTitle)
+        title = block.query_one("CollapsibleTitle")
         assert shown(title) and not shown(block.query_one(".thinking-tail"))
         assert drawn(title).strip() == f"▶ Thought for {fmt_seconds(m.thinking_ms / 1000)} · {thinking_tokens} tok"
         assert m.thinking_tokens == thinking_tokens and not block.expanded
@@ -148,7 +147,7 @@ async def test_a_reply_cut_short_while_thinking_says_so():
         block = app.query_one(ThinkingBlock)
         m = app.dashboard.turns[1]
         assert m.thinking_cut_short and m.stop_reason == "length"
-        assert drawn(block.query_one(CollapsibleTitle)).strip() == "▶ Thinking cut short after 0.1 s · 4 tok"
+        assert drawn(block.query_one("CollapsibleTitle")).strip() == "▶ Thinking cut short after 0.1 s · 4 tok"
         assert block.text == "Let me count" and not answer_text(app.query_one(ReplyView)).strip()
         assert "cut short" in app.panel.figures["thinking"]
 
@@ -159,7 +158,7 @@ async def test_a_thinking_only_reply_shows_its_block_and_an_empty_answer():
         await wait_for(pilot, lambda: idle(app))
         await finish_turn(pilot, "?")
         block = app.query_one(ThinkingBlock)
-        assert drawn(block.query_one(CollapsibleTitle)).strip() == "▶ Thought for 0.1 s · 4 tok"
+        assert drawn(block.query_one("CollapsibleTitle")).strip() == "▶ Thought for 0.1 s · 4 tok"
         reply = app.query_one(ReplyView)
         assert block.text == "Hmm." and not answer_text(reply).strip()
         assert not shown(reply.query_one(".reply-tail"))
@@ -185,7 +184,7 @@ async def test_the_budget_and_the_open_setting():
         await wait_for(pilot, lambda: idle(app))
         await finish_turn(pilot)
         block = app.query_one(ThinkingBlock)
-        assert drawn(block.query_one(CollapsibleTitle)).strip() == "▼ Thought for 0.0 s · 3 tok · budget reached"
+        assert drawn(block.query_one("CollapsibleTitle")).strip() == "▼ Thought for 0.0 s · 3 tok · budget reached"
         assert block.expanded and body_text(block) == "a b"
 
 
@@ -253,7 +252,7 @@ async def test_a_resumed_session_shows_its_thinking_collapsed():
         await wait_for(pilot, lambda: idle(resumed) and resumed.query(ThinkingBlock))
         await pilot.pause(0.2)
         block = resumed.query_one(ThinkingBlock)
-        title = drawn(block.query_one(CollapsibleTitle)).strip()
+        title = drawn(block.query_one("CollapsibleTitle")).strip()
         assert title == "▶ " + thought_title(5, session.turns[0].metrics.thinking_ms)
         assert block.text == "I add them." and not block.expanded
         assert answer_text(resumed.query_one(ReplyView)).strip() == "It is 4."
@@ -289,7 +288,7 @@ async def test_the_settings_screen_sets_thinking_its_budget_and_the_open_block()
         assert request.enable_thinking is False and request.sampling.think_budget == 2
         block = app.query_one(ThinkingBlock)
         assert block.expanded and body_text(block) == "a"  # two thinking tokens: "<think>", "a"
-        assert "budget reached" in drawn(block.query_one(CollapsibleTitle))
+        assert "budget reached" in drawn(block.query_one("CollapsibleTitle"))
 
 
 @pytest.mark.parametrize("key", ["escape", "ctrl+l"])
@@ -308,7 +307,7 @@ async def test_esc_while_thinking_cuts_it_short_and_a_cleared_screen_does_not_br
         m = app.dashboard.turns[1]
         if key == "escape":
             assert (m.stop_reason, m.thinking_cut_short, badge(app)) == ("cancelled", True, "STOPPED")
-            title = drawn(app.query_one(ThinkingBlock).query_one(CollapsibleTitle)).strip()
+            title = drawn(app.query_one(ThinkingBlock).query_one("CollapsibleTitle")).strip()
             assert title == "▶ Thinking cut short after 0.0 s · 3 tok"
         else:  # the screen was cleared mid-turn: the reply ends off screen, its figures still count
             assert not app.query(ThinkingBlock) and m.thinking_tokens == 6 and badge(app) == "DONE"

@@ -66,17 +66,17 @@ async def test_phase_panel_threads_row():
         panel = app.query_one(PhasePanel)
         panel.set_model(AUTO)
         await pilot.pause()
-        assert "threads auto, up to 2 cores" in _lines(panel._model)
+        assert "threads auto, up to 2 cores" in _lines(panel.query_one("#model-figures"))
         panel.turn_finished(1, TURN)
         await pilot.pause()
-        assert f"threads 1 decode / 1 prefill · {REASON}" in _lines(panel._model)
+        assert f"threads 1 decode / 1 prefill · {REASON}" in _lines(panel.query_one("#model-figures"))
         changed = replace(
             TURN, n_threads_decode=2, decode_thread_changes=2, threads_reason=f"{REASON}; 1 → 2 at …; 2 → 1 at …"
         )
         assert threads_text(changed) == f"2 decode / 1 prefill · {REASON} · then 2 changes during decode"
         panel.set_model(loaded_model())  # no thread policy: no threads row
         await pilot.pause()
-        assert "\nthreads " not in _lines(panel._model)
+        assert "\nthreads " not in _lines(panel.query_one("#model-figures"))
 
 
 def _lines(widget) -> str:

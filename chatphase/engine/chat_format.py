@@ -187,7 +187,7 @@ def choose_format(
 
 
 # -- rendering -----------------------------------------------------------------------------------
-Render = Callable[[Sequence[Message], bool], tuple[str, bool]]
+Render = Callable[[Sequence[Message], bool, "bool | None"], tuple[str, bool]]
 """``(messages, add_generation_prompt) -> (text, add_special)``: the templated conversation and whether
 tokenising it should add BOS/EOS (only when the template did not)."""
 
@@ -201,7 +201,10 @@ def renderer(fmt: ChatFormat, bos_token: str = "", eos_token: str = "") -> Rende
     if fmt.template is not None:
         return _jinja_renderer(fmt, bos_token, eos_token)
     name = _COMPLETION_LAYOUT if fmt.kind == "completion" else fmt.name
-    return lambda messages, add_generation_prompt=True: (_apply_builtin(name, messages, add_generation_prompt), True)
+    return lambda messages, add_generation_prompt=True, enable_thinking=None: (
+        _apply_builtin(name, messages, add_generation_prompt),
+        True,
+    )
 
 
 def _jinja_renderer(fmt: ChatFormat, bos_token: str, eos_token: str) -> Render:
@@ -218,12 +221,25 @@ def _jinja_renderer(fmt: ChatFormat, bos_token: str, eos_token: str) -> Render:
             f"{_whose(fmt)} cannot be read (line {exc.lineno}: {exc.message}); {OVERRIDE_HINT}"
         ) from None
 
-    def render(messages: Sequence[Message], add_generation_prompt: bool = True) -> tuple[str, bool]:
+    def render(
+        messages: Sequence[Message], add_generation_prompt: bool = True, enable_thinking: bool | None = None
+    ) -> tuple[str, bool]:
         formatter = with_prompt if add_generation_prompt else without
-        result = formatter(messages=[{"role": m.role, "content": m.content} for m in messages])
+        data = [_message_dict(m) for m in messages]
+        extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        result = formatter(messages=data, **extra)
         return result.prompt, not result.added_special
 
     return render
+
+
+def _message_dict(m: Message) -> dict:
+    """A message as chat templates take it: an assistant message's thinking as ``reasoning_content``
+    (Qwen3's, DeepSeek's and gpt-oss's templates render or strip it as they were trained to)."""
+    d = {"role": m.role, "content": m.content}
+    if m.reasoning:
+        d["reasoning_content"] = m.reasoning
+    return d
 
 
 def _apply_builtin(name: str, messages: Sequence[Message], add_generation_prompt: bool) -> str:

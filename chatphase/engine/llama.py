@@ -25,28 +25,26 @@ import llama_cpp as lc
 
 from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
     EngineFailed,
     Event,
-    FirstToken,
     LoadedModel,
     Message,
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
-    TokensDecoded,
     TurnFinished,
     TurnRequest,
 )
+from chatphase.engine.generation import Generated, generate
+from chatphase.engine.generation import Model as GenModel
 from chatphase.engine.llama_params import context_params, model_params, offload_plan
 from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
-from chatphase.engine.sampling import sampler_chain
-from chatphase.engine.stops import StopText
 from chatphase.engine.text import clean_text
+from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
 from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
@@ -153,6 +151,14 @@ class LlamaEngine:
         """The tokens whose KV entries the cache holds, in order."""
         return list(self._cache)
 
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        """Decode and prompt threads from the next evaluation on (``llama_set_n_threads``, at no cost)."""
+        lc.llama_set_n_threads(self._ctx, n_threads, n_threads_batch)
+
+    def threads_now(self) -> tuple[int, int]:
+        """The decode and prompt threads llama.cpp holds now."""
+        return lc.llama_n_threads(self._ctx), lc.llama_n_threads_batch(self._ctx)
+
     @property
     def template(self) -> ChatTemplate:
         """The chat format turns are rendered with (after :meth:`load`)."""
@@ -170,7 +176,7 @@ class LlamaEngine:
         self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
         lc.llama_backend_init()
         s = self.config.resolved()
-        self.threads = ThreadGovernor.for_config(self.config, lambda n, nb: lc.llama_set_n_threads(self._ctx, n, nb))
+        self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         plan = offload_plan(s, system_info, gpu_ok)
@@ -193,6 +199,12 @@ class LlamaEngine:
         self._format = self._chat_format(s["chat_template"])
         if self._format.kind != "model":
             notes.append(f"chat format: {self._format.label} — {self._format.why}")
+        template = self._format.template or ""
+        self._thinking = detect_format(template, lambda text: len(self._vocab.tokenize(text, False)) == 1)
+        switch = "enable_thinking" in template
+        if self._thinking is not None:
+            how = "; the template switches it (enable_thinking)" if switch else ""
+            notes.append(f"thinking: {self._thinking.open}…{self._thinking.close} marks the model's thinking{how}")
 
         if self.info.attention is None:
             raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
@@ -220,6 +232,8 @@ class LlamaEngine:
             log_path=str(self.log_path),
             pid=os.getpid(),
             chat_format=self._format.label,
+            thinking_format=self._thinking.name if self._thinking else None,
+            thinking_switch=switch,
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
@@ -264,7 +278,9 @@ class LlamaEngine:
     def _run(self, req: TurnRequest) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
-        messages = tuple(Message(m.role, clean_text(m.content)[0]) for m in req.messages)  # never a surrogate
+        messages = tuple(  # never a surrogate
+            Message(m.role, clean_text(m.content)[0], clean_text(m.reasoning)[0]) for m in req.messages
+        )
         if req.reset_cache:
             self._known.clear()
         text = None  # the prompt's templated text (UTF-8), when it has one
@@ -276,7 +292,7 @@ class LlamaEngine:
         else:
             budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
             try:
-                fitted = self._template.fit(messages, budget, self._encode)
+                fitted = self._template.fit(messages, budget, self._encode, req.enable_thinking)
             except PromptTooLong as exc:
                 yield EngineFailed(f"message refused: {exc}", req.turn_id)
                 return
@@ -308,19 +324,31 @@ class LlamaEngine:
             yield PrefillProgress(req.turn_id, done, len(todo), ns_to_ms(time.perf_counter_ns() - t_prefill_start))
         t_prefill_end = time.perf_counter_ns()
 
-        times: list[int] = []
-        parts: list[str] = []
+        out = Generated()
         if stop is None:
             if text is not None:
                 self._known.add_prompt(len(prompt), text)
-            stop = yield from self._generate(req, t_submit, times, parts)
+            preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
+            model = GenModel(
+                self._ctx,
+                self._vocab.ptr,
+                self._cache,
+                self._n_ctx,
+                self._cancel,
+                self._vocab.render if self._thinking else self.piece,  # a thinking model's markers, as text
+                lambda text: self._vocab.tokenize(text, False),
+                self._decode,
+                self.threads.on_token,
+            )
+            yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
+            stop = out.stop
             if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
                 self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
         metrics = compute_turn_metrics(
             t_submit_ns=t_submit,
             t_prefill_start_ns=t_prefill_start,
             t_prefill_end_ns=t_prefill_end,
-            token_times_ns=times,
+            token_times_ns=out.times,
             prompt_tokens=len(prompt),
             cached_tokens=len(prompt) - len(todo),
             evaluated_tokens=done,
@@ -329,68 +357,9 @@ class LlamaEngine:
             kv_capacity_bytes=self.loaded.kv_capacity_bytes,
             stop_reason=stop,
             dropped_messages=dropped,
+            **(out.tracker.metrics_args() if out.tracker else {}),
         )
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
-        yield TurnFinished(req.turn_id, "".join(parts), self.threads.finish_turn(metrics))
-
-    def _generate(self, req: TurnRequest, t_submit: int, times: list[int], parts: list[str]):
-        """Sample and decode until a stop; fills ``times``/``parts``; returns the stop reason.
-
-        A token that completes an end-of-turn marker written as text (:class:`StopText`) ends the reply
-        as an end-of-generation token does (not counted, not evaluated) unless text before the marker
-        came with it.
-        """
-        sp = req.sampling
-        sampler = sampler_chain(sp)
-        detok = IncrementalDetokenizer()
-        stop_text = StopText(() if req.ignore_eos else self._stops)
-        one = (lc.llama_token * 1)()
-        batch = lc.llama_batch_get_one(one, 1)
-        sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
-        is_eog, piece, ctx, vocab, cache = lc.llama_vocab_is_eog, self.piece, self._ctx, self._vocab.ptr, self._cache
-        cancel, n_ctx, turn_id, on_token = self._cancel, self._n_ctx, req.turn_id, self.threads.on_token
-        filtered = bool(stop_text.stops)
-        stop = "length"
-        try:
-            while True:
-                token = sample(sampler, ctx, -1)
-                t = perf_ns()
-                if not req.ignore_eos and is_eog(vocab, token):
-                    stop = "stop"
-                    break
-                text = detok.feed(piece(token))
-                if filtered:
-                    text = stop_text.feed(text)
-                    if stop_text.stopped and not text:
-                        stop = "stop"
-                        break
-                times.append(t)
-                on_token(t)  # the thread policy: may change decode threads before this token is evaluated
-                parts.append(text)
-                if len(times) == 1:
-                    yield FirstToken(turn_id, text, ns_to_ms(t - t_submit), t)
-                else:
-                    yield TokensDecoded(turn_id, text, 1, len(times), t)
-                if stop_text.stopped:  # the token ended with a marker: the text before it was the last
-                    stop = "stop"
-                    break
-                if len(times) >= sp.max_tokens:
-                    break
-                if len(cache) >= n_ctx:
-                    stop = "context_full"
-                    break
-                if cancel.is_set():
-                    stop = "cancelled"
-                    break
-                one[0] = token
-                if decode(ctx, batch) != 0:
-                    stop = "error"
-                    break
-                cache.append(token)
-        finally:
-            lc.llama_sampler_free(sampler)
-            tail = stop_text.feed(detok.flush()) + stop_text.flush()
-            if tail:
-                parts.append(tail)
-        return stop
+        metrics = self.threads.finish_turn(metrics)
+        yield TurnFinished(req.turn_id, "".join(out.parts), metrics, thinking="".join(out.thought))

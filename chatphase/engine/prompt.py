@@ -44,17 +44,23 @@ class ChatTemplate:
         self._render = render
         self._tokenize = tokenize
 
-    def render(self, messages: Sequence[Message]) -> tuple[str, bool]:
+    def render(self, messages: Sequence[Message], enable_thinking: bool | None = None) -> tuple[str, bool]:
         """``(text, add_special)``: the templated conversation, ending with the assistant's generation
         prompt, and whether tokenising it should add BOS/EOS (only when the template did not, as
-        llama-cpp-python's chat handler does)."""
-        return self._render(messages, True)
+        llama-cpp-python's chat handler does). ``enable_thinking`` goes to templates that take it."""
+        return self._render(messages, True, enable_thinking)
 
     def tokens(self, messages: Sequence[Message]) -> list[int]:
         """Token ids of the templated conversation, ending with the assistant's generation prompt."""
         return self._tokenize(*self.render(messages))
 
-    def fit(self, messages: Sequence[Message], budget_tokens: int, encode: Encode | None = None) -> FittedPrompt:
+    def fit(
+        self,
+        messages: Sequence[Message],
+        budget_tokens: int,
+        encode: Encode | None = None,
+        enable_thinking: bool | None = None,
+    ) -> FittedPrompt:
         """Drop the oldest non-system messages until the prompt is at most ``budget_tokens`` long.
 
         Messages are dropped in order (oldest first) but a leading system message is kept, and the
@@ -70,7 +76,7 @@ class ChatTemplate:
         encode = encode or self._tokenize
         dropped = 0
         while True:
-            text, add_special = self.render(system + rest)
+            text, add_special = self.render(system + rest, enable_thinking)
             tokens = encode(text, add_special)
             if len(tokens) <= budget_tokens:
                 return FittedPrompt(tokens, dropped, text)

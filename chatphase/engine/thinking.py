@@ -29,6 +29,12 @@ class ThinkingFormat:
     close: str
     answer_prefix: str = ""
 
+    @property
+    def forced_close(self) -> str:
+        """What an engine evaluates to close the block itself: the closing marker, and the blank line a
+        tag format's templates put before the answer."""
+        return self.close if self.close.endswith("|>") else self.close + "\n\n"
+
 
 FORMATS: tuple[ThinkingFormat, ...] = (
     ThinkingFormat("think", "<think>", "</think>"),
@@ -205,9 +211,12 @@ class ThinkingTracker:
         self.t_end_ns, self.forced = t_ns, True
         return piece
 
-    def finish(self) -> Piece:
-        """The reply ended: the text held back (see :meth:`ThinkingSplitter.flush`)."""
-        return self.splitter.flush()
+    def finish(self, tail: str = "") -> Piece:
+        """The reply ended (``tail``: text that came with no token of its own, e.g. the end of a character):
+        that and what was held back, split (see :meth:`ThinkingSplitter.flush`)."""
+        piece = self.splitter.feed(tail) if tail else Piece()
+        rest = self.splitter.flush()
+        return Piece(piece.thinking + rest.thinking, piece.answer + rest.answer, piece.closed)
 
     def metrics_args(self) -> dict:
         """``thinking_tokens`` / ``t_thinking_end_ns`` for :func:`~chatphase.engine.metrics.compute_turn_metrics`."""
