@@ -127,12 +127,14 @@ def explain_thinking(metrics: TurnMetrics) -> str | None:
     """The thinking line of a reasoning model's turn (``None`` for a turn without a thinking block), e.g.
     ``thinking: 312 of 420 generated tokens (74%), 4.1 s before the first answer token (TTFA 4.2 s; TTFT
     41 ms)``; a reply that ended inside the block says it was cut short and by what."""
-    thinking = metrics.thinking_tokens
-    if thinking is None:
+    if not metrics.thought:
         return None
-    generated = metrics.decode_tokens or 0
-    share = f" ({100 * thinking / generated:.0f}%)" if generated else ""
-    tokens = f"{thinking:,} of {generated:,} generated tokens{share}"
+    thinking, generated = metrics.thinking_tokens, metrics.decode_tokens or 0
+    if thinking is None:  # a remote server that does not count thinking
+        tokens = "a thinking block (the server did not count its tokens)"
+    else:
+        share = f" ({100 * thinking / generated:.0f}%)" if generated else ""
+        tokens = f"{thinking:,} of {generated:,} generated tokens{share}"
     spent = _duration(metrics.thinking_ms)
     if metrics.thinking_cut_short:
         return (

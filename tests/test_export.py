@@ -166,3 +166,12 @@ def test_write_export_and_format_detection(saved, tmp_path):
     blocker.write_text("")
     with pytest.raises(UsageError, match="cannot write"):
         write_export(saved, "md", blocker / "x.md")
+
+
+def test_markdown_folds_a_reasoning_models_thinking(tmp_path):
+    from chatphase.sessions.export import to_markdown
+    from chatphase.sessions.store import Session, Turn
+
+    turn = Turn(1, "2+2?", "4.", "complete", "2026-12-01T00:00:00+00:00", thinking="I add them.")
+    md = to_markdown(Session("s1", "sums", "2026-12-01T00:00:00+00:00", {}, {}, [turn]))
+    assert "<details><summary>Thinking</summary>\n\nI add them.\n\n</details>\n\n4." in md

@@ -17,6 +17,7 @@ from chatphase.engine.events import (
     PrefillProgress,
     PrefillStarted,
     SamplingParams,
+    ThinkingEnded,
     TokensDecoded,
     TurnFinished,
     TurnRequest,
@@ -361,3 +362,57 @@ def test_the_tokenizer_counter_takes_off_the_bos_its_endpoint_adds():
     assert calls[0] == "http://127.0.0.1:9/extras/tokenize"  # llama-cpp-python's first when not llama-server
     dead = ServerTokenizer(lambda url, body: None, "http://127.0.0.1:9", None, llama_server=True)
     assert dead.count("x") is None and dead.count("y") is None and dead.endpoint is None
+
+
+def _reasoning_chunk(text: str) -> dict:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"reasoning_content": text}}]}
+
+
+def test_a_servers_reasoning_deltas_are_the_thinking_phase():
+    stream = sse(
+        _reasoning_chunk("The user"),
+        0.01,
+        _reasoning_chunk(" says hi."),
+        0.01,
+        content_chunk("Hello"),
+        content_chunk("!"),
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 3}},
+        },
+        "[DONE]",
+    )
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        engine = _loaded(srv.url)
+        history = (Message("user", "Hi"), Message("assistant", "Hey.", "A greeting."), Message("user", "Hi"))
+        request = TurnRequest(2, history, SamplingParams(max_tokens=8), enable_thinking=True)
+        events = list(engine.run_turn(request))
+        body = srv.requests[-1][3]
+    assert body["messages"][1] == {"role": "assistant", "content": "Hey.", "reasoning_content": "A greeting."}
+    assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    first = next(e for e in events if isinstance(e, FirstToken))
+    assert (first.text, first.thinking) == ("", "The user")
+    (ended,) = [e for e in events if isinstance(e, ThinkingEnded)]
+    done = events[-1]
+    assert (done.reply, done.thinking) == ("Hello!", "The user says hi.")
+    m = done.metrics
+    assert (m.thinking_tokens, m.answer_tokens, m.decode_tokens) == (3, 2, 5)  # the server's counts
+    assert m.thinking_ms == pytest.approx(ended.thinking_ms) and m.thinking_ms > 0 and not m.thinking_cut_short
+    assert m.ttfa_ms > m.ttft_ms and m.thought
+
+
+def test_thinking_markers_in_plain_content_are_split_too():
+    stream = sse(
+        content_chunk("<thi"),
+        content_chunk("nk>Plan."),
+        content_chunk("</think>\n\n"),
+        content_chunk("Done."),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"completion_tokens": 5}},
+        "[DONE]",
+    )
+    with ScriptedServer(_llama_server_routes(stream)) as srv:
+        done = list(_loaded(srv.url).run_turn(_request()))[-1]
+    assert (done.reply, done.thinking) == ("Done.", "Plan.")
+    m = done.metrics
+    assert m.thought and m.thinking_tokens is None and m.answer_tokens is None  # the server did not count them
+    assert m.ttfa_ms is not None and not m.thinking_cut_short

@@ -255,3 +255,16 @@ async def test_a_refused_message_is_not_recorded_and_the_next_turn_is():
         s = load_session(app.recording.recorder.id)
     assert [(t.user, t.status) for t in s.turns] == [("hi", "complete")]
     assert [m.content for m in s.history()] == [m.content for m in app.chat.conversation]
+
+
+async def test_an_unsaved_chat_exports_what_is_on_screen(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app, _ = make(save_sessions=False)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await chat(pilot, app, "not saved")
+        app.action_export_session()
+        await wait_for(pilot, showing(app, ExportScreen, "#export-path"))
+        session = app.screen.session
+        assert [t.user for t in session.turns] == ["not saved"] and session.turns[0].metrics == app.dashboard.turns[1]
+    assert list_sessions() == []  # nothing reached the disk

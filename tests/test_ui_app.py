@@ -374,3 +374,18 @@ async def test_an_engine_that_dies_while_idle_is_noticed_without_a_send():
         assert "SIGKILL" in stats(app) and app.chat.engine is None
         await pilot.press("f5")
         await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
+
+
+async def test_turn_numbers_start_again_with_a_new_chat():
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for text in ("one", "two"):
+            await send(pilot, text)
+            await wait_for(pilot, lambda: app.chat.active_turn is None and idle(app))
+        assert sorted(app.dashboard.turns) == [1, 2]
+        await pilot.press("ctrl+n")
+        await send(pilot, "fresh")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert sorted(app.dashboard.turns) == [1]
+        assert str(app.panel.query_one("#turn-title").render()) == "Turn 1"

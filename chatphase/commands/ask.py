@@ -56,7 +56,7 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
         changes = f" ({m.threads_reason})" if m.decode_thread_changes else ""
         threads = f"threads {m.n_threads_prefill}/{m.n_threads_decode}{changes} · "
     thinking = ""
-    if m.thinking_tokens is not None:
+    if m.thought:
         cut = ", cut short" if m.thinking_cut_short else ""
         thinking = (
             f"thinking {n(m.thinking_tokens)} tok in {fmt_ms(m.thinking_ms)}{cut} · first answer token "

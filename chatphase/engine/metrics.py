@@ -90,6 +90,12 @@ class TurnMetrics:
     decode_thread_changes: int | None = None
     threads_reason: str | None = None
 
+    @property
+    def thought(self) -> bool:
+        """Whether the reply had a thinking block (its token count may still be unknown: a remote server
+        that does not report it)."""
+        return self.thinking_ms is not None
+
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field, in declaration order."""
         return asdict(self)

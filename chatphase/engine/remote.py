@@ -22,39 +22,24 @@ endpoint afterwards (:mod:`chatphase.engine.remote_tokens`), labelled ``decode_t
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import httpx
-from httpx_sse import EventSource
 
 from chatphase.engine.events import (
     EngineFailed,
     Event,
-    FirstToken,
     LoadedModel,
     ModelLoaded,
-    PrefillProgress,
-    PrefillStarted,
-    TokensDecoded,
-    TurnFinished,
     TurnRequest,
 )
 from chatphase.engine.metrics import ns_to_ms
-from chatphase.engine.remote_errors import error_text, http_error_message, transport_message
+from chatphase.engine.remote_errors import http_error_message, transport_message
 from chatphase.engine.remote_tokens import ServerTokenizer
 from chatphase.engine.remote_url import ServerURL
-from chatphase.engine.remote_wire import (
-    ServerReport,
-    chunk_text,
-    progress_tokens,
-    remote_turn_metrics,
-    server_timings_view,
-    stop_reason_of,
-)
 from chatphase.models.gguf_meta import ModelInfo
 
 
@@ -132,7 +117,9 @@ class RemoteEngine:
             yield EngineFailed("not connected to the server; load() first", request.turn_id, fatal=True)
             return
         self._cancel.clear()
-        yield from _Turn(self, request).run()
+        from chatphase.engine.remote_turn import StreamedTurn
+
+        yield from StreamedTurn(self, request).run()
 
     def watch(self) -> Iterator[Event]:
         """Nothing to watch: a server that goes away fails the next request. Returns at once."""
@@ -180,8 +167,10 @@ class RemoteEngine:
         """The JSON body for :meth:`endpoint` (``messages``, or ``prompt`` token ids).
 
         Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repeat_penalty``) are accepted by
-        llama-server, vLLM, llama-cpp-python and Ollama; ``return_progress`` (prefill progress chunks) and
-        ``cache_prompt`` (``False`` for ``reset_cache``) are sent to llama-server only.
+        llama-server, vLLM, llama-cpp-python and Ollama; ``return_progress`` (prefill progress chunks),
+        ``cache_prompt`` (``False`` for ``reset_cache``) and an assistant message's ``reasoning_content`` are
+        sent to llama-server only. ``enable_thinking`` goes as ``chat_template_kwargs`` (llama-server, vLLM);
+        a thinking budget is the server's own (llama-server's ``--reasoning-budget``).
         """
         sp = request.sampling
         body: dict = {
@@ -197,18 +186,26 @@ class RemoteEngine:
         if request.prompt_token_ids is not None:
             body["prompt"] = list(request.prompt_token_ids)
         else:
-            body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+            body["messages"] = [self._message(m) for m in request.messages]
         if self.remote_model:
             body["model"] = self.remote_model
         if sp.seed is not None:
             body["seed"] = sp.seed
         if request.ignore_eos:
             body["ignore_eos"] = True
+        if request.enable_thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": request.enable_thinking}
         if self._is_llama_server:
             body["return_progress"] = True
             if request.reset_cache:
                 body["cache_prompt"] = False
         return body
+
+    def _message(self, m) -> dict:
+        d = {"role": m.role, "content": m.content}
+        if m.reasoning and self._is_llama_server:  # its templates take the thinking back where they were trained to
+            d["reasoning_content"] = m.reasoning
+        return d
 
     def _get_json(self, url: str, timeout: float | None = None) -> dict:
         """GET ``url`` and decode JSON; raises :class:`_RemoteError` with a one-line message."""
@@ -296,100 +293,3 @@ def remote_model_info(
 
 class _RemoteError(Exception):
     """Internal: a one-line, secret-free failure message."""
-
-
-class _Turn:
-    """One streamed turn: its clocks, its text and the server's report."""
-
-    def __init__(self, engine: RemoteEngine, request: TurnRequest):
-        self.engine, self.request = engine, request
-        self.report = ServerReport()
-        self.times: list[int] = []
-        self.parts: list[str] = []
-        self.t_submit = 0
-
-    def run(self) -> Iterator[Event]:
-        engine, rid = self.engine, self.request.turn_id
-        body = engine.request_body(self.request)
-        self.t_submit = time.perf_counter_ns()
-        yield PrefillStarted(rid, None, None, None, 0, self.t_submit)
-        error: str | None = None
-        done = False
-        try:
-            with engine._client.stream("POST", engine.endpoint(self.request), json=body) as response:
-                with engine._lock:
-                    engine._response = response
-                if response.status_code >= 400:
-                    response.read()
-                    yield EngineFailed(http_error_message(response, engine.url.display), rid)
-                    return
-                for sse in EventSource(response).iter_sse():
-                    if engine._cancel.is_set():
-                        break
-                    if sse.data.strip() == "[DONE]":
-                        done = True
-                        break
-                    if not sse.data.strip():
-                        continue
-                    error = yield from self._chunk(sse.data)
-                    if error:
-                        break
-                else:
-                    done = self.report.finish_reason is not None  # some servers omit [DONE]
-        except httpx.HTTPError as exc:
-            if not engine._cancel.is_set():
-                error = transport_message(exc, engine.url.display, engine._timeout.read, mid_stream=bool(self.times))
-            engine._drop_connections()
-        finally:
-            with engine._lock:
-                engine._response = None
-        if engine._cancel.is_set():
-            stop = "cancelled"
-        elif error is None and not done:
-            error = f"the stream from {engine.url.display} ended before the reply was complete"
-            stop = "error"
-        else:
-            stop = "error" if error else stop_reason_of(self.report.finish_reason)
-        if error and not self.times:
-            yield EngineFailed(error, rid)
-            return
-        if error:
-            yield EngineFailed(f"{error} — the partial reply is kept", rid)
-        if self.report.decode_count()[0] is None:  # the server's tokenizer, never a count of chunks
-            self.report.tokenized_completion_tokens = engine.tokenizer.count("".join(self.parts))
-        metrics = remote_turn_metrics(
-            t_submit_ns=self.t_submit, arrival_times_ns=self.times, report=self.report, stop_reason=stop
-        )
-        yield TurnFinished(
-            rid, "".join(self.parts), metrics, server_timings=server_timings_view(self.report, metrics.ttft_ms)
-        )
-
-    def _chunk(self, data: str):
-        """Handle one SSE data payload; yields events, returns an error message or ``None``."""
-        now = time.perf_counter_ns()
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            return f"the server at {self.engine.url.display} sent a malformed chunk"
-        if not isinstance(chunk, dict):
-            return None
-        if chunk.get("error"):
-            return f"the server reported an error mid-reply: {error_text(chunk['error'])}"
-        self.report.absorb(chunk)
-        rid = self.request.turn_id
-        if "prompt_progress" in chunk and self.report.progress and not self.times:
-            progress = progress_tokens(self.report.progress)
-            if progress:
-                yield PrefillProgress(rid, progress[0], progress[1], progress[2])
-        content, reasoning = chunk_text(chunk)
-        if not (content or reasoning):
-            return None
-        self.parts.append(content)
-        self.times.append(now)
-        if len(self.times) == 1:
-            yield FirstToken(rid, content, ns_to_ms(now - self.t_submit), now)
-        else:
-            # live view only: one chunk is one token on llama-server, vLLM and llama-cpp-python; the
-            # final TurnMetrics take the server's usage instead.
-            yield TokensDecoded(rid, content, 1, len(self.times), now)
-        return None

@@ -60,7 +60,9 @@ class ServerReport:
 
     ``timings`` is the subset of :data:`TIMING_KEYS` the server sent; ``progress`` the latest
     ``prompt_progress`` object; ``finish_reason`` the OpenAI finish reason of choice 0;
-    ``tokenized_completion_tokens`` the reply counted afterwards by the server's tokenizer endpoint.
+    ``tokenized_completion_tokens`` the reply counted afterwards by the server's tokenizer endpoint;
+    ``reasoning_tokens`` the thinking tokens of a reasoning model, where the usage reports them
+    (``completion_tokens_details.reasoning_tokens``).
     """
 
     prompt_tokens: int | None = None
@@ -72,6 +74,7 @@ class ServerReport:
     model: str | None = None
     extras: dict = field(default_factory=dict)
     tokenized_completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     def decode_count(self) -> tuple[int | None, str | None]:
         """``(decode tokens, who counted them)``: usage, else llama-server's timings, else the server's
@@ -95,6 +98,9 @@ class ServerReport:
             details = usage.get("prompt_tokens_details")
             if isinstance(details, dict):
                 self.cached_tokens = _int_or(details.get("cached_tokens"), self.cached_tokens)
+            details = usage.get("completion_tokens_details")
+            if isinstance(details, dict):
+                self.reasoning_tokens = _int_or(details.get("reasoning_tokens"), self.reasoning_tokens)
         timings = chunk.get("timings")
         if isinstance(timings, dict):
             kept = {k: timings[k] for k in TIMING_KEYS if _is_number(timings.get(k))}
@@ -145,8 +151,22 @@ def stop_reason_of(finish_reason: str | None) -> str:
     return _FINISH_TO_STOP.get(finish_reason or "stop", "stop")
 
 
+@dataclass
+class RemoteThinking:
+    """A reasoning model's thinking on the client's clock: when its block ended (``None``: the reply
+    ended inside it) and when the first answer text arrived."""
+
+    t_end_ns: int | None = None
+    t_first_answer_ns: int | None = None
+
+
 def remote_turn_metrics(
-    *, t_submit_ns: int, arrival_times_ns: list[int], report: ServerReport, stop_reason: str
+    *,
+    t_submit_ns: int,
+    arrival_times_ns: list[int],
+    report: ServerReport,
+    stop_reason: str,
+    thinking: RemoteThinking | None = None,
 ) -> TurnMetrics:
     """Build :class:`TurnMetrics` from client arrival times (ns) and the server's report.
 
@@ -154,6 +174,8 @@ def remote_turn_metrics(
     Formulas are those of :mod:`chatphase.engine.metrics` (TPOT as in vLLM/MLPerf:
     ``(decode_tokens − 1) / (t_last − t_first)``, ITL percentiles by linear interpolation); the token
     counts come from the server (see the module docstring), so a rate is ``None`` when its count is.
+    ``thinking``: the reply had a thinking block (times on the client's clock, the token counts the
+    server's: ``thinking_tokens`` its ``reasoning_tokens``).
 
     Raises:
         ValueError: when arrival times are out of order or precede ``t_submit_ns``.
@@ -189,7 +211,26 @@ def remote_turn_metrics(
         tpot_ms=tpot_ms,
         dropped_messages=0,
         decode_tokens_source=source,
+        **(_thinking_fields(t_submit_ns, times, report, decode_tokens, thinking) if thinking else {}),
     )
+
+
+def _thinking_fields(t_submit: int, times: list[int], report: ServerReport, decode: int | None, th) -> dict:
+    """The thinking fields of :class:`TurnMetrics` for a remote turn (see :func:`remote_turn_metrics`)."""
+    t_first = times[0] if times else t_submit
+    t_end = th.t_end_ns if th.t_end_ns is not None else (times[-1] if times else t_submit)
+    thinking = report.reasoning_tokens
+    answer = decode - thinking if decode is not None and thinking is not None else None
+    t_answer = th.t_first_answer_ns
+    rate = decode_rates(answer, times[-1] - t_answer)[0] if answer and t_answer is not None else None
+    return {
+        "thinking_tokens": thinking,
+        "thinking_ms": ns_to_ms(t_end - t_first),
+        "thinking_cut_short": th.t_end_ns is None,
+        "answer_tokens": answer,
+        "ttfa_ms": ns_to_ms(t_answer - t_submit) if t_answer is not None else None,
+        "answer_tokens_per_s": rate,
+    }
 
 
 def server_timings_view(report: ServerReport, ttft_ms: float | None) -> dict | None:

@@ -249,7 +249,10 @@ def to_markdown(session: Session) -> str:
             out.append(f"- System prompt: {session.settings['system_prompt']}")
     out += ["", "## Transcript", ""]
     for t in session.turns:
-        out += [f"### Turn {t.index}", "", "**User**", "", t.user, "", "**Assistant**", "", t.reply or MD_NONE, ""]
+        out += [f"### Turn {t.index}", "", "**User**", "", t.user, "", "**Assistant**", ""]
+        if t.thinking:  # a reasoning model's thinking, folded as the chat shows it
+            out += ["<details><summary>Thinking</summary>", "", t.thinking, "", "</details>", ""]
+        out += [t.reply or MD_NONE, ""]
         if t.status in _STATUS_NOTE:
             out += [_STATUS_NOTE[t.status].format(error=t.error or "unknown error"), ""]
         if t.replaced:

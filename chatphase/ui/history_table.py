@@ -99,7 +99,7 @@ class TurnHistoryTable(DataTable):
     def upsert_turn(self, turn_id: int, metrics: TurnMetrics) -> None:
         """Add the turn as the last row, or update its cells when the id is already shown (regenerate).
         The first turn with thinking switches the table to :data:`THINKING_COLUMNS`."""
-        if metrics.thinking_tokens is not None and not self.thinking:
+        if metrics.thought and not self.thinking:
             self._turns[turn_id] = metrics
             self._switch_columns(True)
             return

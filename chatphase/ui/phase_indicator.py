@@ -132,7 +132,7 @@ class PhaseIndicator(Horizontal):
         """The turn is over: show its summary."""
         badge, kind = ("STOPPED", "error") if metrics.stop_reason in ("cancelled", "error") else ("DONE", "done")
         ttfa = ""  # a reasoning model's turn: when its answer began (the thinking block says for how long)
-        if metrics.thinking_tokens is not None:
+        if metrics.thought:
             ttfa = f"TTFA {fmt_ms(metrics.ttfa_ms)} · "
         self._set(
             badge,

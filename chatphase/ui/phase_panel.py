@@ -171,7 +171,7 @@ class PhasePanel(VerticalScroll):
             "decode": f"{fmt_int(m.decode_tokens)} tok · {fmt_ms(m.decode_ms)} · {fmt_rate(m.decode_tokens_per_s)}",
             "ITL p50/p95": f"{fmt_ms(m.itl_ms_p50)} / {fmt_ms(m.itl_ms_p95)}",
         }
-        if m.thinking_tokens is not None:
+        if m.thought:
             cut = " · cut short" if m.thinking_cut_short else ""
             self.figures["thinking"] = f"{fmt_int(m.thinking_tokens)} tok · {fmt_ms(m.thinking_ms)}{cut}"
             self.figures["answer"] = (

@@ -47,7 +47,7 @@ def thought_title(tokens: int | None, thinking_ms: float | None, cut_short: bool
 
 def metrics_title(m: TurnMetrics | None, forced: bool = False) -> str:
     """:func:`thought_title` of a finished turn's metrics (``None``: a turn without metrics)."""
-    if m is None or m.thinking_tokens is None:
+    if m is None or not m.thought:
         return "Thought (no metrics)"
     return thought_title(m.thinking_tokens, m.thinking_ms, m.thinking_cut_short, forced)
 

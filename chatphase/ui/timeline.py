@@ -46,7 +46,7 @@ def time_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     and answer, for a turn with a thinking block)."""
     ttft = m.ttft_ms
     decode = [("decode", m.decode_ms)]
-    if m.thinking_tokens is not None:
+    if m.thought:
         thinking = min(m.thinking_ms or 0.0, m.decode_ms or 0.0)
         decode = [("thinking", thinking), ("answer", max(0.0, (m.decode_ms or 0.0) - thinking))]
     if m.tokenize_ms is None or m.prefill_ms is None:  # a remote server without timings: TTFT is one block

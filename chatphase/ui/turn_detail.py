@@ -29,7 +29,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         else [("threads prefill/decode", f"{m.n_threads_prefill}/{m.n_threads_decode}")]
     )
     thinking = []
-    if m.thinking_tokens is not None:  # a reasoning model's turn (docs/metrics.md, "Reasoning models")
+    if m.thought:  # a reasoning model's turn (docs/metrics.md, "Reasoning models")
         thinking = [
             ("thinking tokens", fmt_int(m.thinking_tokens)),
             ("thinking ms", num(m.thinking_ms)),
