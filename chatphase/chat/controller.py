@@ -101,6 +101,8 @@ class ChatController:
         self._last_turn_id = 0
         self._reuse_note: str | None = None
         self._closed = False
+        #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
+        self.events_every_ms: float | None = None
 
     # -- state -------------------------------------------------------------------------------------
     def add_listener(self, listener: ChatListener) -> None:
@@ -282,7 +284,9 @@ class ChatController:
         self._last_turn_id += 1
         messages = self.history.request_messages(self.settings.system_prompt)
         thinking = {"on": True, "off": False}.get(self.settings.thinking)
-        request = TurnRequest(self._last_turn_id, messages, self.settings.sampling, enable_thinking=thinking)
+        request = TurnRequest(
+            self._last_turn_id, messages, self.settings.sampling, enable_thinking=thinking, events_every_ms=self.events_every_ms
+        )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
         self.turn, self.busy = turn, True

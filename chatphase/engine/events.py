@@ -51,7 +51,9 @@ class TurnRequest:
     For experiments (``bench``): ``prompt_token_ids`` replaces the templated conversation with exactly
     these tokens; ``reset_cache`` clears the KV cache first (a cold prefill); ``ignore_eos`` keeps
     decoding until ``max_tokens`` (or the context is full). ``enable_thinking``: the template variable of
-    models that can think or not (``None`` leaves the template's default).
+    models that can think or not (``None`` leaves the template's default). ``events_every_ms``: how often
+    the consumer wants token events (a process host batches them to that; ``None``: its own default) —
+    a screen redrawn 5 times a second gains nothing from 40 deliveries, and each costs it a wake-up.
     """
 
     turn_id: int
@@ -61,6 +63,7 @@ class TurnRequest:
     reset_cache: bool = False
     ignore_eos: bool = False
     enable_thinking: bool | None = None
+    events_every_ms: float | None = None
 
 
 @dataclass(frozen=True)

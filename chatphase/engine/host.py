@@ -107,6 +107,7 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
                 break
             request: TurnRequest = command[1]
             cancel.begin(command[2])
+            every_ns = int(request.events_every_ms * 1e6) if request.events_every_ms else coalesce_ns
             batch = _Batch()
             sent_ns = 0
             for event in engine.run_turn(request):
@@ -114,7 +115,7 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
                     if not batch and not sent_ns:
                         sent_ns = event.t_ns
                     batch.add(event)
-                    if event.t_ns - sent_ns >= coalesce_ns:
+                    if event.t_ns - sent_ns >= every_ns:
                         conn.send(batch.take())
                         sent_ns = event.t_ns
                     continue

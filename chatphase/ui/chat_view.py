@@ -83,7 +83,7 @@ class ChatView(ChatListener):
         self._ops: list[Callable[[], Awaitable[object]]] = []
         self._held_notices: list[Notice] = []  # shown once the prefill they belong to is drawn
         self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
-        self._timer = app.set_interval(1 / FLUSH_HZ, self.tick)
+        self._timer = app.set_interval(1 / FLUSH_HZ, self.tick, pause=True)  # runs only while a turn does
 
     async def settle(self) -> None:
         """Run the queued widget work, in order."""
@@ -112,10 +112,13 @@ class ChatView(ChatListener):
         self.dispatcher.paint_first = not spare
         self.prefill.spare_core(spare)
         stride = 1 if spare else NO_SPARE_CORE_STRIDE
+        # the engine batches token events to the redraw interval: more deliveries would only wake the UI
+        self.chat.events_every_ms = 1000 * stride / FLUSH_HZ
         if stride != self.tick_stride:  # a timer wake-up takes a core from the engine too: no idle ticks
             self.tick_stride = stride
+            running = self.chat.turn is not None
             self._timer.stop()
-            self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick)
+            self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick, pause=not running)
 
     def engine_stopped(self, message: str) -> None:
         self._turn_over()
@@ -134,6 +137,7 @@ class ChatView(ChatListener):
         self.indicator.submitted()
         self.thinking.turn_started()
         self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn)
+        self._timer.resume()
 
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
         self.prefill.began(turn.number, event)  # drawn by the tick
@@ -198,6 +202,7 @@ class ChatView(ChatListener):
             self._ops.append(finish)
 
     def _turn_over(self) -> None:
+        self._timer.pause()  # idle: no wake-ups (the turn's last text is drawn by its finish)
         self.prefill.clear()
         self._show_held_notices()
         if self._blink is not None:
