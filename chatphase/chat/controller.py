@@ -285,7 +285,11 @@ class ChatController:
         messages = self.history.request_messages(self.settings.system_prompt)
         thinking = {"on": True, "off": False}.get(self.settings.thinking)
         request = TurnRequest(
-            self._last_turn_id, messages, self.settings.sampling, enable_thinking=thinking, events_every_ms=self.events_every_ms
+            self._last_turn_id,
+            messages,
+            self.settings.sampling,
+            enable_thinking=thinking,
+            events_every_ms=self.events_every_ms,
         )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)

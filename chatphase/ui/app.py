@@ -110,7 +110,7 @@ class ChatPhaseApp(App[None]):
         self.chat.add_listener(self.view)
         self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)
         for notice in self.startup_notices:
-            self.notify(notice, title="Settings", severity="warning", timeout=15)
+            self.notify(notice, title="Start-up", severity="warning", timeout=15)
         self.chat.start_engine()
         if self._resume is not None:
             self.chat.restore(self._resume)
