@@ -7,36 +7,13 @@ import json
 
 import pytest
 from chat_support import make_chat
+from thinking_support import CASES, GPT_OSS, THINK
 
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.recording import SessionRecording
 from chatphase.config import Settings
 from chatphase.engine.events import Message, SamplingParams
-from chatphase.engine.thinking import FORMATS
 from chatphase.sessions.catalog import load_session
-
-THINK = next(f for f in FORMATS if f.name == "think")
-GPT_OSS = next(f for f in FORMATS if f.name == "gpt-oss")
-
-CASES = {
-    # name: (pieces, format, preopened) -> (thinking, answer, closed)
-    "both tags": (["<think>", "I", " add", " them.", "</think>", "\n\n", "It", " is", " 4."], THINK, False),
-    "pre-opened": (["I", " add", " them.", "</think>", "\n\n", "It", " is", " 4."], THINK, True),
-    "split markers": (["<th", "ink>I", " add", " them.</", "thi", "nk>\n\n", "It", " is", " 4."], THINK, False),
-    "gpt-oss": (
-        [
-            "<|channel|>",
-            "analysis<|message|>",
-            "I add them.",
-            "<|end|>",
-            "<|start|>assistant",
-            "<|channel|>final<|message|>",
-            "It is 4.",
-        ],
-        GPT_OSS,
-        False,
-    ),
-}
 
 
 def chat_with(pieces, fmt, preopened, settings=None, recording=False, listener=None):
@@ -55,7 +32,7 @@ def chat_with(pieces, fmt, preopened, settings=None, recording=False, listener=N
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_split_and_its_metrics(case):
-    pieces, fmt, preopened = CASES[case]
+    pieces, fmt, preopened, _ = CASES[case]
     chat, _, calls, _ = chat_with(pieces, fmt, preopened)
     turn = chat.send("What is 2+2?")
     ((_, finished),) = calls.args_of("turn_finished")
@@ -116,7 +93,7 @@ def test_a_thinking_budget_closes_the_block_and_the_answer_follows():
 
 
 def test_the_next_turn_sends_the_thinking_as_reasoning_and_reports_the_reuse():
-    pieces, fmt, preopened = CASES["both tags"]
+    pieces, fmt, preopened, _ = CASES["both tags"]
     chat, engines, calls, _ = chat_with(pieces, fmt, preopened)
     chat.send("What is 2+2?")
     chat.send("And 3+3?")
@@ -131,7 +108,7 @@ def test_the_next_turn_sends_the_thinking_as_reasoning_and_reports_the_reuse():
 
 
 def test_the_saved_session_keeps_the_thinking_apart():
-    pieces, fmt, preopened = CASES["split markers"]
+    pieces, fmt, preopened, _ = CASES["split markers"]
     chat, _, _, rec = chat_with(pieces, fmt, preopened, recording=True)
     chat.send("What is 2+2?")
     (turn,) = load_session(rec.recorder.id).turns
@@ -142,7 +119,7 @@ def test_the_saved_session_keeps_the_thinking_apart():
 def test_ask_json_gives_the_thinking_apart_and_plain_ask_prints_it_only_when_asked(capsys):
     from chatphase.commands.ask import _Printer
 
-    pieces, fmt, preopened = CASES["pre-opened"]
+    pieces, fmt, preopened, _ = CASES["pre-opened"]
     for as_json, show in ((True, False), (False, False), (False, True)):
         printer = _Printer(as_json, show)
         chat, _, _, _ = chat_with(pieces, fmt, preopened, listener=printer)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from textual.geometry import Region
 from textual.widgets import Collapsible, Label
+from thinking_support import CASES, THINK
 from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
 from chatphase.engine.fake import FakeEngine, fake_model_info
-from chatphase.engine.thinking import FORMATS
 from chatphase.sessions.catalog import load_session
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView
@@ -22,29 +22,6 @@ from chatphase.ui.thinking_block import ThinkingBlock, fmt_seconds, thought_titl
 from chatphase.ui.timeline import TurnTimeline
 from chatphase.units import fmt_ms
 
-THINK = next(f for f in FORMATS if f.name == "think")
-GPT_OSS = next(f for f in FORMATS if f.name == "gpt-oss")
-
-#: name: (pieces, format, pre-opened, thinking tokens); each reply thinks "I add them." and answers "It is 4."
-CASES = {
-    "both tags": (["<think>", "I", " add", " them.", "</think>", "\n\n", "It", " is", " 4."], THINK, False, 5),
-    "pre-opened": (["I", " add", " them.", "</think>", "\n\n", "It", " is", " 4."], THINK, True, 4),
-    "split markers": (["<th", "ink>I", " add", " them.</", "thi", "nk>\n\n", "It", " is", " 4."], THINK, False, 6),
-    "gpt-oss": (
-        [
-            "<|channel|>",
-            "analysis<|message|>",
-            "I add them.",
-            "<|end|>",
-            "<|start|>assistant",
-            "<|channel|>final<|message|>",
-            "It is 4.",
-        ],
-        GPT_OSS,
-        False,
-        6,
-    ),
-}
 MARKERS = ("<think>", "</think>", "think>", "<|channel|>", "<|message|>", "<|end|>", "<|start|>")
 
 

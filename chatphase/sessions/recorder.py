@@ -287,13 +287,3 @@ class SessionRecorder:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def cli_recorder(model: dict, settings: dict) -> SessionRecorder:
-    """A recorder for a CLI command: its first write error becomes one warning line on stderr and the
-    command goes on unsaved (``chatphase: cannot save the session to PATH: REASON; not saving``)."""
-    import sys
-
-    rec = SessionRecorder.create(model=model, settings=settings)
-    rec.on_error = lambda message: print(f"chatphase: {message}; not saving", file=sys.stderr)
-    return rec
