@@ -1,5 +1,6 @@
 """Human-readable figures, shared by the CLI and the TUI: one formatter per kind of figure (binary units
-for bytes, as llama.cpp prints them; an undefined figure, ``None``, is :data:`DASH`)."""
+for bytes, as llama.cpp prints them; an undefined figure, ``None``, is :data:`DASH`), and the one parser
+of a typed list of counts."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def fmt_int(n: int | None) -> str:
     return DASH if n is None else f"{n:,}"
 
 
+def fmt_count(n: int, noun: str) -> str:
+    """``1, "turn"`` -> ``"1 turn"``; ``1200, "turn"`` -> ``"1,200 turns"`` (plural with an ``s``)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def fmt_params(n: int | None) -> str:
     """Parameter count: ``134515008`` -> ``135M``, ``1_235_814_400`` -> ``1.2B``, ``12e9`` -> ``12B``."""
     if n is None:
@@ -44,3 +50,19 @@ def fmt_params(n: int | None) -> str:
         if n >= div:
             return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
     return str(n)
+
+
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``"64, 256,1024"`` -> ``(64, 256, 1024)``: token counts, sequence counts; ``""`` or ``"none"`` ->
+    ``()``.
+
+    Raises:
+        ValueError: for anything but whole numbers separated by commas or spaces (its message says so).
+    """
+    parts = text.replace(",", " ").split()
+    if [p.lower() for p in parts] in ([], ["none"]):
+        return ()
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"expected comma-separated whole numbers like 64,256,1024 (got {text.strip()!r})") from None

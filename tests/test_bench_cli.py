@@ -36,7 +36,7 @@ def test_malformed_length_list_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "--prompt-lengths", "64,abc"])
     assert exc.value.code == 2
-    assert "comma-separated token counts" in capsys.readouterr().err
+    assert "expected comma-separated whole numbers like 64,256,1024 (got '64,abc')" in capsys.readouterr().err
 
 
 def test_missing_model_is_reported_after_the_plan(capsys):

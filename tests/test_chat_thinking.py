@@ -137,3 +137,35 @@ def test_ask_json_gives_the_thinking_apart_and_plain_ask_prints_it_only_when_ask
         else:
             assert out == "It is 4.\n"
             assert ("I add them." in err) == show and "thinking 4 tok" in err
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (Settings(thinking="on"), "thinking has no effect"),
+        (Settings(thinking="off", sampling=SamplingParams(think_budget=8)), "thinking and think_budget have no effect"),
+    ],
+)
+def test_thinking_settings_a_model_cannot_take_are_pointed_out(settings, named):
+    chat, _, calls, _ = chat_with(["Hi."], None, False, settings=settings)
+    (notice,) = calls.notices()
+    assert notice.kind == "model" and notice.severity == "warning" and named in notice.text
+    chat.send("hello")  # the chat goes on as without them
+    assert chat.conversation[-1].content == "Hi."
+
+
+def test_no_notice_where_the_thinking_settings_apply():
+    for settings, fmt in ((Settings(thinking="on"), THINK), (Settings(), None)):
+        _, _, calls, _ = chat_with(["<think>a</think>b"] if fmt else ["b"], fmt, False, settings=settings)
+        assert calls.notices() == []
+
+
+def test_a_remote_server_gets_no_such_notice():
+    from types import SimpleNamespace
+
+    from chatphase.chat.listener import thinking_ignored
+
+    remote = SimpleNamespace(thinking_format=None, settings={"backend": "remote"}, info=SimpleNamespace(name="m"))
+    local = SimpleNamespace(thinking_format=None, settings={}, info=SimpleNamespace(name="m"))
+    assert thinking_ignored(Settings(thinking="on"), remote) is None  # its thinking shows only in replies
+    assert thinking_ignored(Settings(thinking="on"), local) is not None

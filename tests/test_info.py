@@ -12,7 +12,7 @@ import pytest
 from chatphase import cli
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import list_models
-from chatphase.units import fmt_params
+from chatphase.units import fmt_count, fmt_params, parse_counts
 
 MIB = 1024 * 1024
 
@@ -112,3 +112,11 @@ def test_preflight_refuses_only_the_impossible(default_model_info):
     assert preflight(default_model_info, 512).level in ("ok", "warn")
     with pytest.raises(ModelError, match="model will not fit"):
         preflight(default_model_info, 200_000_000)
+
+
+def test_counts_are_written_and_read_one_way_everywhere():
+    assert [fmt_count(n, "turn") for n in (0, 1, 2, 1200)] == ["0 turns", "1 turn", "2 turns", "1,200 turns"]
+    assert parse_counts(" 64, 256 1024") == (64, 256, 1024)
+    assert parse_counts("") == parse_counts(" none ") == ()
+    with pytest.raises(ValueError, match=r"whole numbers like 64,256,1024 \(got '1,x'\)"):
+        parse_counts("1,x")

@@ -106,3 +106,17 @@ def test_commands_start_from_the_config_file_and_environment(tmp_path, monkeypat
         f"chatphase: config file {cfg}, line 2, key 'sampling.temperature': expected a number, "
         "got 'hot'; using built-in defaults"
     )
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``chatphase sessions | head``: the broken pipe is no traceback, just the exit status of one."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from chatphase import cli; from chatphase.commands import sessions;"
+        "sessions.run = lambda args: (_ for _ in ()).throw(BrokenPipeError());"
+        "sys.exit(cli.main(['sessions']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 141 and result.stderr == ""

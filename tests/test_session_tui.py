@@ -267,4 +267,5 @@ async def test_an_unsaved_chat_exports_what_is_on_screen(tmp_path, monkeypatch):
         await wait_for(pilot, showing(app, ExportScreen, "#export-path"))
         session = app.screen.session
         assert [t.user for t in session.turns] == ["not saved"] and session.turns[0].metrics == app.dashboard.turns[1]
+        assert session.id.startswith("unsaved-")  # an export of it never passes for a saved session
     assert list_sessions() == []  # nothing reached the disk

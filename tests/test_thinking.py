@@ -131,3 +131,14 @@ def test_the_tracker_without_a_block_and_with_a_budget():
     assert budget.over_budget()
     assert budget.force_close(99).closed and budget.forced and budget.metrics_args()["t_thinking_end_ns"] == 99
     assert budget.token("Answer", 100).answer == "Answer"
+
+
+def test_a_closing_marker_written_again_in_the_answer_is_dropped():
+    thinking, answer, closed, _ = split(THINK, ["<think>a</think>", "I'm glad</th", "ink>\n\nyes"])
+    assert (thinking, answer, closed) == ("a", "I'm glad\n\nyes", 1)
+
+
+def test_a_template_that_only_opens_the_block_is_a_thinking_model():
+    # the generation prompt ends with <think>; the model writes </think> itself
+    template = "{% for m in messages %}{{ m.content }}{% endfor %}{{ '<|im_start|>assistant\\n<think>\\n' }}"
+    assert detect_format(template, lambda t: False) is THINK

@@ -122,7 +122,7 @@ async def test_trimmed_context_is_announced():
         for i in range(4):
             await send(pilot, f"message number {i} with words")
             await wait_for(pilot, lambda n=2 * (i + 1): len(app.chat.conversation) == n and idle(app))
-        assert any("oldest message(s) were left out" in n for n in notifications(app))
+        assert any("the prompt leaves out the oldest" in n for n in notifications(app))
         assert app.dashboard.turns[4].dropped_messages > 0
 
 
@@ -389,3 +389,17 @@ async def test_turn_numbers_start_again_with_a_new_chat():
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         assert sorted(app.dashboard.turns) == [1]
         assert str(app.panel.query_one("#turn-title").render()) == "Turn 1"
+
+
+async def test_the_help_page_lists_every_key_once_whole_at_80_columns():
+    from textual.widgets import Markdown
+
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen.query("MarkdownBullet"))
+        items = [str(p._content) for p in app.screen.query_one(Markdown).query("MarkdownParagraph")]
+        keys = [item.split(" — ")[0] for item in items if " — " in item]
+        assert "Ctrl+F2" in keys and "Ctrl+U" in keys and len(keys) == len(set(keys))  # whole, each once
+        assert any("(in <think>…</think>)" in item for item in items)  # not taken for HTML

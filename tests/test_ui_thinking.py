@@ -139,6 +139,12 @@ async def test_a_thinking_only_reply_shows_its_block_and_an_empty_answer():
         reply = app.query_one(ReplyView)
         assert block.text == "Hmm." and not answer_text(reply).strip()
         assert not shown(reply.query_one(".reply-tail"))
+        await pilot.press("f2")  # no answer to copy: the notice names the key that copies the thinking
+        await pilot.pause()
+        assert "has only thinking: Ctrl+F2 copies it" in notifications(app)[-1]
+        await pilot.press("ctrl+f2")
+        await pilot.pause()
+        assert app.clipboard == "<think>\nHmm.\n</think>"
 
 
 async def test_a_model_without_markers_looks_as_before():

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob
-from chatphase.chat.listener import ChatListener, Notice
+from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
@@ -306,6 +306,8 @@ class ChatController:
         if isinstance(event, ModelLoaded):
             self.loaded = event.model
             self._tell("engine_ready", event.model)
+            if (note := thinking_ignored(self.settings, event.model)) is not None:
+                self._tell("notice", note)
             self._start("watch", job.engine, job.engine.watch)
             return
         if isinstance(event, EngineFailed):

@@ -23,8 +23,10 @@ from chatphase.engine.events import (
     TurnFinished,
 )
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.units import fmt_count
 
 if TYPE_CHECKING:
+    from chatphase.config import Settings
     from chatphase.sessions.store import Session
 
 NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model"]
@@ -46,7 +48,8 @@ class Notice:
         return cls(
             "dropped",
             "Context trimmed",
-            f"The context is full: the {n_messages} oldest message(s) were left out of the prompt (system prompt kept).",
+            f"The context is full: the prompt leaves out the oldest {fmt_count(n_messages, 'message')} "
+            "(the system prompt is kept).",
             "warning",
         )
 
@@ -67,6 +70,28 @@ class Notice:
             f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
             f"{ev.prefill_tokens:,} to evaluate.",
         )
+
+
+def thinking_ignored(settings: Settings, loaded: LoadedModel) -> Notice | None:
+    """The notice for thinking settings (``thinking`` on/off, ``think_budget``) that the loaded model
+    cannot take: it has no thinking markers. ``None`` when they apply, or for a remote server (whose
+    thinking shows only in its replies)."""
+    asked = [
+        name
+        for name, set_ in (
+            ("thinking", settings.thinking != "auto"),
+            ("think_budget", settings.sampling.think_budget is not None),
+        )
+        if set_
+    ]
+    if not asked or loaded.thinking_format is not None or loaded.settings.get("backend") == "remote":
+        return None
+    return Notice(
+        "model",
+        "No thinking block",
+        f"{loaded.info.name} does not think (no thinking markers): {' and '.join(asked)} {'has' if len(asked) == 1 else 'have'} no effect.",
+        "warning",
+    )
 
 
 class ChatListener:

@@ -73,8 +73,10 @@ class SessionRecording(ChatListener):
                 self._live.pop()  # its user message left the conversation
 
     def turn_abandoned(self, turn: Turn, why: str) -> None:
+        """The chat keeps what streamed as the reply, so the session does too: a partial turn (no metrics,
+        no error), which a resume continues with."""
         if self._recording(turn):
-            self.recorder.finish_turn(turn.reply, None, error=why)
+            self.recorder.finish_turn(turn.reply, None, thinking=turn.thinking)
             self._turn_id = None
 
     def chat_cleared(self) -> None:

@@ -133,7 +133,7 @@ class _Printer(ChatListener):
     def notice(self, notice: Notice) -> None:
         if notice.kind == "turn_error":
             self.turn_error = notice.text
-        elif notice.kind in ("dropped", "context_full"):
+        elif notice.kind in ("dropped", "context_full", "model"):
             print(f"chatphase: {notice.text}", file=sys.stderr)
 
     def emit_json(self) -> None:

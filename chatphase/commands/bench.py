@@ -35,23 +35,19 @@ from chatphase.commands.server_options import add_server_options, remote_bench_o
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
+from chatphase.units import parse_counts
 
 
-def token_list(text: str) -> tuple[int, ...]:
-    """Parse ``"64,256,1024"`` into token counts; ``""`` or ``"none"`` is the empty list.
+def count_list(text: str) -> tuple[int, ...]:
+    """:func:`chatphase.units.parse_counts` for argparse.
 
     Raises:
         argparse.ArgumentTypeError: for anything that is not comma-separated whole numbers.
     """
-    text = text.strip()
-    if text.lower() in ("", "none"):
-        return ()
     try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated token counts like 64,256,1024 (got {text!r})"
-        ) from None
+        return parse_counts(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub) -> None:
@@ -65,20 +61,20 @@ def register(sub) -> None:
     g = p.add_argument_group("sweep")
     g.add_argument(
         "--prompt-lengths",
-        type=token_list,
+        type=count_list,
         metavar="N,N,...",
         help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}, with --parallel "
         f"{','.join(map(str, DEFAULT_PARALLEL_PROMPT_LENGTHS))}; 'none' to skip)",
     )
     g.add_argument(
         "--depths",
-        type=token_list,
+        type=count_list,
         metavar="N,N,...",
         help=f"KV cache depths in tokens for decode speed (default {','.join(map(str, DEFAULT_DEPTHS))}; 'none' to skip)",
     )
     g.add_argument(
         "--parallel",
-        type=token_list,
+        type=count_list,
         metavar="N,N,...",
         help="instead: decode N sequences together for each N, e.g. 1,2,4,8,16 (each its own prompt of "
         "--prompt-lengths tokens; over --server N concurrent streams)",

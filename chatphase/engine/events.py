@@ -75,8 +75,7 @@ class LoadedModel:
     ``layers_offloaded`` / ``layers_total`` come from llama.cpp's own log (``offloaded X/Y layers to GPU``);
     ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``thinking_format``:
     the name of the model's thinking markers (:data:`chatphase.engine.thinking.FORMATS`), ``None`` for a
-    model that does not think; ``thinking_switch``: its template takes ``enable_thinking``.
-    ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``chat_format`` says
+    model that does not think; ``thinking_switch``: its template takes ``enable_thinking``. ``chat_format`` says
     how prompts are written (:attr:`chatphase.engine.chat_format.ChatFormat.label`, e.g. ``gemma
     (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server).
     """

@@ -51,11 +51,12 @@ FORMATS: tuple[ThinkingFormat, ...] = (
 
 
 def detect_format(template: str | None, is_token: Callable[[str], bool]) -> ThinkingFormat | None:
-    """The model's thinking format: the first of :data:`FORMATS` whose markers its chat ``template``
-    writes, or whose opening marker is one token of its vocabulary (``is_token(text)``). ``None`` for a
-    model that does not think."""
+    """The model's thinking format: the first of :data:`FORMATS` whose opening marker its chat ``template``
+    writes (a template that opens the block in the generation prompt never writes the closing one: the
+    model does), or whose opening marker is one token of its vocabulary (``is_token(text)``). ``None`` for
+    a model that does not think."""
     for fmt in FORMATS:
-        if template and fmt.open in template and fmt.close.split("<|start|>")[0] in template:
+        if template and fmt.open in template:
             return fmt
     for fmt in FORMATS:
         if is_token(fmt.open):
@@ -104,7 +105,7 @@ class ThinkingSplitter:
     def feed(self, text: str) -> Piece:
         """Split ``text``, the next piece of the reply."""
         out = Piece()
-        if self.state == "answer":
+        if self.fmt is None:
             out.answer = text
             return out
         buf = self._held + text
@@ -136,9 +137,16 @@ class ThinkingSplitter:
                 buf = buf.lstrip()
                 if buf:
                     self.state = "answer"
-            else:
-                out.answer += buf
-                buf = ""
+            else:  # the answer: a closing marker written again (after a forced close) is still a marker
+                at = buf.find(fmt.close)
+                if at >= 0:
+                    out.answer += buf[:at]
+                    buf = buf[at + len(fmt.close) :]
+                    continue
+                keep = _partial_suffix(buf, fmt.close)
+                out.answer += buf[: len(buf) - keep]
+                self._held = buf[len(buf) - keep :]
+                return out
         return out
 
     def flush(self) -> Piece:

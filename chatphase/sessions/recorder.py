@@ -113,8 +113,10 @@ class SessionRecorder:
 
     @classmethod
     def in_memory(cls, *, model: dict, settings: dict, title: str | None = None) -> SessionRecorder:
-        """A recorder for a new session that is kept in memory (nothing touches the disk)."""
+        """A recorder for a new session that is kept in memory (nothing touches the disk); its id starts
+        with ``unsaved-``, so an export of it never passes for a saved session."""
         rec = cls.create(model=model, settings=settings, title=title)
+        rec.id = rec._header["id"] = f"unsaved-{rec.id}"
         rec.records = []
         return rec
 

@@ -128,7 +128,7 @@ ACTIONS: tuple[ChatAction, ...] = (
         "show_log",
         "Log",
         "Engine: Show log",
-        "Show llama.cpp's log of this engine (the file at LoadedModel.log_path)",
+        "Show llama.cpp's log of this engine (engine.log in chatphase's log directory)",
         show=False,
     ),
     ChatAction(

@@ -219,7 +219,7 @@ class ChatPhaseApp(App[None]):
 
     def action_copy_reply(self, with_thinking: bool = False) -> None:
         """Copy the last reply (the answer only; ``with_thinking``: its thinking before it) to the clipboard."""
-        copy_reply(self, self.chat, with_thinking)
+        copy_reply(self, self.chat, with_thinking, self.keys["chat.copy_thinking"])
 
     def action_cycle_thinking(self) -> None:
         """Thinking auto → on → off for the next turns (where the model's template can switch it)."""

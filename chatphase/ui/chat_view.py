@@ -50,6 +50,7 @@ from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
 from chatphase.ui.thinking_block import ThinkingBlock, metrics_title
 from chatphase.ui.thinking_view import ThinkingDrawing
+from chatphase.units import fmt_count
 
 #: side panel and dashboard live-rate refreshes per second during decode.
 PANEL_HZ = 5
@@ -241,7 +242,7 @@ class ChatView(ChatListener):
             if t.metrics is not None:
                 self.dashboard.turn_finished(t.index, t.metrics)
         log.add_notice(
-            f"Resumed session {session.id} “{session.title}” ({len(session.turns)} turns). "
+            f"Resumed session {session.id} “{session.title}” ({fmt_count(len(session.turns), 'turn')}). "
             "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
         )
         self.app.sub_title = f"{self.chat.model_info.name} · {session.title}"

@@ -22,19 +22,19 @@ from chatphase.bench.runner import SweepPlan
 from chatphase.config import Settings
 from chatphase.errors import UsageError
 from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
+from chatphase.units import parse_counts
 
 
-def parse_tokens(text: str, what: str) -> tuple[int, ...]:
-    """``"64, 256,1024"`` -> ``(64, 256, 1024)``; empty -> ``()``.
+def parse_list(text: str, what: str) -> tuple[int, ...]:
+    """An input field's :func:`chatphase.units.parse_counts`.
 
     Raises:
         UsageError: naming the field, for anything but comma-separated whole numbers.
     """
-    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
     try:
-        return tuple(int(p) for p in parts)
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated token counts like 64,256,1024") from None
+        return parse_counts(text)
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
 
 
 def parse_count(text: str, what: str) -> int:
@@ -86,8 +86,8 @@ class SweepPane(TabPane):
             UsageError: for a malformed field or a plan that does not fit.
         """
         return SweepPlan(
-            prompt_lengths=parse_tokens(self._value("exp-lengths"), "Prompt lengths"),
-            depths=parse_tokens(self._value("exp-depths"), "Depths"),
+            prompt_lengths=parse_list(self._value("exp-lengths"), "Prompt lengths"),
+            depths=parse_list(self._value("exp-depths"), "Depths"),
             reps=parse_count(self._value("exp-reps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-gen"), "Gen tokens"),
             warmup=1,
@@ -161,8 +161,8 @@ class ParallelPane(TabPane):
             UsageError: for a malformed field or a plan that does not fit.
         """
         return ParallelPlan(
-            n_seqs=parse_tokens(self._value("exp-nseqs"), "Sequences"),
-            prompt_lengths=parse_tokens(self._value("exp-plength"), "Prompt tokens"),
+            n_seqs=parse_list(self._value("exp-nseqs"), "Sequences"),
+            prompt_lengths=parse_list(self._value("exp-plength"), "Prompt tokens"),
             reps=parse_count(self._value("exp-preps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-pgen"), "Gen steps"),
             warmup=1,

@@ -25,7 +25,7 @@ from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import ModelEntry, list_models
-from chatphase.units import fmt_bytes
+from chatphase.units import fmt_bytes, fmt_count
 
 COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
 
@@ -84,7 +84,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
             if e.info is not None and self.current_path and e.path == self.current_path:
                 cursor = i
         usable = sum(e.info is not None for e in self.entries)
-        status = error or f"{usable} usable model{'s' if usable != 1 else ''} · memory at n_ctx {self.n_ctx}"
+        status = error or f"{fmt_count(usable, 'usable model')} · memory at n_ctx {self.n_ctx}"
         self.query_one("#picker-status", Label).update(status)
         if self.entries:
             table.move_cursor(row=cursor)

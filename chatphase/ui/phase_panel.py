@@ -28,7 +28,7 @@ from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.thinking_block import thinking_live
-from chatphase.units import DASH, fmt_bytes, fmt_int, fmt_ms, fmt_params, fmt_rate
+from chatphase.units import DASH, fmt_bytes, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate
 
 
 def threads_text(m: TurnMetrics) -> str:
@@ -37,8 +37,7 @@ def threads_text(m: TurnMetrics) -> str:
     before = (m.threads_reason or "").split("; ")[0]  # the reason is "choice; change; change ..."
     text = f"{m.n_threads_decode} decode / {m.n_threads_prefill} prefill · {before}"
     if m.decode_thread_changes:
-        n = m.decode_thread_changes
-        text += f" · then {n} change{'s' if n > 1 else ''} during decode"
+        text += f" · then {fmt_count(m.decode_thread_changes, 'change')} during decode"
     return text
 
 

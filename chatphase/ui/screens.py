@@ -32,6 +32,14 @@ METRICS_HELP = """
 """
 
 
+def help_entry(key: str, title: str, action_id: str, what: str) -> str:
+    """One Markdown list item of the help page: the key, the command, its id for ``[keys]``, what it does
+    (its ``<`` escaped: Markdown would take ``<think>`` for HTML and drop it)."""
+    ident = f" · `{action_id}`" if action_id else ""
+    escaped = what.replace("<", "\\<")
+    return f"- **{key}** — {title}{ident}: {escaped}"
+
+
 class CloseableScreen(ModalScreen[None]):
     """A modal screen closed by Esc or q."""
 
@@ -101,16 +109,21 @@ class HelpScreen(CloseableScreen):
         self.keys = keys or key_labels()
 
     def compose(self) -> ComposeResult:
-        rows = "\n".join(f"| `{self.keys[a.id]}` | {a.title} | `{a.id}` | {a.help} |" for a in ACTIONS)
+        # a list, not a table: a table's columns cut the keys off in an 80-column terminal
+        fixed = (
+            ("Enter", "Send", "", "Send the message"),
+            ("Ctrl+J", "New line", "", "Shift+Enter too, where the terminal reports it"),
+        )
+        tail = (
+            ("Ctrl+P", "Command palette", "", "Every command above, by name"),
+            ("Ctrl+Q", "Quit", "", "Stops the engine and exits"),
+        )
+        entries = (*fixed, *((self.keys[a.id], a.title, a.id, a.help) for a in ACTIONS), *tail)
         text = (
-            "# chatphase help\n\n| Key | Command | Id | What it does |\n|---|---|---|---|\n"
-            "| `Enter` | Send | | Send the message |\n"
-            "| `Ctrl+J` | New line | | Shift+Enter too, where the terminal reports it |\n"
-            "| `Ctrl+U` | Clear box | | Empty the prompt box (Ctrl+Z brings the text back) |\n"
-            f"{rows}\n| `Ctrl+P` | Command palette | | Every command above, by name |\n"
-            "| `Ctrl+Q` | Quit | | Stops the engine and exits |\n\n"
-            'Remap a key in the config file\'s `[keys]` table by its id, e.g. `"chat.stop" = "ctrl+s"`.\n'
-            f"{METRICS_HELP}"
+            "# chatphase help\n\n"
+            + "\n".join(help_entry(*entry) for entry in entries)
+            + '\n\nRemap a key in the config file\'s `[keys]` table by its id, e.g. `"chat.stop" = "ctrl+s"`.\n'
+            + METRICS_HELP
         )
         with VerticalScroll(id="help-box", classes="modal-box"):
             yield Markdown(text)

@@ -20,6 +20,7 @@ from chatphase.errors import ChatPhaseError
 from chatphase.sessions.catalog import delete_session, list_sessions, load_session, rename_session
 from chatphase.sessions.export import FORMATS, default_export_path, write_export
 from chatphase.sessions.store import Session, local_time
+from chatphase.units import fmt_count
 
 FORMAT_LABELS = {
     "md": "Markdown (transcript + metrics table)",
@@ -211,9 +212,8 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box", classes="modal-box"):
-            n = len(self.session.turns)
             yield Label(
-                f"Export {self.session.title or self.session.id} ({n} turn{'s' if n != 1 else ''})",
+                f"Export {self.session.title or self.session.id} ({fmt_count(len(self.session.turns), 'turn')})",
                 classes="panel-title",
             )
             yield Static("Pick a format (arrows, Space), then Enter in the path box  ·  Esc cancel", id="export-hint")

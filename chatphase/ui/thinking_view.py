@@ -82,14 +82,19 @@ class ThinkingDrawing:
             )
 
 
-def copy_reply(app: App, chat: ChatController, with_thinking: bool = False) -> None:
+def copy_reply(app: App, chat: ChatController, with_thinking: bool = False, thinking_key: str = "") -> None:
     """Copy the last reply to the clipboard: the answer only, or (``with_thinking``) its thinking in
-    ``<think>…</think>`` before it."""
+    ``<think>…</think>`` before it. ``thinking_key`` names the key that copies with the thinking, for the
+    notice on a reply that is all thinking."""
     reply, thinking = chat.last_reply, chat.last_thinking if with_thinking else ""
     if not reply and not thinking:
-        app.notify("There is no reply to copy.", severity="warning")
+        only = (
+            chat.last_thinking
+            and f" The last reply has only thinking: {thinking_key or 'copy with thinking'} copies it."
+        )
+        app.notify(f"There is no answer to copy.{only or ''}", severity="warning")
         return
-    text = f"<think>\n{thinking}\n</think>\n\n{reply}" if thinking else reply
+    text = f"<think>\n{thinking}\n</think>" + (f"\n\n{reply}" if reply else "") if thinking else reply
     app.copy_to_clipboard(text)
     what = "the last reply with its thinking" if thinking else "the last reply"
     none = " (it has no thinking)" if with_thinking and not thinking else ""
