@@ -14,7 +14,7 @@ from ui_support import make_app, send, wait_for, wait_thread
 from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
 from chatphase.ui import prefill_drawing
-from chatphase.ui.chat_log import SEGMENT_CHARS, ChatLog, ReplyView, complete_blocks_end
+from chatphase.ui.chat_log import SEGMENT_CHARS, ChatLog, ReplyView, complete_blocks_end, tail_lines
 from chatphase.ui.redraw_budget import RedrawBudget
 from chatphase.ui.reply_markdown import MarkdownSegment
 
@@ -284,3 +284,9 @@ async def test_a_block_longer_than_the_tail_is_committed_in_whole_lines():
         await view.finish(view.text, None)
         assert "".join(s.source for s in segments(view)) == view.text
         assert_split_at_block_boundaries(view)
+
+
+def test_the_tail_wraps_at_spaces_and_keeps_the_last_lines():
+    text = "of cats and the different types of animals that lived\n\n    code  stays   indented"
+    assert tail_lines(text, 20, 4) == "animals that lived\n\n    code  stays\nindented"  # no word cut in two
+    assert tail_lines("x" * 45, 20, 2) == "x" * 20 + "\n" + "x" * 5  # a word longer than the line is cut

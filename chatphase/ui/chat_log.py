@@ -25,6 +25,7 @@ The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 
 from __future__ import annotations
 
+import textwrap
 import weakref
 from collections.abc import Callable
 
@@ -63,11 +64,11 @@ class Notice(Static):
 
 
 def tail_lines(text: str, width: int, count: int) -> str:
-    """The last ``count`` lines of ``text`` hard-wrapped at ``width`` cells (``width`` ≥ 1)."""
+    """The last ``count`` lines of ``text`` wrapped at ``width`` characters (``width`` ≥ 1): at spaces, as
+    the Markdown will wrap it once committed; a word longer than a line is cut."""
     lines: list[str] = []
     for line in text.split("\n")[-count:]:
-        line = line.expandtabs(4)
-        lines.extend(line[i : i + width] for i in range(0, max(1, len(line)), width))
+        lines.extend(textwrap.wrap(line.expandtabs(4), width, break_on_hyphens=False) or [""])
     return "\n".join(lines[-count:])
 
 
