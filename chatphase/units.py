@@ -20,6 +20,11 @@ def fmt_bytes(n: float | None) -> str:
     return f"{value:.1f} TiB"
 
 
+def fmt_mib(n: float | None) -> str:
+    """Bytes as a bare MiB figure for table cells: ``1572864`` -> ``"1.5"``; ``None`` -> ``"–"``."""
+    return DASH if n is None else f"{n / 2**20:.1f}"
+
+
 def fmt_ms(ms: float | None) -> str:
     """Milliseconds with sensible precision; ``None`` -> ``"–"``."""
     if ms is None:

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.plot import check_plot_path, write_plot
-from chatphase.bench.report import FORMATS, render
+from chatphase.bench.report import FORMATS, render, sample_progress
 from chatphase.bench.results import (
     CSV_COLUMNS,
     BenchResult,
@@ -120,6 +121,14 @@ def test_table_and_markdown_show_mean_sd_median_and_range():
     assert set(FORMATS) == {"table", "csv", "json", "md"}
     with pytest.raises(UsageError):
         render(res, "yaml")
+
+
+def test_progress_lines_of_both_kinds_of_run():
+    """One wording for the CLI's plain progress and the Experiments screen's status line."""
+    sweep = Sample("depth", 4, 256, 1, False, 41.04, 300.0, None, None, 4, 256, 1, 1000, "length")
+    assert sample_progress(sweep) == ("depth 256 rep 2", "TTFT 41.0 ms, decode –")
+    par = ParallelSample(64, 4, 16, 0, True, 21.0, 47.55, 190.2, 900.0, (5.0,), 20.0, 22.0, 64, None, "length")
+    assert sample_progress(par) == ("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.5 tok/s")
 
 
 @pytest.mark.parametrize("suffix,magic", [(".svg", b"<svg"), (".png", b"\x89PNG")])

@@ -73,7 +73,7 @@ async def test_run_fills_table_plots_and_saves_then_overlays(tmp_path):
         table = screen.query_one("#exp-table", DataTable)
         assert table.row_count == 5
         assert [str(table.get_row_at(i)[4]) for i in range(3)] == ["21.0 ± 0.0", "69.0 ± 0.0", "133.0 ± 0.0"]
-        assert "TTFT ≈ 5.0 ms + 1.000 ms × prompt tokens" in str(screen.query_one("#exp-summary", Static).render())
+        assert "fit: TTFT ms = 5.0 + 1.000 × prompt_tokens" in str(screen.query_one("#exp-summary", Static).render())
         ttft, decode = screen.query_one("#exp-plot-ttft", BenchPlot), screen.query_one("#exp-plot-decode", BenchPlot)
         assert ttft.series_count() == decode.series_count() == 1
         app.save_screenshot(str(tmp_path / "experiments.svg"))

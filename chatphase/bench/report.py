@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatphase.bench.parallel_results import ParallelCell
-from chatphase.bench.results import BenchResult, CellResult
+from chatphase.bench.parallel_results import ParallelCell, ParallelSample
+from chatphase.bench.results import BenchResult, CellResult, Sample
 from chatphase.bench.stats import Stats
 from chatphase.errors import UsageError
+from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate
 
 FORMATS = ("table", "csv", "json", "md")
 _METRICS = (("ttft_ms", "TTFT ms"), ("prefill_tokens_per_s", "prefill tok/s"), ("decode_tokens_per_s", "decode tok/s"))
@@ -26,7 +27,7 @@ _PARALLEL_METRICS = (
 
 
 def _num(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None else f"{x:,.{digits}f}"
+    return DASH if x is None else f"{x:,.{digits}f}"
 
 
 def _signed(x: float, digits: int) -> str:
@@ -37,18 +38,19 @@ def _signed(x: float, digits: int) -> str:
 def mean_sd(s: Stats) -> str:
     """``"12.3 ± 0.4"`` (``"12.3"`` for one value, ``"–"`` when undefined)."""
     if s.mean is None:
-        return "–"
+        return DASH
     return _num(s.mean) if s.sd is None else f"{_num(s.mean)} ± {_num(s.sd)}"
 
 
 def median_range(s: Stats) -> str:
     """``"12.2 (11.9–12.8)"``: median, then min–max."""
     if s.median is None:
-        return "–"
+        return DASH
     return f"{_num(s.median)} ({_num(s.min)}–{_num(s.max)})"
 
 
-def _rows(cells: Sequence[CellResult], fmt) -> list[list[str]]:
+def sweep_rows(cells: Sequence[CellResult], fmt=mean_sd) -> list[list[str]]:
+    """Table cells of prompt/depth cells, in :func:`sweep_headers` order; ``fmt`` formats a :class:`Stats`."""
     return [
         [
             c.kind,
@@ -56,38 +58,48 @@ def _rows(cells: Sequence[CellResult], fmt) -> list[list[str]]:
             str(c.depth),
             str(c.reps),
             *(fmt(getattr(c, m)) for m, _ in _METRICS),
-            "–" if c.kv_cache_bytes is None else f"{c.kv_cache_bytes / 2**20:.1f}",
+            fmt_mib(c.kv_cache_bytes),
         ]
         for c in cells
     ]
 
 
-def _headers(what: str) -> list[str]:
-    return ["kind", "prompt tok", "depth", "reps", *(f"{label} {what}" for _, label in _METRICS), "KV MiB"]
+def sweep_headers(what: str = "") -> list[str]:
+    """Column headers of :func:`sweep_rows`; ``what`` names the statistic (e.g. ``"mean ± sd"``)."""
+    return ["kind", "prompt tok", "depth", "reps", *(f"{label} {what}".rstrip() for _, label in _METRICS), "KV MiB"]
 
 
-def _mib(x: float | None) -> str:
-    return "–" if x is None else f"{x / 2**20:.1f}"
-
-
-def _parallel_rows(cells: Sequence[ParallelCell], fmt) -> list[list[str]]:
+def parallel_rows(cells: Sequence[ParallelCell], fmt=mean_sd) -> list[list[str]]:
+    """Table cells of parallel-decode cells, in :func:`parallel_headers` order."""
     return [
         [
             str(c.prompt_tokens),
             str(c.n_seq),
             str(c.reps),
             *(fmt(getattr(c, m)) for m, _ in _PARALLEL_METRICS),
-            _mib(c.kv_cache_bytes),
-            _mib(c.step_bytes),
-            "–" if c.step_flops is None else f"{c.step_flops / 1e9:.2f}",
+            fmt_mib(c.kv_cache_bytes),
+            fmt_mib(c.step_bytes),
+            DASH if c.step_flops is None else f"{c.step_flops / 1e9:.2f}",
         ]
         for c in cells
     ]
 
 
-def _parallel_headers(what: str) -> list[str]:
-    labels = (f"{label} {what}" for _, label in _PARALLEL_METRICS)
+def parallel_headers(what: str = "") -> list[str]:
+    """Column headers of :func:`parallel_rows`."""
+    labels = (f"{label} {what}".rstrip() for _, label in _PARALLEL_METRICS)
     return ["prompt tok", "N", "reps", *labels, "KV MiB", "step MiB", "step GFLOP"]
+
+
+def sample_progress(s: Sample | ParallelSample) -> tuple[str, str]:
+    """One run's progress line as ``(label, figures)``: ``("prompt 256 rep 2", "TTFT 41.0 ms, decode 80.3 tok/s")``,
+    ``("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.6 tok/s")``."""
+    rep = "warm-up" if s.warmup else f"rep {s.rep + 1}"
+    if isinstance(s, ParallelSample):
+        aggregate, per_seq = fmt_rate(s.aggregate_decode_tokens_per_s), fmt_rate(s.decode_tokens_per_s)
+        return f"N={s.n_seq} prompt {s.prompt_tokens} {rep}", f"aggregate {aggregate}, per sequence {per_seq}"
+    what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
+    return f"{what} {rep}", f"TTFT {fmt_ms(s.ttft_ms)}, decode {fmt_rate(s.decode_tokens_per_s)}"
 
 
 def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -107,6 +119,18 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in [headers, align, *rows])
 
 
+def fit_lines(result: BenchResult) -> list[str]:
+    """The least-squares fits (TTFT against prompt tokens, decode rate against depth) as sentences."""
+    fits, lines = result.fits or {}, []
+    if f := fits.get("ttft_ms_vs_prompt_tokens"):
+        slope, r2 = _signed(f["slope"], 3), _num(f["r2"], 3)
+        lines.append(f"fit: TTFT ms = {f['intercept']:.1f} {slope} × prompt_tokens  (r² {r2}, n={f['n']})")
+    if f := fits.get("decode_tokens_per_s_vs_depth"):
+        slope, r2 = _signed(f["slope"] * 1000, 3), _num(f["r2"], 3)
+        lines.append(f"fit: decode tok/s = {f['intercept']:.1f} {slope} × depth/1000  (r² {r2}, n={f['n']})")
+    return lines
+
+
 def summary_lines(result: BenchResult) -> list[str]:
     """Header, fits and roofline as plain sentences (shared by the table and Markdown forms)."""
     m, s = result.model, result.settings
@@ -124,16 +148,7 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append(parallel_method_line(result))
     if result.cancelled:
         lines.append("CANCELLED: partial results")
-    f = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
-    if f:
-        lines.append(
-            f"fit: TTFT ms = {f['intercept']:.1f} {_signed(f['slope'], 3)} × prompt_tokens  (r² {_num(f['r2'], 3)}, n={f['n']})"
-        )
-    f = result.fits.get("decode_tokens_per_s_vs_depth") if result.fits else None
-    if f:
-        lines.append(
-            f"fit: decode tok/s = {f['intercept']:.1f} {_signed(f['slope'] * 1000, 3)} × depth/1000  (r² {_num(f['r2'], 3)}, n={f['n']})"
-        )
+    lines.extend(fit_lines(result))
     r = result.roofline
     if r:
         lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read ({r['bandwidth_method']})")
@@ -186,11 +201,11 @@ def render(result: BenchResult, fmt: str) -> str:
     table = _plain_table if fmt == "table" else _md_table
     tables = []
     if result.results or not result.parallel:
-        tables.append(table(_headers("mean ± sd"), _rows(result.results, mean_sd)))
-        tables.append(table(_headers("median (min–max)"), _rows(result.results, median_range)))
+        tables.append(table(sweep_headers("mean ± sd"), sweep_rows(result.results, mean_sd)))
+        tables.append(table(sweep_headers("median (min–max)"), sweep_rows(result.results, median_range)))
     if result.parallel:
-        tables.append(table(_parallel_headers("mean ± sd"), _parallel_rows(result.parallel, mean_sd)))
-        tables.append(table(_parallel_headers("median (min–max)"), _parallel_rows(result.parallel, median_range)))
+        tables.append(table(parallel_headers("mean ± sd"), parallel_rows(result.parallel, mean_sd)))
+        tables.append(table(parallel_headers("median (min–max)"), parallel_rows(result.parallel, median_range)))
     lines = summary_lines(result)
     if fmt == "md":
         head = [f"### chatphase bench — {result.display_label()}", lines[0]]

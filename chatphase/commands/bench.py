@@ -21,9 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from chatphase.bench.parallel import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
-from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.plot import check_plot_path, write_plot
-from chatphase.bench.report import FORMATS, render
+from chatphase.bench.report import FORMATS, render, sample_progress
 from chatphase.bench.runner import (
     DEFAULT_DEPTHS,
     DEFAULT_PROMPT_LENGTHS,
@@ -238,16 +237,7 @@ class _Progress:
 
     def advance(self, ev: SweepProgress) -> None:
         s = ev.sample
-        if isinstance(s, ParallelSample):
-            what = f"N={s.n_seq} prompt {s.prompt_tokens}"
-            rate = s.aggregate_decode_tokens_per_s
-            figures = f"aggregate decode {'–' if rate is None else f'{rate:.1f} tok/s'}"
-        else:
-            what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
-            ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
-            rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
-            figures = f"TTFT {ttft}, decode {rate}"
-        label = f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}"
+        label, figures = sample_progress(s)
         self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
         if self._plain and not s.warmup:
             print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)

@@ -28,6 +28,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar
 from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
 from chatphase.bench.job import BenchFailed, BenchJob
 from chatphase.bench.parallel import ParallelPlan
+from chatphase.bench.report import sample_progress
 from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.config import Settings
@@ -225,7 +226,8 @@ class ExperimentsScreen(Screen[None]):
             self.notify(event.text, severity="warning", timeout=10)
         elif isinstance(event, SweepProgress):
             self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
-            self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event.sample)}")
+            label, figures = sample_progress(event.sample)
+            self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}")
             for plot in pane.plots():
                 plot.add_sample(event.sample)
         elif isinstance(event, BenchDone):

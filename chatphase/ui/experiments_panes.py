@@ -15,8 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, TabPane
 
 from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.parallel_results import ParallelSample
-from chatphase.bench.report import mean_sd
+from chatphase.bench.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
 from chatphase.bench.results import BenchResult
 from chatphase.bench.runner import SweepPlan
 from chatphase.config import Settings
@@ -53,15 +52,11 @@ def _field(label: str, id_: str, value: str) -> Vertical:
     return Vertical(Label(label), Input(value=value, id=id_), classes="exp-field")
 
 
-def _mib(x: int | None) -> str:
-    return "–" if x is None else f"{x / 2**20:.1f}"
-
-
 class SweepPane(TabPane):
     """Prompt lengths × depths: TTFT against prompt tokens and decode tok/s against depth."""
 
     kind = "sweep"
-    COLUMNS = ("kind", "prompt tok", "depth", "reps", "TTFT ms", "prefill tok/s", "decode tok/s", "KV MiB")
+    COLUMNS = tuple(sweep_headers())
 
     def __init__(self) -> None:
         super().__init__("Prompt length & depth", id="exp-tab-sweep")
@@ -97,35 +92,12 @@ class SweepPane(TabPane):
         return self.query(BenchPlot)
 
     @staticmethod
-    def progress_text(s) -> str:
-        what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
-        ttft = "–" if s.ttft_ms is None else f"{s.ttft_ms:.1f} ms"
-        rate = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s"
-        return f"{what} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: TTFT {ttft}, decode {rate}"
-
-    @staticmethod
-    def rows(result: BenchResult) -> list[tuple[str, ...]]:
-        return [
-            (
-                c.kind,
-                str(c.prompt_tokens),
-                str(c.depth),
-                str(c.reps),
-                mean_sd(c.ttft_ms),
-                mean_sd(c.prefill_tokens_per_s),
-                mean_sd(c.decode_tokens_per_s),
-                _mib(c.kv_cache_bytes),
-            )
-            for c in result.results
-        ]
+    def rows(result: BenchResult) -> list[list[str]]:
+        return sweep_rows(result.results)
 
     @staticmethod
     def summary(result: BenchResult) -> str:
-        lines = []
-        fit = result.fits.get("ttft_ms_vs_prompt_tokens") if result.fits else None
-        if fit:
-            r2 = "–" if fit["r2"] is None else f"{fit['r2']:.3f}"
-            lines.append(f"TTFT ≈ {fit['intercept']:.1f} ms + {fit['slope']:.3f} ms × prompt tokens (r² {r2})")
+        lines = fit_lines(result)
         if result.roofline and "decode_verdict" in result.roofline:
             lines.append(result.roofline["decode_verdict"])
             lines.append(result.roofline["prefill_verdict"])
@@ -136,7 +108,7 @@ class ParallelPane(TabPane):
     """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
 
     kind = "parallel"
-    COLUMNS = ("prompt tok", "N", "reps", "step ms", "per-seq tok/s", "aggregate tok/s", "prefill tok/s", "KV MiB")
+    COLUMNS = tuple(parallel_headers())
 
     def __init__(self) -> None:
         super().__init__("Parallel", id="exp-tab-parallel")
@@ -172,26 +144,8 @@ class ParallelPane(TabPane):
         return self.query(ParallelPlot)
 
     @staticmethod
-    def progress_text(s: ParallelSample) -> str:
-        rate = "–" if s.aggregate_decode_tokens_per_s is None else f"{s.aggregate_decode_tokens_per_s:.1f} tok/s"
-        per = "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f}"
-        return f"N={s.n_seq} {'warm-up' if s.warmup else f'rep {s.rep + 1}'}: aggregate {rate}, per sequence {per}"
-
-    @staticmethod
-    def rows(result: BenchResult) -> list[tuple[str, ...]]:
-        return [
-            (
-                str(c.prompt_tokens),
-                str(c.n_seq),
-                str(c.reps),
-                mean_sd(c.step_ms),
-                mean_sd(c.decode_tokens_per_s),
-                mean_sd(c.aggregate_decode_tokens_per_s),
-                mean_sd(c.prefill_tokens_per_s),
-                _mib(c.kv_cache_bytes),
-            )
-            for c in result.parallel
-        ]
+    def rows(result: BenchResult) -> list[list[str]]:
+        return parallel_rows(result.parallel)
 
     @staticmethod
     def summary(result: BenchResult) -> str:

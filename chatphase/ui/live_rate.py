@@ -14,6 +14,8 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, Sparkline
 
+from chatphase.units import DASH
+
 #: rate samples kept (the sparkline's history).
 HISTORY = 120
 
@@ -42,7 +44,7 @@ class LiveRate(Widget):
         self._draw()
 
     def _draw(self) -> None:
-        last = f"{self.samples[-1]:.1f}" if self.samples else "–"
+        last = f"{self.samples[-1]:.1f}" if self.samples else DASH
         # fixed-size label (dashboard.tcss): repaint only, no screen layout pass (whose cost grows with the chat log)
         self.query_one("#live-rate-label", Label).update(f"decode {last} tok/s", layout=False)
         self.query_one("#live-rate-sparkline", Sparkline).data = list(self.samples)

@@ -18,7 +18,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler, SystemSample
-from chatphase.units import fmt_bytes
+from chatphase.units import DASH, fmt_bytes
 
 #: seconds between samples.
 REFRESH_S = 1.0
@@ -57,7 +57,7 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
     elif sample is None or not sample.process_alive:
         lines.append(f"engine pid {model.pid}: {'not sampled yet' if sample is None else 'not running'}")
     else:
-        cpu = "–" if sample.cpu_percent is None else f"{sample.cpu_percent:.0f} %"
+        cpu = DASH if sample.cpu_percent is None else f"{sample.cpu_percent:.0f} %"
         lines.append(
             f"engine pid {sample.pid} · RSS {fmt_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
             f"· {sample.num_threads} OS threads"

@@ -13,7 +13,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.explain import explain_turn
 from chatphase.ui.timeline import TurnTimeline
-from chatphase.units import fmt_bytes, fmt_int
+from chatphase.units import DASH, fmt_bytes, fmt_int
 
 
 def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
@@ -21,7 +21,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
     reply, who counted its tokens (``decode_tokens_source``)."""
 
     def num(v: float | None, digits: int = 1) -> str:
-        return "–" if v is None else f"{v:,.{digits}f}"
+        return DASH if v is None else f"{v:,.{digits}f}"
 
     threads = (
         []
