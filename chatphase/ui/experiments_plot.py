@@ -30,7 +30,7 @@ def cell_point(kind: PlotKind, cell: CellResult) -> tuple[float, float, float] |
     return None
 
 
-def sample_point(kind: PlotKind, s: Sample) -> tuple[float, float] | None:
+def sample_point(kind: PlotKind, s: Sample | ParallelSample) -> tuple[float, float] | None:
     """``(x, y)`` of one measured repetition on a plot of ``kind`` (warm-ups are not plotted)."""
     if s.warmup or not isinstance(s, Sample):
         return None
@@ -41,19 +41,14 @@ def sample_point(kind: PlotKind, s: Sample) -> tuple[float, float] | None:
     return None
 
 
-class BenchPlot(PlotextPlot):
-    """One experiment plot; ``kind`` picks the axes ("ttft" or "decode")."""
+class SeriesPlot(PlotextPlot):
+    """A plot of finished results plus the running sweep's points; subclasses say where a sample goes
+    (:meth:`live_point`, ``None`` when it is not theirs) and draw (:meth:`replot`)."""
 
-    TITLES: ClassVar[dict[str, tuple[str, str, str]]] = {
-        "ttft": ("Prefill: TTFT vs prompt length", "prompt tokens", "TTFT ms"),
-        "decode": ("Decode: tok/s vs context depth", "depth (tokens in KV cache)", "tok/s"),
-    }
-
-    def __init__(self, kind: PlotKind, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.kind: PlotKind = kind
         self.results: list[BenchResult] = []
-        self.live: list[tuple[float, float]] = []
+        self.live: list[tuple[float, ...]] = []
         self.live_label = ""
 
     def on_mount(self) -> None:
@@ -70,9 +65,9 @@ class BenchPlot(PlotextPlot):
         self.live, self.live_label = [], label
         self.replot()
 
-    def add_sample(self, sample: Sample) -> None:
-        """Add one measured repetition to the running series (ignored when it belongs to the other plot)."""
-        point = sample_point(self.kind, sample)
+    def add_sample(self, sample: Sample | ParallelSample) -> None:
+        """Add one measured repetition to the running series (ignored when it does not belong here)."""
+        point = self.live_point(sample)
         if point is not None:
             self.live.append(point)
             self.replot()
@@ -81,6 +76,28 @@ class BenchPlot(PlotextPlot):
         """Drop the running series (its finished result is shown through :meth:`set_results`)."""
         self.live = []
         self.replot()
+
+    def live_point(self, sample: Sample | ParallelSample) -> tuple[float, ...] | None:
+        raise NotImplementedError
+
+    def replot(self) -> None:
+        raise NotImplementedError
+
+
+class BenchPlot(SeriesPlot):
+    """One experiment plot; ``kind`` picks the axes ("ttft" or "decode")."""
+
+    TITLES: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "ttft": ("Prefill: TTFT vs prompt length", "prompt tokens", "TTFT ms"),
+        "decode": ("Decode: tok/s vs context depth", "depth (tokens in KV cache)", "tok/s"),
+    }
+
+    def __init__(self, kind: PlotKind, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.kind: PlotKind = kind
+
+    def live_point(self, sample: Sample | ParallelSample) -> tuple[float, float] | None:
+        return sample_point(self.kind, sample)
 
     def series_count(self) -> int:
         """How many series have points on this plot (for tests and the empty-state hint)."""
@@ -110,48 +127,22 @@ class BenchPlot(PlotextPlot):
         self.refresh()
 
 
-class ParallelPlot(PlotextPlot):
+class ParallelPlot(SeriesPlot):
     """Aggregate and per-sequence decode tok/s against N (sequences decoded together).
 
     Each finished result draws two lines in its colour: the aggregate (dots) and the per-sequence rate
     (crosses, "per seq" in the legend); the running sweep's repetitions appear as they are measured.
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.results: list[BenchResult] = []
-        self.live: list[tuple[float, float, float]] = []  # (N, aggregate, per sequence)
-        self.live_label = ""
-
-    def on_mount(self) -> None:
-        self.replot()
-
-    def set_results(self, results: list[BenchResult]) -> None:
-        """Show these finished results (the current one and the overlays); those without parallel cells draw nothing."""
-        self.results = list(results)
-        self.replot()
-
-    def start_live(self, label: str) -> None:
-        """Begin a running series named ``label``."""
-        self.live, self.live_label = [], label
-        self.replot()
-
-    def add_sample(self, sample) -> None:
-        """Add one measured repetition of the running sweep (warm-ups and other sweeps' samples ignored)."""
+    def live_point(self, sample: Sample | ParallelSample) -> tuple[float, float, float] | None:
+        """``(N, aggregate, per sequence)`` tok/s of a measured parallel repetition."""
         if (
             isinstance(sample, ParallelSample)
             and not sample.warmup
             and sample.aggregate_decode_tokens_per_s is not None
         ):
-            self.live.append(
-                (float(sample.n_seq), sample.aggregate_decode_tokens_per_s, sample.decode_tokens_per_s or 0.0)
-            )
-            self.replot()
-
-    def end_live(self) -> None:
-        """Drop the running series."""
-        self.live = []
-        self.replot()
+            return float(sample.n_seq), sample.aggregate_decode_tokens_per_s, sample.decode_tokens_per_s or 0.0
+        return None
 
     def series_count(self) -> int:
         """How many results (and the running sweep) have points here."""
