@@ -151,9 +151,9 @@ def summary_lines(result: BenchResult) -> list[str]:
     lines.extend(fit_lines(result))
     r = result.roofline
     if r:
-        lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read ({r['bandwidth_method']})")
+        lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['bandwidth_method']})")
         if r.get("copy_bandwidth_bytes_per_s"):
-            lines.append(f"memory bandwidth {r['copy_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s copy ({r['copy_method']})")
+            lines.append(f"memory bandwidth {r['copy_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['copy_method']})")
         lines.append(f"matmul {r['flops_per_s'] / 1e9:.1f} GFLOP/s ({r['flops_method']})")
         if r.get("conditions"):
             lines.append(f"peaks {r['conditions']}")
