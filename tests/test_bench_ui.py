@@ -64,11 +64,13 @@ async def test_run_fills_table_plots_and_saves_then_overlays(tmp_path):
     app = ExperimentsApp()
     async with app.run_test(size=(150, 48)) as pilot:
         screen = app.screen_obj
+        bar = screen.query_one("#exp-progress", ProgressBar)
+        assert bar.total is not None and not bar.visible  # idle: no animated indeterminate bar
         await _fill(pilot, screen)
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert str(screen.query_one("#exp-status", Static).render()) == "Done."
+        assert bar.visible and str(screen.query_one("#exp-status", Static).render()) == "Done."
         assert screen.query_one("#exp-progress", ProgressBar).progress == 15  # 5 cells × (1 warm-up + 2 reps)
         table = screen.query_one("#exp-table", DataTable)
         assert table.row_count == 5

@@ -82,7 +82,8 @@ class ExperimentsScreen(Screen[None]):
             with Horizontal(id="exp-progress-row"):
                 yield Button("Run", id="exp-run", variant="primary", compact=True)
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
-                yield ProgressBar(id="exp-progress", show_eta=False)
+                # a set total: an indeterminate bar animates (and repaints) the whole time the screen is idle
+                yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
                 yield Static("Set the sweep and press Run (Ctrl+R).", id="exp-status")
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="exp-summary")
@@ -153,7 +154,9 @@ class ExperimentsScreen(Screen[None]):
             self.notify(str(exc), severity="error")
             return
         self.job_pane = pane
-        self.query_one("#exp-progress", ProgressBar).update(total=plan.total_runs, progress=0)
+        bar = self.query_one("#exp-progress", ProgressBar)
+        bar.remove_class("-idle")
+        bar.update(total=plan.total_runs, progress=0)
         for plot in pane.plots():
             plot.start_live(self.model_info.name)
         self._set_running(True)
