@@ -19,9 +19,17 @@ from chatphase.errors import ChatPhaseError
 COMMAND_MODULES = ("chat", "ask", "models", "pull", "info", "bench", "sessions", "export")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit 2), not the whole usage;
+    ``--help`` still prints it. Subcommand parsers are of this class too (``add_subparsers`` copies it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="chatphase",
         description="Chat with a local GGUF model and watch prefill and decode happen.",
     )
@@ -61,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.DEBUG, format="chatphase: debug: %(name)s: %(message)s")
     parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:  # chat takes no positional argument
+        print(f"chatphase: unknown command {argv[0]!r} (commands: {', '.join(COMMAND_MODULES)})", file=sys.stderr)
+        return 2
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = [COMMAND_MODULES[0], *argv]
     args = parser.parse_args(argv)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from chatphase import __version__
+from chatphase.cli import main
 
 
 def chatphase(*args, timeout=120):
@@ -95,3 +96,24 @@ def test_truncated_model_exits_2(tmp_path, default_model_path):
         truncated.write_bytes(src.read(5_000_000))
     result = chatphase("ask", "--model", str(truncated), "hello", timeout=60)
     assert result.returncode == 2 and "truncated" in result.stderr.lower(), result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["ask"], "chatphase ask: the following arguments are required: PROMPT"),
+        (["ask", "--n-ctx", "x", "hi"], "chatphase ask: argument --n-ctx: invalid int value: 'x'"),
+        (["--n-ctx", "x"], "chatphase chat: argument --n-ctx"),
+        (["sessions", "rename"], "chatphase sessions rename: the following arguments are required: ID, TITLE"),
+        (["frob"], "chatphase: unknown command 'frob' (commands: chat, ask,"),
+    ],
+)
+def test_usage_errors_are_one_line_not_the_whole_usage(argv, start, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse exits itself
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(start) and err.count("\n") == 1, err
+    assert "usage:" not in err
