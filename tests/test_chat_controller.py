@@ -218,6 +218,17 @@ def test_new_chat_forgets_the_conversation_and_numbers_turns_from_one():
     assert chat.send("fresh").number == 1
 
 
+def test_no_new_chat_while_a_reply_runs():
+    """The running reply is not thrown away unasked: stop it first (its partial reply is kept)."""
+    chat, _, calls = loaded()
+    chat.send("one")
+    with pytest.raises(NotNow, match="wait for the reply or stop it") as err:
+        chat.new_chat()
+    assert err.value.action == "chat.stop" and calls.args_of("chat_cleared") == []
+    chat.dispatcher.drain()
+    assert chat.turn is None and len(chat.conversation) == 2
+
+
 def test_a_non_fatal_error_after_text_keeps_the_partial_reply():
     """A remote stream cut mid-reply: EngineFailed (not fatal) then TurnFinished(stop_reason="error")."""
     from chatphase.engine.events import EngineFailed, TurnFinished

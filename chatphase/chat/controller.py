@@ -258,10 +258,13 @@ class ChatController:
         return True
 
     def new_chat(self) -> None:
-        """Forget the conversation and its turns (a running turn is cancelled and dropped)."""
-        if self.turn is not None and self.engine is not None:
-            self.engine.cancel()
-        self.turn = None
+        """Forget the conversation and its turns.
+
+        Raises:
+            NotNow: a turn is running (stopping it first keeps its partial reply in the session).
+        """
+        if self.turn is not None:
+            raise NotNow("Not starting a new chat: wait for the reply or stop it", "chat.stop")
         self.history.clear()
         self._reuse_note = None
         self._tell("chat_cleared")

@@ -192,7 +192,7 @@ class ChatPhaseApp(App[None]):
             self.action_help_quit()
 
     async def action_new_chat(self) -> None:
-        """Forget the conversation and the figures (a running turn is cancelled)."""
+        """Forget the conversation and the figures (not while a reply runs: a notice says so)."""
         await self._chat_call(self.chat.new_chat)
 
     async def action_regenerate(self) -> None:
