@@ -85,13 +85,19 @@ def reply_and_stream(draw):
     return text, pieces, flushes
 
 
-def rendered(renderable, console: Console) -> list[str]:
-    lines = console.render_lines(renderable, console.options.update_width(WIDTH), pad=False)
+def rendered(renderable, console: Console, height: int | None = None) -> list[str]:
+    options = console.options.update_width(WIDTH)
+    lines = console.render_lines(renderable, options if height is None else options.update(height=height), pad=False)
     return ["".join(seg.text for seg in line).rstrip() for line in lines]
 
 
 def view_lines(view: ReplyView, console: Console) -> list[str]:
-    return [line for seg in view.query(MarkdownSegment) for line in rendered(seg.render(), console)]
+    """The segments' lines as Textual draws them: each measured first, then rendered at that height."""
+    lines = []
+    for seg in view.query(MarkdownSegment):
+        renderable = seg.render()
+        lines += rendered(renderable, console, height=len(rendered(renderable, console)))
+    return lines
 
 
 def one_shot(text: str, console: Console) -> list[str]:

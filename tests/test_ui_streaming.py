@@ -100,6 +100,9 @@ async def test_long_reply_is_split_into_segments_at_block_boundaries():
         assert sum(CODE_BLOCK in p.source for p in parts) == 1
         assert sum(LIST_BLOCK in p.source for p in parts) == 1
         assert not view.pending and view.finished
+        for p in parts:  # each segment draws its text (a continued one once drew only blank lines)
+            drawn = [p.render_line(y).text.strip() for y in range(p.size.height)]
+            assert p.size.height > 0 and sum(map(bool, drawn)) >= p.size.height // 2, (p.source[:60], drawn)
 
 
 async def test_indented_chunk_continues_the_previous_segment():

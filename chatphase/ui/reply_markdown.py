@@ -66,6 +66,9 @@ class ContinuedMarkdown:
         self.lead, self.source, self.code_theme = lead, source, code_theme
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # Without a height: Textual renders a widget with its height set, and ``render_lines`` pads its
+        # result to it — the lead alone would then count as tall as the widget and nothing would be left.
+        options = options.reset_height()
         skip = len(console.render_lines(_Markdown(self.lead, code_theme=self.code_theme), options, pad=False))
         lines = console.render_lines(_Markdown(self.lead + self.source, code_theme=self.code_theme), options, pad=False)
         new_line = Segment.line()
