@@ -115,6 +115,25 @@ async def test_over_long_message_is_refused_and_given_back():
         assert app.query_one(PromptInput).text == text
 
 
+async def test_an_error_on_the_phase_line_is_read_whole_then_the_line_shrinks_back():
+    app, _engines = make_app(Settings(n_ctx=16), replies=["ok"])
+    async with app.run_test(size=(64, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, " ".join(f"w{i}" for i in range(30)))
+        await wait_for(pilot, lambda: any("too long" in n for n in notifications(app)) and idle(app))
+        await pilot.pause()
+        stats, phase = app.query_one("#phase-stats"), app.query_one("#phase")
+        message = str(stats.render()).strip()
+        drawn = " ".join(stats.render_line(y).text.strip() for y in range(stats.size.height))
+        assert len(message) > stats.size.width and " ".join(message.split()) == " ".join(drawn.split())
+        assert phase.size.height > 1
+        app.query_one(PromptInput).clear()
+        await send(pilot, "hi")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await pilot.pause()
+        assert phase.size.height == 1
+
+
 async def test_trimmed_context_is_announced():
     app, _engines = make_app(Settings(n_ctx=40), replies=["ok"])
     async with app.run_test(size=(130, 40)) as pilot:

@@ -48,13 +48,16 @@ class PhaseIndicator(Horizontal):
 
     def _set(self, badge: str, kind: str, stats: str, bar: bool = False) -> None:
         """Switch phase. The badge and the stats have fixed sizes (``app.tcss``), so only showing or hiding
-        the prefill bar is a layout; everything else is a repaint."""
+        the prefill bar, or an error (whose text wraps), is a layout; everything else is a repaint."""
         self._badge.update(f" {badge} ", layout=False)
         self._badge.remove_class(*_BADGE_CLASSES)
         self._badge.add_class(f"-{kind}")
         if self._bar.display != bar:
             self._bar.display = bar
-        self._stats.update(stats, layout=False)
+        error = kind == "error"  # an error's words wrap (the line grows), the rest of it is what to do
+        grows = error or self.has_class("-error")
+        self.set_class(error, "-error")
+        self._stats.update(stats, layout=grows)
 
     def _set_stats(self, stats: str) -> None:
         """Live figures within a phase: the line's size is fixed, so no layout."""
