@@ -8,6 +8,7 @@ engine never sees the rest.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from chatphase.engine.config import TRI_STATE, EngineConfig
@@ -73,10 +74,14 @@ class Settings:
         s = self.sampling
         if s.max_tokens < 1:
             raise UsageError(f"max_tokens must be positive (got {s.max_tokens})")
-        if s.temperature < 0:
+        if not 0 <= s.temperature < math.inf:  # ``not``: NaN fails every comparison
             raise UsageError(f"temperature must be >= 0 (got {s.temperature})")
         if not 0 < s.top_p <= 1:
             raise UsageError(f"top_p must be in (0, 1] (got {s.top_p})")
+        if not 0 <= s.min_p <= 1:
+            raise UsageError(f"min_p must be in [0, 1] (got {s.min_p})")
+        if not 0 < s.repeat_penalty < math.inf:
+            raise UsageError(f"repeat_penalty must be > 0 (got {s.repeat_penalty})")
         if s.think_budget is not None and s.think_budget < 0:
             raise UsageError(f"think_budget must be >= 0 (got {s.think_budget})")
         if self.thinking not in TRI_STATE:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 import pytest
 
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
 from chatphase.config import Settings
+from chatphase.engine.config import MAX_THREADS_PER_CPU
 from chatphase.errors import UsageError
 from chatphase.settings_file import (
     SETTING_KEYS,
@@ -181,7 +183,7 @@ text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
             "models_dir": st.just("/models"),
             "n_ctx": st.integers(16, 1 << 20),
             "n_batch": st.integers(1, 4096),
-            "n_threads": st.none() | st.integers(1, 256),
+            "n_threads": st.none() | st.integers(1, MAX_THREADS_PER_CPU * (os.cpu_count() or 1)),
             "n_gpu_layers": st.none() | st.integers(-1, 200),
             "flash_attn": st.sampled_from(["auto", "on", "off"]),
             "system_prompt": text,
@@ -220,6 +222,22 @@ def test_threads_flag_refuses_words_other_than_auto(cfg, capsys):
     assert "expected a number or auto, got 'many'" in capsys.readouterr().err
     with pytest.raises(UsageError, match="n_threads must be positive"):
         effective(cfg, "--threads", "0")
+    with pytest.raises(UsageError, match=r"n_threads 999 is far more than this machine's \d+ CPUs"):
+        effective(cfg, "--threads", "999")
+
+
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--temperature", "nan", "temperature must be >= 0 (got nan)"),
+        ("--temperature", "inf", "temperature must be >= 0 (got inf)"),
+        ("--min-p", "3", "min_p must be in [0, 1]"),
+        ("--top-p", "nan", "top_p must be in (0, 1]"),
+    ],
+)
+def test_sampling_values_that_are_not_numbers_in_range_are_refused(cfg, flag, value, words):
+    with pytest.raises(UsageError, match=re.escape(words)):
+        effective(cfg, flag, value)
 
 
 def test_thinking_open_is_a_switch_in_the_file_the_environment_and_the_saved_file(cfg):

@@ -7,6 +7,7 @@ with each :class:`~chatphase.engine.events.TurnRequest`; theme and paths are not
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 
 from chatphase.errors import UsageError
@@ -16,6 +17,10 @@ from chatphase.system.cpu_features import usable_cores
 TRI_STATE = ("auto", "on", "off")
 #: llama.cpp's limit on sequences in one context (``LLAMA_MAX_SEQ`` in src/llama-cparams.h).
 MAX_SEQUENCES = 256
+
+
+#: the most pinned threads allowed per logical CPU.
+MAX_THREADS_PER_CPU = 2
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,13 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"{name} must be positive (got {value})")
+            # a little oversubscription is an experiment; far more threads than CPUs only wait on each other
+            # (llama.cpp's threads spin at its barriers), which reads as a hang
+            most = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+            if value is not None and value > most:
+                raise UsageError(
+                    f"{name} {value} is far more than this machine's {os.cpu_count()} CPUs (at most {most}, or auto)"
+                )
         if not 1 <= self.n_seq_max <= MAX_SEQUENCES:
             raise UsageError(f"n_seq_max must be 1 to {MAX_SEQUENCES} (got {self.n_seq_max})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
