@@ -93,7 +93,7 @@ def test_save_and_load_files(tmp_path):
 @pytest.mark.parametrize(
     "content,suffix,match",
     [
-        ("{not json", ".json", "not JSON"),
+        ("{not json", ".json", r"not JSON \(line 1, column 2: expecting property name"),
         ('{"a": 1}', ".json", "not a chatphase bench result"),
         ('{"results": [{"kind": "prompt"}]}', ".json", "malformed"),
         ("x,y\n1,2\n", ".csv", "missing columns"),

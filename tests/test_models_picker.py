@@ -34,7 +34,14 @@ def entries(default_model_info, tmp_path: Path) -> list[ModelEntry]:
     broken = str(tmp_path / "page.gguf")
     return [
         ModelEntry("", default_model_info.path, "default", True, default_model_info),
-        ModelEntry("page.gguf", broken, "models-dir", False, None, f"not a GGUF file (starts with b'<!DO'): {broken}"),
+        ModelEntry(
+            "page.gguf",
+            broken,
+            "models-dir",
+            False,
+            None,
+            f"not a GGUF file (it starts with '<!DO', not 'GGUF'): {broken}",
+        ),
         ModelEntry("copy.gguf", str(tmp_path / "copy.gguf"), "models-dir", False, default_model_info),
     ]
 

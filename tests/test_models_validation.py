@@ -100,7 +100,7 @@ def bad_cases(tmp_path: Path, html: Path, truncated: Path) -> dict[str, tuple[Pa
         "missing": (tmp_path / "nope.gguf", "not found"),
         "directory": (tmp_path / "a dir.gguf", "is a directory"),
         "empty": (tmp_path / "empty.gguf", "is empty"),
-        "html": (html, "not a GGUF file"),
+        "html": (html, "not a GGUF file (it starts with '<!DO', not 'GGUF')"),
         "garbage header": (tmp_path / "garbage.gguf", "header cannot be read"),
         "truncated": (truncated, "truncated"),
         "unsupported arch": (write_tiny_gguf(tmp_path / "alien.gguf", arch="notarealarch"), "not supported"),

@@ -109,11 +109,13 @@ async def test_export_dialog_writes_the_chosen_format(tmp_path, monkeypatch):
         await chat(pilot, app, "hello")
         app.action_export_session()
         await wait_for(pilot, showing(app, ExportScreen, "#export-path"))
-        await pilot.click("#export-format RadioButton:last-of-type")  # CSV
+        assert app.screen.focused is app.screen.query_one("#export-format")  # as the hint says: format first
+        await pilot.press("down", "down", "enter")  # Markdown → JSON → CSV, chosen
         path = app.screen.query_one("#export-path", Input)
         assert path.value.endswith(".csv")
+        await pilot.press("tab")
+        assert app.screen.focused is path
         shot(app, "session-export")
-        path.focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, ExportScreen))
         out = tmp_path / f"chatphase-{app.recording.recorder.id}.csv"

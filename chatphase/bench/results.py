@@ -258,7 +258,7 @@ def load_result(path: str | os.PathLike) -> BenchResult:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{p} is not JSON: {exc}") from None
+            raise UsageError(f"{p} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg.lower()})") from None
         result = BenchResult.from_dict(data)
         return result
     if suffix == ".csv":

@@ -173,7 +173,8 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
     except OSError as exc:
         raise ModelError(f"cannot read model file ({exc.strerror or exc}): {p}") from None
     if magic != GGUF_MAGIC:
-        raise ModelError(f"not a GGUF file (starts with {magic[:4]!r}, expected b'GGUF'): {p}")
+        start = magic[:4].decode("latin-1").translate({i: "." for i in range(32)} | {127: "."})
+        raise ModelError(f"not a GGUF file (it starts with {start!r}, not 'GGUF'): {p}")
     reader = None
     error: Exception | None = None
     for cls in _reader_classes():

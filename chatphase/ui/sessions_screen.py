@@ -216,7 +216,7 @@ class ExportScreen(ModalScreen[Path | None]):
                 f"Export {self.session.title or self.session.id} ({fmt_count(len(self.session.turns), 'turn')})",
                 classes="panel-title",
             )
-            yield Static("Pick a format (arrows, Space), then Enter in the path box  ·  Esc cancel", id="export-hint")
+            yield Static("Format: arrows, Enter  ·  Tab: the path, Enter exports  ·  Esc cancel", id="export-hint")
             with RadioSet(id="export-format"):
                 for fmt in FORMATS:
                     yield RadioButton(FORMAT_LABELS[fmt], value=fmt == self.fmt, name=fmt)
@@ -227,7 +227,7 @@ class ExportScreen(ModalScreen[Path | None]):
                 yield Button("Cancel", id="export-cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#export-path", Input).focus()
+        self.query_one("#export-format", RadioSet).focus()  # the hint's order: the format first
 
     def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
         old_default = str(default_export_path(self.session, self.fmt, self.directory))
