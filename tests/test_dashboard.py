@@ -140,6 +140,14 @@ async def test_live_rate_keeps_the_last_history_samples(app):
         await pilot.pause()
         assert spark.data == [float(v) for v in range(381, 501)]  # the last HISTORY samples
         assert text_of(app.query_one(LiveRate).query_one("#live-rate-label", Label)) == "decode 500.0 tok/s"
+        label = app.query_one(LiveRate).query_one("#live-rate-label", Label)
+        done = scripted_turn(480, 470, 90, 570, itl_ms=25.0)
+        dash.turn_finished(1, done)  # the turn's own figure, as in its table row, not the last live sample
+        await pilot.pause()
+        assert text_of(label) == f"decode {done.decode_tokens_per_s:.1f} tok/s" != "decode 500.0 tok/s"
+        dash.turn_finished(2, scripted_turn(500, 500, 1, 541))  # one token: no rate, and no stale one
+        await pilot.pause()
+        assert text_of(label) == "decode – tok/s"
 
 
 async def test_regenerated_turn_updates_its_row(app):

@@ -84,6 +84,7 @@ class Dashboard(Widget):
         self.query_one(TtftPlot).add_turn(metrics)
         self.query_one(DecodeDepthPlot).add_turn(metrics)
         self.query_one(SystemFigures).set_turn(metrics)
+        self.query_one(LiveRate).settle(metrics.decode_tokens_per_s)
         self._update_kv()
         self.show_turn(turn_id)
 

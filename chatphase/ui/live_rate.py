@@ -38,13 +38,21 @@ class LiveRate(Widget):
             self.samples.append(float(tokens_per_s))
             self._draw()
 
+    def settle(self, tokens_per_s: float | None) -> None:
+        """A turn is over: the label shows its decode rate (the turn table's figure, ``–`` when undefined),
+        not the last live sample, which lags it or, for a short turn, was never taken."""
+        self._label(tokens_per_s)
+
     def clear(self) -> None:
         """Forget the samples (new chat)."""
         self.samples.clear()
         self._draw()
 
     def _draw(self) -> None:
-        last = f"{self.samples[-1]:.1f}" if self.samples else DASH
-        # fixed-size label (dashboard.tcss): repaint only, no screen layout pass (whose cost grows with the chat log)
-        self.query_one("#live-rate-label", Label).update(f"decode {last} tok/s", layout=False)
+        self._label(self.samples[-1] if self.samples else None)
         self.query_one("#live-rate-sparkline", Sparkline).data = list(self.samples)
+
+    def _label(self, tokens_per_s: float | None) -> None:
+        rate = DASH if tokens_per_s is None else f"{tokens_per_s:.1f}"
+        # fixed-size label (dashboard.tcss): repaint only, no screen layout pass (whose cost grows with the chat log)
+        self.query_one("#live-rate-label", Label).update(f"decode {rate} tok/s", layout=False)
