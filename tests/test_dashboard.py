@@ -214,7 +214,7 @@ async def test_system_figures_for_a_live_process(app):
         assert f"engine pid {os.getpid()} · RSS " in text
         assert "memory available " in text
         assert "model load 412 ms · threads 2 decode / 2 batch" in text
-        assert "GPU offload: CPU only — this build has no GPU support" in text
+        assert "GPU offload off (CPU-only build)" in text
 
 
 async def test_system_figures_sample_only_while_on_screen(app):
@@ -250,7 +250,7 @@ async def test_system_figures_gpu_offload(app):
         await feed(app, gpu=True)
         await pilot.pause()
         text = text_of(app.query_one(SystemFigures))
-        assert "GPU offload: 31/31 layers on GPU" in text
+        assert "GPU offload on (31/31 layers)" in text
         assert "engine process: not reported by this engine" in text
 
 

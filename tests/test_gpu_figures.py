@@ -13,7 +13,7 @@ from test_dashboard import text_of
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler
 from chatphase.ui.dashboard import Dashboard
-from chatphase.ui.system_figures import SystemFigures, system_lines
+from chatphase.ui.system_figures import SystemFigures, gpu_offload_text, system_lines
 
 GiB = 1024**3
 
@@ -78,7 +78,7 @@ def test_gpu_line_shows_memory_or_dash(gpu_bytes, shown):
     clock = FakeClock()
     sample = ProcessSampler(os.getpid(), clock=clock, gpu_memory=lambda pid: gpu_bytes).sample()
     lines = system_lines(loaded_model(pid=os.getpid(), gpu=True), sample)
-    assert lines[-1] == f"GPU offload: 31/31 layers on GPU · {shown}"
+    assert lines[-1] == f"GPU offload on (31/31 layers) · {shown}"
     # before the first sample the memory is unknown too
     assert system_lines(loaded_model(pid=os.getpid(), gpu=True), None)[-1].endswith("· GPU memory –")
 
@@ -86,7 +86,7 @@ def test_gpu_line_shows_memory_or_dash(gpu_bytes, shown):
 def test_cpu_only_build_shows_no_gpu_memory():
     sample = ProcessSampler(os.getpid(), gpu_memory=lambda pid: 7).sample()
     line = system_lines(loaded_model(pid=os.getpid(), gpu=False), sample)[-1]
-    assert line == "GPU offload: CPU only — this build has no GPU support"
+    assert line == "GPU offload off (CPU-only build)"
 
 
 async def test_dashboard_shows_engine_gpu_memory_from_nvml(monkeypatch):
@@ -96,7 +96,7 @@ async def test_dashboard_shows_engine_gpu_memory_from_nvml(monkeypatch):
         app.query_one(Dashboard).set_model(loaded_model(pid=os.getpid(), gpu=True))
         await pilot.pause()
         figures = app.query_one(SystemFigures)
-        assert "GPU offload: 31/31 layers on GPU · GPU memory 2.0 GiB" in text_of(figures)
+        assert "GPU offload on (31/31 layers) · GPU memory 2.0 GiB" in text_of(figures)
         assert figures.sampler is not None and figures.sampler.samples_taken == 1
 
 
@@ -109,5 +109,18 @@ async def test_dashboard_cpu_build_does_not_ask_nvml(monkeypatch):
     async with app.run_test(size=(120, 50)) as pilot:
         app.query_one(Dashboard).set_model(loaded_model(pid=os.getpid(), gpu=False))
         await pilot.pause()
-        assert "GPU offload: CPU only — this build has no GPU support" in text_of(app.query_one(SystemFigures))
+        assert "GPU offload off (CPU-only build)" in text_of(app.query_one(SystemFigures))
     assert asked == []  # a CPU-only engine holds no GPU memory: NVML is never initialised
+
+
+def test_one_wording_of_gpu_offload_for_every_case():
+    """The panel's model section and the System tab share gpu_offload_text; a server's offload is unknown."""
+    from dataclasses import replace
+
+    gpu, cpu = loaded_model(gpu=True), loaded_model()
+    assert gpu_offload_text(gpu) == "on (31/31 layers)"
+    assert gpu_offload_text(replace(gpu, layers_offloaded=0)) == "off (0/31 layers)"
+    assert gpu_offload_text(replace(gpu, layers_offloaded=None)).startswith("not reported (n_gpu_layers=-1)")
+    assert gpu_offload_text(cpu) == "off (CPU-only build)"
+    remote = replace(cpu, settings={"backend": "remote", "n_ctx": 4096})
+    assert gpu_offload_text(remote) == "the server's (not reported)"

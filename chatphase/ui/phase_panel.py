@@ -27,6 +27,7 @@ from textual.widgets import Label, ProgressBar, Static
 from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.kv import KV_CELL_PAD
+from chatphase.ui.system_figures import gpu_offload_text
 from chatphase.ui.thinking_block import thinking_live
 from chatphase.units import DASH, fmt_bytes, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate
 
@@ -90,18 +91,12 @@ class PhasePanel(VerticalScroll):
     def _render_model(self) -> None:
         model = self.model
         info, s = model.info, model.settings
-        if model.layers_offloaded:
-            gpu = f"on ({model.layers_offloaded}/{model.layers_total} layers)"
-        elif s.get("gpu_offload_supported") is False:
-            gpu = "off (CPU-only build)"
-        else:
-            gpu = "off"
         policy = s.get("threads_policy")
         engine = f"n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"
         rows = [
             ("name", info.name),
             ("size", f"{fmt_params(info.n_params)} params · {info.quantization} · {fmt_bytes(info.size_bytes)}"),
-            ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu}"),
+            ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu_offload_text(model)}"),
             ("engine", engine if policy else f"{s.get('n_threads', DASH)} threads · {engine}"),
         ]
         if model.chat_format:

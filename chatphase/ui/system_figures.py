@@ -25,12 +25,17 @@ REFRESH_S = 1.0
 
 
 def gpu_offload_text(model: LoadedModel) -> str:
-    """``layers_offloaded/layers_total`` on GPU, or ``CPU only — this build has no GPU support``."""
-    if not model.settings.get("gpu_offload_supported", False):
-        return "CPU only — this build has no GPU support"
+    """The model's GPU offload in words, for the panel and the System tab: ``on (31/31 layers)``,
+    ``off (CPU-only build)``, or what cannot be known (a server's, a build that did not say)."""
+    s = model.settings
+    if s.get("backend") == "remote":
+        return "the server's (not reported)"
+    if not s.get("gpu_offload_supported", False):
+        return "off (CPU-only build)"
     if model.layers_offloaded is None or model.layers_total is None:
-        return f"GPU build; offload not reported (n_gpu_layers={model.settings.get('n_gpu_layers')})"
-    return f"{model.layers_offloaded}/{model.layers_total} layers on GPU"
+        return f"not reported (n_gpu_layers={s.get('n_gpu_layers')})"
+    on = "on" if model.layers_offloaded else "off"
+    return f"{on} ({model.layers_offloaded}/{model.layers_total} layers)"
 
 
 def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
@@ -72,7 +77,7 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
         f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
         f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}"
     )
-    gpu_line = f"GPU offload: {gpu_offload_text(model)}"
+    gpu_line = f"GPU offload {gpu_offload_text(model)}"
     if model.settings.get("gpu_offload_supported", False):
         gpu_bytes = None if sample is None else sample.gpu_memory_bytes
         gpu_line += f" · GPU memory {fmt_bytes(gpu_bytes)}"
