@@ -95,13 +95,15 @@ def truncated_copy(tmp_path, default_model_path) -> Path:
 def bad_cases(tmp_path: Path, html: Path, truncated: Path) -> dict[str, tuple[Path, str]]:
     (tmp_path / "a dir.gguf").mkdir()
     (tmp_path / "empty.gguf").write_bytes(b"")
-    (tmp_path / "garbage.gguf").write_bytes(b"GGUF" + b"\xff" * 64)
+    (tmp_path / "garbage.gguf").write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    (tmp_path / "v99.gguf").write_bytes(b"GGUF" + (99).to_bytes(4, "little") + b"\x00" * 64)
     return {
         "missing": (tmp_path / "nope.gguf", "not found"),
         "directory": (tmp_path / "a dir.gguf", "is a directory"),
         "empty": (tmp_path / "empty.gguf", "is empty"),
         "html": (html, "not a GGUF file (it starts with '<!DO', not 'GGUF')"),
         "garbage header": (tmp_path / "garbage.gguf", "header cannot be read"),
+        "newer version": (tmp_path / "v99.gguf", "GGUF version 99 is not supported (llama.cpp reads versions 2 and 3)"),
         "truncated": (truncated, "truncated"),
         "unsupported arch": (write_tiny_gguf(tmp_path / "alien.gguf", arch="notarealarch"), "not supported"),
         "fifo": (make_fifo(tmp_path / "pipe.gguf"), "not a regular file"),

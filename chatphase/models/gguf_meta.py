@@ -36,6 +36,8 @@ from chatphase.errors import ModelError
 from chatphase.models.kv import AttentionShape, attention_shape, kv_bytes_per_token
 
 GGUF_MAGIC = b"GGUF"
+#: the GGUF versions llama.cpp reads (its gguf.cpp refuses v1 and anything newer than v3).
+GGUF_VERSIONS = (2, 3)
 #: keys whose values are large arrays we never need (vocabulary, merges, scores).
 _SKIP_PREFIXES = (
     "tokenizer.ggml.tokens",
@@ -169,12 +171,18 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
         raise ModelError(f"model file is empty: {p}")
     try:
         with open(p, "rb") as fh:
-            magic = fh.read(4)
+            head = fh.read(8)
     except OSError as exc:
         raise ModelError(f"cannot read model file ({exc.strerror or exc}): {p}") from None
+    magic = head[:4]
     if magic != GGUF_MAGIC:
-        start = magic[:4].decode("latin-1").translate({i: "." for i in range(32)} | {127: "."})
+        start = magic.decode("latin-1").translate({i: "." for i in range(32)} | {127: "."})
         raise ModelError(f"not a GGUF file (it starts with {start!r}, not 'GGUF'): {p}")
+    if len(head) == 8:
+        version = min(int.from_bytes(head[4:], "little"), int.from_bytes(head[4:], "big"))  # either byte order
+        if version not in GGUF_VERSIONS:
+            known = " and ".join(map(str, GGUF_VERSIONS))
+            raise ModelError(f"GGUF version {version} is not supported (llama.cpp reads versions {known}): {p}")
     reader = None
     error: Exception | None = None
     for cls in _reader_classes():
