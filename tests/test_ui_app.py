@@ -351,6 +351,23 @@ async def test_keys_remapped_in_the_config_are_applied_and_shown():
         assert titles["Chat: Stop"].endswith("(Ctrl+S)")
 
 
+async def test_bad_keys_in_the_config_are_said_and_ignored_and_quit_stays():
+    keys = {"chat.new": "notakey+++", "chat.clear": "ctrl+q", "chat.stop": "ctrl+c", "chat.edit": "ctrl+n"}
+    app, _engines = make_app(Settings(keys=keys))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        said = " ".join(notifications(app))
+        assert "'notakey+++' is not a key name" in said and "Ctrl+Q is the app's Quit key" in said
+        assert "Ctrl+C is the app's Interrupt key" in said and "Ctrl+N is Chat: New's key too" in said
+        shown = {b.binding.id: key for key, b in app.active_bindings.items() if b.binding.id}
+        assert shown["chat.new"] == "ctrl+n" and shown["chat.clear"] == "ctrl+l" and shown["chat.edit"] == "ctrl+o"
+        assert app.keys["chat.new"] == "Ctrl+N" and app.keys["chat.stop"] == "Esc"
+        await pilot.press("ctrl+c")  # idle: the quit hint, which needs Ctrl+Q still bound to quit
+        await wait_for(pilot, lambda: any("ctrl+q" in n.lower() for n in notifications(app)))
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
+
+
 async def test_ctrl_c_stops_a_running_turn_and_only_hints_when_idle():
     app, engines = make_app(hold="decode")
     async with app.run_test(size=(130, 40)) as pilot:
