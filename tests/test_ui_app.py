@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from textual import events
 from textual.widgets import Label, Log, ProgressBar
+from textual.widgets._toast import Toast
 from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
@@ -354,11 +355,14 @@ async def test_keys_remapped_in_the_config_are_applied_and_shown():
 async def test_bad_keys_in_the_config_are_said_and_ignored_and_quit_stays():
     keys = {"chat.new": "notakey+++", "chat.clear": "ctrl+q", "chat.stop": "ctrl+c", "chat.edit": "ctrl+n"}
     app, _engines = make_app(Settings(keys=keys))
-    async with app.run_test(size=(130, 40)) as pilot:
+    async with app.run_test(size=(130, 40), notifications=True) as pilot:
         await wait_for(pilot, lambda: idle(app))
         said = " ".join(notifications(app))
         assert "'notakey+++' is not a key name" in said and "Ctrl+Q is the app's Quit key" in said
         assert "Ctrl+C is the app's Interrupt key" in said and "Ctrl+N is Chat: New's key too" in said
+        await wait_for(pilot, lambda: app.screen.query(Toast))
+        toasts = " ".join(str(toast.render()) for toast in app.screen.query(Toast))
+        assert "[keys] chat.new = 'notakey+++'" in toasts  # shown as written, not read as markup
         shown = {b.binding.id: key for key, b in app.active_bindings.items() if b.binding.id}
         assert shown["chat.new"] == "ctrl+n" and shown["chat.clear"] == "ctrl+l" and shown["chat.edit"] == "ctrl+o"
         assert app.keys["chat.new"] == "Ctrl+N" and app.keys["chat.stop"] == "Esc"

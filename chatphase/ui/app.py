@@ -103,7 +103,7 @@ class ChatPhaseApp(App[None]):
             self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
         self.set_keymap(self.keymap)
         for notice in self._keymap_notices:
-            self.notify(notice, title="Settings", severity="warning", timeout=15)
+            self.notify(notice, title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]" is no tag
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
         self.chat.add_listener(self.view)
         self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)
