@@ -316,6 +316,26 @@ async def test_multiline_input_and_large_paste():
         assert app.chat.conversation[0].content == big and prompt.text == ""
 
 
+async def test_shift_and_alt_enter_break_the_line_where_the_terminal_reports_them():
+    """Kitty-protocol terminals report them as keys of their own (Textual asks for that protocol)."""
+    app, _engines = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("a", "alt+enter", "b", "shift+enter", "c")
+        assert app.prompt.text == "a\nb\nc" and app.chat.conversation == []
+
+
+def test_esc_then_cr_reads_as_a_plain_enter_in_this_textual():
+    """xterm-style terminals and tmux send Alt+Enter as ESC CR, which Textual 8 reads as ``enter``
+    (Textual issue #6663), so the prompt cannot tell it from Enter and the README promises Alt+Enter only
+    where the terminal reports it. If this fails, Textual now says ``alt+enter``: the README can say more."""
+    from textual._xterm_parser import XTermParser
+
+    parser = XTermParser(False)
+    keys = [t.key for data in ("\x1b\r", "") for t in parser.feed(data) if isinstance(t, events.Key)]
+    assert keys == ["enter"]
+
+
 async def test_light_theme_from_settings():
     app, _engines = make_app(Settings(theme="textual-light"))
     async with app.run_test(size=(100, 30)) as pilot:
