@@ -255,3 +255,10 @@ def test_thinking_open_is_a_switch_in_the_file_the_environment_and_the_saved_fil
     assert "true or false" in report.problems[0]
     save_settings(Settings(thinking_open=True, thinking="off"), cfg)
     assert "thinking_open = true" in cfg.read_text() and load_settings(cfg, environ={}).thinking_open is True
+
+
+def test_key_names_are_the_tuis_to_check_so_a_bad_one_does_not_spoil_the_file(cfg):
+    """``chatphase ask`` loads the same file: a key Textual does not know is no config-file problem."""
+    cfg.write_text('n_ctx = 1024\n[keys]\n"chat.new" = "notakey+++"\n')
+    report = load_config(cfg, {})
+    assert report.problems == [] and report.settings.n_ctx == 1024

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from textual import events
 from textual.widgets import Label, Log, ProgressBar
+from textual.widgets._toast import Toast
 from ui_support import make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
@@ -334,6 +335,26 @@ async def test_multiline_input_and_large_paste():
         assert app.chat.conversation[0].content == big and prompt.text == ""
 
 
+async def test_shift_and_alt_enter_break_the_line_where_the_terminal_reports_them():
+    """Kitty-protocol terminals report them as keys of their own (Textual asks for that protocol)."""
+    app, _engines = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("a", "alt+enter", "b", "shift+enter", "c")
+        assert app.prompt.text == "a\nb\nc" and app.chat.conversation == []
+
+
+def test_esc_then_cr_reads_as_a_plain_enter_in_this_textual():
+    """xterm-style terminals and tmux send Alt+Enter as ESC CR, which Textual 8 reads as ``enter``
+    (Textual issue #6663), so the prompt cannot tell it from Enter and the README promises Alt+Enter only
+    where the terminal reports it. If this fails, Textual now says ``alt+enter``: the README can say more."""
+    from textual._xterm_parser import XTermParser
+
+    parser = XTermParser(False)
+    keys = [t.key for data in ("\x1b\r", "") for t in parser.feed(data) if isinstance(t, events.Key)]
+    assert keys == ["enter"]
+
+
 async def test_light_theme_from_settings():
     app, _engines = make_app(Settings(theme="textual-light"))
     async with app.run_test(size=(100, 30)) as pilot:
@@ -368,6 +389,26 @@ async def test_keys_remapped_in_the_config_are_applied_and_shown():
         assert app.screen.keys["chat.stop"] == "Ctrl+S" and app.screen.keys["chat.new"] == "Ctrl+N"
         titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert titles["Chat: Stop"].endswith("(Ctrl+S)")
+
+
+async def test_bad_keys_in_the_config_are_said_and_ignored_and_quit_stays():
+    keys = {"chat.new": "notakey+++", "chat.clear": "ctrl+q", "chat.stop": "ctrl+c", "chat.edit": "ctrl+n"}
+    app, _engines = make_app(Settings(keys=keys))
+    async with app.run_test(size=(130, 40), notifications=True) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        said = " ".join(notifications(app))
+        assert "'notakey+++' is not a key name" in said and "Ctrl+Q is the app's Quit key" in said
+        assert "Ctrl+C is the app's Interrupt key" in said and "Ctrl+N is Chat: New's key too" in said
+        await wait_for(pilot, lambda: app.screen.query(Toast))
+        toasts = " ".join(str(toast.render()) for toast in app.screen.query(Toast))
+        assert "[keys] chat.new = 'notakey+++'" in toasts  # shown as written, not read as markup
+        shown = {b.binding.id: key for key, b in app.active_bindings.items() if b.binding.id}
+        assert shown["chat.new"] == "ctrl+n" and shown["chat.clear"] == "ctrl+l" and shown["chat.edit"] == "ctrl+o"
+        assert app.keys["chat.new"] == "Ctrl+N" and app.keys["chat.stop"] == "Esc"
+        await pilot.press("ctrl+c")  # idle: the quit hint, which needs Ctrl+Q still bound to quit
+        await wait_for(pilot, lambda: any("ctrl+q" in n.lower() for n in notifications(app)))
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
 
 
 async def test_ctrl_c_stops_a_running_turn_and_only_hints_when_idle():

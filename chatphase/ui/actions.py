@@ -3,7 +3,8 @@
 The same table builds the app's ``BINDINGS`` (each with an ``id``), the command-palette entries
 (``"Chat: Stop"``, ...) and the help screen, so the three can never disagree. Users remap keys by id in
 the config file's ``[keys]`` table (``"chat.stop" = "ctrl+s"``); the app applies it with Textual's keymap
-(``App.set_keymap``) and the help screen and palette show the keys in use (:func:`key_labels`). Default
+(``App.set_keymap``) once :mod:`chatphase.ui.keymap` has checked it, and the help screen and palette show
+the keys in use (:func:`key_labels`). Default
 keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for editing (Ctrl+A/E/K/U/W/Y/Z...,
 F6 and F7).
 """
@@ -206,12 +207,6 @@ def key_display(keys: str) -> str:
         )
 
     return " / ".join(one(k) for k in keys.split(",") if k)
-
-
-def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
-    """The ids of a ``[keys]`` table that name no action (a typo the user should hear of)."""
-    ids = {a.id for a in ACTIONS}
-    return sorted(k for k in keymap if k not in ids)
 
 
 def key_labels(keymap: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -27,11 +27,12 @@ from chatphase.engine.base import Engine
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.ui import messages as msg
-from chatphase.ui.actions import ACTIONS, action_bindings, key_labels, unknown_ids
+from chatphase.ui.actions import ACTIONS, action_bindings, key_labels
 from chatphase.ui.chat_log import ChatLog
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
+from chatphase.ui.keymap import check_keymap, reserved_keys
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
@@ -57,7 +58,7 @@ class ChatPhaseApp(App[None]):
 
     CSS_PATH = [Path(__file__).with_name("app.tcss"), DASHBOARD_CSS_PATH]  # absolute: subclasses elsewhere work
     TITLE = "chatphase"
-    BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True)]
+    BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Interrupt", show=False, priority=True)]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
 
     def __init__(
@@ -77,7 +78,9 @@ class ChatPhaseApp(App[None]):
         self.chat.add_listener(self.recording)
         self.startup_notices = tuple(startup_notices)
         self._resume = resume
-        self.keys = key_labels(settings.keys)
+        # the [keys] table as far as it can work; the rest is said in notices once the screen is up
+        self.keymap, self._keymap_notices = check_keymap(settings.keys, reserved_keys(type(self)))
+        self.keys = key_labels(self.keymap)
         self.view: ChatView | None = None
 
     # -- layout ------------------------------------------------------------------------------------
@@ -98,14 +101,9 @@ class ChatPhaseApp(App[None]):
             self.theme = settings.theme
         else:
             self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
-        self.set_keymap(settings.keys)
-        for bad in unknown_ids(settings.keys):
-            self.notify(
-                f"[keys] {bad!r} is not an action id (F1 lists them); ignored.",
-                title="Settings",
-                severity="warning",
-                timeout=15,
-            )
+        self.set_keymap(self.keymap)
+        for notice in self._keymap_notices:
+            self.notify(notice, title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]" is no tag
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
         self.chat.add_listener(self.view)
         self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)

@@ -1,7 +1,10 @@
 """The prompt box: a multi-line :class:`~textual.widgets.TextArea` where Enter sends.
 
 Enter posts :class:`PromptInput.Submitted` with the text (and clears the box); Ctrl+J, Shift+Enter or
-Alt+Enter insert a new line (Shift+Enter only where the terminal reports it; Ctrl+J works everywhere).
+Alt+Enter insert a new line. Ctrl+J works everywhere; Shift+Enter and Alt+Enter only where the terminal
+reports them as keys of their own (the kitty keyboard protocol): xterm-style terminals and tmux send
+Shift+Enter as CR and Alt+Enter as ESC CR, which Textual 8 reads as a plain ``enter`` (Textual issue
+#6663), so there they send.
 Ctrl+U clears the box (said by the placeholder while it is empty and by the box's border while it holds
 text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
 bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in

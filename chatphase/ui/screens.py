@@ -112,7 +112,7 @@ class HelpScreen(CloseableScreen):
         # a list, not a table: a table's columns cut the keys off in an 80-column terminal
         fixed = (
             ("Enter", "Send", "", "Send the message"),
-            ("Ctrl+J", "New line", "", "Shift+Enter too, where the terminal reports it"),
+            ("Ctrl+J", "New line", "", "Shift+Enter and Alt+Enter too, where the terminal reports them (not in tmux)"),
         )
         tail = (
             ("Ctrl+P", "Command palette", "", "Every command above, by name"),
