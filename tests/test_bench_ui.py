@@ -206,6 +206,50 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
         await wait_for(pilot, lambda: not isinstance(app.screen, ExperimentsScreen))
 
 
+async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypatch):
+    from ui_support import make_app, wait_for
+
+    monkeypatch.setattr("chatphase.ui.experiments.BenchJob", ScriptedJob)
+    app, _ = make_app()
+
+    def open_screens():
+        return [s for s in app.screen_stack if isinstance(s, ExperimentsScreen)]
+
+    async with app.run_test(size=(130, 40)) as pilot:
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExperimentsScreen))
+        first = app.screen
+        await pilot.press("ctrl+t")  # inside it: nothing new
+        await pilot.pause()
+        assert open_screens() == [first] and app.screen is first
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Experiments: Open")
+        await command.callback()  # the palette's command, from the screen
+        await pilot.pause()
+        assert open_screens() == [first] and app.screen is first
+
+
+async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
+    from ui_support import make_app, notifications, send, wait_for, wait_thread
+
+    monkeypatch.setattr("chatphase.ui.experiments.BenchJob", ScriptedJob)
+    app, engines = make_app(hold="decode", hold_after_tokens=2)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: app.chat.ready)
+        await send(pilot, "hello")
+        await wait_thread(pilot, engines[0].held)
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExperimentsScreen))
+        screen = app.screen
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert screen.job is None and not screen.query_one("#exp-run").disabled
+        assert "Not running the sweep: wait for the reply or stop it (press Ctrl+C)." in notifications(app)
+        await pilot.press("ctrl+c")  # stops the reply from this screen
+        await wait_for(pilot, lambda: app.chat.turn is None)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: screen.result is not None)
+
+
 async def _parallel_tab(pilot, screen, n_seqs="1,2,4", length="16", reps="2", gen="8"):
     await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-parallel")
     await pilot.pause()

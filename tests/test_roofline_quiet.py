@@ -1,6 +1,7 @@
-"""Roofline peaks with an engine child running beside the measurement (real processes): the measurement
-waits for a chatphase engine to stop, names one that does not, and the bench measures before it loads
-its own engine. Sizes are tiny: this checks the conditions, not the figures."""
+"""Roofline peaks with chatphase engines beside the measurement (real processes): the measurement waits
+for a busy engine to stop, names one that stays busy, neither waits for nor names an idle one (the chat
+TUI's own while its Experiments screen measures), and the bench measures before it loads its own engine.
+Sizes are tiny: this checks the conditions, not the figures."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from chatphase.bench.runner import SweepPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
 from chatphase.engine.fake import fake_model_info
-from chatphase.system.engine_registry import register, running_engines, unregister
+from chatphase.system.engine_registry import busy_engines, engine_cpu_s, register, running_engines, unregister
 
 TINY = dict(array_bytes=2**20, matmul_n=32, max_s=0.05)
 
@@ -39,29 +40,74 @@ def test_an_engine_child_is_registered_while_it_runs(engine_child):
     assert running_engines() == []
 
 
-def test_peaks_wait_for_an_engine_child_to_stop(engine_child):
+@pytest.fixture
+def busy_engine():
+    """A registered "engine" that spins one core (as OpenMP workers do during and after a turn)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    register(child.pid)
+    yield child
+    child.kill()
+    child.wait()
+    unregister(child.pid)
+
+
+def test_peaks_wait_for_a_busy_engine_to_stop(busy_engine):
     closed_at: list[float] = []
 
     def close_soon():
         time.sleep(1.0)
-        engine_child.close()
+        busy_engine.kill()
+        busy_engine.wait()
         closed_at.append(time.monotonic())
 
     threading.Thread(target=close_soon, daemon=True).start()
     t0 = time.monotonic()
     peaks = measure_peaks(threads=1, quiet_wait_s=60, **TINY)
     assert closed_at and peaks.waited_s >= closed_at[0] - t0 - 0.3  # measured only after the child ended
-    assert peaks.engines_beside == [] and peaks.conditions.startswith("measured with no chatphase engine running")
+    assert peaks.engines_beside == [] and peaks.conditions.startswith("measured with no chatphase engine busy")
 
 
-def test_peaks_name_an_engine_child_that_keeps_running(engine_child):
+def test_peaks_name_an_engine_that_stays_busy(busy_engine):
     peaks = measure_peaks(threads=1, quiet_wait_s=0.3, **TINY)
-    assert peaks.engines_beside == [engine_child.pid]
-    assert f"beside chatphase engine pid {engine_child.pid}" in peaks.conditions
+    assert peaks.engines_beside == [busy_engine.pid]
+    assert f"beside chatphase engine pid {busy_engine.pid} (busy after" in peaks.conditions
     assert peaks.spread["read"]["passes"] >= 5 and peaks.copy_bandwidth_bytes_per_s > 0
 
 
-def test_the_bench_measures_before_loading_its_engine_and_says_it_waited(engine_child):
+def test_an_idle_engine_child_is_neither_waited_for_nor_named(engine_child):
+    """The chat TUI's engine waiting for a message uses next to no CPU: it cannot lower the peaks, and
+    advice to close it could not be followed from the TUI's Experiments screen."""
+    time.sleep(0.5)  # past the load's last spinning workers
+    peaks = measure_peaks(threads=1, quiet_wait_s=3, **TINY)
+    assert running_engines() == [engine_child.pid]  # it is still there, just idle
+    assert peaks.waited_s < 1.5 and peaks.engines_beside == []
+    assert peaks.conditions == "measured with no chatphase engine busy beside it"
+
+
+def test_an_engine_busy_during_the_measurement_or_started_since_counts(busy_engine):
+    before, t0 = engine_cpu_s(), time.monotonic()
+    time.sleep(0.3)
+    assert busy_engines(before, time.monotonic() - t0) == [busy_engine.pid]
+    assert busy_engines({}, 0.3) == [busy_engine.pid]  # not in the snapshot: it started meanwhile
+    assert busy_engines(before, time.monotonic() - t0, exclude=(busy_engine.pid,)) == []
+
+
+def _bench(engine_factory, quiet_wait_s=0.3):
+    plan = SweepPlan(prompt_lengths=(8,), depths=(0,), gen_tokens=2, reps=1, warmup=0)
+    return BenchRun(
+        fake_model_info(),
+        EngineConfig(n_ctx=256, n_threads=1),
+        plan,
+        engine_factory=engine_factory,
+        builder=PromptBuilder(CharTokenizer()),
+        quiet_wait_s=quiet_wait_s,
+    )
+
+
+def test_the_bench_measures_before_loading_its_engine_and_says_it_waited(busy_engine):
     loaded_while_measuring = []
 
     class Recording(ScriptedTokenEngine):
@@ -69,21 +115,22 @@ def test_the_bench_measures_before_loading_its_engine_and_says_it_waited(engine_
             loaded_while_measuring.append(running_engines(exclude=(os.getpid(),)))
             yield from super().load()
 
-    plan = SweepPlan(prompt_lengths=(8,), depths=(0,), gen_tokens=2, reps=1, warmup=0)
-    run = BenchRun(
-        fake_model_info(),
-        EngineConfig(n_ctx=256, n_threads=1),
-        plan,
-        engine_factory=lambda i, c: Recording(),
-        builder=PromptBuilder(CharTokenizer()),
-        quiet_wait_s=0.3,
-    )
+    run = _bench(lambda i, c: Recording())
     statuses = [e.text for e in run if isinstance(e, BenchStatus)]
-    assert statuses[0] == f"waiting up to 0.3 s for chatphase engine pid {engine_child.pid} to stop"
+    assert statuses[0] == f"waiting up to 0.3 s for busy chatphase engine pid {busy_engine.pid}"
     assert statuses.index("measuring memory bandwidth and matmul FLOP/s") < next(
         i for i, s in enumerate(statuses) if s.startswith("loading")
     )
-    assert loaded_while_measuring == [[engine_child.pid]]
+    assert loaded_while_measuring == [[busy_engine.pid]]
+
+
+def test_the_bench_beside_an_idle_engine_does_not_wait_or_warn(engine_child):
+    time.sleep(0.5)
+    events = list(_bench(lambda i, c: ScriptedTokenEngine(), quiet_wait_s=3))
+    statuses = [e.text for e in events if isinstance(e, BenchStatus)]
+    assert not any(s.startswith("waiting") for s in statuses)
+    roofline = events[-1].result.roofline
+    assert "measured beside" not in str(roofline) and "no chatphase engine busy" in roofline["conditions"]
 
 
 def test_a_record_of_a_killed_engine_is_ignored(tmp_path):

@@ -114,11 +114,11 @@ class BenchRun:
         chatphase engines have stopped (a generator: ``peaks = yield from run.peaks()``)."""
         peaks: MachinePeaks | None = self._peaks if self._roofline else None
         if peaks is None and self._roofline and not self._cancel.is_set():
-            from chatphase.system.engine_registry import running_engines
+            from chatphase.system.engine_registry import busy_engines_now
 
-            if others := running_engines(exclude=(os.getpid(),)):
+            if others := busy_engines_now(exclude=(os.getpid(),)):  # an idle one is not waited for
                 pids = ", ".join(map(str, others))
-                yield BenchStatus(f"waiting up to {self._quiet_wait_s:g} s for chatphase engine pid {pids} to stop")
+                yield BenchStatus(f"waiting up to {self._quiet_wait_s:g} s for busy chatphase engine pid {pids}")
             yield BenchStatus("measuring memory bandwidth and matmul FLOP/s")
             resolved = self.config.resolved()
             peaks = measure_peaks(

@@ -1,10 +1,13 @@
 """The machine's peaks for the roofline (:mod:`chatphase.bench.roofline`): memory bandwidth and matmul
 FLOP/s, measured here, honestly.
 
-- **Quiet first**: other chatphase engines are waited for (up to ``quiet_wait_s``; they register in
-  :mod:`chatphase.system.engine_registry`), because an engine's OpenMP workers spinning beside a
-  bandwidth test make it read far low (11.6 against 18.5 GB/s seen on 2 vCPUs). The bench measures
-  before it loads its own engine. Engines that would not stop are named in the method text.
+- **Quiet first**: other chatphase engines that are busy (using CPU: a turn, a load, OpenMP workers
+  spinning after one) are waited for (up to ``quiet_wait_s``; they register in
+  :mod:`chatphase.system.engine_registry`), because such workers beside a bandwidth test make it read
+  far low (11.6 against 18.5 GB/s seen on 2 vCPUs). An idle engine (one waiting for a turn, as the chat
+  TUI's own while its Experiments screen measures) cannot lower a peak and is neither waited for nor
+  named. The bench measures before it loads its own engine. Engines busy before or during the
+  measurement are named in the method text.
 - **Repeated until stable**: passes run until the best three agree within :data:`STABLE_TOLERANCE`
   (or :data:`MAX_PASSES` / ``max_s`` run out); the best pass counts, as STREAM reports, and the spread
   (min, median, max over the passes) is kept and printed.
@@ -163,8 +166,8 @@ class MachinePeaks:
     """Measured peaks: ``bandwidth_bytes_per_s`` (read bandwidth: the decode bound's) and
     ``flops_per_s``, each with the method that measured it; ``copy_bandwidth_bytes_per_s`` (STREAM
     Copy, for comparison), ``spread`` per kernel (:meth:`Repeated.spread`), ``threads`` /
-    ``threads_batch`` used, ``engines_beside`` (pids of chatphase engines that ran during the
-    measurement: ``[]`` for a clean one) and ``waited_s`` for them beforehand."""
+    ``threads_batch`` used, ``engines_beside`` (pids of chatphase engines busy before or during the
+    measurement, idle ones not counted: ``[]`` for a clean one) and ``waited_s`` for them beforehand."""
 
     bandwidth_bytes_per_s: float
     bandwidth_method: str
@@ -187,11 +190,11 @@ class MachinePeaks:
         """One sentence on the conditions: quiet, or beside which engines."""
         if not self.engines_beside:
             waited = f" (waited {self.waited_s:.1f} s for one to stop)" if self.waited_s >= 0.5 else ""
-            return f"measured with no chatphase engine running{waited}"
+            return f"measured with no chatphase engine busy beside it{waited}"
         pids = ", ".join(map(str, self.engines_beside))
         return (
-            f"measured beside chatphase engine pid {pids} (still running after {self.waited_s:.0f} s): "
-            "the peaks may read low, close it and measure again"
+            f"measured beside chatphase engine pid {pids} (busy after {self.waited_s:.0f} s of waiting): "
+            "the peaks may read low; let it finish or close it, and measure again"
         )
 
 
@@ -203,16 +206,18 @@ def measure_peaks(
     matmul_n: int = 1024,
     max_s: float = 3.0,
 ) -> MachinePeaks:
-    """Wait for other chatphase engines (up to ``quiet_wait_s``), then measure read and copy bandwidth
-    on ``threads`` threads and matmul FLOP/s on ``threads_batch`` (default ``threads``) BLAS threads."""
-    from chatphase.system.engine_registry import running_engines, wait_until_no_engines
+    """Wait for other busy chatphase engines (up to ``quiet_wait_s``), then measure read and copy
+    bandwidth on ``threads`` threads and matmul FLOP/s on ``threads_batch`` (default ``threads``) BLAS
+    threads; engines busy before or during the measurement are named (idle ones are not)."""
+    from chatphase.system.engine_registry import busy_engines, engine_cpu_s, wait_until_quiet
 
     me = (os.getpid(),)
-    waited, beside = wait_until_no_engines(quiet_wait_s, exclude=me)
+    waited, beside = wait_until_quiet(quiet_wait_s, exclude=me)
+    before, t0 = engine_cpu_s(me), time.monotonic()
     read, read_method = measure_bandwidth("read", array_bytes, threads, max_s)
     copy, copy_method = measure_bandwidth("copy", array_bytes, threads, max_s)
     flops, flops_method = measure_matmul_flops(matmul_n, threads_batch or threads, max_s)
-    beside = sorted(set(beside) | set(running_engines(exclude=me)))
+    beside = sorted(set(beside) | set(busy_engines(before, time.monotonic() - t0, me)))
     return MachinePeaks(
         bandwidth_bytes_per_s=read.best,
         bandwidth_method=read_method,

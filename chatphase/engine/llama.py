@@ -237,7 +237,7 @@ class LlamaEngine:
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
-        self._registered = engine_registry.register() is not None  # peak measurements wait for us
+        self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
 
     def _chat_format(self, override: str | None):

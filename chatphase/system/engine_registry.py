@@ -5,6 +5,11 @@ Each process that holds a loaded llama.cpp engine writes a file named after its 
 process's start time, into :func:`registry_dir` (``$CHATPHASE_RUNTIME_DIR`` or the platform's user
 runtime directory), and removes it on close. A file whose process is gone (a SIGKILL leaves one) or
 whose pid now belongs to another process (the start time differs) is ignored and removed.
+
+Only a *busy* engine matters to a measurement: one that uses at least :data:`IDLE_CORES` of CPU (its
+threads together, user + system time) over a window. An engine waiting for a turn (the chat TUI's own,
+while a sweep runs from its Experiments screen) uses next to none, cannot lower a peak, and is not
+waited for nor named.
 """
 
 from __future__ import annotations
@@ -91,18 +96,53 @@ def running_engines(exclude: Iterable[int] = ()) -> list[int]:
     return sorted(pids)
 
 
-def wait_until_no_engines(
-    timeout_s: float, exclude: Iterable[int] = (), poll_s: float = 0.2
-) -> tuple[float, list[int]]:
-    """Wait up to ``timeout_s`` seconds for every other chatphase engine to end.
+#: below this average CPU use (cores) an engine is idle: it cannot lower a measurement beside it.
+IDLE_CORES = 0.1
+#: the window over which :func:`busy_engines_now` averages an engine's CPU use (seconds; /proc counts
+#: CPU time in 10 ms ticks, so an idle engine's rare tick stays under :data:`IDLE_CORES`).
+BUSY_WINDOW_S = 0.25
 
-    Returns ``(seconds waited, pids still running)`` (``[]`` when none runs).
+
+def engine_cpu_s(exclude: Iterable[int] = ()) -> dict[int, float]:
+    """``{pid: CPU seconds used so far}`` (user + system, all threads) of the chatphase engines running now."""
+    used = {}
+    for pid in running_engines(exclude):
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except (psutil.Error, OSError):
+            continue  # ended meanwhile
+        used[pid] = t.user + t.system
+    return used
+
+
+def busy_engines(before: dict[int, float], elapsed_s: float, exclude: Iterable[int] = ()) -> list[int]:
+    """The engines that used at least :data:`IDLE_CORES` on average since ``before`` (an
+    :func:`engine_cpu_s` snapshot taken ``elapsed_s`` seconds ago), and any that started since (a model
+    load is busy); engines that ended since are left out."""
+    now = engine_cpu_s(exclude)
+    return sorted(pid for pid, used in now.items() if pid not in before or used - before[pid] >= IDLE_CORES * elapsed_s)
+
+
+def busy_engines_now(exclude: Iterable[int] = (), window_s: float = BUSY_WINDOW_S) -> list[int]:
+    """The chatphase engines busy over the next ``window_s`` seconds (returns at once when none runs)."""
+    before = engine_cpu_s(exclude)
+    if not before:
+        return []
+    t = time.monotonic()
+    time.sleep(window_s)
+    return busy_engines(before, time.monotonic() - t, exclude)
+
+
+def wait_until_quiet(timeout_s: float, exclude: Iterable[int] = ()) -> tuple[float, list[int]]:
+    """Wait up to ``timeout_s`` seconds until no other chatphase engine is busy (each has ended or is
+    idle; see the module docstring).
+
+    Returns ``(seconds waited, pids still busy)`` (``[]`` when none is).
     """
     skip = tuple(exclude)
     t0 = time.monotonic()
     while True:
-        pids = running_engines(skip)
+        busy = busy_engines_now(skip)
         waited = time.monotonic() - t0
-        if not pids or waited >= timeout_s:
-            return waited, pids
-        time.sleep(min(poll_s, max(timeout_s - waited, 0.0)))
+        if not busy or waited >= timeout_s:
+            return waited, busy

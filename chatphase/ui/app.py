@@ -250,10 +250,14 @@ class ChatPhaseApp(App[None]):
         pick_model(self, self.chat, self.switch_model)
 
     def action_open_experiments(self) -> None:
-        """Open the Experiments screen for this model and these engine settings (a sweep runs in its own process)."""
+        """Open the Experiments screen for this model and these engine settings (a sweep runs in its own
+        process). There is one at most: on it, Ctrl+T (or the palette's command) does nothing."""
         from chatphase.ui.experiments import ExperimentsScreen
 
-        self.push_screen(ExperimentsScreen(self.chat.model_info, self.chat.settings))
+        if any(isinstance(s, ExperimentsScreen) for s in self.screen_stack):
+            return  # a second one would run a second sweep beside the first's
+        replying = lambda: self.chat.turn is not None  # noqa: E731 -- a sweep beside a reply skews both
+        self.push_screen(ExperimentsScreen(self.chat.model_info, self.chat.settings, is_busy=replying))
 
     def action_help(self) -> None:
         """Show keys and metric definitions."""

@@ -9,7 +9,8 @@ measured repetition, and Esc cancels (partial results are kept). When the run en
 mean ± sd per cell and the summary the fit and the roofline verdicts (per N for the parallel sweep).
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name; Load (Ctrl+O) reads an
 earlier result and overlays it on every plot it has cells for, to compare two models or two settings.
-Esc with nothing running closes the screen.
+Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
+(each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class ExperimentsScreen(Screen[None]):
         model_info: the model to measure (the chat's current model).
         settings: engine settings (n_ctx, threads, ...) as the chat uses them.
         job_factory: builds the job (tests pass a scripted one); default :class:`BenchJob`.
+        is_busy: whether the chat's reply is running (the app's controller; a sweep beside it would skew
+            both, so Run refuses with a notice meanwhile); default never.
     """
 
     CSS_PATH = Path(__file__).with_name("experiments.tcss")  # absolute: subclasses elsewhere work
@@ -63,8 +66,15 @@ class ExperimentsScreen(Screen[None]):
         Binding("ctrl+o", "load", "Load", id="experiments.load", tooltip="Load a saved result and overlay it"),
     ]
 
-    def __init__(self, model_info: ModelInfo, settings: Settings, job_factory: JobFactory | None = None) -> None:
+    def __init__(
+        self,
+        model_info: ModelInfo,
+        settings: Settings,
+        job_factory: JobFactory | None = None,
+        is_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
         super().__init__()
+        self.is_busy = is_busy
         self.model_info = model_info
         self.settings = settings
         self.job_factory: JobFactory = job_factory or (lambda info, s, plan: BenchJob(info, s, plan))
@@ -144,6 +154,9 @@ class ExperimentsScreen(Screen[None]):
         """Validate the active form and start its sweep (a notice instead when the form is wrong)."""
         if self.job is not None:
             self.notify("A sweep is already running (Esc cancels it).", severity="warning")
+            return
+        if self.is_busy():  # Ctrl+C stops the reply from any screen (Esc here closes this one)
+            self.notify("Not running the sweep: wait for the reply or stop it (press Ctrl+C).", severity="warning")
             return
         pane = self.pane
         try:
