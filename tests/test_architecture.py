@@ -5,6 +5,8 @@ Read from the source (:mod:`tests.import_graph`), so a lazy import inside a func
 
 from __future__ import annotations
 
+import re
+
 import import_graph as g
 import pytest
 
@@ -65,6 +67,16 @@ def test_ui_never_imports_llama_cpp():
         if package_of(name) == "ui" and "llama_cpp" in g.external_imports(path)
     ]
     assert inside == []
+
+
+def test_only_the_engine_loads_llama_cpp_models():
+    """A model or vocabulary loaded anywhere else would print llama.cpp's log on the terminal: the engine's
+    loaders (``LlamaEngine``, ``BatchedEngine``, ``VocabFile``) send it to the engine log."""
+    loads = re.compile(r"\bLlama\(|llama_model_load_from_file|vocab_only\s*=")
+    outside = [
+        name for name, path in g.modules().items() if package_of(name) != "engine" and loads.search(path.read_text())
+    ]
+    assert outside == []
 
 
 def test_engine_takes_its_own_config():

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(60)
 
 MODELS = {"data": [{"id": "tiny", "object": "model"}]}
 PROPS = {"default_generation_settings": {"n_ctx": 1024}, "total_slots": 1}
-TIMINGS = {"prompt_n": 12, "prompt_ms": 4.0, "cache_n": 0, "predicted_n": 2, "predicted_ms": 5.0}
+TIMINGS = {"prompt_n": 12, "prompt_ms": 4.0, "cache_n": 0, "predicted_n": 3, "predicted_ms": 5.0}
 
 
 def _routes():
@@ -26,7 +26,7 @@ def _routes():
         {
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
             "timings": TIMINGS,
-            "usage": {"prompt_tokens": 12, "completion_tokens": 2},
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3},  # the EOG token counted
         },
         "[DONE]",
     )

@@ -40,7 +40,7 @@ TIMINGS = {
     "prompt_ms": 12.5,
     "prompt_per_second": 2400.0,
     "cache_n": 10,
-    "predicted_n": 3,
+    "predicted_n": 4,  # 3 tokens of text and the end-of-generation token: llama-server counts it
     "predicted_ms": 30.0,
     "predicted_per_second": 100.0,
 }
@@ -79,7 +79,7 @@ def test_llama_server_timings_progress_and_usage_fill_the_metrics():
         {
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
             "timings": TIMINGS,
-            "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43},
+            "usage": {"prompt_tokens": 40, "completion_tokens": 4, "total_tokens": 44},
         },
         "[DONE]",
     )
@@ -105,7 +105,7 @@ def test_llama_server_timings_progress_and_usage_fill_the_metrics():
     assert m.itl_ms_p50 <= m.itl_ms_p95 <= m.itl_ms_max <= m.decode_ms and m.decode_ms > 0
     assert m.kv_cache_bytes is None and m.kv_bytes_per_token is None  # not exposed: unknown, not zero
     st = done.server_timings
-    assert st["prompt_ms"] == 12.5 and st["cache_n"] == 10 and st["predicted_n"] == 3
+    assert st["prompt_ms"] == 12.5 and st["cache_n"] == 10 and st["predicted_n"] == 4
     assert st["network_queue_ms"] == pytest.approx(m.ttft_ms - 12.5)
 
 
@@ -378,7 +378,7 @@ def test_a_servers_reasoning_deltas_are_the_thinking_phase():
         content_chunk("!"),
         {
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 9, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 3}},
+            "usage": {"prompt_tokens": 9, "completion_tokens": 6, "completion_tokens_details": {"reasoning_tokens": 3}},
         },
         "[DONE]",
     )
@@ -396,7 +396,7 @@ def test_a_servers_reasoning_deltas_are_the_thinking_phase():
     done = events[-1]
     assert (done.reply, done.thinking) == ("Hello!", "The user says hi.")
     m = done.metrics
-    assert (m.thinking_tokens, m.answer_tokens, m.decode_tokens) == (3, 2, 5)  # the server's counts
+    assert (m.thinking_tokens, m.answer_tokens, m.decode_tokens) == (3, 2, 5)  # the server's, less its EOG
     assert m.thinking_ms == pytest.approx(ended.thinking_ms) and m.thinking_ms > 0 and not m.thinking_cut_short
     assert m.ttfa_ms > m.ttft_ms and m.thought
 

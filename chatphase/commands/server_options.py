@@ -13,6 +13,7 @@ import weakref
 from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
+from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 
 
@@ -97,12 +98,15 @@ def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
     """
     if not settings.server:
         return {}
-    from llama_cpp import Llama  # its tokenize/detokenize match chatphase.bench.prompts.Tokenizer
+    from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
+    from chatphase.engine.llamalog import default_log_path
+    from chatphase.engine.vocab import VocabFile
 
-    from chatphase.bench.prompts import PromptBuilder
-
-    vocab = Llama(model_path=info.path, vocab_only=True, verbose=False)
-    builder = PromptBuilder(vocab)
+    try:  # llama.cpp's log goes to the engine log, as the engine's does
+        vocab = VocabFile(info.path, default_log_path())
+    except RuntimeError as exc:
+        raise UsageError(str(exc)) from None
+    builder = PromptBuilder(EngineTokenizer(vocab.vocab))
     # free llama.cpp's objects with the builder (or before interpreter exit), never during teardown
     weakref.finalize(builder, vocab.close)
     return {"engine_factory": lambda model_info, _config: engine_for(settings, model_info), "builder": builder}

@@ -76,6 +76,8 @@ class RemoteEngine:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = self._new_client()
         self._is_llama_server = False
+        #: the server's completion counts include the token it stopped on (``ServerReport.counts_stop_token``)
+        self.counts_stop_token = False
         self.tokenizer: ServerTokenizer | None = None
         self._cancel = threading.Event()
         self._lock = threading.Lock()
@@ -108,6 +110,7 @@ class RemoteEngine:
         self._is_llama_server = props is not None
         self.tokenizer = ServerTokenizer(self._post_json, str(self.url.root), self.remote_model, self._is_llama_server)
         entry = next((m for m in served if m["id"] == self.remote_model), {})
+        self.counts_stop_token = self._is_llama_server or entry.get("owned_by") == "vllm"
         self.loaded = self._loaded_model(props or {}, entry, ns_to_ms(time.perf_counter_ns() - t0))
         yield ModelLoaded(self.loaded)
 

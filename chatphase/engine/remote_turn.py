@@ -51,7 +51,7 @@ class StreamedTurn:
 
     def __init__(self, engine, request: TurnRequest):
         self.engine, self.request = engine, request
-        self.report = ServerReport()
+        self.report = ServerReport(counts_stop_token=engine.counts_stop_token)
         self.times: list[int] = []
         self.parts: list[str] = []
         self.thought: list[str] = []

@@ -14,7 +14,9 @@ Who measures what:
   between content chunk arrivals (vLLM's serving benchmark measures ITL the same way, on chunks).
 - Server: every token count. ``decode_tokens`` is ``usage.completion_tokens`` (else llama-server's
   ``predicted_n``, else the reply's text counted by the server's tokenizer endpoint,
-  :mod:`chatphase.engine.remote_tokens`; ``TurnMetrics.decode_tokens_source`` says which); ``prompt_tokens`` is ``usage.prompt_tokens`` (else ``prompt_n + cache_n``);
+  :mod:`chatphase.engine.remote_tokens`; ``TurnMetrics.decode_tokens_source`` says which), less the
+  token the server stopped on where its count includes it (:attr:`ServerReport.counts_stop_token`);
+  ``prompt_tokens`` is ``usage.prompt_tokens`` (else ``prompt_n + cache_n``);
   ``cached_tokens`` is ``usage.prompt_tokens_details.cached_tokens`` (else ``cache_n``). Chunks are never
   counted as tokens in the final metrics.
 - Server only: ``prefill_ms`` (llama-server's ``prompt_ms``); a server without timings leaves it unknown.
@@ -53,6 +55,12 @@ _FINISH_TO_STOP = {
     "content_filter": "stop",
 }
 
+#: finish reasons of a reply that ended on a token the server chose to stop on (an end-of-generation
+#: token, or the last token of a stop string), not on a limit: llama-server says ``stop`` (or
+#: ``tool_calls``) for its ``STOP_TYPE_EOS`` and ``STOP_TYPE_WORD``, ``length`` for ``STOP_TYPE_LIMIT``;
+#: vLLM says ``stop`` for EOS, ``stop_token_ids`` and stop strings.
+_STOPPED_ON_TOKEN = frozenset({"stop", "tool_calls"})
+
 
 @dataclass
 class ServerReport:
@@ -63,6 +71,13 @@ class ServerReport:
     ``tokenized_completion_tokens`` the reply counted afterwards by the server's tokenizer endpoint;
     ``reasoning_tokens`` the thinking tokens of a reasoning model, where the usage reports them
     (``completion_tokens_details.reasoning_tokens``).
+
+    ``counts_stop_token``: the server's ``completion_tokens`` / ``predicted_n`` include the token it
+    stopped on, which produced no text. llama-server counts every sampled token (``n_decoded`` is
+    ``slot.stats.n_gen``, incremented before the EOG check), the EOG token too; vLLM's
+    ``completion_tokens`` is its output token ids, the EOS token too. The local engine never counts that
+    token, so :meth:`decode_count` takes it off when the reply stopped on it (:data:`_STOPPED_ON_TOKEN`).
+    Servers not known to count it (Ollama, llama-cpp-python's) keep their figure.
     """
 
     prompt_tokens: int | None = None
@@ -75,14 +90,17 @@ class ServerReport:
     extras: dict = field(default_factory=dict)
     tokenized_completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    counts_stop_token: bool = False
 
     def decode_count(self) -> tuple[int | None, str | None]:
         """``(decode tokens, who counted them)``: usage, else llama-server's timings, else the server's
-        tokenizer over the reply (:attr:`tokenized_completion_tokens`); ``(None, None)`` when none did."""
+        tokenizer over the reply (:attr:`tokenized_completion_tokens`); ``(None, None)`` when none did.
+        The server's own counts leave out the token it stopped on (see :attr:`counts_stop_token`)."""
+        stop_token = int(self.counts_stop_token and self.finish_reason in _STOPPED_ON_TOKEN)
         if self.completion_tokens is not None:
-            return self.completion_tokens, "usage"
+            return max(0, self.completion_tokens - stop_token), "usage"
         if self.timing("predicted_n") is not None:
-            return int(self.timing("predicted_n")), "timings"
+            return max(0, int(self.timing("predicted_n")) - stop_token), "timings"
         if self.tokenized_completion_tokens is not None:
             return self.tokenized_completion_tokens, "tokenizer"
         return None, None

@@ -1,14 +1,14 @@
 """A llama.cpp vocabulary: tokenise text, render tokens as bytes, tell special tokens.
 
-:class:`Vocab` wraps a ``llama_vocab`` pointer (of a loaded model, or of a vocabulary-only load with
-:func:`load_vocab`, which ``chatphase info`` uses to name the chat format without loading weights).
+:class:`Vocab` wraps a ``llama_vocab`` pointer (of a loaded model, or of a vocabulary-only load,
+:class:`VocabFile`: ``chatphase info`` names the chat format with one, ``bench --server`` builds its
+exact-length prompts with one).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from contextlib import contextmanager
 
 import llama_cpp as lc
 
@@ -74,27 +74,47 @@ class Vocab:
         return self.special_text(lc.llama_vocab_eos(self.ptr))
 
 
-@contextmanager
-def load_vocab(path: str | os.PathLike, log_path: str | os.PathLike):
-    """A :class:`Vocab` of the GGUF at ``path`` loaded without its weights (llama.cpp's ``vocab_only``);
-    llama.cpp's log goes to ``log_path``. Freed on exit.
+class VocabFile:
+    """The vocabulary of the GGUF at ``path`` loaded without its weights (llama.cpp's ``vocab_only``), as
+    :attr:`vocab`. The one place a vocabulary-only model is loaded: llama.cpp's log goes to ``log_path``
+    (:class:`~chatphase.engine.llamalog.LlamaLogCapture`, as for the engine) from before the load until
+    :meth:`close`, never to the terminal. A context manager whose ``with`` gives the :class:`Vocab`.
 
     Raises:
         RuntimeError: llama.cpp could not read the vocabulary.
     """
-    from chatphase.engine.llamalog import LlamaLogCapture
 
-    log = LlamaLogCapture(log_path)
-    model = None
-    try:
-        lc.llama_backend_init()
-        params = lc.llama_model_default_params()
-        params.vocab_only = True
-        model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
-        if not model:
+    def __init__(self, path: str | os.PathLike, log_path: str | os.PathLike) -> None:
+        from chatphase.engine.llamalog import LlamaLogCapture
+
+        self._log = LlamaLogCapture(log_path)
+        self._model = None
+        try:
+            lc.llama_backend_init()
+            params = lc.llama_model_default_params()
+            params.vocab_only = True
+            self._model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        finally:
+            if not self._model:
+                self._log.close()
+        if not self._model:
             raise RuntimeError(f"llama.cpp could not read the vocabulary of {path} (see {log_path})")
-        yield Vocab(lc.llama_model_get_vocab(model))
-    finally:
-        if model:
-            lc.llama_model_free(model)
-        log.close()
+        self.vocab = Vocab(lc.llama_model_get_vocab(self._model))
+
+    def close(self) -> None:
+        """Free the model, then stop capturing the log. Idempotent."""
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None
+        self._log.close()
+
+    def __enter__(self) -> Vocab:
+        return self.vocab
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_vocab(path: str | os.PathLike, log_path: str | os.PathLike) -> VocabFile:
+    """``with load_vocab(path, log_path) as vocab``: a :class:`VocabFile`, freed on exit."""
+    return VocabFile(path, log_path)
