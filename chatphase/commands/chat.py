@@ -43,7 +43,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate the model, then run the TUI until the user quits; returns the exit code (0).
+    """Validate the model, then run the TUI until the user quits; returns the exit code: 0, or 1 when the
+    TUI ended on an unhandled exception (Textual has printed it and set ``App.return_code``).
 
     Raises:
         UsageError: bad settings (exit 2). ModelError: a model that cannot be used (exit 2).
@@ -84,5 +85,5 @@ def run(args: argparse.Namespace) -> int:
         startup_notices=(*config.problems, *warnings, *getattr(args, "input_notices", ())),
         resume=resume,
     )
-    app.run()
-    return 0
+    app.run()  # returns normally after a crash too, so its return code must be passed on
+    return app.return_code or 0

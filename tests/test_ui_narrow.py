@@ -1,0 +1,89 @@
+"""Narrow and tiny terminals: the TUI starts, streams and is resized at any size without an error (the
+side panel is clipped for the frame Textual lays out before the breakpoint classes change, and the prompt
+box keeps one cell of text), and comes back to its usual layout when the terminal grows. A TUI that ends
+on an unhandled exception exits non-zero."""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App
+from ui_support import make_app, send, wait_for, wait_thread
+
+from chatphase.cli import main
+from chatphase.commands import chat as chat_command
+from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.prompt_input import PromptInput
+
+#: sizes that crashed the prompt box (60 columns and fewer), down to nothing.
+NARROW = [(60, 24), (58, 24), (55, 20), (50, 16), (40, 12), (20, 8), (8, 8), (5, 10), (4, 4), (1, 1)]
+
+
+def idle(app) -> bool:
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
+
+
+@pytest.mark.parametrize("size", NARROW, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_starts_at_narrow_sizes(size):
+    app, _ = make_app()
+    async with app.run_test(size=size) as pilot:  # an exception in the app is raised here
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.pause(0.1)
+        assert app.screen.has_class("-narrow")
+        assert app.prompt.content_size.width >= 1
+
+
+async def test_resized_narrow_during_a_reply_and_back():
+    app, engines = make_app(replies=["word " * 200], token_delay_s=0.005, hold="decode", hold_after_tokens=20)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        wide_prompt = app.prompt.region
+        await send(pilot, "Tell me about prefill.")
+        await wait_thread(pilot, engines[0].held)  # mid-reply: 20 tokens on screen
+        for size in [(55, 20), (20, 8), (1, 1), (61, 24), (40, 12)]:
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.05)
+        engines[0].release()
+        await pilot.resize_terminal(30, 10)  # and while it streams again
+        await pilot.pause(0.1)
+        await pilot.resize_terminal(120, 40)
+        await wait_for(pilot, lambda: idle(app), timeout_s=15)
+        await pilot.pause(0.1)
+        assert app.screen.has_class("-wide")
+        assert app.query_one("#side").region.width == 56
+        assert app.prompt.region == wide_prompt
+
+
+@pytest.fixture
+def headless_chat(monkeypatch):
+    """``chatphase chat`` on a FakeEngine, run headless at 80×24 by ``auto_pilot(pilot)``."""
+    monkeypatch.setattr(chat_command, "model_info_for", lambda settings, **_: fake_model_info())
+    monkeypatch.setattr(chat_command, "engine_for", lambda settings, info: FakeEngine(info, settings))
+
+    def use(auto_pilot):
+        monkeypatch.setattr(
+            ChatPhaseApp, "run", lambda self: App.run(self, headless=True, size=(80, 24), auto_pilot=auto_pilot)
+        )
+        return main(["chat", "--no-save"])
+
+    return use
+
+
+def test_quitting_exits_zero(headless_chat):
+    async def quit_(pilot):
+        await wait_for(pilot, lambda: idle(pilot.app))
+        await pilot.press("ctrl+q")
+
+    assert headless_chat(quit_) == 0
+
+
+def test_a_crash_in_the_tui_exits_non_zero(headless_chat, monkeypatch):
+    def broken(self, y):
+        raise ValueError("a widget bug")
+
+    monkeypatch.setattr(PromptInput, "render_line", broken)
+
+    async def wait(pilot):
+        await pilot.pause(5)  # the first frame ends the app before this
+
+    assert headless_chat(wait) == 1
