@@ -6,11 +6,13 @@ from __future__ import annotations
 import pygments.lexers
 import pygments.plugin
 import pytest
+from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
 from chatphase.ui import reply_markdown
-from chatphase.ui.reply_markdown import PLAIN, MarkdownSegment, fence_language
+from chatphase.ui.md_blocks import top_level_blocks
+from chatphase.ui.reply_markdown import PLAIN, MarkdownSegment, _Markdown, fence_language
 
 
 @pytest.fixture(autouse=True)
@@ -133,3 +135,16 @@ async def test_segment_with_unknown_fence_language_renders_without_plugin_scan(n
         assert any("x = 1" in line for line in lines)
         assert any("y = 2" in line for line in lines)
         assert no_plugin_scan == []
+
+
+def test_angle_brackets_in_a_reply_are_text_not_html_that_vanishes():
+    """A reply's ``<The majestic mountains>`` parsed as an HTML tag was dropped from the screen."""
+    console = Console(width=60, color_system=None)
+    reply = "<<The majestic mountains of my homeland>>\n\nA <b>bold</b> claim, then <div>\nx\n</div>\n\n**bold**"
+    with console.capture() as out:
+        console.print(_Markdown(reply))
+    text = " ".join(out.get().split())
+    assert "<<The majestic mountains of my homeland>>" in text and "<b>bold</b>" in text and "<div> x </div>" in text
+    assert "**" not in text  # Markdown itself still renders
+    blocks = [t.type for t in top_level_blocks(reply)]
+    assert "html_block" not in blocks and blocks.count("paragraph_open") == 3  # the block finder parses alike

@@ -26,15 +26,17 @@ _ONE_LINE = ("heading_open", "hr")
 
 
 @lru_cache(maxsize=1)
-def _parser():
+def markdown_parser():
+    """The parser of replies, shared by the block finder and the renderer: Rich's (CommonMark, tables,
+    strikethrough) with raw HTML off, so that ``<word ...>`` in a reply is text, not a tag Rich drops."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt().enable("strikethrough").enable("table")  # as rich.markdown.Markdown builds it
+    return MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
 
 
 def top_level_blocks(text: str) -> list:
     """The opening (or single) token of each top-level block of ``text``, with its ``map`` of lines."""
-    return [t for t in _parser().parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
+    return [t for t in markdown_parser().parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
 
 
 def _offsets(lines: list[str]) -> list[int]:

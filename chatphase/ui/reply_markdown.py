@@ -25,6 +25,8 @@ from rich.markdown import CodeBlock, Markdown
 from rich.segment import Segment
 from textual.widget import Widget
 
+from chatphase.ui.md_blocks import markdown_parser
+
 #: the language name Pygments renders without highlighting.
 PLAIN = "text"
 #: Pygments styles for code blocks in dark and light themes.
@@ -54,7 +56,14 @@ class _CodeBlock(CodeBlock):
 
 
 class _Markdown(Markdown):
+    """Rich's Markdown with :func:`fence_language` and :func:`~chatphase.ui.md_blocks.markdown_parser`."""
+
     elements: ClassVar[dict] = {**Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock}
+
+    def __init__(self, markup: str, **kwargs) -> None:
+        super().__init__("", **kwargs)  # Rich's own parse (HTML on) of nothing; the reply is parsed here
+        self.markup = markup
+        self.parsed = markdown_parser().parse(markup)
 
 
 class ContinuedMarkdown:
