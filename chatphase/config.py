@@ -75,7 +75,7 @@ class Settings:
         if s.max_tokens < 1:
             raise UsageError(f"max_tokens must be positive (got {s.max_tokens})")
         if not 0 <= s.temperature < math.inf:  # ``not``: NaN fails every comparison
-            raise UsageError(f"temperature must be >= 0 (got {s.temperature})")
+            raise UsageError(f"temperature must be a number >= 0 (got {s.temperature})")
         if not 0 < s.top_p <= 1:
             raise UsageError(f"top_p must be in (0, 1] (got {s.top_p})")
         if not 0 <= s.min_p <= 1:

@@ -139,7 +139,7 @@ def test_unreadable_file_is_a_notice_not_a_crash(cfg):
 def test_bad_environment_value_is_a_usage_error(cfg):
     with pytest.raises(UsageError, match="CHATPHASE_N_CTX: expected an integer, got 'lots'"):
         load_settings(cfg, environ={"CHATPHASE_N_CTX": "lots"})
-    with pytest.raises(UsageError, match="CHATPHASE_TEMPERATURE: temperature must be >= 0"):
+    with pytest.raises(UsageError, match="CHATPHASE_TEMPERATURE: temperature must be a number >= 0"):
         load_settings(cfg, environ={"CHATPHASE_TEMPERATURE": "-1"})
 
 
@@ -229,8 +229,8 @@ def test_threads_flag_refuses_words_other_than_auto(cfg, capsys):
 @pytest.mark.parametrize(
     "flag, value, words",
     [
-        ("--temperature", "nan", "temperature must be >= 0 (got nan)"),
-        ("--temperature", "inf", "temperature must be >= 0 (got inf)"),
+        ("--temperature", "nan", "temperature must be a number >= 0 (got nan)"),
+        ("--temperature", "inf", "temperature must be a number >= 0 (got inf)"),
         ("--min-p", "3", "min_p must be in [0, 1]"),
         ("--top-p", "nan", "top_p must be in (0, 1]"),
     ],
