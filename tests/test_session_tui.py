@@ -4,11 +4,8 @@ settings screen. Screenshots of the three screens are saved under ``screenshots/
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from textual.widgets import DataTable, Input, Select
-from ui_support import notifications, record_notifications, send, wait_for
+from ui_support import idle, notifications, record_notifications, send, shot, wait_for
 
 from chatphase.chat.controller import COLD_PREFILL_NOTE
 from chatphase.config import Settings
@@ -21,8 +18,6 @@ from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView, UserMessage
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
 from chatphase.ui.settings_screen import SettingsScreen
-
-SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 
 
 def make(settings: Settings | None = None, **app_kwargs):
@@ -41,16 +36,6 @@ def make(settings: Settings | None = None, **app_kwargs):
 def showing(app, cls, selector: str):
     """The condition "screen ``cls`` is up and has composed ``selector``"."""
     return lambda: isinstance(app.screen, cls) and bool(app.screen.query(selector))
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
-
-
-def shot(app, name: str) -> None:
-    if os.environ.get("CHATPHASE_SCREENSHOTS"):
-        SHOTS.mkdir(exist_ok=True)
-        app.save_screenshot(str(SHOTS / f"{name}.svg"))
 
 
 async def chat(pilot, app, *texts: str) -> None:

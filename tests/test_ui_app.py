@@ -7,7 +7,7 @@ import pytest
 from textual import events
 from textual.widgets import Label, Log, ProgressBar
 from textual.widgets._toast import Toast
-from ui_support import make_app, notifications, send, wait_for, wait_thread
+from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.fake import fake_model_info
@@ -25,10 +25,6 @@ def badge(app) -> str:
 
 def stats(app) -> str:
     return str(app.query_one("#phase-stats", Label).render())
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 async def test_turn_streams_reply_and_shows_the_engines_metrics():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from textual.app import App
-from ui_support import make_app, send, wait_for, wait_thread
+from ui_support import idle, make_app, send, wait_for, wait_thread
 
 from chatphase.cli import main
 from chatphase.commands import chat as chat_command
@@ -17,10 +17,6 @@ from chatphase.ui.prompt_input import PromptInput
 
 #: sizes that crashed the prompt box (60 columns and fewer), down to nothing.
 NARROW = [(60, 24), (58, 24), (55, 20), (50, 16), (40, 12), (20, 8), (8, 8), (5, 10), (4, 4), (1, 1)]
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 @pytest.mark.parametrize("size", NARROW, ids=lambda s: f"{s[0]}x{s[1]}")

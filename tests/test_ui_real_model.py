@@ -9,9 +9,8 @@ for the README.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ui_support import send, wait_for
+from ui_support import idle, send, shot, wait_for
 
 from chatphase.config import Settings
 from chatphase.engine.host import EngineHost
@@ -19,24 +18,12 @@ from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView
 from chatphase.units import fmt_int
 
-SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon as the turn does
-
-
-def shot(app, name: str) -> None:
-    """Save ``screenshots/{name}.svg`` when ``CHATPHASE_SCREENSHOTS`` is set."""
-    if os.environ.get("CHATPHASE_SCREENSHOTS"):
-        SHOTS.mkdir(exist_ok=True)
-        app.save_screenshot(str(SHOTS / f"{name}.svg"))
 
 
 def real_app(info, **overrides):
     settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, **overrides)
     return ChatPhaseApp(settings, info, lambda model_info, current: EngineHost(model_info, current.engine_config()))
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_model_info):

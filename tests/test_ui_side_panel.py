@@ -10,7 +10,7 @@ from textual.containers import ScrollableContainer
 from textual.geometry import Region
 from textual.scroll_view import ScrollView
 from textual.widgets import Static
-from ui_support import make_app, send, wait_for
+from ui_support import idle, make_app, send, wait_for
 
 from chatphase.ui.app import WIDE_COLUMNS
 from chatphase.ui.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
@@ -29,10 +29,6 @@ WIDE_TURNS = [
 WIDE_THINKING_TURN = scripted_turn(1_200, 1_100, 2_896, 4_096, thinking_tokens=2_500, itl_ms=21.7)
 #: the sizes checked with a thinking turn too (one per width class).
 THINKING_SIZES = [(120, 40), (80, 24), (100, 30)]
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 def lines_of(widget) -> list[str]:

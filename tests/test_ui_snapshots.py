@@ -8,7 +8,7 @@ look at the SVGs before committing them.
 
 from __future__ import annotations
 
-from ui_support import make_app, send, wait_for, wait_thread
+from ui_support import idle, make_app, send, settle, wait_for, wait_thread
 
 from chatphase.config import Settings
 
@@ -23,16 +23,6 @@ LONG_PROMPT = " ".join(f"word{i}" for i in range(60))
 def snapshot_app(settings: Settings | None = None, **engine_kwargs):
     app, engines = make_app(settings, replies=[CODE_REPLY, "Short second answer."], **engine_kwargs)
     return app, engines
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
-
-
-async def settle(pilot) -> None:
-    pilot.app.prompt.cursor_blink = False
-    pilot.app.dashboard.decode_rate = lambda tokens_per_s: None
-    await wait_for(pilot, lambda: idle(pilot.app))
 
 
 async def two_turns(pilot) -> None:

@@ -9,7 +9,7 @@ import os
 import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import Label
-from ui_support import make_app, send, wait_for, wait_thread
+from ui_support import idle, make_app, send, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
@@ -43,10 +43,6 @@ LONG_REPLY = (
 
 def stats(app) -> str:
     return str(app.query_one("#phase-stats", Label).render())
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 def segments(view: ReplyView) -> list[MarkdownSegment]:

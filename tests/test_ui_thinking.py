@@ -8,7 +8,7 @@ import pytest
 from textual.geometry import Region
 from textual.widgets import Collapsible, Label
 from thinking_support import CASES, THINK
-from ui_support import make_app, notifications, send, wait_for, wait_thread
+from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
@@ -23,10 +23,6 @@ from chatphase.ui.timeline import TurnTimeline
 from chatphase.units import fmt_ms
 
 MARKERS = ("<think>", "</think>", "think>", "<|channel|>", "<|message|>", "<|end|>", "<|start|>")
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
 
 
 def drawn(widget) -> str:

@@ -5,16 +5,12 @@ With ``CHATPHASE_SCREENSHOTS=1`` the streaming and collapsed states are also sav
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from ui_support import make_app, send, wait_for, wait_thread
+from ui_support import idle, make_app, send, settle, shot, wait_for, wait_thread
 
 from chatphase.config import Settings
 from chatphase.engine.thinking import FORMATS
 from chatphase.ui.thinking_block import ThinkingBlock
 
-SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 THINK = next(f for f in FORMATS if f.name == "think")
 THINKING_REPLY = (
     "<think>\nThe user asks what prefill and decode are.\n"
@@ -24,22 +20,6 @@ THINKING_REPLY = (
     "**Prefill** reads your whole prompt in one parallel pass; **decode** then writes the reply one token "
     "at a time, re-reading the weights for every token.\n"
 )
-
-
-def shot(app, name: str) -> None:
-    if os.environ.get("CHATPHASE_SCREENSHOTS"):
-        SHOTS.mkdir(exist_ok=True)
-        app.save_screenshot(str(SHOTS / f"{name}.svg"))
-
-
-def idle(app) -> bool:
-    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
-
-
-async def settle(pilot) -> None:
-    pilot.app.prompt.cursor_blink = False
-    pilot.app.dashboard.decode_rate = lambda tokens_per_s: None
-    await wait_for(pilot, lambda: idle(pilot.app))
 
 
 async def answered(pilot) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import weakref
+from pathlib import Path
 
 from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
@@ -26,6 +28,29 @@ def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPha
     app = ChatPhaseApp(settings, fake_model_info(), factory)
     record_notifications(app)
     return app, engines
+
+
+#: where the README's screenshots live (written by the tests when ``CHATPHASE_SCREENSHOTS`` is set).
+SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
+
+
+def shot(app, name: str) -> None:
+    """Save ``screenshots/{name}.svg`` when ``CHATPHASE_SCREENSHOTS`` is set."""
+    if os.environ.get("CHATPHASE_SCREENSHOTS"):
+        SHOTS.mkdir(exist_ok=True)
+        app.save_screenshot(str(SHOTS / f"{name}.svg"))
+
+
+def idle(app) -> bool:
+    """The model is loaded and no turn runs."""
+    return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None
+
+
+async def settle(pilot) -> None:
+    """Still screens for snapshots (no cursor blink, no live-rate samples), then wait until idle."""
+    pilot.app.prompt.cursor_blink = False
+    pilot.app.dashboard.decode_rate = lambda tokens_per_s: None
+    await wait_for(pilot, lambda: idle(pilot.app))
 
 
 async def wait_for(pilot, condition, timeout_s: float = 5.0, step_s: float = 0.02) -> None:
