@@ -13,6 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker`` (the text to hold
+    back: the next piece may complete the marker)."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
 class StopText:
     """Filter streamed text for the markers ``stops`` (non-empty strings)."""
 
@@ -31,12 +40,7 @@ class StopText:
         if cut >= 0:
             self.stopped, self._held = True, ""
             return buf[:cut]
-        keep = 0  # the longest end of buf that a marker starts with
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(buf)), keep, -1):
-                if buf.endswith(s[:n]):
-                    keep = n
-                    break
+        keep = max(partial_suffix(buf, s) for s in self.stops)  # the longest end of buf a marker starts with
         self._held = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep]
 

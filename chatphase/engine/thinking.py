@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chatphase.engine.stops import partial_suffix
+
 
 @dataclass(frozen=True)
 class ThinkingFormat:
@@ -129,7 +131,7 @@ class ThinkingSplitter:
                     out.thinking += buf[:at]
                     out.closed, self.state, buf = True, "after", buf[at + len(fmt.close) :]
                     continue
-                keep = _partial_suffix(buf, fmt.close)
+                keep = partial_suffix(buf, fmt.close)
                 out.thinking += buf[: len(buf) - keep]
                 self._held = buf[len(buf) - keep :]
                 return out
@@ -143,7 +145,7 @@ class ThinkingSplitter:
                     out.answer += buf[:at]
                     buf = buf[at + len(fmt.close) :]
                     continue
-                keep = _partial_suffix(buf, fmt.close)
+                keep = partial_suffix(buf, fmt.close)
                 out.answer += buf[: len(buf) - keep]
                 self._held = buf[len(buf) - keep :]
                 return out
@@ -158,14 +160,6 @@ class ThinkingSplitter:
             self.state = "answer"
             return Piece(answer=held)
         return Piece(answer=held) if self.state == "answer" else Piece()
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
-    for n in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
 
 
 class ThinkingTracker:
