@@ -23,8 +23,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-
-import numpy as np
+from itertools import pairwise
 
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.parallel_results import ParallelSample
@@ -39,7 +38,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.metrics import TurnMetrics, ns_to_ms, rate_per_s
+from chatphase.engine.metrics import TurnMetrics, gap_stats_ms, rate_per_s
 from chatphase.errors import EngineError, UsageError
 
 _BARRIER_TIMEOUT_S = 10.0
@@ -161,8 +160,7 @@ def stream_sample(
     counts = [m.decode_tokens for m in metrics]
     known = len(done) == len(streams) and None not in counts
     span_ns = max(s.times_ns[-1] for s in done) - min(s.times_ns[0] for s in done) if done else 0
-    gaps = np.concatenate([np.diff(np.asarray(s.times_ns, dtype=np.int64)) for s in done] or [np.empty(0)])
-    p50, p95 = (float(ns_to_ms(x)) for x in np.percentile(gaps, [50, 95])) if gaps.size else (None, None)
+    p50, p95, _ = gap_stats_ms([b - a for s in done for a, b in pairwise(s.times_ns)])
     first_ns = max((s.times_ns[0] for s in done), default=0)
     submit_ns = min((s.t_submit_ns for s in done), default=0)
     return ParallelSample(
@@ -185,4 +183,4 @@ def stream_sample(
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or None in values else float(np.mean(values))
+    return None if not values or None in values else sum(values) / len(values)

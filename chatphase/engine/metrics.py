@@ -138,9 +138,15 @@ def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | N
     linear interpolation between closest ranks (NumPy's default; ``statistics.quantiles`` "inclusive").
     Returns ``(None, None, None)`` for fewer than 2 tokens.
     """
-    if len(token_times_ns) < 2:
+    return gap_stats_ms([b - a for a, b in pairwise(token_times_ns)])
+
+
+def gap_stats_ms(gaps_ns: Sequence[int]) -> tuple[float | None, float | None, float | None]:
+    """p50, p95 and max in ms of inter-token gaps (ns), as :func:`itl_stats_ms` (gaps may be pooled from
+    several streams); ``(None, None, None)`` when there is none."""
+    if not gaps_ns:
         return None, None, None
-    gaps = [(b - a) / NS_PER_MS for a, b in pairwise(token_times_ns)]
+    gaps = [g / NS_PER_MS for g in gaps_ns]
     if len(gaps) == 1:
         return gaps[0], gaps[0], gaps[0]
     cuts = quantiles(gaps, n=100, method="inclusive")  # cuts[k - 1] is the k-th percentile
