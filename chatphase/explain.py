@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.units import fmt_bytes
+from chatphase.units import fmt_bytes, fmt_seconds
 
 #: reference DRAM bandwidth of a CPU, bytes/s: DDR4-3200 dual channel, 2 × 25.6 GB/s theoretical peak.
 CPU_REFERENCE_BANDWIDTH = 51.2e9
@@ -118,9 +118,9 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
 
 
 def _duration(ms: float | None) -> str:
-    if ms is None:
-        return "–"
-    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+    if ms is None or ms >= 1000:
+        return fmt_seconds(None if ms is None else ms / 1000)
+    return f"{ms:.0f} ms"
 
 
 def explain_thinking(metrics: TurnMetrics) -> str | None:

@@ -25,6 +25,16 @@ def fmt_mib(n: float | None) -> str:
     return DASH if n is None else f"{n / 2**20:.1f}"
 
 
+def fmt_seconds(seconds: float | None) -> str:
+    """A duration for people: ``4.1 s``, ``1 min 12 s``; ``None`` -> ``"–"``."""
+    if seconds is None:
+        return DASH
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
 def fmt_ms(ms: float | None) -> str:
     """Milliseconds with sensible precision; ``None`` -> ``"–"``."""
     if ms is None:

@@ -18,9 +18,9 @@ from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ReplyView
 from chatphase.ui.history_table import THINKING_COLUMNS, TurnHistoryTable
 from chatphase.ui.phase_panel import PhasePanel
-from chatphase.ui.thinking_block import ThinkingBlock, fmt_seconds, thought_title
+from chatphase.ui.thinking_block import ThinkingBlock, thought_title
 from chatphase.ui.timeline import TurnTimeline
-from chatphase.units import fmt_ms
+from chatphase.units import fmt_ms, fmt_seconds
 
 MARKERS = ("<think>", "</think>", "think>", "<|channel|>", "<|message|>", "<|end|>", "<|start|>")
 

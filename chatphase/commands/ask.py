@@ -25,7 +25,7 @@ from chatphase.commands.server_options import add_server_options, engine_for, mo
 from chatphase.engine.events import FirstToken, LoadedModel, ThinkingEnded, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
-from chatphase.units import fmt_bytes, fmt_ms, fmt_rate
+from chatphase.units import fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
 
 
 def register(sub) -> None:
@@ -100,9 +100,8 @@ class _Printer(ChatListener):
     def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
         if self.show_thinking:
             how = " (budget spent)" if event.forced else ""
-            print(
-                f"\n[thought for {event.thinking_ms / 1000:.1f} s · {event.thinking_tokens} tok{how}]", file=sys.stderr
-            )
+            spent = f"{fmt_seconds(event.thinking_ms / 1000)} · {fmt_int(event.thinking_tokens)} tok"
+            print(f"\n[thought for {spent}{how}]", file=sys.stderr)
 
     def _write(self, text: str, thinking: str) -> None:
         if thinking and self.show_thinking:

@@ -17,21 +17,13 @@ from textual.widgets import Collapsible, Static
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.ui.chat_log import tail_lines
-from chatphase.units import fmt_int
+from chatphase.units import fmt_int, fmt_seconds
 
 #: height of the streaming thinking's tail (lines); ``.thinking-tail`` in ``app.tcss`` has the same.
 THINKING_TAIL_LINES = 4
 
 
-def fmt_seconds(seconds: float) -> str:
-    """A duration for people: ``4.1 s``, ``1 min 12 s``."""
-    if seconds < 59.95:
-        return f"{seconds:.1f} s"
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s"
-
-
-def thinking_live(tokens: int, seconds: float) -> str:
+def thinking_live(tokens: int, seconds: float | None) -> str:
     """The running count of a block being thought: ``312 tok · 4.1 s``."""
     return f"{fmt_int(tokens)} tok · {fmt_seconds(seconds)}"
 
