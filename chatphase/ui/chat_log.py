@@ -128,23 +128,27 @@ class ReplyView(Vertical):
         if commit:
             # Blocks are found from the last known block boundary, not from what was committed: after a
             # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
-            end = len(self.text) if stalled else self._boundary + complete_blocks_end(self.text[self._boundary :])
+            found = None if stalled else self._boundary + complete_blocks_end(self.text[self._boundary :])
+            end = len(self.text) if found is None else found
             lines_end = self.text.rfind("\n") + 1
             if self.text.count("\n", end, lines_end) >= TAIL_LINES:
                 end = lines_end  # a long block (a list, a code fence) goes in whole lines: the tail shows only its end
             if end > self._committed:
-                await self._write(self.text[self._committed : end])
+                await self._write(self.text[self._committed : end], boundary=found if end == found else None)
                 wrote = True
         self._draw_tail(hide_when_empty=stalled)
         return wrote
 
-    async def _write(self, chunk: str) -> None:
+    async def _write(self, chunk: str, boundary: int | None = None) -> None:
         """Append ``chunk`` to the last segment, or start a new segment with it once the last is
         ``SEGMENT_CHARS`` long and ends at a block boundary — unless ``chunk`` starts indented (it may
-        continue a list item above, which a new segment would show as code)."""
+        continue a list item above, which a new segment would show as code). ``boundary``: where the
+        committed text's last whole block ends, when the caller's parse found it (else parsed here)."""
         at_boundary = self._committed == self._boundary
         self._committed += len(chunk)
-        self._boundary += complete_blocks_end(self.text[self._boundary : self._committed])
+        if boundary is None:
+            boundary = self._boundary + complete_blocks_end(self.text[self._boundary : self._committed])
+        self._boundary = boundary
         if at_boundary and self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
             above = self._segments[-1].source
             segment = MarkdownSegment(chunk, lead=above[last_block_start(above) :], classes="reply-md")
