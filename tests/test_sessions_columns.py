@@ -59,3 +59,26 @@ def test_fit_columns_keeps_the_fixed_columns_and_shares_the_rest():
     tight = fit_columns(66, partial)  # 80 columns: Title and Model at their least, then Turns gives way
     assert tight[0] == 20 and tight[4] == 16 and tight[1:3] == [6, 6] and 5 <= tight[3] < 13
     assert sum(tight) + 10 <= 66
+
+
+async def test_a_resize_refits_the_columns_without_reading_the_sessions_again(monkeypatch):
+    rec = SessionRecorder.create(model={"name": LONG_MODEL}, settings={}, title=LONG_TITLE)
+    rec.begin_turn("q")
+    rec.finish_turn("a", scripted_metrics())
+    rec.close()
+    from chatphase.ui import sessions_screen
+
+    reads = []
+    monkeypatch.setattr(sessions_screen, "list_sessions", lambda: reads.append(1) or list_sessions())
+    app, _ = make_app()
+    async with app.run_test(size=(150, 40)) as pilot:
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        app.push_screen(SessionsScreen())
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen))
+        await pilot.pause(0.2)
+        table = app.screen.query_one(DataTable)
+        wide = table.columns[table.ordered_columns[1].key].width
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        assert table.row_count == 1 and table.ordered_columns[1].width < wide  # refitted to the new width
+        assert len(reads) == 1  # one read from disk, at opening

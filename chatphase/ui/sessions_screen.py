@@ -79,6 +79,7 @@ class SessionsScreen(ModalScreen[str | None]):
         super().__init__()
         self.current_id = current_id
         self._armed_delete: str | None = None
+        self._rows: list | None = None  # the summaries last read from disk (a resize only refits them)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="sessions-box", classes="modal-box"):
@@ -96,13 +97,17 @@ class SessionsScreen(ModalScreen[str | None]):
         table.focus()
 
     def on_resize(self) -> None:
-        self.refresh_table(keep=self.selected_id)  # the columns are fitted to the table's width
+        # the columns are fitted to the table's width; the list is not read from disk again
+        self.refresh_table(keep=self.selected_id, reload=False)
 
-    def refresh_table(self, keep: str | None = None) -> None:
-        """Reload the list from disk (cursor kept on ``keep`` when given), the columns fitted to the
-        table's width: ID, Turns and Last used whole, Title and Model cut with … to share the rest."""
+    def refresh_table(self, keep: str | None = None, reload: bool = True) -> None:
+        """Reload the list from disk (``reload``; else the list last read), cursor kept on ``keep`` when
+        given, the columns fitted to the table's width: ID, Turns and Last used whole, Title and Model cut
+        with … to share the rest."""
         table = self.query_one(DataTable)
-        rows = list_sessions()
+        if reload or self._rows is None:
+            self._rows = list_sessions()
+        rows = self._rows
         cells = []
         for s in rows:
             turns = f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else "")
