@@ -8,7 +8,9 @@ CPU-only build are dropped with a note rather than an error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import llama_cpp as lc
 
@@ -67,6 +69,21 @@ def model_params(plan: OffloadPlan):
     params = lc.llama_model_default_params()
     params.n_gpu_layers = plan.n_gpu_layers
     params.use_extra_bufts = plan.use_extra_bufts
+    return params
+
+
+def cpu_safe_model_defaults(default_params: Callable[[], Any]) -> Callable[[], Any]:
+    """``default_params`` (llama.cpp's ``llama_model_default_params``) with the extra-buffer-type choice
+    :func:`offload_plan` makes for ``extra_bufts = auto`` on this CPU: for third-party code that builds its own
+    model parameters (llama-cpp-python's ``Llama`` and its server), so that it runs as safely as the engine."""
+    system_info = lc.llama_print_system_info().decode("utf-8", "replace")
+    plan = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, system_info, gpu_ok=False)
+
+    def params():
+        p = default_params()
+        p.use_extra_bufts = plan.use_extra_bufts
+        return p
+
     return params
 
 
