@@ -44,17 +44,19 @@ def system_report() -> dict:
     """What this llama.cpp build sees: ``system_info`` text, enabled features, AMX, GPU offload support."""
     import llama_cpp
 
+    from chatphase.engine.llama_params import offload_plan
+
     system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     amx = detect_amx(system_info, read_cpu_flags())
+    gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
+    auto = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, system_info, gpu_ok)
     return {
         "llama_cpp_version": getattr(llama_cpp, "__version__", "?"),
         "system_info": system_info,
         "cpu_features": enabled_features(system_info),
         "amx_detected": amx,
-        "extra_bufts_auto": "off (AMX CPU: llama.cpp's AMX batched prefill crashes, llama.cpp #20824)"
-        if amx
-        else "on (no AMX)",
-        "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
+        "extra_bufts_auto": f"{'on' if auto.use_extra_bufts else 'off'} ({auto.extra_bufts_why or 'no AMX'})",
+        "gpu_offload_supported": gpu_ok,
     }
 
 

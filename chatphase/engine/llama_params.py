@@ -1,9 +1,9 @@
 """What the engine asks llama.cpp for: model and context parameters from the resolved engine settings.
 
 Two decisions live here because llama.cpp's defaults are wrong for some machines: llama.cpp's extra
-weight buffer types are turned off on CPUs with Intel AMX (its AMX batched path crashes on prompt
-evaluation, llama.cpp #20824; :mod:`chatphase.system.cpu_features`), and GPU layers asked for on a
-CPU-only build are dropped with a note rather than an error.
+weight buffer types are turned off on CPUs with Intel AMX when this llama.cpp build's AMX kernels fail a
+probe (builds made with GCC 12 fault on batched prompt evaluation; :mod:`chatphase.engine.amx_probe`), and
+GPU layers asked for on a CPU-only build are dropped with a note rather than an error.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import llama_cpp as lc
 
+from chatphase.engine.amx_probe import AmxVerdict, amx_verdict
 from chatphase.system.cpu_features import detect_amx, read_cpu_flags
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30, "iq4_nl": 20}
@@ -28,12 +29,14 @@ ALL_LAYERS = 0x7FFFFFFF  # llama.cpp clamps to the model's layer count
 @dataclass(frozen=True)
 class OffloadPlan:
     """``n_gpu_layers`` as passed to llama.cpp (:data:`ALL_LAYERS` for all), ``use_extra_bufts``,
-    whether AMX was detected, and the notes that explain a choice the user did not make."""
+    whether AMX was detected, the notes that explain a choice the user did not make, and why extra buffer
+    types are as they are (``""`` where nothing but the setting decided)."""
 
     n_gpu_layers: int
     use_extra_bufts: bool
     amx: bool
     notes: tuple[str, ...]
+    extra_bufts_why: str = ""
 
     @property
     def n_gpu_layers_setting(self) -> int:
@@ -41,18 +44,28 @@ class OffloadPlan:
         return -1 if self.n_gpu_layers == ALL_LAYERS else self.n_gpu_layers
 
 
-def offload_plan(settings: dict, system_info: str, gpu_ok: bool) -> OffloadPlan:
+def offload_plan(
+    settings: dict, system_info: str, gpu_ok: bool, amx_check: Callable[[], AmxVerdict] = amx_verdict
+) -> OffloadPlan:
     """Decide GPU layers and extra buffer types from the resolved ``settings``
-    (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support."""
+    (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support.
+
+    ``extra_bufts = auto`` keeps llama.cpp's extra buffer types on, except on an AMX CPU whose llama.cpp build
+    fails ``amx_check`` (:func:`chatphase.engine.amx_probe.amx_verdict`, asked only there)."""
     notes: list[str] = []
     amx = detect_amx(system_info, read_cpu_flags())
-    use_extra_bufts = {"auto": not amx, "on": True, "off": False}[settings["extra_bufts"]]
-    if amx and settings["extra_bufts"] == "auto":
-        notes.append(
-            "AMX CPU: llama.cpp extra buffer types off (its AMX batched path crashes); --extra-bufts on overrides"
-        )
-    elif amx and use_extra_bufts:
-        notes.append("AMX CPU with extra buffer types on (--extra-bufts on): batched prefill may crash")
+    why = ""
+    if settings["extra_bufts"] == "auto":
+        use_extra_bufts = True
+        if amx:
+            verdict = amx_check()
+            use_extra_bufts, why = verdict.safe, verdict.why
+            state = "on" if verdict.safe else "off"
+            notes.append(f"AMX CPU: llama.cpp extra buffer types {state}: {why}; --extra-bufts on|off overrides")
+    else:
+        use_extra_bufts = settings["extra_bufts"] == "on"
+        if amx and use_extra_bufts:
+            notes.append("AMX CPU with extra buffer types on (--extra-bufts on): batched prefill may crash")
     requested = settings["n_gpu_layers"]
     if requested is None:
         n_gpu_layers = ALL_LAYERS if gpu_ok else 0
@@ -61,7 +74,7 @@ def offload_plan(settings: dict, system_info: str, gpu_ok: bool) -> OffloadPlan:
         notes.append(f"n_gpu_layers={requested} ignored: this llama.cpp build has no GPU support (CPU only)")
     else:
         n_gpu_layers = ALL_LAYERS if requested == -1 else requested
-    return OffloadPlan(n_gpu_layers, use_extra_bufts, amx, tuple(notes))
+    return OffloadPlan(n_gpu_layers, use_extra_bufts, amx, tuple(notes), why)
 
 
 def model_params(plan: OffloadPlan):
