@@ -9,7 +9,8 @@ from ui_support import make_app, wait_for
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
-from chatphase.engine.llamalog import LEVELS, LOG_CAP_BYTES, LlamaLogCapture, rotate_log
+from chatphase.engine.llamalog import LEVELS, LlamaLogCapture
+from chatphase.engine.logfile import LOG_CAP_BYTES, rotate_log
 from chatphase.ui.screens import LogScreen
 
 #: what one engine start may add to the log (it was ~236 KB with ggml's graph debug lines).

@@ -13,7 +13,7 @@ from textual.widgets import Label, Log, Markdown
 from chatphase.ui.actions import ACTIONS, key_labels
 
 #: at most this much of the end of the log file is read (bytes): the file is rotated at
-#: :data:`~chatphase.engine.llamalog.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
+#: :data:`~chatphase.engine.logfile.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
 LOG_TAIL_BYTES = 4 * 2**20
 
 METRICS_HELP = """
