@@ -155,6 +155,8 @@ async def test_crash_shows_error_and_restart_keeps_conversation():
         assert len(app.chat.conversation) == 4 and app.chat.conversation[-1].role == "assistant"
         assert app.chat.conversation[-1].content and app.query_one(PromptInput).text == ""
         assert "partial reply kept" in " ".join(str(w.render()) for w in app.query(".meta, Label, Static"))
+        kept = app.dashboard.turns[2]  # the figures the turn had when its engine died
+        assert kept.stop_reason == "error" and kept.ttft_ms > 0 and kept.decode_tokens >= 1
         await send(pilot, "third")  # refused while the engine is down
         await wait_for(pilot, lambda: any("press F5" in n for n in notifications(app)))
         await pilot.press("f5")
