@@ -37,6 +37,7 @@ from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.session_actions import SessionCommands
+from chatphase.ui.signals import quit_on_signals
 from chatphase.ui.thinking_view import copy_reply, cycle_thinking
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
@@ -102,6 +103,7 @@ class ChatPhaseApp(App[None]):
         else:
             self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
         self.set_keymap(self.keymap)
+        self._restore_signals = quit_on_signals(self._quit_on_signal)  # SIGTERM/SIGHUP quit as Ctrl+Q does
         for notice in self._keymap_notices:
             self.notify(notice, title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]" is no tag
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
@@ -286,6 +288,11 @@ class ChatPhaseApp(App[None]):
         self.chat.close()
         self.exit()
 
+    def _quit_on_signal(self, exit_code: int) -> None:
+        self.chat.close()
+        self.exit(return_code=exit_code)
+
     def on_unmount(self) -> None:
         self.chat.close()
         self.recording.close()
+        getattr(self, "_restore_signals", lambda: None)()
