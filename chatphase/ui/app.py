@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 
+from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -103,7 +104,7 @@ class ChatPhaseApp(App[None]):
         else:
             self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
         self.set_keymap(self.keymap)
-        self._restore_signals = quit_on_signals(self._quit_on_signal)  # SIGTERM/SIGHUP quit as Ctrl+Q does
+        self._restore_signals = quit_on_signals(self.chat.close, self.exit)  # SIGTERM/SIGHUP quit as Ctrl+Q does
         for notice in self._keymap_notices:
             self.notify(notice, title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]" is no tag
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
@@ -156,6 +157,11 @@ class ChatPhaseApp(App[None]):
                 prompt.set_text(message.text)
             self._not_now(exc)
         await self._settle()
+
+    @on(events.Key)
+    @on(events.Paste)
+    def _stray_typing(self, event: events.Key | events.Paste) -> None:
+        self.prompt.catch(event)  # typing while a tab or the table has focus goes to the prompt, not nowhere
 
     def _not_now(self, exc: NotNow) -> None:
         hint = f" (press {self.keys[exc.action]})." if exc.action else ""
@@ -287,10 +293,6 @@ class ChatPhaseApp(App[None]):
         """Quit at once, also mid-generation: cancel and close the engine, then exit."""
         self.chat.close()
         self.exit()
-
-    def _quit_on_signal(self, exit_code: int) -> None:
-        self.chat.close()
-        self.exit(return_code=exit_code)
 
     def on_unmount(self) -> None:
         self.chat.close()

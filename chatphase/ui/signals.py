@@ -18,15 +18,21 @@ from collections.abc import Callable
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def quit_on_signals(quit: Callable[[int], None]) -> Callable[[], None]:
-    """Call ``quit(exit_code)`` on the running loop when a :data:`QUIT_SIGNALS` arrives; returns the
-    function that puts the previous handling back. Where the loop cannot take signal handlers (not the
-    main thread, no Unix signals), nothing changes."""
+def quit_on_signals(close: Callable[[], None], exit: Callable[..., None]) -> Callable[[], None]:
+    """On a :data:`QUIT_SIGNALS` signal, on the running loop: ``close()`` (the engine), then
+    ``exit(return_code=128 + signum)`` (the app). Returns the function that puts the previous handling
+    back. Where the loop cannot take signal handlers (not the main thread, no Unix signals), nothing
+    changes."""
     loop = asyncio.get_running_loop()
     installed = []
+
+    def quit(signum: int) -> None:
+        close()
+        exit(return_code=128 + signum)
+
     for sig in QUIT_SIGNALS:
         try:
-            loop.add_signal_handler(sig, quit, 128 + sig)
+            loop.add_signal_handler(sig, quit, sig)
         except (NotImplementedError, RuntimeError, ValueError):
             continue
         installed.append(sig)
