@@ -143,3 +143,35 @@ async def test_every_column_fits_and_a_long_spec_is_shortened(default_model_info
         await pilot.press("down")
         await pilot.pause()
         assert str(tmp_path / "long.gguf") in str(app.screen.query_one("#picker-detail", Label).render())
+
+
+async def test_the_settings_screen_shows_the_model_picked_from_the_models_directory(default_model_info, tmp_path):
+    """After Ctrl+G loads a model of the models directory, F9's Model field names it (not empty, which
+    means the bundled default), and a reload for another setting keeps it."""
+    import shutil
+
+    from textual.widgets import Input
+    from ui_support import make_app, wait_for
+
+    from chatphase.config import Settings
+    from chatphase.ui.settings_screen import SettingsScreen
+
+    copy = tmp_path / "mine.gguf"
+    shutil.copyfile(default_model_info.path, copy)
+    app, engines = make_app(Settings(models_dir=str(tmp_path), n_ctx=1024))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        await pilot.press("ctrl+g")
+        table = await wait_rows(pilot, 2)
+        row = next(i for i in range(2) if str(table.get_row_at(i)[-1]) == "models-dir")
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(engines) == 2 and app.chat.loaded is not None)
+        assert app.chat.model_info.path == str(copy)
+        await pilot.press("f9")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        assert app.screen.query_one("#set-model", Input).value == str(copy)
+        app.screen.query_one("#set-n_ctx", Input).value = "2048"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: len(engines) == 3 and app.chat.loaded is not None)
+        assert app.chat.model_info.path == str(copy) and engines[-1].info.path == str(copy)

@@ -23,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from chatphase.chat.controller import ChatController
+from chatphase.chat.settings_apply import naming_model
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.memory import assess, estimate
@@ -178,6 +179,7 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
         except ChatPhaseError as exc:
             app.notify(str(exc), title="Model unusable", severity="error")
             return
+        chat.settings = naming_model(chat.settings, info)  # F9 shows the model that is loaded
         switch(info)
 
     settings = chat.settings
