@@ -209,10 +209,7 @@ class ChatPhaseApp(App[None]):
         """Take the last user message (and its reply) back into the prompt box to edit and resend."""
         text = await self._chat_call(self.chat.take_back_last)
         if isinstance(text, str):
-            prompt = self.prompt
-            prompt.set_text(text)
-            prompt.focus()
-            self.notify("Editing your last message: Enter resends it.")
+            self.prompt.edit_message(text)  # said on the box's border: a toast would cover it at 80×24
 
     async def action_clear(self) -> None:
         """Clear the screen; the conversation (context) is kept."""

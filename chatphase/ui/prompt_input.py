@@ -83,7 +83,19 @@ class PromptInput(TextArea):
         if not text.strip():
             return
         self.clear()
+        self.border_title = ""  # an edit of the last message is sent
         self.post_message(self.Submitted(self, text))
+
+    #: the border's title while the box holds the last message taken back for editing (a toast there
+    #: would cover the very text being edited on a small terminal).
+    EDITING_TITLE = "Editing your last message · Enter resends it"
+
+    def edit_message(self, text: str) -> None:
+        """Put ``text`` (the last message, taken back) in the box to edit, focused, and say so on its
+        border until it is sent or emptied."""
+        self.set_text(text)
+        self.border_title = self.EDITING_TITLE
+        self.focus()
 
     #: the border's hint while the box holds text.
     CLEAR_HINT = "Ctrl+U clear"
@@ -92,6 +104,8 @@ class PromptInput(TextArea):
         hint = self.CLEAR_HINT if self.text else ""
         if self.border_subtitle != hint:
             self.border_subtitle = hint
+        if not self.text and self.border_title:
+            self.border_title = ""  # the edit was given up
 
     def action_clear_prompt(self) -> None:
         """Empty the box as one edit (so Ctrl+Z restores the text)."""
