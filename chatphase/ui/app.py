@@ -33,7 +33,7 @@ from chatphase.ui.chat_log import ChatLog
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
-from chatphase.ui.keymap import check_keymap, reserved_keys
+from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
@@ -105,8 +105,7 @@ class ChatPhaseApp(App[None]):
             self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
         self.set_keymap(self.keymap)
         self._restore_signals = quit_on_signals(self.chat.close, self.exit)  # SIGTERM/SIGHUP quit as Ctrl+Q does
-        for notice in self._keymap_notices:
-            self.notify(notice, title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]" is no tag
+        show_keymap_notices(self, self._keymap_notices)
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
         self.chat.add_listener(self.view)
         self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)
