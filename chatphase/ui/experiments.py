@@ -40,6 +40,9 @@ from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.ui.experiments_panes import ParallelPane, SweepPane
 
+#: a tab's status line before its first run.
+IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
+
 JobFactory = Callable[[ModelInfo, EngineConfig, SweepPlan | ParallelPlan], BenchJob]
 
 
@@ -87,7 +90,7 @@ class ExperimentsScreen(Screen[None]):
         self.overlays: list[BenchResult] = []
         self.samples: list = []  # the running sweep's measured samples, for the table's live rows
         #: each tab's status line (text, class): a tab never shows the other's
-        self.statuses = {kind: ("Set the sweep and press Run (Ctrl+R).", "") for kind in self.results}
+        self.statuses = {kind: (IDLE_STATUS, "") for kind in self.results}
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
@@ -100,7 +103,7 @@ class ExperimentsScreen(Screen[None]):
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
                 # a set total: an indeterminate bar animates (and repaints) the whole time the screen is idle
                 yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
-                yield Static("Set the sweep and press Run (Ctrl+R).", id="exp-status")
+                yield Static(IDLE_STATUS, id="exp-status")
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="exp-summary")
             with Horizontal(id="exp-files"):
