@@ -1,16 +1,16 @@
 """Export a saved session: Markdown transcript with a metrics table, JSON of everything, CSV per turn.
 
 - ``md``: title, model and settings, the transcript (partial and failed turns marked), then one
-  metrics table row per turn. Each turn was generated with its own sampling (a resumed chat may use
-  other settings): the settings line shows it when every turn shares it, else each turn says its own. Numbers are rounded for reading (2 decimals); use JSON or CSV for
-  exact values.
+  metrics table row per turn. Each turn keeps the sampling it was generated with (a resumed chat may
+  use other settings): the settings line says it when every turn shares it, else each turn says its
+  own. Numbers are rounded for reading (2 decimals); use JSON or CSV for exact values.
 - ``json``: ``{"format": "chatphase-session", "version": 1, "exported": ..., **Session.to_dict()}``;
   :func:`session_from_json` reads it back into an equal :class:`~chatphase.sessions.store.Session`.
-- ``csv``: one row per turn, one column per metric. Column names are the ``TurnMetrics`` field names,
-  which carry their units (``ttft_ms``, ``decode_tokens_per_s``, ``kv_cache_bytes``, ``*_tokens``);
-  an undefined metric (``None``) is an empty cell; the turn's sampling (:data:`SAMPLING_KEYS`) is in
-  the columns before the metrics. Floats are written with Python's shortest
-  round-trip repr, so :func:`rows_from_csv` gives back the exact values.
+- ``csv``: one row per turn: the turn's sampling (:data:`SAMPLING_KEYS`), then one column per metric.
+  Column names are the ``TurnMetrics`` field names, which carry their units (``ttft_ms``,
+  ``decode_tokens_per_s``, ``kv_cache_bytes``, ``*_tokens``); an undefined metric (``None``) is an empty
+  cell. Floats are written with Python's shortest round-trip repr, so :func:`rows_from_csv` gives back
+  the exact values.
 """
 
 from __future__ import annotations

@@ -116,12 +116,15 @@ _PARALLEL_LEFT_OUT = ("step MiB", "step GFLOP")
 _PARALLEL_KEEP = tuple(i for i, h in enumerate(parallel_headers()) if h not in _PARALLEL_LEFT_OUT)
 
 
+def _parallel_table(cells) -> list[list[str]]:
+    return [[row[i] for i in _PARALLEL_KEEP] for row in parallel_rows(cells)]
+
+
 class ParallelPane(TabPane):
     """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
 
     kind = "parallel"
-    _KEEP = _PARALLEL_KEEP
-    COLUMNS = tuple(parallel_headers()[i] for i in _KEEP)
+    COLUMNS = tuple(parallel_headers()[i] for i in _PARALLEL_KEEP)
 
     def __init__(self) -> None:
         super().__init__("Parallel", id="exp-tab-parallel")
@@ -156,18 +159,15 @@ class ParallelPane(TabPane):
     def plots(self):
         return self.query(ParallelPlot)
 
-    @classmethod
-    def rows(cls, result: BenchResult) -> list[list[str]]:
-        return cls._table(result.parallel)
+    @staticmethod
+    def rows(result: BenchResult) -> list[list[str]]:
+        return _parallel_table(result.parallel)
 
-    @classmethod
-    def live_rows(cls, samples, plan: ParallelPlan) -> list[list[str]]:
-        """Rows of the cells measured so far (the step's bytes and FLOPs are not in the table)."""
-        return cls._table(aggregate_parallel(samples, ModelFacts(None, None, None)))
-
-    @classmethod
-    def _table(cls, cells) -> list[list[str]]:
-        return [[row[i] for i in cls._KEEP] for row in parallel_rows(cells)]
+    @staticmethod
+    def live_rows(samples, plan: ParallelPlan) -> list[list[str]]:
+        """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
+        and FLOPs, which need the model's facts, are not in the table)."""
+        return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
 
     @staticmethod
     def summary(result: BenchResult) -> str:
