@@ -43,31 +43,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def clean_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+def clean_argv(argv: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[list[str], list[str]]:
     """``argv`` with bytes that are not UTF-8 (lone surrogates, as Python decodes them) replaced by
-    U+FFFD, and the notice that says so (once, naming the first argument that held some), also printed
-    on stderr; ``main`` hands the notices to the command as ``args.input_notices`` (the TUI shows them)."""
+    U+FFFD, and the notice that says so (once, naming the first argument that held some by its option,
+    e.g. ``--system``, or as ``ask``'s prompt; see :func:`argument_name`), also printed on stderr;
+    ``main`` hands the notices to the command as ``args.input_notices`` (the TUI shows them)."""
     from chatphase.engine.text import clean_text, replaced_note
 
     out, first = [], None
-    for i, arg in enumerate(argv, start=1):
+    for i, arg in enumerate(argv):
         text, at = clean_text(arg)
         if at is not None and first is None:
             first = (i, at)
         out.append(text)
-    notes = [replaced_note(f"argument {first[0]}", first[1])] if first is not None else []
-    for note in notes:
-        print(f"chatphase: {note}", file=sys.stderr)
-    return out, notes
+    if first is None:
+        return out, []
+    note = replaced_note(argument_name(out, first[0], parser or build_parser()), first[1])
+    print(f"chatphase: {note}", file=sys.stderr)
+    return out, [note]
+
+
+def argument_name(argv: list[str], index: int, parser: argparse.ArgumentParser) -> str:
+    """How a notice names ``argv[index]``: the option whose value it is (``--system``, also for
+    ``--system=…``), ``the prompt`` (``prompt 2`` of several) for ``ask``'s prompts, else ``argument N of
+    COMMAND`` (counting the command's own arguments, not the options and their values)."""
+    arg = argv[index]
+    if arg.startswith("--") and "=" in arg:
+        return arg.split("=", 1)[0]
+    takes_value = _value_options(parser)
+    if index > 0 and argv[index - 1] in takes_value:
+        return argv[index - 1]
+    positional = [i for i, a in enumerate(argv) if not a.startswith("-") and not (i > 0 and argv[i - 1] in takes_value)]
+    command = COMMAND_MODULES[0]
+    if positional and argv[positional[0]] in COMMAND_MODULES:
+        command, positional = argv[positional[0]], positional[1:]
+    k = positional.index(index) + 1 if index in positional else 0
+    if command == "ask":
+        return "the prompt" if len(positional) == 1 else f"prompt {k}"
+    return f"argument {k} of {command}"
+
+
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings, of the parser and its subcommands, that take a value (``--system TEXT``)."""
+    found: set[str] = set()
+    for action in parser._actions:
+        if action.option_strings and action.nargs != 0:
+            found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _value_options(sub)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    argv, input_notices = clean_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    argv, input_notices = clean_argv(list(sys.argv[1:] if argv is None else argv), parser)
     if argv[:1] == ["--verbose"]:  # before the command: the details behind one-line errors, on stderr
         argv = argv[1:]
         logging.basicConfig(level=logging.DEBUG, format="chatphase: debug: %(name)s: %(message)s")
-    parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     if argv and not argv[0].startswith("-") and argv[0] not in commands:  # chat takes no positional argument
         print(f"chatphase: unknown command {argv[0]!r} (commands: {', '.join(COMMAND_MODULES)})", file=sys.stderr)

@@ -5,7 +5,10 @@ Read from the source (:mod:`tests.import_graph`), so a lazy import inside a func
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import import_graph as g
 import pytest
@@ -67,6 +70,21 @@ def test_ui_never_imports_llama_cpp():
         if package_of(name) == "ui" and "llama_cpp" in g.external_imports(path)
     ]
     assert inside == []
+
+
+#: what the UI process must not load at start: llama.cpp (libllama and ~0.4 s of import; the engine's
+#: child process has it) and NumPy (only the experiments and the bench's fits need it, imported there).
+NOT_IN_THE_UI_PROCESS = ("llama_cpp", "numpy")
+
+
+def test_the_ui_process_loads_neither_llama_cpp_nor_numpy():
+    """What ``import chatphase.ui.app`` really loads, through every module it imports (direct imports
+    alone would miss a chain such as chat -> engine helper -> llama_cpp)."""
+    code = f"import sys, chatphase.ui.app\nprint(' '.join(m for m in {NOT_IN_THE_UI_PROCESS!r} if m in sys.modules))"
+    env = {**os.environ, "PYTHONPATH": str(g.PACKAGE_DIR.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []
 
 
 def test_only_the_engine_loads_llama_cpp_models():

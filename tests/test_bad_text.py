@@ -13,6 +13,7 @@ from textual import events
 from ui_support import make_app, notifications, wait_for
 
 from chatphase.bench.results import load_result
+from chatphase.cli import clean_argv
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Message, SamplingParams, TurnFinished, TurnRequest
 from chatphase.engine.text import clean_text, read_utf8
@@ -49,12 +50,31 @@ def test_argv_bytes_that_are_not_utf8_are_replaced_and_said_once():
     assert result.returncode == 0, err
     notes = [line for line in err.splitlines() if "not valid UTF-8" in line]
     assert notes == [
-        "chatphase: argument 8 held bytes that are not valid UTF-8 (first at character 4); "
+        "chatphase: prompt 1 held bytes that are not valid UTF-8 (first at character 4); "
         "they were replaced with U+FFFD (\ufffd)"
     ]
     turns = json.loads(result.stdout)["turns"]
     assert turns[0]["prompt"] == "caf\ufffd \ufffd\ufffd and tea?" and turns[0]["reply"]
     assert turns[1]["prompt"] == "Hi \ufffd"  # two arguments, one notice
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["ask", "--temperature", "0", "--max-tokens", "4", "caf\udce9"], "the prompt"),
+        (["ask", "--json", "first", "caf\udce9"], "prompt 2"),
+        (["--system", "caf\udce9"], "--system"),
+        (["chat", "--system=caf\udce9"], "--system"),
+        (["--model", "caf\udce9.gguf", "--no-save"], "--model"),
+        (["sessions", "rename", "last", "caf\udce9"], "argument 3 of sessions"),
+    ],
+)
+def test_the_notice_names_the_argument_by_its_option_or_as_the_prompt(argv, named, capsys):
+    """Not "argument 7", which counted the flags before it as arguments."""
+    cleaned, notes = clean_argv(argv)
+    assert "\udce9" not in "".join(cleaned) and len(notes) == 1
+    assert notes[0].startswith(f"{named} held bytes that are not valid UTF-8")
+    assert capsys.readouterr().err == f"chatphase: {notes[0]}\n"
 
 
 def test_the_engine_never_dies_of_a_lone_surrogate(default_model_info, tmp_path):

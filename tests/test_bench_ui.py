@@ -4,21 +4,27 @@ both tabs (prompt length & depth, parallel), and the form's layout at 80 columns
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
+import threading
 
+import pytest
+from rich.text import Text
 from textual.app import App
 from textual.widgets import DataTable, Input, ProgressBar, Static
+from ui_support import wait_for
 
 from chatphase.bench.api import BenchRun
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import PromptBuilder
+from chatphase.bench.runner import SweepProgress
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info
 from chatphase.ui.experiments import ExperimentsScreen
-from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
+from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot, y_axis
 from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedTokenEngine
 
 
@@ -341,3 +347,89 @@ async def test_form_labels_stay_apart_at_80_columns():
                 assert lbl.region.width >= len(str(lbl.render())), str(lbl.render())
             for left, right in itertools.pairwise(labels):
                 assert left.region.right < right.region.x, (str(left.render()), str(right.render()))
+
+
+class GatedJob(ScriptedJob):
+    """A scripted job that waits at ``gate`` after its ``stop_after``-th progress event."""
+
+    stop_after = 3
+
+    def __init__(self, info, settings, plan):
+        super().__init__(info, settings, plan)
+        self.gate = threading.Event()
+        GatedJob.last = self
+
+    def events(self):
+        seen = 0
+        for event in self.run:
+            yield event
+            seen += isinstance(event, SweepProgress)
+            if seen == self.stop_after:
+                self.gate.wait(10)
+
+
+async def test_at_120x40_the_table_fills_while_running_and_each_tab_keeps_its_status():
+    """The cells measured so far are rows while the sweep runs (not only after it ends or is cancelled),
+    and the Parallel tab never shows the sweep tab's status."""
+    app = ExperimentsApp()
+    app.screen_obj.job_factory = GatedJob
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await _fill(pilot, screen, depths="")
+        await pilot.press("ctrl+r")
+        table = screen.query_one("#exp-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1)  # warm-up, rep 1, rep 2 of the first cell
+        assert screen.job is not None and str(table.get_row_at(0)[1]) == "16"
+        GatedJob.last.gate.set()
+        screen.action_cancel()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "Cancelled" in str(screen.query_one("#exp-status", Static).render())
+        await _parallel_tab(pilot, screen)
+        assert str(screen.query_one("#exp-status", Static).render()) == "Set the sweep and press Run (Ctrl+R)."
+        await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-sweep")
+        await pilot.pause()
+        assert "Cancelled" in str(screen.query_one("#exp-status", Static).render())
+
+
+async def test_at_120x40_the_parallel_table_fits_and_save_says_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await _parallel_tab(pilot, screen)
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        table = screen.query_one("#exp-table", DataTable)
+        assert table.row_count == 3 and table.virtual_size.width <= table.size.width  # every column whole
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        saved = next(n.message for n in app._notifications if n.message.startswith("Saved"))
+        assert saved == f"Saved {tmp_path / screen.query_one('#exp-path', Input).value}"
+
+
+@pytest.mark.parametrize("top", [27.1, 444.4, 0.37, 1.0, 2000.0])
+@pytest.mark.parametrize("rows", [5, 12, 30])
+def test_y_ticks_are_even_and_leave_the_legend_rows_free(top, rows):
+    ticks = y_axis(top, rows, legend_lines=2)
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(ticks)}
+    assert ticks[0] == 0 and len(steps) == 1 and 2 <= len(ticks) <= 8
+    data_rows_free = rows * (1 - top / ticks[-1])  # rows above the highest point
+    assert data_rows_free >= min(3, rows // 2) - 1e-9
+
+
+async def test_plots_draw_even_y_ticks():
+    """The tick labels drawn are the even ones (plotext alone labels data rows: 27.1, 23.7, 20.3, 13.4)."""
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await _fill(pilot, screen)
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        for plot in screen.query(BenchPlot):
+            drawn = Text.from_ansi(plot.plt.build()).plain if plot.render() else ""
+            labels = [float(m) for m in re.findall(r"^ *([\d.]+) *┤", drawn, flags=re.M)]
+            steps = {round(b - a, 6) for a, b in itertools.pairwise(sorted(labels))}
+            assert len(labels) >= 3 and len(steps) == 1 and min(labels) == 0, drawn

@@ -6,7 +6,9 @@ from chat_support import make_chat
 
 from chatphase.chat.recording import SessionRecording
 from chatphase.config import Settings
+from chatphase.engine.events import SamplingParams
 from chatphase.sessions.catalog import list_sessions, load_session
+from chatphase.sessions.export import export_session, rows_from_csv
 
 
 def recorded_chat(**kw):
@@ -96,3 +98,39 @@ def test_a_write_error_is_reported_once_and_the_chat_goes_on(monkeypatch, tmp_pa
     say(chat, "one", "two")
     assert len(errors) == 1 and "cannot save the session" in errors[0]
     assert len(chat.conversation) == 4
+
+
+def test_each_turn_keeps_the_sampling_it_was_generated_with_across_a_resume():
+    """A chat at temperature 0 resumed without the flag: the old turns still export at 0.0, the new one
+    at the new temperature, and the Markdown says each turn's where they differ."""
+    chat, recording = recorded_chat(settings=Settings(sampling=SamplingParams(temperature=0.0)))
+    say(chat, "one", "two")
+    first = recording.recorder.id
+    chat2, _ = recorded_chat()  # a TUI started without --temperature
+    chat2.restore(load_session(first))
+    say(chat2, "three")
+    s = load_session(first)
+    assert [t.sampling["temperature"] for t in s.turns] == [0.0, 0.0, 0.7]
+    rows = rows_from_csv(export_session(s, "csv"))
+    assert [r["sampling"]["temperature"] for r in rows] == [0.0, 0.0, 0.7]
+    md = export_session(s, "md")
+    assert "sampling per turn" in md and "temperature=0.7" not in md.split("## Transcript")[0]
+    turn_lines = [line for line in md.splitlines() if line.startswith("_sampling:")]
+    assert [line.split(",")[0] for line in turn_lines] == ["_sampling: temperature=0.0"] * 2 + [
+        "_sampling: temperature=0.7"
+    ]
+    chat3, recording3 = recorded_chat()
+    say(chat3, "four", "five")
+    same = export_session(load_session(recording3.recorder.id), "md")  # every turn alike: said once, above
+    assert "sampling per turn" not in same and "temperature=0.7" in same.split("## Transcript")[0]
+
+
+def test_a_turn_whose_engine_died_keeps_the_figures_it_had():
+    chat, recording = recorded_chat(crash_at="decode")
+    say(chat, "hello")
+    (turn,) = load_session(recording.recorder.id).turns
+    m = turn.metrics
+    assert turn.status == "partial" and turn.in_conversation and m is not None
+    assert m.stop_reason == "error" and m.prompt_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens
+    assert m.ttft_ms > 0 and m.prefill_ms > 0 and m.decode_tokens >= 1
+    assert m.itl_ms_p95 is None and m.kv_cache_tokens is None  # only the engine's end of the turn says these

@@ -9,8 +9,9 @@ from ui_support import make_app, wait_for
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
-from chatphase.engine.llamalog import LEVELS, LOG_CAP_BYTES, LlamaLogCapture, rotate_log
-from chatphase.ui.screens import LogScreen
+from chatphase.engine.llamalog import LEVELS, LlamaLogCapture
+from chatphase.engine.logfile import LOG_CAP_BYTES, rotate_log
+from chatphase.ui.screens import CONTINUATION, LogScreen
 
 #: what one engine start may add to the log (it was ~236 KB with ggml's graph debug lines).
 START_BUDGET_BYTES = 32 * 1024
@@ -90,6 +91,32 @@ async def test_f3_opens_at_this_engine_s_start(tmp_path):
         view = app.screen.query_one(Log)
         assert view.lines[0] == "--- chatphase: loading m.gguf (pid 4242)" and len(view.lines) == 301
         assert view.scroll_offset.y == 0 and view.max_scroll_y > 0  # the start in view, the rest below
+
+
+async def test_f3_wraps_long_lines_at_80_columns(tmp_path):
+    """A line wider than the screen (llama.cpp's metadata lines, a traceback's) wraps, its continuations
+    indented; nothing is cut off at the right edge, and a resize wraps again."""
+    log = tmp_path / "engine.log"
+    long = "llama_model_loader: - kv  23: tokenizer.ggml.merges arr[str,48900] = " + " ".join(
+        f"[m{i}]" for i in range(40)
+    )
+    log.write_text(f"--- chatphase: loading m.gguf (pid 7)\n{long}\nshort\n")
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        app.push_screen(LogScreen(str(log), pid=7))
+        shown = lambda: isinstance(app.screen, LogScreen) and any(len(v.lines) > 3 for v in app.screen.query(Log))  # noqa: E731
+        await wait_for(pilot, shown)
+        view = app.screen.query_one(Log)
+        width = view.scrollable_content_region.width
+        assert all(len(line) <= width for line in view.lines) and view.max_scroll_x == 0
+        assert view.lines[-1] == "short" and all(line.startswith(CONTINUATION) for line in view.lines[2:-1])
+        assert "".join(line.removeprefix(CONTINUATION) for line in view.lines[1:-1]) == long
+        await pilot.resize_terminal(120, 30)
+        await wait_for(pilot, lambda: view.scrollable_content_region.width > width)
+        await pilot.pause(0.2)
+        assert all(len(line) <= view.scrollable_content_region.width for line in view.lines)
+        assert len(view.lines) < 2 + len(long) // width + 1
 
 
 @pytest.mark.parametrize("level", ["warn", "error"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Label
 from ui_support import notifications, record_notifications
@@ -119,3 +120,58 @@ async def test_app_model_switch_loads_the_picked_model(default_model_info, tmp_p
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(engines) == 2 and app.chat.model_info == default_model_info)
         assert not isinstance(app.screen, ModelPickerScreen)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (100, 30)])
+async def test_every_column_fits_and_a_long_spec_is_shortened(default_model_info, tmp_path, size):
+    """The Source column is whole ("default", "models-dir", "hf-cache"); a long spec gives way with "…",
+    and the line under the table names the whole file."""
+    long_spec = "bartowski/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct-Q4_K_M-imatrix.gguf"
+    listed = [
+        ModelEntry("", default_model_info.path, "default", True, default_model_info),
+        ModelEntry(long_spec, str(tmp_path / "long.gguf"), "hf-cache", False, default_model_info),
+        ModelEntry("copy.gguf", str(tmp_path / "copy.gguf"), "models-dir", False, default_model_info),
+    ]
+    app = Host(lambda: listed)
+    async with app.run_test(size=size) as pilot:
+        table = await wait_rows(pilot, 3)
+        await pilot.pause(0.1)
+        assert table.virtual_size.width <= table.size.width  # nothing cut at the right edge
+        assert [str(table.get_row_at(i)[-1]) for i in range(3)] == ["default", "hf-cache", "models-dir"]
+        shown = str(table.get_row_at(1)[1])
+        assert shown.endswith("…") and long_spec.startswith(shown[:-1])
+        await pilot.press("down")
+        await pilot.pause()
+        assert str(tmp_path / "long.gguf") in str(app.screen.query_one("#picker-detail", Label).render())
+
+
+async def test_the_settings_screen_shows_the_model_picked_from_the_models_directory(default_model_info, tmp_path):
+    """After Ctrl+G loads a model of the models directory, F9's Model field names it (not empty, which
+    means the bundled default), and a reload for another setting keeps it."""
+    import shutil
+
+    from textual.widgets import Input
+    from ui_support import make_app, wait_for
+
+    from chatphase.config import Settings
+    from chatphase.ui.settings_screen import SettingsScreen
+
+    copy = tmp_path / "mine.gguf"
+    shutil.copyfile(default_model_info.path, copy)
+    app, engines = make_app(Settings(models_dir=str(tmp_path), n_ctx=1024))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        await pilot.press("ctrl+g")
+        table = await wait_rows(pilot, 2)
+        row = next(i for i in range(2) if str(table.get_row_at(i)[-1]) == "models-dir")
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(engines) == 2 and app.chat.loaded is not None)
+        assert app.chat.model_info.path == str(copy)
+        await pilot.press("f9")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        assert app.screen.query_one("#set-model", Input).value == str(copy)
+        app.screen.query_one("#set-n_ctx", Input).value = "2048"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: len(engines) == 3 and app.chat.loaded is not None)
+        assert app.chat.model_info.path == str(copy) and engines[-1].info.path == str(copy)

@@ -15,6 +15,7 @@ from chatphase.sessions.export import rows_from_csv
 from chatphase.sessions.recorder import SessionRecorder
 from chatphase.settings_file import load_settings
 from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.chat_log import Notice as ChatNotice
 from chatphase.ui.chat_log import ReplyView, UserMessage
 from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
 from chatphase.ui.settings_screen import SettingsScreen
@@ -199,6 +200,12 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
         ("two, edited", False),
     ]
     assert [m for m in s.history() if m.role != "system"] == conversation
+    resumed, _ = make(resume=s)
+    async with resumed.run_test(size=(130, 40)) as pilot:  # the notice counts the turns it shows
+        await wait_for(pilot, lambda: idle(resumed) and len(resumed.chat.conversation) == 4)
+        (notice,) = [str(n.render()) for n in resumed.query(ChatNotice) if "Resumed session" in str(n.render())]
+        assert "(2 turns)" in notice and len(resumed.query(ReplyView)) == 2
+        assert resumed.query_one(DataTable).row_count == 2
 
 
 async def test_config_problems_found_at_start_are_shown(

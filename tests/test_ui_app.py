@@ -155,6 +155,8 @@ async def test_crash_shows_error_and_restart_keeps_conversation():
         assert len(app.chat.conversation) == 4 and app.chat.conversation[-1].role == "assistant"
         assert app.chat.conversation[-1].content and app.query_one(PromptInput).text == ""
         assert "partial reply kept" in " ".join(str(w.render()) for w in app.query(".meta, Label, Static"))
+        kept = app.dashboard.turns[2]  # the figures the turn had when its engine died
+        assert kept.stop_reason == "error" and kept.ttft_ms > 0 and kept.decode_tokens >= 1
         await send(pilot, "third")  # refused while the engine is down
         await wait_for(pilot, lambda: any("press F5" in n for n in notifications(app)))
         await pilot.press("f5")
@@ -392,12 +394,11 @@ async def test_bad_keys_in_the_config_are_said_and_ignored_and_quit_stays():
     app, _engines = make_app(Settings(keys=keys))
     async with app.run_test(size=(130, 40), notifications=True) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        said = " ".join(notifications(app))
+        assert notifications(app) == ["4 [keys] entries ignored; the chat lists them."]  # one toast, not four
+        said = " ".join(str(n.render()) for n in app.query(".notice"))
         assert "'notakey+++' is not a key name" in said and "Ctrl+Q is the app's Quit key" in said
         assert "Ctrl+C is the app's Interrupt key" in said and "Ctrl+N is Chat: New's key too" in said
-        await wait_for(pilot, lambda: app.screen.query(Toast))
-        toasts = " ".join(str(toast.render()) for toast in app.screen.query(Toast))
-        assert "[keys] chat.new = 'notakey+++'" in toasts  # shown as written, not read as markup
+        assert "[keys] chat.new = 'notakey+++'" in said  # shown as written, not read as markup
         shown = {b.binding.id: key for key, b in app.active_bindings.items() if b.binding.id}
         assert shown["chat.new"] == "ctrl+n" and shown["chat.clear"] == "ctrl+l" and shown["chat.edit"] == "ctrl+o"
         assert app.keys["chat.new"] == "Ctrl+N" and app.keys["chat.stop"] == "Esc"
@@ -405,6 +406,19 @@ async def test_bad_keys_in_the_config_are_said_and_ignored_and_quit_stays():
         await wait_for(pilot, lambda: any("ctrl+q" in n.lower() for n in notifications(app)))
         await pilot.press("ctrl+q")
     assert app.return_code == 0
+
+
+async def test_seven_bad_keys_are_one_toast_on_screen_and_a_list_in_the_chat():
+    """Seven [keys] problems at 80×24: one toast, whole on the screen; the chat log lists all seven."""
+    keys = {f"no.such.action{i}": "f6" for i in range(6)} | {"chat.new": "notakey+++"}
+    app, _engines = make_app(Settings(keys=keys))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: idle(app) and app.screen.query(Toast))
+        await pilot.pause(0.1)
+        (toast,) = app.screen.query(Toast)
+        assert app.screen.region.contains_region(toast.region) and "7 [keys] entries" in str(toast.render())
+        listed = " ".join(str(n.render()) for n in app.query(".notice")).count("[keys]")
+        assert listed == 7
 
 
 async def test_ctrl_c_stops_a_running_turn_and_only_hints_when_idle():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from textual.app import App
-from ui_support import idle, make_app, send, wait_for, wait_thread
+from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.cli import main
 from chatphase.commands import chat as chat_command
@@ -83,3 +83,23 @@ def test_a_crash_in_the_tui_exits_non_zero(headless_chat, monkeypatch):
         await pilot.pause(5)  # the first frame ends the app before this
 
     assert headless_chat(wait) == 1
+
+
+async def test_at_80x24_nothing_covers_the_message_being_edited():
+    """Ctrl+O puts the last message back in the prompt box: what says so is the box's own border, not a
+    toast (Textual's toasts sit at the bottom right, above the footer: at 80×24 that is the box, over the
+    very text being edited); sending the edit clears it."""
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "one")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        before = len(notifications(app))
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.prompt.text == "one")
+        await pilot.pause(0.1)
+        assert notifications(app)[before:] == []  # no toast
+        assert app.prompt.border_title == PromptInput.EDITING_TITLE
+        await pilot.press("end", *" more", "enter")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert app.prompt.border_title == "" and app.chat.conversation[0].content == "one more"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from dashboard_support import scripted_turn
+from textual import events
 from textual.containers import ScrollableContainer
 from textual.geometry import Region
 from textual.scroll_view import ScrollView
@@ -100,3 +101,23 @@ async def test_side_panel_figures_fit_at_every_width(size, thinking):
             drawn = "\n".join(lines_of(table))
             for cell in format_row(turn_id, metrics, table.thinking):
                 assert all(line in drawn for line in cell.split("\n")), (cell, drawn)
+
+
+@pytest.mark.parametrize("tab", ["tab-plots", "tab-system"])
+async def test_typing_after_a_click_on_a_dashboard_tab_goes_to_the_prompt(tab):
+    """A click on a tab gives it the focus; what the user types next (keys and a big paste) still lands in
+    the prompt box, which takes the focus back, and Enter sends it."""
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.click(f"#dash-tabs Tab#--content-tab-{tab}")
+        await pilot.pause(0.1)
+        assert not app.prompt.has_focus
+        await pilot.press("h", "i", "space")
+        paste = "x" * 9000
+        app.screen.focused.post_message(events.Paste(paste))
+        await pilot.pause(0.1)
+        assert app.prompt.has_focus and app.prompt.text == "hi " + paste
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert engines[0].requests[-1].messages[-1].content == "hi " + paste

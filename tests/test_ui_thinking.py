@@ -237,6 +237,25 @@ async def test_a_resumed_session_shows_its_thinking_collapsed():
         assert answer_text(resumed.query_one(ReplyView)).strip() == "It is 4."
 
 
+async def test_a_resumed_session_keeps_budget_reached():
+    """The session stores that the budget closed the block, so the resumed block says so as the live one did."""
+    pieces = ["<think>", "a", " b", " c", " d", "</think>", "Done", "."]
+    app, _ = thinking_app(pieces, THINK, settings=Settings(sampling=SamplingParams(think_budget=3)))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await finish_turn(pilot)
+        live = drawn(app.query_one(ThinkingBlock).query_one("CollapsibleTitle")).strip()
+        session_id = app.recording.recorder.id
+    assert live.endswith("· budget reached")
+    resumed = ChatPhaseApp(
+        Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=load_session(session_id)
+    )
+    async with resumed.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(resumed) and resumed.query(ThinkingBlock))
+        await pilot.pause(0.2)
+        assert drawn(resumed.query_one(ThinkingBlock).query_one("CollapsibleTitle")).strip() == live
+
+
 async def test_the_settings_screen_sets_thinking_its_budget_and_the_open_block():
     from textual.widgets import Checkbox, Input, Select
 

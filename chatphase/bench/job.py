@@ -49,7 +49,7 @@ def _child_main(
     conn, cancel_conn, info: ModelInfo, config: EngineConfig, plan: SweepPlan | ParallelPlan, roofline: bool, log_path
 ) -> None:
     """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
-    from chatphase.engine.llamalog import default_log_path, redirect_stdio
+    from chatphase.engine.logfile import default_log_path, redirect_stdio
 
     log_path = str(log_path or default_log_path())
     redirect_stdio(log_path)

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, Event
 from chatphase.engine.host import internal_error_message
-from chatphase.engine.llamalog import default_log_path
+from chatphase.engine.logfile import default_log_path
 
 JobKind = Literal["load", "turn", "watch"]
 

@@ -12,6 +12,7 @@ chat goes on. The file format is :mod:`chatphase.sessions.store`'s. A chat that 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from chatphase.chat.controller import ChatController
@@ -49,7 +50,7 @@ class SessionRecording(ChatListener):
             recorder.replace_turns(self._live[turn.position :])
             del self._live[turn.position :]
         self._turn_id = turn.turn_id
-        self._live.append(recorder.begin_turn(turn.user))
+        self._live.append(recorder.begin_turn(turn.user, asdict(turn.request.sampling)))
 
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._observe(turn, event)
@@ -59,10 +60,13 @@ class SessionRecording(ChatListener):
 
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if self._recording(turn):
-            if turn.error:
-                self.recorder.finish_turn(event.reply, event.metrics, error=turn.error)
-            else:
-                self.recorder.observe(event)
+            self.recorder.finish_turn(
+                event.reply,
+                event.metrics,
+                error=turn.error,
+                thinking=event.thinking,
+                budget_reached=turn.budget_reached,
+            )
             self._turn_id = None
 
     def turn_failed(self, turn: Turn, message: str) -> None:
@@ -73,10 +77,17 @@ class SessionRecording(ChatListener):
                 self._live.pop()  # its user message left the conversation
 
     def turn_abandoned(self, turn: Turn, why: str) -> None:
-        """The chat keeps what streamed as the reply, so the session does too: a partial turn (no metrics,
-        no error), which a resume continues with."""
+        """The chat keeps what streamed as the reply, so the session does too: a partial turn (no error)
+        with the figures measured until its engine stopped (:meth:`Turn.metrics_so_far`), which a resume
+        continues with."""
         if self._recording(turn):
-            self.recorder.finish_turn(turn.reply, None, thinking=turn.thinking)
+            self.recorder.finish_turn(
+                turn.reply,
+                turn.metrics_so_far(),
+                thinking=turn.thinking,
+                budget_reached=turn.budget_reached,
+                interrupted=True,
+            )
             self._turn_id = None
 
     def chat_cleared(self) -> None:

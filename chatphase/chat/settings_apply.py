@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
 
 from chatphase.chat.controller import ChatController
 from chatphase.config import Settings
+from chatphase.errors import ChatPhaseError
+from chatphase.models.gguf_meta import ModelInfo
 
 
 def apply_settings(chat: ChatController, settings: Settings, reload_keys: Iterable[str] = ()) -> str:
@@ -30,3 +34,18 @@ def apply_settings(chat: ChatController, settings: Settings, reload_keys: Iterab
         chat.restart_engine()
         return f"Reloading the model for {', '.join(reload_keys)}"
     return "Settings applied"
+
+
+def naming_model(settings: Settings, info: ModelInfo) -> Settings:
+    """``settings`` whose ``model`` names ``info`` (a model picked from a list, not by the ``model``
+    setting): kept when it already resolves to that file (the bundled default stays unset), else the
+    file's path. So the settings screen shows the model that is loaded, and a reload for another
+    setting loads it again, not the model the chat started with."""
+    from chatphase.models.resolve import resolve_model
+
+    try:
+        if Path(resolve_model(settings.model, settings.models_dir)).resolve() == Path(info.path).resolve():
+            return settings
+    except ChatPhaseError:  # the old setting names nothing that exists now
+        pass
+    return replace(settings, model=str(info.path))

@@ -19,7 +19,7 @@ from chatphase.engine.events import (
     TokensDecoded,
     TurnRequest,
 )
-from chatphase.engine.metrics import NS_PER_S, decode_rates
+from chatphase.engine.metrics import NS_PER_MS, NS_PER_S, TurnMetrics, decode_rates, rate_per_s
 
 TurnKind = Literal["send", "regenerate", "resend"]
 """``send``: a new user message; ``regenerate``: the last reply again; ``resend``: an edited last message."""
@@ -99,3 +99,59 @@ class Turn:
     def live_decode_rate(self) -> float | None:
         """Decode tokens/s so far (``docs/metrics.md``: ``(n - 1) / (t_last - t_first)``); ``None`` below 2."""
         return decode_rates(self.decode_tokens, self.t_last_ns - self.t_first_ns)[0]
+
+    @property
+    def budget_reached(self) -> bool:
+        """Whether the engine closed the thinking block at the thinking budget."""
+        return self.thinking_ended is not None and self.thinking_ended.forced
+
+    def metrics_so_far(self) -> TurnMetrics | None:
+        """The figures of a turn that ended without its result (its engine stopped or was replaced), as
+        its events measured them: prompt and cached tokens, the prefill done and its time, TTFT, the decode
+        tokens and their rate (the tokens delivered so far), the thinking block. What only the engine's
+        end of the turn reports (ITL, the KV cache) is ``None``; ``stop_reason="error"``. ``None`` before
+        the prefill started (nothing was measured)."""
+        pre, progress = self.prefill, self.progress
+        if pre is None:
+            return None
+        if self.decoding:
+            prefill_tokens = pre.prefill_tokens
+            finished = progress is not None and progress.done_tokens >= progress.total_tokens
+            prefill_ms = progress.elapsed_ms if finished else None
+        else:
+            prefill_tokens = progress.done_tokens if progress is not None else 0
+            prefill_ms = progress.elapsed_ms if progress is not None else None
+        decode_ns = self.t_last_ns - self.t_first_ns
+        decode_tps, tpot_ms = decode_rates(self.decode_tokens, decode_ns)
+        thought = self.thinking_tokens or self.thinking_ended is not None
+        ended = self.thinking_ended
+        thinking_tokens = (ended.thinking_tokens if ended else self.thinking_tokens) if thought else None
+        return TurnMetrics(
+            prompt_tokens=pre.prompt_tokens,
+            cached_tokens=pre.cached_tokens,
+            prefill_tokens=prefill_tokens,
+            prefill_ms=prefill_ms,
+            prefill_tokens_per_s=rate_per_s(prefill_tokens, round(prefill_ms * NS_PER_MS)) if prefill_ms else None,
+            ttft_ms=self.ttft_ms,
+            decode_tokens=self.decode_tokens,
+            decode_ms=decode_ns / NS_PER_MS if self.decoding else None,
+            decode_tokens_per_s=decode_tps,
+            itl_ms_p50=None,
+            itl_ms_p95=None,
+            itl_ms_max=None,
+            kv_cache_tokens=None,
+            kv_bytes_per_token=None,
+            kv_cache_bytes=None,
+            kv_capacity_bytes=None,
+            stop_reason="error",
+            tokenize_ms=None,
+            tpot_ms=tpot_ms,
+            dropped_messages=pre.dropped_messages,
+            thinking_tokens=thinking_tokens,
+            thinking_ms=self.thinking_s() * 1000 if thought else None,
+            thinking_cut_short=bool(thought) and ended is None,
+            answer_tokens=self.decode_tokens - thinking_tokens if thinking_tokens is not None else None,
+            n_threads_prefill=pre.n_threads_prefill,
+            n_threads_decode=pre.n_threads_decode,
+            threads_reason=pre.threads_reason,
+        )

@@ -99,7 +99,7 @@ def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
     if not settings.server:
         return {}
     from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
-    from chatphase.engine.llamalog import default_log_path
+    from chatphase.engine.logfile import default_log_path
     from chatphase.engine.vocab import VocabFile
 
     try:  # llama.cpp's log goes to the engine log, as the engine's does

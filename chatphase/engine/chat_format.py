@@ -331,7 +331,7 @@ def format_before_load(
     if forced is None and template is None:
         if not with_vocab:
             return None
-        from chatphase.engine.llamalog import default_log_path
+        from chatphase.engine.logfile import default_log_path
         from chatphase.engine.vocab import load_vocab
 
         with load_vocab(info.path, log_path or default_log_path()) as vocab:

@@ -70,7 +70,7 @@ class _Batch:
 def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
     """Child process body: load, then serve ``("turn", TurnRequest, seq)`` / ``("close",)`` commands;
     ``cancel_conn`` carries cancel requests (:class:`~chatphase.engine.cancel_pipe.CancelFlag`)."""
-    from chatphase.engine.llamalog import default_log_path, redirect_stdio
+    from chatphase.engine.logfile import default_log_path, redirect_stdio
 
     log_path = log_path or default_log_path()
     redirect_stdio(log_path)

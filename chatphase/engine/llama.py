@@ -39,7 +39,8 @@ from chatphase.engine.events import (
 from chatphase.engine.generation import Generated, generate
 from chatphase.engine.generation import Model as GenModel
 from chatphase.engine.llama_params import context_params, model_params, offload_plan
-from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
+from chatphase.engine.llamalog import LlamaLogCapture
+from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong

@@ -9,9 +9,7 @@ What is kept: lines at or above :func:`log_level` (``info`` by default; ``CHATPH
 keeps llama.cpp's debug lines too, about 1,000 graph lines of ~236 KB per engine start). The levels are
 ggml's (``enum ggml_log_level`` in the vendored ``ggml/include/ggml.h``: 1 debug, 2 info, 3 warn, 4 error,
 5 continuation of the previous line; llama-cpp-python's ``_logger.py`` comment has an older order).
-The file is shared by every engine process; before a process appends to it, a file over
-:data:`LOG_CAP_BYTES` is rotated (``engine.log`` -> ``engine.log.1`` -> ``engine.log.2``, the oldest
-dropped), so the log stays under about three caps.
+The file (:mod:`chatphase.engine.logfile`: where it is, its rotation) is shared by every engine process.
 """
 
 from __future__ import annotations
@@ -24,59 +22,18 @@ from pathlib import Path
 
 import llama_cpp
 
+from chatphase.engine.logfile import rotate_log
+
 #: ggml's log levels (``enum ggml_log_level``).
 LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4}
 _CONT = 5
-#: a log file larger than this is rotated when the next engine process starts (bytes).
-LOG_CAP_BYTES = 2 * 2**20
-#: rotated files kept beside the log (``engine.log.1`` … ``.N``).
-LOG_KEEP = 2
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
-
-
-def default_log_path() -> Path:
-    """``engine.log`` in ``$CHATPHASE_LOG_DIR`` or the platform's user log directory (platformdirs)."""
-    env = os.environ.get("CHATPHASE_LOG_DIR")
-    if env:
-        return Path(env) / "engine.log"
-    import platformdirs
-
-    return Path(platformdirs.user_log_dir("chatphase")) / "engine.log"
 
 
 def log_level() -> int:
     """The lowest ggml level written: ``$CHATPHASE_LOG_LEVEL`` (debug, info, warn, error; default info)."""
     return LEVELS.get(os.environ.get("CHATPHASE_LOG_LEVEL", "").strip().lower(), LEVELS["info"])
-
-
-def rotate_log(path: str | os.PathLike, cap_bytes: int = LOG_CAP_BYTES, keep: int = LOG_KEEP) -> bool:
-    """Rotate ``path`` when it is larger than ``cap_bytes``: ``.N-1`` -> ``.N`` … ``path`` -> ``.1``
-    (the oldest dropped). Returns whether it rotated. A process that still holds the old file open
-    keeps writing to it under its new name, which is fine for a log."""
-    p = Path(path)
-    try:
-        if p.stat().st_size <= cap_bytes:
-            return False
-        for n in range(keep, 0, -1):
-            older = p.with_name(f"{p.name}.{n}")
-            newer = p.with_name(f"{p.name}.{n - 1}") if n > 1 else p
-            if newer.exists():
-                os.replace(newer, older)
-        return True
-    except OSError:  # another process rotated it first, or the directory is read-only: keep appending
-        return False
-
-
-def redirect_stdio(path: str | os.PathLike) -> None:
-    """Point this process's fds 1 and 2 at the log ``path`` (appending, rotated first), so that what
-    llama.cpp or a crash prints never reaches the terminal (engine and bench child processes)."""
-    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-    rotate_log(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 class LlamaLogCapture:

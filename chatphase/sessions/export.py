@@ -1,14 +1,16 @@
 """Export a saved session: Markdown transcript with a metrics table, JSON of everything, CSV per turn.
 
 - ``md``: title, model and settings, the transcript (partial and failed turns marked), then one
-  metrics table row per turn. Numbers are rounded for reading (2 decimals); use JSON or CSV for
-  exact values.
+  metrics table row per turn. Each turn keeps the sampling it was generated with (a resumed chat may
+  use other settings): the settings line says it when every turn shares it, else each turn says its
+  own. Numbers are rounded for reading (2 decimals); use JSON or CSV for exact values.
 - ``json``: ``{"format": "chatphase-session", "version": 1, "exported": ..., **Session.to_dict()}``;
   :func:`session_from_json` reads it back into an equal :class:`~chatphase.sessions.store.Session`.
-- ``csv``: one row per turn, one column per metric. Column names are the ``TurnMetrics`` field names,
-  which carry their units (``ttft_ms``, ``decode_tokens_per_s``, ``kv_cache_bytes``, ``*_tokens``);
-  an undefined metric (``None``) is an empty cell. Floats are written with Python's shortest
-  round-trip repr, so :func:`rows_from_csv` gives back the exact values.
+- ``csv``: one row per turn: the turn's sampling (:data:`SAMPLING_KEYS`), then one column per metric.
+  Column names are the ``TurnMetrics`` field names, which carry their units (``ttft_ms``,
+  ``decode_tokens_per_s``, ``kv_cache_bytes``, ``*_tokens``); an undefined metric (``None``) is an empty
+  cell. Floats are written with Python's shortest round-trip repr, so :func:`rows_from_csv` gives back
+  the exact values.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from chatphase.sessions.store import Session, utc_now
 FORMATS = ("md", "json", "csv")
 JSON_FORMAT_NAME = "chatphase-session"
 METRIC_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics))
+#: the sampling settings an export shows for a turn (``SamplingParams`` fields).
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "think_budget")
 #: columns before the metrics in the CSV export.
-CSV_LEAD_COLUMNS = ("session_id", "turn", "status", "replaced", "model", "started", "finished")
+CSV_LEAD_COLUMNS = ("session_id", "turn", "status", "replaced", "model", "started", "finished", *SAMPLING_KEYS)
 CSV_COLUMNS = CSV_LEAD_COLUMNS + METRIC_COLUMNS + ("error",)
 #: the metrics shown in the Markdown table (the CSV has them all).
 MD_METRICS = (
@@ -139,6 +143,7 @@ def to_csv(session: Session) -> str:
     for t in session.turns:
         m = t.metrics.to_dict() if t.metrics else {}
         lead = (session.id, t.index, t.status, int(t.replaced), t.model or session.model_name, t.started, t.finished)
+        lead += tuple(_turn_sampling(session, t).get(k) for k in SAMPLING_KEYS)
         w.writerow([_csv_cell(v) for v in (*lead, *(m.get(c) for c in METRIC_COLUMNS), t.error)])
     return buf.getvalue()
 
@@ -156,7 +161,8 @@ def _parse_cell(text: str):
 
 def rows_from_csv(text: str) -> list[dict]:
     """Parse a CSV export: one dict per turn with ``turn``, ``status``, ``replaced``, ``model``, ``started``,
-    ``finished``, ``error`` and ``metrics`` (a :class:`TurnMetrics`, or ``None`` for a turn without).
+    ``finished``, ``error``, ``sampling`` (the turn's :data:`SAMPLING_KEYS` that have a value) and
+    ``metrics`` (a :class:`TurnMetrics`, or ``None`` for a turn without).
 
     Raises:
         UsageError: when the header is not the chatphase CSV header.
@@ -186,6 +192,7 @@ def rows_from_csv(text: str) -> list[dict]:
                 "started": raw["started"],
                 "finished": vals["finished"],
                 "error": vals["error"],
+                "sampling": {k: vals[k] for k in SAMPLING_KEYS if vals[k] is not None},
                 "metrics": TurnMetrics(**metric_vals) if has_metrics else None,
             }
         )
@@ -205,14 +212,21 @@ def _md_cell(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def _settings_line(settings: dict) -> str:
+def _turn_sampling(session: Session, turn) -> dict:
+    """The sampling ``turn`` was generated with (the session's settings for a turn recorded without)."""
+    return turn.sampling or (session.settings or {}).get("sampling") or {}
+
+
+def _sampling_text(sampling: dict) -> str:
+    return ", ".join(f"{k}={sampling[k]}" for k in SAMPLING_KEYS if sampling.get(k) is not None)
+
+
+def _settings_line(settings: dict, sampling: dict | None) -> str:
+    """The engine settings, then ``sampling`` (``None``: the turns differ, each says its own)."""
     keys = ("n_ctx", "n_batch", "n_threads", "n_gpu_layers", "flash_attn", "type_k", "type_v")
     parts = [f"{k}={settings[k]}" for k in keys if settings.get(k) is not None]
-    samp = settings.get("sampling") or {}
-    parts += [
-        f"{k}={samp[k]}" for k in ("temperature", "top_p", "top_k", "seed", "max_tokens") if samp.get(k) is not None
-    ]
-    return ", ".join(parts)
+    parts.append(_sampling_text(sampling) if sampling is not None else "sampling per turn (below)")
+    return ", ".join(p for p in parts if p)
 
 
 def metrics_table(session: Session) -> str:
@@ -243,13 +257,18 @@ def to_markdown(session: Session) -> str:
         f"- Model: {model}" + (f" ({extra})" if extra else ""),
         f"- Created: {session.created}; last used: {session.last_used or session.created}",
     ]
+    samplings = [_turn_sampling(session, t) for t in session.turns] or [(session.settings or {}).get("sampling") or {}]
+    shared = samplings[0] if all(x == samplings[0] for x in samplings) else None
     if session.settings:
-        out.append(f"- Settings: {_settings_line(session.settings)}")
+        out.append(f"- Settings: {_settings_line(session.settings, shared)}")
         if session.settings.get("system_prompt"):
             out.append(f"- System prompt: {session.settings['system_prompt']}")
     out += ["", "## Transcript", ""]
-    for t in session.turns:
-        out += [f"### Turn {t.index}", "", "**User**", "", t.user, "", "**Assistant**", ""]
+    for t, sampling in zip(session.turns, samplings, strict=False):  # no turns: one stand-in sampling
+        out += [f"### Turn {t.index}", ""]
+        if shared is None:
+            out += [f"_sampling: {_sampling_text(sampling)}_", ""]
+        out += ["**User**", "", t.user, "", "**Assistant**", ""]
         if t.thinking:  # a reasoning model's thinking, folded as the chat shows it
             out += ["<details><summary>Thinking</summary>", "", t.thinking, "", "</details>", ""]
         out += [t.reply or MD_NONE, ""]

@@ -172,9 +172,10 @@ class SessionRecorder:
             self.failed = message
             self.on_error(message)
 
-    def begin_turn(self, user: str) -> int:
-        """Record the user's message before generation starts; returns the turn's 1-based index.
-        A turn still open is first ended as partial (interrupted)."""
+    def begin_turn(self, user: str, sampling: dict | None = None) -> int:
+        """Record the user's message (and the ``sampling`` dict the turn is generated with) before
+        generation starts; returns the turn's 1-based index. A turn still open is first ended as partial
+        (interrupted)."""
         if self._turn is not None:
             self.finish_turn("".join(self._streamed), None)  # interrupted: ends as partial
         if self._header is not None and not self._header["title"]:
@@ -182,7 +183,10 @@ class SessionRecorder:
         self._turn, self._next_turn = self._next_turn, self._next_turn + 1
         self._buf, self._streamed, self._error = [], [], None
         self._thinking_buf, self._thought = [], []
-        self._emit({"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}, sync=True)
+        start = {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}
+        if sampling is not None:
+            start["sampling"] = sampling
+        self._emit(start, sync=True)
         self._last_text_write = time.monotonic()
         return self._turn
 
@@ -211,11 +215,20 @@ class SessionRecorder:
         self._last_text_write = time.monotonic()
 
     def finish_turn(
-        self, reply: str, metrics: TurnMetrics | None, *, error: str | None = None, thinking: str | None = None
+        self,
+        reply: str,
+        metrics: TurnMetrics | None,
+        *,
+        error: str | None = None,
+        thinking: str | None = None,
+        budget_reached: bool = False,
+        interrupted: bool = False,
     ) -> None:
         """End the open turn with its full reply and metrics (and ``thinking`` text: default, what
         streamed); fsync'd. No-op if none is open. ``error`` (or a non-fatal engine error seen in the
-        turn) marks it failed; no metrics and no error mark it partial (interrupted)."""
+        turn) marks it failed; no metrics and no error, or ``interrupted`` (its engine stopped: the
+        metrics are the figures measured until then), mark it partial. ``budget_reached``: the engine
+        closed the thinking block at the thinking budget."""
         if self._turn is None:
             return
         error = error or self._error
@@ -230,6 +243,10 @@ class SessionRecorder:
         thinking = "".join(self._thought) if thinking is None else thinking
         if thinking:
             rec["thinking"] = thinking
+        if budget_reached:
+            rec["thinking_budget_reached"] = True
+        if interrupted:
+            rec["interrupted"] = True
         self._buf, self._thinking_buf = [], []
         self._turn = None
         self._emit(rec, sync=True)

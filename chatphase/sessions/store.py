@@ -6,14 +6,17 @@ with a ``type``:
 
 - ``session`` (first line): ``id``, ``title``, ``created`` (ISO 8601 UTC), ``model`` (``ModelInfo``
   dict), ``settings`` (``Settings`` dict), ``version``.
-- ``turn_start``: ``turn`` (1-based), ``time``, ``user`` (the user's message) — written and fsync'd
-  at submit, before any token, so a turn in flight is on disk as *partial*.
+- ``turn_start``: ``turn`` (1-based), ``time``, ``user`` (the user's message), ``sampling`` (the turn's
+  ``SamplingParams`` dict; older files lack it, and the settings in effect stand in) — written and
+  fsync'd at submit, before any token, so a turn in flight is on disk as *partial*.
 - ``thinking``: ``turn``, ``text`` — a reasoning model's thinking text as it streams (like ``text``).
 - ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.sessions.recorder.TEXT_FLUSH_S`
   seconds; flushed to the OS (survives SIGKILL of the process), not fsync'd.
 - ``turn_end``: ``turn``, ``time``, ``reply`` (full text), ``metrics`` (``TurnMetrics.to_dict()`` or
   ``null``), ``error`` (``null`` or the engine's message), ``thinking`` (the thinking text, when there was
-  any) — fsync'd.
+  any), ``thinking_budget_reached`` (``true`` when the engine closed the thinking block at the budget),
+  ``interrupted`` (``true`` for a turn whose engine stopped mid-reply: ``metrics`` are the figures
+  measured until then, and the turn stays *partial*) — fsync'd.
 - ``title``: ``title``, ``time`` (a rename); ``model``: ``model``, ``settings``, ``time`` (a model
   or settings change inside the session; later turns record the new model name).
 
@@ -97,8 +100,11 @@ def title_from(text: str) -> str:
 class Turn:
     """One recorded turn. ``status``: ``complete`` (``turn_end`` with metrics), ``failed`` (the engine
     reported an error; ``error`` holds it) or ``partial`` (interrupted: the process ended mid-turn, or
-    the turn was abandoned; ``reply`` is the text streamed until then and ``metrics`` is ``None``).
-    ``replaced``: the user took the turn back (regenerate, edit); it is not part of the conversation."""
+    the turn was abandoned; ``reply`` is the text streamed until then, and ``metrics`` what was measured
+    until then: ``None`` when the process died with it, the figures so far when only its engine did).
+    ``replaced``: the user took the turn back (regenerate, edit); it is not part of the conversation.
+    ``sampling``: the ``SamplingParams`` dict the turn was generated with. ``thinking_budget_reached``:
+    the engine closed the thinking block at the thinking budget."""
 
     index: int
     user: str
@@ -111,6 +117,8 @@ class Turn:
     model: str = ""
     replaced: bool = False
     thinking: str = ""
+    sampling: dict = field(default_factory=dict)
+    thinking_budget_reached: bool = False
 
     @property
     def in_conversation(self) -> bool:
@@ -233,6 +241,7 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
                     status="partial",
                     started=str(rec.get("time", "")),
                     model=model_name,
+                    sampling=_turn_sampling(rec, s.settings),
                 )
                 by_index[t.index] = t
                 s.turns.append(t)
@@ -247,7 +256,9 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
                 t.finished = rec.get("time")
                 t.error = rec.get("error")
                 t.metrics = TurnMetrics.from_dict(rec["metrics"]) if rec.get("metrics") else None
-                t.status = "failed" if t.error else "complete" if t.metrics is not None else "partial"
+                t.thinking_budget_reached = bool(rec.get("thinking_budget_reached", False))
+                done = t.metrics is not None and not rec.get("interrupted")
+                t.status = "failed" if t.error else "complete" if done else "partial"
             elif kind == "replace":
                 for i in rec["turns"]:
                     if int(i) in by_index:
@@ -261,6 +272,15 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
         except (KeyError, TypeError, ValueError):
             s.corrupt_lines += 1
     return s
+
+
+def _turn_sampling(turn_start: dict, settings: dict) -> dict:
+    """A ``turn_start`` record's sampling; from a file written before turns carried it, the sampling of
+    the settings in effect (the header's, or the last ``model`` record's)."""
+    sampling = turn_start.get("sampling")
+    if not isinstance(sampling, dict):
+        sampling = (settings or {}).get("sampling")
+    return dict(sampling) if isinstance(sampling, dict) else {}
 
 
 def records_of(session: Session) -> list[dict]:
@@ -278,8 +298,11 @@ def records_of(session: Session) -> list[dict]:
         }
     ]
     for t in session.turns:
-        out.append({"type": "turn_start", "turn": t.index, "time": t.started, "user": t.user})
-        if t.status == "partial":
+        start = {"type": "turn_start", "turn": t.index, "time": t.started, "user": t.user}
+        if t.sampling:
+            start["sampling"] = t.sampling
+        out.append(start)
+        if t.status == "partial" and t.metrics is None:
             if t.thinking:
                 out.append({"type": "thinking", "turn": t.index, "text": t.thinking})
             out.append({"type": "text", "turn": t.index, "text": t.reply})
@@ -289,6 +312,10 @@ def records_of(session: Session) -> list[dict]:
             end["error"] = t.error
             if t.thinking:
                 end["thinking"] = t.thinking
+            if t.thinking_budget_reached:
+                end["thinking_budget_reached"] = True
+            if t.status == "partial":
+                end["interrupted"] = True
             out.append(end)
     replaced = [t.index for t in session.turns if t.replaced]
     if replaced:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 
+from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -32,11 +33,12 @@ from chatphase.ui.chat_log import ChatLog
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
-from chatphase.ui.keymap import check_keymap, reserved_keys
+from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
 from chatphase.ui.phase_indicator import PhaseIndicator
 from chatphase.ui.phase_panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.session_actions import SessionCommands
+from chatphase.ui.signals import quit_on_signals
 from chatphase.ui.thinking_view import copy_reply, cycle_thinking
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
@@ -102,8 +104,8 @@ class ChatPhaseApp(App[None]):
         else:
             self.notify(f"Unknown theme {settings.theme!r}; using {self.theme}", severity="warning")
         self.set_keymap(self.keymap)
-        for notice in self._keymap_notices:
-            self.notify(notice, title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]" is no tag
+        self._restore_signals = quit_on_signals(self.chat.close, self.exit)  # SIGTERM/SIGHUP quit as Ctrl+Q does
+        show_keymap_notices(self, self._keymap_notices)
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
         self.chat.add_listener(self.view)
         self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)
@@ -155,6 +157,11 @@ class ChatPhaseApp(App[None]):
             self._not_now(exc)
         await self._settle()
 
+    @on(events.Key)
+    @on(events.Paste)
+    def _stray_typing(self, event: events.Key | events.Paste) -> None:
+        self.prompt.catch(event)  # typing while a tab or the table has focus goes to the prompt, not nowhere
+
     def _not_now(self, exc: NotNow) -> None:
         hint = f" (press {self.keys[exc.action]})." if exc.action else ""
         self.notify(f"{exc}{hint}", severity="warning")
@@ -201,10 +208,7 @@ class ChatPhaseApp(App[None]):
         """Take the last user message (and its reply) back into the prompt box to edit and resend."""
         text = await self._chat_call(self.chat.take_back_last)
         if isinstance(text, str):
-            prompt = self.prompt
-            prompt.set_text(text)
-            prompt.focus()
-            self.notify("Editing your last message: Enter resends it.")
+            self.prompt.edit_message(text)  # said on the box's border: a toast would cover it at 80×24
 
     async def action_clear(self) -> None:
         """Clear the screen; the conversation (context) is kept."""
@@ -289,3 +293,4 @@ class ChatPhaseApp(App[None]):
     def on_unmount(self) -> None:
         self.chat.close()
         self.recording.close()
+        getattr(self, "_restore_signals", lambda: None)()

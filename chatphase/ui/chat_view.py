@@ -193,6 +193,8 @@ class ChatView(ChatListener):
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         self._turn_over()
         self.thinking.abandoned(turn)
+        if (metrics := turn.metrics_so_far()) is not None:  # the figures it had, as the session keeps them
+            self.dashboard.turn_finished(turn.number, metrics)
         reply = self.chat_log.active_reply
         if reply is not None:
 
@@ -229,20 +231,20 @@ class ChatView(ChatListener):
 
     def history_restored(self, session: Session) -> None:
         log = self.chat_log
-        for t in session.turns:
-            if not t.in_conversation:
-                continue
+        shown = [t for t in session.turns if t.in_conversation]  # the others were taken back or failed
+        for t in shown:
             log.add_user(t.user)
             view = log.add_reply(t.index, t.reply)
             meta = metrics_line(t.metrics) if t.metrics else f"{t.status} turn (no metrics)"
             self.app.call_after_refresh(view.set_meta, meta)
             if t.thinking:
-                block = ThinkingBlock(t.thinking, title=metrics_title(t.metrics), open=self.chat.settings.thinking_open)
+                title = metrics_title(t.metrics, t.thinking_budget_reached)
+                block = ThinkingBlock(t.thinking, title=title, open=self.chat.settings.thinking_open)
                 self.app.call_after_refresh(view.add_above, block)
             if t.metrics is not None:
                 self.dashboard.turn_finished(t.index, t.metrics)
         log.add_notice(
-            f"Resumed session {session.id} “{session.title}” ({fmt_count(len(session.turns), 'turn')}). "
+            f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}). "
             "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
         )
         self.app.sub_title = f"{self.chat.model_info.name} · {session.title}"

@@ -5,9 +5,11 @@ generated tokens) and **Parallel** (N sequences decoded together, prompt tokens,
 Run (Ctrl+R) starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for
 the second), in a child process (:class:`chatphase.bench.job.BenchJob`, driven from a thread worker —
 this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in with every
-measured repetition, and Esc cancels (partial results are kept). When the run ends the table shows
-mean ± sd per cell and the summary the fit and the roofline verdicts (per N for the parallel sweep).
-Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name; Load (Ctrl+O) reads an
+measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels (partial
+results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
+parallel sweep). Each tab has its own status line.
+Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
+directory; the notice names the whole path); Load (Ctrl+O) reads an
 earlier result and overlays it on every plot it has cells for, to compare two models or two settings.
 Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
 (each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
@@ -37,6 +39,9 @@ from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.ui.experiments_panes import ParallelPane, SweepPane
+
+#: a tab's status line before its first run.
+IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
 
 JobFactory = Callable[[ModelInfo, EngineConfig, SweepPlan | ParallelPlan], BenchJob]
 
@@ -80,8 +85,12 @@ class ExperimentsScreen(Screen[None]):
         self.job_factory: JobFactory = job_factory or (lambda info, s, plan: BenchJob(info, s, plan))
         self.job: BenchJob | None = None
         self.job_pane: SweepPane | ParallelPane | None = None
+        self.job_plan: SweepPlan | ParallelPlan | None = None
         self.results: dict[str, BenchResult | None] = {"sweep": None, "parallel": None}
         self.overlays: list[BenchResult] = []
+        self.samples: list = []  # the running sweep's measured samples, for the table's live rows
+        #: each tab's status line (text, class): a tab never shows the other's
+        self.statuses = {kind: (IDLE_STATUS, "") for kind in self.results}
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
@@ -94,7 +103,7 @@ class ExperimentsScreen(Screen[None]):
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
                 # a set total: an indeterminate bar animates (and repaints) the whole time the screen is idle
                 yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
-                yield Static("Set the sweep and press Run (Ctrl+R).", id="exp-status")
+                yield Static(IDLE_STATUS, id="exp-status")
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="exp-summary")
             with Horizontal(id="exp-files"):
@@ -128,6 +137,7 @@ class ExperimentsScreen(Screen[None]):
         if path.value in (self._default_path("sweep"), self._default_path("parallel")):
             path.value = self._default_path(self.pane.kind)
         self._fill_table()
+        self._status(*self.statuses[self.pane.kind])
 
     # -- actions -----------------------------------------------------------------------------------
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -166,7 +176,7 @@ class ExperimentsScreen(Screen[None]):
             self._status(str(exc), "-error")
             self.notify(str(exc), severity="error")
             return
-        self.job_pane = pane
+        self.job_pane, self.job_plan, self.samples = pane, plan, []
         bar = self.query_one("#exp-progress", ProgressBar)
         bar.remove_class("-idle")
         bar.update(total=plan.total_runs, progress=0)
@@ -180,7 +190,7 @@ class ExperimentsScreen(Screen[None]):
         """Cancel the running sweep; it ends with the repetitions measured so far."""
         if self.job is not None:
             self.job.cancel()
-            self._status("Cancelling…", "-warning")
+            self._status("Cancelling…", "-warning", self.job_pane)
 
     def action_cancel_or_close(self) -> None:
         """Esc: cancel a running sweep, else close the screen."""
@@ -200,7 +210,7 @@ class ExperimentsScreen(Screen[None]):
         except ChatPhaseError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.notify(f"Saved {path}")
+        self.notify(f"Saved {path.resolve()}")
 
     def action_load(self) -> None:
         """Load the result at the path field and overlay it on the plots it has cells for."""
@@ -237,31 +247,32 @@ class ExperimentsScreen(Screen[None]):
             return
         pane = self.job_pane
         if isinstance(event, BenchStatus):
-            self._status(event.text[:1].upper() + event.text[1:] + "…")
+            self._status(event.text[:1].upper() + event.text[1:] + "…", pane=pane)
         elif isinstance(event, BenchNotice):
             self.notify(event.text, severity="warning", timeout=10)
         elif isinstance(event, SweepProgress):
             self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
             label, figures = sample_progress(event.sample)
-            self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}")
+            self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}", pane=pane)
             for plot in pane.plots():
                 plot.add_sample(event.sample)
+            if not event.sample.warmup:
+                self.samples.append(event.sample)
+                self._fill_table()
         elif isinstance(event, BenchDone):
             self.job = None
             self._set_running(False)
             self.results[pane.kind] = event.result
             self._show_results()
             self._fill_table()
-            self._status(
-                "Cancelled: partial results." if event.result.cancelled else "Done.",
-                "-warning" if event.result.cancelled else "",
-            )
+            cancelled = event.result.cancelled
+            self._status("Cancelled: partial results." if cancelled else "Done.", "-warning" if cancelled else "", pane)
         elif isinstance(event, BenchFailed):
             self.job = None
             self._set_running(False)
             for plot in pane.plots():
                 plot.end_live()
-            self._status(event.message, "-error")
+            self._status(event.message, "-error", pane)
             self.notify(event.message, severity="error")
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -273,24 +284,33 @@ class ExperimentsScreen(Screen[None]):
                 plot.set_results(([current] if current else []) + self.overlays)
 
     def _fill_table(self) -> None:
-        """The active tab's columns and its last result's rows; its summary under the table."""
+        """The active tab's columns and rows: the cells measured so far while its sweep runs, else its last
+        result's; its summary under the table."""
         pane, result = self.pane, self.result
         table = self.query_one("#exp-table", DataTable)
         table.clear(columns=True)
         table.add_columns(*pane.COLUMNS)
-        if result is not None:
-            for row in pane.rows(result):
-                table.add_row(*row)
-        self.query_one("#exp-summary", Static).update(pane.summary(result) if result else "")
+        running = self.job is not None and pane is self.job_pane
+        if running:
+            rows = pane.live_rows(self.samples, self.job_plan)
+        else:
+            rows = pane.rows(result) if result is not None else []
+        for row in rows:
+            table.add_row(*row)
+        self.query_one("#exp-summary", Static).update(pane.summary(result) if result and not running else "")
 
     def _set_running(self, running: bool) -> None:
         self.query_one("#exp-run", Button).disabled = running
         self.query_one("#exp-cancel", Button).disabled = not running
 
-    def _status(self, text: str, kind: str = "") -> None:
-        status = self.query_one("#exp-status", Static)
-        status.set_classes(kind)
-        status.update(text)
+    def _status(self, text: str, kind: str = "", pane: SweepPane | ParallelPane | None = None) -> None:
+        """Set ``pane``'s status line (default: the active tab's); shown when that tab is."""
+        pane = pane or self.pane
+        self.statuses[pane.kind] = (text, kind)
+        if pane is self.pane:
+            status = self.query_one("#exp-status", Static)
+            status.set_classes(kind)
+            status.update(text)
 
     def on_unmount(self) -> None:
         if self.job is not None:

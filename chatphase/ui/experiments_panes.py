@@ -5,7 +5,8 @@ results read in the table and the summary.
 - :class:`ParallelPane` — N sequences decoded together (aggregate and per-sequence tok/s against N).
 
 The screen (:mod:`chatphase.ui.experiments`) runs whichever tab is active and talks to both through the same
-methods: :meth:`plan`, the live-plot calls, :meth:`rows` and :meth:`summary`.
+methods: :meth:`plan`, the live-plot calls, :meth:`rows` (of a result), :meth:`live_rows` (of the samples a
+running sweep measured so far) and :meth:`summary`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, TabPane
 
-from chatphase.bench.parallel import ParallelPlan
+from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel
 from chatphase.bench.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
 from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import SweepPlan
+from chatphase.bench.runner import SweepPlan, aggregate
 from chatphase.config import Settings
 from chatphase.errors import UsageError
 from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
@@ -96,6 +97,11 @@ class SweepPane(TabPane):
         return sweep_rows(result.results)
 
     @staticmethod
+    def live_rows(samples, plan: SweepPlan) -> list[list[str]]:
+        """Rows of the cells measured so far (counted samples of the running sweep of ``plan``)."""
+        return sweep_rows(aggregate(samples, plan.gen_tokens))
+
+    @staticmethod
     def summary(result: BenchResult) -> str:
         lines = fit_lines(result)
         if result.roofline and "decode_verdict" in result.roofline:
@@ -104,11 +110,21 @@ class SweepPane(TabPane):
         return "\n".join(lines)
 
 
+#: the parallel table leaves out a step's MiB and GFLOP: the summary's line per N says both, and with them
+#: the table would not fit 120 columns.
+_PARALLEL_LEFT_OUT = ("step MiB", "step GFLOP")
+_PARALLEL_KEEP = tuple(i for i, h in enumerate(parallel_headers()) if h not in _PARALLEL_LEFT_OUT)
+
+
+def _parallel_table(cells) -> list[list[str]]:
+    return [[row[i] for i in _PARALLEL_KEEP] for row in parallel_rows(cells)]
+
+
 class ParallelPane(TabPane):
     """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
 
     kind = "parallel"
-    COLUMNS = tuple(parallel_headers())
+    COLUMNS = tuple(parallel_headers()[i] for i in _PARALLEL_KEEP)
 
     def __init__(self) -> None:
         super().__init__("Parallel", id="exp-tab-parallel")
@@ -145,7 +161,13 @@ class ParallelPane(TabPane):
 
     @staticmethod
     def rows(result: BenchResult) -> list[list[str]]:
-        return parallel_rows(result.parallel)
+        return _parallel_table(result.parallel)
+
+    @staticmethod
+    def live_rows(samples, plan: ParallelPlan) -> list[list[str]]:
+        """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
+        and FLOPs, which need the model's facts, are not in the table)."""
+        return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
 
     @staticmethod
     def summary(result: BenchResult) -> str:

@@ -5,10 +5,15 @@ A plot holds *series*: the running sweep (its samples appear as they are measure
 in) and any number of finished results (current or loaded from a file, for overlays). A finished
 series draws each cell's mean joined by a line with ±1 sample sd error bars; series are told apart by
 colour and named in plotext's legend. Redraws happen per measured run, never faster.
+
+The y axis is set here, not left to plotext (:func:`y_axis`): plotext puts its ticks on data rows, which
+gives uneven labels (27.1, 23.7, 20.3, 13.4), and draws the legend over the top-left of the data. Ticks
+are round, even steps from 0, and the axis reaches high enough that the legend's rows stay above every point.
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 from textual_plotext import PlotextPlot
@@ -19,6 +24,26 @@ from chatphase.bench.results import BenchResult, CellResult, Sample
 PlotKind = Literal["ttft", "decode"]
 #: plotext colour names, one per series in order.
 COLORS = ("cyan", "orange", "green", "magenta", "yellow", "red", "blue")
+#: rows of a plot widget that are not the data area: title, the frame's two lines, x ticks, x label.
+NON_DATA_ROWS = 5
+
+
+def nice_step(top: float, count: int = 4) -> float:
+    """A round tick step (1, 2, 2.5 or 5 × 10^k) that splits ``0..top`` into about ``count`` steps."""
+    raw = top / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+
+
+def y_axis(top: float, rows: int, legend_lines: int) -> list[float]:
+    """Even y ticks from 0 for data up to ``top`` on ``rows`` data rows, the last tick high enough that
+    the top ``legend_lines`` rows (plotext's legend) plus one hold no point."""
+    if top <= 0:
+        return [0.0, 1.0]
+    free = min(legend_lines + 1, rows // 2) if legend_lines else 0
+    axis_top = top * rows / max(1, rows - free)
+    step = nice_step(axis_top)
+    return [i * step for i in range(math.ceil(axis_top / step - 1e-9) + 1)]
 
 
 def cell_point(kind: PlotKind, cell: CellResult) -> tuple[float, float, float] | None:
@@ -50,6 +75,15 @@ class SeriesPlot(PlotextPlot):
         self.results: list[BenchResult] = []
         self.live: list[tuple[float, ...]] = []
         self.live_label = ""
+        self.y_top = 0.0  # the highest point drawn (error bars included), set by replot
+        self.legend_lines = 0  # the series named in the legend, set by replot
+
+    def render(self):
+        """Set the y axis for this size (:func:`y_axis`), then let plotext draw."""
+        ticks = y_axis(self.y_top, max(2, self.size.height - NON_DATA_ROWS), self.legend_lines)
+        self.plt.ylim(ticks[0], ticks[-1])
+        self.plt.yticks(ticks, [f"{t:g}" for t in ticks])
+        return super().render()
 
     def on_mount(self) -> None:
         # no super().on_mount(): Textual dispatches PlotextPlot's own handler itself
@@ -112,6 +146,7 @@ class BenchPlot(SeriesPlot):
         plt.title(title if self.series_count() else f"{title} — no data yet")
         plt.xlabel(xlabel)
         plt.ylabel(ylabel)
+        self.y_top, self.legend_lines = 0.0, 0
         for i, res in enumerate(self.results):
             pts = sorted(p for p in (cell_point(self.kind, c) for c in res.results) if p)
             if not pts:
@@ -121,9 +156,13 @@ class BenchPlot(SeriesPlot):
             plt.plot(xs, ys, marker="dot", color=color, label=res.display_label())
             if any(sds):
                 plt.error(xs, ys, yerr=sds, color=color)
+            self.y_top = max(self.y_top, *(y + sd for y, sd in zip(ys, sds, strict=True)))
+            self.legend_lines += 1
         if self.live:
             xs, ys = (list(v) for v in zip(*self.live, strict=True))
             plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
+            self.y_top = max(self.y_top, *ys)
+            self.legend_lines += 1
         self.refresh()
 
 
@@ -158,6 +197,7 @@ class ParallelPlot(SeriesPlot):
         plt.ylabel("tok/s")
         ticks: set[float] = set()
         drawn = 0
+        self.y_top, self.legend_lines = 0.0, 0
         for res in self.results:
             cells = sorted(
                 (c for c in res.parallel if c.aggregate_decode_tokens_per_s.mean is not None), key=lambda c: c.n_seq
@@ -183,11 +223,15 @@ class ParallelPlot(SeriesPlot):
                 color=color,
                 label=f"{label} per seq",
             )
+            self.y_top = max(self.y_top, *(c.aggregate_decode_tokens_per_s.mean for c in cells))
+            self.legend_lines += 2
         if self.live:
             xs, agg, per = (list(v) for v in zip(*self.live, strict=True))
             ticks.update(xs)
             plt.scatter(xs, agg, marker="dot", color="white", label=f"{self.live_label} aggregate (running)")
             plt.scatter(xs, per, marker="x", color="gray", label="per seq (running)")
+            self.y_top = max(self.y_top, *agg, *per)
+            self.legend_lines += 2
         if ticks:
             plt.xticks(sorted(ticks), [str(int(t)) for t in sorted(ticks)])
         self.refresh()

@@ -8,7 +8,7 @@ keeps for itself (:func:`reserved_keys`: Ctrl+Q quit, Ctrl+C, the command palett
 prompt box's Enter, new-line and editing keys, which it handles before any app binding); a key that
 types a character in the prompt box; and a key another action already has (the other action's default or
 remapped key), so that no action loses its key without a word. An action whose keys are all dropped keeps
-its default.
+its default. :func:`show_keymap_notices` says them all in one place once the screen is up.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.keys import Keys, _character_to_key, key_to_character
 
 from chatphase.ui.actions import ACTIONS, key_display
+from chatphase.ui.chat_log import ChatLog
 from chatphase.ui.prompt_input import PromptInput
 
 #: the modifiers in Textual's key names (as its terminal parsers write them: ``ctrl+shift+left``).
@@ -137,3 +138,19 @@ def _clash(wanted: Mapping[str, list[str]]) -> tuple[str, list[str]] | None:
         if len(holders) > 1 and any(key in wanted.get(i, ()) for i in holders):
             return key, holders
     return None
+
+
+def show_keymap_notices(app: App, notices: list[str] | tuple[str, ...]) -> None:
+    """Say what :func:`check_keymap` dropped: one notice in a toast; several in the chat log, which
+    scrolls, and one toast that counts them (a toast each stacked past the screen's edge, the last cut)."""
+    if len(notices) == 1:
+        app.notify(notices[0], title="Settings", severity="warning", timeout=15, markup=False)  # "[keys]": no tag
+    elif notices:
+        app.query_one(ChatLog).add_notice("\n".join(notices), "warning")
+        app.notify(
+            f"{len(notices)} [keys] entries ignored; the chat lists them.",
+            title="Settings",
+            severity="warning",
+            timeout=15,
+            markup=False,
+        )

@@ -5,7 +5,9 @@ cache), read in a thread worker so the screen opens at once. Each row shows arch
 quantisation, file size, training context, KV bytes per token and the memory estimate at the app's
 n_ctx (:mod:`chatphase.models.memory`). Files that fail validation are listed with their reason and
 cannot be chosen (a notice says why); a model that would be refused for memory cannot be chosen either.
-Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read.
+Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read. A long model spec is
+shortened with "…" so that every other column (Source last) fits the box; the line under the table
+gives the highlighted model's whole name and path.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from chatphase.chat.controller import ChatController
+from chatphase.chat.settings_apply import naming_model
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.memory import assess, estimate
@@ -28,6 +31,13 @@ from chatphase.models.resolve import ModelEntry, list_models
 from chatphase.units import fmt_bytes, fmt_count
 
 COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
+#: the Model column is never cut below this many characters (a narrower box scrolls sideways instead).
+MIN_MODEL_CHARS = 8
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with a trailing "…" when longer."""
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
 class ModelPickerScreen(ModalScreen[ModelInfo | None]):
@@ -50,6 +60,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         self.current_path = current_path
         self.lister = lister or (lambda: list_models(models_dir))
         self.entries: list[ModelEntry] = []
+        self.rows: list[tuple] = []  # each entry's cells, the Model column whole
         self.verdicts: dict[str, object] = {}
 
     def compose(self) -> ComposeResult:
@@ -76,19 +87,37 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
     def fill(self, entries: list[ModelEntry], error: str | None = None) -> None:
         """Show ``entries`` (usable first, in listing order; broken ones after)."""
         self.entries = sorted(entries, key=lambda e: e.info is None)
-        table = self.query_one(DataTable)
-        table.clear()
+        self.rows = [self._cells(e) for e in self.entries]
         cursor = 0
         for i, e in enumerate(self.entries):
-            table.add_row(*self._cells(e), key=str(i))
             if e.info is not None and self.current_path and e.path == self.current_path:
                 cursor = i
         usable = sum(e.info is not None for e in self.entries)
         status = error or f"{fmt_count(usable, 'usable model')} · memory at n_ctx {self.n_ctx}"
         self.query_one("#picker-status", Label).update(status)
-        if self.entries:
+        self._draw(cursor)
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self._draw(self.query_one(DataTable).cursor_row)
+
+    def _draw(self, cursor: int) -> None:
+        """The rows, the Model column shortened so that the table fits the box's width."""
+        table = self.query_one(DataTable)
+        width = table.size.width or self.app.size.width
+        others = sum(max(len(h), *(len(str(r[c])) for r in self.rows), 0) for c, h in enumerate(COLUMNS) if c != 1)
+        model = max(MIN_MODEL_CHARS, width - others - 2 * table.cell_padding * len(COLUMNS) - 1)
+        table.clear()
+        for i, (mark, label, *rest) in enumerate(self.rows):
+            short = (
+                Text(shorten(label.plain, model), style=label.style)
+                if isinstance(label, Text)
+                else shorten(label, model)
+            )
+            table.add_row(mark, short, *rest, key=str(i))
+        if self.rows:
             table.move_cursor(row=cursor)
-        table.focus()
 
     def _cells(self, e: ModelEntry) -> tuple:
         mark = "●" if e.info is not None and e.path == self.current_path else ("*" if e.is_default else "")
@@ -150,6 +179,7 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
         except ChatPhaseError as exc:
             app.notify(str(exc), title="Model unusable", severity="error")
             return
+        chat.settings = naming_model(chat.settings, info)  # F9 shows the model that is loaded
         switch(info)
 
     settings = chat.settings

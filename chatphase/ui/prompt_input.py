@@ -9,7 +9,9 @@ Ctrl+U clears the box (said by the placeholder while it is empty and by the box'
 text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
 bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
 them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a notice says so once per
-paste. The box grows with its text up to a height cap set in ``app.tcss``.
+paste. The box grows with its text up to a height cap set in ``app.tcss``. Typing that reaches the app
+because another widget of the chat screen has focus (after a click on a dashboard tab) comes here too
+(:meth:`PromptInput.catch`), so that it is never lost.
 """
 
 from __future__ import annotations
@@ -81,7 +83,19 @@ class PromptInput(TextArea):
         if not text.strip():
             return
         self.clear()
+        self.border_title = ""  # an edit of the last message is sent
         self.post_message(self.Submitted(self, text))
+
+    #: the border's title while the box holds the last message taken back for editing (a toast there
+    #: would cover the very text being edited on a small terminal).
+    EDITING_TITLE = "Editing your last message · Enter resends it"
+
+    def edit_message(self, text: str) -> None:
+        """Put ``text`` (the last message, taken back) in the box to edit, focused, and say so on its
+        border until it is sent or emptied."""
+        self.set_text(text)
+        self.border_title = self.EDITING_TITLE
+        self.focus()
 
     #: the border's hint while the box holds text.
     CLEAR_HINT = "Ctrl+U clear"
@@ -90,6 +104,8 @@ class PromptInput(TextArea):
         hint = self.CLEAR_HINT if self.text else ""
         if self.border_subtitle != hint:
             self.border_subtitle = hint
+        if not self.text and self.border_title:
+            self.border_title = ""  # the edit was given up
 
     def action_clear_prompt(self) -> None:
         """Empty the box as one edit (so Ctrl+Z restores the text)."""
@@ -99,7 +115,8 @@ class PromptInput(TextArea):
     async def _on_paste(self, event: events.Paste) -> None:
         """A paste with lone surrogates (they cannot be encoded for the model) goes in with U+FFFD
         instead, said once; any other paste is left to ``TextArea``'s own handler (Textual calls each
-        class's handler in turn unless one prevents the default)."""
+        class's handler in turn unless one prevents the default). The paste stops here: it was taken."""
+        event.stop()
         text, first = clean_text(event.text)
         if first is None:
             return
@@ -107,6 +124,21 @@ class PromptInput(TextArea):
         event.stop()
         self.notify(replaced_note("The pasted text", first), title="Paste", severity="warning")
         await super()._on_paste(events.Paste(text))
+
+    def catch(self, event: events.Key | events.Paste) -> None:
+        """A printable key or a paste that no widget took (the focus was on a dashboard tab, the turns
+        table, a thinking block) goes into this box, which takes the focus back; only while the box's
+        screen is the one shown (a dialog's stray keys stay there)."""
+        if self.screen is not self.app.screen or self.has_focus:
+            return
+        if isinstance(event, events.Key) and not (event.is_printable and event.character):
+            return
+        event.stop()
+        self.focus()
+        if isinstance(event, events.Paste):
+            self.post_message(events.Paste(event.text))  # as if pasted here: the same checks, one undo step
+        else:
+            self.insert(event.character or "")
 
     def action_newline(self) -> None:
         """Insert a line break at the cursor."""

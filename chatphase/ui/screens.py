@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.cells import cell_len, chop_cells
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -13,7 +14,7 @@ from textual.widgets import Label, Log, Markdown
 from chatphase.ui.actions import ACTIONS, key_labels
 
 #: at most this much of the end of the log file is read (bytes): the file is rotated at
-#: :data:`~chatphase.engine.llamalog.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
+#: :data:`~chatphase.engine.logfile.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
 LOG_TAIL_BYTES = 4 * 2**20
 
 METRICS_HELP = """
@@ -52,12 +53,16 @@ class CloseableScreen(ModalScreen[None]):
 class LogScreen(CloseableScreen):
     """Shows the engine's log file at ``path`` (its last :data:`LOG_TAIL_BYTES`); with the engine's
     ``pid``, from that engine's own ``--- chatphase: loading … (pid N)`` line on, opened at that line
-    (the engine's start in view, its later lines below)."""
+    (the engine's start in view, its later lines below). Long lines wrap at the screen's width
+    (:func:`fold_lines`, again on a resize): llama.cpp's and a traceback's lines are often wider than a
+    terminal, and Textual's log scrolls sideways only with the mouse."""
 
     def __init__(self, path: str, pid: int = 0) -> None:
         super().__init__()
         self.path = path
         self.pid = pid
+        self.lines: list[str] = []
+        self._width = 0
 
     def compose(self) -> ComposeResult:
         with Vertical(id="log-box", classes="modal-box"):
@@ -65,10 +70,45 @@ class LogScreen(CloseableScreen):
             yield Log(id="engine-log", highlight=False, auto_scroll=False)
 
     def on_mount(self) -> None:
+        self.lines = from_engine_start(read_log_tail(self.path), self.pid)
         log = self.query_one(Log)
-        log.write_lines(from_engine_start(read_log_tail(self.path), self.pid))
         log.focus()
-        self.call_after_refresh(log.scroll_home, animate=False)  # this engine's start in view
+        self.call_after_refresh(self._fill, home=True)  # once the log has its width
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fill)
+
+    def _fill(self, home: bool = False) -> None:
+        logs = self.query(Log)
+        width = logs.first().scrollable_content_region.width if logs else 0  # a resize may come before compose
+        if width <= 0 or (width == self._width and not home):
+            return
+        self._width = width
+        log = logs.first()
+        log.clear()
+        log.write_lines(fold_lines(self.lines, width))
+        if home:
+            log.scroll_home(animate=False)  # this engine's start in view
+
+
+#: how a wrapped log line's continuation starts.
+CONTINUATION = "  "
+
+
+def fold_lines(lines: list[str], width: int) -> list[str]:
+    """``lines`` wrapped at ``width`` terminal cells (wide characters count two); a line's continuations
+    start with :data:`CONTINUATION`."""
+    out: list[str] = []
+    rest_width = max(1, width - len(CONTINUATION))
+    for line in lines:
+        if cell_len(line) <= width:
+            out.append(line)
+            continue
+        first, *more = chop_cells(line, width)
+        out.append(first)
+        for piece in chop_cells("".join(more), rest_width) if more else ():
+            out.append(CONTINUATION + piece)
+    return out
 
 
 def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
