@@ -26,8 +26,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-#: logits of the two paths may differ by float summation order only; garbage tile shapes give far more
-MAX_ABS_LOGIT_DIFF = 0.05
+#: The plain CPU path itself gives other logits when the same tokens are evaluated one at a time instead of
+#: in one batch (other kernels; on the default model max |Δlogit| 1.0 of a range of 44, 61/64 top tokens the
+#: same): the AMX path passes when it stays within that spread (it measured 0.98 and 61/64 where it was
+#: compiled right); a wrongly loaded tile configuration gives garbage or a crash.
+SPREAD_FACTOR = 1.5
+ARGMAX_SLACK = 2
 _PROBE_TOKENS = 64
 _TIMEOUT_S = 120.0
 
@@ -78,14 +82,13 @@ def _run_probe(timeout_s: float) -> AmxVerdict:
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return AmxVerdict(False, f"the AMX probe failed (exit {done.returncode})")
-    diff, same = result["max_abs_diff"], result["argmax_same"]
-    if diff <= MAX_ABS_LOGIT_DIFF and same == result["positions"]:
-        return AmxVerdict(
-            True, f"this llama.cpp build's AMX kernels match the plain CPU path (max |Δlogit| {diff:.3g})"
-        )
+    diff, same, ref = result["max_abs_diff"], result["argmax_same"], result["ref_max_abs_diff"]
+    figures = f"max |Δlogit| {diff:.3g}, the plain path's own {ref:.3g}"
+    if diff <= SPREAD_FACTOR * ref + 1e-3 and same >= result["ref_argmax_same"] - ARGMAX_SLACK:
+        return AmxVerdict(True, f"this llama.cpp build's AMX kernels agree with the plain CPU path ({figures})")
     return AmxVerdict(
         False,
-        f"this llama.cpp build's AMX kernels give other logits (max |Δlogit| {diff:.3g}, "
+        f"this llama.cpp build's AMX kernels give other logits ({figures}; "
         f"{same}/{result['positions']} top tokens the same)",
     )
 
@@ -114,7 +117,9 @@ def amx_verdict(timeout_s: float = _TIMEOUT_S) -> AmxVerdict:
     return verdict
 
 
-def _logits(model_path: str, extra_bufts: bool, tokens: list[int]):
+def _logits(model_path: str, extra_bufts: bool, tokens: list[int], step: int):
+    """Logits of every position of ``tokens``, evaluated ``step`` tokens per ``llama_decode``: an array of
+    shape (len(tokens), n_vocab)."""
     import llama_cpp as lc
     import numpy as np
 
@@ -126,20 +131,23 @@ def _logits(model_path: str, extra_bufts: bool, tokens: list[int]):
     cp.n_ctx = cp.n_batch = cp.n_ubatch = 2 * len(tokens)
     cp.n_threads = cp.n_threads_batch = 2
     ctx = lc.llama_init_from_model(model, cp)
-    batch = lc.llama_batch_init(len(tokens), 0, 1)
-    for i, t in enumerate(tokens):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
-        batch.seq_id[i][0] = 0
-    batch.n_tokens = len(tokens)
-    if lc.llama_decode(ctx, batch) != 0:
-        raise RuntimeError("llama_decode failed")
-    lc.llama_synchronize(ctx)
     n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
-    rows = np.ctypeslib.as_array(lc.llama_get_logits(ctx), shape=(len(tokens) * n_vocab,)).copy()
-    lc.llama_batch_free(batch)
+    rows = []
+    for start in range(0, len(tokens), step):
+        part = tokens[start : start + step]
+        batch = lc.llama_batch_init(len(part), 0, 1)
+        for i, t in enumerate(part):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, start + i, 1, 1
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(part)
+        if lc.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        lc.llama_synchronize(ctx)
+        rows.append(np.ctypeslib.as_array(lc.llama_get_logits(ctx), shape=(len(part) * n_vocab,)).copy())
+        lc.llama_batch_free(batch)
     lc.llama_free(ctx)
     lc.llama_model_free(model)
-    return rows.reshape(len(tokens), n_vocab)
+    return np.concatenate(rows).reshape(len(tokens), n_vocab)
 
 
 def _main() -> int:
@@ -153,11 +161,17 @@ def _main() -> int:
     lc.llama_backend_init()
     path = str(default_model_path())
     tokens = [1] + [(97 * i + 13) % 40000 + 100 for i in range(_PROBE_TOKENS - 1)]
-    plain = _logits(path, False, tokens)
-    amx = _logits(path, True, tokens)
-    same = int((plain.argmax(axis=1) == amx.argmax(axis=1)).sum())
-    diff = float(np.nan_to_num(np.abs(plain - amx), nan=np.inf).max())
-    print(json.dumps({"max_abs_diff": diff, "argmax_same": same, "positions": len(tokens)}), flush=True)
+    plain = _logits(path, False, tokens, len(tokens))
+    single = _logits(path, False, tokens, 1)  # the plain path's own spread: other kernels, same maths
+    extra = _logits(path, True, tokens, len(tokens))
+
+    def compare(a, b):
+        return float(np.nan_to_num(np.abs(a - b), nan=np.inf).max()), int((a.argmax(axis=1) == b.argmax(axis=1)).sum())
+
+    diff, same = compare(plain, extra)
+    ref_diff, ref_same = compare(plain, single)
+    result = {"max_abs_diff": diff, "argmax_same": same, "ref_max_abs_diff": ref_diff, "ref_argmax_same": ref_same}
+    print(json.dumps(dict(result, positions=len(tokens))), flush=True)
     return 0
 
 
