@@ -6,6 +6,8 @@ tokens already cached. Prints mean ± sample sd, median, min and max per cell, a
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
 ``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
+A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
+lever grid instead (:mod:`chatphase.commands.bench_grid`): every combination, interleaved, beside the roofline.
 Exit codes: 0 ok; 130 cancelled by Ctrl+C (partial results are still written; a second Ctrl+C aborts);
 2 bad usage or unusable model; 1 engine failure.
 """
@@ -55,7 +57,7 @@ def register(sub) -> None:
         help="measure TTFT vs prompt length and decode speed vs context depth",
         description=__doc__.split("\n\n")[0],
     )
-    add_model_options(p)
+    add_model_options(p, lists=True)
     add_server_options(p)
     g = p.add_argument_group("sweep")
     g.add_argument(
@@ -101,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     """Validate everything, run the sweep with a progress bar on stderr, write the outputs."""
     if args.format not in FORMATS:
         raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
+    from chatphase.commands.bench_grid import run_grid, split_levers
+
+    grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
+    if grid.is_sweep:
+        return run_grid(args, grid)
     settings = settings_from_args(args)
     plan = _plan(args, settings)
     if args.plot:

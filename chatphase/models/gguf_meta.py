@@ -66,7 +66,9 @@ class ModelInfo:
     geometry for other cache types), is ``None`` for models without a per-token KV cache. ``n_vocab`` and
     ``n_embd`` feed the compute-buffer estimate (:mod:`chatphase.models.memory`); ``split_count`` is the
     number of files of a split GGUF (``path`` is the first); ``synthetic`` marks random weights in a real
-    model's shapes (:data:`SYNTHETIC_KEY`): its text is noise, its timings are real.
+    model's shapes (:data:`SYNTHETIC_KEY`): its text is noise, its timings are real; ``embedding_bytes``
+    the bytes of the token embedding when the model has a separate output matrix (a token reads one row of
+    it, :func:`chatphase.bench.roofline.weight_bytes_per_token`), else 0.
     """
 
     path: str
@@ -84,6 +86,7 @@ class ModelInfo:
     n_embd: int = 0
     split_count: int = 1
     synthetic: bool = False
+    embedding_bytes: int = 0
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict."""
@@ -296,6 +299,8 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     except ValueError:
         shape = None
     kv_per_token = kv_bytes_per_token(shape) if shape else None
+    by_name = {t.name: t for t in tensors}
+    untied = "output.weight" in by_name and "token_embd.weight" in by_name
     return ModelInfo(
         path=str(p),
         name=re.sub(r"-\d{5}-of-\d{5}$", "", p.stem),  # the file name: what users know a model by
@@ -312,6 +317,7 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
         n_embd=int(meta.get(f"{arch}.embedding_length", 0)),
         split_count=split_count,
         synthetic=SYNTHETIC_KEY in meta,
+        embedding_bytes=int(by_name["token_embd.weight"].n_bytes) if untied else 0,
     )
 
 

@@ -1,0 +1,113 @@
+"""``chatphase bench`` with comma lists in its levers: the lever grid (:mod:`chatphase.bench.grid`).
+
+:func:`split_levers` reads the lever flags (kept as text by ``add_model_options(lists=True)``): a single
+value goes back into ``args`` as the plain bench expects it; lists make a :class:`LeverGrid`, which
+:func:`run_grid` runs with the same progress bar, Ctrl+C handling and output flags as the plain sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from chatphase.bench.grid import LEVERS, LeverGrid, parse_lever
+from chatphase.commands.options import AUTO, count_or_auto, settings_from_args
+from chatphase.engine.config import TRI_STATE
+from chatphase.errors import UsageError
+from chatphase.models.kv import KV_TYPE_BYTES
+
+#: lever -> the ``args`` attribute its flag fills.
+_DEST = {"model": "model", "type_k": "type_k", "type_v": "type_v", "flash_attn": "flash_attn",
+         "n_ubatch": "n_ubatch", "n_threads": "n_threads"}  # fmt: skip
+
+
+def split_levers(args: argparse.Namespace) -> LeverGrid:
+    """The grid of the lever flags in ``args``; single values are written back into ``args`` as the plain
+    bench reads them (``--n-ubatch`` an int, ``--threads`` an int or ``auto``), lists set to ``None``.
+
+    Raises:
+        UsageError: a value a lever does not take (one line naming the flag and the choices).
+    """
+    values: dict[str, tuple] = {}
+    for lever, dest in _DEST.items():
+        text = getattr(args, dest, None)
+        if text is None:
+            continue
+        items = parse_lever(lever, text)
+        flag = LEVERS[lever][0]
+        choices = {"type_k": list(KV_TYPE_BYTES), "type_v": list(KV_TYPE_BYTES), "flash_attn": list(TRI_STATE)}
+        for v in items:
+            if lever in choices and v not in choices[lever]:
+                raise UsageError(f"{flag} {v!r}: choose from {', '.join(choices[lever])}")
+            if lever in ("n_ubatch", "n_threads") and v != AUTO and int(v) < 1:
+                raise UsageError(f"{flag} {v}: must be at least 1")
+            if lever == "n_ubatch" and v == AUTO:
+                raise UsageError(f"{flag}: expected whole numbers")
+        values[lever] = items
+        single = items[0] if len(items) == 1 else None
+        if lever == "n_threads" and single is not None:
+            single = count_or_auto(str(single))
+        setattr(args, dest, single)
+    return LeverGrid(values)
+
+
+def run_grid(args: argparse.Namespace, grid: LeverGrid) -> int:
+    """Validate, run the grid with a progress bar on stderr, write the output (``--format``, ``--output``).
+
+    Raises:
+        UsageError: flags that do not combine with a grid, a plan that does not fit, unusable models.
+    """
+    from chatphase.bench.api import BenchNotice, BenchStatus
+    from chatphase.bench.grid_api import GridDone, GridRun
+    from chatphase.bench.runner import DEFAULT_DEPTHS, DEFAULT_PROMPT_LENGTHS, SweepPlan, SweepProgress
+    from chatphase.commands.bench import _first_ctrl_c_cancels, _Progress
+    from chatphase.models.gguf_meta import read_model_info
+    from chatphase.models.resolve import resolve_model
+
+    for flag, given in (
+        ("--parallel", args.parallel),
+        ("--server", getattr(args, "server", None)),
+        ("--plot", args.plot),
+    ):
+        if given:
+            raise UsageError(f"{flag} does not combine with a lever grid (comma lists in the levers)")
+    if args.output and not Path(args.output).expanduser().parent.is_dir():
+        raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
+    settings = settings_from_args(args)
+    points, notes = grid.points()
+    specs = grid.values.get("model", (None,))
+    infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
+    plan = SweepPlan(
+        prompt_lengths=DEFAULT_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
+        depths=DEFAULT_DEPTHS if args.depths is None else args.depths,
+        gen_tokens=args.gen,
+        reps=args.reps,
+        warmup=args.warmup,
+    ).validate(settings.n_ctx)
+    run = GridRun(points, infos, settings.engine_config(), plan, notes=notes, roofline=args.roofline)
+    for note in notes:
+        print(f"chatphase: {note}", file=sys.stderr)
+    result = None
+    total = len(points) * plan.total_runs
+    with _Progress(total) as progress, _first_ctrl_c_cancels(run, progress):
+        for event in run:
+            if isinstance(event, BenchStatus):
+                progress.status(event.text)
+            elif isinstance(event, BenchNotice):
+                progress.notice(event.text)
+            elif isinstance(event, SweepProgress):
+                progress.advance(event)
+            elif isinstance(event, GridDone):
+                result = event.result
+    assert result is not None
+    text = result.render(args.format)
+    if args.output:
+        Path(args.output).expanduser().write_text(text, encoding="utf-8")
+        print(f"chatphase: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if result.cancelled:
+        print("chatphase: cancelled; the results above are partial", file=sys.stderr)
+        return 130
+    return 0
