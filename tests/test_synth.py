@@ -127,7 +127,7 @@ def test_tiny_synthetic_model_runs_through_the_engine(tiny_synthetic, tmp_path, 
     cfg = EngineConfig(n_ctx=512, type_k=type_k, type_v=type_v, flash_attn="on", n_threads=1)
     engine = LlamaEngine(tiny_synthetic, cfg, log_path=tmp_path / "engine.log")
     try:
-        loaded = [e for e in engine.load() if isinstance(e, ModelLoaded)][0].model
+        loaded = [e for e in engine.load() if isinstance(e, ModelLoaded)][-1].model
         # the KV formula agrees with what llama.cpp printed (MiB with 2 decimals), for each cache type
         assert loaded.kv_capacity_bytes == 512 * loaded.kv_bytes_per_token
         assert abs(loaded.llama_kv_cache_bytes - loaded.kv_capacity_bytes) <= 0.005 * 2**20
@@ -136,7 +136,7 @@ def test_tiny_synthetic_model_runs_through_the_engine(tiny_synthetic, tmp_path, 
             turn_id=1, prompt_token_ids=tuple(range(300, 364)), reset_cache=True, ignore_eos=True,
             sampling=SamplingParams(max_tokens=8, temperature=0.0),
         )  # fmt: skip
-        m = [e for e in engine.run_turn(request) if isinstance(e, TurnFinished)][0].metrics
+        m = [e for e in engine.run_turn(request) if isinstance(e, TurnFinished)][-1].metrics
         assert m.prefill_tokens == 64 and m.decode_tokens == 8 and m.stop_reason == "length"
         assert m.decode_tokens_per_s > 0 and m.ttft_ms > 0
     finally:
