@@ -182,7 +182,8 @@ class GridDone:
 class GridRun:
     """Run ``points`` (from :meth:`LeverGrid.points`) on ``plan``; iterate to run it, :meth:`cancel` from any
     thread. ``infos`` maps each point's model spec to its validated :class:`ModelInfo` (``None`` key: the
-    default model); ``config`` the base engine settings each point overrides.
+    default model); ``config`` the base engine settings each point overrides; ``engine_factory``,
+    ``builder`` and ``peaks`` (by thread count) replace the real ones in tests.
 
     Raises (while iterating):
         UsageError: the plan does not fit, or the engines would not fit in memory together.
@@ -201,8 +202,10 @@ class GridRun:
         peaks: dict[int, MachinePeaks] | None = None,
         log_path: str | None = None,
         quiet_wait_s: float = QUIET_WAIT_S,
+        builder: PromptBuilder | None = None,
     ) -> None:
         self.points, self.infos, self.config, self.plan = points, infos, config, plan
+        self._builder = builder
         self._notes = list(notes or [])
         self._factory = engine_factory
         self._roofline = roofline
@@ -276,7 +279,7 @@ class GridRun:
                 engines.append(engine)
                 loaded.append(load_engine(engine))
                 path = self.info_of(point).path
-                builders.setdefault(path, PromptBuilder(EngineTokenizer(engine)))
+                builders.setdefault(path, self._builder or PromptBuilder(EngineTokenizer(engine)))
                 self._sweeps.append(Sweep(engine, builders[path], plan))
                 if self._cancel.is_set():
                     self._sweeps[-1].cancel()
