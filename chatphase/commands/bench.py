@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
     if grid.is_sweep:
-        return run_grid(args, grid)
+        return run_grid(args, grid, _Progress, _first_ctrl_c_cancels)
     settings = settings_from_args(args)
     plan = _plan(args, settings)
     if args.plot:

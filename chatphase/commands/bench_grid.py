@@ -52,8 +52,9 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
     return LeverGrid(values)
 
 
-def run_grid(args: argparse.Namespace, grid: LeverGrid) -> int:
+def run_grid(args: argparse.Namespace, grid: LeverGrid, progress_bar, ctrl_c_cancels) -> int:
     """Validate, run the grid with a progress bar on stderr, write the output (``--format``, ``--output``).
+    ``progress_bar`` and ``ctrl_c_cancels`` are the plain bench's (:mod:`chatphase.commands.bench`).
 
     Raises:
         UsageError: flags that do not combine with a grid, a plan that does not fit, unusable models.
@@ -61,7 +62,6 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid) -> int:
     from chatphase.bench.api import BenchNotice, BenchStatus
     from chatphase.bench.grid_api import GridDone, GridRun
     from chatphase.bench.runner import DEFAULT_DEPTHS, DEFAULT_PROMPT_LENGTHS, SweepPlan, SweepProgress
-    from chatphase.commands.bench import _first_ctrl_c_cancels, _Progress
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
@@ -90,7 +90,7 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid) -> int:
         print(f"chatphase: {note}", file=sys.stderr)
     result = None
     total = len(points) * plan.total_runs
-    with _Progress(total) as progress, _first_ctrl_c_cancels(run, progress):
+    with progress_bar(total) as progress, ctrl_c_cancels(run, progress):
         for event in run:
             if isinstance(event, BenchStatus):
                 progress.status(event.text)
