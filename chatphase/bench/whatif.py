@@ -133,7 +133,7 @@ def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
         f"the other machine reaches the fraction of its peaks this one reached: {eff.decode:.0%} of its read "
         f"bandwidth in decode (at depth {eff.decode_depth}), {eff.prefill:.0%} of its matmul FLOP/s in prefill "
         f"({eff.prefill_tokens}-token prompt); a GPU's kernels and a CPU's reach different fractions",
-        f"the whole model ({model.weight_bytes / 2**30:.2f} GiB read per token) and its KV cache fit in the "
+        f"the whole model ({model.weight_bytes / 2**20:,.0f} MiB read per token) and its KV cache fit in the "
         "device's fastest memory (no offload, no paging)",
         f"decode reads every weight and the KV cache ({model.kv_bytes_per_token:,} B per token of context) once "
         "per token; prefill costs 2 × parameters FLOPs per token (attention's own FLOPs left out: optimistic at "

@@ -16,6 +16,7 @@ import sys
 from chatphase.commands.bench import count_list
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.errors import UsageError
+from chatphase.units import fmt_bytes, fmt_params
 
 DEFAULT_PROMPT_LENGTHS = (512, 2048, 8192)
 DEFAULT_DEPTHS = (0, 4096, 16384)
@@ -108,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     label = " (synthetic: timings only)" if synthetic else ""
     print(
-        f"what-if: {model.name}{label} — {model.weight_bytes / 2**30:.2f} GiB of weights read per token, "
-        f"{model.n_params / 1e9:.2f} B parameters, {model.kv_bytes_per_token:,} B of KV cache per token"
+        f"what-if: {model.name}{label} — {fmt_bytes(model.weight_bytes)} of weights read per token, "
+        f"{fmt_params(model.n_params)} parameters, {fmt_bytes(model.kv_bytes_per_token)} of KV cache per token"
     )
     headers = ["device", "GB/s", "TFLOP/s", *(f"TTFT {n}" for n in lengths), *(f"decode @{d}" for d in depths)]
     table = [headers]
