@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from chatphase.bench.grid import LEVERS, LeverGrid, parse_lever
-from chatphase.commands.options import AUTO, count_or_auto, settings_from_args
+from chatphase.commands.options import AUTO, count_or_auto
 from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
@@ -52,61 +52,31 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
     return LeverGrid(values)
 
 
-def run_grid(args: argparse.Namespace, grid: LeverGrid, progress_bar, ctrl_c_cancels) -> int:
-    """Validate, run the grid with a progress bar on stderr, write the output (``--format``, ``--output``).
-    ``progress_bar`` and ``ctrl_c_cancels`` are the plain bench's (:mod:`chatphase.commands.bench`).
+def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, write_output) -> int:
+    """Run the grid on ``plan`` (the plain bench's, validated) with a progress bar on stderr, write the
+    output (``--format``, ``--output``). ``drive`` and ``write_output`` are the plain bench's
+    (:mod:`chatphase.commands.bench`).
 
     Raises:
-        UsageError: flags that do not combine with a grid, a plan that does not fit, unusable models.
+        UsageError: flags that do not combine with a grid, or unusable models.
     """
-    from chatphase.bench.api import BenchNotice, BenchStatus
     from chatphase.bench.grid_api import GridDone, GridRun
-    from chatphase.bench.runner import DEFAULT_DEPTHS, DEFAULT_PROMPT_LENGTHS, SweepPlan, SweepProgress
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
-    for flag, given in (
-        ("--parallel", args.parallel),
-        ("--server", getattr(args, "server", None)),
-        ("--plot", args.plot),
-    ):
+    for flag, given in (("--parallel", args.parallel), ("--server", settings.server), ("--plot", args.plot)):
         if given:
             raise UsageError(f"{flag} does not combine with a lever grid (comma lists in the levers)")
     if args.output and not Path(args.output).expanduser().parent.is_dir():
         raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
-    settings = settings_from_args(args)
     points, notes = grid.points()
     specs = grid.values.get("model", (None,))
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
-    plan = SweepPlan(
-        prompt_lengths=DEFAULT_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
-        depths=DEFAULT_DEPTHS if args.depths is None else args.depths,
-        gen_tokens=args.gen,
-        reps=args.reps,
-        warmup=args.warmup,
-    ).validate(settings.n_ctx)
     run = GridRun(points, infos, settings.engine_config(), plan, notes=notes, roofline=args.roofline)
     for note in notes:
         print(f"chatphase: {note}", file=sys.stderr)
-    result = None
-    total = len(points) * plan.total_runs
-    with progress_bar(total) as progress, ctrl_c_cancels(run, progress):
-        for event in run:
-            if isinstance(event, BenchStatus):
-                progress.status(event.text)
-            elif isinstance(event, BenchNotice):
-                progress.notice(event.text)
-            elif isinstance(event, SweepProgress):
-                progress.advance(event)
-            elif isinstance(event, GridDone):
-                result = event.result
-    assert result is not None
-    text = result.render(args.format)
-    if args.output:
-        Path(args.output).expanduser().write_text(text, encoding="utf-8")
-        print(f"chatphase: wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    result = drive(run, len(points) * plan.total_runs, GridDone)
+    write_output(result.render(args.format), args.output)
     if result.cancelled:
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
