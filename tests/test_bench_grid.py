@@ -118,7 +118,7 @@ def _args(**kw):
     return argparse.Namespace(**{**base, **kw})
 
 
-def test_split_levers_puts_single_values_back_for_the_plain_bench():
+def test_split_levers_puts_single_values_back_for_the_plain_bench(tmp_path):
     args = _args(n_ubatch="128", n_threads="2", type_k="Q8_0")
     grid = split_levers(args)
     assert not grid.is_sweep and (args.n_ubatch, args.n_threads, args.type_k) == (128, 2, "q8_0")
@@ -127,6 +127,10 @@ def test_split_levers_puts_single_values_back_for_the_plain_bench():
     assert grid.is_sweep and args.n_threads is None and args.flash_attn == "on"
     with pytest.raises(UsageError, match="choose from"):
         split_levers(_args(type_v="f16,q9_9"))
+    odd = tmp_path / "a,b.gguf"
+    odd.write_bytes(b"GGUF")
+    args = _args(model=str(odd))
+    assert not split_levers(args).is_sweep and args.model == str(odd)
     with pytest.raises(UsageError, match="at least 1"):
         split_levers(_args(n_threads="0,1"))
 

@@ -34,7 +34,8 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
         text = getattr(args, dest, None)
         if text is None:
             continue
-        items = parse_lever(lever, text)
+        # a model file whose name holds a comma is one model, not a list
+        items = (text,) if lever == "model" and Path(text).expanduser().is_file() else parse_lever(lever, text)
         flag = LEVERS[lever][0]
         choices = {"type_k": list(KV_TYPE_BYTES), "type_v": list(KV_TYPE_BYTES), "flash_attn": list(TRI_STATE)}
         for v in items:
