@@ -141,3 +141,28 @@ def test_tiny_synthetic_model_runs_through_the_engine(tiny_synthetic, tmp_path, 
         assert m.decode_tokens_per_s > 0 and m.ttft_ms > 0
     finally:
         engine.close()
+
+
+@pytest.mark.model
+def test_fallback_types_load_in_llama_cpp(tmp_path):
+    """Rows that are not a multiple of 256 (Gemma-3-1B's 1152) get Q5_0 / Q8_0 in Q4_K_M, as llama.cpp's
+    quantiser gives them; llama.cpp loads and runs such a file."""
+    from dataclasses import replace
+
+    from chatphase.engine.llama import LlamaEngine
+
+    shape = replace(SHAPES["tiny-gemma3"], n_embd=288, n_ff=576)
+    synth = plan(shape, "Q4_K_M")
+    assert {t.ggml_type for t in synth.tensors} >= {"Q5_0", "Q8_0", "F32"}
+    info = read_model_info(write_synthetic(synth, tmp_path / "f.gguf"))
+    engine = LlamaEngine(info, EngineConfig(n_ctx=256, n_threads=1), log_path=tmp_path / "engine.log")
+    try:
+        assert [e for e in engine.load() if isinstance(e, ModelLoaded)]
+        request = TurnRequest(
+            turn_id=1, prompt_token_ids=tuple(range(300, 316)), reset_cache=True, ignore_eos=True,
+            sampling=SamplingParams(max_tokens=4, temperature=0.0),
+        )  # fmt: skip
+        m = [e for e in engine.run_turn(request) if isinstance(e, TurnFinished)][-1].metrics
+        assert m.decode_tokens == 4
+    finally:
+        engine.close()
