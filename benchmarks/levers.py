@@ -109,6 +109,7 @@ def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, war
     assert result is not None
     got = {c.depth: c.decode_tokens_per_s.mean for c in result.results}
     bounds = {r["depth"]: r["decode_bound_tokens_per_s"] for r in result.roofline["cells"]}
+    (model.parent / f"{model.stem}-bench.json").write_text(result.to_json(), encoding="utf-8")  # for whatif --from
     return got, bounds
 
 
@@ -150,6 +151,20 @@ def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
     lines += [
         "",
         "Ratios are of medians over the reps; the roofline is chatphase's (`chatphase/bench/roofline.py`).",
+        "",
+    ]
+    first = ensure(args.shapes.split(",")[0], "Q4_0", folder)
+    whatif = subprocess.run(
+        [sys.executable, "-m", "chatphase", "whatif", "--from", str(first.parent / f"{first.stem}-bench.json"),
+         "--device", "rtx-4090,m2,rpi5", "--depths", f"0,{args.depth},8192", "--prompt-lengths", "512,2048,8192"],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    lines += [
+        f"## What-if from the last chatphase run of {SHAPES[args.shapes.split(',')[0]].name}",
+        "",
+        "```",
+        whatif.stdout.strip() or whatif.stderr.strip(),
+        "```",
         "",
     ]
 
