@@ -101,14 +101,15 @@ def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, war
     """chatphase's decode at depths 0 and ``depth`` (one counted run each): ({depth: tok/s}, roofline)."""
     info = read_model_info(model)
     cfg = EngineConfig(n_ctx=depth + gen + 64, n_threads=threads, n_threads_batch=threads, flash_attn="on")
-    sweep = SweepPlan(prompt_lengths=(), depths=(0, depth), gen_tokens=gen, reps=1, warmup=warmup, extend_tokens=1)
+    # a 256-token prompt too: whatif --from takes the prefill efficiency from it
+    sweep = SweepPlan(prompt_lengths=(256,), depths=(0, depth), gen_tokens=gen, reps=1, warmup=warmup, extend_tokens=1)
     result = None
     for event in BenchRun(info, cfg, sweep, peaks=peaks):
         if isinstance(event, BenchDone):
             result = event.result
     assert result is not None
-    got = {c.depth: c.decode_tokens_per_s.mean for c in result.results}
-    bounds = {r["depth"]: r["decode_bound_tokens_per_s"] for r in result.roofline["cells"]}
+    got = {c.depth: c.decode_tokens_per_s.mean for c in result.results if c.kind == "depth"}
+    bounds = {r["depth"]: r["decode_bound_tokens_per_s"] for r in result.roofline["cells"] if r["kind"] == "depth"}
     (model.parent / f"{model.stem}-bench.json").write_text(result.to_json(), encoding="utf-8")  # for whatif --from
     return got, bounds
 
