@@ -100,7 +100,7 @@ def llama_bench(binary: str, model: Path, gen: int, depth: int, threads: int) ->
 def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, warmup: int) -> tuple[dict, dict]:
     """chatphase's decode at depths 0 and ``depth`` (one counted run each): ({depth: tok/s}, roofline)."""
     info = read_model_info(model)
-    cfg = EngineConfig(n_ctx=depth + gen + 64, n_threads=threads, n_threads_batch=threads, flash_attn="on")
+    cfg = EngineConfig(n_ctx=max(depth, 256) + gen + 64, n_threads=threads, n_threads_batch=threads, flash_attn="on")
     # a 256-token prompt too: whatif --from takes the prefill efficiency from it
     sweep = SweepPlan(prompt_lengths=(256,), depths=(0, depth), gen_tokens=gen, reps=1, warmup=warmup, extend_tokens=1)
     result = None
