@@ -10,7 +10,7 @@ Parts:
 - ``write``: ``chatphase models synth llama-3.1-8b:Q4_0`` in a child process: wall time and the child's
   peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``) against one layer's tensor bytes (target: ≤ 2 min,
   memory under one layer).
-- ``decode``: for each synthetic shape (Q4_0): llama-bench ``-p 0 -n GEN -d 0,DEPTH -r 1 --repack 0 -fa 1
+- ``decode``: for each synthetic shape (Q4_0): llama-bench ``-p 0 -n GEN -d 0,DEPTH -r 1 --repack 0 -fa on
   -t THREADS`` and chatphase's ``BenchRun`` (depths 0 and DEPTH, GEN tokens, the same threads and flash
   attention, one counted run each) **interleaved rep by rep**; ratios of medians (target ≥ 0.97×), and
   chatphase's roofline (peaks measured once, before, with no engine running) predicted vs measured at both
@@ -91,7 +91,7 @@ def llama_bench(binary: str, model: Path, gen: int, depth: int, threads: int) ->
 
     out = subprocess.run(
         [binary, "-m", str(model), "-p", "0", "-n", str(gen), "-d", f"0,{depth}", "-r", "1", "--repack", "0",
-         "-fa", "1", "-t", str(threads), "-o", "json"],
+         "-fa", "on", "-t", str(threads), "-o", "json"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return {int(r["n_depth"]): float(r["avg_ts"]) for r in json.loads(out)}
