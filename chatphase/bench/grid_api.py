@@ -287,7 +287,11 @@ class GridRun:
             total = len(self.points) * len(cells) * (plan.warmup + plan.reps)
             done = 0
             for i in range(plan.warmup + plan.reps):
+                rounds = plan.warmup + plan.reps
                 for k, (point, sweep) in enumerate(zip(self.points, self._sweeps, strict=False)):
+                    if not self._cancel.is_set():
+                        warm = " (warm-up)" if i < plan.warmup else ""
+                        yield BenchStatus(f"round {i + 1}/{rounds}{warm}: {point.label()}")
                     for kind, prompt_tokens, depth in cells:
                         if self._cancel.is_set():
                             break
@@ -297,8 +301,6 @@ class GridRun:
                         samples[k].append(sample)
                         done += 1
                         yield SweepProgress(done, total, sample)
-                    if point.varying and i == 0 and not self._cancel.is_set():
-                        yield BenchStatus(f"round 1: {point.label()} done")
         finally:
             for engine in engines:
                 engine.close()
