@@ -250,7 +250,8 @@ def write_synthetic(
     total_bytes, tensor_name)`` after each chunk. Returns ``target``.
 
     Raises:
-        UsageError: no room (:func:`check_room`) or a write error; the partial file is removed.
+        UsageError: a write error (a full disk, ...; :func:`check_room` checks before); the partial file is
+            removed, also when interrupted.
     """
     import numpy as np
 
