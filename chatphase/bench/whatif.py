@@ -25,7 +25,8 @@ from chatphase.errors import UsageError
 @dataclass(frozen=True)
 class Device:
     """A machine's theoretical peaks: ``bandwidth_bytes_per_s`` (memory bandwidth), ``flops_per_s`` (dense,
-    of ``flops_what``), and ``source`` (the vendor spec sheet the figures are from)."""
+    of ``flops_what``), and ``source`` (the vendor spec sheet the figures are from, and how a figure the
+    vendor does not state was derived from the ones it does)."""
 
     key: str
     name: str
@@ -37,27 +38,32 @@ class Device:
 
 DEVICES: tuple[Device, ...] = (
     Device("m2", "Apple M2 (10-core GPU)", 100e9, 3.6e12, "FP32 GPU",
-           "apple.com/newsroom/2022/06/apple-unveils-m2-with-breakthrough-performance-and-capabilities"),
-    Device("m3-pro", "Apple M3 Pro (18-core GPU)", 150e9, 7.4e12, "FP32 GPU",
-           "apple.com/newsroom/2023/10/apple-unveils-m3-m3-pro-and-m3-max (150GB/s); GPU FLOP/s: Apple event figure"),
-    Device("m4-max", "Apple M4 Max (40-core GPU)", 546e9, 18.4e12, "FP32 GPU",
-           "apple.com/newsroom/2024/10/apple-introduces-m4-pro-and-m4-max (546GB/s)"),
+           "apple.com/newsroom/2022/06/apple-unveils-m2-with-breakthrough-performance-and-capabilities "
+           "(100GB/s, 3.6 TFLOPS)"),
+    Device("m3-pro", "Apple M3 Pro (18-core GPU)", 150e9, 6.5e12, "FP32 GPU",
+           "apple.com/newsroom/2023/10 M3 family announcement (150GB/s); FLOP/s not published by Apple: "
+           "derived, 18 cores × 128 ALUs × 2 × ~1.4 GHz"),
+    Device("m4-max", "Apple M4 Max (40-core GPU)", 546e9, 16.2e12, "FP32 GPU",
+           "apple.com/newsroom/2024/10 M4 Pro and M4 Max announcement (546GB/s); FLOP/s not published by "
+           "Apple: derived, 40 cores × 128 ALUs × 2 × ~1.58 GHz"),
     Device("m2-ultra", "Apple M2 Ultra (76-core GPU)", 800e9, 27.2e12, "FP32 GPU",
-           "apple.com/newsroom/2023/06/apple-introduces-m2-ultra (800GB/s, 27.2 TFLOPS)"),
+           "apple.com/newsroom/2023/06 M2 Ultra announcement (800GB/s, 27.2 TFLOPS)"),
     Device("rtx-3090", "NVIDIA GeForce RTX 3090", 936e9, 71e12, "FP16 tensor, FP32 accumulate, dense",
-           "NVIDIA Ampere GA102 GPU Architecture whitepaper, Table 9"),
+           "NVIDIA Ampere GA102 GPU Architecture whitepaper (936 GB/s; 71 TFLOPS)"),
     Device("rtx-4090", "NVIDIA GeForce RTX 4090", 1008e9, 165.2e12, "FP16 tensor, FP32 accumulate, dense",
-           "NVIDIA Ada GPU Architecture whitepaper, Table 2"),
+           "NVIDIA Ada GPU Architecture whitepaper (1,008 GB/s; 165.2 TFLOPS)"),
     Device("a100", "NVIDIA A100 80GB SXM", 2039e9, 312e12, "FP16 tensor, dense",
-           "NVIDIA A100 Tensor Core GPU datasheet"),
+           "NVIDIA A100 Tensor Core GPU datasheet (2,039 GB/s; 312 TFLOPS)"),
     Device("h100", "NVIDIA H100 SXM", 3.35e12, 989e12, "FP16 tensor, dense",
-           "NVIDIA H100 Tensor Core GPU datasheet"),
+           "NVIDIA H100 Tensor Core GPU datasheet (3.35 TB/s; 1,979 TFLOPS with sparsity, half dense)"),
     Device("h200", "NVIDIA H200 SXM", 4.8e12, 989e12, "FP16 tensor, dense",
-           "NVIDIA H200 Tensor Core GPU datasheet"),
-    Device("rpi5", "Raspberry Pi 5 (4 × Cortex-A76, 2.4 GHz)", 17.1e9, 153.6e9, "FP32 NEON (4 cores × 2.4 GHz × 16)",
-           "raspberrypi.com Raspberry Pi 5 product brief (LPDDR4X-4267, 32-bit: 17.1 GB/s)"),
-    Device("ryzen-7950x", "AMD Ryzen 9 7950X (DDR5-5200, 2 channels)", 83.2e9, 2.3e12,
-           "FP32 AVX-512 (16 cores × 4.5 GHz × 32)", "amd.com Ryzen 9 7950X product specifications (DDR5-5200)"),
+           "NVIDIA H200 Tensor Core GPU datasheet (4.8 TB/s; 1,979 TFLOPS with sparsity, half dense)"),
+    Device("rpi5", "Raspberry Pi 5 (4 × Cortex-A76, 2.4 GHz)", 17.1e9, 153.6e9, "FP32 NEON",
+           "raspberrypi.com Raspberry Pi 5 product brief (LPDDR4X-4267); derived: 32-bit bus × 4267 MT/s, "
+           "4 cores × 2.4 GHz × 16 FLOPs"),
+    Device("ryzen-7950x", "AMD Ryzen 9 7950X (DDR5-5200, 2 channels)", 83.2e9, 2.3e12, "FP32 AVX-512",
+           "amd.com Ryzen 9 7950X specifications (DDR5-5200, 16 cores, 4.5 GHz base); derived: 2 × 64-bit × "
+           "5200 MT/s, 16 cores × 4.5 GHz × 32 FLOPs"),
 )  # fmt: skip
 
 
