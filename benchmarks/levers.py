@@ -101,8 +101,8 @@ def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, war
     """chatphase's decode at depths 0 and ``depth`` (one counted run each): ({depth: tok/s}, roofline)."""
     info = read_model_info(model)
     cfg = EngineConfig(n_ctx=max(depth, 256) + gen + 64, n_threads=threads, n_threads_batch=threads, flash_attn="on")
-    # a 256-token prompt too: whatif --from takes the prefill efficiency from it
-    sweep = SweepPlan(prompt_lengths=(256,), depths=(0, depth), gen_tokens=gen, reps=1, warmup=warmup, extend_tokens=1)
+    # a 128-token prompt too: whatif --from takes the prefill efficiency from it
+    sweep = SweepPlan(prompt_lengths=(128,), depths=(0, depth), gen_tokens=gen, reps=1, warmup=warmup, extend_tokens=1)
     result = None
     for event in BenchRun(info, cfg, sweep, peaks=peaks):
         if isinstance(event, BenchDone):
@@ -177,7 +177,9 @@ def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
     points = [p for p in grid.points()[0] if p.values["type_k"] == p.values["type_v"]]  # f16/f16 and q8_0/q8_0
     cfg = EngineConfig(n_ctx=args.kv_depth + args.gen + 64, n_threads=args.threads, n_threads_batch=args.threads,
                        flash_attn="on")  # fmt: skip
-    sweep = SweepPlan(prompt_lengths=(), depths=(args.kv_depth,), gen_tokens=args.gen, reps=args.reps, warmup=1)
+    sweep = SweepPlan(
+        prompt_lengths=(), depths=(args.kv_depth,), gen_tokens=args.gen, reps=args.reps, warmup=args.warmup
+    )
     result = None
     for event in GridRun(points, {None: info}, cfg, sweep, peaks={args.threads: peaks}):
         if isinstance(event, GridDone):
@@ -185,7 +187,7 @@ def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
     assert result is not None
     lines += [
         f"## KV cache q8_0 vs f16: synthetic Qwen3-0.6B Q4_0 at depth {args.kv_depth} "
-        f"({args.gen} tokens, {args.reps} interleaved reps + 1 warm-up, flash attention on)",
+        f"({args.gen} tokens, {args.reps} interleaved reps + {args.warmup} warm-up, flash attention on)",
         "",
         "| K/V | KV B/token | KV cache as llama.cpp printed it | formula | decode tok/s | roofline tok/s | measured / roofline |",
         "| --- | --: | --: | --: | --: | --: | --: |",
@@ -222,6 +224,7 @@ def main() -> int:
     ap.add_argument("--kv-depth", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1, help="uncounted runs per cell of the KV grid")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / f"levers-{datetime.now(UTC):%Y-%m-%d}.md"))
     args = ap.parse_args()
     folder = Path(args.dir)
