@@ -9,8 +9,8 @@ noise, so the file carries :data:`~chatphase.models.gguf_meta.SYNTHETIC_KEY` and
 *synthetic: timings only*.
 
 The file is written with the ``gguf`` package's :class:`gguf.GGUFWriter` (header, metadata, tensor
-infos), then tensor by tensor in chunks of at most :data:`CHUNK_BYTES`, so the memory used stays far
-under one layer's tensors; it is written beside the target as ``*.part`` and renamed when complete.
+infos), then tensor by tensor in chunks of at most :data:`CHUNK_BYTES`, one at a time, so the memory used
+stays far under one layer's tensors; it is written beside the target as ``*.part`` and renamed when complete.
 
 The vocabulary is a SentencePiece one (``tokenizer.ggml.model = llama``): ``<unk>``, ``<s>``, ``</s>``,
 the 256 byte tokens, common English words and letters, then made-up pieces up to the real size.
@@ -29,7 +29,7 @@ from chatphase.models.gguf_meta import SYNTHETIC_KEY, SYNTHETIC_LABEL
 from chatphase.models.synth_shapes import BLOCK_ELEMENTS, ModelShape, PlannedTensor, tensor_plan
 
 #: the most bytes of random blocks held in memory at once.
-CHUNK_BYTES = 32 * 2**20
+CHUNK_BYTES = 16 * 2**20
 #: free disk kept beyond the file itself (bytes).
 DISK_MARGIN_BYTES = 256 * 2**20
 #: ``general.file_type`` (llama.cpp's ``llama_ftype``) of each quantisation.
@@ -172,7 +172,7 @@ def _random_blocks(rng, ggml_type: str, n_blocks: int):
     size, scales = _BLOCKS[ggml_type]
     blocks = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     for offset, typical in scales:
-        d = rng.uniform(0.5 * typical, 1.5 * typical, size=n_blocks).astype(np.float16)
+        d = (typical * (0.5 + rng.random(n_blocks, dtype=np.float32))).astype(np.float16)
         blocks[:, offset : offset + 2] = d.view(np.uint8).reshape(n_blocks, 2)
     return blocks
 
@@ -271,6 +271,7 @@ def write_synthetic(
             for chunk in _chunks(rng, t):
                 chunk.tofile(fout)
                 done += chunk.nbytes
+                del chunk  # before the next one is made: one chunk in memory at a time
                 if progress is not None:
                     progress(done, total, t.name)
             if fout.tell() - start != tensor_bytes(t):
