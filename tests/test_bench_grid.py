@@ -142,3 +142,27 @@ def test_cli_refuses_a_grid_with_parallel_in_one_line(capsys):
     )
     assert main(["bench", "--cache-type-k", "f16,nope"]) == 2
     assert "choose from" in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_a_grid_runs_from_the_cli_on_a_tiny_synthetic_model(tmp_path, capsys):
+    import json
+
+    from chatphase.models.synth import plan, write_synthetic
+    from chatphase.models.synth_shapes import SHAPES
+
+    model = write_synthetic(plan(SHAPES["tiny-llama"], "Q4_0"), tmp_path / "tiny.gguf")
+    argv = ["bench", "--model", str(model), "--cache-type-k", "f16,q8_0", "--cache-type-v", "f16,q8_0",
+            "--flash-attn", "on", "--threads", "1", "--prompt-lengths", "32", "--depths", "64", "--gen", "4",
+            "--reps", "1", "--warmup", "0", "--n-ctx", "256", "--no-roofline", "--format", "json"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    cells = data["grid"]
+    assert len(cells) == 4 * 2  # 4 cache-type combinations × (one prompt cell + one depth cell)
+    assert {c["point"] for c in cells} == {f"ctk={k} ctv={v}" for k in ("f16", "q8_0") for v in ("f16", "q8_0")}
+    for c in cells:
+        assert c["synthetic"] and c["decode_tokens_per_s"]["mean"] > 0 and c["prediction"] is None
+        # what llama.cpp printed (MiB, 2 decimals) agrees with the formula for each cache type
+        assert abs(c["llama_kv_cache_bytes"] - c["kv_capacity_bytes"]) <= 0.005 * 2**20
+    by_point = {c["point"]: c["kv_bytes_per_token"] for c in cells}
+    assert by_point["ctk=f16 ctv=f16"] == 1024 and by_point["ctk=q8_0 ctv=q8_0"] == 544
