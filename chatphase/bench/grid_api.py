@@ -285,9 +285,8 @@ class GridRun:
                     self._sweeps[-1].cancel()
             cells = plan.cells()
             total = len(self.points) * len(cells) * (plan.warmup + plan.reps)
-            done = 0
-            for i in range(plan.warmup + plan.reps):
-                rounds = plan.warmup + plan.reps
+            done, rounds = 0, plan.warmup + plan.reps
+            for i in range(rounds):
                 for k, (point, sweep) in enumerate(zip(self.points, self._sweeps, strict=False)):
                     if not self._cancel.is_set():
                         warm = " (warm-up)" if i < plan.warmup else ""
