@@ -21,7 +21,7 @@ from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
-from chatphase.bench.roofline import build_roofline
+from chatphase.bench.roofline import build_roofline, weight_bytes_per_token
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
@@ -161,7 +161,7 @@ class BenchRun:
         if peaks is not None and done.cells:
             roofline = build_roofline(
                 peaks,
-                weight_bytes=self.info.size_bytes,
+                weight_bytes=weight_bytes_per_token(self.info),
                 n_params=self.info.n_params,
                 kv_bytes_per_token=kv_per_token,
                 cells=done.cells,

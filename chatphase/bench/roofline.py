@@ -12,7 +12,9 @@ Peaks are measured on this machine, with no other chatphase engine running, repe
 at the engine's thread count (:mod:`chatphase.bench.peaks`); the decode bound uses the *read* bandwidth
 (decode reads the weights), the copy figure is kept beside it for comparison with STREAM.
 
-``weight_bytes`` is the GGUF file size (tensor data plus a small header: an upper estimate). A small
+``weight_bytes`` is what one token reads of the weights (:func:`weight_bytes_per_token`): the GGUF file size
+(tensor data plus a small header: an upper estimate) less a separate token-embedding matrix, of which a
+token reads one row (a tied one is the output matrix, read whole). A small
 model on a CPU is limited by per-token overhead (graph setup, sampling, Python), not by DRAM: when the
 measured rate stays below :data:`BINDING_PCT` % of its bound, the verdict says so plainly.
 """
@@ -23,9 +25,21 @@ from collections.abc import Sequence
 
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.results import CellResult
+from chatphase.models.gguf_meta import ModelInfo
 
 #: below this percentage of its bound a phase is reported as not bound by it (overhead dominates).
 BINDING_PCT = 50.0
+
+
+def weight_bytes_per_token(info: ModelInfo) -> int:
+    """Bytes of weights one token reads: ``info.size_bytes`` less ``info.embedding_bytes`` (an untied token
+    embedding, looked up one row at a time)."""
+    return info.size_bytes - info.embedding_bytes
+
+
+def cell_context_tokens(cell: CellResult) -> float:
+    """The average context a cell decodes at: ``prompt_tokens + gen_tokens / 2`` tokens."""
+    return cell.prompt_tokens + cell.gen_tokens / 2
 
 
 def step_bytes(weight_bytes: int, kv_bytes_per_token: int, context_tokens: float, n_seq: int = 1) -> float:
@@ -77,12 +91,12 @@ def build_roofline(
 ) -> dict:
     """The JSON ``roofline`` object: peaks, per-cell bounds and % of bound, and two verdicts.
 
-    A cell decodes at an average context of ``prompt_tokens + gen_tokens / 2`` tokens. The verdicts use the
+    A cell decodes at :func:`cell_context_tokens`. The verdicts use the
     fastest measured cell of each phase (the one closest to its bound).
     """
     rows = []
     for c in cells:
-        context = c.prompt_tokens + c.gen_tokens / 2
+        context = cell_context_tokens(c)
         d_bound = decode_bound_tokens_per_s(peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context)
         p_bound = prefill_bound_tokens_per_s(peaks.flops_per_s, n_params)
         d_mean, p_mean = c.decode_tokens_per_s.mean, c.prefill_tokens_per_s.mean

@@ -169,15 +169,9 @@ class Sweep:
             for i in range(plan.warmup + plan.reps):
                 if self.cancelled:
                     break
-                warm = i < plan.warmup
-                rep = i - plan.warmup if not warm else i
-                metrics = self._run_cell_once(kind, prompt_tokens, depth)
-                if metrics is None or metrics.stop_reason == "cancelled":
-                    self._cancel.set()  # also when the engine was cancelled by someone else
+                sample = self.measure_once(kind, prompt_tokens, depth, i, notes)
+                if sample is None:
                     break
-                sample = _sample(kind, prompt_tokens, depth, rep, warm, metrics)
-                if kind == "depth" and depth and sample.cached_tokens != depth and not warm:
-                    notes.append(f"depth {depth}: engine reused {sample.cached_tokens} cached tokens, not {depth}")
                 samples.append(sample)
                 done += 1
                 yield SweepProgress(done, total, sample)
@@ -187,6 +181,20 @@ class Sweep:
         yield SweepDone(
             aggregate(counted, plan.gen_tokens), tuple(samples), self.cancelled, tuple(dict.fromkeys(notes))
         )
+
+    def measure_once(self, kind: CellKind, prompt_tokens: int, depth: int, i: int, notes: list[str]) -> Sample | None:
+        """Run one repetition ``i`` of a cell (the first ``plan.warmup`` are warm-ups) and return its sample;
+        ``None`` once cancelled. A depth run that did not reuse its cached prefix adds a line to ``notes``."""
+        warm = i < self.plan.warmup
+        rep = i - self.plan.warmup if not warm else i
+        metrics = self._run_cell_once(kind, prompt_tokens, depth)
+        if metrics is None or metrics.stop_reason == "cancelled":
+            self._cancel.set()  # also when the engine was cancelled by someone else
+            return None
+        sample = _sample(kind, prompt_tokens, depth, rep, warm, metrics)
+        if kind == "depth" and depth and sample.cached_tokens != depth and not warm:
+            notes.append(f"depth {depth}: engine reused {sample.cached_tokens} cached tokens, not {depth}")
+        return sample
 
     def _run_cell_once(self, kind: CellKind, prompt_tokens: int, depth: int) -> TurnMetrics | None:
         gen = self.plan.gen_tokens

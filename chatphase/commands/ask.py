@@ -25,6 +25,7 @@ from chatphase.commands.server_options import add_server_options, engine_for, mo
 from chatphase.engine.events import FirstToken, LoadedModel, ThinkingEnded, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.units import fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
 
 
@@ -87,11 +88,21 @@ class _Printer(ChatListener):
         self.loaded = loaded
         for note in loaded.notes:
             print(f"chatphase: {note}", file=sys.stderr)
+        if getattr(loaded.info, "synthetic", False):
+            print(
+                f"chatphase: {loaded.info.name} is {SYNTHETIC_LABEL}: its text is random, not a reply", file=sys.stderr
+            )
+
+    def _reply_start(self) -> None:
+        """A synthetic model's text is labelled where it is read, not only on stderr."""
+        if self.loaded is not None and getattr(self.loaded.info, "synthetic", False) and not self.as_json:
+            sys.stdout.write(f"[{SYNTHETIC_LABEL}] ")
 
     def engine_stopped(self, message: str) -> None:
         self.stopped = message
 
     def first_token(self, turn: Turn, event: FirstToken) -> None:
+        self._reply_start()
         self._write(event.text, event.thinking)
 
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:

@@ -6,6 +6,8 @@ tokens already cached. Prints mean ± sample sd, median, min and max per cell, a
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
 ``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
+A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
+lever grid instead (:mod:`chatphase.commands.bench_grid`): every combination, interleaved, beside the roofline.
 Exit codes: 0 ok; 130 cancelled by Ctrl+C (partial results are still written; a second Ctrl+C aborts);
 2 bad usage or unusable model; 1 engine failure.
 """
@@ -55,7 +57,7 @@ def register(sub) -> None:
         help="measure TTFT vs prompt length and decode speed vs context depth",
         description=__doc__.split("\n\n")[0],
     )
-    add_model_options(p)
+    add_model_options(p, lists=True)
     add_server_options(p)
     g = p.add_argument_group("sweep")
     g.add_argument(
@@ -101,15 +103,20 @@ def run(args: argparse.Namespace) -> int:
     """Validate everything, run the sweep with a progress bar on stderr, write the outputs."""
     if args.format not in FORMATS:
         raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
+    from chatphase.commands.bench_grid import run_grid, split_levers
+
+    grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
     settings = settings_from_args(args)
     plan = _plan(args, settings)
+    if grid.is_sweep:
+        return run_grid(args, grid, settings, plan, drive, write_output)
     if args.plot:
         check_plot_path(args.plot)
     if args.output and not Path(args.output).expanduser().parent.is_dir():
         raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
 
-    from chatphase.bench.api import BenchDone, BenchNotice, BenchRun, BenchStatus
+    from chatphase.bench.api import BenchDone, BenchRun
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
@@ -120,24 +127,8 @@ def run(args: argparse.Namespace) -> int:
         roofline=args.roofline and not settings.server,
         **remote_bench_options(settings, info),
     )
-    result = None
-    with _Progress(plan.total_runs) as progress, _first_ctrl_c_cancels(bench, progress):
-        for event in bench:
-            if isinstance(event, BenchStatus):
-                progress.status(event.text)
-            elif isinstance(event, BenchNotice):
-                progress.notice(event.text)
-            elif isinstance(event, SweepProgress):
-                progress.advance(event)
-            elif isinstance(event, BenchDone):
-                result = event.result
-    assert result is not None
-    text = render(result, args.format)
-    if args.output:
-        Path(args.output).expanduser().write_text(text, encoding="utf-8")
-        print(f"chatphase: wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    result = drive(bench, plan.total_runs, BenchDone)
+    write_output(render(result, args.format), args.output)
     if args.plot:
         write_plot([result], Path(args.plot).expanduser())
         print(f"chatphase: wrote {args.plot}", file=sys.stderr)
@@ -145,6 +136,35 @@ def run(args: argparse.Namespace) -> int:
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
+
+
+def drive(run, total_runs: int, done_type):
+    """Iterate ``run`` (a ``BenchRun`` or a lever grid's ``GridRun``) with a progress bar on stderr, the
+    first Ctrl+C cancelling it; returns the ``result`` of its ``done_type`` event."""
+    from chatphase.bench.api import BenchNotice, BenchStatus
+
+    result = None
+    with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
+        for event in run:
+            if isinstance(event, BenchStatus):
+                progress.status(event.text)
+            elif isinstance(event, BenchNotice):
+                progress.notice(event.text)
+            elif isinstance(event, SweepProgress):
+                progress.advance(event)
+            elif isinstance(event, done_type):
+                result = event.result
+    assert result is not None
+    return result
+
+
+def write_output(text: str, output: str | None) -> None:
+    """``text`` to the ``--output`` file (saying so on stderr), else to stdout."""
+    if output:
+        Path(output).expanduser().write_text(text, encoding="utf-8")
+        print(f"chatphase: wrote {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
 
 
 def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:

@@ -13,7 +13,7 @@ import json
 
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.errors import ModelError
-from chatphase.models.gguf_meta import read_model_info
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL, read_model_info
 from chatphase.models.kv import kv_bytes_per_token
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import resolve_model
@@ -135,6 +135,11 @@ def render(r: dict) -> str:
         f"file           {m['path']}" + (f" (+{m['split_count'] - 1} parts)" if m["split_count"] > 1 else ""),
         f"architecture   {m['architecture']} · {m['n_layer']} layers · {fmt_params(m['n_params'])} parameters",
         f"quantisation   {m['quantization']} · {fmt_bytes(m['size_bytes'])} on disk",
+        *(
+            [f"synthetic      {SYNTHETIC_LABEL}: random weights in a real model's shapes; its text is noise"]
+            if m.get("synthetic")
+            else []
+        ),
         f"context        trained {m['n_ctx_train'] or '?'} tokens · n_ctx {kv['n_ctx']} ({kv['kv_cells']} KV cells)"
         + (
             " · above the trained context: quality may degrade"

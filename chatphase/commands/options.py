@@ -27,28 +27,35 @@ def count_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or {AUTO}, got {text!r}") from None
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    """``--model`` and the engine settings (all default to ``None`` = take the configured value)."""
+def add_model_options(p: argparse.ArgumentParser, lists: bool = False) -> None:
+    """``--model`` and the engine settings (all default to ``None`` = take the configured value).
+
+    ``lists``: ``--model``, ``--n-ubatch``, ``--threads``, ``--flash-attn`` and ``--cache-type-k/-v`` take
+    comma lists, kept as text for the caller to split (``bench``'s lever grid, :mod:`chatphase.bench.grid`).
+    """
     g = p.add_argument_group("model and engine")
+    many = " (a comma list: every combination is measured)" if lists else ""
     g.add_argument(
         "--model",
         "-m",
         metavar="SPEC",
         help="GGUF path, file name in the models directory, or OWNER/NAME[:FILE|:QUANT] from the Hugging Face "
-        "cache; default: bundled SmolLM2-135M-Instruct",
+        "cache; default: bundled SmolLM2-135M-Instruct" + many,
     )
     g.add_argument("--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet")
     g.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
     g.add_argument("--n-ctx", type=int, metavar="N", help="context size in tokens (default 4096)")
     g.add_argument("--n-batch", type=int, metavar="N", help="prompt tokens per prefill chunk (default 256)")
-    g.add_argument("--n-ubatch", type=int, metavar="N", help="physical batch size (default 256)")
+    g.add_argument(
+        "--n-ubatch", type=str if lists else int, metavar="N", help="physical batch size (default 256)" + many
+    )
     g.add_argument(
         "--threads",
         dest="n_threads",
-        type=count_or_auto,
+        type=str if lists else count_or_auto,
         metavar="N|auto",
         help="decode threads; auto (the default) chooses them each turn from the cores other processes leave "
-        "free, and fewer mid-reply when decode is preempted; a number pins them (and prefill's)",
+        "free, and fewer mid-reply when decode is preempted; a number pins them (and prefill's)" + many,
     )
     g.add_argument(
         "--threads-batch",
@@ -64,9 +71,24 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="layers to offload to the GPU; -1 = all (default: all when the build supports it)",
     )
-    g.add_argument("--flash-attn", choices=TRI_STATE, help="flash attention (default auto)")
-    g.add_argument("--cache-type-k", dest="type_k", choices=list(KV_TYPE_BYTES), help="KV cache K type (default f16)")
-    g.add_argument("--cache-type-v", dest="type_v", choices=list(KV_TYPE_BYTES), help="KV cache V type (default f16)")
+    kv_types = list(KV_TYPE_BYTES)
+    g.add_argument(
+        "--flash-attn",
+        choices=None if lists else TRI_STATE,
+        help=f"flash attention: {'|'.join(TRI_STATE)} (default auto){many}",
+    )
+    g.add_argument(
+        "--cache-type-k",
+        dest="type_k",
+        choices=None if lists else kv_types,
+        help=f"KV cache K type: {'|'.join(kv_types)} (default f16){many}",
+    )
+    g.add_argument(
+        "--cache-type-v",
+        dest="type_v",
+        choices=None if lists else kv_types,
+        help=f"KV cache V type (default f16){many}",
+    )
     g.add_argument(
         "--extra-bufts",
         choices=TRI_STATE,

@@ -48,6 +48,10 @@ _SKIP_PREFIXES = (
 #: string arrays longer than this are stepped over, not materialised.
 _LONG_STRING_ARRAY = 256
 #: ``name-00001-of-00003.gguf``: llama.cpp's split naming (``llama_split_prefix``).
+#: GGUF key of a synthetic model (random weights of a real model's shapes: ``chatphase models synth``),
+#: and the label every view shows for one.
+SYNTHETIC_KEY = "chatphase.synthetic"
+SYNTHETIC_LABEL = "synthetic: timings only"
 SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
@@ -61,7 +65,10 @@ class ModelInfo:
     ``kv_bytes_per_token`` assumes an f16 cache (llama.cpp's default) and, like ``attention`` (the
     geometry for other cache types), is ``None`` for models without a per-token KV cache. ``n_vocab`` and
     ``n_embd`` feed the compute-buffer estimate (:mod:`chatphase.models.memory`); ``split_count`` is the
-    number of files of a split GGUF (``path`` is the first).
+    number of files of a split GGUF (``path`` is the first); ``synthetic`` marks random weights in a real
+    model's shapes (:data:`SYNTHETIC_KEY`): its text is noise, its timings are real; ``embedding_bytes``
+    the bytes of the token embedding when the model has a separate output matrix (a token reads one row of
+    it, :func:`chatphase.bench.roofline.weight_bytes_per_token`), else 0.
     """
 
     path: str
@@ -78,6 +85,8 @@ class ModelInfo:
     n_vocab: int = 0
     n_embd: int = 0
     split_count: int = 1
+    synthetic: bool = False
+    embedding_bytes: int = 0
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict."""
@@ -290,6 +299,8 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     except ValueError:
         shape = None
     kv_per_token = kv_bytes_per_token(shape) if shape else None
+    by_name = {t.name: t for t in tensors}
+    untied = "output.weight" in by_name and "token_embd.weight" in by_name
     return ModelInfo(
         path=str(p),
         name=re.sub(r"-\d{5}-of-\d{5}$", "", p.stem),  # the file name: what users know a model by
@@ -305,6 +316,8 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
         n_vocab=int(meta.get(f"{arch}.vocab_size") or meta.get("tokenizer.ggml.tokens.count") or 0),
         n_embd=int(meta.get(f"{arch}.embedding_length", 0)),
         split_count=split_count,
+        synthetic=SYNTHETIC_KEY in meta,
+        embedding_bytes=int(by_name["token_embd.weight"].n_bytes) if untied else 0,
     )
 
 

@@ -35,6 +35,7 @@ from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.reply_markdown import MarkdownSegment
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
@@ -76,8 +77,12 @@ class ReplyView(Vertical):
     """One assistant reply: Markdown of the whole blocks streamed so far, the block being written as
     plain text in a fixed-height tail, and a one-line metrics footer (see the module docstring)."""
 
-    def __init__(self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None) -> None:
-        super().__init__(classes="assistant")
+    def __init__(
+        self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None, synthetic: bool = False
+    ) -> None:
+        # a synthetic model's text (random weights) is not a reply: shown dimmed under its label
+        super().__init__(classes="assistant synthetic" if synthetic else "assistant")
+        self.synthetic = synthetic
         self.turn_id = turn_id
         self._on_shown = on_shown
         self.text = text
@@ -92,6 +97,10 @@ class ReplyView(Vertical):
         self._tail = Static("", markup=False, classes="reply-tail")
         self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
         self._meta = Static("prefill…" if not self.finished else "", classes="reply-meta")
+        if self.synthetic:
+            yield Static(
+                f"{SYNTHETIC_LABEL} — random weights: this text is noise, not a reply", classes="synthetic-label"
+            )
         yield self._segments[0]
         yield self._tail
         yield self._meta
@@ -233,10 +242,12 @@ class ChatLog(VerticalScroll):
         self.anchor()
         return widget
 
-    def start_reply(self, turn_id: int, on_shown: Callable[[], object] | None = None) -> ReplyView:
+    def start_reply(
+        self, turn_id: int, on_shown: Callable[[], object] | None = None, synthetic: bool = False
+    ) -> ReplyView:
         """Append an empty reply that the turn's text will stream into; ``on_shown`` is called once it
-        is mounted and painted."""
-        view = ReplyView(turn_id, on_shown=on_shown)
+        is mounted and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
+        view = ReplyView(turn_id, on_shown=on_shown, synthetic=synthetic)
         self.mount(view)
         self.anchor()
         self._latest_reply = view

@@ -137,7 +137,9 @@ class ChatView(ChatListener):
             self._blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
         self.indicator.submitted()
         self.thinking.turn_started()
-        self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn)
+        loaded = self.chat.loaded
+        synthetic = loaded is not None and getattr(loaded.info, "synthetic", False)
+        self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn, synthetic=synthetic)
         self._timer.resume()
 
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:

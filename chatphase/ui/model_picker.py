@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Label
 from chatphase.chat.controller import ChatController
 from chatphase.chat.settings_apply import naming_model
 from chatphase.errors import ChatPhaseError
-from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import ModelEntry, list_models
 from chatphase.units import fmt_bytes, fmt_count
@@ -122,6 +122,8 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
     def _cells(self, e: ModelEntry) -> tuple:
         mark = "●" if e.info is not None and e.path == self.current_path else ("*" if e.is_default else "")
         label = e.spec or "default"
+        if e.info is not None and e.info.synthetic:  # random weights: say so where the model is chosen
+            label = Text.assemble(label, (f" ({SYNTHETIC_LABEL})", "yellow"))
         if e.info is None:
             return (mark, Text(label, style="dim"), Text("unusable", style="red"), "", "", "", "", "", "", e.source)
         i: ModelInfo = e.info

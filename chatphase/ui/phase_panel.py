@@ -26,6 +26,7 @@ from textual.widgets import Label, ProgressBar, Static
 
 from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.system_figures import gpu_offload_text
 from chatphase.ui.thinking_block import thinking_live
@@ -99,6 +100,8 @@ class PhasePanel(VerticalScroll):
             ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu_offload_text(model)}"),
             ("engine", engine if policy else f"{s.get('n_threads', DASH)} threads · {engine}"),
         ]
+        if getattr(info, "synthetic", False):
+            rows.append(("synthetic", f"{SYNTHETIC_LABEL} (random weights)"))
         if model.chat_format:
             rows.append(("format", model.chat_format))
         if policy:  # the threads row says what they are

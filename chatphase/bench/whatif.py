@@ -1,0 +1,191 @@
+"""What-if for other hardware: TTFT and decode speed of a model on another machine, from the roofline.
+
+A device's theoretical peaks (memory bandwidth, dense FLOP/s; :data:`DEVICES`, each row citing its
+vendor's spec sheet) give its roofline bounds (:mod:`chatphase.bench.roofline`); they are scaled by the
+**efficiency** this machine reached against its own measured peaks (:mod:`chatphase.bench.peaks`):
+
+- ``decode_efficiency`` = measured decode tok/s / the bound at that context (a depth-0 cell);
+- ``prefill_efficiency`` = measured prefill tok/s / ``FLOP/s / (2 × params)``.
+
+So ``decode(D) ≈ decode_efficiency × bandwidth / (weights + KV bytes × D)`` and ``TTFT(L) ≈ L × 2 × params /
+(prefill_efficiency × FLOP/s)``. These are upper bounds on speed (lower bounds on TTFT) under assumptions
+:func:`assumptions` lists, never measurements; this machine's own row shows predicted beside measured at a
+depth the efficiency was not taken from, so the user sees how far the model can be trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chatphase.bench.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
+from chatphase.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Device:
+    """A machine's theoretical peaks: ``bandwidth_bytes_per_s`` (memory bandwidth), ``flops_per_s`` (dense,
+    of ``flops_what``), and ``source`` (the vendor spec sheet the figures are from, and how a figure the
+    vendor does not state was derived from the ones it does)."""
+
+    key: str
+    name: str
+    bandwidth_bytes_per_s: float
+    flops_per_s: float
+    flops_what: str
+    source: str
+
+
+DEVICES: tuple[Device, ...] = (
+    Device("m2", "Apple M2 (10-core GPU)", 100e9, 3.6e12, "FP32 GPU",
+           "apple.com/newsroom/2022/06/apple-unveils-m2-with-breakthrough-performance-and-capabilities "
+           "(100GB/s, 3.6 TFLOPS)"),
+    Device("m3-pro", "Apple M3 Pro (18-core GPU)", 150e9, 6.5e12, "FP32 GPU",
+           "apple.com/newsroom/2023/10 M3 family announcement (150GB/s); FLOP/s not published by Apple: "
+           "derived, 18 cores × 128 ALUs × 2 × ~1.4 GHz"),
+    Device("m4-max", "Apple M4 Max (40-core GPU)", 546e9, 16.2e12, "FP32 GPU",
+           "apple.com/newsroom/2024/10 M4 Pro and M4 Max announcement (546GB/s); FLOP/s not published by "
+           "Apple: derived, 40 cores × 128 ALUs × 2 × ~1.58 GHz"),
+    Device("m2-ultra", "Apple M2 Ultra (76-core GPU)", 800e9, 27.2e12, "FP32 GPU",
+           "apple.com/newsroom/2023/06 M2 Ultra announcement (800GB/s, 27.2 TFLOPS)"),
+    Device("rtx-3090", "NVIDIA GeForce RTX 3090", 936e9, 71e12, "FP16 tensor, FP32 accumulate, dense",
+           "NVIDIA Ampere GA102 GPU Architecture whitepaper (936 GB/s; 71 TFLOPS)"),
+    Device("rtx-4090", "NVIDIA GeForce RTX 4090", 1008e9, 165.2e12, "FP16 tensor, FP32 accumulate, dense",
+           "NVIDIA Ada GPU Architecture whitepaper (1,008 GB/s; 165.2 TFLOPS)"),
+    Device("a100", "NVIDIA A100 80GB SXM", 2039e9, 312e12, "FP16 tensor, dense",
+           "NVIDIA A100 Tensor Core GPU datasheet (2,039 GB/s; 312 TFLOPS)"),
+    Device("h100", "NVIDIA H100 SXM", 3.35e12, 989e12, "FP16 tensor, dense",
+           "NVIDIA H100 Tensor Core GPU datasheet (3.35 TB/s; 1,979 TFLOPS with sparsity, half dense)"),
+    Device("h200", "NVIDIA H200 SXM", 4.8e12, 989e12, "FP16 tensor, dense",
+           "NVIDIA H200 Tensor Core GPU datasheet (4.8 TB/s; 1,979 TFLOPS with sparsity, half dense)"),
+    Device("rpi5", "Raspberry Pi 5 (4 × Cortex-A76, 2.4 GHz)", 17.1e9, 153.6e9, "FP32 NEON",
+           "raspberrypi.com Raspberry Pi 5 product brief (LPDDR4X-4267); derived: 32-bit bus × 4267 MT/s, "
+           "4 cores × 2.4 GHz × 16 FLOPs"),
+    Device("ryzen-7950x", "AMD Ryzen 9 7950X (DDR5-5200, 2 channels)", 83.2e9, 2.3e12, "FP32 AVX-512",
+           "amd.com Ryzen 9 7950X specifications (DDR5-5200, 16 cores, 4.5 GHz base); derived: 2 × 64-bit × "
+           "5200 MT/s, 16 cores × 4.5 GHz × 32 FLOPs"),
+)  # fmt: skip
+
+
+def find_device(name: str) -> Device:
+    """The device whose key is ``name`` (case-insensitive).
+
+    Raises:
+        UsageError: an unknown name (the message lists the keys).
+    """
+    for d in DEVICES:
+        if d.key == name.strip().lower():
+            return d
+    raise UsageError(f"unknown device {name!r}: choose one of {', '.join(d.key for d in DEVICES)}")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What this machine reached against its own measured peaks (fractions, 1.0 = at the bound), with the
+    peaks and the cells they came from (``decode_depth``, ``prefill_tokens``)."""
+
+    decode: float
+    prefill: float
+    bandwidth_bytes_per_s: float
+    flops_per_s: float
+    decode_depth: int
+    prefill_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The model's figures the roofline needs: weights read per token, parameters, KV bytes per token."""
+
+    name: str
+    weight_bytes: int
+    n_params: int
+    kv_bytes_per_token: int
+
+
+def predict_decode(bandwidth: float, eff: float, model: ModelFacts, depth: int) -> float:
+    """Decode tok/s at ``depth`` tokens of context: ``eff × bandwidth / (weights + KV × depth)``."""
+    return eff * decode_bound_tokens_per_s(bandwidth, model.weight_bytes, model.kv_bytes_per_token, depth)
+
+
+def predict_ttft_ms(flops: float, eff: float, model: ModelFacts, prompt_tokens: int) -> float:
+    """TTFT in ms of a prompt of ``prompt_tokens``: its prefill at ``eff × FLOP/s / (2 × params)``."""
+    return 1000.0 * prompt_tokens / (eff * prefill_bound_tokens_per_s(flops, model.n_params))
+
+
+def device_rows(
+    devices: Sequence[Device], eff: Efficiency, model: ModelFacts, prompt_lengths: Sequence[int], depths: Sequence[int]
+) -> list[dict]:
+    """One row per device: ``ttft_ms`` per prompt length and ``decode_tokens_per_s`` per depth, as dicts
+    keyed by the length/depth."""
+    return [
+        {
+            "device": d.key,
+            "name": d.name,
+            "bandwidth_bytes_per_s": d.bandwidth_bytes_per_s,
+            "flops_per_s": d.flops_per_s,
+            "flops_what": d.flops_what,
+            "source": d.source,
+            "ttft_ms": {n: predict_ttft_ms(d.flops_per_s, eff.prefill, model, n) for n in prompt_lengths},
+            "decode_tokens_per_s": {x: predict_decode(d.bandwidth_bytes_per_s, eff.decode, model, x) for x in depths},
+        }
+        for d in devices
+    ]
+
+
+def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
+    """The assumptions behind every prediction, as sentences."""
+    return [
+        "upper bounds on speed (TTFT: lower bounds), not measurements",
+        f"the other machine reaches the fraction of its peaks this one reached: {eff.decode:.0%} of its read "
+        f"bandwidth in decode (at depth {eff.decode_depth}), {eff.prefill:.0%} of its matmul FLOP/s in prefill "
+        f"({eff.prefill_tokens}-token prompt); a GPU's kernels and a CPU's reach different fractions",
+        f"the whole model ({model.weight_bytes / 2**20:,.0f} MiB read per token) and its KV cache fit in the "
+        "device's fastest memory (no offload, no paging)",
+        f"decode reads every weight and the KV cache ({model.kv_bytes_per_token:,} B per token of context) once "
+        "per token; prefill costs 2 × parameters FLOPs per token (attention's own FLOPs left out: optimistic at "
+        "long prompts)",
+        "one sequence, no batching; peaks are the vendor's theoretical figures (spec sheets), which no program reaches",
+    ]
+
+
+def efficiency_from(result) -> tuple[Efficiency, ModelFacts, dict]:
+    """The efficiency of a bench :class:`~chatphase.bench.results.BenchResult` with a roofline: decode from
+    its depth-0 cell (else its shallowest), prefill from its longest prompt cell. Also returns the model's
+    facts and ``measured``: ``{"decode": {depth: tok/s}, "ttft_ms": {prompt_tokens: ms}}``.
+
+    Raises:
+        UsageError: no roofline (peaks) in the result, or no prompt or depth cell measured.
+    """
+    from chatphase.bench.roofline import cell_context_tokens
+
+    r = result.roofline or {}
+    if not r.get("bandwidth_bytes_per_s"):
+        raise UsageError("the bench result has no roofline (measured peaks): run bench without --no-roofline")
+    prompts = [c for c in result.results if c.kind == "prompt" and c.prefill_tokens_per_s.mean]
+    depths = sorted(
+        (c for c in result.results if c.kind == "depth" and c.decode_tokens_per_s.mean), key=lambda c: c.depth
+    )
+    if not prompts or not depths:
+        raise UsageError("the bench result needs a prompt cell and a depth cell (--prompt-lengths and --depths)")
+    model = ModelFacts(
+        str(result.model.get("name") or "model"),
+        int(r["weight_bytes"]),
+        int(r["n_params"]),
+        int(r["kv_bytes_per_token"]),
+    )
+    bw, flops = float(r["bandwidth_bytes_per_s"]), float(r["flops_per_s"])
+    d0, p = depths[0], max(prompts, key=lambda c: c.prompt_tokens)
+    decode_bound = decode_bound_tokens_per_s(bw, model.weight_bytes, model.kv_bytes_per_token, cell_context_tokens(d0))
+    eff = Efficiency(
+        decode=d0.decode_tokens_per_s.mean / decode_bound,
+        prefill=p.prefill_tokens_per_s.mean / prefill_bound_tokens_per_s(flops, model.n_params),
+        bandwidth_bytes_per_s=bw,
+        flops_per_s=flops,
+        decode_depth=d0.depth,
+        prefill_tokens=p.prompt_tokens,
+    )
+    measured = {
+        "decode": {c.depth: (c.decode_tokens_per_s.mean, cell_context_tokens(c)) for c in depths},
+        "ttft_ms": {c.prompt_tokens: c.ttft_ms.mean for c in prompts},
+    }
+    return eff, model, measured

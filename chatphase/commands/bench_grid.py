@@ -1,0 +1,84 @@
+"""``chatphase bench`` with comma lists in its levers: the lever grid (:mod:`chatphase.bench.grid`).
+
+:func:`split_levers` reads the lever flags (kept as text by ``add_model_options(lists=True)``): a single
+value goes back into ``args`` as the plain bench expects it; lists make a :class:`LeverGrid`, which
+:func:`run_grid` runs with the same progress bar, Ctrl+C handling and output flags as the plain sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from chatphase.bench.grid import LEVERS, LeverGrid, parse_lever
+from chatphase.commands.options import AUTO, count_or_auto
+from chatphase.engine.config import TRI_STATE
+from chatphase.errors import UsageError
+from chatphase.models.kv import KV_TYPE_BYTES
+
+#: lever -> the ``args`` attribute its flag fills.
+_DEST = {"model": "model", "type_k": "type_k", "type_v": "type_v", "flash_attn": "flash_attn",
+         "n_ubatch": "n_ubatch", "n_threads": "n_threads"}  # fmt: skip
+
+
+def split_levers(args: argparse.Namespace) -> LeverGrid:
+    """The grid of the lever flags in ``args``; single values are written back into ``args`` as the plain
+    bench reads them (``--n-ubatch`` an int, ``--threads`` an int or ``auto``), lists set to ``None``.
+
+    Raises:
+        UsageError: a value a lever does not take (one line naming the flag and the choices).
+    """
+    values: dict[str, tuple] = {}
+    for lever, dest in _DEST.items():
+        text = getattr(args, dest, None)
+        if text is None:
+            continue
+        # a model file whose name holds a comma is one model, not a list
+        items = (text,) if lever == "model" and Path(text).expanduser().is_file() else parse_lever(lever, text)
+        flag = LEVERS[lever][0]
+        choices = {"type_k": list(KV_TYPE_BYTES), "type_v": list(KV_TYPE_BYTES), "flash_attn": list(TRI_STATE)}
+        for v in items:
+            if lever in choices and v not in choices[lever]:
+                raise UsageError(f"{flag} {v!r}: choose from {', '.join(choices[lever])}")
+            if lever in ("n_ubatch", "n_threads") and v != AUTO and int(v) < 1:
+                raise UsageError(f"{flag} {v}: must be at least 1")
+            if lever == "n_ubatch" and v == AUTO:
+                raise UsageError(f"{flag}: expected whole numbers")
+        values[lever] = items
+        single = items[0] if len(items) == 1 else None
+        if lever == "n_threads" and single is not None:
+            single = count_or_auto(str(single))
+        setattr(args, dest, single)
+    return LeverGrid(values)
+
+
+def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, write_output) -> int:
+    """Run the grid on ``plan`` (the plain bench's, validated) with a progress bar on stderr, write the
+    output (``--format``, ``--output``). ``drive`` and ``write_output`` are the plain bench's
+    (:mod:`chatphase.commands.bench`).
+
+    Raises:
+        UsageError: flags that do not combine with a grid, or unusable models.
+    """
+    from chatphase.bench.grid_api import GridDone, GridRun
+    from chatphase.models.gguf_meta import read_model_info
+    from chatphase.models.resolve import resolve_model
+
+    for flag, given in (("--parallel", args.parallel), ("--server", settings.server), ("--plot", args.plot)):
+        if given:
+            raise UsageError(f"{flag} does not combine with a lever grid (comma lists in the levers)")
+    if args.output and not Path(args.output).expanduser().parent.is_dir():
+        raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
+    points, notes = grid.points()
+    specs = grid.values.get("model", (None,))
+    infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
+    run = GridRun(points, infos, settings.engine_config(), plan, notes=notes, roofline=args.roofline)
+    for note in notes:
+        print(f"chatphase: {note}", file=sys.stderr)
+    result = drive(run, len(points) * plan.total_runs, GridDone)
+    write_output(result.render(args.format), args.output)
+    if result.cancelled:
+        print("chatphase: cancelled; the results above are partial", file=sys.stderr)
+        return 130
+    return 0

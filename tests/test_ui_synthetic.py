@@ -1,0 +1,37 @@
+"""A synthetic model (random weights) in the TUI: its replies are dimmed under the "synthetic: timings only"
+label and the model panel says so; a real model's replies carry no label."""
+
+from __future__ import annotations
+
+import pytest
+from textual.geometry import Region
+from textual.widgets import Static
+from ui_support import idle, send, wait_for
+
+from chatphase.config import Settings
+from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.chat_log import ReplyView
+
+
+@pytest.mark.parametrize("synthetic", [True, False])
+async def test_synthetic_replies_are_labelled_and_dimmed(synthetic):
+    app = ChatPhaseApp(Settings(), fake_model_info(synthetic=synthetic), lambda info, s: FakeEngine(info, s))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app), timeout_s=20)
+        view = app.query_one(ReplyView)
+        labels = [str(w.render()) for w in view.query(".synthetic-label").results(Static)]
+        figures = app.query_one("#model-figures")
+        width, height = figures.size
+        panel = " ".join(
+            "".join(seg.text for seg in strip) for strip in figures.render_lines(Region(0, 0, width, height))
+        )
+        if synthetic:
+            assert view.has_class("synthetic") and labels and labels[0].startswith(SYNTHETIC_LABEL)
+            assert "synthetic: timings" in panel
+        else:
+            assert not view.has_class("synthetic") and not labels
+            assert SYNTHETIC_LABEL not in panel
