@@ -55,7 +55,9 @@ from chatphase.models.resolve import resolve_model
 SAMPLED = SamplingParams(max_tokens=128, temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, seed=1)
 GREEDY = SamplingParams(max_tokens=128, temperature=0.0)
 FIRST_TOKEN = SamplingParams(max_tokens=1, temperature=0.0)
-_PERF = re.compile(r"(?:llama_perf_context_print|common_perf_print):\s+(?P<what>[a-z ]+?) time =\s+(?P<ms>[\d.]+) ms(?: /\s+(?P<n>\d+))?")
+_PERF = re.compile(
+    r"(?:llama_perf_context_print|common_perf_print):\s+(?P<what>[a-z ]+?) time =\s+(?P<ms>[\d.]+) ms(?: /\s+(?P<n>\d+))?"
+)
 
 
 def cpu_name() -> str:
@@ -132,30 +134,48 @@ def llama_completion(exe: str, model: str, threads: int, prompt: str, sampling: 
 
 
 def breakdown(info, threads: int, prompt: list[int], sampling: SamplingParams, reps: int) -> dict:
-    """The decode step, in this process: TPOT against llama.cpp's own counters (see the module docstring)."""
-    import llama_cpp as lc
-
+    """The decode step, in this process: the engine's own loop with its two llama.cpp calls timed
+    (``llama_decode``, and ``llama_sampler_sample``, which reads the logits and runs the sampler chain);
+    what is left of each step is chatphase's Python. The timers add two clock reads per call."""
+    from chatphase.engine import generation
     from chatphase.engine.llama import LlamaEngine
-    from chatphase.engine.sampling import sampler_chain
+
+    lc = generation.lc
+    real_decode, real_sample = lc.llama_decode, lc.llama_sampler_sample
+    spent: dict[str, list[int]] = {"decode": [], "sample": []}
+    clock = time.perf_counter_ns
+
+    def timed(name, fn):
+        def call(*args):
+            t0 = clock()
+            try:
+                return fn(*args)
+            finally:
+                spent[name].append(clock() - t0)
+
+        return call
 
     eng = LlamaEngine(info, EngineConfig(n_ctx=2048, n_threads=threads, n_threads_batch=threads))
     list(eng.load())
     rows = []
     try:
         for rep in range(reps):
-            lc.llama_perf_context_reset(eng._ctx)
             req = TurnRequest(rep, prompt_token_ids=tuple(prompt), reset_cache=True, ignore_eos=True, sampling=sampling)
-            m = next(e for e in eng.run_turn(req) if isinstance(e, TurnFinished)).metrics
-            perf = lc.llama_perf_context(eng._ctx)
-            chain = sampler_chain(sampling)
-            t0 = time.perf_counter_ns()
-            for _ in range(200):
-                lc.llama_sampler_sample(chain, eng._ctx, -1)
-            sample_ms = (time.perf_counter_ns() - t0) / 200 / 1e6
-            lc.llama_sampler_free(chain)
-            tpot = m.decode_ms / (m.decode_tokens - 1)
-            eval_ms = perf.t_eval_ms / perf.n_eval
-            rows.append({"tpot_ms": tpot, "llama_decode_ms": eval_ms, "sample_ms": sample_ms})
+            spent.update(decode=[], sample=[])
+            # the loop binds both calls when a turn starts (generation.generate), so patch around the turn only
+            lc.llama_decode, lc.llama_sampler_sample = timed("decode", real_decode), timed("sample", real_sample)
+            try:
+                m = next(e for e in eng.run_turn(req) if isinstance(e, TurnFinished)).metrics
+            finally:
+                lc.llama_decode, lc.llama_sampler_sample = real_decode, real_sample
+            decodes = spent["decode"][1:]  # the first call is the prompt's prefill (one chunk)
+            rows.append(
+                {
+                    "tpot_ms": m.decode_ms / (m.decode_tokens - 1),
+                    "llama_decode_ms": sum(decodes) / 1e6 / len(decodes),
+                    "sample_ms": sum(spent["sample"]) / 1e6 / len(spent["sample"]),
+                }
+            )
     finally:
         eng.close()
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
