@@ -43,6 +43,14 @@ from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.spec_modes import parse_spec
+from chatphase.engine.speculative import (
+    DraftModel,
+    SpecGenerated,
+    Speculator,
+    can_speculate,
+    generate_speculative,
+)
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
@@ -50,6 +58,7 @@ from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.models.resolve import resolve_model
 from chatphase.system import engine_registry
 
 
@@ -78,6 +87,7 @@ class LlamaEngine:
         self._stops: tuple[str, ...] = ()
         self._registered = False
         self._log: LlamaLogCapture | None = None
+        self._spec: Speculator | None = None
         self.loaded: LoadedModel | None = None
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -120,6 +130,9 @@ class LlamaEngine:
 
     def close(self) -> None:
         """Free the context and model. Idempotent."""
+        if self._spec is not None:
+            self._spec.close()
+            self._spec = None
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None
@@ -217,6 +230,7 @@ class LlamaEngine:
             gpu_offload_supported=gpu_ok,
             amx_detected=plan.amx,
         )
+        self._spec = self._speculator(s, system_info, gpu_ok, notes)
         kv_mib = self._log.kv_cache_mib
         self.loaded = LoadedModel(
             info=self.info,
@@ -234,11 +248,36 @@ class LlamaEngine:
             chat_format=self._format.label,
             thinking_format=self._thinking.name if self._thinking else None,
             thinking_switch=switch,
+            spec_mode=self._spec.kind if self._spec else "off",
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
+
+    def _speculator(self, s: dict, system_info: str, gpu_ok: bool, notes: list[str]) -> Speculator | None:
+        """The speculative mode of ``config.spec`` (:mod:`chatphase.engine.speculative`); ``None`` for plain
+        decode, or with a note for a model that cannot take it (recurrent, hybrid).
+
+        Raises:
+            UsageError: a ``draft:`` model that cannot be found, loaded, or that has another vocabulary.
+        """
+        mode = parse_spec(self.config.spec)
+        if mode.kind == "off":
+            return None
+        why = can_speculate(self._model)
+        if why:
+            notes.append(f"speculative decoding off: {self.info.architecture} is {why} (its state cannot drop drafts)")
+            return None
+        draft = None
+        if mode.kind == "draft":
+            path = resolve_model(None if mode.draft == "default" else mode.draft)
+            try:
+                draft = DraftModel(str(path), s, system_info, gpu_ok, self._vocab.ptr)
+            except RuntimeError as exc:
+                raise UsageError(str(exc)) from None
+            notes.append(f"speculative decoding: {path.name} drafts")
+        return Speculator(mode.kind, draft)
 
     def _chat_format(self, override: str | None):
         """Choose the prompt format (:func:`~chatphase.engine.chat_format.choose_format`) and check that it
@@ -340,7 +379,13 @@ class LlamaEngine:
                 self._decode,
                 self.threads.on_token,
             )
-            yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
+            if self._spec is None:
+                yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
+            else:
+                out = SpecGenerated()
+                yield from generate_speculative(
+                    model, self._mem, self._spec, req, t_submit, self._stops, self._thinking, preopened, out
+                )
             stop = out.stop
             if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
                 self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
@@ -358,6 +403,7 @@ class LlamaEngine:
             stop_reason=stop,
             dropped_messages=dropped,
             **(out.tracker.metrics_args() if out.tracker else {}),
+            spec=getattr(out, "spec", None),
         )
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
