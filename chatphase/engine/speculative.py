@@ -39,9 +39,15 @@ from chatphase.engine.sampling import sampler_chain
 from chatphase.engine.stops import StopText
 from chatphase.engine.thinking import ThinkingFormat, ThinkingTracker
 
-#: n-gram length of the lookup and the longest draft: chosen by measurement (``benchmarks/spec_decode.py``).
-LOOKUP_N = 3
-LOOKUP_K = 10
+#: n-gram length of the lookup and its draft length, chosen by measurement: replaying greedy replies to the
+#: prompts of :mod:`chatphase.bench.spec` against the verify-step costs :func:`chatphase.bench.spec.verify_cost`
+#: measured on the default model (a step of k + 1 tokens cost 1.4× one at k = 1, 2.0× at 3, 4.3× at 8), n = 4
+#: and k = 3 gave the most tokens per unit of step cost on input-grounded prompts without losing on open ones
+#: (n = 2…5 × k = 1…8 tried; longer drafts are mostly rejected, shorter n-grams match in the wrong places).
+LOOKUP_N = 4
+LOOKUP_K = 3
+#: a draft model's draft length (its drafts are accepted far more often than lookup's).
+DRAFT_K = 6
 #: the most tokens a draft may have (the verify batch holds one more).
 K_MAX = 16
 #: a plain one-token step every this many steps, so that each turn measures its own plain-step cost.
@@ -191,11 +197,11 @@ class AutoPolicy:
     ``E(k) / cost(k)`` with ``E(k) = (1 - a^(k+1)) / (1 - a)`` (each draft token accepted with probability
     ``a``, the running acceptance) and ``cost(k) = plain + k × per_token`` (both measured on this turn's
     steps, exponentially averaged), against ``1 / plain`` for no draft. Before a drafted step was measured
-    it drafts (to measure); after :data:`PROBE_EVERY` undrafted steps it drafts once more to re-measure."""
+    it drafts two tokens (to measure); after :data:`PROBE_EVERY` undrafted steps it drafts once more to re-measure."""
 
     ALPHA = 0.2
 
-    def __init__(self, k_max: int = LOOKUP_K) -> None:
+    def __init__(self, k_max: int = 2 * LOOKUP_K) -> None:
         self.k_max = k_max
         self.plain_ms: float | None = None
         self.per_token_ms: float | None = None
@@ -205,7 +211,7 @@ class AutoPolicy:
     def choose(self) -> int:
         """The draft length for the next step (0: a plain step)."""
         if self.per_token_ms is None or self.plain_ms is None:
-            return self.k_max if self.plain_ms is not None else 0
+            return min(2, self.k_max) if self.plain_ms is not None else 0  # a short draft measures the cost
         a, c1, ct = min(self.acceptance, 0.99), self.plain_ms, max(self.per_token_ms, 1e-6)
         best_k, best = 0, 1.0 / c1
         for k in range(1, self.k_max + 1):
@@ -237,9 +243,9 @@ class Speculator:
     ``kind``: ``lookup``, ``auto`` or ``draft`` (with ``draft`` the :class:`DraftModel`).
     """
 
-    def __init__(self, kind: str, draft: DraftModel | None = None, k: int = LOOKUP_K) -> None:
+    def __init__(self, kind: str, draft: DraftModel | None = None, k: int | None = None) -> None:
         self.kind = kind
-        self.k = min(k, K_MAX)
+        self.k = min(k or (DRAFT_K if draft is not None else LOOKUP_K), K_MAX)
         self.drafter = draft if draft is not None else LookupDrafter()
         self.batch = lc.llama_batch_init(K_MAX + 1, 0, 1)
         self._threads = None
