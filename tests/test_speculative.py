@@ -10,6 +10,7 @@ import itertools
 import pytest
 
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.drafters import AutoPolicy, LookupDrafter
 from chatphase.engine.events import (
     EngineFailed,
     FirstToken,
@@ -24,7 +25,6 @@ from chatphase.engine.events import (
 from chatphase.engine.llama import LlamaEngine
 from chatphase.engine.metrics import spec_figures
 from chatphase.engine.spec_modes import SpecMode, parse_spec
-from chatphase.engine.speculative import AutoPolicy, LookupDrafter
 from chatphase.errors import UsageError
 
 CODE = """def parse_line(line):
@@ -187,9 +187,9 @@ def test_a_draft_model_of_another_vocabulary_is_refused(default_model_info, gemm
 
 
 def test_a_recurrent_model_bypasses_speculation_with_a_note(default_model_info, tmp_path, monkeypatch):
-    import chatphase.engine.speculative as speculative
+    import chatphase.engine.drafters as drafters
 
-    monkeypatch.setattr(speculative.lc, "llama_model_is_recurrent", lambda model: True)
+    monkeypatch.setattr(drafters.lc, "llama_model_is_recurrent", lambda model: True)
     engine = make(default_model_info, tmp_path, "lookup", n_ctx=256)
     try:
         assert engine.loaded.spec_mode == "off"
@@ -268,3 +268,45 @@ def test_parse_spec():
             parse_spec(bad)
     with pytest.raises(UsageError):
         EngineConfig(spec="nope").validate()
+
+
+# -- on screen --------------------------------------------------------------------------------------
+
+
+def _spec_metrics(**kw):
+    from chatphase.engine.metrics import compute_turn_metrics
+
+    ms = 1_000_000
+    figures = spec_figures("lookup", 10 * ms, [20 * ms, 30 * ms], [1, 4], [0, 4], [0, 3], [True, False])
+    return compute_turn_metrics(
+        t_submit_ns=0,
+        t_prefill_start_ns=ms,
+        t_prefill_end_ns=5 * ms,
+        token_times_ns=[10 * ms, 20 * ms, 27 * ms, 28 * ms, 29 * ms, 30 * ms],
+        prompt_tokens=10,
+        cached_tokens=0,
+        kv_cache_tokens=15,
+        kv_bytes_per_token=1,
+        kv_capacity_bytes=100,
+        stop_reason="stop",
+        spec=figures,
+        **kw,
+    )
+
+
+def test_the_phase_line_and_the_history_show_the_figures():
+    from chatphase.engine.events import SpecLive
+    from chatphase.engine.spec_modes import spec_figures_text
+    from chatphase.ui.history_table import format_row
+    from chatphase.ui.phase_indicator import spec_done, spec_live
+    from chatphase.ui.turn_detail import metric_pairs
+
+    assert spec_figures_text("lookup", 2.7, 0.68, 1.6) == "lookup · 2.7 tok/step · 68 % accepted · ×1.6"
+    assert spec_live(SpecLive("auto", 0, 0, 0, 0)) == "auto"  # nothing known yet
+    m = _spec_metrics()
+    assert (m.spec_tokens_per_step, m.spec_speedup) == (2.5, pytest.approx(10 * 5 / 20))
+    assert spec_done(m) == " · lookup · 2.5 tok/step · 75 % accepted · ×2.5"
+    assert format_row(3, m)[-1] == "stop\n2.5×2.5"
+    pairs = dict(metric_pairs(m))
+    assert pairs["decode mode"] == "lookup" and pairs["drafted / accepted"] == "4 / 3 (75%)"
+    assert pairs["speed-up"] == "×2.50" and pairs["target steps"] == "2"

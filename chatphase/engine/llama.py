@@ -25,6 +25,7 @@ import llama_cpp as lc
 
 from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.drafters import DraftModel, can_speculate
 from chatphase.engine.events import (
     EngineFailed,
     Event,
@@ -44,13 +45,7 @@ from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
 from chatphase.engine.spec_modes import parse_spec
-from chatphase.engine.speculative import (
-    DraftModel,
-    SpecGenerated,
-    Speculator,
-    can_speculate,
-    generate_speculative,
-)
+from chatphase.engine.speculative import SpecGenerated, Speculator, generate_speculative
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
