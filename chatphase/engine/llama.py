@@ -25,7 +25,6 @@ import llama_cpp as lc
 
 from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.drafters import DraftModel, can_speculate
 from chatphase.engine.events import (
     EngineFailed,
     Event,
@@ -44,8 +43,7 @@ from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
-from chatphase.engine.spec_modes import parse_spec
-from chatphase.engine.speculative import SpecGenerated, Speculator, generate_speculative
+from chatphase.engine.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
@@ -53,7 +51,6 @@ from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
-from chatphase.models.resolve import resolve_model
 from chatphase.system import engine_registry
 
 
@@ -225,7 +222,7 @@ class LlamaEngine:
             gpu_offload_supported=gpu_ok,
             amx_detected=plan.amx,
         )
-        self._spec = self._speculator(s, system_info, gpu_ok, notes)
+        self._spec = speculator(self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes)
         kv_mib = self._log.kv_cache_mib
         self.loaded = LoadedModel(
             info=self.info,
@@ -249,30 +246,6 @@ class LlamaEngine:
             self._log.write(f"chatphase: {note}")
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
-
-    def _speculator(self, s: dict, system_info: str, gpu_ok: bool, notes: list[str]) -> Speculator | None:
-        """The speculative mode of ``config.spec`` (:mod:`chatphase.engine.speculative`); ``None`` for plain
-        decode, or with a note for a model that cannot take it (recurrent, hybrid).
-
-        Raises:
-            UsageError: a ``draft:`` model that cannot be found, loaded, or that has another vocabulary.
-        """
-        mode = parse_spec(self.config.spec)
-        if mode.kind == "off":
-            return None
-        why = can_speculate(self._model)
-        if why:
-            notes.append(f"speculative decoding off: {self.info.architecture} is {why} (its state cannot drop drafts)")
-            return None
-        draft = None
-        if mode.kind == "draft":
-            path = resolve_model(None if mode.draft == "default" else mode.draft)
-            try:
-                draft = DraftModel(str(path), s, system_info, gpu_ok, self._vocab.ptr)
-            except RuntimeError as exc:
-                raise UsageError(str(exc)) from None
-            notes.append(f"speculative decoding: {path.name} drafts")
-        return Speculator(mode.kind, draft)
 
     def _chat_format(self, override: str | None):
         """Choose the prompt format (:func:`~chatphase.engine.chat_format.choose_format`) and check that it

@@ -31,13 +31,54 @@ from dataclasses import dataclass
 import llama_cpp as lc
 
 from chatphase.engine.detok import IncrementalDetokenizer
-from chatphase.engine.drafters import DRAFT_K, K_MAX, LOOKUP_K, PROBE_EVERY, AutoPolicy, DraftModel, LookupDrafter
+from chatphase.engine.drafters import (
+    DRAFT_K,
+    K_MAX,
+    LOOKUP_K,
+    PROBE_EVERY,
+    AutoPolicy,
+    DraftModel,
+    LookupDrafter,
+    can_speculate,
+)
 from chatphase.engine.events import Event, FirstToken, SpecLive, ThinkingEnded, TokensDecoded, TurnRequest
 from chatphase.engine.generation import Generated, Model
 from chatphase.engine.metrics import ns_to_ms, spec_figures
 from chatphase.engine.sampling import sampler_chain
+from chatphase.engine.spec_modes import parse_spec
 from chatphase.engine.stops import StopText
 from chatphase.engine.thinking import ThinkingFormat, ThinkingTracker
+from chatphase.errors import UsageError
+from chatphase.models.resolve import resolve_model
+
+
+def speculator(
+    spec: str, model, vocab, settings: dict, system_info: str, gpu_ok: bool, notes: list[str]
+) -> Speculator | None:
+    """The speculative mode ``spec`` (``EngineConfig.spec``) for the loaded llama.cpp ``model`` (``vocab`` its
+    vocabulary); ``None`` for plain decode, or with a note in ``notes`` for a model that cannot take it
+    (recurrent, hybrid). A ``draft:`` model is found as ``--model`` finds one (``default``: the bundled one)
+    and loaded with the same ``settings``.
+
+    Raises:
+        UsageError: a draft model that cannot be found or loaded, or that has another vocabulary.
+    """
+    mode = parse_spec(spec)
+    if mode.kind == "off":
+        return None
+    why = can_speculate(model)
+    if why:
+        notes.append(f"speculative decoding off: this model is {why} (its state cannot drop rejected drafts)")
+        return None
+    draft = None
+    if mode.kind == "draft":
+        path = resolve_model(None if mode.draft == "default" else mode.draft)
+        try:
+            draft = DraftModel(str(path), settings, system_info, gpu_ok, vocab)
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+        notes.append(f"speculative decoding: {path.name} drafts")
+    return Speculator(mode.kind, draft)
 
 
 class Speculator:
