@@ -8,7 +8,9 @@ greedy turn from a cleared KV cache, so every arm writes the same reply (checked
 Prompt kinds (:data:`PROMPTS`): *input-grounded* (rewrite a given code block with one change; summarise a
 given text quoting it: the reply copies from the prompt, so drafts from the prompt get accepted) and
 *open-ended* (a story: little to copy). Per arm and kind: decode tok/s (median over reps and prompts of the
-kind), its ratio to ``off`` measured in the same reps, acceptance, tokens per step.
+kind), its ratio to ``off`` measured in the same reps, acceptance, tokens per step, and the speed-up each turn
+measured against its own plain steps (``spec_speedup``: interleaved within the turn, so the least disturbed
+by a shared machine's changing load).
 
 :func:`verify_cost`: the ms of one target step evaluating ``k`` tokens (k = 1…16) at a given depth, logits
 at every position as verification needs: a step of ``k + 1`` tokens pays when more than
@@ -99,6 +101,7 @@ class ArmResult:
     ratios: dict[str, list[float]] = field(default_factory=dict)
     acceptance: dict[str, list[float]] = field(default_factory=dict)
     tokens_per_step: dict[str, list[float]] = field(default_factory=dict)
+    speedup: dict[str, list[float]] = field(default_factory=dict)
     identical: bool = True
 
 
@@ -151,6 +154,8 @@ def run_arms(
                         r.acceptance.setdefault(kind, []).append(m.spec_acceptance)
                     if m.spec_tokens_per_step is not None:
                         r.tokens_per_step.setdefault(kind, []).append(m.spec_tokens_per_step)
+                    if m.spec_speedup is not None:
+                        r.speedup.setdefault(kind, []).append(m.spec_speedup)
                 for spec in specs:
                     results[spec].ratios.setdefault(kind, []).append(rates[spec] / rates["off"] if rates["off"] else 0)
                     results[spec].identical &= replies[spec] == replies["off"]
@@ -206,7 +211,7 @@ def summary_rows(results: dict[str, ArmResult]) -> list[dict]:
         for kind in KINDS:
             if kind not in r.rates:
                 continue
-            acc, tps = r.acceptance.get(kind), r.tokens_per_step.get(kind)
+            acc, tps, own = r.acceptance.get(kind), r.tokens_per_step.get(kind), r.speedup.get(kind)
             rows.append(
                 {
                     "spec": spec,
@@ -215,6 +220,7 @@ def summary_rows(results: dict[str, ArmResult]) -> list[dict]:
                     "ratio_to_off": statistics.median(r.ratios[kind]),
                     "acceptance": statistics.fmean(acc) if acc else None,
                     "tokens_per_step": statistics.fmean(tps) if tps else None,
+                    "turn_speedup": statistics.median(own) if own else None,
                     "identical": r.identical,
                     "runs": len(r.rates[kind]),
                 }
@@ -228,11 +234,14 @@ def format_rows(rows: list[dict]) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    out = [f"{'arm':<16} {'prompts':<9} {'tok/s':>7} {'× off':>6} {'accept':>7} {'tok/step':>8} {'same':>5}"]
+    out = [
+        f"{'arm':<16} {'prompts':<9} {'tok/s':>7} {'× off':>6} {'accept':>7} {'tok/step':>8} {'× own':>6} {'same':>5}"
+    ]
     for r in rows:
         out.append(
             f"{r['spec']:<16} {r['kind']:<9} {r['decode_tokens_per_s']:>7.1f} {r['ratio_to_off']:>6.2f} "
-            f"{f(r['acceptance'], '>7.0%')} {f(r['tokens_per_step'], '>8.2f')} {'yes' if r['identical'] else 'NO':>5}"
+            f"{f(r['acceptance'], '>7.0%')} {f(r['tokens_per_step'], '>8.2f')} {f(r['turn_speedup'], '>6.2f')} "
+            f"{'yes' if r['identical'] else 'NO':>5}"
         )
     return "\n".join(out)
 
