@@ -48,7 +48,7 @@ from chatphase.engine.sampling import sampler_chain
 from chatphase.engine.spec_modes import parse_spec
 from chatphase.engine.stops import StopText
 from chatphase.engine.thinking import ThinkingFormat, ThinkingTracker
-from chatphase.errors import UsageError
+from chatphase.errors import ModelError, UsageError
 from chatphase.models.resolve import resolve_model
 
 
@@ -72,9 +72,11 @@ def speculator(
         return None
     draft = None
     if mode.kind == "draft":
-        path = resolve_model(None if mode.draft == "default" else mode.draft)
         try:
+            path = resolve_model(None if mode.draft == "default" else mode.draft)
             draft = DraftModel(str(path), settings, system_info, gpu_ok, vocab)
+        except ModelError as exc:
+            raise UsageError(f"draft model: {exc}") from None
         except RuntimeError as exc:
             raise UsageError(str(exc)) from None
         notes.append(f"speculative decoding: {path.name} drafts")
