@@ -6,7 +6,8 @@
 - thinking (a reasoning model's thinking block, a phase of decode): its token count, its time so far
   and TTFT, before the answer's decode;
 - decode: the token count, TTFT and the live decode rate (the turn's, from the engine's token
-  timestamps: :meth:`chatphase.chat.turn.Turn.live_decode_rate`);
+  timestamps: :meth:`chatphase.chat.turn.Turn.live_decode_rate`); with speculative decoding (``--spec``)
+  first its mode and figures (``lookup · 2.7 tok/step · 68 % accepted · ×1.6``, :func:`spec_live`);
 - done / stopped / failed: the turn's summary or the error and how to recover.
 
 The live decode figures are drawn by :meth:`PhaseIndicator.decode_live`, which the app calls at a
