@@ -54,6 +54,7 @@ class Settings:
     type_v: str = EngineConfig.type_v
     extra_bufts: str = EngineConfig.extra_bufts
     chat_template: str | None = EngineConfig.chat_template
+    spec: str = EngineConfig.spec
     system_prompt: str | None = None
     server: str | None = None
     api_key_env: str | None = None

@@ -416,3 +416,15 @@ def test_thinking_markers_in_plain_content_are_split_too():
     m = done.metrics
     assert m.thought and m.thinking_tokens is None and m.answer_tokens is None  # the server did not count them
     assert m.ttfa_ms is not None and not m.thinking_cut_short
+
+
+def test_a_drafting_llama_server_reports_its_draft_figures():
+    """llama-server sends ``draft_n`` / ``draft_n_accepted`` in its timings only when it drafted."""
+    report = ServerReport(prompt_tokens=50, completion_tokens=4)
+    report.timings = {"prompt_n": 20, "prompt_ms": 10.0, "draft_n": 40, "draft_n_accepted": 30}
+    m = remote_turn_metrics(t_submit_ns=0, arrival_times_ns=[5_000_000, 6_000_000], report=report, stop_reason="stop")
+    assert (m.spec_mode, m.spec_drafted, m.spec_accepted, m.spec_acceptance) == ("draft", 40, 30, 0.75)
+    assert m.spec_steps is None and m.spec_speedup is None  # not reported: unknown
+    report.timings = {"prompt_n": 20, "prompt_ms": 10.0}
+    plain = remote_turn_metrics(t_submit_ns=0, arrival_times_ns=[5_000_000], report=report, stop_reason="stop")
+    assert plain.spec_mode is None and plain.spec_drafted is None

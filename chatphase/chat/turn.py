@@ -15,6 +15,7 @@ from chatphase.engine.events import (
     FirstToken,
     PrefillProgress,
     PrefillStarted,
+    SpecLive,
     ThinkingEnded,
     TokensDecoded,
     TurnRequest,
@@ -50,6 +51,7 @@ class Turn:
     error: str | None = None
     thinking_tokens: int = 0
     thinking_ended: ThinkingEnded | None = None
+    spec: SpecLive | None = None
     _parts: list[str] = field(default_factory=list, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
 
@@ -61,6 +63,8 @@ class Turn:
 
     def decoded(self, event: TokensDecoded) -> None:
         self.decode_tokens, self.t_last_ns = event.decode_tokens, event.t_ns
+        if event.spec is not None:
+            self.spec = event.spec  # speculative decoding's figures so far
         self._add(event.text, event.thinking)
         self.thinking_tokens = max(self.thinking_tokens, event.thinking_tokens)
 

@@ -24,6 +24,7 @@ from chatphase.commands.options import add_model_options, add_sampling_options, 
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
 from chatphase.engine.events import FirstToken, LoadedModel, ThinkingEnded, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.units import fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
@@ -63,10 +64,17 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
             f"thinking {n(m.thinking_tokens)} tok in {fmt_ms(m.thinking_ms)}{cut} · first answer token "
             f"{fmt_ms(m.ttfa_ms)} · answer {n(m.answer_tokens)} tok @ {fmt_rate(m.answer_tokens_per_s)} · "
         )
+    spec = ""
+    if m.spec_mode is not None:
+        steps = f"{fmt_ms(m.spec_verify_step_ms)} drafted vs {fmt_ms(m.spec_plain_step_ms)} plain step"
+        spec = (
+            f"spec {spec_figures_text(m.spec_mode, m.spec_tokens_per_step, m.spec_acceptance, m.spec_speedup)} "
+            f"({n(m.spec_accepted)}/{n(m.spec_drafted)} drafted, {n(m.spec_steps)} steps, {steps}) · "
+        )
     return (
         f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
-        f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
+        f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{m.stop_reason}"
     )
 

@@ -4,6 +4,7 @@ For each prompt length a prompt of exactly that many tokens (cut on token bounda
 cleared before each repetition, warm-up runs not counted; for each depth, decode speed with that many
 tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
+``--spec off,lookup,auto,draft:MODEL`` compares decode modes instead (:mod:`chatphase.commands.bench_spec`).
 ``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
 A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
@@ -101,6 +102,10 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate everything, run the sweep with a progress bar on stderr, write the outputs."""
+    if args.spec:  # decode modes side by side (their own module)
+        from chatphase.commands import bench_spec
+
+        return bench_spec.run(args)
     if args.format not in FORMATS:
         raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
     from chatphase.commands.bench_grid import run_grid, split_levers

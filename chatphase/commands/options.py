@@ -100,6 +100,12 @@ def add_model_options(p: argparse.ArgumentParser, lists: bool = False) -> None:
         help="prompt format: a llama.cpp built-in (chatml, gemma, llama3, phi3, mistral-v7, …), completion "
         "(no chat markup) or a Jinja file; default: the model's own template, else a format its vocabulary has",
     )
+    g.add_argument(
+        "--spec",
+        metavar="MODE",
+        help="decode mode: off (default), lookup (draft from the conversation's n-grams), draft:MODEL (a small "
+        "model of the same vocabulary drafts; default = the bundled one), auto (lookup where it pays)",
+    )
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
@@ -139,6 +145,7 @@ _SETTING_KEYS = (
     "type_v",
     "extra_bufts",
     "chat_template",
+    "spec",
     "system_prompt",
     "server",
     "api_key_env",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
 from chatphase.system.cpu_features import usable_cores
@@ -39,6 +40,8 @@ class EngineConfig:
     (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
     ``chat_template`` the prompt format: ``None`` = the model's own template, else a format fitting its
     vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.chat_format`).
+    ``spec`` the decode mode: ``off``, ``lookup``, ``auto`` or ``draft:MODEL`` (speculative decoding,
+    :mod:`chatphase.engine.speculative`).
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
     setting (``metadata["setting"]`` is false, so :class:`chatphase.config.Settings` has no such field).
@@ -55,6 +58,7 @@ class EngineConfig:
     type_v: str = "f16"
     extra_bufts: str = "auto"
     chat_template: str | None = None
+    spec: str = "off"
     n_seq_max: int = field(default=1, metadata={"setting": False})
 
     def validate(self) -> EngineConfig:
@@ -78,6 +82,7 @@ class EngineConfig:
                 raise UsageError(
                     f"{name} {value} is far more than this machine's {os.cpu_count()} CPUs (at most {most}, or auto)"
                 )
+        parse_spec(self.spec)
         if not 1 <= self.n_seq_max <= MAX_SEQUENCES:
             raise UsageError(f"n_seq_max must be 1 to {MAX_SEQUENCES} (got {self.n_seq_max})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
@@ -115,6 +120,7 @@ class EngineConfig:
             "extra_bufts": self.extra_bufts,
             "n_seq_max": self.n_seq_max,
             "chat_template": self.chat_template,
+            "spec": self.spec,
         }
 
     def to_dict(self) -> dict:

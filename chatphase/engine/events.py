@@ -77,7 +77,8 @@ class LoadedModel:
     the name of the model's thinking markers (:data:`chatphase.engine.thinking.FORMATS`), ``None`` for a
     model that does not think; ``thinking_switch``: its template takes ``enable_thinking``. ``chat_format`` says
     how prompts are written (:attr:`chatphase.engine.chat_format.ChatFormat.label`, e.g. ``gemma
-    (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server).
+    (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server). ``spec_mode``:
+    the decode mode in use (``off``, ``lookup``, ``auto``, ``draft``; ``off`` where the model cannot take one).
     """
 
     info: ModelInfo
@@ -95,6 +96,7 @@ class LoadedModel:
     thinking_format: str | None = None
     thinking_switch: bool = False
     chat_format: str = ""
+    spec_mode: str = "off"
 
 
 @dataclass(frozen=True)
@@ -145,9 +147,34 @@ class FirstToken:
 
 
 @dataclass(frozen=True)
+class SpecLive:
+    """Speculative decoding's running figures in a turn (the ``spec_*`` fields of
+    :class:`~chatphase.engine.metrics.TurnMetrics` so far): ``mode`` (``lookup``, ``auto``, ``draft``),
+    target ``steps``, draft tokens ``drafted`` and ``accepted``, generated ``tokens`` (after the first)
+    and ``speedup`` against this turn's plain steps (``None`` until one was measured)."""
+
+    mode: str
+    steps: int
+    drafted: int
+    accepted: int
+    tokens: int
+    speedup: float | None = None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        return self.tokens / self.steps if self.steps else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+@dataclass(frozen=True)
 class TokensDecoded:
     """``n_tokens`` more generated tokens whose answer text is ``text`` and thinking text ``thinking``;
-    ``decode_tokens`` and ``thinking_tokens`` counted so far.
+    ``decode_tokens`` and ``thinking_tokens`` counted so far; ``spec`` speculative decoding's figures so far
+    (``None`` in plain decode); ``drafted_spans``: the parts of ``text`` that came from accepted draft tokens
+    (for a view that tints them), as ``(start, end)`` offsets into ``text``.
 
     The engine emits one per token; :class:`~chatphase.engine.host.EngineHost` coalesces them in time
     before they cross the process boundary.
@@ -160,6 +187,8 @@ class TokensDecoded:
     t_ns: int
     thinking: str = ""
     thinking_tokens: int = 0
+    spec: SpecLive | None = None
+    drafted_spans: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

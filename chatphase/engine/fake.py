@@ -31,6 +31,7 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
+    SpecLive,
     ThinkingEnded,
     TokensDecoded,
     TurnFinished,
@@ -112,6 +113,7 @@ class FakeEngine:
         hold: ``"prefill"`` (after the first progress event) or ``"decode"`` (after ``hold_after_tokens``
             tokens) blocks the stream until :meth:`release` or :meth:`cancel`; :attr:`held` is set meanwhile.
         notes / log_path: copied into :class:`LoadedModel`.
+        spec: speculative decoding's live figures, sent with every ``TokensDecoded`` (a decode mode's look).
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class FakeEngine:
         hold_after_tokens: int = 3,
         notes: tuple[str, ...] = ("fake engine: scripted events",),
         log_path: str = "",
+        spec: SpecLive | None = None,
     ) -> None:
         self.info = info
         self.n_ctx = int(getattr(config, "n_ctx", 4096))
@@ -144,6 +147,7 @@ class FakeEngine:
         self.crash_at, self.crash_turn = crash_at, crash_turn
         self.hold, self.hold_after_tokens = hold, hold_after_tokens
         self.notes, self.log_path = notes, log_path
+        self.spec = spec
         self.kv_bytes_per_token = info.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN
         self._cache: list[str] = []
         self._cancel = threading.Event()
@@ -248,7 +252,14 @@ class FakeEngine:
                 yield FirstToken(request.turn_id, split.answer, (t_i - t_submit) / NS_PER_MS, t_i, split.thinking)
             else:
                 yield TokensDecoded(
-                    request.turn_id, split.answer, 1, len(times), t_i, split.thinking, tracker.thinking_tokens
+                    request.turn_id,
+                    split.answer,
+                    1,
+                    len(times),
+                    t_i,
+                    split.thinking,
+                    tracker.thinking_tokens,
+                    self.spec,
                 )
             i += 1
             if tracker.over_budget():  # the engine closes the block itself and goes on with the answer

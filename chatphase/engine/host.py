@@ -64,7 +64,18 @@ class _Batch:
             last.t_ns,
             "".join(e.thinking for e in events),
             last.thinking_tokens,
+            last.spec,
+            _spans(events) if last.spec is not None else (),
         )
+
+
+def _spans(events: list[TokensDecoded]) -> tuple[tuple[int, int], ...]:
+    """The events' ``drafted_spans``, as offsets into their joined text."""
+    out, base = [], 0
+    for e in events:
+        out.extend((base + a, base + b) for a, b in e.drafted_spans)
+        base += len(e.text)
+    return tuple(out)
 
 
 def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:

@@ -44,6 +44,7 @@ from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
@@ -79,6 +80,7 @@ class LlamaEngine:
         self._stops: tuple[str, ...] = ()
         self._registered = False
         self._log: LlamaLogCapture | None = None
+        self._spec: Speculator | None = None
         self.loaded: LoadedModel | None = None
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -121,6 +123,9 @@ class LlamaEngine:
 
     def close(self) -> None:
         """Free the context and model. Idempotent."""
+        if self._spec is not None:
+            self._spec.close()
+            self._spec = None
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None
@@ -218,6 +223,7 @@ class LlamaEngine:
             gpu_offload_supported=gpu_ok,
             amx_detected=plan.amx,
         )
+        self._spec = speculator(self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes)
         kv_mib = self._log.kv_cache_mib
         self.loaded = LoadedModel(
             info=self.info,
@@ -235,6 +241,7 @@ class LlamaEngine:
             chat_format=self._format.label,
             thinking_format=self._thinking.name if self._thinking else None,
             thinking_switch=switch,
+            spec_mode=self._spec.kind if self._spec else "off",
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
@@ -341,7 +348,13 @@ class LlamaEngine:
                 self._decode,
                 self.threads.on_token,
             )
-            yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
+            if self._spec is None:
+                yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
+            else:
+                out = SpecGenerated()
+                yield from generate_speculative(
+                    model, self._mem, self._spec, req, t_submit, self._stops, self._thinking, preopened, out
+                )
             stop = out.stop
             if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
                 self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
@@ -359,6 +372,7 @@ class LlamaEngine:
             stop_reason=stop,
             dropped_messages=dropped,
             **(out.tracker.metrics_args() if out.tracker else {}),
+            spec=getattr(out, "spec", None),
         )
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)

@@ -23,6 +23,15 @@ Definitions (shared by the dashboard, `ask --json` and `bench`):
   ``answer_tokens = decode_tokens - thinking_tokens``; ``ttfa_ms = t_first_answer - t_submit`` (time to the
   first answer token; TTFT stays the first generated token); ``answer_tokens_per_s`` as decode's rate over
   the answer's tokens. A reply that ends inside the block is ``thinking_cut_short``.
+- Speculative decoding (``spec_*``; ``None`` for plain decode, :func:`spec_figures`): a *step* is one
+  evaluation of the target model during decode (one token, or the last sampled token and ``k`` drafted
+  ones), lasting from the previous step's last token (the first token for the first step) to its own;
+  steps partition ``decode_ms``. ``spec_acceptance = spec_accepted / spec_drafted``;
+  ``spec_accepted_per_step`` the mean accepted draft tokens per drafted step; ``spec_tokens_per_step`` the
+  generated tokens (after the first) per step; ``spec_verify_step_ms`` / ``spec_plain_step_ms`` the mean
+  duration of drafted / undrafted steps; ``spec_speedup = spec_plain_step_ms × tokens / Σ step durations``
+  (this turn's rate against its own plain steps). ``step_ms_p50`` / ``step_ms_p95`` as ITL's percentiles,
+  over step durations (ITL stays per token, so several tokens of one step show gaps near zero).
 """
 
 from __future__ import annotations
@@ -56,6 +65,9 @@ class TurnMetrics:
     Threads (the local engine's thread policy, :mod:`chatphase.engine.threads`): ``n_threads_prefill``
     the prompt's threads, ``n_threads_decode`` decode's at the end of the turn, ``decode_thread_changes``
     how often decode's changed mid-turn, ``threads_reason`` why, in words.
+
+    Speculative decoding: the ``spec_*`` and ``step_ms_*`` fields (the module docstring); ``spec_mode`` is
+    ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
     """
 
     prompt_tokens: int | None
@@ -89,6 +101,18 @@ class TurnMetrics:
     n_threads_decode: int | None = None
     decode_thread_changes: int | None = None
     threads_reason: str | None = None
+    spec_mode: str | None = None
+    spec_drafted: int | None = None
+    spec_accepted: int | None = None
+    spec_acceptance: float | None = None
+    spec_accepted_per_step: float | None = None
+    spec_steps: int | None = None
+    spec_tokens_per_step: float | None = None
+    spec_verify_step_ms: float | None = None
+    spec_plain_step_ms: float | None = None
+    spec_speedup: float | None = None
+    step_ms_p50: float | None = None
+    step_ms_p95: float | None = None
 
     @property
     def thought(self) -> bool:
@@ -169,6 +193,7 @@ def compute_turn_metrics(
     evaluated_tokens: int | None = None,
     thinking_tokens: int | None = None,
     t_thinking_end_ns: int | None = None,
+    spec: dict | None = None,
 ) -> TurnMetrics:
     """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens).
 
@@ -184,6 +209,7 @@ def compute_turn_metrics(
         thinking_tokens: generated tokens of the thinking block (the first ones), ``None`` without one;
         t_thinking_end_ns: when the block closed (after its closing marker, sampled or forced); ``None``
             when the reply ended inside it (thinking cut short).
+        spec: the speculative-decoding fields (:func:`spec_figures`), ``None`` for plain decode.
 
     Raises:
         ValueError: on inconsistent counts or timestamps out of order, or an unknown stop reason.
@@ -231,7 +257,58 @@ def compute_turn_metrics(
         tpot_ms=tpot_ms,
         dropped_messages=dropped_messages,
         **thinking,
+        **(spec or {}),
     )
+
+
+def spec_figures(
+    mode: str,
+    t_first_ns: int,
+    step_end_ns: Sequence[int],
+    step_tokens: Sequence[int],
+    step_drafted: Sequence[int],
+    step_accepted: Sequence[int],
+    step_plain: Sequence[bool],
+) -> dict:
+    """The speculative-decoding fields of :class:`TurnMetrics` (the module docstring's definitions).
+
+    Per step ``i``: ``step_end_ns[i]`` the time of its last generated token, ``step_tokens[i]`` the tokens it
+    generated (>= 1), ``step_drafted[i]`` / ``step_accepted[i]`` its draft tokens and how many were accepted,
+    ``step_plain[i]`` whether it was a plain one-token step (a step that evaluated a forced closing marker is
+    neither plain nor drafted). ``t_first_ns`` the first generated token's time (where the first step starts).
+
+    Raises:
+        ValueError: lists of different lengths, more accepted than drafted, or step ends out of order.
+    """
+    n = len(step_end_ns)
+    if not n == len(step_tokens) == len(step_drafted) == len(step_accepted) == len(step_plain):
+        raise ValueError("one entry per step in each list")
+    if any(a > d or a < 0 for a, d in zip(step_accepted, step_drafted, strict=True)):
+        raise ValueError("a step cannot accept more draft tokens than it drafted")
+    ends = [t_first_ns, *step_end_ns]
+    durations = [b - a for a, b in pairwise(ends)]
+    if any(d < 0 for d in durations):
+        raise ValueError("step ends must be non-decreasing, from the first token on")
+    drafted, accepted, tokens = sum(step_drafted), sum(step_accepted), sum(step_tokens)
+    verify = [d for d, k in zip(durations, step_drafted, strict=True) if k > 0]
+    plain = [d for d, p in zip(durations, step_plain, strict=True) if p]
+    plain_ms = ns_to_ms(sum(plain)) / len(plain) if plain else None
+    total_ns = sum(durations)
+    p50, p95, _ = gap_stats_ms(durations)
+    return {
+        "spec_mode": mode,
+        "spec_drafted": drafted,
+        "spec_accepted": accepted,
+        "spec_acceptance": accepted / drafted if drafted else None,
+        "spec_accepted_per_step": accepted / len(verify) if verify else None,
+        "spec_steps": n,
+        "spec_tokens_per_step": tokens / n if n else None,
+        "spec_verify_step_ms": ns_to_ms(sum(verify)) / len(verify) if verify else None,
+        "spec_plain_step_ms": plain_ms,
+        "spec_speedup": plain_ms * tokens / ns_to_ms(total_ns) if plain_ms and total_ns > 0 else None,
+        "step_ms_p50": p50,
+        "step_ms_p95": p95,
+    }
 
 
 def _thinking_figures(

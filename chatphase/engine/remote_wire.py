@@ -44,6 +44,8 @@ TIMING_KEYS = (
     "predicted_per_token_ms",
     "predicted_per_second",
     "cache_n",
+    "draft_n",
+    "draft_n_accepted",
 )
 
 _FINISH_TO_STOP = {
@@ -230,7 +232,23 @@ def remote_turn_metrics(
         dropped_messages=0,
         decode_tokens_source=source,
         **(_thinking_fields(t_submit_ns, times, report, decode_tokens, thinking) if thinking else {}),
+        **_draft_fields(report),
     )
+
+
+def _draft_fields(report: ServerReport) -> dict:
+    """The ``spec_*`` fields a drafting llama-server reports (``draft_n`` / ``draft_n_accepted`` in its
+    timings, sent only when it drafted); steps and step times stay unknown."""
+    drafted, accepted = report.timing("draft_n"), report.timing("draft_n_accepted")
+    if drafted is None:
+        return {}
+    drafted, accepted = int(drafted), int(accepted or 0)
+    return {
+        "spec_mode": "draft",
+        "spec_drafted": drafted,
+        "spec_accepted": accepted,
+        "spec_acceptance": accepted / drafted if drafted else None,
+    }
 
 
 def _thinking_fields(t_submit: int, times: list[int], report: ServerReport, decode: int | None, th) -> dict:

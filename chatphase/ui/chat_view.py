@@ -304,5 +304,5 @@ class ChatView(ChatListener):
             self.indicator.thinking_live(turn.thinking_tokens, turn.thinking_s(), turn.ttft_ms)
             self.thinking.draw(turn)
         else:
-            self.indicator.decode_live(turn.decode_tokens, rate, turn.ttft_ms)
+            self.indicator.decode_live(turn.decode_tokens, rate, turn.ttft_ms, turn.spec)
         return rate

@@ -11,7 +11,8 @@ takes 45 cells with four-digit figures (48 with a ``cancelled`` stop), so it doe
 Once a turn of the chat had a thinking block (a reasoning model), the table uses :data:`THINKING_COLUMNS`:
 the bottom figure of the token column is the turn's thinking tokens instead of the KV tokens after it
 (those are close to prompt + decode tokens, and shown in the turn's detail and the KV gauge), so the
-table keeps its width. A new chat goes back to :data:`COLUMNS`.
+table keeps its width. A new chat goes back to :data:`COLUMNS`. A turn decoded speculatively shows, under
+its stop reason, its tokens per target step and its speed-up against its own plain steps (``2.7×1.6``).
 """
 
 from __future__ import annotations
@@ -61,8 +62,18 @@ def format_row(turn_id: int, m: TurnMetrics, thinking: bool = False) -> tuple[st
         f"{_num(m.ttft_ms, 1)}\n{_num(m.itl_ms_p95, 1)}",
         f"{_num(m.prefill_tokens_per_s, 0)}\n{_num(m.decode_tokens_per_s, 1)}",
         f"{fmt_int(m.decode_tokens)}\n{fmt_int(below_decode)}",
-        m.stop_reason.replace("_", "\n", 1),  # context_full: two lines, like the figures beside it
+        _stop_cell(m),
     )
+
+
+def _stop_cell(m: TurnMetrics) -> str:
+    """The stop reason (``context_full`` on two lines, like the figures beside it); under it, for a turn
+    decoded speculatively, its tokens per target step and speed-up (``2.7×1.6``)."""
+    if m.spec_mode is None:
+        return m.stop_reason.replace("_", "\n", 1)
+    steps = DASH if m.spec_tokens_per_step is None else f"{m.spec_tokens_per_step:.1f}"
+    speedup = "" if m.spec_speedup is None else f"×{m.spec_speedup:.1f}"
+    return f"{m.stop_reason.replace('_', ' ')}\n{steps}{speedup}"
 
 
 def _cell(key: str, text: str) -> Text:

@@ -6,7 +6,8 @@
 - thinking (a reasoning model's thinking block, a phase of decode): its token count, its time so far
   and TTFT, before the answer's decode;
 - decode: the token count, TTFT and the live decode rate (the turn's, from the engine's token
-  timestamps: :meth:`chatphase.chat.turn.Turn.live_decode_rate`);
+  timestamps: :meth:`chatphase.chat.turn.Turn.live_decode_rate`); with speculative decoding (``--spec``)
+  first its mode and figures (``lookup · 2.7 tok/step · 68 % accepted · ×1.6``, :func:`spec_live`);
 - done / stopped / failed: the turn's summary or the error and how to recover.
 
 The live decode figures are drawn by :meth:`PhaseIndicator.decode_live`, which the app calls at a
@@ -20,10 +21,24 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from chatphase.engine.events import LoadedModel, PrefillProgress, PrefillStarted
+from chatphase.engine.events import LoadedModel, PrefillProgress, PrefillStarted, SpecLive
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.ui.thinking_block import thinking_live
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
+
+
+def spec_live(spec: SpecLive) -> str:
+    """The live figures of :func:`spec_figures_text`."""
+    return spec_figures_text(spec.mode, spec.tokens_per_step, spec.acceptance, spec.speedup)
+
+
+def spec_done(m: TurnMetrics) -> str:
+    """`` · lookup · 2.7 tok/step · 68 % accepted · ×1.6`` for a turn decoded speculatively, ``""`` for plain."""
+    if m.spec_mode is None:
+        return ""
+    return " · " + spec_figures_text(m.spec_mode, m.spec_tokens_per_step, m.spec_acceptance, m.spec_speedup)
+
 
 _BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-thinking", "-decode", "-done", "-error")
 
@@ -113,14 +128,20 @@ class PhaseIndicator(Horizontal):
             self._set("THINKING" if thinking else "DECODE", "thinking" if thinking else "decode", "", bar=True)
             self._drawn = None
 
-    def decode_live(self, decode_tokens: int, tokens_per_s: float | None, ttft_ms: float | None) -> None:
-        """Draw the live decode figures, if they changed since the last call."""
+    def decode_live(
+        self, decode_tokens: int, tokens_per_s: float | None, ttft_ms: float | None, spec: SpecLive | None = None
+    ) -> None:
+        """Draw the live decode figures, if they changed since the last call; with speculative decoding
+        (``spec``) its mode and figures after the badge (:func:`spec_live`)."""
         self._phase(False)
-        figures = (decode_tokens, tokens_per_s, ttft_ms)
+        figures = (decode_tokens, tokens_per_s, ttft_ms, spec)
         if figures == self._drawn:
             return
         self._drawn = figures
-        self._set_stats(f"{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)} · TTFT {fmt_ms(ttft_ms)} · Esc stop")
+        head = f"{spec_live(spec)} · " if spec is not None else ""
+        self._set_stats(
+            f"{head}{fmt_int(decode_tokens)} tok · {fmt_rate(tokens_per_s)} · TTFT {fmt_ms(ttft_ms)} · Esc stop"
+        )
 
     def thinking_live(self, thinking_tokens: int, thinking_s: float, ttft_ms: float | None) -> None:
         """Draw the live thinking figures (tokens and seconds of the block so far), if they changed."""
@@ -142,7 +163,7 @@ class PhaseIndicator(Horizontal):
             kind,
             (
                 f"TTFT {fmt_ms(metrics.ttft_ms)} · {ttfa}{fmt_int(metrics.decode_tokens)} tok · "
-                f"{fmt_rate(metrics.decode_tokens_per_s)} · {metrics.stop_reason}"
+                f"{fmt_rate(metrics.decode_tokens_per_s)}{spec_done(metrics)} · {metrics.stop_reason}"
             ),
         )
 

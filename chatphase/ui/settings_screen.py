@@ -24,7 +24,17 @@ from chatphase.errors import UsageError
 from chatphase.settings_file import config_path, parse_env_value, save_settings
 
 #: settings whose change needs the model to be loaded again.
-RELOAD_KEYS = ("model", "models_dir", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "flash_attn", "chat_template")
+RELOAD_KEYS = (
+    "model",
+    "models_dir",
+    "n_ctx",
+    "n_batch",
+    "n_threads",
+    "n_gpu_layers",
+    "flash_attn",
+    "chat_template",
+    "spec",
+)
 
 #: (key, label, hint) of the text fields, in form order; sampling keys are flat.
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -39,6 +49,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
         "Chat template",
         "empty = the model's own, else one its vocabulary has; a llama.cpp name or a Jinja file",
     ),
+    ("spec", "Decode mode", "off, lookup, auto, or draft:MODEL (speculative decoding)"),
     ("system_prompt", "System prompt", "empty = none"),
     ("temperature", "Temperature", "0 = greedy"),
     ("top_p", "top_p", "(0, 1]"),

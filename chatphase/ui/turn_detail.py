@@ -38,6 +38,20 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
             ("answer tok/s", num(m.answer_tokens_per_s)),
             ("thinking cut short", "yes" if m.thinking_cut_short else "no"),
         ]
+    spec = []
+    if m.spec_mode is not None:  # speculative decoding (docs/metrics.md, "Speculative decoding")
+        pct = DASH if m.spec_acceptance is None else f"{m.spec_acceptance:.0%}"
+        spec = [
+            ("decode mode", m.spec_mode),
+            ("drafted / accepted", f"{fmt_int(m.spec_drafted)} / {fmt_int(m.spec_accepted)} ({pct})"),
+            ("accepted per step", num(m.spec_accepted_per_step, 2)),
+            ("target steps", fmt_int(m.spec_steps)),
+            ("tokens per step", num(m.spec_tokens_per_step, 2)),
+            ("verify step ms", num(m.spec_verify_step_ms, 2)),
+            ("plain step ms", num(m.spec_plain_step_ms, 2)),
+            ("speed-up", DASH if m.spec_speedup is None else f"×{m.spec_speedup:.2f}"),
+            ("step p50/p95 ms", f"{num(m.step_ms_p50, 2)} / {num(m.step_ms_p95, 2)}"),
+        ]
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
@@ -54,6 +68,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("ITL p95 ms", num(m.itl_ms_p95, 2)),
         ("ITL max ms", num(m.itl_ms_max, 2)),
         *thinking,
+        *spec,
         ("KV tokens", fmt_int(m.kv_cache_tokens)),
         ("KV bytes", fmt_bytes(m.kv_cache_bytes)),
         ("KV capacity", fmt_bytes(m.kv_capacity_bytes)),
