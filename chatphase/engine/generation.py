@@ -54,6 +54,90 @@ class Model:
     on_token: Callable[[int], None]
 
 
+class TokenStep:
+    """What every sampled token goes through, in order, in both decode loops (this module's plain one and
+    :func:`chatphase.engine.speculative.generate_speculative`): the end-of-generation check, the incremental
+    UTF-8 decode, the end-of-turn text check, the token's time and the thread policy, the thinking split, its
+    event(s) into :attr:`events`, then the limits. Sets up and fills ``out`` (its tracker too)."""
+
+    def __init__(
+        self,
+        m: Model,
+        req: TurnRequest,
+        t_submit: int,
+        stops: tuple,
+        thinking: ThinkingFormat | None,
+        preopened: bool,
+        out: Generated,
+    ) -> None:
+        sp = req.sampling
+        self._m, self._req, self._t_submit, self._max_tokens = m, req, t_submit, sp.max_tokens
+        self._detok = IncrementalDetokenizer()
+        self._stop_text = StopText(() if req.ignore_eos else stops)
+        self._filtered = bool(self._stop_text.stops)
+        self.track = out.tracker = ThinkingTracker(thinking, preopened, sp.think_budget) if thinking else None
+        self._out = out
+        self.events: list[Event] = []
+
+    def take(self, token: int, t: int, drafted: bool = False, live=None) -> str | None:
+        """Token ``token`` sampled at ``t`` (ns): ``"stop"`` when it ends the reply unseen, else ``None`` (its
+        events are in :attr:`events`; ask :meth:`limits` next). ``drafted`` / ``live``: speculative decoding's
+        tint span and figures so far."""
+        m, req, out, track = self._m, self._req, self._out, self.track
+        if not req.ignore_eos and lc.llama_vocab_is_eog(m.vocab, token):
+            return "stop"
+        text = self._detok.feed(m.piece(token))
+        stop_text = self._stop_text
+        if self._filtered:
+            text = stop_text.feed(text)
+            if stop_text.stopped and not text:
+                return "stop"
+        times = out.times
+        times.append(t)
+        m.on_token(t)  # the thread policy: may change decode threads before this token is evaluated
+        thinking_text, closed = "", False
+        if track is not None:
+            split = track.token(text, t)
+            text, thinking_text, closed = split.answer, split.thinking, split.closed
+            out.thought.append(thinking_text)
+        out.parts.append(text)
+        if len(times) == 1:
+            self.events.append(FirstToken(req.turn_id, text, ns_to_ms(t - self._t_submit), t, thinking_text))
+        else:
+            spans = ((0, len(text)),) if drafted and text else ()
+            thinking_tokens = track.thinking_tokens if track else 0
+            self.events.append(
+                TokensDecoded(req.turn_id, text, 1, len(times), t, thinking_text, thinking_tokens, live, spans)
+            )
+        if closed:
+            self.events.append(ThinkingEnded(req.turn_id, track.thinking_tokens, ns_to_ms(t - times[0]), t))
+        return None
+
+    def limits(self, n_cached: int) -> str | None:
+        """After a token was taken, with ``n_cached`` tokens in the KV cache: a stop reason, or ``None``. The
+        plain loop asks after the token's events were delivered, so a cancel they caused stops right there."""
+        if self._stop_text.stopped:  # the token ended with a marker: the text before it was the last
+            return "stop"
+        if len(self._out.times) >= self._max_tokens:
+            return "length"
+        if n_cached >= self._m.n_ctx:
+            return "context_full"
+        if self._m.cancel.is_set():
+            return "cancelled"
+        return None
+
+    def finish(self) -> None:
+        """End of the reply: what the detokenizer, the stop check and the thinking split still hold."""
+        out, track = self._out, self.track
+        tail = self._stop_text.feed(self._detok.flush()) + self._stop_text.flush()
+        if track is not None:
+            rest = track.finish(tail)
+            out.thought.append(rest.thinking)
+            tail = rest.answer
+        if tail:
+            out.parts.append(tail)
+
+
 def generate(
     m: Model,
     req: TurnRequest,
@@ -64,61 +148,24 @@ def generate(
     out: Generated,
 ) -> Iterator[Event]:
     """Sample and decode until a stop, yielding the token events; fills ``out``."""
-    sp = req.sampling
-    sampler = sampler_chain(sp)
-    detok = IncrementalDetokenizer()
-    stop_text = StopText(() if req.ignore_eos else stops)
-    track = out.tracker = ThinkingTracker(thinking, preopened, sp.think_budget) if thinking else None
+    sampler = sampler_chain(req.sampling)
+    step = TokenStep(m, req, t_submit, stops, thinking, preopened, out)
+    track, events = step.track, step.events
     one = (lc.llama_token * 1)()
     batch = lc.llama_batch_get_one(one, 1)
-    sample, decode, perf_ns, is_eog = (
-        lc.llama_sampler_sample,
-        lc.llama_decode,
-        time.perf_counter_ns,
-        lc.llama_vocab_is_eog,
-    )
-    ctx, vocab, cache, cancel, piece, on_token = m.ctx, m.vocab, m.cache, m.cancel, m.piece, m.on_token
-    times, parts, thought, turn_id = out.times, out.parts, out.thought, req.turn_id
-    filtered = bool(stop_text.stops)
+    sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
+    ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
     try:
         while True:
             token = sample(sampler, ctx, -1)
-            t = perf_ns()
-            if not req.ignore_eos and is_eog(vocab, token):
-                out.stop = "stop"
-                break
-            text = detok.feed(piece(token))
-            if filtered:
-                text = stop_text.feed(text)
-                if stop_text.stopped and not text:
-                    out.stop = "stop"
-                    break
-            times.append(t)
-            on_token(t)  # the thread policy: may change decode threads before this token is evaluated
-            thinking_text, closed = "", False
-            if track is not None:
-                split = track.token(text, t)
-                text, thinking_text, closed = split.answer, split.thinking, split.closed
-                thought.append(thinking_text)
-            parts.append(text)
-            if len(times) == 1:
-                yield FirstToken(turn_id, text, ns_to_ms(t - t_submit), t, thinking_text)
-            else:
-                yield TokensDecoded(
-                    turn_id, text, 1, len(times), t, thinking_text, track.thinking_tokens if track else 0
-                )
-            if closed:
-                yield ThinkingEnded(turn_id, track.thinking_tokens, ns_to_ms(t - times[0]), t)
-            if stop_text.stopped:  # the token ended with a marker: the text before it was the last
-                out.stop = "stop"
-                break
-            if len(times) >= sp.max_tokens:
-                break
-            if len(cache) >= m.n_ctx:
-                out.stop = "context_full"
-                break
-            if cancel.is_set():
-                out.stop = "cancelled"
+            stop = step.take(token, perf_ns())
+            if events:
+                yield from events
+                events.clear()
+            if stop is None:
+                stop = step.limits(len(cache))
+            if stop is not None:
+                out.stop = stop
                 break
             one[0] = token
             if decode(ctx, batch) != 0:
@@ -139,10 +186,4 @@ def generate(
                 yield ThinkingEnded(turn_id, track.thinking_tokens, ns_to_ms(t_end - times[0]), t_end, forced=True)
     finally:
         lc.llama_sampler_free(sampler)
-        tail = stop_text.feed(detok.flush()) + stop_text.flush()
-        if track is not None:
-            rest = track.finish(tail)
-            thought.append(rest.thinking)
-            tail = rest.answer
-        if tail:
-            parts.append(tail)
+        step.finish()

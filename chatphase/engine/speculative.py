@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import llama_cpp as lc
 
-from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.drafters import (
     DRAFT_K,
     K_MAX,
@@ -41,13 +40,12 @@ from chatphase.engine.drafters import (
     LookupDrafter,
     can_speculate,
 )
-from chatphase.engine.events import Event, FirstToken, SpecLive, ThinkingEnded, TokensDecoded, TurnRequest
-from chatphase.engine.generation import Generated, Model
+from chatphase.engine.events import Event, SpecLive, ThinkingEnded, TurnRequest
+from chatphase.engine.generation import Generated, Model, TokenStep
 from chatphase.engine.metrics import ns_to_ms, spec_figures
 from chatphase.engine.sampling import sampler_chain
 from chatphase.engine.spec_modes import parse_spec
-from chatphase.engine.stops import StopText
-from chatphase.engine.thinking import ThinkingFormat, ThinkingTracker
+from chatphase.engine.thinking import ThinkingFormat
 from chatphase.errors import ModelError, UsageError
 from chatphase.models.resolve import resolve_model
 
@@ -172,70 +170,19 @@ def generate_speculative(
     target context's ``llama_memory``; ``m.cache`` and the KV cache hold the same tokens after each step."""
     sp = req.sampling
     sampler = sampler_chain(sp)
-    detok = IncrementalDetokenizer()
-    stop_text = StopText(() if req.ignore_eos else stops)
-    track = out.tracker = ThinkingTracker(thinking, preopened, sp.think_budget) if thinking else None
-    sample, decode, perf_ns, is_eog = (
-        lc.llama_sampler_sample,
-        lc.llama_decode,
-        time.perf_counter_ns,
-        lc.llama_vocab_is_eog,
-    )
-    ctx, vocab, cache, cancel, piece, on_token = m.ctx, m.vocab, m.cache, m.cancel, m.piece, m.on_token
-    times, parts, thought, turn_id = out.times, out.parts, out.thought, req.turn_id
-    filtered = bool(stop_text.stops)
+    step = TokenStep(m, req, t_submit, stops, thinking, preopened, out)
+    track, pending = step.track, step.events
+    sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
+    ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
     b = spec.batch
     drafter, auto = spec.drafter, AutoPolicy(spec.k) if spec.kind == "auto" else None
     drafter.reset()
     steps = _Steps(spec.kind)
-    pending: list[Event] = []
 
     def take(token: int, t: int, n_cached: int, drafted: bool) -> str | None:
         """One sampled token, as plain decode takes it (its events go to ``pending``); a stop reason or ``None``.
         ``n_cached``: the tokens plain decode would hold in the cache at this point."""
-        if not req.ignore_eos and is_eog(vocab, token):
-            return "stop"
-        text = detok.feed(piece(token))
-        if filtered:
-            text = stop_text.feed(text)
-            if stop_text.stopped and not text:
-                return "stop"
-        times.append(t)
-        on_token(t)
-        thinking_text, closed = "", False
-        if track is not None:
-            split = track.token(text, t)
-            text, thinking_text, closed = split.answer, split.thinking, split.closed
-            thought.append(thinking_text)
-        parts.append(text)
-        if len(times) == 1:
-            pending.append(FirstToken(turn_id, text, ns_to_ms(t - t_submit), t, thinking_text))
-        else:
-            spans = ((0, len(text)),) if drafted and text else ()
-            pending.append(
-                TokensDecoded(
-                    turn_id,
-                    text,
-                    1,
-                    len(times),
-                    t,
-                    thinking_text,
-                    track.thinking_tokens if track else 0,
-                    steps.live,
-                    spans,
-                )
-            )
-        if closed:
-            pending.append(ThinkingEnded(turn_id, track.thinking_tokens, ns_to_ms(t - times[0]), t))
-        if stop_text.stopped:
-            return "stop"
-        if len(times) >= sp.max_tokens:
-            return "length"
-        if n_cached >= m.n_ctx:
-            return "context_full"
-        if cancel.is_set():
-            return "cancelled"
-        return None
+        return step.take(token, t, drafted, steps.live) or step.limits(n_cached)
 
     stop: str | None = None
     try:
@@ -302,13 +249,7 @@ def generate_speculative(
     finally:
         lc.llama_sampler_free(sampler)
         out.stop = stop or "length"
-        tail = stop_text.feed(detok.flush()) + stop_text.flush()
-        if track is not None:
-            rest = track.finish(tail)
-            thought.append(rest.thinking)
-            tail = rest.answer
-        if tail:
-            parts.append(tail)
+        step.finish()
         if times:
             out.spec = steps.figures(times[0])
 
