@@ -23,6 +23,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
+from chatphase.engine import ggml_devices
 from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
@@ -43,6 +44,7 @@ from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.slow_paths import slow_paths
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
@@ -183,10 +185,18 @@ class LlamaEngine:
         notes = list(plan.notes)
         self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
         if not self._model:
-            raise RuntimeError(f"llama.cpp could not load {self.info.path} (see {self.log_path})")
+            raise RuntimeError(
+                ggml_devices.allocation_failure(self._log.failed_allocation, s)
+                or f"llama.cpp could not load {self.info.path} (see {self.log_path})"
+            )
         self._ctx = lc.llama_init_from_model(self._model, context_params(s))
         if not self._ctx:
-            raise RuntimeError(f"llama.cpp could not create a context of {s['n_ctx']} tokens (see {self.log_path})")
+            raise RuntimeError(
+                ggml_devices.allocation_failure(self._log.failed_allocation, s)
+                or f"llama.cpp could not create a context of {s['n_ctx']:,} tokens (see {self.log_path})"
+            )
+        devices = ggml_devices.devices()  # memory free after the model and context were allocated
+        buffers = ggml_devices.buffer_sizes(self._log.buffer_mib(), devices)
         self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_ctx = lc.llama_n_ctx(self._ctx)
@@ -218,14 +228,27 @@ class LlamaEngine:
             amx_detected=plan.amx,
         )
         kv_mib = self._log.kv_cache_mib
+        layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
+        layers_total = self._log.layers_total or self.info.n_layer + 1
+        slow = slow_paths(
+            layers_offloaded=layers_offloaded,
+            layers_total=layers_total,
+            buffers=buffers,
+            amx=plan.amx,
+            use_extra_bufts=plan.use_extra_bufts,
+            flash_attn=s["flash_attn"],
+            flash_attn_mismatch=self._log.flash_attn_mismatch,
+            type_k=s["type_k"],
+            type_v=s["type_v"],
+        )
         self.loaded = LoadedModel(
             info=self.info,
             settings=resolved,
             load_ms=ns_to_ms(time.perf_counter_ns() - t0),
             kv_bytes_per_token=self._kv_per_token,
             kv_capacity_bytes=kv_capacity_bytes(self._kv_per_token, self._n_ctx),
-            layers_offloaded=self._log.layers_offloaded if gpu_ok else 0,
-            layers_total=self._log.layers_total or self.info.n_layer + 1,
+            layers_offloaded=layers_offloaded,
+            layers_total=layers_total,
             llama_kv_cache_bytes=round(kv_mib * 2**20) if kv_mib is not None else None,
             system_info=system_info,
             notes=tuple(notes),
@@ -234,9 +257,15 @@ class LlamaEngine:
             chat_format=self._format.label,
             thinking_format=self._thinking.name if self._thinking else None,
             thinking_switch=switch,
+            backends=ggml_devices.backends(),
+            devices=devices,
+            buffers=buffers,
+            slow_paths=slow,
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
+        for line in slow:
+            self._log.write(f"chatphase: slow path: {line}")
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
 

@@ -45,11 +45,8 @@ def offload_plan(settings: dict, system_info: str, gpu_ok: bool) -> OffloadPlan:
     notes: list[str] = []
     amx = detect_amx(system_info, read_cpu_flags())
     use_extra_bufts = {"auto": not amx, "on": True, "off": False}[settings["extra_bufts"]]
-    if amx and settings["extra_bufts"] == "auto":
-        notes.append(
-            "AMX CPU: llama.cpp extra buffer types off (its AMX batched path crashes); --extra-bufts on overrides"
-        )
-    elif amx and use_extra_bufts:
+    # AMX with extra buffer types off is said once, as a slow path (chatphase.engine.slow_paths)
+    if amx and use_extra_bufts:
         notes.append("AMX CPU with extra buffer types on (--extra-bufts on): batched prefill may crash")
     requested = settings["n_gpu_layers"]
     if requested is None:
@@ -82,5 +79,6 @@ def context_params(settings: dict):
     params.flash_attn_type = FLASH_ATTN[settings["flash_attn"]]
     params.type_k = GGML_TYPES[settings["type_k"]]
     params.type_v = GGML_TYPES[settings["type_v"]]
+    params.offload_kqv = settings.get("offload_kqv", True)
     params.no_perf = False
     return params
