@@ -3,6 +3,7 @@
 # installed llama-cpp-python, into a cache of their own; print the folder to point the bindings at.
 #
 #   scripts/vulkan_build.sh            # build (or reuse) and print the library folder
+#   scripts/vulkan_build.sh --cached   # print it only if already built, else exit 3 (the test tier's check)
 #   LLAMA_CPP_LIB_PATH=$(scripts/vulkan_build.sh) GGML_VK_VISIBLE_DEVICES=0 chatphase ask "Hi"
 #
 # Debian 12 / Ubuntu (apt). Steps, each failing with one line "vulkan_build: ..." and a non-zero exit:
@@ -48,6 +49,11 @@ if [ -f "$DIR/stamp" ] && [ "$(cat "$DIR/stamp")" = "$STAMP_WANT" ] && [ -f "$LI
   echo "$LIB"
   exit 0
 fi
+if [ "${1:-}" = --cached ]; then
+  echo "vulkan_build: no Vulkan build for llama-cpp-python $VERSION in $DIR (run scripts/vulkan_build.sh)" >&2
+  exit 3
+fi
+[ $# -eq 0 ] || die "unknown argument $1 (usage: scripts/vulkan_build.sh [--cached])"
 
 # --- 1. apt packages -------------------------------------------------------------------------
 PKGS=(glslc spirv-headers libvulkan1 mesa-vulkan-drivers cmake ninja-build g++ pkg-config)

@@ -29,6 +29,7 @@ from chatphase.bench.runner import (
     SweepPlan,
     SweepProgress,
 )
+from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
 from chatphase.errors import UsageError
@@ -87,6 +88,7 @@ def register(sub) -> None:
     )
     g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
+    add_offload_options(g)
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
     out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
@@ -108,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not Path(args.output).expanduser().parent.is_dir():
         raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
+    if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
+        return run_offload(args, settings, info, plan, _Progress, _first_ctrl_c_cancels)
 
     from chatphase.bench.api import BenchDone, BenchNotice, BenchRun, BenchStatus
 
