@@ -117,7 +117,7 @@ def test_slow_paths_each_flagged_and_none_on_a_full_offload():
 
 
 def test_why_nothing_is_offloaded():
-    assert why_no_offload(("CPU",), (CPU,), None) == "CPU-only build, no GPU backend"
+    assert why_no_offload(("CPU",), (CPU,), None) == "CPU-only build: no GPU support in this llama.cpp"
     hidden = why_no_offload(("Vulkan", "CPU"), (CPU,), None)
     assert hidden.startswith("the Vulkan backend found no GPU device") and "GGML_VK_VISIBLE_DEVICES=0" in hidden
     assert why_no_offload(("Vulkan", "CPU"), (VULKAN, CPU), 0) == "n_gpu_layers is 0 (--n-gpu-layers)"
@@ -139,3 +139,19 @@ def test_the_device_registry_lists_this_build():
     assert "CPU" in ggml_devices.backends()
     cpu = [d for d in ggml_devices.devices() if d.type == "cpu"]
     assert cpu and cpu[0].total_bytes > 0 and 0 < cpu[0].free_bytes <= cpu[0].total_bytes
+
+
+def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch, default_model_info):
+    import chatphase.engine.ggml_devices as gd
+
+    small = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * 2**30, 2 * 2**30)
+    monkeypatch.setattr(gd, "devices", lambda: (small, CPU))
+    s = {"n_ctx": 262144, "type_k": "f16", "type_v": "f16", "offload_kqv": True}
+    line = gd.kv_too_big_for_device(default_model_info, s, 10**9)
+    assert line.startswith("the KV cache on Vulkan0 would take 5.6 GiB at n_ctx 262,144, more than its 2.0 GiB")
+    half = gd.kv_too_big_for_device(default_model_info, s, default_model_info.n_layer // 3)  # a third: 1.9 GiB
+    assert half is None
+    assert gd.kv_too_big_for_device(default_model_info, {**s, "offload_kqv": False}, 10**9) is None
+    assert gd.kv_too_big_for_device(default_model_info, {**s, "n_ctx": 4096}, 10**9) is None
+    monkeypatch.setattr(gd, "devices", lambda: (CPU,))
+    assert gd.kv_too_big_for_device(default_model_info, s, 10**9) is None  # no device: nothing to refuse

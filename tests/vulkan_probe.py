@@ -3,7 +3,7 @@
 
 ``greedy N_GPU_LAYERS STEPS``: greedy decoding of a fixed prompt on llama.cpp's C API directly (not the
 engine, so the comparison between backends does not go through the code under test): per step the chosen
-token and the logits of the top 5 tokens. ``panel [ENGINE SETTINGS AS JSON]``: the engine's LoadedModel as
+token and the logits of the top 20 tokens. ``panel [ENGINE SETTINGS AS JSON]``: the engine's LoadedModel as
 the panel shows it (device lines, memory text, offload text, slow paths).
 """
 
@@ -43,7 +43,7 @@ def greedy(n_gpu_layers: int, steps: int) -> dict:
         if lc.llama_decode(ctx, lc.llama_batch_get_one(arr, len(batch))) != 0:
             raise RuntimeError("llama_decode failed")
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
-        top = np.argsort(logits)[::-1][:5]
+        top = np.argsort(logits)[::-1][:20]
         out.append({"token": int(top[0]), "top": {int(t): float(logits[t]) for t in top}})
         batch = [int(top[0])]
     piece = ctypes.create_string_buffer(64)

@@ -15,6 +15,8 @@ from functools import cache
 from pathlib import Path
 
 from chatphase.engine.events import OFFLOAD_TYPES, BufferSize, DeviceInfo
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.units import fmt_bytes
 
 #: ``enum ggml_backend_dev_type`` (ggml/include/ggml-backend.h), as words.
@@ -102,4 +104,25 @@ def allocation_failure(failed: tuple[str, int] | None, settings: dict) -> str | 
     return (
         f"{buffer} could not allocate {fmt_bytes(size)}{has} for a context of {settings['n_ctx']:,} tokens with "
         f"n_batch {settings['n_batch']}: use a smaller --n-ctx or --n-batch, fewer --n-gpu-layers, or --no-kv-offload"
+    )
+
+
+def kv_too_big_for_device(info: ModelInfo, settings: dict, n_gpu_layers: int) -> str | None:
+    """The one line refusing a KV cache the offload devices cannot hold, before llama.cpp allocates it
+    (some drivers, llvmpipe among them, over-commit and back the excess with host memory); ``None`` when
+    it fits. The cache's bytes for all layers are llama.cpp's own figure (:func:`chatphase.models.kv.kv_capacity_bytes`);
+    the offloaded layers' share of it lives on the devices (``offload_kqv`` on), against the devices' total
+    memory (``ggml_backend_dev_memory``)."""
+    gpus = offload_devices(devices())
+    total = sum(d.total_bytes for d in gpus)
+    if not settings.get("offload_kqv", True) or info.attention is None or not total or n_gpu_layers <= 0:
+        return None
+    per_token = kv_bytes_per_token(info.attention, settings["type_k"], settings["type_v"])
+    on_device = kv_capacity_bytes(per_token, settings["n_ctx"]) * min(n_gpu_layers, info.n_layer) / max(1, info.n_layer)
+    if on_device <= total:
+        return None
+    return (
+        f"the KV cache on {'+'.join(d.name for d in gpus)} would take {fmt_bytes(on_device)} at n_ctx "
+        f"{settings['n_ctx']:,}, more than its {fmt_bytes(total)}: use a smaller --n-ctx, fewer --n-gpu-layers, "
+        "or --no-kv-offload"
     )

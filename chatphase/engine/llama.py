@@ -44,7 +44,7 @@ from chatphase.engine.llamalog import LlamaLogCapture, default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
-from chatphase.engine.slow_paths import slow_paths
+from chatphase.engine.slow_paths import slow_paths, why_no_offload
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
@@ -181,8 +181,11 @@ class LlamaEngine:
         self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
-        plan = offload_plan(s, system_info, gpu_ok)
+        why_not = None if gpu_ok else why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
+        plan = offload_plan(s, system_info, gpu_ok, why_not)
         notes = list(plan.notes)
+        if gpu_ok and (refusal := ggml_devices.kv_too_big_for_device(self.info, s, plan.n_gpu_layers)):
+            raise UsageError(refusal)
         self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
         if not self._model:
             raise RuntimeError(

@@ -39,9 +39,10 @@ class OffloadPlan:
         return -1 if self.n_gpu_layers == ALL_LAYERS else self.n_gpu_layers
 
 
-def offload_plan(settings: dict, system_info: str, gpu_ok: bool) -> OffloadPlan:
+def offload_plan(settings: dict, system_info: str, gpu_ok: bool, why_not: str | None = None) -> OffloadPlan:
     """Decide GPU layers and extra buffer types from the resolved ``settings``
-    (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support."""
+    (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support;
+    ``why_not`` says why there is none (:func:`chatphase.engine.slow_paths.why_no_offload`)."""
     notes: list[str] = []
     amx = detect_amx(system_info, read_cpu_flags())
     use_extra_bufts = {"auto": not amx, "on": True, "off": False}[settings["extra_bufts"]]
@@ -53,7 +54,7 @@ def offload_plan(settings: dict, system_info: str, gpu_ok: bool) -> OffloadPlan:
         n_gpu_layers = ALL_LAYERS if gpu_ok else 0
     elif not gpu_ok and requested != 0:
         n_gpu_layers = 0
-        notes.append(f"n_gpu_layers={requested} ignored: this llama.cpp build has no GPU support (CPU only)")
+        notes.append(f"n_gpu_layers={requested} ignored: {why_not or 'this llama.cpp build has no GPU support'}")
     else:
         n_gpu_layers = ALL_LAYERS if requested == -1 else requested
     return OffloadPlan(n_gpu_layers, use_extra_bufts, amx, tuple(notes))

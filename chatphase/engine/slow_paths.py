@@ -74,7 +74,7 @@ def why_no_offload(backends: tuple[str, ...], devices: tuple[DeviceInfo, ...], n
     a CPU-only build, a GPU backend that found no device, or ``n_gpu_layers`` 0."""
     gpu_backends = [b for b in backends if b not in ("CPU", "BLAS", "RPC")]
     if not gpu_backends:
-        return "CPU-only build, no GPU backend"
+        return "CPU-only build: no GPU support in this llama.cpp"
     if not any(d.type in OFFLOAD_TYPES for d in devices):
         hint = (
             "; a software device (llvmpipe) is used only with GGML_VK_VISIBLE_DEVICES=0"
