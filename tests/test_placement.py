@@ -155,3 +155,28 @@ def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch
     assert gd.kv_too_big_for_device(default_model_info, {**s, "n_ctx": 4096}, 10**9) is None
     monkeypatch.setattr(gd, "devices", lambda: (CPU,))
     assert gd.kv_too_big_for_device(default_model_info, s, 10**9) is None  # no device: nothing to refuse
+
+
+def test_the_panel_texts_of_a_partial_offload(default_model_info):
+    from chatphase.engine.events import LoadedModel
+    from chatphase.ui.system_figures import device_lines, gpu_offload_text, memory_text
+
+    buffers = (
+        BufferSize("model", "CPU_Mapped", 30 * 2**20, False),
+        BufferSize("model", "Vulkan0", 68 * 2**20, True),
+        BufferSize("KV", "Vulkan0", 6 * 2**20, True),
+        BufferSize("compute", "Vulkan0", 10 * 2**20, True),
+        BufferSize("output", "Vulkan_Host", 2**19, False),
+    )
+    loaded = LoadedModel(
+        default_model_info, {"gpu_offload_supported": True}, 1.0, 1, 1, 20, 31,
+        backends=("Vulkan", "CPU"), devices=(VULKAN, CPU), buffers=buffers,
+    )  # fmt: skip
+    assert memory_text(loaded) == (
+        "device: weights 68.0 MiB · KV 6.0 MiB · compute 10.0 MiB; host: weights 30.0 MiB · output 512.0 KiB"
+    )
+    assert device_lines(loaded) == ["Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB"]
+    assert gpu_offload_text(loaded) == "on (20/31 layers)"
+    hidden = LoadedModel(default_model_info, {"gpu_offload_supported": False}, 1.0, 1, 1, 0, 31,
+                         backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip
+    assert gpu_offload_text(hidden).startswith("off (the Vulkan backend found no GPU device")

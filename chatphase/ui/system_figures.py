@@ -53,11 +53,9 @@ def memory_text(model: LoadedModel) -> str | None:
         return None
     parts = []
     for place, kinds in memory_by_place(model.buffers).items():
-        if kinds:
-            labelled = [
-                f"{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}" for k in (*_KIND_LABELS, *kinds) if k in kinds
-            ]
-            parts.append(f"{place}: {' · '.join(dict.fromkeys(labelled))}")
+        order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
+        if order:
+            parts.append(f"{place}: {' · '.join(f'{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}' for k in order)}")
     return "; ".join(parts)
 
 
