@@ -28,10 +28,15 @@
 # ggml skips CPU-type Vulkan devices (llvmpipe is one) unless GGML_VK_VISIBLE_DEVICES=0 is set.
 set -euo pipefail
 
+[ $# -eq 0 ] || [ "$1" = --cached ] || { echo "vulkan_build: unknown argument $1 (usage: scripts/vulkan_build.sh [--cached])" >&2; exit 2; }
 PY=${PYTHON:-python3}
 JOBS=${VULKAN_BUILD_JOBS:-$(nproc)}
 die() { echo "vulkan_build: $*" >&2; exit 1; }
 log() { echo "vulkan_build: $*" >&2; }
+STEP_LOG=$(mktemp) || die "mktemp failed"
+trap 'rm -rf "$STEP_LOG" "${TMP:-}"' EXIT
+# the last lines a failed step wrote, on one line
+tail_of() { tail -n 3 "$STEP_LOG" | tr '\n' ' '; }
 
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-$("$PY" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || true)}
 [ -n "$VERSION" ] || die "llama-cpp-python is not installed for $PY (install chatphase first, or set LLAMA_CPP_PYTHON_VERSION)"
@@ -53,7 +58,6 @@ if [ "${1:-}" = --cached ]; then
   echo "vulkan_build: no Vulkan build for llama-cpp-python $VERSION in $DIR (run scripts/vulkan_build.sh)" >&2
   exit 3
 fi
-[ $# -eq 0 ] || die "unknown argument $1 (usage: scripts/vulkan_build.sh [--cached])"
 
 # --- 1. apt packages -------------------------------------------------------------------------
 PKGS=(glslc spirv-headers libvulkan1 mesa-vulkan-drivers cmake ninja-build g++ pkg-config)
@@ -66,11 +70,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install ${missing[*]}"
   log "apt-get install ${missing[*]}"
   apt_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$STEP_LOG" 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$STEP_LOG" 2>&1
   }
   apt_install || { log "apt-get failed; retrying once in 10 s"; sleep 10; apt_install; } ||
-    die "apt-get install ${missing[*]} failed twice (see the apt output above)"
+    die "apt-get install ${missing[*]} failed twice: $(tail_of)"
 fi
 mkdir -p "$DIR" || die "cannot create the cache folder $DIR"
 
@@ -78,7 +82,6 @@ mkdir -p "$DIR" || die "cannot create the cache folder $DIR"
 if [ ! -f "$HEADERS/usr/include/vulkan/vulkan.hpp" ]; then
   log "fetching Debian 13's libvulkan-dev headers (private apt configuration; nothing is installed)"
   TMP=$(mktemp -d) || die "mktemp failed"
-  trap 'rm -rf "$TMP"' EXIT
   mkdir -p "$TMP/lists/partial" "$TMP/cache/archives/partial" "$TMP/deb"
   MIRROR=$(grep -hoE 'https?://[^ ]*/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
     /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1 | tr -d ' ' || true)
@@ -87,10 +90,11 @@ if [ ! -f "$HEADERS/usr/include/vulkan/vulkan.hpp" ]; then
   APT_OPTS=(-o Dir::Etc::SourceList="$TMP/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o Dir::State::Lists="$TMP/lists" -o Dir::Cache="$TMP/cache" -o APT::Sandbox::User=root -qq)
   fetch_headers() {
-    apt-get "${APT_OPTS[@]}" update >&2 && (cd "$TMP/deb" && apt-get "${APT_OPTS[@]}" download libvulkan-dev >&2)
+    apt-get "${APT_OPTS[@]}" update >>"$STEP_LOG" 2>&1 &&
+      (cd "$TMP/deb" && apt-get "${APT_OPTS[@]}" download libvulkan-dev >>"$STEP_LOG" 2>&1)
   }
   fetch_headers || { log "download failed; retrying once in 10 s"; sleep 10; fetch_headers; } ||
-    die "could not download Debian 13's libvulkan-dev from $MIRROR (trixie main)"
+    die "could not download Debian 13's libvulkan-dev from $MIRROR (trixie main): $(tail_of)"
   DEB=$(ls "$TMP"/deb/libvulkan-dev_*.deb 2>/dev/null | head -1)
   [ -n "$DEB" ] || die "apt-get download left no libvulkan-dev .deb"
   rm -rf "$HEADERS"
@@ -106,12 +110,12 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
   rm -rf "$DIR/src" && mkdir -p "$DIR/src/dl"
   pip_dl() {
     "$PY" -m pip download -q --no-deps --no-binary :all: -d "$DIR/src/dl" \
-      "llama-cpp-python==$VERSION" >&2
+      "llama-cpp-python==$VERSION" >>"$STEP_LOG" 2>&1
   }
   if [ -n "${LLAMA_CPP_SDIST:-}" ]; then cp "$LLAMA_CPP_SDIST" "$DIR/src/dl/" || die "cannot copy $LLAMA_CPP_SDIST"; fi
   ls "$DIR"/src/dl/llama_cpp_python-*.tar.gz >/dev/null 2>&1 || pip_dl ||
     { log "pip download failed; retrying once in 10 s"; sleep 10; pip_dl; } ||
-    die "pip download llama-cpp-python==$VERSION (sdist) failed"
+    die "pip download llama-cpp-python==$VERSION (sdist) failed: $(tail_of)"
   tar -xzf "$DIR"/src/dl/llama_cpp_python-"$VERSION".tar.gz -C "$DIR/src" || die "cannot unpack the sdist"
   [ -f "$SRC/CMakeLists.txt" ] || die "the sdist holds no vendor/llama.cpp"
 fi
