@@ -22,11 +22,10 @@ from pathlib import Path
 
 from chatphase.bench.api import BenchDone, BenchEvent, BenchRun, BenchStatus
 from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.plot import check_plot_path
+from chatphase.bench.plot import check_plot_path, save_figure
 from chatphase.bench.results import BenchResult
 from chatphase.bench.runner import SweepPlan
 from chatphase.engine.config import EngineConfig
-from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.units import fmt_bytes
 
@@ -235,10 +234,4 @@ def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize="small")
-    try:
-        fig.savefig(p)
-    except OSError as exc:
-        raise UsageError(f"cannot write plot {p}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-    return p
+    return save_figure(fig, p)

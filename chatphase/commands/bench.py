@@ -111,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
-        return run_offload(args, settings, info, plan, _Progress, _first_ctrl_c_cancels)
+        return run_offload(args, settings, info, plan, execute)
 
-    from chatphase.bench.api import BenchDone, BenchNotice, BenchRun, BenchStatus
+    from chatphase.bench.api import BenchDone, BenchRun
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
@@ -124,28 +124,33 @@ def run(args: argparse.Namespace) -> int:
         roofline=args.roofline and not settings.server,
         **remote_bench_options(settings, info),
     )
-    result = None
-    with _Progress(plan.total_runs) as progress, _first_ctrl_c_cancels(bench, progress):
-        for event in bench:
-            if isinstance(event, BenchStatus):
-                progress.status(event.text)
-            elif isinstance(event, BenchNotice):
-                progress.notice(event.text)
-            elif isinstance(event, SweepProgress):
-                progress.advance(event)
-            elif isinstance(event, BenchDone):
-                result = event.result
-    assert result is not None
-    text = render(result, args.format)
+    return execute(
+        args,
+        bench,
+        plan.total_runs,
+        BenchDone,
+        text_of=lambda done: render(done.result, args.format),
+        plot=lambda done, path: write_plot([done.result], path),
+        cancelled=lambda done: done.result.cancelled,
+    )
+
+
+def execute(args, run, total_runs: int, done_type: type, text_of, plot, cancelled) -> int:
+    """Run ``run`` (an iterable of bench events ending with a ``done_type`` event) with a progress bar on
+    stderr and Ctrl+C cancelling it, then write ``text_of(done)`` (to ``--output`` or stdout) and
+    ``plot(done, path)`` for ``--plot``; exit 130 when ``cancelled(done)``, else 0."""
+    with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
+        done = follow(run, progress, done_type)
+    text = text_of(done)
     if args.output:
         Path(args.output).expanduser().write_text(text, encoding="utf-8")
         print(f"chatphase: wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if args.plot:
-        write_plot([result], Path(args.plot).expanduser())
+        plot(done, Path(args.plot).expanduser())
         print(f"chatphase: wrote {args.plot}", file=sys.stderr)
-    if result.cancelled:
+    if cancelled(done):
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
@@ -174,6 +179,24 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         reps=args.reps,
         warmup=args.warmup,
     ).validate(*((None,) if settings.server else (settings.n_ctx, settings.n_batch)))
+
+
+def follow(events, progress: _Progress, done_type: type):
+    """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
+    from chatphase.bench.api import BenchNotice, BenchStatus
+
+    done = None
+    for event in events:
+        if isinstance(event, BenchStatus):
+            progress.status(event.text)
+        elif isinstance(event, BenchNotice):
+            progress.notice(event.text)
+        elif isinstance(event, SweepProgress):
+            progress.advance(event)
+        elif isinstance(event, done_type):
+            done = event
+    assert done is not None
+    return done
 
 
 @contextlib.contextmanager

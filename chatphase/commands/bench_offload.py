@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 from chatphase.errors import UsageError
 
@@ -38,12 +36,11 @@ def add_offload_options(g) -> None:
     )
 
 
-def run_offload(args, settings, info, plan, progress_cls, cancels) -> int:
-    """Run the offload sweep with the command's progress bar (``progress_cls``) and Ctrl+C handling
-    (``cancels``), write the table or JSON and the plot. Exit codes as ``bench``."""
-    from chatphase.bench.api import BenchNotice, BenchStatus
+def run_offload(args, settings, info, plan, execute) -> int:
+    """Run the offload sweep through the command's ``execute`` (:func:`chatphase.commands.bench.execute`:
+    progress, Ctrl+C, output, plot, exit code) and write its table or JSON and its plot."""
     from chatphase.bench.offload import OffloadDone, OffloadRun, offload_json, render_offload, write_offload_plot
-    from chatphase.bench.runner import SweepPlan, SweepProgress
+    from chatphase.bench.runner import SweepPlan
 
     if settings.server or args.parallel is not None:
         raise UsageError("--gpu-layers runs local loads of the model: not with --server or --parallel")
@@ -52,28 +49,14 @@ def run_offload(args, settings, info, plan, progress_cls, cancels) -> int:
     assert isinstance(plan, SweepPlan)
     bandwidth = args.device_bandwidth * 1e9 if args.device_bandwidth else None
     sweep = OffloadRun(info, settings.engine_config(), plan, args.gpu_layers, args.roofline, bandwidth)
-    done = None
-    with progress_cls(plan.total_runs * len(args.gpu_layers)) as progress, cancels(sweep, progress):
-        for event in sweep:
-            if isinstance(event, BenchStatus):
-                progress.status(event.text)
-            elif isinstance(event, BenchNotice):
-                progress.notice(event.text)
-            elif isinstance(event, SweepProgress):
-                progress.advance(event)
-            elif isinstance(event, OffloadDone):
-                done = event
-    assert done is not None
-    text = json.dumps(offload_json(done), indent=2) + "\n" if args.format == "json" else render_offload(done)
-    if args.output:
-        Path(args.output).expanduser().write_text(text, encoding="utf-8")
-        print(f"chatphase: wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    if args.plot:
-        write_offload_plot(done, Path(args.plot).expanduser())
-        print(f"chatphase: wrote {args.plot}", file=sys.stderr)
-    if done.cancelled:
-        print("chatphase: cancelled; the results above are partial", file=sys.stderr)
-        return 130
-    return 0
+    return execute(
+        args,
+        sweep,
+        plan.total_runs * len(args.gpu_layers),
+        OffloadDone,
+        text_of=lambda done: (
+            json.dumps(offload_json(done), indent=2) + "\n" if args.format == "json" else render_offload(done)
+        ),
+        plot=write_offload_plot,
+        cancelled=lambda done: done.cancelled,
+    )
