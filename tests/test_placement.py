@@ -177,6 +177,11 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     )
     assert device_lines(loaded) == ["Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB"]
     assert gpu_offload_text(loaded) == "on (20/31 layers)"
+    from chatphase.ui.system_figures import system_lines
+
+    lines = system_lines(loaded, None)
+    assert "GPU offload on (20/31 layers) · GPU memory – · backends Vulkan, CPU" in lines
+    assert f"device {device_lines(loaded)[0]}" in lines and f"memory {memory_text(loaded)}" in lines
     hidden = LoadedModel(default_model_info, {"gpu_offload_supported": False}, 1.0, 1, 1, 0, 31,
                          backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip
     assert gpu_offload_text(hidden).startswith("off (the Vulkan backend found no GPU device")

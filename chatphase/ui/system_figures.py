@@ -112,6 +112,8 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
     if model.settings.get("gpu_offload_supported", False):
         gpu_bytes = None if sample is None else sample.gpu_memory_bytes
         gpu_line += f" · GPU memory {fmt_bytes(gpu_bytes)}"
+    if model.backends:
+        gpu_line += f" · backends {', '.join(model.backends)}"
     lines.append(gpu_line)
     lines += [f"device {line}" for line in device_lines(model)]
     if memory := memory_text(model):
