@@ -41,7 +41,6 @@ _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
 _BUFFER = re.compile(r"^\w+:\s+(\S+)\s+(model|KV|compute|output|RS) buffer size =\s*([\d.]+) MiB")
 _ALLOC_FAILED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
-_FA_RESOLVED = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")
 _FA_MISMATCH = re.compile(r"layer \d+ is assigned to device (\S+) but Flash Attention is assigned to device (\S+)")
 
 
@@ -115,8 +114,7 @@ class LlamaLogCapture:
     Lines below ``min_level`` (default :func:`log_level`) are dropped, with their continuations.
     Attributes filled as lines arrive: ``layers_offloaded``, ``layers_total`` (ints or ``None``),
     ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int); ``buffers``, a list of
-    ``(kind, buffer type name, MiB)`` in log order; ``flash_attn_resolved`` (``True``/``False`` once llama.cpp
-    resolved ``auto``) and ``flash_attn_mismatch`` (``(layer device, flash-attention device)`` when it turned
+    ``(kind, buffer type name, MiB)`` in log order; ``flash_attn_mismatch`` (``(layer device, flash-attention device)`` when it turned
     it off for want of a kernel on the layer's device); ``failed_allocation`` (``(buffer type name, bytes)``
     of the last buffer ggml could not allocate: ``failed to allocate Vulkan0 buffer of size …``).
     One capture is active per process: a new one replaces the previous one. llama.cpp keeps calling
@@ -139,7 +137,6 @@ class LlamaLogCapture:
         self.kv_cache_mib: float | None = None
         self.kv_cache_cells: int | None = None
         self.buffers: list[tuple[str, str, float]] = []
-        self.flash_attn_resolved: bool | None = None
         self.flash_attn_mismatch: tuple[str, str] | None = None
         self.failed_allocation: tuple[str, int] | None = None
         _install(self)
@@ -182,8 +179,6 @@ class LlamaLogCapture:
             self.failed_allocation = (m.group(1), int(m.group(2)))
         elif m := _FA_MISMATCH.search(line):
             self.flash_attn_mismatch = (m.group(1), m.group(2))
-        elif m := _FA_RESOLVED.search(line):
-            self.flash_attn_resolved = m.group(1) == "enabled"
 
     def buffer_mib(self) -> dict[tuple[str, str], float]:
         """MiB per ``(kind, buffer type name)`` so far: model, KV and output buffers summed (an iSWA model

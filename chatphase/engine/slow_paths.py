@@ -25,7 +25,7 @@ def quantised_v_without_flash_attn(type_v: str, flash_attn: str) -> str | None:
     context: ``quantized V cache was requested, but this requires Flash Attention``); ``None`` otherwise."""
     if type_v in UNQUANTISED or flash_attn != "off":
         return None
-    return f"a quantised V cache (type_v {type_v}) needs flash attention: use --flash-attn auto or on, or --type-v f16"
+    return f"a quantised V cache (type_v {type_v}) needs flash attention: use --flash-attn auto or on, or --cache-type-v f16"
 
 
 def slow_paths(
