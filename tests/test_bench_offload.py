@@ -29,9 +29,10 @@ def system(device: dict, host: dict, devices=()) -> dict:
 
 
 def test_the_bound_adds_the_two_sides_and_names_the_larger():
-    # 60 MiB of weights + 3/4 of the KV on the device, 30 MiB + 1/4 on the host; 1,000 tokens of context
-    s = system({"weights": 60 * MiB, "kv_cache": 3 * MiB}, {"weights": 30 * MiB, "kv_cache": 1 * MiB})
-    r = placement_roofline(s, kv_bytes_per_token=1000, context_tokens=1000, host_bw=10e9, device_bw=100e9)
+    # 60 of 90 MiB of weights + 3/4 of the KV on the device, the rest on the host; 1,000 tokens of context.
+    # The host's mapped buffer spans the whole file (llama.cpp maps a range): not what the host reads
+    s = system({"weights": 60 * MiB, "kv_cache": 3 * MiB}, {"weights": 88 * MiB, "kv_cache": 1 * MiB})
+    r = placement_roofline(s, 90 * MiB, kv_bytes_per_token=1000, context_tokens=1000, host_bw=10e9, device_bw=100e9)
     assert r["device_bytes_per_token"] == pytest.approx(60 * MiB + 750_000)
     assert r["host_bytes_per_token"] == pytest.approx(30 * MiB + 250_000)
     t = r["device_bytes_per_token"] / 100e9 + r["host_bytes_per_token"] / 10e9
@@ -41,10 +42,10 @@ def test_the_bound_adds_the_two_sides_and_names_the_larger():
 
 def test_without_the_device_bandwidth_only_the_host_side_counts_and_it_says_so():
     s = system({"weights": 60 * MiB}, {"weights": 30 * MiB})
-    r = placement_roofline(s, kv_bytes_per_token=0, context_tokens=0, host_bw=10e9, device_bw=None)
+    r = placement_roofline(s, 90 * MiB, kv_bytes_per_token=0, context_tokens=0, host_bw=10e9, device_bw=None)
     assert r["decode_bound_tokens_per_s"] == pytest.approx(10e9 / (30 * MiB))
     assert r["bound_by"].startswith("host memory (device bandwidth unknown")
-    cpu_only = placement_roofline(system({}, {"weights": 90 * MiB}), 0, 0, host_bw=10e9, device_bw=None)
+    cpu_only = placement_roofline(system({}, {"weights": 90 * MiB}), 90 * MiB, 0, 0, host_bw=10e9, device_bw=None)
     assert cpu_only["bound_by"] == "host memory" and cpu_only["device_bytes_per_token"] == 0
 
 
@@ -58,7 +59,7 @@ def _placement(n, offloaded, prefill, decode):
     cell = CellResult("prompt", 32, 0, 4, 1, st(100.0), st(prefill), st(decode), st(1000 / decode), 0)
     result = BenchResult(system={"layers_offloaded": offloaded, "layers_total": 31}, results=[cell])
     s = system({"weights": offloaded * MiB}, {"weights": (31 - offloaded) * MiB})
-    return Placement(n, result, placement_roofline(s, 0, 34, host_bw=10e9, device_bw=None))
+    return Placement(n, result, placement_roofline(s, 31 * MiB, 0, 34, host_bw=10e9, device_bw=None))
 
 
 def test_table_and_plot(tmp_path):

@@ -3,8 +3,11 @@
 For each layer count the model is loaded with that many layers on the device and the usual sweep runs
 (:class:`~chatphase.bench.api.BenchRun`, the prompt lengths and depths asked for); each placement gets its
 prefill and decode tokens/s and a roofline of its own: the bytes one decode token reads from device memory
-and from host memory — the weights each side holds (llama.cpp's ``model buffer`` lines) and the KV cache of
-the context, split as llama.cpp placed it (its ``KV buffer`` lines) — and which of the two bounds the token.
+and from host memory — the weights each side holds and the KV cache of the context, split as llama.cpp placed
+it (its ``KV buffer`` lines) — and which of the two bounds the token. The device's weights are its ``model
+buffer`` lines; the host's are the model's weight bytes less those, because llama.cpp's host buffer of a
+memory-mapped model is the mapped file range (``CPU_Mapped model buffer size`` stays near the whole file at
+8 of 31 layers offloaded), not the tensors the host computes with.
 
 The layers run one after another, so a token takes at least ``device_bytes / device_bandwidth +
 host_bytes / host_bandwidth``; the side with the larger share binds. The host bandwidth is measured here
@@ -50,14 +53,20 @@ def parse_gpu_layers(text: str) -> tuple[int, ...]:
 
 
 def placement_roofline(
-    system: dict, kv_bytes_per_token: int, context_tokens: float, host_bw: float | None, device_bw: float | None
+    system: dict,
+    weight_bytes: int,
+    kv_bytes_per_token: int,
+    context_tokens: float,
+    host_bw: float | None,
+    device_bw: float | None,
 ) -> dict:
     """Bytes per decode token from device and host memory for one placement, and the bound.
 
-    ``system`` is the result's ``system`` object (its ``memory`` by place and kind, its ``devices``);
-    bandwidths in bytes/s (``None``: unknown). Weights: every weight is read once per token; KV cache: the
-    ``kv_bytes_per_token × context_tokens`` read, split between the places in proportion to where llama.cpp
-    allocated it.
+    ``system`` is the result's ``system`` object (its ``memory`` by place and kind); ``weight_bytes`` the
+    model's (the GGUF size, as :mod:`chatphase.bench.roofline` takes it); bandwidths in bytes/s (``None``:
+    unknown). Weights: every weight is read once per token, the device's from its model buffers, the rest
+    from the host; KV cache: the ``kv_bytes_per_token × context_tokens`` read, split between the places in
+    proportion to where llama.cpp allocated it.
     """
     memory = system.get("memory") or {"device": {}, "host": {}}
     dev, host = memory.get("device", {}), memory.get("host", {})
@@ -65,7 +74,7 @@ def placement_roofline(
     kv_read = kv_bytes_per_token * context_tokens
     dev_kv = kv_read * dev.get("kv_cache", 0) / kv_total if kv_total else 0.0
     device_bytes = dev.get("weights", 0) + dev_kv
-    host_bytes = host.get("weights", 0) + (kv_read - dev_kv)
+    host_bytes = max(0, weight_bytes - dev.get("weights", 0)) + (kv_read - dev_kv)
     host_s = host_bytes / host_bw if host_bw else None
     device_s = device_bytes / device_bw if device_bw and device_bytes else (0.0 if not device_bytes else None)
     known = [s for s in (host_s, device_s) if s is not None]
@@ -178,7 +187,10 @@ class OffloadRun:
         cells = result.results
         context = sum(c.prompt_tokens + c.depth + c.gen_tokens / 2 for c in cells) / len(cells) if cells else 0.0
         kv_per_token = int(result.system.get("kv_bytes_per_token") or 0)
-        return Placement(n, result, placement_roofline(result.system, kv_per_token, context, host_bw, device_bw))
+        weights = int(result.model.get("size_bytes") or 0)
+        return Placement(
+            n, result, placement_roofline(result.system, weights, kv_per_token, context, host_bw, device_bw)
+        )
 
 
 def render_offload(done: OffloadDone) -> str:
