@@ -53,6 +53,7 @@ class Settings:
     type_k: str = EngineConfig.type_k
     type_v: str = EngineConfig.type_v
     extra_bufts: str = EngineConfig.extra_bufts
+    offload_kqv: bool = EngineConfig.offload_kqv
     chat_template: str | None = EngineConfig.chat_template
     spec: str = EngineConfig.spec
     system_prompt: str | None = None

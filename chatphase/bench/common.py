@@ -6,13 +6,13 @@ Used by :mod:`chatphase.bench.api` (which re-exports the events) and :mod:`chatp
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from chatphase import __version__
 from chatphase.bench.results import BenchResult
 from chatphase.bench.runner import SweepProgress
 from chatphase.engine.base import Engine
-from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded
+from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded, memory_by_place
 from chatphase.errors import EngineError
 
 
@@ -58,6 +58,21 @@ def system_facts(loaded: LoadedModel | None = None) -> dict:
         "llama_cpp_python": llama_cpp.__version__,
         "numpy": numpy.__version__,
         "llama_system_info": loaded.system_info if loaded else "",
+        **(placement_facts(loaded) if loaded else {}),
+    }
+
+
+def placement_facts(loaded: LoadedModel) -> dict:
+    """Where the load put the model: backends, devices (memory free/total), layers offloaded, KV bytes per
+    token and llama.cpp's buffers by place and kind (:func:`chatphase.engine.events.memory_by_place`)."""
+    return {
+        "backends": list(loaded.backends),
+        "devices": [asdict(d) for d in loaded.devices],
+        "layers_offloaded": loaded.layers_offloaded,
+        "layers_total": loaded.layers_total,
+        "kv_bytes_per_token": loaded.kv_bytes_per_token,
+        "memory": memory_by_place(loaded.buffers),
+        "slow_paths": list(loaded.slow_paths),
     }
 
 

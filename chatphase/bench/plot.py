@@ -60,13 +60,24 @@ def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
             ax.set_ylim(bottom=0)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize="small")
+    return save_figure(fig, p)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` and close it; returns the path.
+
+    Raises:
+        UsageError: when the file cannot be written.
+    """
+    import matplotlib.pyplot as plt
+
     try:
-        fig.savefig(p)
+        fig.savefig(path)
     except OSError as exc:
-        raise UsageError(f"cannot write plot {p}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
-    return p
+    return path
 
 
 def _plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
@@ -22,7 +23,14 @@ from chatphase.chat.recording import SessionRecording
 from chatphase.chat.turn import Turn
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
-from chatphase.engine.events import FirstToken, LoadedModel, ThinkingEnded, TokensDecoded, TurnFinished
+from chatphase.engine.events import (
+    FirstToken,
+    LoadedModel,
+    ThinkingEnded,
+    TokensDecoded,
+    TurnFinished,
+    memory_by_place,
+)
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.errors import EngineError, UsageError
@@ -100,6 +108,8 @@ class _Printer(ChatListener):
             print(
                 f"chatphase: {loaded.info.name} is {SYNTHETIC_LABEL}: its text is random, not a reply", file=sys.stderr
             )
+        for line in loaded.slow_paths:
+            print(f"chatphase: slow path: {line}", file=sys.stderr)
 
     def _reply_start(self) -> None:
         """A synthetic model's text is labelled where it is read, not only on stderr."""
@@ -170,6 +180,11 @@ class _Printer(ChatListener):
             layers_total=loaded.layers_total,
             gpu_memory_bytes=gpu_memory_used_bytes(loaded.pid),
             notes=list(loaded.notes),
+            slow_paths=list(loaded.slow_paths),
+            backends=list(loaded.backends),
+            devices=[asdict(d) for d in loaded.devices],
+            memory=memory_by_place(loaded.buffers),
+            buffers=[asdict(b) for b in loaded.buffers],
         )
         json.dump(
             {"model": model, "settings": loaded.settings, "turns": self.turns}, sys.stdout, indent=2, ensure_ascii=False

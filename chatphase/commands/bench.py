@@ -32,6 +32,7 @@ from chatphase.bench.runner import (
     SweepPlan,
     SweepProgress,
 )
+from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
 from chatphase.errors import UsageError
@@ -90,6 +91,7 @@ def register(sub) -> None:
     )
     g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
+    add_offload_options(g)
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
     out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
@@ -120,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not Path(args.output).expanduser().parent.is_dir():
         raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
+    if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
+        return run_offload(args, settings, info, plan, execute)
 
     from chatphase.bench.api import BenchDone, BenchRun
 
@@ -132,35 +136,38 @@ def run(args: argparse.Namespace) -> int:
         roofline=args.roofline and not settings.server,
         **remote_bench_options(settings, info),
     )
-    result = drive(bench, plan.total_runs, BenchDone)
-    write_output(render(result, args.format), args.output)
+    return execute(
+        args,
+        bench,
+        plan.total_runs,
+        BenchDone,
+        text_of=lambda done: render(done.result, args.format),
+        plot=lambda done, path: write_plot([done.result], path),
+        cancelled=lambda done: done.result.cancelled,
+    )
+
+
+def execute(args, run, total_runs: int, done_type: type, text_of, plot, cancelled) -> int:
+    """Run ``run`` (an iterable of bench events ending with a ``done_type`` event) with a progress bar on
+    stderr and Ctrl+C cancelling it, then write ``text_of(done)`` (to ``--output`` or stdout) and
+    ``plot(done, path)`` for ``--plot``; exit 130 when ``cancelled(done)``, else 0."""
+    with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
+        done = follow(run, progress, done_type)
+    write_output(text_of(done), args.output)
     if args.plot:
-        write_plot([result], Path(args.plot).expanduser())
+        plot(done, Path(args.plot).expanduser())
         print(f"chatphase: wrote {args.plot}", file=sys.stderr)
-    if result.cancelled:
+    if cancelled(done):
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
 
 
 def drive(run, total_runs: int, done_type):
-    """Iterate ``run`` (a ``BenchRun`` or a lever grid's ``GridRun``) with a progress bar on stderr, the
-    first Ctrl+C cancelling it; returns the ``result`` of its ``done_type`` event."""
-    from chatphase.bench.api import BenchNotice, BenchStatus
-
-    result = None
+    """Iterate ``run`` (a lever grid's ``GridRun``) with a progress bar on stderr, the first Ctrl+C cancelling
+    it; returns the ``result`` of its ``done_type`` event."""
     with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
-        for event in run:
-            if isinstance(event, BenchStatus):
-                progress.status(event.text)
-            elif isinstance(event, BenchNotice):
-                progress.notice(event.text)
-            elif isinstance(event, SweepProgress):
-                progress.advance(event)
-            elif isinstance(event, done_type):
-                result = event.result
-    assert result is not None
-    return result
+        return follow(run, progress, done_type).result
 
 
 def write_output(text: str, output: str | None) -> None:
@@ -195,6 +202,24 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         reps=args.reps,
         warmup=args.warmup,
     ).validate(*((None,) if settings.server else (settings.n_ctx, settings.n_batch)))
+
+
+def follow(events, progress: _Progress, done_type: type):
+    """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
+    from chatphase.bench.api import BenchNotice, BenchStatus
+
+    done = None
+    for event in events:
+        if isinstance(event, BenchStatus):
+            progress.status(event.text)
+        elif isinstance(event, BenchNotice):
+            progress.notice(event.text)
+        elif isinstance(event, SweepProgress):
+            progress.advance(event)
+        elif isinstance(event, done_type):
+            done = event
+    assert done is not None
+    return done
 
 
 @contextlib.contextmanager

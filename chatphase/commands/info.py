@@ -10,8 +10,12 @@ and compute buffers cannot be allocated (exit 2).
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 from chatphase.commands.options import add_model_options, settings_from_args
+from chatphase.engine.events import DeviceInfo
+from chatphase.engine.llamalog import llama_quiet
+from chatphase.engine.slow_paths import why_no_offload
 from chatphase.errors import ModelError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, read_model_info
 from chatphase.models.kv import kv_bytes_per_token
@@ -41,9 +45,11 @@ def register(sub) -> None:
 
 
 def system_report() -> dict:
-    """What this llama.cpp build sees: ``system_info`` text, enabled features, AMX, GPU offload support."""
+    """What this llama.cpp build sees: ``system_info`` text, enabled features, AMX, GPU offload support,
+    the ggml backends it has and the devices they found (name, description, type, memory free/total)."""
     import llama_cpp
 
+    from chatphase.engine import ggml_devices
     from chatphase.engine.llama_params import offload_plan
 
     system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
@@ -57,6 +63,8 @@ def system_report() -> dict:
         "amx_detected": amx,
         "extra_bufts_auto": f"{'on' if auto.use_extra_bufts else 'off'} ({auto.extra_bufts_why or 'no AMX'})",
         "gpu_offload_supported": gpu_ok,
+        "backends": list(ggml_devices.backends()),
+        "devices": [asdict(d) for d in ggml_devices.devices()],
     }
 
 
@@ -86,7 +94,10 @@ def build_report(args) -> dict:
             "verdict": verdict.level,
             "message": verdict.message,
         },
-        "system": system_report(),
+        "system": (system := system_report()),
+        "gpu_offload_off_because": why_no_offload(
+            tuple(system["backends"]), tuple(DeviceInfo(**d) for d in system["devices"]), settings.n_gpu_layers
+        ),
         "paths": {"config_file": str(config_path()), "sessions_dir": str(sessions_dir())},
     }
 
@@ -106,7 +117,8 @@ def chat_format_report(info, override: str | None) -> dict:
 
 
 def run(args) -> int:
-    report = build_report(args)
+    with llama_quiet():  # llama.cpp's lines (ggml_vulkan: Found 1 Vulkan devices …) go to engine.log
+        report = build_report(args)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -152,9 +164,17 @@ def render(r: dict) -> str:
         f"memory         {mem['verdict']}: {mem['message']}",
         f"llama.cpp      llama-cpp-python {sysr['llama_cpp_version']} · {' '.join(sysr['cpu_features']) or 'no CPU features reported'}",
         f"AMX            {'detected' if sysr['amx_detected'] else 'not detected'} · extra buffer types auto = {sysr['extra_bufts_auto']}",
+        f"backends       {', '.join(sysr['backends'])}",
+        *(
+            f"device         {d['name']} · {d['description']} · {d['type']} · "
+            f"{fmt_bytes(d['free_bytes'])} free of {fmt_bytes(d['total_bytes'])}"
+            for d in sysr["devices"]
+        ),
         "GPU offload    "
         + (
-            "supported by this build (--n-gpu-layers; default all)" if sysr["gpu_offload_supported"] else GPU_BUILD_HINT
+            f"none: {GPU_BUILD_HINT if sysr['backends'] == ['CPU'] else r['gpu_offload_off_because']}"
+            if r["gpu_offload_off_because"]
+            else "supported by this build (--n-gpu-layers; default all)"
         ),
         f"config file    {r['paths']['config_file']} (sessions: {r['paths']['sessions_dir']})",
     ]

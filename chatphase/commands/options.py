@@ -95,6 +95,13 @@ def add_model_options(p: argparse.ArgumentParser, lists: bool = False) -> None:
         help="llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched path crashes",
     )
     g.add_argument(
+        "--no-kv-offload",
+        dest="offload_kqv",
+        action="store_const",
+        const=False,
+        help="keep the KV cache in host memory, not on the GPU (llama.cpp's offload_kqv off; slower)",
+    )
+    g.add_argument(
         "--chat-template",
         metavar="NAME|FILE",
         help="prompt format: a llama.cpp built-in (chatml, gemma, llama3, phi3, mistral-v7, …), completion "
@@ -144,6 +151,7 @@ _SETTING_KEYS = (
     "type_k",
     "type_v",
     "extra_bufts",
+    "offload_kqv",
     "chat_template",
     "spec",
     "system_prompt",

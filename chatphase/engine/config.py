@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
@@ -38,6 +39,8 @@ class EngineConfig:
     0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
     (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
+    ``offload_kqv`` keep the KV cache (and attention) on the device of each offloaded layer (llama.cpp's
+    ``offload_kqv``; off puts it in host memory, llama.cpp's ``--no-kv-offload``);
     ``chat_template`` the prompt format: ``None`` = the model's own template, else a format fitting its
     vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.chat_format`).
     ``spec`` the decode mode: ``off``, ``lookup``, ``auto`` or ``draft:MODEL`` (speculative decoding,
@@ -57,6 +60,7 @@ class EngineConfig:
     type_k: str = "f16"
     type_v: str = "f16"
     extra_bufts: str = "auto"
+    offload_kqv: bool = True
     chat_template: str | None = None
     spec: str = "off"
     n_seq_max: int = field(default=1, metadata={"setting": False})
@@ -93,6 +97,8 @@ class EngineConfig:
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in KV_TYPE_BYTES:
                 raise UsageError(f"{name} must be one of {', '.join(KV_TYPE_BYTES)} (got {getattr(self, name)!r})")
+        if refusal := quantised_v_without_flash_attn(self.type_v, self.flash_attn):
+            raise UsageError(refusal)
         return self
 
     def threads_policy(self) -> str:
@@ -118,6 +124,7 @@ class EngineConfig:
             "type_k": self.type_k,
             "type_v": self.type_v,
             "extra_bufts": self.extra_bufts,
+            "offload_kqv": self.offload_kqv,
             "n_seq_max": self.n_seq_max,
             "chat_template": self.chat_template,
             "spec": self.spec,

@@ -67,6 +67,52 @@ class TurnRequest:
 
 
 @dataclass(frozen=True)
+class DeviceInfo:
+    """A device llama.cpp's ggml sees: ``name`` (``Vulkan0``, ``CUDA0``, ``CPU``), ``description``
+    (``llvmpipe (LLVM 15.0.6, 256 bits)``), ``type`` (``cpu``, ``gpu``, ``igpu``, ``accel``), memory
+    ``free_bytes`` / ``total_bytes`` as ``ggml_backend_dev_memory`` reports it when read."""
+
+    name: str
+    description: str
+    type: str
+    free_bytes: int
+    total_bytes: int
+
+
+#: device types llama.cpp offloads layers to (an integrated GPU's memory is host memory it maps, still its own).
+OFFLOAD_TYPES = frozenset({"gpu", "igpu"})
+
+
+@dataclass(frozen=True)
+class BufferSize:
+    """One buffer llama.cpp allocated, from its own log line (``Vulkan0 model buffer size = 98.12 MiB``):
+    ``kind`` (``model``, ``KV``, ``compute``, ``output``, ``RS``), llama.cpp's ``buffer`` type name, ``bytes``
+    (the printed MiB × 2**20, rounded: 2 decimals of MiB, so within 5 KiB), ``on_device``: the buffer type is
+    an offload device's own memory (its name is a GPU device's name), not host memory (``CPU``,
+    ``CPU_Mapped``, pinned ``Vulkan_Host`` / ``CUDA_Host``)."""
+
+    kind: str
+    buffer: str
+    bytes: int
+    on_device: bool
+
+
+#: buffer kinds as the memory figures name them (``memory_by_place``).
+MEMORY_KINDS = {"model": "weights", "KV": "kv_cache", "compute": "compute", "output": "output", "RS": "recurrent_state"}
+
+
+def memory_by_place(buffers: tuple[BufferSize, ...]) -> dict[str, dict[str, int]]:
+    """Bytes per kind on the device and on the host: ``{"device": {"weights": …, "kv_cache": …,
+    "compute": …}, "host": {…}}`` (kinds with no buffer there are left out), summed over buffers."""
+    out: dict[str, dict[str, int]] = {"device": {}, "host": {}}
+    for b in buffers:
+        place = out["device" if b.on_device else "host"]
+        kind = MEMORY_KINDS.get(b.kind, b.kind)
+        place[kind] = place.get(kind, 0) + b.bytes
+    return out
+
+
+@dataclass(frozen=True)
 class LoadedModel:
     """What the engine reports once a model is loaded.
 
@@ -79,6 +125,9 @@ class LoadedModel:
     how prompts are written (:attr:`chatphase.engine.chat_format.ChatFormat.label`, e.g. ``gemma
     (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server). ``spec_mode``:
     the decode mode in use (``off``, ``lookup``, ``auto``, ``draft``; ``off`` where the model cannot take one).
+    ``backends`` the ggml backends of the build (``("Vulkan", "CPU")``); ``devices`` the devices it sees,
+    memory read after the context was created; ``buffers`` what llama.cpp allocated where (its log lines);
+    ``slow_paths`` one line per silent slow path of this load (:mod:`chatphase.engine.slow_paths`).
     """
 
     info: ModelInfo
@@ -97,6 +146,10 @@ class LoadedModel:
     thinking_switch: bool = False
     chat_format: str = ""
     spec_mode: str = "off"
+    backends: tuple[str, ...] = ()
+    devices: tuple[DeviceInfo, ...] = ()
+    buffers: tuple[BufferSize, ...] = ()
+    slow_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
+from chatphase.engine import ggml_devices
 from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
@@ -44,6 +45,7 @@ from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.slow_paths import slow_paths, why_no_offload
 from chatphase.engine.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.text import clean_text
 from chatphase.engine.thinking import detect_format, opened_by_prompt
@@ -185,14 +187,25 @@ class LlamaEngine:
         self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
-        plan = offload_plan(s, system_info, gpu_ok)
+        why_not = None if gpu_ok else why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
+        plan = offload_plan(s, system_info, gpu_ok, why_not)
         notes = list(plan.notes)
+        if gpu_ok and (refusal := ggml_devices.kv_too_big_for_device(self.info, s, plan.n_gpu_layers)):
+            raise UsageError(refusal)
         self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
         if not self._model:
-            raise RuntimeError(f"llama.cpp could not load {self.info.path} (see {self.log_path})")
+            raise RuntimeError(
+                ggml_devices.allocation_failure(self._log.failed_allocation, s)
+                or f"llama.cpp could not load {self.info.path} (see {self.log_path})"
+            )
         self._ctx = lc.llama_init_from_model(self._model, context_params(s))
         if not self._ctx:
-            raise RuntimeError(f"llama.cpp could not create a context of {s['n_ctx']} tokens (see {self.log_path})")
+            raise RuntimeError(
+                ggml_devices.allocation_failure(self._log.failed_allocation, s)
+                or f"llama.cpp could not create a context of {s['n_ctx']:,} tokens (see {self.log_path})"
+            )
+        devices = ggml_devices.devices()  # memory free after the model and context were allocated
+        buffers = ggml_devices.buffer_sizes(self._log.buffer_mib(), devices)
         self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_ctx = lc.llama_n_ctx(self._ctx)
@@ -225,14 +238,28 @@ class LlamaEngine:
         )
         self._spec = speculator(self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes)
         kv_mib = self._log.kv_cache_mib
+        layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
+        layers_total = self._log.layers_total or self.info.n_layer + 1
+        slow = slow_paths(
+            layers_offloaded=layers_offloaded,
+            layers_total=layers_total,
+            buffers=buffers,
+            amx=plan.amx,
+            use_extra_bufts=plan.use_extra_bufts,
+            flash_attn=s["flash_attn"],
+            flash_attn_mismatch=self._log.flash_attn_mismatch,
+            type_k=s["type_k"],
+            type_v=s["type_v"],
+            amx_why=plan.extra_bufts_why,
+        )
         self.loaded = LoadedModel(
             info=self.info,
             settings=resolved,
             load_ms=ns_to_ms(time.perf_counter_ns() - t0),
             kv_bytes_per_token=self._kv_per_token,
             kv_capacity_bytes=kv_capacity_bytes(self._kv_per_token, self._n_ctx),
-            layers_offloaded=self._log.layers_offloaded if gpu_ok else 0,
-            layers_total=self._log.layers_total or self.info.n_layer + 1,
+            layers_offloaded=layers_offloaded,
+            layers_total=layers_total,
             llama_kv_cache_bytes=round(kv_mib * 2**20) if kv_mib is not None else None,
             system_info=system_info,
             notes=tuple(notes),
@@ -242,9 +269,15 @@ class LlamaEngine:
             thinking_format=self._thinking.name if self._thinking else None,
             thinking_switch=switch,
             spec_mode=self._spec.kind if self._spec else "off",
+            backends=ggml_devices.backends(),
+            devices=devices,
+            buffers=buffers,
+            slow_paths=slow,
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
+        for line in slow:
+            self._log.write(f"chatphase: slow path: {line}")
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
 

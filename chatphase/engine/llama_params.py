@@ -45,13 +45,19 @@ class OffloadPlan:
 
 
 def offload_plan(
-    settings: dict, system_info: str, gpu_ok: bool, amx_check: Callable[[], AmxVerdict] = amx_verdict
+    settings: dict,
+    system_info: str,
+    gpu_ok: bool,
+    why_not: str | None = None,
+    amx_check: Callable[[], AmxVerdict] = amx_verdict,
 ) -> OffloadPlan:
     """Decide GPU layers and extra buffer types from the resolved ``settings``
-    (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support.
+    (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support;
+    ``why_not`` says why there is none (:func:`chatphase.engine.slow_paths.why_no_offload`).
 
     ``extra_bufts = auto`` keeps llama.cpp's extra buffer types on, except on an AMX CPU whose llama.cpp build
-    fails ``amx_check`` (:func:`chatphase.engine.amx_probe.amx_verdict`, asked only there)."""
+    fails ``amx_check`` (:func:`chatphase.engine.amx_probe.amx_verdict`, asked only there). AMX with extra
+    buffer types off is said once, as a slow path (:func:`chatphase.engine.slow_paths.slow_paths`)."""
     notes: list[str] = []
     amx = detect_amx(system_info, read_cpu_flags())
     why = ""
@@ -60,8 +66,8 @@ def offload_plan(
         if amx:
             verdict = amx_check()
             use_extra_bufts, why = verdict.safe, verdict.why
-            state = "on" if verdict.safe else "off"
-            notes.append(f"AMX CPU: llama.cpp extra buffer types {state}: {why}; --extra-bufts on|off overrides")
+            if verdict.safe:
+                notes.append(f"AMX CPU: llama.cpp extra buffer types on: {why}; --extra-bufts off overrides")
     else:
         use_extra_bufts = settings["extra_bufts"] == "on"
         if amx and use_extra_bufts:
@@ -71,7 +77,7 @@ def offload_plan(
         n_gpu_layers = ALL_LAYERS if gpu_ok else 0
     elif not gpu_ok and requested != 0:
         n_gpu_layers = 0
-        notes.append(f"n_gpu_layers={requested} ignored: this llama.cpp build has no GPU support (CPU only)")
+        notes.append(f"n_gpu_layers={requested} ignored: {why_not or 'this llama.cpp build has no GPU support'}")
     else:
         n_gpu_layers = ALL_LAYERS if requested == -1 else requested
     return OffloadPlan(n_gpu_layers, use_extra_bufts, amx, tuple(notes), why)
@@ -112,5 +118,6 @@ def context_params(settings: dict):
     params.flash_attn_type = FLASH_ATTN[settings["flash_attn"]]
     params.type_k = GGML_TYPES[settings["type_k"]]
     params.type_v = GGML_TYPES[settings["type_v"]]
+    params.offload_kqv = settings.get("offload_kqv", True)
     params.no_perf = False
     return params

@@ -1,8 +1,12 @@
 """Capture llama.cpp's own log (``llama_log_set``) into a file and read the facts it alone reports.
 
 llama.cpp reports some figures only in its log: the layers offloaded to the GPU
-(``load_tensors: offloaded 31/31 layers to GPU``) and the KV cache it allocated
-(``llama_kv_cache: size =   45.00 MiB (  2048 cells, ...``). :class:`LlamaLogCapture` writes its lines
+(``load_tensors: offloaded 31/31 layers to GPU``), the KV cache it allocated
+(``llama_kv_cache: size =   45.00 MiB (  2048 cells, ...``), each buffer it allocated and where
+(``load_tensors:   Vulkan0 model buffer size =    98.12 MiB``, ``llama_kv_cache:   Vulkan0 KV buffer size = …``,
+``llama_context: Vulkan_Host compute buffer size = …``) and how it resolved ``flash_attn`` auto
+(``llama_context: Flash Attention not supported, set to disabled``, after ``layer 0 is assigned to device
+Vulkan0 but Flash Attention is assigned to device CPU``). :class:`LlamaLogCapture` writes its lines
 to the log file (never to the terminal, where it would draw over the TUI) and keeps those figures.
 
 What is kept: lines at or above :func:`log_level` (``info`` by default; ``CHATPHASE_LOG_LEVEL=debug``
@@ -14,21 +18,26 @@ The file (:mod:`chatphase.engine.logfile`: where it is, its rotation) is shared 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 
 import llama_cpp
 
-from chatphase.engine.logfile import rotate_log
+from chatphase.engine.logfile import default_log_path, rotate_log
 
 #: ggml's log levels (``enum ggml_log_level``).
 LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4}
 _CONT = 5
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
+_BUFFER = re.compile(r"^\w+:\s+(\S+)\s+(model|KV|compute|output|RS) buffer size =\s*([\d.]+) MiB")
+_ALLOC_FAILED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
+_FA_MISMATCH = re.compile(r"layer \d+ is assigned to device (\S+) but Flash Attention is assigned to device (\S+)")
 
 
 def log_level() -> int:
@@ -36,12 +45,35 @@ def log_level() -> int:
     return LEVELS.get(os.environ.get("CHATPHASE_LOG_LEVEL", "").strip().lower(), LEVELS["info"])
 
 
+@contextlib.contextmanager
+def llama_quiet(path: str | os.PathLike | None = None):
+    """Within the block, llama.cpp's log (``llama_log_set``) and whatever it writes to fd 2 (``ggml_vulkan``
+    and CUDA print some lines with ``std::cerr``) go to the log ``path`` (default :func:`default_log_path`)
+    instead of the terminal; for commands that call llama.cpp in their own process (``info``). Yields the
+    :class:`LlamaLogCapture`."""
+    capture = LlamaLogCapture(path or default_log_path())
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(capture.path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.dup2(fd, 2)
+        yield capture
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+        capture.close()
+
+
 class LlamaLogCapture:
     """Installs a process-wide llama.cpp log callback writing to ``path`` (appending).
 
     Lines below ``min_level`` (default :func:`log_level`) are dropped, with their continuations.
     Attributes filled as lines arrive: ``layers_offloaded``, ``layers_total`` (ints or ``None``),
-    ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int).
+    ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int); ``buffers``, a list of
+    ``(kind, buffer type name, MiB)`` in log order; ``flash_attn_mismatch`` (``(layer device, flash-attention device)`` when it turned
+    it off for want of a kernel on the layer's device); ``failed_allocation`` (``(buffer type name, bytes)``
+    of the last buffer ggml could not allocate: ``failed to allocate Vulkan0 buffer of size …``).
     One capture is active per process: a new one replaces the previous one. llama.cpp keeps calling
     the C callback for the life of the process (llama.cpp objects log when freed, after ``close()``),
     so the ctypes callback is one module-level object that is never freed, and it forwards to the
@@ -61,6 +93,9 @@ class LlamaLogCapture:
         self.layers_total: int | None = None
         self.kv_cache_mib: float | None = None
         self.kv_cache_cells: int | None = None
+        self.buffers: list[tuple[str, str, float]] = []
+        self.flash_attn_mismatch: tuple[str, str] | None = None
+        self.failed_allocation: tuple[str, int] | None = None
         _install(self)
 
     def write(self, text: str) -> None:
@@ -95,6 +130,22 @@ class LlamaLogCapture:
             self.layers_offloaded, self.layers_total = int(m.group(1)), int(m.group(2))
         elif m := _KV_SIZE.search(line):
             self.kv_cache_mib, self.kv_cache_cells = float(m.group(1)), int(m.group(2))
+        elif m := _BUFFER.search(line):
+            self.buffers.append((m.group(2), m.group(1), float(m.group(3))))
+        elif m := _ALLOC_FAILED.search(line):
+            self.failed_allocation = (m.group(1), int(m.group(2)))
+        elif m := _FA_MISMATCH.search(line):
+            self.flash_attn_mismatch = (m.group(1), m.group(2))
+
+    def buffer_mib(self) -> dict[tuple[str, str], float]:
+        """MiB per ``(kind, buffer type name)`` so far: model, KV and output buffers summed (an iSWA model
+        prints one KV line per cache), compute buffers as last printed (llama.cpp re-reserves its graph
+        and prints them again)."""
+        out: dict[tuple[str, str], float] = {}
+        for kind, buffer, mib in list(self.buffers):
+            key = (kind, buffer)
+            out[key] = mib if kind == "compute" else out.get(key, 0.0) + mib
+        return out
 
     def close(self) -> None:
         """Stop capturing: flush and close the file (later llama.cpp lines are dropped). Idempotent."""

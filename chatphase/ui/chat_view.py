@@ -104,6 +104,8 @@ class ChatView(ChatListener):
         for note in loaded.notes:
             if note.startswith("chat format:"):  # a model without its own template: say which format it gets
                 self.chat_log.add_notice(note)
+        for line in loaded.slow_paths:  # correct but far slower than the user may expect: say so at load
+            self.chat_log.add_notice(f"slow path: {line}")
 
     def _engine_threads(self, threads: int | None) -> None:
         """Fit the redraw rates to the engine's decode threads (``None``: as many as cores): with no core

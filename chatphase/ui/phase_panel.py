@@ -28,7 +28,7 @@ from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
-from chatphase.ui.system_figures import gpu_offload_text
+from chatphase.ui.system_figures import device_lines, gpu_offload_text, memory_text
 from chatphase.ui.thinking_block import thinking_live
 from chatphase.units import DASH, fmt_bytes, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate
 
@@ -106,6 +106,10 @@ class PhasePanel(VerticalScroll):
             rows.append(("format", model.chat_format))
         if policy:  # the threads row says what they are
             rows.append(("threads", self._threads or f"{policy}, up to {s.get('n_threads', DASH)} cores"))
+        rows += [("device", line) for line in device_lines(model)]
+        if memory := memory_text(model):
+            rows.append(("memory", memory))
+        rows += [("slow", line) for line in model.slow_paths]
         rows += [("note", note) for note in model.notes]
         self._model.update(_grid(rows))
 

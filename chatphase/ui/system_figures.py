@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from chatphase.engine.events import LoadedModel
+from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.slow_paths import why_no_offload
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler, SystemSample
 from chatphase.units import DASH, fmt_bytes
@@ -30,12 +31,42 @@ def gpu_offload_text(model: LoadedModel) -> str:
     s = model.settings
     if s.get("backend") == "remote":
         return "the server's (not reported)"
+    if model.backends and not model.layers_offloaded:  # the engine said what it has: say why nothing runs there
+        why = why_no_offload(model.backends, model.devices, s.get("n_gpu_layers"))
+        return f"off ({why or f'0/{model.layers_total} layers'})"
     if not s.get("gpu_offload_supported", False):
         return "off (CPU-only build)"
     if model.layers_offloaded is None or model.layers_total is None:
         return f"not reported (n_gpu_layers={s.get('n_gpu_layers')})"
     on = "on" if model.layers_offloaded else "off"
     return f"{on} ({model.layers_offloaded}/{model.layers_total} layers)"
+
+
+#: memory kinds in the order shown, with their short labels.
+_KIND_LABELS = {"weights": "weights", "kv_cache": "KV", "compute": "compute", "output": "output"}
+
+
+def memory_text(model: LoadedModel) -> str | None:
+    """What llama.cpp allocated where, from its own buffer lines: ``device: weights 98.1 MiB · KV 90.0 MiB ·
+    compute 20.0 MiB; host: weights 0.3 MiB · compute 1.0 MiB`` (``None`` before any buffer was reported)."""
+    if not model.buffers:
+        return None
+    parts = []
+    for place, kinds in memory_by_place(model.buffers).items():
+        order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
+        if order:
+            parts.append(f"{place}: {' · '.join(f'{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}' for k in order)}")
+    return "; ".join(parts)
+
+
+def device_lines(model: LoadedModel) -> list[str]:
+    """One line per offload device llama.cpp sees: ``Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu ·
+    22.9 GiB free of 23.5 GiB`` (memory as read after the load)."""
+    return [
+        f"{d.name} · {d.description} · {d.type} · {fmt_bytes(d.free_bytes)} free of {fmt_bytes(d.total_bytes)}"
+        for d in model.devices
+        if d.type in OFFLOAD_TYPES
+    ]
 
 
 def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
@@ -81,7 +112,13 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
     if model.settings.get("gpu_offload_supported", False):
         gpu_bytes = None if sample is None else sample.gpu_memory_bytes
         gpu_line += f" · GPU memory {fmt_bytes(gpu_bytes)}"
+    if model.backends:
+        gpu_line += f" · backends {', '.join(model.backends)}"
     lines.append(gpu_line)
+    lines += [f"device {line}" for line in device_lines(model)]
+    if memory := memory_text(model):
+        lines.append(f"memory {memory}")
+    lines += [f"slow path: {line}" for line in model.slow_paths]
     return lines
 
 

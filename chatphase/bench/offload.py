@@ -1,0 +1,249 @@
+"""The offload sweep: ``chatphase bench --gpu-layers 0,8,16,all`` (llama-bench's ``-ngl`` list).
+
+For each layer count the model is loaded with that many layers on the device and the usual sweep runs
+(:class:`~chatphase.bench.api.BenchRun`, the prompt lengths and depths asked for); each placement gets its
+prefill and decode tokens/s and a roofline of its own: the bytes one decode token reads from device memory
+and from host memory — the weights each side holds and the KV cache of the context, split as llama.cpp placed
+it (its ``KV buffer`` lines) — and which of the two bounds the token. The device's weights are its ``model
+buffer`` lines; the host's are the model's weight bytes less those, because llama.cpp's host buffer of a
+memory-mapped model is the mapped file range (``CPU_Mapped model buffer size`` stays near the whole file at
+8 of 31 layers offloaded), not the tensors the host computes with.
+
+The layers run one after another, so a token takes at least ``device_bytes / device_bandwidth +
+host_bytes / host_bandwidth``; the side with the larger share binds. The host bandwidth is measured here
+(:mod:`chatphase.bench.peaks`); a GPU's is not measurable from the host, so it is taken from
+``--device-bandwidth`` (GB/s) when given, from the host's for an integrated GPU (its memory is host memory),
+and otherwise left out (the bound then counts the host side only, an upper bound on speed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from chatphase.bench.api import BenchDone, BenchEvent, BenchRun, BenchStatus
+from chatphase.bench.peaks import MachinePeaks
+from chatphase.bench.plot import check_plot_path, save_figure
+from chatphase.bench.results import BenchResult
+from chatphase.bench.runner import SweepPlan
+from chatphase.engine.config import EngineConfig
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.units import fmt_bytes
+
+
+def parse_gpu_layers(text: str) -> tuple[int, ...]:
+    """``"0,8,16,all"`` -> ``(0, 8, 16, -1)`` (``all`` or ``-1`` = every layer).
+
+    Raises:
+        ValueError: an entry that is neither a whole number >= 0 nor ``all``.
+    """
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if part.lower() in ("all", "-1"):
+            out.append(-1)
+        elif part.isdigit():
+            out.append(int(part))
+        else:
+            raise ValueError(f"--gpu-layers takes layer counts and 'all', comma-separated (got {part!r})")
+    if not out:
+        raise ValueError("--gpu-layers needs at least one layer count")
+    return tuple(dict.fromkeys(out))
+
+
+def placement_roofline(
+    system: dict,
+    weight_bytes: int,
+    kv_bytes_per_token: int,
+    context_tokens: float,
+    host_bw: float | None,
+    device_bw: float | None,
+) -> dict:
+    """Bytes per decode token from device and host memory for one placement, and the bound.
+
+    ``system`` is the result's ``system`` object (its ``memory`` by place and kind); ``weight_bytes`` the
+    model's (the GGUF size, as :mod:`chatphase.bench.roofline` takes it); bandwidths in bytes/s (``None``:
+    unknown). Weights: every weight is read once per token, the device's from its model buffers, the rest
+    from the host; KV cache: the ``kv_bytes_per_token × context_tokens`` read, split between the places in
+    proportion to where llama.cpp allocated it.
+    """
+    memory = system.get("memory") or {"device": {}, "host": {}}
+    dev, host = memory.get("device", {}), memory.get("host", {})
+    kv_total = dev.get("kv_cache", 0) + host.get("kv_cache", 0)
+    kv_read = kv_bytes_per_token * context_tokens
+    dev_kv = kv_read * dev.get("kv_cache", 0) / kv_total if kv_total else 0.0
+    device_bytes = dev.get("weights", 0) + dev_kv
+    host_bytes = max(0, weight_bytes - dev.get("weights", 0)) + (kv_read - dev_kv)
+    host_s = host_bytes / host_bw if host_bw else None
+    device_s = device_bytes / device_bw if device_bw and device_bytes else (0.0 if not device_bytes else None)
+    known = [s for s in (host_s, device_s) if s is not None]
+    bound = 1.0 / sum(known) if known and sum(known) > 0 else None
+    if device_s is None:
+        binds = "host memory (device bandwidth unknown: --device-bandwidth)" if host_s else "unknown"
+    elif host_s is None:
+        binds = "device memory" if device_s else "unknown"
+    else:
+        binds = "device memory" if device_s >= host_s else "host memory"
+    return {
+        "context_tokens": context_tokens,
+        "device_bytes_per_token": device_bytes,
+        "host_bytes_per_token": host_bytes,
+        "device_bandwidth_bytes_per_s": device_bw,
+        "host_bandwidth_bytes_per_s": host_bw,
+        "decode_bound_tokens_per_s": bound,
+        "bound_by": binds,
+    }
+
+
+@dataclass
+class Placement:
+    """One layer count's run: the ``n_gpu_layers`` asked, its :class:`BenchResult` and its roofline."""
+
+    n_gpu_layers: int
+    result: BenchResult
+    roofline: dict = field(default_factory=dict)
+
+    @property
+    def layers(self) -> tuple[int | None, int | None]:
+        """``(offloaded, total)`` as llama.cpp reported them."""
+        return self.result.system.get("layers_offloaded"), self.result.system.get("layers_total")
+
+    def mean(self, metric: str) -> float | None:
+        """The mean of ``metric`` (``prefill_tokens_per_s``, ``decode_tokens_per_s``) over the run's cells."""
+        values = [getattr(c, metric).mean for c in self.result.results if getattr(c, metric).mean is not None]
+        return sum(values) / len(values) if values else None
+
+    def to_dict(self) -> dict:
+        offloaded, total = self.layers
+        return {
+            "n_gpu_layers": self.n_gpu_layers,
+            "layers_offloaded": offloaded,
+            "layers_total": total,
+            "prefill_tokens_per_s": self.mean("prefill_tokens_per_s"),
+            "decode_tokens_per_s": self.mean("decode_tokens_per_s"),
+            "memory": self.result.system.get("memory"),
+            "roofline": self.roofline,
+            "result": self.result.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class OffloadDone:
+    """The sweep is over: one :class:`Placement` per layer count run (fewer when cancelled)."""
+
+    placements: list[Placement]
+    cancelled: bool = False
+
+
+class OffloadRun:
+    """The offload sweep; iterate to run it (blocking). Events: those of each :class:`BenchRun`, then one
+    :class:`OffloadDone`. ``device_bandwidth`` in bytes/s (see the module docstring)."""
+
+    def __init__(
+        self,
+        info: ModelInfo,
+        config: EngineConfig,
+        plan: SweepPlan,
+        gpu_layers: tuple[int, ...],
+        roofline: bool = True,
+        device_bandwidth: float | None = None,
+    ):
+        self.info, self.config, self.plan, self.gpu_layers = info, config, plan, gpu_layers
+        self.roofline, self.device_bandwidth = roofline, device_bandwidth
+        self._current: BenchRun | None = None
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._current is not None:
+            self._current.cancel()
+
+    def __iter__(self) -> Iterator[BenchEvent | OffloadDone]:
+        first = BenchRun(self.info, self.config, self.plan, roofline=self.roofline)
+        peaks: MachinePeaks | None = (yield from first.peaks()) if self.roofline else None
+        placements = []
+        for n in self.gpu_layers:
+            if self._cancelled:
+                break
+            yield BenchStatus(f"n_gpu_layers {'all' if n == -1 else n}: loading")
+            run = BenchRun(
+                self.info, replace(self.config, n_gpu_layers=n), self.plan, roofline=peaks is not None, peaks=peaks
+            )
+            self._current = run
+            for event in run:
+                if isinstance(event, BenchDone):
+                    placements.append(self._placement(n, event.result, peaks))
+                    self._cancelled |= event.result.cancelled
+                else:
+                    yield event
+        yield OffloadDone(placements, cancelled=self._cancelled)
+
+    def _placement(self, n: int, result: BenchResult, peaks: MachinePeaks | None) -> Placement:
+        host_bw = peaks.bandwidth_bytes_per_s if peaks else None
+        device_bw = self.device_bandwidth
+        if device_bw is None and any(d.get("type") == "igpu" for d in result.system.get("devices", ())):
+            device_bw = host_bw  # an integrated GPU reads host memory
+        cells = result.results
+        context = sum(c.prompt_tokens + c.depth + c.gen_tokens / 2 for c in cells) / len(cells) if cells else 0.0
+        kv_per_token = int(result.system.get("kv_bytes_per_token") or 0)
+        weights = int(result.model.get("size_bytes") or 0)
+        return Placement(
+            n, result, placement_roofline(result.system, weights, kv_per_token, context, host_bw, device_bw)
+        )
+
+
+def render_offload(done: OffloadDone) -> str:
+    """A table: per layer count the layers llama.cpp offloaded, prefill and decode tokens/s, bytes per decode
+    token from device and host memory, the decode bound and what binds it."""
+
+    def rate(v: float | None) -> str:
+        return "–" if v is None else f"{v:,.1f}"
+
+    head = f"{'n_gpu_layers':>12}  {'offloaded':>9}  {'prefill tok/s':>13}  {'decode tok/s':>12}  {'device B/tok':>12}  {'host B/tok':>10}  {'bound tok/s':>11}  bound by"
+    rows = [head]
+    for p in done.placements:
+        off, total = p.layers
+        r = p.roofline
+        rows.append(
+            f"{'all' if p.n_gpu_layers == -1 else p.n_gpu_layers:>12}  {f'{off}/{total}':>9}  "
+            f"{rate(p.mean('prefill_tokens_per_s')):>13}  {rate(p.mean('decode_tokens_per_s')):>12}  "
+            f"{fmt_bytes(r['device_bytes_per_token']):>12}  {fmt_bytes(r['host_bytes_per_token']):>10}  "
+            f"{rate(r['decode_bound_tokens_per_s']):>11}  {r['bound_by']}"
+        )
+    if done.cancelled:
+        rows.append("(cancelled: the placements above are the ones that ran)")
+    return "\n".join(rows) + "\n"
+
+
+def offload_json(done: OffloadDone) -> dict:
+    """The JSON object: ``{"offload": [placement…], "cancelled": bool}`` (each placement with its whole result)."""
+    return {"offload": [p.to_dict() for p in done.placements], "cancelled": done.cancelled}
+
+
+def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
+    """Prefill and decode tokens/s against layers on the device, the decode bound beside decode.
+
+    Raises:
+        UsageError: as :func:`chatphase.bench.plot.check_plot_path`, or when the file cannot be written.
+    """
+    p = check_plot_path(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [p_.layers[0] or 0 for p_ in done.placements]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    ax1.plot(xs, [pl.mean("prefill_tokens_per_s") or 0 for pl in done.placements], "o-", color="C0", label="measured")
+    ax2.plot(xs, [pl.mean("decode_tokens_per_s") or 0 for pl in done.placements], "o-", color="C1", label="measured")
+    bounds = [pl.roofline.get("decode_bound_tokens_per_s") for pl in done.placements]
+    if any(b is not None for b in bounds):
+        ax2.plot(xs, [b or float("nan") for b in bounds], "--", color="C1", alpha=0.6, label="memory bound")
+    ax1.set(title="Prefill vs layers on the device", xlabel="layers offloaded", ylabel="prefill tokens/s")
+    ax2.set(title="Decode vs layers on the device", xlabel="layers offloaded", ylabel="decode tokens/s")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize="small")
+    return save_figure(fig, p)

@@ -1,0 +1,62 @@
+"""``chatphase bench --gpu-layers 0,8,16,all``: the offload sweep (:mod:`chatphase.bench.offload`), its options
+and its run; :mod:`chatphase.commands.bench` hands over to :func:`run_offload` when ``--gpu-layers`` is given."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from chatphase.errors import UsageError
+
+
+def gpu_layer_list(text: str) -> tuple[int, ...]:
+    """:func:`chatphase.bench.offload.parse_gpu_layers` for argparse."""
+    from chatphase.bench.offload import parse_gpu_layers
+
+    try:
+        return parse_gpu_layers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_offload_options(g) -> None:
+    """The sweep group's offload options."""
+    g.add_argument(
+        "--gpu-layers",
+        type=gpu_layer_list,
+        metavar="N,N,...|all",
+        help="instead: the offload sweep, one load per layer count on the GPU (e.g. 0,8,16,all), prefill and "
+        "decode with the roofline of each placement",
+    )
+    g.add_argument(
+        "--device-bandwidth",
+        type=float,
+        metavar="GB/s",
+        help="with --gpu-layers: the GPU's memory bandwidth for the roofline (not measurable from the host)",
+    )
+
+
+def run_offload(args, settings, info, plan, execute) -> int:
+    """Run the offload sweep through the command's ``execute`` (:func:`chatphase.commands.bench.execute`:
+    progress, Ctrl+C, output, plot, exit code) and write its table or JSON and its plot."""
+    from chatphase.bench.offload import OffloadDone, OffloadRun, offload_json, render_offload, write_offload_plot
+    from chatphase.bench.runner import SweepPlan
+
+    if settings.server or args.parallel is not None:
+        raise UsageError("--gpu-layers runs local loads of the model: not with --server or --parallel")
+    if args.format not in ("table", "json"):
+        raise UsageError("--gpu-layers writes --format table or json")
+    assert isinstance(plan, SweepPlan)
+    bandwidth = args.device_bandwidth * 1e9 if args.device_bandwidth else None
+    sweep = OffloadRun(info, settings.engine_config(), plan, args.gpu_layers, args.roofline, bandwidth)
+    return execute(
+        args,
+        sweep,
+        plan.total_runs * len(args.gpu_layers),
+        OffloadDone,
+        text_of=lambda done: (
+            json.dumps(offload_json(done), indent=2) + "\n" if args.format == "json" else render_offload(done)
+        ),
+        plot=write_offload_plot,
+        cancelled=lambda done: done.cancelled,
+    )

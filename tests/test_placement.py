@@ -1,0 +1,187 @@
+"""Where llama.cpp put things, read from its own log lines and ggml's device list (no model, no GPU):
+buffer sizes by kind and place, the flash-attention and allocation-failure lines, the silent slow paths,
+why nothing is offloaded, and the quantised-V refusal."""
+
+import ctypes
+
+import pytest
+
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import BufferSize, DeviceInfo, memory_by_place
+from chatphase.engine.ggml_devices import allocation_failure, buffer_sizes
+from chatphase.engine.llamalog import LlamaLogCapture
+from chatphase.engine.slow_paths import slow_paths, why_no_offload
+from chatphase.errors import UsageError
+
+VULKAN = DeviceInfo("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "gpu", 20 * 2**30, 24 * 2**30)
+CPU = DeviceInfo("CPU", "Intel(R) Xeon(R) Processor", "cpu", 23 * 2**30, 24 * 2**30)
+
+# llama.cpp's own lines, as its format strings print them (src/llama-model.cpp, llama-kv-cache.cpp,
+# llama-context.cpp; ggml/src/ggml-alloc.c)
+LOG = """load_tensors: offloaded 20/31 layers to GPU
+load_tensors:   CPU_Mapped model buffer size =    30.52 MiB
+load_tensors:      Vulkan0 model buffer size =    68.06 MiB
+llama_context: Vulkan_Host  output buffer size =     0.19 MiB
+llama_kv_cache:    Vulkan0 KV buffer size =    60.00 MiB
+llama_kv_cache:        CPU KV buffer size =    30.00 MiB
+llama_kv_cache: size =   90.00 MiB (  4096 cells,  30 layers,  1/1 seqs), K (f16):   45.00 MiB, V (f16):   45.00 MiB
+llama_context: layer 0 is assigned to device Vulkan0 but Flash Attention is assigned to device CPU (usually due to missing support)
+llama_context: Flash Attention not supported, set to disabled
+llama_context:    Vulkan0 compute buffer size =    10.00 MiB
+llama_context: Vulkan_Host compute buffer size =     2.00 MiB
+llama_context:    Vulkan0 compute buffer size =    12.50 MiB
+ggml_backend_alloc_ctx_tensors_from_buft_impl: failed to allocate Vulkan0 buffer of size 6442450944
+"""
+
+
+def feed(capture: LlamaLogCapture, text: str) -> None:
+    for line in text.splitlines(keepends=True):
+        capture.on_log(2, line.encode(), ctypes.c_void_p(0))
+
+
+@pytest.fixture
+def capture(tmp_path):
+    cap = LlamaLogCapture(tmp_path / "engine.log", min_level=2)
+    yield cap
+    cap.close()
+
+
+def test_buffer_lines_are_read_by_kind_and_place(capture):
+    feed(capture, LOG)
+    assert (capture.layers_offloaded, capture.layers_total) == (20, 31)
+    mib = capture.buffer_mib()
+    assert mib[("compute", "Vulkan0")] == 12.50  # printed again after a re-reserve: the last one counts
+    assert mib[("KV", "Vulkan0")] == 60.0 and mib[("KV", "CPU")] == 30.0
+    buffers = buffer_sizes(mib, (VULKAN, CPU))
+    on = {(b.kind, b.buffer): b.on_device for b in buffers}
+    assert on == {
+        ("model", "CPU_Mapped"): False,
+        ("model", "Vulkan0"): True,
+        ("output", "Vulkan_Host"): False,  # pinned host memory is host memory
+        ("KV", "Vulkan0"): True,
+        ("KV", "CPU"): False,
+        ("compute", "Vulkan0"): True,
+        ("compute", "Vulkan_Host"): False,
+    }
+    place = memory_by_place(buffers)
+    assert place["device"] == {"weights": round(68.06 * 2**20), "kv_cache": 60 * 2**20, "compute": round(12.5 * 2**20)}
+    assert place["host"]["weights"] == round(30.52 * 2**20) and place["host"]["compute"] == 2 * 2**20
+    assert capture.flash_attn_mismatch == ("Vulkan0", "CPU")
+    assert capture.failed_allocation == ("Vulkan0", 6442450944)
+
+
+def test_two_kv_caches_of_an_iswa_model_add_up(capture):
+    feed(capture, "llama_kv_cache:    Vulkan0 KV buffer size =    12.00 MiB\n")
+    feed(capture, "llama_kv_cache:    Vulkan0 KV buffer size =    60.00 MiB\n")
+    assert capture.buffer_mib() == {("KV", "Vulkan0"): 72.0}
+
+
+def test_a_failed_device_allocation_is_one_line_with_the_device_memory(monkeypatch):
+    import chatphase.engine.ggml_devices as gd
+
+    monkeypatch.setattr(gd, "devices", lambda: (VULKAN, CPU))
+    line = allocation_failure(("Vulkan0", 6 * 2**30), {"n_ctx": 262144, "n_batch": 256})
+    assert line.startswith("Vulkan0 could not allocate 6.0 GiB (20.0 GiB free) for a context of 262,144 tokens")
+    assert "\n" not in line and "--n-ctx" in line
+    assert allocation_failure(None, {"n_ctx": 1, "n_batch": 1}) is None
+
+
+def _paths(buffers, offloaded=31, total=31, **kw):
+    args = dict(
+        layers_offloaded=offloaded,
+        layers_total=total,
+        buffers=buffers,
+        amx=False,
+        use_extra_bufts=True,
+        flash_attn="auto",
+        flash_attn_mismatch=None,
+        type_k="f16",
+        type_v="f16",
+    )
+    return slow_paths(**{**args, **kw})
+
+
+def test_slow_paths_each_flagged_and_none_on_a_full_offload():
+    on_device = (BufferSize("model", "Vulkan0", 1, True), BufferSize("KV", "Vulkan0", 1, True))
+    assert _paths(on_device) == ()
+    assert _paths((BufferSize("model", "CPU_Mapped", 1, False),), offloaded=0) == ()  # CPU only: nothing to flag
+    (partial,) = _paths(on_device, offloaded=8)
+    assert partial.startswith("partial offload: 8/31 layers on Vulkan0")
+    (host_kv,) = _paths((BufferSize("model", "Vulkan0", 1, True), BufferSize("KV", "CPU", 1, False)))
+    assert host_kv.startswith("KV cache on the host (CPU)") and "offload_kqv off" in host_kv
+    (fa,) = _paths(on_device, flash_attn_mismatch=("Vulkan0", "CPU"), type_k="q8_0", type_v="q8_0")
+    assert fa.startswith("flash attention off: Vulkan0 has no flash-attention kernel for K/V q8_0/q8_0")
+    assert _paths(on_device, flash_attn="off", flash_attn_mismatch=("Vulkan0", "CPU")) == ()  # the user's choice
+    (amx,) = _paths(on_device, amx=True, use_extra_bufts=False)
+    assert amx.startswith("AMX off:")
+
+
+def test_why_nothing_is_offloaded():
+    assert why_no_offload(("CPU",), (CPU,), None) == "CPU-only build: no GPU support in this llama.cpp"
+    hidden = why_no_offload(("Vulkan", "CPU"), (CPU,), None)
+    assert hidden.startswith("the Vulkan backend found no GPU device") and "GGML_VK_VISIBLE_DEVICES=0" in hidden
+    assert why_no_offload(("Vulkan", "CPU"), (VULKAN, CPU), 0) == "n_gpu_layers is 0 (--n-gpu-layers)"
+    assert why_no_offload(("Vulkan", "CPU"), (VULKAN, CPU), None) is None
+    assert why_no_offload(("CUDA", "CPU"), (CPU,), -1) == "the CUDA backend found no GPU device"
+
+
+def test_a_quantised_v_cache_without_flash_attention_is_refused_before_llama_cpp():
+    with pytest.raises(UsageError, match=r"quantised V cache .*needs flash attention"):
+        EngineConfig(type_v="q8_0", flash_attn="off").validate()
+    EngineConfig(type_v="q8_0", flash_attn="auto").validate()
+    EngineConfig(type_k="q8_0", flash_attn="off").validate()  # a quantised K cache runs without it
+
+
+def test_the_device_registry_lists_this_build():
+    """ggml's registry through ctypes on the loaded libggml: at least the CPU backend and device."""
+    from chatphase.engine import ggml_devices
+
+    assert "CPU" in ggml_devices.backends()
+    cpu = [d for d in ggml_devices.devices() if d.type == "cpu"]
+    assert cpu and cpu[0].total_bytes > 0 and 0 < cpu[0].free_bytes <= cpu[0].total_bytes
+
+
+def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch, default_model_info):
+    import chatphase.engine.ggml_devices as gd
+
+    small = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * 2**30, 2 * 2**30)
+    monkeypatch.setattr(gd, "devices", lambda: (small, CPU))
+    s = {"n_ctx": 262144, "type_k": "f16", "type_v": "f16", "offload_kqv": True}
+    line = gd.kv_too_big_for_device(default_model_info, s, 10**9)
+    assert line.startswith("the KV cache on Vulkan0 would take 5.6 GiB at n_ctx 262,144, more than its 2.0 GiB")
+    half = gd.kv_too_big_for_device(default_model_info, s, default_model_info.n_layer // 3)  # a third: 1.9 GiB
+    assert half is None
+    assert gd.kv_too_big_for_device(default_model_info, {**s, "offload_kqv": False}, 10**9) is None
+    assert gd.kv_too_big_for_device(default_model_info, {**s, "n_ctx": 4096}, 10**9) is None
+    monkeypatch.setattr(gd, "devices", lambda: (CPU,))
+    assert gd.kv_too_big_for_device(default_model_info, s, 10**9) is None  # no device: nothing to refuse
+
+
+def test_the_panel_texts_of_a_partial_offload(default_model_info):
+    from chatphase.engine.events import LoadedModel
+    from chatphase.ui.system_figures import device_lines, gpu_offload_text, memory_text
+
+    buffers = (
+        BufferSize("model", "CPU_Mapped", 30 * 2**20, False),
+        BufferSize("model", "Vulkan0", 68 * 2**20, True),
+        BufferSize("KV", "Vulkan0", 6 * 2**20, True),
+        BufferSize("compute", "Vulkan0", 10 * 2**20, True),
+        BufferSize("output", "Vulkan_Host", 2**19, False),
+    )
+    loaded = LoadedModel(
+        default_model_info, {"gpu_offload_supported": True}, 1.0, 1, 1, 20, 31,
+        backends=("Vulkan", "CPU"), devices=(VULKAN, CPU), buffers=buffers,
+    )  # fmt: skip
+    assert memory_text(loaded) == (
+        "device: weights 68.0 MiB · KV 6.0 MiB · compute 10.0 MiB; host: weights 30.0 MiB · output 512.0 KiB"
+    )
+    assert device_lines(loaded) == ["Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB"]
+    assert gpu_offload_text(loaded) == "on (20/31 layers)"
+    from chatphase.ui.system_figures import system_lines
+
+    lines = system_lines(loaded, None)
+    assert "GPU offload on (20/31 layers) · GPU memory – · backends Vulkan, CPU" in lines
+    assert f"device {device_lines(loaded)[0]}" in lines and f"memory {memory_text(loaded)}" in lines
+    hidden = LoadedModel(default_model_info, {"gpu_offload_supported": False}, 1.0, 1, 1, 0, 31,
+                         backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip
+    assert gpu_offload_text(hidden).startswith("off (the Vulkan backend found no GPU device")
