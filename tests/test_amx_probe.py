@@ -8,6 +8,7 @@ import pytest
 from chatphase.engine import amx_probe, llama_params
 from chatphase.engine.amx_probe import AmxVerdict
 from chatphase.engine.llama_params import offload_plan
+from chatphase.engine.slow_paths import slow_paths
 
 AUTO = {"extra_bufts": "auto", "n_gpu_layers": 0}
 
@@ -26,10 +27,28 @@ def test_auto_follows_the_probe_on_amx_cpus(monkeypatch, safe):
     plan = offload_plan(AUTO, "", False, amx_check=lambda: AmxVerdict(safe, "the probe said so"))
     assert plan.use_extra_bufts is safe and plan.amx
     assert plan.extra_bufts_why == "the probe said so"
-    state = "on" if safe else "off"
-    assert plan.notes == (
-        f"AMX CPU: llama.cpp extra buffer types {state}: the probe said so; --extra-bufts on|off overrides",
-    )
+    if safe:
+        assert plan.notes == (
+            "AMX CPU: llama.cpp extra buffer types on: the probe said so; --extra-bufts off overrides",
+        )
+    else:  # said once, as a slow path, with the probe's reason
+        assert plan.notes == ()
+        slow = slow_paths(
+            layers_offloaded=0,
+            layers_total=31,
+            buffers=(),
+            amx=plan.amx,
+            use_extra_bufts=plan.use_extra_bufts,
+            flash_attn="auto",
+            flash_attn_mismatch=None,
+            type_k="f16",
+            type_v="f16",
+            amx_why=plan.extra_bufts_why,
+        )
+        assert slow == (
+            "AMX off: llama.cpp's extra buffer types are off on this AMX CPU (the probe said so), so prefill runs "
+            "without the AMX kernels; --extra-bufts on overrides",
+        )
 
 
 def test_no_probe_without_amx_or_with_a_setting(monkeypatch):

@@ -208,12 +208,14 @@ def test_cancel_mid_decode_keeps_the_partial_reply(llama_engine):
 
 def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, monkeypatch):
     import chatphase.engine.llama_params as llama_mod
+    from chatphase.engine.amx_probe import AmxVerdict
 
-    monkeypatch.setattr(llama_mod, "detect_amx", lambda *a: True)
+    monkeypatch.setattr(llama_mod, "detect_amx", lambda *a: True)  # an AMX CPU whose llama.cpp fails the probe
+    monkeypatch.setattr(llama_mod, "amx_verdict", lambda: AmxVerdict(False, "crash (SIGILL in the probe)"))
     engine, loaded = make_engine(default_model_info, tmp_path)
     try:
         assert loaded.settings["amx_detected"] is True and loaded.settings["use_extra_bufts"] is False
-        assert any(line.startswith("AMX off:") for line in loaded.slow_paths)
+        assert any(line.startswith("AMX off:") and "SIGILL" in line for line in loaded.slow_paths)
         _, fin = run(engine, TurnRequest(1, (Message("user", "Hi"),), GREEDY))  # batched prefill works
         assert fin.metrics.prefill_tokens > 1
     finally:

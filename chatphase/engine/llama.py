@@ -24,7 +24,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from chatphase.engine import ggml_devices
-from chatphase.engine.chat_format import TemplateError, choose_format, probe, refusal, renderer
+from chatphase.engine.chat_format import TemplateError, refusal
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed,
@@ -45,10 +45,11 @@ from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
 from chatphase.engine.prefix import CacheText, encode_prompt
 from chatphase.engine.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.prompting import model_prompting
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
 from chatphase.engine.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.text import clean_text
-from chatphase.engine.thinking import detect_format, opened_by_prompt
+from chatphase.engine.thinking import opened_by_prompt
 from chatphase.engine.thread_governor import ThreadGovernor
 from chatphase.engine.vocab import Vocab
 from chatphase.errors import UsageError
@@ -215,15 +216,10 @@ class LlamaEngine:
                 f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens"
             )
 
-        self._format = self._chat_format(s["chat_template"])
-        if self._format.kind != "model":
-            notes.append(f"chat format: {self._format.label} — {self._format.why}")
-        template = self._format.template or ""
-        self._thinking = detect_format(template, lambda text: len(self._vocab.tokenize(text, False)) == 1)
-        switch = "enable_thinking" in template
-        if self._thinking is not None:
-            how = "; the template switches it (enable_thinking)" if switch else ""
-            notes.append(f"thinking: {self._thinking.open}…{self._thinking.close} marks the model's thinking{how}")
+        prompting = model_prompting(self._model, self._vocab, self.info.architecture, s["chat_template"])
+        self._format, self._template, self._stops = prompting.format, prompting.template, prompting.stops
+        self._thinking = prompting.thinking
+        notes.extend(prompting.notes)
 
         if self.info.attention is None:
             raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
@@ -267,7 +263,7 @@ class LlamaEngine:
             pid=os.getpid(),
             chat_format=self._format.label,
             thinking_format=self._thinking.name if self._thinking else None,
-            thinking_switch=switch,
+            thinking_switch=prompting.switch,
             spec_mode=self._spec.kind if self._spec else "off",
             backends=ggml_devices.backends(),
             devices=devices,
@@ -280,22 +276,6 @@ class LlamaEngine:
             self._log.write(f"chatphase: slow path: {line}")
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
-
-    def _chat_format(self, override: str | None):
-        """Choose the prompt format (:func:`~chatphase.engine.chat_format.choose_format`) and check that it
-        renders; sets ``self._template`` and ``self._stops``.
-
-        Raises:
-            TemplateError, UsageError: a template that cannot be used, an unknown override (one line).
-        """
-        raw = lc.llama_model_chat_template(self._model, None)
-        model_template = raw.decode("utf-8", errors="replace") if raw else None
-        fmt = choose_format(self.info.architecture, model_template, self._vocab.has_special, override)
-        render = renderer(fmt, bos_token=self._vocab.bos_text, eos_token=self._vocab.eos_text)
-        fmt = probe(fmt, render)
-        self._template = ChatTemplate(render, self._vocab.tokenize)
-        self._stops = fmt.stops
-        return fmt
 
     # -- one turn --------------------------------------------------------------------------------
     def _decode(self, tokens: list[int]) -> bool:

@@ -49,7 +49,7 @@ def offload_plan(
     system_info: str,
     gpu_ok: bool,
     why_not: str | None = None,
-    amx_check: Callable[[], AmxVerdict] = amx_verdict,
+    amx_check: Callable[[], AmxVerdict] | None = None,
 ) -> OffloadPlan:
     """Decide GPU layers and extra buffer types from the resolved ``settings``
     (:meth:`chatphase.engine.config.EngineConfig.resolved`), llama.cpp's system info and GPU support;
@@ -64,7 +64,7 @@ def offload_plan(
     if settings["extra_bufts"] == "auto":
         use_extra_bufts = True
         if amx:
-            verdict = amx_check()
+            verdict = (amx_check or amx_verdict)()
             use_extra_bufts, why = verdict.safe, verdict.why
             if verdict.safe:
                 notes.append(f"AMX CPU: llama.cpp extra buffer types on: {why}; --extra-bufts off overrides")
