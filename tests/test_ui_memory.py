@@ -11,6 +11,10 @@ from textual.widget import Widget
 from thinking_support import CASES
 from ui_support import idle, make_app, send, wait_for
 
+from chatphase.config import Settings
+from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.sessions.catalog import load_session
+from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.chat_log import ChatLog, FoldedReply, ReplyView, UserMessage
 from chatphase.ui.reply_markdown import MarkdownSegment
 from chatphase.ui.thinking_block import ThinkingBlock
@@ -97,3 +101,38 @@ async def test_a_folded_reply_keeps_its_thinking_block_expandable():
         await pilot.press("enter")
         await pilot.pause()
         assert block.expanded and "I add them." in "\n".join(lines(block.query_one(".thinking-text")))
+
+
+async def test_a_resumed_chat_is_folded_with_its_thinking_blocks_and_a_regenerate_folds_the_one_before():
+    pieces, fmt, preopened, _ = CASES["both tags"]
+    app, _ = make_app(replies=[pieces], thinking=fmt, thinking_preopened=preopened)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 3)
+        session_id = app.recording.recorder.id
+    resumed = ChatPhaseApp(
+        Settings(),
+        fake_model_info(),
+        lambda info, s: FakeEngine(info, s, replies=["Fine."]),
+        resume=load_session(session_id),
+    )
+    async with resumed.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(resumed) and len(resumed.query(ThinkingBlock)) == 3)
+        await pilot.pause(0.2)
+        views = list(resumed.query(ReplyView))
+        assert [v.folded for v in views] == [True, True, False]
+        for view in views[:2]:  # each: its block, then its answer and footer below it
+            block, body = view.children
+            assert isinstance(block, ThinkingBlock) and isinstance(body, FoldedReply)
+            assert next(line.strip() for line in lines(body) if line.strip()) == "It is 4."
+        assert "It is 4." in "\n".join(reply_lines(views[2]))
+        # a regenerate removes the newest reply; the one before it is still folded, the new one streams
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: idle(resumed) and resumed.chat.conversation[-1].content == "Fine.")
+        await pilot.pause(0.2)
+        views = list(resumed.query(ReplyView))
+        assert len(views) == 3 and [v.folded for v in views] == [True, True, False]
+        await send(pilot, "next")
+        await wait_for(pilot, lambda: idle(resumed) and len(resumed.chat.conversation) == 8)
+        await pilot.pause(0.2)
+        assert [v.folded for v in resumed.query(ReplyView)] == [True, True, True, False]

@@ -255,7 +255,7 @@ class ReplyView(Widget):
         first). The answer's tail, empty until then, is hidden: it shows again with the first answer text."""
         self._above.append(widget)
         if self.folded:  # a resumed turn's thinking block: the folded text goes below it
-            mounted = self.mount(widget, before=0)
+            mounted = self.mount(widget, before=0) if self.children else self.mount(widget)
             if len(self._above) == 1:
                 self.remove_class("-folded")
                 self.mount(FoldedReply(self))
@@ -348,9 +348,11 @@ class ChatLog(VerticalScroll):
         return view
 
     def _fold_latest(self) -> None:
-        """Fold the newest reply, finished, as a newer one comes (:meth:`ReplyView.fold`)."""
-        if self._latest_reply is not None:
-            self._latest_reply.fold()
+        """Fold the newest reply (once finished) as a newer one comes (:meth:`ReplyView.fold`): the newest
+        not being removed (a regenerate or an edit removes the newest before its new reply starts)."""
+        views = [v for v in self.query_children(ReplyView) if v not in self._removing]
+        if views:
+            views[-1].fold()
 
     def add_notice(self, text: str, kind: str = "info") -> Notice:
         """Append an inline notice."""
