@@ -61,8 +61,9 @@ def _app(real: bool, max_tokens: int):
 
     if real:
         from chatphase.commands.server_options import engine_for, model_info_for
+        from chatphase.engine.events import SamplingParams
 
-        settings = Settings(max_tokens=max_tokens, temperature=0.0)
+        settings = Settings(sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0))
         info = model_info_for(settings, pull=False, warn=lambda _line: None)
         return ChatPhaseApp(settings, info, lambda i, current: engine_for(current, i), save_sessions=False)
     from chatphase.engine.fake import FakeEngine, fake_model_info
