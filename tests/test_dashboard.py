@@ -281,3 +281,18 @@ def test_forecast_text_states():
     )
     assert forecast_text(forecast_kv([], 2048), 23_040, cap, usage=False) == "KV forecast: after the first turn"
     assert forecast_text(forecast_kv([1000], 2048), 23_040, cap).endswith("· ~1 turn left at +1,000 tok/turn")
+
+
+async def test_history_table_keeps_no_lines_of_earlier_updates(app):
+    # DataTable caches rendered lines by its update count; each new row made every cached line unreachable,
+    # and its LRU caches (1,000 lines) kept them: the UI grew by about 100 KiB a turn over a chat's first turns
+    async with app.run_test(size=(120, 50)) as pilot:
+        dash = app.query_one(Dashboard)
+        dash.set_model(loaded_model())
+        table = app.query_one(TurnHistoryTable)
+        for turn_id in range(1, 41):
+            dash.turn_finished(turn_id, TURNS[turn_id % len(TURNS)])
+            await pilot.pause()
+        lines = table.virtual_size.height
+        assert table.row_count == 40
+        assert len(table._line_cache) <= lines and len(table._row_render_cache) <= table.row_count + 1

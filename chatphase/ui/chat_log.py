@@ -20,6 +20,11 @@ visibly at ``FLUSH_HZ``:
   layout pass walks) grows by one per segment, not by the ten or so widgets per block of Textual's
   Markdown. ``tests/test_md_streaming.py`` checks this as a property over generated Markdown.
 
+Once a newer reply starts, a finished one is *folded* (:meth:`ReplyView.fold`): its segment, tail and
+footer widgets go, and it draws its whole text and footer itself, as one renderable rebuilt at each
+resize or theme change, so an old turn costs the UI two widgets (its message and its reply) however
+long the chat (``benchmarks/ui_memory.py`` measures it).
+
 The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
 """
 
@@ -28,16 +33,18 @@ from __future__ import annotations
 import textwrap
 import weakref
 from collections.abc import Callable
+from typing import ClassVar
 
+from rich.console import Group
 from textual.await_remove import AwaitRemove
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.md_blocks import complete_blocks_end, last_block_start
-from chatphase.ui.reply_markdown import MarkdownSegment
+from chatphase.ui.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
@@ -73,9 +80,33 @@ def tail_lines(text: str, width: int, count: int) -> str:
     return "\n".join(lines[-count:])
 
 
-class ReplyView(Vertical):
+class FoldedReply(Widget):
+    """A folded reply's text and footer, one widget below its thinking block (:meth:`ReplyView.fold`)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta"}
+    """``reply--meta``: the metrics footer (as ``.reply-meta``)."""
+
+    def __init__(self, view: ReplyView) -> None:
+        super().__init__(classes="reply-folded")
+        self.view = view
+
+    def render(self) -> Group:
+        return self.view.drawing(self)
+
+
+class ReplyView(Widget):
     """One assistant reply: Markdown of the whole blocks streamed so far, the block being written as
-    plain text in a fixed-height tail, and a one-line metrics footer (see the module docstring)."""
+    plain text in a fixed-height tail, and a one-line metrics footer (see the module docstring).
+
+    A finished reply that is no longer the newest is *folded* (:meth:`fold`): its segments, tail and
+    footer widgets go, and it draws its text and footer itself, as one widget (a turn with thinking keeps
+    its block, above one :class:`FoldedReply`). Every widget costs the UI process some 20–40 KiB (its
+    styles, message queue and task, its place in the compositor's map, its rendered lines), so a chat's
+    old turns cost two widgets each (the user's message and this one) instead of five.
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta"}
+    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``)."""
 
     def __init__(
         self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None, synthetic: bool = False
@@ -91,19 +122,67 @@ class ReplyView(Vertical):
         self._segment_chars = len(text)  # characters in the last Markdown segment
         self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
         self.finished = bool(text)
+        self.folded = False
+        self.meta = "prefill…" if not self.finished else ""  # the footer's text
+        self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
 
     def compose(self):
+        if self.folded:  # folded before it was mounted (a resumed chat's turns): nothing to stream into
+            return
         self._segments = [MarkdownSegment(self.text, classes="reply-md")]
         self._tail = Static("", markup=False, classes="reply-tail")
         self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
-        self._meta = Static("prefill…" if not self.finished else "", classes="reply-meta")
-        if self.synthetic:
-            yield Static(
+        self._meta = Static(self.meta, classes="reply-meta")
+        if self.synthetic:  # stays above the text when the reply is folded (as a thinking block does)
+            label = Static(
                 f"{SYNTHETIC_LABEL} — random weights: this text is noise, not a reply", classes="synthetic-label"
             )
+            self._above.append(label)
+            yield label
         yield self._segments[0]
         yield self._tail
         yield self._meta
+
+    def render(self):
+        if self.folded and not self.children:
+            return self.drawing(self)
+        return super().render()
+
+    def drawing(self, widget: Widget) -> Group:
+        """The folded reply as ``widget`` draws it (this view, or the :class:`FoldedReply` under a thinking block)."""
+        theme = CODE_THEMES[self.app.current_theme.dark]
+        return finished_reply(self.text, self.meta, theme, widget.get_component_rich_style("reply--meta"))
+
+    def fold(self) -> None:
+        """Draw a finished reply as one widget (see the class docstring): it reads the same, and is
+        rebuilt from :attr:`text` and :attr:`meta` at each resize or theme change. Nothing when it is
+        not finished or already folded; the streaming widgets go at the next message cycle."""
+        if not self.finished or self.folded:
+            return
+        self.folded = True
+        streamed = [w for w in self.children if w not in self._above]
+        self._segments, self._tail, self._meta = [], None, None  # freed with the widgets
+        if streamed:
+            self.call_later(self._drop, streamed)
+        else:  # not mounted yet (compose yields nothing), or nothing left
+            self.set_class(not self._above, "-folded")
+
+    async def _drop(self, streamed: list[Widget]) -> None:
+        with self.app.batch_update():  # no frame between the widgets and their drawing
+            if self._above:
+                await self.mount(FoldedReply(self), after=self._above[-1])
+            await self.remove_children(streamed)
+            # What Textual cached of the removed children would keep them alive, as a leaf never asks again:
+            self._clear_arrangement_cache()  # their placements
+            _ = self.displayed_children  # their list (kept by the child list until next asked)
+            self.set_class(not self._above, "-folded")
+            self.refresh(layout=True)
+
+    def redraw(self) -> None:
+        """Draw a folded reply again (its footer changed, or the theme: the code blocks' colours)."""
+        if self.folded:
+            drawn = self.query_children(FoldedReply).first() if self._above else self
+            drawn.refresh(layout=True)
 
     def on_mount(self) -> None:
         if self._on_shown is not None:
@@ -185,13 +264,23 @@ class ReplyView(Vertical):
     def add_above(self, widget: Widget) -> AwaitMount:
         """Mount ``widget`` above the reply's text (a reasoning model's thinking block, which streams
         first). The answer's tail, empty until then, is hidden: it shows again with the first answer text."""
+        self._above.append(widget)
+        if self.folded:  # a resumed turn's thinking block: the folded text goes below it
+            mounted = self.mount(widget, before=0) if self.children else self.mount(widget)
+            if len(self._above) == 1:
+                self.remove_class("-folded")
+                self.mount(FoldedReply(self))
+            return mounted
         if not self._committed and not self.text:
             self._tail.display = False
         return self.mount(widget, before=0)
 
     def set_meta(self, text: str, layout: bool = True) -> None:
         """Set the footer line under the reply; ``layout=False`` when ``text`` surely fits one line."""
-        self._meta.update(text, layout=layout)
+        self.meta = text
+        if self._meta is not None:
+            self._meta.update(text, layout=layout)
+        self.redraw()
 
     async def finish(self, reply: str, metrics: TurnMetrics | None) -> None:
         """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""
@@ -234,6 +323,15 @@ class ChatLog(VerticalScroll):
 
     def on_mount(self) -> None:
         self.anchor()
+        # One watch for every reply's code theme: a watch per widget would keep each removed one alive
+        # until the theme changes (Textual drops the watches of removed widgets only then).
+        self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    def _theme_changed(self) -> None:
+        for segment in self.query(MarkdownSegment):
+            segment.refresh(layout=True)
+        for view in self.query_children(ReplyView):
+            view.redraw()
 
     def add_user(self, text: str) -> UserMessage:
         """Append a user message."""
@@ -248,6 +346,7 @@ class ChatLog(VerticalScroll):
         """Append an empty reply that the turn's text will stream into; ``on_shown`` is called once it
         is mounted and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
         view = ReplyView(turn_id, on_shown=on_shown, synthetic=synthetic)
+        self._fold_latest()
         self.mount(view)
         self.anchor()
         self._latest_reply = view
@@ -256,8 +355,17 @@ class ChatLog(VerticalScroll):
     def add_reply(self, turn_id: int, text: str) -> ReplyView:
         """Append a finished reply (e.g. restoring a conversation)."""
         view = ReplyView(turn_id, text)
+        self._fold_latest()
         self.mount(view)
+        self._latest_reply = view
         return view
+
+    def _fold_latest(self) -> None:
+        """Fold the newest reply (once finished) as a newer one comes (:meth:`ReplyView.fold`): the newest
+        not being removed (a regenerate or an edit removes the newest before its new reply starts)."""
+        views = [v for v in self.query_children(ReplyView) if v not in self._removing]
+        if views:
+            views[-1].fold()
 
     def add_notice(self, text: str, kind: str = "info") -> Notice:
         """Append an inline notice."""

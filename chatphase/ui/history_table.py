@@ -122,9 +122,17 @@ class TurnHistoryTable(DataTable):
         if key in self.rows:
             for (col, _), value in zip(columns, cells, strict=True):
                 self.update_cell(key, col, value, update_width=True)
-            return
-        self.add_row(*cells, height=ROW_HEIGHT, key=key)
-        self.move_cursor(row=self.row_count - 1, animate=False)
+        else:
+            self.add_row(*cells, height=ROW_HEIGHT, key=key)
+            self.move_cursor(row=self.row_count - 1, animate=False)
+        self._drop_stale_lines()
+
+    def _drop_stale_lines(self) -> None:
+        """Forget the rendered lines and cells of every row. DataTable keys them by its update count,
+        which each change above advanced, so none can be drawn again; its LRU caches (1,000 lines and
+        rows, 10,000 cells) would otherwise keep them, and as the table renders all its rows (it grows
+        in a scrolling pane), a chat's first hundred turns would fill them: about 100 KiB a turn."""
+        self._clear_caches()
 
     def _switch_columns(self, thinking: bool) -> None:
         """Show the other columns, every row kept (the cursor on the newest)."""

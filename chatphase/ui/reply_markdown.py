@@ -20,9 +20,11 @@ from functools import lru_cache
 from typing import ClassVar
 
 from pygments.lexers import get_all_lexers
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.markdown import CodeBlock, Markdown
 from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
 from textual.widget import Widget
 
 from chatphase.ui.md_blocks import markdown_parser
@@ -66,6 +68,13 @@ class _Markdown(Markdown):
         self.parsed = markdown_parser().parse(markup)
 
 
+def finished_reply(text: str, meta: str, code_theme: str, meta_style: Style) -> Group:
+    """A finished reply as one renderable: its whole Markdown, drawn once (the segments it streamed in
+    read as this one rendering), over its one-line metrics footer ``meta`` (drawn even when empty, as a
+    ``Static`` of no text is one line high)."""
+    return Group(_Markdown(text, code_theme=code_theme), Text(meta, style=meta_style))
+
+
 class ContinuedMarkdown:
     """Markdown ``source`` drawn as it reads after ``lead`` (the last block of the segment above): the
     lines of ``lead + source`` after those of ``lead`` alone, so the blank line Rich puts between two
@@ -92,6 +101,7 @@ class MarkdownSegment(Widget):
 
     :meth:`append` adds text and asks for a layout (the height may change). The renderable is built on
     demand and cached by Textual until the next change, so an unchanged segment costs nothing to lay out.
+    Its code theme follows the app's theme: the chat log redraws its segments when the theme changes.
     """
 
     DEFAULT_CSS = """
@@ -121,6 +131,3 @@ class MarkdownSegment(Widget):
         """Replace the whole text (drawn on its own, with no segment above)."""
         self.source, self.lead = source, ""
         self.refresh(layout=True)
-
-    def on_mount(self) -> None:
-        self.watch(self.app, "theme", lambda _theme: self.refresh(layout=True), init=False)  # code theme

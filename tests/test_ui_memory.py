@@ -1,0 +1,138 @@
+"""What an old turn costs the UI: a finished reply is folded into one widget once a newer one starts
+(``ReplyView.fold``), the widgets it streamed into are freed, and it reads as it did. Counts, not timings
+or RSS (``benchmarks/ui_memory.py`` measures the memory)."""
+
+from __future__ import annotations
+
+import gc
+
+from textual.geometry import Region
+from textual.widget import Widget
+from thinking_support import CASES
+from ui_support import idle, make_app, send, wait_for
+
+from chatphase.config import Settings
+from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.sessions.catalog import load_session
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.chat_log import ChatLog, FoldedReply, ReplyView, UserMessage
+from chatphase.ui.reply_markdown import MarkdownSegment
+from chatphase.ui.thinking_block import ThinkingBlock
+
+
+def lines(widget: Widget) -> list[str]:
+    """The widget's lines as drawn (padding included), trailing spaces stripped."""
+    width, height = widget.outer_size
+    return [strip.text.rstrip() for strip in widget.render_lines(Region(0, 0, width, height))]
+
+
+def reply_lines(view: ReplyView) -> list[str]:
+    """A reply's lines as drawn: its own once folded, else those of its shown children, top to bottom."""
+    if not view.children:
+        return lines(view)
+    return [line for child in view.children if child.display for line in lines(child)]
+
+
+async def turns(pilot, count: int, start: int = 0) -> None:
+    app = pilot.app
+    for i in range(start + 1, start + count + 1):
+        await send(pilot, f"question {i}")
+        await wait_for(pilot, lambda i=i: len(app.chat.conversation) == 2 * i and idle(app))
+    await pilot.pause(0.1)
+
+
+def stray(cls: type) -> list:
+    """Objects of ``cls`` still alive but no longer in the DOM (a widget kept after its removal)."""
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, cls) and not o.is_attached]
+
+
+async def test_finished_turns_cost_two_widgets_each_and_their_streaming_widgets_are_freed():
+    app, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 12)
+        log = app.query_one(ChatLog)
+        views = list(log.query_children(ReplyView))
+        assert len(views) == 12 and len(log.query_children(UserMessage)) == 12
+        assert all(v.folded and not v.children for v in views[:-1])
+        assert not views[-1].folded and views[-1].query(MarkdownSegment)  # the newest reply keeps its widgets
+        # every old turn: its message and its reply; the newest reply: its segment, tail and footer too
+        assert len(list(log.walk_children())) == 2 * 12 + 3
+        # none of the widgets the folded replies streamed into is still alive (a theme watch, a cached
+        # arrangement or child list of the reply kept each of them until now)
+        assert not stray(MarkdownSegment) and not [w for w in stray(Widget) if "reply-meta" in w.classes]
+
+
+async def test_a_folded_reply_reads_as_it_did_and_keeps_its_footer():
+    app, _ = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 1)
+        first = app.query_one(ReplyView)
+        before = reply_lines(first)
+        assert first.meta.startswith("TTFT ") and before[-1].strip() == first.meta
+        await turns(pilot, 1, start=1)
+        assert first.folded and not first.children and lines(first) == before
+        first.set_meta("cancelled turn")  # a footer set after the fold is drawn
+        await pilot.pause()
+        assert lines(first)[-1].strip() == "cancelled turn" and lines(first)[:-1] == before[:-1]
+        await pilot.resize_terminal(70, 40)  # drawn again from its text at the new width
+        await pilot.pause(0.2)
+        assert first.size.width < 100 and "Reply 1: you said" in "\n".join(lines(first))
+        assert all(len(line) <= first.outer_size.width for line in lines(first))
+
+
+async def test_a_folded_reply_keeps_its_thinking_block_expandable():
+    pieces, fmt, preopened, _ = CASES["both tags"]
+    app, _ = make_app(replies=[pieces], thinking=fmt, thinking_preopened=preopened)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 1)
+        first = app.query_one(ReplyView)
+        answer = [line for line in reply_lines(first)[-3:] if line.strip()]
+        await turns(pilot, 1, start=1)
+        assert first.folded
+        block, body = first.children
+        assert isinstance(block, ThinkingBlock) and isinstance(body, FoldedReply)
+        assert [line for line in lines(body) if line.strip()] == answer  # "It is 4." and its footer
+        title = block.query_one("CollapsibleTitle")
+        title.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert block.expanded and "I add them." in "\n".join(lines(block.query_one(".thinking-text")))
+
+
+async def test_a_resumed_chat_is_folded_with_its_thinking_blocks_and_a_regenerate_folds_the_one_before():
+    pieces, fmt, preopened, _ = CASES["both tags"]
+    app, _ = make_app(replies=[pieces], thinking=fmt, thinking_preopened=preopened)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 3)
+        session_id = app.recording.recorder.id
+    resumed = ChatPhaseApp(
+        Settings(),
+        fake_model_info(),
+        lambda info, s: FakeEngine(info, s, replies=["Fine."]),
+        resume=load_session(session_id),
+    )
+    async with resumed.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: idle(resumed) and len(resumed.query(ThinkingBlock)) == 3)
+        await pilot.pause(0.2)
+        views = list(resumed.query(ReplyView))
+        assert [v.folded for v in views] == [True, True, False]
+        for view in views[:2]:  # each: its block, then its answer and footer below it
+            block, body = view.children
+            assert isinstance(block, ThinkingBlock) and isinstance(body, FoldedReply)
+            assert next(line.strip() for line in lines(body) if line.strip()) == "It is 4."
+        assert "It is 4." in "\n".join(reply_lines(views[2]))
+        # a regenerate removes the newest reply; the one before it is still folded, the new one streams
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: idle(resumed) and resumed.chat.conversation[-1].content == "Fine.")
+        await pilot.pause(0.2)
+        views = list(resumed.query(ReplyView))
+        assert len(views) == 3 and [v.folded for v in views] == [True, True, False]
+        await send(pilot, "next")
+        await wait_for(pilot, lambda: idle(resumed) and len(resumed.chat.conversation) == 8)
+        await pilot.pause(0.2)
+        assert [v.folded for v in resumed.query(ReplyView)] == [True, True, True, False]
