@@ -35,3 +35,19 @@ async def test_synthetic_replies_are_labelled_and_dimmed(synthetic):
         else:
             assert not view.has_class("synthetic") and not labels
             assert SYNTHETIC_LABEL not in panel
+
+
+async def test_a_folded_synthetic_reply_keeps_its_label():
+    """A finished reply is folded into one drawing when the next one starts (chat_log.ReplyView.fold); a
+    synthetic model's label must survive that, above the dimmed text."""
+    app = ChatPhaseApp(Settings(), fake_model_info(synthetic=True), lambda info, s: FakeEngine(info, s))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for n, text in enumerate(("hello", "again"), 1):
+            await send(pilot, text)
+            await wait_for(pilot, lambda n=n: len(app.chat.conversation) == 2 * n and idle(app), timeout_s=20)
+        first = app.query(ReplyView).first()
+        await wait_for(pilot, lambda: first.folded and not first.query(".reply-md"))
+        labels = [str(w.render()) for w in first.query(".synthetic-label").results(Static)]
+        assert labels and labels[0].startswith(SYNTHETIC_LABEL)
+        assert first.query(".reply-folded")  # the text drawn below the label, dimmed by .assistant.synthetic
