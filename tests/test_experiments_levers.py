@@ -23,6 +23,8 @@ from chatphase.ui.experiments_levers import LeverPlot, LeversPane
 from chatphase.units import DASH
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
 
+#: scripted KV bytes per token by K type (K and V of a small model, in the ratio of llama.cpp's block sizes).
+KV_BYTES = {"f16": 200_000, "q8_0": 153_125, "q4_0": 128_125}
 PEAKS = MachinePeaks(10e9, "scripted copy", 1e11, "scripted matmul", threads=2)
 
 
@@ -37,9 +39,10 @@ class ScriptedGridJob:
         self.plan = plan
         self.configs = []
 
-        def factory(i, cfg):
+        def factory(i, cfg):  # a smaller K type: fewer KV bytes, and decode slows less with depth
             self.configs.append(cfg)
-            return ScriptedTokenEngine()
+            kv = KV_BYTES[cfg.type_k]
+            return ScriptedTokenEngine(kv_bytes_per_token=kv, decode_ms_per_depth=kv * 1e-7)
 
         self.run = GridRun(
             plan.points, plan.infos, config, plan.sweep, notes=plan.notes, engine_factory=factory,
@@ -113,6 +116,9 @@ async def test_a_kv_type_grid_runs_interleaved_and_fills_table_plots_and_saves(t
         decode, ttft = screen.query_one("#exp-plot-lbytes", LeverPlot), screen.query_one("#exp-plot-lttft", LeverPlot)
         series = decode.series()
         assert [p for p, _ in series] == ["ctk=f16", "ctk=q8_0", "ctk=q4_0"]
+        # a smaller K type: fewer bytes read per step at the same depth, and a faster decode there
+        deepest = [max(pts) for _, pts in series]
+        assert deepest[0][0] > deepest[1][0] > deepest[2][0] and deepest[0][1] < deepest[1][1] < deepest[2][1]
         # x: the bytes the roofline says each step read (MB), y: the measured decode rate
         cells = screen.result.cells
         assert sorted(series[0][1]) == sorted(

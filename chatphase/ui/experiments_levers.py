@@ -129,15 +129,17 @@ class LeverPlot(SeriesPlot):
         plt.xlabel(xlabel)
         plt.ylabel(ylabel)
         self.y_top, self.legend_lines = 0.0, 0
-        xs_all: list[float] = []
-        for i, (point, pts) in enumerate(self.series()):
+        series = self.series()
+        xs_all = [x for _, pts in series for x, _ in pts]
+        if self.kind == "decode" and self.grid and xs_all:  # first, so that the points are drawn over it
+            self._bandwidth_lines(min(xs_all), max(xs_all))
+        for i, (point, pts) in enumerate(series):
             xs, ys = (list(v) for v in zip(*pts, strict=True))
-            plt.plot(xs, ys, marker="dot", color=COLORS[i % len(COLORS)], label=point)
-            xs_all += xs
+            # decode: one point per cell (a point's cells differ in bytes, not along a line)
+            draw = plt.scatter if self.kind == "decode" else plt.plot
+            draw(xs, ys, marker="dot", color=COLORS[i % len(COLORS)], label=point)
             self.y_top = max(self.y_top, *ys)
             self.legend_lines += 1
-        if self.kind == "decode" and self.grid and xs_all:
-            self._bandwidth_lines(min(xs_all), max(xs_all))
         if self.live:
             xs, ys = (list(v) for v in zip(*self.live, strict=True))
             plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
@@ -147,8 +149,9 @@ class LeverPlot(SeriesPlot):
 
     def _bandwidth_lines(self, lo: float, hi: float) -> None:
         """The decode bound ``bandwidth / bytes`` across the measured range, one line per thread count."""
-        lo, hi = lo * 0.9, hi * 1.1
+        lo, hi = lo * 0.95, hi * 1.05
         xs = [lo + (hi - lo) * k / 24 for k in range(25)]
+        self.plt.xlim(lo, hi)
         for t, peaks in sorted(self.grid.peaks.items()):
             bw_mb = peaks.bandwidth_bytes_per_s / 1e6
             ys = [bw_mb / x for x in xs]
