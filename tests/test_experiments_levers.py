@@ -252,3 +252,25 @@ async def test_a_model_grid_on_a_tiny_synthetic_model_in_a_child_process(tmp_pat
         assert "(synthetic)" in str(table.get_row_at(0)[0])
         series = dict(screen.query_one("#exp-plot-lbytes", LeverPlot).series())
         assert max(series["model=tiny-Q8_0.gguf"])[0] > max(series["model=tiny-Q4_0.gguf"])[0]
+
+
+def test_snapshot_of_a_kv_type_grid(snap_compare):
+    """On the Levers tab after a scripted K-type grid (f16, q8_0, q4_0; prompts 16, 64, 128; depths 0, 256,
+    512; 2 reps): the lever picker says "KV cache K type" and the values field its list; the left plot has
+    two gray bandwidth-bound curves (10 GB/s at 1 and 2 threads) falling with MB read per step, and each K
+    type's cells as coloured points near them, q4_0's furthest left (fewest bytes); the right plot rises
+    with prompt tokens (the three K types overlap); the table lists each cell's measured figures beside
+    the roofline's ("pred") and their ratio ("×"), with KV bytes per token; the footnotes name the peaks."""
+
+    async def run_before(pilot):
+        screen = pilot.app.screen_obj
+        await _levers_tab(pilot, screen, values="f16,q8_0,q4_0", lengths="16,64,128", depths="0,256,512")
+        for inp in screen.query(Input):
+            inp.cursor_blink = False
+        await pilot.press("ctrl+r")
+        await pilot.app.workers.wait_for_complete()
+        screen.query_one("#exp-table", DataTable).focus()
+        pilot.app.clear_notifications()
+        await pilot.pause(0.3)
+
+    assert snap_compare(LeversApp(), terminal_size=(120, 40), run_before=run_before)
