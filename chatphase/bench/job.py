@@ -3,9 +3,10 @@
 Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
-(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`) with fds 1/2 pointed at the engine log and sends its events (picklable dataclasses) over a pipe;
-cancel travels on a second pipe (:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked
-semaphore" warnings when the UI is killed) and a thread in the child turns it into ``BenchRun.cancel()``.
+(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`) with fds 1/2 pointed at the
+engine log and sends its events (picklable dataclasses) over a pipe; cancel travels on a second pipe
+(:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
+killed) and a thread in the child turns it into the run's ``cancel()``.
 The ``spawn`` start method is used (the UI process has threads).
 
 Usage (blocking; call from a worker thread)::
