@@ -122,13 +122,7 @@ class LeverPlot(SeriesPlot):
 
     def replot(self) -> None:
         """Rebuild the plotext figure and schedule a repaint."""
-        plt = self.plt
-        plt.clear_data()
-        title, xlabel, ylabel = self.TITLES[self.kind]
-        plt.title(title if self.series_count() else f"{title} — no data yet")
-        plt.xlabel(xlabel)
-        plt.ylabel(ylabel)
-        self.y_top, self.legend_lines = 0.0, 0
+        plt = self.begin_figure(*self.TITLES[self.kind])
         series = self.series()
         xs_all = [x for _, pts in series for x, _ in pts]
         if self.kind == "decode" and self.grid and xs_all:  # first, so that the points are drawn over it
@@ -140,11 +134,7 @@ class LeverPlot(SeriesPlot):
             draw(xs, ys, marker="dot", color=COLORS[i % len(COLORS)], label=point)
             self.y_top = max(self.y_top, *ys)
             self.legend_lines += 1
-        if self.live:
-            xs, ys = (list(v) for v in zip(*self.live, strict=True))
-            plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
-            self.y_top = max(self.y_top, *ys)
-            self.legend_lines += 1
+        self.draw_live()
         self.refresh()
 
     def _bandwidth_lines(self, lo: float, hi: float) -> None:
