@@ -6,9 +6,9 @@ generated tokens), **Parallel** (N sequences decoded together, prompt tokens, re
 attention, n_ubatch, threads — as an interleaved lever grid). Run (Ctrl+R) starts the active tab's sweep,
 the same benchmark as ``chatphase bench`` (``--parallel`` for the second, comma lists in a lever for the
 third), in a child process (:class:`chatphase.bench.job.BenchJob` / ``GridJob``, driven from a thread
-worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in with every
-measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels (partial
-results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
+worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
+with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
+(partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
 parallel sweep). Each tab has its own status line.
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
 directory; the notice names the whole path); Load (Ctrl+O) reads an

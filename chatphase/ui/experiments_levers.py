@@ -194,6 +194,8 @@ class LeversPane(ExperimentPane):
         self.app.call_from_thread(self._fill_models, entries)
 
     def _fill_models(self, entries) -> None:
+        if not self.is_attached:  # the screen closed while the list was read
+            return
         models = self.query_one("#exp-lmodels", SelectionList)
         models.clear_options()
         for e in entries:
