@@ -47,6 +47,7 @@ def test_grid_is_the_product_model_slowest():
     assert points[1].label() == "model=a t=2"  # only the varying levers
     assert points[1].engine_overrides() == {"n_ubatch": 64, "n_threads": 2, "n_threads_batch": 2}
     assert GridPoint({"n_threads": "auto"}).engine_overrides() == {"n_threads": None, "n_threads_batch": None}
+    assert GridPoint({"flash_attn": "auto"}).engine_overrides() == {"flash_attn": "auto"}  # a valid setting
     assert not LeverGrid({"type_k": ("q8_0",)}).is_sweep
 
 

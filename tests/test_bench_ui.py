@@ -215,7 +215,7 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
 async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypatch):
     from ui_support import make_app, wait_for
 
-    monkeypatch.setattr("chatphase.ui.experiments.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments_panes.BenchJob", ScriptedJob)
     app, _ = make_app()
 
     def open_screens():
@@ -237,7 +237,7 @@ async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypa
 async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
     from ui_support import make_app, notifications, send, wait_for, wait_thread
 
-    monkeypatch.setattr("chatphase.ui.experiments.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments_panes.BenchJob", ScriptedJob)
     app, engines = make_app(hold="decode", hold_after_tokens=2)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: app.chat.ready)

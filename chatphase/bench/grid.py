@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.results import CellResult
 from chatphase.bench.roofline import cell_context_tokens, decode_bound_tokens_per_s, prefill_bound_tokens_per_s
+from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
+from chatphase.models.kv import KV_TYPE_BYTES
 
 #: lever -> (flag, short name in a point's label), in the order points vary (first slowest).
 LEVERS: dict[str, tuple[str, str]] = {
@@ -50,8 +52,9 @@ class GridPoint:
         return " ".join(shown) or "base"
 
     def engine_overrides(self) -> dict:
-        """The :class:`EngineConfig` fields this point sets (a pinned thread count pins prefill's too)."""
-        out = {k: None if v == "auto" else v for k, v in self.values.items() if k != "model"}
+        """The :class:`EngineConfig` fields this point sets (a pinned thread count pins prefill's too;
+        ``auto`` threads are ``None``, ``auto`` flash attention stays ``auto``)."""
+        out = {k: None if k == "n_threads" and v == "auto" else v for k, v in self.values.items() if k != "model"}
         if "n_threads" in out:
             out["n_threads_batch"] = out["n_threads"]
         return out
@@ -118,6 +121,24 @@ def parse_lever(lever: str, text: str) -> tuple:
     if lever in ("type_k", "type_v", "flash_attn"):
         items = [x.lower() for x in items]
     return tuple(dict.fromkeys(items))
+
+
+def check_values(lever: str, items: tuple) -> tuple:
+    """``items`` (from :func:`parse_lever`) if the lever takes them all.
+
+    Raises:
+        UsageError: one line naming the flag and the choices (or the bound) for the first bad value.
+    """
+    flag = LEVERS[lever][0]
+    choices = {"type_k": list(KV_TYPE_BYTES), "type_v": list(KV_TYPE_BYTES), "flash_attn": list(TRI_STATE)}
+    for v in items:
+        if lever in choices and v not in choices[lever]:
+            raise UsageError(f"{flag} {v!r}: choose from {', '.join(choices[lever])}")
+        if lever == "n_ubatch" and v == "auto":
+            raise UsageError(f"{flag}: expected whole numbers")
+        if lever in ("n_ubatch", "n_threads") and v != "auto" and int(v) < 1:
+            raise UsageError(f"{flag} {v}: must be at least 1")
+    return items
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,10 @@ class GridCell:
             for m in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s")
         }
 
+    def row(self) -> list[str]:
+        """The cell as text under :data:`GRID_HEADERS`."""
+        return grid_row(self.point, self.synthetic, self.cell, self.prediction, self.kv_bytes_per_token)
+
     def to_dict(self) -> dict:
         return {
             "point": self.point,
@@ -96,6 +100,32 @@ class GridResult:
             "cancelled": self.cancelled,
         }
 
+    def footnotes(self) -> list[str]:
+        """What the table's columns mean, the peaks behind the predictions, the notes (one line each)."""
+        foot = [
+            "pred = the roofline: decode ≤ read bandwidth / (weights read per token + KV bytes × context); "
+            "prefill ≤ matmul FLOP/s / (2 × params); TTFT ≥ evaluated tokens / that; × = measured / predicted"
+        ]
+        for t, p in sorted(self.peaks.items()):
+            foot.append(
+                f"peaks at {t} thread(s): read {p.bandwidth_bytes_per_s / 1e9:.1f} GB/s, matmul "
+                f"{p.flops_per_s / 1e9:.1f} GFLOP/s ({p.conditions})"
+            )
+        if any(c.synthetic for c in self.cells):
+            foot.append(f"(synthetic) = random weights in a real model's shapes: {SYNTHETIC_LABEL}")
+        foot += [f"note: {n}" for n in self.notes]
+        if self.cancelled:
+            foot.append("CANCELLED: partial results")
+        return foot
+
+    def to_json(self) -> str:
+        """:meth:`render` ``json`` (what :func:`~chatphase.bench.results.save_result` writes for ``.json``)."""
+        return self.render("json")
+
+    def to_csv(self) -> str:
+        """:meth:`render` ``csv``."""
+        return self.render("csv")
+
     def render(self, fmt: str) -> str:
         """``table``, ``md`` or ``json`` text (``csv``: one row per cell with the ratios).
 
@@ -104,16 +134,7 @@ class GridResult:
         """
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
-        headers = ["point", "cell", "TTFT ms", "pred", "×", "prefill tok/s", "pred", "×", "decode tok/s", "pred", "×"]
-        headers += ["KV B/tok"]
-        rows = []
-        for c in self.cells:
-            p, r = c.prediction, c.ratios()
-            what = f"prompt {c.cell.prompt_tokens}" if c.cell.kind == "prompt" else f"depth {c.cell.depth}"
-            row = [c.point + (" (synthetic)" if c.synthetic else ""), what]
-            for m in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s"):
-                row += [mean_sd(getattr(c.cell, m)), _fmt(getattr(p, m) if p else None), _fmt(r[m], 2)]
-            rows.append([*row, f"{c.kv_bytes_per_token:,}"])
+        headers, rows = GRID_HEADERS, [c.row() for c in self.cells]
         if fmt == "csv":
             import csv
             import io
@@ -151,25 +172,36 @@ class GridResult:
             f"lever grid: {len({c.point for c in self.cells})} points, interleaved: each round runs every point's "
             f"cells once; gen {plan.get('gen_tokens')} tokens, {plan.get('reps')} reps + {plan.get('warmup')} warm-up"
         )
-        foot = [
-            "pred = the roofline: decode ≤ read bandwidth / (weights read per token + KV bytes × context); "
-            "prefill ≤ matmul FLOP/s / (2 × params); TTFT ≥ evaluated tokens / that; × = measured / predicted"
-        ]
-        for t, p in sorted(self.peaks.items()):
-            foot.append(
-                f"peaks at {t} thread(s): read {p.bandwidth_bytes_per_s / 1e9:.1f} GB/s, matmul "
-                f"{p.flops_per_s / 1e9:.1f} GFLOP/s ({p.conditions})"
-            )
-        if any(c.synthetic for c in self.cells):
-            foot.append(f"(synthetic) = random weights in a real model's shapes: {SYNTHETIC_LABEL}")
-        foot += [f"note: {n}" for n in self.notes]
-        if self.cancelled:
-            foot.append("CANCELLED: partial results")
+        foot = self.footnotes()
         return "\n\n".join([head, table, "\n".join(foot)]) + "\n"
+
+
+#: the columns of :func:`grid_row` (each figure measured, the roofline's prediction, their ratio).
+GRID_HEADERS = ["point", "cell", "TTFT ms", "pred", "×", "prefill tok/s", "pred", "×", "decode tok/s", "pred", "×",
+                "KV B/tok"]  # fmt: skip
+
+
+def grid_row(
+    point: str, synthetic: bool, cell: CellResult, prediction: Prediction | None, kv_bytes_per_token: int | None
+) -> list[str]:
+    """One cell as text under :data:`GRID_HEADERS` (a missing prediction or KV figure as a dash)."""
+    what = f"prompt {cell.prompt_tokens}" if cell.kind == "prompt" else f"depth {cell.depth}"
+    row = [point + (" (synthetic)" if synthetic else ""), what]
+    for m in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s"):
+        measured, predicted = getattr(cell, m).mean, getattr(prediction, m) if prediction else None
+        row += [mean_sd(getattr(cell, m)), _fmt(predicted), _fmt(ratio(measured, predicted), 2)]
+    return [*row, DASH if kv_bytes_per_token is None else f"{kv_bytes_per_token:,}"]
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
     return DASH if x is None else f"{x:,.{digits}f}"
+
+
+@dataclass(frozen=True)
+class GridProgress(SweepProgress):
+    """A :class:`SweepProgress` that names the point (its :meth:`GridPoint.label`) the sample belongs to."""
+
+    point: str = ""
 
 
 @dataclass(frozen=True)
@@ -299,7 +331,7 @@ class GridRun:
                             break
                         samples[k].append(sample)
                         done += 1
-                        yield SweepProgress(done, total, sample)
+                        yield GridProgress(done, total, sample, point.label())
         finally:
             for engine in engines:
                 engine.close()
@@ -345,4 +377,4 @@ class GridRun:
         return LlamaEngine(info, config, log_path=self._log_path)
 
 
-__all__ = ["BenchNotice", "BenchStatus", "GridDone", "GridResult", "GridRun"]
+__all__ = ["BenchNotice", "BenchStatus", "GridDone", "GridProgress", "GridResult", "GridRun"]

@@ -3,9 +3,10 @@
 Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
-with fds 1/2 pointed at the engine log and sends its events (picklable dataclasses) over a pipe;
-cancel travels on a second pipe (:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked
-semaphore" warnings when the UI is killed) and a thread in the child turns it into ``BenchRun.cancel()``.
+(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`) with fds 1/2 pointed at the
+engine log and sends its events (picklable dataclasses) over a pipe; cancel travels on a second pipe
+(:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
+killed) and a thread in the child turns it into the run's ``cancel()``.
 The ``spawn`` start method is used (the UI process has threads).
 
 Usage (blocking; call from a worker thread)::
@@ -23,10 +24,12 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
+from chatphase.bench.grid import GridPoint
+from chatphase.bench.grid_api import GridDone, GridProgress
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
@@ -42,23 +45,34 @@ class BenchFailed:
     message: str
 
 
-JobEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone | BenchFailed
+JobEvent = BenchStatus | BenchNotice | SweepProgress | GridProgress | BenchDone | GridDone | BenchFailed
 
 
-def _child_main(
-    conn, cancel_conn, info: ModelInfo, config: EngineConfig, plan: SweepPlan | ParallelPlan, roofline: bool, log_path
-) -> None:
-    """Child body: quiet fds, run the benchmark, send every event; never print a traceback."""
+def _bench_run(info: ModelInfo, config: EngineConfig, plan, roofline: bool, log_path: str):
+    """The child's run of a :class:`BenchJob`: one model's sweep (:class:`~chatphase.bench.api.BenchRun`)."""
+    from chatphase.bench.api import BenchRun
+
+    return BenchRun(info, config, plan, roofline=roofline, log_path=log_path)
+
+
+def _grid_run(points, infos, config: EngineConfig, plan: SweepPlan, notes, roofline: bool, log_path: str):
+    """The child's run of a :class:`GridJob`: a lever grid (:class:`~chatphase.bench.grid_api.GridRun`)."""
+    from chatphase.bench.grid_api import GridRun
+
+    return GridRun(points, infos, config, plan, notes=notes, roofline=roofline, log_path=log_path)
+
+
+def _child_main(conn, cancel_conn, build: Callable, args: tuple, log_path) -> None:
+    """Child body: quiet fds, run ``build(*args, log_path)``'s events, send each; never print a traceback."""
     from chatphase.engine.logfile import default_log_path, redirect_stdio
 
     log_path = str(log_path or default_log_path())
     redirect_stdio(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI
     try:
-        from chatphase.bench.api import BenchRun
         from chatphase.errors import ChatPhaseError
 
-        run = BenchRun(info, config, plan, roofline=roofline, log_path=log_path)
+        run = build(*args, log_path)
         threading.Thread(target=_watch_cancel, args=(CancelFlag(cancel_conn), run), daemon=True).start()
         try:
             for event in run:
@@ -108,6 +122,10 @@ class BenchJob:
         self._proc = None
         self._conn = None
 
+    def _run_args(self) -> tuple[Callable, tuple]:
+        """What the child builds its run with: a module-level function (picklable) and its arguments."""
+        return _bench_run, (self.info, self.config, self.plan, self.roofline)
+
     @property
     def pid(self) -> int | None:
         """The child process's id while it runs."""
@@ -122,7 +140,7 @@ class BenchJob:
             target=_child_main,
             name="chatphase-bench",
             daemon=True,
-            args=(child, cancel_in, self.info, self.config, self.plan, self.roofline, self.log_path),
+            args=(child, cancel_in, *self._run_args(), self.log_path),
         )
         proc = self._proc
         self._cancel = CancelSender(cancel_out)
@@ -139,7 +157,7 @@ class BenchJob:
                     event, ready = None, False
                 if event is not None:
                     yield event
-                    if isinstance(event, (BenchDone, BenchFailed)):
+                    if isinstance(event, (BenchDone, GridDone, BenchFailed)):
                         return
                 elif not proc.is_alive():
                     yield BenchFailed(f"the benchmark process died ({exit_reason(proc.exitcode)}); see the engine log")
@@ -161,3 +179,33 @@ class BenchJob:
         cancel.cancel(ALL)
         stop_process(proc, conn, polite_s=3.0)
         cancel.close()
+
+
+class GridJob(BenchJob):
+    """A lever grid (:class:`~chatphase.bench.grid_api.GridRun`) in a child process, like :class:`BenchJob`:
+    its events are ``BenchStatus``, ``BenchNotice``, ``GridProgress``, then ``GridDone`` or ``BenchFailed``.
+
+    Args:
+        points, notes: from :meth:`~chatphase.bench.grid.LeverGrid.points`; infos: each point's model spec
+            to its validated model (``None``: the base model); config: the base engine settings; plan: the
+            cells every point runs.
+
+    Raises:
+        UsageError: at construction, when the plan does not fit ``config.n_ctx``.
+    """
+
+    def __init__(
+        self,
+        points: list[GridPoint],
+        infos: dict[str | None, ModelInfo],
+        config: EngineConfig,
+        plan: SweepPlan,
+        notes: list[str] | None = None,
+        roofline: bool = True,
+        log_path: str | None = None,
+    ) -> None:
+        super().__init__(infos[points[0].values.get("model")], config, plan, roofline, log_path)
+        self.points, self.infos, self.notes = points, infos, list(notes or [])
+
+    def _run_args(self) -> tuple[Callable, tuple]:
+        return _grid_run, (self.points, self.infos, self.config, self.plan, self.notes, self.roofline)

@@ -268,7 +268,8 @@ def load_result(path: str | os.PathLike) -> BenchResult:
 
 
 def save_result(result: BenchResult, path: str | os.PathLike) -> Path:
-    """Write ``result`` as JSON or CSV by the file suffix; returns the path.
+    """Write ``result`` as JSON or CSV by the file suffix; returns the path. Any result with ``to_json()``
+    and ``to_csv()`` will do (a lever grid's :class:`~chatphase.bench.grid_api.GridResult` too).
 
     Raises:
         UsageError: an unknown suffix or a write error.

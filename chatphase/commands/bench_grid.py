@@ -11,11 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from chatphase.bench.grid import LEVERS, LeverGrid, parse_lever
-from chatphase.commands.options import AUTO, count_or_auto
-from chatphase.engine.config import TRI_STATE
+from chatphase.bench.grid import LeverGrid, check_values, parse_lever
+from chatphase.commands.options import count_or_auto
 from chatphase.errors import UsageError
-from chatphase.models.kv import KV_TYPE_BYTES
 
 #: lever -> the ``args`` attribute its flag fills.
 _DEST = {"model": "model", "type_k": "type_k", "type_v": "type_v", "flash_attn": "flash_attn",
@@ -36,16 +34,7 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
             continue
         # a model file whose name holds a comma is one model, not a list
         items = (text,) if lever == "model" and Path(text).expanduser().is_file() else parse_lever(lever, text)
-        flag = LEVERS[lever][0]
-        choices = {"type_k": list(KV_TYPE_BYTES), "type_v": list(KV_TYPE_BYTES), "flash_attn": list(TRI_STATE)}
-        for v in items:
-            if lever in choices and v not in choices[lever]:
-                raise UsageError(f"{flag} {v!r}: choose from {', '.join(choices[lever])}")
-            if lever in ("n_ubatch", "n_threads") and v != AUTO and int(v) < 1:
-                raise UsageError(f"{flag} {v}: must be at least 1")
-            if lever == "n_ubatch" and v == AUTO:
-                raise UsageError(f"{flag}: expected whole numbers")
-        values[lever] = items
+        values[lever] = check_values(lever, items)
         single = items[0] if len(items) == 1 else None
         if lever == "n_threads" and single is not None:
             single = count_or_auto(str(single))

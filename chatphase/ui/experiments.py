@@ -1,16 +1,19 @@
 """The Experiments screen: the benchmark sweeps from the TUI, plotted as they run.
 
-Two tabs (:mod:`chatphase.ui.experiments_panes`): **Prompt length & depth** (prompt lengths, depths, reps,
-generated tokens) and **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps).
-Run (Ctrl+R) starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for
-the second), in a child process (:class:`chatphase.bench.job.BenchJob`, driven from a thread worker —
-this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in with every
-measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels (partial
-results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
+Three tabs (:mod:`chatphase.ui.experiments_panes`): **Prompt length & depth** (prompt lengths, depths, reps,
+generated tokens), **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps) and
+**Levers** (:mod:`chatphase.ui.experiments_levers`: one lever's values — models, KV cache types, flash
+attention, n_ubatch, threads — as an interleaved lever grid). Run (Ctrl+R) starts the active tab's sweep,
+the same benchmark as ``chatphase bench`` (``--parallel`` for the second, comma lists in a lever for the
+third), in a child process (:class:`chatphase.bench.job.BenchJob` / ``GridJob``, driven from a thread
+worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
+with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
+(partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
 parallel sweep). Each tab has its own status line.
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
 directory; the notice names the whole path); Load (Ctrl+O) reads an
-earlier result and overlays it on every plot it has cells for, to compare two models or two settings.
+earlier result and overlays it on every plot it has cells for, to compare two models or two settings (the
+Levers tab compares within its own run and draws no overlays).
 Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
 (each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
 """
@@ -29,21 +32,23 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
 from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
+from chatphase.bench.grid_api import GridDone
 from chatphase.bench.job import BenchFailed, BenchJob
-from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.report import sample_progress
 from chatphase.bench.results import BenchResult, load_result, save_result
-from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.bench.runner import SweepProgress
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
-from chatphase.ui.experiments_panes import ParallelPane, SweepPane
+from chatphase.ui.experiments_levers import LeversPane
+from chatphase.ui.experiments_panes import ExperimentPane, ParallelPane, SweepPane
 
 #: a tab's status line before its first run.
 IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
 
-JobFactory = Callable[[ModelInfo, EngineConfig, SweepPlan | ParallelPlan], BenchJob]
+#: (model, engine settings, the active tab's plan) -> a job; tests pass a scripted one.
+JobFactory = Callable[[ModelInfo, EngineConfig, object], BenchJob]
 
 
 class ExperimentsScreen(Screen[None]):
@@ -52,7 +57,8 @@ class ExperimentsScreen(Screen[None]):
     Args:
         model_info: the model to measure (the chat's current model).
         settings: engine settings (n_ctx, threads, ...) as the chat uses them.
-        job_factory: builds the job (tests pass a scripted one); default :class:`BenchJob`.
+        job_factory: builds the job for any tab (tests pass a scripted one); default the tab's
+            :meth:`~chatphase.ui.experiments_panes.ExperimentPane.make_job`.
         is_busy: whether the chat's reply is running (the app's controller; a sweep beside it would skew
             both, so Run refuses with a notice meanwhile); default never.
     """
@@ -82,15 +88,15 @@ class ExperimentsScreen(Screen[None]):
         self.is_busy = is_busy
         self.model_info = model_info
         self.settings = settings
-        self.job_factory: JobFactory = job_factory or (lambda info, s, plan: BenchJob(info, s, plan))
+        self.job_factory: JobFactory | None = job_factory
         self.job: BenchJob | None = None
-        self.job_pane: SweepPane | ParallelPane | None = None
-        self.job_plan: SweepPlan | ParallelPlan | None = None
-        self.results: dict[str, BenchResult | None] = {"sweep": None, "parallel": None}
+        self.job_pane: ExperimentPane | None = None
+        self.job_plan = None
+        self.results: dict[str, object] = {}  # tab kind -> its last result
         self.overlays: list[BenchResult] = []
-        self.samples: list = []  # the running sweep's measured samples, for the table's live rows
+        self.progress: list[SweepProgress] = []  # the running sweep's counted runs, for the table's live rows
         #: each tab's status line (text, class): a tab never shows the other's
-        self.statuses = {kind: (IDLE_STATUS, "") for kind in self.results}
+        self.statuses: dict[str, tuple[str, str]] = {}
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
@@ -98,6 +104,7 @@ class ExperimentsScreen(Screen[None]):
             with TabbedContent(id="exp-tabs"):
                 yield SweepPane()
                 yield ParallelPane()
+                yield LeversPane(self.model_info, self.settings)
             with Horizontal(id="exp-progress-row"):
                 yield Button("Run", id="exp-run", variant="primary", compact=True)
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
@@ -115,29 +122,29 @@ class ExperimentsScreen(Screen[None]):
 
     def _default_path(self, kind: str) -> str:
         stem = "".join(ch if ch.isalnum() else "-" for ch in self.model_info.name.lower()).strip("-")
-        return f"bench-{'parallel-' if kind == 'parallel' else ''}{stem}.json"
+        return f"bench-{'' if kind == 'sweep' else kind + '-'}{stem}.json"
 
     def on_mount(self) -> None:
         self._fill_table()
         self.query_one("#exp-lengths", Input).focus()
 
     @property
-    def pane(self) -> SweepPane | ParallelPane:
+    def pane(self) -> ExperimentPane:
         """The active tab's pane."""
         return self.query_one(f"#{self.query_one(TabbedContent).active}")
 
     @property
-    def result(self) -> BenchResult | None:
-        """The active tab's last result."""
-        return self.results[self.pane.kind]
+    def result(self):
+        """The active tab's last result (``None`` before its first run)."""
+        return self.results.get(self.pane.kind)
 
     @on(TabbedContent.TabActivated)
     def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
         path = self.query_one("#exp-path", Input)
-        if path.value in (self._default_path("sweep"), self._default_path("parallel")):
+        if path.value in {self._default_path(p.kind) for p in self.query(ExperimentPane)}:
             path.value = self._default_path(self.pane.kind)
         self._fill_table()
-        self._status(*self.statuses[self.pane.kind])
+        self._status(*self.statuses.get(self.pane.kind, (IDLE_STATUS, "")))
 
     # -- actions -----------------------------------------------------------------------------------
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -152,7 +159,7 @@ class ExperimentsScreen(Screen[None]):
         if handler:
             handler()
 
-    def plan_from_form(self) -> SweepPlan | ParallelPlan:
+    def plan_from_form(self):
         """The plan the active tab's form describes (validated against n_ctx).
 
         Raises:
@@ -171,17 +178,16 @@ class ExperimentsScreen(Screen[None]):
         pane = self.pane
         try:
             plan = pane.plan(self.settings)
-            self.job = self.job_factory(self.model_info, self.settings.engine_config(), plan)
+            self.job = (self.job_factory or pane.make_job)(self.model_info, self.settings.engine_config(), plan)
         except ChatPhaseError as exc:
             self._status(str(exc), "-error")
             self.notify(str(exc), severity="error")
             return
-        self.job_pane, self.job_plan, self.samples = pane, plan, []
+        self.job_pane, self.job_plan, self.progress = pane, plan, []
         bar = self.query_one("#exp-progress", ProgressBar)
         bar.remove_class("-idle")
         bar.update(total=plan.total_runs, progress=0)
-        for plot in pane.plots():
-            plot.start_live(self.model_info.name)
+        pane.start_live(self.model_info.name)
         self._set_running(True)
         self._status(f"Starting: {plan.total_runs} runs ({plan.warmup} warm-up + {plan.reps} reps per cell)…")
         self._run_job(self.job)
@@ -214,6 +220,9 @@ class ExperimentsScreen(Screen[None]):
 
     def action_load(self) -> None:
         """Load the result at the path field and overlay it on the plots it has cells for."""
+        if not self.pane.overlays:
+            self.notify("Overlays are drawn on the Prompt length & depth and Parallel tabs.", severity="warning")
+            return
         path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
         try:
             loaded = load_result(path)
@@ -254,12 +263,11 @@ class ExperimentsScreen(Screen[None]):
             self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
             label, figures = sample_progress(event.sample)
             self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}", pane=pane)
-            for plot in pane.plots():
-                plot.add_sample(event.sample)
+            pane.add_progress(event)
             if not event.sample.warmup:
-                self.samples.append(event.sample)
+                self.progress.append(event)
                 self._fill_table()
-        elif isinstance(event, BenchDone):
+        elif isinstance(event, (BenchDone, GridDone)):
             self.job = None
             self._set_running(False)
             self.results[pane.kind] = event.result
@@ -270,18 +278,14 @@ class ExperimentsScreen(Screen[None]):
         elif isinstance(event, BenchFailed):
             self.job = None
             self._set_running(False)
-            for plot in pane.plots():
-                plot.end_live()
+            pane.end_live()
             self._status(event.message, "-error", pane)
             self.notify(event.message, severity="error")
 
     # -- helpers -----------------------------------------------------------------------------------
     def _show_results(self) -> None:
-        for pane in (self.query_one(SweepPane), self.query_one(ParallelPane)):
-            current = self.results[pane.kind]
-            for plot in pane.plots():
-                plot.end_live()
-                plot.set_results(([current] if current else []) + self.overlays)
+        for pane in self.query(ExperimentPane):
+            pane.show_results(self.results.get(pane.kind), self.overlays)
 
     def _fill_table(self) -> None:
         """The active tab's columns and rows: the cells measured so far while its sweep runs, else its last
@@ -292,7 +296,7 @@ class ExperimentsScreen(Screen[None]):
         table.add_columns(*pane.COLUMNS)
         running = self.job is not None and pane is self.job_pane
         if running:
-            rows = pane.live_rows(self.samples, self.job_plan)
+            rows = pane.live_rows(self.progress, self.job_plan)
         else:
             rows = pane.rows(result) if result is not None else []
         for row in rows:
@@ -303,7 +307,7 @@ class ExperimentsScreen(Screen[None]):
         self.query_one("#exp-run", Button).disabled = running
         self.query_one("#exp-cancel", Button).disabled = not running
 
-    def _status(self, text: str, kind: str = "", pane: SweepPane | ParallelPane | None = None) -> None:
+    def _status(self, text: str, kind: str = "", pane: ExperimentPane | None = None) -> None:
         """Set ``pane``'s status line (default: the active tab's); shown when that tab is."""
         pane = pane or self.pane
         self.statuses[pane.kind] = (text, kind)

@@ -1,12 +1,14 @@
-"""The Experiments screen's two sweeps, one tab each: the form that describes a plan, its plots, and how its
+"""The Experiments screen's sweeps, one tab each: the form that describes a plan, its plots, and how its
 results read in the table and the summary.
 
 - :class:`SweepPane` — prompt lengths and context depths (TTFT and decode tok/s plots).
 - :class:`ParallelPane` — N sequences decoded together (aggregate and per-sequence tok/s against N).
+- the lever grid's tab is in :mod:`chatphase.ui.experiments_levers`.
 
-The screen (:mod:`chatphase.ui.experiments`) runs whichever tab is active and talks to both through the same
-methods: :meth:`plan`, the live-plot calls, :meth:`rows` (of a result), :meth:`live_rows` (of the samples a
-running sweep measured so far) and :meth:`summary`.
+The screen (:mod:`chatphase.ui.experiments`) runs whichever tab is active and talks to each through
+:class:`ExperimentPane`'s methods: :meth:`~ExperimentPane.plan`, :meth:`~ExperimentPane.make_job`, the live
+calls, :meth:`~ExperimentPane.rows` (of a result), :meth:`~ExperimentPane.live_rows` (of the progress events
+a running sweep sent so far), :meth:`~ExperimentPane.summary` and :meth:`~ExperimentPane.show_results`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, TabPane
 
+from chatphase.bench.job import BenchJob
 from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel
 from chatphase.bench.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
 from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import SweepPlan, aggregate
+from chatphase.bench.runner import SweepPlan, SweepProgress, aggregate
 from chatphase.config import Settings
+from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
+from chatphase.models.gguf_meta import ModelInfo
 from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot
 from chatphase.units import parse_counts
 
@@ -49,11 +54,55 @@ def parse_count(text: str, what: str) -> int:
         raise UsageError(f"{what}: expected a whole number (got {text.strip()!r})") from None
 
 
-def _field(label: str, id_: str, value: str) -> Vertical:
+def form_field(label: str, id_: str, value: str) -> Vertical:
     return Vertical(Label(label), Input(value=value, id=id_), classes="exp-field")
 
 
-class SweepPane(TabPane):
+class ExperimentPane(TabPane):
+    """What the screen asks of a tab. ``kind`` names its result (and its default file name);
+    ``overlays``: whether results loaded from files are drawn on its plots. Defaults are those of a
+    one-model sweep (:class:`~chatphase.bench.job.BenchJob`, plots that take samples)."""
+
+    kind = ""
+    overlays = True
+    COLUMNS: tuple[str, ...] = ()
+
+    def plan(self, settings: Settings):
+        """The plan the form describes.
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        raise NotImplementedError
+
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan):
+        """The job that runs ``plan`` (in a child process)."""
+        return BenchJob(info, config, plan)
+
+    def plots(self):
+        raise NotImplementedError
+
+    def start_live(self, label: str) -> None:
+        for plot in self.plots():
+            plot.start_live(label)
+
+    def add_progress(self, event: SweepProgress) -> None:
+        """One measured run (warm-ups too): onto the live plots."""
+        for plot in self.plots():
+            plot.add_sample(event.sample)
+
+    def end_live(self) -> None:
+        for plot in self.plots():
+            plot.end_live()
+
+    def show_results(self, current, overlays: list[BenchResult]) -> None:
+        """Draw ``current`` (this tab's last result, or ``None``) and the loaded overlays."""
+        for plot in self.plots():
+            plot.end_live()
+            plot.set_results(([current] if current else []) + overlays)
+
+
+class SweepPane(ExperimentPane):
     """Prompt lengths × depths: TTFT against prompt tokens and decode tok/s against depth."""
 
     kind = "sweep"
@@ -64,10 +113,10 @@ class SweepPane(TabPane):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="exp-form", classes="exp-form"):
-            yield _field("Prompt lengths", "exp-lengths", "64,256,1024")
-            yield _field("Depths", "exp-depths", "0,1024")
-            yield _field("Reps", "exp-reps", "3")
-            yield _field("Gen tokens", "exp-gen", "32")
+            yield form_field("Prompt lengths", "exp-lengths", "64,256,1024")
+            yield form_field("Depths", "exp-depths", "0,1024")
+            yield form_field("Reps", "exp-reps", "3")
+            yield form_field("Gen tokens", "exp-gen", "32")
         with Horizontal(id="exp-plots", classes="exp-plots"):
             yield BenchPlot("ttft", id="exp-plot-ttft")
             yield BenchPlot("decode", id="exp-plot-decode")
@@ -97,9 +146,9 @@ class SweepPane(TabPane):
         return sweep_rows(result.results)
 
     @staticmethod
-    def live_rows(samples, plan: SweepPlan) -> list[list[str]]:
+    def live_rows(progress: list[SweepProgress], plan: SweepPlan) -> list[list[str]]:
         """Rows of the cells measured so far (counted samples of the running sweep of ``plan``)."""
-        return sweep_rows(aggregate(samples, plan.gen_tokens))
+        return sweep_rows(aggregate([e.sample for e in progress], plan.gen_tokens))
 
     @staticmethod
     def summary(result: BenchResult) -> str:
@@ -120,7 +169,7 @@ def _parallel_table(cells) -> list[list[str]]:
     return [[row[i] for i in _PARALLEL_KEEP] for row in parallel_rows(cells)]
 
 
-class ParallelPane(TabPane):
+class ParallelPane(ExperimentPane):
     """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
 
     kind = "parallel"
@@ -131,10 +180,10 @@ class ParallelPane(TabPane):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="exp-pform", classes="exp-form"):
-            yield _field("Sequences (N)", "exp-nseqs", "1,2,4,8")
-            yield _field("Prompt tokens", "exp-plength", "128")
-            yield _field("Reps", "exp-preps", "3")
-            yield _field("Gen steps", "exp-pgen", "32")
+            yield form_field("Sequences (N)", "exp-nseqs", "1,2,4,8")
+            yield form_field("Prompt tokens", "exp-plength", "128")
+            yield form_field("Reps", "exp-preps", "3")
+            yield form_field("Gen steps", "exp-pgen", "32")
         with Horizontal(id="exp-pplots", classes="exp-plots"):
             yield ParallelPlot(id="exp-plot-parallel")
 
@@ -164,10 +213,10 @@ class ParallelPane(TabPane):
         return _parallel_table(result.parallel)
 
     @staticmethod
-    def live_rows(samples, plan: ParallelPlan) -> list[list[str]]:
+    def live_rows(progress: list[SweepProgress], plan: ParallelPlan) -> list[list[str]]:
         """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
         and FLOPs, which need the model's facts, are not in the table)."""
-        return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
+        return _parallel_table(aggregate_parallel([e.sample for e in progress], ModelFacts(None, None, None)))
 
     @staticmethod
     def summary(result: BenchResult) -> str:

@@ -114,6 +114,28 @@ class SeriesPlot(PlotextPlot):
     def live_point(self, sample: Sample | ParallelSample) -> tuple[float, ...] | None:
         raise NotImplementedError
 
+    def series_count(self) -> int:
+        raise NotImplementedError
+
+    def begin_figure(self, title: str, xlabel: str, ylabel: str):
+        """Clear the figure for :meth:`replot` and label it (the title says when nothing is drawn yet);
+        returns plotext's figure."""
+        plt = self.plt
+        plt.clear_data()
+        plt.title(title if self.series_count() else f"{title} — no data yet")
+        plt.xlabel(xlabel)
+        plt.ylabel(ylabel)
+        self.y_top, self.legend_lines = 0.0, 0
+        return plt
+
+    def draw_live(self) -> None:
+        """The running sweep's ``(x, y)`` repetitions as white crosses, named in the legend."""
+        if self.live:
+            xs, ys = (list(v) for v in zip(*self.live, strict=True))
+            self.plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
+            self.y_top = max(self.y_top, *ys)
+            self.legend_lines += 1
+
     def replot(self) -> None:
         raise NotImplementedError
 
@@ -140,13 +162,7 @@ class BenchPlot(SeriesPlot):
 
     def replot(self) -> None:
         """Rebuild the plotext figure and schedule a repaint."""
-        plt = self.plt
-        plt.clear_data()
-        title, xlabel, ylabel = self.TITLES[self.kind]
-        plt.title(title if self.series_count() else f"{title} — no data yet")
-        plt.xlabel(xlabel)
-        plt.ylabel(ylabel)
-        self.y_top, self.legend_lines = 0.0, 0
+        plt = self.begin_figure(*self.TITLES[self.kind])
         for i, res in enumerate(self.results):
             pts = sorted(p for p in (cell_point(self.kind, c) for c in res.results) if p)
             if not pts:
@@ -158,11 +174,7 @@ class BenchPlot(SeriesPlot):
                 plt.error(xs, ys, yerr=sds, color=color)
             self.y_top = max(self.y_top, *(y + sd for y, sd in zip(ys, sds, strict=True)))
             self.legend_lines += 1
-        if self.live:
-            xs, ys = (list(v) for v in zip(*self.live, strict=True))
-            plt.scatter(xs, ys, marker="x", color="white", label=f"{self.live_label} (running)")
-            self.y_top = max(self.y_top, *ys)
-            self.legend_lines += 1
+        self.draw_live()
         self.refresh()
 
 
