@@ -134,11 +134,10 @@ class ReplyView(Widget):
         self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
         self._meta = Static(self.meta, classes="reply-meta")
         if self.synthetic:  # stays above the text when the reply is folded (as a thinking block does)
-            label = Static(
-                f"{SYNTHETIC_LABEL} — random weights: this text is noise, not a reply", classes="synthetic-label"
+            self._above.append(
+                Static(f"{SYNTHETIC_LABEL} — random weights: noise, not a reply", classes="synthetic-label")
             )
-            self._above.append(label)
-            yield label
+            yield self._above[-1]
         yield self._segments[0]
         yield self._tail
         yield self._meta
