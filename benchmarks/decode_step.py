@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -51,6 +50,7 @@ from chatphase.engine.logfile import default_log_path
 from chatphase.engine.vocab import VocabFile
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
+from chatphase.system.cpu_features import cpu_name
 
 SAMPLED = SamplingParams(max_tokens=128, temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, seed=1)
 GREEDY = SamplingParams(max_tokens=128, temperature=0.0)
@@ -58,16 +58,6 @@ FIRST_TOKEN = SamplingParams(max_tokens=1, temperature=0.0)
 _PERF = re.compile(
     r"(?:llama_perf_context_print|common_perf_print):\s+(?P<what>[a-z ]+?) time =\s+(?P<ms>[\d.]+) ms(?: /\s+(?P<n>\d+))?"
 )
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 class Host:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,16 +31,7 @@ from chatphase.bench.spec import format_costs, format_rows, run_arms, summary_ro
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from chatphase.system.cpu_features import cpu_name
 
 
 def load() -> str:

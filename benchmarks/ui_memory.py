@@ -146,10 +146,9 @@ def _child(args: argparse.Namespace, trace: bool) -> dict:
 
 
 def _machine() -> str:
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-        platform.processor(),
-    )
+    from chatphase.system.cpu_features import cpu_name
+
+    cpu = cpu_name()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{cpu}, {os.cpu_count()} CPUs, load average {load}, Python {platform.python_version()}"
 

@@ -14,6 +14,7 @@ from chatphase.bench.runner import SweepProgress
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded, memory_by_place
 from chatphase.errors import EngineError
+from chatphase.system.cpu_features import cpu_name
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def system_facts(loaded: LoadedModel | None = None) -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "physical_cores": psutil.cpu_count(logical=False),
         "logical_cpus": psutil.cpu_count(logical=True),
         "memory_bytes": psutil.virtual_memory().total,
@@ -74,17 +75,6 @@ def placement_facts(loaded: LoadedModel) -> dict:
         "memory": memory_by_place(loaded.buffers),
         "slow_paths": list(loaded.slow_paths),
     }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def load_engine(engine: Engine) -> LoadedModel:

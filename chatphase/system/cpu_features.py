@@ -35,6 +35,20 @@ def read_cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
+def cpu_name(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else :func:`platform.processor`, else ``"unknown"``:
+    benchmark results name the machine they were measured on."""
+    import platform
+
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def detect_amx(system_info: str | bytes, cpuinfo_flags: Iterable[str] = ()) -> bool:
     """Whether the CPU has Intel AMX: ``AMX_INT8 = 1`` (or ``AMX = 1``) in llama.cpp's system info string,
     or any of :data:`AMX_CPU_FLAGS` (``amx_tile``, ``amx_int8``, ...) in the kernel's CPU flags.
