@@ -76,8 +76,12 @@ def build_report(args) -> dict:
     est = estimate(info, settings.n_ctx, min(settings.n_ubatch, settings.n_batch), settings.type_k, settings.type_v)
     verdict = assess(est)
     kv_per_token = kv_bytes_per_token(info.attention, settings.type_k, settings.type_v) if info.attention else None
+    # llama.cpp's lines (ggml_vulkan: Found 1 Vulkan devices …) go to engine.log; only its calls are inside, so
+    # that the details --verbose prints of a bad file (Python's, on fd 2) stay on the terminal
+    with llama_quiet():
+        chat_format, system = chat_format_report(info, settings.chat_template), system_report()
     return {
-        "chat_format": chat_format_report(info, settings.chat_template),
+        "chat_format": chat_format,
         "model": info.to_dict(),
         "kv": {
             "type_k": settings.type_k,
@@ -94,7 +98,7 @@ def build_report(args) -> dict:
             "verdict": verdict.level,
             "message": verdict.message,
         },
-        "system": (system := system_report()),
+        "system": system,
         "gpu_offload_off_because": why_no_offload(
             tuple(system["backends"]), tuple(DeviceInfo(**d) for d in system["devices"]), settings.n_gpu_layers
         ),
@@ -117,8 +121,7 @@ def chat_format_report(info, override: str | None) -> dict:
 
 
 def run(args) -> int:
-    with llama_quiet():  # llama.cpp's lines (ggml_vulkan: Found 1 Vulkan devices …) go to engine.log
-        report = build_report(args)
+    report = build_report(args)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
