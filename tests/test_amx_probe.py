@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from chatphase.engine import amx_probe, llama_params
@@ -78,14 +80,22 @@ def test_the_verdict_is_kept_per_library_file(monkeypatch, tmp_path):
     assert amx_probe.amx_verdict().why == "crash #3"
 
 
-def test_a_probe_that_timed_out_is_not_kept(monkeypatch, tmp_path):
+def test_a_probe_that_could_not_conclude_is_not_kept(monkeypatch, tmp_path):
+    """A time-out, or a probe that could not run at all (exit 1: no bundled model, say), is no verdict on the
+    build: it is asked again next time, not kept as 'unsafe' for good."""
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(amx_probe, "library_key", lambda: "k")
-    monkeypatch.setattr(
-        amx_probe, "_run_probe", lambda t: AmxVerdict(False, f"the AMX probe did not finish in {t:g} s")
-    )
-    amx_probe.amx_verdict(1)
-    assert not (tmp_path / "amx-probe.json").exists()
+    for done in (subprocess.TimeoutExpired("probe", 1), subprocess.CompletedProcess([], 1, "", "Traceback …")):
+
+        def run(*args, done=done, **kwargs):
+            if isinstance(done, Exception):
+                raise done
+            return done
+
+        monkeypatch.setattr(amx_probe.subprocess, "run", run)
+        verdict = amx_probe.amx_verdict(1)
+        assert not verdict.safe and not verdict.conclusive, verdict
+        assert not (tmp_path / "amx-probe.json").exists()
 
 
 @pytest.mark.model

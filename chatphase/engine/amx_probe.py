@@ -38,10 +38,13 @@ _TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class AmxVerdict:
-    """``safe``: the AMX path ran and matched the plain CPU path; ``why``: one line on what the probe saw."""
+    """``safe``: the AMX path ran and matched the plain CPU path; ``why``: one line on what the probe saw;
+    ``conclusive``: the probe reached a verdict on the build (a crash or a comparison), so it is kept —
+    a time-out or a probe that could not run (no bundled model, say) is asked again next time."""
 
     safe: bool
     why: str
+    conclusive: bool = True
 
 
 def _cache_file() -> Path:
@@ -74,14 +77,14 @@ def _run_probe(timeout_s: float) -> AmxVerdict:
             cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s, check=False
         )
     except subprocess.TimeoutExpired:
-        return AmxVerdict(False, f"the AMX probe did not finish in {timeout_s:g} s")
+        return AmxVerdict(False, f"the AMX probe did not finish in {timeout_s:g} s", conclusive=False)
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
         return AmxVerdict(False, f"this llama.cpp build's AMX kernels crash ({name} in the probe)")
     try:
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return AmxVerdict(False, f"the AMX probe failed (exit {done.returncode})")
+        return AmxVerdict(False, f"the AMX probe failed (exit {done.returncode})", conclusive=False)
     diff, same, ref = result["max_abs_diff"], result["argmax_same"], result["ref_max_abs_diff"]
     figures = f"max |Δlogit| {diff:.3g}, the plain path's own {ref:.3g}"
     if diff <= SPREAD_FACTOR * ref + 1e-3 and same >= result["ref_argmax_same"] - ARGMAX_SLACK:
@@ -104,7 +107,7 @@ def amx_verdict(timeout_s: float = _TIMEOUT_S) -> AmxVerdict:
     if isinstance(cached.get(key), dict):
         return AmxVerdict(bool(cached[key]["safe"]), str(cached[key]["why"]))
     verdict = _run_probe(timeout_s)
-    if not verdict.why.startswith("the AMX probe did not finish"):  # a slow machine may do better next time
+    if verdict.conclusive:
         cached = {k: v for k, v in cached.items() if isinstance(v, dict)}
         cached[key] = {"safe": verdict.safe, "why": verdict.why}
         try:
