@@ -13,7 +13,8 @@ from textual.app import App
 from textual.widgets import DataTable, Input, Static
 from ui_support import wait_for
 
-from chatphase.bench.spec import PROMPTS, SpecProgress, SpecRun, collect, format_rows, summary_rows
+from chatphase.bench.spec import PROMPTS, collect, format_rows, summary_rows
+from chatphase.bench.spec_api import SpecProgress, SpecRun
 from chatphase.config import Settings
 from chatphase.engine.events import ModelLoaded, TurnFinished
 from chatphase.engine.fake import fake_model_info

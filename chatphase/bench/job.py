@@ -3,7 +3,8 @@
 Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
-(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`) with fds 1/2 pointed at the
+(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`, decode modes'
+:class:`~chatphase.bench.spec_api.SpecRun` for :class:`SpecJob`) with fds 1/2 pointed at the
 engine log and sends its events (picklable dataclasses) over a pipe; cancel travels on a second pipe
 (:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
 killed) and a thread in the child turns it into the run's ``cancel()``.
@@ -32,7 +33,7 @@ from chatphase.bench.grid import GridPoint
 from chatphase.bench.grid_api import GridDone, GridProgress
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
-from chatphase.bench.spec import SpecDone, SpecPlan, SpecProgress
+from chatphase.bench.spec_api import SpecDone, SpecPlan, SpecProgress
 from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.host import exit_reason, stop_process
@@ -74,8 +75,8 @@ def _grid_run(points, infos, config: EngineConfig, plan: SweepPlan, notes, roofl
 
 
 def _spec_run(info: ModelInfo, config: EngineConfig, plan, log_path: str):
-    """The child's run of a :class:`SpecJob`: decode modes side by side (:class:`~chatphase.bench.spec.SpecRun`)."""
-    from chatphase.bench.spec import SpecRun
+    """The child's run of a :class:`SpecJob`: decode modes side by side (:class:`~chatphase.bench.spec_api.SpecRun`)."""
+    from chatphase.bench.spec_api import SpecRun
 
     return SpecRun(info, config, plan)
 
@@ -230,7 +231,7 @@ class GridJob(BenchJob):
 
 
 class SpecJob(BenchJob):
-    """Decode modes side by side (:class:`~chatphase.bench.spec.SpecRun`) in a child process, like
+    """Decode modes side by side (:class:`~chatphase.bench.spec_api.SpecRun`) in a child process, like
     :class:`BenchJob`: its events are ``BenchStatus``, ``SpecProgress``, then ``SpecDone`` or ``BenchFailed``.
 
     Raises:

@@ -39,7 +39,7 @@ from chatphase.bench.job import BenchFailed, BenchJob
 from chatphase.bench.report import sample_progress
 from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepProgress
-from chatphase.bench.spec import SpecDone, SpecProgress
+from chatphase.bench.spec_api import SpecDone, SpecProgress
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError
