@@ -5,13 +5,12 @@ plot, refusals, cancel keeping partial results, save; and the real model through
 from __future__ import annotations
 
 import json
-import threading
 from types import SimpleNamespace
 
 import pytest
 from textual.app import App
 from textual.widgets import DataTable, Input, Static
-from ui_support import wait_for
+from ui_support import GatedJob, wait_for
 
 from chatphase.bench.spec import PROMPTS, collect, format_rows, summary_rows
 from chatphase.bench.spec_api import SpecProgress, SpecRun
@@ -55,29 +54,17 @@ class ScriptedSpecEngine:
         pass
 
 
-class ScriptedSpecJob:
+class ScriptedSpecJob(GatedJob):
     """A :class:`~chatphase.bench.job.SpecJob` stand-in: the real SpecRun on scripted engines and costs,
-    in-process; ``stop_after`` runs, it waits on ``gate`` (for the tests of a running tab)."""
+    in-process; ``gate`` (when set up) holds it after ``stop_after`` runs."""
 
-    stop_after: int | None = None
+    PROGRESS = SpecProgress
     last: ScriptedSpecJob
 
     def __init__(self, info, config, plan):
+        super().__init__()
         self.plan = plan
         self.run = SpecRun(info, config, plan, engine_factory=ScriptedSpecEngine, cost=lambda *a, **kw: COSTS)
-        self.gate = threading.Event()
-        ScriptedSpecJob.last = self
-
-    def events(self):
-        seen = 0
-        for event in self.run:
-            yield event
-            seen += isinstance(event, SpecProgress)
-            if seen == self.stop_after:
-                self.gate.wait(10)
-
-    def cancel(self):
-        self.run.cancel()
 
 
 class SpecApp(App):

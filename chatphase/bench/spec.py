@@ -226,14 +226,16 @@ def run_arms(
     max_tokens: int = 160,
     progress: Callable[[str], None] = lambda text: None,
 ) -> dict[str, ArmResult]:
-    """:func:`iter_runs` to the end, then :func:`collect`; ``progress`` gets a line after each run.
+    """:func:`iter_runs` to the end, then :func:`collect`; ``progress`` gets a line after each run (its tok/s).
 
     Raises:
         EngineError: an arm whose engine failed to load or run (its message).
     """
     samples = []
     for s in iter_runs(info, config, specs, reps, max_tokens):
-        progress(f"rep {s.rep + 1}/{reps} · prompt {s.prompt + 1}/{len(PROMPTS)} · {s.spec}")
+        progress(
+            f"rep {s.rep + 1}/{reps} · prompt {s.prompt + 1}/{len(PROMPTS)} · {s.spec}: {s.decode_tokens_per_s:.1f} tok/s"
+        )
         samples.append(s)
     return collect(samples)
 

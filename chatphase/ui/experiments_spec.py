@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Input
 
 from chatphase.bench.job import SpecJob
 from chatphase.bench.spec import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
@@ -77,9 +76,6 @@ class SpecPane(ExperimentPane):
             yield form_field("Reply tokens", "exp-sgen", "160")
         with Horizontal(id="exp-splots", classes="exp-plots"):
             yield VerifyCostPlot(id="exp-plot-verify")
-
-    def _value(self, id_: str) -> str:
-        return self.query_one(f"#{id_}", Input).value
 
     def plan(self, settings: Settings) -> SpecPlan:
         """The arms the form lists (``off`` added first), validated against n_ctx and n_batch.
