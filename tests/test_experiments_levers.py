@@ -5,12 +5,11 @@ synthetic model through the child-process job."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from textual.app import App
 from textual.widgets import DataTable, Input, Select, SelectionList, Static
-from ui_support import wait_for
+from ui_support import GatedJob, wait_for
 
 from chatphase.bench.grid_api import GridProgress, GridRun
 from chatphase.bench.job import GridJob
@@ -28,14 +27,15 @@ KV_BYTES = {"f16": 200_000, "q8_0": 153_125, "q4_0": 128_125}
 PEAKS = MachinePeaks(10e9, "scripted copy", 1e11, "scripted matmul", threads=2)
 
 
-class ScriptedGridJob:
+class ScriptedGridJob(GatedJob):
     """A :class:`~chatphase.bench.job.GridJob` stand-in: the real GridRun on scripted engines, in-process,
     with scripted peaks for every thread count; ``gate`` (when set up) holds it after ``stop_after`` runs."""
 
-    stop_after: int | None = None
+    PROGRESS = GridProgress
     last: ScriptedGridJob
 
     def __init__(self, info, config, plan):
+        super().__init__()
         self.plan = plan
         self.configs = []
 
@@ -48,19 +48,6 @@ class ScriptedGridJob:
             plan.points, plan.infos, config, plan.sweep, notes=plan.notes, engine_factory=factory,
             peaks={1: PEAKS, 2: PEAKS}, builder=PromptBuilder(CharTokenizer()),
         )  # fmt: skip
-        self.gate = threading.Event()
-        ScriptedGridJob.last = self
-
-    def events(self):
-        seen = 0
-        for event in self.run:
-            yield event
-            seen += isinstance(event, GridProgress)
-            if seen == self.stop_after:
-                self.gate.wait(10)
-
-    def cancel(self):
-        self.run.cancel()
 
 
 class LeversApp(App):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from pathlib import Path
 
@@ -95,3 +96,27 @@ def record_notifications(app) -> None:
 def notifications(app) -> list[str]:
     """Texts of the notifications the app has raised (see :func:`record_notifications`)."""
     return _NOTIFIED.get(app, [])
+
+
+class GatedJob:
+    """A benchmark job stand-in for the Experiments screen: iterates ``self.run`` (set by the subclass: a real
+    run on scripted engines) in-process; once ``stop_after`` events of ``PROGRESS`` have passed it waits on
+    ``gate`` (up to 10 s), so that a test sees the screen mid-run. ``last``: the latest job of the class."""
+
+    PROGRESS: type = object
+    stop_after: int | None = None
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        type(self).last = self
+
+    def events(self):
+        seen = 0
+        for event in self.run:
+            yield event
+            seen += isinstance(event, self.PROGRESS)
+            if seen == self.stop_after:
+                self.gate.wait(10)
+
+    def cancel(self):
+        self.run.cancel()

@@ -3,7 +3,8 @@
 Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
-(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`) with fds 1/2 pointed at the
+(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`, decode modes'
+:class:`~chatphase.bench.spec_api.SpecRun` for :class:`SpecJob`) with fds 1/2 pointed at the
 engine log and sends its events (picklable dataclasses) over a pipe; cancel travels on a second pipe
 (:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
 killed) and a thread in the child turns it into the run's ``cancel()``.
@@ -32,6 +33,7 @@ from chatphase.bench.grid import GridPoint
 from chatphase.bench.grid_api import GridDone, GridProgress
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.bench.spec_api import SpecDone, SpecPlan, SpecProgress
 from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.host import exit_reason, stop_process
@@ -45,7 +47,17 @@ class BenchFailed:
     message: str
 
 
-JobEvent = BenchStatus | BenchNotice | SweepProgress | GridProgress | BenchDone | GridDone | BenchFailed
+JobEvent = (
+    BenchStatus
+    | BenchNotice
+    | SweepProgress
+    | GridProgress
+    | SpecProgress
+    | BenchDone
+    | GridDone
+    | SpecDone
+    | BenchFailed
+)
 
 
 def _bench_run(info: ModelInfo, config: EngineConfig, plan, roofline: bool, log_path: str):
@@ -60,6 +72,13 @@ def _grid_run(points, infos, config: EngineConfig, plan: SweepPlan, notes, roofl
     from chatphase.bench.grid_api import GridRun
 
     return GridRun(points, infos, config, plan, notes=notes, roofline=roofline, log_path=log_path)
+
+
+def _spec_run(info: ModelInfo, config: EngineConfig, plan, log_path: str):
+    """The child's run of a :class:`SpecJob`: decode modes side by side (:class:`~chatphase.bench.spec_api.SpecRun`)."""
+    from chatphase.bench.spec_api import SpecRun
+
+    return SpecRun(info, config, plan)
 
 
 def _child_main(conn, cancel_conn, build: Callable, args: tuple, log_path) -> None:
@@ -111,7 +130,7 @@ class BenchJob:
         self,
         info: ModelInfo,
         config: EngineConfig,
-        plan: SweepPlan | ParallelPlan,
+        plan: SweepPlan | ParallelPlan | SpecPlan,
         roofline: bool = True,
         log_path: str | None = None,
     ) -> None:
@@ -157,7 +176,7 @@ class BenchJob:
                     event, ready = None, False
                 if event is not None:
                     yield event
-                    if isinstance(event, (BenchDone, GridDone, BenchFailed)):
+                    if isinstance(event, (BenchDone, GridDone, SpecDone, BenchFailed)):
                         return
                 elif not proc.is_alive():
                     yield BenchFailed(f"the benchmark process died ({exit_reason(proc.exitcode)}); see the engine log")
@@ -209,3 +228,18 @@ class GridJob(BenchJob):
 
     def _run_args(self) -> tuple[Callable, tuple]:
         return _grid_run, (self.points, self.infos, self.config, self.plan, self.notes, self.roofline)
+
+
+class SpecJob(BenchJob):
+    """Decode modes side by side (:class:`~chatphase.bench.spec_api.SpecRun`) in a child process, like
+    :class:`BenchJob`: its events are ``BenchStatus``, ``SpecProgress``, then ``SpecDone`` or ``BenchFailed``.
+
+    Raises:
+        UsageError: at construction, when the plan does not fit ``config``'s n_ctx and n_batch.
+    """
+
+    def __init__(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan, log_path: str | None = None) -> None:
+        super().__init__(info, config, plan.validate(config.n_ctx, config.n_batch), roofline=False, log_path=log_path)
+
+    def _run_args(self) -> tuple[Callable, tuple]:
+        return _spec_run, (self.info, self.config, self.plan)

@@ -15,17 +15,21 @@ by a shared machine's changing load).
 :func:`verify_cost`: the ms of one target step evaluating ``k`` tokens (k = 1…16) at a given depth, logits
 at every position as verification needs: a step of ``k + 1`` tokens pays when more than
 ``cost(k + 1) / cost(1)`` tokens are accepted on average.
+
+The Experiments screen runs the same through :mod:`chatphase.bench.spec_api` (:func:`iter_runs`, :func:`collect`).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.spec_modes import parse_spec
+from chatphase.errors import EngineError, UsageError
 
 CODE_BLOCK = """import json
 from dataclasses import dataclass, field
@@ -105,6 +109,115 @@ class ArmResult:
     identical: bool = True
 
 
+@dataclass(frozen=True)
+class SpecSample:
+    """One run: arm ``spec`` on prompt ``prompt`` (an index into :data:`PROMPTS`, of ``kind``) in repetition
+    ``rep``; its decode tok/s, spec figures (``None`` for ``off``) and reply."""
+
+    spec: str
+    kind: str
+    rep: int
+    prompt: int
+    decode_tokens_per_s: float
+    acceptance: float | None
+    tokens_per_step: float | None
+    speedup: float | None
+    reply: str
+
+
+def parse_arms(text: str) -> list[str]:
+    """The comma-separated modes of ``--spec`` (each checked).
+
+    Raises:
+        UsageError: an unknown mode, or none.
+    """
+    specs = [part.strip() for part in text.split(",") if part.strip()]
+    for spec in specs:
+        parse_spec(spec)
+    if not specs:
+        raise UsageError("--spec needs one or more of off, lookup, auto, draft:MODEL")
+    return specs
+
+
+def with_off(specs: Sequence[str]) -> list[str]:
+    """``specs`` with ``off`` first (the ratios are to it), each once."""
+    return list(dict.fromkeys(["off", *specs]))
+
+
+def iter_runs(
+    info,
+    config: EngineConfig,
+    specs: Sequence[str],
+    reps: int = 3,
+    max_tokens: int = 160,
+    stop: Callable[[], bool] = lambda: False,
+    engine_factory: Callable | None = None,
+) -> Iterator[SpecSample]:
+    """Run every prompt of :data:`PROMPTS` on every arm of :func:`with_off` ``(specs)``, ``reps`` times
+    interleaved (see the module docstring), yielding each run as it ends; ``stop()`` true ends it between
+    runs. ``engine_factory(info, config)`` replaces :class:`~chatphase.engine.llama.LlamaEngine` in tests.
+
+    Raises:
+        EngineError: an arm whose engine failed to load or run (its message).
+    """
+    if engine_factory is None:
+        from chatphase.engine.llama import LlamaEngine as engine_factory
+    specs = with_off(specs)
+    engines = {}
+    try:
+        for spec in specs:
+            if stop():
+                return
+            engine = engine_factory(info, replace(config, spec=spec))
+            events = list(engine.load())
+            if not isinstance(events[-1], ModelLoaded):
+                engine.close()
+                raise EngineError(f"{spec}: {getattr(events[-1], 'message', events[-1])}")
+            engines[spec] = engine
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=0)
+        for rep in range(reps):
+            order = specs[rep % len(specs) :] + specs[: rep % len(specs)]
+            for n, (kind, prompt) in enumerate(PROMPTS):
+                for spec in order:
+                    if stop():
+                        return
+                    req = TurnRequest(1, (Message("user", prompt),), sampling, reset_cache=True)
+                    fin = None
+                    for event in engines[spec].run_turn(req):
+                        if isinstance(event, EngineFailed):
+                            raise EngineError(f"{spec}: {event.message}")
+                        if isinstance(event, TurnFinished):
+                            fin = event
+                    m = fin.metrics
+                    yield SpecSample(
+                        spec, kind, rep, n, m.decode_tokens_per_s or 0.0,
+                        m.spec_acceptance, m.spec_tokens_per_step, m.spec_speedup, fin.reply,
+                    )  # fmt: skip
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+def collect(samples: Sequence[SpecSample]) -> dict[str, ArmResult]:
+    """The arms' results from their runs, arms in first-seen order. A ratio to ``off`` (and the identity check)
+    counts only the (rep, prompt) pairs ``off`` ran too, so a cancelled run's partial samples read right."""
+    results: dict[str, ArmResult] = {}
+    off = {(s.rep, s.prompt): s for s in samples if s.spec == "off"}
+    for s in samples:
+        r = results.setdefault(s.spec, ArmResult(s.spec))
+        r.rates.setdefault(s.kind, []).append(s.decode_tokens_per_s)
+        for figures, value in ((r.acceptance, s.acceptance), (r.tokens_per_step, s.tokens_per_step),
+                               (r.speedup, s.speedup)):  # fmt: skip
+            if value is not None:
+                figures.setdefault(s.kind, []).append(value)
+        base = off.get((s.rep, s.prompt))
+        if base is not None:
+            rate = base.decode_tokens_per_s
+            r.ratios.setdefault(s.kind, []).append(s.decode_tokens_per_s / rate if rate else 0.0)
+            r.identical &= s.reply == base.reply
+    return results
+
+
 def run_arms(
     info,
     config: EngineConfig,
@@ -113,61 +226,27 @@ def run_arms(
     max_tokens: int = 160,
     progress: Callable[[str], None] = lambda text: None,
 ) -> dict[str, ArmResult]:
-    """Run every prompt of :data:`PROMPTS` on every arm of ``specs``, ``reps`` times interleaved (see the
-    module docstring). ``off`` is added first when missing (the ratios are to it).
+    """:func:`iter_runs` to the end, then :func:`collect`; ``progress`` gets a line after each run (its tok/s).
 
     Raises:
-        RuntimeError: an arm whose engine failed to load or run (its message).
+        EngineError: an arm whose engine failed to load or run (its message).
     """
-    from chatphase.engine.llama import LlamaEngine
-
-    specs = list(dict.fromkeys(["off", *specs]))
-    engines = {}
-    try:
-        for spec in specs:
-            engine = LlamaEngine(info, replace(config, spec=spec))
-            events = list(engine.load())
-            if not isinstance(events[-1], ModelLoaded):
-                engine.close()
-                raise RuntimeError(f"{spec}: {getattr(events[-1], 'message', events[-1])}")
-            engines[spec] = engine
-        results = {spec: ArmResult(spec) for spec in specs}
-        sampling = SamplingParams(max_tokens=max_tokens, temperature=0)
-        for rep in range(reps):
-            order = specs[rep % len(specs) :] + specs[: rep % len(specs)]
-            for n, (kind, prompt) in enumerate(PROMPTS):
-                replies, rates = {}, {}
-                for spec in order:
-                    progress(f"rep {rep + 1}/{reps} · prompt {n + 1}/{len(PROMPTS)} · {spec}")
-                    req = TurnRequest(1, (Message("user", prompt),), sampling, reset_cache=True)
-                    fin = None
-                    for event in engines[spec].run_turn(req):
-                        if isinstance(event, EngineFailed):
-                            raise RuntimeError(f"{spec}: {event.message}")
-                        if isinstance(event, TurnFinished):
-                            fin = event
-                    m = fin.metrics
-                    replies[spec], rates[spec] = fin.reply, m.decode_tokens_per_s or 0.0
-                    r = results[spec]
-                    r.rates.setdefault(kind, []).append(rates[spec])
-                    if m.spec_acceptance is not None:
-                        r.acceptance.setdefault(kind, []).append(m.spec_acceptance)
-                    if m.spec_tokens_per_step is not None:
-                        r.tokens_per_step.setdefault(kind, []).append(m.spec_tokens_per_step)
-                    if m.spec_speedup is not None:
-                        r.speedup.setdefault(kind, []).append(m.spec_speedup)
-                for spec in specs:
-                    results[spec].ratios.setdefault(kind, []).append(rates[spec] / rates["off"] if rates["off"] else 0)
-                    results[spec].identical &= replies[spec] == replies["off"]
-        return results
-    finally:
-        for engine in engines.values():
-            engine.close()
+    samples = []
+    for s in iter_runs(info, config, specs, reps, max_tokens):
+        progress(
+            f"rep {s.rep + 1}/{reps} · prompt {s.prompt + 1}/{len(PROMPTS)} · {s.spec}: {s.decode_tokens_per_s:.1f} tok/s"
+        )
+        samples.append(s)
+    return collect(samples)
 
 
 def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] = range(1, 17), reps: int = 5) -> dict:
     """Median ms of one step evaluating ``k`` tokens after ``depth`` cached ones, logits at every position, for
-    each ``k`` (the order interleaved over ``reps``); also ``k = 1``'s, for the ratios."""
+    each ``k`` (the order interleaved over ``reps``); also ``k = 1``'s, for the ratios.
+
+    Raises:
+        EngineError: the model fails to load or llama.cpp refuses a batch.
+    """
     import llama_cpp as lc
 
     from chatphase.engine.llama import LlamaEngine
@@ -176,12 +255,12 @@ def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] 
     try:
         events = list(engine.load())
         if not isinstance(events[-1], ModelLoaded):
-            raise RuntimeError(getattr(events[-1], "message", str(events[-1])))
+            raise EngineError(getattr(events[-1], "message", str(events[-1])))
         ctx, mem = engine._ctx, engine._mem
         tokens = (engine.tokenize(CODE_BLOCK) * 4)[: depth + max(ks)]
         for start in range(0, depth, config.n_batch):
             if not engine._decode(tokens[start : min(start + config.n_batch, depth)]):
-                raise RuntimeError("llama.cpp could not evaluate the context")
+                raise EngineError("llama.cpp could not evaluate the context")
         batch = lc.llama_batch_init(max(ks), 0, 1)
         times: dict[int, list[float]] = {k: [] for k in ks}
         try:
@@ -193,7 +272,7 @@ def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] 
                     batch.n_tokens = k
                     t0 = time.perf_counter_ns()
                     if lc.llama_decode(ctx, batch) != 0:
-                        raise RuntimeError(f"llama.cpp could not evaluate a batch of {k}")
+                        raise EngineError(f"llama.cpp could not evaluate a batch of {k}")
                     lc.llama_synchronize(ctx)
                     times[k].append((time.perf_counter_ns() - t0) / 1e6)
                     lc.llama_memory_seq_rm(mem, 0, depth, -1)
@@ -205,19 +284,21 @@ def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] 
 
 
 def summary_rows(results: dict[str, ArmResult]) -> list[dict]:
-    """One row per arm and kind: median decode tok/s, median ratio to ``off``, mean acceptance and tokens per step."""
+    """One row per arm and kind: median decode tok/s, median ratio to ``off``, mean acceptance and tokens per
+    step, median speed-up against the turn's own plain steps (``None`` where there is none)."""
     rows = []
     for spec, r in results.items():
         for kind in KINDS:
             if kind not in r.rates:
                 continue
-            acc, tps, own = r.acceptance.get(kind), r.tokens_per_step.get(kind), r.speedup.get(kind)
+            acc, tps, own, ratios = (r.acceptance.get(kind), r.tokens_per_step.get(kind), r.speedup.get(kind),
+                                     r.ratios.get(kind))  # fmt: skip
             rows.append(
                 {
                     "spec": spec,
                     "kind": kind,
                     "decode_tokens_per_s": statistics.median(r.rates[kind]),
-                    "ratio_to_off": statistics.median(r.ratios[kind]),
+                    "ratio_to_off": statistics.median(ratios) if ratios else None,
                     "acceptance": statistics.fmean(acc) if acc else None,
                     "tokens_per_step": statistics.fmean(tps) if tps else None,
                     "turn_speedup": statistics.median(own) if own else None,
@@ -228,22 +309,28 @@ def summary_rows(results: dict[str, ArmResult]) -> list[dict]:
     return rows
 
 
-def format_rows(rows: list[dict]) -> str:
-    """The rows as an aligned text table."""
+#: the table's columns, and the width and alignment of each in :func:`format_rows`.
+HEADERS = ("arm", "prompts", "tok/s", "× off", "accept", "tok/step", "× own", "same")
+_WIDTHS = ("<16", "<9", ">7", ">6", ">7", ">8", ">6", ">5")
+
+
+def row_cells(row: dict) -> list[str]:
+    """A :func:`summary_rows` row as the table's text cells (``-`` where there is no figure)."""
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    out = [
-        f"{'arm':<16} {'prompts':<9} {'tok/s':>7} {'× off':>6} {'accept':>7} {'tok/step':>8} {'× own':>6} {'same':>5}"
-    ]
-    for r in rows:
-        out.append(
-            f"{r['spec']:<16} {r['kind']:<9} {r['decode_tokens_per_s']:>7.1f} {r['ratio_to_off']:>6.2f} "
-            f"{f(r['acceptance'], '>7.0%')} {f(r['tokens_per_step'], '>8.2f')} {f(r['turn_speedup'], '>6.2f')} "
-            f"{'yes' if r['identical'] else 'NO':>5}"
-        )
-    return "\n".join(out)
+    return [
+        row["spec"], row["kind"], f(row["decode_tokens_per_s"], ".1f"), f(row["ratio_to_off"], ".2f"),
+        f(row["acceptance"], ".0%"), f(row["tokens_per_step"], ".2f"), f(row["turn_speedup"], ".2f"),
+        "yes" if row["identical"] else "NO",
+    ]  # fmt: skip
+
+
+def format_rows(rows: list[dict]) -> str:
+    """The rows as an aligned text table."""
+    lines = [HEADERS, *(row_cells(r) for r in rows)]
+    return "\n".join(" ".join(format(c, w) for c, w in zip(line, _WIDTHS, strict=True)) for line in lines)
 
 
 def format_costs(costs: dict) -> str:

@@ -11,31 +11,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from chatphase.bench.spec import format_costs, format_rows, run_arms, summary_rows, verify_cost
+from chatphase.bench.spec import format_costs, format_rows, parse_arms, run_arms, summary_rows, verify_cost
 from chatphase.commands.options import settings_from_args
-from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
 
 
-def arms(text: str) -> list[str]:
-    """The comma-separated modes of ``--spec`` (each checked).
-
-    Raises:
-        UsageError: an unknown mode.
-    """
-    specs = [part.strip() for part in text.split(",") if part.strip()]
-    for spec in specs:
-        parse_spec(spec)
-    if not specs:
-        raise UsageError("--spec needs one or more of off, lookup, auto, draft:MODEL")
-    return specs
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the arms and print (or write to ``--output``) the table and the verify-cost sweep."""
-    specs = arms(args.spec)
+    specs = parse_arms(args.spec)
     if args.server:
         raise UsageError("bench --spec runs the local engine; a server's drafting shows in its timings (chat, ask)")
     settings = settings_from_args(argparse.Namespace(**dict(vars(args), spec=None)))

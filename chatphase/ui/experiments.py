@@ -1,11 +1,13 @@
 """The Experiments screen: the benchmark sweeps from the TUI, plotted as they run.
 
-Three tabs (:mod:`chatphase.ui.experiments_panes`): **Prompt length & depth** (prompt lengths, depths, reps,
-generated tokens), **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps) and
+Four tabs (:mod:`chatphase.ui.experiments_panes`): **Prompt length & depth** (prompt lengths, depths, reps,
+generated tokens), **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps),
 **Levers** (:mod:`chatphase.ui.experiments_levers`: one lever's values — models, KV cache types, flash
-attention, n_ubatch, threads — as an interleaved lever grid). Run (Ctrl+R) starts the active tab's sweep,
-the same benchmark as ``chatphase bench`` (``--parallel`` for the second, comma lists in a lever for the
-third), in a child process (:class:`chatphase.bench.job.BenchJob` / ``GridJob``, driven from a thread
+attention, n_ubatch, threads — as an interleaved lever grid) and **Speculative**
+(:mod:`chatphase.ui.experiments_spec`: decode modes side by side and the verify-step cost). Run (Ctrl+R)
+starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for the second,
+comma lists in a lever for the third, ``--spec`` for the fourth), in a child process
+(:class:`chatphase.bench.job.BenchJob` / ``GridJob`` / ``SpecJob``, driven from a thread
 worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
 with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
 (partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
@@ -37,12 +39,14 @@ from chatphase.bench.job import BenchFailed, BenchJob
 from chatphase.bench.report import sample_progress
 from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepProgress
+from chatphase.bench.spec_api import SpecDone, SpecProgress
 from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.ui.experiments_levers import LeversPane
 from chatphase.ui.experiments_panes import ExperimentPane, ParallelPane, SweepPane
+from chatphase.ui.experiments_spec import SpecPane
 
 #: a tab's status line before its first run.
 IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
@@ -94,7 +98,9 @@ class ExperimentsScreen(Screen[None]):
         self.job_plan = None
         self.results: dict[str, object] = {}  # tab kind -> its last result
         self.overlays: list[BenchResult] = []
-        self.progress: list[SweepProgress] = []  # the running sweep's counted runs, for the table's live rows
+        self.progress: list[
+            SweepProgress | SpecProgress
+        ] = []  # the running sweep's counted runs, for the table's live rows
         #: each tab's status line (text, class): a tab never shows the other's
         self.statuses: dict[str, tuple[str, str]] = {}
 
@@ -105,6 +111,7 @@ class ExperimentsScreen(Screen[None]):
                 yield SweepPane()
                 yield ParallelPane()
                 yield LeversPane(self.model_info, self.settings)
+                yield SpecPane()
             with Horizontal(id="exp-progress-row"):
                 yield Button("Run", id="exp-run", variant="primary", compact=True)
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
@@ -267,7 +274,12 @@ class ExperimentsScreen(Screen[None]):
             if not event.sample.warmup:
                 self.progress.append(event)
                 self._fill_table()
-        elif isinstance(event, (BenchDone, GridDone)):
+        elif isinstance(event, SpecProgress):
+            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
+            self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event)}", pane=pane)
+            self.progress.append(event)
+            self._fill_table()
+        elif isinstance(event, (BenchDone, GridDone, SpecDone)):
             self.job = None
             self._set_running(False)
             self.results[pane.kind] = event.result

@@ -210,9 +210,6 @@ class LeversPane(ExperimentPane):
         values.disabled = model
         self.query_one("#exp-lmodels").display = event.value == "model"
 
-    def _value(self, id_: str) -> str:
-        return self.query_one(f"#{id_}", Input).value
-
     def plan(self, settings: Settings) -> LeversPlan:
         """The grid the form describes (models validated, cells against ``settings.n_ctx``).
 

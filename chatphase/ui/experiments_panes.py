@@ -75,6 +75,10 @@ class ExperimentPane(TabPane):
         """
         raise NotImplementedError
 
+    def _value(self, id_: str) -> str:
+        """The text of the form's input ``id_``."""
+        return self.query_one(f"#{id_}", Input).value
+
     def make_job(self, info: ModelInfo, config: EngineConfig, plan):
         """The job that runs ``plan`` (in a child process)."""
         return BenchJob(info, config, plan)
@@ -120,9 +124,6 @@ class SweepPane(ExperimentPane):
         with Horizontal(id="exp-plots", classes="exp-plots"):
             yield BenchPlot("ttft", id="exp-plot-ttft")
             yield BenchPlot("decode", id="exp-plot-decode")
-
-    def _value(self, id_: str) -> str:
-        return self.query_one(f"#{id_}", Input).value
 
     def plan(self, settings: Settings) -> SweepPlan:
         """The plan the form describes, validated against ``settings.n_ctx``.
@@ -186,9 +187,6 @@ class ParallelPane(ExperimentPane):
             yield form_field("Gen steps", "exp-pgen", "32")
         with Horizontal(id="exp-pplots", classes="exp-plots"):
             yield ParallelPlot(id="exp-plot-parallel")
-
-    def _value(self, id_: str) -> str:
-        return self.query_one(f"#{id_}", Input).value
 
     def plan(self, settings: Settings) -> ParallelPlan:
         """The plan the form describes, validated against ``settings`` (N sequences of prompt + steps must fit

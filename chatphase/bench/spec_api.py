@@ -1,0 +1,127 @@
+"""The Speculative tab's runner API: :func:`~chatphase.bench.spec.iter_runs` then
+:func:`~chatphase.bench.spec.verify_cost` as picklable events for a child process
+(:class:`~chatphase.bench.job.SpecJob`), and the result it saves.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+from dataclasses import dataclass, replace
+
+from chatphase.bench.common import BenchStatus
+from chatphase.bench.spec import PROMPTS, SpecSample, collect, iter_runs, summary_rows, verify_cost
+from chatphase.engine.config import EngineConfig
+from chatphase.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SpecPlan:
+    """What the Experiments screen's Speculative tab runs: the arms (:func:`with_off`), ``reps`` over
+    :data:`PROMPTS`, ``max_tokens`` per reply, then the verify-cost sweep for k in ``ks`` at ``depth``."""
+
+    specs: tuple[str, ...]
+    reps: int = 2
+    max_tokens: int = 160
+    depth: int = 256
+    ks: tuple[int, ...] = tuple(range(1, 17))
+    warmup: int = 0
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.specs) * len(PROMPTS) * self.reps
+
+    def validate(self, n_ctx: int, n_batch: int | None = None) -> SpecPlan:
+        """``self`` when it can run in ``n_ctx`` (and ``n_batch``, when given).
+
+        Raises:
+            UsageError: no arms, reps or reply tokens under 1, or a verify step that does not fit.
+        """
+        if not self.specs:
+            raise UsageError("Modes: list one or more of off, lookup, auto, draft:MODEL")
+        if self.reps < 1 or self.max_tokens < 1:
+            raise UsageError("Reps and Reply tokens must be 1 or more")
+        if self.depth + max(self.ks) > n_ctx or max(self.ks) > (n_batch or max(self.ks)):
+            raise UsageError(
+                f"the verify-cost sweep needs n_ctx ≥ {self.depth + max(self.ks)} and n_batch ≥ {max(self.ks)}"
+            )
+        return self
+
+    def to_dict(self) -> dict:
+        return {"specs": list(self.specs), "reps": self.reps, "max_tokens": self.max_tokens, "depth": self.depth}
+
+
+@dataclass(frozen=True)
+class SpecProgress:
+    """One run of a :class:`SpecRun` has ended: the ``done_runs``-th of ``total_runs``."""
+
+    done_runs: int
+    total_runs: int
+    sample: SpecSample
+
+
+@dataclass
+class SpecResult:
+    """A :class:`SpecRun`'s outcome: :func:`summary_rows`, the verify-step ms by k (empty when cancelled
+    before it), the plan, and whether it was cancelled. Saved as JSON or CSV (the rows)."""
+
+    rows: list[dict]
+    costs_ms: dict[int, float]
+    plan: dict
+    cancelled: bool = False
+
+    def to_json(self) -> str:
+        costs = {str(k): ms for k, ms in self.costs_ms.items()}
+        data = {"kind": "spec", "plan": self.plan, "rows": self.rows, "verify_step_ms": costs,
+                "cancelled": self.cancelled}  # fmt: skip
+        return json.dumps(data, indent=2) + "\n"
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(self.rows[0]) if self.rows else ["spec"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return out.getvalue()
+
+
+@dataclass(frozen=True)
+class SpecDone:
+    """The run is over; ``result`` holds what was measured (``result.cancelled`` when stopped early)."""
+
+    result: SpecResult
+
+
+class SpecRun:
+    """:func:`iter_runs` then :func:`verify_cost` as events, for a child process
+    (:class:`~chatphase.bench.job.SpecJob`): ``BenchStatus``, a :class:`SpecProgress` per run, then
+    :class:`SpecDone`. :meth:`cancel` (any thread) ends it after the current run, keeping the runs so far
+    (the verify-cost sweep is skipped). ``engine_factory`` and ``cost`` replace the real ones in tests.
+
+    Raises (while iterating):
+        EngineError: an arm fails to load or run.
+    """
+
+    def __init__(self, info, config: EngineConfig, plan: SpecPlan, engine_factory=None, cost=None) -> None:
+        self.info, self.config, self.plan = info, replace(config, spec="off"), plan
+        self.engine_factory, self.cost = engine_factory, cost or verify_cost
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def __iter__(self):
+        plan, samples = self.plan, []
+        yield BenchStatus(f"loading {len(plan.specs)} arms: {', '.join(plan.specs)}")
+        runs = iter_runs(self.info, self.config, plan.specs, plan.reps, plan.max_tokens, self._cancel.is_set,
+                         self.engine_factory)  # fmt: skip
+        for sample in runs:
+            samples.append(sample)
+            yield SpecProgress(len(samples), plan.total_runs, sample)
+        costs = {}
+        if not self._cancel.is_set():
+            yield BenchStatus(f"verify-step cost, k = {min(plan.ks)}…{max(plan.ks)}")
+            costs = self.cost(self.info, self.config, depth=plan.depth, ks=plan.ks)
+        result = SpecResult(summary_rows(collect(samples)), costs, plan.to_dict(), self._cancel.is_set())
+        yield SpecDone(result)
