@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from rich.style import Style
 from textual.geometry import Region
 from textual.widgets import Label, Static
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
 from chatphase.engine.events import SpecLive
+from chatphase.ui.reply_tail import tail_lines, tinted_tail
 from chatphase.ui.timeline import TurnTimeline
 
 
@@ -122,3 +124,26 @@ async def test_plain_turns_timeline_has_no_steps_line():
         await wait_for(pilot, lambda: idle(app) and app.query_one(TurnTimeline).metrics is not None)
         await pilot.pause()
         assert not any(line.startswith("steps") for line in drawn(app.query_one(TurnTimeline)).splitlines())
+
+
+def tinted(text) -> list[str]:
+    """The tinted runs of a Rich text."""
+    return [text.plain[s.start : s.end] for s in sorted(text.spans, key=lambda s: s.start)]
+
+
+def test_the_tail_tints_spans_across_wrapped_lines_and_only_its_own_text():
+    red = Style(color="red")
+    text = "hello world, this is a test of the tail"
+    t = tinted_tail(text, 6, [(0, 5), (13, 17), (26, 33)], 10, 4, red)
+    assert t.plain == tail_lines(text[6:], 10, 4) == "world,\nthis is a\ntest of\nthe tail"
+    # (0, 5) lies before the tail; (26, 33) = "t of th" crosses a line break, whose space is not drawn
+    assert tinted(t) == ["this", "t of", "th"] and all(s.style == red for s in t.spans)
+    assert tinted(tinted_tail(text, 6, [(13, 17)], 10, 4, None)) == []  # tint off
+
+
+def test_the_tail_finds_repeated_lines_from_the_end_and_leaves_a_tab_expanded_line_untinted():
+    red = Style(color="red")
+    t = tinted_tail("ab\nab\nab", 0, [(6, 8)], 10, 2, red)  # the last "ab" only
+    assert t.plain == "ab\nab" and [(s.start, s.end) for s in t.spans] == [(3, 5)]
+    t = tinted_tail("a\tb\ncd", 0, [(0, 3), (4, 6)], 10, 4, red)  # the tab is drawn as spaces: not found
+    assert t.plain == "a   b\ncd" and tinted(t) == ["cd"]
