@@ -7,7 +7,10 @@ from textual.geometry import Region
 from textual.widgets import Label, Static
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
+from chatphase.config import Settings
 from chatphase.engine.events import SpecLive
+from chatphase.engine.host import EngineHost
+from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.reply_tail import tail_lines, tinted_tail
 from chatphase.ui.timeline import TurnTimeline
 
@@ -147,3 +150,22 @@ def test_the_tail_finds_repeated_lines_from_the_end_and_leaves_a_tab_expanded_li
     assert t.plain == "ab\nab" and [(s.start, s.end) for s in t.spans] == [(3, 5)]
     t = tinted_tail("a\tb\ncd", 0, [(0, 3), (4, 6)], 10, 4, red)  # the tab is drawn as spaces: not found
     assert t.plain == "a   b\ncd" and tinted(t) == ["cd"]
+
+
+async def test_the_real_engine_drafts_tint_the_tail(default_model_info):
+    """lookup on the default model, asked to repeat its prompt: accepted drafts reach the tail, tinted."""
+    settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, spec="lookup", max_tokens=120)
+    app = ChatPhaseApp(settings, default_model_info, lambda info, cur: EngineHost(info, cur.engine_config()))
+    most = 0
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app), timeout_s=60)
+        # at temperature 0 the default model answers with a long run of digits: lookup drafts most of it
+        words = "one two three four five six seven eight nine ten eleven twelve"
+        await send(pilot, f"Repeat this text exactly: {words} {words}")
+        await wait_for(pilot, lambda: app.chat.active_turn is not None)
+        while app.chat.active_turn is not None:
+            if app.view.chat_log.active_reply is not None:
+                most = max(most, len(tail_words(app)[0]))
+            await pilot.pause(0.02)
+        await wait_for(pilot, lambda: idle(app), timeout_s=60)
+        assert app.chat.conversation[-1].content and most >= 1
