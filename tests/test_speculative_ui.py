@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from textual.widgets import Label
+from rich.style import Style
+from textual.geometry import Region
+from textual.widgets import Label, Static
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
+from chatphase.config import Settings
 from chatphase.engine.events import SpecLive
+from chatphase.engine.host import EngineHost
+from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.reply_tail import tail_lines, tinted_tail
+from chatphase.ui.timeline import TurnTimeline
+
+
+def drawn(widget) -> str:
+    """The widget's text as drawn at its size."""
+    width, height = widget.outer_size
+    return "\n".join("".join(seg.text for seg in strip) for strip in widget.render_lines(Region(0, 0, width, height)))
 
 
 def stats(app) -> str:
@@ -35,3 +48,124 @@ async def test_the_phase_line_shows_the_decode_mode_and_its_figures():
 async def test_plain_decode_shows_no_mode():
     shown, turn_spec = await phase_line_mid_decode(None)
     assert shown.startswith("3 tok") and turn_spec is None
+
+
+#: a one-paragraph reply (it stays in the streaming tail while it streams): 40 distinct words
+WORDS = [f"w{i:02d}" for i in range(40)]
+#: tokens 1, 2 of each four come as accepted draft tokens: steps of (draft, draft, sampled) then a plain one
+DRAFTED = frozenset(i for i in range(40) if i % 4 in (1, 2))
+LIVE = SpecLive("lookup", steps=10, drafted=25, accepted=17, tokens=27, speedup=1.6)
+
+
+def tail_words(app) -> tuple[list[str], list[str]]:
+    """The words drawn in the streaming reply's tail: (tinted, not tinted)."""
+    tail = app.view.chat_log.active_reply.query_one(".reply-tail", Static)
+    width, height = tail.outer_size
+    tinted, plain = [], []
+    for strip in tail.render_lines(Region(0, 0, width, height)):
+        for seg in strip:
+            (tinted if seg.style is not None and seg.style.underline else plain).extend(seg.text.split())
+    return tinted, plain
+
+
+async def test_accepted_draft_tokens_are_tinted_in_the_streaming_reply_and_the_key_toggles_it():
+    app, _ = make_app(replies=[" ".join(WORDS)], token_delay_s=0.06, spec=LIVE, drafted=DRAFTED)
+    drafted = {WORDS[i] for i in DRAFTED}
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: app.view.chat_log.active_reply is not None and len(tail_words(app)[0]) >= 3)
+        tinted, plain = tail_words(app)
+        assert set(tinted) <= drafted and plain and not set(plain) & drafted  # exactly the drafted words
+        await pilot.press("ctrl+f3")
+        assert not app.view.chat_log.tint_drafts
+        tinted, plain = tail_words(app)  # redrawn at once, with the same text
+        assert not tinted and set(plain) & drafted
+        await pilot.pause(0.3)
+        tinted, plain = tail_words(app)  # and stays off as more text comes
+        assert not tinted and set(plain) & drafted
+        await pilot.press("ctrl+f3")
+        await wait_for(pilot, lambda: len(tail_words(app)[0]) >= 1)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: idle(app), timeout_s=10)
+
+
+async def test_plain_decode_tints_nothing():
+    app, _ = make_app(replies=[" ".join(WORDS)], token_delay_s=0.03)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: app.view.chat_log.active_reply is not None and len(tail_words(app)[1]) >= 5)
+        assert tail_words(app)[0] == []
+        await wait_for(pilot, lambda: idle(app), timeout_s=10)
+
+
+async def test_the_timeline_shows_the_speculative_turns_target_steps():
+    app, _ = make_app(replies=[" ".join(WORDS)], spec=LIVE, drafted=DRAFTED)
+    async with app.run_test(size=(130, 50)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: idle(app) and app.query_one(TurnTimeline).metrics is not None)
+        await pilot.pause()
+        m = app.query_one(TurnTimeline).metrics
+        # tokens 1..39: 10 verify steps of 3 tokens (2 drafts accepted, 1 rejected), 9 plain steps between them
+        assert (m.spec_steps, m.spec_accepted, m.spec_drafted, m.spec_tokens_per_step) == (19, 20, 30, 39 / 19)
+        assert (m.spec_verify_step_ms, m.spec_plain_step_ms, m.spec_speedup) == (60.0, 20.0, 1.0)  # 20 ms a token
+        lines = drawn(app.query_one(TurnTimeline)).splitlines()
+        steps = next(i for i, line in enumerate(lines) if line.startswith("steps"))
+        end = next(i for i, line in enumerate(lines) if line.startswith("prompt"))
+        assert lines[steps - 1].startswith(" ") and steps > 1  # under the time bar's legend, above the prompt bar
+        items = " · ".join(line[8:].strip() for line in lines[steps:end]).split(" · ")
+        assert items == ["19 target steps", "2.1 tok/step", "verify 60.0 ms/step", "plain 20.0 ms/step", "×1.0"]
+
+
+async def test_plain_turns_timeline_has_no_steps_line():
+    app, _ = make_app(replies=[" ".join(WORDS)])
+    async with app.run_test(size=(130, 50)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: idle(app) and app.query_one(TurnTimeline).metrics is not None)
+        await pilot.pause()
+        assert not any(line.startswith("steps") for line in drawn(app.query_one(TurnTimeline)).splitlines())
+
+
+def tinted(text) -> list[str]:
+    """The tinted runs of a Rich text."""
+    return [text.plain[s.start : s.end] for s in sorted(text.spans, key=lambda s: s.start)]
+
+
+def test_the_tail_tints_spans_across_wrapped_lines_and_only_its_own_text():
+    red = Style(color="red")
+    text = "hello world, this is a test of the tail"
+    t = tinted_tail(text, 6, [(0, 5), (13, 17), (26, 33)], 10, 4, red)
+    assert t.plain == tail_lines(text[6:], 10, 4) == "world,\nthis is a\ntest of\nthe tail"
+    # (0, 5) lies before the tail; (26, 33) = "t of th" crosses a line break, whose space is not drawn
+    assert tinted(t) == ["this", "t of", "th"] and all(s.style == red for s in t.spans)
+    assert tinted(tinted_tail(text, 6, [(13, 17)], 10, 4, None)) == []  # tint off
+
+
+def test_the_tail_finds_repeated_lines_from_the_end_and_leaves_a_tab_expanded_line_untinted():
+    red = Style(color="red")
+    t = tinted_tail("ab\nab\nab", 0, [(6, 8)], 10, 2, red)  # the last "ab" only
+    assert t.plain == "ab\nab" and [(s.start, s.end) for s in t.spans] == [(3, 5)]
+    t = tinted_tail("a\tb\ncd", 0, [(0, 3), (4, 6)], 10, 4, red)  # the tab is drawn as spaces: not found
+    assert t.plain == "a   b\ncd" and tinted(t) == ["cd"]
+
+
+async def test_the_real_engine_drafts_tint_the_tail(default_model_info):
+    """lookup on the default model, asked to repeat its prompt: accepted drafts reach the tail, tinted."""
+    settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, spec="lookup", max_tokens=120)
+    app = ChatPhaseApp(settings, default_model_info, lambda info, cur: EngineHost(info, cur.engine_config()))
+    most = 0
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app), timeout_s=60)
+        # at temperature 0 the default model answers with a long run of digits: lookup drafts most of it
+        words = "one two three four five six seven eight nine ten eleven twelve"
+        await send(pilot, f"Repeat this text exactly: {words} {words}")
+        await wait_for(pilot, lambda: app.chat.active_turn is not None)
+        while app.chat.active_turn is not None:
+            if app.view.chat_log.active_reply is not None:
+                most = max(most, len(tail_words(app)[0]))
+            await pilot.pause(0.02)
+        await wait_for(pilot, lambda: idle(app), timeout_s=60)
+        assert app.chat.conversation[-1].content and most >= 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,7 +37,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics
+from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics, spec_figures
 from chatphase.engine.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_capacity_bytes
@@ -113,7 +113,9 @@ class FakeEngine:
         hold: ``"prefill"`` (after the first progress event) or ``"decode"`` (after ``hold_after_tokens``
             tokens) blocks the stream until :meth:`release` or :meth:`cancel`; :attr:`held` is set meanwhile.
         notes / log_path: copied into :class:`LoadedModel`.
-        spec: speculative decoding's live figures, sent with every ``TokensDecoded`` (a decode mode's look).
+        spec: speculative decoding's live figures, sent with every ``TokensDecoded``, and ``spec_*`` metrics.
+        drafted: indices of tokens (0 = the first) sent as accepted draft tokens (``drafted_spans``: all their
+            text): each is in the step of the next other token, which also drafted one rejected token.
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class FakeEngine:
         notes: tuple[str, ...] = ("fake engine: scripted events",),
         log_path: str = "",
         spec: SpecLive | None = None,
+        drafted: Collection[int] = (),
     ) -> None:
         self.info = info
         self.n_ctx = int(getattr(config, "n_ctx", 4096))
@@ -147,7 +150,7 @@ class FakeEngine:
         self.crash_at, self.crash_turn = crash_at, crash_turn
         self.hold, self.hold_after_tokens = hold, hold_after_tokens
         self.notes, self.log_path = notes, log_path
-        self.spec = spec
+        self.spec, self.drafted = spec, frozenset(drafted)
         self.kv_bytes_per_token = info.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN
         self._cache: list[str] = []
         self._cancel = threading.Event()
@@ -260,6 +263,7 @@ class FakeEngine:
                     split.thinking,
                     tracker.thinking_tokens,
                     self.spec,
+                    ((0, len(split.answer)),) if split.answer and len(times) - 1 in self.drafted else (),
                 )
             i += 1
             if tracker.over_budget():  # the engine closes the block itself and goes on with the answer
@@ -291,9 +295,21 @@ class FakeEngine:
             kv_capacity_bytes=kv_capacity_bytes(self.kv_bytes_per_token, self.n_ctx),
             stop_reason=stop,
             dropped_messages=dropped,
+            spec=self._spec_figures(times) if self.spec is not None and times else None,
             **tracker.metrics_args(),
         )
         yield TurnFinished(request.turn_id, "".join(text), metrics, thinking="".join(thought))
+
+    def _spec_figures(self, times: Sequence[int]) -> dict:
+        """The ``spec_*`` metrics of tokens at ``times`` (ns), in the steps that ``drafted`` implies."""
+        steps, run = [], 0  # (end ns, tokens, drafted, accepted, plain) per step; run: its accepted drafts
+        for k in range(1, len(times)):
+            run += k in self.drafted
+            if k not in self.drafted or k == len(times) - 1:  # a sampled token ends a step, as the reply's end does
+                sampled = k not in self.drafted
+                steps.append((times[k], run + sampled, run + (sampled and run > 0), run, not run))
+                run = 0
+        return spec_figures(self.spec.mode, times[0], *([list(c) for c in zip(*steps, strict=True)] or [[]] * 5))
 
     def watch(self) -> Iterator[Event]:
         """Block until the engine dies or is closed; yield ``EngineFailed(fatal=True)`` when it died."""

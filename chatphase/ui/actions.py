@@ -116,6 +116,15 @@ ACTIONS: tuple[ChatAction, ...] = (
         show=False,
     ),
     ChatAction(
+        "view.draft_tint",
+        "ctrl+f3",
+        "toggle_draft_tint",
+        "Drafts",
+        "View: Tint draft tokens",
+        "Speculative decoding: tint the streaming reply's text that came from accepted draft tokens, or stop",
+        show=False,
+    ),
+    ChatAction(
         "view.dashboard",
         "ctrl+b",
         "toggle_dashboard",

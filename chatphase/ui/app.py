@@ -231,6 +231,10 @@ class ChatPhaseApp(App[None]):
         """Show or hide the side panel (beside the chat when wide, below it when narrow)."""
         self.screen.toggle_class("-show-side" if self.screen.has_class("-narrow") else "-hide-side")
 
+    def action_toggle_draft_tint(self) -> None:
+        """Tint accepted draft tokens in the streaming reply (speculative decoding), or stop."""
+        self.view.toggle_draft_tint()
+
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""
         from chatphase.ui.screens import LogScreen  # screens load when first opened (startup)

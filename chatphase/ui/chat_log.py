@@ -25,14 +25,14 @@ footer widgets go, and it draws its whole text and footer itself, as one rendera
 resize or theme change, so an old turn costs the UI two widgets (its message and its reply) however
 long the chat (``benchmarks/ui_memory.py`` measures it).
 
-The log stays scrolled to the bottom (``anchor``) until the user scrolls up.
+The log stays scrolled to the bottom (``anchor``) until the user scrolls up. The tail tints the text of
+accepted draft tokens (speculative decoding; :mod:`chatphase.ui.reply_tail`); the Markdown does not.
 """
 
 from __future__ import annotations
 
-import textwrap
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from rich.console import Group
@@ -45,6 +45,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
+from chatphase.ui.reply_tail import tinted_tail
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
@@ -69,15 +70,6 @@ class Notice(Static):
 
     def __init__(self, text: str, kind: str = "info") -> None:
         super().__init__(text, markup=False, classes=f"notice -{kind}")
-
-
-def tail_lines(text: str, width: int, count: int) -> str:
-    """The last ``count`` lines of ``text`` wrapped at ``width`` characters (``width`` ≥ 1): at spaces, as
-    the Markdown will wrap it once committed; a word longer than a line is cut."""
-    lines: list[str] = []
-    for line in text.split("\n")[-count:]:
-        lines.extend(textwrap.wrap(line.expandtabs(4), width, break_on_hyphens=False) or [""])
-    return "\n".join(lines[-count:])
 
 
 class FoldedReply(Widget):
@@ -105,8 +97,9 @@ class ReplyView(Widget):
     old turns cost two widgets each (the user's message and this one) instead of five.
     """
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta"}
-    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``)."""
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta", "reply--drafted"}
+    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
+    tint of accepted draft tokens in the tail (speculative decoding, while :attr:`tint`)."""
 
     def __init__(
         self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None, synthetic: bool = False
@@ -125,6 +118,8 @@ class ReplyView(Widget):
         self.folded = False
         self.meta = "prefill…" if not self.finished else ""  # the footer's text
         self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
+        self.drafted: list[tuple[int, int]] = []  # spans of ``text`` from accepted draft tokens, not committed
+        self.tint = True  # whether the tail tints them
 
     def compose(self):
         if self.folded:  # folded before it was mounted (a resumed chat's turns): nothing to stream into
@@ -190,9 +185,11 @@ class ReplyView(Widget):
             callback, self._on_shown = self._on_shown, None
             self.app.call_after_refresh(self.app.call_after_refresh, callback)
 
-    def feed(self, text: str) -> None:
-        """Buffer decoded text (drawn at the next :meth:`flush`)."""
+    def feed(self, text: str, drafted: Sequence[tuple[int, int]] = ()) -> None:
+        """Buffer decoded text (drawn at the next :meth:`flush`); ``drafted``: accepted drafts' spans in it."""
         if text and not self.finished:
+            base = len(self.text)
+            self.drafted.extend((base + a, base + b) for a, b in drafted)
             self.text += text
 
     @property
@@ -223,7 +220,8 @@ class ReplyView(Widget):
             if end > self._committed:
                 await self._write(self.text[self._committed : end], boundary=found if end == found else None)
                 wrote = True
-        self._draw_tail(hide_when_empty=stalled)
+        self.drafted = [s for s in self.drafted if s[1] > self._committed]
+        self.draw_tail(hide_when_empty=stalled)
         return wrote
 
     async def _write(self, chunk: str, boundary: int | None = None) -> None:
@@ -246,17 +244,17 @@ class ReplyView(Widget):
             self._segment_chars += len(chunk)
             self._segments[-1].append(chunk)
 
-    def _draw_tail(self, hide_when_empty: bool) -> None:
-        """Show the uncommitted text in the tail. Showing or hiding the tail is a layout, so it stays
-        shown (empty) between blocks and is hidden only with a commit of everything."""
+    def draw_tail(self, hide_when_empty: bool = False) -> None:
+        """Show the uncommitted text in the tail (again when :attr:`tint` changed). Showing or hiding the
+        tail is a layout, so it stays shown (empty) between blocks and is hidden only with a commit of all."""
         tail = self._tail
-        rest = self.text[self._committed :]
-        if not rest and (hide_when_empty or not tail.display):
+        if self._committed == len(self.text) and (hide_when_empty or not tail.display):
             tail.display = False
             return
         width = max(1, tail.content_size.width or self.content_size.width - 2)
         lines = tail.content_size.height or TAIL_LINES
-        tail.update(tail_lines(rest, width, lines), layout=False)
+        style = self.get_component_rich_style("reply--drafted") if self.tint and self.drafted else None
+        tail.update(tinted_tail(self.text, self._committed, self.drafted, width, lines, style), layout=False)
         if not tail.display:
             tail.display = True
 
@@ -319,6 +317,7 @@ class ChatLog(VerticalScroll):
         super().__init__(**kwargs)
         self._latest_reply: ReplyView | None = None  # kept so per-token calls never query the DOM
         self._removing: weakref.WeakSet = weakref.WeakSet()  # entries whose removal has started
+        self.tint_drafts = True  # new replies' :attr:`ReplyView.tint`
 
     def on_mount(self) -> None:
         self.anchor()
@@ -345,6 +344,7 @@ class ChatLog(VerticalScroll):
         """Append an empty reply that the turn's text will stream into; ``on_shown`` is called once it
         is mounted and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
         view = ReplyView(turn_id, on_shown=on_shown, synthetic=synthetic)
+        view.tint = self.tint_drafts
         self._fold_latest()
         self.mount(view)
         self.anchor()

@@ -165,8 +165,19 @@ class ChatView(ChatListener):
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         reply = self.chat_log.active_reply
         if reply is not None:
-            reply.feed(event.text)
+            reply.feed(event.text, event.drafted_spans)
         self.thinking.feed(event.thinking)
+
+    def toggle_draft_tint(self) -> bool:
+        """Tint accepted draft tokens in streaming replies, or stop (with a notice); returns whether they are."""
+        log = self.chat_log
+        log.tint_drafts = not log.tint_drafts
+        reply = log.active_reply
+        if reply is not None:
+            reply.tint = log.tint_drafts
+            reply.draw_tail()
+        self.app.notify("draft tokens tinted" if log.tint_drafts else "draft tokens not tinted", timeout=2)
+        return log.tint_drafts
 
     def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
         self.thinking.ended(event)

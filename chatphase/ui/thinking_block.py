@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.widgets import Collapsible, Static
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.ui.chat_log import tail_lines
+from chatphase.ui.reply_tail import tail_lines
 from chatphase.units import fmt_int, fmt_seconds
 
 #: height of the streaming thinking's tail (lines); ``.thinking-tail`` in ``app.tcss`` has the same.

@@ -11,6 +11,8 @@ Two bars share the widget's width:
   evaluated this turn — the cached part costs no time, so it only shows on this token scale.
 
 A turn with a thinking block adds a third bar, reply (tokens): ``thinking_tokens`` then ``answer_tokens``.
+A speculative turn adds a steps line under the time bar's legend: its decode's target steps (``spec_steps``),
+``spec_tokens_per_step``, the mean verify-step and plain-step ms, and ``spec_speedup`` (:func:`step_items`).
 
 Each segment with a non-zero length gets at least one cell, so a 1 ms tokenise step stays visible next to
 a 2 s decode; cells are shared out by largest remainder. Colours come from component classes (set in
@@ -69,6 +71,26 @@ def reply_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     return [("thinking", float(m.thinking_tokens)), ("answer", float(m.answer_tokens or 0))]
 
 
+def _ms(v: float) -> str:
+    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
+
+
+def step_items(m: TurnMetrics) -> list[str]:
+    """The steps line's items of a speculative turn (``[]`` for plain decode or unknown steps):
+    ``["12 target steps", "2.5 tok/step", "verify 9.1 ms/step", "plain 6.0 ms/step", "×1.6"]``, each where known."""
+    if m.spec_mode is None or m.spec_steps is None:
+        return []
+    items = [f"{m.spec_steps:,} target steps"]
+    if m.spec_tokens_per_step is not None:
+        items.append(f"{m.spec_tokens_per_step:.1f} tok/step")
+    for name, ms in (("verify", m.spec_verify_step_ms), ("plain", m.spec_plain_step_ms)):
+        if ms is not None:
+            items.append(f"{name} {_ms(ms)}/step")
+    if m.spec_speedup is not None:
+        items.append(f"×{m.spec_speedup:.1f}")
+    return items
+
+
 def scale_cells(lengths: Sequence[float], width: int) -> list[int]:
     """Share ``width`` cells among ``lengths`` in proportion (largest remainder).
 
@@ -93,10 +115,6 @@ def scale_cells(lengths: Sequence[float], width: int) -> list[int]:
     for i in order[:left]:
         cells[i] += 1
     return cells
-
-
-def _ms(v: float) -> str:
-    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
 
 
 class TurnTimeline(Widget):
@@ -152,6 +170,21 @@ class TurnTimeline(Widget):
             used += 1 + len(item) + (2 if used else 0)
         return text
 
+    def _steps(self, items: list[str], width: int) -> list[Text]:
+        """The steps line (``[]`` without items): items joined by `` · ``, wrapped between items to ``width``."""
+        if not items:
+            return []
+        lines, line = [], ""
+        for item in items:
+            if line and len(line) + 3 + len(item) > width:
+                lines.append(line)
+                line = item
+            else:
+                line = f"{line} · {item}" if line else item
+        lines.append(line)
+        labels = ["steps", *[""] * (len(lines) - 1)]
+        return [Text(label.ljust(self.LABEL_WIDTH)) + Text(t) for label, t in zip(labels, lines, strict=True)]
+
     def render_width(self, width: int) -> Text:
         """The timeline as Rich text for a content ``width`` in cells (used by :meth:`render` and for the height)."""
         m = self._metrics
@@ -163,6 +196,7 @@ class TurnTimeline(Widget):
         lines = [
             self._bar("time", times, bar_width),
             self._legend(times, _ms, bar_width),
+            *self._steps(step_items(m), bar_width),
             self._bar("prompt", tokens, bar_width),
             self._legend(tokens, lambda v: f"{int(v):,} tok", bar_width),
         ]
