@@ -48,7 +48,7 @@ def test_auto_follows_the_probe_on_amx_cpus(monkeypatch, safe):
             amx_why=plan.extra_bufts_why,
         )
         assert slow == (
-            "AMX off: llama.cpp's extra buffer types are off on this AMX CPU (the probe said so), so prefill runs "
+            "AMX off: llama.cpp's extra buffer types are off on this AMX CPU — the probe said so; prefill runs "
             "without the AMX kernels; --extra-bufts on overrides",
         )
 

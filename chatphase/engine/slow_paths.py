@@ -63,10 +63,10 @@ def slow_paths(
             f"(llama.cpp put it on {fa_dev}), so attention runs without it"
         )
     if amx and not use_extra_bufts:
-        why = f" ({amx_why})" if amx_why else ""
+        why = f" — {amx_why}" if amx_why else ""
         out.append(
-            f"AMX off: llama.cpp's extra buffer types are off on this AMX CPU{why}, "
-            "so prefill runs without the AMX kernels; --extra-bufts on overrides"
+            f"AMX off: llama.cpp's extra buffer types are off on this AMX CPU{why}; "
+            "prefill runs without the AMX kernels; --extra-bufts on overrides"
         )
     return tuple(out)
 
