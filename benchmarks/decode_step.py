@@ -4,7 +4,7 @@ Run: ``python benchmarks/decode_step.py --llama-bench PATH --llama-completion PA
 
 Arms, interleaved rep by rep (the order rotating), all with 2 threads (``--threads``) on the same model:
 
-- ``chatphase`` — the engine in its child process (:class:`chatphase.engine.host.EngineHost`, chatphase's
+- ``chatphase`` — the engine in its child process (:class:`chatphase.engine.process.host.EngineHost`, chatphase's
   defaults otherwise), ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``; decode rate
   = (tokens − 1) / (t_last − t_first), the engine's own clock. Greedy and with chatphase's default sampler
   chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.7, seeded), at depth 0 and at ``--depth``.
@@ -45,9 +45,9 @@ from engine_speed import load_note
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, SamplingParams, TurnFinished, TurnRequest
-from chatphase.engine.llama_params import offload_plan
+from chatphase.engine.local.llama_params import offload_plan
 from chatphase.engine.logfile import default_log_path
-from chatphase.engine.vocab import VocabFile
+from chatphase.engine.prompting.vocab import VocabFile
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
 from chatphase.system.cpu_features import cpu_name
@@ -64,7 +64,7 @@ class Host:
     """chatphase's engine in its child process; ``tg`` returns decode tokens/s, ``pp`` prompt tokens/s."""
 
     def __init__(self, info, n_ctx: int, threads: int | None) -> None:
-        from chatphase.engine.host import EngineHost
+        from chatphase.engine.process.host import EngineHost
 
         cfg = EngineConfig(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads)
         self.host = EngineHost(info, cfg)
@@ -127,8 +127,8 @@ def breakdown(info, threads: int, prompt: list[int], sampling: SamplingParams, r
     """The decode step, in this process: the engine's own loop with its two llama.cpp calls timed
     (``llama_decode``, and ``llama_sampler_sample``, which reads the logits and runs the sampler chain);
     what is left of each step is chatphase's Python. The timers add two clock reads per call."""
-    from chatphase.engine import generation
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local import generation
+    from chatphase.engine.local.llama import LlamaEngine
 
     lc = generation.lc
     real_decode, real_sample = lc.llama_decode, lc.llama_sampler_sample

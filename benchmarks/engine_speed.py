@@ -98,7 +98,7 @@ class ChatphaseHost:
     extra buffer types) and the benchmark's thread count (chatphase's default is the same: physical cores)."""
 
     def __init__(self, info, n_ctx: int, threads: int) -> None:
-        from chatphase.engine.host import EngineHost
+        from chatphase.engine.process.host import EngineHost
 
         self.host = EngineHost(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
         for ev in self.host.load():

@@ -11,11 +11,11 @@ Conditions: ``quiet``; ``busy1`` / ``busy2``: one / two spin loops that this scr
 stops (at the end of each condition, on Ctrl+C or any error; each also exits by itself after ``--spin-s``
 seconds or as soon as this script is gone). Arms, on the same model and prompt tokens:
 
-- ``auto``: chatphase's default (``--threads auto``: :mod:`chatphase.engine.threads`);
+- ``auto``: chatphase's default (``--threads auto``: :mod:`chatphase.engine.threads.policy`);
 - ``fixed N``: ``--threads N`` with N = the physical cores, and N = 1;
 - ``llama-bench N`` (with ``--llama-bench PATH``): llama.cpp's own tool at the same counts, ``-r 1``.
 
-Each arm runs in its own engine child process (:class:`~chatphase.engine.host.EngineHost`, as the TUI and
+Each arm runs in its own engine child process (:class:`~chatphase.engine.process.host.EngineHost`, as the TUI and
 ``ask`` do), loaded once and kept: per repetition, a cold ``pp`` prompt (``--pp`` tokens, cache cleared,
 1 token generated: TTFT and prefill tok/s) and a ``tg`` turn (1-token prompt, ``--tg`` tokens with the end
 of sequence ignored: decode tok/s and ITL p50/p95/max, the definitions of ``docs/metrics.md``). Repetitions
@@ -54,7 +54,7 @@ from engine_speed import llama_bench, load_note
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, SamplingParams, TurnFinished, TurnRequest
-from chatphase.engine.host import EngineHost
+from chatphase.engine.process.host import EngineHost
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
 from chatphase.system.cpu_features import physical_cores

@@ -2,7 +2,7 @@
 
 Method (one run, side by side, interleaved):
 
-- One :class:`~chatphase.engine.host.EngineHost` (the model in its child process) is loaded once and shared by
+- One :class:`~chatphase.engine.process.host.EngineHost` (the model in its child process) is loaded once and shared by
   both arms through :class:`SharedEngine`, so the only difference between the arms is the TUI. Every turn
   starts from a cleared KV cache (``reset_cache=True``) and decodes greedily (temperature 0), so both arms
   compute exactly the same tokens.
@@ -48,7 +48,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from chatphase.chat.listener import ChatListener
-from chatphase.config import Settings
 from chatphase.engine.events import (
     EngineFailed,
     Event,
@@ -60,10 +59,11 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.host import EngineHost
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.process.host import EngineHost
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 
 # Replies of about a hundred tokens: a decode rate over a handful of tokens (a one-line answer) measures

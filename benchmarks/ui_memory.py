@@ -56,7 +56,7 @@ def _isolate() -> None:
 
 
 def _app(real: bool, max_tokens: int):
-    from chatphase.config import Settings
+    from chatphase.settings.schema import Settings
     from chatphase.ui.app import ChatPhaseApp
 
     if real:
@@ -85,7 +85,7 @@ async def _wait(pilot, condition, timeout_s: float) -> None:
 async def _drive(turns: int, real: bool, max_tokens: int, trace: bool) -> dict:
     import psutil
 
-    from chatphase.ui.chat_log import ChatLog
+    from chatphase.ui.transcript.chat_log import ChatLog
 
     app = _app(real, max_tokens)
     chat = app.chat

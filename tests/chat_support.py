@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import EngineJob
 from chatphase.chat.listener import ChatListener
-from chatphase.config import Settings
 from chatphase.engine.events import Event
 from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.settings.schema import Settings
 
 
 class StepDispatcher:

@@ -18,7 +18,7 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CHATPHASE_CONFIG", str(base / "config.toml"))
     monkeypatch.setenv("CHATPHASE_RUNTIME_DIR", str(base / "run"))  # engines of other runs stay unseen
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    # one cache for the whole run: the AMX probe (chatphase/engine/amx_probe.py) runs once, not per test
+    # one cache for the whole run: the AMX probe (chatphase/engine/local/amx_probe.py) runs once, not per test
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     yield
 

@@ -7,7 +7,7 @@ from textual.app import App, ComposeResult
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.fake import fake_model_info
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
+from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
 
 MS = 1_000_000
 KV_PER_TOKEN = 23_040  # SmolLM2-135M, f16 (docs/metrics.md)

@@ -20,14 +20,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 
 #: llama-cpp-python's server, started with the CPU-safety settings chatphase's own engine uses
-#: (:func:`chatphase.engine.llama_params.offload_plan`: llama.cpp's extra buffer types off on CPUs with Intel
+#: (:func:`chatphase.engine.local.llama_params.offload_plan`: llama.cpp's extra buffer types off on CPUs with Intel
 #: AMX, docs/architecture.md); the server has no flag for them. ``Llama`` reads
 #: ``llama_cpp.llama_cpp.llama_model_default_params`` (the submodule), so that is the attribute patched: a patch
 #: of the package's re-export never reaches it. Every test that starts a third-party llama.cpp server goes
 #: through :func:`start_llama_cpp_server`, so this is the one place.
 _SERVER_MAIN = """
 import llama_cpp.llama_cpp as low
-from chatphase.engine.llama_params import cpu_safe_model_defaults
+from chatphase.engine.local.llama_params import cpu_safe_model_defaults
 low.llama_model_default_params = cpu_safe_model_defaults(low.llama_model_default_params)
 from llama_cpp.server.__main__ import main
 main()

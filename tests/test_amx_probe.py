@@ -1,5 +1,5 @@
 """Intel AMX: extra buffer types follow a crash-contained probe of this llama.cpp build
-(chatphase/engine/amx_probe.py), asked only on AMX CPUs and kept per library file."""
+(chatphase/engine/local/amx_probe.py), asked only on AMX CPUs and kept per library file."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from chatphase.engine import amx_probe, llama_params
-from chatphase.engine.amx_probe import AmxVerdict
-from chatphase.engine.llama_params import offload_plan
+from chatphase.engine.local import amx_probe, llama_params
+from chatphase.engine.local.amx_probe import AmxVerdict
+from chatphase.engine.local.llama_params import offload_plan
 from chatphase.engine.slow_paths import slow_paths
 
 AUTO = {"extra_bufts": "auto", "n_gpu_layers": 0}

@@ -23,13 +23,12 @@ ALLOWED = {
     "system": LEAF,
     "models": LEAF,
     "engine": LEAF | {"models", "system"},
-    "config": LEAF | {"engine", "models", "system"},
-    "settings_file": LEAF | {"config", "engine", "models", "system"},
+    "settings": LEAF | {"engine", "models", "system"},
     "explain": LEAF | {"engine", "models"},
     "forecast": LEAF,
     "sessions": LEAF | {"engine", "models"},
     "bench": LEAF | {"engine", "models", "system", "explain"},
-    "chat": LEAF | {"engine", "models", "system", "sessions", "config"},
+    "chat": LEAF | {"engine", "models", "system", "sessions", "settings"},
 }
 
 
@@ -104,7 +103,7 @@ def test_engine_takes_its_own_config():
         for src, targets in g.graph().items()
         if package_of(src) == "engine"
         for dst in targets
-        if dst in ("chatphase.config", "chatphase.settings_file")
+        if dst in ("chatphase.settings.schema", "chatphase.settings.file")
     ]
     assert bad == []
 

@@ -78,7 +78,7 @@ def test_the_notice_names_the_argument_by_its_option_or_as_the_prompt(argv, name
 
 
 def test_the_engine_never_dies_of_a_lone_surrogate(default_model_info, tmp_path):
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=256), log_path=tmp_path / "engine.log")
     list(engine.load())
@@ -167,7 +167,7 @@ def test_verbose_shows_the_details_behind_the_line(tmp_path):
 
 
 def test_an_internal_error_in_the_engine_is_words_and_the_traceback_is_in_the_log(default_model_info, tmp_path):
-    from chatphase.engine.host import EngineHost
+    from chatphase.engine.process.host import EngineHost
 
     log = tmp_path / "engine.log"
     host = EngineHost(default_model_info, EngineConfig(n_ctx=256), log_path=str(log))

@@ -18,7 +18,7 @@ from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info
-from chatphase.engine.remote import RemoteEngine
+from chatphase.engine.remote.engine import RemoteEngine
 from chatphase.errors import UsageError
 from tests.bench_support import CharTokenizer
 

@@ -18,7 +18,7 @@ from tests.bench_support import CharTokenizer
 @pytest.fixture(scope="module")
 def vocab(default_model_info):
     """The bundled model's vocabulary, through the engine that bench uses."""
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=64))
     list(engine.load())

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(120)
 _SCRIPT = """
 import sys
 from chatphase.commands.server_options import remote_bench_options
-from chatphase.config import Settings
+from chatphase.settings.schema import Settings
 from chatphase.models.gguf_meta import read_model_info
 
 options = remote_bench_options(Settings(server="http://127.0.0.1:9"), read_model_info(sys.argv[1]))

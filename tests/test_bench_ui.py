@@ -20,11 +20,11 @@ from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.runner import SweepProgress
-from chatphase.config import Settings
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.fake import fake_model_info
-from chatphase.ui.experiments import ExperimentsScreen
-from chatphase.ui.experiments_plot import BenchPlot, ParallelPlot, y_axis
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot, y_axis
+from chatphase.ui.experiments.screen import ExperimentsScreen
 from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedTokenEngine
 
 
@@ -147,7 +147,7 @@ async def test_escape_cancels_a_run_then_closes():
 
 
 def test_ui_module_does_not_import_llama_cpp():
-    code = "import sys, chatphase.ui.experiments; assert 'llama_cpp' not in sys.modules, 'llama_cpp imported'"
+    code = "import sys, chatphase.ui.experiments.screen; assert 'llama_cpp' not in sys.modules, 'llama_cpp imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -215,7 +215,7 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
 async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypatch):
     from ui_support import make_app, wait_for
 
-    monkeypatch.setattr("chatphase.ui.experiments_panes.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments.panes.BenchJob", ScriptedJob)
     app, _ = make_app()
 
     def open_screens():
@@ -237,7 +237,7 @@ async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypa
 async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
     from ui_support import make_app, notifications, send, wait_for, wait_thread
 
-    monkeypatch.setattr("chatphase.ui.experiments_panes.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments.panes.BenchJob", ScriptedJob)
     app, engines = make_app(hold="decode", hold_after_tokens=2)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: app.chat.ready)

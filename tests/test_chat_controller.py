@@ -8,9 +8,9 @@ from chat_support import StepDispatcher, make_chat
 
 from chatphase.chat.controller import NotNow
 from chatphase.chat.dispatch import InlineDispatcher
-from chatphase.config import Settings
 from chatphase.engine.events import FirstToken, Message, PrefillProgress, TokensDecoded
 from chatphase.engine.fake import fake_model_info
+from chatphase.settings.schema import Settings
 
 
 def loaded(**kw):

@@ -14,15 +14,6 @@ import sys
 import pytest
 from test_models_validation import write_tiny_gguf
 
-from chatphase.engine.chat_format import (
-    ChatFormat,
-    TemplateError,
-    choose_format,
-    end_of_turn,
-    probe,
-    renderer,
-    resolve_override,
-)
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed,
@@ -34,7 +25,16 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.stops import StopText
+from chatphase.engine.prompting.chat_format import (
+    ChatFormat,
+    TemplateError,
+    choose_format,
+    end_of_turn,
+    probe,
+    renderer,
+    resolve_override,
+)
+from chatphase.engine.prompting.stops import StopText
 from chatphase.errors import UsageError
 
 MARKERS = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>")
@@ -174,7 +174,7 @@ def test_info_says_which_format_is_in_use(default_model_path):
 
 
 def test_an_override_template_that_fails_stops_the_engine_load_with_one_line(default_model_info, tmp_path):
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     bad = tmp_path / "bad.jinja"
     bad.write_text(BAD_TEMPLATES["sandbox escape"][0])
@@ -194,7 +194,7 @@ GREEDY = SamplingParams(max_tokens=40, temperature=0)
 
 
 def gemma_engine(info, tmp_path, **config):
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     engine = LlamaEngine(info, EngineConfig(n_ctx=512, **config), log_path=tmp_path / "engine.log")
     events = list(engine.load())

@@ -5,10 +5,10 @@ from __future__ import annotations
 from chat_support import make_chat
 
 from chatphase.chat.recording import SessionRecording
-from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
 from chatphase.sessions.catalog import list_sessions, load_session
 from chatphase.sessions.export import export_session, rows_from_csv
+from chatphase.settings.schema import Settings
 
 
 def recorded_chat(**kw):

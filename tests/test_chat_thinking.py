@@ -11,9 +11,9 @@ from thinking_support import CASES, GPT_OSS, THINK
 
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.recording import SessionRecording
-from chatphase.config import Settings
 from chatphase.engine.events import Message, SamplingParams
 from chatphase.sessions.catalog import load_session
+from chatphase.settings.schema import Settings
 
 
 def chat_with(pieces, fmt, preopened, settings=None, recording=False, listener=None):

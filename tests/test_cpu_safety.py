@@ -8,7 +8,7 @@ import pytest
 from llama_cpp import Llama
 from remote_support import _SERVER_MAIN
 
-from chatphase.engine import llama_params
+from chatphase.engine.local import llama_params
 
 pytestmark = pytest.mark.model
 

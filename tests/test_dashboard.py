@@ -9,14 +9,14 @@ from dashboard_support import TURNS, DashboardApp, loaded_model, scripted_turn
 from rich.console import Console
 from textual.widgets import Label, Sparkline, Static, TabbedContent
 
-from chatphase.ui.dashboard import Dashboard
-from chatphase.ui.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
-from chatphase.ui.kv_forecast import KvGauge
-from chatphase.ui.live_rate import LiveRate
-from chatphase.ui.phase_plots import DecodeDepthPlot, TtftPlot
-from chatphase.ui.system_figures import REFRESH_S, SystemFigures
-from chatphase.ui.timeline import TurnTimeline, reply_segments, scale_cells, time_segments
-from chatphase.ui.turn_detail import TurnDetail
+from chatphase.ui.dashboard.dashboard import Dashboard
+from chatphase.ui.dashboard.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
+from chatphase.ui.dashboard.kv_forecast import KvGauge
+from chatphase.ui.dashboard.live_rate import LiveRate
+from chatphase.ui.dashboard.phase_plots import DecodeDepthPlot, TtftPlot
+from chatphase.ui.dashboard.system_figures import REFRESH_S, SystemFigures
+from chatphase.ui.dashboard.timeline import TurnTimeline, reply_segments, scale_cells, time_segments
+from chatphase.ui.dashboard.turn_detail import TurnDetail
 
 
 def text_of(widget: Static) -> str:
@@ -267,7 +267,7 @@ async def test_narrow_terminal_keeps_everything_reachable(app):
 
 def test_forecast_text_states():
     from chatphase.forecast import forecast_kv
-    from chatphase.ui.kv_forecast import forecast_text
+    from chatphase.ui.dashboard.kv_forecast import forecast_text
 
     cap = 2048 * 23_040
     assert forecast_text(forecast_kv([], 2048), 23_040, cap) == "KV 0/2,048 tok · 0 B/45.0 MiB"

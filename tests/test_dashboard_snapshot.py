@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dashboard_support import TURNS, DashboardApp, loaded_model
 
-from chatphase.ui.dashboard import Dashboard
+from chatphase.ui.dashboard.dashboard import Dashboard
 
 
 async def _three_turns(pilot) -> None:

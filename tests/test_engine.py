@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.detok import IncrementalDetokenizer
 from chatphase.engine.events import (
     EngineFailed,
     FirstToken,
@@ -19,7 +18,8 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.llama import LlamaEngine
+from chatphase.engine.local.detok import IncrementalDetokenizer
+from chatphase.engine.local.llama import LlamaEngine
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0)
 
@@ -207,8 +207,8 @@ def test_cancel_mid_decode_keeps_the_partial_reply(llama_engine):
 
 
 def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, monkeypatch):
-    import chatphase.engine.llama_params as llama_mod
-    from chatphase.engine.amx_probe import AmxVerdict
+    import chatphase.engine.local.llama_params as llama_mod
+    from chatphase.engine.local.amx_probe import AmxVerdict
 
     monkeypatch.setattr(llama_mod, "detect_amx", lambda *a: True)  # an AMX CPU whose llama.cpp fails the probe
     monkeypatch.setattr(llama_mod, "amx_verdict", lambda: AmxVerdict(False, "crash (SIGILL in the probe)"))
@@ -243,7 +243,7 @@ def test_llama_cpp_may_log_after_an_engine_is_closed_and_collected(default_model
     script = textwrap.dedent(f"""
         import gc, llama_cpp
         from chatphase.engine.config import EngineConfig
-        from chatphase.engine.llama import LlamaEngine
+        from chatphase.engine.local.llama import LlamaEngine
         from chatphase.models.gguf_meta import read_model_info
         info = read_model_info({default_model_info.path!r})
         engine = LlamaEngine(info, EngineConfig(n_ctx=256), log_path={str(tmp_path / "e.log")!r})

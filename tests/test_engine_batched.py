@@ -7,12 +7,12 @@ import llama_cpp as lc
 import pytest
 
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
-from chatphase.engine import batched
-from chatphase.engine.amx_probe import amx_verdict
-from chatphase.engine.batched import BatchedEngine
 from chatphase.engine.batching import BatchRequest
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.local import batched
+from chatphase.engine.local.amx_probe import amx_verdict
+from chatphase.engine.local.batched import BatchedEngine
 
 
 @pytest.fixture

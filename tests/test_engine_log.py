@@ -11,14 +11,14 @@ from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
 from chatphase.engine.llamalog import LEVELS, LlamaLogCapture
 from chatphase.engine.logfile import LOG_CAP_BYTES, rotate_log
-from chatphase.ui.screens import CONTINUATION, LogScreen
+from chatphase.ui.screens.modals import CONTINUATION, LogScreen
 
 #: what one engine start may add to the log (it was ~236 KB with ggml's graph debug lines).
 START_BUDGET_BYTES = 32 * 1024
 
 
 def start_engine(info, log) -> None:
-    from chatphase.engine.host import EngineHost
+    from chatphase.engine.process.host import EngineHost
 
     host = EngineHost(info, EngineConfig(n_ctx=256), log_path=str(log))
     try:

@@ -3,7 +3,7 @@
 
 The previous reply comes back as text; re-tokenising it may give other ids than the sampled ones
 (seed 0 below does so on the build this was written on, after the reply's first 91 tokens), and the engine
-must still reuse the reply's cached tokens (see :mod:`chatphase.engine.prefix`).
+must still reuse the reply's cached tokens (see :mod:`chatphase.engine.local.prefix`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
-from chatphase.engine.llama import LlamaEngine
+from chatphase.engine.local.llama import LlamaEngine
 
 STORY = (Message("user", "Write a long story about a lighthouse keeper and a storm."),)
 

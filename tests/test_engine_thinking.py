@@ -20,7 +20,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.llama import LlamaEngine
+from chatphase.engine.local.llama import LlamaEngine
 
 QUESTION = Message("user", "What is the capital of France?")
 

@@ -18,8 +18,8 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.llama import LlamaEngine
-from chatphase.engine.thread_governor import ThreadGovernor
+from chatphase.engine.local.llama import LlamaEngine
+from chatphase.engine.threads.governor import ThreadGovernor
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from chatphase.bench.grid_api import GridProgress, GridRun
 from chatphase.bench.job import GridJob
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import PromptBuilder
-from chatphase.config import Settings
 from chatphase.engine.fake import fake_model_info
-from chatphase.ui.experiments import ExperimentsScreen
-from chatphase.ui.experiments_levers import LeverPlot, LeversPane
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.levers import LeverPlot, LeversPane
+from chatphase.ui.experiments.screen import ExperimentsScreen
 from chatphase.units import DASH
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
 

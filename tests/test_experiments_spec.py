@@ -14,11 +14,11 @@ from ui_support import GatedJob, wait_for
 
 from chatphase.bench.spec import PROMPTS, collect, format_rows, summary_rows
 from chatphase.bench.spec_api import SpecProgress, SpecRun
-from chatphase.config import Settings
 from chatphase.engine.events import ModelLoaded, TurnFinished
 from chatphase.engine.fake import fake_model_info
-from chatphase.ui.experiments import ExperimentsScreen
-from chatphase.ui.experiments_spec import VerifyCostPlot
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.screen import ExperimentsScreen
+from chatphase.ui.experiments.spec import VerifyCostPlot
 
 #: scripted decode tok/s and spec figures by mode: lookup wins on grounded prompts, not on open ones.
 RATES = {"off": {"grounded": 100.0, "open": 100.0}, "lookup": {"grounded": 160.0, "open": 95.0}}

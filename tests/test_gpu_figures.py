@@ -12,8 +12,8 @@ from test_dashboard import text_of
 
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler
-from chatphase.ui.dashboard import Dashboard
-from chatphase.ui.system_figures import SystemFigures, gpu_offload_text, system_lines
+from chatphase.ui.dashboard.dashboard import Dashboard
+from chatphase.ui.dashboard.system_figures import SystemFigures, gpu_offload_text, system_lines
 
 GiB = 1024**3
 

@@ -16,7 +16,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.host import EngineHost
+from chatphase.engine.process.host import EngineHost
 
 LONG = TurnRequest(
     1, (Message("user", "Write a long story about a dragon."),), SamplingParams(max_tokens=300, temperature=0)

@@ -8,7 +8,7 @@ import psutil
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
-from chatphase.engine.host import EngineHost
+from chatphase.engine.process.host import EngineHost
 
 
 def test_start_then_load_uses_the_started_child_and_load_again_restarts(default_model_info, tmp_path):

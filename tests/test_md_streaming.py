@@ -2,7 +2,7 @@
 
 Replies are built from random blocks — paragraphs, headings, lists (with continuation paragraphs and
 fences inside items), fences of any length with either character (with shorter or other fences inside),
-indented code, quotes, rules — and streamed into a :class:`~chatphase.ui.chat_log.ReplyView` cut at random
+indented code, quotes, rules — and streamed into a :class:`~chatphase.ui.transcript.chat_log.ReplyView` cut at random
 places, with random commits and stalls. After every flush, the segments drawn so far must read exactly as
 a one-shot rendering of the text they hold; after the end, as a one-shot rendering of the final text.
 Segments are made small (``SEGMENT_CHARS``) so that the texts split into many.
@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 from textual.app import App, ComposeResult
 
-from chatphase.ui import chat_log
-from chatphase.ui.chat_log import ChatLog, ReplyView
-from chatphase.ui.md_blocks import complete_blocks_end
-from chatphase.ui.reply_markdown import MarkdownSegment, _Markdown
+from chatphase.ui.transcript import chat_log
+from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
+from chatphase.ui.transcript.md_blocks import complete_blocks_end
+from chatphase.ui.transcript.reply_markdown import MarkdownSegment, _Markdown
 
 WIDTH = 48
 WORDS = st.sampled_from(["prefill", "decode", "token", "cache", "`code`", "**bold**", "KV", "fast", "1.", "x"])

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Label
 from ui_support import notifications, record_notifications
 
 from chatphase.models.resolve import ModelEntry
-from chatphase.ui.model_picker import ModelPickerScreen
+from chatphase.ui.screens.model_picker import ModelPickerScreen
 
 
 class Host(App):
@@ -105,7 +105,7 @@ async def test_app_model_switch_loads_the_picked_model(default_model_info, tmp_p
     """Ctrl+G / "Model: Switch" in the chat app opens the picker; Enter switches to a fresh engine."""
     from ui_support import make_app, wait_for
 
-    from chatphase.config import Settings
+    from chatphase.settings.schema import Settings
     from chatphase.ui.actions import ACTIONS
 
     assert any(a.title == "Model: Switch" and a.action == "switch_model_picker" for a in ACTIONS)
@@ -153,8 +153,8 @@ async def test_the_settings_screen_shows_the_model_picked_from_the_models_direct
     from textual.widgets import Input
     from ui_support import make_app, wait_for
 
-    from chatphase.config import Settings
-    from chatphase.ui.settings_screen import SettingsScreen
+    from chatphase.settings.schema import Settings
+    from chatphase.ui.screens.settings import SettingsScreen
 
     copy = tmp_path / "mine.gguf"
     shutil.copyfile(default_model_info.path, copy)

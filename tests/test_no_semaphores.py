@@ -1,5 +1,5 @@
 """After the UI process is killed, nothing prints on the user's shell: the engine child uses no named
-semaphores (cancel goes over a pipe, chatphase/engine/cancel_pipe.py), so the resource tracker has no
+semaphores (cancel goes over a pipe, chatphase/engine/process/cancel_pipe.py), so the resource tracker has no
 "leaked semaphore objects" to warn about, and the child ends by itself. Real processes, SIGKILL."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import time
 import psutil
 import pytest
 
-from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
+from chatphase.engine.process.cancel_pipe import ALL, CancelFlag, CancelSender
 
 UI = """
 import sys, time
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import Message, SamplingParams, TurnRequest
-from chatphase.engine.host import EngineHost
+from chatphase.engine.process.host import EngineHost
 from chatphase.models.gguf_meta import read_model_info
 if __name__ == "__main__":
     host = EngineHost(read_model_info(sys.argv[1]), EngineConfig(n_ctx=256), log_path=sys.argv[2])

@@ -8,8 +8,8 @@ import pytest
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import BufferSize, DeviceInfo, memory_by_place
-from chatphase.engine.ggml_devices import allocation_failure, buffer_sizes
 from chatphase.engine.llamalog import LlamaLogCapture
+from chatphase.engine.local.ggml_devices import allocation_failure, buffer_sizes
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
 from chatphase.errors import UsageError
 
@@ -77,7 +77,7 @@ def test_two_kv_caches_of_an_iswa_model_add_up(capture):
 
 
 def test_a_failed_device_allocation_is_one_line_with_the_device_memory(monkeypatch):
-    import chatphase.engine.ggml_devices as gd
+    import chatphase.engine.local.ggml_devices as gd
 
     monkeypatch.setattr(gd, "devices", lambda: (VULKAN, CPU))
     line = allocation_failure(("Vulkan0", 6 * 2**30), {"n_ctx": 262144, "n_batch": 256})
@@ -134,7 +134,7 @@ def test_a_quantised_v_cache_without_flash_attention_is_refused_before_llama_cpp
 
 def test_the_device_registry_lists_this_build():
     """ggml's registry through ctypes on the loaded libggml: at least the CPU backend and device."""
-    from chatphase.engine import ggml_devices
+    from chatphase.engine.local import ggml_devices
 
     assert "CPU" in ggml_devices.backends()
     cpu = [d for d in ggml_devices.devices() if d.type == "cpu"]
@@ -142,7 +142,7 @@ def test_the_device_registry_lists_this_build():
 
 
 def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch, default_model_info):
-    import chatphase.engine.ggml_devices as gd
+    import chatphase.engine.local.ggml_devices as gd
 
     small = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * 2**30, 2 * 2**30)
     monkeypatch.setattr(gd, "devices", lambda: (small, CPU))
@@ -159,7 +159,7 @@ def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch
 
 def test_the_panel_texts_of_a_partial_offload(default_model_info):
     from chatphase.engine.events import LoadedModel
-    from chatphase.ui.system_figures import device_lines, gpu_offload_text, memory_text
+    from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 
     buffers = (
         BufferSize("model", "CPU_Mapped", 30 * 2**20, False),
@@ -177,7 +177,7 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     )
     assert device_lines(loaded) == ["Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB"]
     assert gpu_offload_text(loaded) == "on (20/31 layers)"
-    from chatphase.ui.system_figures import system_lines
+    from chatphase.ui.dashboard.system_figures import system_lines
 
     lines = system_lines(loaded, None)
     assert "GPU offload on (20/31 layers) · GPU memory – · backends Vulkan, CPU" in lines

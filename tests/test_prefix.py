@@ -1,4 +1,4 @@
-"""KV-cache reuse by text (chatphase.engine.prefix) with a toy tokenizer, no model.
+"""KV-cache reuse by text (chatphase.engine.local.prefix) with a toy tokenizer, no model.
 
 ``Toy`` tokenises greedily by longest match, so re-tokenising a reply can give other ids than the
 ones "generated" (``"abc"`` -> ``[abc]`` where the model sampled ``[ab, c]``), as real BPE does.
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from chatphase.engine.chat_format import ChatFormat, renderer
 from chatphase.engine.events import Message
-from chatphase.engine.prefix import CacheText, common_prefix_len, encode_prompt
-from chatphase.engine.prompt import ChatTemplate
+from chatphase.engine.local.prefix import CacheText, common_prefix_len, encode_prompt
+from chatphase.engine.prompting.chat_format import ChatFormat, renderer
+from chatphase.engine.prompting.prompt import ChatTemplate
 
 SPECIALS = {"<s>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
 WORDS = ["abc", "ab", "hello", " world", "user", "assistant", "\n", "caf", "é", "Q1", "Q2"]

@@ -13,8 +13,8 @@ import pytest
 from remote_support import ScriptedServer, content_chunk, sse
 
 from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
-from chatphase.engine.remote import RemoteEngine
-from chatphase.engine.remote_wire import ServerReport
+from chatphase.engine.remote.engine import RemoteEngine
+from chatphase.engine.remote.wire import ServerReport
 
 pytestmark = pytest.mark.timeout(60)
 

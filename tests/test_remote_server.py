@@ -24,7 +24,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.remote import RemoteEngine
+from chatphase.engine.remote.engine import RemoteEngine
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(180)]
 

@@ -23,9 +23,9 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.factory import make_engine
-from chatphase.engine.remote import RemoteEngine
-from chatphase.engine.remote_url import ServerURL
-from chatphase.engine.remote_wire import ServerReport, remote_turn_metrics
+from chatphase.engine.remote.engine import RemoteEngine
+from chatphase.engine.remote.url import ServerURL
+from chatphase.engine.remote.wire import ServerReport, remote_turn_metrics
 from chatphase.errors import UsageError
 
 pytestmark = pytest.mark.timeout(60)
@@ -347,7 +347,7 @@ def test_usage_counts_win_and_say_so():
 
 
 def test_the_tokenizer_counter_takes_off_the_bos_its_endpoint_adds():
-    from chatphase.engine.remote_tokens import ServerTokenizer
+    from chatphase.engine.remote.tokens import ServerTokenizer
 
     calls = []
 

@@ -10,9 +10,9 @@ from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from chatphase.ui import reply_markdown
-from chatphase.ui.md_blocks import top_level_blocks
-from chatphase.ui.reply_markdown import PLAIN, MarkdownSegment, _Markdown, fence_language
+from chatphase.ui.transcript import reply_markdown
+from chatphase.ui.transcript.md_blocks import top_level_blocks
+from chatphase.ui.transcript.reply_markdown import PLAIN, MarkdownSegment, _Markdown, fence_language
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ TINY = dict(array_bytes=2**20, matmul_n=32, max_s=0.05)
 
 @pytest.fixture
 def engine_child(default_model_info, tmp_path):
-    from chatphase.engine.host import EngineHost
+    from chatphase.engine.process.host import EngineHost
 
     host = EngineHost(default_model_info, EngineConfig(n_ctx=256), log_path=str(tmp_path / "engine.log"))
     assert isinstance(list(host.load())[-1], ModelLoaded)

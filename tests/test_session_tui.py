@@ -8,17 +8,17 @@ from textual.widgets import DataTable, Input, Select
 from ui_support import idle, notifications, record_notifications, send, shot, wait_for
 
 from chatphase.chat.controller import COLD_PREFILL_NOTE
-from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import list_sessions, load_session
 from chatphase.sessions.export import rows_from_csv
 from chatphase.sessions.recorder import SessionRecorder
-from chatphase.settings_file import load_settings
+from chatphase.settings.file import load_settings
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.chat_log import Notice as ChatNotice
-from chatphase.ui.chat_log import ReplyView, UserMessage
-from chatphase.ui.sessions_screen import ExportScreen, SessionsScreen
-from chatphase.ui.settings_screen import SettingsScreen
+from chatphase.ui.screens.sessions import ExportScreen, SessionsScreen
+from chatphase.ui.screens.settings import SettingsScreen
+from chatphase.ui.transcript.chat_log import Notice as ChatNotice
+from chatphase.ui.transcript.chat_log import ReplyView, UserMessage
 
 
 def make(settings: Settings | None = None, **app_kwargs):

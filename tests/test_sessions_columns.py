@@ -12,7 +12,7 @@ from ui_support import make_app, wait_for
 from chatphase.sessions.catalog import list_sessions
 from chatphase.sessions.recorder import SessionRecorder
 from chatphase.sessions.store import local_time
-from chatphase.ui.sessions_screen import COLUMNS, SessionsScreen, clip, fit_columns
+from chatphase.ui.screens.sessions import COLUMNS, SessionsScreen, clip, fit_columns
 
 LONG_TITLE = "How do prefill and decode differ on a CPU with a small cache, and why does TTFT grow with the prompt?"
 LONG_MODEL = "Qwen2.5-Coder-32B-Instruct-Q4_K_M-imatrix-calibrated-v2"
@@ -66,7 +66,7 @@ async def test_a_resize_refits_the_columns_without_reading_the_sessions_again(mo
     rec.begin_turn("q")
     rec.finish_turn("a", scripted_metrics())
     rec.close()
-    from chatphase.ui import sessions_screen
+    from chatphase.ui.screens import sessions as sessions_screen
 
     reads = []
     monkeypatch.setattr(sessions_screen, "list_sessions", lambda: reads.append(1) or list_sessions())

@@ -9,10 +9,9 @@ import re
 import pytest
 
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
-from chatphase.config import Settings
 from chatphase.engine.config import MAX_THREADS_PER_CPU
 from chatphase.errors import UsageError
-from chatphase.settings_file import (
+from chatphase.settings.file import (
     SETTING_KEYS,
     config_path,
     key_line,
@@ -21,6 +20,7 @@ from chatphase.settings_file import (
     save_settings,
     settings_to_toml,
 )
+from chatphase.settings.schema import Settings
 
 
 def parse_cli(*argv: str) -> argparse.Namespace:

@@ -10,7 +10,6 @@ import itertools
 import pytest
 
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.drafters import AutoPolicy, LookupDrafter
 from chatphase.engine.events import (
     EngineFailed,
     FirstToken,
@@ -22,7 +21,8 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.llama import LlamaEngine
+from chatphase.engine.local.drafters import AutoPolicy, LookupDrafter
+from chatphase.engine.local.llama import LlamaEngine
 from chatphase.engine.metrics import spec_figures
 from chatphase.engine.spec_modes import SpecMode, parse_spec
 from chatphase.errors import UsageError
@@ -187,7 +187,7 @@ def test_a_draft_model_of_another_vocabulary_is_refused(default_model_info, gemm
 
 
 def test_a_recurrent_model_bypasses_speculation_with_a_note(default_model_info, tmp_path, monkeypatch):
-    import chatphase.engine.drafters as drafters
+    import chatphase.engine.local.drafters as drafters
 
     monkeypatch.setattr(drafters.lc, "llama_model_is_recurrent", lambda model: True)
     engine = make(default_model_info, tmp_path, "lookup", n_ctx=256)
@@ -297,9 +297,9 @@ def _spec_metrics(**kw):
 def test_the_phase_line_and_the_history_show_the_figures():
     from chatphase.engine.events import SpecLive
     from chatphase.engine.spec_modes import spec_figures_text
-    from chatphase.ui.history_table import format_row
-    from chatphase.ui.phase_indicator import spec_done, spec_live
-    from chatphase.ui.turn_detail import metric_pairs
+    from chatphase.ui.dashboard.history_table import format_row
+    from chatphase.ui.dashboard.turn_detail import metric_pairs
+    from chatphase.ui.phases.indicator import spec_done, spec_live
 
     assert spec_figures_text("lookup", 2.7, 0.68, 1.6) == "lookup · 2.7 tok/step · 68 % accepted · ×1.6"
     assert spec_live(SpecLive("auto", 0, 0, 0, 0)) == "auto"  # nothing known yet

@@ -7,12 +7,12 @@ from textual.geometry import Region
 from textual.widgets import Label, Static
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
-from chatphase.config import Settings
 from chatphase.engine.events import SpecLive
-from chatphase.engine.host import EngineHost
+from chatphase.engine.process.host import EngineHost
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.reply_tail import tail_lines, tinted_tail
-from chatphase.ui.timeline import TurnTimeline
+from chatphase.ui.dashboard.timeline import TurnTimeline
+from chatphase.ui.transcript.reply_tail import tail_lines, tinted_tail
 
 
 def drawn(widget) -> str:

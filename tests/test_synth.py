@@ -122,7 +122,7 @@ def tiny_synthetic(request, tmp_path):
 @pytest.mark.model
 @pytest.mark.parametrize(("type_k", "type_v"), [("f16", "f16"), ("q8_0", "q8_0")])
 def test_tiny_synthetic_model_runs_through_the_engine(tiny_synthetic, tmp_path, type_k, type_v):
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     cfg = EngineConfig(n_ctx=512, type_k=type_k, type_v=type_v, flash_attn="on", n_threads=1)
     engine = LlamaEngine(tiny_synthetic, cfg, log_path=tmp_path / "engine.log")
@@ -149,7 +149,7 @@ def test_fallback_types_load_in_llama_cpp(tmp_path):
     quantiser gives them; llama.cpp loads and runs such a file."""
     from dataclasses import replace
 
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     shape = replace(SHAPES["tiny-gemma3"], n_embd=288, n_ff=576)
     synth = plan(shape, "Q4_K_M")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatphase.engine.thinking import FORMATS, ThinkingSplitter, detect_format, opened_by_prompt
+from chatphase.engine.prompting.thinking import FORMATS, ThinkingSplitter, detect_format, opened_by_prompt
 
 THINK = next(f for f in FORMATS if f.name == "think")
 GPT_OSS = next(f for f in FORMATS if f.name == "gpt-oss")
@@ -107,7 +107,7 @@ def test_opened_by_the_prompt():
 
 
 def test_the_tracker_counts_the_blocks_tokens_markers_included():
-    from chatphase.engine.thinking import ThinkingTracker
+    from chatphase.engine.prompting.thinking import ThinkingTracker
 
     t = ThinkingTracker(THINK)
     pieces = ["<", "think", ">", "step", " one", "</think>", "\n\n", "Answer", "."]
@@ -118,7 +118,7 @@ def test_the_tracker_counts_the_blocks_tokens_markers_included():
 
 
 def test_the_tracker_without_a_block_and_with_a_budget():
-    from chatphase.engine.thinking import ThinkingTracker
+    from chatphase.engine.prompting.thinking import ThinkingTracker
 
     plain = ThinkingTracker(THINK)
     for i, p in enumerate([" Just", " an answer"]):

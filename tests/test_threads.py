@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from chatphase.engine.metrics import compute_turn_metrics
-from chatphase.engine.thread_governor import REASON_CHANGES, ThreadGovernor
-from chatphase.engine.threads import (
+from chatphase.engine.threads.governor import REASON_CHANGES, ThreadGovernor
+from chatphase.engine.threads.policy import (
     MIN_GAPS,
     WINDOW,
     busy_cores,

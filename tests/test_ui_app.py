@@ -9,13 +9,13 @@ from textual.widgets import Label, Log, ProgressBar
 from textual.widgets._toast import Toast
 from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
-from chatphase.config import Settings
 from chatphase.engine.fake import fake_model_info
+from chatphase.settings.schema import Settings
 from chatphase.ui.actions import ACTIONS
-from chatphase.ui.chat_log import ReplyView, UserMessage
-from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
-from chatphase.ui.screens import HelpScreen, LogScreen, from_engine_start
+from chatphase.ui.screens.modals import HelpScreen, LogScreen, from_engine_start
+from chatphase.ui.transcript.chat_log import ReplyView, UserMessage
 from chatphase.units import fmt_ms, fmt_rate
 
 

@@ -11,13 +11,13 @@ from textual.widget import Widget
 from thinking_support import CASES
 from ui_support import idle, make_app, send, wait_for
 
-from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import load_session
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.chat_log import ChatLog, FoldedReply, ReplyView, UserMessage
-from chatphase.ui.reply_markdown import MarkdownSegment
-from chatphase.ui.thinking_block import ThinkingBlock
+from chatphase.ui.transcript.chat_log import ChatLog, FoldedReply, ReplyView, UserMessage
+from chatphase.ui.transcript.reply_markdown import MarkdownSegment
+from chatphase.ui.transcript.thinking_block import ThinkingBlock
 
 
 def lines(widget: Widget) -> list[str]:

@@ -12,10 +12,10 @@ import os
 
 from ui_support import idle, send, shot, wait_for
 
-from chatphase.config import Settings
-from chatphase.engine.host import EngineHost
+from chatphase.engine.process.host import EngineHost
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.chat_log import ReplyView
+from chatphase.ui.transcript.chat_log import ReplyView
 from chatphase.units import fmt_int
 
 TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon as the turn does

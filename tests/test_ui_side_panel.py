@@ -14,8 +14,8 @@ from textual.widgets import Static
 from ui_support import idle, make_app, send, wait_for
 
 from chatphase.ui.app import WIDE_COLUMNS
-from chatphase.ui.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
-from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.dashboard.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
+from chatphase.ui.phases.panel import PhasePanel
 
 SIZES = [(120, 40), (130, 40), (150, 40), (200, 50), (80, 24), (100, 30), (120, 24)]
 

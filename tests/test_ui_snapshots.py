@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ui_support import idle, make_app, send, settle, wait_for, wait_thread
 
-from chatphase.config import Settings
+from chatphase.settings.schema import Settings
 
 CODE_REPLY = (
     "Prefill reads the whole prompt in **one parallel pass**; decode then writes one token per step.\n\n"

@@ -11,13 +11,13 @@ from textual.app import App, ComposeResult
 from textual.widgets import Label
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
-from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
-from chatphase.ui import prefill_drawing
-from chatphase.ui.chat_log import SEGMENT_CHARS, ChatLog, ReplyView, complete_blocks_end
+from chatphase.settings.schema import Settings
+from chatphase.ui.phases import prefill_drawing
 from chatphase.ui.redraw_budget import RedrawBudget
-from chatphase.ui.reply_markdown import MarkdownSegment
-from chatphase.ui.reply_tail import tail_lines
+from chatphase.ui.transcript.chat_log import SEGMENT_CHARS, ChatLog, ReplyView, complete_blocks_end
+from chatphase.ui.transcript.reply_markdown import MarkdownSegment
+from chatphase.ui.transcript.reply_tail import tail_lines
 
 LONG_PROMPT = " ".join(f"word{i}" for i in range(60))  # 60 words: 65 prompt tokens in the FakeEngine
 #: engine threads that leave this machine no core for the UI (FakeEngine reports what it is given)

@@ -8,11 +8,11 @@ from textual.geometry import Region
 from textual.widgets import Static
 from ui_support import idle, send, wait_for
 
-from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.chat_log import ReplyView
+from chatphase.ui.transcript.chat_log import ReplyView
 
 
 @pytest.mark.parametrize("synthetic", [True, False])

@@ -10,16 +10,16 @@ from textual.widgets import Collapsible, Label
 from thinking_support import CASES, THINK
 from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
-from chatphase.config import Settings
 from chatphase.engine.events import SamplingParams
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import load_session
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.chat_log import ReplyView
-from chatphase.ui.history_table import THINKING_COLUMNS, TurnHistoryTable
-from chatphase.ui.phase_panel import PhasePanel
-from chatphase.ui.thinking_block import ThinkingBlock, thought_title
-from chatphase.ui.timeline import TurnTimeline
+from chatphase.ui.dashboard.history_table import THINKING_COLUMNS, TurnHistoryTable
+from chatphase.ui.dashboard.timeline import TurnTimeline
+from chatphase.ui.phases.panel import PhasePanel
+from chatphase.ui.transcript.chat_log import ReplyView
+from chatphase.ui.transcript.thinking_block import ThinkingBlock, thought_title
 from chatphase.units import fmt_ms, fmt_seconds
 
 MARKERS = ("<think>", "</think>", "think>", "<|channel|>", "<|message|>", "<|end|>", "<|start|>")
@@ -259,7 +259,7 @@ async def test_a_resumed_session_keeps_budget_reached():
 async def test_the_settings_screen_sets_thinking_its_budget_and_the_open_block():
     from textual.widgets import Checkbox, Input, Select
 
-    from chatphase.ui.settings_screen import SettingsScreen
+    from chatphase.ui.screens.settings import SettingsScreen
 
     pieces = ["<think>", "a", " b", " c", " d", "</think>", "Done", "."]
     app, engines = thinking_app(pieces, THINK)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from ui_support import idle, make_app, send, settle, shot, wait_for, wait_thread
 
-from chatphase.config import Settings
-from chatphase.engine.thinking import FORMATS
-from chatphase.ui.thinking_block import ThinkingBlock
+from chatphase.engine.prompting.thinking import FORMATS
+from chatphase.settings.schema import Settings
+from chatphase.ui.transcript.thinking_block import ThinkingBlock
 
 THINK = next(f for f in FORMATS if f.name == "think")
 THINKING_REPLY = (

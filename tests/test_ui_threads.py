@@ -8,10 +8,10 @@ from dashboard_support import TURNS, DashboardApp, loaded_model
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from chatphase.ui.dashboard import Dashboard
-from chatphase.ui.phase_panel import PhasePanel, threads_text
-from chatphase.ui.system_figures import SystemFigures, system_lines, threads_lines
-from chatphase.ui.turn_detail import TurnDetail, metric_pairs
+from chatphase.ui.dashboard.dashboard import Dashboard
+from chatphase.ui.dashboard.system_figures import SystemFigures, system_lines, threads_lines
+from chatphase.ui.dashboard.turn_detail import TurnDetail, metric_pairs
+from chatphase.ui.phases.panel import PhasePanel, threads_text
 
 REASON = "2 → 1: one core busy elsewhere (other load 1.00 cores)"
 AUTO = replace(loaded_model(), settings={**loaded_model().settings, "threads_policy": "auto"})

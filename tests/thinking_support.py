@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from chatphase.engine.thinking import FORMATS
+from chatphase.engine.prompting.thinking import FORMATS
 
 THINK = next(f for f in FORMATS if f.name == "think")
 GPT_OSS = next(f for f in FORMATS if f.name == "gpt-oss")

@@ -7,8 +7,8 @@ import threading
 import weakref
 from pathlib import Path
 
-from chatphase.config import Settings
 from chatphase.engine.fake import FakeEngine, fake_model_info
+from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 
 

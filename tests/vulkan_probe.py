@@ -59,10 +59,10 @@ def greedy(n_gpu_layers: int, steps: int) -> dict:
 def panel(settings: dict) -> dict:
     from chatphase.engine.config import EngineConfig
     from chatphase.engine.events import ModelLoaded
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import default_model_path
-    from chatphase.ui.system_figures import device_lines, gpu_offload_text, memory_text
+    from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 
     engine = LlamaEngine(read_model_info(default_model_path()), EngineConfig(**settings))
     try:

@@ -2,7 +2,7 @@
 and the Experiments screen (which runs it in a child process, :mod:`chatphase.bench.job`).
 
 Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline;
-before loading, after other chatphase engines stopped: :mod:`chatphase.bench.peaks`), load the model into an in-process :class:`~chatphase.engine.llama.LlamaEngine` and its vocabulary into a
+before loading, after other chatphase engines stopped: :mod:`chatphase.bench.peaks`), load the model into an in-process :class:`~chatphase.engine.local.llama.LlamaEngine` and its vocabulary into a
 tokenizer, run the :class:`~chatphase.bench.runner.Sweep`, then assemble a
 :class:`~chatphase.bench.results.BenchResult` with fits and roofline. A
 :class:`~chatphase.bench.parallel.ParallelPlan` runs the parallel-decode sweep instead
@@ -134,10 +134,10 @@ class BenchRun:
         if self._factory is not None:
             return self._factory(self.info, config)
         if batched:
-            from chatphase.engine.batched import BatchedEngine
+            from chatphase.engine.local.batched import BatchedEngine
 
             return BatchedEngine(self.info, config, log_path=self._log_path)
-        from chatphase.engine.llama import LlamaEngine
+        from chatphase.engine.local.llama import LlamaEngine
 
         return LlamaEngine(self.info, config, log_path=self._log_path)
 

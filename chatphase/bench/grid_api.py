@@ -372,7 +372,7 @@ class GridRun:
     def _make_engine(self, info: ModelInfo, config: EngineConfig) -> Engine:
         if self._factory is not None:
             return self._factory(info, config)
-        from chatphase.engine.llama import LlamaEngine
+        from chatphase.engine.local.llama import LlamaEngine
 
         return LlamaEngine(info, config, log_path=self._log_path)
 

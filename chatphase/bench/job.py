@@ -1,12 +1,12 @@
 """A benchmark run in a child process: the non-UI runner API the Experiments screen drives.
 
-Why a child (as for :class:`~chatphase.engine.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
+Why a child (as for :class:`~chatphase.engine.process.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
 (a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`, decode modes'
 :class:`~chatphase.bench.spec_api.SpecRun` for :class:`SpecJob`) with fds 1/2 pointed at the
 engine log and sends its events (picklable dataclasses) over a pipe; cancel travels on a second pipe
-(:mod:`chatphase.engine.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
+(:mod:`chatphase.engine.process.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
 killed) and a thread in the child turns it into the run's ``cancel()``.
 The ``spawn`` start method is used (the UI process has threads).
 
@@ -34,9 +34,9 @@ from chatphase.bench.grid_api import GridDone, GridProgress
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.bench.spec_api import SpecDone, SpecPlan, SpecProgress
-from chatphase.engine.cancel_pipe import ALL, CancelFlag, CancelSender
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.host import exit_reason, stop_process
+from chatphase.engine.process.cancel_pipe import ALL, CancelFlag, CancelSender
+from chatphase.engine.process.host import exit_reason, stop_process
 from chatphase.models.gguf_meta import ModelInfo
 
 
@@ -109,7 +109,7 @@ def _child_main(conn, cancel_conn, build: Callable, args: tuple, log_path) -> No
 
 
 def _watch_cancel(cancel, run) -> None:
-    """Poll the cancel pipe (a request for any run, :data:`~chatphase.engine.cancel_pipe.ALL`), then cancel."""
+    """Poll the cancel pipe (a request for any run, :data:`~chatphase.engine.process.cancel_pipe.ALL`), then cancel."""
     while not cancel.is_set():
         time.sleep(0.05)
     run.cancel()

@@ -5,7 +5,7 @@ advances, so while memory bandwidth bounds the step, N sequences cost barely mor
 aggregate tokens/s grows almost N-fold, until the arithmetic (2 × parameters FLOPs per token) catches up.
 
 For each prompt length ``L`` and each ``N`` (a cell): ``warmup`` uncounted runs, then ``reps`` runs, each one
-:class:`~chatphase.engine.batched.BatchRequest` of N distinct prompts of exactly ``L`` tokens
+:class:`~chatphase.engine.local.batched.BatchRequest` of N distinct prompts of exactly ``L`` tokens
 (:meth:`~chatphase.bench.prompts.PromptBuilder.tokens` variants) and ``gen_tokens`` decode steps, the KV cache
 cleared first. Step accounting (:func:`batch_sample`), as llama-batched-bench's S_PP and S_TG:
 
@@ -134,7 +134,7 @@ class BatchRunner(Protocol):
 
 
 class LocalBatches:
-    """A :class:`~chatphase.engine.batched.BatchedEngine` (or anything with ``run_batch``) as a runner.
+    """A :class:`~chatphase.engine.local.batched.BatchedEngine` (or anything with ``run_batch``) as a runner.
 
     Raises (from :meth:`run`): EngineError when llama.cpp refuses a batch.
     """

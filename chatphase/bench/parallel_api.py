@@ -6,7 +6,7 @@ prompt + generation must fit; nothing has run yet), measure the machine's peaks 
 not bound a server), load, run the :class:`~chatphase.bench.parallel.ParallelSweep` and assemble the
 :class:`~chatphase.bench.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
 
-Locally the engine is a :class:`~chatphase.engine.batched.BatchedEngine` with ``n_seq_max`` = the largest
+Locally the engine is a :class:`~chatphase.engine.local.batched.BatchedEngine` with ``n_seq_max`` = the largest
 N. An engine without ``run_batch`` is a server's: after connecting, the plan is cut to the server's slots
 (said in a :class:`~chatphase.bench.common.BenchNotice`) and one more engine is loaded per concurrent
 stream (:mod:`chatphase.bench.parallel_remote`).

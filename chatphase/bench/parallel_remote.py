@@ -2,14 +2,14 @@
 
 llama-server with ``--parallel N`` slots (or vLLM's continuous batching) decodes the streams it holds in
 one batch per step, the same experiment as :mod:`chatphase.bench.parallel` on a server. Each stream is
-its own :class:`~chatphase.engine.remote.RemoteEngine` (own httpx client and connection) run in its own
+its own :class:`~chatphase.engine.remote.engine.RemoteEngine` (own httpx client and connection) run in its own
 thread of a pool of exactly N; the N requests leave together (a barrier), each a token-id prompt of
 ``L`` tokens with ``max_tokens = gen + 1`` (the first token, then ``gen`` decode steps, as locally) and
 the end-of-sequence token ignored. :meth:`RemoteStreams.cancel` shuts every stream's socket (the server
 stops generating when its client goes away); the pool is then joined, so no thread outlives the run.
 
 Measured on the client's clock (network included), with the server's token counts
-(:mod:`chatphase.engine.remote_wire`): per stream TTFT, ITL and decode tok/s; ``step_ms`` is the mean
+(:mod:`chatphase.engine.remote.wire`): per stream TTFT, ITL and decode tok/s; ``step_ms`` is the mean
 TPOT of the streams; ``aggregate_decode_tokens_per_s`` = Σ (decode tokens − 1) over the streams / (last
 token of any stream − first token of any stream); ``prefill_tokens_per_s`` = N × L / (the last stream's
 first token − submit). A count the server does not report leaves the figures built on it ``None``.

@@ -44,8 +44,8 @@ class Tokenizer(Protocol):
 
 
 class EngineTokenizer:
-    """A loaded :class:`~chatphase.engine.llama.LlamaEngine`'s own vocabulary as a :class:`Tokenizer`
-    (or a vocabulary-only load's :class:`~chatphase.engine.vocab.Vocab`, which has the same
+    """A loaded :class:`~chatphase.engine.local.llama.LlamaEngine`'s own vocabulary as a :class:`Tokenizer`
+    (or a vocabulary-only load's :class:`~chatphase.engine.prompting.vocab.Vocab`, which has the same
     ``tokenize``/``piece``: ``bench --server``).
 
     ``bench`` uses this rather than a second vocabulary-only load: the tokens are by construction those

@@ -155,13 +155,13 @@ def iter_runs(
 ) -> Iterator[SpecSample]:
     """Run every prompt of :data:`PROMPTS` on every arm of :func:`with_off` ``(specs)``, ``reps`` times
     interleaved (see the module docstring), yielding each run as it ends; ``stop()`` true ends it between
-    runs. ``engine_factory(info, config)`` replaces :class:`~chatphase.engine.llama.LlamaEngine` in tests.
+    runs. ``engine_factory(info, config)`` replaces :class:`~chatphase.engine.local.llama.LlamaEngine` in tests.
 
     Raises:
         EngineError: an arm whose engine failed to load or run (its message).
     """
     if engine_factory is None:
-        from chatphase.engine.llama import LlamaEngine as engine_factory
+        from chatphase.engine.local.llama import LlamaEngine as engine_factory
     specs = with_off(specs)
     engines = {}
     try:
@@ -249,7 +249,7 @@ def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] 
     """
     import llama_cpp as lc
 
-    from chatphase.engine.llama import LlamaEngine
+    from chatphase.engine.local.llama import LlamaEngine
 
     engine = LlamaEngine(info, replace(config, spec="off"))
     try:

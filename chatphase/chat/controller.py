@@ -2,7 +2,7 @@
 
 It keeps the conversation (a list of :class:`~chatphase.engine.events.Message`) and sends all of it with
 every turn; the engine reuses the KV-cache prefix itself. Engines come from ``engine_factory(model_info,
-settings)`` (an :class:`~chatphase.engine.host.EngineHost` in the CLI, a
+settings)`` (an :class:`~chatphase.engine.process.host.EngineHost` in the CLI, a
 :class:`~chatphase.engine.fake.FakeEngine` in tests). Each engine gets a new ``engine_id`` and each turn a new ``turn_id``, so the late events of a
 replaced engine or an abandoned turn are recognised and dropped here, not by the views.
 
@@ -29,7 +29,6 @@ from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
 from chatphase.chat.turn import Turn, TurnKind
-from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
     EngineFailed,
@@ -47,6 +46,7 @@ from chatphase.engine.events import (
 )
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.settings.schema import Settings
 
 if TYPE_CHECKING:
     from chatphase.sessions.store import Session

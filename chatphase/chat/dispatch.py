@@ -16,8 +16,8 @@ from typing import Literal, Protocol
 
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, Event
-from chatphase.engine.host import internal_error_message
 from chatphase.engine.logfile import default_log_path
+from chatphase.engine.process.host import internal_error_message
 
 JobKind = Literal["load", "turn", "watch"]
 

@@ -26,8 +26,8 @@ from chatphase.models.gguf_meta import ModelInfo
 from chatphase.units import fmt_count
 
 if TYPE_CHECKING:
-    from chatphase.config import Settings
     from chatphase.sessions.store import Session
+    from chatphase.settings.schema import Settings
 
 NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model"]
 Severity = Literal["information", "warning", "error"]

@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from chatphase.chat.controller import ChatController
-from chatphase.config import Settings
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.settings.schema import Settings
 
 
 def apply_settings(chat: ChatController, settings: Settings, reload_keys: Iterable[str] = ()) -> str:

@@ -2,7 +2,7 @@
 
 The live decode figures come from the engine's own token timestamps (``FirstToken.t_ns``,
 ``TokensDecoded.t_ns``), so a view that redraws at a bounded rate shows the engine's rate, not its own.
-A reasoning model's reply comes split (:mod:`chatphase.engine.thinking`): ``thinking`` is the thinking
+A reasoning model's reply comes split (:mod:`chatphase.engine.prompting.thinking`): ``thinking`` is the thinking
 block's text, ``reply`` the answer's; the block is one phase of decode.
 """
 

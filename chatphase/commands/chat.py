@@ -2,8 +2,8 @@
 
 The model is resolved and validated (GGUF header, sizes) *before* the TUI starts, so a bad model is
 one line on stderr and exit code 2, never a half-drawn screen (with ``--server URL`` the same TUI measures
-a model on an OpenAI-compatible server instead: :mod:`chatphase.engine.remote`; a bad URL is one line too). The TUI then runs the model in an
-:class:`~chatphase.engine.host.EngineHost` child process (a native crash cannot take the UI down).
+a model on an OpenAI-compatible server instead: :mod:`chatphase.engine.remote.engine`; a bad URL is one line too). The TUI then runs the model in an
+:class:`~chatphase.engine.process.host.EngineHost` child process (a native crash cannot take the UI down).
 Textual is imported only here, inside :func:`run`, so the other commands never load it.
 """
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         UsageError: bad settings (exit 2). ModelError: a model that cannot be used (exit 2).
         SessionError: ``--resume`` names no saved session (exit 1).
     """
-    from chatphase.settings_file import load_config
+    from chatphase.settings.file import load_config
 
     config = load_config()  # its problems are shown in the TUI
     settings = settings_from_args(args, base=config.settings)

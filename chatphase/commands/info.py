@@ -22,7 +22,7 @@ from chatphase.models.kv import kv_bytes_per_token
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import resolve_model
 from chatphase.sessions.store import sessions_dir
-from chatphase.settings_file import config_path
+from chatphase.settings.file import config_path
 from chatphase.system.cpu_features import detect_amx, enabled_features, read_cpu_flags
 from chatphase.units import fmt_bytes, fmt_params
 
@@ -49,8 +49,8 @@ def system_report() -> dict:
     the ggml backends it has and the devices they found (name, description, type, memory free/total)."""
     import llama_cpp
 
-    from chatphase.engine import ggml_devices
-    from chatphase.engine.llama_params import offload_plan
+    from chatphase.engine.local import ggml_devices
+    from chatphase.engine.local.llama_params import offload_plan
 
     system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     amx = detect_amx(system_info, read_cpu_flags())
@@ -109,7 +109,7 @@ def build_report(args) -> dict:
 def chat_format_report(info, override: str | None) -> dict:
     """The prompt format the engine will use (``label``, ``why``, end-of-turn ``stops``), or ``error``:
     the one line that makes ``chat`` and ``ask`` refuse the model."""
-    from chatphase.engine.chat_format import TemplateError, format_before_load
+    from chatphase.engine.prompting.chat_format import TemplateError, format_before_load
 
     try:
         fmt = format_before_load(info, override, with_vocab=True)

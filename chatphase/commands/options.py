@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from chatphase.config import Settings
 from chatphase.engine.config import TRI_STATE
 from chatphase.models.kv import KV_TYPE_BYTES
+from chatphase.settings.schema import Settings
 
 #: the value of an optional count flag that sets it back to automatic, over a config file or environment.
 AUTO = "auto"
@@ -171,13 +171,13 @@ _SETTING_KEYS = (
 
 def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
     """Apply the flags the user gave (non-``None``) over ``base`` (default: the configured settings,
-    :func:`chatphase.settings_file.load_settings`: config file < environment) and validate.
+    :func:`chatphase.settings.file.load_settings`: config file < environment) and validate.
 
     Raises:
         UsageError: when a value is out of range, or a ``CHATPHASE_<KEY>`` variable is invalid.
     """
     if base is None:
-        from chatphase.settings_file import load_settings
+        from chatphase.settings.file import load_settings
 
         base = load_settings()
     overrides = {k: getattr(args, k) for k in _SETTING_KEYS if getattr(args, k, None) is not None}

@@ -1,7 +1,7 @@
 """``--server``, ``--api-key-env`` and ``--remote-model``: run ``chat``, ``ask`` or ``bench`` on a remote
 OpenAI-compatible server (llama-server, vLLM, llama-cpp-python's server, Ollama's ``/v1``).
 
-The three are :class:`~chatphase.config.Settings` fields too, so the config file (``server = "…"``) and
+The three are :class:`~chatphase.settings.schema.Settings` fields too, so the config file (``server = "…"``) and
 the environment (``CHATPHASE_SERVER``) can set them; a flag wins, as for every setting.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import weakref
 
-from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.settings.schema import Settings
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -45,12 +45,12 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
     Raises:
         UsageError: a malformed server URL, an unset ``api_key_env`` variable, remote options without a
             server, an unknown ``--chat-template``. ModelError: a local model that cannot be used, or
-            whose chat template fails to render (:func:`chatphase.engine.chat_format.format_before_load`).
+            whose chat template fails to render (:func:`chatphase.engine.prompting.chat_format.format_before_load`).
     """
     check_remote_options(settings.server, settings.api_key_env, settings.remote_model)
     if settings.server:
-        from chatphase.engine.remote import remote_model_info
-        from chatphase.engine.remote_url import ServerURL
+        from chatphase.engine.remote.engine import remote_model_info
+        from chatphase.engine.remote.url import ServerURL
 
         return remote_model_info(ServerURL(settings.server).display, settings.remote_model)
     import sys
@@ -65,7 +65,7 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
         return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
     info = read_model_info(resolve_model(settings.model, settings.models_dir, pull=pull, confirm=consent))
-    from chatphase.engine.chat_format import format_before_load
+    from chatphase.engine.prompting.chat_format import format_before_load
 
     format_before_load(info, settings.chat_template)  # a broken template: one line, exit 2, before any UI
     verdict = preflight(info, settings.n_ctx, settings.n_ubatch, settings.type_k, settings.type_v)
@@ -100,7 +100,7 @@ def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
         return {}
     from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
     from chatphase.engine.logfile import default_log_path
-    from chatphase.engine.vocab import VocabFile
+    from chatphase.engine.prompting.vocab import VocabFile
 
     try:  # llama.cpp's log goes to the engine log, as the engine's does
         vocab = VocabFile(info.path, default_log_path())

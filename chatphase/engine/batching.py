@@ -1,4 +1,4 @@
-"""The request and the outcome of a batched run (:class:`~chatphase.engine.batched.BatchedEngine`).
+"""The request and the outcome of a batched run (:class:`~chatphase.engine.local.batched.BatchedEngine`).
 
 Plain, picklable dataclasses without llama.cpp, so that the bench code and the UI can use them in a
 process that never loads llama.cpp.

@@ -2,7 +2,7 @@
 
 The engine takes this and nothing else of the user's settings (sampling and the system prompt travel
 with each :class:`~chatphase.engine.events.TurnRequest`; theme and paths are not the engine's business).
-:meth:`chatphase.config.Settings.engine_config` builds one from the user's settings.
+:meth:`chatphase.settings.schema.Settings.engine_config` builds one from the user's settings.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class EngineConfig:
     ``n_ctx`` tokens of context; ``n_batch`` prompt tokens per prefill chunk (also the step of the live
     prefill progress); ``n_ubatch`` the physical batch; ``n_threads`` / ``n_threads_batch`` decode and
     prefill threads (``None`` = auto: chosen before each turn from the cores other processes leave free,
-    and decode's changed between tokens when the engine is preempted, :mod:`chatphase.engine.threads`; a
+    and decode's changed between tokens when the engine is preempted, :mod:`chatphase.engine.threads.policy`; a
     number pins it, and a pinned ``n_threads`` pins prefill too unless ``n_threads_batch`` is given);
     ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
     0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
@@ -42,12 +42,12 @@ class EngineConfig:
     ``offload_kqv`` keep the KV cache (and attention) on the device of each offloaded layer (llama.cpp's
     ``offload_kqv``; off puts it in host memory, llama.cpp's ``--no-kv-offload``);
     ``chat_template`` the prompt format: ``None`` = the model's own template, else a format fitting its
-    vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.chat_format`).
+    vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.prompting.chat_format`).
     ``spec`` the decode mode: ``off``, ``lookup``, ``auto`` or ``draft:MODEL`` (speculative decoding,
-    :mod:`chatphase.engine.speculative`).
+    :mod:`chatphase.engine.local.speculative`).
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
-    setting (``metadata["setting"]`` is false, so :class:`chatphase.config.Settings` has no such field).
+    setting (``metadata["setting"]`` is false, so :class:`chatphase.settings.schema.Settings` has no such field).
     """
 
     n_ctx: int = 4096

@@ -3,7 +3,7 @@
 One turn yields, in order: ``PrefillStarted``, zero or more ``PrefillProgress``, ``FirstToken``, zero or
 more ``TokensDecoded`` (with one ``ThinkingEnded`` among them when a reasoning model's thinking block
 closes), then exactly one ``TurnFinished`` — or ``EngineFailed`` at any point. Generated text comes split:
-``text`` is the answer's, ``thinking`` the thinking block's (markers removed; :mod:`chatphase.engine.thinking`). Loading a
+``text`` is the answer's, ``thinking`` the thinking block's (markers removed; :mod:`chatphase.engine.prompting.thinking`). Loading a
 model yields ``ModelLoaded`` or ``EngineFailed``. The same events drive the TUI, ``ask`` and ``bench``.
 All ``*_ns`` timestamps are ``time.perf_counter_ns()`` values taken inside the engine.
 """
@@ -120,9 +120,9 @@ class LoadedModel:
     n_threads_batch, n_gpu_layers, flash_attn, type_k, type_v, use_extra_bufts, gpu_offload_supported``).
     ``layers_offloaded`` / ``layers_total`` come from llama.cpp's own log (``offloaded X/Y layers to GPU``);
     ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``thinking_format``:
-    the name of the model's thinking markers (:data:`chatphase.engine.thinking.FORMATS`), ``None`` for a
+    the name of the model's thinking markers (:data:`chatphase.engine.prompting.thinking.FORMATS`), ``None`` for a
     model that does not think; ``thinking_switch``: its template takes ``enable_thinking``. ``chat_format`` says
-    how prompts are written (:attr:`chatphase.engine.chat_format.ChatFormat.label`, e.g. ``gemma
+    how prompts are written (:attr:`chatphase.engine.prompting.chat_format.ChatFormat.label`, e.g. ``gemma
     (llama.cpp built-in)``; ``""`` where the engine does not template, e.g. a remote server). ``spec_mode``:
     the decode mode in use (``off``, ``lookup``, ``auto``, ``draft``; ``off`` where the model cannot take one).
     ``backends`` the ggml backends of the build (``("Vulkan", "CPU")``); ``devices`` the devices it sees,
@@ -163,7 +163,7 @@ class PrefillStarted:
 
     ``dropped_messages`` older messages were left out so the prompt fits ``n_ctx`` (system prompt kept).
     ``n_threads_prefill`` / ``n_threads_decode`` / ``threads_reason``: the threads the turn starts with and
-    why (:mod:`chatphase.engine.threads`; ``None`` from an engine without a thread policy).
+    why (:mod:`chatphase.engine.threads.policy`; ``None`` from an engine without a thread policy).
     """
 
     turn_id: int
@@ -229,7 +229,7 @@ class TokensDecoded:
     (``None`` in plain decode); ``drafted_spans``: the parts of ``text`` that came from accepted draft tokens
     (for a view that tints them), as ``(start, end)`` offsets into ``text``.
 
-    The engine emits one per token; :class:`~chatphase.engine.host.EngineHost` coalesces them in time
+    The engine emits one per token; :class:`~chatphase.engine.process.host.EngineHost` coalesces them in time
     before they cross the process boundary.
     """
 
@@ -263,7 +263,7 @@ class TurnFinished:
 
     ``server_timings``: a remote server's own figures for the turn (llama-server's ``timings``:
     ``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``… plus ``network_queue_ms``), ``None``
-    for the local engine and for servers that send none (see :mod:`chatphase.engine.remote_wire`).
+    for the local engine and for servers that send none (see :mod:`chatphase.engine.remote.wire`).
     """
 
     turn_id: int

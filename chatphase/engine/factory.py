@@ -52,8 +52,8 @@ def make_engine(
     api_key_env: str | None = None,
     remote_model: str | None = None,
 ) -> Engine:
-    """An engine: :class:`~chatphase.engine.remote.RemoteEngine` when ``server`` is a URL,
-    else :class:`~chatphase.engine.host.EngineHost` running the local model ``info``.
+    """An engine: :class:`~chatphase.engine.remote.engine.RemoteEngine` when ``server`` is a URL,
+    else :class:`~chatphase.engine.process.host.EngineHost` running the local model ``info``.
 
     Nothing is started or contacted here; call ``load()`` on the result.
 
@@ -63,11 +63,11 @@ def make_engine(
     """
     api_key = check_remote_options(server, api_key_env, remote_model)
     if server:
-        from chatphase.engine.remote import RemoteEngine
+        from chatphase.engine.remote.engine import RemoteEngine
 
         return RemoteEngine(server, api_key=api_key, remote_model=remote_model)
     if info is None:
         raise UsageError("no local model to run (give --model, or --server URL for a remote one)")
-    from chatphase.engine.host import EngineHost
+    from chatphase.engine.process.host import EngineHost
 
     return EngineHost(info, config)

@@ -38,7 +38,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics, spec_figures
-from chatphase.engine.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
+from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_capacity_bytes
 
@@ -104,7 +104,7 @@ class FakeEngine:
         replies: reply texts used in turn order (cycled), or a function ``TurnRequest -> str``;
             default :func:`default_reply`. A reply may be a list of pieces: one token each (else a text
             is split into words, :func:`split_reply`).
-        thinking / thinking_preopened: the model's thinking format (:data:`chatphase.engine.thinking.FORMATS`)
+        thinking / thinking_preopened: the model's thinking format (:data:`chatphase.engine.prompting.thinking.FORMATS`)
             and whether its template opens the block in the generation prompt; replies are split as the
             real engine splits them (a ``think_budget`` closes the block and goes on with the scripted answer).
         timing: the virtual costs behind the scripted metrics.

@@ -56,13 +56,13 @@ class TurnMetrics:
     Counts are tokens; times are milliseconds; rates are tokens per second; sizes are bytes.
     ``prefill_tokens + cached_tokens == prompt_tokens`` holds for every prefill that ran to its end (one
     cancelled between chunks counts only the tokens it evaluated). The local engine fills every
-    field it can define; a remote server (:mod:`chatphase.engine.remote`) may leave counts, prefill and
+    field it can define; a remote server (:mod:`chatphase.engine.remote.engine`) may leave counts, prefill and
     KV figures unknown, and unknown is ``None`` — never a guessed zero. ``decode_tokens_source`` says
     who counted a remote reply's tokens: ``usage`` (the server's usage), ``timings`` (llama-server's
     ``predicted_n``), ``tokenizer`` (the server's tokenizer over the reply text,
-    :mod:`chatphase.engine.remote_tokens`); ``None`` for the local engine, which counts what it sampled.
+    :mod:`chatphase.engine.remote.tokens`); ``None`` for the local engine, which counts what it sampled.
 
-    Threads (the local engine's thread policy, :mod:`chatphase.engine.threads`): ``n_threads_prefill``
+    Threads (the local engine's thread policy, :mod:`chatphase.engine.threads.policy`): ``n_threads_prefill``
     the prompt's threads, ``n_threads_decode`` decode's at the end of the turn, ``decode_thread_changes``
     how often decode's changed mid-turn, ``threads_reason`` why, in words.
 

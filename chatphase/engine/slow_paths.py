@@ -9,7 +9,7 @@ the user may expect, and says so at most in its log. One plain line each, shown 
   CPU``); a quantised V cache needs flash attention, so llama.cpp refuses that one outright
   (:func:`quantised_v_without_flash_attn`), it does not run slowly;
 - AMX off: on an Intel AMX CPU with llama.cpp's extra buffer types off (this build's AMX path failed the
-  probe of :mod:`chatphase.engine.amx_probe`, or the user said so), prefill runs without the AMX kernels.
+  probe of :mod:`chatphase.engine.local.amx_probe`, or the user said so), prefill runs without the AMX kernels.
 """
 
 from __future__ import annotations

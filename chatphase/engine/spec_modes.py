@@ -4,7 +4,7 @@
 ``draft:MODEL`` a second, small GGUF of the same vocabulary drafts greedily (``MODEL`` as ``--model``
 takes it: a path, a file in the models directory, ``default`` for the bundled model); ``auto`` lookup
 with the draft length chosen from this turn's measured acceptance and verify-step cost, and no drafts
-when they do not pay (:mod:`chatphase.engine.speculative`).
+when they do not pay (:mod:`chatphase.engine.local.speculative`).
 """
 
 from __future__ import annotations

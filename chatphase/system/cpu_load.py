@@ -1,4 +1,4 @@
-"""CPU that other processes use, in cores, for the engine's thread policy (:mod:`chatphase.engine.threads`).
+"""CPU that other processes use, in cores, for the engine's thread policy (:mod:`chatphase.engine.threads.policy`).
 
 "Other" is the whole machine's busy CPU time (``/proc/stat`` via ``psutil.cpu_times()``: user, nice,
 system, irq, softirq and steal — a vCPU the hypervisor takes away is as lost as one another process

@@ -23,23 +23,23 @@ from textual.widgets import Footer
 
 from chatphase.chat.controller import ChatController, NotNow
 from chatphase.chat.recording import SessionRecording
-from chatphase.config import Settings
 from chatphase.engine.base import Engine
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
+from chatphase.settings.schema import Settings
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import ACTIONS, action_bindings, key_labels
-from chatphase.ui.chat_log import ChatLog
 from chatphase.ui.chat_view import ChatView
-from chatphase.ui.dashboard import DASHBOARD_CSS_PATH, Dashboard
+from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
-from chatphase.ui.phase_indicator import PhaseIndicator
-from chatphase.ui.phase_panel import PhasePanel
+from chatphase.ui.phases.indicator import PhaseIndicator
+from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.session_actions import SessionCommands
 from chatphase.ui.signals import quit_on_signals
-from chatphase.ui.thinking_view import copy_reply, cycle_thinking
+from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.thinking_view import copy_reply, cycle_thinking
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
@@ -237,7 +237,7 @@ class ChatPhaseApp(App[None]):
 
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""
-        from chatphase.ui.screens import LogScreen  # screens load when first opened (startup)
+        from chatphase.ui.screens.modals import LogScreen  # screens load when first opened (startup)
 
         loaded = self.chat.loaded
         self.push_screen(LogScreen(loaded.log_path, loaded.pid) if loaded else LogScreen(""))
@@ -253,14 +253,14 @@ class ChatPhaseApp(App[None]):
 
     def action_switch_model_picker(self) -> None:
         """Pick another model (models directory, Hugging Face cache, bundled default)."""
-        from chatphase.ui.model_picker import pick_model
+        from chatphase.ui.screens.model_picker import pick_model
 
         pick_model(self, self.chat, self.switch_model)
 
     def action_open_experiments(self) -> None:
         """Open the Experiments screen for this model and these engine settings (a sweep runs in its own
         process). There is one at most: on it, Ctrl+T (or the palette's command) does nothing."""
-        from chatphase.ui.experiments import ExperimentsScreen
+        from chatphase.ui.experiments.screen import ExperimentsScreen
 
         if any(isinstance(s, ExperimentsScreen) for s in self.screen_stack):
             return  # a second one would run a second sweep beside the first's
@@ -269,7 +269,7 @@ class ChatPhaseApp(App[None]):
 
     def action_help(self) -> None:
         """Show keys and metric definitions."""
-        from chatphase.ui.screens import HelpScreen
+        from chatphase.ui.screens.modals import HelpScreen
 
         self.push_screen(HelpScreen(self.keys))
 

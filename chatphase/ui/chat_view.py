@@ -8,10 +8,10 @@ Rates: decoded text is buffered in the reply view and drawn by :meth:`ChatView.t
 ``FLUSH_HZ``, within a CPU budget (:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow
 decode; the live figures and the dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout.
 With no core to spare, the tick itself runs at ``FLUSH_HZ / NO_SPARE_CORE_STRIDE`` (each wake-up takes a
-core from the engine) and a short prefill is not drawn at all (:mod:`chatphase.ui.prefill_drawing`).
+core from the engine) and a short prefill is not drawn at all (:mod:`chatphase.ui.phases.prefill_drawing`).
 
 A reasoning model's thinking streams into its own block above the reply, drawn by the same tick
-(:class:`~chatphase.ui.thinking_view.ThinkingDrawing`); the phase line and the panel show the thinking
+(:class:`~chatphase.ui.transcript.thinking_view.ThinkingDrawing`); the phase line and the panel show the thinking
 phase's figures while it lasts.
 
 Widget work that must be awaited (removing or finishing views) is queued by the listener methods and
@@ -40,16 +40,16 @@ from chatphase.engine.events import (
 )
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
-from chatphase.ui.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage, metrics_line
-from chatphase.ui.dashboard import Dashboard
+from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
-from chatphase.ui.phase_indicator import PhaseIndicator
-from chatphase.ui.phase_panel import PhasePanel
-from chatphase.ui.prefill_drawing import PrefillDrawing
+from chatphase.ui.phases.indicator import PhaseIndicator
+from chatphase.ui.phases.panel import PhasePanel
+from chatphase.ui.phases.prefill_drawing import PrefillDrawing
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
-from chatphase.ui.thinking_block import ThinkingBlock, metrics_title
-from chatphase.ui.thinking_view import ThinkingDrawing
+from chatphase.ui.transcript.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage, metrics_line
+from chatphase.ui.transcript.thinking_block import ThinkingBlock, metrics_title
+from chatphase.ui.transcript.thinking_view import ThinkingDrawing
 from chatphase.units import fmt_count
 
 #: side panel and dashboard live-rate refreshes per second during decode.

@@ -22,8 +22,8 @@ from textual.binding import Binding
 from textual.keys import Keys, _character_to_key, key_to_character
 
 from chatphase.ui.actions import ACTIONS, key_display
-from chatphase.ui.chat_log import ChatLog
 from chatphase.ui.prompt_input import PromptInput
+from chatphase.ui.transcript.chat_log import ChatLog
 
 #: the modifiers in Textual's key names (as its terminal parsers write them: ``ctrl+shift+left``).
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})

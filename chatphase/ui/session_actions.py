@@ -21,7 +21,7 @@ from chatphase.sessions.catalog import load_session
 from chatphase.sessions.store import Session
 
 if TYPE_CHECKING:
-    from chatphase.ui.settings_screen import SettingsChange
+    from chatphase.ui.screens.settings import SettingsChange
 
 
 class SessionCommands:
@@ -51,13 +51,13 @@ class SessionCommands:
                 "Nothing to export yet: it starts with the first turn.", title="Session: Export", severity="warning"
             )
             return
-        from chatphase.ui.sessions_screen import ExportScreen  # screens load when first opened (startup)
+        from chatphase.ui.screens.sessions import ExportScreen  # screens load when first opened (startup)
 
         self.app.push_screen(ExportScreen(session))
 
     def open_list(self) -> None:
         """List saved sessions; choosing one resumes it here (when no reply is running)."""
-        from chatphase.ui.sessions_screen import SessionsScreen
+        from chatphase.ui.screens.sessions import SessionsScreen
 
         saved = self.recording.saved
         self.app.push_screen(SessionsScreen(saved.id if saved else None), self._open)
@@ -88,7 +88,7 @@ class SessionCommands:
 
     def edit_settings(self) -> None:
         """Open the settings screen; apply its result (reloading the model when needed)."""
-        from chatphase.ui.settings_screen import SettingsScreen
+        from chatphase.ui.screens.settings import SettingsScreen
 
         screen = SettingsScreen(self.chat.settings, list(self.app.available_themes))
         self.app.push_screen(screen, self.apply)

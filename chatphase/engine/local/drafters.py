@@ -1,0 +1,212 @@
+"""Drafters for speculative decoding (:mod:`chatphase.engine.local.speculative`) and the ``auto`` policy.
+
+:class:`LookupDrafter` proposes the tokens that followed the most recent earlier occurrence of the last ``n``
+tokens of the conversation (llama.cpp's ngram-simple idea); :class:`DraftModel` is a second, small GGUF of the
+same vocabulary (checked token for token, :func:`vocab_mismatch`), greedy in its own context;
+:class:`AutoPolicy` chooses the draft length from the turn's measured acceptance and step costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import llama_cpp as lc
+
+from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
+
+#: n-gram length of the lookup and its draft length, chosen by measurement: replaying greedy replies to the
+#: prompts of :mod:`chatphase.bench.spec` against the verify-step costs :func:`chatphase.bench.spec.verify_cost`
+#: measured on the default model (a step of k + 1 tokens cost 1.4× one at k = 1, 2.0× at 3, 4.3× at 8), n = 4
+#: and k = 3 gave the most tokens per unit of step cost on input-grounded prompts without losing on open ones
+#: (n = 2…5 × k = 1…8 tried; longer drafts are mostly rejected, shorter n-grams match in the wrong places).
+LOOKUP_N = 4
+LOOKUP_K = 3
+#: a draft model's draft length (its drafts are accepted far more often than lookup's).
+DRAFT_K = 6
+#: the most tokens a draft may have (the verify batch holds one more).
+K_MAX = 16
+#: a plain one-token step every this many steps, so that each turn measures its own plain-step cost.
+PROBE_EVERY = 32
+
+
+def can_speculate(model) -> str | None:
+    """Why a llama.cpp ``model`` cannot take speculative decoding (``None`` when it can): recurrent and
+    hybrid models keep a state that cannot drop a rejected suffix."""
+    if lc.llama_model_is_recurrent(model):
+        return "recurrent"
+    if lc.llama_model_is_hybrid(model):
+        return "hybrid (part recurrent)"
+    return None
+
+
+class LookupDrafter:
+    """Prompt-lookup drafts: the tokens that followed the most recent earlier occurrence of the last ``n``
+    tokens. The index over the history grows as tokens are appended (one dict entry a token)."""
+
+    def __init__(self, n: int = LOOKUP_N) -> None:
+        self.n = n
+        self._index: dict[tuple[int, ...], int] = {}
+        self._upto = n  # the n-grams ending before this position are indexed
+
+    def reset(self) -> None:
+        self._index.clear()
+        self._upto = self.n
+
+    def propose(self, hist: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens that may follow ``hist`` (its earlier n-grams indexed first); may be empty."""
+        n, index = self.n, self._index
+        end = len(hist)
+        for p in range(self._upto, end):  # n-grams ending at p, before the current one (ending at end)
+            index[tuple(hist[p - n : p])] = p
+        self._upto = max(self._upto, end)
+        if k <= 0 or end <= n:
+            return []
+        p = index.get(tuple(hist[end - n :]))
+        return list(hist[p : p + k]) if p is not None else []
+
+
+class DraftModel:
+    """A second GGUF that drafts greedily in its own llama.cpp context (same engine settings as the target).
+
+    Raises:
+        RuntimeError: llama.cpp cannot load it, or its vocabulary is not the target's (token for token).
+    """
+
+    def __init__(self, path: str, settings: dict, system_info: str, gpu_ok: bool, target_vocab) -> None:
+        plan = offload_plan(settings, system_info, gpu_ok)
+        self.path = path
+        self._model = lc.llama_model_load_from_file(str(path).encode("utf-8"), model_params(plan))
+        if not self._model:
+            raise RuntimeError(f"llama.cpp could not load the draft model {path}")
+        self._ctx = None
+        try:
+            why = vocab_mismatch(target_vocab, lc.llama_model_get_vocab(self._model))
+            if why:
+                raise RuntimeError(f"the draft model {path} cannot draft for this model: {why}")
+            if can_speculate(self._model):
+                raise RuntimeError(f"the draft model {path} is {can_speculate(self._model)}; it cannot draft")
+            self._ctx = lc.llama_init_from_model(self._model, context_params(dict(settings, n_seq_max=1)))
+            if not self._ctx:
+                raise RuntimeError(f"llama.cpp could not create a context for the draft model {path}")
+        except Exception:
+            self.close()
+            raise
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self._n_batch = settings["n_batch"]
+        self._n_ctx = lc.llama_n_ctx(self._ctx)
+        self._greedy = lc.llama_sampler_init_greedy()
+        self._one = (lc.llama_token * 1)()
+        self._cache: list[int] = []
+
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        lc.llama_set_n_threads(self._ctx, n_threads, n_threads_batch)
+
+    def reset(self) -> None:
+        """Nothing to do between turns: :meth:`propose` keeps the common prefix of its cache."""
+
+    def propose(self, hist: Sequence[int], k: int) -> list[int]:
+        """``k`` greedy tokens after ``hist``: the draft context is brought to ``hist`` (its longest common
+        prefix kept, the rest evaluated in ``n_batch`` chunks), then ``k`` one-token steps."""
+        if k <= 0 or len(hist) + k >= self._n_ctx:
+            return []
+        cache = self._cache
+        keep, limit = 0, min(len(cache), len(hist) - 1)
+        while keep < limit and cache[keep] == hist[keep]:
+            keep += 1
+        if keep < len(cache):
+            lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
+            del cache[keep:]
+        todo = list(hist[keep:])
+        for start in range(0, len(todo), self._n_batch):
+            chunk = todo[start : start + self._n_batch]
+            arr = (lc.llama_token * len(chunk))(*chunk)
+            if lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(chunk))) != 0:
+                return []
+            cache.extend(chunk)
+        out: list[int] = []
+        one, batch = self._one, lc.llama_batch_get_one(self._one, 1)
+        while True:
+            token = lc.llama_sampler_sample(self._greedy, self._ctx, -1)
+            out.append(token)
+            if len(out) == k or lc.llama_vocab_is_eog(self._vocab, token):  # nothing follows the end
+                return out
+            one[0] = token
+            if lc.llama_decode(self._ctx, batch) != 0:
+                return out
+            cache.append(token)
+
+    def close(self) -> None:
+        """Free the context and the model. Idempotent."""
+        if getattr(self, "_greedy", None) is not None:
+            lc.llama_sampler_free(self._greedy)
+            self._greedy = None
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+
+def vocab_mismatch(target, draft) -> str | None:
+    """Why vocabulary ``draft`` cannot draft for ``target`` (``llama_vocab`` pointers), ``None`` when each token
+    id has the same text (as llama.cpp's ``common_speculative_are_compatible`` asks, but for every token)."""
+    n_t, n_d = lc.llama_vocab_n_tokens(target), lc.llama_vocab_n_tokens(draft)
+    if n_t != n_d:
+        return f"its vocabulary has {n_d:,} tokens, this model's {n_t:,}"
+    if lc.llama_vocab_type(target) != lc.llama_vocab_type(draft):
+        return "its tokenizer is of another type"
+    for special in (lc.llama_vocab_bos, lc.llama_vocab_eos):
+        if special(target) != special(draft):
+            return "its BOS/EOS tokens differ"
+    text = lc.llama_vocab_get_text
+    for t in range(n_t):
+        if text(target, t) != text(draft, t):
+            return f"token {t} differs ({text(target, t)!r} against {text(draft, t)!r})"
+    return None
+
+
+class AutoPolicy:
+    """How many tokens to draft next (``auto``): the ``k`` that maximises the expected tokens per ms,
+    ``E(k) / cost(k)`` with ``E(k) = (1 - a^(k+1)) / (1 - a)`` (each draft token accepted with probability
+    ``a``, the running acceptance) and ``cost(k) = plain + k × per_token`` (both measured on this turn's
+    steps, exponentially averaged), against ``1 / plain`` for no draft. Before a drafted step was measured
+    it drafts two tokens (to measure); after :data:`PROBE_EVERY` undrafted steps it drafts once more to re-measure."""
+
+    ALPHA = 0.2
+
+    def __init__(self, k_max: int = 2 * LOOKUP_K) -> None:
+        self.k_max = k_max
+        self.plain_ms: float | None = None
+        self.per_token_ms: float | None = None
+        self.acceptance = 0.5
+        self._idle = 0
+
+    def choose(self) -> int:
+        """The draft length for the next step (0: a plain step)."""
+        if self.per_token_ms is None or self.plain_ms is None:
+            return min(2, self.k_max) if self.plain_ms is not None else 0  # a short draft measures the cost
+        a, c1, ct = min(self.acceptance, 0.99), self.plain_ms, max(self.per_token_ms, 1e-6)
+        best_k, best = 0, 1.0 / c1
+        for k in range(1, self.k_max + 1):
+            gain = (1 - a ** (k + 1)) / (1 - a) / (c1 + k * ct)
+            if gain > best:
+                best_k, best = k, gain
+        if best_k == 0:
+            self._idle += 1
+            if self._idle >= PROBE_EVERY:
+                self._idle = 0
+                return 2
+        return best_k
+
+    def observe(self, drafted: int, accepted: int, step_ms: float) -> None:
+        """One step's outcome: ``drafted`` tokens (0 for a plain step), ``accepted`` of them, in ``step_ms``."""
+        al = self.ALPHA
+        if drafted == 0:
+            self.plain_ms = step_ms if self.plain_ms is None else (1 - al) * self.plain_ms + al * step_ms
+            return
+        self.acceptance = (1 - al) * self.acceptance + al * (accepted / drafted)
+        if self.plain_ms is not None:
+            per = max(step_ms - self.plain_ms, 0.0) / drafted
+            self.per_token_ms = per if self.per_token_ms is None else (1 - al) * self.per_token_ms + al * per

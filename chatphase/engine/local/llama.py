@@ -1,0 +1,393 @@
+"""LlamaEngine: owns a llama.cpp model and context and runs one chat turn as a stream of events.
+
+It drives llama.cpp's C API (through llama-cpp-python's ctypes bindings) directly rather than
+``Llama.create_chat_completion``: stream chunks there are not tokens, and no prefill progress exists
+(``docs/architecture.md``). Here the prompt is evaluated in ``n_batch`` chunks, each synchronised, with a
+``PrefillProgress`` event and a cancel check between chunks; sampling runs in llama.cpp's sampler chain,
+so the per-token Python work is one sample call, one piece lookup, one decode call and one event.
+
+KV prefix reuse: the prompt's tokens are built from the cache where its text matches what the cache
+holds (:mod:`chatphase.engine.local.prefix`; the previous reply keeps the ids the model sampled, which
+re-tokenising its text often would not), then, as in ``Llama.generate``, the longest common prefix of
+the cached tokens and the prompt is kept, the rest dropped (``llama_memory_seq_rm``) and only the new
+tail evaluated; at least one token is always evaluated so that there are logits to sample from.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import llama_cpp as lc
+
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    LoadedModel,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    PrefillStarted,
+    TurnFinished,
+    TurnRequest,
+)
+from chatphase.engine.llamalog import LlamaLogCapture
+from chatphase.engine.local import ggml_devices
+from chatphase.engine.local.generation import Generated, generate
+from chatphase.engine.local.generation import Model as GenModel
+from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
+from chatphase.engine.local.prefix import CacheText, encode_prompt
+from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
+from chatphase.engine.logfile import default_log_path
+from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
+from chatphase.engine.prompting.chat_format import TemplateError, refusal
+from chatphase.engine.prompting.loaded import model_prompting
+from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.prompting.thinking import opened_by_prompt
+from chatphase.engine.prompting.vocab import Vocab
+from chatphase.engine.slow_paths import slow_paths, why_no_offload
+from chatphase.engine.text import clean_text
+from chatphase.engine.threads.governor import ThreadGovernor
+from chatphase.errors import UsageError
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.system import engine_registry
+
+
+class LlamaEngine:
+    """In-process llama.cpp engine (implements :class:`chatphase.engine.base.Engine`).
+
+    Args:
+        info: the validated model (:func:`chatphase.models.gguf_meta.read_model_info`).
+        config: the engine settings.
+        cancel_event: anything with ``is_set()`` (a ``threading.Event`` or ``multiprocessing.Event``);
+            :meth:`cancel` sets a private one when not given.
+        log_path: where llama.cpp's log goes (default :func:`default_log_path`).
+    """
+
+    def __init__(
+        self, info: ModelInfo, config: EngineConfig, cancel_event=None, log_path: str | os.PathLike | None = None
+    ):
+        self.info = info
+        self.config = config
+        self._cancel = cancel_event if cancel_event is not None else threading.Event()
+        self._owns_cancel = cancel_event is None  # a shared event is cleared by its owner (EngineHost)
+        self.log_path = Path(log_path) if log_path else default_log_path()
+        self._model = self._ctx = self._vocab = None
+        self._cache: list[int] = []
+        self._known = CacheText()  # the text that prefixes of self._cache stand for
+        self._stops: tuple[str, ...] = ()
+        self._registered = False
+        self._log: LlamaLogCapture | None = None
+        self._spec: Speculator | None = None
+        self.loaded: LoadedModel | None = None
+
+    # -- Engine protocol -------------------------------------------------------------------------
+    def load(self) -> Iterator[Event]:
+        """Load the model and create the context; yields ``ModelLoaded`` or ``EngineFailed(fatal=True)``."""
+        try:
+            yield ModelLoaded(self._load())
+        except (TemplateError, UsageError) as exc:  # already one line the user can act on
+            yield EngineFailed(str(exc), fatal=True)
+        except Exception as exc:  # llama.cpp reports failures as NULL pointers; we raise with a message
+            yield EngineFailed(f"model failed to load: {exc}", fatal=True)
+
+    def run_turn(self, request: TurnRequest) -> Iterator[Event]:
+        """Run one turn (see :mod:`chatphase.engine.events` for the event order).
+
+        A message too long for the context yields one ``EngineFailed(fatal=False)`` and no
+        ``TurnFinished``; a llama.cpp decode error ends the turn with ``stop_reason="error"``.
+        """
+        if self._ctx is None:
+            yield EngineFailed("the model is not loaded", request.turn_id, fatal=True)
+            return
+        try:
+            yield from self._run(request)
+        finally:
+            self.cancel_done()
+
+    def cancel_done(self) -> None:
+        """A turn (or batch) ended: a cancel asked for it is spent, so the next one runs (the engine's own
+        flag; a shared one is cleared by its owner, :class:`~chatphase.engine.process.host.EngineHost`)."""
+        if self._owns_cancel:
+            self._cancel.clear()
+
+    def watch(self) -> Iterator[Event]:
+        """Nothing to watch in-process (a crash here takes the caller with it): returns at once."""
+        return iter(())
+
+    def cancel(self) -> None:
+        """Ask the running turn to stop at the next prefill chunk or token (thread-safe)."""
+        self._cancel.set()
+
+    def close(self) -> None:
+        """Free the context and model. Idempotent."""
+        if self._spec is not None:
+            self._spec.close()
+            self._spec = None
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            lc.llama_model_free(self._model)
+            self._model = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._registered:
+            engine_registry.unregister()
+            self._registered = False
+
+    # -- public helpers --------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are parsed)."""
+        return self._vocab.tokenize(text, add_special)
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (special tokens render empty unless ``special``)."""
+        return self._vocab.piece(token, special)
+
+    def _encode(self, text: str, add_special: bool) -> list[int]:
+        """The prompt ``text`` as tokens, reusing the cached tokens for the text the cache holds."""
+        return encode_prompt(text, add_special, self._cache, self._known, self._vocab.tokenize, self._vocab.render)
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose KV entries the cache holds, in order."""
+        return list(self._cache)
+
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        """Decode and prompt threads from the next evaluation on (``llama_set_n_threads``, at no cost)."""
+        lc.llama_set_n_threads(self._ctx, n_threads, n_threads_batch)
+
+    def threads_now(self) -> tuple[int, int]:
+        """The decode and prompt threads llama.cpp holds now."""
+        return lc.llama_n_threads(self._ctx), lc.llama_n_threads_batch(self._ctx)
+
+    @property
+    def template(self) -> ChatTemplate:
+        """The chat format turns are rendered with (after :meth:`load`)."""
+        return self._template
+
+    @property
+    def vocab(self) -> Vocab:
+        """The loaded model's vocabulary (after :meth:`load`)."""
+        return self._vocab
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _load(self) -> LoadedModel:
+        t0 = time.perf_counter_ns()
+        self._log = LlamaLogCapture(self.log_path)
+        self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
+        lc.llama_backend_init()
+        s = self.config.resolved()
+        self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
+        system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
+        gpu_ok = bool(lc.llama_supports_gpu_offload())
+        why_not = None if gpu_ok else why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
+        plan = offload_plan(s, system_info, gpu_ok, why_not)
+        notes = list(plan.notes)
+        if gpu_ok and (refusal := ggml_devices.kv_too_big_for_device(self.info, s, plan.n_gpu_layers)):
+            raise UsageError(refusal)
+        self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
+        if not self._model:
+            raise RuntimeError(
+                ggml_devices.allocation_failure(self._log.failed_allocation, s)
+                or f"llama.cpp could not load {self.info.path} (see {self.log_path})"
+            )
+        self._ctx = lc.llama_init_from_model(self._model, context_params(s))
+        if not self._ctx:
+            raise RuntimeError(
+                ggml_devices.allocation_failure(self._log.failed_allocation, s)
+                or f"llama.cpp could not create a context of {s['n_ctx']:,} tokens (see {self.log_path})"
+            )
+        devices = ggml_devices.devices()  # memory free after the model and context were allocated
+        buffers = ggml_devices.buffer_sizes(self._log.buffer_mib(), devices)
+        self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._n_ctx = lc.llama_n_ctx(self._ctx)
+        self._n_batch = s["n_batch"]
+        if self._n_ctx != s["n_ctx"]:
+            notes.append(
+                f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens"
+            )
+
+        prompting = model_prompting(self._model, self._vocab, self.info.architecture, s["chat_template"])
+        self._format, self._template, self._stops = prompting.format, prompting.template, prompting.stops
+        self._thinking = prompting.thinking
+        notes.extend(prompting.notes)
+
+        if self.info.attention is None:
+            raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
+        self._kv_per_token = kv_bytes_per_token(self.info.attention, s["type_k"], s["type_v"])
+        resolved = dict(
+            s,
+            n_ctx=self._n_ctx,
+            n_gpu_layers=plan.n_gpu_layers_setting,
+            use_extra_bufts=plan.use_extra_bufts,
+            gpu_offload_supported=gpu_ok,
+            amx_detected=plan.amx,
+        )
+        self._spec = speculator(self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes)
+        kv_mib = self._log.kv_cache_mib
+        layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
+        layers_total = self._log.layers_total or self.info.n_layer + 1
+        slow = slow_paths(
+            layers_offloaded=layers_offloaded,
+            layers_total=layers_total,
+            buffers=buffers,
+            amx=plan.amx,
+            use_extra_bufts=plan.use_extra_bufts,
+            flash_attn=s["flash_attn"],
+            flash_attn_mismatch=self._log.flash_attn_mismatch,
+            type_k=s["type_k"],
+            type_v=s["type_v"],
+            amx_why=plan.extra_bufts_why,
+        )
+        self.loaded = LoadedModel(
+            info=self.info,
+            settings=resolved,
+            load_ms=ns_to_ms(time.perf_counter_ns() - t0),
+            kv_bytes_per_token=self._kv_per_token,
+            kv_capacity_bytes=kv_capacity_bytes(self._kv_per_token, self._n_ctx),
+            layers_offloaded=layers_offloaded,
+            layers_total=layers_total,
+            llama_kv_cache_bytes=round(kv_mib * 2**20) if kv_mib is not None else None,
+            system_info=system_info,
+            notes=tuple(notes),
+            log_path=str(self.log_path),
+            pid=os.getpid(),
+            chat_format=self._format.label,
+            thinking_format=self._thinking.name if self._thinking else None,
+            thinking_switch=prompting.switch,
+            spec_mode=self._spec.kind if self._spec else "off",
+            backends=ggml_devices.backends(),
+            devices=devices,
+            buffers=buffers,
+            slow_paths=slow,
+        )
+        for note in notes:
+            self._log.write(f"chatphase: {note}")
+        for line in slow:
+            self._log.write(f"chatphase: slow path: {line}")
+        self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
+        return self.loaded
+
+    # -- one turn --------------------------------------------------------------------------------
+    def _decode(self, tokens: list[int]) -> bool:
+        arr = (lc.llama_token * len(tokens))(*tokens)
+        return lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens))) == 0
+
+    def _reuse_prefix(self, prompt: list[int], reset: bool) -> int:
+        """Keep the longest common prefix of the cache and ``prompt`` (at least one token left to evaluate)."""
+        keep = 0
+        if not reset:
+            limit = min(len(self._cache), len(prompt) - 1)
+            while keep < limit and self._cache[keep] == prompt[keep]:
+                keep += 1
+        if keep < len(self._cache):
+            if not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
+                lc.llama_memory_clear(self._mem, True)  # models whose memory cannot drop a tail (recurrent)
+                keep = 0
+            del self._cache[keep:]
+        return keep
+
+    def _run(self, req: TurnRequest) -> Iterator[Event]:
+        t_submit = time.perf_counter_ns()
+        sp = req.sampling
+        messages = tuple(  # never a surrogate
+            Message(m.role, clean_text(m.content)[0], clean_text(m.reasoning)[0]) for m in req.messages
+        )
+        if req.reset_cache:
+            self._known.clear()
+        text = None  # the prompt's templated text (UTF-8), when it has one
+        if req.prompt_token_ids is not None:
+            prompt, dropped = list(req.prompt_token_ids), 0
+            if not 0 < len(prompt) < self._n_ctx:
+                yield EngineFailed(f"a prompt of {len(prompt)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
+                return
+        else:
+            budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
+            try:
+                fitted = self._template.fit(messages, budget, self._encode, req.enable_thinking)
+            except PromptTooLong as exc:
+                yield EngineFailed(f"message refused: {exc}", req.turn_id)
+                return
+            except Exception as exc:  # the template raised on this conversation (e.g. a system message)
+                yield EngineFailed(refusal(self._format, exc), req.turn_id)
+                return
+            prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
+        cached = self._reuse_prefix(prompt, req.reset_cache)
+        self._known.truncate(cached, text)
+        todo = prompt[cached:]
+        threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
+        t_prefill_start = time.perf_counter_ns()
+        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
+
+        stop = None
+        n_batch = self._n_batch
+        done = 0
+        while done < len(todo):
+            if self._cancel.is_set():
+                stop = "cancelled"
+                break
+            chunk = todo[done : done + n_batch]
+            if not self._decode(chunk):
+                stop = "error"
+                break
+            lc.llama_synchronize(self._ctx)
+            self._cache.extend(chunk)
+            done += len(chunk)
+            yield PrefillProgress(req.turn_id, done, len(todo), ns_to_ms(time.perf_counter_ns() - t_prefill_start))
+        t_prefill_end = time.perf_counter_ns()
+
+        out = Generated()
+        if stop is None:
+            if text is not None:
+                self._known.add_prompt(len(prompt), text)
+            preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
+            model = GenModel(
+                self._ctx,
+                self._vocab.ptr,
+                self._cache,
+                self._n_ctx,
+                self._cancel,
+                self._vocab.render if self._thinking else self.piece,  # a thinking model's markers, as text
+                lambda text: self._vocab.tokenize(text, False),
+                self._decode,
+                self.threads.on_token,
+            )
+            if self._spec is None:
+                yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
+            else:
+                out = SpecGenerated()
+                yield from generate_speculative(
+                    model, self._mem, self._spec, req, t_submit, self._stops, self._thinking, preopened, out
+                )
+            stop = out.stop
+            if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
+                self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
+        metrics = compute_turn_metrics(
+            t_submit_ns=t_submit,
+            t_prefill_start_ns=t_prefill_start,
+            t_prefill_end_ns=t_prefill_end,
+            token_times_ns=out.times,
+            prompt_tokens=len(prompt),
+            cached_tokens=len(prompt) - len(todo),
+            evaluated_tokens=done,
+            kv_cache_tokens=len(self._cache),
+            kv_bytes_per_token=self._kv_per_token,
+            kv_capacity_bytes=self.loaded.kv_capacity_bytes,
+            stop_reason=stop,
+            dropped_messages=dropped,
+            **(out.tracker.metrics_args() if out.tracker else {}),
+            spec=getattr(out, "spec", None),
+        )
+        if stop == "error":
+            yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
+        metrics = self.threads.finish_turn(metrics)
+        yield TurnFinished(req.turn_id, "".join(out.parts), metrics, thinking="".join(out.thought))

@@ -1,0 +1,274 @@
+"""Speculative decoding on llama.cpp's C API: draft tokens cheaply, verify them in one batched step.
+
+Decode reads all the weights once per step, so a step of ``k + 1`` tokens costs far less than ``k + 1``
+steps of one. Each step here evaluates the last sampled token and ``k`` drafted ones in one ``llama_batch``
+with logits at every position, then samples position 0, 1, … with **the user's sampler chain** and keeps
+going while the sampled token equals the draft; the first mismatch ends the step (its sampled token is kept,
+as plain decode would have sampled it) and the rejected positions leave the KV cache
+(``llama_memory_seq_rm``). Each sampled token takes one random draw, in the same order as plain decode, so
+the reply's distribution is the target's at any temperature, and with a fixed seed the two agree token for
+token as long as batched and one-token evaluation give the same logits (at temperature 0: byte-identical).
+
+Every sampled token goes through the same per-token pieces as plain decode
+(:mod:`chatphase.engine.local.generation`: the end-of-generation check, :class:`IncrementalDetokenizer`,
+:class:`StopText`, :class:`ThinkingTracker`, one event, the thread policy), in order, so a stop string or
+the thinking budget that falls inside a verified batch ends or closes the reply where plain decode would:
+the tokens after it are dropped from the cache.
+
+Drafters: :class:`LookupDrafter` (the most recent earlier occurrence of the last ``n`` tokens of the
+conversation proposes what followed it: llama.cpp's ngram-simple idea) and :class:`DraftModel` (a second,
+small GGUF of the same vocabulary, greedy in its own context). :class:`AutoPolicy` chooses the draft length
+from this turn's measured acceptance and step costs, and drafts nothing when it does not pay. Figures:
+:func:`chatphase.engine.metrics.spec_figures` (``docs/metrics.md``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import llama_cpp as lc
+
+from chatphase.engine.events import Event, SpecLive, ThinkingEnded, TurnRequest
+from chatphase.engine.local.drafters import (
+    DRAFT_K,
+    K_MAX,
+    LOOKUP_K,
+    PROBE_EVERY,
+    AutoPolicy,
+    DraftModel,
+    LookupDrafter,
+    can_speculate,
+)
+from chatphase.engine.local.generation import Generated, Model, TokenStep
+from chatphase.engine.local.sampling import sampler_chain
+from chatphase.engine.metrics import ns_to_ms, spec_figures
+from chatphase.engine.prompting.thinking import ThinkingFormat
+from chatphase.engine.spec_modes import parse_spec
+from chatphase.errors import ModelError, UsageError
+from chatphase.models.resolve import resolve_model
+
+
+def speculator(
+    spec: str, model, vocab, settings: dict, system_info: str, gpu_ok: bool, notes: list[str]
+) -> Speculator | None:
+    """The speculative mode ``spec`` (``EngineConfig.spec``) for the loaded llama.cpp ``model`` (``vocab`` its
+    vocabulary); ``None`` for plain decode, or with a note in ``notes`` for a model that cannot take it
+    (recurrent, hybrid). A ``draft:`` model is found as ``--model`` finds one (``default``: the bundled one)
+    and loaded with the same ``settings``.
+
+    Raises:
+        UsageError: a draft model that cannot be found or loaded, or that has another vocabulary.
+    """
+    mode = parse_spec(spec)
+    if mode.kind == "off":
+        return None
+    why = can_speculate(model)
+    if why:
+        notes.append(f"speculative decoding off: this model is {why} (its state cannot drop rejected drafts)")
+        return None
+    draft = None
+    if mode.kind == "draft":
+        try:
+            path = resolve_model(None if mode.draft == "default" else mode.draft)
+            draft = DraftModel(str(path), settings, system_info, gpu_ok, vocab)
+        except ModelError as exc:
+            raise UsageError(f"draft model: {exc}") from None
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+        notes.append(f"speculative decoding: {path.name} drafts")
+    return Speculator(mode.kind, draft)
+
+
+class Speculator:
+    """A speculative mode for an engine: its drafter, the verify batch and the mode's label.
+
+    ``kind``: ``lookup``, ``auto`` or ``draft`` (with ``draft`` the :class:`DraftModel`).
+    """
+
+    def __init__(self, kind: str, draft: DraftModel | None = None, k: int | None = None) -> None:
+        self.kind = kind
+        self.k = min(k or (DRAFT_K if draft is not None else LOOKUP_K), K_MAX)
+        self.drafter = draft if draft is not None else LookupDrafter()
+        self.batch = lc.llama_batch_init(K_MAX + 1, 0, 1)
+        self._threads = None
+
+    def sync_threads(self, ctx) -> None:
+        """Give a draft model the target's thread counts (the thread policy changes them between tokens)."""
+        if isinstance(self.drafter, DraftModel):
+            now = lc.llama_n_threads(ctx), lc.llama_n_threads_batch(ctx)
+            if now != self._threads:
+                self._threads = now
+                self.drafter.set_threads(*now)
+
+    def close(self) -> None:
+        if self.batch is not None:
+            lc.llama_batch_free(self.batch)
+            self.batch = None
+        if isinstance(self.drafter, DraftModel):
+            self.drafter.close()
+
+
+@dataclass
+class SpecGenerated(Generated):
+    """:class:`Generated` and the turn's ``spec_*`` figures (:func:`spec_figures`' dict)."""
+
+    spec: dict | None = None
+
+
+class _Steps:
+    """The turn's steps as parallel lists (for :func:`spec_figures`) and the live figures."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.ends: list[int] = []
+        self.tokens: list[int] = []
+        self.drafted: list[int] = []
+        self.accepted: list[int] = []
+        self.plain: list[bool] = []
+        self.n_tokens = self.n_drafted = self.n_accepted = 0
+        self.plain_ns = self.plain_n = 0
+        self.live: SpecLive | None = None
+
+    def add(self, t_start: int, t_end: int, tokens: int, drafted: int, accepted: int, plain: bool) -> None:
+        self.ends.append(t_end)
+        self.tokens.append(tokens)
+        self.drafted.append(drafted)
+        self.accepted.append(accepted)
+        self.plain.append(plain)
+        self.n_tokens += tokens
+        self.n_drafted += drafted
+        self.n_accepted += accepted
+        if plain:
+            self.plain_ns += t_end - t_start
+            self.plain_n += 1
+
+    def snapshot(self, t_first: int) -> SpecLive:
+        elapsed = self.ends[-1] - t_first if self.ends else 0
+        speedup = self.plain_ns / self.plain_n * self.n_tokens / elapsed if self.plain_n and elapsed > 0 else None
+        self.live = SpecLive(self.mode, len(self.ends), self.n_drafted, self.n_accepted, self.n_tokens, speedup)
+        return self.live
+
+    def figures(self, t_first: int) -> dict:
+        return spec_figures(self.mode, t_first, self.ends, self.tokens, self.drafted, self.accepted, self.plain)
+
+
+def generate_speculative(
+    m: Model,
+    mem,
+    spec: Speculator,
+    req: TurnRequest,
+    t_submit: int,
+    stops: tuple,
+    thinking: ThinkingFormat | None,
+    preopened: bool,
+    out: SpecGenerated,
+) -> Iterator[Event]:
+    """As :func:`chatphase.engine.local.generation.generate` (the same events, ``out`` filled the same way), with
+    drafted steps (the module docstring); ``out.spec`` gets the turn's ``spec_*`` figures. ``mem`` is the
+    target context's ``llama_memory``; ``m.cache`` and the KV cache hold the same tokens after each step."""
+    sp = req.sampling
+    sampler = sampler_chain(sp)
+    step = TokenStep(m, req, t_submit, stops, thinking, preopened, out)
+    track, pending = step.track, step.events
+    sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
+    ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
+    b = spec.batch
+    drafter, auto = spec.drafter, AutoPolicy(spec.k) if spec.kind == "auto" else None
+    drafter.reset()
+    steps = _Steps(spec.kind)
+
+    def take(token: int, t: int, n_cached: int, drafted: bool) -> str | None:
+        """One sampled token, as plain decode takes it (its events go to ``pending``); a stop reason or ``None``.
+        ``n_cached``: the tokens plain decode would hold in the cache at this point."""
+        return step.take(token, t, drafted, steps.live) or step.limits(n_cached)
+
+    stop: str | None = None
+    try:
+        token = sample(sampler, ctx, -1)
+        stop = take(token, perf_ns(), len(cache), False)
+        t_prev = times[0] if times else 0
+        n_step = 0
+        while stop is None:
+            yield from pending
+            pending.clear()
+            # invariant: ``token`` was sampled and taken, not evaluated; the KV cache holds ``cache``
+            if track is not None and track.over_budget():
+                stop = yield from _force_close(m, thinking, token, track, times, turn_id, perf_ns)
+                if stop is None:
+                    token = sample(sampler, ctx, -1)
+                    n_before = len(times)
+                    stop = take(token, perf_ns(), len(cache), False)
+                    if len(times) > n_before:
+                        steps.add(t_prev, times[-1], 1, 0, 0, False)
+                        t_prev = times[-1]
+                        steps.snapshot(times[0])
+                continue
+            n_step += 1
+            room = min(m.n_ctx - len(cache) - 1, sp.max_tokens - len(times) - 1, K_MAX)
+            k = auto.choose() if auto is not None else (0 if n_step % PROBE_EVERY == 1 else spec.k)
+            k = min(k, room)
+            spec.sync_threads(ctx)
+            cache.append(token)  # the history the drafter continues (the KV cache gets it in this step)
+            draft = drafter.propose(cache, k) if k > 0 else []
+            nd = len(draft)
+            b.token[0], b.pos[0], b.n_seq_id[0], b.seq_id[0][0], b.logits[0] = token, len(cache) - 1, 1, 0, 1
+            pos = len(cache)
+            for i, d in enumerate(draft, 1):
+                b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = d, pos, 1, 0, 1
+                pos += 1
+            b.n_tokens = nd + 1
+            if decode(ctx, b) != 0:
+                cache.pop()
+                stop = "error"
+                break
+            base, n_before, agreed, i = len(cache), len(times), 0, 0
+            while True:
+                s = sample(sampler, ctx, i)
+                is_draft = i < nd and s == draft[i]
+                stop = take(s, perf_ns(), base + i, is_draft)
+                agreed += is_draft
+                if stop is not None or not is_draft or (track is not None and track.over_budget()):
+                    break  # a spent thinking budget: the closing marker goes after s, at the top of the loop
+                i += 1
+            # draft[:i] stay: each equals the token sampled before it; s is the next token, not evaluated
+            cache.extend(draft[:i])
+            if i < nd:
+                lc.llama_memory_seq_rm(mem, 0, len(cache), -1)
+            token = s
+            made = len(times) - n_before
+            if made:
+                if auto is not None:
+                    auto.observe(nd, agreed, ns_to_ms(times[-1] - t_prev))
+                steps.add(t_prev, times[-1], made, nd, agreed, nd == 0)
+                t_prev = times[-1]
+                steps.snapshot(times[0])
+        yield from pending
+        pending.clear()
+    finally:
+        lc.llama_sampler_free(sampler)
+        out.stop = stop or "length"
+        step.finish()
+        if times:
+            out.spec = steps.figures(times[0])
+
+
+def _force_close(m: Model, thinking, token, track, times, turn_id, perf_ns):
+    """Evaluate ``token`` and the thinking format's closing marker (the budget is spent), as plain decode does;
+    a stop reason or ``None``."""
+    if len(m.cache) + 1 >= m.n_ctx:
+        return "context_full"
+    if not m.decode([token]):
+        return "error"
+    m.cache.append(token)
+    closing = m.tokenize(thinking.forced_close)
+    if len(m.cache) + len(closing) >= m.n_ctx:
+        return "context_full"
+    if not m.decode(closing):
+        return "error"
+    m.cache.extend(closing)
+    t_end = perf_ns()
+    track.force_close(t_end)
+    yield ThinkingEnded(turn_id, track.thinking_tokens, ns_to_ms(t_end - times[0]), t_end, forced=True)
+    return None

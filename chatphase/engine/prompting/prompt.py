@@ -1,0 +1,92 @@
+"""Fitting a templated conversation into the context window.
+
+The format (the model's Jinja template, a llama.cpp built-in, or a plain completion prompt) is chosen and
+checked in :mod:`chatphase.engine.prompting.chat_format`; :class:`ChatTemplate` renders with it, tokenises, and
+drops the oldest messages until the prompt fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from chatphase.engine.events import Message
+from chatphase.engine.prompting.chat_format import Render
+
+
+class PromptTooLong(Exception):
+    """The newest message alone (with the system prompt) does not fit the context; ``str`` says by how much."""
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    """The token list to evaluate, the templated text it stands for, and how many of the oldest
+    messages were left out to fit ``n_ctx``."""
+
+    tokens: list[int]
+    dropped_messages: int
+    text: str = ""
+
+
+Encode = Callable[[str, bool], list[int]]
+"""``(templated text, add_special) -> token ids`` of the prompt (the engine's may reuse cached tokens)."""
+
+
+class ChatTemplate:
+    """Renders ``Message`` lists in a chat format and tokenises them.
+
+    Args:
+        render: the format's :data:`~chatphase.engine.prompting.chat_format.Render` function.
+        tokenize: ``(text, add_special) -> token ids`` of the loaded model, parsing special tokens.
+    """
+
+    def __init__(self, render: Render, tokenize: Callable[[str, bool], list[int]]):
+        self._render = render
+        self._tokenize = tokenize
+
+    def render(self, messages: Sequence[Message], enable_thinking: bool | None = None) -> tuple[str, bool]:
+        """``(text, add_special)``: the templated conversation, ending with the assistant's generation
+        prompt, and whether tokenising it should add BOS/EOS (only when the template did not, as
+        llama-cpp-python's chat handler does). ``enable_thinking`` goes to templates that take it."""
+        return self._render(messages, True, enable_thinking)
+
+    def tokens(self, messages: Sequence[Message]) -> list[int]:
+        """Token ids of the templated conversation, ending with the assistant's generation prompt."""
+        return self._tokenize(*self.render(messages))
+
+    def fit(
+        self,
+        messages: Sequence[Message],
+        budget_tokens: int,
+        encode: Encode | None = None,
+        enable_thinking: bool | None = None,
+    ) -> FittedPrompt:
+        """Drop the oldest non-system messages until the prompt is at most ``budget_tokens`` long.
+
+        Messages are dropped in order (oldest first) but a leading system message is kept, and the
+        conversation always starts at a user message after dropping. ``encode`` turns the templated
+        text into the tokens that will be evaluated (default: the whole text tokenised), so the
+        budget counts exactly those.
+
+        Raises:
+            PromptTooLong: when the system prompt plus the newest message alone exceed the budget.
+        """
+        system = [m for m in messages[:1] if m.role == "system"]
+        rest = list(messages[len(system) :])
+        encode = encode or self._tokenize
+        dropped = 0
+        while True:
+            text, add_special = self.render(system + rest, enable_thinking)
+            tokens = encode(text, add_special)
+            if len(tokens) <= budget_tokens:
+                return FittedPrompt(tokens, dropped, text)
+            if len(rest) <= 1:
+                raise PromptTooLong(
+                    f"the message is {len(tokens):,} tokens with the template; the context leaves room for "
+                    f"{budget_tokens:,} (raise --n-ctx or shorten the message)"
+                )
+            rest.pop(0)
+            dropped += 1
+            while len(rest) > 1 and rest[0].role != "user":
+                rest.pop(0)
+                dropped += 1

@@ -1,0 +1,168 @@
+"""One turn streamed from an OpenAI-compatible server: its clocks, its text (answer and thinking apart)
+and the server's report, turned into the engine's events (:mod:`chatphase.engine.remote.engine` owns the
+connection; :mod:`chatphase.engine.remote.wire` holds what is measured where).
+
+Thinking: the server's ``reasoning_content`` / ``reasoning`` deltas are thinking text; a server that does
+not split the reasoning out sends its markers in the content, split here (:mod:`chatphase.engine.prompting.thinking`).
+The block's times are the client's; its token count is the server's (``reasoning_tokens``), never chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+from httpx_sse import EventSource
+
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    FirstToken,
+    PrefillProgress,
+    PrefillStarted,
+    ThinkingEnded,
+    TokensDecoded,
+    TurnFinished,
+    TurnRequest,
+)
+from chatphase.engine.metrics import ns_to_ms
+from chatphase.engine.prompting.thinking import FORMATS, ThinkingSplitter
+from chatphase.engine.remote.errors import error_text, http_error_message, transport_message
+from chatphase.engine.remote.wire import (
+    RemoteThinking,
+    ServerReport,
+    chunk_text,
+    progress_tokens,
+    remote_turn_metrics,
+    server_timings_view,
+    stop_reason_of,
+)
+
+#: the thinking markers looked for in a remote reply's content (``<think>``…``</think>``: the common ones;
+#: gpt-oss's channels and the rest are split out by the servers themselves).
+_CONTENT_MARKERS = next(f for f in FORMATS if f.name == "think")
+
+
+class StreamedTurn:
+    """One streamed turn on ``engine`` (the :class:`~chatphase.engine.remote.engine.RemoteEngine` whose client,
+    cancel flag and tokenizer it uses): its clocks, its text and the server's report."""
+
+    def __init__(self, engine, request: TurnRequest):
+        self.engine, self.request = engine, request
+        self.report = ServerReport(counts_stop_token=engine.counts_stop_token)
+        self.times: list[int] = []
+        self.parts: list[str] = []
+        self.thought: list[str] = []
+        self.thinking: RemoteThinking | None = None  # set once the reply shows a thinking block
+        self.thinking_chunks = 0  # live view only: the final count is the server's
+        # servers that do not split the reasoning out send its markers in the content
+        self.splitter = ThinkingSplitter(_CONTENT_MARKERS)
+        self.t_submit = 0
+
+    def run(self) -> Iterator[Event]:
+        engine, rid = self.engine, self.request.turn_id
+        body = engine.request_body(self.request)
+        self.t_submit = time.perf_counter_ns()
+        yield PrefillStarted(rid, None, None, None, 0, self.t_submit)
+        error: str | None = None
+        done = False
+        try:
+            with engine._client.stream("POST", engine.endpoint(self.request), json=body) as response:
+                with engine._lock:
+                    engine._response = response
+                if response.status_code >= 400:
+                    response.read()
+                    yield EngineFailed(http_error_message(response, engine.url.display), rid)
+                    return
+                for sse in EventSource(response).iter_sse():
+                    if engine._cancel.is_set():
+                        break
+                    if sse.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    if not sse.data.strip():
+                        continue
+                    error = yield from self._chunk(sse.data)
+                    if error:
+                        break
+                else:
+                    done = self.report.finish_reason is not None  # some servers omit [DONE]
+        except httpx.HTTPError as exc:
+            if not engine._cancel.is_set():
+                error = transport_message(exc, engine.url.display, engine._timeout.read, mid_stream=bool(self.times))
+            engine._drop_connections()
+        finally:
+            with engine._lock:
+                engine._response = None
+        if engine._cancel.is_set():
+            stop = "cancelled"
+        elif error is None and not done:
+            error = f"the stream from {engine.url.display} ended before the reply was complete"
+            stop = "error"
+        else:
+            stop = "error" if error else stop_reason_of(self.report.finish_reason)
+        if error and not self.times:
+            yield EngineFailed(error, rid)
+            return
+        if error:
+            yield EngineFailed(f"{error} — the partial reply is kept", rid)
+        tail = self.splitter.flush()
+        self.parts.append(tail.answer)
+        self.thought.append(tail.thinking)
+        if self.report.decode_count()[0] is None:  # the server's tokenizer, never a count of chunks
+            self.report.tokenized_completion_tokens = engine.tokenizer.count("".join(self.parts + self.thought))
+        metrics = remote_turn_metrics(
+            t_submit_ns=self.t_submit,
+            arrival_times_ns=self.times,
+            report=self.report,
+            stop_reason=stop,
+            thinking=self.thinking,
+        )
+        timings = server_timings_view(self.report, metrics.ttft_ms)
+        yield TurnFinished(rid, "".join(self.parts), metrics, server_timings=timings, thinking="".join(self.thought))
+
+    def _chunk(self, data: str):
+        """Handle one SSE data payload; yields events, returns an error message or ``None``."""
+        now = time.perf_counter_ns()
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return f"the server at {self.engine.url.display} sent a malformed chunk"
+        if not isinstance(chunk, dict):
+            return None
+        if chunk.get("error"):
+            return f"the server reported an error mid-reply: {error_text(chunk['error'])}"
+        self.report.absorb(chunk)
+        rid = self.request.turn_id
+        if "prompt_progress" in chunk and self.report.progress and not self.times:
+            progress = progress_tokens(self.report.progress)
+            if progress:
+                yield PrefillProgress(rid, progress[0], progress[1], progress[2])
+        content, reasoning = chunk_text(chunk)
+        if not (content or reasoning):
+            return None
+        split = self.splitter.feed(content)
+        answer, thinking = split.answer, reasoning + split.thinking
+        th = self.thinking
+        if (thinking or self.splitter.thinking) and th is None:
+            th = self.thinking = RemoteThinking()
+        ended = th is not None and th.t_end_ns is None and (split.closed or (answer and not self.splitter.thinking))
+        if ended:
+            th.t_end_ns = now  # the block closed, or the server's reasoning gave way to content
+        if th is not None and answer and th.t_first_answer_ns is None:
+            th.t_first_answer_ns = now
+        self.thinking_chunks += bool(thinking) or (th is not None and th.t_end_ns in (None, now) and not answer)
+        self.parts.append(answer)
+        self.thought.append(thinking)
+        self.times.append(now)
+        if len(self.times) == 1:
+            yield FirstToken(rid, answer, ns_to_ms(now - self.t_submit), now, thinking)
+        else:
+            # live view only: one chunk is one token on llama-server, vLLM and llama-cpp-python; the
+            # final TurnMetrics take the server's usage instead.
+            yield TokensDecoded(rid, answer, 1, len(self.times), now, thinking, self.thinking_chunks)
+        if ended:
+            yield ThinkingEnded(rid, self.thinking_chunks, ns_to_ms(th.t_end_ns - self.times[0]), th.t_end_ns)
+        return None

@@ -1,0 +1,133 @@
+"""The phase dashboard: live decode rate, KV gauge with forecast, turn history + detail, plots, system figures.
+
+The app mounts ``Dashboard()`` and drives it with four calls (nothing here talks to the engine):
+:meth:`Dashboard.set_model` on ``ModelLoaded``, :meth:`Dashboard.turn_finished` on ``TurnFinished``,
+:meth:`Dashboard.decode_rate` during decode (at a bounded rate: each call repaints the sparkline) and
+:meth:`Dashboard.reset` on a new chat.
+
+Layout: two always-visible lines (live tokens/s sparkline, KV gauge) above tabs — *Turns* (history table,
+then the chosen turn's timeline, metrics and phase explanations), *Plots*, *System* — so it stays readable in
+the few rows an 80×24 terminal leaves it. Styles live in ``dashboard.tcss``; Textual loads CSS files from the
+App, so the app lists :data:`DASHBOARD_CSS_PATH` in its ``CSS_PATH``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import TabbedContent, TabPane
+
+from chatphase.engine.events import LoadedModel
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.forecast import forecast_kv
+from chatphase.ui.dashboard.history_table import TurnHistoryTable
+from chatphase.ui.dashboard.kv_forecast import KvGauge
+from chatphase.ui.dashboard.live_rate import LiveRate
+from chatphase.ui.dashboard.phase_plots import DecodeDepthPlot, TtftPlot
+from chatphase.ui.dashboard.system_figures import SystemFigures
+from chatphase.ui.dashboard.turn_detail import TurnDetail
+
+#: the stylesheet of the dashboard and its widgets; add it to the App's ``CSS_PATH``.
+DASHBOARD_CSS_PATH = Path(__file__).with_name("dashboard.tcss")
+
+
+class Dashboard(Widget):
+    """Per-turn phase metrics of the current chat, kept in memory (turn id -> :class:`TurnMetrics`)."""
+
+    def __init__(self, kv_usage: bool = True, **kwargs) -> None:
+        """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge)."""
+        super().__init__(**kwargs)
+        self.model: LoadedModel | None = None
+        self.turns: dict[int, TurnMetrics] = {}
+        self.selected_turn: int | None = None
+        self.kv_usage = kv_usage
+        #: KV tokens after each turn of the current engine (a new engine starts with an empty cache).
+        self._kv_tokens: dict[int, int] = {}
+
+    def compose(self) -> ComposeResult:
+        yield LiveRate(id="dash-live")
+        yield KvGauge(id="dash-kv")
+        with TabbedContent(id="dash-tabs"):
+            with TabPane("Turns", id="tab-turns"):
+                with VerticalScroll(id="dash-turns-scroll"):
+                    yield TurnHistoryTable(id="dash-history")
+                    yield TurnDetail(id="dash-detail")
+            with TabPane("Plots", id="tab-plots"):
+                with VerticalScroll(id="dash-plots-scroll"):
+                    yield TtftPlot(id="dash-ttft-plot")
+                    yield DecodeDepthPlot(id="dash-decode-plot")
+            with TabPane("System", id="tab-system"):
+                with VerticalScroll():
+                    yield SystemFigures(id="dash-system")
+
+    # -- the app's four calls -------------------------------------------------------------------
+
+    def set_model(self, model: LoadedModel) -> None:
+        """A model was loaded (or switched): show its figures and size the KV gauge to its n_ctx."""
+        self.model = model
+        self._kv_tokens.clear()
+        self.query_one(SystemFigures).set_model(model)
+        self._update_kv()
+        if self.selected_turn is not None:
+            self.show_turn(self.selected_turn)
+
+    def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
+        """Record a finished turn: history row (updated in place if the id exists), plots, KV forecast,
+        and show it in the detail view."""
+        self.turns[turn_id] = metrics
+        if metrics.kv_cache_tokens is not None:
+            self._kv_tokens[turn_id] = metrics.kv_cache_tokens
+        self.query_one(TurnHistoryTable).upsert_turn(turn_id, metrics)
+        self.query_one(TtftPlot).add_turn(metrics)
+        self.query_one(DecodeDepthPlot).add_turn(metrics)
+        self.query_one(SystemFigures).set_turn(metrics)
+        self.query_one(LiveRate).settle(metrics.decode_tokens_per_s)
+        self._update_kv()
+        self.show_turn(turn_id)
+
+    def decode_rate(self, tokens_per_s: float) -> None:
+        """A live decode-rate sample (tokens/s) for the sparkline; repaints it, so call at a bounded rate."""
+        self.query_one(LiveRate).push(tokens_per_s)
+
+    def reset(self) -> None:
+        """New chat: forget the turns (the model stays)."""
+        self.turns.clear()
+        self._kv_tokens.clear()
+        self.selected_turn = None
+        self.query_one(TurnHistoryTable).reset()
+        self.query_one(TurnDetail).clear()
+        self.query_one(TtftPlot).clear_points()
+        self.query_one(DecodeDepthPlot).clear_points()
+        self.query_one(LiveRate).clear()
+        self._update_kv()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def show_turn(self, turn_id: int) -> None:
+        """Show turn ``turn_id``'s timeline, metrics and explanations in the detail view.
+
+        Raises:
+            KeyError: for a turn id the dashboard has not recorded.
+        """
+        metrics = self.turns[turn_id]
+        self.selected_turn = turn_id
+        self.query_one(TurnDetail).show(turn_id, metrics, self.model)
+
+    def on_turn_history_table_turn_chosen(self, message: TurnHistoryTable.TurnChosen) -> None:
+        message.stop()
+        if message.turn_id in self.turns:
+            self.show_turn(message.turn_id)
+
+    def _update_kv(self) -> None:
+        if self.model is None:
+            return
+        n_ctx = int(self.model.settings.get("n_ctx") or 0)
+        if n_ctx <= 0 or not self.model.kv_bytes_per_token:
+            return
+        series = list(self._kv_tokens.values())
+        self.query_one(KvGauge).update_forecast(
+            forecast_kv(series, n_ctx), self.model.kv_bytes_per_token, self.model.kv_capacity_bytes, usage=self.kv_usage
+        )

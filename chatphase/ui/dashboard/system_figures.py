@@ -1,0 +1,183 @@
+"""System figures: engine process RSS and CPU %, system memory, model load time, threads, GPU offload
+(layers offloaded/total, and on NVIDIA the engine process's GPU memory via :mod:`chatphase.system.gpu`).
+
+Threads: with the auto policy (:mod:`chatphase.engine.threads.policy`) the last turn's prefill and decode
+threads and the reason; before a turn, the most the policy may use.
+
+Sampled with :class:`chatphase.system.process.ProcessSampler` from a timer every :data:`REFRESH_S` seconds
+(the sampler itself also refuses to sample more often), never per token, and only while the figures are
+on screen (the dashboard's System tab): a hidden widget's redraw still costs the UI a frame, taken from
+the engine's CPU on a machine without a spare core. Showing them samples at once.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.slow_paths import why_no_offload
+from chatphase.system.gpu import gpu_memory_used_bytes
+from chatphase.system.process import ProcessSampler, SystemSample
+from chatphase.units import DASH, fmt_bytes
+
+#: seconds between samples.
+REFRESH_S = 1.0
+
+
+def gpu_offload_text(model: LoadedModel) -> str:
+    """The model's GPU offload in words, for the panel and the System tab: ``on (31/31 layers)``,
+    ``off (CPU-only build)``, or what cannot be known (a server's, a build that did not say)."""
+    s = model.settings
+    if s.get("backend") == "remote":
+        return "the server's (not reported)"
+    if model.backends and not model.layers_offloaded:  # the engine said what it has: say why nothing runs there
+        why = why_no_offload(model.backends, model.devices, s.get("n_gpu_layers"))
+        return f"off ({why or f'0/{model.layers_total} layers'})"
+    if not s.get("gpu_offload_supported", False):
+        return "off (CPU-only build)"
+    if model.layers_offloaded is None or model.layers_total is None:
+        return f"not reported (n_gpu_layers={s.get('n_gpu_layers')})"
+    on = "on" if model.layers_offloaded else "off"
+    return f"{on} ({model.layers_offloaded}/{model.layers_total} layers)"
+
+
+#: memory kinds in the order shown, with their short labels.
+_KIND_LABELS = {"weights": "weights", "kv_cache": "KV", "compute": "compute", "output": "output"}
+
+
+def memory_text(model: LoadedModel) -> str | None:
+    """What llama.cpp allocated where, from its own buffer lines: ``device: weights 98.1 MiB · KV 90.0 MiB ·
+    compute 20.0 MiB; host: weights 0.3 MiB · compute 1.0 MiB`` (``None`` before any buffer was reported)."""
+    if not model.buffers:
+        return None
+    parts = []
+    for place, kinds in memory_by_place(model.buffers).items():
+        order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
+        if order:
+            parts.append(f"{place}: {' · '.join(f'{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}' for k in order)}")
+    return "; ".join(parts)
+
+
+def device_lines(model: LoadedModel) -> list[str]:
+    """One line per offload device llama.cpp sees: ``Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu ·
+    22.9 GiB free of 23.5 GiB`` (memory as read after the load)."""
+    return [
+        f"{d.name} · {d.description} · {d.type} · {fmt_bytes(d.free_bytes)} free of {fmt_bytes(d.total_bytes)}"
+        for d in model.devices
+        if d.type in OFFLOAD_TYPES
+    ]
+
+
+def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
+    """The threads figure (``threads 1 decode / 1 prefill, auto``) and, after a turn of an engine with a
+    thread policy, its reason (``threads: 2 → 1: one core busy elsewhere (other load 1.00 cores)``)."""
+    s = model.settings
+    policy = s.get("threads_policy")
+    if turn is not None and turn.n_threads_decode is not None:
+        figure = f"threads {turn.n_threads_decode} decode / {turn.n_threads_prefill} prefill"
+        return (f"{figure}, {policy}" if policy else figure), f"threads: {turn.threads_reason}"
+    if policy == "auto":
+        return f"threads auto, up to {s.get('n_threads', '–')} (the cores this machine gives the engine)", None
+    figure = f"threads {s.get('n_threads', '–')} decode / {s.get('n_threads_batch', '–')} batch"
+    return (f"{figure}, {policy}" if policy else figure), None
+
+
+def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetrics | None = None) -> list[str]:
+    """The figure lines for ``model``, the latest ``sample`` (``None`` before the first sample) and the
+    last finished ``turn`` (for its threads)."""
+    s = model.settings
+    lines = []
+    if not model.pid:
+        lines.append("engine process: not reported by this engine")
+    elif sample is None or not sample.process_alive:
+        lines.append(f"engine pid {model.pid}: {'not sampled yet' if sample is None else 'not running'}")
+    else:
+        cpu = DASH if sample.cpu_percent is None else f"{sample.cpu_percent:.0f} %"
+        lines.append(
+            f"engine pid {sample.pid} · RSS {fmt_bytes(sample.rss_bytes or 0)} · CPU {cpu} "
+            f"· {sample.num_threads} OS threads"
+        )
+    if sample is not None:
+        lines.append(f"memory available {fmt_bytes(sample.mem_available_bytes)} of {fmt_bytes(sample.mem_total_bytes)}")
+    threads, why = threads_lines(model, turn)
+    lines.append(f"model load {model.load_ms:,.0f} ms · {threads}")
+    if why:
+        lines.append(why)
+    lines.append(
+        f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
+        f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}"
+    )
+    gpu_line = f"GPU offload {gpu_offload_text(model)}"
+    if model.settings.get("gpu_offload_supported", False):
+        gpu_bytes = None if sample is None else sample.gpu_memory_bytes
+        gpu_line += f" · GPU memory {fmt_bytes(gpu_bytes)}"
+    if model.backends:
+        gpu_line += f" · backends {', '.join(model.backends)}"
+    lines.append(gpu_line)
+    lines += [f"device {line}" for line in device_lines(model)]
+    if memory := memory_text(model):
+        lines.append(f"memory {memory}")
+    lines += [f"slow path: {line}" for line in model.slow_paths]
+    return lines
+
+
+def _rows(text: str, width: int) -> int:
+    """Screen rows ``text`` takes when wrapped to ``width`` cells (an upper-bound estimate by length)."""
+    width = max(1, width)
+    return sum(max(1, -(-len(line) // width)) for line in text.splitlines())
+
+
+class SystemFigures(Static):
+    """The system figure lines, refreshed every :data:`REFRESH_S` s once a model is set."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("no model loaded", **kwargs)
+        self.model: LoadedModel | None = None
+        self.sampler: ProcessSampler | None = None
+        self.last_sample: SystemSample | None = None
+        self.turn: TurnMetrics | None = None
+        self._rows = -1
+
+    def on_resize(self) -> None:
+        self._rows = -1
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_S, self._sample_if_shown)
+
+    def on_show(self) -> None:
+        self.sample_now()
+
+    def _sample_if_shown(self) -> None:
+        if self.is_on_screen:
+            self.sample_now()
+
+    def set_model(self, model: LoadedModel) -> None:
+        """Watch ``model.pid`` from now on and show the model's figures."""
+        self.model = model
+        # NVML is asked only on a GPU build: a CPU-only engine holds no GPU memory
+        gpu = gpu_memory_used_bytes if model.settings.get("gpu_offload_supported", False) else None
+        self.sampler = ProcessSampler(model.pid, min_interval_s=REFRESH_S / 2, gpu_memory=gpu)
+        self.last_sample = None
+        self.turn = None
+        self.sample_now()
+
+    def set_turn(self, metrics: TurnMetrics) -> None:
+        """A turn finished: show its threads (at the next sample, which the timer takes only while shown)."""
+        self.turn = metrics
+
+    def sample_now(self) -> None:
+        """Take a sample (rate-bounded by the sampler) and redraw."""
+        if self.model is None or self.sampler is None:
+            return
+        self.last_sample = self.sampler.sample()
+        text = "\n".join(system_lines(self.model, self.last_sample, self.turn))
+        width = self.content_size.width
+        if not width:  # on a hidden tab: showing the tab lays it out anyway
+            self.update(text, layout=False)
+            self._rows = -1
+            return
+        rows = _rows(text, width)
+        # a screen layout pass only when the height changes (its cost grows with the chat log)
+        self.update(text, layout=rows != self._rows)
+        self._rows = rows

@@ -1,0 +1,277 @@
+"""The Experiments screen's Levers tab: one lever's values run as a lever grid (:mod:`chatphase.bench.grid`).
+
+Pick a lever — the model (a list of the models chatphase finds, synthetic ones labelled), the KV cache
+type of K or V, flash attention, n_ubatch or the thread count — and its values (a comma list, as for
+``chatphase bench --cache-type-k f16,q8_0``), plus the cells every point runs (prompt lengths, depths,
+reps, generated tokens). Run measures each cell of every point interleaved, round by round
+(:class:`~chatphase.bench.grid_api.GridRun` in a child process, :class:`~chatphase.bench.job.GridJob`).
+The table shows each cell's measured TTFT / prefill / decode beside the roofline's prediction and their
+ratio (:func:`~chatphase.bench.grid_api.grid_row`); the plots show decode tok/s against the bytes one
+decode step reads, with the bandwidth bound (peak read bandwidth / bytes) as a line per thread count,
+and TTFT against prompt tokens, one line per point (per n_ubatch when that is the lever).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, Select, SelectionList
+
+from chatphase.bench.grid import GridPoint, LeverGrid, check_values, parse_lever
+from chatphase.bench.grid_api import GRID_HEADERS, GridCell, GridProgress, GridResult, grid_row
+from chatphase.bench.job import GridJob
+from chatphase.bench.roofline import cell_context_tokens, step_bytes
+from chatphase.bench.runner import SweepPlan, aggregate
+from chatphase.engine.config import EngineConfig
+from chatphase.errors import ChatPhaseError, UsageError
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count, parse_list
+from chatphase.ui.experiments.plot import COLORS, SeriesPlot
+
+#: (label, lever) in the picker, and each lever's values when it is picked (models: a list of files).
+LEVER_OPTIONS = [
+    ("KV cache K type", "type_k"),
+    ("KV cache V type", "type_v"),
+    ("Flash attention", "flash_attn"),
+    ("n_ubatch", "n_ubatch"),
+    ("Threads", "n_threads"),
+    ("Model", "model"),
+]
+DEFAULT_VALUES = {"type_k": "f16,q8_0,q4_0", "type_v": "f16,q8_0", "flash_attn": "on,off",
+                  "n_ubatch": "64,256,512", "n_threads": "1,2"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LeversPlan:
+    """A lever grid to run: its points and left-out notes (:meth:`LeverGrid.points`), each model spec's
+    validated model (``None``: the chat's model), ``sweep`` the cells every point runs, and which points are
+    synthetic models (by label)."""
+
+    points: list[GridPoint]
+    notes: list[str]
+    infos: dict[str | None, ModelInfo]
+    sweep: SweepPlan
+    synthetic: dict[str, bool]
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.points) * self.sweep.total_runs
+
+    @property
+    def warmup(self) -> int:
+        return self.sweep.warmup
+
+    @property
+    def reps(self) -> int:
+        return self.sweep.reps
+
+
+PlotKind = Literal["decode", "ttft"]
+
+
+class LeverPlot(SeriesPlot):
+    """A lever grid's plot, one series per point: ``decode`` (tok/s against MB read per decode step, with the
+    bandwidth bound per thread count) or ``ttft`` (TTFT ms against prompt tokens). While the grid runs, the
+    TTFT plot shows each measured repetition; bytes per step are known once the engines have reported their
+    KV cache, so the decode plot fills in when the run ends."""
+
+    TITLES: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "decode": ("Decode: tok/s vs MB read per token", "MB read per decode step", "tok/s"),
+        "ttft": ("Prefill: TTFT vs prompt tokens", "prompt tokens", "TTFT ms"),
+    }
+
+    def __init__(self, kind: PlotKind, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.kind: PlotKind = kind
+        self.grid: GridResult | None = None
+
+    def set_grid(self, grid: GridResult | None) -> None:
+        self.grid = grid
+        self.replot()
+
+    def live_point(self, sample) -> tuple[float, float] | None:
+        if self.kind == "ttft" and not sample.warmup and sample.kind == "prompt" and sample.ttft_ms is not None:
+            return float(sample.prompt_tokens), sample.ttft_ms
+        return None
+
+    def series(self) -> list[tuple[str, list[tuple[float, float]]]]:
+        """``(point label, sorted (x, y) points)`` of the finished grid, points in run order."""
+        by_point: dict[str, list[tuple[float, float]]] = {}
+        for c in self.grid.cells if self.grid else []:
+            xy = self._xy(c)
+            if xy is not None:
+                by_point.setdefault(c.point, []).append(xy)
+        return [(p, sorted(pts)) for p, pts in by_point.items()]
+
+    def _xy(self, c: GridCell) -> tuple[float, float] | None:
+        cell = c.cell
+        if self.kind == "decode" and cell.decode_tokens_per_s.mean is not None:
+            read = step_bytes(c.weight_bytes_per_token, c.kv_bytes_per_token, cell_context_tokens(cell))
+            return read / 1e6, cell.decode_tokens_per_s.mean
+        if self.kind == "ttft" and cell.kind == "prompt" and cell.ttft_ms.mean is not None:
+            return float(cell.prompt_tokens), cell.ttft_ms.mean
+        return None
+
+    def series_count(self) -> int:
+        return len(self.series()) + (1 if self.live else 0)
+
+    def replot(self) -> None:
+        """Rebuild the plotext figure and schedule a repaint."""
+        plt = self.begin_figure(*self.TITLES[self.kind])
+        series = self.series()
+        xs_all = [x for _, pts in series for x, _ in pts]
+        if self.kind == "decode" and self.grid and xs_all:  # first, so that the points are drawn over it
+            self._bandwidth_lines(min(xs_all), max(xs_all))
+        for i, (point, pts) in enumerate(series):
+            xs, ys = (list(v) for v in zip(*pts, strict=True))
+            # decode: one point per cell (a point's cells differ in bytes, not along a line)
+            draw = plt.scatter if self.kind == "decode" else plt.plot
+            draw(xs, ys, marker="dot", color=COLORS[i % len(COLORS)], label=point)
+            self.y_top = max(self.y_top, *ys)
+            self.legend_lines += 1
+        self.draw_live()
+        self.refresh()
+
+    def _bandwidth_lines(self, lo: float, hi: float) -> None:
+        """The decode bound ``bandwidth / bytes`` across the measured range, one line per thread count."""
+        lo, hi = lo * 0.95, hi * 1.05
+        xs = [lo + (hi - lo) * k / 24 for k in range(25)]
+        self.plt.xlim(lo, hi)
+        for t, peaks in sorted(self.grid.peaks.items()):
+            bw_mb = peaks.bandwidth_bytes_per_s / 1e6
+            ys = [bw_mb / x for x in xs]
+            self.plt.plot(xs, ys, marker="braille", color="gray", label=f"bound {bw_mb / 1e3:.1f} GB/s ({t}t)")
+            self.y_top = max(self.y_top, ys[0])
+            self.legend_lines += 1
+
+
+class LeversPane(ExperimentPane):
+    """One lever's values as a lever grid (see the module docstring)."""
+
+    kind = "levers"
+    overlays = False
+    COLUMNS = tuple(GRID_HEADERS)
+
+    def __init__(self, model_info: ModelInfo, settings: Settings) -> None:
+        super().__init__("Levers", id="exp-tab-levers")
+        self.model_info, self.settings = model_info, settings
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="exp-lform", classes="exp-form"):
+            yield Vertical(
+                Label("Lever"),
+                Select(LEVER_OPTIONS, value="type_k", allow_blank=False, compact=True, id="exp-lever"),
+                classes="exp-field exp-lever-field",
+            )
+            yield form_field("Values", "exp-lvalues", DEFAULT_VALUES["type_k"]).add_class("exp-lvalues-field")
+            yield form_field("Prompt lengths", "exp-llengths", "64,256")
+            yield form_field("Depths", "exp-ldepths", "0,512")
+            yield form_field("Reps", "exp-lreps", "2")
+            yield form_field("Gen tokens", "exp-lgen", "16")
+        yield SelectionList[str](id="exp-lmodels")
+        with Horizontal(id="exp-lplots", classes="exp-plots"):
+            yield LeverPlot("decode", id="exp-plot-lbytes")
+            yield LeverPlot("ttft", id="exp-plot-lttft")
+
+    def on_mount(self) -> None:
+        self.query_one("#exp-lmodels").display = False
+        self._find_models()
+
+    @work(thread=True, exclusive=True, group="levers-models")
+    def _find_models(self) -> None:
+        """List the models chatphase finds (a header read each) without holding up the screen."""
+        from chatphase.models.resolve import list_models
+
+        try:
+            entries = [e for e in list_models(self.settings.models_dir, include_broken=False) if e.info]
+        except (ChatPhaseError, OSError):
+            entries = []
+        self.app.call_from_thread(self._fill_models, entries)
+
+    def _fill_models(self, entries) -> None:
+        if not self.is_attached:  # the screen closed while the list was read
+            return
+        models = self.query_one("#exp-lmodels", SelectionList)
+        models.clear_options()
+        for e in entries:
+            label = e.info.name + (f"  ({SYNTHETIC_LABEL})" if e.info.synthetic else "") + f"  {e.path}"
+            models.add_option((label, e.path, e.path == self.model_info.path))
+
+    @on(Select.Changed, "#exp-lever")
+    def _lever_changed(self, event: Select.Changed) -> None:
+        values, model = self.query_one("#exp-lvalues", Input), event.value == "model"
+        values.value = DEFAULT_VALUES.get(str(event.value), "")
+        values.placeholder = "the list below" if model else "comma list"
+        values.disabled = model
+        self.query_one("#exp-lmodels").display = event.value == "model"
+
+    def plan(self, settings: Settings) -> LeversPlan:
+        """The grid the form describes (models validated, cells against ``settings.n_ctx``).
+
+        Raises:
+            UsageError: for a malformed field, a value the lever does not take, no model picked, too many
+                points, or cells that do not fit.
+        """
+        from chatphase.models.gguf_meta import read_model_info
+
+        lever = str(self.query_one("#exp-lever", Select).value)
+        if lever == "model":
+            items = tuple(self.query_one("#exp-lmodels", SelectionList).selected)
+            if not items:
+                raise UsageError("Models: pick at least one in the list")
+            infos = {path: read_model_info(path) for path in items}
+        else:
+            items = check_values(lever, parse_lever(lever, self._value("exp-lvalues")))
+            infos = {None: self.model_info}
+        values = {lever: items}
+        if lever in ("type_k", "type_v"):  # so that a V type the settings' flash attention refuses is left out
+            values["flash_attn"] = (settings.flash_attn,)
+        points, notes = LeverGrid(values).points()
+        sweep = SweepPlan(
+            prompt_lengths=parse_list(self._value("exp-llengths"), "Prompt lengths"),
+            depths=parse_list(self._value("exp-ldepths"), "Depths"),
+            reps=parse_count(self._value("exp-lreps"), "Reps"),
+            gen_tokens=parse_count(self._value("exp-lgen"), "Gen tokens"),
+            warmup=1,
+        ).validate(settings.n_ctx)
+        synthetic = {p.label(): infos[p.values.get("model")].synthetic for p in points}
+        return LeversPlan(points, notes, infos, sweep, synthetic)
+
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: LeversPlan) -> GridJob:
+        return GridJob(plan.points, plan.infos, config, plan.sweep, plan.notes)
+
+    def plots(self):
+        return self.query(LeverPlot)
+
+    def show_results(self, current: GridResult | None, overlays) -> None:
+        for plot in self.plots():
+            plot.end_live()
+            plot.set_grid(current)
+
+    @staticmethod
+    def rows(result: GridResult) -> list[list[str]]:
+        return [c.row() for c in result.cells]
+
+    @staticmethod
+    def live_rows(progress: list[GridProgress], plan: LeversPlan) -> list[list[str]]:
+        """Rows of the cells measured so far, per point in run order (predictions come with the result)."""
+        by_point: dict[str, list] = {}
+        for e in progress:
+            by_point.setdefault(e.point, []).append(e.sample)
+        return [
+            grid_row(point, plan.synthetic.get(point, False), cell, None, None)
+            for point, samples in by_point.items()
+            for cell in aggregate(samples, plan.sweep.gen_tokens)
+        ]
+
+    @staticmethod
+    def summary(result: GridResult) -> str:
+        return "\n".join(result.footnotes())
+
+
+__all__ = ["LeverPlot", "LeversPane", "LeversPlan"]

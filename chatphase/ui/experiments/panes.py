@@ -1,0 +1,221 @@
+"""The Experiments screen's sweeps, one tab each: the form that describes a plan, its plots, and how its
+results read in the table and the summary.
+
+- :class:`SweepPane` — prompt lengths and context depths (TTFT and decode tok/s plots).
+- :class:`ParallelPane` — N sequences decoded together (aggregate and per-sequence tok/s against N).
+- the lever grid's tab is in :mod:`chatphase.ui.experiments.levers`.
+
+The screen (:mod:`chatphase.ui.experiments.screen`) runs whichever tab is active and talks to each through
+:class:`ExperimentPane`'s methods: :meth:`~ExperimentPane.plan`, :meth:`~ExperimentPane.make_job`, the live
+calls, :meth:`~ExperimentPane.rows` (of a result), :meth:`~ExperimentPane.live_rows` (of the progress events
+a running sweep sent so far), :meth:`~ExperimentPane.summary` and :meth:`~ExperimentPane.show_results`.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, TabPane
+
+from chatphase.bench.job import BenchJob
+from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel
+from chatphase.bench.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
+from chatphase.bench.results import BenchResult
+from chatphase.bench.runner import SweepPlan, SweepProgress, aggregate
+from chatphase.engine.config import EngineConfig
+from chatphase.errors import UsageError
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot
+from chatphase.units import parse_counts
+
+
+def parse_list(text: str, what: str) -> tuple[int, ...]:
+    """An input field's :func:`chatphase.units.parse_counts`.
+
+    Raises:
+        UsageError: naming the field, for anything but comma-separated whole numbers.
+    """
+    try:
+        return parse_counts(text)
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def parse_count(text: str, what: str) -> int:
+    """A whole number from an input field.
+
+    Raises:
+        UsageError: naming the field.
+    """
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise UsageError(f"{what}: expected a whole number (got {text.strip()!r})") from None
+
+
+def form_field(label: str, id_: str, value: str) -> Vertical:
+    return Vertical(Label(label), Input(value=value, id=id_), classes="exp-field")
+
+
+class ExperimentPane(TabPane):
+    """What the screen asks of a tab. ``kind`` names its result (and its default file name);
+    ``overlays``: whether results loaded from files are drawn on its plots. Defaults are those of a
+    one-model sweep (:class:`~chatphase.bench.job.BenchJob`, plots that take samples)."""
+
+    kind = ""
+    overlays = True
+    COLUMNS: tuple[str, ...] = ()
+
+    def plan(self, settings: Settings):
+        """The plan the form describes.
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        raise NotImplementedError
+
+    def _value(self, id_: str) -> str:
+        """The text of the form's input ``id_``."""
+        return self.query_one(f"#{id_}", Input).value
+
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan):
+        """The job that runs ``plan`` (in a child process)."""
+        return BenchJob(info, config, plan)
+
+    def plots(self):
+        raise NotImplementedError
+
+    def start_live(self, label: str) -> None:
+        for plot in self.plots():
+            plot.start_live(label)
+
+    def add_progress(self, event: SweepProgress) -> None:
+        """One measured run (warm-ups too): onto the live plots."""
+        for plot in self.plots():
+            plot.add_sample(event.sample)
+
+    def end_live(self) -> None:
+        for plot in self.plots():
+            plot.end_live()
+
+    def show_results(self, current, overlays: list[BenchResult]) -> None:
+        """Draw ``current`` (this tab's last result, or ``None``) and the loaded overlays."""
+        for plot in self.plots():
+            plot.end_live()
+            plot.set_results(([current] if current else []) + overlays)
+
+
+class SweepPane(ExperimentPane):
+    """Prompt lengths × depths: TTFT against prompt tokens and decode tok/s against depth."""
+
+    kind = "sweep"
+    COLUMNS = tuple(sweep_headers())
+
+    def __init__(self) -> None:
+        super().__init__("Prompt length & depth", id="exp-tab-sweep")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="exp-form", classes="exp-form"):
+            yield form_field("Prompt lengths", "exp-lengths", "64,256,1024")
+            yield form_field("Depths", "exp-depths", "0,1024")
+            yield form_field("Reps", "exp-reps", "3")
+            yield form_field("Gen tokens", "exp-gen", "32")
+        with Horizontal(id="exp-plots", classes="exp-plots"):
+            yield BenchPlot("ttft", id="exp-plot-ttft")
+            yield BenchPlot("decode", id="exp-plot-decode")
+
+    def plan(self, settings: Settings) -> SweepPlan:
+        """The plan the form describes, validated against ``settings.n_ctx``.
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        return SweepPlan(
+            prompt_lengths=parse_list(self._value("exp-lengths"), "Prompt lengths"),
+            depths=parse_list(self._value("exp-depths"), "Depths"),
+            reps=parse_count(self._value("exp-reps"), "Reps"),
+            gen_tokens=parse_count(self._value("exp-gen"), "Gen tokens"),
+            warmup=1,
+        ).validate(settings.n_ctx)
+
+    def plots(self):
+        return self.query(BenchPlot)
+
+    @staticmethod
+    def rows(result: BenchResult) -> list[list[str]]:
+        return sweep_rows(result.results)
+
+    @staticmethod
+    def live_rows(progress: list[SweepProgress], plan: SweepPlan) -> list[list[str]]:
+        """Rows of the cells measured so far (counted samples of the running sweep of ``plan``)."""
+        return sweep_rows(aggregate([e.sample for e in progress], plan.gen_tokens))
+
+    @staticmethod
+    def summary(result: BenchResult) -> str:
+        lines = fit_lines(result)
+        if result.roofline and "decode_verdict" in result.roofline:
+            lines.append(result.roofline["decode_verdict"])
+            lines.append(result.roofline["prefill_verdict"])
+        return "\n".join(lines)
+
+
+#: the parallel table leaves out a step's MiB and GFLOP: the summary's line per N says both, and with them
+#: the table would not fit 120 columns.
+_PARALLEL_LEFT_OUT = ("step MiB", "step GFLOP")
+_PARALLEL_KEEP = tuple(i for i, h in enumerate(parallel_headers()) if h not in _PARALLEL_LEFT_OUT)
+
+
+def _parallel_table(cells) -> list[list[str]]:
+    return [[row[i] for i in _PARALLEL_KEEP] for row in parallel_rows(cells)]
+
+
+class ParallelPane(ExperimentPane):
+    """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
+
+    kind = "parallel"
+    COLUMNS = tuple(parallel_headers()[i] for i in _PARALLEL_KEEP)
+
+    def __init__(self) -> None:
+        super().__init__("Parallel", id="exp-tab-parallel")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="exp-pform", classes="exp-form"):
+            yield form_field("Sequences (N)", "exp-nseqs", "1,2,4,8")
+            yield form_field("Prompt tokens", "exp-plength", "128")
+            yield form_field("Reps", "exp-preps", "3")
+            yield form_field("Gen steps", "exp-pgen", "32")
+        with Horizontal(id="exp-pplots", classes="exp-plots"):
+            yield ParallelPlot(id="exp-plot-parallel")
+
+    def plan(self, settings: Settings) -> ParallelPlan:
+        """The plan the form describes, validated against ``settings`` (N sequences of prompt + steps must fit
+        n_ctx; a step of N tokens n_batch).
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        return ParallelPlan(
+            n_seqs=parse_list(self._value("exp-nseqs"), "Sequences"),
+            prompt_lengths=parse_list(self._value("exp-plength"), "Prompt tokens"),
+            reps=parse_count(self._value("exp-preps"), "Reps"),
+            gen_tokens=parse_count(self._value("exp-pgen"), "Gen steps"),
+            warmup=1,
+        ).validate(settings.n_ctx, settings.n_batch)
+
+    def plots(self):
+        return self.query(ParallelPlot)
+
+    @staticmethod
+    def rows(result: BenchResult) -> list[list[str]]:
+        return _parallel_table(result.parallel)
+
+    @staticmethod
+    def live_rows(progress: list[SweepProgress], plan: ParallelPlan) -> list[list[str]]:
+        """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
+        and FLOPs, which need the model's facts, are not in the table)."""
+        return _parallel_table(aggregate_parallel([e.sample for e in progress], ModelFacts(None, None, None)))
+
+    @staticmethod
+    def summary(result: BenchResult) -> str:
+        return "\n".join((result.roofline or {}).get("parallel_verdicts", []))

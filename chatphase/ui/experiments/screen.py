@@ -1,0 +1,333 @@
+"""The Experiments screen: the benchmark sweeps from the TUI, plotted as they run.
+
+Four tabs (:mod:`chatphase.ui.experiments.panes`): **Prompt length & depth** (prompt lengths, depths, reps,
+generated tokens), **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps),
+**Levers** (:mod:`chatphase.ui.experiments.levers`: one lever's values — models, KV cache types, flash
+attention, n_ubatch, threads — as an interleaved lever grid) and **Speculative**
+(:mod:`chatphase.ui.experiments.spec`: decode modes side by side and the verify-step cost). Run (Ctrl+R)
+starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for the second,
+comma lists in a lever for the third, ``--spec`` for the fourth), in a child process
+(:class:`chatphase.bench.job.BenchJob` / ``GridJob`` / ``SpecJob``, driven from a thread
+worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
+with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
+(partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
+parallel sweep). Each tab has its own status line.
+Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
+directory; the notice names the whole path); Load (Ctrl+O) reads an
+earlier result and overlays it on every plot it has cells for, to compare two models or two settings (the
+Levers tab compares within its own run and draws no overlays).
+Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
+(each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
+
+from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
+from chatphase.bench.grid_api import GridDone
+from chatphase.bench.job import BenchFailed, BenchJob
+from chatphase.bench.report import sample_progress
+from chatphase.bench.results import BenchResult, load_result, save_result
+from chatphase.bench.runner import SweepProgress
+from chatphase.bench.spec_api import SpecDone, SpecProgress
+from chatphase.engine.config import EngineConfig
+from chatphase.errors import ChatPhaseError
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.levers import LeversPane
+from chatphase.ui.experiments.panes import ExperimentPane, ParallelPane, SweepPane
+from chatphase.ui.experiments.spec import SpecPane
+
+#: a tab's status line before its first run.
+IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
+
+#: (model, engine settings, the active tab's plan) -> a job; tests pass a scripted one.
+JobFactory = Callable[[ModelInfo, EngineConfig, object], BenchJob]
+
+
+class ExperimentsScreen(Screen[None]):
+    """Sweeps with live plots, save/load and overlays (see the module docstring).
+
+    Args:
+        model_info: the model to measure (the chat's current model).
+        settings: engine settings (n_ctx, threads, ...) as the chat uses them.
+        job_factory: builds the job for any tab (tests pass a scripted one); default the tab's
+            :meth:`~chatphase.ui.experiments.panes.ExperimentPane.make_job`.
+        is_busy: whether the chat's reply is running (the app's controller; a sweep beside it would skew
+            both, so Run refuses with a notice meanwhile); default never.
+    """
+
+    CSS_PATH = Path(__file__).with_name("experiments.tcss")  # absolute: subclasses elsewhere work
+    BINDINGS = [
+        Binding("ctrl+r", "run", "Run", id="experiments.run", tooltip="Run the active tab's sweep"),
+        Binding(
+            "escape",
+            "cancel_or_close",
+            "Cancel/Close",
+            id="experiments.cancel",
+            tooltip="Cancel the running sweep (partial results are kept); close when idle",
+        ),
+        Binding("ctrl+s", "save", "Save", id="experiments.save", tooltip="Save the tab's last result (.json or .csv)"),
+        Binding("ctrl+o", "load", "Load", id="experiments.load", tooltip="Load a saved result and overlay it"),
+    ]
+
+    def __init__(
+        self,
+        model_info: ModelInfo,
+        settings: Settings,
+        job_factory: JobFactory | None = None,
+        is_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        super().__init__()
+        self.is_busy = is_busy
+        self.model_info = model_info
+        self.settings = settings
+        self.job_factory: JobFactory | None = job_factory
+        self.job: BenchJob | None = None
+        self.job_pane: ExperimentPane | None = None
+        self.job_plan = None
+        self.results: dict[str, object] = {}  # tab kind -> its last result
+        self.overlays: list[BenchResult] = []
+        self.progress: list[
+            SweepProgress | SpecProgress
+        ] = []  # the running sweep's counted runs, for the table's live rows
+        #: each tab's status line (text, class): a tab never shows the other's
+        self.statuses: dict[str, tuple[str, str]] = {}
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="exp-box"):
+            yield Label(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.n_ctx}", classes="panel-title")
+            with TabbedContent(id="exp-tabs"):
+                yield SweepPane()
+                yield ParallelPane()
+                yield LeversPane(self.model_info, self.settings)
+                yield SpecPane()
+            with Horizontal(id="exp-progress-row"):
+                yield Button("Run", id="exp-run", variant="primary", compact=True)
+                yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
+                # a set total: an indeterminate bar animates (and repaints) the whole time the screen is idle
+                yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
+                yield Static(IDLE_STATUS, id="exp-status")
+            yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="exp-summary")
+            with Horizontal(id="exp-files"):
+                yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path("sweep"))
+                yield Button("Save", id="exp-save")
+                yield Button("Load + overlay", id="exp-load")
+                yield Button("Clear overlays", id="exp-clear")
+        yield Footer()
+
+    def _default_path(self, kind: str) -> str:
+        stem = "".join(ch if ch.isalnum() else "-" for ch in self.model_info.name.lower()).strip("-")
+        return f"bench-{'' if kind == 'sweep' else kind + '-'}{stem}.json"
+
+    def on_mount(self) -> None:
+        self._fill_table()
+        self.query_one("#exp-lengths", Input).focus()
+
+    @property
+    def pane(self) -> ExperimentPane:
+        """The active tab's pane."""
+        return self.query_one(f"#{self.query_one(TabbedContent).active}")
+
+    @property
+    def result(self):
+        """The active tab's last result (``None`` before its first run)."""
+        return self.results.get(self.pane.kind)
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
+        path = self.query_one("#exp-path", Input)
+        if path.value in {self._default_path(p.kind) for p in self.query(ExperimentPane)}:
+            path.value = self._default_path(self.pane.kind)
+        self._fill_table()
+        self._status(*self.statuses.get(self.pane.kind, (IDLE_STATUS, "")))
+
+    # -- actions -----------------------------------------------------------------------------------
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        handlers = {
+            "exp-run": self.action_run,
+            "exp-cancel": self.action_cancel,
+            "exp-save": self.action_save,
+            "exp-load": self.action_load,
+            "exp-clear": self.action_clear_overlays,
+        }
+        handler = handlers.get(event.button.id or "")
+        if handler:
+            handler()
+
+    def plan_from_form(self):
+        """The plan the active tab's form describes (validated against n_ctx).
+
+        Raises:
+            UsageError: for a malformed field or a plan that does not fit.
+        """
+        return self.pane.plan(self.settings)
+
+    def action_run(self) -> None:
+        """Validate the active form and start its sweep (a notice instead when the form is wrong)."""
+        if self.job is not None:
+            self.notify("A sweep is already running (Esc cancels it).", severity="warning")
+            return
+        if self.is_busy():  # Ctrl+C stops the reply from any screen (Esc here closes this one)
+            self.notify("Not running the sweep: wait for the reply or stop it (press Ctrl+C).", severity="warning")
+            return
+        pane = self.pane
+        try:
+            plan = pane.plan(self.settings)
+            self.job = (self.job_factory or pane.make_job)(self.model_info, self.settings.engine_config(), plan)
+        except ChatPhaseError as exc:
+            self._status(str(exc), "-error")
+            self.notify(str(exc), severity="error")
+            return
+        self.job_pane, self.job_plan, self.progress = pane, plan, []
+        bar = self.query_one("#exp-progress", ProgressBar)
+        bar.remove_class("-idle")
+        bar.update(total=plan.total_runs, progress=0)
+        pane.start_live(self.model_info.name)
+        self._set_running(True)
+        self._status(f"Starting: {plan.total_runs} runs ({plan.warmup} warm-up + {plan.reps} reps per cell)…")
+        self._run_job(self.job)
+
+    def action_cancel(self) -> None:
+        """Cancel the running sweep; it ends with the repetitions measured so far."""
+        if self.job is not None:
+            self.job.cancel()
+            self._status("Cancelling…", "-warning", self.job_pane)
+
+    def action_cancel_or_close(self) -> None:
+        """Esc: cancel a running sweep, else close the screen."""
+        if self.job is not None:
+            self.action_cancel()
+        else:
+            self.dismiss(None)
+
+    def action_save(self) -> None:
+        """Save the active tab's last result to the path field (.json or .csv)."""
+        if self.result is None:
+            self.notify("Nothing to save yet: run this tab's sweep first.", severity="warning")
+            return
+        path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
+        try:
+            save_result(self.result, path)
+        except ChatPhaseError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.notify(f"Saved {path.resolve()}")
+
+    def action_load(self) -> None:
+        """Load the result at the path field and overlay it on the plots it has cells for."""
+        if not self.pane.overlays:
+            self.notify("Overlays are drawn on the Prompt length & depth and Parallel tabs.", severity="warning")
+            return
+        path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
+        try:
+            loaded = load_result(path)
+        except ChatPhaseError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if not loaded.label:
+            loaded.label = f"{loaded.display_label()} ({path.name})"
+        self.overlays.append(loaded)
+        self._show_results()
+        self.notify(f"Loaded {path.name}: {len(loaded.results) + len(loaded.parallel)} cells overlaid")
+
+    def action_clear_overlays(self) -> None:
+        """Remove the loaded overlays (the current results stay)."""
+        self.overlays.clear()
+        self._show_results()
+
+    # -- the worker and its events -----------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="experiments")
+    def _run_job(self, job: BenchJob) -> None:
+        try:
+            for event in job.events():
+                self.app.call_from_thread(self.handle_event, event)
+        except Exception:  # the details go to the debug log; the screen says it in words
+            logging.getLogger(__name__).debug("experiments job", exc_info=True)
+            self.app.call_from_thread(self.handle_event, BenchFailed("the benchmark stopped on an internal error"))
+
+    def handle_event(self, event) -> None:
+        """Apply one job event to the screen (called on the UI thread; ignored once the screen is closed)."""
+        if not self.is_attached or self.job_pane is None:
+            return
+        pane = self.job_pane
+        if isinstance(event, BenchStatus):
+            self._status(event.text[:1].upper() + event.text[1:] + "…", pane=pane)
+        elif isinstance(event, BenchNotice):
+            self.notify(event.text, severity="warning", timeout=10)
+        elif isinstance(event, SweepProgress):
+            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
+            label, figures = sample_progress(event.sample)
+            self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}", pane=pane)
+            pane.add_progress(event)
+            if not event.sample.warmup:
+                self.progress.append(event)
+                self._fill_table()
+        elif isinstance(event, SpecProgress):
+            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
+            self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event)}", pane=pane)
+            self.progress.append(event)
+            self._fill_table()
+        elif isinstance(event, (BenchDone, GridDone, SpecDone)):
+            self.job = None
+            self._set_running(False)
+            self.results[pane.kind] = event.result
+            self._show_results()
+            self._fill_table()
+            cancelled = event.result.cancelled
+            self._status("Cancelled: partial results." if cancelled else "Done.", "-warning" if cancelled else "", pane)
+        elif isinstance(event, BenchFailed):
+            self.job = None
+            self._set_running(False)
+            pane.end_live()
+            self._status(event.message, "-error", pane)
+            self.notify(event.message, severity="error")
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _show_results(self) -> None:
+        for pane in self.query(ExperimentPane):
+            pane.show_results(self.results.get(pane.kind), self.overlays)
+
+    def _fill_table(self) -> None:
+        """The active tab's columns and rows: the cells measured so far while its sweep runs, else its last
+        result's; its summary under the table."""
+        pane, result = self.pane, self.result
+        table = self.query_one("#exp-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns(*pane.COLUMNS)
+        running = self.job is not None and pane is self.job_pane
+        if running:
+            rows = pane.live_rows(self.progress, self.job_plan)
+        else:
+            rows = pane.rows(result) if result is not None else []
+        for row in rows:
+            table.add_row(*row)
+        self.query_one("#exp-summary", Static).update(pane.summary(result) if result and not running else "")
+
+    def _set_running(self, running: bool) -> None:
+        self.query_one("#exp-run", Button).disabled = running
+        self.query_one("#exp-cancel", Button).disabled = not running
+
+    def _status(self, text: str, kind: str = "", pane: ExperimentPane | None = None) -> None:
+        """Set ``pane``'s status line (default: the active tab's); shown when that tab is."""
+        pane = pane or self.pane
+        self.statuses[pane.kind] = (text, kind)
+        if pane is self.pane:
+            status = self.query_one("#exp-status", Static)
+            status.set_classes(kind)
+            status.update(text)
+
+    def on_unmount(self) -> None:
+        if self.job is not None:
+            self.job.cancel()

@@ -1,0 +1,145 @@
+"""The Experiments screen's Speculative tab: decode modes side by side, as ``chatphase bench --spec``.
+
+The form lists the modes (``off,lookup,auto,draft:MODEL``; ``off`` always runs: the ratios are to it), the
+repetitions and the reply tokens. Run measures every mode on the input-grounded and open-ended prompts,
+interleaved (:class:`~chatphase.bench.spec_api.SpecRun` in a child process,
+:class:`~chatphase.bench.job.SpecJob`), then the verify-step cost for k = 1…16 tokens. The table
+(:func:`~chatphase.bench.spec.row_cells`) fills as runs end; the plot shows ms per verify step against k beside
+k single steps, the gap being what drafting can win on this machine.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+
+from chatphase.bench.job import SpecJob
+from chatphase.bench.spec import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
+from chatphase.bench.spec_api import SpecPlan, SpecProgress, SpecResult
+from chatphase.engine.config import EngineConfig
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count
+from chatphase.ui.experiments.plot import COLORS, SeriesPlot
+from chatphase.units import DASH
+
+
+class VerifyCostPlot(SeriesPlot):
+    """ms per verify step against the tokens it evaluates (k), and k single-token steps for scale."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.costs: dict[int, float] = {}
+        self.depth = 0
+
+    def set_costs(self, costs: dict[int, float], depth: int) -> None:
+        self.costs, self.depth = dict(costs), depth
+        self.replot()
+
+    def live_point(self, sample) -> None:  # the sweep runs after the arms, all at once
+        return None
+
+    def series_count(self) -> int:
+        return 1 if self.costs else 0
+
+    def replot(self) -> None:
+        """Rebuild the plotext figure and schedule a repaint."""
+        title = "Verify step: ms vs tokens evaluated" + (f" ({self.depth} cached)" if self.costs else "")
+        plt = self.begin_figure(title, "k (tokens in one step)", "ms per step")
+        if self.costs:
+            ks = sorted(self.costs)
+            ms = [self.costs[k] for k in ks]
+            one = self.costs[ks[0]] / ks[0]
+            singles = [one * k for k in ks]
+            plt.plot(ks, singles, marker="braille", color="gray", label="k single steps")
+            plt.plot(ks, ms, marker="dot", color=COLORS[0], label="one step of k")
+            plt.xticks(sorted({ks[0], *(k for k in ks if k % 4 == 0)}))
+            self.y_top = max(*ms, *singles)
+            self.legend_lines = 2
+        self.refresh()
+
+
+class SpecPane(ExperimentPane):
+    """Decode modes as arms, interleaved, and the verify-step cost (see the module docstring)."""
+
+    kind = "spec"
+    overlays = False
+    COLUMNS = HEADERS
+
+    def __init__(self) -> None:
+        super().__init__("Speculative", id="exp-tab-spec")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="exp-sform", classes="exp-form"):
+            yield form_field("Modes", "exp-smodes", "off,lookup,auto").add_class("exp-smodes-field")
+            yield form_field("Reps", "exp-sreps", "2")
+            yield form_field("Reply tokens", "exp-sgen", "160")
+        with Horizontal(id="exp-splots", classes="exp-plots"):
+            yield VerifyCostPlot(id="exp-plot-verify")
+
+    def plan(self, settings: Settings) -> SpecPlan:
+        """The arms the form lists (``off`` added first), validated against n_ctx and n_batch.
+
+        Raises:
+            UsageError: an unknown mode, a malformed number, or a verify step that does not fit.
+        """
+        return SpecPlan(
+            specs=tuple(with_off(parse_arms(self._value("exp-smodes")))),
+            reps=parse_count(self._value("exp-sreps"), "Reps"),
+            max_tokens=parse_count(self._value("exp-sgen"), "Reply tokens"),
+        ).validate(settings.n_ctx, settings.n_batch)
+
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> SpecJob:
+        return SpecJob(info, config, plan)
+
+    def plots(self):
+        return self.query(VerifyCostPlot)
+
+    @staticmethod
+    def progress_text(event: SpecProgress) -> str:
+        s = event.sample
+        kind, n = s.kind, s.prompt + 1
+        figures = f"{s.decode_tokens_per_s:.1f} tok/s"
+        if s.acceptance is not None:
+            figures += f" · {s.acceptance:.0%} accepted · {s.tokens_per_step:.2f} tok/step"
+        return f"{s.spec} · {kind} prompt {n}/{len(PROMPTS)} · rep {s.rep + 1}: {figures}"
+
+    def show_results(self, current: SpecResult | None, overlays) -> None:
+        plot = self.query_one(VerifyCostPlot)
+        plot.set_costs(current.costs_ms if current else {}, current.plan.get("depth", 0) if current else 0)
+
+    @staticmethod
+    def rows(result: SpecResult) -> list[list[str]]:
+        return [row_cells(r) for r in result.rows]
+
+    @staticmethod
+    def live_rows(progress: list[SpecProgress], plan: SpecPlan) -> list[list[str]]:
+        """Rows of the runs so far (a ratio to ``off`` once ``off`` ran the same prompt)."""
+        return [row_cells(r) for r in summary_rows(collect([e.sample for e in progress]))]
+
+    @staticmethod
+    def summary(result: SpecResult) -> str:
+        lines = []
+        differ = sorted({r["spec"] for r in result.rows if not r["identical"]})
+        if result.rows:
+            lines.append(
+                "Replies at temperature 0: identical to off for every arm."
+                if not differ
+                else f"Replies at temperature 0: {', '.join(differ)} parted from off (at a near-tie a batched "
+                "step can pick another top token)."
+            )
+        costs = result.costs_ms
+        if costs:
+            one = costs[min(costs)]
+            shown = [k for k in (2, 4, 8, 16) if k in costs]
+            ratios = ", ".join(f"k={k} {costs[k] / one:.2f}×" for k in shown)
+            lines.append(
+                f"One step of k tokens costs, in single steps: {ratios} — a draft pays when a step keeps more "
+                "tokens than that."
+            )
+        elif result.cancelled:
+            lines.append(f"Verify-step cost: {DASH} (cancelled before it).")
+        return "\n".join(lines)
+
+
+__all__ = ["SpecPane", "VerifyCostPlot"]

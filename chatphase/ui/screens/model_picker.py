@@ -1,0 +1,191 @@
+"""Model picker: a modal list of the models ``chatphase models`` finds; returns the chosen ``ModelInfo``.
+
+Rows come from :func:`chatphase.models.resolve.list_models` (bundled default, models directory, Hugging Face
+cache), read in a thread worker so the screen opens at once. Each row shows architecture, parameters,
+quantisation, file size, training context, KV bytes per token and the memory estimate at the app's
+n_ctx (:mod:`chatphase.models.memory`). Files that fail validation are listed with their reason and
+cannot be chosen (a notice says why); a model that would be refused for memory cannot be chosen either.
+Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read. A long model spec is
+shortened with "…" so that every other column (Source last) fits the box; the line under the table
+gives the highlighted model's whole name and path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Label
+
+from chatphase.chat.controller import ChatController
+from chatphase.chat.settings_apply import naming_model
+from chatphase.errors import ChatPhaseError
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
+from chatphase.models.memory import assess, estimate
+from chatphase.models.resolve import ModelEntry, list_models
+from chatphase.units import fmt_bytes, fmt_count
+
+COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
+#: the Model column is never cut below this many characters (a narrower box scrolls sideways instead).
+MIN_MODEL_CHARS = 8
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with a trailing "…" when longer."""
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+class ModelPickerScreen(ModalScreen[ModelInfo | None]):
+    """Pick a model. ``lister`` returns the entries (default :func:`list_models` over ``models_dir``);
+    ``current_path`` marks the loaded model; ``n_ctx`` sizes the memory column.
+    Dismisses with the chosen :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` on Esc."""
+
+    CSS_PATH = "model_picker.tcss"
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]
+
+    def __init__(
+        self,
+        n_ctx: int = 4096,
+        current_path: str | None = None,
+        models_dir: str | None = None,
+        lister: Callable[[], list[ModelEntry]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.current_path = current_path
+        self.lister = lister or (lambda: list_models(models_dir))
+        self.entries: list[ModelEntry] = []
+        self.rows: list[tuple] = []  # each entry's cells, the Model column whole
+        self.verdicts: dict[str, object] = {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="picker-box", classes="modal-box"):
+            yield Label("Model: Switch  ·  Enter load  ·  Esc cancel", classes="panel-title")
+            yield Label("Reading model headers…", id="picker-status")
+            yield DataTable(id="picker-table", cursor_type="row", zebra_stripes=True)
+            yield Label("", id="picker-detail")
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self.load_entries()
+
+    @work(thread=True, exclusive=True, group="model-picker")
+    def load_entries(self) -> None:
+        """Read the model list off the UI thread, then fill the table."""
+        try:
+            entries = self.lister()
+            error = None
+        except Exception as exc:  # a broken models directory must not kill the picker
+            entries, error = [], f"cannot list models: {exc}"
+        self.app.call_from_thread(self.fill, entries, error)
+
+    def fill(self, entries: list[ModelEntry], error: str | None = None) -> None:
+        """Show ``entries`` (usable first, in listing order; broken ones after)."""
+        self.entries = sorted(entries, key=lambda e: e.info is None)
+        self.rows = [self._cells(e) for e in self.entries]
+        cursor = 0
+        for i, e in enumerate(self.entries):
+            if e.info is not None and self.current_path and e.path == self.current_path:
+                cursor = i
+        usable = sum(e.info is not None for e in self.entries)
+        status = error or f"{fmt_count(usable, 'usable model')} · memory at n_ctx {self.n_ctx}"
+        self.query_one("#picker-status", Label).update(status)
+        self._draw(cursor)
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self._draw(self.query_one(DataTable).cursor_row)
+
+    def _draw(self, cursor: int) -> None:
+        """The rows, the Model column shortened so that the table fits the box's width."""
+        table = self.query_one(DataTable)
+        width = table.size.width or self.app.size.width
+        others = sum(max(len(h), *(len(str(r[c])) for r in self.rows), 0) for c, h in enumerate(COLUMNS) if c != 1)
+        model = max(MIN_MODEL_CHARS, width - others - 2 * table.cell_padding * len(COLUMNS) - 1)
+        table.clear()
+        for i, (mark, label, *rest) in enumerate(self.rows):
+            short = (
+                Text(shorten(label.plain, model), style=label.style)
+                if isinstance(label, Text)
+                else shorten(label, model)
+            )
+            table.add_row(mark, short, *rest, key=str(i))
+        if self.rows:
+            table.move_cursor(row=cursor)
+
+    def _cells(self, e: ModelEntry) -> tuple:
+        mark = "●" if e.info is not None and e.path == self.current_path else ("*" if e.is_default else "")
+        label = e.spec or "default"
+        if e.info is not None and e.info.synthetic:  # random weights: say so where the model is chosen
+            label = Text.assemble(label, (f" ({SYNTHETIC_LABEL})", "yellow"))
+        if e.info is None:
+            return (mark, Text(label, style="dim"), Text("unusable", style="red"), "", "", "", "", "", "", e.source)
+        i: ModelInfo = e.info
+        verdict = assess(estimate(i, self.n_ctx))
+        self.verdicts[e.path] = verdict
+        style = {"ok": "", "warn": "yellow", "refuse": "red"}[verdict.level]
+        memory = Text(fmt_bytes(estimate(i, self.n_ctx).total_bytes), style=style)
+        return (mark, label, *e.figures(), memory, e.source)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Show the highlighted file's path, or why it cannot be used."""
+        if event.row_key is None or event.row_key.value is None:
+            return
+        e = self.entries[int(event.row_key.value)]
+        detail = (
+            Text(e.error or "unusable", style="red")
+            if e.info is None
+            else Text(
+                f"{e.info.name} · {e.path}" + (f" · {self.verdicts[e.path].message}" if e.path in self.verdicts else "")
+            )
+        )
+        self.query_one("#picker-detail", Label).update(detail)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        entry = self.entries[int(event.row_key.value)]
+        if entry.info is None:
+            self.notify(entry.error or "this file cannot be used", title="Model unusable", severity="error")
+            return
+        verdict = self.verdicts.get(entry.path)
+        if verdict is not None and verdict.level == "refuse":
+            self.notify(verdict.message, title="Model will not fit", severity="error")
+            return
+        if verdict is not None and verdict.level == "warn":
+            self.notify(verdict.message, title="Memory", severity="warning")
+        self.dismiss(entry.info)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], None]) -> None:
+    """Open :class:`ModelPickerScreen` at ``chat``'s n_ctx, its model highlighted; a usable choice goes to
+    ``switch`` (a fresh engine; the conversation is kept). A file whose chat template cannot render is
+    refused here, before the running engine is let go."""
+    from chatphase.engine.prompting.chat_format import format_before_load
+
+    def chosen(info: ModelInfo | None) -> None:
+        if info is None:
+            return
+        if info.path == chat.model_info.path:
+            app.notify(f"{info.name} is already loaded", title="Model")
+            return
+        try:
+            format_before_load(info, chat.settings.chat_template)
+        except ChatPhaseError as exc:
+            app.notify(str(exc), title="Model unusable", severity="error")
+            return
+        chat.settings = naming_model(chat.settings, info)  # F9 shows the model that is loaded
+        switch(info)
+
+    settings = chat.settings
+    app.push_screen(
+        ModelPickerScreen(n_ctx=settings.n_ctx, current_path=chat.model_info.path, models_dir=settings.models_dir),
+        chosen,
+    )

@@ -1,0 +1,400 @@
+"""The chat log: user messages, streamed Markdown replies, and inline notices.
+
+Streaming a reply must not slow the model: on a machine whose cores all run the engine's threads, every
+millisecond of UI CPU is taken from decode. Committing text to the Markdown costs a parse, a render and
+a layout of the screen (10–40 ms of CPU at 150×45), so it is done rarely; the text still streams
+visibly at ``FLUSH_HZ``:
+
+- :meth:`ReplyView.feed` only appends to the reply's text (never draws per token);
+- :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
+  in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
+  budget allows (``commit``), appends the whole blocks written so far to the Markdown — and the whole
+  lines of a block longer than the tail, which would otherwise stay out of sight until it ends. When no
+  text arrived since the previous flush (the stream paused), the partial block is committed too.
+- A reply's Markdown is a column of :class:`~chatphase.ui.transcript.reply_markdown.MarkdownSegment` widgets of
+  about ``SEGMENT_CHARS`` characters each, split only where the whole text's parse starts a block that
+  later text cannot change (:func:`~chatphase.ui.transcript.md_blocks.complete_blocks_end`), each one widget drawn
+  by Rich, and each drawn as it reads after the last block of the segment above (the blank line Rich puts
+  between two blocks depends on the first), so the segments read exactly as one rendering of the whole
+  text: a commit re-renders only the last segment, and the screen's widget count (which every Textual
+  layout pass walks) grows by one per segment, not by the ten or so widgets per block of Textual's
+  Markdown. ``tests/test_md_streaming.py`` checks this as a property over generated Markdown.
+
+Once a newer reply starts, a finished one is *folded* (:meth:`ReplyView.fold`): its segment, tail and
+footer widgets go, and it draws its whole text and footer itself, as one renderable rebuilt at each
+resize or theme change, so an old turn costs the UI two widgets (its message and its reply) however
+long the chat (``benchmarks/ui_memory.py`` measures it).
+
+The log stays scrolled to the bottom (``anchor``) until the user scrolls up. The tail tints the text of
+accepted draft tokens (speculative decoding; :mod:`chatphase.ui.transcript.reply_tail`); the Markdown does not.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from rich.console import Group
+from textual.await_remove import AwaitRemove
+from textual.containers import VerticalScroll
+from textual.widget import AwaitMount, Widget
+from textual.widgets import Static
+
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL
+from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
+from chatphase.ui.transcript.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
+from chatphase.ui.transcript.reply_tail import tinted_tail
+from chatphase.units import fmt_int, fmt_ms, fmt_rate
+
+#: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
+#: often as the app's CPU budget allows.
+FLUSH_HZ = 10
+#: height of the plain-text tail that shows the block being written (lines).
+TAIL_LINES = 4
+#: a streamed reply's Markdown starts a new segment at the first block boundary past this many characters.
+SEGMENT_CHARS = 1200
+
+
+class UserMessage(Static):
+    """One user message, shown verbatim (no markup)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, markup=False, classes="user")
+        self.text = text
+
+
+class Notice(Static):
+    """An inline line in the log (``kind``: ``info``, ``warning`` or ``error``)."""
+
+    def __init__(self, text: str, kind: str = "info") -> None:
+        super().__init__(text, markup=False, classes=f"notice -{kind}")
+
+
+class FoldedReply(Widget):
+    """A folded reply's text and footer, one widget below its thinking block (:meth:`ReplyView.fold`)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta"}
+    """``reply--meta``: the metrics footer (as ``.reply-meta``)."""
+
+    def __init__(self, view: ReplyView) -> None:
+        super().__init__(classes="reply-folded")
+        self.view = view
+
+    def render(self) -> Group:
+        return self.view.drawing(self)
+
+
+class ReplyView(Widget):
+    """One assistant reply: Markdown of the whole blocks streamed so far, the block being written as
+    plain text in a fixed-height tail, and a one-line metrics footer (see the module docstring).
+
+    A finished reply that is no longer the newest is *folded* (:meth:`fold`): its segments, tail and
+    footer widgets go, and it draws its text and footer itself, as one widget (a turn with thinking keeps
+    its block, above one :class:`FoldedReply`). Every widget costs the UI process some 20–40 KiB (its
+    styles, message queue and task, its place in the compositor's map, its rendered lines), so a chat's
+    old turns cost two widgets each (the user's message and this one) instead of five.
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta", "reply--drafted"}
+    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
+    tint of accepted draft tokens in the tail (speculative decoding, while :attr:`tint`)."""
+
+    def __init__(
+        self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None, synthetic: bool = False
+    ) -> None:
+        # a synthetic model's text (random weights) is not a reply: shown dimmed under its label
+        super().__init__(classes="assistant synthetic" if synthetic else "assistant")
+        self.synthetic = synthetic
+        self.turn_id = turn_id
+        self._on_shown = on_shown
+        self.text = text
+        self._committed = len(text)  # characters of ``text`` handed to the Markdown
+        self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
+        self._segment_chars = len(text)  # characters in the last Markdown segment
+        self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
+        self.finished = bool(text)
+        self.folded = False
+        self.meta = "prefill…" if not self.finished else ""  # the footer's text
+        self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
+        self.drafted: list[tuple[int, int]] = []  # spans of ``text`` from accepted draft tokens, not committed
+        self.tint = True  # whether the tail tints them
+
+    def compose(self):
+        if self.folded:  # folded before it was mounted (a resumed chat's turns): nothing to stream into
+            return
+        self._segments = [MarkdownSegment(self.text, classes="reply-md")]
+        self._tail = Static("", markup=False, classes="reply-tail")
+        self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
+        self._meta = Static(self.meta, classes="reply-meta")
+        if self.synthetic:  # stays above the text when the reply is folded (as a thinking block does)
+            self._above.append(
+                Static(f"{SYNTHETIC_LABEL} — random weights: noise, not a reply", classes="synthetic-label")
+            )
+            yield self._above[-1]
+        yield self._segments[0]
+        yield self._tail
+        yield self._meta
+
+    def render(self):
+        if self.folded and not self.children:
+            return self.drawing(self)
+        return super().render()
+
+    def drawing(self, widget: Widget) -> Group:
+        """The folded reply as ``widget`` draws it (this view, or the :class:`FoldedReply` under a thinking block)."""
+        theme = CODE_THEMES[self.app.current_theme.dark]
+        return finished_reply(self.text, self.meta, theme, widget.get_component_rich_style("reply--meta"))
+
+    def fold(self) -> None:
+        """Draw a finished reply as one widget (see the class docstring): it reads the same, and is
+        rebuilt from :attr:`text` and :attr:`meta` at each resize or theme change. Nothing when it is
+        not finished or already folded; the streaming widgets go at the next message cycle."""
+        if not self.finished or self.folded:
+            return
+        self.folded = True
+        streamed = [w for w in self.children if w not in self._above]
+        self._segments, self._tail, self._meta = [], None, None  # freed with the widgets
+        if streamed:
+            self.call_later(self._drop, streamed)
+        else:  # not mounted yet (compose yields nothing), or nothing left
+            self.set_class(not self._above, "-folded")
+
+    async def _drop(self, streamed: list[Widget]) -> None:
+        with self.app.batch_update():  # no frame between the widgets and their drawing
+            if self._above:
+                await self.mount(FoldedReply(self), after=self._above[-1])
+            await self.remove_children(streamed)
+            # What Textual cached of the removed children would keep them alive, as a leaf never asks again:
+            self._clear_arrangement_cache()  # their placements
+            _ = self.displayed_children  # their list (kept by the child list until next asked)
+            self.set_class(not self._above, "-folded")
+            self.refresh(layout=True)
+
+    def redraw(self) -> None:
+        """Draw a folded reply again (its footer changed, or the theme: the code blocks' colours)."""
+        if self.folded:
+            drawn = self.query_children(FoldedReply).first() if self._above else self
+            drawn.refresh(layout=True)
+
+    def on_mount(self) -> None:
+        if self._on_shown is not None:
+            # Call back once the view is laid out and painted. That takes two screen refreshes: the first
+            # places the view; its new parts, sized by it, ask for a second layout pass.
+            callback, self._on_shown = self._on_shown, None
+            self.app.call_after_refresh(self.app.call_after_refresh, callback)
+
+    def feed(self, text: str, drafted: Sequence[tuple[int, int]] = ()) -> None:
+        """Buffer decoded text (drawn at the next :meth:`flush`); ``drafted``: accepted drafts' spans in it."""
+        if text and not self.finished:
+            base = len(self.text)
+            self.drafted.extend((base + a, base + b) for a, b in drafted)
+            self.text += text
+
+    @property
+    def pending(self) -> bool:
+        """Whether streamed text is not yet rendered as Markdown."""
+        return self._committed < len(self.text) and not self.finished
+
+    async def flush(self, commit: bool = True) -> bool:
+        """Draw the text fed since the last call; returns whether Markdown was written (a layout).
+
+        The unfinished block goes to the tail (a fixed-size redraw, no layout). With ``commit``, whole
+        blocks are handed to the Markdown stream, or all of the text when none arrived since the last call
+        (the stream paused, so the partial block is drawn as Markdown too).
+        """
+        if not self.pending:
+            return False
+        stalled = self._shown == len(self.text)
+        self._shown = len(self.text)
+        wrote = False
+        if commit:
+            # Blocks are found from the last known block boundary, not from what was committed: after a
+            # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
+            found = None if stalled else self._boundary + complete_blocks_end(self.text[self._boundary :])
+            end = len(self.text) if found is None else found
+            lines_end = self.text.rfind("\n") + 1
+            if self.text.count("\n", end, lines_end) >= TAIL_LINES:
+                end = lines_end  # a long block (a list, a code fence) goes in whole lines: the tail shows only its end
+            if end > self._committed:
+                await self._write(self.text[self._committed : end], boundary=found if end == found else None)
+                wrote = True
+        self.drafted = [s for s in self.drafted if s[1] > self._committed]
+        self.draw_tail(hide_when_empty=stalled)
+        return wrote
+
+    async def _write(self, chunk: str, boundary: int | None = None) -> None:
+        """Append ``chunk`` to the last segment, or start a new segment with it once the last is
+        ``SEGMENT_CHARS`` long and ends at a block boundary — unless ``chunk`` starts indented (it may
+        continue a list item above, which a new segment would show as code). ``boundary``: where the
+        committed text's last whole block ends, when the caller's parse found it (else parsed here)."""
+        at_boundary = self._committed == self._boundary
+        self._committed += len(chunk)
+        if boundary is None:
+            boundary = self._boundary + complete_blocks_end(self.text[self._boundary : self._committed])
+        self._boundary = boundary
+        if at_boundary and self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
+            above = self._segments[-1].source
+            segment = MarkdownSegment(chunk, lead=above[last_block_start(above) :], classes="reply-md")
+            self._segments.append(segment)
+            self._segment_chars = len(chunk)
+            await self.mount(segment, before=self._tail)
+        else:
+            self._segment_chars += len(chunk)
+            self._segments[-1].append(chunk)
+
+    def draw_tail(self, hide_when_empty: bool = False) -> None:
+        """Show the uncommitted text in the tail (again when :attr:`tint` changed). Showing or hiding the
+        tail is a layout, so it stays shown (empty) between blocks and is hidden only with a commit of all."""
+        tail = self._tail
+        if self._committed == len(self.text) and (hide_when_empty or not tail.display):
+            tail.display = False
+            return
+        width = max(1, tail.content_size.width or self.content_size.width - 2)
+        lines = tail.content_size.height or TAIL_LINES
+        style = self.get_component_rich_style("reply--drafted") if self.tint and self.drafted else None
+        tail.update(tinted_tail(self.text, self._committed, self.drafted, width, lines, style), layout=False)
+        if not tail.display:
+            tail.display = True
+
+    def add_above(self, widget: Widget) -> AwaitMount:
+        """Mount ``widget`` above the reply's text (a reasoning model's thinking block, which streams
+        first). The answer's tail, empty until then, is hidden: it shows again with the first answer text."""
+        self._above.append(widget)
+        if self.folded:  # a resumed turn's thinking block: the folded text goes below it
+            mounted = self.mount(widget, before=0) if self.children else self.mount(widget)
+            if len(self._above) == 1:
+                self.remove_class("-folded")
+                self.mount(FoldedReply(self))
+            return mounted
+        if not self._committed and not self.text:
+            self._tail.display = False
+        return self.mount(widget, before=0)
+
+    def set_meta(self, text: str, layout: bool = True) -> None:
+        """Set the footer line under the reply; ``layout=False`` when ``text`` surely fits one line."""
+        self.meta = text
+        if self._meta is not None:
+            self._meta.update(text, layout=layout)
+        self.redraw()
+
+    async def finish(self, reply: str, metrics: TurnMetrics | None) -> None:
+        """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""
+        if self._committed < len(self.text):
+            await self._write(self.text[self._committed :])
+        self.finished = True
+        self._tail.display = False
+        if reply != self.text:
+            self.text = reply
+            extra, self._segments = self._segments[1:], self._segments[:1]
+            if extra:
+                await self.remove_children(extra)
+            self._segments[0].set_source(reply)
+        self._committed = self._shown = len(self.text)
+        if metrics is not None:
+            self.set_meta(metrics_line(metrics))
+
+
+def metrics_line(m: TurnMetrics) -> str:
+    """``TTFT 412 ms · 57 tok · 48.2 tok/s · stop`` (plus cached/dropped when non-zero)."""
+    parts = [
+        f"TTFT {fmt_ms(m.ttft_ms)}",
+        f"prefill {fmt_int(m.prefill_tokens)} tok",
+        f"{fmt_int(m.decode_tokens)} tok",
+        fmt_rate(m.decode_tokens_per_s),
+        m.stop_reason,
+    ]
+    if m.cached_tokens:
+        parts.insert(2, f"{fmt_int(m.cached_tokens)} cached")
+    return " · ".join(parts)
+
+
+class ChatLog(VerticalScroll):
+    """The scrolling conversation (see the module docstring)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._latest_reply: ReplyView | None = None  # kept so per-token calls never query the DOM
+        self._removing: weakref.WeakSet = weakref.WeakSet()  # entries whose removal has started
+        self.tint_drafts = True  # new replies' :attr:`ReplyView.tint`
+
+    def on_mount(self) -> None:
+        self.anchor()
+        # One watch for every reply's code theme: a watch per widget would keep each removed one alive
+        # until the theme changes (Textual drops the watches of removed widgets only then).
+        self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    def _theme_changed(self) -> None:
+        for segment in self.query(MarkdownSegment):
+            segment.refresh(layout=True)
+        for view in self.query_children(ReplyView):
+            view.redraw()
+
+    def add_user(self, text: str) -> UserMessage:
+        """Append a user message."""
+        widget = UserMessage(text)
+        self.mount(widget)
+        self.anchor()
+        return widget
+
+    def start_reply(
+        self, turn_id: int, on_shown: Callable[[], object] | None = None, synthetic: bool = False
+    ) -> ReplyView:
+        """Append an empty reply that the turn's text will stream into; ``on_shown`` is called once it
+        is mounted and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
+        view = ReplyView(turn_id, on_shown=on_shown, synthetic=synthetic)
+        view.tint = self.tint_drafts
+        self._fold_latest()
+        self.mount(view)
+        self.anchor()
+        self._latest_reply = view
+        return view
+
+    def add_reply(self, turn_id: int, text: str) -> ReplyView:
+        """Append a finished reply (e.g. restoring a conversation)."""
+        view = ReplyView(turn_id, text)
+        self._fold_latest()
+        self.mount(view)
+        self._latest_reply = view
+        return view
+
+    def _fold_latest(self) -> None:
+        """Fold the newest reply (once finished) as a newer one comes (:meth:`ReplyView.fold`): the newest
+        not being removed (a regenerate or an edit removes the newest before its new reply starts)."""
+        views = [v for v in self.query_children(ReplyView) if v not in self._removing]
+        if views:
+            views[-1].fold()
+
+    def add_notice(self, text: str, kind: str = "info") -> Notice:
+        """Append an inline notice."""
+        notice = Notice(text, kind)
+        self.mount(notice)
+        self.anchor()
+        return notice
+
+    @property
+    def active_reply(self) -> ReplyView | None:
+        """The newest reply while it streams (unfinished and still in the log), else ``None``."""
+        view = self._latest_reply
+        return view if view is not None and not view.finished and view.parent is self else None
+
+    async def flush(self, commit: bool = True) -> bool:
+        """Draw the active reply's new text (called by the app at ``FLUSH_HZ``); ``commit``: whether
+        whole blocks may go to its Markdown now. Returns whether Markdown was written."""
+        reply = self.active_reply
+        return reply is not None and await reply.flush(commit)
+
+    def remove_last(self, cls: type) -> AwaitRemove | None:
+        """Start removing the newest entry of type ``cls`` (``UserMessage`` or ``ReplyView``) that is not
+        already being removed; returns the awaitable removal (``None`` when there is none). The entry is
+        chosen now, so entries mounted afterwards are never taken instead."""
+        entries = [w for w in self.query(cls) if w not in self._removing]
+        if not entries:
+            return None
+        self._removing.add(entries[-1])
+        return entries[-1].remove()
+
+    async def clear_log(self) -> None:
+        """Remove every entry."""
+        await self.remove_children()

@@ -1,0 +1,134 @@
+"""ThinkingBlock: a reasoning model's thinking, shown above its answer in the chat log.
+
+While the model thinks, a one-line header with the running count ("Thinking… 312 tok · 4.1 s": the
+turn's figures, on the engine's clock) sits over a fixed-height, dimmed tail of the thinking's last lines.
+:meth:`ThinkingBlock.feed` only appends text; :meth:`ThinkingBlock.draw`, called at the chat's tick rate,
+redraws the header and the tail without a layout (their sizes are fixed in ``app.tcss``). When the answer
+starts, or the reply ends inside the block, :meth:`ThinkingBlock.finish` collapses it to one line
+(:func:`thought_title`: "Thought for 4.1 s · 312 tok"), a :class:`~textual.widgets.Collapsible` that
+expands to the whole thinking text (Enter on its title, or a click); ``open`` keeps it expanded (the
+``thinking_open`` setting).
+"""
+
+from __future__ import annotations
+
+from textual.containers import Vertical
+from textual.widgets import Collapsible, Static
+
+from chatphase.engine.metrics import TurnMetrics
+from chatphase.ui.transcript.reply_tail import tail_lines
+from chatphase.units import fmt_int, fmt_seconds
+
+#: height of the streaming thinking's tail (lines); ``.thinking-tail`` in ``app.tcss`` has the same.
+THINKING_TAIL_LINES = 4
+
+
+def thinking_live(tokens: int, seconds: float | None) -> str:
+    """The running count of a block being thought: ``312 tok · 4.1 s``."""
+    return f"{fmt_int(tokens)} tok · {fmt_seconds(seconds)}"
+
+
+def thought_title(tokens: int | None, thinking_ms: float | None, cut_short: bool = False, forced: bool = False) -> str:
+    """The collapsed block's line: ``Thought for 4.1 s · 312 tok``; ``Thinking cut short after …`` when the
+    reply ended inside the block; ``· budget reached`` when the engine closed it (the thinking budget)."""
+    figures = f"{fmt_seconds((thinking_ms or 0.0) / 1000)} · {fmt_int(tokens)} tok"
+    if cut_short:
+        return f"Thinking cut short after {figures}"
+    return f"Thought for {figures}" + (" · budget reached" if forced else "")
+
+
+def metrics_title(m: TurnMetrics | None, forced: bool = False) -> str:
+    """:func:`thought_title` of a finished turn's metrics (``None``: a turn without metrics)."""
+    if m is None or not m.thought:
+        return "Thought (no metrics)"
+    return thought_title(m.thinking_tokens, m.thinking_ms, m.thinking_cut_short, forced)
+
+
+class ThinkingBlock(Vertical):
+    """One reply's thinking (see the module docstring).
+
+    Args:
+        text: the thinking so far (all of it for a finished block).
+        title: the collapsed line; given, the block starts finished (a restored turn).
+        open: a finished block starts expanded.
+    """
+
+    def __init__(self, text: str = "", *, title: str | None = None, open: bool = False) -> None:
+        super().__init__(classes="thinking")
+        self._parts = [text] if text else []
+        self.title = title or ""
+        self.finished = title is not None
+        self.open = open
+        self._composed = False
+        self._fold: Collapsible | None = None  # the finished block (made by :meth:`_make_fold`)
+        self._drawn: tuple[str, str] | None = None  # header and tail last drawn
+
+    @property
+    def text(self) -> str:
+        """The thinking text fed so far."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    def compose(self):
+        self._header = Static("Thinking…", markup=False, classes="thinking-live")
+        self._tail = Static("", markup=False, classes="thinking-tail")
+        self._header.display = self._tail.display = not self.finished
+        self._composed = True
+        yield self._header
+        yield self._tail
+        if self.finished:
+            yield self._make_fold()
+
+    def _make_fold(self) -> Collapsible:
+        """The finished block's line and text. Made when the block finishes: a Collapsible opened later by
+        code would scroll itself into view, taking the chat log off the streaming answer."""
+        self._body = Static(self.text.strip(), markup=False, classes="thinking-text")
+        self._fold = Collapsible(self._body, title=self.title, collapsed=not self.open, classes="thinking-fold")
+        return self._fold
+
+    @property
+    def expanded(self) -> bool:
+        """Whether the finished block shows the whole thinking text."""
+        return self._fold is not None and not self._fold.collapsed
+
+    def feed(self, text: str) -> None:
+        """Buffer thinking text (drawn at the next :meth:`draw`)."""
+        if text and not self.finished:
+            self._parts.append(text)
+
+    def draw(self, tokens: int, seconds: float) -> None:
+        """Redraw the running count and the tail (no layout); nothing when unchanged or finished."""
+        if self.finished or not self._composed or not self.is_attached:  # finished, or cleared from the log
+            return
+        tail = self._tail
+        width = max(1, tail.content_size.width or self.content_size.width - 3)
+        lines = tail.content_size.height or THINKING_TAIL_LINES
+        text = self.text
+        start = text.rfind("\n", 0, max(0, len(text) - width * lines)) + 1  # only the lines the tail can show
+        shown = text[start:] if start else text.lstrip()  # models start the block with a new line
+        drawn = (f"Thinking… {thinking_live(tokens, seconds)}", tail_lines(shown, width, lines))
+        if drawn == self._drawn:
+            return
+        self._drawn = drawn
+        self._header.update(drawn[0], layout=False)
+        tail.update(drawn[1], layout=False)
+
+    def finish(self, title: str, open: bool = False, text: str | None = None) -> None:
+        """Collapse to ``title`` (expanded when ``open``) with the whole thinking text inside (one layout).
+        Called again (the turn's final figures, ``text`` its final thinking), it only updates the title and
+        the text: the user may have expanded or collapsed the block meanwhile."""
+        if text is not None:
+            self._parts = [text] if text else []
+        first = not self.finished
+        self.finished, self.title = True, title
+        if first:
+            self.open = open
+        if not self._composed:
+            return  # compose draws the finished block
+        if first:
+            self._header.display = self._tail.display = False
+            self.mount(self._make_fold())
+        elif self._fold is not None:
+            self._body.update(self.text.strip())
+            self._fold.title = title
