@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chatphase.engine.events import FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.sessions.recorder import SessionRecorder
+from chatphase.sessions.writer import SessionWriter
 
 MODEL = {"name": "TestModel-1M", "architecture": "llama", "quantization": "Q4_1", "path": "/models/test.gguf"}
 SETTINGS = {
@@ -41,8 +41,8 @@ def turn_events(turn_id: int, pieces: list[str], metrics: TurnMetrics | None = N
     yield TurnFinished(turn_id, "".join(pieces), metrics)
 
 
-def record_turns(rec: SessionRecorder, turns: list[tuple[str, list[str]]]) -> None:
-    """Record whole turns ``(user, reply pieces)`` through :meth:`SessionRecorder.observe`."""
+def record_turns(rec: SessionWriter, turns: list[tuple[str, list[str]]]) -> None:
+    """Record whole turns ``(user, reply pieces)`` through :meth:`SessionWriter.observe`."""
     for user, pieces in turns:
         n = rec.begin_turn(user)
         for ev in turn_events(n, pieces):

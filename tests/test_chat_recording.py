@@ -29,7 +29,7 @@ def say(chat, *texts):
 def test_turns_are_recorded_with_their_metrics():
     chat, recording = recorded_chat(replies=["one", "two"])
     say(chat, "what is prefill", "and decode")
-    s = load_session(recording.recorder.id)
+    s = load_session(recording.writer.id)
     assert [(t.user, t.reply, t.status) for t in s.turns] == [
         ("what is prefill", "one", "complete"),
         ("and decode", "two", "complete"),
@@ -44,7 +44,7 @@ def test_taken_back_turns_are_marked_replaced():
     chat.dispatcher.drain()
     chat.take_back_last()
     say(chat, "two, edited")
-    s = load_session(recording.recorder.id)
+    s = load_session(recording.writer.id)
     assert [(t.user, t.replaced) for t in s.turns] == [
         ("one", False),
         ("two", True),
@@ -57,33 +57,33 @@ def test_taken_back_turns_are_marked_replaced():
 def test_a_refused_message_is_not_recorded():
     chat, recording = recorded_chat(settings=Settings(n_ctx=40))
     say(chat, "word " * 60)
-    assert recording.recorder is None and list_sessions() == []
+    assert recording.writer is None and list_sessions() == []
     say(chat, "hi")
-    assert [t.user for t in load_session(recording.recorder.id).turns] == ["hi"]
+    assert [t.user for t in load_session(recording.writer.id).turns] == ["hi"]
 
 
 def test_a_new_chat_is_a_new_session_and_a_restored_one_continues_its_file():
     chat, recording = recorded_chat()
     say(chat, "first")
-    first = recording.recorder.id
+    first = recording.writer.id
     chat.new_chat()
     say(chat, "a new topic")
-    second = recording.recorder.id
+    second = recording.writer.id
     assert first != second and {s.id for s in list_sessions()} == {first, second}
     chat.new_chat()
     chat.restore(load_session(first))
     say(chat, "back again")
     s = load_session(first)
-    assert recording.recorder.id == first and [t.user for t in s.turns] == ["first", "back again"]
+    assert recording.writer.id == first and [t.user for t in s.turns] == ["first", "back again"]
     assert [t.index for t in s.turns] == [1, 2]
 
 
 def test_an_engine_death_mid_reply_keeps_the_partial_turn():
     chat, recording = recorded_chat(crash_at="decode")
     say(chat, "hello")
-    (turn,) = load_session(recording.recorder.id).turns
+    (turn,) = load_session(recording.writer.id).turns
     assert turn.status == "partial" and turn.reply and turn.in_conversation  # as the chat keeps it
-    assert load_session(recording.recorder.id).history()[-1].content == chat.conversation[-1].content
+    assert load_session(recording.writer.id).history()[-1].content == chat.conversation[-1].content
 
 
 def test_a_write_error_is_reported_once_and_the_chat_goes_on(monkeypatch, tmp_path):
@@ -105,7 +105,7 @@ def test_each_turn_keeps_the_sampling_it_was_generated_with_across_a_resume():
     at the new temperature, and the Markdown says each turn's where they differ."""
     chat, recording = recorded_chat(settings=Settings(sampling=SamplingParams(temperature=0.0)))
     say(chat, "one", "two")
-    first = recording.recorder.id
+    first = recording.writer.id
     chat2, _ = recorded_chat()  # a TUI started without --temperature
     chat2.restore(load_session(first))
     say(chat2, "three")
@@ -121,14 +121,14 @@ def test_each_turn_keeps_the_sampling_it_was_generated_with_across_a_resume():
     ]
     chat3, recording3 = recorded_chat()
     say(chat3, "four", "five")
-    same = export_session(load_session(recording3.recorder.id), "md")  # every turn alike: said once, above
+    same = export_session(load_session(recording3.writer.id), "md")  # every turn alike: said once, above
     assert "sampling per turn" not in same and "temperature=0.7" in same.split("## Transcript")[0]
 
 
 def test_a_turn_whose_engine_died_keeps_the_figures_it_had():
     chat, recording = recorded_chat(crash_at="decode")
     say(chat, "hello")
-    (turn,) = load_session(recording.recorder.id).turns
+    (turn,) = load_session(recording.writer.id).turns
     m = turn.metrics
     assert turn.status == "partial" and turn.in_conversation and m is not None
     assert m.stop_reason == "error" and m.prompt_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens

@@ -111,9 +111,9 @@ def test_the_saved_session_keeps_the_thinking_apart():
     pieces, fmt, preopened, _ = CASES["split markers"]
     chat, _, _, rec = chat_with(pieces, fmt, preopened, recording=True)
     chat.send("What is 2+2?")
-    (turn,) = load_session(rec.recorder.id).turns
+    (turn,) = load_session(rec.writer.id).turns
     assert (turn.reply, turn.thinking, turn.metrics.thinking_tokens) == ("It is 4.", "I add them.", 6)
-    assert load_session(rec.recorder.id).history()[-1] == Message("assistant", "It is 4.", "I add them.")
+    assert load_session(rec.writer.id).history()[-1] == Message("assistant", "It is 4.", "I add them.")
 
 
 def test_ask_json_gives_the_thinking_apart_and_plain_ask_prints_it_only_when_asked(capsys):

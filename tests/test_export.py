@@ -14,7 +14,7 @@ from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 from chatphase.engine.events import FirstToken
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
-from chatphase.sessions import recorder as session_recorder
+from chatphase.sessions import writer as session_writer
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import (
     CSV_COLUMNS,
@@ -25,15 +25,15 @@ from chatphase.sessions.export import (
     session_from_json,
     write_export,
 )
-from chatphase.sessions.recorder import SessionRecorder
-from chatphase.sessions.store import Session, Turn
+from chatphase.sessions.store import RecordedTurn, Session
+from chatphase.sessions.writer import SessionWriter
 
 
 @pytest.fixture
 def saved(monkeypatch) -> Session:
     """Two finished turns (one with markdown and a pipe in it) and one partial turn."""
-    monkeypatch.setattr(session_recorder, "TEXT_FLUSH_S", 0.0)
-    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, title="Phases | test")
+    monkeypatch.setattr(session_writer, "TEXT_FLUSH_S", 0.0)
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS, title="Phases | test")
     record_turns(
         rec,
         [("Explain *prefill*", ["Prefill ", "reads the prompt."]), ("And decode?", ["One", " token", " at a time."])],
@@ -105,7 +105,7 @@ def test_csv_round_trips_any_metrics(m):
         "2026-01-01T00:00:00+00:00",
         MODEL,
         SETTINGS,
-        turns=[Turn(1, 'q, "quoted"\nline', "a", "complete", "s", "f", m)],
+        turns=[RecordedTurn(1, 'q, "quoted"\nline', "a", "complete", "s", "f", m)],
     )
     (row,) = rows_from_csv(export_session(s, "csv"))
     assert row["metrics"] == m
@@ -151,7 +151,7 @@ def test_markdown_has_transcript_and_a_parsable_metrics_table(saved):
 
 
 def test_markdown_marks_failed_turns():
-    s = Session("i", "t", "c", MODEL, {}, turns=[Turn(1, "q", "par", "failed", "s", "f", None, "engine died")])
+    s = Session("i", "t", "c", MODEL, {}, turns=[RecordedTurn(1, "q", "par", "failed", "s", "f", None, "engine died")])
     assert "_failed turn: engine died_" in export_session(s, "md")
 
 
@@ -170,8 +170,8 @@ def test_write_export_and_format_detection(saved, tmp_path):
 
 def test_markdown_folds_a_reasoning_models_thinking(tmp_path):
     from chatphase.sessions.export import to_markdown
-    from chatphase.sessions.store import Session, Turn
+    from chatphase.sessions.store import RecordedTurn, Session
 
-    turn = Turn(1, "2+2?", "4.", "complete", "2026-12-01T00:00:00+00:00", thinking="I add them.")
+    turn = RecordedTurn(1, "2+2?", "4.", "complete", "2026-12-01T00:00:00+00:00", thinking="I add them.")
     md = to_markdown(Session("s1", "sums", "2026-12-01T00:00:00+00:00", {}, {}, [turn]))
     assert "<details><summary>Thinking</summary>\n\nI add them.\n\n</details>\n\n4." in md

@@ -12,18 +12,18 @@ from hypothesis import strategies as st
 from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
 
 from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded, TurnFinished
-from chatphase.sessions import recorder as session_recorder
+from chatphase.sessions import writer as session_writer
 from chatphase.sessions.catalog import delete_session, list_sessions, load_session, rename_session, resolve_session_path
-from chatphase.sessions.recorder import SessionRecorder
 from chatphase.sessions.store import SessionError, sessions_dir
+from chatphase.sessions.writer import SessionWriter
 
 
-def new_recorder(**kw) -> SessionRecorder:
-    return SessionRecorder.create(model=MODEL, settings=SETTINGS, **kw)
+def new_writer(**kw) -> SessionWriter:
+    return SessionWriter.create(model=MODEL, settings=SETTINGS, **kw)
 
 
 def test_recorded_turns_load_back_with_metrics():
-    rec = new_recorder()
+    rec = new_writer()
     record_turns(rec, [("Hello there", ["Hi", "!", " How"]), ("Tell me more", ["Sure", "."])])
     rec.close()
     s = load_session(rec.id)
@@ -38,22 +38,22 @@ def test_recorded_turns_load_back_with_metrics():
 
 
 def test_nothing_written_before_the_first_turn():
-    rec = new_recorder()
+    rec = new_writer()
     rec.close()
     assert not rec.path.exists() and list_sessions() == []
 
 
 def test_files_live_in_data_dir_and_are_private(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATPHASE_DATA_DIR", str(tmp_path / "d"))
-    rec = new_recorder()
+    rec = new_writer()
     record_turns(rec, [("q", ["a"])])
     assert rec.path.parent == tmp_path / "d" / "sessions" == sessions_dir()
     assert oct(rec.path.stat().st_mode & 0o777) == oct(0o600)
 
 
 def test_turn_in_flight_is_on_disk_as_partial(monkeypatch):
-    monkeypatch.setattr(session_recorder, "TEXT_FLUSH_S", 0.0)
-    rec = new_recorder()
+    monkeypatch.setattr(session_writer, "TEXT_FLUSH_S", 0.0)
+    rec = new_writer()
     record_turns(rec, [("first", ["done"])])
     n = rec.begin_turn("second")
     rec.observe(FirstToken(n, "half ", 5.0, 0))
@@ -66,7 +66,7 @@ def test_turn_in_flight_is_on_disk_as_partial(monkeypatch):
 
 
 def test_engine_failure_ends_turn_as_failed_keeping_text():
-    rec = new_recorder()
+    rec = new_writer()
     n = rec.begin_turn("q")
     rec.observe(FirstToken(n, "par", 5.0, 0))
     rec.observe(EngineFailed("engine process died (signal 9)", turn_id=n, fatal=True))
@@ -76,14 +76,14 @@ def test_engine_failure_ends_turn_as_failed_keeping_text():
 
 
 def test_torn_last_line_is_skipped_and_resume_appends_cleanly():
-    rec = new_recorder()
+    rec = new_writer()
     record_turns(rec, [("one", ["1"]), ("two", ["2"])])
     rec.close()
     with open(rec.path, "a", encoding="utf-8") as fh:
         fh.write('{"type": "turn_start", "turn": 3, "us')  # killed mid-write
     s = load_session(rec.id)
     assert len(s.turns) == 2 and s.corrupt_lines == 1
-    rec2, loaded = SessionRecorder.resume(rec.id)
+    rec2, loaded = SessionWriter.resume(rec.id)
     assert loaded.turns == s.turns
     record_turns(rec2, [("three", ["3"])])
     s = load_session(rec.id)
@@ -95,7 +95,7 @@ def test_torn_last_line_is_skipped_and_resume_appends_cleanly():
 @given(cut=st.integers(min_value=0, max_value=10_000))
 def test_any_truncation_loads_a_prefix_of_the_turns(cut, tmp_path_factory):
     d = tmp_path_factory.mktemp("trunc")
-    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=d)
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS, directory=d)
     record_turns(rec, [("one", ["a", "b"]), ("twö ✓", ["ü", "nicode"]), ("three", ["c"])])
     rec.close()
     full = load_session(rec.id, d)
@@ -115,11 +115,11 @@ def test_any_truncation_loads_a_prefix_of_the_turns(cut, tmp_path_factory):
 
 
 def test_history_for_resume():
-    rec = new_recorder()
+    rec = new_writer()
     record_turns(rec, [("one", ["1"]), ("two", ["2"])])
     rec.begin_turn("three")  # killed before any text: left out of the history
     rec.close()
-    _, s = SessionRecorder.resume("last")
+    _, s = SessionWriter.resume("last")
     assert s.history() == [
         Message("system", "Be brief."),
         Message("user", "one"),
@@ -131,12 +131,12 @@ def test_history_for_resume():
 
 def fixed_ids(monkeypatch, *ids):
     it = iter(ids)
-    monkeypatch.setattr(session_recorder, "new_session_id", lambda: next(it))
+    monkeypatch.setattr(session_writer, "new_session_id", lambda: next(it))
 
 
 def test_list_rename_delete_and_id_resolution(monkeypatch):
     fixed_ids(monkeypatch, "20260101-000000-aaaa", "20260101-000000-bbbb")
-    a, b = new_recorder(title="alpha"), new_recorder()
+    a, b = new_writer(title="alpha"), new_writer()
     record_turns(a, [("x", ["y"])])
     record_turns(b, [("What is prefill?", ["It is"]), ("and decode?", ["that"])])
     os.utime(a.path, (1, 1))  # a was used long ago
@@ -164,13 +164,13 @@ def test_ambiguous_prefix_and_empty_store(monkeypatch):
         load_session("last")
     fixed_ids(monkeypatch, "20260101-000000-aaaa", "20260101-000000-aaab")
     for _ in range(2):
-        record_turns(new_recorder(), [("q", ["a"])])
+        record_turns(new_writer(), [("q", ["a"])])
     with pytest.raises(SessionError, match="ambiguous"):
         load_session("20260101-000000-aaa")
 
 
 def test_file_is_one_json_object_per_line():
-    rec = new_recorder()
+    rec = new_writer()
     record_turns(rec, [("q", ["a", "b"])])
     rec.set_model({"name": "Other"}, {"n_ctx": 1024})
     record_turns(rec, [("q2", ["c"])])
@@ -183,11 +183,11 @@ def test_file_is_one_json_object_per_line():
 def test_write_errors_raise_or_go_to_on_error(tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=blocker / "sessions")
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS, directory=blocker / "sessions")
     with pytest.raises(SessionError, match="cannot save the session"):
         rec.begin_turn("q")
     errors = []
-    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=blocker / "sessions")
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS, directory=blocker / "sessions")
     rec.on_error = errors.append
     record_turns(rec, [("q", ["a", "b"]), ("q2", ["c"])])  # the chat goes on
     rec.close()
@@ -195,7 +195,7 @@ def test_write_errors_raise_or_go_to_on_error(tmp_path):
 
 
 def test_replaced_and_interrupted_turns():
-    rec = new_recorder()
+    rec = new_writer()
     record_turns(rec, [("one", ["1"]), ("two", ["2"])])
     rec.replace_turns([2])
     n = rec.begin_turn("two again")
@@ -217,7 +217,7 @@ def test_replaced_and_interrupted_turns():
 @given(user=st.text(min_size=1), pieces=st.lists(st.text(min_size=1), min_size=1, max_size=5))
 def test_any_text_round_trips(tmp_path_factory, user, pieces):
     d = tmp_path_factory.mktemp("text")
-    rec = SessionRecorder.create(model=MODEL, settings=SETTINGS, directory=d)
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS, directory=d)
     record_turns(rec, [(user, pieces)])
     rec.close()
     (t,) = load_session(rec.id, d).turns
@@ -225,7 +225,7 @@ def test_any_text_round_trips(tmp_path_factory, user, pieces):
 
 
 def test_non_fatal_engine_error_keeps_the_metrics_that_follow():
-    rec = new_recorder()
+    rec = new_writer()
     n = rec.begin_turn("q")
     rec.observe(FirstToken(n, "cut ", 5.0, 0))
     rec.observe(EngineFailed("the connection was cut mid-reply; the partial reply is kept", turn_id=n))

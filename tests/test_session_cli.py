@@ -11,20 +11,20 @@ from session_support import MODEL, SETTINGS, record_turns
 from chatphase.cli import main
 from chatphase.commands.options import settings_from_args
 from chatphase.errors import UsageError
-from chatphase.sessions import recorder as session_recorder
+from chatphase.sessions import writer as session_writer
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import rows_from_csv, session_from_json
-from chatphase.sessions.recorder import SessionRecorder
+from chatphase.sessions.writer import SessionWriter
 
 
 @pytest.fixture
 def two_sessions(monkeypatch):
     ids = iter(["20260101-000000-aaaa", "20260102-000000-bbbb"])
-    monkeypatch.setattr(session_recorder, "new_session_id", lambda: next(ids))
-    a = SessionRecorder.create(model=MODEL, settings=SETTINGS)
+    monkeypatch.setattr(session_writer, "new_session_id", lambda: next(ids))
+    a = SessionWriter.create(model=MODEL, settings=SETTINGS)
     record_turns(a, [("What is TTFT?", ["Time", " to first token."])])
     a.close()
-    b = SessionRecorder.create(model=MODEL, settings=SETTINGS)
+    b = SessionWriter.create(model=MODEL, settings=SETTINGS)
     record_turns(b, [("one", ["1"]), ("two", ["2"])])
     b.begin_turn("three")
     b.close()

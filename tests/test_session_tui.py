@@ -11,7 +11,7 @@ from chatphase.chat.controller import COLD_PREFILL_NOTE
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import list_sessions, load_session
 from chatphase.sessions.export import rows_from_csv
-from chatphase.sessions.recorder import SessionRecorder
+from chatphase.sessions.writer import SessionWriter
 from chatphase.settings.file import load_settings
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
@@ -51,14 +51,14 @@ async def test_turns_are_recorded_with_the_dashboards_metrics():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await chat(pilot, app, "what is prefill", "and decode")
-        s = load_session(app.recording.recorder.id)
+        s = load_session(app.recording.writer.id)
         assert [(t.user, t.status) for t in s.turns] == [("what is prefill", "complete"), ("and decode", "complete")]
         assert [t.reply for t in s.turns] == [m.content for m in app.chat.conversation if m.role == "assistant"]
         assert [t.metrics for t in s.turns] == [app.dashboard.turns[1], app.dashboard.turns[2]]
         assert s.model_name == "SmolLM2 135M Instruct" and s.settings["n_ctx"] == 4096
         await app.action_new_chat()
         await chat(pilot, app, "a new topic")
-        assert len(list_sessions()) == 2 and load_session(app.recording.recorder.id).title == "a new topic"
+        assert len(list_sessions()) == 2 and load_session(app.recording.writer.id).title == "a new topic"
 
 
 async def test_resume_restores_history_and_says_the_next_prefill_is_cold():
@@ -66,7 +66,7 @@ async def test_resume_restores_history_and_says_the_next_prefill_is_cold():
     async with app0.run_test(size=(130, 40)) as pilot:  # record two turns for real
         await wait_for(pilot, lambda: idle(app0))
         await chat(pilot, app0, "first question", "second question")
-        sid = app0.recording.recorder.id
+        sid = app0.recording.writer.id
         before = app0.dashboard.turns.copy()
     app, engines = make(resume=load_session(sid))
     async with app.run_test(size=(130, 40)) as pilot:
@@ -104,12 +104,12 @@ async def test_export_dialog_writes_the_chosen_format(tmp_path, monkeypatch):
         shot(app, "session-export")
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, ExportScreen))
-        out = tmp_path / f"chatphase-{app.recording.recorder.id}.csv"
+        out = tmp_path / f"chatphase-{app.recording.writer.id}.csv"
         assert rows_from_csv(out.read_text())[0]["metrics"] == app.dashboard.turns[1]
 
 
 async def test_sessions_screen_renames_deletes_and_protects_the_open_one():
-    other = SessionRecorder.create(model={"name": "Other"}, settings={}, title="old chat")
+    other = SessionWriter.create(model={"name": "Other"}, settings={}, title="old chat")
     other.begin_turn("x")
     other.finish_turn("y", None, error="test")
     other.close()
@@ -123,7 +123,7 @@ async def test_sessions_screen_renames_deletes_and_protects_the_open_one():
         table = screen.query_one(DataTable)
         assert table.row_count == 2
         shot(app, "sessions-list")
-        table.move_cursor(row=table.get_row_index(app.recording.recorder.id))
+        table.move_cursor(row=table.get_row_index(app.recording.writer.id))
         await pilot.press("d")
         assert "open chat" in str(screen.query_one("#sessions-status").render())
         table.move_cursor(row=table.get_row_index(other.id))
@@ -191,7 +191,7 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
         await app.action_edit_last()
         await chat(pilot, app, "two, edited")
         conversation = list(app.chat.conversation)
-        sid = app.recording.recorder.id
+        sid = app.recording.writer.id
     s = load_session(sid)
     assert [(t.user, t.replaced) for t in s.turns] == [
         ("one", False),
@@ -243,10 +243,10 @@ async def test_a_refused_message_is_not_recorded_and_the_next_turn_is():
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "word " * 60)  # cannot fit n_ctx: refused before prefill, the text goes back to the box
         await wait_for(pilot, lambda: idle(app) and any("fit" in n or "context" in n for n in notifications(app)))
-        assert app.recording.recorder is None and list_sessions() == []
+        assert app.recording.writer is None and list_sessions() == []
         app.query_one("#prompt").set_text("")
         await chat(pilot, app, "hi")
-        s = load_session(app.recording.recorder.id)
+        s = load_session(app.recording.writer.id)
     assert [(t.user, t.status) for t in s.turns] == [("hi", "complete")]
     assert [m.content for m in s.history()] == [m.content for m in app.chat.conversation]
 

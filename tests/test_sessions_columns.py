@@ -10,8 +10,8 @@ from textual.widgets import DataTable
 from ui_support import make_app, wait_for
 
 from chatphase.sessions.catalog import list_sessions
-from chatphase.sessions.recorder import SessionRecorder
 from chatphase.sessions.store import local_time
+from chatphase.sessions.writer import SessionWriter
 from chatphase.ui.screens.sessions import COLUMNS, SessionsScreen, clip, fit_columns
 
 LONG_TITLE = "How do prefill and decode differ on a CPU with a small cache, and why does TTFT grow with the prompt?"
@@ -26,7 +26,7 @@ def screen_lines(widget) -> list[str]:
 @pytest.mark.parametrize("size", [(150, 40), (80, 24)])
 async def test_last_used_is_whole_at_every_width(size):
     for n in range(3):
-        rec = SessionRecorder.create(model={"name": LONG_MODEL}, settings={}, title=f"{LONG_TITLE} #{n}")
+        rec = SessionWriter.create(model={"name": LONG_MODEL}, settings={}, title=f"{LONG_TITLE} #{n}")
         rec.begin_turn("q")
         rec.finish_turn("a", scripted_metrics())
         rec.close()
@@ -62,7 +62,7 @@ def test_fit_columns_keeps_the_fixed_columns_and_shares_the_rest():
 
 
 async def test_a_resize_refits_the_columns_without_reading_the_sessions_again(monkeypatch):
-    rec = SessionRecorder.create(model={"name": LONG_MODEL}, settings={}, title=LONG_TITLE)
+    rec = SessionWriter.create(model={"name": LONG_MODEL}, settings={}, title=LONG_TITLE)
     rec.begin_turn("q")
     rec.finish_turn("a", scripted_metrics())
     rec.close()

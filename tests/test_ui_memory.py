@@ -109,7 +109,7 @@ async def test_a_resumed_chat_is_folded_with_its_thinking_blocks_and_a_regenerat
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await turns(pilot, 3)
-        session_id = app.recording.recorder.id
+        session_id = app.recording.writer.id
     resumed = ChatPhaseApp(
         Settings(),
         fake_model_info(),

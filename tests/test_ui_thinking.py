@@ -224,7 +224,7 @@ async def test_a_resumed_session_shows_its_thinking_collapsed():
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await finish_turn(pilot)
-        session_id = app.recording.recorder.id
+        session_id = app.recording.writer.id
     session = load_session(session_id)
     resumed = ChatPhaseApp(Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=session)
     async with resumed.run_test(size=(120, 36)) as pilot:
@@ -245,7 +245,7 @@ async def test_a_resumed_session_keeps_budget_reached():
         await wait_for(pilot, lambda: idle(app))
         await finish_turn(pilot)
         live = drawn(app.query_one(ThinkingBlock).query_one("CollapsibleTitle")).strip()
-        session_id = app.recording.recorder.id
+        session_id = app.recording.writer.id
     assert live.endswith("· budget reached")
     resumed = ChatPhaseApp(
         Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=load_session(session_id)

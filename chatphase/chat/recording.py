@@ -19,8 +19,8 @@ from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener
 from chatphase.chat.turn import Turn
 from chatphase.engine.events import FirstToken, PrefillStarted, TokensDecoded, TurnFinished
-from chatphase.sessions.recorder import SessionRecorder
 from chatphase.sessions.store import Session
+from chatphase.sessions.writer import SessionWriter
 
 
 class SessionRecording(ChatListener):
@@ -38,19 +38,19 @@ class SessionRecording(ChatListener):
         self.chat = controller
         self.on_error = on_error
         self.in_memory = in_memory
-        self.recorder: SessionRecorder | None = None
+        self.writer: SessionWriter | None = None
         self._model_key: tuple | None = None
         self._turn_id: int | None = None  # the turn being recorded
-        self._live: list[int] = []  # recorder indices of the turns in the conversation, oldest first
+        self._live: list[int] = []  # writer indices of the turns in the conversation, oldest first
 
     # -- what the chat tells us ---------------------------------------------------------------------
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
-        recorder = self._recorder()
+        writer = self._writer()
         if len(self._live) > turn.position:  # the turns after this one's user message were taken back
-            recorder.replace_turns(self._live[turn.position :])
+            writer.replace_turns(self._live[turn.position :])
             del self._live[turn.position :]
         self._turn_id = turn.turn_id
-        self._live.append(recorder.begin_turn(turn.user, asdict(turn.request.sampling)))
+        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling)))
 
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._observe(turn, event)
@@ -60,7 +60,7 @@ class SessionRecording(ChatListener):
 
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if self._recording(turn):
-            self.recorder.finish_turn(
+            self.writer.finish_turn(
                 event.reply,
                 event.metrics,
                 error=turn.error,
@@ -71,9 +71,9 @@ class SessionRecording(ChatListener):
 
     def turn_failed(self, turn: Turn, message: str) -> None:
         if self._recording(turn):
-            self.recorder.finish_turn(turn.reply, None, error=message)
+            self.writer.finish_turn(turn.reply, None, error=message)
             self._turn_id = None
-            if self._live and self._live[-1] == self.recorder.turns_recorded:
+            if self._live and self._live[-1] == self.writer.turns_recorded:
                 self._live.pop()  # its user message left the conversation
 
     def turn_abandoned(self, turn: Turn, why: str) -> None:
@@ -81,7 +81,7 @@ class SessionRecording(ChatListener):
         with the figures measured until its engine stopped (:meth:`Turn.metrics_so_far`), which a resume
         continues with."""
         if self._recording(turn):
-            self.recorder.finish_turn(
+            self.writer.finish_turn(
                 turn.reply,
                 turn.metrics_so_far(),
                 thinking=turn.thinking,
@@ -95,47 +95,47 @@ class SessionRecording(ChatListener):
 
     def history_restored(self, session: Session) -> None:
         """Keep recording into the restored session's own file."""
-        if self.recorder is None or self.recorder.path != Path(session.path):
-            make = SessionRecorder.in_memory_continuing if self.in_memory else SessionRecorder.continuing
+        if self.writer is None or self.writer.path != Path(session.path):
+            make = SessionWriter.in_memory_continuing if self.in_memory else SessionWriter.continuing
             self.adopt(make(session), session)
 
-    # -- recorder --------------------------------------------------------------------------------
-    def adopt(self, recorder: SessionRecorder, session: Session) -> None:
-        """Record into ``recorder`` (a resumed ``session``) from now on."""
-        if self.recorder is not None and self.recorder is not recorder:
-            self.recorder.close()
-        self._use(recorder)
+    # -- writer --------------------------------------------------------------------------------
+    def adopt(self, writer: SessionWriter, session: Session) -> None:
+        """Record into ``writer`` (a resumed ``session``) from now on."""
+        if self.writer is not None and self.writer is not writer:
+            self.writer.close()
+        self._use(writer)
         self._live = [t.index for t in session.turns if t.in_conversation]
         self._model_key = (session.model.get("path"), repr(session.settings))
 
     def session(self) -> Session | None:
         """This chat's session as recorded so far (``None`` before its first turn)."""
-        return self.recorder.session() if self.recorder is not None else None
+        return self.writer.session() if self.writer is not None else None
 
     @property
-    def saved(self) -> SessionRecorder | None:
-        """The recorder of this chat's session file (``None`` in memory or before the first turn)."""
-        return None if self.in_memory else self.recorder
+    def saved(self) -> SessionWriter | None:
+        """The writer of this chat's session file (``None`` in memory or before the first turn)."""
+        return None if self.in_memory else self.writer
 
     def close(self) -> None:
         """Write what is buffered and close the file (an open turn stays partial). Idempotent."""
-        if self.recorder is not None:
-            self.recorder.close()
-        self.recorder, self._turn_id, self._live = None, None, []
+        if self.writer is not None:
+            self.writer.close()
+        self.writer, self._turn_id, self._live = None, None, []
 
-    def _recorder(self) -> SessionRecorder:
+    def _writer(self) -> SessionWriter:
         key = (self.chat.model_info.path, repr(self.chat.settings.to_dict()))
-        if self.recorder is None:
-            make = SessionRecorder.in_memory if self.in_memory else SessionRecorder.create
+        if self.writer is None:
+            make = SessionWriter.in_memory if self.in_memory else SessionWriter.create
             self._use(make(model=self.chat.model_info.to_dict(), settings=self.chat.settings.to_dict()))
         elif self._model_key != key:
-            self.recorder.set_model(self.chat.model_info.to_dict(), self.chat.settings.to_dict())
+            self.writer.set_model(self.chat.model_info.to_dict(), self.chat.settings.to_dict())
         self._model_key = key
-        return self.recorder
+        return self.writer
 
-    def _use(self, recorder: SessionRecorder) -> None:
-        recorder.on_error = self._failed
-        self.recorder = recorder
+    def _use(self, writer: SessionWriter) -> None:
+        writer.on_error = self._failed
+        self.writer = writer
         self._turn_id = None
         self._live = []
 
@@ -144,8 +144,8 @@ class SessionRecording(ChatListener):
             self.on_error(message)
 
     def _recording(self, turn: Turn) -> bool:
-        return self.recorder is not None and turn.turn_id == self._turn_id
+        return self.writer is not None and turn.turn_id == self._turn_id
 
     def _observe(self, turn: Turn, event) -> None:
         if self._recording(turn):
-            self.recorder.observe(event)
+            self.writer.observe(event)

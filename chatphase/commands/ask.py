@@ -212,10 +212,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         chat.close()
         if recording is not None:
-            recorder = recording.recorder
+            writer = recording.writer
             recording.close()
-            if recorder is not None and recorder.turns_recorded and not recorder.failed:
-                print(f"chatphase: saved as session {recorder.id}", file=sys.stderr)
+            if writer is not None and writer.turns_recorded and not writer.failed:
+                print(f"chatphase: saved as session {writer.id}", file=sys.stderr)
 
 
 def _run(chat: ChatController, printer: _Printer, prompts: list[str]) -> int:

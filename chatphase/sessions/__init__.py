@@ -1,2 +1,2 @@
 """Sessions: the append-only session files (:mod:`.store`), writing them as a chat happens
-(:mod:`.recorder`) and exporting them (:mod:`.export`)."""
+(:mod:`.writer`) and exporting them (:mod:`.export`)."""

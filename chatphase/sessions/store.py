@@ -10,7 +10,7 @@ with a ``type``:
   ``SamplingParams`` dict; older files lack it, and the settings in effect stand in) — written and
   fsync'd at submit, before any token, so a turn in flight is on disk as *partial*.
 - ``thinking``: ``turn``, ``text`` — a reasoning model's thinking text as it streams (like ``text``).
-- ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.sessions.recorder.TEXT_FLUSH_S`
+- ``text``: ``turn``, ``text`` — reply text as it streams, at most every :data:`chatphase.sessions.writer.TEXT_FLUSH_S`
   seconds; flushed to the OS (survives SIGKILL of the process), not fsync'd.
 - ``turn_end``: ``turn``, ``time``, ``reply`` (full text), ``metrics`` (``TurnMetrics.to_dict()`` or
   ``null``), ``error`` (``null`` or the engine's message), ``thinking`` (the thinking text, when there was
@@ -28,7 +28,7 @@ writer that reopens such a file first ends the torn line, so new records are nev
 
 A turn without ``turn_end`` loads with ``status="partial"`` and the text streamed so far.
 
-Writing is :class:`chatphase.sessions.recorder.SessionRecorder`; this module reads, lists, renames and
+Writing is :class:`chatphase.sessions.writer.SessionWriter`; this module reads, lists, renames and
 deletes, and holds the record-level I/O both use.
 """
 
@@ -97,7 +97,7 @@ def title_from(text: str) -> str:
 
 
 @dataclass
-class Turn:
+class RecordedTurn:
     """One recorded turn. ``status``: ``complete`` (``turn_end`` with metrics), ``failed`` (the engine
     reported an error; ``error`` holds it) or ``partial`` (interrupted: the process ended mid-turn, or
     the turn was abandoned; ``reply`` is the text streamed until then, and ``metrics`` what was measured
@@ -133,7 +133,7 @@ class Turn:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> Turn:
+    def from_dict(cls, data: dict) -> RecordedTurn:
         """Inverse of :meth:`to_dict`."""
         d = dict(data)
         d["metrics"] = TurnMetrics.from_dict(d["metrics"]) if d.get("metrics") else None
@@ -149,7 +149,7 @@ class Session:
     created: str
     model: dict
     settings: dict
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[RecordedTurn] = field(default_factory=list)
     last_used: str = ""
     corrupt_lines: int = 0
     path: str = ""
@@ -161,7 +161,7 @@ class Session:
 
     def history(self) -> list[Message]:
         """The conversation to continue from: system prompt (from the settings) then user/assistant
-        pairs of the turns :attr:`Turn.in_conversation` (partial replies included)."""
+        pairs of the turns :attr:`RecordedTurn.in_conversation` (partial replies included)."""
         out: list[Message] = []
         system = (self.settings or {}).get("system_prompt")
         if system:
@@ -182,7 +182,7 @@ class Session:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
         names = set(cls.__dataclass_fields__)
         d = {k: v for k, v in data.items() if k in names}
-        d["turns"] = [Turn.from_dict(t) for t in data.get("turns", [])]
+        d["turns"] = [RecordedTurn.from_dict(t) for t in data.get("turns", [])]
         return cls(**d)
 
 
@@ -229,12 +229,12 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
         path=path,
     )
     model_name = s.model_name
-    by_index: dict[int, Turn] = {}
+    by_index: dict[int, RecordedTurn] = {}
     for rec in records[1:]:
         kind = rec["type"]
         try:
             if kind == "turn_start":
-                t = Turn(
+                t = RecordedTurn(
                     index=int(rec["turn"]),
                     user=str(rec.get("user", "")),
                     reply="",

@@ -33,12 +33,12 @@ from chatphase.sessions.store import (
 TEXT_FLUSH_S = 0.25
 
 
-class SessionRecorder:
+class SessionWriter:
     """Writes one session as it happens. Not thread-safe: call it from one thread (or under a lock).
 
     Typical use (``ask``, the TUI)::
 
-        rec = SessionRecorder.create(model=info.to_dict(), settings=settings.to_dict())
+        rec = SessionWriter.create(model=info.to_dict(), settings=settings.to_dict())
         rec.begin_turn(user_text)
         for event in engine.run_turn(request):
             rec.observe(event)          # streams text, ends the turn on TurnFinished / EngineFailed
@@ -49,9 +49,9 @@ class SessionRecorder:
 
     Write errors (disk full, permissions) raise :class:`~chatphase.sessions.store.SessionError`, unless
     ``on_error`` is set: then it is called once with the message, :attr:`failed` keeps it, and the
-    recorder stops writing (the chat goes on unsaved).
+    writer stops writing (the chat goes on unsaved).
 
-    An in-memory recorder (:meth:`in_memory`, for a chat that is not saved) keeps the same records in
+    An in-memory writer (:meth:`in_memory`, for a chat that is not saved) keeps the same records in
     :attr:`records` instead of a file, so :meth:`session` reads an unsaved chat back the same way.
     """
 
@@ -80,8 +80,8 @@ class SessionRecorder:
     @classmethod
     def create(
         cls, *, model: dict, settings: dict, title: str | None = None, directory: Path | None = None
-    ) -> SessionRecorder:
-        """A recorder for a new session (file created at the first turn)."""
+    ) -> SessionWriter:
+        """A writer for a new session (file created at the first turn)."""
         sid = new_session_id()
         header = {
             "type": "session",
@@ -95,7 +95,7 @@ class SessionRecorder:
         return cls(session_path(sid, directory), sid, header)
 
     @classmethod
-    def resume(cls, session_id: str | None = None, directory: Path | None = None) -> tuple[SessionRecorder, Session]:
+    def resume(cls, session_id: str | None = None, directory: Path | None = None) -> tuple[SessionWriter, Session]:
         """Continue a saved session (``None``/``"last"`` = the most recent); returns it as loaded too.
 
         Raises:
@@ -105,15 +105,15 @@ class SessionRecorder:
         return cls.continuing(s), s
 
     @classmethod
-    def continuing(cls, session: Session) -> SessionRecorder:
-        """A recorder that appends to the file ``session`` was loaded from, numbering turns on from its."""
+    def continuing(cls, session: Session) -> SessionWriter:
+        """A writer that appends to the file ``session`` was loaded from, numbering turns on from its."""
         path = Path(session.path)
         nxt = max((t.index for t in session.turns), default=0) + 1
         return cls(path, session.id or path.stem, None, nxt)
 
     @classmethod
-    def in_memory(cls, *, model: dict, settings: dict, title: str | None = None) -> SessionRecorder:
-        """A recorder for a new session that is kept in memory (nothing touches the disk); its id starts
+    def in_memory(cls, *, model: dict, settings: dict, title: str | None = None) -> SessionWriter:
+        """A writer for a new session that is kept in memory (nothing touches the disk); its id starts
         with ``unsaved-``, so an export of it never passes for a saved session."""
         rec = cls.create(model=model, settings=settings, title=title)
         rec.id = rec._header["id"] = f"unsaved-{rec.id}"
@@ -121,8 +121,8 @@ class SessionRecorder:
         return rec
 
     @classmethod
-    def in_memory_continuing(cls, session: Session) -> SessionRecorder:
-        """An in-memory recorder that starts with ``session``'s records (a loaded session continued unsaved)."""
+    def in_memory_continuing(cls, session: Session) -> SessionWriter:
+        """An in-memory writer that starts with ``session``'s records (a loaded session continued unsaved)."""
         nxt = max((t.index for t in session.turns), default=0) + 1
         return cls(Path(session.path), session.id, None, nxt, records=records_of(session))
 
@@ -301,7 +301,7 @@ class SessionRecorder:
                 self._fh.close()
                 self._fh = None
 
-    def __enter__(self) -> SessionRecorder:
+    def __enter__(self) -> SessionWriter:
         return self
 
     def __exit__(self, *exc) -> None:
