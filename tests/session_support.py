@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from chatphase.engine.events import FirstToken, TokensDecoded, TurnFinished
+from dataclasses import dataclass
+
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.sessions.writer import SessionWriter
 
@@ -32,18 +33,21 @@ def scripted_metrics(n_tokens: int = 4, prompt_tokens: int = 20, cached: int = 0
     )
 
 
-def turn_events(turn_id: int, pieces: list[str], metrics: TurnMetrics | None = None):
-    """The text events of one turn followed by its ``TurnFinished``."""
-    metrics = metrics or scripted_metrics(len(pieces))
-    yield FirstToken(turn_id, pieces[0], ttft_ms=6.0, t_ns=0)
-    for i, p in enumerate(pieces[1:], 2):
-        yield TokensDecoded(turn_id, p, 1, i, t_ns=i)
-    yield TurnFinished(turn_id, "".join(pieces), metrics)
+@dataclass
+class Streamed:
+    """A turn's text as it streams: what the chat's ``Turn`` gives the writer (:class:`TurnText`)."""
+
+    reply: str = ""
+    thinking: str = ""
 
 
 def record_turns(rec: SessionWriter, turns: list[tuple[str, list[str]]]) -> None:
-    """Record whole turns ``(user, reply pieces)`` through :meth:`SessionWriter.observe`."""
+    """Record whole turns ``(user, reply pieces)`` as the chat's recording does: begun with their text,
+    streamed piece by piece, finished with the engine's reply and metrics."""
     for user, pieces in turns:
-        n = rec.begin_turn(user)
-        for ev in turn_events(n, pieces):
-            rec.observe(ev)
+        text = Streamed()
+        rec.begin_turn(user, text=text)
+        for piece in pieces:
+            text.reply += piece
+            rec.stream()
+        rec.finish_turn(text.reply, scripted_metrics(len(pieces)))

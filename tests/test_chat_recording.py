@@ -78,14 +78,6 @@ def test_a_new_chat_is_a_new_session_and_a_restored_one_continues_its_file():
     assert [t.index for t in s.turns] == [1, 2]
 
 
-def test_an_engine_death_mid_reply_keeps_the_partial_turn():
-    chat, recording = recorded_chat(crash_at="decode")
-    say(chat, "hello")
-    (turn,) = load_session(recording.writer.id).turns
-    assert turn.status == "partial" and turn.reply and turn.in_conversation  # as the chat keeps it
-    assert load_session(recording.writer.id).history()[-1].content == chat.conversation[-1].content
-
-
 def test_a_write_error_is_reported_once_and_the_chat_goes_on(monkeypatch, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
@@ -125,12 +117,17 @@ def test_each_turn_keeps_the_sampling_it_was_generated_with_across_a_resume():
     assert "sampling per turn" not in same and "temperature=0.7" in same.split("## Transcript")[0]
 
 
-def test_a_turn_whose_engine_died_keeps_the_figures_it_had():
+def test_an_engine_death_mid_reply_keeps_the_partial_turn_with_the_figures_it_had():
+    """The one outcome of an engine that dies mid-reply, as the controller decides it (``turn_abandoned``):
+    the session keeps the text so far as a partial turn (no error) in the conversation, as the chat does."""
     chat, recording = recorded_chat(crash_at="decode")
     say(chat, "hello")
     (turn,) = load_session(recording.writer.id).turns
     m = turn.metrics
-    assert turn.status == "partial" and turn.in_conversation and m is not None
+    assert turn.status == "partial" and turn.reply and turn.in_conversation and m is not None
+    assert (
+        turn.error is None and load_session(recording.writer.id).history()[-1].content == chat.conversation[-1].content
+    )
     assert m.stop_reason == "error" and m.prompt_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     assert m.ttft_ms > 0 and m.prefill_ms > 0 and m.decode_tokens >= 1
     assert m.itl_ms_p95 is None and m.kv_cache_tokens is None  # only the engine's end of the turn says these

@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
-from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+from session_support import MODEL, SETTINGS, Streamed, record_turns, scripted_metrics
 
-from chatphase.engine.events import FirstToken
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
 from chatphase.sessions import writer as session_writer
@@ -38,8 +37,8 @@ def saved(monkeypatch) -> Session:
         rec,
         [("Explain *prefill*", ["Prefill ", "reads the prompt."]), ("And decode?", ["One", " token", " at a time."])],
     )
-    n = rec.begin_turn("Write a long story")
-    rec.observe(FirstToken(n, "Once upon", 6.0, 0))
+    rec.begin_turn("Write a long story", text=Streamed("Once upon"))
+    rec.stream()
     return load_session(rec.id)
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from session_support import MODEL, SETTINGS, record_turns, scripted_metrics
+from session_support import MODEL, SETTINGS, Streamed, record_turns, scripted_metrics
 
-from chatphase.engine.events import EngineFailed, FirstToken, Message, TokensDecoded, TurnFinished
+from chatphase.engine.events import Message
 from chatphase.sessions import writer as session_writer
 from chatphase.sessions.catalog import delete_session, list_sessions, load_session, rename_session, resolve_session_path
 from chatphase.sessions.store import SessionError, sessions_dir
@@ -55,24 +55,16 @@ def test_turn_in_flight_is_on_disk_as_partial(monkeypatch):
     monkeypatch.setattr(session_writer, "TEXT_FLUSH_S", 0.0)
     rec = new_writer()
     record_turns(rec, [("first", ["done"])])
-    n = rec.begin_turn("second")
-    rec.observe(FirstToken(n, "half ", 5.0, 0))
-    rec.observe(TokensDecoded(n, "a reply", 1, 2, 0))
+    text = Streamed()
+    rec.begin_turn("second", text=text)
+    for piece in ("half ", "a reply"):
+        text.reply += piece
+        rec.stream()
     # no turn_end and no close(): what a SIGKILL leaves behind
     s = load_session(rec.id)
     assert [t.status for t in s.turns] == ["complete", "partial"]
     assert s.turns[1].reply == "half a reply" and s.turns[1].metrics is None
     assert list_sessions()[0].partial_turns == 1
-
-
-def test_engine_failure_ends_turn_as_failed_keeping_text():
-    rec = new_writer()
-    n = rec.begin_turn("q")
-    rec.observe(FirstToken(n, "par", 5.0, 0))
-    rec.observe(EngineFailed("engine process died (signal 9)", turn_id=n, fatal=True))
-    s = load_session(rec.id)
-    assert s.turns[0].status == "failed" and s.turns[0].reply == "par"
-    assert s.turns[0].error == "engine process died (signal 9)"
 
 
 def test_torn_last_line_is_skipped_and_resume_appends_cleanly():
@@ -198,8 +190,7 @@ def test_replaced_and_interrupted_turns():
     rec = new_writer()
     record_turns(rec, [("one", ["1"]), ("two", ["2"])])
     rec.replace_turns([2])
-    n = rec.begin_turn("two again")
-    rec.append_text("par")
+    n = rec.begin_turn("two again", text=Streamed("par"))
     rec.begin_turn("three")  # the open turn is ended as interrupted (partial), its text kept
     rec.close()
     s = load_session(rec.id)
@@ -224,14 +215,17 @@ def test_any_text_round_trips(tmp_path_factory, user, pieces):
     assert (t.user, t.reply, t.status) == (user, "".join(pieces), "complete")
 
 
-def test_non_fatal_engine_error_keeps_the_metrics_that_follow():
+def test_an_error_ends_the_turn_as_failed_with_the_metrics_it_has():
     rec = new_writer()
-    n = rec.begin_turn("q")
-    rec.observe(FirstToken(n, "cut ", 5.0, 0))
-    rec.observe(EngineFailed("the connection was cut mid-reply; the partial reply is kept", turn_id=n))
-    rec.observe(TurnFinished(n, "cut ", scripted_metrics(1, stop="error")))
-    n2 = rec.begin_turn("too long")
-    rec.observe(EngineFailed("the message does not fit n_ctx", turn_id=n2))  # refused: no TurnFinished
+    rec.begin_turn("q", text=Streamed("cut "))
+    rec.stream()  # a remote stream cut mid-reply: the engine still reports the partial reply's figures
+    rec.finish_turn(
+        "cut ",
+        scripted_metrics(1, stop="error"),
+        error="the connection was cut mid-reply; the partial reply is kept",
+    )
+    rec.begin_turn("too long", text=Streamed())
+    rec.finish_turn("", None, error="the message does not fit n_ctx")  # failed before any text: no metrics
     rec.close()
     s = load_session(rec.id)
     assert [(t.status, t.reply, t.error) for t in s.turns] == [

@@ -1,12 +1,14 @@
 """SessionRecording: the chat controller's listener that saves the chat as a session file as it happens.
 
 A turn is recorded from its ``prefill_started`` (a turn refused before prefill is never on disk) to its
-end. Turns the user takes back (regenerate, edit and resend) are marked ``replaced`` when the turn that
-replaces them starts, so a resume continues the conversation the chat had. A new chat starts a new
-session at its first turn; a model or settings change is recorded before the next turn. Saving
-problems (disk full, permissions) are reported once through ``on_error`` and recording stops; the
-chat goes on. The file format is :mod:`chatphase.sessions.store`'s. A chat that is not saved
-(``--no-save``) is recorded in memory the same way, so it can still be exported (:meth:`SessionRecording.session`).
+end, its text read from the chat's :class:`~chatphase.chat.turn.Turn` (never copied here); what the end
+means (complete, failed, partial) is the controller's verdict, passed on. Turns the user takes back
+(regenerate, edit and resend) are marked ``replaced`` when the turn that replaces them starts, so a
+resume continues the conversation the chat had. A new chat starts a new session at its first turn; a
+model or settings change is recorded before the next turn. Saving problems (disk full, permissions)
+are reported once through ``on_error`` and recording stops; the chat goes on. The file format is
+:mod:`chatphase.sessions.store`'s. A chat that is not saved (``--no-save``) is recorded in memory the
+same way, so it can still be exported (:meth:`SessionRecording.session`).
 """
 
 from __future__ import annotations
@@ -50,13 +52,13 @@ class SessionRecording(ChatListener):
             writer.replace_turns(self._live[turn.position :])
             del self._live[turn.position :]
         self._turn_id = turn.turn_id
-        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling)))
+        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling), turn))
 
     def first_token(self, turn: Turn, event: FirstToken) -> None:
-        self._observe(turn, event)
+        self._stream(turn)
 
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
-        self._observe(turn, event)
+        self._stream(turn)
 
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if self._recording(turn):
@@ -146,6 +148,6 @@ class SessionRecording(ChatListener):
     def _recording(self, turn: Turn) -> bool:
         return self.writer is not None and turn.turn_id == self._turn_id
 
-    def _observe(self, turn: Turn, event) -> None:
+    def _stream(self, turn: Turn) -> None:
         if self._recording(turn):
-            self.writer.observe(event)
+            self.writer.stream()

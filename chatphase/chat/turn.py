@@ -4,6 +4,9 @@ The live decode figures come from the engine's own token timestamps (``FirstToke
 ``TokensDecoded.t_ns``), so a view that redraws at a bounded rate shows the engine's rate, not its own.
 A reasoning model's reply comes split (:mod:`chatphase.engine.prompting.thinking`): ``thinking`` is the thinking
 block's text, ``reply`` the answer's; the block is one phase of decode.
+
+The turn is the one place its text accumulates while it streams: the views and the session recording
+read :attr:`Turn.reply` and :attr:`Turn.thinking` and keep only offsets into them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class Turn:
     ``turn_id`` is unique for the controller's life (it tags the engine's events); ``number`` counts the
     turns of this chat from 1 (a new chat starts again at 1). ``position`` is the index of the turn's
     user message among the conversation's user messages (0 for the first): the turns after it were taken
-    back. ``user`` is that message's text.
+    back. ``user`` is that message's text. ``reply_chars``: the length of :attr:`reply` (kept as tokens
+    arrive, so per-token work never joins the text).
     """
 
     turn_id: int
@@ -52,6 +56,7 @@ class Turn:
     thinking_tokens: int = 0
     thinking_ended: ThinkingEnded | None = None
     spec: SpecLive | None = None
+    reply_chars: int = 0
     _parts: list[str] = field(default_factory=list, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
 
@@ -71,18 +76,19 @@ class Turn:
     def _add(self, text: str, thinking: str) -> None:
         if text:
             self._parts.append(text)  # per-token work stays an append; joined when asked for
+            self.reply_chars += len(text)
         if thinking:
             self._thought.append(thinking)
 
     @property
     def reply(self) -> str:
-        """The answer text generated so far."""
-        return "".join(self._parts)
+        """The answer text generated so far (the same object until more arrives)."""
+        return _joined(self._parts)
 
     @property
     def thinking(self) -> str:
-        """The thinking text generated so far (markers removed)."""
-        return "".join(self._thought)
+        """The thinking text generated so far (markers removed; the same object until more arrives)."""
+        return _joined(self._thought)
 
     @property
     def thinking_now(self) -> bool:
@@ -159,3 +165,11 @@ class Turn:
             n_threads_decode=pre.n_threads_decode,
             threads_reason=pre.threads_reason,
         )
+
+
+def _joined(parts: list[str]) -> str:
+    """The text of ``parts``, which then holds it as one piece: the text is held once, and reading it
+    again before more arrives costs nothing."""
+    if len(parts) > 1:
+        parts[:] = ["".join(parts)]
+    return parts[0] if parts else ""

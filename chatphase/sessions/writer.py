@@ -3,6 +3,10 @@
 Durability: the header, each ``turn_start`` and each ``turn_end`` are fsync'd, so finished turns
 survive a power loss; streamed reply text is flushed to the OS at most every :data:`TEXT_FLUSH_S`
 seconds, so a killed process (SIGKILL) keeps the partial reply up to that point.
+
+The writer keeps no copy of a reply: the open turn's text is read from the :class:`TurnText` it was begun
+with (the chat's :class:`~chatphase.chat.turn.Turn`, which accumulates it), and only how much of it is
+written is kept here.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.sessions.catalog import resolve_session_path
 from chatphase.sessions.store import (
@@ -33,16 +37,22 @@ from chatphase.sessions.store import (
 TEXT_FLUSH_S = 0.25
 
 
+class TurnText(Protocol):
+    """The text of a turn so far, as its owner accumulates it (:class:`~chatphase.chat.turn.Turn`)."""
+
+    @property
+    def reply(self) -> str: ...
+
+    @property
+    def thinking(self) -> str: ...
+
+
 class SessionWriter:
     """Writes one session as it happens. Not thread-safe: call it from one thread (or under a lock).
 
-    Typical use (``ask``, the TUI)::
-
-        rec = SessionWriter.create(model=info.to_dict(), settings=settings.to_dict())
-        rec.begin_turn(user_text)
-        for event in engine.run_turn(request):
-            rec.observe(event)          # streams text, ends the turn on TurnFinished / EngineFailed
-        rec.close()
+    A turn is :meth:`begin_turn` (with the :class:`TurnText` it streams into), :meth:`stream` as its text
+    grows, and :meth:`finish_turn`; what a turn's events mean (failed, partial) is decided by the caller
+    (:class:`~chatphase.chat.recording.SessionRecording` follows the chat controller's verdict).
 
     Nothing touches the disk before the first :meth:`begin_turn` (no empty sessions); the title
     defaults to the first user message.
@@ -70,11 +80,8 @@ class SessionWriter:
         self._fh = None
         self._turn: int | None = None
         self._next_turn = next_turn
-        self._buf: list[str] = []
-        self._streamed: list[str] = []
-        self._thinking_buf: list[str] = []
-        self._thought: list[str] = []  # the open turn's thinking text so far
-        self._error: str | None = None  # a non-fatal engine error of the open turn
+        self._text: TurnText | None = None  # the open turn's text
+        self._written = (0, 0)  # characters of its reply and thinking written so far
         self._last_text_write = 0.0
 
     @classmethod
@@ -129,13 +136,16 @@ class SessionWriter:
     def session(self) -> Session | None:
         """The session as recorded so far (``None`` before its first turn)."""
         if self.records is not None:
-            return session_from_records(self.records) if self.records else None
+            return session_from_records(self.records + self._open_text()) if self.records else None
         return load_session_file(self.path) if self.path.exists() else None
 
-    @property
-    def turn_in_flight(self) -> int | None:
-        """The index of the turn begun and not yet ended, if any."""
-        return self._turn
+    def _open_text(self) -> list[dict]:
+        """The open turn's text as the records a file would hold (in memory it is not copied as it streams)."""
+        if self._turn is None or self._text is None:
+            return []
+        thinking, reply = self._text.thinking, self._text.reply
+        out = [{"type": "thinking", "turn": self._turn, "text": thinking}] if thinking else []
+        return out + [{"type": "text", "turn": self._turn, "text": reply}] if reply else out
 
     @property
     def turns_recorded(self) -> int:
@@ -172,17 +182,17 @@ class SessionWriter:
             self.failed = message
             self.on_error(message)
 
-    def begin_turn(self, user: str, sampling: dict | None = None) -> int:
+    def begin_turn(self, user: str, sampling: dict | None = None, text: TurnText | None = None) -> int:
         """Record the user's message (and the ``sampling`` dict the turn is generated with) before
-        generation starts; returns the turn's 1-based index. A turn still open is first ended as partial
-        (interrupted)."""
+        generation starts; returns the turn's 1-based index. ``text``: where the turn's reply and thinking
+        accumulate (read by :meth:`stream` and :meth:`finish_turn`; ``None``: no text streams). A turn
+        still open is first ended as partial (interrupted)."""
         if self._turn is not None:
-            self.finish_turn("".join(self._streamed), None)  # interrupted: ends as partial
+            self.finish_turn(self._text.reply if self._text else "", None)  # interrupted: ends as partial
         if self._header is not None and not self._header["title"]:
             self._header["title"] = title_from(user) or "untitled"
         self._turn, self._next_turn = self._next_turn, self._next_turn + 1
-        self._buf, self._streamed, self._error = [], [], None
-        self._thinking_buf, self._thought = [], []
+        self._text, self._written = text, (0, 0)
         start = {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}
         if sampling is not None:
             start["sampling"] = sampling
@@ -190,28 +200,22 @@ class SessionWriter:
         self._last_text_write = time.monotonic()
         return self._turn
 
-    def append_text(self, text: str, thinking: str = "") -> None:
-        """Stream reply text (and a reasoning model's thinking text) of the open turn (buffered; written
-        at most every :data:`TEXT_FLUSH_S`)."""
-        if self._turn is None or not (text or thinking):
-            return
-        if text:
-            self._buf.append(text)
-            self._streamed.append(text)
-        if thinking:
-            self._thinking_buf.append(thinking)
-            self._thought.append(thinking)
-        if time.monotonic() - self._last_text_write >= TEXT_FLUSH_S:
+    def stream(self) -> None:
+        """The open turn's text grew: write what is new (reply and thinking) once :data:`TEXT_FLUSH_S`
+        has passed since the last write."""
+        if self._turn is not None and time.monotonic() - self._last_text_write >= TEXT_FLUSH_S:
             self._flush_text()
 
     def _flush_text(self) -> None:
-        if self._turn is not None:
-            if self._thinking_buf:
-                self._emit({"type": "thinking", "turn": self._turn, "text": "".join(self._thinking_buf)}, sync=False)
-                self._thinking_buf = []
-            if self._buf:
-                self._emit({"type": "text", "turn": self._turn, "text": "".join(self._buf)}, sync=False)
-                self._buf = []
+        text = self._text
+        if self._turn is not None and text is not None and self.records is None:  # in memory: read when asked
+            reply_at, thinking_at = self._written
+            thinking, reply = text.thinking, text.reply
+            if len(thinking) > thinking_at:
+                self._emit({"type": "thinking", "turn": self._turn, "text": thinking[thinking_at:]}, sync=False)
+            if len(reply) > reply_at:
+                self._emit({"type": "text", "turn": self._turn, "text": reply[reply_at:]}, sync=False)
+            self._written = (len(reply), len(thinking))
         self._last_text_write = time.monotonic()
 
     def finish_turn(
@@ -225,13 +229,11 @@ class SessionWriter:
         interrupted: bool = False,
     ) -> None:
         """End the open turn with its full reply and metrics (and ``thinking`` text: default, what
-        streamed); fsync'd. No-op if none is open. ``error`` (or a non-fatal engine error seen in the
-        turn) marks it failed; no metrics and no error, or ``interrupted`` (its engine stopped: the
-        metrics are the figures measured until then), mark it partial. ``budget_reached``: the engine
-        closed the thinking block at the thinking budget."""
+        streamed); fsync'd. No-op if none is open. ``error`` marks it failed; no metrics and no error, or
+        ``interrupted`` (its engine stopped: the metrics are the figures measured until then), mark it
+        partial. ``budget_reached``: the engine closed the thinking block at the thinking budget."""
         if self._turn is None:
             return
-        error = error or self._error
         rec = {
             "type": "turn_end",
             "turn": self._turn,
@@ -240,33 +242,16 @@ class SessionWriter:
             "metrics": metrics.to_dict() if metrics else None,
             "error": error,
         }
-        thinking = "".join(self._thought) if thinking is None else thinking
+        if thinking is None:
+            thinking = self._text.thinking if self._text is not None else ""
         if thinking:
             rec["thinking"] = thinking
         if budget_reached:
             rec["thinking_budget_reached"] = True
         if interrupted:
             rec["interrupted"] = True
-        self._buf, self._thinking_buf = [], []
-        self._turn = None
+        self._turn, self._text = None, None
         self._emit(rec, sync=True)
-
-    def observe(self, event) -> None:
-        """Feed an engine event: text events stream; ``TurnFinished`` ends the turn with its metrics;
-        a fatal ``EngineFailed`` ends it as failed keeping the text so far; a non-fatal one is kept
-        for the turn's end (an engine may still send ``TurnFinished`` with the partial reply's metrics;
-        if none comes, the next turn or :meth:`close` ends this one as failed)."""
-        if self._turn is None:
-            return
-        if isinstance(event, (FirstToken, TokensDecoded)):
-            self.append_text(event.text, event.thinking)
-        elif isinstance(event, TurnFinished):
-            self.finish_turn(event.reply, event.metrics, thinking=event.thinking)
-        elif isinstance(event, EngineFailed):
-            if event.fatal:
-                self.finish_turn("".join(self._streamed), None, error=event.message)
-            else:
-                self._error = event.message
 
     def replace_turns(self, indices) -> None:
         """Mark turns as taken back (regenerated or edited): kept, but out of the resumed conversation."""
@@ -290,10 +275,7 @@ class SessionWriter:
             self._emit({"type": "title", "title": " ".join(title.split()), "time": utc_now()}, sync=True)
 
     def close(self) -> None:
-        """Write buffered text and close the file; idempotent. An open turn stays partial, unless the
-        engine reported an error in it: then it ends as failed."""
-        if self._turn is not None and self._error is not None:
-            self.finish_turn("".join(self._streamed), None)
+        """Write the open turn's text not yet written and close the file (the turn stays partial); idempotent."""
         if self._fh is not None:
             try:
                 self._flush_text()
