@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 from textual.app import App, ComposeResult
+from ui_support import streaming_reply
 
 from chatphase.ui.transcript import chat_log
 from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
@@ -113,10 +114,10 @@ async def stream_and_check(text: str, pieces: list[str], flushes: list[str]) -> 
     console = Console(width=WIDTH, color_system=None, force_terminal=False, legacy_windows=False)
     app = LogApp()
     async with app.run_test(size=(WIDTH + 4, 30)) as pilot:
-        view = app.query_one(ChatLog).start_reply(1)
+        view, feed = streaming_reply(app.query_one(ChatLog))
         await pilot.pause()
         for piece, how in zip(pieces, flushes, strict=True):
-            view.feed(piece)
+            feed(piece)
             await view.flush(commit=how != "tail")
             if how == "stall":  # nothing new arrived: the partial block is committed too
                 await view.flush(commit=True)
@@ -128,12 +129,20 @@ async def stream_and_check(text: str, pieces: list[str], flushes: list[str]) -> 
         assert view_lines(view, console) == one_shot(text, console)
 
 
-#: the issue's case: a four-backtick fence holding a three-backtick block, after more than one segment.
-ISSUE_TEXT = "Some text first, long enough for a segment.\n\nMore text.\n\n````md\n```py\nx = 1\n```\n````\n\nAfter.\n"
+#: always among the cases: a four-backtick fence holding a three-backtick block, after more than one segment.
+NESTED_FENCE_TEXT = (
+    "Some text first, long enough for a segment.\n\nMore text.\n\n````md\n```py\nx = 1\n```\n````\n\nAfter.\n"
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@example((ISSUE_TEXT, [ISSUE_TEXT[:70], ISSUE_TEXT[70:95], ISSUE_TEXT[95:]], ["commit", "commit", "commit"]))
+@example(
+    (
+        NESTED_FENCE_TEXT,
+        [NESTED_FENCE_TEXT[:70], NESTED_FENCE_TEXT[70:95], NESTED_FENCE_TEXT[95:]],
+        ["commit", "commit", "commit"],
+    )
+)
 @given(reply_and_stream())
 def test_streamed_reply_reads_as_the_one_shot_render(monkeypatch_segments, case):
     text, pieces, flushes = case

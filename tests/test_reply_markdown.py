@@ -90,7 +90,7 @@ class SegmentApp(App):
         self.source = source
 
     def compose(self) -> ComposeResult:
-        yield MarkdownSegment(self.source)
+        yield MarkdownSegment(lambda: self.source, end=len(self.source))
 
 
 def segment_lines(segment: MarkdownSegment) -> list[str]:
@@ -110,7 +110,8 @@ async def test_segment_draws_markdown_and_redraws_after_append():
         assert not any("*" in line or "#" in line for line in lines)
         height = segment.region.height
 
-        segment.append("\n- item\n")
+        app.source += "\n- item\n"
+        segment.extend(len(app.source))
         assert segment.source == "# Title\n\nsome *text*\n\n- item\n"
         await pilot.pause()
         lines = segment_lines(segment)
@@ -118,10 +119,11 @@ async def test_segment_draws_markdown_and_redraws_after_append():
         assert any(line.strip() == "• item" for line in lines)
         assert "some text" in lines
 
-        segment.append("")  # nothing to add: unchanged
+        segment.extend(len(app.source))  # nothing to add: unchanged
         assert segment.source.endswith("- item\n")
 
-        segment.set_source("plain words only\n")
+        app.source = "plain words only\n"
+        segment.show_all()
         await pilot.pause()
         lines = segment_lines(segment)
         assert "plain words only" in lines and not any("item" in line for line in lines)

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import gc
 
+from rich.markdown import Markdown
 from textual.geometry import Region
 from textual.widget import Widget
-from thinking_support import CASES
-from ui_support import idle, make_app, send, wait_for
+from thinking_support import CASES, THINK
+from ui_support import idle, make_app, send, wait_for, wait_thread
 
+from chatphase.engine.events import Message
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import load_session
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.transcript.chat_log import ChatLog, FoldedReply, ReplyView, UserMessage
-from chatphase.ui.transcript.reply_markdown import MarkdownSegment
+from chatphase.ui.transcript.reply_markdown import ContinuedMarkdown, MarkdownSegment
 from chatphase.ui.transcript.thinking_block import ThinkingBlock
 
 
@@ -136,3 +138,64 @@ async def test_a_resumed_chat_is_folded_with_its_thinking_blocks_and_a_regenerat
         await wait_for(pilot, lambda: idle(resumed) and len(resumed.chat.conversation) == 8)
         await pilot.pause(0.2)
         assert [v.folded for v in resumed.query(ReplyView)] == [True, True, True, False]
+
+
+#: marks the text of the reply below (its answer and its thinking): no other text in the app has them.
+ANSWER_MARK, THINKING_MARK = "ŋ", "ŧ"
+
+
+def marks_held(mark: str) -> int:
+    """How many ``mark`` characters the chatphase objects alive hold: in the strings their attributes
+    refer to (directly, or in a list, tuple or dict there), each string counted once. A text held once is
+    counted once, however many objects refer to it; a copy of it counts again. Left out: the engine's
+    objects but the conversation's messages (the FakeEngine runs in this process: the reply it streams
+    from, the pieces it is splitting, the events on their way, each with its piece), and the renderables Textual caches for a widget until its next change
+    (what it draws: Textual's)."""
+    gc.collect()
+    strings: dict[int, str] = {}
+    for obj in gc.get_objects():
+        module = type(obj).__module__
+        engine = module.startswith("chatphase.engine.") and not isinstance(obj, Message)
+        if not module.startswith("chatphase.") or engine:
+            continue
+        if isinstance(obj, (Markdown, ContinuedMarkdown)):
+            continue
+        try:
+            values = list(vars(obj).values())
+        except TypeError:  # no __dict__ (slots)
+            values = [getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ())]
+        for value in values:
+            if isinstance(value, dict):
+                value = list(value.values())
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(item, str) and mark in item:
+                    strings[id(item)] = item
+    return sum(s.count(mark) for s in strings.values())
+
+
+async def test_a_streaming_reply_and_its_thinking_are_held_once():
+    """The turn accumulates a reply's text; the reply view, its Markdown segments, the thinking block and
+    the session recording read it there. Mid-reply (after many commits) and once finished, the UI
+    process holds each mark of the answer and of the thinking once."""
+    thinking = [f" {THINKING_MARK}{i}" for i in range(150)]
+    answer = [f"Paragraph {ANSWER_MARK}{i} about prefill and decode.\n\n" for i in range(300)]
+    pieces = ["<think>", *thinking, "</think>", "\n\n", *answer]
+    app, engines = make_app(
+        replies=[pieces], thinking=THINK, hold="decode", hold_after_tokens=len(pieces) - 20, token_delay_s=0.01
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "tell me")
+        await wait_thread(pilot, engines[0].held)
+        view = app.query_one(ChatLog).active_reply
+        await wait_for(pilot, lambda: app.chat.turn.reply and not view.pending, timeout_s=10)
+        assert len(view.query(MarkdownSegment)) >= 2  # committed in more than one segment
+        shown = app.chat.turn.reply.count(ANSWER_MARK)
+        assert shown > 200 and app.chat.turn.thinking.count(THINKING_MARK) == 150
+        assert marks_held(ANSWER_MARK) == shown
+        assert marks_held(THINKING_MARK) == 150
+        engines[0].release()
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await pilot.pause(0.2)
+        assert app.chat.conversation[-1].content.count(ANSWER_MARK) == 300
+        assert marks_held(ANSWER_MARK) == 300 and marks_held(THINKING_MARK) == 150

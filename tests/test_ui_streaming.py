@@ -9,7 +9,7 @@ import os
 import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import Label
-from ui_support import idle, make_app, send, wait_for, wait_thread
+from ui_support import idle, make_app, send, streaming_reply, wait_for, wait_thread
 
 from chatphase.engine.events import SamplingParams
 from chatphase.settings.schema import Settings
@@ -67,10 +67,10 @@ class LogApp(App):
         yield ChatLog()
 
 
-async def stream(pilot, view: ReplyView, text: str, size: int = 37) -> None:
+async def stream(pilot, view: ReplyView, feed, text: str, size: int = 37) -> None:
     """Feed ``text`` in ``size``-character chunks with a committing flush after each (never a stall)."""
     for i in range(0, len(text), size):
-        view.feed(text[i : i + size])
+        feed(text[i : i + size])
         await view.flush(commit=True)
         await pilot.pause()
 
@@ -79,9 +79,9 @@ async def stream(pilot, view: ReplyView, text: str, size: int = 37) -> None:
 async def test_long_reply_is_split_into_segments_at_block_boundaries():
     app = LogApp()
     async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatLog).start_reply(1)
+        view, feed = streaming_reply(app.query_one(ChatLog))
         await pilot.pause()
-        await stream(pilot, view, LONG_REPLY)
+        await stream(pilot, view, feed, LONG_REPLY)
         assert len(segments(view)) > 1
         await view.finish(LONG_REPLY, None)
         await pilot.pause()
@@ -107,25 +107,25 @@ async def test_indented_chunk_continues_the_previous_segment():
     block that cannot belong to it begins, and never split from its continuations."""
     app = LogApp()
     async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatLog).start_reply(1)
+        view, feed = streaming_reply(app.query_one(ChatLog))
         await pilot.pause()
         paragraphs = "".join(_paragraph(i) for i in range(SEGMENT_CHARS // 80 + 2))
         head = paragraphs + "- a list item\n\n"
         assert len(paragraphs) > SEGMENT_CHARS
-        view.feed(head)
+        feed(head)
         assert await view.flush(commit=True)
         await pilot.pause()
         assert [p.source for p in segments(view)] == [paragraphs]  # the list may still go on
 
-        view.feed("   continued list item\n\n")
+        feed("   continued list item\n\n")
         await view.flush(commit=True)
-        view.feed("\tanother continuation\n\n")
+        feed("\tanother continuation\n\n")
         await view.flush(commit=True)
         await pilot.pause()
         assert all(p.source[:1] not in (" ", "\t") for p in segments(view))  # never split from its item
 
         # an unindented paragraph cannot continue the list: the list goes in whole, with its continuations
-        view.feed("A new paragraph.\n\n")
+        feed("A new paragraph.\n\n")
         assert await view.flush(commit=True)
         await pilot.pause()
         parts = segments(view)
@@ -140,9 +140,9 @@ async def test_indented_chunk_continues_the_previous_segment():
 async def test_finish_with_another_text_leaves_one_segment():
     app = LogApp()
     async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatLog).start_reply(1)
+        view, feed = streaming_reply(app.query_one(ChatLog))
         await pilot.pause()
-        await stream(pilot, view, LONG_REPLY[:3000])
+        await stream(pilot, view, feed, LONG_REPLY[:3000])
         assert len(segments(view)) > 1
         other = "The engine's final text.\n\n- differs from what streamed\n"
         await view.finish(other, None)
@@ -158,19 +158,19 @@ async def test_stall_inside_a_block_does_not_split_it_across_segments():
     block must not open a new segment (a fence split so re-opens as a fence at its closing line)."""
     app = LogApp()
     async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatLog).start_reply(1)
+        view, feed = streaming_reply(app.query_one(ChatLog))
         await pilot.pause()
         head = ""
         while len(head) + 2 * len(_paragraph(0)) < SEGMENT_CHARS:
             head += _paragraph(len(head))
         head += "x" * (SEGMENT_CHARS - 20 - len(head)) + "\n\n"
         assert SEGMENT_CHARS - 40 < len(head) < SEGMENT_CHARS
-        view.feed(head)
+        feed(head)
         await view.flush(commit=True)
-        view.feed("```python\nx = 1\nx += 1\nx += 2\n")
+        feed("```python\nx = 1\nx += 1\nx += 2\n")
         await view.flush(commit=True)
         await view.flush(commit=True)  # nothing new arrived: the stream stalled, the partial fence is committed
-        view.feed("y = 2\n```\n\nAfter the code.\n\n")
+        feed("y = 2\n```\n\nAfter the code.\n\n")
         await view.flush(commit=True)
         await view.finish(view.text, None)
         await pilot.pause()
@@ -273,13 +273,13 @@ async def test_a_block_longer_than_the_tail_is_committed_in_whole_lines():
     """A list with no blank line is one block: its whole lines go to the Markdown, the tail keeps the rest."""
     app = LogApp()
     async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatLog).start_reply(1)
+        view, feed = streaming_reply(app.query_one(ChatLog))
         await pilot.pause()
         items = "".join(f"- item {i}\n" for i in range(10))
-        view.feed(items + "- item 1")
+        feed(items + "- item 1")
         assert await view.flush(commit=True)
         assert "".join(s.source for s in segments(view)) == items
-        view.feed("0 is last\n\nAfter.\n\n")
+        feed("0 is last\n\nAfter.\n\n")
         await view.flush(commit=True)
         await view.finish(view.text, None)
         assert "".join(s.source for s in segments(view)) == view.text

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
+from chatphase.chat.turn import Turn
+from chatphase.engine.events import TokensDecoded, TurnRequest
 from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
 
 
 def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPhaseApp, list[FakeEngine]]:
@@ -29,6 +33,17 @@ def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPha
     app = ChatPhaseApp(settings, fake_model_info(), factory)
     record_notifications(app)
     return app, engines
+
+
+def streaming_reply(log: ChatLog) -> tuple[ReplyView, Callable[[str], None]]:
+    """A reply view that a turn streams into, as the chat view starts one, and the function that adds
+    decoded text to that turn (as the controller does with each ``TokensDecoded``)."""
+    turn = Turn(1, 1, "send", "q", 0, TurnRequest(1))
+
+    def feed(text: str) -> None:
+        turn.decoded(TokensDecoded(1, text, 1, turn.decode_tokens + 1, 0))
+
+    return log.start_reply(turn), feed
 
 
 #: where the README's screenshots live (written by the tests when ``CHATPHASE_SCREENSHOTS`` is set).

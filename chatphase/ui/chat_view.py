@@ -4,11 +4,12 @@ It maps what the controller tells it onto the widgets: the chat log (user messag
 reply, notices), the phase indicator, the side panel and the dashboard. Nothing here decides what an
 event means; that is :class:`~chatphase.chat.controller.ChatController`'s.
 
-Rates: decoded text is buffered in the reply view and drawn by :meth:`ChatView.tick` at up to
-``FLUSH_HZ``, within a CPU budget (:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow
-decode; the live figures and the dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout.
-With no core to spare, the tick itself runs at ``FLUSH_HZ / NO_SPARE_CORE_STRIDE`` (each wake-up takes a
-core from the engine) and a short prefill is not drawn at all (:mod:`chatphase.ui.phases.prefill_drawing`).
+Rates: decoded text accumulates in the turn (:class:`~chatphase.chat.turn.Turn`, which the reply view
+reads) and is drawn by :meth:`ChatView.tick` at up to ``FLUSH_HZ``, within a CPU budget
+(:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow decode; the live figures and the
+dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout. With no core to spare, the tick
+itself runs at ``FLUSH_HZ / NO_SPARE_CORE_STRIDE`` (each wake-up takes a core from the engine) and a
+short prefill is not drawn at all (:mod:`chatphase.ui.phases.prefill_drawing`).
 
 A reasoning model's thinking streams into its own block above the reply, drawn by the same tick
 (:class:`~chatphase.ui.transcript.thinking_view.ThinkingDrawing`); the phase line and the panel show the thinking
@@ -141,7 +142,7 @@ class ChatView(ChatListener):
         self.thinking.turn_started()
         loaded = self.chat.loaded
         synthetic = loaded is not None and getattr(loaded.info, "synthetic", False)
-        self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn, synthetic=synthetic)
+        self.chat_log.start_reply(turn, on_shown=self.dispatcher.release_turn, synthetic=synthetic)
         self._timer.resume()
 
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
@@ -159,14 +160,13 @@ class ChatView(ChatListener):
         reply = self.chat_log.active_reply
         if reply is not None:
             reply.set_meta("decoding…", layout=False)  # replaces "prefill…": one line either way
-            reply.feed(event.text)
-        self.thinking.feed(event.thinking)
+        self.thinking.streamed(turn, event.thinking)
 
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         reply = self.chat_log.active_reply
-        if reply is not None:
-            reply.feed(event.text, event.drafted_spans)
-        self.thinking.feed(event.thinking)
+        if reply is not None and event.drafted_spans:
+            reply.add_drafted(event.drafted_spans, turn.reply_chars - len(event.text))
+        self.thinking.streamed(turn, event.thinking)
 
     def toggle_draft_tint(self) -> bool:
         """Tint accepted draft tokens in streaming replies, or stop (with a notice); returns whether they are."""
@@ -249,7 +249,7 @@ class ChatView(ChatListener):
         shown = [t for t in session.turns if t.in_conversation]  # the others were taken back or failed
         for t in shown:
             log.add_user(t.user)
-            view = log.add_reply(t.index, t.reply)
+            view = log.add_reply(t.reply)
             meta = metrics_line(t.metrics) if t.metrics else f"{t.status} turn (no metrics)"
             self.app.call_after_refresh(view.set_meta, meta)
             if t.thinking:

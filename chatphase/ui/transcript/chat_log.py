@@ -5,7 +5,8 @@ millisecond of UI CPU is taken from decode. Committing text to the Markdown cost
 a layout of the screen (10–40 ms of CPU at 150×45), so it is done rarely; the text still streams
 visibly at ``FLUSH_HZ``:
 
-- :meth:`ReplyView.feed` only appends to the reply's text (never draws per token);
+- the reply's text accumulates in the chat's :class:`~chatphase.chat.turn.Turn`, which the view reads (it
+  keeps offsets into the text, never a copy of it, and does no work per token);
 - :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
   in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
   budget allows (``commit``), appends the whole blocks written so far to the Markdown — and the whole
@@ -41,6 +42,7 @@ from textual.containers import VerticalScroll
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
+from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
@@ -102,29 +104,44 @@ class ReplyView(Widget):
     tint of accepted draft tokens in the tail (speculative decoding, while :attr:`tint`)."""
 
     def __init__(
-        self, turn_id: int, text: str = "", on_shown: Callable[[], object] | None = None, synthetic: bool = False
+        self,
+        text: str = "",
+        turn: Turn | None = None,
+        on_shown: Callable[[], object] | None = None,
+        synthetic: bool = False,
     ) -> None:
+        """``text``: a finished reply's; ``turn``: the turn whose reply streams into this view (its text
+        is read from it until :meth:`finish`)."""
         # a synthetic model's text (random weights) is not a reply: shown dimmed under its label
         super().__init__(classes="assistant synthetic" if synthetic else "assistant")
         self.synthetic = synthetic
-        self.turn_id = turn_id
         self._on_shown = on_shown
-        self.text = text
+        self._turn = turn
+        self._text = text
         self._committed = len(text)  # characters of ``text`` handed to the Markdown
         self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
         self._segment_chars = len(text)  # characters in the last Markdown segment
         self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
-        self.finished = bool(text)
+        self.finished = turn is None
         self.folded = False
         self.meta = "prefill…" if not self.finished else ""  # the footer's text
         self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
         self.drafted: list[tuple[int, int]] = []  # spans of ``text`` from accepted draft tokens, not committed
         self.tint = True  # whether the tail tints them
 
+    @property
+    def text(self) -> str:
+        """The reply's text: its turn's while it streams, then the finished reply's."""
+        return self._turn.reply if self._turn is not None else self._text
+
+    def _length(self) -> int:
+        """``len(self.text)``, without joining a streaming turn's text."""
+        return self._turn.reply_chars if self._turn is not None else len(self._text)
+
     def compose(self):
         if self.folded:  # folded before it was mounted (a resumed chat's turns): nothing to stream into
             return
-        self._segments = [MarkdownSegment(self.text, classes="reply-md")]
+        self._segments = [MarkdownSegment(lambda: self.text, end=self._committed, classes="reply-md")]
         self._tail = Static("", markup=False, classes="reply-tail")
         self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
         self._meta = Static(self.meta, classes="reply-meta")
@@ -185,17 +202,15 @@ class ReplyView(Widget):
             callback, self._on_shown = self._on_shown, None
             self.app.call_after_refresh(self.app.call_after_refresh, callback)
 
-    def feed(self, text: str, drafted: Sequence[tuple[int, int]] = ()) -> None:
-        """Buffer decoded text (drawn at the next :meth:`flush`); ``drafted``: accepted drafts' spans in it."""
-        if text and not self.finished:
-            base = len(self.text)
-            self.drafted.extend((base + a, base + b) for a, b in drafted)
-            self.text += text
+    def add_drafted(self, spans: Sequence[tuple[int, int]], start: int) -> None:
+        """Accepted drafts' ``spans`` in the text just streamed, which begins at offset ``start`` of the reply."""
+        if not self.finished:
+            self.drafted.extend((start + a, start + b) for a, b in spans)
 
     @property
     def pending(self) -> bool:
         """Whether streamed text is not yet rendered as Markdown."""
-        return self._committed < len(self.text) and not self.finished
+        return self._committed < self._length() and not self.finished
 
     async def flush(self, commit: bool = True) -> bool:
         """Draw the text fed since the last call; returns whether Markdown was written (a layout).
@@ -206,49 +221,52 @@ class ReplyView(Widget):
         """
         if not self.pending:
             return False
-        stalled = self._shown == len(self.text)
-        self._shown = len(self.text)
+        text = self.text
+        stalled = self._shown == len(text)
+        self._shown = len(text)
         wrote = False
         if commit:
             # Blocks are found from the last known block boundary, not from what was committed: after a
             # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
-            found = None if stalled else self._boundary + complete_blocks_end(self.text[self._boundary :])
-            end = len(self.text) if found is None else found
-            lines_end = self.text.rfind("\n") + 1
-            if self.text.count("\n", end, lines_end) >= TAIL_LINES:
+            found = None if stalled else self._boundary + complete_blocks_end(text[self._boundary :])
+            end = len(text) if found is None else found
+            lines_end = text.rfind("\n") + 1
+            if text.count("\n", end, lines_end) >= TAIL_LINES:
                 end = lines_end  # a long block (a list, a code fence) goes in whole lines: the tail shows only its end
             if end > self._committed:
-                await self._write(self.text[self._committed : end], boundary=found if end == found else None)
+                await self._commit(text, end, boundary=found if end == found else None)
                 wrote = True
         self.drafted = [s for s in self.drafted if s[1] > self._committed]
         self.draw_tail(hide_when_empty=stalled)
         return wrote
 
-    async def _write(self, chunk: str, boundary: int | None = None) -> None:
-        """Append ``chunk`` to the last segment, or start a new segment with it once the last is
-        ``SEGMENT_CHARS`` long and ends at a block boundary — unless ``chunk`` starts indented (it may
-        continue a list item above, which a new segment would show as code). ``boundary``: where the
-        committed text's last whole block ends, when the caller's parse found it (else parsed here)."""
+    async def _commit(self, text: str, end: int, boundary: int | None = None) -> None:
+        """Hand ``text[committed:end]`` (the chunk) to the last segment, or start a new segment with it once
+        the last is ``SEGMENT_CHARS`` long and ends at a block boundary — unless the chunk starts indented
+        (it may continue a list item above, which a new segment would show as code). ``text``: the reply's
+        text now; ``boundary``: where the committed text's last whole block ends, when the caller's parse
+        found it (else parsed here)."""
         at_boundary = self._committed == self._boundary
-        self._committed += len(chunk)
+        start, self._committed = self._committed, end
         if boundary is None:
-            boundary = self._boundary + complete_blocks_end(self.text[self._boundary : self._committed])
+            boundary = self._boundary + complete_blocks_end(text[self._boundary : end])
         self._boundary = boundary
-        if at_boundary and self._segment_chars >= SEGMENT_CHARS and chunk[:1] not in (" ", "\t"):
-            above = self._segments[-1].source
-            segment = MarkdownSegment(chunk, lead=above[last_block_start(above) :], classes="reply-md")
+        if at_boundary and self._segment_chars >= SEGMENT_CHARS and text[start : start + 1] not in (" ", "\t"):
+            above = self._segments[-1]
+            lead_start = above.start + last_block_start(text[above.start : start])
+            segment = MarkdownSegment(lambda: self.text, start, end, lead_start, classes="reply-md")
             self._segments.append(segment)
-            self._segment_chars = len(chunk)
+            self._segment_chars = end - start
             await self.mount(segment, before=self._tail)
         else:
-            self._segment_chars += len(chunk)
-            self._segments[-1].append(chunk)
+            self._segment_chars += end - start
+            self._segments[-1].extend(end)
 
     def draw_tail(self, hide_when_empty: bool = False) -> None:
         """Show the uncommitted text in the tail (again when :attr:`tint` changed). Showing or hiding the
         tail is a layout, so it stays shown (empty) between blocks and is hidden only with a commit of all."""
         tail = self._tail
-        if self._committed == len(self.text) and (hide_when_empty or not tail.display):
+        if self._committed == self._length() and (hide_when_empty or not tail.display):
             tail.display = False
             return
         width = max(1, tail.content_size.width or self.content_size.width - 2)
@@ -268,7 +286,7 @@ class ReplyView(Widget):
                 self.remove_class("-folded")
                 self.mount(FoldedReply(self))
             return mounted
-        if not self._committed and not self.text:
+        if not self._committed and not self._length():
             self._tail.display = False
         return self.mount(widget, before=0)
 
@@ -280,18 +298,20 @@ class ReplyView(Widget):
         self.redraw()
 
     async def finish(self, reply: str, metrics: TurnMetrics | None) -> None:
-        """End the stream; if the engine's final ``reply`` differs from what streamed, show ``reply``."""
-        if self._committed < len(self.text):
-            await self._write(self.text[self._committed :])
+        """End the stream: the view shows ``reply`` from now on (the conversation's text, not the turn's);
+        if it differs from what streamed (the engine's final text), it is drawn anew."""
+        streamed = self.text
+        if self._committed < len(streamed):
+            await self._commit(streamed, len(streamed))
         self.finished = True
         self._tail.display = False
-        if reply != self.text:
-            self.text = reply
+        self._turn, self._text = None, reply
+        if reply != streamed:
             extra, self._segments = self._segments[1:], self._segments[:1]
             if extra:
                 await self.remove_children(extra)
-            self._segments[0].set_source(reply)
-        self._committed = self._shown = len(self.text)
+            self._segments[0].show_all()
+        self._committed = self._shown = len(reply)
         if metrics is not None:
             self.set_meta(metrics_line(metrics))
 
@@ -339,11 +359,11 @@ class ChatLog(VerticalScroll):
         return widget
 
     def start_reply(
-        self, turn_id: int, on_shown: Callable[[], object] | None = None, synthetic: bool = False
+        self, turn: Turn, on_shown: Callable[[], object] | None = None, synthetic: bool = False
     ) -> ReplyView:
-        """Append an empty reply that the turn's text will stream into; ``on_shown`` is called once it
-        is mounted and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
-        view = ReplyView(turn_id, on_shown=on_shown, synthetic=synthetic)
+        """Append the reply that ``turn``'s text streams into; ``on_shown`` is called once it is mounted
+        and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
+        view = ReplyView(turn=turn, on_shown=on_shown, synthetic=synthetic)
         view.tint = self.tint_drafts
         self._fold_latest()
         self.mount(view)
@@ -351,9 +371,9 @@ class ChatLog(VerticalScroll):
         self._latest_reply = view
         return view
 
-    def add_reply(self, turn_id: int, text: str) -> ReplyView:
+    def add_reply(self, text: str) -> ReplyView:
         """Append a finished reply (e.g. restoring a conversation)."""
-        view = ReplyView(turn_id, text)
+        view = ReplyView(text)
         self._fold_latest()
         self.mount(view)
         self._latest_reply = view

@@ -16,6 +16,7 @@ language is shown as plain text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import ClassVar
 
@@ -96,12 +97,15 @@ class ContinuedMarkdown:
 
 
 class MarkdownSegment(Widget):
-    """One widget showing Markdown ``source`` (a run of whole blocks), drawn by Rich; ``lead`` is the
-    last block of the segment above, for the join (:class:`ContinuedMarkdown`).
+    """One widget showing a run of whole Markdown blocks of a reply, drawn by Rich: the characters
+    ``start:end`` of ``text()`` (``end=None``: to its end), drawn as they read after the lead
+    ``lead_start:start`` (the last block of the segment above; none when ``lead_start`` is ``None``), for
+    the join (:class:`ContinuedMarkdown`). It keeps offsets, not text: the reply is held by its owner.
 
-    :meth:`append` adds text and asks for a layout (the height may change). The renderable is built on
-    demand and cached by Textual until the next change, so an unchanged segment costs nothing to lay out.
-    Its code theme follows the app's theme: the chat log redraws its segments when the theme changes.
+    :meth:`extend` takes more text in and asks for a layout (the height may change). The renderable is
+    built on demand and cached by Textual until the next change, so an unchanged segment costs nothing to
+    lay out. Its code theme follows the app's theme: the chat log redraws its segments when the theme
+    changes.
     """
 
     DEFAULT_CSS = """
@@ -110,24 +114,37 @@ class MarkdownSegment(Widget):
     }
     """
 
-    def __init__(self, source: str = "", lead: str = "", **kwargs) -> None:
+    def __init__(
+        self, text: Callable[[], str], start: int = 0, end: int | None = None, lead_start: int | None = None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
-        self.source = source
-        self.lead = lead
+        self._text = text
+        self.start, self.end, self.lead_start = start, end, lead_start
+
+    @property
+    def source(self) -> str:
+        """The Markdown this segment shows."""
+        return self._text()[self.start : self.end]
+
+    @property
+    def lead(self) -> str:
+        """The last block of the segment above ("" for the first segment)."""
+        return "" if self.lead_start is None else self._text()[self.lead_start : self.start]
 
     def render(self) -> Markdown | ContinuedMarkdown:
         theme = CODE_THEMES[self.app.current_theme.dark]
-        if self.lead:
-            return ContinuedMarkdown(self.lead, self.source, theme)
+        lead = self.lead
+        if lead:
+            return ContinuedMarkdown(lead, self.source, theme)
         return _Markdown(self.source, code_theme=theme)
 
-    def append(self, text: str) -> None:
-        """Add ``text`` (whole Markdown blocks) at the end."""
-        if text:
-            self.source += text
+    def extend(self, end: int) -> None:
+        """Show the text up to ``end`` (whole Markdown blocks); nothing when that is no more."""
+        if self.end is not None and end > self.end:
+            self.end = end
             self.refresh(layout=True)
 
-    def set_source(self, source: str) -> None:
-        """Replace the whole text (drawn on its own, with no segment above)."""
-        self.source, self.lead = source, ""
+    def show_all(self) -> None:
+        """Show the whole text, drawn on its own (no segment above)."""
+        self.start, self.end, self.lead_start = 0, None, None
         self.refresh(layout=True)

@@ -2,8 +2,8 @@
 
 While the model thinks, a one-line header with the running count ("Thinking… 312 tok · 4.1 s": the
 turn's figures, on the engine's clock) sits over a fixed-height, dimmed tail of the thinking's last lines.
-:meth:`ThinkingBlock.feed` only appends text; :meth:`ThinkingBlock.draw`, called at the chat's tick rate,
-redraws the header and the tail without a layout (their sizes are fixed in ``app.tcss``). When the answer
+The text is read from the turn it streams in (the chat's :class:`~chatphase.chat.turn.Turn`, never copied
+here); :meth:`ThinkingBlock.draw`, called at the chat's tick rate, redraws the header and the tail without a layout (their sizes are fixed in ``app.tcss``). When the answer
 starts, or the reply ends inside the block, :meth:`ThinkingBlock.finish` collapses it to one line
 (:func:`thought_title`: "Thought for 4.1 s · 312 tok"), a :class:`~textual.widgets.Collapsible` that
 expands to the whole thinking text (Enter on its title, or a click); ``open`` keeps it expanded (the
@@ -15,6 +15,7 @@ from __future__ import annotations
 from textual.containers import Vertical
 from textual.widgets import Collapsible, Static
 
+from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.ui.transcript.reply_tail import tail_lines
 from chatphase.units import fmt_int, fmt_seconds
@@ -48,27 +49,29 @@ class ThinkingBlock(Vertical):
     """One reply's thinking (see the module docstring).
 
     Args:
-        text: the thinking so far (all of it for a finished block).
+        text: the whole thinking of a finished block.
+        turn: the turn whose thinking streams into the block (read from it until :meth:`finish`).
         title: the collapsed line; given, the block starts finished (a restored turn).
         open: a finished block starts expanded.
     """
 
-    def __init__(self, text: str = "", *, title: str | None = None, open: bool = False) -> None:
+    def __init__(
+        self, text: str = "", *, turn: Turn | None = None, title: str | None = None, open: bool = False
+    ) -> None:
         super().__init__(classes="thinking")
-        self._parts = [text] if text else []
+        self._turn = turn
+        self._text = text
         self.title = title or ""
         self.finished = title is not None
         self.open = open
         self._composed = False
         self._fold: Collapsible | None = None  # the finished block (made by :meth:`_make_fold`)
-        self._drawn: tuple[str, str] | None = None  # header and tail last drawn
+        self._drawn: tuple | None = None  # what the header and tail last drawn were made of
 
     @property
     def text(self) -> str:
-        """The thinking text fed so far."""
-        if len(self._parts) > 1:
-            self._parts = ["".join(self._parts)]
-        return self._parts[0] if self._parts else ""
+        """The thinking text so far: its turn's while it streams, then the finished block's."""
+        return self._turn.thinking if self._turn is not None else self._text
 
     def compose(self):
         self._header = Static("Thinking…", markup=False, classes="thinking-live")
@@ -92,11 +95,6 @@ class ThinkingBlock(Vertical):
         """Whether the finished block shows the whole thinking text."""
         return self._fold is not None and not self._fold.collapsed
 
-    def feed(self, text: str) -> None:
-        """Buffer thinking text (drawn at the next :meth:`draw`)."""
-        if text and not self.finished:
-            self._parts.append(text)
-
     def draw(self, tokens: int, seconds: float) -> None:
         """Redraw the running count and the tail (no layout); nothing when unchanged or finished."""
         if self.finished or not self._composed or not self.is_attached:  # finished, or cleared from the log
@@ -105,21 +103,22 @@ class ThinkingBlock(Vertical):
         width = max(1, tail.content_size.width or self.content_size.width - 3)
         lines = tail.content_size.height or THINKING_TAIL_LINES
         text = self.text
-        start = text.rfind("\n", 0, max(0, len(text) - width * lines)) + 1  # only the lines the tail can show
-        shown = text[start:] if start else text.lstrip()  # models start the block with a new line
-        drawn = (f"Thinking… {thinking_live(tokens, seconds)}", tail_lines(shown, width, lines))
+        header = f"Thinking… {thinking_live(tokens, seconds)}"
+        drawn = (header, len(text), width, lines)  # the text only grows: its length says what it is
         if drawn == self._drawn:
             return
         self._drawn = drawn
-        self._header.update(drawn[0], layout=False)
-        tail.update(drawn[1], layout=False)
+        start = text.rfind("\n", 0, max(0, len(text) - width * lines)) + 1  # only the lines the tail can show
+        shown = text[start:] if start else text.lstrip()  # models start the block with a new line
+        self._header.update(header, layout=False)
+        tail.update(tail_lines(shown, width, lines), layout=False)
 
     def finish(self, title: str, open: bool = False, text: str | None = None) -> None:
         """Collapse to ``title`` (expanded when ``open``) with the whole thinking text inside (one layout).
         Called again (the turn's final figures, ``text`` its final thinking), it only updates the title and
-        the text: the user may have expanded or collapsed the block meanwhile."""
-        if text is not None:
-            self._parts = [text] if text else []
+        the text: the user may have expanded or collapsed the block meanwhile. From now on the block keeps
+        ``text`` (default: what streamed), no longer its turn."""
+        self._turn, self._text = None, self.text if text is None else text
         first = not self.finished
         self.finished, self.title = True, title
         if first:

@@ -2,8 +2,8 @@
 that copy it and switch thinking on or off.
 
 :class:`ThinkingDrawing` is the chat view's part for the thinking of the turn in flight: it mounts a
-:class:`~chatphase.ui.transcript.thinking_block.ThinkingBlock` above the reply at the first thinking text, feeds it
-(an append per event), draws it at the view's tick, and collapses it when the answer starts
+:class:`~chatphase.ui.transcript.thinking_block.ThinkingBlock` above the reply at the first thinking text (the
+block reads the text from the turn), draws it at the view's tick, and collapses it when the answer starts
 (``ThinkingEnded``) or the reply ends (the turn's final figures then replace the live ones). A model
 without thinking never gets a block, so its chat looks as it always did.
 """
@@ -36,18 +36,16 @@ class ThinkingDrawing:
     def turn_started(self) -> None:
         self.block, self.forced = None, False
 
-    def feed(self, text: str) -> None:
-        """Thinking text of the turn in flight (mounts the block at the first)."""
-        if not text:
+    def streamed(self, turn: Turn, text: str) -> None:
+        """``text`` was added to the thinking of ``turn``, the turn in flight (mounts the block at the first)."""
+        if not text or self.block is not None:
             return
-        if self.block is None:
-            reply = self.chat_log.active_reply
-            if reply is None:
-                return
-            self.block = ThinkingBlock()
-            reply.add_above(self.block)  # one layout per turn, when the thinking starts
-            reply.set_meta("thinking…", layout=False)
-        self.block.feed(text)
+        reply = self.chat_log.active_reply
+        if reply is None:
+            return
+        self.block = ThinkingBlock(turn=turn)
+        reply.add_above(self.block)  # one layout per turn, when the thinking starts
+        reply.set_meta("thinking…", layout=False)
 
     def draw(self, turn: Turn) -> None:
         """Redraw the running count and the tail (at the view's tick)."""
@@ -67,7 +65,7 @@ class ThinkingDrawing:
         only the final event holds)."""
         block, self.block = self.block, None
         if block is None and thinking and reply is not None:
-            block = ThinkingBlock()
+            block = ThinkingBlock(thinking)
             reply.add_above(block)
         if block is not None:
             block.finish(metrics_title(metrics, self.forced), self.keep_open(), text=thinking)
