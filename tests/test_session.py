@@ -233,3 +233,21 @@ def test_an_error_ends_the_turn_as_failed_with_the_metrics_it_has():
         ("failed", "", "the message does not fit n_ctx"),
     ]
     assert s.turns[0].metrics == scripted_metrics(1, stop="error") and s.history() == [Message("system", "Be brief.")]
+
+
+def test_an_unsaved_chat_reads_its_open_turn_from_the_turns_text(monkeypatch):
+    """In memory nothing needs to survive a kill: the open turn's text is read from the turn when the
+    session is asked for, never copied into records as it streams."""
+    monkeypatch.setattr(session_writer, "TEXT_FLUSH_S", 0.0)
+    rec = SessionWriter.in_memory(model=MODEL, settings=SETTINGS)
+    record_turns(rec, [("one", ["1"])])
+    text = Streamed()
+    rec.begin_turn("two", text=text)
+    text.reply, text.thinking = "half", "hmm"
+    rec.stream()
+    assert not [r for r in rec.records if r["type"] in ("text", "thinking")]
+    s = rec.session()
+    assert [(t.reply, t.thinking, t.status) for t in s.turns] == [("1", "", "complete"), ("half", "hmm", "partial")]
+    rec.close()  # the chat moves on (a new chat): the open turn stays, partial, as it was
+    text.reply = "more"
+    assert rec.session() == s

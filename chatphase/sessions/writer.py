@@ -275,7 +275,11 @@ class SessionWriter:
             self._emit({"type": "title", "title": " ".join(title.split()), "time": utc_now()}, sync=True)
 
     def close(self) -> None:
-        """Write the open turn's text not yet written and close the file (the turn stays partial); idempotent."""
+        """Write the open turn's text not yet written and close the file (the turn stays partial); idempotent.
+        In memory, the open turn's text goes into :attr:`records` now (the turn is no longer read)."""
+        if self.records is not None:
+            self.records += self._open_text()
+            self._text = None
         if self._fh is not None:
             try:
                 self._flush_text()
