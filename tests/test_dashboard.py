@@ -37,8 +37,8 @@ def app():
 async def feed(app, pid: int = 0, gpu: bool = False) -> Dashboard:
     dash = app.query_one(Dashboard)
     dash.set_model(loaded_model(pid=pid, gpu=gpu))
-    for turn_id, metrics in enumerate(TURNS, start=1):
-        dash.turn_finished(turn_id, metrics)
+    for number, metrics in enumerate(TURNS, start=1):
+        dash.turn_finished(number, metrics)
     return dash
 
 
@@ -290,8 +290,8 @@ async def test_history_table_keeps_no_lines_of_earlier_updates(app):
         dash = app.query_one(Dashboard)
         dash.set_model(loaded_model())
         table = app.query_one(TurnHistoryTable)
-        for turn_id in range(1, 41):
-            dash.turn_finished(turn_id, TURNS[turn_id % len(TURNS)])
+        for number in range(1, 41):
+            dash.turn_finished(number, TURNS[number % len(TURNS)])
             await pilot.pause()
         lines = table.virtual_size.height
         assert table.row_count == 40

@@ -14,8 +14,8 @@ from chatphase.ui.dashboard.dashboard import Dashboard
 async def _three_turns(pilot) -> None:
     dash = pilot.app.query_one(Dashboard)
     dash.set_model(loaded_model())
-    for turn_id, metrics in enumerate(TURNS, start=1):
-        dash.turn_finished(turn_id, metrics)
+    for number, metrics in enumerate(TURNS, start=1):
+        dash.turn_finished(number, metrics)
     for rate in (38.0, 44.0, 47.5, 49.0, 48.2, 50.1, 46.0, 44.4):
         dash.decode_rate(rate)
     await pilot.pause(0.4)  # let the live-rate timer paint the sparkline

@@ -44,9 +44,9 @@ async def chat(pilot, size, thinking: bool = False) -> None:
     for n, text in enumerate(["What are prefill and decode?", "Thanks!"], start=1):
         await send(pilot, text)
         await wait_for(pilot, lambda n=n: len(app.chat.conversation) == 2 * n and idle(app))
-    for turn_id, metrics in enumerate(WIDE_TURNS + [WIDE_THINKING_TURN] * thinking, start=3):  # as on TurnFinished
-        app.panel.turn_finished(turn_id, metrics)
-        app.dashboard.turn_finished(turn_id, metrics)
+    for number, metrics in enumerate(WIDE_TURNS + [WIDE_THINKING_TURN] * thinking, start=3):  # as on TurnFinished
+        app.panel.turn_finished(number, metrics)
+        app.dashboard.turn_finished(number, metrics)
     if size[0] < WIDE_COLUMNS:
         await pilot.press("ctrl+b")  # the panel below the chat
     await pilot.pause(0.3)
@@ -95,11 +95,11 @@ async def test_side_panel_figures_fit_at_every_width(size, thinking):
         assert table.thinking == thinking and table.columns_shown == (THINKING_COLUMNS if thinking else COLUMNS)
         for _, header in table.columns_shown:
             assert all(word in drawn for word in header.split("\n"))
-        for turn_id, metrics in list(app.dashboard.turns.items())[-3:]:  # the rows the table shows at once
-            table.move_cursor(row=turn_id - 1, animate=False)
+        for number, metrics in list(app.dashboard.turns.items())[-3:]:  # the rows the table shows at once
+            table.move_cursor(row=number - 1, animate=False)
             await pilot.pause()
             drawn = "\n".join(lines_of(table))
-            for cell in format_row(turn_id, metrics, table.thinking):
+            for cell in format_row(number, metrics, table.thinking):
                 assert all(line in drawn for line in cell.split("\n")), (cell, drawn)
 
 

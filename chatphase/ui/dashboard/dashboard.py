@@ -35,7 +35,7 @@ DASHBOARD_CSS_PATH = Path(__file__).with_name("dashboard.tcss")
 
 
 class Dashboard(Widget):
-    """Per-turn phase metrics of the current chat, kept in memory (turn id -> :class:`TurnMetrics`)."""
+    """Per-turn phase metrics of the current chat, kept in memory (turn number -> :class:`TurnMetrics`)."""
 
     def __init__(self, kv_usage: bool = True, **kwargs) -> None:
         """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge)."""
@@ -74,19 +74,19 @@ class Dashboard(Widget):
         if self.selected_turn is not None:
             self.show_turn(self.selected_turn)
 
-    def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
-        """Record a finished turn: history row (updated in place if the id exists), plots, KV forecast,
+    def turn_finished(self, number: int, metrics: TurnMetrics) -> None:
+        """Record a finished turn: history row (updated in place if the number is shown), plots, KV forecast,
         and show it in the detail view."""
-        self.turns[turn_id] = metrics
+        self.turns[number] = metrics
         if metrics.kv_cache_tokens is not None:
-            self._kv_tokens[turn_id] = metrics.kv_cache_tokens
-        self.query_one(TurnHistoryTable).upsert_turn(turn_id, metrics)
+            self._kv_tokens[number] = metrics.kv_cache_tokens
+        self.query_one(TurnHistoryTable).upsert_turn(number, metrics)
         self.query_one(TtftPlot).add_turn(metrics)
         self.query_one(DecodeDepthPlot).add_turn(metrics)
         self.query_one(SystemFigures).set_turn(metrics)
         self.query_one(LiveRate).settle(metrics.decode_tokens_per_s)
         self._update_kv()
-        self.show_turn(turn_id)
+        self.show_turn(number)
 
     def decode_rate(self, tokens_per_s: float) -> None:
         """A live decode-rate sample (tokens/s) for the sparkline; repaints it, so call at a bounded rate."""
@@ -106,20 +106,20 @@ class Dashboard(Widget):
 
     # -- internals ------------------------------------------------------------------------------
 
-    def show_turn(self, turn_id: int) -> None:
-        """Show turn ``turn_id``'s timeline, metrics and explanations in the detail view.
+    def show_turn(self, number: int) -> None:
+        """Show turn ``number``'s timeline, metrics and explanations in the detail view.
 
         Raises:
-            KeyError: for a turn id the dashboard has not recorded.
+            KeyError: for a turn number the dashboard has not recorded.
         """
-        metrics = self.turns[turn_id]
-        self.selected_turn = turn_id
-        self.query_one(TurnDetail).show(turn_id, metrics, self.model)
+        metrics = self.turns[number]
+        self.selected_turn = number
+        self.query_one(TurnDetail).show(number, metrics, self.model)
 
     def on_turn_history_table_turn_chosen(self, message: TurnHistoryTable.TurnChosen) -> None:
         message.stop()
-        if message.turn_id in self.turns:
-            self.show_turn(message.turn_id)
+        if message.number in self.turns:
+            self.show_turn(message.number)
 
     def _update_kv(self) -> None:
         if self.model is None:

@@ -1,6 +1,6 @@
 """Turn history: one row per finished turn, newest last, selectable (a Textual ``DataTable``).
 
-Selecting or highlighting a row posts :class:`TurnHistoryTable.TurnChosen` with the turn id; the
+Selecting or highlighting a row posts :class:`TurnHistoryTable.TurnChosen` with the turn number; the
 dashboard answers by showing that turn's full metrics and timeline.
 
 The table lives in the side panel (54 cells wide next to the chat, about 50 below it at 80×24), so its
@@ -52,12 +52,12 @@ def _num(value: float | None, digits: int) -> str:
     return DASH if value is None else f"{value:,.{digits}f}"
 
 
-def format_row(turn_id: int, m: TurnMetrics, thinking: bool = False) -> tuple[str, ...]:
+def format_row(number: int, m: TurnMetrics, thinking: bool = False) -> tuple[str, ...]:
     """The table cells of one turn, in :data:`COLUMNS` order (:data:`THINKING_COLUMNS` with ``thinking``;
     ``–`` for an undefined metric); a stacked cell is ``"top\\nbottom"``."""
     below_decode = m.thinking_tokens if thinking else m.kv_cache_tokens
     return (
-        str(turn_id),
+        str(number),
         f"{fmt_int(m.prompt_tokens)}\n{fmt_int(m.cached_tokens)}",
         f"{_num(m.ttft_ms, 1)}\n{_num(m.itl_ms_p95, 1)}",
         f"{_num(m.prefill_tokens_per_s, 0)}\n{_num(m.decode_tokens_per_s, 1)}",
@@ -81,14 +81,14 @@ def _cell(key: str, text: str) -> Text:
 
 
 class TurnHistoryTable(DataTable):
-    """Every turn of this chat with its headline metrics; row key = the turn id as a string. ``thinking``:
+    """Every turn of this chat with its headline metrics; row key = the turn number as a string. ``thinking``:
     whether the table shows :data:`THINKING_COLUMNS` (a turn had thinking)."""
 
     @dataclass
     class TurnChosen(Message):
-        """The user moved the cursor to (or selected) the row of ``turn_id``."""
+        """The user moved the cursor to (or selected) the row of ``number``."""
 
-        turn_id: int
+        number: int
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, header_height=HEADER_HEIGHT, **kwargs)
@@ -107,18 +107,18 @@ class TurnHistoryTable(DataTable):
         for key, header in self.columns_shown:
             self.add_column(_cell(key, header), key=key)
 
-    def upsert_turn(self, turn_id: int, metrics: TurnMetrics) -> None:
-        """Add the turn as the last row, or update its cells when the id is already shown (regenerate).
+    def upsert_turn(self, number: int, metrics: TurnMetrics) -> None:
+        """Add the turn as the last row, or update its cells when the number is already shown (regenerate).
         The first turn with thinking switches the table to :data:`THINKING_COLUMNS`."""
         if metrics.thought and not self.thinking:
-            self._turns[turn_id] = metrics
+            self._turns[number] = metrics
             self._switch_columns(True)
             return
-        self._turns[turn_id] = metrics
+        self._turns[number] = metrics
         columns = self.columns_shown
-        cells = format_row(turn_id, metrics, self.thinking)
+        cells = format_row(number, metrics, self.thinking)
         cells = [_cell(key, value) for (key, _), value in zip(columns, cells, strict=True)]
-        key = str(turn_id)
+        key = str(number)
         if key in self.rows:
             for (col, _), value in zip(columns, cells, strict=True):
                 self.update_cell(key, col, value, update_width=True)
@@ -140,8 +140,8 @@ class TurnHistoryTable(DataTable):
         turns = dict(self._turns)
         self.clear(columns=True)
         self._add_columns()
-        for turn_id, metrics in turns.items():
-            self.upsert_turn(turn_id, metrics)
+        for number, metrics in turns.items():
+            self.upsert_turn(number, metrics)
 
     def reset(self) -> None:
         """Forget every row (a new chat), back to :data:`COLUMNS`."""

@@ -130,9 +130,9 @@ class TurnDetail(Widget):
         yield Static("", id="detail-metrics")
         yield Static("", id="detail-explain")
 
-    def show(self, turn_id: int, metrics: TurnMetrics, model: LoadedModel | None) -> None:
-        """Show turn ``turn_id``; the explanations need ``model`` (omitted when ``None``)."""
-        self.query_one("#detail-title", Label).update(f"turn {turn_id} · stop: {metrics.stop_reason}")
+    def show(self, number: int, metrics: TurnMetrics, model: LoadedModel | None) -> None:
+        """Show turn ``number``; the explanations need ``model`` (omitted when ``None``)."""
+        self.query_one("#detail-title", Label).update(f"turn {number} · stop: {metrics.stop_reason}")
         self.query_one(TurnTimeline).show(metrics)
         self.query_one("#detail-metrics", Static).update(MetricsGrid(metrics))
         lines = explain_turn(model, metrics) if model is not None else []

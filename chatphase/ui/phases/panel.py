@@ -58,7 +58,7 @@ class PhasePanel(VerticalScroll):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.model: LoadedModel | None = None
-        self.turn_id: int | None = None
+        self.number: int | None = None
         self.figures: dict[str, str] = {}
         self._kv_base_tokens = 0
         self._kv_prefilled = 0
@@ -116,15 +116,15 @@ class PhasePanel(VerticalScroll):
     # -- turn ----------------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the turn figures (a new chat)."""
-        self.turn_id = None
+        self.number = None
         self.figures = {}
         self._kv_base_tokens = self._kv_prefilled = 0
         self._render_turn()
         self.set_kv_tokens(0)
 
-    def turn_started(self, turn_id: int, event: PrefillStarted) -> None:
+    def turn_started(self, number: int, event: PrefillStarted) -> None:
         """A turn's prefill starts: prompt and cached tokens are known."""
-        self.turn_id = turn_id
+        self.number = number
         self._kv_base_tokens = self._kv_prefilled = event.cached_tokens
         self.figures = {
             "prompt": f"{fmt_int(event.prompt_tokens)} tok ({fmt_int(event.cached_tokens)} cached)",
@@ -161,10 +161,10 @@ class PhasePanel(VerticalScroll):
         self._render_turn(layout=len(self.figures) != rows)  # a new row is a layout, once per turn
         self.set_kv_tokens(None if self._kv_prefilled is None else self._kv_prefilled + decode_tokens, layout=False)
 
-    def turn_finished(self, turn_id: int, metrics: TurnMetrics) -> None:
+    def turn_finished(self, number: int, metrics: TurnMetrics) -> None:
         """Show the turn's final metrics."""
         m = metrics
-        self.turn_id = turn_id
+        self.number = number
         self.figures = {
             "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {m.stop_reason}",
             "prompt": f"{fmt_int(m.prompt_tokens)} tok ({fmt_int(m.cached_tokens)} cached)",
@@ -188,7 +188,7 @@ class PhasePanel(VerticalScroll):
     def _render_turn(self, layout: bool = True) -> None:
         """Redraw the turn figures; ``layout=False`` for live updates (5 rows, 7 with thinking: the height
         stays, a value that wraps is laid out at the next full update)."""
-        title = "Turn" if self.turn_id is None else f"Turn {self.turn_id}"
+        title = "Turn" if self.number is None else f"Turn {self.number}"
         self._title.update(title, layout=layout)
         keys = ["TTFT", "prompt", "prefill", "decode", "ITL p50/p95"]
         keys[4:4] = [k for k in ("thinking", "answer") if k in self.figures]
