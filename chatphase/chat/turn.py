@@ -35,10 +35,10 @@ class Turn:
 
     ``turn_id`` is unique for the controller's life (it tags the engine's events and nothing else);
     ``number`` counts the turns of this chat from 1 (a new chat starts again at 1) and is the turn's one
-    identity in the views ("Turn 3" in the panel, the dashboard's row). ``position`` is the index of the turn's
-    user message among the conversation's user messages (0 for the first): the turns after it were taken
-    back. ``user`` is that message's text. ``reply_chars``: the length of :attr:`reply` (kept as tokens
-    arrive, so per-token work never joins the text).
+    identity in the views ("Turn 3" in the panel, the dashboard's row). ``position`` is the index of the
+    turn's user message among the conversation's user messages (0 for the first): the turns after it were
+    taken back. ``user`` is that message's text. ``reply_chars``: the length of :attr:`reply` (kept as
+    tokens arrive, so per-token work never joins the text).
     """
 
     turn_id: int

@@ -3,11 +3,11 @@
 While the model thinks, a one-line header with the running count ("Thinking… 312 tok · 4.1 s": the
 turn's figures, on the engine's clock) sits over a fixed-height, dimmed tail of the thinking's last lines.
 The text is read from the turn it streams in (the chat's :class:`~chatphase.chat.turn.Turn`, never copied
-here); :meth:`ThinkingBlock.draw`, called at the chat's tick rate, redraws the header and the tail without a layout (their sizes are fixed in ``app.tcss``). When the answer
-starts, or the reply ends inside the block, :meth:`ThinkingBlock.finish` collapses it to one line
-(:func:`thought_title`: "Thought for 4.1 s · 312 tok"), a :class:`~textual.widgets.Collapsible` that
-expands to the whole thinking text (Enter on its title, or a click); ``open`` keeps it expanded (the
-``thinking_open`` setting).
+here); :meth:`ThinkingBlock.draw`, called at the chat's tick rate, redraws the header and the tail without
+a layout (their sizes are fixed in ``app.tcss``). When the answer starts, or the reply ends inside the
+block, :meth:`ThinkingBlock.finish` collapses it to one line (:func:`thought_title`: "Thought for 4.1 s ·
+312 tok"), a :class:`~textual.widgets.Collapsible` that expands to the whole thinking text (Enter on its
+title, or a click); ``open`` keeps it expanded (the ``thinking_open`` setting).
 """
 
 from __future__ import annotations
