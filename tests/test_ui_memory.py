@@ -149,12 +149,14 @@ def marks_held(mark: str) -> int:
     refer to (directly, or in a list, tuple or dict there), each string counted once. A text held once is
     counted once, however many objects refer to it; a copy of it counts again. Left out: the engine's
     objects but the conversation's messages (the FakeEngine runs in this process: the reply it streams
-    from, the pieces it is splitting, the events on their way, each with its piece), and the renderables Textual caches for a widget until its next change
-    (what it draws: Textual's)."""
+    from, the pieces it is splitting, the events on their way, each with its piece), and the renderables
+    Textual caches for a widget until its next change (what it draws: Textual's)."""
     gc.collect()
     strings: dict[int, str] = {}
     for obj in gc.get_objects():
-        module = type(obj).__module__
+        module = vars(type(obj)).get("__module__")  # a class's own (some C types have a descriptor there)
+        if not isinstance(module, str):
+            continue
         engine = module.startswith("chatphase.engine.") and not isinstance(obj, Message)
         if not module.startswith("chatphase.") or engine:
             continue
