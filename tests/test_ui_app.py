@@ -4,12 +4,12 @@ Esc, failures, restart, model switch, and every user action."""
 from __future__ import annotations
 
 import pytest
+from fake_engine import fake_model_info
 from textual import events
 from textual.widgets import Label, Log, ProgressBar
 from textual.widgets._toast import Toast
 from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
-from chatphase.engine.fake import fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.actions import ACTIONS
 from chatphase.ui.phases.panel import PhasePanel
