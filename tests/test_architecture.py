@@ -34,7 +34,7 @@ LAYERS = {
     "engine.process": {"engine", "engine.local", "models"},
     "engine.factory": {"engine", "engine.process", "engine.remote", "errors", "models"},
     # beside the engine's users
-    "explain": {"engine", "units"},
+    "explain": {"engine", "models", "units"},
     "settings": {"engine", "errors"},
     "sessions": {"engine", "errors"},
     "bench": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
