@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+from fake_engine import FakeEngine, fake_model_info
 from rich.markdown import Markdown
 from textual.geometry import Region
 from textual.widget import Widget
@@ -13,7 +14,6 @@ from thinking_support import CASES, THINK
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
 from chatphase.engine.events import Message
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import load_session
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp

@@ -8,9 +8,10 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+from fake_engine import FakeEngine, fake_model_info
+
 from chatphase.chat.turn import Turn
 from chatphase.engine.events import TokensDecoded, TurnRequest
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
