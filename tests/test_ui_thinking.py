@@ -226,7 +226,7 @@ async def test_a_resumed_session_shows_its_thinking_collapsed():
         await finish_turn(pilot)
         session_id = app.recording.recorder.id
     session = load_session(session_id)
-    resumed = ChatPhaseApp(Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=session)
+    resumed = ChatPhaseApp(Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s.engine), resume=session)
     async with resumed.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: idle(resumed) and resumed.query(ThinkingBlock))
         await pilot.pause(0.2)
@@ -248,7 +248,7 @@ async def test_a_resumed_session_keeps_budget_reached():
         session_id = app.recording.recorder.id
     assert live.endswith("· budget reached")
     resumed = ChatPhaseApp(
-        Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=load_session(session_id)
+        Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s.engine), resume=load_session(session_id)
     )
     async with resumed.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: idle(resumed) and resumed.query(ThinkingBlock))

@@ -48,21 +48,87 @@ class EngineConfig:
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
     setting (``metadata["setting"]`` is false, so :class:`chatphase.settings.schema.Settings` has no such field).
+
+    Each user setting's flag, help and settings-screen label are its field's ``metadata``, read by
+    :mod:`chatphase.settings.schema` (the one definition of a setting; the engine reads none of it).
     """
 
-    n_ctx: int = 4096
-    n_batch: int = 256
-    n_ubatch: int = 256
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_gpu_layers: int | None = None
-    flash_attn: str = "auto"
-    type_k: str = "f16"
-    type_v: str = "f16"
-    extra_bufts: str = "auto"
-    offload_kqv: bool = True
-    chat_template: str | None = None
-    spec: str = "off"
+    n_ctx: int = field(
+        default=4096,
+        metadata={"flags": ("--n-ctx",), "metavar": "N", "help": "context size in tokens (default {default})",
+                  "label": "n_ctx", "hint": "context size, tokens"},
+    )  # fmt: skip
+    n_batch: int = field(
+        default=256,
+        metadata={"flags": ("--n-batch",), "metavar": "N", "help": "prompt tokens per prefill chunk (default {default})",
+                  "label": "n_batch", "hint": "prompt tokens per prefill chunk"},
+    )  # fmt: skip
+    n_ubatch: int = field(
+        default=256,
+        metadata={"flags": ("--n-ubatch",), "metavar": "N", "help": "physical batch size (default {default})"},
+    )
+    n_threads: int | None = field(
+        default=None,
+        metadata={"flags": ("--threads",), "metavar": "N|auto", "auto": True,
+                  "help": "decode threads; auto (the default) chooses them each turn from the cores other processes "
+                  "leave free, and fewer mid-reply when decode is preempted; a number pins them (and prefill's)",
+                  "label": "Threads", "hint": "auto or empty = chosen each turn from the cores left free; a number pins it"},
+    )  # fmt: skip
+    n_threads_batch: int | None = field(
+        default=None,
+        metadata={"flags": ("--threads-batch",), "metavar": "N|auto", "auto": True,
+                  "help": "prefill threads (default: as --threads)"},
+    )  # fmt: skip
+    n_gpu_layers: int | None = field(
+        default=None,
+        metadata={"flags": ("--n-gpu-layers", "-ngl"), "metavar": "N",
+                  "help": "layers to offload to the GPU; -1 = all (default: all when the build supports it)",
+                  "label": "n_gpu_layers", "hint": "empty = all when the build supports GPU offload; -1 = all"},
+    )  # fmt: skip
+    flash_attn: str = field(
+        default="auto",
+        metadata={"flags": ("--flash-attn",), "choices": TRI_STATE,
+                  "help": "flash attention: {choices} (default {default})",
+                  "label": "Flash attention", "hint": "auto = llama.cpp enables it where the backend supports it"},
+    )  # fmt: skip
+    type_k: str = field(
+        default="f16",
+        metadata={"flags": ("--cache-type-k",), "choices": tuple(KV_TYPE_BYTES),
+                  "help": "KV cache K type: {choices} (default {default})"},
+    )  # fmt: skip
+    type_v: str = field(
+        default="f16",
+        metadata={"flags": ("--cache-type-v",), "choices": tuple(KV_TYPE_BYTES),
+                  "help": "KV cache V type (default {default})"},
+    )  # fmt: skip
+    extra_bufts: str = field(
+        default="auto",
+        metadata={"flags": ("--extra-bufts",), "choices": TRI_STATE,
+                  "help": "llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched "
+                  "path crashes"},
+    )  # fmt: skip
+    offload_kqv: bool = field(
+        default=True,
+        metadata={"flags": ("--no-kv-offload",), "const": False,
+                  "help": "keep the KV cache in host memory, not on the GPU (llama.cpp's offload_kqv off; slower)"},
+    )  # fmt: skip
+    chat_template: str | None = field(
+        default=None,
+        metadata={"flags": ("--chat-template",), "metavar": "NAME|FILE",
+                  "help": "prompt format: a llama.cpp built-in (chatml, gemma, llama3, phi3, mistral-v7, …), "
+                  "completion (no chat markup) or a Jinja file; default: the model's own template, else a format "
+                  "its vocabulary has",
+                  "label": "Chat template",
+                  "hint": "empty = the model's own, else one its vocabulary has; a llama.cpp name or a Jinja file"},
+    )  # fmt: skip
+    spec: str = field(
+        default="off",
+        metadata={"flags": ("--spec",), "metavar": "MODE",
+                  "help": "decode mode: off (default), lookup (draft from the conversation's n-grams), draft:MODEL "
+                  "(a small model of the same vocabulary drafts; default = the bundled one), auto (lookup where it "
+                  "pays)",
+                  "label": "Decode mode", "hint": "off, lookup, auto, or draft:MODEL (speculative decoding)"},
+    )  # fmt: skip
     n_seq_max: int = field(default=1, metadata={"setting": False})
 
     def validate(self) -> EngineConfig:
@@ -101,6 +167,12 @@ class EngineConfig:
             raise UsageError(refusal)
         return self
 
+    @property
+    def n_ubatch_used(self) -> int:
+        """The physical batch llama.cpp runs: ``n_ubatch``, at most ``n_batch`` (llama.cpp clamps it so when
+        the context is made, ``llama_context``'s constructor); the memory estimate must use this one too."""
+        return min(self.n_ubatch, self.n_batch)
+
     def threads_policy(self) -> str:
         """``auto``, ``fixed``, or which of decode and prefill is which (``decode auto, prefill fixed``)."""
         decode = "fixed" if self.n_threads is not None else "auto"
@@ -115,7 +187,7 @@ class EngineConfig:
         return {
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
-            "n_ubatch": min(self.n_ubatch, self.n_batch),
+            "n_ubatch": self.n_ubatch_used,
             "n_threads": self.n_threads or cores,
             "n_threads_batch": self.n_threads_batch or self.n_threads or cores,
             "threads_policy": self.threads_policy(),

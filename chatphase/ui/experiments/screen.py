@@ -106,7 +106,9 @@ class ExperimentsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
-            yield Label(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.n_ctx}", classes="panel-title")
+            yield Label(
+                f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}", classes="panel-title"
+            )
             with TabbedContent(id="exp-tabs"):
                 yield SweepPane()
                 yield ParallelPane()
