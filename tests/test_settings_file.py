@@ -215,10 +215,10 @@ def test_threads_auto_flag_overrides_a_configured_count(cfg):
     assert (effective(cfg).engine.n_threads, effective(cfg).engine.n_threads_batch) == (4, 2)
     s = effective(cfg, "--threads", "auto", "--threads-batch", "AUTO")
     assert (s.engine.n_threads, s.engine.n_threads_batch) == (None, None)
-    assert s.engine_config().threads_policy() == "auto"
+    assert s.engine.threads_policy() == "auto"
     s = effective(cfg, "--threads", "3", environ={"CHATPHASE_N_THREADS": "auto"})
-    assert s.engine.n_threads == 3 and s.engine_config().threads_policy() == "fixed"
-    assert Settings().engine_config().threads_policy() == "auto"  # the default
+    assert s.engine.n_threads == 3 and s.engine.threads_policy() == "fixed"
+    assert Settings().engine.threads_policy() == "auto"  # the default
 
 
 def test_threads_flag_refuses_words_other_than_auto(cfg, capsys):

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     # do not bound a remote server, so no roofline
     bench = BenchRun(
         info,
-        settings.engine_config(),
+        settings.engine,
         plan,
         roofline=args.roofline and not settings.server,
         **remote_bench_options(settings, info),

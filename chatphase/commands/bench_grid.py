@@ -58,7 +58,7 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, w
     points, notes = grid.points()
     specs = grid.values.get("model", (None,))
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
-    run = GridRun(points, infos, settings.engine_config(), plan, notes=notes, roofline=args.roofline)
+    run = GridRun(points, infos, settings.engine, plan, notes=notes, roofline=args.roofline)
     for note in notes:
         print(f"chatphase: {note}", file=sys.stderr)
     result = drive(run, len(points) * plan.total_runs, GridDone)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from chatphase.settings.schema import FIELDS, Settings, with_values
+from chatphase.settings.schema import BY_KEY, FIELDS, Settings, with_values
 
 #: the value of an optional count flag that sets it back to automatic, over a config file or environment.
 AUTO = "auto"
@@ -24,29 +24,37 @@ def count_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or {AUTO}, got {text!r}") from None
 
 
+#: appended to the help of a flag that takes a comma list (``bench``'s levers).
+_MANY = " (a comma list: every combination is measured)"
+
+
+def add_setting_flag(g, key: str, listed: bool = False, dest: str | None = None) -> None:
+    """Add the flag of setting ``key`` to ``g`` (a parser or argument group) as its field defines it
+    (:mod:`chatphase.settings.schema`): default ``None`` (= the configured value), ``dest`` the key unless
+    given; ``listed``: it takes a comma list, kept as text."""
+    f = BY_KEY[key]
+    meta = f.metadata
+    text = meta.get("help")
+    if text is not None:
+        text = text.format(default=f.default, choices="|".join(meta.get("choices", ()))) + (_MANY if listed else "")
+    if "const" in meta:
+        g.add_argument(*meta["flags"], dest=dest or key, action="store_const", const=meta["const"], help=text)
+        return
+    kind = str if listed or f.type is str else count_or_auto if meta.get("auto") else f.type
+    choices = None if listed else meta.get("choices")
+    g.add_argument(*meta["flags"], dest=dest or key, type=kind, choices=choices, metavar=meta.get("metavar"), help=text)
+
+
 def add_setting_flags(g, group: str, lists: tuple[str, ...] = ()) -> None:
-    """Add the flags of the settings in ``group`` (their :attr:`~chatphase.settings.schema.SettingField.cli_group`)
-    to ``g`` (a parser or argument group), as their fields define them: ``dest`` the setting's key, default
-    ``None`` (= the configured value). The keys in ``lists`` take comma lists, kept as text."""
-    many = " (a comma list: every combination is measured)"
+    """Add the flags of the settings in ``group`` (their :attr:`~chatphase.settings.schema.SettingField.cli_group`),
+    in declaration order, to ``g``; the keys in ``lists`` take comma lists (:func:`add_setting_flag`)."""
     for f in FIELDS:
-        if f.cli_group != group:
-            continue
-        meta = f.metadata
-        listed = f.key in lists
-        choices = None if listed else meta.get("choices")
-        text = meta.get("help")
-        if text is not None:
-            text = text.format(default=f.default, choices="|".join(meta.get("choices", ()))) + (many if listed else "")
-        if "const" in meta:
-            g.add_argument(*meta["flags"], dest=f.key, action="store_const", const=meta["const"], help=text)
-            continue
-        kind = str if listed or f.type is str else count_or_auto if meta.get("auto") else f.type
-        g.add_argument(*meta["flags"], dest=f.key, type=kind, choices=choices, metavar=meta.get("metavar"), help=text)
-        if f.key == "model":
-            g.add_argument(
-                "--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet"
-            )
+        if f.cli_group == group:
+            add_setting_flag(g, f.key, listed=f.key in lists)
+            if f.key == "model":
+                g.add_argument(
+                    "--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet"
+                )
 
 
 def add_model_options(p: argparse.ArgumentParser, lists: bool = False) -> None:

@@ -2,7 +2,7 @@
 
 The engine takes this and nothing else of the user's settings (sampling and the system prompt travel
 with each :class:`~chatphase.engine.events.TurnRequest`; theme and paths are not the engine's business).
-:meth:`chatphase.settings.schema.Settings.engine_config` builds one from the user's settings.
+The user's settings hold one (:attr:`chatphase.settings.schema.Settings.engine`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class EngineConfig:
     :mod:`chatphase.engine.local.speculative`).
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
-    setting (``metadata["setting"]`` is false, so :class:`chatphase.settings.schema.Settings` has no such field).
+    setting (``metadata["setting"]`` is false, so no flag, config key or settings-screen field names it).
 
     Each user setting's flag, help and settings-screen label are its field's ``metadata``, read by
     :mod:`chatphase.settings.schema` (the one definition of a setting; the engine reads none of it).

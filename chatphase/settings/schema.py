@@ -142,10 +142,6 @@ class Settings:
         """
         return with_values(self, {k: v for k, v in overrides.items() if v is not None})
 
-    def engine_config(self) -> EngineConfig:
-        """The engine's part of these settings."""
-        return self.engine
-
     def to_dict(self) -> dict:
         """Plain JSON-ready dict: every setting by its key, the sampling ones in a ``sampling`` dict."""
         top = {f.key: f.get(self) for f in FIELDS if f.part != "sampling"}

@@ -187,7 +187,7 @@ class ExperimentsScreen(Screen[None]):
         pane = self.pane
         try:
             plan = pane.plan(self.settings)
-            self.job = (self.job_factory or pane.make_job)(self.model_info, self.settings.engine_config(), plan)
+            self.job = (self.job_factory or pane.make_job)(self.model_info, self.settings.engine, plan)
         except ChatPhaseError as exc:
             self._status(str(exc), "-error")
             self.notify(str(exc), severity="error")
