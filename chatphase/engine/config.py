@@ -8,7 +8,7 @@ The user's settings hold one (:attr:`chatphase.settings.schema.Settings.engine`)
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
@@ -23,6 +23,18 @@ MAX_SEQUENCES = 256
 
 #: the most pinned threads allowed per logical CPU.
 MAX_THREADS_PER_CPU = 2
+
+
+def check_choices(settings) -> None:
+    """Check each field of the dataclass instance ``settings`` that lists its ``choices`` in its metadata.
+
+    Raises:
+        UsageError: naming the first field whose value is not one of them.
+    """
+    for f in fields(settings):
+        choices, value = f.metadata.get("choices"), getattr(settings, f.name)
+        if choices is not None and value not in choices:
+            raise UsageError(f"{f.name} must be one of {', '.join(choices)} (got {value!r})")
 
 
 @dataclass(frozen=True)
@@ -157,12 +169,7 @@ class EngineConfig:
             raise UsageError(f"n_seq_max must be 1 to {MAX_SEQUENCES} (got {self.n_seq_max})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
-        for name in ("flash_attn", "extra_bufts"):
-            if getattr(self, name) not in TRI_STATE:
-                raise UsageError(f"{name} must be one of {', '.join(TRI_STATE)} (got {getattr(self, name)!r})")
-        for name in ("type_k", "type_v"):
-            if getattr(self, name) not in KV_TYPE_BYTES:
-                raise UsageError(f"{name} must be one of {', '.join(KV_TYPE_BYTES)} (got {getattr(self, name)!r})")
+        check_choices(self)
         if refusal := quantised_v_without_flash_attn(self.type_v, self.flash_attn):
             raise UsageError(refusal)
         return self

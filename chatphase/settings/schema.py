@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from chatphase.engine.config import TRI_STATE, EngineConfig
+from chatphase.engine.config import TRI_STATE, EngineConfig, check_choices
 from chatphase.engine.events import SamplingParams
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV
 from chatphase.errors import UsageError
@@ -129,8 +129,7 @@ class Settings:
             raise UsageError(f"repeat_penalty must be > 0 (got {s.repeat_penalty})")
         if s.think_budget is not None and s.think_budget < 0:
             raise UsageError(f"think_budget must be >= 0 (got {s.think_budget})")
-        if self.thinking not in TRI_STATE:
-            raise UsageError(f"thinking must be one of {', '.join(TRI_STATE)} (got {self.thinking!r})")
+        check_choices(self)
         return self
 
     def with_overrides(self, **overrides) -> Settings:
