@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
@@ -25,7 +26,7 @@ MAX_SEQUENCES = 256
 MAX_THREADS_PER_CPU = 2
 
 
-def check_choices(settings) -> None:
+def check_choices(settings: Any) -> None:
     """Check each field of the dataclass instance ``settings`` that lists its ``choices`` in its metadata.
 
     Raises:

@@ -193,29 +193,33 @@ class SettingField:
         return getattr(getattr(settings, self.part) if self.part else settings, self.key)
 
 
-def _fields_of(cls: type, part: str | None) -> list[SettingField]:
+#: the parts of :class:`Settings` that hold settings of their own, and its table of keys (not settings).
+_PARTS: dict[str, type] = {"engine": EngineConfig, "sampling": SamplingParams}
+_WHOLE = (*_PARTS, "keys")
+
+
+def _fields_of(cls: type, part: str | None) -> dict[str, SettingField]:
     hints = typing.get_type_hints(cls)
-    out = []
+    out = {}
     for f in fields(cls):
-        if not f.metadata.get("setting", True) or (part is None and f.name in ("engine", "sampling", "keys")):
+        if not f.metadata.get("setting", True) or (part is None and f.name in _WHOLE):
             continue
         hint, optional = hints[f.name], False
         if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
             hint, optional = next(a for a in typing.get_args(hint) if a is not type(None)), True
-        out.append(SettingField(f.name, part, hint, optional, f.default, f.metadata))
+        out[f.name] = SettingField(f.name, part, hint, optional, f.default, f.metadata)
     return out
 
 
 def _all_fields() -> tuple[SettingField, ...]:
     """Every setting in declaration order, the engine's and the sampling ones where their part is."""
+    own = _fields_of(Settings, None)
     out: list[SettingField] = []
     for f in fields(Settings):
-        if f.name == "engine":
-            out += _fields_of(EngineConfig, "engine")
-        elif f.name == "sampling":
-            out += _fields_of(SamplingParams, "sampling")
-        elif f.name != "keys":
-            out += [s for s in _fields_of(Settings, None) if s.key == f.name]
+        if f.name in _PARTS:
+            out += _fields_of(_PARTS[f.name], f.name).values()
+        elif f.name in own:
+            out.append(own[f.name])
     return tuple(out)
 
 
@@ -234,15 +238,14 @@ def with_values(settings: Settings, values: Mapping[str, Any]) -> Settings:
     Raises:
         TypeError: an unknown key.
     """
-    parts: dict[str | None, dict[str, Any]] = {}
+    own: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
-        if key in ("engine", "sampling", "keys"):
-            parts.setdefault(None, {})[key] = value
-        elif key in BY_KEY:
-            parts.setdefault(BY_KEY[key].part, {})[key] = value
-        else:
+        if key not in _WHOLE and key not in BY_KEY:
             raise TypeError(f"unknown setting {key!r}")
-    out = replace(settings, **parts.pop(None, {}))
+        part = None if key in _WHOLE else BY_KEY[key].part
+        (own if part is None else parts.setdefault(part, {}))[key] = value
+    out = replace(settings, **own)
     for part, changes in parts.items():
         out = replace(out, **{part: replace(getattr(out, part), **changes)})
     return out

@@ -138,11 +138,13 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
         """The texts of every field (Selects included), by setting key."""
         values = {}
         for f in SHOWN:
-            widget = self.query_one(f"#set-{f.key}")
-            if isinstance(widget, Checkbox):
-                values[f.key] = "true" if widget.value else "false"
+            kind, selector = _kind(f), f"#set-{f.key}"
+            if kind == "switch":
+                values[f.key] = "true" if self.query_one(selector, Checkbox).value else "false"
+            elif kind == "select":
+                values[f.key] = str(self.query_one(selector, Select).value)
             else:
-                values[f.key] = str(widget.value)
+                values[f.key] = self.query_one(selector, Input).value
         return values
 
     def _update_notes(self) -> Settings | None:
