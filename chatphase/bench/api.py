@@ -21,12 +21,13 @@ from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
-from chatphase.bench.roofline import build_roofline, weight_bytes_per_token
+from chatphase.bench.roofline import build_roofline
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.roofline import weight_bytes_per_token
 
 __all__ = ["BenchDone", "BenchEvent", "BenchNotice", "BenchRun", "BenchStatus", "system_facts"]
 

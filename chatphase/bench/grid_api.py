@@ -22,13 +22,13 @@ from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.report import mean_sd
 from chatphase.bench.results import CellResult
-from chatphase.bench.roofline import weight_bytes_per_token
 from chatphase.bench.runner import Sweep, SweepPlan, SweepProgress, aggregate
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.models.roofline import weight_bytes_per_token
 from chatphase.units import DASH
 
 #: share of the available memory the grid's engines may take together.

@@ -29,7 +29,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import ns_to_ms
 from chatphase.engine.prompting.thinking import FORMATS, ThinkingSplitter
-from chatphase.engine.remote.errors import error_text, http_error_message, transport_message
+from chatphase.engine.remote.errors import error_text, http_error_message
 from chatphase.engine.remote.wire import (
     RemoteThinking,
     ServerReport,
@@ -46,8 +46,11 @@ _CONTENT_MARKERS = next(f for f in FORMATS if f.name == "think")
 
 
 class StreamedTurn:
-    """One streamed turn on ``engine`` (the :class:`~chatphase.engine.remote.engine.RemoteEngine` whose client,
-    cancel flag and tokenizer it uses): its clocks, its text and the server's report."""
+    """One streamed turn on ``engine``: its clocks, its text and the server's report.
+
+    ``engine`` is the :class:`~chatphase.engine.remote.engine.RemoteEngine`; the turn uses its public
+    ``url``, ``counts_stop_token``, ``tokenizer``, ``request_body``, ``open_stream``, ``cancelled`` and
+    ``lost_connection``."""
 
     def __init__(self, engine, request: TurnRequest):
         self.engine, self.request = engine, request
@@ -69,15 +72,13 @@ class StreamedTurn:
         error: str | None = None
         done = False
         try:
-            with engine._client.stream("POST", engine.endpoint(self.request), json=body) as response:
-                with engine._lock:
-                    engine._response = response
+            with engine.open_stream(self.request, body) as response:
                 if response.status_code >= 400:
                     response.read()
                     yield EngineFailed(http_error_message(response, engine.url.display), rid)
                     return
                 for sse in EventSource(response).iter_sse():
-                    if engine._cancel.is_set():
+                    if engine.cancelled:
                         break
                     if sse.data.strip() == "[DONE]":
                         done = True
@@ -90,13 +91,10 @@ class StreamedTurn:
                 else:
                     done = self.report.finish_reason is not None  # some servers omit [DONE]
         except httpx.HTTPError as exc:
-            if not engine._cancel.is_set():
-                error = transport_message(exc, engine.url.display, engine._timeout.read, mid_stream=bool(self.times))
-            engine._drop_connections()
-        finally:
-            with engine._lock:
-                engine._response = None
-        if engine._cancel.is_set():
+            message = engine.lost_connection(exc, mid_stream=bool(self.times))
+            if not engine.cancelled:
+                error = message
+        if engine.cancelled:
             stop = "cancelled"
         elif error is None and not done:
             error = f"the stream from {engine.url.display} ended before the reply was complete"

@@ -24,11 +24,12 @@ from textual.widgets import Input, Label, Select, SelectionList
 from chatphase.bench.grid import GridPoint, LeverGrid, check_values, parse_lever
 from chatphase.bench.grid_api import GRID_HEADERS, GridCell, GridProgress, GridResult, grid_row
 from chatphase.bench.job import GridJob
-from chatphase.bench.roofline import cell_context_tokens, step_bytes
+from chatphase.bench.roofline import cell_context_tokens
 from chatphase.bench.runner import SweepPlan, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
+from chatphase.models.roofline import step_bytes
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count, parse_list
 from chatphase.ui.experiments.plot import COLORS, SeriesPlot
