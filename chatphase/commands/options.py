@@ -28,15 +28,16 @@ def count_or_auto(text: str) -> int | str:
 _MANY = " (a comma list: every combination is measured)"
 
 
-def add_setting_flag(g, key: str, listed: bool = False, dest: str | None = None) -> None:
+def add_setting_flag(g, key: str, listed: bool = False, dest: str | None = None, **words: str) -> None:
     """Add the flag of setting ``key`` to ``g`` (a parser or argument group) as its field defines it
     (:mod:`chatphase.settings.schema`): default ``None`` (= the configured value), ``dest`` the key unless
-    given; ``listed``: it takes a comma list, kept as text."""
+    given; ``listed``: it takes a comma list, kept as text; ``words`` fill the help's other ``{names}``."""
     f = BY_KEY[key]
     meta = f.metadata
     text = meta.get("help")
     if text is not None:
-        text = text.format(default=f.default, choices="|".join(meta.get("choices", ()))) + (_MANY if listed else "")
+        text = text.format(default=f.default, choices="|".join(meta.get("choices", ())), **words)
+        text += _MANY if listed else ""
     if "const" in meta:
         g.add_argument(*meta["flags"], dest=dest or key, action="store_const", const=meta["const"], help=text)
         return
@@ -45,12 +46,12 @@ def add_setting_flag(g, key: str, listed: bool = False, dest: str | None = None)
     g.add_argument(*meta["flags"], dest=dest or key, type=kind, choices=choices, metavar=meta.get("metavar"), help=text)
 
 
-def add_setting_flags(g, group: str, lists: tuple[str, ...] = ()) -> None:
+def add_setting_flags(g, group: str, lists: tuple[str, ...] = (), **words: str) -> None:
     """Add the flags of the settings in ``group`` (their :attr:`~chatphase.settings.schema.SettingField.cli_group`),
     in declaration order, to ``g``; the keys in ``lists`` take comma lists (:func:`add_setting_flag`)."""
     for f in FIELDS:
         if f.cli_group == group:
-            add_setting_flag(g, f.key, listed=f.key in lists)
+            add_setting_flag(g, f.key, listed=f.key in lists, **words)
             if f.key == "model":
                 g.add_argument(
                     "--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet"

@@ -12,7 +12,7 @@ import weakref
 
 from chatphase.commands.options import add_setting_flags
 from chatphase.engine.base import Engine
-from chatphase.engine.factory import check_remote_options, make_engine
+from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -20,7 +20,8 @@ from chatphase.settings.schema import Settings
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
     """Add the remote-server option group (all default to ``None`` = the configured value)."""
-    add_setting_flags(p.add_argument_group("remote server (instead of a local model)"), "server")
+    g = p.add_argument_group("remote server (instead of a local model)")
+    add_setting_flags(g, "server", default_api_key_env=DEFAULT_API_KEY_ENV)
 
 
 def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelInfo:

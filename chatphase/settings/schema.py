@@ -11,7 +11,8 @@ and everything else is derived from that field (:data:`FIELDS`): its key (the co
 ``[sampling]`` for the sampling ones; ``CHATPHASE_<KEY>`` in the environment), its type and default, and
 from its ``metadata``:
 
-- ``flags``, ``metavar``, ``help`` (``{default}`` and ``{choices}`` filled in), ``choices``; ``auto``: the
+- ``flags``, ``metavar``, ``help`` (``{default}``, ``{choices}`` and the names the flag's adder passes
+  filled in), ``choices``; ``auto``: the
   flag takes ``auto`` for "chatphase chooses"; ``const``: a switch flag that stores this value
   (``--no-kv-offload``); ``cli``: the flag's group where it is not the part's (``model``, ``sampling``,
   ``server``, ``chat``). The flags are built by :mod:`chatphase.commands.options`.
@@ -31,7 +32,6 @@ from typing import Any
 
 from chatphase.engine.config import TRI_STATE, EngineConfig, check_choices
 from chatphase.engine.events import SamplingParams
-from chatphase.engine.factory import DEFAULT_API_KEY_ENV
 from chatphase.errors import UsageError
 
 ENV_PREFIX = "CHATPHASE_"
@@ -86,7 +86,7 @@ class Settings:
     api_key_env: str | None = field(
         default=None,
         metadata={"flags": ("--api-key-env",), "metavar": "NAME", "cli": "server", "reload": "engine",
-                  "help": f"environment variable holding the server's API key (default: {DEFAULT_API_KEY_ENV} if set)"},
+                  "help": "environment variable holding the server's API key (default: {default_api_key_env} if set)"},
     )  # fmt: skip
     remote_model: str | None = field(
         default=None,
