@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from textual.app import App
+from typing_extensions import override
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener, Notice
@@ -92,10 +93,12 @@ class ChatView(ChatListener):
             await self._ops.pop(0)()
 
     # -- the engine --------------------------------------------------------------------------------
+    @override
     def engine_loading(self, model: ModelInfo) -> None:
         self.indicator.show_loading(model.name)
         self.app.sub_title = model.name
 
+    @override
     def engine_ready(self, loaded: LoadedModel) -> None:
         self._engine_threads(loaded.settings.get("n_threads"))
         self.panel.set_model(loaded)
@@ -123,6 +126,7 @@ class ChatView(ChatListener):
             self._timer.stop()
             self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick, pause=not running)
 
+    @override
     def engine_stopped(self, message: str) -> None:
         self._turn_over()
         self.indicator.failed(message, self.keys["engine.restart"])
@@ -132,6 +136,7 @@ class ChatView(ChatListener):
         self.app.notify(message, title="Engine stopped", severity="error")
 
     # -- a turn ------------------------------------------------------------------------------------
+    @override
     def turn_started(self, turn: Turn) -> None:
         if turn.kind != "regenerate":
             self.chat_log.add_user(turn.user)
@@ -144,12 +149,15 @@ class ChatView(ChatListener):
         self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn, synthetic=synthetic)
         self._timer.resume()
 
+    @override
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
         self.prefill.began(turn.number, event)  # drawn by the tick
 
+    @override
     def prefill_progress(self, turn: Turn, event: PrefillProgress) -> None:
         self.prefill.advanced(event)
 
+    @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._draw_prefill()
         self.prefill.clear()
@@ -162,6 +170,7 @@ class ChatView(ChatListener):
             reply.feed(event.text)
         self.thinking.feed(event.thinking)
 
+    @override
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         reply = self.chat_log.active_reply
         if reply is not None:
@@ -179,12 +188,14 @@ class ChatView(ChatListener):
         self.app.notify("draft tokens tinted" if log.tint_drafts else "draft tokens not tinted", timeout=2)
         return log.tint_drafts
 
+    @override
     def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
         self.thinking.ended(event)
         reply = self.chat_log.active_reply
         if reply is not None:
             reply.set_meta("decoding…", layout=False)
 
+    @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         self._turn_over()
         reply = self.chat_log.active_reply
@@ -197,6 +208,7 @@ class ChatView(ChatListener):
         if event.metrics.n_threads_decode is not None:  # the thread policy's choice: likely the next turn's too
             self._engine_threads(event.metrics.n_threads_decode)
 
+    @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         self._turn_over()
         self._remove_last(ReplyView)
@@ -205,6 +217,7 @@ class ChatView(ChatListener):
         if not self.prompt.text.strip():
             self.prompt.set_text(turn.user)
 
+    @override
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         self._turn_over()
         self.thinking.abandoned(turn)
@@ -227,6 +240,7 @@ class ChatView(ChatListener):
             self.prompt.cursor_blink, self._blink = self._blink, None
 
     # -- the conversation --------------------------------------------------------------------------
+    @override
     def history_rewound(self, removed: tuple[Message, ...]) -> None:
         for message in reversed(removed):
             self._remove_last(ReplyView if message.role == "assistant" else UserMessage)
@@ -236,6 +250,7 @@ class ChatView(ChatListener):
         if removal is not None:
             self._ops.append(lambda: removal)
 
+    @override
     def chat_cleared(self) -> None:
         self._turn_over()
         self._ops.append(self.chat_log.clear_log)
@@ -244,6 +259,7 @@ class ChatView(ChatListener):
         if self.chat.loaded is not None:
             self.indicator.show_ready(self.chat.loaded)
 
+    @override
     def history_restored(self, session: Session) -> None:
         log = self.chat_log
         shown = [t for t in session.turns if t.in_conversation]  # the others were taken back or failed
@@ -264,6 +280,7 @@ class ChatView(ChatListener):
         )
         self.app.sub_title = f"{self.chat.model_info.name} · {session.title}"
 
+    @override
     def notice(self, notice: Notice) -> None:
         if notice.kind in ("reuse", "dropped") and self.prefill.waiting:
             self._held_notices.append(notice)  # drawn with its prefill (none while the prefill is quiet)
