@@ -19,7 +19,7 @@ from chatphase.engine.events import TurnFinished
 
 #: each product listener -> its public methods that are its own API, not listener calls.
 OWN_METHODS = {
-    "chatphase.ui.chat_view.ChatView": {"settle", "tick", "toggle_draft_tint"},
+    "chatphase.ui.chat_view.ChatView": {"tick", "toggle_draft_tint"},
     "chatphase.chat.recording.SessionRecording": {"adopt", "session", "close"},
     "chatphase.commands.ask._Printer": {"emit_json"},
 }

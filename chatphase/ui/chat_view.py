@@ -15,7 +15,10 @@ A reasoning model's thinking streams into its own block above the reply, drawn b
 phase's figures while it lasts.
 
 Widget work that must be awaited (removing or finishing views) is queued by the listener methods and
-run in order by :meth:`ChatView.settle`, which the app awaits after every call into the controller.
+run by the view itself, in order, as the app's next callback (``App.call_next``): queued while the app
+handles a message (an engine event, a key), right after it, before the app handles another; queued from
+elsewhere (a screen's result), after the message the app handles then. So the app's entry points only
+call the controller.
 """
 
 from __future__ import annotations
@@ -82,15 +85,26 @@ class ChatView(ChatListener):
         self._ticks = 0
         #: when streamed text may be committed as Markdown (replaced per engine; tests may set their own)
         self.flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
-        self._ops: list[Callable[[], Awaitable[object]]] = []
+        self._ops: list[Callable[[], Awaitable[object]]] = []  # widget work to await, oldest first
+        self._running_ops = False
         self._held_notices: list[Notice] = []  # shown once the prefill they belong to is drawn
         self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
         self._timer = app.set_interval(1 / FLUSH_HZ, self.tick, pause=True)  # runs only while a turn does
 
-    async def settle(self) -> None:
-        """Run the queued widget work, in order."""
-        while self._ops:
-            await self._ops.pop(0)()
+    def _await(self, op: Callable[[], Awaitable[object]]) -> None:
+        """Queue ``op`` (widget work to await) behind the queued ones; the queue runs as the app's next
+        callback (see the module docstring)."""
+        self._ops.append(op)
+        if not self._running_ops:
+            self._running_ops = True
+            self.app.call_next(self._run_ops)
+
+    async def _run_ops(self) -> None:
+        try:
+            while self._ops:
+                await self._ops.pop(0)()
+        finally:
+            self._running_ops = False
 
     # -- the engine --------------------------------------------------------------------------------
     @override
@@ -201,7 +215,7 @@ class ChatView(ChatListener):
         reply = self.chat_log.active_reply
         self.thinking.finished(reply, event.thinking, event.metrics)
         if reply is not None:
-            self._ops.append(lambda: reply.finish(event.reply, event.metrics))
+            self._await(lambda: reply.finish(event.reply, event.metrics))
         self.indicator.finished(event.metrics)
         self.panel.turn_finished(turn.number, event.metrics)
         self.dashboard.turn_finished(turn.number, event.metrics)
@@ -230,7 +244,7 @@ class ChatView(ChatListener):
                 await reply.finish(turn.reply, None)
                 reply.set_meta(why)
 
-            self._ops.append(finish)
+            self._await(finish)
 
     def _turn_over(self) -> None:
         self._timer.pause()  # idle: no wake-ups (the turn's last text is drawn by its finish)
@@ -248,12 +262,13 @@ class ChatView(ChatListener):
     def _remove_last(self, cls: type) -> None:
         removal = self.chat_log.remove_last(cls)  # chosen now, before a new turn mounts its views
         if removal is not None:
-            self._ops.append(lambda: removal)
+            self._await(lambda: removal)
 
     @override
     def chat_cleared(self) -> None:
         self._turn_over()
-        self._ops.append(self.chat_log.clear_log)
+        removal = self.chat_log.clear_log()  # what is there now: a restored session's views come after
+        self._await(lambda: removal)
         self.panel.reset()
         self.dashboard.reset()
         if self.chat.loaded is not None:
