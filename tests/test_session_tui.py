@@ -56,7 +56,7 @@ async def test_turns_are_recorded_with_the_dashboards_metrics():
         assert [t.reply for t in s.turns] == [m.content for m in app.chat.conversation if m.role == "assistant"]
         assert [t.metrics for t in s.turns] == [app.dashboard.turns[1], app.dashboard.turns[2]]
         assert s.model_name == "SmolLM2 135M Instruct" and s.settings["n_ctx"] == 4096
-        await app.action_new_chat()
+        app.action_new_chat()
         await chat(pilot, app, "a new topic")
         assert len(list_sessions()) == 2 and load_session(app.recording.recorder.id).title == "a new topic"
 
@@ -190,9 +190,9 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await chat(pilot, app, "one", "two")
-        await app.action_regenerate()
+        app.action_regenerate()
         await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
-        await app.action_edit_last()
+        app.action_edit_last()
         await chat(pilot, app, "two, edited")
         conversation = list(app.chat.conversation)
         sid = app.recording.recorder.id

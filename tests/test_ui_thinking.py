@@ -185,7 +185,7 @@ async def test_the_panel_history_timeline_and_explanation_measure_the_thinking()
         assert "┅ thinking 5 tok" in timeline and "━ answer 4 tok" in timeline
         explain = str(app.query_one("#detail-explain").render())
         assert "thinking: 5 of 9 generated tokens (56%), 80 ms before the first answer token" in explain
-        await app.action_new_chat()
+        app.action_new_chat()
         await pilot.pause(0.1)
         assert not table.thinking and table.row_count == 0
 
