@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from typing_extensions import override
+
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener
 from chatphase.chat.turn import Turn
@@ -46,6 +48,7 @@ class SessionRecording(ChatListener):
         self._live: list[int] = []  # writer indices of the turns in the conversation, oldest first
 
     # -- what the chat tells us ---------------------------------------------------------------------
+    @override
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
         writer = self._writer()
         if len(self._live) > turn.position:  # the turns after this one's user message were taken back
@@ -54,12 +57,15 @@ class SessionRecording(ChatListener):
         self._turn_id = turn.turn_id
         self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling), turn))
 
+    @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._stream(turn)
 
+    @override
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         self._stream(turn)
 
+    @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if self._recording(turn):
             self.writer.finish_turn(
@@ -71,6 +77,7 @@ class SessionRecording(ChatListener):
             )
             self._turn_id = None
 
+    @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         if self._recording(turn):
             self.writer.finish_turn(turn.reply, None, error=message)
@@ -78,6 +85,7 @@ class SessionRecording(ChatListener):
             if self._live and self._live[-1] == self.writer.turns_recorded:
                 self._live.pop()  # its user message left the conversation
 
+    @override
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         """The chat keeps what streamed as the reply, so the session does too: a partial turn (no error)
         with the figures measured until its engine stopped (:meth:`Turn.metrics_so_far`), which a resume
@@ -92,9 +100,11 @@ class SessionRecording(ChatListener):
             )
             self._turn_id = None
 
+    @override
     def chat_cleared(self) -> None:
         self.close()  # the next turn starts a new session
 
+    @override
     def history_restored(self, session: Session) -> None:
         """Keep recording into the restored session's own file."""
         if self.writer is None or self.writer.path != Path(session.path):
