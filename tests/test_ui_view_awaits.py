@@ -7,12 +7,11 @@ resume from the sessions list, which no longer waits between the new chat's clea
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 
+from fake_engine import FakeEngine, fake_model_info
 from textual.widgets import DataTable
 from ui_support import idle, make_app, send, wait_for, wait_thread
 
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.prompt_input import PromptInput
@@ -82,7 +81,7 @@ async def test_a_model_switch_mid_reply_finishes_the_reply_before_the_next_key()
 
 async def test_settings_that_reload_the_model_mid_reply_finish_the_reply_before_the_next_key():
     def apply(app) -> None:
-        app.sessions.apply(SettingsChange(replace(app.chat.settings, n_ctx=2048), ("n_ctx",)))
+        app.sessions.apply(SettingsChange(app.chat.settings.with_overrides(n_ctx=2048), ("n_ctx",)))
 
     await replace_mid_reply(apply)
 
