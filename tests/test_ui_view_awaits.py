@@ -95,7 +95,7 @@ async def test_resuming_a_session_from_the_list_shows_only_that_sessions_turns()
         for text in ("first question", "second question"):
             await send(pilot, text)
             await wait_for(pilot, lambda: app.chat.conversation[-1].role == "assistant" and idle(app))
-        first = app.recording.recorder.id
+        first = app.recording.writer.id
         app.action_new_chat()
         await send(pilot, "another chat")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
@@ -105,7 +105,7 @@ async def test_resuming_a_session_from_the_list_shows_only_that_sessions_turns()
         await wait_for(pilot, lambda: table.row_count == 2)
         table.move_cursor(row=table.get_row_index(first))
         await pilot.press("enter")
-        await wait_for(pilot, lambda: not isinstance(app.screen, SessionsScreen) and app.recording.recorder.id == first)
+        await wait_for(pilot, lambda: not isinstance(app.screen, SessionsScreen) and app.recording.writer.id == first)
         await pilot.press("x")
         log = [type(w).__name__ for w in app.chat_log.children if not isinstance(w, Notice)]
         assert log == ["UserMessage", "ReplyView", "UserMessage", "ReplyView"]
