@@ -176,7 +176,7 @@ class BenchRun:
         return BenchResult(
             model=model,
             settings={
-                "engine": loaded.settings,
+                "engine": loaded.settings.to_dict(),
                 "plan": plan.to_dict(),
                 "notes": list(loaded.notes) + list(done.notes),
             },

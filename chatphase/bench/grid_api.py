@@ -343,7 +343,7 @@ class GridRun:
             cancelled=self._cancel.is_set(),
         )
         for point, cfg, got, lm in zip(self.points, configs, samples, loaded, strict=False):
-            info = self.info_of(point)
+            info, ls = self.info_of(point), lm.settings
             p = peaks.get(cfg.resolved()["n_threads"])
             weights = weight_bytes_per_token(info)
             for cell in aggregate([s for s in got if not s.warmup], plan.gen_tokens):
@@ -356,7 +356,7 @@ class GridRun:
                 result.cells.append(
                     GridCell(
                         point=point.label(),
-                        levers={**point.values, **{k: lm.settings.get(k) for k in ("flash_attn", "type_k", "type_v")}},
+                        levers={**point.values, "flash_attn": ls.flash_attn, "type_k": ls.type_k, "type_v": ls.type_v},
                         model=info.name,
                         synthetic=info.synthetic,
                         cell=cell,

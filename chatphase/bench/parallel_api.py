@@ -97,7 +97,7 @@ def parallel_result(
             ]
     return BenchResult(
         model={k: v for k, v in info.to_dict().items() if k != "attention"},
-        settings={"engine": loaded.settings, "plan": plan.to_dict(), "notes": [*loaded.notes, *done.notes]},
+        settings={"engine": loaded.settings.to_dict(), "plan": plan.to_dict(), "notes": [*loaded.notes, *done.notes]},
         system=system_facts(loaded),
         roofline=roofline,
         cancelled=done.cancelled,

@@ -54,12 +54,12 @@ def fit_plan_to_server(plan: ParallelPlan, loaded: LoadedModel) -> tuple[Paralle
         UsageError: when one stream does not fit a slot's context.
     """
     s = loaded.settings
-    slot_ctx, slots = s.get("n_ctx"), s.get("total_slots")
+    slot_ctx, slots = s.n_ctx, s.total_slots
     need = max(plan.prompt_lengths) + plan.gen_tokens + 1
     if slot_ctx and need > int(slot_ctx):
         raise UsageError(
             f"one stream needs {need:,} tokens (prompt + generated) but a slot of the server at "
-            f"{s.get('server', 'the server')} holds {int(slot_ctx):,} (its n_ctx per slot) — lower the lengths or "
+            f"{s.server or 'the server'} holds {int(slot_ctx):,} (its n_ctx per slot) — lower the lengths or "
             "give the server a larger context"
         )
     if not slots or max(plan.n_seqs) <= slots:
@@ -67,7 +67,7 @@ def fit_plan_to_server(plan: ParallelPlan, loaded: LoadedModel) -> tuple[Paralle
     allowed = tuple(n for n in plan.n_seqs if n <= slots)
     dropped = ", ".join(str(n) for n in plan.n_seqs if n > slots)
     note = (
-        f"the server at {s.get('server', 'the server')} has {slots} slot{'s' if slots != 1 else ''}: N = {dropped} "
+        f"the server at {s.server or 'the server'} has {slots} slot{'s' if slots != 1 else ''}: N = {dropped} "
         f"would wait for free slots, so only N = {', '.join(map(str, allowed))} run (start it with --parallel N)"
     )
     return replace(plan, n_seqs=allowed), (note,)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
@@ -107,7 +108,7 @@ class EngineConfig:
         prefill = "fixed" if (self.n_threads_batch or self.n_threads) is not None else "auto"
         return decode if decode == prefill else f"decode {decode}, prefill {prefill}"
 
-    def resolved(self) -> dict:
+    def resolved(self) -> dict[str, Any]:
         """The settings with automatic values resolved, as a plain dict; auto threads resolve to the
         usable cores (physical, within the affinity mask and cgroup quota), the count the context starts
         with (each turn then chooses its own)."""
@@ -130,6 +131,6 @@ class EngineConfig:
             "spec": self.spec,
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (unresolved: ``None`` means automatic)."""
         return asdict(self)

@@ -23,15 +23,21 @@ state is reset).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
 import llama_cpp as lc
 import numpy as np
 
+from chatphase.engine.base import CancelEvent
 from chatphase.engine.batching import BatchOutcome, BatchRequest
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.local.llama import LlamaEngine
+from chatphase.engine.local.llama_params import batch_positions
+from chatphase.engine.metrics import StopReason
+from chatphase.models.gguf_meta import ModelInfo
 
 
 class BatchedEngine(LlamaEngine):
@@ -40,9 +46,19 @@ class BatchedEngine(LlamaEngine):
     Args: as :class:`LlamaEngine`; ``config.n_seq_max`` bounds the sequences of one request.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._batch = None
+    _n_seq_max: int
+    _n_ctx_seq: int
+    _n_vocab: int
+
+    def __init__(
+        self,
+        info: ModelInfo,
+        config: EngineConfig,
+        cancel_event: CancelEvent | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(info, config, cancel_event, log_path)
+        self._batch: lc.llama_batch | None = None
 
     def _load(self) -> LoadedModel:
         loaded = super()._load()
@@ -103,7 +119,8 @@ class BatchedEngine(LlamaEngine):
     def _prefill(self, prompts: Sequence[Sequence[int]], run: _Run) -> bool:
         """All prompts in ``n_batch`` chunks; samples each sequence's first token after its chunk."""
         flat = [(tok, pos, j, pos == len(p) - 1) for j, p in enumerate(prompts) for pos, tok in enumerate(p)]
-        b, ctx = self._batch, self._ctx
+        b, ctx = self._loaded_batch(), self._ctx
+        positions = batch_positions(b)
         for start in range(0, len(flat), self._n_batch):
             if self._cancel.is_set():
                 run.stop = "cancelled"
@@ -111,7 +128,7 @@ class BatchedEngine(LlamaEngine):
             chunk = flat[start : start + self._n_batch]
             outputs = []
             for i, (tok, pos, seq, last) in enumerate(chunk):
-                b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, last
+                b.token[i], positions[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, last
                 if last:
                     outputs.append(seq)
             b.n_tokens = len(chunk)
@@ -132,8 +149,8 @@ class BatchedEngine(LlamaEngine):
 
     def _decode_steps(self, prompts: Sequence[Sequence[int]], run: _Run) -> None:
         """``run.steps`` steps; each one ``llama_decode`` of one token per sequence, then N samples."""
-        b, ctx, n = self._batch, self._ctx, run.n
-        token, pos = b.token, b.pos
+        b, ctx, n = self._loaded_batch(), self._ctx, run.n
+        token, pos = b.token, batch_positions(b)
         for j, p in enumerate(prompts):
             pos[j], b.n_seq_id[j], b.seq_id[j][0], b.logits[j] = len(p) - 1, 1, j, 1
         b.n_tokens = n
@@ -166,10 +183,16 @@ class BatchedEngine(LlamaEngine):
             for toks, tok in zip(run.tokens, last, strict=True):
                 toks.append(tok)
 
+    def _loaded_batch(self) -> lc.llama_batch:
+        if self._batch is None:  # run_batch checked the context: closed from another thread since
+            raise RuntimeError("the model is not loaded")
+        return self._batch
+
     def _argmax(self, rows: int) -> list[int]:
         """The greedy token of each of the last decode's ``rows`` outputs (in batch order)."""
         logits = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx), shape=(rows, self._n_vocab))
-        return logits.argmax(axis=1).tolist()
+        picked: list[int] = logits.argmax(axis=1).tolist()
+        return picked
 
 
 class _Run:
@@ -182,7 +205,8 @@ class _Run:
         self.step_end: list[int] = []
         self.batch_sizes: list[int] = []
         self.t_prefill_start = self.t_prefill_end = self.t_decode_start = 0
-        self.stop, self.error = "length", ""
+        self.stop: StopReason = "length"
+        self.error = ""
         self.cells = 0  # KV cells written: prompt tokens evaluated + one per sequence per step
 
     def fail(self, message: str) -> None:
@@ -202,7 +226,7 @@ class _Run:
             tokens=tuple(tuple(t) for t in self.tokens),
             texts=texts,
             kv_cache_tokens=self.cells,
-            kv_cache_bytes=self.cells * engine.loaded.kv_bytes_per_token,
+            kv_cache_bytes=self.cells * engine._kv_per_token,
             stop_reason=self.stop,
             error=self.error,
         )

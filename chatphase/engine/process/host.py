@@ -6,7 +6,8 @@ not draw over a Textual screen (the child points both at the engine log); and ca
 memory release become clean (the process ends, the OS takes its memory back).
 
 The child is started with the ``spawn`` method (the UI process has threads; ``fork`` would copy them
-half-way). Events come back over a ``multiprocessing`` pipe; per-token ``TokensDecoded`` events are
+half-way). The pipe carries typed messages: :data:`Command` (``RunTurn``, ``Close``) to the child,
+:data:`Reply` (the engine's events and ``TurnDone``) back; per-token ``TokensDecoded`` events are
 coalesced in the child for at most ``coalesce_ms`` so that the pipe carries a bounded message rate — the
 token timestamps are taken before coalescing, so no measured figure changes. Cancel travels on a second
 pipe (:mod:`chatphase.engine.process.cancel_pipe`), checked by the engine between prefill chunks and tokens:
@@ -18,13 +19,26 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import multiprocessing.connection
+import os
 import signal
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TypeAlias
 
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    FirstToken,
+    ModelLoaded,
+    PrefillStarted,
+    ThinkingEnded,
+    TokensDecoded,
+    TurnRequest,
+)
 from chatphase.engine.process.cancel_pipe import ALL, CancelFlag, CancelSender
 from chatphase.models.gguf_meta import ModelInfo
 
@@ -34,10 +48,29 @@ IDLE_TICK_S = 1.0
 
 
 @dataclass(frozen=True)
-class _TurnDone:
-    """Private end-of-turn marker on the pipe (never yielded to callers)."""
+class RunTurn:
+    """To the child: run ``request``; ``seq`` numbers the turn for cancel
+    (:class:`~chatphase.engine.process.cancel_pipe.CancelFlag`)."""
+
+    request: TurnRequest
+    seq: int
+
+
+@dataclass(frozen=True)
+class Close:
+    """To the child: close the engine and exit."""
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """From the child: turn ``turn_id`` has sent all its events (never yielded to callers)."""
 
     turn_id: int
+
+
+#: what the parent sends the child, and what the child sends back.
+Command: TypeAlias = "RunTurn | Close"
+Reply: TypeAlias = "Event | TurnDone"
 
 
 class _Batch:
@@ -71,15 +104,23 @@ class _Batch:
 
 def _spans(events: list[TokensDecoded]) -> tuple[tuple[int, int], ...]:
     """The events' ``drafted_spans``, as offsets into their joined text."""
-    out, base = [], 0
+    out: list[tuple[int, int]] = []
+    base = 0
     for e in events:
         out.extend((base + a, base + b) for a, b in e.drafted_spans)
         base += len(e.text)
     return tuple(out)
 
 
-def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
-    """Child process body: load, then serve ``("turn", TurnRequest, seq)`` / ``("close",)`` commands;
+def _child_main(
+    conn: Connection[Reply, Command],
+    cancel_conn: Connection[object, bytes],
+    info: ModelInfo,
+    config: EngineConfig,
+    log_path: str | os.PathLike[str] | None,
+    coalesce_ms: float,
+) -> None:
+    """Child process body: load, then serve :class:`RunTurn` commands until :class:`Close`;
     ``cancel_conn`` carries cancel requests (:class:`~chatphase.engine.process.cancel_pipe.CancelFlag`)."""
     from chatphase.engine.logfile import default_log_path, redirect_stdio
 
@@ -114,10 +155,10 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
                 command = conn.recv()
             except EOFError:
                 break
-            if command[0] == "close":
+            if isinstance(command, Close):
                 break
-            request: TurnRequest = command[1]
-            cancel.begin(command[2])
+            request = command.request
+            cancel.begin(command.seq)
             every_ns = int(request.events_every_ms * 1e6) if request.events_every_ms else coalesce_ns
             batch = _Batch()
             sent_ns = 0
@@ -132,10 +173,10 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
                     continue
                 if batch:
                     conn.send(batch.take())
-                if hasattr(event, "t_ns"):
+                if isinstance(event, (PrefillStarted, FirstToken, ThinkingEnded)):
                     sent_ns = event.t_ns
                 conn.send(event)
-            conn.send(_TurnDone(request.turn_id))
+            conn.send(TurnDone(request.turn_id))
         engine.close()
     except (BrokenPipeError, EOFError):
         pass  # the parent went away
@@ -147,14 +188,14 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
             pass
 
 
-def internal_error_message(exc: BaseException, log_path) -> str:
+def internal_error_message(exc: BaseException, log_path: str | os.PathLike[str]) -> str:
     """One line for an unexpected failure inside the engine: what happened and what to do, the Python
     details left to the engine log (where :func:`_child_main` printed the traceback)."""
     what = "ran out of memory" if isinstance(exc, MemoryError) else "stopped on an internal error"
     return f"the engine {what}; the conversation is kept — restart the engine (details in {log_path})"
 
 
-def stop_process(proc, conn, polite_s: float) -> None:
+def stop_process(proc: BaseProcess, conn: Connection[Command, Reply] | None, polite_s: float) -> None:
     """Wait ``polite_s`` seconds for a child process to end, then kill it; close its pipe end."""
     proc.join(polite_s)
     if proc.is_alive():
@@ -187,7 +228,9 @@ class EngineHost:
     ``EngineFailed(fatal=True)`` naming the signal; call :meth:`close` and build a new host to restart.
     """
 
-    def __init__(self, info: ModelInfo, config: EngineConfig, log_path: str | None = None, coalesce_ms: float = 25.0):
+    def __init__(
+        self, info: ModelInfo, config: EngineConfig, log_path: str | None = None, coalesce_ms: float = 25.0
+    ) -> None:
         self.info = info
         self.config = config
         self.log_path = log_path
@@ -195,8 +238,8 @@ class EngineHost:
         self._mp = mp.get_context("spawn")
         self._cancel: CancelSender | None = None
         self._seq = 0  # turns sent to this child, numbered for cancel
-        self._proc = None
-        self._conn = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection[Command, Reply] | None = None
         self._fresh = False  # started by start() and not loaded yet
 
     @property
@@ -212,13 +255,14 @@ class EngineHost:
         self.close()
         parent, child = self._mp.Pipe()
         cancel_in, cancel_out = self._mp.Pipe(duplex=False)
-        self._proc = self._mp.Process(
+        proc = self._mp.Process(
             target=_child_main,
             name="chatphase-engine",
             daemon=True,
             args=(child, cancel_in, self.info, self.config, self.log_path, self.coalesce_ms),
         )
-        self._proc.start()
+        proc.start()
+        self._proc = proc
         child.close()
         cancel_in.close()
         self._conn, self._cancel = parent, CancelSender(cancel_out)
@@ -230,6 +274,8 @@ class EngineHost:
         self.start()
         self._fresh = False
         for event in self._receive():
+            if isinstance(event, TurnDone):  # a fresh child has run no turn: cannot come, not for callers
+                continue
             yield event
             if isinstance(event, (ModelLoaded, EngineFailed)):
                 return
@@ -240,20 +286,20 @@ class EngineHost:
         A caller may stop reading early (e.g. at ``TurnFinished``); what is left of that turn is skipped
         here, by ``turn_id``, so give each turn its own id.
         """
-        if self._conn is None or not self._proc.is_alive():
+        if self._conn is None or self._proc is None or not self._proc.is_alive():
             yield EngineFailed("the engine is not running; restart it", request.turn_id, fatal=True)
             return
         self._seq += 1
         try:
-            self._conn.send(("turn", request, self._seq))
+            self._conn.send(RunTurn(request, self._seq))
         except (BrokenPipeError, OSError):
             yield self._death(request.turn_id)
             return
         for event in self._receive(request.turn_id):
-            turn_id = getattr(event, "turn_id", request.turn_id)
+            turn_id = request.turn_id if isinstance(event, ModelLoaded) else event.turn_id
             if turn_id != request.turn_id and not (isinstance(event, EngineFailed) and event.fatal):
                 continue  # the rest of an earlier turn whose caller stopped reading before its end
-            if isinstance(event, _TurnDone):
+            if isinstance(event, TurnDone):
                 return
             yield event
             if isinstance(event, EngineFailed) and event.fatal:
@@ -282,16 +328,23 @@ class EngineHost:
         self._fresh = False
         if proc is None:
             return
-        cancel.cancel(ALL)
+        if cancel is not None:
+            cancel.cancel(ALL)
         try:
-            conn.send(("close",))
+            if conn is not None:
+                conn.send(Close())
         except (BrokenPipeError, OSError):
             pass
         stop_process(proc, conn, polite_s=2.0)
-        cancel.close()
+        if cancel is not None:
+            cancel.close()
 
-    def _receive(self, turn_id: int | None = None) -> Iterator:
+    def _receive(self, turn_id: int | None = None) -> Iterator[Reply]:
+        """The child's messages as they come, then ``EngineFailed(fatal=True)`` once it has died."""
         conn, proc = self._conn, self._proc
+        if conn is None or proc is None:
+            yield self._death(turn_id)
+            return
         while True:
             try:
                 if conn.poll(0.1):

@@ -84,7 +84,7 @@ class PhaseIndicator(Horizontal):
 
     def show_ready(self, model: LoadedModel) -> None:
         """Idle with a loaded model."""
-        n_ctx = model.settings.get("n_ctx")
+        n_ctx = model.settings.n_ctx
         self._set("READY", "idle", f"{model.info.name} · n_ctx {fmt_int(n_ctx)} · load {fmt_ms(model.load_ms)}")
 
     def submitted(self) -> None:
