@@ -39,7 +39,7 @@ class SessionRecording(ChatListener):
         self.on_error = on_error
         self.in_memory = in_memory
         self.recorder: SessionRecorder | None = None
-        self._model_key: tuple | None = None
+        self._model_key: tuple[object, str] | None = None
         self._turn_id: int | None = None  # the turn being recorded
         self._live: list[int] = []  # recorder indices of the turns in the conversation, oldest first
 
@@ -59,8 +59,8 @@ class SessionRecording(ChatListener):
         self._observe(turn, event)
 
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
-        if self._recording(turn):
-            self.recorder.finish_turn(
+        if (recorder := self._recording(turn)) is not None:
+            recorder.finish_turn(
                 event.reply,
                 event.metrics,
                 error=turn.error,
@@ -70,18 +70,18 @@ class SessionRecording(ChatListener):
             self._turn_id = None
 
     def turn_failed(self, turn: Turn, message: str) -> None:
-        if self._recording(turn):
-            self.recorder.finish_turn(turn.reply, None, error=message)
+        if (recorder := self._recording(turn)) is not None:
+            recorder.finish_turn(turn.reply, None, error=message)
             self._turn_id = None
-            if self._live and self._live[-1] == self.recorder.turns_recorded:
+            if self._live and self._live[-1] == recorder.turns_recorded:
                 self._live.pop()  # its user message left the conversation
 
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         """The chat keeps what streamed as the reply, so the session does too: a partial turn (no error)
         with the figures measured until its engine stopped (:meth:`Turn.metrics_so_far`), which a resume
         continues with."""
-        if self._recording(turn):
-            self.recorder.finish_turn(
+        if (recorder := self._recording(turn)) is not None:
+            recorder.finish_turn(
                 turn.reply,
                 turn.metrics_so_far(),
                 thinking=turn.thinking,
@@ -131,6 +131,7 @@ class SessionRecording(ChatListener):
         elif self._model_key != key:
             self.recorder.set_model(self.chat.model_info.to_dict(), self.chat.settings.to_dict())
         self._model_key = key
+        assert self.recorder is not None  # made above when there was none
         return self.recorder
 
     def _use(self, recorder: SessionRecorder) -> None:
@@ -143,9 +144,10 @@ class SessionRecording(ChatListener):
         if self.on_error is not None:
             self.on_error(message)
 
-    def _recording(self, turn: Turn) -> bool:
-        return self.recorder is not None and turn.turn_id == self._turn_id
+    def _recording(self, turn: Turn) -> SessionRecorder | None:
+        """The recorder when it records ``turn``, else ``None``."""
+        return self.recorder if turn.turn_id == self._turn_id else None
 
-    def _observe(self, turn: Turn, event) -> None:
-        if self._recording(turn):
-            self.recorder.observe(event)
+    def _observe(self, turn: Turn, event: FirstToken | TokensDecoded) -> None:
+        if (recorder := self._recording(turn)) is not None:
+            recorder.observe(event)

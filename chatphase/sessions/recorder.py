@@ -8,10 +8,11 @@ seconds, so a killed process (SIGKILL) keeps the partial reply up to that point.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TextIO
 
-from chatphase.engine.events import EngineFailed, FirstToken, TokensDecoded, TurnFinished
+from chatphase.engine.events import EngineFailed, Event, FirstToken, TokensDecoded, TurnFinished
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.sessions.catalog import resolve_session_path
 from chatphase.sessions.store import (
@@ -61,13 +62,18 @@ class SessionRecorder:
     failed: str | None = None
 
     def __init__(
-        self, path: Path, session_id: str, header: dict | None, next_turn: int = 1, records: list[dict] | None = None
+        self,
+        path: Path,
+        session_id: str,
+        header: dict[str, Any] | None,
+        next_turn: int = 1,
+        records: list[dict[str, Any]] | None = None,
     ):
         self.path = path
         self.records = records  # in memory instead of the file when not None
         self.id = session_id
         self._header = header  # written lazily (None once on disk)
-        self._fh = None
+        self._fh: TextIO | None = None
         self._turn: int | None = None
         self._next_turn = next_turn
         self._buf: list[str] = []
@@ -79,7 +85,7 @@ class SessionRecorder:
 
     @classmethod
     def create(
-        cls, *, model: dict, settings: dict, title: str | None = None, directory: Path | None = None
+        cls, *, model: dict[str, Any], settings: dict[str, Any], title: str | None = None, directory: Path | None = None
     ) -> SessionRecorder:
         """A recorder for a new session (file created at the first turn)."""
         sid = new_session_id()
@@ -112,11 +118,13 @@ class SessionRecorder:
         return cls(path, session.id or path.stem, None, nxt)
 
     @classmethod
-    def in_memory(cls, *, model: dict, settings: dict, title: str | None = None) -> SessionRecorder:
+    def in_memory(cls, *, model: dict[str, Any], settings: dict[str, Any], title: str | None = None) -> SessionRecorder:
         """A recorder for a new session that is kept in memory (nothing touches the disk); its id starts
         with ``unsaved-``, so an export of it never passes for a saved session."""
         rec = cls.create(model=model, settings=settings, title=title)
-        rec.id = rec._header["id"] = f"unsaved-{rec.id}"
+        rec.id = f"unsaved-{rec.id}"
+        if rec._header is not None:  # a new session's header is not written yet
+            rec._header["id"] = rec.id
         rec.records = []
         return rec
 
@@ -142,7 +150,7 @@ class SessionRecorder:
         """How many turns this session holds (begun ones included, earlier runs' too when resumed)."""
         return self._next_turn - 1
 
-    def _emit(self, record: dict, *, sync: bool) -> None:
+    def _emit(self, record: dict[str, Any], *, sync: bool) -> None:
         """Append a record (opening the file and writing the header first if needed).
 
         Raises:
@@ -172,7 +180,7 @@ class SessionRecorder:
             self.failed = message
             self.on_error(message)
 
-    def begin_turn(self, user: str, sampling: dict | None = None) -> int:
+    def begin_turn(self, user: str, sampling: dict[str, Any] | None = None) -> int:
         """Record the user's message (and the ``sampling`` dict the turn is generated with) before
         generation starts; returns the turn's 1-based index. A turn still open is first ended as partial
         (interrupted)."""
@@ -251,7 +259,7 @@ class SessionRecorder:
         self._turn = None
         self._emit(rec, sync=True)
 
-    def observe(self, event) -> None:
+    def observe(self, event: Event) -> None:
         """Feed an engine event: text events stream; ``TurnFinished`` ends the turn with its metrics;
         a fatal ``EngineFailed`` ends it as failed keeping the text so far; a non-fatal one is kept
         for the turn's end (an engine may still send ``TurnFinished`` with the partial reply's metrics;
@@ -268,13 +276,13 @@ class SessionRecorder:
             else:
                 self._error = event.message
 
-    def replace_turns(self, indices) -> None:
+    def replace_turns(self, indices: Iterable[int]) -> None:
         """Mark turns as taken back (regenerated or edited): kept, but out of the resumed conversation."""
         indices = sorted(int(i) for i in indices)
         if indices:
             self._emit({"type": "replace", "turns": indices, "time": utc_now()}, sync=True)
 
-    def set_model(self, model: dict, settings: dict) -> None:
+    def set_model(self, model: dict[str, Any], settings: dict[str, Any]) -> None:
         """Record a model or settings change; later turns are attributed to the new model."""
         rec = {"type": "model", "model": model, "settings": settings, "time": utc_now()}
         if self._header is not None:
@@ -304,5 +312,5 @@ class SessionRecorder:
     def __enter__(self) -> SessionRecorder:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
