@@ -46,8 +46,8 @@ class GridCell:
     synthetic: bool
     cell: CellResult
     prediction: Prediction | None
-    kv_bytes_per_token: int
-    kv_capacity_bytes: int
+    kv_bytes_per_token: int | None
+    kv_capacity_bytes: int | None
     llama_kv_cache_bytes: int | None
     weight_bytes_per_token: int
 
@@ -272,7 +272,7 @@ class GridRun:
         """
         import psutil
 
-        weights = {i.path: i.size_bytes for i in self.infos.values()}
+        weights = {i.path: i.size_bytes or 0 for i in self.infos.values()}  # files: their size is known
         kv = 0
         for point in self.points:
             info, cfg = self.info_of(point), self.config_of(point)
@@ -348,11 +348,12 @@ class GridRun:
             weights = weight_bytes_per_token(info)
             for cell in aggregate([s for s in got if not s.warmup], plan.gen_tokens):
                 prediction = None
-                if p is not None and not lm.layers_offloaded:  # CPU peaks do not bound a GPU
+                n_params, per_token = info.n_params, lm.kv_bytes_per_token
+                if p is not None and not lm.layers_offloaded and n_params is not None and per_token is not None:
+                    # CPU peaks do not bound a GPU
                     prediction = predict(
-                        p, weight_bytes=weights, n_params=info.n_params, kv_bytes_per_token=lm.kv_bytes_per_token,
-                        cell=cell,
-                    )  # fmt: skip
+                        p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell
+                    )
                 result.cells.append(
                     GridCell(
                         point=point.label(),

@@ -27,6 +27,8 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
 from chatphase.bench.grid import GridPoint
@@ -138,8 +140,8 @@ class BenchJob:
         self.roofline, self.log_path = roofline, log_path
         self._mp = mp.get_context("spawn")
         self._cancel: CancelSender | None = None
-        self._proc = None
-        self._conn = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection[object, JobEvent] | None = None
 
     def _run_args(self) -> tuple[Callable, tuple]:
         """What the child builds its run with: a module-level function (picklable) and its arguments."""
@@ -155,13 +157,12 @@ class BenchJob:
         (also yielded when the child dies, naming its exit code). Blocking."""
         parent, child = self._mp.Pipe(duplex=False)
         cancel_in, cancel_out = self._mp.Pipe(duplex=False)
-        self._proc = self._mp.Process(
+        proc = self._proc = self._mp.Process(
             target=_child_main,
             name="chatphase-bench",
             daemon=True,
             args=(child, cancel_in, *self._run_args(), self.log_path),
         )
-        proc = self._proc
         self._cancel = CancelSender(cancel_out)
         proc.start()
         child.close()
@@ -195,9 +196,11 @@ class BenchJob:
         self._proc = self._conn = self._cancel = None
         if proc is None:
             return
-        cancel.cancel(ALL)
+        if cancel is not None:
+            cancel.cancel(ALL)
         stop_process(proc, conn, polite_s=3.0)
-        cancel.close()
+        if cancel is not None:
+            cancel.close()
 
 
 class GridJob(BenchJob):

@@ -45,6 +45,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
         bench.attach(engine=engine)
         loaded = load_engine(engine)
         notes: tuple[str, ...] = ()
+        runner: LocalBatches | RemoteStreams
         if local:
             runner = LocalBatches(engine)
         else:
@@ -81,13 +82,13 @@ def parallel_result(
     """The :class:`BenchResult` of a parallel sweep (its ``parallel`` cells, samples and roofline)."""
     info = loaded.info
     roofline: dict = {}
-    known = None not in (info.size_bytes, info.n_params, loaded.kv_bytes_per_token)
-    if peaks is not None and done.cells and known:
+    size, n_params, per_token = info.size_bytes, info.n_params, loaded.kv_bytes_per_token
+    if peaks is not None and done.cells and size is not None and n_params is not None and per_token is not None:
         roofline = build_parallel_roofline(
             peaks,
-            weight_bytes=info.size_bytes,
-            n_params=info.n_params,
-            kv_bytes_per_token=loaded.kv_bytes_per_token,
+            weight_bytes=size,
+            n_params=n_params,
+            kv_bytes_per_token=per_token,
             cells=done.cells,
         )
         if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU

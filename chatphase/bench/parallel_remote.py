@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -135,7 +135,8 @@ class RemoteStreams:
         t_submit, times, metrics, failed = 0, [], None, None
         if self._cancel.is_set():
             return _Stream(0, (), None, None)
-        with contextlib.closing(engine.run_turn(request)) as events:
+        events = engine.run_turn(request)
+        try:
             for event in events:
                 if self._cancel.is_set():  # also when cancel() came before this turn began
                     engine.cancel()
@@ -148,6 +149,9 @@ class RemoteStreams:
                     failed = failed or event.message
                 elif isinstance(event, TurnFinished):
                     metrics = event.metrics
+        finally:
+            if isinstance(events, Generator):  # end the stream now, not when the generator is collected
+                events.close()
         return _Stream(t_submit, tuple(times), metrics, failed)
 
 
@@ -156,9 +160,9 @@ def stream_sample(
 ) -> ParallelSample:
     """The accounting of one remote repetition (module docstring); unknown figures are ``None``."""
     done = [s for s in streams if s.metrics is not None and s.times_ns]
-    metrics = [s.metrics for s in done]
-    counts = [m.decode_tokens for m in metrics]
-    known = len(done) == len(streams) and None not in counts
+    metrics = [m for s in done if (m := s.metrics) is not None]
+    counts = [c for m in metrics if (c := m.decode_tokens) is not None]
+    known = len(done) == len(streams) and len(counts) == len(metrics)
     span_ns = max(s.times_ns[-1] for s in done) - min(s.times_ns[0] for s in done) if done else 0
     p50, p95, _ = gap_stats_ms([b - a for s in done for a, b in pairwise(s.times_ns)])
     first_ns = max((s.times_ns[0] for s in done), default=0)
@@ -183,4 +187,5 @@ def stream_sample(
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or None in values else sum(values) / len(values)
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known and len(known) == len(values) else None

@@ -22,6 +22,7 @@ measured rate stays below :data:`BINDING_PCT` % of its bound, the verdict says s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.results import CellResult
@@ -33,7 +34,13 @@ BINDING_PCT = 50.0
 
 def weight_bytes_per_token(info: ModelInfo) -> int:
     """Bytes of weights one token reads: ``info.size_bytes`` less ``info.embedding_bytes`` (an untied token
-    embedding, looked up one row at a time)."""
+    embedding, looked up one row at a time).
+
+    Raises:
+        ValueError: a served model whose server did not report its size.
+    """
+    if info.size_bytes is None:
+        raise ValueError(f"the size of {info.name} is not known")
     return info.size_bytes - info.embedding_bytes
 
 
@@ -94,7 +101,7 @@ def build_roofline(
     A cell decodes at :func:`cell_context_tokens`. The verdicts use the
     fastest measured cell of each phase (the one closest to its bound).
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in cells:
         context = cell_context_tokens(c)
         d_bound = decode_bound_tokens_per_s(peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from typing import Any
 
 from chatphase.engine.config import TRI_STATE
 from chatphase.models.kv import KV_TYPE_BYTES
@@ -181,6 +182,6 @@ def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -
 
         base = load_settings()
     overrides = {k: getattr(args, k) for k in _SETTING_KEYS if getattr(args, k, None) is not None}
-    autos = {k: None for k, v in overrides.items() if v == AUTO}  # auto beats a configured number
+    autos: dict[str, Any] = {k: None for k, v in overrides.items() if v == AUTO}  # auto beats a configured number
     settings = base.with_overrides(**{k: v for k, v in overrides.items() if k not in autos})
     return replace(settings, **autos).validate()

@@ -43,9 +43,9 @@ from chatphase.engine.events import SamplingParams
 from chatphase.errors import UsageError
 from chatphase.settings.schema import Settings
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+else:  # Python 3.10: the same parser as the tomli package
     import tomli as tomllib
 
 ENV_PREFIX = "CHATPHASE_"
@@ -206,7 +206,9 @@ def parse_config_text(text: str) -> dict:
     out: dict = {}
     if KEYS_TABLE in doc:
         out[KEYS_TABLE] = _keys_table(doc[KEYS_TABLE], text)
-    items = [(k, v, None) for k, v in doc.items() if k not in (SAMPLING_TABLE, KEYS_TABLE)]
+    items: list[tuple[str, typing.Any, str | None]] = [
+        (k, v, None) for k, v in doc.items() if k not in (SAMPLING_TABLE, KEYS_TABLE)
+    ]
     samp = doc.get(SAMPLING_TABLE, {})
     if not isinstance(samp, dict):
         raise ConfigProblem("must be a table ([sampling])", SAMPLING_TABLE, key_line(text, SAMPLING_TABLE))

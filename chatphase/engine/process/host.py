@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
@@ -195,7 +195,7 @@ def internal_error_message(exc: BaseException, log_path: str | os.PathLike[str])
     return f"the engine {what}; the conversation is kept — restart the engine (details in {log_path})"
 
 
-def stop_process(proc: BaseProcess, conn: Connection[Command, Reply] | None, polite_s: float) -> None:
+def stop_process(proc: BaseProcess, conn: Connection[Any, Any] | None, polite_s: float) -> None:
     """Wait ``polite_s`` seconds for a child process to end, then kill it; close its pipe end."""
     proc.join(polite_s)
     if proc.is_alive():

@@ -60,8 +60,8 @@ class PhasePanel(VerticalScroll):
         self.model: LoadedModel | None = None
         self.turn_id: int | None = None
         self.figures: dict[str, str] = {}
-        self._kv_base_tokens = 0
-        self._kv_prefilled = 0
+        self._kv_base_tokens: int | None = 0  # None: a server that does not report its cache
+        self._kv_prefilled: int | None = 0
         self._threads: str | None = None  # the last turn's threads and why
 
     def compose(self) -> ComposeResult:
@@ -91,6 +91,8 @@ class PhasePanel(VerticalScroll):
 
     def _render_model(self) -> None:
         model = self.model
+        if model is None:
+            return
         info, s = model.info, model.settings
         policy = s.threads_policy
         engine = f"n_ctx {fmt_int(s.n_ctx)} · load {fmt_ms(model.load_ms)}"
@@ -203,7 +205,8 @@ class PhasePanel(VerticalScroll):
             self._kv.update(text, layout=layout)
             return
         per_token = self.model.kv_bytes_per_token
-        cells = self.model.kv_capacity_bytes // per_token if per_token else KV_CELL_PAD
+        capacity = self.model.kv_capacity_bytes
+        cells = capacity // per_token if capacity is not None else KV_CELL_PAD
         n_ctx = self.model.settings.n_ctx or cells
         used_bytes = tokens * per_token if used_bytes is None else used_bytes
         self._gauge.update(total=n_ctx, progress=min(tokens, n_ctx))
