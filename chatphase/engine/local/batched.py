@@ -23,21 +23,17 @@ state is reset).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
 import llama_cpp as lc
 import numpy as np
 
-from chatphase.engine.base import CancelEvent
 from chatphase.engine.batching import BatchOutcome, BatchRequest
-from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.local.llama import LlamaEngine
 from chatphase.engine.local.llama_params import batch_positions
 from chatphase.engine.metrics import StopReason
-from chatphase.models.gguf_meta import ModelInfo
 
 
 class BatchedEngine(LlamaEngine):
@@ -46,25 +42,13 @@ class BatchedEngine(LlamaEngine):
     Args: as :class:`LlamaEngine`; ``config.n_seq_max`` bounds the sequences of one request.
     """
 
-    _n_seq_max: int
-    _n_ctx_seq: int
-    _n_vocab: int
-
-    def __init__(
-        self,
-        info: ModelInfo,
-        config: EngineConfig,
-        cancel_event: CancelEvent | None = None,
-        log_path: str | os.PathLike[str] | None = None,
-    ) -> None:
-        super().__init__(info, config, cancel_event, log_path)
-        self._batch: lc.llama_batch | None = None
+    _batch: lc.llama_batch | None = None  # while loaded
 
     def _load(self) -> LoadedModel:
         loaded = super()._load()
-        self._n_seq_max = lc.llama_n_seq_max(self._ctx)
-        self._n_ctx_seq = lc.llama_n_ctx_seq(self._ctx)
-        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab.ptr)
+        self._n_seq_max: int = lc.llama_n_seq_max(self._ctx)
+        self._n_ctx_seq: int = lc.llama_n_ctx_seq(self._ctx)
+        self._n_vocab: int = lc.llama_vocab_n_tokens(self._vocab.ptr)
         self._batch = lc.llama_batch_init(max(self._n_batch, self._n_seq_max), 0, 1)
         return loaded
 
