@@ -39,7 +39,7 @@ class ModelShape:
     rms_eps: float
     published_params: int
     params_source: str
-    extra: dict[str, Any] = field(default_factory=dict[str, Any])
+    extra: dict[str, Any] = field(default_factory=dict)
     listed: bool = True
 
     @property

@@ -118,7 +118,7 @@ class Turn:
     model: str = ""
     replaced: bool = False
     thinking: str = ""
-    sampling: dict[str, Any] = field(default_factory=dict[str, Any])
+    sampling: dict[str, Any] = field(default_factory=dict)
     thinking_budget_reached: bool = False
 
     @property

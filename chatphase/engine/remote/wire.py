@@ -90,7 +90,7 @@ class ServerReport:
     progress: dict[str, Any] | None = None
     finish_reason: str | None = None
     model: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict[str, Any])
+    extras: dict[str, Any] = field(default_factory=dict)
     tokenized_completion_tokens: int | None = None
     reasoning_tokens: int | None = None
     counts_stop_token: bool = False
