@@ -263,7 +263,7 @@ def condition_table(cond: str, arms: list[Arm], loads: list[str], args) -> tuple
 
 
 def targets(summary: dict, arms: list[Arm], args) -> list[str]:
-    """The issue's targets, each with PASS/FAIL (or why it was not checked)."""
+    """The module docstring's targets, each with PASS/FAIL (or why it was not checked)."""
     out = ["| target | measured | result |", "|---|---|---|"]
 
     def row(name: str, value: float | None, limit: float, ok: bool | None) -> None:

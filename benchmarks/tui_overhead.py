@@ -30,7 +30,7 @@ Figures:
   the UI's lag (handler time − token time, p95) and its CPU per token in each quarter: a UI that re-renders
   the whole reply per update would fall behind, spend more per token, or slow the engine as the reply grows.
 
-Targets (issue 3): the TUI costs ≤ 3 % of decode tokens/s and ≤ 5 ms of TTFT; the long reply's last
+Targets: the TUI costs ≤ 3 % of decode tokens/s and ≤ 5 ms of TTFT; the long reply's last
 quarter decodes at ≥ 97 % of the first quarter's rate in the TUI arm relative to the engine arm.
 
 Run: ``python benchmarks/tui_overhead.py`` (``--help`` for options; ``--quick`` for a smoke run).

@@ -5,7 +5,7 @@ sends ``--turns`` short messages as a user would, one after the other; after eac
 ``gc.collect()``) it records
 
 - ``rss``: the UI process's resident set (psutil); the engine runs in another process (``--real``) or is
-  scripted (the default: a :class:`~chatphase.engine.fake.FakeEngine` whose replies are a few lines of
+  scripted (the default: the tests' ``FakeEngine`` (``tests/fake_engine.py``) whose replies are a few lines of
   Markdown, as a 40-token reply of the default model is), so this is the UI's alone;
 - ``traced``: the Python memory tracemalloc traces, in a second run of its own (tracing slows the app
   and adds to its RSS), with the allocation sites that grew most between turn 10 and the last.
@@ -35,6 +35,9 @@ import sys
 import tempfile
 import time
 import tracemalloc
+
+#: the scripted engine is the tests' (tests/fake_engine.py): the product has no use for one
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 #: the scripted reply: about 40 tokens of Markdown (a sentence, bold text, a two-item list).
 REPLY = (
@@ -66,7 +69,7 @@ def _app(real: bool, max_tokens: int):
         settings = Settings(sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0))
         info = model_info_for(settings, pull=False, warn=lambda _line: None)
         return ChatPhaseApp(settings, info, lambda i, current: engine_for(current, i), save_sessions=False)
-    from chatphase.engine.fake import FakeEngine, fake_model_info
+    from fake_engine import FakeEngine, fake_model_info
 
     settings = Settings(n_ctx=65536)  # the whole chat fits: no turn drops old messages
     return ChatPhaseApp(

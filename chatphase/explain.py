@@ -13,7 +13,8 @@ The reasoning is the roofline of ``docs/metrics.md``:
 - thinking (reasoning models): the thinking block is decode whose tokens the user waits through before the
   answer; we report its share of the generated tokens and how long the first answer token waited for it.
 
-Weight bytes are the GGUF file size (weights dominate it; metadata and vocabulary are a small part).
+The bytes and FLOPs are the roofline's (:mod:`chatphase.models.roofline`): weight bytes are what one token
+reads (:func:`~chatphase.models.roofline.weight_bytes_per_token`), the KV bytes the cache after the turn.
 Sizes use binary units (MiB, GiB) through :func:`chatphase.units.fmt_bytes`, as llama.cpp's log and the
 rest of the app do.
 """
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.units import fmt_bytes, fmt_seconds
+from chatphase.models.roofline import decode_bound_tokens_per_s, step_bytes, step_flops, weight_bytes_per_token
+from chatphase.units import fmt_bytes, fmt_params, fmt_seconds
 
 #: reference DRAM bandwidth of a CPU, bytes/s: DDR4-3200 dual channel, 2 × 25.6 GB/s theoretical peak.
 CPU_REFERENCE_BANDWIDTH = 51.2e9
@@ -32,15 +34,6 @@ GPU_REFERENCE_BANDWIDTH = 450e9
 OVERHEAD_FRACTION = 0.25
 #: prefills of fewer new tokens than this are too short to be compute bound (fixed per-call costs dominate).
 SMALL_PREFILL_TOKENS = 16
-
-
-def format_count(n: float) -> str:
-    """Human count: ``950``, ``135 M``, ``1.2 B`` (parameters, FLOPs)."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
-            v = n / scale
-            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
-    return f"{n:.0f}"
 
 
 def _gpu_offloaded(model: LoadedModel) -> bool:
@@ -54,23 +47,24 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
     token (sampling, Python, thread sync) dominates``.
 
     Args:
-        model: the loaded model (weight bytes = ``model.info.size_bytes``; GPU offload decides the
-            default reference bandwidth).
-        metrics: the turn (``decode_tokens_per_s``, ``kv_cache_bytes`` after the turn).
+        model: the loaded model (weight bytes :func:`~chatphase.models.roofline.weight_bytes_per_token`, KV
+            bytes per token; GPU offload decides the default reference bandwidth).
+        metrics: the turn (``decode_tokens_per_s``; ``kv_cache_tokens`` and ``kv_cache_bytes`` after the turn).
         reference_bandwidth: bytes/s to compare against; default :data:`CPU_REFERENCE_BANDWIDTH`, or
             :data:`GPU_REFERENCE_BANDWIDTH` when all layers are offloaded.
     """
     tps = metrics.decode_tokens_per_s
     if tps is None or tps <= 0:
         return f"decode: {metrics.decode_tokens} token(s) — too few to measure a decode rate"
-    weights = model.info.size_bytes
+    weights = weight_bytes_per_token(model.info)
     kv = metrics.kv_cache_bytes
-    if weights is None or kv is None:  # a remote server that reports neither weight nor KV bytes
+    per_kv, tokens = model.kv_bytes_per_token, metrics.kv_cache_tokens
+    if weights is None or kv is None or per_kv is None or tokens is None:  # a remote server: neither is reported
         return f"decode: {tps:.1f} tok/s — weight and KV bytes not reported by the server, no roofline"
-    per_token = weights + kv
+    per_token = step_bytes(weights, per_kv, tokens)  # = weights + kv
     ref = reference_bandwidth or (GPU_REFERENCE_BANDWIDTH if _gpu_offloaded(model) else CPU_REFERENCE_BANDWIDTH)
     effective = tps * per_token
-    roofline_tps = ref / per_token
+    roofline_tps = decode_bound_tokens_per_s(ref, weights, per_kv, tokens)
     reads = f"each token re-reads {fmt_bytes(weights)} of weights + {fmt_bytes(kv)} of KV"
     if effective < OVERHEAD_FRACTION * ref:
         return (
@@ -85,7 +79,7 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
 
 
 def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
-    """The prefill line, e.g. ``prefill: compute bound — each prompt token costs 2 × 135 M params = 0.27
+    """The prefill line, e.g. ``prefill: compute bound — each prompt token costs 2 × 135M params = 0.27
     GFLOP; 512 tok at 300 tok/s = 81 GFLOP/s, 6.2× the decode rate (a batch reads the weights once)``.
 
     Uses ``model.info.n_params``; ``metrics.prefill_tokens``, ``prefill_ms``, ``prefill_tokens_per_s``,
@@ -105,13 +99,13 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
         )
     if not model.info.n_params:
         return f"prefill: {metrics.prefill_tokens} tok at {tps:.0f} tok/s (parameter count not reported){cached_note}"
-    flops_per_token = 2 * model.info.n_params
+    flops_per_token = step_flops(model.info.n_params)
     effective = tps * flops_per_token
     speedup = ""
     if metrics.decode_tokens_per_s:
         speedup = f", {tps / metrics.decode_tokens_per_s:.1f}× the decode rate (a batch reads the weights once)"
     return (
-        f"prefill: compute bound — each prompt token costs 2 × {format_count(model.info.n_params)} params = "
+        f"prefill: compute bound — each prompt token costs 2 × {fmt_params(model.info.n_params)} params = "
         f"{flops_per_token / 1e9:.2g} GFLOP; {metrics.prefill_tokens} tok at {tps:.0f} tok/s = "
         f"{effective / 1e9:.0f} GFLOP/s{speedup}{cached_note}"
     )

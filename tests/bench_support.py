@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fake_engine import fake_model_info
+
 from chatphase.engine.events import (
     EngineFailed,
     FirstToken,
@@ -15,7 +17,6 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.fake import fake_model_info
 from chatphase.engine.metrics import compute_turn_metrics
 
 MS = 1_000_000

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fake_engine import FakeEngine, fake_model_info
+
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import EngineJob
 from chatphase.chat.listener import ChatListener
 from chatphase.engine.events import Event
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.settings.schema import Settings
 
 

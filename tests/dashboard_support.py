@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from fake_engine import fake_model_info
 from textual.app import App, ComposeResult
 
 from chatphase.engine.events import LoadedModel, LoadedSettings
-from chatphase.engine.fake import fake_model_info
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from fake_engine import fake_model_info
 
 from chatphase.bench.grid import GridPoint, LeverGrid, parse_lever, predict, ratio
 from chatphase.bench.grid_api import GridDone, GridRun
@@ -15,7 +16,6 @@ from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.cli import main
 from chatphase.commands.bench_grid import split_levers
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.fake import fake_model_info
 from chatphase.errors import UsageError
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
 from tests.test_bench_results import make_cell

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from fake_engine import fake_model_info
 
 from chatphase.bench.api import BenchDone, BenchRun
 from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
@@ -18,7 +19,6 @@ from chatphase.bench.runner import SweepProgress
 from chatphase.bench.stats import summarize
 from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.fake import fake_model_info
 from chatphase.errors import EngineError, UsageError
 from tests.bench_support import MS, CharTokenizer, ScriptedBatchEngine
 

@@ -11,13 +11,13 @@ import threading
 import time
 
 import pytest
+from fake_engine import fake_model_info
 from remote_support import SlotServer
 
 from chatphase.bench.api import BenchDone, BenchNotice, BenchRun
 from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.fake import fake_model_info
 from chatphase.engine.remote.engine import RemoteEngine
 from chatphase.errors import UsageError
 from tests.bench_support import CharTokenizer

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_engine import fake_model_info
 
 from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.results import BenchResult
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.fake import fake_model_info
 from chatphase.errors import EngineError, UsageError
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
 

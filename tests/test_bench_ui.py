@@ -10,6 +10,7 @@ import sys
 import threading
 
 import pytest
+from fake_engine import fake_model_info
 from rich.text import Text
 from textual.app import App
 from textual.widgets import DataTable, Input, ProgressBar, Static
@@ -21,7 +22,6 @@ from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.runner import SweepProgress
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.fake import fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot, y_axis
 from chatphase.ui.experiments.screen import ExperimentsScreen

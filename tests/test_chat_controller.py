@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 from chat_support import StepDispatcher, make_chat
+from fake_engine import fake_model_info
 
 from chatphase.chat.controller import NotNow
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.engine.events import FirstToken, Message, PrefillProgress, TokensDecoded
-from chatphase.engine.fake import fake_model_info
 from chatphase.settings.schema import Settings
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_engine import fake_model_info
 from textual.app import App
 from textual.widgets import DataTable, Input, Select, SelectionList, Static
 from ui_support import GatedJob, wait_for
@@ -15,7 +16,6 @@ from chatphase.bench.grid_api import GridProgress, GridRun
 from chatphase.bench.job import GridJob
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import PromptBuilder
-from chatphase.engine.fake import fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.levers import LeverPlot, LeversPane
 from chatphase.ui.experiments.screen import ExperimentsScreen

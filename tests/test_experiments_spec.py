@@ -8,6 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from fake_engine import fake_model_info
 from textual.app import App
 from textual.widgets import DataTable, Input, Static
 from ui_support import GatedJob, wait_for
@@ -15,7 +16,6 @@ from ui_support import GatedJob, wait_for
 from chatphase.bench.spec import PROMPTS, collect, format_rows, summary_rows
 from chatphase.bench.spec_api import SpecProgress, SpecRun
 from chatphase.engine.events import ModelLoaded, TurnFinished
-from chatphase.engine.fake import fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.screen import ExperimentsScreen
 from chatphase.ui.experiments.spec import VerifyCostPlot

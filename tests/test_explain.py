@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from dashboard_support import TURNS, loaded_model, scripted_turn
+from dashboard_support import INFO, TURNS, loaded_model, scripted_turn
 
 from chatphase.explain import (
     CPU_REFERENCE_BANDWIDTH,
@@ -11,14 +13,9 @@ from chatphase.explain import (
     explain_prefill,
     explain_thinking,
     explain_turn,
-    format_count,
 )
+from chatphase.models.roofline import weight_bytes_per_token
 from chatphase.units import fmt_bytes
-
-
-@pytest.mark.parametrize("n, text", [(950, "950"), (134_515_008, "135 M"), (1_240_000_000, "1.2 B")])
-def test_format_count(n, text):
-    assert format_count(n) == text
 
 
 def test_decode_tiny_model_on_cpu_is_overhead_bound():
@@ -30,6 +27,13 @@ def test_decode_tiny_model_on_cpu_is_overhead_bound():
     assert f"{m.decode_tokens_per_s:.1f} tok/s moves only {fmt_bytes(effective)}/s" in line
     assert fmt_bytes(effective) == "4.6 GiB"
     assert "~47.7 GiB/s memory bandwidth" in line  # 51.2e9 B/s
+
+
+def test_decode_counts_the_weight_bytes_the_roofline_does():
+    """An untied token embedding is read one row a token: the line counts what the bench's roofline counts."""
+    model = replace(loaded_model(), info=replace(INFO, embedding_bytes=10_000_000))
+    assert weight_bytes_per_token(model.info) == 88_000_000
+    assert "re-reads 83.9 MiB of weights" in explain_decode(model, TURNS[2])  # 98e6 - 10e6 B
 
 
 def test_decode_fast_enough_is_bandwidth_bound_with_roofline():
@@ -56,7 +60,7 @@ def test_prefill_compute_bound_line_with_cache_and_batch_speedup():
     m = TURNS[2]  # 71 new tokens at 320 tok/s, 409 of 480 cached, decode 44.4 tok/s
     line = explain_prefill(loaded_model(), m)
     assert line.startswith("prefill: compute bound")
-    assert "2 × 135 M params = 0.27 GFLOP" in line
+    assert "2 × 135M params = 0.27 GFLOP" in line
     assert "71 tok at 320 tok/s" in line
     assert f"= {m.prefill_tokens_per_s * 2 * 134_515_008 / 1e9:.0f} GFLOP/s" in line
     assert f"{m.prefill_tokens_per_s / m.decode_tokens_per_s:.1f}× the decode rate" in line

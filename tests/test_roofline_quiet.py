@@ -11,6 +11,7 @@ import time
 
 import pytest
 from bench_support import CharTokenizer, ScriptedTokenEngine
+from fake_engine import fake_model_info
 
 from chatphase.bench.api import BenchRun, BenchStatus
 from chatphase.bench.peaks import measure_peaks
@@ -18,7 +19,6 @@ from chatphase.bench.prompts import PromptBuilder
 from chatphase.bench.runner import SweepPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
-from chatphase.engine.fake import fake_model_info
 from chatphase.system.engine_registry import busy_engines, engine_cpu_s, register, running_engines, unregister
 
 TINY = dict(array_bytes=2**20, matmul_n=32, max_s=0.05)

@@ -4,11 +4,11 @@ settings screen. Screenshots of the three screens are saved under ``screenshots/
 
 from __future__ import annotations
 
+from fake_engine import FakeEngine, fake_model_info
 from textual.widgets import DataTable, Input, Select
 from ui_support import idle, notifications, record_notifications, send, shot, wait_for
 
 from chatphase.chat.controller import COLD_PREFILL_NOTE
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import list_sessions, load_session
 from chatphase.sessions.export import rows_from_csv
 from chatphase.sessions.recorder import SessionRecorder

@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 
+from chatphase.bench.spec import verify_cost
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed,
@@ -138,6 +139,24 @@ def test_live_figures_and_drafted_spans(engines):
     spans = [e for e in tokens if e.drafted_spans]
     assert spans and all(e.drafted_spans == ((0, len(e.text)),) for e in spans)
     assert len(spans) <= fin.metrics.spec_accepted
+
+
+def test_verify_steps_are_timed_and_leave_the_cache_empty(engines):
+    """The verify-cost sweep's steps (``bench --spec``): k tokens after a context, timed, gone from the KV cache
+    after; the next turn, reusing nothing, writes the reply it wrote before."""
+    engine = engines["off"]
+    _events, before = turn(engine, PROMPTS[3])
+    tokens = engine.tokenize(CODE)
+    ms = engine.time_verify_steps(tokens[:64], [tokens[64:65], tokens[64:68], tokens[64:65]])
+    assert len(ms) == 3 and all(t > 0 for t in ms) and engine.cached_tokens == []
+    sp = SamplingParams(max_tokens=40, temperature=0)
+    after = list(engine.run_turn(TurnRequest(2, (Message("user", PROMPTS[3]),), sp)))[-1]
+    assert isinstance(after, TurnFinished) and after.reply == before.reply and after.metrics.cached_tokens == 0
+
+
+def test_verify_cost_medians_per_k(default_model_info):
+    costs = verify_cost(default_model_info, EngineConfig(n_ctx=512), depth=32, ks=(1, 4), reps=2)
+    assert list(costs) == [1, 4] and all(ms > 0 for ms in costs.values())
 
 
 def test_a_stop_string_inside_a_verified_batch(default_model_info, tmp_path):

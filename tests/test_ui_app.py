@@ -4,12 +4,12 @@ Esc, failures, restart, model switch, and every user action."""
 from __future__ import annotations
 
 import pytest
+from fake_engine import fake_model_info
 from textual import events
 from textual.widgets import Label, Log, ProgressBar
 from textual.widgets._toast import Toast
 from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
-from chatphase.engine.fake import fake_model_info
 from chatphase.settings.schema import Settings
 from chatphase.ui.actions import ACTIONS
 from chatphase.ui.phases.panel import PhasePanel
@@ -384,7 +384,8 @@ async def test_keys_remapped_in_the_config_are_applied_and_shown():
         assert app.dashboard.turns[1].stop_reason == "cancelled"
         await pilot.press("f1")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
-        assert app.screen.keys["chat.stop"] == "Ctrl+S" and app.screen.keys["chat.new"] == "Ctrl+N"
+        shown = {action: keys for keys, _title, action, _help in app.screen.rows}
+        assert shown["chat.stop"] == "Ctrl+S" and shown["chat.new"] == "Ctrl+N"
         titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert titles["Chat: Stop"].endswith("(Ctrl+S)")
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 
 import threading
 
+from fake_engine import (
+    FakeEngine,
+    FakeTiming,
+    fake_model_info,
+    split_reply,
+    template_tokens,
+)
+
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
     EngineFailed,
@@ -17,13 +25,6 @@ from chatphase.engine.events import (
     TokensDecoded,
     TurnFinished,
     TurnRequest,
-)
-from chatphase.engine.fake import (
-    FakeEngine,
-    FakeTiming,
-    fake_model_info,
-    split_reply,
-    template_tokens,
 )
 from chatphase.models.kv import kv_capacity_bytes
 

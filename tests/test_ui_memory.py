@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import gc
 
+from fake_engine import FakeEngine, fake_model_info
 from textual.geometry import Region
 from textual.widget import Widget
 from thinking_support import CASES
 from ui_support import idle, make_app, send, wait_for
 
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import load_session
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp

@@ -6,12 +6,12 @@ on an unhandled exception exits non-zero."""
 from __future__ import annotations
 
 import pytest
+from fake_engine import FakeEngine, fake_model_info
 from textual.app import App
 from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.cli import main
 from chatphase.commands import chat as chat_command
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.prompt_input import PromptInput
 

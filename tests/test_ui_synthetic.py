@@ -4,11 +4,11 @@ label and the model panel says so; a real model's replies carry no label."""
 from __future__ import annotations
 
 import pytest
+from fake_engine import FakeEngine, fake_model_info
 from textual.geometry import Region
 from textual.widgets import Static
 from ui_support import idle, send, wait_for
 
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp

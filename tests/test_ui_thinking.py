@@ -5,13 +5,13 @@ the phase line, the side panel and the dashboard measure it — for every marker
 from __future__ import annotations
 
 import pytest
+from fake_engine import FakeEngine, fake_model_info
 from textual.geometry import Region
 from textual.widgets import Collapsible, Label
 from thinking_support import CASES, THINK
 from ui_support import idle, make_app, notifications, send, wait_for, wait_thread
 
 from chatphase.engine.events import SamplingParams
-from chatphase.engine.fake import FakeEngine, fake_model_info
 from chatphase.sessions.catalog import load_session
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp

@@ -7,7 +7,8 @@ import threading
 import weakref
 from pathlib import Path
 
-from chatphase.engine.fake import FakeEngine, fake_model_info
+from fake_engine import FakeEngine, fake_model_info
+
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 

@@ -21,12 +21,13 @@ from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
-from chatphase.bench.roofline import build_roofline, weight_bytes_per_token
+from chatphase.bench.roofline import build_roofline
 from chatphase.bench.runner import Sweep, SweepDone, SweepPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.roofline import weight_bytes_per_token
 
 __all__ = ["BenchDone", "BenchEvent", "BenchNotice", "BenchRun", "BenchStatus", "system_facts"]
 
@@ -156,12 +157,22 @@ class BenchRun:
 
     def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
         counted = [s for s in done.samples if not s.warmup]
-        kv_per_token, n_params = loaded.kv_bytes_per_token, self.info.n_params
+        kv_per_token, n_params, weights = (
+            loaded.kv_bytes_per_token,
+            self.info.n_params,
+            weight_bytes_per_token(self.info),
+        )
         roofline = {}
-        if peaks is not None and done.cells and kv_per_token is not None and n_params is not None:
+        if (
+            peaks is not None
+            and done.cells
+            and kv_per_token is not None
+            and n_params is not None
+            and weights is not None
+        ):
             roofline = build_roofline(
                 peaks,
-                weight_bytes=weight_bytes_per_token(self.info),
+                weight_bytes=weights,
                 n_params=n_params,
                 kv_bytes_per_token=kv_per_token,
                 cells=done.cells,

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.results import CellResult
-from chatphase.bench.roofline import cell_context_tokens, decode_bound_tokens_per_s, prefill_bound_tokens_per_s
+from chatphase.bench.roofline import cell_context_tokens
 from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
+from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
 
 #: lever -> (flag, short name in a point's label), in the order points vary (first slowest).
 LEVERS: dict[str, tuple[str, str]] = {
@@ -166,7 +167,7 @@ def predict(
     peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_bytes_per_token: int, cell: CellResult
 ) -> Prediction:
     """The roofline for ``cell`` (see the module doc); ``weight_bytes`` as read per token."""
-    from chatphase.bench.roofline import step_bytes, step_flops
+    from chatphase.models.roofline import step_bytes, step_flops
 
     context = cell_context_tokens(cell)
     decode = decode_bound_tokens_per_s(peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context)

@@ -22,13 +22,13 @@ from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.report import mean_sd
 from chatphase.bench.results import CellResult
-from chatphase.bench.roofline import weight_bytes_per_token
 from chatphase.bench.runner import Sweep, SweepPlan, SweepProgress, aggregate
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.models.roofline import weight_bytes_per_token
 from chatphase.units import DASH
 
 #: share of the available memory the grid's engines may take together.
@@ -49,7 +49,7 @@ class GridCell:
     kv_bytes_per_token: int | None
     kv_capacity_bytes: int | None
     llama_kv_cache_bytes: int | None
-    weight_bytes_per_token: int
+    weight_bytes_per_token: int | None
 
     def ratios(self) -> dict:
         """measured / predicted for ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``."""
@@ -349,8 +349,10 @@ class GridRun:
             for cell in aggregate([s for s in got if not s.warmup], plan.gen_tokens):
                 prediction = None
                 n_params, per_token = info.n_params, lm.kv_bytes_per_token
-                if p is not None and not lm.layers_offloaded and n_params is not None and per_token is not None:
-                    # CPU peaks do not bound a GPU
+                if (  # CPU peaks do not bound a GPU
+                    p is not None and not lm.layers_offloaded
+                    and n_params is not None and per_token is not None and weights is not None
+                ):  # fmt: skip
                     prediction = predict(
                         p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell
                     )

@@ -2,13 +2,11 @@
 
 Why a child (as for :class:`~chatphase.engine.process.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
-model's memory goes back to the OS when the run ends. The child runs :class:`~chatphase.bench.api.BenchRun`
-(a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for :class:`GridJob`, decode modes'
-:class:`~chatphase.bench.spec_api.SpecRun` for :class:`SpecJob`) with fds 1/2 pointed at the
-engine log and sends its events (picklable dataclasses) over a pipe; cancel travels on a second pipe
-(:mod:`chatphase.engine.process.cancel_pipe`: no named semaphores, so no "leaked semaphore" warnings when the UI is
-killed) and a thread in the child turns it into the run's ``cancel()``.
-The ``spawn`` start method is used (the UI process has threads).
+model's memory goes back to the OS when the run ends. The child (:class:`~chatphase.engine.process.child.Child`, as the host's) runs
+:class:`~chatphase.bench.api.BenchRun` (a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for
+:class:`GridJob`, decode modes' :class:`~chatphase.bench.spec_api.SpecRun` for :class:`SpecJob`) with fds 1/2
+pointed at the engine log and sends its events (picklable dataclasses) over the pipe; a thread in the child
+turns the cancel pipe into the run's ``cancel()``.
 
 Usage (blocking; call from a worker thread)::
 
@@ -20,15 +18,10 @@ Usage (blocking; call from a worker thread)::
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 
 from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
 from chatphase.bench.grid import GridPoint
@@ -37,8 +30,8 @@ from chatphase.bench.parallel import ParallelPlan
 from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.bench.spec_api import SpecDone, SpecPlan, SpecProgress
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.process.cancel_pipe import ALL, CancelFlag, CancelSender
-from chatphase.engine.process.host import exit_reason, stop_process
+from chatphase.engine.process.cancel_pipe import CancelFlag
+from chatphase.engine.process.child import Child, quiet, reporting
 from chatphase.models.gguf_meta import ModelInfo
 
 
@@ -85,12 +78,9 @@ def _spec_run(info: ModelInfo, config: EngineConfig, plan, log_path: str):
 
 def _child_main(conn, cancel_conn, build: Callable, args: tuple, log_path) -> None:
     """Child body: quiet fds, run ``build(*args, log_path)``'s events, send each; never print a traceback."""
-    from chatphase.engine.logfile import default_log_path, redirect_stdio
-
-    log_path = str(log_path or default_log_path())
-    redirect_stdio(log_path)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI
-    try:
+    log_path = str(quiet(log_path))
+    internal = BenchFailed(f"the benchmark stopped on an internal error (details in {log_path})")
+    with reporting(conn, lambda _exc: internal):
         from chatphase.errors import ChatPhaseError
 
         run = build(*args, log_path)
@@ -100,14 +90,6 @@ def _child_main(conn, cancel_conn, build: Callable, args: tuple, log_path) -> No
                 conn.send(event)
         except ChatPhaseError as exc:
             conn.send(BenchFailed(str(exc)))
-    except (BrokenPipeError, EOFError):
-        pass  # the parent went away
-    except Exception:  # the traceback goes to the log (our fd 2), the user gets words
-        traceback.print_exc()
-        try:
-            conn.send(BenchFailed(f"the benchmark stopped on an internal error (details in {log_path})"))
-        except Exception:
-            pass
 
 
 def _watch_cancel(cancel, run) -> None:
@@ -138,10 +120,7 @@ class BenchJob:
     ) -> None:
         self.info, self.config, self.plan = info, config, plan.validate(config.n_ctx)
         self.roofline, self.log_path = roofline, log_path
-        self._mp = mp.get_context("spawn")
-        self._cancel: CancelSender | None = None
-        self._proc: BaseProcess | None = None
-        self._conn: Connection[object, JobEvent] | None = None
+        self._child: Child[object, JobEvent] | None = None
 
     def _run_args(self) -> tuple[Callable, tuple]:
         """What the child builds its run with: a module-level function (picklable) and its arguments."""
@@ -150,57 +129,33 @@ class BenchJob:
     @property
     def pid(self) -> int | None:
         """The child process's id while it runs."""
-        return self._proc.pid if self._proc is not None else None
+        return self._child.pid if self._child is not None else None
 
     def events(self) -> Iterator[JobEvent]:
         """Start the child and yield its events until :class:`BenchDone` or :class:`BenchFailed`
         (also yielded when the child dies, naming its exit code). Blocking."""
-        parent, child = self._mp.Pipe(duplex=False)
-        cancel_in, cancel_out = self._mp.Pipe(duplex=False)
-        proc = self._proc = self._mp.Process(
-            target=_child_main,
-            name="chatphase-bench",
-            daemon=True,
-            args=(child, cancel_in, *self._run_args(), self.log_path),
+        child = self._child = Child(
+            _child_main, (*self._run_args(), self.log_path), name="chatphase-bench", duplex=False
         )
-        self._cancel = CancelSender(cancel_out)
-        proc.start()
-        child.close()
-        cancel_in.close()
-        self._conn = parent
         try:
-            while True:
-                try:
-                    ready = parent.poll(0.1)
-                    event = parent.recv() if ready else None
-                except (EOFError, OSError):
-                    event, ready = None, False
-                if event is not None:
-                    yield event
-                    if isinstance(event, (BenchDone, GridDone, SpecDone, BenchFailed)):
-                        return
-                elif not proc.is_alive():
-                    yield BenchFailed(f"the benchmark process died ({exit_reason(proc.exitcode)}); see the engine log")
+            for event in child.messages():
+                yield event
+                if isinstance(event, (BenchDone, GridDone, SpecDone, BenchFailed)):
                     return
+            yield BenchFailed(f"the benchmark process died ({child.exit_reason()}); see the engine log")
         finally:
             self.close()
 
     def cancel(self) -> None:
         """Stop the run at the next prefill chunk or token; it still ends with a partial ``BenchDone``."""
-        if self._cancel is not None:
-            self._cancel.cancel(ALL)
+        if self._child is not None:
+            self._child.cancel()
 
     def close(self) -> None:
         """Stop the child (politely, then by force). Idempotent."""
-        proc, conn, cancel = self._proc, self._conn, self._cancel
-        self._proc = self._conn = self._cancel = None
-        if proc is None:
-            return
-        if cancel is not None:
-            cancel.cancel(ALL)
-        stop_process(proc, conn, polite_s=3.0)
-        if cancel is not None:
-            cancel.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop(polite_s=3.0)
 
 
 class GridJob(BenchJob):

@@ -30,13 +30,13 @@ from typing import Protocol
 
 from chatphase.bench.parallel_results import ParallelCell, ParallelSample
 from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.roofline import step_bytes, step_flops
 from chatphase.bench.runner import SweepProgress
 from chatphase.bench.stats import summarize
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
 from chatphase.errors import EngineError, UsageError
+from chatphase.models.roofline import step_bytes, step_flops
 
 DEFAULT_N_SEQS = (1, 2, 4, 8)
 DEFAULT_PARALLEL_PROMPT_LENGTHS = (128,)

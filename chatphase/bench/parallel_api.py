@@ -25,6 +25,7 @@ from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.results import BenchResult
 from chatphase.engine.events import LoadedModel
+from chatphase.models.roofline import weight_bytes_per_token
 
 
 def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
@@ -60,7 +61,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
             runner = RemoteStreams(engines)
         builder = bench.builder or PromptBuilder(EngineTokenizer(engine))
         info = loaded.info
-        facts = ModelFacts(info.size_bytes, info.n_params, loaded.kv_bytes_per_token)
+        facts = ModelFacts(weight_bytes_per_token(info), info.n_params, loaded.kv_bytes_per_token)
         sweep = ParallelSweep(runner, builder, plan, facts, notes)
         bench.attach(sweep=sweep)
         done: ParallelDone | None = None
@@ -82,11 +83,11 @@ def parallel_result(
     """The :class:`BenchResult` of a parallel sweep (its ``parallel`` cells, samples and roofline)."""
     info = loaded.info
     roofline: dict = {}
-    size, n_params, per_token = info.size_bytes, info.n_params, loaded.kv_bytes_per_token
-    if peaks is not None and done.cells and size is not None and n_params is not None and per_token is not None:
+    weights, n_params, per_token = weight_bytes_per_token(info), info.n_params, loaded.kv_bytes_per_token
+    if peaks is not None and done.cells and weights is not None and n_params is not None and per_token is not None:
         roofline = build_parallel_roofline(
             peaks,
-            weight_bytes=size,
+            weight_bytes=weights,
             n_params=n_params,
             kv_bytes_per_token=per_token,
             cells=done.cells,

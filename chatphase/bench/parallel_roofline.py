@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 from chatphase.bench.parallel_results import ParallelCell
 from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.roofline import BINDING_PCT, step_bytes, step_flops
+from chatphase.bench.roofline import BINDING_PCT
+from chatphase.models.roofline import step_bytes, step_flops
 
 
 def crossover_n_seq(peaks: MachinePeaks, weight_bytes: int, n_params: int, kv_bytes_per_token: int, context: float):

@@ -3,7 +3,7 @@
 - :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
 - :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
 - :class:`BenchResult` — one whole run: ``{"model", "settings", "system", "results", "fits", "roofline",
-  "samples"}`` in JSON (the shape issue 5 fixes), plus ``"parallel"`` and ``"parallel_samples"`` for the
+  "samples"}`` in JSON (README, "Prompt-length experiments"), plus ``"parallel"`` and ``"parallel_samples"`` for the
   parallel-decode sweep (:mod:`~chatphase.bench.parallel_results`); the CSV form holds the cells only, one
   row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...): a parallel cell is a row
   of kind ``"parallel"`` with its own columns (blank in the other rows, and theirs blank in it).
@@ -154,7 +154,7 @@ class BenchResult:
         return self.label or str(self.model.get("name") or "run")
 
     def to_dict(self) -> dict:
-        """The JSON object of issue 5 (plus ``samples``, ``cancelled`` and ``label``)."""
+        """The JSON object (the module docstring's keys, ``cancelled`` and ``label``)."""
         return {
             "model": self.model,
             "settings": self.settings,

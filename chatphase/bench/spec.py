@@ -22,7 +22,6 @@ The Experiments screen runs the same through :mod:`chatphase.bench.spec_api` (:f
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -251,8 +250,6 @@ def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] 
     Raises:
         EngineError: the model fails to load or llama.cpp refuses a batch.
     """
-    import llama_cpp as lc
-
     from chatphase.engine.local.llama import LlamaEngine
 
     engine = LlamaEngine(info, replace(config, spec="off"))
@@ -260,28 +257,12 @@ def verify_cost(info, config: EngineConfig, depth: int = 256, ks: Sequence[int] 
         events = list(engine.load())
         if not isinstance(events[-1], ModelLoaded):
             raise EngineError(getattr(events[-1], "message", str(events[-1])))
-        ctx, mem = engine._ctx, engine._mem
         tokens = (engine.tokenize(CODE_BLOCK) * 4)[: depth + max(ks)]
-        for start in range(0, depth, config.n_batch):
-            if not engine._decode(tokens[start : min(start + config.n_batch, depth)]):
-                raise EngineError("llama.cpp could not evaluate the context")
-        batch = lc.llama_batch_init(max(ks), 0, 1)
+        order = [k for _ in range(reps) for k in ks]
+        ms = engine.time_verify_steps(tokens[:depth], [tokens[depth : depth + k] for k in order])
         times: dict[int, list[float]] = {k: [] for k in ks}
-        try:
-            for _ in range(reps):
-                for k in ks:
-                    for i in range(k):
-                        batch.token[i], batch.pos[i], batch.n_seq_id[i] = tokens[depth + i], depth + i, 1
-                        batch.seq_id[i][0], batch.logits[i] = 0, 1
-                    batch.n_tokens = k
-                    t0 = time.perf_counter_ns()
-                    if lc.llama_decode(ctx, batch) != 0:
-                        raise EngineError(f"llama.cpp could not evaluate a batch of {k}")
-                    lc.llama_synchronize(ctx)
-                    times[k].append((time.perf_counter_ns() - t0) / 1e6)
-                    lc.llama_memory_seq_rm(mem, 0, depth, -1)
-        finally:
-            lc.llama_batch_free(batch)
+        for k, t in zip(order, ms, strict=True):
+            times[k].append(t)
         return {k: statistics.median(v) for k, v in times.items()}
     finally:
         engine.close()

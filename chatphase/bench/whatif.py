@@ -1,7 +1,7 @@
 """What-if for other hardware: TTFT and decode speed of a model on another machine, from the roofline.
 
 A device's theoretical peaks (memory bandwidth, dense FLOP/s; :data:`DEVICES`, each row citing its
-vendor's spec sheet) give its roofline bounds (:mod:`chatphase.bench.roofline`); they are scaled by the
+vendor's spec sheet) give its roofline bounds (:mod:`chatphase.models.roofline`); they are scaled by the
 **efficiency** this machine reached against its own measured peaks (:mod:`chatphase.bench.peaks`):
 
 - ``decode_efficiency`` = measured decode tok/s / the bound at that context (a depth-0 cell);
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chatphase.bench.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
 from chatphase.errors import UsageError
+from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 It keeps the conversation (a list of :class:`~chatphase.engine.events.Message`) and sends all of it with
 every turn; the engine reuses the KV-cache prefix itself. Engines come from ``engine_factory(model_info,
 settings)`` (an :class:`~chatphase.engine.process.host.EngineHost` in the CLI, a
-:class:`~chatphase.engine.fake.FakeEngine` in tests). Each engine gets a new ``engine_id`` and each turn a new ``turn_id``, so the late events of a
+scripted ``FakeEngine`` in tests). Each engine gets a new ``engine_id`` and each turn a new ``turn_id``, so the late events of a
 replaced engine or an abandoned turn are recognised and dropped here, not by the views.
 
 What an event means is decided here:

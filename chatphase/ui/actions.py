@@ -224,6 +224,11 @@ def key_labels(keymap: Mapping[str, str] | None = None) -> dict[str, str]:
     return {a.id: key_display(keymap.get(a.id, a.key)) for a in ACTIONS}
 
 
+def help_rows(keys: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+    """The help screen's rows: ``(keys, title, action id, help)`` per action, ``keys`` from :func:`key_labels`."""
+    return [(keys[a.id], a.title, a.id, a.help) for a in ACTIONS]
+
+
 def action_bindings() -> list[Binding]:
     """``Binding`` objects for :data:`ACTIONS` (ids as in the table)."""
     return [Binding(a.key, a.action, a.label, show=a.show, id=a.id, tooltip=a.help) for a in ACTIONS]

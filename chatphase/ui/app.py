@@ -28,7 +28,7 @@ from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.settings.schema import Settings
 from chatphase.ui import messages as msg
-from chatphase.ui.actions import ACTIONS, action_bindings, key_labels
+from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
@@ -271,7 +271,7 @@ class ChatPhaseApp(App[None]):
         """Show keys and metric definitions."""
         from chatphase.ui.screens.modals import HelpScreen
 
-        self.push_screen(HelpScreen(self.keys))
+        self.push_screen(HelpScreen(help_rows(self.keys)))
 
     def action_sessions(self) -> None:
         """List saved sessions; choosing one resumes it here."""

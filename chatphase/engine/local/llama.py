@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import llama_cpp as lc
@@ -54,7 +54,7 @@ from chatphase.engine.prompting.vocab import Vocab
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
 from chatphase.engine.text import clean_text
 from chatphase.engine.threads.governor import ThreadGovernor
-from chatphase.errors import UsageError
+from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.system import engine_registry
@@ -184,6 +184,39 @@ class LlamaEngine:
     def vocab(self) -> Vocab:
         """The loaded model's vocabulary (after :meth:`load`)."""
         return self._vocab
+
+    def time_verify_steps(self, context: list[int], steps: Sequence[Sequence[int]]) -> list[float]:
+        """ms of each of ``steps`` evaluated after ``context`` as a speculative verify step is: one batch with
+        logits at every position, timed to ``llama_synchronize``, then dropped from the KV cache. ``context``
+        is evaluated first (in ``n_batch`` chunks) into a cleared cache, which is cleared again afterwards.
+
+        Raises:
+            EngineError: llama.cpp refuses the context or a step.
+        """
+        lc.llama_memory_clear(self._mem, True)
+        self._cache.clear()
+        self._known.clear()
+        batch = lc.llama_batch_init(max(len(s) for s in steps), 0, 1)
+        depth, out = len(context), []
+        try:
+            for start in range(0, depth, self.config.n_batch):
+                if not self._decode(context[start : start + self.config.n_batch]):
+                    raise EngineError("llama.cpp could not evaluate the context")
+            for tokens in steps:
+                for i, token in enumerate(tokens):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, depth + i, 1
+                    batch.seq_id[i][0], batch.logits[i] = 0, 1
+                batch.n_tokens = len(tokens)
+                t0 = time.perf_counter_ns()
+                if lc.llama_decode(self._ctx, batch) != 0:
+                    raise EngineError(f"llama.cpp could not evaluate a batch of {len(tokens)}")
+                lc.llama_synchronize(self._ctx)
+                out.append((time.perf_counter_ns() - t0) / 1e6)
+                lc.llama_memory_seq_rm(self._mem, 0, depth, -1)
+        finally:
+            lc.llama_batch_free(batch)
+            lc.llama_memory_clear(self._mem, True)
+        return out
 
     # -- loading ---------------------------------------------------------------------------------
     def _load(self) -> LoadedModel:

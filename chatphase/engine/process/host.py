@@ -5,28 +5,21 @@ out-of-memory abort) must not take the UI and the transcript with it; llama.cpp'
 not draw over a Textual screen (the child points both at the engine log); and cancel, model switch and
 memory release become clean (the process ends, the OS takes its memory back).
 
-The child is started with the ``spawn`` method (the UI process has threads; ``fork`` would copy them
-half-way). The pipe carries typed messages: :data:`Command` (``RunTurn``, ``Close``) to the child,
-:data:`Reply` (the engine's events and ``TurnDone``) back; per-token ``TokensDecoded`` events are
-coalesced in the child for at most ``coalesce_ms`` so that the pipe carries a bounded message rate — the
-token timestamps are taken before coalescing, so no measured figure changes. Cancel travels on a second
-pipe (:mod:`chatphase.engine.process.cancel_pipe`), checked by the engine between prefill chunks and tokens:
-no ``multiprocessing`` lock or event, so no named semaphore the resource tracker would report as leaked
-when the UI process is killed.
+The child (:class:`~chatphase.engine.process.child.Child`: ``spawn``, a message pipe, a cancel pipe) takes
+typed commands (:data:`Command`: ``RunTurn``, ``Close``) and sends typed replies back (:data:`Reply`: the
+engine's events and ``TurnDone``); per-token ``TokensDecoded`` events are coalesced in the child for at most
+``coalesce_ms`` so that the pipe carries a bounded message rate — the token timestamps are taken before
+coalescing, so no measured figure changes. Cancel, on the second pipe, is checked by the engine between
+prefill chunks and tokens.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import multiprocessing.connection
-import os
-import signal
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any, TypeAlias
+from pathlib import Path
+from typing import TypeAlias
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
@@ -39,7 +32,8 @@ from chatphase.engine.events import (
     TokensDecoded,
     TurnRequest,
 )
-from chatphase.engine.process.cancel_pipe import ALL, CancelFlag, CancelSender
+from chatphase.engine.process.cancel_pipe import CancelFlag
+from chatphase.engine.process.child import Child, exit_reason, quiet, reporting
 from chatphase.models.gguf_meta import ModelInfo
 
 #: seconds between the thread policy's load snapshots while the child waits for a turn
@@ -117,16 +111,12 @@ def _child_main(
     cancel_conn: Connection[object, bytes],
     info: ModelInfo,
     config: EngineConfig,
-    log_path: str | os.PathLike[str] | None,
+    log_path: str | Path | None,
     coalesce_ms: float,
 ) -> None:
     """Child process body: load, then serve :class:`RunTurn` commands until :class:`Close`;
     ``cancel_conn`` carries cancel requests (:class:`~chatphase.engine.process.cancel_pipe.CancelFlag`)."""
-    from chatphase.engine.logfile import default_log_path, redirect_stdio
-
-    log_path = log_path or default_log_path()
-    redirect_stdio(log_path)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the UI, which cancels and closes us
+    log_path = quiet(log_path)
     # OpenMP waiting: libgomp's defaults stay, by measurement (2 vCPUs, interleaved A/B runs of 2 decode
     # threads; docs/architecture.md). OMP_WAIT_POLICY=PASSIVE decoded at 58 tok/s where the default did
     # 154 on a quiet machine (median of 2 each; a futex sleep and wake at every barrier); ACTIVE spins
@@ -138,7 +128,7 @@ def _child_main(
     # 0.3.36 bindings, and under this OpenMP build it carries only a CPU mask and a priority, which
     # OMP_PROC_BIND already covers.
 
-    try:
+    with reporting(conn, lambda exc: EngineFailed(internal_error_message(exc, log_path), fatal=True)):
         from chatphase.engine.local.llama import LlamaEngine
 
         cancel = CancelFlag(cancel_conn)
@@ -178,41 +168,13 @@ def _child_main(
                 conn.send(event)
             conn.send(TurnDone(request.turn_id))
         engine.close()
-    except (BrokenPipeError, EOFError):
-        pass  # the parent went away
-    except Exception as exc:  # report in words; the traceback goes to the engine log (our fd 2)
-        traceback.print_exc()
-        try:
-            conn.send(EngineFailed(internal_error_message(exc, log_path), fatal=True))
-        except Exception:
-            pass
 
 
-def internal_error_message(exc: BaseException, log_path: str | os.PathLike[str]) -> str:
+def internal_error_message(exc: BaseException, log_path: str | Path) -> str:
     """One line for an unexpected failure inside the engine: what happened and what to do, the Python
     details left to the engine log (where :func:`_child_main` printed the traceback)."""
     what = "ran out of memory" if isinstance(exc, MemoryError) else "stopped on an internal error"
     return f"the engine {what}; the conversation is kept — restart the engine (details in {log_path})"
-
-
-def stop_process(proc: BaseProcess, conn: Connection[Any, Any] | None, polite_s: float) -> None:
-    """Wait ``polite_s`` seconds for a child process to end, then kill it; close its pipe end."""
-    proc.join(polite_s)
-    if proc.is_alive():
-        proc.kill()
-        proc.join(2.0)
-    if conn is not None:
-        conn.close()
-
-
-def exit_reason(exitcode: int | None) -> str:
-    """A child's ``exitcode`` in words: the signal's name (``SIGSEGV``) or ``exit code N``."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            return signal.Signals(-exitcode).name
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit code {exitcode}"
 
 
 class EngineHost:
@@ -235,37 +197,27 @@ class EngineHost:
         self.config = config
         self.log_path = log_path
         self.coalesce_ms = coalesce_ms
-        self._mp = mp.get_context("spawn")
-        self._cancel: CancelSender | None = None
         self._seq = 0  # turns sent to this child, numbered for cancel
-        self._proc: BaseProcess | None = None
-        self._conn: Connection[Command, Reply] | None = None
+        self._child: Child[Command, Reply] | None = None
         self._fresh = False  # started by start() and not loaded yet
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._child.pid if self._child is not None else None
 
     def start(self) -> None:
         """Start the child now, without waiting for it: it imports llama.cpp and loads the model while the
         caller does other work (the TUI importing Textual and drawing); :meth:`load` then yields what it
         reports. Does nothing when a started child has not been loaded yet."""
-        if self._proc is not None and self._fresh:
+        if self._child is not None and self._fresh:
             return
         self.close()
-        parent, child = self._mp.Pipe()
-        cancel_in, cancel_out = self._mp.Pipe(duplex=False)
-        proc = self._mp.Process(
-            target=_child_main,
+        self._child = Child(
+            _child_main,
+            (self.info, self.config, self.log_path, self.coalesce_ms),
             name="chatphase-engine",
-            daemon=True,
-            args=(child, cancel_in, self.info, self.config, self.log_path, self.coalesce_ms),
+            duplex=True,
         )
-        proc.start()
-        self._proc = proc
-        child.close()
-        cancel_in.close()
-        self._conn, self._cancel = parent, CancelSender(cancel_out)
         self._fresh = True
 
     def load(self) -> Iterator[Event]:
@@ -286,12 +238,12 @@ class EngineHost:
         A caller may stop reading early (e.g. at ``TurnFinished``); what is left of that turn is skipped
         here, by ``turn_id``, so give each turn its own id.
         """
-        if self._conn is None or self._proc is None or not self._proc.is_alive():
+        if self._child is None or not self._child.is_alive():
             yield EngineFailed("the engine is not running; restart it", request.turn_id, fatal=True)
             return
         self._seq += 1
         try:
-            self._conn.send(RunTurn(request, self._seq))
+            self._child.send(RunTurn(request, self._seq))
         except (BrokenPipeError, OSError):
             yield self._death(request.turn_id)
             return
@@ -308,62 +260,34 @@ class EngineHost:
     def watch(self) -> Iterator[Event]:
         """Block until the child process ends; yield ``EngineFailed(fatal=True)`` if it died on its own
         (not by :meth:`close`). Waits on the process's sentinel, so it costs no wake-ups."""
-        proc = self._proc
-        if proc is None:
+        child = self._child
+        if child is None:
             return
-        mp.connection.wait([proc.sentinel])
-        if self._proc is proc:  # close() clears _proc before it stops the child
-            proc.join(1.0)  # reap it, so that its exit code (the signal) is known
+        child.wait()
+        if self._child is child:  # close() clears _child before it stops the child
+            child.reap()  # so that its exit code (the signal) is known
             yield self._death(None)
 
     def cancel(self) -> None:
         """Ask the running turn to stop at the next prefill chunk or token."""
-        if self._cancel is not None:
-            self._cancel.cancel(self._seq)
+        if self._child is not None:
+            self._child.cancel(self._seq)
 
     def close(self) -> None:
         """Stop the child (politely, then by force) and release its memory. Idempotent."""
-        proc, conn, cancel = self._proc, self._conn, self._cancel
-        self._proc = self._conn = self._cancel = None
+        child, self._child = self._child, None
         self._fresh = False
-        if proc is None:
-            return
-        if cancel is not None:
-            cancel.cancel(ALL)
-        try:
-            if conn is not None:
-                conn.send(Close())
-        except (BrokenPipeError, OSError):
-            pass
-        stop_process(proc, conn, polite_s=2.0)
-        if cancel is not None:
-            cancel.close()
+        if child is not None:
+            child.stop(polite_s=2.0, farewell=Close())
 
     def _receive(self, turn_id: int | None = None) -> Iterator[Reply]:
-        """The child's messages as they come, then ``EngineFailed(fatal=True)`` once it has died."""
-        conn, proc = self._conn, self._proc
-        if conn is None or proc is None:
-            yield self._death(turn_id)
-            return
-        while True:
-            try:
-                if conn.poll(0.1):
-                    yield conn.recv()
-                    continue
-            except (EOFError, OSError):
-                pass
-            if not proc.is_alive():
-                # drain what the child sent before it died
-                try:
-                    while conn.poll(0):
-                        yield conn.recv()
-                except (EOFError, OSError):
-                    pass
-                yield self._death(turn_id)
-                return
+        """The child's messages until it dies, then ``EngineFailed(fatal=True)`` naming how."""
+        if self._child is not None:
+            yield from self._child.messages()
+        yield self._death(turn_id)
 
     def _death(self, turn_id: int | None) -> EngineFailed:
-        why = exit_reason(self._proc.exitcode if self._proc is not None else None)
+        why = self._child.exit_reason() if self._child is not None else exit_reason(None)
         return EngineFailed(
             f"the engine process died ({why}); the conversation is kept — restart the engine", turn_id, fatal=True
         )

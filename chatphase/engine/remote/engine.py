@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -149,6 +150,32 @@ class RemoteEngine:
         """Close the HTTP connections. Idempotent."""
         self.cancel()
         self._client.close()
+
+    # -- what a streamed turn (chatphase.engine.remote.turn) uses ------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        """:meth:`cancel` was called since the running turn began."""
+        return self._cancel.is_set()
+
+    @contextmanager
+    def open_stream(self, request: TurnRequest, body: dict[str, Any]) -> Iterator[httpx.Response]:
+        """POST ``body`` (:meth:`request_body`) to :meth:`endpoint` and hold the streamed response open;
+        :meth:`cancel` shuts its socket down while it is. Raises ``httpx.HTTPError`` on a transport failure."""
+        try:
+            with self._client.stream("POST", self.endpoint(request), json=body) as response:
+                with self._lock:
+                    self._response = response
+                yield response
+        finally:
+            with self._lock:
+                self._response = None
+
+    def lost_connection(self, exc: httpx.HTTPError, mid_stream: bool) -> str:
+        """After a transport error: the one-line message for it (``mid_stream``: text had arrived), and the
+        pooled connections are forgotten (:meth:`_drop_connections`)."""
+        message = transport_message(exc, self.url.display, self._timeout.read, mid_stream=mid_stream)
+        self._drop_connections()
+        return message
 
     # -- helpers ---------------------------------------------------------------------------------
     def _new_client(self) -> httpx.Client:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Generator, Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -30,7 +31,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import StopReason, ns_to_ms
 from chatphase.engine.prompting.thinking import FORMATS, ThinkingSplitter
-from chatphase.engine.remote.errors import error_text, http_error_message, transport_message
+from chatphase.engine.remote.errors import error_text, http_error_message
 from chatphase.engine.remote.wire import (
     RemoteThinking,
     ServerReport,
@@ -42,8 +43,6 @@ from chatphase.engine.remote.wire import (
 )
 
 if TYPE_CHECKING:
-    import threading
-
     from chatphase.engine.remote.tokens import ServerTokenizer
     from chatphase.engine.remote.url import ServerURL
 
@@ -53,19 +52,17 @@ class Streaming(Protocol):
     module, so it is named by shape here)."""
 
     url: ServerURL
-    tokenizer: ServerTokenizer | None
     counts_stop_token: bool
-    _client: httpx.Client
-    _timeout: httpx.Timeout
-    _cancel: threading.Event
-    _lock: threading.Lock
-    _response: httpx.Response | None
+    tokenizer: ServerTokenizer | None
 
-    def endpoint(self, request: TurnRequest) -> str: ...
+    @property
+    def cancelled(self) -> bool: ...
 
     def request_body(self, request: TurnRequest) -> dict[str, Any]: ...
 
-    def _drop_connections(self) -> None: ...
+    def open_stream(self, request: TurnRequest, body: dict[str, Any]) -> AbstractContextManager[httpx.Response]: ...
+
+    def lost_connection(self, exc: httpx.HTTPError, mid_stream: bool) -> str: ...
 
 
 #: the thinking markers looked for in a remote reply's content (``<think>``…``</think>``: the common ones;
@@ -74,8 +71,11 @@ _CONTENT_MARKERS = next(f for f in FORMATS if f.name == "think")
 
 
 class StreamedTurn:
-    """One streamed turn on ``engine`` (the :class:`~chatphase.engine.remote.engine.RemoteEngine` whose client,
-    cancel flag and tokenizer it uses): its clocks, its text and the server's report."""
+    """One streamed turn on ``engine``: its clocks, its text and the server's report.
+
+    ``engine`` is the :class:`~chatphase.engine.remote.engine.RemoteEngine`; the turn uses its public
+    ``url``, ``counts_stop_token``, ``tokenizer``, ``request_body``, ``open_stream``, ``cancelled`` and
+    ``lost_connection``."""
 
     def __init__(self, engine: Streaming, request: TurnRequest) -> None:
         self.engine, self.request = engine, request
@@ -97,15 +97,13 @@ class StreamedTurn:
         error: str | None = None
         done = False
         try:
-            with engine._client.stream("POST", engine.endpoint(self.request), json=body) as response:
-                with engine._lock:
-                    engine._response = response
+            with engine.open_stream(self.request, body) as response:
                 if response.status_code >= 400:
                     response.read()
                     yield EngineFailed(http_error_message(response, engine.url.display), rid)
                     return
                 for sse in EventSource(response).iter_sse():
-                    if engine._cancel.is_set():
+                    if engine.cancelled:
                         break
                     if sse.data.strip() == "[DONE]":
                         done = True
@@ -118,14 +116,11 @@ class StreamedTurn:
                 else:
                     done = self.report.finish_reason is not None  # some servers omit [DONE]
         except httpx.HTTPError as exc:
-            if not engine._cancel.is_set():
-                error = transport_message(exc, engine.url.display, engine._timeout.read, mid_stream=bool(self.times))
-            engine._drop_connections()
-        finally:
-            with engine._lock:
-                engine._response = None
+            message = engine.lost_connection(exc, mid_stream=bool(self.times))
+            if not engine.cancelled:
+                error = message
         stop: StopReason
-        if engine._cancel.is_set():
+        if engine.cancelled:
             stop = "cancelled"
         elif error is None and not done:
             error = f"the stream from {engine.url.display} ended before the reply was complete"

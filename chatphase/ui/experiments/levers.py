@@ -24,11 +24,12 @@ from textual.widgets import Input, Label, Select, SelectionList
 from chatphase.bench.grid import GridPoint, LeverGrid, check_values, parse_lever
 from chatphase.bench.grid_api import GRID_HEADERS, GridCell, GridProgress, GridResult, grid_row
 from chatphase.bench.job import GridJob
-from chatphase.bench.roofline import cell_context_tokens, step_bytes
+from chatphase.bench.roofline import cell_context_tokens
 from chatphase.bench.runner import SweepPlan, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
+from chatphase.models.roofline import step_bytes
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count, parse_list
 from chatphase.ui.experiments.plot import COLORS, SeriesPlot
@@ -110,8 +111,14 @@ class LeverPlot(SeriesPlot):
 
     def _xy(self, c: GridCell) -> tuple[float, float] | None:
         cell = c.cell
-        if self.kind == "decode" and cell.decode_tokens_per_s.mean is not None and c.kv_bytes_per_token is not None:
-            read = step_bytes(c.weight_bytes_per_token, c.kv_bytes_per_token, cell_context_tokens(cell))
+        weights, per_token = c.weight_bytes_per_token, c.kv_bytes_per_token
+        if (
+            self.kind == "decode"
+            and cell.decode_tokens_per_s.mean is not None
+            and weights is not None
+            and per_token is not None
+        ):
+            read = step_bytes(weights, per_token, cell_context_tokens(cell))
             return read / 1e6, cell.decode_tokens_per_s.mean
         if self.kind == "ttft" and cell.kind == "prompt" and cell.ttft_ms.mean is not None:
             return float(cell.prompt_tokens), cell.ttft_ms.mean

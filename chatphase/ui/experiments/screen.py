@@ -166,14 +166,6 @@ class ExperimentsScreen(Screen[None]):
         if handler:
             handler()
 
-    def plan_from_form(self):
-        """The plan the active tab's form describes (validated against n_ctx).
-
-        Raises:
-            UsageError: for a malformed field or a plan that does not fit.
-        """
-        return self.pane.plan(self.settings)
-
     def action_run(self) -> None:
         """Validate the active form and start its sweep (a notice instead when the form is wrong)."""
         if self.job is not None:

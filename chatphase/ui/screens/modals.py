@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.cells import cell_len, chop_cells
@@ -10,8 +11,6 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Log, Markdown
-
-from chatphase.ui.actions import ACTIONS, key_labels
 
 #: at most this much of the end of the log file is read (bytes): the file is rotated at
 #: :data:`~chatphase.engine.logfile.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
@@ -141,12 +140,12 @@ def from_engine_start(lines: list[str], pid: int) -> list[str]:
 
 
 class HelpScreen(CloseableScreen):
-    """Keys (from :data:`~chatphase.ui.actions.ACTIONS`, as ``keys`` remaps them: ``{id: label}`` from
-    :func:`~chatphase.ui.actions.key_labels`) and what each measured figure means."""
+    """Keys and what each measured figure means. ``rows``: ``(keys, title, action id, help)`` per action, in
+    order (the app's are :func:`chatphase.ui.actions.help_rows`, with the user's remapped keys)."""
 
-    def __init__(self, keys: dict[str, str] | None = None) -> None:
+    def __init__(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
         super().__init__()
-        self.keys = keys or key_labels()
+        self.rows = tuple(rows)
 
     def compose(self) -> ComposeResult:
         # a list, not a table: a table's columns cut the keys off in an 80-column terminal
@@ -158,7 +157,7 @@ class HelpScreen(CloseableScreen):
             ("Ctrl+P", "Command palette", "", "Every command above, by name"),
             ("Ctrl+Q", "Quit", "", "Stops the engine and exits"),
         )
-        entries = (*fixed, *((self.keys[a.id], a.title, a.id, a.help) for a in ACTIONS), *tail)
+        entries = (*fixed, *self.rows, *tail)
         text = (
             "# chatphase help\n\n"
             + "\n".join(help_entry(*entry) for entry in entries)

@@ -1,4 +1,5 @@
-"""FakeEngine: a scripted :class:`~chatphase.engine.base.Engine` for UI tests and demos (no llama.cpp).
+"""FakeEngine: a scripted :class:`~chatphase.engine.base.Engine` (no llama.cpp) for the UI tests and
+``benchmarks/ui_memory.py``.
 
 It behaves like the real engine where the UI can tell: it "tokenises" the conversation (one token per
 whitespace-separated word, plus 2 tokens of template per message and 2 for the assistant header),
