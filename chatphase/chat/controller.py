@@ -191,7 +191,9 @@ class ChatController:
             engine.cancel()
             self.dispatcher.spawn(engine.close)
 
-    def _start(self, kind: JobKind, engine: Engine, call: Callable[[], Iterator[Event]], turn_id: int | None = None) -> None:  # fmt: skip
+    def _start(
+        self, kind: JobKind, engine: Engine, call: Callable[[], Iterator[Event]], turn_id: int | None = None
+    ) -> None:
         job = EngineJob(kind, engine, self.engine_id, call, self._deliver, self._job_ended, self._current, turn_id)
         self.dispatcher.start(job)
 
