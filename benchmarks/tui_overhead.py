@@ -47,6 +47,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+from typing_extensions import override
+
 from chatphase.chat.listener import ChatListener
 from chatphase.engine.events import (
     EngineFailed,
@@ -135,14 +137,17 @@ class TurnTimes(ChatListener):
         self.decoded: list[tuple[int, int, int, float]] = []
         self.finished: TurnFinished | None = None
 
+    @override
     def first_token(self, turn, event) -> None:
         if self.t_first_seen_ns is None:
             self.t_first_seen_ns = time.perf_counter_ns()
             self.cpu_first_s = time.process_time()
 
+    @override
     def tokens_decoded(self, turn, event) -> None:
         self.decoded.append((event.t_ns, event.decode_tokens, time.perf_counter_ns(), time.process_time()))
 
+    @override
     def turn_finished(self, turn, event) -> None:
         self.finished = event
 

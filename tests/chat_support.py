@@ -103,7 +103,7 @@ def make_chat(settings: Settings | None = None, dispatcher=None, **engine_kwargs
     first_only = engine_kwargs.pop("first_only", False)
 
     def factory(info, settings):
-        engines.append(FakeEngine(info, settings, **({} if first_only and engines else engine_kwargs)))
+        engines.append(FakeEngine(info, settings.engine, **({} if first_only and engines else engine_kwargs)))
         return engines[-1]
 
     calls = Calls()

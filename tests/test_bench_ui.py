@@ -54,7 +54,9 @@ class ScriptedJob:
 class ExperimentsApp(App):
     def __init__(self, n_ctx=2048):
         super().__init__()
-        self.screen_obj = ExperimentsScreen(fake_model_info(), Settings(n_ctx=n_ctx), job_factory=ScriptedJob)
+        self.screen_obj = ExperimentsScreen(
+            fake_model_info(), Settings().with_overrides(n_ctx=n_ctx), job_factory=ScriptedJob
+        )
 
     def on_mount(self):
         self.push_screen(self.screen_obj)

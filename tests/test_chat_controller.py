@@ -67,7 +67,7 @@ def test_nothing_is_sent_while_loading_busy_or_stopped():
 
 
 def test_cancel_during_prefill_ends_the_turn_without_tokens():
-    chat, _, calls = loaded(settings=Settings(n_batch=2))
+    chat, _, calls = loaded(settings=Settings().with_overrides(n_batch=2))
     chat.send("a b c d e f")
     while not calls.args_of("prefill_progress"):
         chat.dispatcher.step()
@@ -122,7 +122,7 @@ def test_closing_an_engine_is_not_a_death():
 
 
 def test_a_message_too_long_is_refused_and_given_back():
-    chat, _, calls = loaded(settings=Settings(n_ctx=16))
+    chat, _, calls = loaded(settings=Settings().with_overrides(n_ctx=16))
     turn = chat.send(" ".join(f"w{i}" for i in range(30)))
     chat.dispatcher.drain()
     assert calls.args_of("turn_failed")[0][0] is turn and "too long" in calls.args_of("turn_failed")[0][1]

@@ -55,7 +55,7 @@ def test_taken_back_turns_are_marked_replaced():
 
 
 def test_a_refused_message_is_not_recorded():
-    chat, recording = recorded_chat(settings=Settings(n_ctx=40))
+    chat, recording = recorded_chat(settings=Settings().with_overrides(n_ctx=40))
     say(chat, "word " * 60)
     assert recording.recorder is None and list_sessions() == []
     say(chat, "hi")

@@ -53,7 +53,7 @@ class ScriptedGridJob(GatedJob):
 class LeversApp(App):
     def __init__(self, n_ctx=2048, flash_attn="auto", job_factory=ScriptedGridJob):
         super().__init__()
-        settings = Settings(n_ctx=n_ctx, n_threads=2, flash_attn=flash_attn)
+        settings = Settings().with_overrides(n_ctx=n_ctx, n_threads=2, flash_attn=flash_attn)
         self.screen_obj = ExperimentsScreen(fake_model_info(), settings, job_factory=job_factory)
 
     def on_mount(self):
@@ -217,7 +217,7 @@ async def test_a_model_grid_on_a_tiny_synthetic_model_in_a_child_process(tmp_pat
         return GridJob(plan.points, plan.infos, config, plan.sweep, plan.notes, roofline=False)
 
     app = LeversApp(n_ctx=256, job_factory=job)
-    app.screen_obj.settings = Settings(n_ctx=256, n_threads=1, models_dir=str(tmp_path))
+    app.screen_obj.settings = Settings().with_overrides(n_ctx=256, n_threads=1, models_dir=str(tmp_path))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen_obj
         await _levers_tab(pilot, screen, lever="model", lengths="32", depths="64", reps="1")

@@ -70,7 +70,7 @@ class ScriptedSpecJob(GatedJob):
 class SpecApp(App):
     def __init__(self, job_factory=ScriptedSpecJob, settings=None):
         super().__init__()
-        settings = settings or Settings(n_ctx=2048, n_threads=2)
+        settings = settings or Settings().with_overrides(n_ctx=2048, n_threads=2)
         self.screen_obj = ExperimentsScreen(fake_model_info(), settings, job_factory=job_factory)
 
     def on_mount(self):
@@ -204,7 +204,7 @@ async def test_lookup_against_off_on_the_default_model_in_a_child_process():
     from chatphase.models.resolve import resolve_model
 
     resource_tracker.ensure_running()
-    settings = Settings(n_ctx=2048, n_threads=2)
+    settings = Settings().with_overrides(n_ctx=2048, n_threads=2)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     app = SpecApp(job_factory=lambda i, config, plan: SpecJob(info, config, plan), settings=settings)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -120,3 +120,15 @@ def test_counts_are_written_and_read_one_way_everywhere():
     assert parse_counts("") == parse_counts(" none ") == ()
     with pytest.raises(ValueError, match=r"whole numbers like 64,256,1024 \(got '1,x'\)"):
         parse_counts("1,x")
+
+
+def test_the_pre_start_memory_check_uses_the_physical_batch_llama_cpp_runs(default_model_info):
+    """llama.cpp runs at most ``n_batch`` tokens per micro-batch, whatever ``n_ubatch`` says: the engine,
+    ``info``'s estimate and the check before a chat or ``ask`` starts all count the clamped one (one clamp,
+    ``EngineConfig.n_ubatch_used``), so a huge ``--n-ubatch`` under a small ``--n-batch`` is no refusal."""
+    from chatphase.commands.server_options import model_info_for
+    from chatphase.settings.schema import Settings
+
+    settings = Settings().with_overrides(n_ctx=512, n_batch=64, n_ubatch=100_000_000)
+    assert settings.engine.n_ubatch_used == settings.engine.resolved()["n_ubatch"] == 64
+    assert model_info_for(settings).path == default_model_info.path  # no "model will not fit"

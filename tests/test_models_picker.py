@@ -110,7 +110,7 @@ async def test_app_model_switch_loads_the_picked_model(default_model_info, tmp_p
 
     assert any(a.title == "Model: Switch" and a.action == "switch_model_picker" for a in ACTIONS)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    app, engines = make_app(Settings(models_dir=str(tmp_path), n_ctx=1024))
+    app, engines = make_app(Settings().with_overrides(models_dir=str(tmp_path), n_ctx=1024))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: app.chat.loaded is not None)
         await pilot.press("ctrl+g")
@@ -158,7 +158,7 @@ async def test_the_settings_screen_shows_the_model_picked_from_the_models_direct
 
     copy = tmp_path / "mine.gguf"
     shutil.copyfile(default_model_info.path, copy)
-    app, engines = make_app(Settings(models_dir=str(tmp_path), n_ctx=1024))
+    app, engines = make_app(Settings().with_overrides(models_dir=str(tmp_path), n_ctx=1024))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: app.chat.loaded is not None)
         await pilot.press("ctrl+g")

@@ -100,7 +100,7 @@ def test_commands_start_from_the_config_file_and_environment(tmp_path, monkeypat
         settings_from_args(argparse.Namespace())
     monkeypatch.setenv("CHATPHASE_N_CTX", "2048")
     s = settings_from_args(argparse.Namespace(top_k=5))
-    assert (s.n_ctx, s.sampling.top_k, s.sampling.temperature) == (2048, 5, 0.7)  # env, flag, default (bad file)
+    assert (s.engine.n_ctx, s.sampling.top_k, s.sampling.temperature) == (2048, 5, 0.7)  # env, flag, default (bad file)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         f"chatphase: config file {cfg}, line 2, key 'sampling.temperature': expected a number, "

@@ -26,7 +26,7 @@ def make(settings: Settings | None = None, **app_kwargs):
     engines: list[FakeEngine] = []
 
     def factory(info, current):
-        engines.append(FakeEngine(info, current))
+        engines.append(FakeEngine(info, current.engine))
         return engines[-1]
 
     app = ChatPhaseApp(settings, fake_model_info(), factory, **app_kwargs)
@@ -56,7 +56,7 @@ async def test_turns_are_recorded_with_the_dashboards_metrics():
         assert [t.reply for t in s.turns] == [m.content for m in app.chat.conversation if m.role == "assistant"]
         assert [t.metrics for t in s.turns] == [app.dashboard.turns[1], app.dashboard.turns[2]]
         assert s.model_name == "SmolLM2 135M Instruct" and s.settings["n_ctx"] == 4096
-        await app.action_new_chat()
+        app.action_new_chat()
         await chat(pilot, app, "a new topic")
         assert len(list_sessions()) == 2 and load_session(app.recording.recorder.id).title == "a new topic"
 
@@ -164,14 +164,18 @@ async def test_settings_screen_applies_reloads_and_saves(tmp_path):
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
         await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
-        assert (app.chat.settings.n_ctx, app.chat.settings.sampling.temperature, app.chat.settings.sampling.seed) == (
+        assert (
+            app.chat.settings.engine.n_ctx,
+            app.chat.settings.sampling.temperature,
+            app.chat.settings.sampling.seed,
+        ) == (
             2048,
             0.0,
             7,
         )
         assert engines[-1].n_ctx == 2048
         saved = load_settings(environ={})
-        assert (saved.n_ctx, saved.flash_attn, saved.sampling.seed) == (2048, "off", 7)
+        assert (saved.engine.n_ctx, saved.engine.flash_attn, saved.sampling.seed) == (2048, "off", 7)
         # a sampling-only change applies without a reload
         app.action_edit_settings()
         await wait_for(pilot, showing(app, SettingsScreen, "#settings-save"))
@@ -186,9 +190,9 @@ async def test_regenerated_and_edited_turns_leave_the_resumed_conversation():
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await chat(pilot, app, "one", "two")
-        await app.action_regenerate()
+        app.action_regenerate()
         await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
-        await app.action_edit_last()
+        app.action_edit_last()
         await chat(pilot, app, "two, edited")
         conversation = list(app.chat.conversation)
         sid = app.recording.recorder.id
@@ -238,7 +242,7 @@ async def test_keys_and_palette_entries_open_the_screens():
 
 
 async def test_a_refused_message_is_not_recorded_and_the_next_turn_is():
-    app, _ = make(Settings(n_ctx=40))
+    app, _ = make(Settings().with_overrides(n_ctx=40))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "word " * 60)  # cannot fit n_ctx: refused before prefill, the text goes back to the box

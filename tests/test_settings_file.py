@@ -49,11 +49,17 @@ def test_precedence_cli_over_env_over_file_over_default(cfg):
     cfg.write_text("n_ctx = 1024\nn_batch = 32\n[sampling]\ntemperature = 0.2\nmax_tokens = 100\n")
     env = {"CHATPHASE_N_CTX": "2048", "CHATPHASE_TEMPERATURE": "0.4"}
     s = effective(cfg, "--n-ctx", "512", environ=env)
-    assert (s.n_ctx, s.n_batch, s.sampling.temperature, s.sampling.max_tokens, s.n_ubatch) == (512, 32, 0.4, 100, 256)
+    assert (s.engine.n_ctx, s.engine.n_batch, s.sampling.temperature, s.sampling.max_tokens, s.engine.n_ubatch) == (
+        512,
+        32,
+        0.4,
+        100,
+        256,
+    )
     s = effective(cfg, environ=env)
-    assert (s.n_ctx, s.sampling.temperature) == (2048, 0.4)
+    assert (s.engine.n_ctx, s.sampling.temperature) == (2048, 0.4)
     s = effective(cfg)
-    assert (s.n_ctx, s.sampling.temperature) == (1024, 0.2)
+    assert (s.engine.n_ctx, s.sampling.temperature) == (1024, 0.2)
     cfg.unlink()
     s = effective(cfg)
     assert s == Settings()
@@ -77,13 +83,13 @@ def test_every_setting_key_has_an_environment_variable(cfg):
     assert (
         s.model,
         s.models_dir,
-        s.n_threads,
-        s.n_gpu_layers,
+        s.engine.n_threads,
+        s.engine.n_gpu_layers,
         s.system_prompt,
         s.sampling.seed,
         s.sampling.top_p,
         s.theme,
-        s.flash_attn,
+        s.engine.flash_attn,
     ) == ("tiny.gguf", os.path.expanduser("~/m"), 3, -1, "Hi", 42, 0.5, "gruvbox", "off")
     assert {"model", "n_ctx", "temperature", "max_tokens", "seed", "models_dir", "theme"} <= set(SETTING_KEYS)
 
@@ -91,9 +97,9 @@ def test_every_setting_key_has_an_environment_variable(cfg):
 def test_auto_resets_optional_values(cfg):
     cfg.write_text("n_threads = 4\nn_gpu_layers = 0\n")
     s = load_settings(cfg, environ={"CHATPHASE_N_THREADS": "auto"})
-    assert (s.n_threads, s.n_gpu_layers) == (None, 0)
+    assert (s.engine.n_threads, s.engine.n_gpu_layers) == (None, 0)
     cfg.write_text('n_gpu_layers = "auto"\n')
-    assert load_settings(cfg, environ={}).n_gpu_layers is None
+    assert load_settings(cfg, environ={}).engine.n_gpu_layers is None
 
 
 @pytest.mark.parametrize(
@@ -122,7 +128,7 @@ def test_invalid_file_names_key_and_line_and_uses_defaults(cfg, capsys, text, li
 def test_keys_table_is_read_and_saved(cfg):
     cfg.write_text('n_ctx = 1024\n[keys]\n"chat.stop" = "ctrl+s, escape"\n"app.help" = "f1"\n')
     s = load_settings(cfg, environ={})
-    assert s.keys == {"chat.stop": "ctrl+s,escape", "app.help": "f1"} and s.n_ctx == 1024
+    assert s.keys == {"chat.stop": "ctrl+s,escape", "app.help": "f1"} and s.engine.n_ctx == 1024
     save_settings(s, cfg)
     assert load_settings(cfg, environ={}) == s
 
@@ -163,7 +169,7 @@ def test_save_and_load_round_trip(cfg):
 
 def test_save_refuses_invalid_settings(cfg):
     with pytest.raises(UsageError):
-        save_settings(Settings(n_ctx=1))
+        save_settings(Settings().with_overrides(n_ctx=1))
     assert not cfg.exists()
 
 
@@ -206,13 +212,13 @@ def test_any_valid_settings_survive_save_and_load(tmp_path_factory, values):
 
 def test_threads_auto_flag_overrides_a_configured_count(cfg):
     cfg.write_text("n_threads = 4\nn_threads_batch = 2\n")
-    assert (effective(cfg).n_threads, effective(cfg).n_threads_batch) == (4, 2)
+    assert (effective(cfg).engine.n_threads, effective(cfg).engine.n_threads_batch) == (4, 2)
     s = effective(cfg, "--threads", "auto", "--threads-batch", "AUTO")
-    assert (s.n_threads, s.n_threads_batch) == (None, None)
-    assert s.engine_config().threads_policy() == "auto"
+    assert (s.engine.n_threads, s.engine.n_threads_batch) == (None, None)
+    assert s.engine.threads_policy() == "auto"
     s = effective(cfg, "--threads", "3", environ={"CHATPHASE_N_THREADS": "auto"})
-    assert s.n_threads == 3 and s.engine_config().threads_policy() == "fixed"
-    assert Settings().engine_config().threads_policy() == "auto"  # the default
+    assert s.engine.n_threads == 3 and s.engine.threads_policy() == "fixed"
+    assert Settings().engine.threads_policy() == "auto"  # the default
 
 
 def test_threads_flag_refuses_words_other_than_auto(cfg, capsys):
@@ -261,4 +267,4 @@ def test_key_names_are_the_tuis_to_check_so_a_bad_one_does_not_spoil_the_file(cf
     """``chatphase ask`` loads the same file: a key Textual does not know is no config-file problem."""
     cfg.write_text('n_ctx = 1024\n[keys]\n"chat.new" = "notakey+++"\n')
     report = load_config(cfg, {})
-    assert report.problems == [] and report.settings.n_ctx == 1024
+    assert report.problems == [] and report.settings.engine.n_ctx == 1024

@@ -154,8 +154,8 @@ def test_the_tail_finds_repeated_lines_from_the_end_and_leaves_a_tab_expanded_li
 
 async def test_the_real_engine_drafts_tint_the_tail(default_model_info):
     """lookup on the default model, asked to repeat its prompt: accepted drafts reach the tail, tinted."""
-    settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, spec="lookup", max_tokens=120)
-    app = ChatPhaseApp(settings, default_model_info, lambda info, cur: EngineHost(info, cur.engine_config()))
+    settings = Settings().with_overrides(n_ctx=1024, temperature=0.0, seed=0, spec="lookup", max_tokens=120)
+    app = ChatPhaseApp(settings, default_model_info, lambda info, cur: EngineHost(info, cur.engine))
     most = 0
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app), timeout_s=60)

@@ -53,7 +53,7 @@ async def test_turn_streams_reply_and_shows_the_engines_metrics():
 
 
 async def test_prefill_progress_bar_counts_prompt_tokens():
-    app, engines = make_app(Settings(n_batch=4), hold="prefill")
+    app, engines = make_app(Settings().with_overrides(n_batch=4), hold="prefill")
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "one two three four five six seven eight nine ten")
@@ -89,7 +89,7 @@ async def test_esc_mid_decode_keeps_partial_reply_and_next_turn_works():
 
 
 async def test_esc_mid_prefill_cancels_without_tokens():
-    app, engines = make_app(Settings(n_batch=2), hold="prefill")
+    app, engines = make_app(Settings().with_overrides(n_batch=2), hold="prefill")
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "a b c d e f")
@@ -101,7 +101,7 @@ async def test_esc_mid_prefill_cancels_without_tokens():
 
 
 async def test_over_long_message_is_refused_and_given_back():
-    app, _engines = make_app(Settings(n_ctx=16))
+    app, _engines = make_app(Settings().with_overrides(n_ctx=16))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         text = " ".join(f"w{i}" for i in range(30))
@@ -113,7 +113,7 @@ async def test_over_long_message_is_refused_and_given_back():
 
 
 async def test_an_error_on_the_phase_line_is_read_whole_then_the_line_shrinks_back():
-    app, _engines = make_app(Settings(n_ctx=16), replies=["ok"])
+    app, _engines = make_app(Settings().with_overrides(n_ctx=16), replies=["ok"])
     async with app.run_test(size=(64, 30)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, " ".join(f"w{i}" for i in range(30)))
@@ -132,7 +132,7 @@ async def test_an_error_on_the_phase_line_is_read_whole_then_the_line_shrinks_ba
 
 
 async def test_trimmed_context_is_announced():
-    app, _engines = make_app(Settings(n_ctx=40), replies=["ok"])
+    app, _engines = make_app(Settings().with_overrides(n_ctx=40), replies=["ok"])
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         for i in range(4):
@@ -318,7 +318,7 @@ async def test_quit_mid_generation_closes_the_engine():
 
 
 async def test_multiline_input_and_large_paste():
-    app, _engines = make_app(Settings(n_ctx=16384))
+    app, _engines = make_app(Settings().with_overrides(n_ctx=16384))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         prompt = app.query_one(PromptInput)

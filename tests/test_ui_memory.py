@@ -113,7 +113,7 @@ async def test_a_resumed_chat_is_folded_with_its_thinking_blocks_and_a_regenerat
     resumed = ChatPhaseApp(
         Settings(),
         fake_model_info(),
-        lambda info, s: FakeEngine(info, s, replies=["Fine."]),
+        lambda info, s: FakeEngine(info, s.engine, replies=["Fine."]),
         resume=load_session(session_id),
     )
     async with resumed.run_test(size=(120, 36)) as pilot:

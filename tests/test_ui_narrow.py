@@ -54,7 +54,7 @@ async def test_resized_narrow_during_a_reply_and_back():
 def headless_chat(monkeypatch):
     """``chatphase chat`` on a FakeEngine, run headless at 80×24 by ``auto_pilot(pilot)``."""
     monkeypatch.setattr(chat_command, "model_info_for", lambda settings, **_: fake_model_info())
-    monkeypatch.setattr(chat_command, "engine_for", lambda settings, info: FakeEngine(info, settings))
+    monkeypatch.setattr(chat_command, "engine_for", lambda settings, info: FakeEngine(info, settings.engine))
 
     def use(auto_pilot):
         monkeypatch.setattr(

@@ -22,8 +22,8 @@ TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon a
 
 
 def real_app(info, **overrides):
-    settings = Settings(n_ctx=1024).with_overrides(temperature=0.0, seed=0, **overrides)
-    return ChatPhaseApp(settings, info, lambda model_info, current: EngineHost(model_info, current.engine_config()))
+    settings = Settings().with_overrides(n_ctx=1024, temperature=0.0, seed=0, **overrides)
+    return ChatPhaseApp(settings, info, lambda model_info, current: EngineHost(model_info, current.engine))
 
 
 async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_model_info):

@@ -46,7 +46,7 @@ def test_prefill_in_progress(snap_compare):
     """A 60-word message mid-prefill (n_batch 16): yellow PREFILL badge, a progress bar at 16 of 65
     prompt tokens with '16/65 tok · 32.0 ms · 500.0 tok/s', the user message and an empty reply
     marked 'prefill…'; the panel shows prompt 65 tok (0 cached) and the KV gauge at 16 tokens."""
-    app, engines = snapshot_app(Settings(n_batch=16), hold="prefill")
+    app, engines = snapshot_app(Settings().with_overrides(n_batch=16), hold="prefill")
 
     async def run_before(pilot):
         await settle(pilot)

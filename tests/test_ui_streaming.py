@@ -199,7 +199,7 @@ async def test_streamed_reply_in_the_app_is_segmented():
 # -- the prefill drawn from the tick -----------------------------------------------------------------
 async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch):
     monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
-    app, engines = make_app(Settings(n_batch=16, n_threads=NO_SPARE), hold="prefill")
+    app, engines = make_app(Settings().with_overrides(n_batch=16, n_threads=NO_SPARE), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         assert app.view.tick_stride == 2  # the engine's threads take every core
@@ -224,7 +224,9 @@ async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch
 async def test_quiet_prefill_is_drawn_at_the_first_token(monkeypatch):
     """Without a spare core and a prefill shorter than PREFILL_QUIET_S, the first token draws it."""
     monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
-    app, engines = make_app(Settings(n_batch=16, n_threads=NO_SPARE), hold="decode", hold_after_tokens=2)
+    app, engines = make_app(
+        Settings().with_overrides(n_batch=16, n_threads=NO_SPARE), hold="decode", hold_after_tokens=2
+    )
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         assert app.view.tick_stride == 2
@@ -241,7 +243,7 @@ async def test_quiet_prefill_is_drawn_at_the_first_token(monkeypatch):
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a core to spare needs 2 CPUs")
 async def test_prefill_progress_is_drawn_at_once_with_a_spare_core():
-    app, engines = make_app(Settings(n_batch=16, n_threads=NO_SPARE - 1), hold="prefill")
+    app, engines = make_app(Settings().with_overrides(n_batch=16, n_threads=NO_SPARE - 1), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         assert app.view.tick_stride == 1 and app.view.prefill.quiet_s == 0

@@ -17,7 +17,7 @@ from chatphase.ui.transcript.chat_log import ReplyView
 
 @pytest.mark.parametrize("synthetic", [True, False])
 async def test_synthetic_replies_are_labelled_and_dimmed(synthetic):
-    app = ChatPhaseApp(Settings(), fake_model_info(synthetic=synthetic), lambda info, s: FakeEngine(info, s))
+    app = ChatPhaseApp(Settings(), fake_model_info(synthetic=synthetic), lambda info, s: FakeEngine(info, s.engine))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello")
@@ -40,7 +40,7 @@ async def test_synthetic_replies_are_labelled_and_dimmed(synthetic):
 async def test_a_folded_synthetic_reply_keeps_its_label():
     """A finished reply is folded into one drawing when the next one starts (chat_log.ReplyView.fold); a
     synthetic model's label must survive that, above the dimmed text."""
-    app = ChatPhaseApp(Settings(), fake_model_info(synthetic=True), lambda info, s: FakeEngine(info, s))
+    app = ChatPhaseApp(Settings(), fake_model_info(synthetic=True), lambda info, s: FakeEngine(info, s.engine))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         for n, text in enumerate(("hello", "again"), 1):

@@ -185,7 +185,7 @@ async def test_the_panel_history_timeline_and_explanation_measure_the_thinking()
         assert "┅ thinking 5 tok" in timeline and "━ answer 4 tok" in timeline
         explain = str(app.query_one("#detail-explain").render())
         assert "thinking: 5 of 9 generated tokens (56%), 80 ms before the first answer token" in explain
-        await app.action_new_chat()
+        app.action_new_chat()
         await pilot.pause(0.1)
         assert not table.thinking and table.row_count == 0
 
@@ -226,7 +226,7 @@ async def test_a_resumed_session_shows_its_thinking_collapsed():
         await finish_turn(pilot)
         session_id = app.recording.recorder.id
     session = load_session(session_id)
-    resumed = ChatPhaseApp(Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=session)
+    resumed = ChatPhaseApp(Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s.engine), resume=session)
     async with resumed.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: idle(resumed) and resumed.query(ThinkingBlock))
         await pilot.pause(0.2)
@@ -248,7 +248,7 @@ async def test_a_resumed_session_keeps_budget_reached():
         session_id = app.recording.recorder.id
     assert live.endswith("· budget reached")
     resumed = ChatPhaseApp(
-        Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s), resume=load_session(session_id)
+        Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s.engine), resume=load_session(session_id)
     )
     async with resumed.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: idle(resumed) and resumed.query(ThinkingBlock))

@@ -14,7 +14,7 @@ from chatphase.ui.app import ChatPhaseApp
 
 
 def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPhaseApp, list[FakeEngine]]:
-    """A ChatPhaseApp whose factory builds ``FakeEngine(info, current settings, **engine_kwargs)``; engines are
+    """A ChatPhaseApp whose factory builds ``FakeEngine(info, current settings' engine part, **engine_kwargs)``; engines are
     collected in the returned list (newest last). ``engine_kwargs`` apply to the first engine only when
     given as ``first_only=True``."""
     settings = settings or Settings()
@@ -23,7 +23,7 @@ def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPha
 
     def factory(info, current):
         kwargs = engine_kwargs if not (first_only and engines) else {}
-        engine = FakeEngine(info, current, **kwargs)
+        engine = FakeEngine(info, current.engine, **kwargs)
         engines.append(engine)
         return engine
 

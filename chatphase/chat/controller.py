@@ -133,9 +133,14 @@ class ChatController:
         """The newest reply's thinking ("" when there is none)."""
         return self.history.last_thinking
 
-    def _tell(self, method: str, *args: object) -> None:
+    def _tell(self, call: Callable[[ChatListener], None]) -> None:
+        """Make ``call`` on each listener, in order: a direct call on the interface (``lambda to:
+        to.turn_started(turn)``), so a type checker checks its name and arguments."""
         for listener in list(self.listeners):
-            getattr(listener, method)(*args)
+            call(listener)
+
+    def _notice(self, notice: Notice) -> None:
+        self._tell(lambda to: to.notice(notice))
 
     # -- the engine's life -------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -143,7 +148,7 @@ class ChatController:
         or ``engine_stopped``)."""
         self.engine_id += 1
         self.loaded = None
-        self._tell("engine_loading", self.model_info)
+        self._tell(lambda to: to.engine_loading(self.model_info))
         try:
             engine = self.engine_factory(self.model_info, self.settings)
         except Exception as exc:  # a factory failure is shown, never a traceback
@@ -163,7 +168,7 @@ class ChatController:
         next turn prefills it on the new model)."""
         self._retire_engine()
         self.model_info = info
-        self._tell("notice", Notice("model", "Model", f"Switched model to {info.name}"))
+        self._notice(Notice("model", "Model", f"Switched model to {info.name}"))
         self.start_engine()
 
     def close(self) -> None:
@@ -180,7 +185,7 @@ class ChatController:
 
     def _engine_down(self, message: str) -> None:
         self._let_go()
-        self._tell("engine_stopped", message)
+        self._tell(lambda to: to.engine_stopped(message))
 
     def _let_go(self) -> None:
         """Drop the current engine: cancelled and closed in the background, its late events ignored."""
@@ -232,7 +237,8 @@ class ChatController:
         removed = self.history.take_back_reply()
         if removed is None:
             raise NotNow("There is no reply to regenerate.")
-        self._tell("history_rewound", (removed,))
+        rewound = (removed,)
+        self._tell(lambda to: to.history_rewound(rewound))
         self._reuse_note = REGENERATE_NOTE
         return self._begin("regenerate")
 
@@ -247,7 +253,7 @@ class ChatController:
         removed = self.history.take_back_exchange()
         if not removed:
             raise NotNow("There is no message to edit.")
-        self._tell("history_rewound", removed)
+        self._tell(lambda to: to.history_rewound(removed))
         self._reuse_note = RESEND_NOTE
         return removed[0].content
 
@@ -269,7 +275,7 @@ class ChatController:
             raise NotNow("Not starting a new chat: wait for the reply or stop it", "chat.stop")
         self.history.clear()
         self._reuse_note = None
-        self._tell("chat_cleared")
+        self._tell(lambda to: to.chat_cleared())
 
     def restore(self, session: Session) -> None:
         """Continue ``session``'s conversation (its turns taken back stay out). The KV cache does not hold
@@ -282,7 +288,7 @@ class ChatController:
             raise NotNow("Wait for the reply (Esc stops it), then open the session.")
         self.history.restore(session.history(), max((t.index for t in session.turns), default=0))
         self._reuse_note = COLD_PREFILL_NOTE
-        self._tell("history_restored", session)
+        self._tell(lambda to: to.history_restored(session))
 
     def _begin(self, kind: TurnKind) -> Turn:
         assert self.engine is not None
@@ -299,7 +305,7 @@ class ChatController:
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
         self.turn, self.busy = turn, True
-        self._tell("turn_started", turn)
+        self._tell(lambda to: to.turn_started(turn))
         engine = self.engine
         self._start("turn", engine, lambda: engine.run_turn(request), turn.turn_id)
         return turn
@@ -310,9 +316,9 @@ class ChatController:
             return  # a replaced engine's late event
         if isinstance(event, ModelLoaded):
             self.loaded = event.model
-            self._tell("engine_ready", event.model)
+            self._tell(lambda to: to.engine_ready(event.model))
             if (note := thinking_ignored(self.settings, event.model)) is not None:
-                self._tell("notice", note)
+                self._notice(note)
             self._start("watch", job.engine, job.engine.watch)
             return
         if isinstance(event, EngineFailed):
@@ -323,28 +329,28 @@ class ChatController:
             return  # the rest of a turn that was abandoned or dropped
         if isinstance(event, TokensDecoded):
             turn.decoded(event)
-            self._tell("tokens_decoded", turn, event)
+            self._tell(lambda to: to.tokens_decoded(turn, event))
         elif isinstance(event, PrefillProgress):
             turn.progress = event
-            self._tell("prefill_progress", turn, event)
+            self._tell(lambda to: to.prefill_progress(turn, event))
         elif isinstance(event, FirstToken):
             turn.first_token(event)
-            self._tell("first_token", turn, event)
+            self._tell(lambda to: to.first_token(turn, event))
         elif isinstance(event, PrefillStarted):
             self._prefill_started(turn, event)
         elif isinstance(event, ThinkingEnded):
             turn.thinking_ended = event
-            self._tell("thinking_ended", turn, event)
+            self._tell(lambda to: to.thinking_ended(turn, event))
         elif isinstance(event, TurnFinished):
             self._finished(turn, event)
 
     def _prefill_started(self, turn: Turn, ev: PrefillStarted) -> None:
         turn.prefill = ev
-        self._tell("prefill_started", turn, ev)
+        self._tell(lambda to: to.prefill_started(turn, ev))
         if ev.dropped_messages:
-            self._tell("notice", Notice.dropped(ev.dropped_messages))
+            self._notice(Notice.dropped(ev.dropped_messages))
         if self._reuse_note and ev.prompt_tokens is not None:
-            self._tell("notice", Notice.reuse(self._reuse_note, ev))
+            self._notice(Notice.reuse(self._reuse_note, ev))
         self._reuse_note = None
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
@@ -352,9 +358,9 @@ class ChatController:
         self.history.add("assistant", ev.reply, ev.thinking)
         if ev.thinking and self._reuse_note is None:
             self._reuse_note = AFTER_THINKING_NOTE  # the cache holds the thinking; the next prompt may not
-        self._tell("turn_finished", turn, ev)
+        self._tell(lambda to: to.turn_finished(turn, ev))
         if ev.metrics.stop_reason == "context_full":
-            self._tell("notice", Notice.context_full())
+            self._notice(Notice.context_full())
 
     def _failed(self, ev: EngineFailed) -> None:
         turn = self.turn
@@ -362,7 +368,7 @@ class ChatController:
             if turn is not None and ev.turn_id == turn.turn_id:
                 turn.error = ev.message  # a TurnFinished may follow (a partial reply); else the job's end decides
                 title = "Not sent" if turn.prefill is None else "Turn error"
-                self._tell("notice", Notice("turn_error", title, ev.message, "error"))
+                self._notice(Notice("turn_error", title, ev.message, "error"))
             return
         self._drop_turn("engine stopped: partial reply kept", ev.message)
         self._engine_down(ev.message)
@@ -390,7 +396,7 @@ class ChatController:
         if turn is None:
             return
         self.history.drop_unanswered()
-        self._tell("turn_failed", turn, message)
+        self._tell(lambda to: to.turn_failed(turn, message))
 
     def _abandon_turn(self, why: str) -> None:
         """Stop following the turn in flight; what streamed so far is kept as its reply."""
@@ -398,4 +404,4 @@ class ChatController:
         if turn is None:
             return
         self.history.add("assistant", turn.reply, turn.thinking)
-        self._tell("turn_abandoned", turn, why)
+        self._tell(lambda to: to.turn_abandoned(turn, why))

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from typing_extensions import override
+
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener
 from chatphase.chat.turn import Turn
@@ -44,6 +46,7 @@ class SessionRecording(ChatListener):
         self._live: list[int] = []  # recorder indices of the turns in the conversation, oldest first
 
     # -- what the chat tells us ---------------------------------------------------------------------
+    @override
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
         recorder = self._recorder()
         if len(self._live) > turn.position:  # the turns after this one's user message were taken back
@@ -52,12 +55,15 @@ class SessionRecording(ChatListener):
         self._turn_id = turn.turn_id
         self._live.append(recorder.begin_turn(turn.user, asdict(turn.request.sampling)))
 
+    @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._observe(turn, event)
 
+    @override
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         self._observe(turn, event)
 
+    @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if (recorder := self._recording(turn)) is not None:
             recorder.finish_turn(
@@ -69,6 +75,7 @@ class SessionRecording(ChatListener):
             )
             self._turn_id = None
 
+    @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         if (recorder := self._recording(turn)) is not None:
             recorder.finish_turn(turn.reply, None, error=message)
@@ -76,6 +83,7 @@ class SessionRecording(ChatListener):
             if self._live and self._live[-1] == recorder.turns_recorded:
                 self._live.pop()  # its user message left the conversation
 
+    @override
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         """The chat keeps what streamed as the reply, so the session does too: a partial turn (no error)
         with the figures measured until its engine stopped (:meth:`Turn.metrics_so_far`), which a resume
@@ -90,9 +98,11 @@ class SessionRecording(ChatListener):
             )
             self._turn_id = None
 
+    @override
     def chat_cleared(self) -> None:
         self.close()  # the next turn starts a new session
 
+    @override
     def history_restored(self, session: Session) -> None:
         """Keep recording into the restored session's own file."""
         if self.recorder is None or self.recorder.path != Path(session.path):

@@ -9,19 +9,20 @@ from pathlib import Path
 from chatphase.chat.controller import ChatController
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
-from chatphase.settings.schema import Settings
+from chatphase.settings.schema import Settings, model_change
 
 
 def apply_settings(chat: ChatController, settings: Settings, reload_keys: Iterable[str] = ()) -> str:
     """Use new ``settings`` in ``chat``: sampling and the system prompt from the next turn; a new model (or
-    models directory) or new engine settings (``reload_keys``) through a new engine, the conversation kept.
+    models directory) or new engine settings (``reload_keys``, :func:`chatphase.settings.schema.reload_keys`)
+    through a new engine, the conversation kept.
     Returns what was done, in words.
 
     Raises:
         ChatPhaseError: the new model cannot be used (the chat's settings stay as they were).
     """
     reload_keys = list(reload_keys)
-    if {"model", "models_dir"} & set(reload_keys):
+    if model_change(reload_keys):
         from chatphase.models.gguf_meta import read_model_info
         from chatphase.models.resolve import resolve_model
 

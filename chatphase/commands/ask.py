@@ -16,6 +16,8 @@ import json
 import sys
 from dataclasses import asdict
 
+from typing_extensions import override
+
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.listener import ChatListener, Notice
@@ -100,6 +102,7 @@ class _Printer(ChatListener):
         self.refused: str | None = None  # the turn was refused before prefill (exit 2)
         self.turn_error: str | None = None  # the turn ended with an error (exit 1 after it is kept)
 
+    @override
     def engine_ready(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
         for note in loaded.notes:
@@ -116,16 +119,20 @@ class _Printer(ChatListener):
         if self.loaded is not None and getattr(self.loaded.info, "synthetic", False) and not self.as_json:
             sys.stdout.write(f"[{SYNTHETIC_LABEL}] ")
 
+    @override
     def engine_stopped(self, message: str) -> None:
         self.stopped = message
 
+    @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._reply_start()
         self._write(event.text, event.thinking)
 
+    @override
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         self._write(event.text, event.thinking)
 
+    @override
     def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
         if self.show_thinking:
             how = " (budget spent)" if event.forced else ""
@@ -140,6 +147,7 @@ class _Printer(ChatListener):
             sys.stdout.write(text)
             sys.stdout.flush()
 
+    @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if not self.as_json:
             sys.stdout.write("\n")
@@ -154,10 +162,12 @@ class _Printer(ChatListener):
             }
         )
 
+    @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         if turn.prefill is None and self.stopped is None:
             self.refused = message
 
+    @override
     def notice(self, notice: Notice) -> None:
         if notice.kind == "turn_error":
             self.turn_error = notice.text

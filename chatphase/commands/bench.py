@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     # do not bound a remote server, so no roofline
     bench = BenchRun(
         info,
-        settings.engine_config(),
+        settings.engine,
         plan,
         roofline=args.roofline and not settings.server,
         **remote_bench_options(settings, info),
@@ -192,7 +192,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
             gen_tokens=args.gen,
             reps=args.reps,
             warmup=args.warmup,
-        ).validate(settings.n_ctx)
+        ).validate(settings.engine.n_ctx)
     if args.depths is not None:
         raise UsageError("--depths does not apply to --parallel: each sequence decodes from its own prompt")
     return ParallelPlan(
@@ -201,7 +201,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         gen_tokens=args.gen,
         reps=args.reps,
         warmup=args.warmup,
-    ).validate(*((None,) if settings.server else (settings.n_ctx, settings.n_batch)))
+    ).validate(*((None,) if settings.server else (settings.engine.n_ctx, settings.engine.n_batch)))
 
 
 def follow(events, progress: _Progress, done_type: type):

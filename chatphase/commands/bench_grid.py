@@ -11,13 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from chatphase.bench.grid import LeverGrid, check_values, parse_lever
+from chatphase.bench.grid import LEVERS, LeverGrid, check_values, parse_lever
 from chatphase.commands.options import count_or_auto
 from chatphase.errors import UsageError
-
-#: lever -> the ``args`` attribute its flag fills.
-_DEST = {"model": "model", "type_k": "type_k", "type_v": "type_v", "flash_attn": "flash_attn",
-         "n_ubatch": "n_ubatch", "n_threads": "n_threads"}  # fmt: skip
 
 
 def split_levers(args: argparse.Namespace) -> LeverGrid:
@@ -28,8 +24,8 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
         UsageError: a value a lever does not take (one line naming the flag and the choices).
     """
     values: dict[str, tuple] = {}
-    for lever, dest in _DEST.items():
-        text = getattr(args, dest, None)
+    for lever in LEVERS:  # each lever's flag fills the ``args`` attribute of its name (the setting's key)
+        text = getattr(args, lever, None)
         if text is None:
             continue
         # a model file whose name holds a comma is one model, not a list
@@ -38,7 +34,7 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
         single = items[0] if len(items) == 1 else None
         if lever == "n_threads" and single is not None:
             single = count_or_auto(str(single))
-        setattr(args, dest, single)
+        setattr(args, lever, single)
     return LeverGrid(values)
 
 
@@ -62,7 +58,7 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, w
     points, notes = grid.points()
     specs = grid.values.get("model", (None,))
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
-    run = GridRun(points, infos, settings.engine_config(), plan, notes=notes, roofline=args.roofline)
+    run = GridRun(points, infos, settings.engine, plan, notes=notes, roofline=args.roofline)
     for note in notes:
         print(f"chatphase: {note}", file=sys.stderr)
     result = drive(run, len(points) * plan.total_runs, GridDone)

@@ -48,7 +48,7 @@ def run_offload(args, settings, info, plan, execute) -> int:
         raise UsageError("--gpu-layers writes --format table or json")
     assert isinstance(plan, SweepPlan)
     bandwidth = args.device_bandwidth * 1e9 if args.device_bandwidth else None
-    sweep = OffloadRun(info, settings.engine_config(), plan, args.gpu_layers, args.roofline, bandwidth)
+    sweep = OffloadRun(info, settings.engine, plan, args.gpu_layers, args.roofline, bandwidth)
     return execute(
         args,
         sweep,

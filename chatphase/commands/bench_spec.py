@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("bench --spec runs the local engine; a server's drafting shows in its timings (chat, ask)")
     settings = settings_from_args(argparse.Namespace(**dict(vars(args), spec=None)))
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
-    config = replace(settings.engine_config(), spec="off")
+    config = replace(settings.engine, spec="off")
 
     def progress(text: str) -> None:
         print(f"\rchatphase: {text:<60}", end="", file=sys.stderr, flush=True)

@@ -12,11 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chatphase.commands.options import (
-    add_model_options,
-    add_sampling_options,
-    settings_from_args,
-)
+from chatphase.commands.options import add_model_options, add_sampling_options, add_setting_flags, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
 
 
@@ -30,7 +26,7 @@ def register(sub) -> None:
     add_model_options(p)
     add_sampling_options(p)
     add_server_options(p)
-    p.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. textual-dark, textual-light")
+    add_setting_flags(p, "chat")  # --theme
     p.add_argument(
         "--resume",
         nargs="?",
@@ -54,8 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config()  # its problems are shown in the TUI
     settings = settings_from_args(args, base=config.settings)
-    if getattr(args, "theme", None):
-        settings = settings.with_overrides(theme=args.theme)
     resume = None
     if args.resume:  # an unknown session is one line and exit 1, before the TUI starts
         from chatphase.sessions.catalog import load_session

@@ -73,21 +73,25 @@ def build_report(args) -> dict:
     settings = settings_from_args(args)
     path = resolve_model(settings.model, settings.models_dir, pull=getattr(args, "pull", False))
     info = read_model_info(path)
-    est = estimate(info, settings.n_ctx, min(settings.n_ubatch, settings.n_batch), settings.type_k, settings.type_v)
+    est = estimate(
+        info, settings.engine.n_ctx, settings.engine.n_ubatch_used, settings.engine.type_k, settings.engine.type_v
+    )
     verdict = assess(est)
-    kv_per_token = kv_bytes_per_token(info.attention, settings.type_k, settings.type_v) if info.attention else None
+    kv_per_token = (
+        kv_bytes_per_token(info.attention, settings.engine.type_k, settings.engine.type_v) if info.attention else None
+    )
     # llama.cpp's lines (ggml_vulkan: Found 1 Vulkan devices …) go to engine.log; only its calls are inside, so
     # that the details --verbose prints of a bad file (Python's, on fd 2) stay on the terminal
     with llama_quiet():
-        chat_format, system = chat_format_report(info, settings.chat_template), system_report()
+        chat_format, system = chat_format_report(info, settings.engine.chat_template), system_report()
     return {
         "chat_format": chat_format,
         "model": info.to_dict(),
         "kv": {
-            "type_k": settings.type_k,
-            "type_v": settings.type_v,
+            "type_k": settings.engine.type_k,
+            "type_v": settings.engine.type_v,
             "kv_bytes_per_token": kv_per_token,
-            "n_ctx": settings.n_ctx,
+            "n_ctx": settings.engine.n_ctx,
             "kv_cells": est.kv_cells,
             "kv_capacity_bytes": est.kv_cache_bytes,
         },
@@ -100,7 +104,7 @@ def build_report(args) -> dict:
         },
         "system": system,
         "gpu_offload_off_because": why_no_offload(
-            tuple(system["backends"]), tuple(DeviceInfo(**d) for d in system["devices"]), settings.n_gpu_layers
+            tuple(system["backends"]), tuple(DeviceInfo(**d) for d in system["devices"]), settings.engine.n_gpu_layers
         ),
         "paths": {"config_file": str(config_path()), "sessions_dir": str(sessions_dir())},
     }

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from chatphase.commands.options import add_setting_flag
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.resolve import FIGURE_COLUMNS, default_models_dir, list_models
@@ -24,7 +25,7 @@ def register(sub) -> None:
         help="list local GGUF models (models directory, Hugging Face cache, bundled default)",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
+    add_setting_flag(p, "models_dir")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=run)
     shapes = ", ".join(k for k, v in SHAPES.items() if v.listed)
@@ -37,7 +38,7 @@ def register(sub) -> None:
     )
     s.add_argument("spec", metavar="SHAPE[:QUANT]", help=f"e.g. llama-3.2-1b:Q4_0 (QUANT default Q4_0; {shapes})")
     s.add_argument("--output", "-o", metavar="FILE", help="where to write (default: the models directory)")
-    s.add_argument("--models-dir", dest="synth_models_dir", metavar="DIR", help="directory of the user's GGUF files")
+    add_setting_flag(s, "models_dir", dest="synth_models_dir")
     s.add_argument("--seed", type=int, default=0, metavar="S", help="random seed of the weights (default 0)")
     s.add_argument("--force", action="store_true", help="replace an existing file")
     s.set_defaults(func=run_synth)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
-from typing import Any
 
-from chatphase.engine.config import TRI_STATE
-from chatphase.models.kv import KV_TYPE_BYTES
-from chatphase.settings.schema import Settings
+from chatphase.settings.schema import BY_KEY, FIELDS, Settings, with_values
 
 #: the value of an optional count flag that sets it back to automatic, over a config file or environment.
 AUTO = "auto"
@@ -28,151 +24,64 @@ def count_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or {AUTO}, got {text!r}") from None
 
 
+#: appended to the help of a flag that takes a comma list (``bench``'s levers).
+_MANY = " (a comma list: every combination is measured)"
+
+
+def add_setting_flag(g, key: str, listed: bool = False, dest: str | None = None, **words: str) -> None:
+    """Add the flag of setting ``key`` to ``g`` (a parser or argument group) as its field defines it
+    (:mod:`chatphase.settings.schema`): default ``None`` (= the configured value), ``dest`` the key unless
+    given; ``listed``: it takes a comma list, kept as text; ``words`` fill the help's other ``{names}``."""
+    f = BY_KEY[key]
+    meta = f.metadata
+    text = meta.get("help")
+    if text is not None:
+        text = text.format(default=f.default, choices="|".join(meta.get("choices", ())), **words)
+        text += _MANY if listed else ""
+    if "const" in meta:
+        g.add_argument(*meta["flags"], dest=dest or key, action="store_const", const=meta["const"], help=text)
+        return
+    kind = str if listed or f.type is str else count_or_auto if meta.get("auto") else f.type
+    choices = None if listed else meta.get("choices")
+    g.add_argument(*meta["flags"], dest=dest or key, type=kind, choices=choices, metavar=meta.get("metavar"), help=text)
+
+
+def add_setting_flags(g, group: str, lists: tuple[str, ...] = (), **words: str) -> None:
+    """Add the flags of the settings in ``group`` (their :attr:`~chatphase.settings.schema.SettingField.cli_group`),
+    in declaration order, to ``g``; the keys in ``lists`` take comma lists (:func:`add_setting_flag`)."""
+    for f in FIELDS:
+        if f.cli_group == group:
+            add_setting_flag(g, f.key, listed=f.key in lists, **words)
+            if f.key == "model":
+                g.add_argument(
+                    "--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet"
+                )
+
+
 def add_model_options(p: argparse.ArgumentParser, lists: bool = False) -> None:
     """``--model`` and the engine settings (all default to ``None`` = take the configured value).
 
-    ``lists``: ``--model``, ``--n-ubatch``, ``--threads``, ``--flash-attn`` and ``--cache-type-k/-v`` take
-    comma lists, kept as text for the caller to split (``bench``'s lever grid, :mod:`chatphase.bench.grid`).
+    ``lists``: the levers of ``bench``'s grid (:data:`chatphase.bench.grid.LEVERS`: ``--model``,
+    ``--n-ubatch``, ``--threads``, ``--flash-attn`` and ``--cache-type-k/-v``) take comma lists, kept as
+    text for the caller to split.
     """
-    g = p.add_argument_group("model and engine")
-    many = " (a comma list: every combination is measured)" if lists else ""
-    g.add_argument(
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="GGUF path, file name in the models directory, or OWNER/NAME[:FILE|:QUANT] from the Hugging Face "
-        "cache; default: bundled SmolLM2-135M-Instruct" + many,
-    )
-    g.add_argument("--pull", action="store_true", help="download an OWNER/NAME[:QUANT] model that is not local yet")
-    g.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
-    g.add_argument("--n-ctx", type=int, metavar="N", help="context size in tokens (default 4096)")
-    g.add_argument("--n-batch", type=int, metavar="N", help="prompt tokens per prefill chunk (default 256)")
-    g.add_argument(
-        "--n-ubatch", type=str if lists else int, metavar="N", help="physical batch size (default 256)" + many
-    )
-    g.add_argument(
-        "--threads",
-        dest="n_threads",
-        type=str if lists else count_or_auto,
-        metavar="N|auto",
-        help="decode threads; auto (the default) chooses them each turn from the cores other processes leave "
-        "free, and fewer mid-reply when decode is preempted; a number pins them (and prefill's)" + many,
-    )
-    g.add_argument(
-        "--threads-batch",
-        dest="n_threads_batch",
-        type=count_or_auto,
-        metavar="N|auto",
-        help="prefill threads (default: as --threads)",
-    )
-    g.add_argument(
-        "--n-gpu-layers",
-        "-ngl",
-        type=int,
-        metavar="N",
-        help="layers to offload to the GPU; -1 = all (default: all when the build supports it)",
-    )
-    kv_types = list(KV_TYPE_BYTES)
-    g.add_argument(
-        "--flash-attn",
-        choices=None if lists else TRI_STATE,
-        help=f"flash attention: {'|'.join(TRI_STATE)} (default auto){many}",
-    )
-    g.add_argument(
-        "--cache-type-k",
-        dest="type_k",
-        choices=None if lists else kv_types,
-        help=f"KV cache K type: {'|'.join(kv_types)} (default f16){many}",
-    )
-    g.add_argument(
-        "--cache-type-v",
-        dest="type_v",
-        choices=None if lists else kv_types,
-        help=f"KV cache V type (default f16){many}",
-    )
-    g.add_argument(
-        "--extra-bufts",
-        choices=TRI_STATE,
-        help="llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched path crashes",
-    )
-    g.add_argument(
-        "--no-kv-offload",
-        dest="offload_kqv",
-        action="store_const",
-        const=False,
-        help="keep the KV cache in host memory, not on the GPU (llama.cpp's offload_kqv off; slower)",
-    )
-    g.add_argument(
-        "--chat-template",
-        metavar="NAME|FILE",
-        help="prompt format: a llama.cpp built-in (chatml, gemma, llama3, phi3, mistral-v7, …), completion "
-        "(no chat markup) or a Jinja file; default: the model's own template, else a format its vocabulary has",
-    )
-    g.add_argument(
-        "--spec",
-        metavar="MODE",
-        help="decode mode: off (default), lookup (draft from the conversation's n-grams), draft:MODEL (a small "
-        "model of the same vocabulary drafts; default = the bundled one), auto (lookup where it pays)",
-    )
+    levers: tuple[str, ...] = ()
+    if lists:
+        from chatphase.bench.grid import LEVERS
+
+        levers = tuple(LEVERS)
+    add_setting_flags(p.add_argument_group("model and engine"), "model", levers)
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
     """Sampling and conversation options."""
-    g = p.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, metavar="N", help="most tokens per reply (default 512)")
-    g.add_argument("--temperature", "--temp", type=float, metavar="T", help="0 = greedy (default 0.7)")
-    g.add_argument("--top-p", type=float, metavar="P")
-    g.add_argument("--top-k", type=int, metavar="K")
-    g.add_argument("--min-p", type=float, metavar="P")
-    g.add_argument("--seed", type=int, metavar="S")
-    g.add_argument("--system", dest="system_prompt", metavar="TEXT", help="system prompt")
-    g.add_argument(
-        "--thinking",
-        choices=TRI_STATE,
-        help="reasoning models: think before answering (on/off where the template can switch it; default auto)",
-    )
-    g.add_argument(
-        "--think-budget",
-        type=int,
-        metavar="N",
-        help="reasoning models: close the thinking block after N thinking tokens (default: no budget)",
-    )
-
-
-_SETTING_KEYS = (
-    "model",
-    "models_dir",
-    "n_ctx",
-    "n_batch",
-    "n_ubatch",
-    "n_threads",
-    "n_threads_batch",
-    "n_gpu_layers",
-    "flash_attn",
-    "type_k",
-    "type_v",
-    "extra_bufts",
-    "offload_kqv",
-    "chat_template",
-    "spec",
-    "system_prompt",
-    "server",
-    "api_key_env",
-    "remote_model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "thinking",
-    "think_budget",
-)
+    add_setting_flags(p.add_argument_group("sampling"), "sampling")
 
 
 def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
     """Apply the flags the user gave (non-``None``) over ``base`` (default: the configured settings,
-    :func:`chatphase.settings.file.load_settings`: config file < environment) and validate.
+    :func:`chatphase.settings.file.load_settings`: config file < environment) and validate. ``auto`` sets
+    a setting that takes it (``--threads auto``) back to automatic, over a configured number.
 
     Raises:
         UsageError: when a value is out of range, or a ``CHATPHASE_<KEY>`` variable is invalid.
@@ -181,7 +90,6 @@ def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -
         from chatphase.settings.file import load_settings
 
         base = load_settings()
-    overrides = {k: getattr(args, k) for k in _SETTING_KEYS if getattr(args, k, None) is not None}
-    autos: dict[str, Any] = {k: None for k, v in overrides.items() if v == AUTO}  # auto beats a configured number
-    settings = base.with_overrides(**{k: v for k, v in overrides.items() if k not in autos})
-    return replace(settings, **autos).validate()
+    given = [(f, getattr(args, f.key)) for f in FIELDS if f.cli_group and getattr(args, f.key, None) is not None]
+    values = {f.key: None if v == AUTO and f.metadata.get("auto") else v for f, v in given}
+    return with_values(base, values).validate()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from chatphase.commands.options import add_setting_flag
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models import hub
 from chatphase.models.gguf_meta import read_model_info
@@ -33,7 +34,7 @@ def register(sub) -> None:
     sel.add_argument("--quant", "-q", metavar="Q", help="quantisation to pick from the repo's files (e.g. Q4_K_M)")
     sel.add_argument("--file", "-f", metavar="NAME", help="exact GGUF file in the repo")
     p.add_argument("--revision", metavar="REV", help="branch, tag or commit (default main)")
-    p.add_argument("--models-dir", metavar="DIR", help="directory of the user's GGUF files")
+    add_setting_flag(p, "models_dir")
     p.set_defaults(func=run)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import weakref
 
+from chatphase.commands.options import add_setting_flags
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
 from chatphase.errors import UsageError
@@ -20,20 +21,7 @@ from chatphase.settings.schema import Settings
 def add_server_options(p: argparse.ArgumentParser) -> None:
     """Add the remote-server option group (all default to ``None`` = the configured value)."""
     g = p.add_argument_group("remote server (instead of a local model)")
-    g.add_argument(
-        "--server",
-        metavar="URL",
-        help="OpenAI-compatible server, e.g. http://127.0.0.1:8080 (…/v1 optional); "
-        "the local engine options are then ignored",
-    )
-    g.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help=f"environment variable holding the server's API key (default: {DEFAULT_API_KEY_ENV} if set)",
-    )
-    g.add_argument(
-        "--remote-model", metavar="NAME", help="model name to ask the server for (default: the first one it lists)"
-    )
+    add_setting_flags(g, "server", default_api_key_env=DEFAULT_API_KEY_ENV)
 
 
 def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelInfo:
@@ -67,8 +55,9 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
     info = read_model_info(resolve_model(settings.model, settings.models_dir, pull=pull, confirm=consent))
     from chatphase.engine.prompting.chat_format import format_before_load
 
-    format_before_load(info, settings.chat_template)  # a broken template: one line, exit 2, before any UI
-    verdict = preflight(info, settings.n_ctx, settings.n_ubatch, settings.type_k, settings.type_v)
+    engine = settings.engine
+    format_before_load(info, engine.chat_template)  # a broken template: one line, exit 2, before any UI
+    verdict = preflight(info, engine.n_ctx, engine.n_ubatch_used, engine.type_k, engine.type_v)
     if verdict.level == "warn":
         (warn or (lambda text: print(f"chatphase: warning: {text}", file=sys.stderr)))(verdict.message)
     return info
@@ -82,7 +71,7 @@ def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
     """
     return make_engine(
         info,
-        settings.engine_config(),
+        settings.engine,
         server=settings.server,
         api_key_env=settings.api_key_env,
         remote_model=settings.remote_model,

@@ -155,9 +155,9 @@ def _measure_here(args: argparse.Namespace):
     settings = settings_from_args(args)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     plan = SweepPlan(prompt_lengths=(256,), depths=(0, args.check_depth), gen_tokens=16, reps=1, warmup=1)
-    plan.validate(settings.n_ctx)
+    plan.validate(settings.engine.n_ctx)
     result = None
-    for event in BenchRun(info, settings.engine_config(), plan):
+    for event in BenchRun(info, settings.engine, plan):
         if isinstance(event, BenchStatus):
             print(f"chatphase whatif: {event.text}", file=sys.stderr, flush=True)
         elif isinstance(event, SweepProgress) and not event.sample.warmup:

@@ -2,13 +2,13 @@
 
 The engine takes this and nothing else of the user's settings (sampling and the system prompt travel
 with each :class:`~chatphase.engine.events.TurnRequest`; theme and paths are not the engine's business).
-:meth:`chatphase.settings.schema.Settings.engine_config` builds one from the user's settings.
+The user's settings hold one (:attr:`chatphase.settings.schema.Settings.engine`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
@@ -24,6 +24,18 @@ MAX_SEQUENCES = 256
 
 #: the most pinned threads allowed per logical CPU.
 MAX_THREADS_PER_CPU = 2
+
+
+def check_choices(settings: Any) -> None:
+    """Check each field of the dataclass instance ``settings`` that lists its ``choices`` in its metadata.
+
+    Raises:
+        UsageError: naming the first field whose value is not one of them.
+    """
+    for f in fields(settings):
+        choices, value = f.metadata.get("choices"), getattr(settings, f.name)
+        if choices is not None and value not in choices:
+            raise UsageError(f"{f.name} must be one of {', '.join(choices)} (got {value!r})")
 
 
 @dataclass(frozen=True)
@@ -48,22 +60,88 @@ class EngineConfig:
     :mod:`chatphase.engine.local.speculative`).
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
-    setting (``metadata["setting"]`` is false, so :class:`chatphase.settings.schema.Settings` has no such field).
+    setting (``metadata["setting"]`` is false, so no flag, config key or settings-screen field names it).
+
+    Each user setting's flag, help and settings-screen label are its field's ``metadata``, read by
+    :mod:`chatphase.settings.schema` (the one definition of a setting; the engine reads none of it).
     """
 
-    n_ctx: int = 4096
-    n_batch: int = 256
-    n_ubatch: int = 256
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_gpu_layers: int | None = None
-    flash_attn: str = "auto"
-    type_k: str = "f16"
-    type_v: str = "f16"
-    extra_bufts: str = "auto"
-    offload_kqv: bool = True
-    chat_template: str | None = None
-    spec: str = "off"
+    n_ctx: int = field(
+        default=4096,
+        metadata={"flags": ("--n-ctx",), "metavar": "N", "help": "context size in tokens (default {default})",
+                  "label": "n_ctx", "hint": "context size, tokens"},
+    )  # fmt: skip
+    n_batch: int = field(
+        default=256,
+        metadata={"flags": ("--n-batch",), "metavar": "N", "help": "prompt tokens per prefill chunk (default {default})",
+                  "label": "n_batch", "hint": "prompt tokens per prefill chunk"},
+    )  # fmt: skip
+    n_ubatch: int = field(
+        default=256,
+        metadata={"flags": ("--n-ubatch",), "metavar": "N", "help": "physical batch size (default {default})"},
+    )
+    n_threads: int | None = field(
+        default=None,
+        metadata={"flags": ("--threads",), "metavar": "N|auto", "auto": True,
+                  "help": "decode threads; auto (the default) chooses them each turn from the cores other processes "
+                  "leave free, and fewer mid-reply when decode is preempted; a number pins them (and prefill's)",
+                  "label": "Threads", "hint": "auto or empty = chosen each turn from the cores left free; a number pins it"},
+    )  # fmt: skip
+    n_threads_batch: int | None = field(
+        default=None,
+        metadata={"flags": ("--threads-batch",), "metavar": "N|auto", "auto": True,
+                  "help": "prefill threads (default: as --threads)"},
+    )  # fmt: skip
+    n_gpu_layers: int | None = field(
+        default=None,
+        metadata={"flags": ("--n-gpu-layers", "-ngl"), "metavar": "N",
+                  "help": "layers to offload to the GPU; -1 = all (default: all when the build supports it)",
+                  "label": "n_gpu_layers", "hint": "empty = all when the build supports GPU offload; -1 = all"},
+    )  # fmt: skip
+    flash_attn: str = field(
+        default="auto",
+        metadata={"flags": ("--flash-attn",), "choices": TRI_STATE,
+                  "help": "flash attention: {choices} (default {default})",
+                  "label": "Flash attention", "hint": "auto = llama.cpp enables it where the backend supports it"},
+    )  # fmt: skip
+    type_k: str = field(
+        default="f16",
+        metadata={"flags": ("--cache-type-k",), "choices": tuple(KV_TYPE_BYTES),
+                  "help": "KV cache K type: {choices} (default {default})"},
+    )  # fmt: skip
+    type_v: str = field(
+        default="f16",
+        metadata={"flags": ("--cache-type-v",), "choices": tuple(KV_TYPE_BYTES),
+                  "help": "KV cache V type (default {default})"},
+    )  # fmt: skip
+    extra_bufts: str = field(
+        default="auto",
+        metadata={"flags": ("--extra-bufts",), "choices": TRI_STATE,
+                  "help": "llama.cpp extra weight buffer types (AMX, repacking); auto = off on AMX CPUs, whose batched "
+                  "path crashes"},
+    )  # fmt: skip
+    offload_kqv: bool = field(
+        default=True,
+        metadata={"flags": ("--no-kv-offload",), "const": False,
+                  "help": "keep the KV cache in host memory, not on the GPU (llama.cpp's offload_kqv off; slower)"},
+    )  # fmt: skip
+    chat_template: str | None = field(
+        default=None,
+        metadata={"flags": ("--chat-template",), "metavar": "NAME|FILE",
+                  "help": "prompt format: a llama.cpp built-in (chatml, gemma, llama3, phi3, mistral-v7, …), "
+                  "completion (no chat markup) or a Jinja file; default: the model's own template, else a format "
+                  "its vocabulary has",
+                  "label": "Chat template",
+                  "hint": "empty = the model's own, else one its vocabulary has; a llama.cpp name or a Jinja file"},
+    )  # fmt: skip
+    spec: str = field(
+        default="off",
+        metadata={"flags": ("--spec",), "metavar": "MODE",
+                  "help": "decode mode: off (default), lookup (draft from the conversation's n-grams), draft:MODEL "
+                  "(a small model of the same vocabulary drafts; default = the bundled one), auto (lookup where it "
+                  "pays)",
+                  "label": "Decode mode", "hint": "off, lookup, auto, or draft:MODEL (speculative decoding)"},
+    )  # fmt: skip
     n_seq_max: int = field(default=1, metadata={"setting": False})
 
     def validate(self) -> EngineConfig:
@@ -92,15 +170,16 @@ class EngineConfig:
             raise UsageError(f"n_seq_max must be 1 to {MAX_SEQUENCES} (got {self.n_seq_max})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
-        for name in ("flash_attn", "extra_bufts"):
-            if getattr(self, name) not in TRI_STATE:
-                raise UsageError(f"{name} must be one of {', '.join(TRI_STATE)} (got {getattr(self, name)!r})")
-        for name in ("type_k", "type_v"):
-            if getattr(self, name) not in KV_TYPE_BYTES:
-                raise UsageError(f"{name} must be one of {', '.join(KV_TYPE_BYTES)} (got {getattr(self, name)!r})")
+        check_choices(self)
         if refusal := quantised_v_without_flash_attn(self.type_v, self.flash_attn):
             raise UsageError(refusal)
         return self
+
+    @property
+    def n_ubatch_used(self) -> int:
+        """The physical batch llama.cpp runs: ``n_ubatch``, at most ``n_batch`` (llama.cpp clamps it so when
+        the context is made, ``llama_context``'s constructor); the memory estimate must use this one too."""
+        return min(self.n_ubatch, self.n_batch)
 
     def threads_policy(self) -> str:
         """``auto``, ``fixed``, or which of decode and prefill is which (``decode auto, prefill fixed``)."""
@@ -116,7 +195,7 @@ class EngineConfig:
         return {
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
-            "n_ubatch": min(self.n_ubatch, self.n_batch),
+            "n_ubatch": self.n_ubatch_used,
             "n_threads": self.n_threads or cores,
             "n_threads_batch": self.n_threads_batch or self.n_threads or cores,
             "threads_policy": self.threads_policy(),

@@ -34,14 +34,33 @@ class SamplingParams:
     """Sampling settings of one turn. ``temperature <= 0`` means greedy; ``seed=None`` a random seed;
     ``think_budget``: thinking tokens after which the engine closes a reasoning model's thinking block."""
 
-    max_tokens: int = 512
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
+    # metadata: each setting's flag and settings-screen label (chatphase.settings.schema; the engine reads none)
+    max_tokens: int = field(
+        default=512,
+        metadata={"flags": ("--max-tokens",), "metavar": "N", "help": "most tokens per reply (default {default})",
+                  "label": "Max tokens", "hint": "per reply"},
+    )  # fmt: skip
+    temperature: float = field(
+        default=0.7,
+        metadata={"flags": ("--temperature", "--temp"), "metavar": "T", "help": "0 = greedy (default {default})",
+                  "label": "Temperature", "hint": "0 = greedy"},
+    )  # fmt: skip
+    top_p: float = field(
+        default=0.95, metadata={"flags": ("--top-p",), "metavar": "P", "label": "top_p", "hint": "(0, 1]"}
+    )
+    top_k: int = field(default=40, metadata={"flags": ("--top-k",), "metavar": "K", "label": "top_k", "hint": "tokens"})
+    min_p: float = field(default=0.05, metadata={"flags": ("--min-p",), "metavar": "P"})
     repeat_penalty: float = 1.0
-    seed: int | None = None
-    think_budget: int | None = None
+    seed: int | None = field(
+        default=None, metadata={"flags": ("--seed",), "metavar": "S", "label": "Seed", "hint": "empty = random"}
+    )
+    think_budget: int | None = field(
+        default=None,
+        metadata={"flags": ("--think-budget",), "metavar": "N",
+                  "help": "reasoning models: close the thinking block after N thinking tokens (default: no budget)",
+                  "label": "Think budget",
+                  "hint": "reasoning models: thinking tokens before the block is closed; empty = none"},
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Precedence, highest first: CLI flag > environment > config file > built-in default.
 
 - File: TOML at ``$CHATPHASE_CONFIG`` or ``platformdirs.user_config_dir("chatphase")/config.toml``.
-  Keys are the ``Settings`` field names; the sampling ones go in a ``[sampling]`` table::
+  Keys are the settings' keys (:data:`chatphase.settings.schema.FIELDS`); the sampling ones go in a
+  ``[sampling]`` table::
 
       model = "SmolLM2-135M-Instruct.Q4_1.gguf"
       n_ctx = 2048
@@ -34,27 +35,22 @@ import os
 import re
 import sys
 import tempfile
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chatphase.engine.events import SamplingParams
 from chatphase.errors import UsageError
-from chatphase.settings.schema import Settings
+from chatphase.settings.schema import BY_KEY, FIELDS, SAMPLING_TABLE, SETTING_KEYS, Settings, with_values
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser as the tomli package
     import tomli as tomllib
 
-ENV_PREFIX = "CHATPHASE_"
-SAMPLING_TABLE = "sampling"
 KEYS_TABLE = "keys"
-_TOP_HINTS = {k: v for k, v in typing.get_type_hints(Settings).items() if k not in (SAMPLING_TABLE, KEYS_TABLE)}
-_SAMPLING_HINTS = typing.get_type_hints(SamplingParams)
-#: every setting key (sampling ones flat), in declaration order.
-SETTING_KEYS: tuple[str, ...] = tuple(_TOP_HINTS) + tuple(_SAMPLING_HINTS)
+#: the keys allowed at the top level of the file and in its ``[sampling]`` table.
+_TOP_KEYS = tuple(f.key for f in FIELDS if f.table is None)
+_SAMPLING_KEYS = tuple(f.key for f in FIELDS if f.table == SAMPLING_TABLE)
 _AUTO = ("", "auto", "none", "default")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -89,18 +85,6 @@ def config_path(environ: typing.Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_config_dir("chatphase")) / "config.toml"
 
 
-def _hint(key: str):
-    return _TOP_HINTS.get(key) or _SAMPLING_HINTS[key]
-
-
-def _split_hint(hint) -> tuple[type, bool]:
-    """``int | None`` -> ``(int, True)``; ``float`` -> ``(float, False)``."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return args[0], True
-    return hint, False
-
-
 def _is_auto(base: type, text: str) -> bool:
     """Whether ``text`` means "automatic" (``None``): empty for text settings (a model may be called
     "auto"), empty or one of :data:`_AUTO` for numbers."""
@@ -113,7 +97,7 @@ def coerce_value(key: str, value):
     Raises:
         ValueError: wrong type (the message says what is expected).
     """
-    base, optional = _split_hint(_hint(key))
+    base, optional = BY_KEY[key].type, BY_KEY[key].optional
     if optional and isinstance(value, str) and _is_auto(base, value):
         return None
     if base is bool and isinstance(value, bool):
@@ -136,7 +120,7 @@ def parse_env_value(key: str, text: str):
     Raises:
         ValueError: not a number where one is needed.
     """
-    base, optional = _split_hint(_hint(key))
+    base, optional = BY_KEY[key].type, BY_KEY[key].optional
     if optional and _is_auto(base, text):
         return None
     if base is str:
@@ -214,12 +198,12 @@ def parse_config_text(text: str) -> dict:
         raise ConfigProblem("must be a table ([sampling])", SAMPLING_TABLE, key_line(text, SAMPLING_TABLE))
     items += [(k, v, SAMPLING_TABLE) for k, v in samp.items()]
     for key, value, table in items:
-        allowed = _SAMPLING_HINTS if table else _TOP_HINTS
+        allowed = _SAMPLING_KEYS if table else _TOP_KEYS
         line = key_line(text, key, table)
         name = f"{table}.{key}" if table else key
         if key not in allowed:
             where = "table" if isinstance(value, dict) else "sampling key" if table else "key"
-            hint = _suggest(key, allowed) or (" (it belongs in [sampling])" if key in _SAMPLING_HINTS else "")
+            hint = _suggest(key, allowed) or (" (it belongs in [sampling])" if key in _SAMPLING_KEYS else "")
             raise ConfigProblem(f"unknown {where}{hint}", name, line)
         try:
             value = coerce_value(key, value)
@@ -253,8 +237,8 @@ def env_overrides(environ: typing.Mapping[str, str] | None = None) -> dict:
     """
     env = os.environ if environ is None else environ
     out = {}
-    for key in SETTING_KEYS:
-        var = ENV_PREFIX + key.upper()
+    for f in FIELDS:
+        key, var = f.key, f.env
         if var not in env:
             continue
         try:
@@ -270,14 +254,9 @@ def env_overrides(environ: typing.Mapping[str, str] | None = None) -> dict:
 def _apply(settings: Settings, values: dict) -> Settings:
     """Like :meth:`Settings.with_overrides` but ``None`` values are applied too (``auto``), and a
     ``models_dir`` starting with ``~`` is expanded."""
-    from dataclasses import replace
-
-    top = {k: v for k, v in values.items() if k in _TOP_HINTS or k == KEYS_TABLE}
-    if top.get("models_dir"):
-        top["models_dir"] = str(Path(top["models_dir"]).expanduser())
-    samp = {k: v for k, v in values.items() if k in _SAMPLING_HINTS}
-    out = replace(settings, **top)
-    return replace(out, sampling=replace(out.sampling, **samp)) if samp else out
+    if values.get("models_dir"):
+        values = values | {"models_dir": str(Path(values["models_dir"]).expanduser())}
+    return with_values(settings, values)
 
 
 def load_config(path: Path | None = None, environ: typing.Mapping[str, str] | None = None) -> ConfigReport:
@@ -341,16 +320,12 @@ def settings_to_toml(settings: Settings) -> str:
     import tomli_w
 
     default = Settings()
-    top = {}
-    for k in _TOP_HINTS:
-        v = getattr(settings, k)
-        if v != getattr(default, k):
-            top[k] = "auto" if v is None else v
-    samp = {}
-    for k in _SAMPLING_HINTS:
-        v = getattr(settings.sampling, k)
-        if v != getattr(default.sampling, k):
-            samp[k] = "auto" if v is None else v
+    top: dict = {}
+    samp: dict = {}
+    for f in FIELDS:
+        v = f.get(settings)
+        if v != f.get(default):
+            (samp if f.table == SAMPLING_TABLE else top)[f.key] = "auto" if v is None else v
     if samp:
         top[SAMPLING_TABLE] = samp
     if settings.keys:

@@ -97,7 +97,7 @@ class ChatPhaseApp(App[None]):
                 yield Dashboard(kv_usage=False, id="dashboard")  # the phase panel shows the live KV gauge
         yield Footer(compact=True)
 
-    async def on_mount(self) -> None:
+    def on_mount(self) -> None:
         settings = self.chat.settings
         if settings.theme in self.available_themes:
             self.theme = settings.theme
@@ -108,13 +108,12 @@ class ChatPhaseApp(App[None]):
         show_keymap_notices(self, self._keymap_notices)
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
         self.chat.add_listener(self.view)
-        self.sessions = SessionCommands(self, self.chat, self.recording, self.view.settle)
+        self.sessions = SessionCommands(self, self.chat, self.recording)
         for notice in self.startup_notices:
             self.notify(notice, title="Start-up", severity="warning", timeout=15)
         self.chat.start_engine()
         if self._resume is not None:
             self.chat.restore(self._resume)
-        await self.view.settle()
         self.prompt.focus()
 
     @property
@@ -134,20 +133,14 @@ class ChatPhaseApp(App[None]):
         return self.query_one(ChatLog)
 
     # -- engine jobs come back here (TextualDispatcher) --------------------------------------------
-    async def on_engine_event_arrived(self, message: msg.EngineEventArrived) -> None:
+    def on_engine_event_arrived(self, message: msg.EngineEventArrived) -> None:
         message.job.deliver(message.event)
-        await self._settle()
 
-    async def on_engine_job_ended(self, message: msg.EngineJobEnded) -> None:
+    def on_engine_job_ended(self, message: msg.EngineJobEnded) -> None:
         message.job.end()
-        await self._settle()
-
-    async def _settle(self) -> None:
-        if self.view is not None and self.is_running:
-            await self.view.settle()
 
     # -- the user ----------------------------------------------------------------------------------
-    async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
         try:
             self.chat.send(message.text)
         except NotNow as exc:
@@ -155,7 +148,6 @@ class ChatPhaseApp(App[None]):
             if not prompt.text.strip():
                 prompt.set_text(message.text)
             self._not_now(exc)
-        await self._settle()
 
     @on(events.Key)
     @on(events.Paste)
@@ -171,15 +163,13 @@ class ChatPhaseApp(App[None]):
         for a in ACTIONS:
             yield SystemCommand(a.title, f"{a.help} ({self.keys[a.id]})", partial(self.run_action, a.action))
 
-    async def _chat_call(self, call: Callable[[], object]) -> object:
-        """Call the controller; a :class:`NotNow` is a warning notice. Widget work is awaited."""
+    def _chat_call(self, call: Callable[[], object]) -> object:
+        """Call the controller; a :class:`NotNow` is a warning notice."""
         try:
             return call()
         except NotNow as exc:
             self._not_now(exc)
             return None
-        finally:
-            await self._settle()
 
     def action_stop(self) -> None:
         """Cancel the running turn; it finishes with its partial reply and ``stop_reason="cancelled"``."""
@@ -196,17 +186,17 @@ class ChatPhaseApp(App[None]):
         else:
             self.action_help_quit()
 
-    async def action_new_chat(self) -> None:
+    def action_new_chat(self) -> None:
         """Forget the conversation and the figures (not while a reply runs: a notice says so)."""
-        await self._chat_call(self.chat.new_chat)
+        self._chat_call(self.chat.new_chat)
 
-    async def action_regenerate(self) -> None:
+    def action_regenerate(self) -> None:
         """Drop the last reply and generate it again (the KV cache is reused up to it)."""
-        await self._chat_call(self.chat.regenerate)
+        self._chat_call(self.chat.regenerate)
 
-    async def action_edit_last(self) -> None:
+    def action_edit_last(self) -> None:
         """Take the last user message (and its reply) back into the prompt box to edit and resend."""
-        text = await self._chat_call(self.chat.take_back_last)
+        text = self._chat_call(self.chat.take_back_last)
         if isinstance(text, str):
             self.prompt.edit_message(text)  # said on the box's border: a toast would cover it at 80×24
 
@@ -242,10 +232,10 @@ class ChatPhaseApp(App[None]):
         loaded = self.chat.loaded
         self.push_screen(LogScreen(loaded.log_path, loaded.pid) if loaded else LogScreen(""))
 
-    async def action_restart_engine(self) -> None:
+    def action_restart_engine(self) -> None:
         """Replace the engine with a fresh one (after a crash); the conversation is kept."""
         self.chat_log.add_notice("Restarting the engine…")
-        await self._chat_call(self.chat.restart_engine)
+        self._chat_call(self.chat.restart_engine)
 
     def switch_model(self, info: ModelInfo) -> None:
         """Load ``info`` in a fresh engine; the conversation is kept."""

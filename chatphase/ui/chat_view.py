@@ -15,7 +15,10 @@ A reasoning model's thinking streams into its own block above the reply, drawn b
 phase's figures while it lasts.
 
 Widget work that must be awaited (removing or finishing views) is queued by the listener methods and
-run in order by :meth:`ChatView.settle`, which the app awaits after every call into the controller.
+run by the view itself, in order, as the app's next callback (``App.call_next``): queued while the app
+handles a message (an engine event, a key), right after it, before the app handles another; queued from
+elsewhere (a screen's result), after the message the app handles then. So the app's entry points only
+call the controller.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from textual.app import App
+from typing_extensions import override
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener, Notice
@@ -81,21 +85,34 @@ class ChatView(ChatListener):
         self._ticks = 0
         #: when streamed text may be committed as Markdown (replaced per engine; tests may set their own)
         self.flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
-        self._ops: list[Callable[[], Awaitable[object]]] = []
+        self._ops: list[Callable[[], Awaitable[object]]] = []  # widget work to await, oldest first
+        self._running_ops = False
         self._held_notices: list[Notice] = []  # shown once the prefill they belong to is drawn
         self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
         self._timer = app.set_interval(1 / FLUSH_HZ, self.tick, pause=True)  # runs only while a turn does
 
-    async def settle(self) -> None:
-        """Run the queued widget work, in order."""
-        while self._ops:
-            await self._ops.pop(0)()
+    def _await(self, op: Callable[[], Awaitable[object]]) -> None:
+        """Queue ``op`` (widget work to await) behind the queued ones; the queue runs as the app's next
+        callback (see the module docstring)."""
+        self._ops.append(op)
+        if not self._running_ops:
+            self._running_ops = True
+            self.app.call_next(self._run_ops)
+
+    async def _run_ops(self) -> None:
+        try:
+            while self._ops:
+                await self._ops.pop(0)()
+        finally:
+            self._running_ops = False
 
     # -- the engine --------------------------------------------------------------------------------
+    @override
     def engine_loading(self, model: ModelInfo) -> None:
         self.indicator.show_loading(model.name)
         self.app.sub_title = model.name
 
+    @override
     def engine_ready(self, loaded: LoadedModel) -> None:
         self._engine_threads(loaded.settings.n_threads)
         self.panel.set_model(loaded)
@@ -123,6 +140,7 @@ class ChatView(ChatListener):
             self._timer.stop()
             self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick, pause=not running)
 
+    @override
     def engine_stopped(self, message: str) -> None:
         self._turn_over()
         self.indicator.failed(message, self.keys["engine.restart"])
@@ -132,6 +150,7 @@ class ChatView(ChatListener):
         self.app.notify(message, title="Engine stopped", severity="error")
 
     # -- a turn ------------------------------------------------------------------------------------
+    @override
     def turn_started(self, turn: Turn) -> None:
         if turn.kind != "regenerate":
             self.chat_log.add_user(turn.user)
@@ -144,12 +163,15 @@ class ChatView(ChatListener):
         self.chat_log.start_reply(turn.number, on_shown=self.dispatcher.release_turn, synthetic=synthetic)
         self._timer.resume()
 
+    @override
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
         self.prefill.began(turn.number, event)  # drawn by the tick
 
+    @override
     def prefill_progress(self, turn: Turn, event: PrefillProgress) -> None:
         self.prefill.advanced(event)
 
+    @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:
         self._draw_prefill()
         self.prefill.clear()
@@ -162,6 +184,7 @@ class ChatView(ChatListener):
             reply.feed(event.text)
         self.thinking.feed(event.thinking)
 
+    @override
     def tokens_decoded(self, turn: Turn, event: TokensDecoded) -> None:
         reply = self.chat_log.active_reply
         if reply is not None:
@@ -179,24 +202,27 @@ class ChatView(ChatListener):
         self.app.notify("draft tokens tinted" if log.tint_drafts else "draft tokens not tinted", timeout=2)
         return log.tint_drafts
 
+    @override
     def thinking_ended(self, turn: Turn, event: ThinkingEnded) -> None:
         self.thinking.ended(event)
         reply = self.chat_log.active_reply
         if reply is not None:
             reply.set_meta("decoding…", layout=False)
 
+    @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         self._turn_over()
         reply = self.chat_log.active_reply
         self.thinking.finished(reply, event.thinking, event.metrics)
         if reply is not None:
-            self._ops.append(lambda: reply.finish(event.reply, event.metrics))
+            self._await(lambda: reply.finish(event.reply, event.metrics))
         self.indicator.finished(event.metrics)
         self.panel.turn_finished(turn.number, event.metrics)
         self.dashboard.turn_finished(turn.number, event.metrics)
         if event.metrics.n_threads_decode is not None:  # the thread policy's choice: likely the next turn's too
             self._engine_threads(event.metrics.n_threads_decode)
 
+    @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         self._turn_over()
         self._remove_last(ReplyView)
@@ -205,6 +231,7 @@ class ChatView(ChatListener):
         if not self.prompt.text.strip():
             self.prompt.set_text(turn.user)
 
+    @override
     def turn_abandoned(self, turn: Turn, why: str) -> None:
         self._turn_over()
         self.thinking.abandoned(turn)
@@ -217,7 +244,7 @@ class ChatView(ChatListener):
                 await reply.finish(turn.reply, None)
                 reply.set_meta(why)
 
-            self._ops.append(finish)
+            self._await(finish)
 
     def _turn_over(self) -> None:
         self._timer.pause()  # idle: no wake-ups (the turn's last text is drawn by its finish)
@@ -227,6 +254,7 @@ class ChatView(ChatListener):
             self.prompt.cursor_blink, self._blink = self._blink, None
 
     # -- the conversation --------------------------------------------------------------------------
+    @override
     def history_rewound(self, removed: tuple[Message, ...]) -> None:
         for message in reversed(removed):
             self._remove_last(ReplyView if message.role == "assistant" else UserMessage)
@@ -234,16 +262,19 @@ class ChatView(ChatListener):
     def _remove_last(self, cls: type) -> None:
         removal = self.chat_log.remove_last(cls)  # chosen now, before a new turn mounts its views
         if removal is not None:
-            self._ops.append(lambda: removal)
+            self._await(lambda: removal)
 
+    @override
     def chat_cleared(self) -> None:
         self._turn_over()
-        self._ops.append(self.chat_log.clear_log)
+        removal = self.chat_log.clear_log()  # what is there now: a restored session's views come after
+        self._await(lambda: removal)
         self.panel.reset()
         self.dashboard.reset()
         if self.chat.loaded is not None:
             self.indicator.show_ready(self.chat.loaded)
 
+    @override
     def history_restored(self, session: Session) -> None:
         log = self.chat_log
         shown = [t for t in session.turns if t.in_conversation]  # the others were taken back or failed
@@ -264,6 +295,7 @@ class ChatView(ChatListener):
         )
         self.app.sub_title = f"{self.chat.model_info.name} · {session.title}"
 
+    @override
     def notice(self, notice: Notice) -> None:
         if notice.kind in ("reuse", "dropped") and self.prefill.waiting:
             self._held_notices.append(notice)  # drawn with its prefill (none while the prefill is quiet)

@@ -8,7 +8,6 @@ saved); the app calls it from its actions.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from textual.app import App
@@ -31,13 +30,10 @@ class SessionCommands:
         app: the app whose screens and notices these are.
         chat: the chat controller.
         recording: the chat's session recording (in memory when the chat is not saved).
-        settle: awaits the chat view's queued widget work (after a call that changes the chat).
     """
 
-    def __init__(
-        self, app: App, chat: ChatController, recording: SessionRecording, settle: Callable[[], Awaitable[None]]
-    ) -> None:
-        self.app, self.chat, self.recording, self.settle = app, chat, recording, settle
+    def __init__(self, app: App, chat: ChatController, recording: SessionRecording) -> None:
+        self.app, self.chat, self.recording = app, chat, recording
 
     def export(self) -> None:
         """Export this chat (Markdown, JSON or CSV) through the export dialog, saved or not."""
@@ -71,20 +67,18 @@ class SessionCommands:
         except ChatPhaseError as exc:
             self.app.notify(str(exc), title="Sessions", severity="error")
             return
-        self.app.run_worker(self.resume(session), group="ui")
+        self.resume(session)
 
-    async def resume(self, session: Session) -> None:
+    def resume(self, session: Session) -> None:
         """Show ``session`` in place of the current chat and continue it (not while a reply runs)."""
         if self.chat.turn is not None:
             self.app.notify("Wait for the reply (Esc stops it), then open the session.", severity="warning")
             return
         self.chat.new_chat()
-        await self.settle()
         try:
             self.chat.restore(session)
         except NotNow as exc:
             self.app.notify(str(exc), severity="warning")
-        await self.settle()
 
     def edit_settings(self) -> None:
         """Open the settings screen; apply its result (reloading the model when needed)."""

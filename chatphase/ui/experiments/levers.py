@@ -218,7 +218,7 @@ class LeversPane(ExperimentPane):
         self.query_one("#exp-lmodels").display = event.value == "model"
 
     def plan(self, settings: Settings) -> LeversPlan:
-        """The grid the form describes (models validated, cells against ``settings.n_ctx``).
+        """The grid the form describes (models validated, cells against ``settings.engine.n_ctx``).
 
         Raises:
             UsageError: for a malformed field, a value the lever does not take, no model picked, too many
@@ -237,7 +237,7 @@ class LeversPane(ExperimentPane):
             infos = {None: self.model_info}
         values = {lever: items}
         if lever in ("type_k", "type_v"):  # so that a V type the settings' flash attention refuses is left out
-            values["flash_attn"] = (settings.flash_attn,)
+            values["flash_attn"] = (settings.engine.flash_attn,)
         points, notes = LeverGrid(values).points()
         sweep = SweepPlan(
             prompt_lengths=parse_list(self._value("exp-llengths"), "Prompt lengths"),
@@ -245,7 +245,7 @@ class LeversPane(ExperimentPane):
             reps=parse_count(self._value("exp-lreps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-lgen"), "Gen tokens"),
             warmup=1,
-        ).validate(settings.n_ctx)
+        ).validate(settings.engine.n_ctx)
         synthetic = {p.label(): infos[p.values.get("model")].synthetic for p in points}
         return LeversPlan(points, notes, infos, sweep, synthetic)
 

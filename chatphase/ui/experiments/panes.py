@@ -142,7 +142,7 @@ class SweepPane(ExperimentPane):
             yield BenchPlot("decode", id="exp-plot-decode")
 
     def plan(self, settings: Settings) -> SweepPlan:
-        """The plan the form describes, validated against ``settings.n_ctx``.
+        """The plan the form describes, validated against ``settings.engine.n_ctx``.
 
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
@@ -153,7 +153,7 @@ class SweepPane(ExperimentPane):
             reps=parse_count(self._value("exp-reps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-gen"), "Gen tokens"),
             warmup=1,
-        ).validate(settings.n_ctx)
+        ).validate(settings.engine.n_ctx)
 
     def plots(self):
         return self.query(BenchPlot)
@@ -217,7 +217,7 @@ class ParallelPane(ExperimentPane):
             reps=parse_count(self._value("exp-preps"), "Reps"),
             gen_tokens=parse_count(self._value("exp-pgen"), "Gen steps"),
             warmup=1,
-        ).validate(settings.n_ctx, settings.n_batch)
+        ).validate(settings.engine.n_ctx, settings.engine.n_batch)
 
     def plots(self):
         return self.query(ParallelPlot)

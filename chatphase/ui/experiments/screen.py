@@ -106,7 +106,9 @@ class ExperimentsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
-            yield Label(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.n_ctx}", classes="panel-title")
+            yield Label(
+                f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}", classes="panel-title"
+            )
             with TabbedContent(id="exp-tabs"):
                 yield SweepPane()
                 yield ParallelPane()
@@ -177,7 +179,7 @@ class ExperimentsScreen(Screen[None]):
         pane = self.pane
         try:
             plan = pane.plan(self.settings)
-            self.job = (self.job_factory or pane.make_job)(self.model_info, self.settings.engine_config(), plan)
+            self.job = (self.job_factory or pane.make_job)(self.model_info, self.settings.engine, plan)
         except ChatPhaseError as exc:
             self._status(str(exc), "-error")
             self.notify(str(exc), severity="error")

@@ -87,7 +87,7 @@ class SpecPane(ExperimentPane):
             specs=tuple(with_off(parse_arms(self._value("exp-smodes")))),
             reps=parse_count(self._value("exp-sreps"), "Reps"),
             max_tokens=parse_count(self._value("exp-sgen"), "Reply tokens"),
-        ).validate(settings.n_ctx, settings.n_batch)
+        ).validate(settings.engine.n_ctx, settings.engine.n_batch)
 
     def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> SpecJob:
         return SpecJob(info, config, plan)

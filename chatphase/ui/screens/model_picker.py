@@ -190,7 +190,7 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
             app.notify(f"{info.name} is already loaded", title="Model")
             return
         try:
-            format_before_load(info, chat.settings.chat_template)
+            format_before_load(info, chat.settings.engine.chat_template)
         except ChatPhaseError as exc:
             app.notify(str(exc), title="Model unusable", severity="error")
             return
@@ -199,6 +199,8 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
 
     settings = chat.settings
     app.push_screen(
-        ModelPickerScreen(n_ctx=settings.n_ctx, current_path=chat.model_info.path, models_dir=settings.models_dir),
+        ModelPickerScreen(
+            n_ctx=settings.engine.n_ctx, current_path=chat.model_info.path, models_dir=settings.models_dir
+        ),
         chosen,
     )

@@ -18,59 +18,25 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
 from chatphase.settings.file import config_path, parse_env_value, save_settings
-from chatphase.settings.schema import Settings
+from chatphase.settings.schema import BY_KEY, FIELDS, SettingField, Settings, reload_keys, with_values
 
-#: settings whose change needs the model to be loaded again.
-RELOAD_KEYS = (
-    "model",
-    "models_dir",
-    "n_ctx",
-    "n_batch",
-    "n_threads",
-    "n_gpu_layers",
-    "flash_attn",
-    "chat_template",
-    "spec",
-)
+#: the settings the screen shows (a ``label`` in their field's metadata), in declaration order; each is an
+#: Input, a Select (a field with ``choices``, or the theme) or a Checkbox (a switch), and its id ``set-<key>``.
+SHOWN: tuple[SettingField, ...] = tuple(f for f in FIELDS if "label" in f.metadata)
 
-#: (key, label, hint) of the text fields, in form order; sampling keys are flat.
-FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("model", "Model", "GGUF path or file name in the models directory; empty = bundled default"),
-    ("models_dir", "Models directory", "empty = default"),
-    ("n_ctx", "n_ctx", "context size, tokens"),
-    ("n_batch", "n_batch", "prompt tokens per prefill chunk"),
-    ("n_threads", "Threads", "auto or empty = chosen each turn from the cores left free; a number pins it"),
-    ("n_gpu_layers", "n_gpu_layers", "empty = all when the build supports GPU offload; -1 = all"),
-    (
-        "chat_template",
-        "Chat template",
-        "empty = the model's own, else one its vocabulary has; a llama.cpp name or a Jinja file",
-    ),
-    ("spec", "Decode mode", "off, lookup, auto, or draft:MODEL (speculative decoding)"),
-    ("system_prompt", "System prompt", "empty = none"),
-    ("temperature", "Temperature", "0 = greedy"),
-    ("top_p", "top_p", "(0, 1]"),
-    ("top_k", "top_k", "tokens"),
-    ("seed", "Seed", "empty = random"),
-    ("max_tokens", "Max tokens", "per reply"),
-    ("think_budget", "Think budget", "reasoning models: thinking tokens before the block is closed; empty = none"),
-)
-#: (key, label, hint) of the choices among auto/on/off.
-TRI_STATE_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("flash_attn", "Flash attention", "auto = llama.cpp enables it where the backend supports it"),
-    ("thinking", "Thinking", "reasoning models: on/off where the template can switch it; auto = its default"),
-)
-#: (key, label) of the switches (checkboxes).
-SWITCHES: tuple[tuple[str, str], ...] = (("thinking_open", "Keep a reasoning model's thinking expanded"),)
+
+def _kind(f: SettingField) -> str:
+    if f.type is bool:
+        return "switch"
+    return "select" if "choices" in f.metadata or f.key == "theme" else "input"
 
 
 @dataclass(frozen=True)
 class SettingsChange:
-    """The screen's result: the new ``settings``, the changed keys that need a model reload (in
-    :data:`RELOAD_KEYS` order), and the config file written (``None`` when not saved)."""
+    """The screen's result: the new ``settings``, the changed keys that need a model reload
+    (:func:`chatphase.settings.schema.reload_keys`), and the config file written (``None`` when not saved)."""
 
     settings: Settings
     reload_keys: tuple[str, ...]
@@ -82,16 +48,6 @@ class SettingsChange:
         return bool(self.reload_keys)
 
 
-def get_value(settings: Settings, key: str):
-    """A setting by its flat key (sampling keys included)."""
-    return getattr(settings, key) if hasattr(settings, key) else getattr(settings.sampling, key)
-
-
-def reload_keys(old: Settings, new: Settings) -> tuple[str, ...]:
-    """Keys in :data:`RELOAD_KEYS` whose values differ between ``old`` and ``new``."""
-    return tuple(k for k in RELOAD_KEYS if get_value(old, k) != get_value(new, k))
-
-
 def parse_form(values: dict[str, str], base: Settings) -> Settings:
     """Build settings from field texts over ``base`` (keys not in ``values`` keep ``base``'s value).
 
@@ -99,24 +55,19 @@ def parse_form(values: dict[str, str], base: Settings) -> Settings:
         UsageError: naming the field whose text is invalid or out of range.
     """
     parsed = {}
-    labels = {k: label for k, label, _ in FIELDS + TRI_STATE_FIELDS} | dict(SWITCHES)
     for key, text in values.items():
+        f = BY_KEY[key]
+        label = f.metadata.get("label", key)
         try:
             value = parse_env_value(key, text)
         except ValueError as exc:
-            raise UsageError(f"{labels.get(key, key)}: {exc}") from None
-        if value is None and get_value(Settings(), key) is not None:
-            raise UsageError(f"{labels.get(key, key)}: needs a value")
-        if key in ("model", "models_dir", "system_prompt") and isinstance(value, str) and not value.strip():
+            raise UsageError(f"{label}: {exc}") from None
+        if value is None and not f.optional:
+            raise UsageError(f"{label}: needs a value")
+        if f.type is str and f.optional and isinstance(value, str) and not value.strip():
             value = None
         parsed[key] = value
-    from dataclasses import replace
-
-    top = {k: v for k, v in parsed.items() if hasattr(base, k)}
-    samp = {k: v for k, v in parsed.items() if not hasattr(base, k)}
-    out = replace(base, **top)
-    out = replace(out, sampling=replace(out.sampling, **samp))
-    return out.validate()
+    return with_values(base, parsed).validate()
 
 
 def _text(value) -> str:
@@ -141,43 +92,10 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
         with Vertical(id="settings-box", classes="modal-box"):
             yield Label("Settings  ·  Ctrl+S apply  ·  Esc cancel", classes="panel-title")
             with VerticalScroll(id="settings-form"):
-                for key, label, hint in FIELDS:
-                    with Horizontal(classes="settings-row"):
-                        yield Label(label, classes="settings-label")
-                        yield Input(
-                            _text(get_value(self.settings, key)),
-                            placeholder=hint,
-                            id=f"set-{key}",
-                            classes="settings-input",
-                            tooltip=hint,
-                            compact=True,
-                        )
-                for key, label, hint in TRI_STATE_FIELDS:
-                    with Horizontal(classes="settings-row"):
-                        yield Label(label, classes="settings-label")
-                        yield Select(
-                            [(v, v) for v in TRI_STATE],
-                            value=get_value(self.settings, key),
-                            allow_blank=False,
-                            id=f"set-{key}",
-                            classes="settings-input",
-                            tooltip=hint,
-                            compact=True,
-                        )
-                with Horizontal(classes="settings-row"):
-                    yield Label("Theme", classes="settings-label")
-                    yield Select(
-                        [(t, t) for t in self.themes],
-                        value=self.settings.theme,
-                        allow_blank=False,
-                        id="set-theme",
-                        classes="settings-input",
-                        compact=True,
-                    )
-                for key, label in SWITCHES:
-                    with Horizontal(classes="settings-row"):
-                        yield Label("", classes="settings-label")
-                        yield Checkbox(label, get_value(self.settings, key), id=f"set-{key}", compact=True)
+                for kind in ("input", "select", "switch"):
+                    for f in (f for f in SHOWN if _kind(f) == kind):
+                        with Horizontal(classes="settings-row"):
+                            yield from self._row(f, kind)
             yield Static("", id="settings-reload")
             yield Static("", id="settings-error")
             yield Checkbox(f"Save as defaults in {config_path()}", id="settings-save", compact=True)
@@ -185,16 +103,48 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
                 yield Button("Apply", variant="primary", id="settings-apply", compact=True)
                 yield Button("Cancel", id="settings-cancel", compact=True)
 
+    def _row(self, f: SettingField, kind: str) -> ComposeResult:
+        label, hint, value = f.metadata["label"], f.metadata.get("hint"), f.get(self.settings)
+        if kind == "switch":
+            yield Label("", classes="settings-label")
+            yield Checkbox(label, value, id=f"set-{f.key}", compact=True)
+            return
+        yield Label(label, classes="settings-label")
+        if kind == "input":
+            yield Input(
+                _text(value),
+                placeholder=hint or "",
+                id=f"set-{f.key}",
+                classes="settings-input",
+                tooltip=hint,
+                compact=True,
+            )
+            return
+        choices = self.themes if f.key == "theme" else f.metadata["choices"]
+        yield Select(
+            [(v, v) for v in choices],
+            value=value,
+            allow_blank=False,
+            id=f"set-{f.key}",
+            classes="settings-input",
+            tooltip=hint,
+            compact=True,
+        )
+
     def on_mount(self) -> None:
-        self.query_one(f"#set-{FIELDS[0][0]}", Input).focus()
+        self.query_one(f"#set-{SHOWN[0].key}", Input).focus()
 
     def form_values(self) -> dict[str, str]:
         """The texts of every field (Selects included), by setting key."""
-        values = {key: self.query_one(f"#set-{key}", Input).value for key, _, _ in FIELDS}
-        for key in [k for k, _, _ in TRI_STATE_FIELDS] + ["theme"]:
-            values[key] = str(self.query_one(f"#set-{key}", Select).value)
-        for key, _ in SWITCHES:
-            values[key] = "true" if self.query_one(f"#set-{key}", Checkbox).value else "false"
+        values = {}
+        for f in SHOWN:
+            kind, selector = _kind(f), f"#set-{f.key}"
+            if kind == "switch":
+                values[f.key] = "true" if self.query_one(selector, Checkbox).value else "false"
+            elif kind == "select":
+                values[f.key] = str(self.query_one(selector, Select).value)
+            else:
+                values[f.key] = self.query_one(selector, Input).value
         return values
 
     def _update_notes(self) -> Settings | None:

@@ -395,6 +395,7 @@ class ChatLog(VerticalScroll):
         self._removing.add(entries[-1])
         return entries[-1].remove()
 
-    async def clear_log(self) -> None:
-        """Remove every entry."""
-        await self.remove_children()
+    def clear_log(self) -> AwaitRemove:
+        """Start removing every entry there is now (entries mounted afterwards stay); returns the
+        awaitable removal."""
+        return self.remove_children()
