@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "c": Variant(
             "c",
             "chatphase EngineHost",
-            f"threads {ce['n_threads']}, flash_attn {ce['flash_attn']}, n_batch {ce['n_batch']}",
+            f"threads {ce.n_threads}, flash_attn {ce.flash_attn}, n_batch {ce.n_batch}",
         ),
     }
     runners = {"a": a, "b": b, "c": c}

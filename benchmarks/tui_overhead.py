@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         shared = SharedEngine(host, loaded)
         s = loaded.model.settings
         print(
-            f"model {info.name} · n_threads {s.get('n_threads')} · n_ctx {s.get('n_ctx')} · "
+            f"model {info.name} · n_threads {s.n_threads} · n_ctx {s.n_ctx} · "
             f"reps {args.reps} · max_tokens {args.max_tokens} · TUI {TUI_SIZE[0]}×{TUI_SIZE[1]} headless"
         )
         engine_arm(

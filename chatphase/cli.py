@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--verbose"]:  # before the command: the details behind one-line errors, on stderr
         argv = argv[1:]
         logging.basicConfig(level=logging.DEBUG, format="chatphase: debug: %(name)s: %(message)s")
-    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = set(parser._subparsers._group_actions[0].choices or ())  # type: ignore[union-attr]  # argparse keeps its subcommands private
     if argv and not argv[0].startswith("-") and argv[0] not in commands:  # chat takes no positional argument
         print(f"chatphase: unknown command {argv[0]!r} (commands: {', '.join(COMMAND_MODULES)})", file=sys.stderr)
         return 2

@@ -58,12 +58,13 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
         return f"decode: {metrics.decode_tokens} token(s) — too few to measure a decode rate"
     weights = weight_bytes_per_token(model.info)
     kv = metrics.kv_cache_bytes
-    if weights is None or kv is None:  # a remote server that reports neither weight nor KV bytes
+    per_kv, tokens = model.kv_bytes_per_token, metrics.kv_cache_tokens
+    if weights is None or kv is None or per_kv is None or tokens is None:  # a remote server: neither is reported
         return f"decode: {tps:.1f} tok/s — weight and KV bytes not reported by the server, no roofline"
-    per_token = step_bytes(weights, model.kv_bytes_per_token, metrics.kv_cache_tokens)  # = weights + kv
+    per_token = step_bytes(weights, per_kv, tokens)  # = weights + kv
     ref = reference_bandwidth or (GPU_REFERENCE_BANDWIDTH if _gpu_offloaded(model) else CPU_REFERENCE_BANDWIDTH)
     effective = tps * per_token
-    roofline_tps = decode_bound_tokens_per_s(ref, weights, model.kv_bytes_per_token, metrics.kv_cache_tokens)
+    roofline_tps = decode_bound_tokens_per_s(ref, weights, per_kv, tokens)
     reads = f"each token re-reads {fmt_bytes(weights)} of weights + {fmt_bytes(kv)} of KV"
     if effective < OVERHEAD_FRACTION * ref:
         return (

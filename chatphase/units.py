@@ -47,6 +47,11 @@ def fmt_rate(tokens_per_s: float | None) -> str:
     return DASH if tokens_per_s is None else f"{tokens_per_s:,.1f} tok/s"
 
 
+def fmt_value(v: object) -> str:
+    """A setting as text, :data:`DASH` when unknown (``None``)."""
+    return DASH if v is None else str(v)
+
+
 def fmt_int(n: int | None) -> str:
     """Thousands-separated integer."""
     return DASH if n is None else f"{n:,}"

@@ -10,6 +10,7 @@ from chatphase.engine.events import (
     EngineFailed,
     FirstToken,
     LoadedModel,
+    LoadedSettings,
     ModelLoaded,
     PrefillStarted,
     TokensDecoded,
@@ -61,7 +62,7 @@ class ScriptedTokenEngine:
         yield ModelLoaded(
             LoadedModel(
                 info=info,
-                settings={"n_ctx": 4096, "n_threads": 2},
+                settings=LoadedSettings(n_ctx=4096, n_threads=2),
                 load_ms=1.0,
                 kv_bytes_per_token=self.kv,
                 kv_capacity_bytes=self.kv * 4096,
@@ -160,7 +161,7 @@ class ScriptedBatchEngine:
         yield ModelLoaded(
             LoadedModel(
                 info=fake_model_info(),
-                settings={"n_ctx": 4096, "n_threads": 2, "n_seq_max": 16},
+                settings=LoadedSettings(n_ctx=4096, n_threads=2, n_seq_max=16),
                 load_ms=1.0,
                 kv_bytes_per_token=self.kv,
                 kv_capacity_bytes=self.kv * 4096,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fake_engine import fake_model_info
 from textual.app import App, ComposeResult
 
-from chatphase.engine.events import LoadedModel
+from chatphase.engine.events import LoadedModel, LoadedSettings
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
 
@@ -18,19 +18,19 @@ INFO = fake_model_info(kv_bytes_per_token=KV_PER_TOKEN)
 
 def loaded_model(pid: int = 0, gpu: bool = False) -> LoadedModel:
     """A LoadedModel as the engine would report it for :data:`INFO` with ``n_ctx`` = :data:`N_CTX`."""
-    settings = {
-        "n_ctx": N_CTX,
-        "n_batch": 256,
-        "n_ubatch": 256,
-        "n_threads": 2,
-        "n_threads_batch": 2,
-        "n_gpu_layers": -1 if gpu else 0,
-        "flash_attn": "auto",
-        "type_k": "f16",
-        "type_v": "f16",
-        "use_extra_bufts": False,
-        "gpu_offload_supported": gpu,
-    }
+    settings = LoadedSettings(
+        n_ctx=N_CTX,
+        n_batch=256,
+        n_ubatch=256,
+        n_threads=2,
+        n_threads_batch=2,
+        n_gpu_layers=-1 if gpu else 0,
+        flash_attn="auto",
+        type_k="f16",
+        type_v="f16",
+        use_extra_bufts=False,
+        gpu_offload_supported=gpu,
+    )
     return LoadedModel(
         info=INFO,
         settings=settings,

@@ -21,13 +21,14 @@ import re
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from chatphase.engine.events import (
     EngineFailed,
     Event,
     FirstToken,
     LoadedModel,
+    LoadedSettings,
     Message,
     ModelLoaded,
     PrefillProgress,
@@ -38,7 +39,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.metrics import NS_PER_MS, compute_turn_metrics, spec_figures
+from chatphase.engine.metrics import NS_PER_MS, StopReason, compute_turn_metrics, spec_figures
 from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_capacity_bytes
@@ -49,9 +50,9 @@ _PIECE = re.compile(r"\s*\S+|\s+")
 DEFAULT_KV_BYTES_PER_TOKEN = 23_040
 
 
-def fake_model_info(**overrides) -> ModelInfo:
+def fake_model_info(**overrides: Any) -> ModelInfo:
     """A :class:`ModelInfo` shaped like the bundled SmolLM2-135M Q4_1 (no file behind it)."""
-    values = dict(
+    values: dict[str, Any] = dict(
         path="/models/SmolLM2-135M-Instruct.Q4_1.gguf",
         name="SmolLM2 135M Instruct",
         architecture="llama",
@@ -122,7 +123,7 @@ class FakeEngine:
     def __init__(
         self,
         info: ModelInfo,
-        config=None,
+        config: object = None,
         *,
         replies: Sequence[str | Sequence[str]] | Callable[[TurnRequest], str] | None = None,
         thinking: ThinkingFormat | None = None,
@@ -174,19 +175,18 @@ class FakeEngine:
         yield ModelLoaded(
             LoadedModel(
                 info=self.info,
-                settings={
-                    "n_ctx": self.n_ctx,
-                    "n_batch": self.n_batch,
-                    "n_threads": self.n_threads,
-                    "n_gpu_layers": 0,
-                    "flash_attn": True,
-                    "gpu_offload_supported": False,
-                },
+                settings=LoadedSettings(
+                    n_ctx=self.n_ctx,
+                    n_batch=self.n_batch,
+                    n_threads=self.n_threads,
+                    n_gpu_layers=0,
+                    flash_attn="on",
+                ),
                 load_ms=self.timing.load_ms,
                 kv_bytes_per_token=per_token,
                 kv_capacity_bytes=kv_capacity_bytes(per_token, self.n_ctx),
                 layers_offloaded=0,
-                layers_total=self.info.n_layer + 1,
+                layers_total=(self.info.n_layer or 0) + 1,
                 system_info="fake",
                 notes=tuple(self.notes),
                 log_path=self.log_path,
@@ -231,7 +231,7 @@ class FakeEngine:
         self._cache = prompt[: cached + done]
         pieces = [] if cancelled else self._reply_pieces(request)[: request.sampling.max_tokens]
         room = self.n_ctx - (cached + done)
-        stop = "stop"
+        stop: StopReason = "stop"
         if len(pieces) > room:
             pieces, stop = pieces[: max(room, 0)], "context_full"
         elif len(pieces) == request.sampling.max_tokens:
@@ -267,7 +267,7 @@ class FakeEngine:
                     ((0, len(split.answer)),) if split.answer and len(times) - 1 in self.drafted else (),
                 )
             i += 1
-            if tracker.over_budget():  # the engine closes the block itself and goes on with the answer
+            if tracker.over_budget() and self.thinking:  # the engine closes the block itself, goes on with the answer
                 tracker.force_close(t_i)
                 self._cache += [self.thinking.close]
                 i = _answer_start(pieces, self.thinking, self.thinking_preopened)
@@ -296,12 +296,12 @@ class FakeEngine:
             kv_capacity_bytes=kv_capacity_bytes(self.kv_bytes_per_token, self.n_ctx),
             stop_reason=stop,
             dropped_messages=dropped,
-            spec=self._spec_figures(times) if self.spec is not None and times else None,
+            spec=self._spec_figures(self.spec, times) if self.spec is not None and times else None,
             **tracker.metrics_args(),
         )
         yield TurnFinished(request.turn_id, "".join(text), metrics, thinking="".join(thought))
 
-    def _spec_figures(self, times: Sequence[int]) -> dict:
+    def _spec_figures(self, spec: SpecLive, times: Sequence[int]) -> dict[str, Any]:
         """The ``spec_*`` metrics of tokens at ``times`` (ns), in the steps that ``drafted`` implies."""
         steps, run = [], 0  # (end ns, tokens, drafted, accepted, plain) per step; run: its accepted drafts
         for k in range(1, len(times)):
@@ -310,7 +310,7 @@ class FakeEngine:
                 sampled = k not in self.drafted
                 steps.append((times[k], run + sampled, run + (sampled and run > 0), run, not run))
                 run = 0
-        return spec_figures(self.spec.mode, times[0], *([list(c) for c in zip(*steps, strict=True)] or [[]] * 5))
+        return spec_figures(spec.mode, times[0], *([list(c) for c in zip(*steps, strict=True)] or [[]] * 5))
 
     def watch(self) -> Iterator[Event]:
         """Block until the engine dies or is closed; yield ``EngineFailed(fatal=True)`` when it died."""
@@ -352,7 +352,7 @@ class FakeEngine:
 
     def _reply_pieces(self, request: TurnRequest) -> list[str]:
         if callable(self._replies):
-            reply = self._replies(request)
+            reply: str | Sequence[str] = self._replies(request)
         elif self._replies:
             reply = self._replies[(request.turn_id - 1) % len(self._replies)]
         else:

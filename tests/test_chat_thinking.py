@@ -164,8 +164,11 @@ def test_a_remote_server_gets_no_such_notice():
     from types import SimpleNamespace
 
     from chatphase.chat.listener import thinking_ignored
+    from chatphase.engine.events import LoadedSettings
 
-    remote = SimpleNamespace(thinking_format=None, settings={"backend": "remote"}, info=SimpleNamespace(name="m"))
-    local = SimpleNamespace(thinking_format=None, settings={}, info=SimpleNamespace(name="m"))
+    remote = SimpleNamespace(
+        thinking_format=None, settings=LoadedSettings(backend="remote"), info=SimpleNamespace(name="m")
+    )
+    local = SimpleNamespace(thinking_format=None, settings=LoadedSettings(), info=SimpleNamespace(name="m"))
     assert thinking_ignored(Settings(thinking="on"), remote) is None  # its thinking shows only in replies
     assert thinking_ignored(Settings(thinking="on"), local) is not None

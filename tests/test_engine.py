@@ -47,8 +47,8 @@ def run(engine, request):
 def test_loaded_model_reports_settings_and_kv_agrees_with_llama_cpp(llama_engine, tmp_path):
     _engine, loaded = llama_engine
     assert loaded.kv_bytes_per_token == 23_040
-    assert loaded.settings["n_ctx"] == 1024 and loaded.settings["n_threads"] >= 1
-    assert loaded.settings["gpu_offload_supported"] in (True, False)
+    assert loaded.settings.n_ctx == 1024 and loaded.settings.n_threads >= 1
+    assert loaded.settings.gpu_offload_supported in (True, False)
     # llama.cpp's own figure (from its log) equals the formula's capacity for the allocated cells
     assert loaded.llama_kv_cache_bytes == loaded.kv_capacity_bytes == 1024 * 23_040
     log = (tmp_path / "engine.log").read_text()
@@ -214,7 +214,7 @@ def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, monk
     monkeypatch.setattr(llama_mod, "amx_verdict", lambda: AmxVerdict(False, "crash (SIGILL in the probe)"))
     engine, loaded = make_engine(default_model_info, tmp_path)
     try:
-        assert loaded.settings["amx_detected"] is True and loaded.settings["use_extra_bufts"] is False
+        assert loaded.settings.amx_detected is True and loaded.settings.use_extra_bufts is False
         assert any(line.startswith("AMX off:") and "SIGILL" in line for line in loaded.slow_paths)
         _, fin = run(engine, TurnRequest(1, (Message("user", "Hi"),), GREEDY))  # batched prefill works
         assert fin.metrics.prefill_tokens > 1
@@ -222,13 +222,13 @@ def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, monk
         engine.close()
     engine, loaded = make_engine(default_model_info, tmp_path, extra_bufts="on")
     engine.close()
-    assert loaded.settings["use_extra_bufts"] is True
+    assert loaded.settings.use_extra_bufts is True
 
 
 def test_gpu_layers_on_a_cpu_build_give_a_notice(default_model_info, tmp_path):
     engine, loaded = make_engine(default_model_info, tmp_path, n_gpu_layers=-1)
     engine.close()
-    if loaded.settings["gpu_offload_supported"]:
+    if loaded.settings.gpu_offload_supported:
         pytest.skip("this llama.cpp build supports GPU offload")
     assert any("no GPU support" in n for n in loaded.notes)
 

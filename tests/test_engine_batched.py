@@ -98,6 +98,6 @@ def test_cancel_and_bad_requests(engine):
 
 def test_amx_safety_applies_to_the_batched_path(engine):
     s = engine.loaded.settings
-    assert s["n_seq_max"] == 4 and engine.n_ctx_seq == 256
+    assert s.n_seq_max == 4 and engine.n_ctx_seq == 256
     # extra buffer types off exactly on AMX CPUs whose llama.cpp build failed the AMX probe
-    assert s["use_extra_bufts"] is (not s["amx_detected"] or amx_verdict().safe)
+    assert s.use_extra_bufts is (not s.amx_detected or amx_verdict().safe)

@@ -87,7 +87,7 @@ def test_pinned_threads_are_what_llama_cpp_runs(default_model_info, tmp_path):
     engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512, n_threads=1), log_path=tmp_path / "e.log")
     loaded = list(engine.load())[-1].model
     try:
-        assert loaded.settings["threads_policy"] == "fixed"
+        assert loaded.settings.threads_policy == "fixed"
         m = run(engine, 1, max_tokens=4)[-1].metrics
         assert (m.n_threads_prefill, m.n_threads_decode, m.decode_thread_changes) == (1, 1, 0)
         assert m.threads_reason == "1: fixed (--threads)"

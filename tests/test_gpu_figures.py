@@ -122,5 +122,7 @@ def test_one_wording_of_gpu_offload_for_every_case():
     assert gpu_offload_text(replace(gpu, layers_offloaded=0)) == "off (0/31 layers)"
     assert gpu_offload_text(replace(gpu, layers_offloaded=None)).startswith("not reported (n_gpu_layers=-1)")
     assert gpu_offload_text(cpu) == "off (CPU-only build)"
-    remote = replace(cpu, settings={"backend": "remote", "n_ctx": 4096})
+    from chatphase.engine.events import LoadedSettings
+
+    remote = replace(cpu, settings=LoadedSettings(backend="remote", n_ctx=4096))
     assert gpu_offload_text(remote) == "the server's (not reported)"

@@ -158,7 +158,7 @@ def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch
 
 
 def test_the_panel_texts_of_a_partial_offload(default_model_info):
-    from chatphase.engine.events import LoadedModel
+    from chatphase.engine.events import LoadedModel, LoadedSettings
     from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 
     buffers = (
@@ -169,7 +169,7 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
         BufferSize("output", "Vulkan_Host", 2**19, False),
     )
     loaded = LoadedModel(
-        default_model_info, {"gpu_offload_supported": True}, 1.0, 1, 1, 20, 31,
+        default_model_info, LoadedSettings(gpu_offload_supported=True), 1.0, 1, 1, 20, 31,
         backends=("Vulkan", "CPU"), devices=(VULKAN, CPU), buffers=buffers,
     )  # fmt: skip
     assert memory_text(loaded) == (
@@ -182,6 +182,6 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     lines = system_lines(loaded, None)
     assert "GPU offload on (20/31 layers) · GPU memory – · backends Vulkan, CPU" in lines
     assert f"device {device_lines(loaded)[0]}" in lines and f"memory {memory_text(loaded)}" in lines
-    hidden = LoadedModel(default_model_info, {"gpu_offload_supported": False}, 1.0, 1, 1, 0, 31,
+    hidden = LoadedModel(default_model_info, LoadedSettings(gpu_offload_supported=False), 1.0, 1, 1, 0, 31,
                          backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip
     assert gpu_offload_text(hidden).startswith("off (the Vulkan backend found no GPU device")

@@ -85,7 +85,7 @@ def test_llama_server_timings_progress_and_usage_fill_the_metrics():
     )
     with ScriptedServer(_llama_server_routes(stream)) as srv:
         engine = _loaded(srv.url + "/v1/")
-        assert engine.loaded.settings["n_ctx"] == 2048 and engine.loaded.info.n_params == 134515008
+        assert engine.loaded.settings.n_ctx == 2048 and engine.loaded.info.n_params == 134515008
         events = list(engine.run_turn(_request()))
         body = srv.requests[-1][3]
     assert body["stream_options"] == {"include_usage": True} and body["return_progress"] is True
@@ -120,7 +120,7 @@ def test_plain_openai_server_sends_no_llama_server_fields_and_unknowns_stay_none
     routes = {"GET /v1/models": (200, vllm_models), "POST /v1/chat/completions": (200, stream)}
     with ScriptedServer(routes) as srv:
         engine = _loaded(srv.url)
-        assert engine.loaded.settings["n_ctx"] == 4096 and engine.loaded.info.n_params is None
+        assert engine.loaded.settings.n_ctx == 4096 and engine.loaded.info.n_params is None
         req = TurnRequest(2, (Message("user", "x"),), SamplingParams(seed=7), reset_cache=True, ignore_eos=True)
         events = list(engine.run_turn(req))
         body = next(b for _m, path, _h, b in srv.requests if path == "/v1/chat/completions")

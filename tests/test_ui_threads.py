@@ -14,7 +14,7 @@ from chatphase.ui.dashboard.turn_detail import TurnDetail, metric_pairs
 from chatphase.ui.phases.panel import PhasePanel, threads_text
 
 REASON = "2 → 1: one core busy elsewhere (other load 1.00 cores)"
-AUTO = replace(loaded_model(), settings={**loaded_model().settings, "threads_policy": "auto"})
+AUTO = replace(loaded_model(), settings=replace(loaded_model().settings, threads_policy="auto"))
 TURN = replace(TURNS[0], n_threads_prefill=1, n_threads_decode=1, decode_thread_changes=0, threads_reason=REASON)
 
 

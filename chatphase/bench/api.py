@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
 from chatphase.bench.fits import sweep_fits
@@ -110,7 +110,7 @@ class BenchRun:
         assert done is not None
         yield BenchDone(self._result(loaded, plan, done, peaks))
 
-    def peaks(self) -> Iterator[BenchEvent]:
+    def peaks(self) -> Generator[BenchEvent, None, MachinePeaks | None]:
         """Measure the machine's peaks unless given or off, before this run's engine loads and once other
         chatphase engines have stopped (a generator: ``peaks = yield from run.peaks()``)."""
         peaks: MachinePeaks | None = self._peaks if self._roofline else None
@@ -157,13 +157,23 @@ class BenchRun:
 
     def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
         counted = [s for s in done.samples if not s.warmup]
-        kv_per_token = loaded.kv_bytes_per_token
+        kv_per_token, n_params, weights = (
+            loaded.kv_bytes_per_token,
+            self.info.n_params,
+            weight_bytes_per_token(self.info),
+        )
         roofline = {}
-        if peaks is not None and done.cells:
+        if (
+            peaks is not None
+            and done.cells
+            and kv_per_token is not None
+            and n_params is not None
+            and weights is not None
+        ):
             roofline = build_roofline(
                 peaks,
-                weight_bytes=weight_bytes_per_token(self.info),
-                n_params=self.info.n_params,
+                weight_bytes=weights,
+                n_params=n_params,
                 kv_bytes_per_token=kv_per_token,
                 cells=done.cells,
             )
@@ -177,7 +187,7 @@ class BenchRun:
         return BenchResult(
             model=model,
             settings={
-                "engine": loaded.settings,
+                "engine": loaded.settings.to_dict(),
                 "plan": plan.to_dict(),
                 "notes": list(loaded.notes) + list(done.notes),
             },

@@ -46,10 +46,10 @@ class GridCell:
     synthetic: bool
     cell: CellResult
     prediction: Prediction | None
-    kv_bytes_per_token: int
-    kv_capacity_bytes: int
+    kv_bytes_per_token: int | None
+    kv_capacity_bytes: int | None
     llama_kv_cache_bytes: int | None
-    weight_bytes_per_token: int
+    weight_bytes_per_token: int | None
 
     def ratios(self) -> dict:
         """measured / predicted for ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``."""
@@ -272,7 +272,7 @@ class GridRun:
         """
         import psutil
 
-        weights = {i.path: i.size_bytes for i in self.infos.values()}
+        weights = {i.path: i.size_bytes or 0 for i in self.infos.values()}  # files: their size is known
         kv = 0
         for point in self.points:
             info, cfg = self.info_of(point), self.config_of(point)
@@ -343,20 +343,23 @@ class GridRun:
             cancelled=self._cancel.is_set(),
         )
         for point, cfg, got, lm in zip(self.points, configs, samples, loaded, strict=False):
-            info = self.info_of(point)
+            info, ls = self.info_of(point), lm.settings
             p = peaks.get(cfg.resolved()["n_threads"])
             weights = weight_bytes_per_token(info)
             for cell in aggregate([s for s in got if not s.warmup], plan.gen_tokens):
                 prediction = None
-                if p is not None and not lm.layers_offloaded:  # CPU peaks do not bound a GPU
+                n_params, per_token = info.n_params, lm.kv_bytes_per_token
+                if (  # CPU peaks do not bound a GPU
+                    p is not None and not lm.layers_offloaded
+                    and n_params is not None and per_token is not None and weights is not None
+                ):  # fmt: skip
                     prediction = predict(
-                        p, weight_bytes=weights, n_params=info.n_params, kv_bytes_per_token=lm.kv_bytes_per_token,
-                        cell=cell,
-                    )  # fmt: skip
+                        p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell
+                    )
                 result.cells.append(
                     GridCell(
                         point=point.label(),
-                        levers={**point.values, **{k: lm.settings.get(k) for k in ("flash_attn", "type_k", "type_v")}},
+                        levers={**point.values, "flash_attn": ls.flash_attn, "type_k": ls.type_k, "type_v": ls.type_v},
                         model=info.name,
                         synthetic=info.synthetic,
                         cell=cell,

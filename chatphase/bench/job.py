@@ -120,7 +120,7 @@ class BenchJob:
     ) -> None:
         self.info, self.config, self.plan = info, config, plan.validate(config.n_ctx)
         self.roofline, self.log_path = roofline, log_path
-        self._child: Child | None = None
+        self._child: Child[object, JobEvent] | None = None
 
     def _run_args(self) -> tuple[Callable, tuple]:
         """What the child builds its run with: a module-level function (picklable) and its arguments."""

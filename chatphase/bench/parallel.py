@@ -259,7 +259,7 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
     cells = []
     for (length, n), group in groups.items():
         gen = group[0].gen_tokens
-        known = None not in (facts.weight_bytes, facts.kv_bytes_per_token)
+        weights, per_token = facts.weight_bytes, facts.kv_bytes_per_token
         kv = [s.kv_cache_bytes for s in group if s.kv_cache_bytes is not None]
         cells.append(
             ParallelCell(
@@ -275,8 +275,8 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
                 itl_ms_p50=summarize(s.itl_ms_p50 for s in group),
                 itl_ms_p95=summarize(s.itl_ms_p95 for s in group),
                 kv_cache_bytes=max(kv) if kv else None,
-                step_bytes=round(step_bytes(facts.weight_bytes, facts.kv_bytes_per_token, length + gen / 2, n))
-                if known
+                step_bytes=round(step_bytes(weights, per_token, length + gen / 2, n))
+                if weights is not None and per_token is not None
                 else None,
                 step_flops=None if facts.n_params is None else step_flops(facts.n_params, n),
             )

@@ -46,6 +46,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
         bench.attach(engine=engine)
         loaded = load_engine(engine)
         notes: tuple[str, ...] = ()
+        runner: LocalBatches | RemoteStreams
         if local:
             runner = LocalBatches(engine)
         else:
@@ -82,14 +83,13 @@ def parallel_result(
     """The :class:`BenchResult` of a parallel sweep (its ``parallel`` cells, samples and roofline)."""
     info = loaded.info
     roofline: dict = {}
-    weights = weight_bytes_per_token(info)
-    known = None not in (weights, info.n_params, loaded.kv_bytes_per_token)
-    if peaks is not None and done.cells and known:
+    weights, n_params, per_token = weight_bytes_per_token(info), info.n_params, loaded.kv_bytes_per_token
+    if peaks is not None and done.cells and weights is not None and n_params is not None and per_token is not None:
         roofline = build_parallel_roofline(
             peaks,
             weight_bytes=weights,
-            n_params=info.n_params,
-            kv_bytes_per_token=loaded.kv_bytes_per_token,
+            n_params=n_params,
+            kv_bytes_per_token=per_token,
             cells=done.cells,
         )
         if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU
@@ -99,7 +99,7 @@ def parallel_result(
             ]
     return BenchResult(
         model={k: v for k, v in info.to_dict().items() if k != "attention"},
-        settings={"engine": loaded.settings, "plan": plan.to_dict(), "notes": [*loaded.notes, *done.notes]},
+        settings={"engine": loaded.settings.to_dict(), "plan": plan.to_dict(), "notes": [*loaded.notes, *done.notes]},
         system=system_facts(loaded),
         roofline=roofline,
         cancelled=done.cancelled,

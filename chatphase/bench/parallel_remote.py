@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -54,12 +54,12 @@ def fit_plan_to_server(plan: ParallelPlan, loaded: LoadedModel) -> tuple[Paralle
         UsageError: when one stream does not fit a slot's context.
     """
     s = loaded.settings
-    slot_ctx, slots = s.get("n_ctx"), s.get("total_slots")
+    slot_ctx, slots = s.n_ctx, s.total_slots
     need = max(plan.prompt_lengths) + plan.gen_tokens + 1
     if slot_ctx and need > int(slot_ctx):
         raise UsageError(
             f"one stream needs {need:,} tokens (prompt + generated) but a slot of the server at "
-            f"{s.get('server', 'the server')} holds {int(slot_ctx):,} (its n_ctx per slot) — lower the lengths or "
+            f"{s.server or 'the server'} holds {int(slot_ctx):,} (its n_ctx per slot) — lower the lengths or "
             "give the server a larger context"
         )
     if not slots or max(plan.n_seqs) <= slots:
@@ -67,7 +67,7 @@ def fit_plan_to_server(plan: ParallelPlan, loaded: LoadedModel) -> tuple[Paralle
     allowed = tuple(n for n in plan.n_seqs if n <= slots)
     dropped = ", ".join(str(n) for n in plan.n_seqs if n > slots)
     note = (
-        f"the server at {s.get('server', 'the server')} has {slots} slot{'s' if slots != 1 else ''}: N = {dropped} "
+        f"the server at {s.server or 'the server'} has {slots} slot{'s' if slots != 1 else ''}: N = {dropped} "
         f"would wait for free slots, so only N = {', '.join(map(str, allowed))} run (start it with --parallel N)"
     )
     return replace(plan, n_seqs=allowed), (note,)
@@ -135,7 +135,8 @@ class RemoteStreams:
         t_submit, times, metrics, failed = 0, [], None, None
         if self._cancel.is_set():
             return _Stream(0, (), None, None)
-        with contextlib.closing(engine.run_turn(request)) as events:
+        events = engine.run_turn(request)
+        try:
             for event in events:
                 if self._cancel.is_set():  # also when cancel() came before this turn began
                     engine.cancel()
@@ -148,6 +149,9 @@ class RemoteStreams:
                     failed = failed or event.message
                 elif isinstance(event, TurnFinished):
                     metrics = event.metrics
+        finally:
+            if isinstance(events, Generator):  # end the stream now, not when the generator is collected
+                events.close()
         return _Stream(t_submit, tuple(times), metrics, failed)
 
 
@@ -156,9 +160,9 @@ def stream_sample(
 ) -> ParallelSample:
     """The accounting of one remote repetition (module docstring); unknown figures are ``None``."""
     done = [s for s in streams if s.metrics is not None and s.times_ns]
-    metrics = [s.metrics for s in done]
-    counts = [m.decode_tokens for m in metrics]
-    known = len(done) == len(streams) and None not in counts
+    metrics = [m for s in done if (m := s.metrics) is not None]
+    counts = [c for m in metrics if (c := m.decode_tokens) is not None]
+    known = len(done) == len(streams) and len(counts) == len(metrics)
     span_ns = max(s.times_ns[-1] for s in done) - min(s.times_ns[0] for s in done) if done else 0
     p50, p95, _ = gap_stats_ms([b - a for s in done for a, b in pairwise(s.times_ns)])
     first_ns = max((s.times_ns[0] for s in done), default=0)
@@ -183,4 +187,5 @@ def stream_sample(
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or None in values else sum(values) / len(values)
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known and len(known) == len(values) else None

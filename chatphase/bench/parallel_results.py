@@ -13,6 +13,7 @@ advances one token). ``step_bytes`` / ``step_flops``: what one step needs (the r
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from chatphase.bench.stats import Stats
 
@@ -108,9 +109,10 @@ class ParallelCell:
         Raises:
             KeyError / ValueError / TypeError: on a malformed entry (callers make a one-line message).
         """
+        values: dict[str, Any] = {k: int(data[k]) for k in _KEYS}
+        values.update({m: Stats.from_dict(data.get(m)) for m in PARALLEL_STAT_METRICS})
         return cls(
-            **{k: int(data[k]) for k in _KEYS},
-            **{m: Stats.from_dict(data.get(m)) for m in PARALLEL_STAT_METRICS},
+            **values,
             kv_cache_bytes=_opt(int, data.get("kv_cache_bytes")),
             step_bytes=_opt(int, data.get("step_bytes")),
             step_flops=_opt(float, data.get("step_flops")),

@@ -161,8 +161,8 @@ def _plot_parallel(results: Sequence[BenchResult], ax1, ax2) -> None:
                 color=color,
                 label=label,
             )
-            bound = [bounds.get((length, n)) for n in ns]
-            if all(bound):
+            bound = [b for n in ns if (b := bounds.get((length, n))) is not None]
+            if len(bound) == len(ns):
                 ax1.plot(
                     ns,
                     [b["aggregate_bound_tokens_per_s"] for b in bound],

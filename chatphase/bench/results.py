@@ -57,10 +57,10 @@ class Sample:
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
     tpot_ms: float | None
-    prefill_tokens: int
-    cached_tokens: int
-    decode_tokens: int
-    kv_cache_bytes: int
+    prefill_tokens: int | None
+    cached_tokens: int | None
+    decode_tokens: int | None
+    kv_cache_bytes: int | None
     stop_reason: str
 
     def to_dict(self) -> dict:
@@ -87,7 +87,7 @@ class CellResult:
     prefill_tokens_per_s: Stats
     decode_tokens_per_s: Stats
     tpot_ms: Stats
-    kv_cache_bytes: int
+    kv_cache_bytes: int | None
 
     def to_dict(self) -> dict:
         """The JSON ``results`` entry: stats as ``{"mean","sd","median","min","max","n"}`` objects."""
@@ -209,7 +209,8 @@ class BenchResult:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", restval="")
         writer.writeheader()
-        for cell in [*self.results, *self.parallel]:
+        cells: list[CellResult | ParallelCell] = [*self.results, *self.parallel]
+        for cell in cells:
             writer.writerow(cell.csv_row())
         return buf.getvalue()
 

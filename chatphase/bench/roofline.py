@@ -13,6 +13,7 @@ the measured rate stays below :data:`BINDING_PCT` % of its bound, the verdict sa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.results import CellResult
@@ -55,7 +56,7 @@ def build_roofline(
     A cell decodes at :func:`cell_context_tokens`. The verdicts use the
     fastest measured cell of each phase (the one closest to its bound).
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in cells:
         context = cell_context_tokens(c)
         d_bound = decode_bound_tokens_per_s(peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context)

@@ -250,7 +250,7 @@ def aggregate(samples: Sequence[Sample], gen_tokens: int) -> tuple[CellResult, .
 
     ``kv_cache_bytes`` is the largest seen in the cell (the cache after the measured turn).
     """
-    groups: dict[tuple[str, int, int], list[Sample]] = {}
+    groups: dict[tuple[CellKind, int, int], list[Sample]] = {}
     for s in samples:
         groups.setdefault((s.kind, s.prompt_tokens, s.depth), []).append(s)
     return tuple(
@@ -259,7 +259,7 @@ def aggregate(samples: Sequence[Sample], gen_tokens: int) -> tuple[CellResult, .
             prompt_tokens=n,
             depth=d,
             gen_tokens=gen_tokens,
-            reps=len(group),  # type: ignore[arg-type]
+            reps=len(group),
             ttft_ms=summarize(s.ttft_ms for s in group),
             prefill_tokens_per_s=summarize(s.prefill_tokens_per_s for s in group),
             decode_tokens_per_s=summarize(s.decode_tokens_per_s for s in group),

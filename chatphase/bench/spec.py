@@ -160,7 +160,9 @@ def iter_runs(
         EngineError: an arm whose engine failed to load or run (its message).
     """
     if engine_factory is None:
-        from chatphase.engine.local.llama import LlamaEngine as engine_factory
+        from chatphase.engine.local.llama import LlamaEngine
+
+        engine_factory = LlamaEngine
     specs = with_off(specs)
     engines = {}
     try:
@@ -187,6 +189,8 @@ def iter_runs(
                             raise EngineError(f"{spec}: {event.message}")
                         if isinstance(event, TurnFinished):
                             fin = event
+                    if fin is None:  # the engine's turn ends with TurnFinished or EngineFailed
+                        raise EngineError(f"{spec}: the turn ended without its result")
                     m = fin.metrics
                     yield SpecSample(
                         spec, kind, rep, n, m.decode_tokens_per_s or 0.0,

@@ -32,9 +32,8 @@ class Stats:
     def from_dict(cls, data: dict | None) -> Stats:
         """Inverse of :meth:`to_dict`; missing keys read as ``None`` (``n`` as 0)."""
         data = data or {}
-        return cls(
-            *(_opt_float(data.get(k)) for k in ("mean", "sd", "median", "min", "max")), n=int(data.get("n") or 0)
-        )
+        mean, sd, median, lo, hi = (_opt_float(data.get(k)) for k in ("mean", "sd", "median", "min", "max"))
+        return cls(mean, sd, median, lo, hi, n=int(data.get("n") or 0))
 
 
 EMPTY = Stats(None, None, None, None, None, 0)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from chatphase.chat.conversation import Conversation
-from chatphase.chat.dispatch import Dispatcher, EngineJob
+from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.engine.base import Engine
@@ -196,7 +196,9 @@ class ChatController:
             engine.cancel()
             self.dispatcher.spawn(engine.close)
 
-    def _start(self, kind, engine: Engine, call: Callable[[], Iterator[Event]], turn_id: int | None = None) -> None:
+    def _start(
+        self, kind: JobKind, engine: Engine, call: Callable[[], Iterator[Event]], turn_id: int | None = None
+    ) -> None:
         job = EngineJob(kind, engine, self.engine_id, call, self._deliver, self._job_ended, self._current, turn_id)
         self.dispatcher.start(job)
 

@@ -8,7 +8,7 @@ own numbers).
 
 from __future__ import annotations
 
-from chatphase.engine.events import Message
+from chatphase.engine.events import Message, Role
 
 
 class Conversation:
@@ -36,7 +36,7 @@ class Conversation:
         """The newest assistant message's thinking ("" when there is none)."""
         return next((m.reasoning for m in reversed(self.messages) if m.role == "assistant"), "")
 
-    def add(self, role, content: str, reasoning: str = "") -> None:
+    def add(self, role: Role, content: str, reasoning: str = "") -> None:
         """Append a message (``reasoning``: an assistant message's thinking, sent back where the
         model's template takes it)."""
         self.messages.append(Message(role, content, reasoning))

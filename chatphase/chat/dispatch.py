@@ -9,6 +9,7 @@ dispatcher (``chatphase/ui/engine_link.py``) uses Textual thread workers and mes
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class EngineJob:
         return self.is_current(self)
 
 
-def _append_traceback(log_path, heading: str) -> None:
+def _append_traceback(log_path: str | os.PathLike[str], heading: str) -> None:
     """Keep the traceback of the exception being handled in the engine log (the user sees one line)."""
     try:
         with open(log_path, "a", encoding="utf-8") as fh:

@@ -84,7 +84,7 @@ def thinking_ignored(settings: Settings, loaded: LoadedModel) -> Notice | None:
         )
         if set_
     ]
-    if not asked or loaded.thinking_format is not None or loaded.settings.get("backend") == "remote":
+    if not asked or loaded.thinking_format is not None or loaded.settings.remote:
         return None
     return Notice(
         "model",

@@ -43,7 +43,7 @@ class SessionRecording(ChatListener):
         self.on_error = on_error
         self.in_memory = in_memory
         self.writer: SessionWriter | None = None
-        self._model_key: tuple | None = None
+        self._model_key: tuple[object, str] | None = None
         self._turn_id: int | None = None  # the turn being recorded
         self._live: list[int] = []  # writer indices of the turns in the conversation, oldest first
 
@@ -67,8 +67,8 @@ class SessionRecording(ChatListener):
 
     @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
-        if self._recording(turn):
-            self.writer.finish_turn(
+        if (writer := self._recording(turn)) is not None:
+            writer.finish_turn(
                 event.reply,
                 event.metrics,
                 error=turn.error,
@@ -79,10 +79,10 @@ class SessionRecording(ChatListener):
 
     @override
     def turn_failed(self, turn: Turn, message: str) -> None:
-        if self._recording(turn):
-            self.writer.finish_turn(turn.reply, None, error=message)
+        if (writer := self._recording(turn)) is not None:
+            writer.finish_turn(turn.reply, None, error=message)
             self._turn_id = None
-            if self._live and self._live[-1] == self.writer.turns_recorded:
+            if self._live and self._live[-1] == writer.turns_recorded:
                 self._live.pop()  # its user message left the conversation
 
     @override
@@ -90,8 +90,8 @@ class SessionRecording(ChatListener):
         """The chat keeps what streamed as the reply, so the session does too: a partial turn (no error)
         with the figures measured until its engine stopped (:meth:`Turn.metrics_so_far`), which a resume
         continues with."""
-        if self._recording(turn):
-            self.writer.finish_turn(
+        if (writer := self._recording(turn)) is not None:
+            writer.finish_turn(
                 turn.reply,
                 turn.metrics_so_far(),
                 thinking=turn.thinking,
@@ -143,6 +143,7 @@ class SessionRecording(ChatListener):
         elif self._model_key != key:
             self.writer.set_model(self.chat.model_info.to_dict(), self.chat.settings.to_dict())
         self._model_key = key
+        assert self.writer is not None  # made above when there was none
         return self.writer
 
     def _use(self, writer: SessionWriter) -> None:
@@ -155,9 +156,10 @@ class SessionRecording(ChatListener):
         if self.on_error is not None:
             self.on_error(message)
 
-    def _recording(self, turn: Turn) -> bool:
-        return self.writer is not None and turn.turn_id == self._turn_id
+    def _recording(self, turn: Turn) -> SessionWriter | None:
+        """The writer when it records ``turn``, else ``None``."""
+        return self.writer if turn.turn_id == self._turn_id else None
 
     def _stream(self, turn: Turn) -> None:
-        if self._recording(turn):
-            self.writer.stream()
+        if (writer := self._recording(turn)) is not None:
+            writer.stream()

@@ -128,7 +128,7 @@ class Turn:
         if self.decoding:
             prefill_tokens = pre.prefill_tokens
             finished = progress is not None and progress.done_tokens >= progress.total_tokens
-            prefill_ms = progress.elapsed_ms if finished else None
+            prefill_ms = progress.elapsed_ms if finished and progress is not None else None
         else:
             prefill_tokens = progress.done_tokens if progress is not None else 0
             prefill_ms = progress.elapsed_ms if progress is not None else None
@@ -142,7 +142,9 @@ class Turn:
             cached_tokens=pre.cached_tokens,
             prefill_tokens=prefill_tokens,
             prefill_ms=prefill_ms,
-            prefill_tokens_per_s=rate_per_s(prefill_tokens, round(prefill_ms * NS_PER_MS)) if prefill_ms else None,
+            prefill_tokens_per_s=(
+                rate_per_s(prefill_tokens, round(prefill_ms * NS_PER_MS)) if prefill_ms and prefill_tokens else None
+            ),
             ttft_ms=self.ttft_ms,
             decode_tokens=self.decode_tokens,
             decode_ms=decode_ns / NS_PER_MS if self.decoding else None,

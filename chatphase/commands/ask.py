@@ -197,7 +197,10 @@ class _Printer(ChatListener):
             buffers=[asdict(b) for b in loaded.buffers],
         )
         json.dump(
-            {"model": model, "settings": loaded.settings, "turns": self.turns}, sys.stdout, indent=2, ensure_ascii=False
+            {"model": model, "settings": loaded.settings.to_dict(), "turns": self.turns},
+            sys.stdout,
+            indent=2,
+            ensure_ascii=False,
         )
         sys.stdout.write("\n")
         sys.stdout.flush()

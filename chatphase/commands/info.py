@@ -121,6 +121,8 @@ def chat_format_report(info, override: str | None) -> dict:
         return {"error": str(exc)}
     except RuntimeError as exc:  # llama.cpp could not read the vocabulary
         return {"error": str(exc)}
+    if fmt is None:  # not with with_vocab: a file without a template gets a format from its vocabulary
+        return {"error": "no chat format"}
     return {"label": fmt.label, "why": fmt.why, "stops": list(fmt.stops)}
 
 

@@ -50,7 +50,7 @@ def run(args) -> int:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
     header = ("", "MODEL (--model)", *FIGURE_COLUMNS, "SOURCE")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     broken = []
     for e in entries:
         if e.info is None:

@@ -8,6 +8,17 @@ from typing import Protocol, runtime_checkable
 from chatphase.engine.events import Event, TurnRequest
 
 
+class CancelEvent(Protocol):
+    """What the engine's cancel check needs of its flag: a ``threading.Event`` or
+    :class:`~chatphase.engine.process.cancel_pipe.CancelFlag`."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+
 @runtime_checkable
 class Engine(Protocol):
     """Blocking, iterator-based engine API; callers run it in a worker thread.

@@ -187,7 +187,7 @@ class EngineConfig:
         prefill = "fixed" if (self.n_threads_batch or self.n_threads) is not None else "auto"
         return decode if decode == prefill else f"decode {decode}, prefill {prefill}"
 
-    def resolved(self) -> dict:
+    def resolved(self) -> dict[str, Any]:
         """The settings with automatic values resolved, as a plain dict; auto threads resolve to the
         usable cores (physical, within the affinity mask and cgroup quota), the count the context starts
         with (each turn then chooses its own)."""
@@ -210,6 +210,6 @@ class EngineConfig:
             "spec": self.spec,
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (unresolved: ``None`` means automatic)."""
         return asdict(self)

@@ -10,8 +10,8 @@ All ``*_ns`` timestamps are ``time.perf_counter_ns()`` values taken inside the e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import ModelInfo
@@ -131,12 +131,66 @@ def memory_by_place(buffers: tuple[BufferSize, ...]) -> dict[str, dict[str, int]
     return out
 
 
+#: the :class:`LoadedSettings` fields a remote server's engine fills (the others stay ``None``).
+REMOTE_SETTING_KEYS = ("backend", "server", "server_kind", "remote_model", "n_ctx", "total_slots")
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    """The engine settings a loaded model runs with, automatic values resolved.
+
+    The local engine fills the :class:`~chatphase.engine.config.EngineConfig` fields as resolved (threads
+    counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it), plus what the load found:
+    ``use_extra_bufts``, ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
+    (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``
+    (``llama-server`` or ``OpenAI-compatible server``), the ``remote_model`` asked for, and ``n_ctx`` /
+    ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown.
+    """
+
+    backend: Literal["llama.cpp", "remote"] = "llama.cpp"
+    n_ctx: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    threads_policy: str | None = None
+    n_gpu_layers: int | None = None
+    flash_attn: str | None = None
+    type_k: str | None = None
+    type_v: str | None = None
+    extra_bufts: str | None = None
+    offload_kqv: bool | None = None
+    n_seq_max: int | None = None
+    chat_template: str | None = None
+    spec: str | None = None
+    use_extra_bufts: bool | None = None
+    gpu_offload_supported: bool = False
+    amx_detected: bool | None = None
+    server: str | None = None
+    server_kind: str | None = None
+    remote_model: str | None = None
+    total_slots: int | None = None
+
+    @property
+    def remote(self) -> bool:
+        """The model is served by a remote server (most figures unknown)."""
+        return self.backend == "remote"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, as bench results store it: a remote engine's :data:`REMOTE_SETTING_KEYS`, else the
+        local engine's fields (no ``backend`` key, nor the remote ones)."""
+        values = asdict(self)
+        if self.remote:
+            return {k: values[k] for k in REMOTE_SETTING_KEYS}
+        return {k: v for k, v in values.items() if k not in REMOTE_SETTING_KEYS or k == "n_ctx"}
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """What the engine reports once a model is loaded.
 
-    ``settings`` holds the resolved engine settings (``n_ctx, n_batch, n_ubatch, n_threads,
-    n_threads_batch, n_gpu_layers, flash_attn, type_k, type_v, use_extra_bufts, gpu_offload_supported``).
+    ``settings``: the resolved engine settings (:class:`LoadedSettings`); ``kv_bytes_per_token`` /
+    ``kv_capacity_bytes`` the KV cache's size per token and at ``n_ctx`` (``None`` from a remote server).
     ``layers_offloaded`` / ``layers_total`` come from llama.cpp's own log (``offloaded X/Y layers to GPU``);
     ``llama_kv_cache_bytes`` is the size llama.cpp printed for the cache, if seen. ``thinking_format``:
     the name of the model's thinking markers (:data:`chatphase.engine.prompting.thinking.FORMATS`), ``None`` for a
@@ -150,10 +204,10 @@ class LoadedModel:
     """
 
     info: ModelInfo
-    settings: dict
+    settings: LoadedSettings
     load_ms: float
-    kv_bytes_per_token: int
-    kv_capacity_bytes: int
+    kv_bytes_per_token: int | None
+    kv_capacity_bytes: int | None
     layers_offloaded: int | None = None
     layers_total: int | None = None
     llama_kv_cache_bytes: int | None = None
@@ -181,14 +235,15 @@ class PrefillStarted:
     """Templating and tokenisation are done; ``prefill_tokens`` of ``prompt_tokens`` will be evaluated.
 
     ``dropped_messages`` older messages were left out so the prompt fits ``n_ctx`` (system prompt kept).
+    The token counts are ``None`` from a remote server (it reports them only when the turn is over).
     ``n_threads_prefill`` / ``n_threads_decode`` / ``threads_reason``: the threads the turn starts with and
     why (:mod:`chatphase.engine.threads.policy`; ``None`` from an engine without a thread policy).
     """
 
     turn_id: int
-    prompt_tokens: int
-    cached_tokens: int
-    prefill_tokens: int
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    prefill_tokens: int | None
     dropped_messages: int
     t_ns: int
     n_threads_prefill: int | None = None
@@ -288,7 +343,7 @@ class TurnFinished:
     turn_id: int
     reply: str
     metrics: TurnMetrics
-    server_timings: dict | None = None
+    server_timings: dict[str, Any] | None = None
     thinking: str = ""
 
 

@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import llama_cpp
@@ -46,7 +47,7 @@ def log_level() -> int:
 
 
 @contextlib.contextmanager
-def llama_quiet(path: str | os.PathLike | None = None):
+def llama_quiet(path: str | os.PathLike[str] | None = None) -> Iterator[LlamaLogCapture]:
     """Within the block, llama.cpp's log (``llama_log_set``) and whatever it writes to fd 2 (``ggml_vulkan``
     and CUDA print some lines with ``std::cerr``) go to the log ``path`` (default :func:`default_log_path`)
     instead of the terminal; for commands that call llama.cpp in their own process (``info``). Yields the
@@ -80,7 +81,7 @@ class LlamaLogCapture:
     active capture, if any.
     """
 
-    def __init__(self, path: str | os.PathLike, min_level: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], min_level: int | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         rotate_log(self.path)
@@ -104,7 +105,7 @@ class LlamaLogCapture:
             if not self._file.closed:
                 self._file.write(text if text.endswith("\n") else text + "\n")
 
-    def on_log(self, level: int, text: bytes, user_data) -> None:
+    def on_log(self, level: int, text: bytes, user_data: object) -> None:
         """llama.cpp's log callback (ggml level, text, user data): lines at or above :attr:`min_level` go to the file."""
         if level != _CONT:
             self._last_level = level
@@ -160,7 +161,7 @@ class LlamaLogCapture:
 _active: LlamaLogCapture | None = None
 
 
-def _forward(level: int, text: bytes, user_data) -> None:
+def _forward(level: int, text: bytes, user_data: object) -> None:
     capture = _active
     if capture is not None:
         capture.on_log(level, text, user_data)

@@ -27,7 +27,7 @@ def default_log_path() -> Path:
     return Path(platformdirs.user_log_dir("chatphase")) / "engine.log"
 
 
-def rotate_log(path: str | os.PathLike, cap_bytes: int = LOG_CAP_BYTES, keep: int = LOG_KEEP) -> bool:
+def rotate_log(path: str | os.PathLike[str], cap_bytes: int = LOG_CAP_BYTES, keep: int = LOG_KEEP) -> bool:
     """Rotate ``path`` when it is larger than ``cap_bytes``: ``.N-1`` -> ``.N`` … ``path`` -> ``.1``
     (the oldest dropped). Returns whether it rotated. A process that still holds the old file open
     keeps writing to it under its new name, which is fine for a log."""
@@ -45,7 +45,7 @@ def rotate_log(path: str | os.PathLike, cap_bytes: int = LOG_CAP_BYTES, keep: in
         return False
 
 
-def redirect_stdio(path: str | os.PathLike) -> None:
+def redirect_stdio(path: str | os.PathLike[str]) -> None:
     """Point this process's fds 1 and 2 at the log ``path`` (appending, rotated first), so that what
     llama.cpp or a crash prints never reaches the terminal (engine and bench child processes)."""
     os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)

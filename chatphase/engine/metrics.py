@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
 from statistics import quantiles
-from typing import Literal
+from typing import Any, Literal
 
 StopReason = Literal["stop", "length", "cancelled", "context_full", "error"]
 STOP_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "context_full", "error")
@@ -120,12 +120,12 @@ class TurnMetrics:
         that does not report it)."""
         return self.thinking_ms is not None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of every field, in declaration order."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> TurnMetrics:
+    def from_dict(cls, data: dict[str, Any]) -> TurnMetrics:
         """Inverse of :meth:`to_dict`; unknown keys are ignored (forward compatible)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -186,14 +186,14 @@ def compute_turn_metrics(
     prompt_tokens: int,
     cached_tokens: int,
     kv_cache_tokens: int,
-    kv_bytes_per_token: int,
-    kv_capacity_bytes: int,
+    kv_bytes_per_token: int | None,
+    kv_capacity_bytes: int | None,
     stop_reason: StopReason,
     dropped_messages: int = 0,
     evaluated_tokens: int | None = None,
     thinking_tokens: int | None = None,
     t_thinking_end_ns: int | None = None,
-    spec: dict | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> TurnMetrics:
     """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens).
 
@@ -250,7 +250,7 @@ def compute_turn_metrics(
         itl_ms_max=pmax,
         kv_cache_tokens=kv_cache_tokens,
         kv_bytes_per_token=kv_bytes_per_token,
-        kv_cache_bytes=kv_cache_tokens * kv_bytes_per_token,
+        kv_cache_bytes=kv_cache_tokens * kv_bytes_per_token if kv_bytes_per_token is not None else None,
         kv_capacity_bytes=kv_capacity_bytes,
         stop_reason=stop_reason,
         tokenize_ms=ns_to_ms(t_prefill_start_ns - t_submit_ns),
@@ -269,7 +269,7 @@ def spec_figures(
     step_drafted: Sequence[int],
     step_accepted: Sequence[int],
     step_plain: Sequence[bool],
-) -> dict:
+) -> dict[str, Any]:
     """The speculative-decoding fields of :class:`TurnMetrics` (the module docstring's definitions).
 
     Per step ``i``: ``step_end_ns[i]`` the time of its last generated token, ``step_tokens[i]`` the tokens it
@@ -313,7 +313,7 @@ def spec_figures(
 
 def _thinking_figures(
     t_submit_ns: int, token_times_ns: Sequence[int], thinking_tokens: int | None, t_end_ns: int | None
-) -> dict:
+) -> dict[str, Any]:
     """The thinking fields of :class:`TurnMetrics` (see the module docstring).
 
     Raises:
@@ -325,7 +325,7 @@ def _thinking_figures(
     if not 0 <= thinking_tokens <= n:
         raise ValueError(f"thinking_tokens={thinking_tokens} outside 0..decode_tokens={n}")
     cut_short = t_end_ns is None
-    if cut_short:
+    if t_end_ns is None:
         t_end_ns = token_times_ns[-1] if n else t_submit_ns
     elif n and thinking_tokens and t_end_ns < token_times_ns[thinking_tokens - 1]:
         raise ValueError("the thinking block cannot end before its last token")

@@ -33,7 +33,7 @@ def replaced_note(what: str, first: int) -> str:
     return f"{what} held bytes that are not valid UTF-8 (first at character {first + 1:,}); they were replaced with U+FFFD (\ufffd)"
 
 
-def read_utf8(path: str | os.PathLike, what: str = "file") -> str:
+def read_utf8(path: str | os.PathLike[str], what: str = "file") -> str:
     """The text of a UTF-8 file.
 
     Raises:

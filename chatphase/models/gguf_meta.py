@@ -31,9 +31,13 @@ import struct
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from chatphase.errors import ModelError
 from chatphase.models.kv import AttentionShape, attention_shape, kv_bytes_per_token
+
+if TYPE_CHECKING:  # importing gguf costs ~0.2 s: at run time it is imported where it is used
+    import gguf
 
 GGUF_MAGIC = b"GGUF"
 #: the GGUF versions llama.cpp reads (its gguf.cpp refuses v1 and anything newer than v3).
@@ -61,6 +65,8 @@ class ModelInfo:
 
     ``name`` is the file name without ``.gguf`` and split suffix (what users know a model by; the
     metadata's ``general.name`` is often a training-run label). ``n_params`` counts tensor elements;
+    ``n_params``, ``size_bytes``, ``n_layer`` and ``n_ctx_train`` are ``None`` for a served model whose server
+    does not say (:func:`chatphase.engine.remote.engine.remote_model_info`), never for a file read here;
     ``size_bytes`` is the file size (all parts of a split model);
     ``kv_bytes_per_token`` assumes an f16 cache (llama.cpp's default) and, like ``attention`` (the
     geometry for other cache types), is ``None`` for models without a per-token KV cache. ``n_vocab`` and
@@ -74,11 +80,11 @@ class ModelInfo:
     path: str
     name: str
     architecture: str
-    n_params: int
-    size_bytes: int
-    n_layer: int
+    n_params: int | None
+    size_bytes: int | None
+    n_layer: int | None
     quantization: str
-    n_ctx_train: int
+    n_ctx_train: int | None
     kv_bytes_per_token: int | None
     has_chat_template: bool
     attention: AttentionShape | None = None
@@ -88,7 +94,7 @@ class ModelInfo:
     synthetic: bool = False
     embedding_bytes: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
         return asdict(self)
 
@@ -99,7 +105,7 @@ class _Truncated(Exception):
         self.needed, self.have = needed, have
 
 
-def _header_reader_class():
+def _header_reader_class() -> type[gguf.GGUFReader]:
     """Build the fast reader class lazily (importing ``gguf`` costs ~0.2 s)."""
     import gguf
     import numpy as np
@@ -107,7 +113,9 @@ def _header_reader_class():
     class _HeaderReader(gguf.GGUFReader):
         """``GGUFReader`` that skips the per-element work on large arrays (see the module docstring)."""
 
-        def _get_field_parts(self, orig_offs, raw_type):
+        def _get_field_parts(
+            self, orig_offs: int, raw_type: int
+        ) -> tuple[int, list[Any], list[int], list[gguf.GGUFValueType]]:
             if gguf.GGUFValueType(raw_type) != gguf.GGUFValueType.ARRAY:
                 return super()._get_field_parts(orig_offs, raw_type)
             offs = orig_offs
@@ -123,7 +131,7 @@ def _header_reader_class():
                     raise ValueError("array runs past the end of the file")
                 return 12 + int(values.nbytes), [raw_itype, alen, values], [2], [gguf.GGUFValueType.ARRAY, itype]
             if itype == gguf.GGUFValueType.STRING and count > _LONG_STRING_ARRAY:
-                buf = memoryview(self.data)
+                buf = memoryview(self.data)  # type: ignore[arg-type]  # numpy's memmap is a buffer; its stubs miss __buffer__
                 swapped = ">Q" if sys.byteorder == "little" else "<Q"
                 unpack = struct.Struct("=Q" if self.byte_order == "I" else swapped).unpack_from  # I = host order
                 for _ in range(count):  # step over each string: 8-byte length + bytes
@@ -133,7 +141,7 @@ def _header_reader_class():
                 return offs - orig_offs, [raw_itype, alen], [], [gguf.GGUFValueType.ARRAY, itype]
             return super()._get_field_parts(orig_offs, raw_type)
 
-        def _build_tensors(self, start_offs, fields):
+        def _build_tensors(self, start_offs: int, fields: list[gguf.ReaderField]) -> None:
             end = 0
             for field in fields:  # parts: name_len, name, n_dims, dims, dtype, offset (gguf's layout)
                 dims, raw_dtype, offset = field.parts[3], field.parts[4], field.parts[5]
@@ -148,7 +156,7 @@ def _header_reader_class():
 
 
 @functools.lru_cache(maxsize=1)
-def _reader_classes() -> tuple:
+def _reader_classes() -> tuple[type[gguf.GGUFReader], ...]:
     import gguf
 
     try:
@@ -157,7 +165,7 @@ def _reader_classes() -> tuple:
         return (gguf.GGUFReader,)
 
 
-def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
+def read_metadata(path: str | os.PathLike[str]) -> tuple[dict[str, Any], gguf.GGUFReader]:
     """Read a GGUF file's key/value metadata with a :class:`gguf.GGUFReader`.
 
     Returns ``(metadata, reader)``: metadata maps key -> Python value (large tokenizer arrays skipped;
@@ -209,7 +217,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
         raise ModelError(
             f"GGUF header cannot be read: the file is damaged or cut short; download or copy it again: {p}"
         )
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     for key, field in reader.fields.items():
         if key.startswith(_SKIP_PREFIXES):
             if key == "tokenizer.ggml.tokens" and len(field.parts) >= 5:  # key len, key, type, item type, count
@@ -222,7 +230,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict, object]:
     return meta, reader
 
 
-def split_parts(path: str | os.PathLike, count: int) -> list[Path]:
+def split_parts(path: str | os.PathLike[str], count: int) -> list[Path]:
     """All files of a split GGUF given its first part (``x-00001-of-0000N.gguf``), in order.
 
     Raises:
@@ -271,7 +279,7 @@ def architecture_supported(arch: str) -> bool | None:
         return None
 
 
-def read_model_info(path: str | os.PathLike) -> ModelInfo:
+def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
     """Validate a GGUF file (all parts, if split) and summarise it as :class:`ModelInfo`.
 
     Raises:
@@ -321,7 +329,7 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     )
 
 
-def read_chat_template(path: str | os.PathLike) -> str | None:
+def read_chat_template(path: str | os.PathLike[str]) -> str | None:
     """The GGUF's ``tokenizer.chat_template`` (Jinja source), ``None`` when it has none.
 
     Raises:
@@ -331,7 +339,7 @@ def read_chat_template(path: str | os.PathLike) -> str | None:
     return template if isinstance(template, str) and template else None
 
 
-def _file_type_name(file_type) -> str:
+def _file_type_name(file_type: Any) -> str:
     if file_type is None:
         return "unknown"
     import gguf

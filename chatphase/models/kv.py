@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 #: bytes per element of each KV cache type llama.cpp accepts for ``type_k`` / ``type_v``.
 KV_TYPE_BYTES: dict[str, Fraction] = {
@@ -49,7 +50,7 @@ class AttentionShape:
     head_dim_v: int
 
 
-def attention_shape(metadata: dict, architecture: str) -> AttentionShape:
+def attention_shape(metadata: dict[str, Any], architecture: str) -> AttentionShape:
     """Read :class:`AttentionShape` from a GGUF key/value dict (``{arch}.block_count`` etc.).
 
     Raises:
@@ -57,7 +58,7 @@ def attention_shape(metadata: dict, architecture: str) -> AttentionShape:
     """
     a = architecture
 
-    def get(key: str, default=None):
+    def get(key: str, default: object = None) -> Any:
         value = metadata.get(f"{a}.{key}", default)
         if value is None:
             raise ValueError(f"GGUF metadata has no {a}.{key}")
@@ -82,13 +83,13 @@ def attention_shape(metadata: dict, architecture: str) -> AttentionShape:
     return AttentionShape(n_layer, n_head_kv, head_dim_k, head_dim_v)
 
 
-def _first_nonzero(value) -> int:
+def _first_nonzero(value: Any) -> int:
     if isinstance(value, (list, tuple)):
         value = next((v for v in value if v), 0)
-    value = int(value)
-    if value <= 0:
+    count = int(value)
+    if count <= 0:
         raise ValueError("attention.head_count must be positive")
-    return value
+    return count
 
 
 def kv_bytes_per_token(shape: AttentionShape, type_k: str = "f16", type_v: str = "f16") -> int:

@@ -21,6 +21,7 @@ is for a CPU-only load and says so.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes, kv_cells
@@ -42,7 +43,7 @@ class MemoryEstimate:
         """weights + KV cache + compute."""
         return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict, ``total_bytes`` included."""
         return {**asdict(self), "total_bytes": self.total_bytes}
 
@@ -73,7 +74,7 @@ def estimate(
     else:
         kv = 0  # recurrent models: state is not per token (not modelled)
     compute = 4 * n_ubatch * (info.n_vocab + 8 * info.n_embd) + 4 * info.n_vocab
-    return MemoryEstimate(n_ctx, cells, info.size_bytes, kv, compute)
+    return MemoryEstimate(n_ctx, cells, info.size_bytes or 0, kv, compute)  # a file's size is known
 
 
 def assess(

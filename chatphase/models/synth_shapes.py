@@ -11,6 +11,7 @@ llama.cpp: ``load_arch_tensors``), each with the ggml type llama.cpp's own quant
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: file types a synthetic model can be written in (``QUANT`` of ``chatphase models synth SHAPE:QUANT``).
 QUANTS = ("Q4_0", "Q8_0", "Q4_K_M")
@@ -38,7 +39,7 @@ class ModelShape:
     rms_eps: float
     published_params: int
     params_source: str
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     listed: bool = True
 
     @property
@@ -51,11 +52,13 @@ class ModelShape:
         return sum(t.n_elements for t in tensor_plan(self, "Q8_0"))
 
 
-_LLAMA3 = dict(architecture="llama", n_vocab=128256, n_ctx_train=131072, rope_freq_base=500000.0, rms_eps=1e-5)
-_QWEN3 = dict(
+_LLAMA3: dict[str, Any] = dict(
+    architecture="llama", n_vocab=128256, n_ctx_train=131072, rope_freq_base=500000.0, rms_eps=1e-5
+)
+_QWEN3: dict[str, Any] = dict(
     architecture="qwen3", n_vocab=151936, n_ctx_train=40960, rope_freq_base=1000000.0, rms_eps=1e-6, head_dim=128
 )
-_GEMMA3 = dict(
+_GEMMA3: dict[str, Any] = dict(
     architecture="gemma3",
     rope_freq_base=1000000.0,
     rms_eps=1e-6,

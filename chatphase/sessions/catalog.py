@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from chatphase.sessions.store import (
     SUFFIX,
@@ -34,7 +35,7 @@ class SessionSummary:
     last_used: str
     path: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
         return asdict(self)
 

@@ -20,10 +20,11 @@ import io
 import json
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import UsageError
-from chatphase.sessions.store import Session, utc_now
+from chatphase.sessions.store import RecordedTurn, Session, utc_now
 
 FORMATS = ("md", "json", "csv")
 JSON_FORMAT_NAME = "chatphase-session"
@@ -124,7 +125,7 @@ def session_from_json(text: str) -> Session:
 # ---------------------------------------------------------------- CSV
 
 
-def _csv_cell(value) -> str:
+def _csv_cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -148,7 +149,7 @@ def to_csv(session: Session) -> str:
     return buf.getvalue()
 
 
-def _parse_cell(text: str):
+def _parse_cell(text: str) -> int | float | str | None:
     if text == "":
         return None
     for kind in (int, float):
@@ -159,7 +160,7 @@ def _parse_cell(text: str):
     return text
 
 
-def rows_from_csv(text: str) -> list[dict]:
+def rows_from_csv(text: str) -> list[dict[str, Any]]:
     """Parse a CSV export: one dict per turn with ``turn``, ``status``, ``replaced``, ``model``, ``started``,
     ``finished``, ``error``, ``sampling`` (the turn's :data:`SAMPLING_KEYS` that have a value) and
     ``metrics`` (a :class:`TurnMetrics`, or ``None`` for a turn without).
@@ -173,7 +174,7 @@ def rows_from_csv(text: str) -> list[dict]:
     rows = []
     for raw in reader:
         vals = {k: _parse_cell(v) for k, v in raw.items()}
-        metric_vals = {c: vals[c] for c in METRIC_COLUMNS}
+        metric_vals: dict[str, Any] = {c: vals[c] for c in METRIC_COLUMNS}
         has_metrics = metric_vals["stop_reason"] is not None
         if has_metrics:  # the type says float, the cell may read as int ("12"): keep the declared kind
             for f in fields(TurnMetrics):
@@ -202,7 +203,7 @@ def rows_from_csv(text: str) -> list[dict]:
 # ---------------------------------------------------------------- Markdown
 
 
-def _md_cell(value) -> str:
+def _md_cell(value: object) -> str:
     if value is None:
         return MD_NONE
     if isinstance(value, float):
@@ -212,16 +213,16 @@ def _md_cell(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def _turn_sampling(session: Session, turn) -> dict:
+def _turn_sampling(session: Session, turn: RecordedTurn) -> dict[str, Any]:
     """The sampling ``turn`` was generated with (the session's settings for a turn recorded without)."""
     return turn.sampling or (session.settings or {}).get("sampling") or {}
 
 
-def _sampling_text(sampling: dict) -> str:
+def _sampling_text(sampling: dict[str, Any]) -> str:
     return ", ".join(f"{k}={sampling[k]}" for k in SAMPLING_KEYS if sampling.get(k) is not None)
 
 
-def _settings_line(settings: dict, sampling: dict | None) -> str:
+def _settings_line(settings: dict[str, Any], sampling: dict[str, Any] | None) -> str:
     """The engine settings, then ``sampling`` (``None``: the turns differ, each says its own)."""
     keys = ("n_ctx", "n_batch", "n_threads", "n_gpu_layers", "flash_attn", "type_k", "type_v")
     parts = [f"{k}={settings[k]}" for k in keys if settings.get(k) is not None]

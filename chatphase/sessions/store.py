@@ -37,10 +37,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TextIO
 
 from chatphase.engine.events import Message
 from chatphase.engine.metrics import TurnMetrics
@@ -117,7 +118,7 @@ class RecordedTurn:
     model: str = ""
     replaced: bool = False
     thinking: str = ""
-    sampling: dict = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=dict)
     thinking_budget_reached: bool = False
 
     @property
@@ -126,14 +127,14 @@ class RecordedTurn:
         with reply text)."""
         return self.status != "failed" and not self.replaced and bool(self.reply)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (``metrics`` as ``TurnMetrics.to_dict()`` or ``None``)."""
         d = asdict(self)
         d["metrics"] = self.metrics.to_dict() if self.metrics else None
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> RecordedTurn:
+    def from_dict(cls, data: dict[str, Any]) -> RecordedTurn:
         """Inverse of :meth:`to_dict`."""
         d = dict(data)
         d["metrics"] = TurnMetrics.from_dict(d["metrics"]) if d.get("metrics") else None
@@ -147,8 +148,8 @@ class Session:
     id: str
     title: str
     created: str
-    model: dict
-    settings: dict
+    model: dict[str, Any]
+    settings: dict[str, Any]
     turns: list[RecordedTurn] = field(default_factory=list)
     last_used: str = ""
     corrupt_lines: int = 0
@@ -171,14 +172,14 @@ class Session:
                 out += [Message("user", t.user), Message("assistant", t.reply, t.thinking)]
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Everything as a plain JSON-ready dict (the JSON export's body)."""
         d = asdict(self)
         d["turns"] = [t.to_dict() for t in self.turns]
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> Session:
+    def from_dict(cls, data: dict[str, Any]) -> Session:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
         names = set(cls.__dataclass_fields__)
         d = {k: v for k, v in data.items() if k in names}
@@ -189,7 +190,7 @@ class Session:
 # ---------------------------------------------------------------- reading
 
 
-def parse_records(lines) -> tuple[list[dict], int]:
+def parse_records(lines: Iterable[str]) -> tuple[list[dict[str, Any]], int]:
     """Decode JSON-lines text into record dicts; returns ``(records, corrupt_line_count)``.
 
     Lines that are not a JSON object with a ``type`` (a torn last line, garbage) are skipped and counted.
@@ -210,7 +211,7 @@ def parse_records(lines) -> tuple[list[dict], int]:
     return records, bad
 
 
-def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: str = "") -> Session:
+def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 0, path: str = "") -> Session:
     """Replay records into a :class:`Session`.
 
     Raises:
@@ -274,7 +275,7 @@ def session_from_records(records: list[dict], *, corrupt_lines: int = 0, path: s
     return s
 
 
-def _turn_sampling(turn_start: dict, settings: dict) -> dict:
+def _turn_sampling(turn_start: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """A ``turn_start`` record's sampling; from a file written before turns carried it, the sampling of
     the settings in effect (the header's, or the last ``model`` record's)."""
     sampling = turn_start.get("sampling")
@@ -283,10 +284,10 @@ def _turn_sampling(turn_start: dict, settings: dict) -> dict:
     return dict(sampling) if isinstance(sampling, dict) else {}
 
 
-def records_of(session: Session) -> list[dict]:
+def records_of(session: Session) -> list[dict[str, Any]]:
     """The records that replay into ``session`` (:func:`session_from_records`' inverse, up to time stamps
     of renames and replacements)."""
-    out: list[dict] = [
+    out: list[dict[str, Any]] = [
         {
             "type": "session",
             "version": FORMAT_VERSION,
@@ -350,7 +351,7 @@ def load_session_file(path: Path) -> Session:
 # ---------------------------------------------------------------- writing
 
 
-def open_append(path: Path):
+def open_append(path: Path) -> TextIO:
     """Open for appending (mode 0600); if the file ends in a torn line, end it first so new records
     stay whole."""
     torn = False
@@ -368,7 +369,7 @@ def open_append(path: Path):
     return fh
 
 
-def write_record(fh, record: dict, *, sync: bool) -> None:
+def write_record(fh: TextIO, record: dict[str, Any], *, sync: bool) -> None:
     """Append one record as a JSON line and flush it to the OS; ``sync`` also fsyncs it to disk.
     Text that is not valid Unicode (a lone surrogate, e.g. from an environment variable) is written as
     U+FFFD: it could not be encoded, and a session must never fail to save for it."""

@@ -12,9 +12,9 @@ written is kept here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TextIO
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.sessions.catalog import resolve_session_path
@@ -71,13 +71,18 @@ class SessionWriter:
     failed: str | None = None
 
     def __init__(
-        self, path: Path, session_id: str, header: dict | None, next_turn: int = 1, records: list[dict] | None = None
+        self,
+        path: Path,
+        session_id: str,
+        header: dict[str, Any] | None,
+        next_turn: int = 1,
+        records: list[dict[str, Any]] | None = None,
     ):
         self.path = path
         self.records = records  # in memory instead of the file when not None
         self.id = session_id
         self._header = header  # written lazily (None once on disk)
-        self._fh = None
+        self._fh: TextIO | None = None
         self._turn: int | None = None
         self._next_turn = next_turn
         self._text: TurnText | None = None  # the open turn's text
@@ -86,7 +91,7 @@ class SessionWriter:
 
     @classmethod
     def create(
-        cls, *, model: dict, settings: dict, title: str | None = None, directory: Path | None = None
+        cls, *, model: dict[str, Any], settings: dict[str, Any], title: str | None = None, directory: Path | None = None
     ) -> SessionWriter:
         """A writer for a new session (file created at the first turn)."""
         sid = new_session_id()
@@ -119,11 +124,13 @@ class SessionWriter:
         return cls(path, session.id or path.stem, None, nxt)
 
     @classmethod
-    def in_memory(cls, *, model: dict, settings: dict, title: str | None = None) -> SessionWriter:
+    def in_memory(cls, *, model: dict[str, Any], settings: dict[str, Any], title: str | None = None) -> SessionWriter:
         """A writer for a new session that is kept in memory (nothing touches the disk); its id starts
         with ``unsaved-``, so an export of it never passes for a saved session."""
         rec = cls.create(model=model, settings=settings, title=title)
-        rec.id = rec._header["id"] = f"unsaved-{rec.id}"
+        rec.id = f"unsaved-{rec.id}"
+        if rec._header is not None:  # a new session's header is not written yet
+            rec._header["id"] = rec.id
         rec.records = []
         return rec
 
@@ -139,12 +146,12 @@ class SessionWriter:
             return session_from_records(self.records + self._open_text()) if self.records else None
         return load_session_file(self.path) if self.path.exists() else None
 
-    def _open_text(self) -> list[dict]:
+    def _open_text(self) -> list[dict[str, Any]]:
         """The open turn's text as the records a file would hold (in memory it is not copied as it streams)."""
         if self._turn is None or self._text is None:
             return []
         thinking, reply = self._text.thinking, self._text.reply
-        out = [{"type": "thinking", "turn": self._turn, "text": thinking}] if thinking else []
+        out: list[dict[str, Any]] = [{"type": "thinking", "turn": self._turn, "text": thinking}] if thinking else []
         return out + [{"type": "text", "turn": self._turn, "text": reply}] if reply else out
 
     @property
@@ -152,7 +159,7 @@ class SessionWriter:
         """How many turns this session holds (begun ones included, earlier runs' too when resumed)."""
         return self._next_turn - 1
 
-    def _emit(self, record: dict, *, sync: bool) -> None:
+    def _emit(self, record: dict[str, Any], *, sync: bool) -> None:
         """Append a record (opening the file and writing the header first if needed).
 
         Raises:
@@ -182,7 +189,7 @@ class SessionWriter:
             self.failed = message
             self.on_error(message)
 
-    def begin_turn(self, user: str, sampling: dict | None = None, text: TurnText | None = None) -> int:
+    def begin_turn(self, user: str, sampling: dict[str, Any] | None = None, text: TurnText | None = None) -> int:
         """Record the user's message (and the ``sampling`` dict the turn is generated with) before
         generation starts; returns the turn's 1-based index. ``text``: where the turn's reply and thinking
         accumulate (read by :meth:`stream` and :meth:`finish_turn`; ``None``: no text streams). A turn
@@ -253,13 +260,13 @@ class SessionWriter:
         self._turn, self._text = None, None
         self._emit(rec, sync=True)
 
-    def replace_turns(self, indices) -> None:
+    def replace_turns(self, indices: Iterable[int]) -> None:
         """Mark turns as taken back (regenerated or edited): kept, but out of the resumed conversation."""
         indices = sorted(int(i) for i in indices)
         if indices:
             self._emit({"type": "replace", "turns": indices, "time": utc_now()}, sync=True)
 
-    def set_model(self, model: dict, settings: dict) -> None:
+    def set_model(self, model: dict[str, Any], settings: dict[str, Any]) -> None:
         """Record a model or settings change; later turns are attributed to the new model."""
         rec = {"type": "model", "model": model, "settings": settings, "time": utc_now()}
         if self._header is not None:
@@ -290,5 +297,5 @@ class SessionWriter:
     def __enter__(self) -> SessionWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

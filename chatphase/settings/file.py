@@ -42,9 +42,9 @@ from pathlib import Path
 from chatphase.errors import UsageError
 from chatphase.settings.schema import BY_KEY, FIELDS, SAMPLING_TABLE, SETTING_KEYS, Settings, with_values
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+else:  # Python 3.10: the same parser as the tomli package
     import tomli as tomllib
 
 KEYS_TABLE = "keys"
@@ -190,7 +190,9 @@ def parse_config_text(text: str) -> dict:
     out: dict = {}
     if KEYS_TABLE in doc:
         out[KEYS_TABLE] = _keys_table(doc[KEYS_TABLE], text)
-    items = [(k, v, None) for k, v in doc.items() if k not in (SAMPLING_TABLE, KEYS_TABLE)]
+    items: list[tuple[str, typing.Any, str | None]] = [
+        (k, v, None) for k, v in doc.items() if k not in (SAMPLING_TABLE, KEYS_TABLE)
+    ]
     samp = doc.get(SAMPLING_TABLE, {})
     if not isinstance(samp, dict):
         raise ConfigProblem("must be a table ([sampling])", SAMPLING_TABLE, key_line(text, SAMPLING_TABLE))

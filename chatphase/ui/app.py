@@ -223,7 +223,7 @@ class ChatPhaseApp(App[None]):
 
     def action_toggle_draft_tint(self) -> None:
         """Tint accepted draft tokens in the streaming reply (speculative decoding), or stop."""
-        self.view.toggle_draft_tint()
+        self.view.toggle_draft_tint()  # type: ignore[union-attr]  # actions run once mounted, with the view
 
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""

@@ -115,7 +115,7 @@ class ChatView(ChatListener):
 
     @override
     def engine_ready(self, loaded: LoadedModel) -> None:
-        self._engine_threads(loaded.settings.get("n_threads"))
+        self._engine_threads(loaded.settings.n_threads)
         self.panel.set_model(loaded)
         self.indicator.show_ready(loaded)
         self.dashboard.set_model(loaded)

@@ -25,6 +25,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: the probe's parent process never needs them
+    import numpy as np
+    import numpy.typing as npt
 
 #: The plain CPU path itself gives other logits when the same tokens are evaluated one at a time instead of
 #: in one batch (other kernels; on the default model max |Δlogit| 1.0 of a range of 44, 61/64 top tokens the
@@ -120,7 +125,7 @@ def amx_verdict(timeout_s: float = _TIMEOUT_S) -> AmxVerdict:
     return verdict
 
 
-def _logits(model_path: str, extra_bufts: bool, tokens: list[int], step: int):
+def _logits(model_path: str, extra_bufts: bool, tokens: list[int], step: int) -> npt.NDArray[np.float32]:
     """Logits of every position of ``tokens``, evaluated ``step`` tokens per ``llama_decode``: an array of
     shape (len(tokens), n_vocab)."""
     import llama_cpp as lc
@@ -168,7 +173,7 @@ def _main() -> int:
     single = _logits(path, False, tokens, 1)  # the plain path's own spread: other kernels, same maths
     extra = _logits(path, True, tokens, len(tokens))
 
-    def compare(a, b):
+    def compare(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> tuple[float, int]:
         return float(np.nan_to_num(np.abs(a - b), nan=np.inf).max()), int((a.argmax(axis=1) == b.argmax(axis=1)).sum())
 
     diff, same = compare(plain, extra)

@@ -32,6 +32,8 @@ import numpy as np
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.local.llama import LlamaEngine
+from chatphase.engine.local.llama_params import batch_positions
+from chatphase.engine.metrics import StopReason
 
 
 class BatchedEngine(LlamaEngine):
@@ -40,15 +42,13 @@ class BatchedEngine(LlamaEngine):
     Args: as :class:`LlamaEngine`; ``config.n_seq_max`` bounds the sequences of one request.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._batch = None
+    _batch: lc.llama_batch | None = None  # while loaded
 
     def _load(self) -> LoadedModel:
         loaded = super()._load()
-        self._n_seq_max = lc.llama_n_seq_max(self._ctx)
-        self._n_ctx_seq = lc.llama_n_ctx_seq(self._ctx)
-        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab.ptr)
+        self._n_seq_max: int = lc.llama_n_seq_max(self._ctx)
+        self._n_ctx_seq: int = lc.llama_n_ctx_seq(self._ctx)
+        self._n_vocab: int = lc.llama_vocab_n_tokens(self._vocab.ptr)
         self._batch = lc.llama_batch_init(max(self._n_batch, self._n_seq_max), 0, 1)
         return loaded
 
@@ -103,7 +103,8 @@ class BatchedEngine(LlamaEngine):
     def _prefill(self, prompts: Sequence[Sequence[int]], run: _Run) -> bool:
         """All prompts in ``n_batch`` chunks; samples each sequence's first token after its chunk."""
         flat = [(tok, pos, j, pos == len(p) - 1) for j, p in enumerate(prompts) for pos, tok in enumerate(p)]
-        b, ctx = self._batch, self._ctx
+        b, ctx = self._loaded_batch(), self._ctx
+        positions = batch_positions(b)
         for start in range(0, len(flat), self._n_batch):
             if self._cancel.is_set():
                 run.stop = "cancelled"
@@ -111,7 +112,7 @@ class BatchedEngine(LlamaEngine):
             chunk = flat[start : start + self._n_batch]
             outputs = []
             for i, (tok, pos, seq, last) in enumerate(chunk):
-                b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, last
+                b.token[i], positions[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, last
                 if last:
                     outputs.append(seq)
             b.n_tokens = len(chunk)
@@ -132,8 +133,8 @@ class BatchedEngine(LlamaEngine):
 
     def _decode_steps(self, prompts: Sequence[Sequence[int]], run: _Run) -> None:
         """``run.steps`` steps; each one ``llama_decode`` of one token per sequence, then N samples."""
-        b, ctx, n = self._batch, self._ctx, run.n
-        token, pos = b.token, b.pos
+        b, ctx, n = self._loaded_batch(), self._ctx, run.n
+        token, pos = b.token, batch_positions(b)
         for j, p in enumerate(prompts):
             pos[j], b.n_seq_id[j], b.seq_id[j][0], b.logits[j] = len(p) - 1, 1, j, 1
         b.n_tokens = n
@@ -166,10 +167,16 @@ class BatchedEngine(LlamaEngine):
             for toks, tok in zip(run.tokens, last, strict=True):
                 toks.append(tok)
 
+    def _loaded_batch(self) -> lc.llama_batch:
+        if self._batch is None:  # run_batch checked the context: closed from another thread since
+            raise RuntimeError("the model is not loaded")
+        return self._batch
+
     def _argmax(self, rows: int) -> list[int]:
         """The greedy token of each of the last decode's ``rows`` outputs (in batch order)."""
         logits = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx), shape=(rows, self._n_vocab))
-        return logits.argmax(axis=1).tolist()
+        picked: list[int] = logits.argmax(axis=1).tolist()
+        return picked
 
 
 class _Run:
@@ -182,7 +189,8 @@ class _Run:
         self.step_end: list[int] = []
         self.batch_sizes: list[int] = []
         self.t_prefill_start = self.t_prefill_end = self.t_decode_start = 0
-        self.stop, self.error = "length", ""
+        self.stop: StopReason = "length"
+        self.error = ""
         self.cells = 0  # KV cells written: prompt tokens evaluated + one per sequence per step
 
     def fail(self, message: str) -> None:
@@ -202,7 +210,7 @@ class _Run:
             tokens=tuple(tuple(t) for t in self.tokens),
             texts=texts,
             kv_cache_tokens=self.cells,
-            kv_cache_bytes=self.cells * engine.loaded.kv_bytes_per_token,
+            kv_cache_bytes=self.cells * engine._kv_per_token,
             stop_reason=self.stop,
             error=self.error,
         )

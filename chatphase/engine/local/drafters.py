@@ -9,6 +9,7 @@ same vocabulary (checked token for token, :func:`vocab_mismatch`), greedy in its
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import llama_cpp as lc
 
@@ -29,7 +30,7 @@ K_MAX = 16
 PROBE_EVERY = 32
 
 
-def can_speculate(model) -> str | None:
+def can_speculate(model: lc.llama_model_p) -> str | None:
     """Why a llama.cpp ``model`` cannot take speculative decoding (``None`` when it can): recurrent and
     hybrid models keep a state that cannot drop a rejected suffix."""
     if lc.llama_model_is_recurrent(model):
@@ -61,8 +62,8 @@ class LookupDrafter:
         self._upto = max(self._upto, end)
         if k <= 0 or end <= n:
             return []
-        p = index.get(tuple(hist[end - n :]))
-        return list(hist[p : p + k]) if p is not None else []
+        at = index.get(tuple(hist[end - n :]))
+        return list(hist[at : at + k]) if at is not None else []
 
 
 class DraftModel:
@@ -72,7 +73,9 @@ class DraftModel:
         RuntimeError: llama.cpp cannot load it, or its vocabulary is not the target's (token for token).
     """
 
-    def __init__(self, path: str, settings: dict, system_info: str, gpu_ok: bool, target_vocab) -> None:
+    def __init__(
+        self, path: str, settings: dict[str, Any], system_info: str, gpu_ok: bool, target_vocab: lc.llama_vocab_p
+    ) -> None:
         plan = offload_plan(settings, system_info, gpu_ok)
         self.path = path
         self._model = lc.llama_model_load_from_file(str(path).encode("utf-8"), model_params(plan))
@@ -149,7 +152,7 @@ class DraftModel:
             self._model = None
 
 
-def vocab_mismatch(target, draft) -> str | None:
+def vocab_mismatch(target: lc.llama_vocab_p, draft: lc.llama_vocab_p) -> str | None:
     """Why vocabulary ``draft`` cannot draft for ``target`` (``llama_vocab`` pointers), ``None`` when each token
     id has the same text (as llama.cpp's ``common_speculative_are_compatible`` asks, but for every token)."""
     n_t, n_d = lc.llama_vocab_n_tokens(target), lc.llama_vocab_n_tokens(draft)

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 import llama_cpp as lc
 
-from chatphase.engine.events import Event, FirstToken, ThinkingEnded, TokensDecoded, TurnRequest
+from chatphase.engine.base import CancelEvent
+from chatphase.engine.events import Event, FirstToken, SpecLive, ThinkingEnded, TokensDecoded, TurnRequest
 from chatphase.engine.local.detok import IncrementalDetokenizer
 from chatphase.engine.local.sampling import sampler_chain
-from chatphase.engine.metrics import ns_to_ms
+from chatphase.engine.metrics import StopReason, ns_to_ms
 from chatphase.engine.prompting.stops import StopText
 from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingTracker
 
@@ -34,7 +35,7 @@ class Generated:
     parts: list[str] = field(default_factory=list)
     thought: list[str] = field(default_factory=list)
     tracker: ThinkingTracker | None = None
-    stop: str = "length"
+    stop: StopReason = "length"
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,11 @@ class Model:
     thinking model as their text), ``tokenize(text)``, ``decode(tokens)`` (evaluate, ``False`` on error),
     ``on_token(t_ns)`` the thread policy's per-token check."""
 
-    ctx: object
-    vocab: object
+    ctx: lc.llama_context_p
+    vocab: lc.llama_vocab_p
     cache: list[int]
     n_ctx: int
-    cancel: object
+    cancel: CancelEvent
     piece: Callable[[int], bytes]
     tokenize: Callable[[str], list[int]]
     decode: Callable[[list[int]], bool]
@@ -65,7 +66,7 @@ class TokenStep:
         m: Model,
         req: TurnRequest,
         t_submit: int,
-        stops: tuple,
+        stops: tuple[str, ...],
         thinking: ThinkingFormat | None,
         preopened: bool,
         out: Generated,
@@ -79,7 +80,7 @@ class TokenStep:
         self._out = out
         self.events: list[Event] = []
 
-    def take(self, token: int, t: int, drafted: bool = False, live=None) -> str | None:
+    def take(self, token: int, t: int, drafted: bool = False, live: SpecLive | None = None) -> StopReason | None:
         """Token ``token`` sampled at ``t`` (ns): ``"stop"`` when it ends the reply unseen, else ``None`` (its
         events are in :attr:`events`; ask :meth:`limits` next). ``drafted`` / ``live``: speculative decoding's
         tint span and figures so far."""
@@ -109,11 +110,11 @@ class TokenStep:
             self.events.append(
                 TokensDecoded(req.turn_id, text, 1, len(times), t, thinking_text, thinking_tokens, live, spans)
             )
-        if closed:
+        if closed and track is not None:
             self.events.append(ThinkingEnded(req.turn_id, track.thinking_tokens, ns_to_ms(t - times[0]), t))
         return None
 
-    def limits(self, n_cached: int) -> str | None:
+    def limits(self, n_cached: int) -> StopReason | None:
         """After a token was taken, with ``n_cached`` tokens in the KV cache: a stop reason, or ``None``. The
         plain loop asks after the token's events were delivered, so a cancel they caused stops right there."""
         if self._stop_text.stopped:  # the token ended with a marker: the text before it was the last
@@ -142,7 +143,7 @@ def generate(
     m: Model,
     req: TurnRequest,
     t_submit: int,
-    stops: tuple,
+    stops: tuple[str, ...],
     thinking: ThinkingFormat | None,
     preopened: bool,
     out: Generated,
@@ -172,7 +173,7 @@ def generate(
                 out.stop = "error"
                 break
             cache.append(token)
-            if track is not None and track.over_budget():
+            if track is not None and thinking is not None and track.over_budget():
                 closing = m.tokenize(thinking.forced_close)
                 if len(cache) + len(closing) >= m.n_ctx:
                     out.stop = "context_full"

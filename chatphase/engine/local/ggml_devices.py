@@ -13,6 +13,7 @@ import ctypes
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from chatphase.engine.events import OFFLOAD_TYPES, BufferSize, DeviceInfo
 from chatphase.models.gguf_meta import ModelInfo
@@ -92,7 +93,7 @@ def buffer_sizes(mib: dict[tuple[str, str], float], all_devices: tuple[DeviceInf
     )
 
 
-def allocation_failure(failed: tuple[str, int] | None, settings: dict) -> str | None:
+def allocation_failure(failed: tuple[str, int] | None, settings: dict[str, Any]) -> str | None:
     """The one line for a load that failed on a buffer ggml could not allocate (``failed``: its buffer type
     name and bytes, :attr:`chatphase.engine.llamalog.LlamaLogCapture.failed_allocation`; a request the
     device, or the host, cannot hold), with the device's free memory; ``None`` when no allocation failed."""
@@ -107,7 +108,7 @@ def allocation_failure(failed: tuple[str, int] | None, settings: dict) -> str | 
     )
 
 
-def kv_too_big_for_device(info: ModelInfo, settings: dict, n_gpu_layers: int) -> str | None:
+def kv_too_big_for_device(info: ModelInfo, settings: dict[str, Any], n_gpu_layers: int) -> str | None:
     """The one line refusing a KV cache the offload devices cannot hold, before llama.cpp allocates it
     (some drivers, llvmpipe among them, over-commit and back the excess with host memory); ``None`` when
     it fits. The cache's bytes for all layers are llama.cpp's own figure (:func:`chatphase.models.kv.kv_capacity_bytes`);
@@ -117,8 +118,9 @@ def kv_too_big_for_device(info: ModelInfo, settings: dict, n_gpu_layers: int) ->
     total = sum(d.total_bytes for d in gpus)
     if not settings.get("offload_kqv", True) or info.attention is None or not total or n_gpu_layers <= 0:
         return None
+    n_layer = info.n_layer or 0  # a file's count (only a served model's is unknown)
     per_token = kv_bytes_per_token(info.attention, settings["type_k"], settings["type_v"])
-    on_device = kv_capacity_bytes(per_token, settings["n_ctx"]) * min(n_gpu_layers, info.n_layer) / max(1, info.n_layer)
+    on_device = kv_capacity_bytes(per_token, settings["n_ctx"]) * min(n_gpu_layers, n_layer) / max(1, n_layer)
     if on_device <= total:
         return None
     return (

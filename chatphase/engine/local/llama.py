@@ -23,11 +23,13 @@ from pathlib import Path
 
 import llama_cpp as lc
 
+from chatphase.engine.base import CancelEvent
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed,
     Event,
     LoadedModel,
+    LoadedSettings,
     Message,
     ModelLoaded,
     PrefillProgress,
@@ -43,7 +45,7 @@ from chatphase.engine.local.llama_params import context_params, model_params, of
 from chatphase.engine.local.prefix import CacheText, encode_prompt
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
-from chatphase.engine.metrics import compute_turn_metrics, ns_to_ms
+from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
 from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
@@ -70,14 +72,19 @@ class LlamaEngine:
     """
 
     def __init__(
-        self, info: ModelInfo, config: EngineConfig, cancel_event=None, log_path: str | os.PathLike | None = None
-    ):
+        self,
+        info: ModelInfo,
+        config: EngineConfig,
+        cancel_event: CancelEvent | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.info = info
         self.config = config
-        self._cancel = cancel_event if cancel_event is not None else threading.Event()
+        self._cancel: CancelEvent = cancel_event if cancel_event is not None else threading.Event()
         self._owns_cancel = cancel_event is None  # a shared event is cleared by its owner (EngineHost)
         self.log_path = Path(log_path) if log_path else default_log_path()
-        self._model = self._ctx = self._vocab = None
+        self._model: lc.llama_model_p | None = None
+        self._ctx: lc.llama_context_p | None = None
         self._cache: list[int] = []
         self._known = CacheText()  # the text that prefixes of self._cache stand for
         self._stops: tuple[str, ...] = ()
@@ -106,7 +113,7 @@ class LlamaEngine:
             yield EngineFailed("the model is not loaded", request.turn_id, fatal=True)
             return
         try:
-            yield from self._run(request)
+            yield from self._run(request, self._ctx)
         finally:
             self.cancel_done()
 
@@ -241,9 +248,9 @@ class LlamaEngine:
         devices = ggml_devices.devices()  # memory free after the model and context were allocated
         buffers = ggml_devices.buffer_sizes(self._log.buffer_mib(), devices)
         self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
-        self._mem = lc.llama_get_memory(self._ctx)
-        self._n_ctx = lc.llama_n_ctx(self._ctx)
-        self._n_batch = s["n_batch"]
+        self._mem: lc.llama_memory_t = lc.llama_get_memory(self._ctx)
+        self._n_ctx: int = lc.llama_n_ctx(self._ctx)
+        self._n_batch: int = s["n_batch"]
         if self._n_ctx != s["n_ctx"]:
             notes.append(
                 f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens"
@@ -257,18 +264,16 @@ class LlamaEngine:
         if self.info.attention is None:
             raise RuntimeError(f"{self.info.architecture} has no per-token KV cache; chatphase cannot measure it")
         self._kv_per_token = kv_bytes_per_token(self.info.attention, s["type_k"], s["type_v"])
-        resolved = dict(
-            s,
-            n_ctx=self._n_ctx,
-            n_gpu_layers=plan.n_gpu_layers_setting,
-            use_extra_bufts=plan.use_extra_bufts,
-            gpu_offload_supported=gpu_ok,
-            amx_detected=plan.amx,
-        )
+        found = {
+            "n_ctx": self._n_ctx,
+            "n_gpu_layers": plan.n_gpu_layers_setting,
+            "use_extra_bufts": plan.use_extra_bufts,
+        }
+        resolved = LoadedSettings(**{**s, **found, "gpu_offload_supported": gpu_ok, "amx_detected": plan.amx})
         self._spec = speculator(self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes)
         kv_mib = self._log.kv_cache_mib
         layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
-        layers_total = self._log.layers_total or self.info.n_layer + 1
+        layers_total = self._log.layers_total or (self.info.n_layer or 0) + 1
         slow = slow_paths(
             layers_offloaded=layers_offloaded,
             layers_total=layers_total,
@@ -313,7 +318,7 @@ class LlamaEngine:
     # -- one turn --------------------------------------------------------------------------------
     def _decode(self, tokens: list[int]) -> bool:
         arr = (lc.llama_token * len(tokens))(*tokens)
-        return lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens))) == 0
+        return int(lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens)))) == 0
 
     def _reuse_prefix(self, prompt: list[int], reset: bool) -> int:
         """Keep the longest common prefix of the cache and ``prompt`` (at least one token left to evaluate)."""
@@ -329,7 +334,7 @@ class LlamaEngine:
             del self._cache[keep:]
         return keep
 
-    def _run(self, req: TurnRequest) -> Iterator[Event]:
+    def _run(self, req: TurnRequest, ctx: lc.llama_context_p) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
         messages = tuple(  # never a surrogate
@@ -361,7 +366,7 @@ class LlamaEngine:
         t_prefill_start = time.perf_counter_ns()
         yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
 
-        stop = None
+        stop: StopReason | None = None
         n_batch = self._n_batch
         done = 0
         while done < len(todo):
@@ -384,7 +389,7 @@ class LlamaEngine:
                 self._known.add_prompt(len(prompt), text)
             preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
             model = GenModel(
-                self._ctx,
+                ctx,
                 self._vocab.ptr,
                 self._cache,
                 self._n_ctx,
@@ -414,7 +419,7 @@ class LlamaEngine:
             evaluated_tokens=done,
             kv_cache_tokens=len(self._cache),
             kv_bytes_per_token=self._kv_per_token,
-            kv_capacity_bytes=self.loaded.kv_capacity_bytes,
+            kv_capacity_bytes=kv_capacity_bytes(self._kv_per_token, self._n_ctx),
             stop_reason=stop,
             dropped_messages=dropped,
             **(out.tracker.metrics_args() if out.tracker else {}),

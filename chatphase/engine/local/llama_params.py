@@ -8,9 +8,10 @@ GPU layers asked for on a CPU-only build are dropped with a note rather than an 
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import llama_cpp as lc
 
@@ -45,7 +46,7 @@ class OffloadPlan:
 
 
 def offload_plan(
-    settings: dict,
+    settings: dict[str, Any],
     system_info: str,
     gpu_ok: bool,
     why_not: str | None = None,
@@ -83,9 +84,14 @@ def offload_plan(
     return OffloadPlan(n_gpu_layers, use_extra_bufts, amx, tuple(notes), why)
 
 
-def model_params(plan: OffloadPlan):
+def batch_positions(b: lc.llama_batch) -> ctypes.Array[ctypes.c_int32]:
+    """``b.pos`` as what it is, a ``llama_pos *`` (llama-cpp-python 0.3.36 annotates it as an array of arrays)."""
+    return cast("ctypes.Array[ctypes.c_int32]", b.pos)
+
+
+def model_params(plan: OffloadPlan) -> lc.llama_model_params:
     """``llama_model_params`` for ``plan``."""
-    params = lc.llama_model_default_params()
+    params: lc.llama_model_params = lc.llama_model_default_params()
     params.n_gpu_layers = plan.n_gpu_layers
     params.use_extra_bufts = plan.use_extra_bufts
     return params
@@ -98,7 +104,7 @@ def cpu_safe_model_defaults(default_params: Callable[[], Any]) -> Callable[[], A
     system_info = lc.llama_print_system_info().decode("utf-8", "replace")
     plan = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, system_info, gpu_ok=False)
 
-    def params():
+    def params() -> Any:
         p = default_params()
         p.use_extra_bufts = plan.use_extra_bufts
         return p
@@ -106,9 +112,9 @@ def cpu_safe_model_defaults(default_params: Callable[[], Any]) -> Callable[[], A
     return params
 
 
-def context_params(settings: dict):
+def context_params(settings: dict[str, Any]) -> lc.llama_context_params:
     """``llama_context_params`` for the resolved ``settings`` (perf counters on)."""
-    params = lc.llama_context_default_params()
+    params: lc.llama_context_params = lc.llama_context_default_params()
     params.n_ctx = settings["n_ctx"]
     params.n_batch = settings["n_batch"]
     params.n_ubatch = settings["n_ubatch"]

@@ -14,9 +14,9 @@ import llama_cpp as lc
 from chatphase.engine.events import SamplingParams
 
 
-def sampler_chain(sp: SamplingParams):
+def sampler_chain(sp: SamplingParams) -> lc.llama_sampler_p:
     """A new ``llama_sampler`` chain (free it with ``llama_sampler_free``); ``seed=None`` draws a seed."""
-    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    chain: lc.llama_sampler_p = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     if sp.temperature <= 0:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
         return chain

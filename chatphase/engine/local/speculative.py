@@ -25,8 +25,9 @@ from this turn's measured acceptance and step costs, and drafts nothing when it 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import llama_cpp as lc
 
@@ -42,16 +43,23 @@ from chatphase.engine.local.drafters import (
     can_speculate,
 )
 from chatphase.engine.local.generation import Generated, Model, TokenStep
+from chatphase.engine.local.llama_params import batch_positions
 from chatphase.engine.local.sampling import sampler_chain
-from chatphase.engine.metrics import ns_to_ms, spec_figures
-from chatphase.engine.prompting.thinking import ThinkingFormat
+from chatphase.engine.metrics import StopReason, ns_to_ms, spec_figures
+from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingTracker
 from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import ModelError, UsageError
 from chatphase.models.resolve import resolve_model
 
 
 def speculator(
-    spec: str, model, vocab, settings: dict, system_info: str, gpu_ok: bool, notes: list[str]
+    spec: str,
+    model: lc.llama_model_p,
+    vocab: lc.llama_vocab_p,
+    settings: dict[str, Any],
+    system_info: str,
+    gpu_ok: bool,
+    notes: list[str],
 ) -> Speculator | None:
     """The speculative mode ``spec`` (``EngineConfig.spec``) for the loaded llama.cpp ``model`` (``vocab`` its
     vocabulary); ``None`` for plain decode, or with a note in ``notes`` for a model that cannot take it
@@ -91,10 +99,10 @@ class Speculator:
         self.kind = kind
         self.k = min(k or (DRAFT_K if draft is not None else LOOKUP_K), K_MAX)
         self.drafter = draft if draft is not None else LookupDrafter()
-        self.batch = lc.llama_batch_init(K_MAX + 1, 0, 1)
-        self._threads = None
+        self.batch: lc.llama_batch | None = lc.llama_batch_init(K_MAX + 1, 0, 1)
+        self._threads: tuple[int, int] | None = None
 
-    def sync_threads(self, ctx) -> None:
+    def sync_threads(self, ctx: lc.llama_context_p) -> None:
         """Give a draft model the target's thread counts (the thread policy changes them between tokens)."""
         if isinstance(self.drafter, DraftModel):
             now = lc.llama_n_threads(ctx), lc.llama_n_threads_batch(ctx)
@@ -114,7 +122,7 @@ class Speculator:
 class SpecGenerated(Generated):
     """:class:`Generated` and the turn's ``spec_*`` figures (:func:`spec_figures`' dict)."""
 
-    spec: dict | None = None
+    spec: dict[str, Any] | None = None
 
 
 class _Steps:
@@ -150,17 +158,17 @@ class _Steps:
         self.live = SpecLive(self.mode, len(self.ends), self.n_drafted, self.n_accepted, self.n_tokens, speedup)
         return self.live
 
-    def figures(self, t_first: int) -> dict:
+    def figures(self, t_first: int) -> dict[str, Any]:
         return spec_figures(self.mode, t_first, self.ends, self.tokens, self.drafted, self.accepted, self.plain)
 
 
 def generate_speculative(
     m: Model,
-    mem,
+    mem: lc.llama_memory_t,
     spec: Speculator,
     req: TurnRequest,
     t_submit: int,
-    stops: tuple,
+    stops: tuple[str, ...],
     thinking: ThinkingFormat | None,
     preopened: bool,
     out: SpecGenerated,
@@ -175,16 +183,19 @@ def generate_speculative(
     sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
     ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
     b = spec.batch
+    if b is None:
+        raise RuntimeError("the speculator is closed")
+    positions = batch_positions(b)
     drafter, auto = spec.drafter, AutoPolicy(spec.k) if spec.kind == "auto" else None
     drafter.reset()
     steps = _Steps(spec.kind)
 
-    def take(token: int, t: int, n_cached: int, drafted: bool) -> str | None:
+    def take(token: int, t: int, n_cached: int, drafted: bool) -> StopReason | None:
         """One sampled token, as plain decode takes it (its events go to ``pending``); a stop reason or ``None``.
         ``n_cached``: the tokens plain decode would hold in the cache at this point."""
         return step.take(token, t, drafted, steps.live) or step.limits(n_cached)
 
-    stop: str | None = None
+    stop: StopReason | None = None
     try:
         token = sample(sampler, ctx, -1)
         stop = take(token, perf_ns(), len(cache), False)
@@ -194,8 +205,8 @@ def generate_speculative(
             yield from pending
             pending.clear()
             # invariant: ``token`` was sampled and taken, not evaluated; the KV cache holds ``cache``
-            if track is not None and track.over_budget():
-                stop = yield from _force_close(m, thinking, token, track, times, turn_id, perf_ns)
+            if track is not None and thinking is not None and track.over_budget():
+                stop = yield from _force_close(m, thinking.forced_close, token, track, times, turn_id, perf_ns)
                 if stop is None:
                     token = sample(sampler, ctx, -1)
                     n_before = len(times)
@@ -213,10 +224,10 @@ def generate_speculative(
             cache.append(token)  # the history the drafter continues (the KV cache gets it in this step)
             draft = drafter.propose(cache, k) if k > 0 else []
             nd = len(draft)
-            b.token[0], b.pos[0], b.n_seq_id[0], b.seq_id[0][0], b.logits[0] = token, len(cache) - 1, 1, 0, 1
+            b.token[0], positions[0], b.n_seq_id[0], b.seq_id[0][0], b.logits[0] = token, len(cache) - 1, 1, 0, 1
             pos = len(cache)
             for i, d in enumerate(draft, 1):
-                b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = d, pos, 1, 0, 1
+                b.token[i], positions[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = d, pos, 1, 0, 1
                 pos += 1
             b.n_tokens = nd + 1
             if decode(ctx, b) != 0:
@@ -254,7 +265,15 @@ def generate_speculative(
             out.spec = steps.figures(times[0])
 
 
-def _force_close(m: Model, thinking, token, track, times, turn_id, perf_ns):
+def _force_close(
+    m: Model,
+    forced_close: str,
+    token: int,
+    track: ThinkingTracker,
+    times: list[int],
+    turn_id: int,
+    perf_ns: Callable[[], int],
+) -> Generator[Event, None, StopReason | None]:
     """Evaluate ``token`` and the thinking format's closing marker (the budget is spent), as plain decode does;
     a stop reason or ``None``."""
     if len(m.cache) + 1 >= m.n_ctx:
@@ -262,7 +281,7 @@ def _force_close(m: Model, thinking, token, track, times, turn_id, perf_ns):
     if not m.decode([token]):
         return "error"
     m.cache.append(token)
-    closing = m.tokenize(thinking.forced_close)
+    closing = m.tokenize(forced_close)
     if len(m.cache) + len(closing) >= m.n_ctx:
         return "context_full"
     if not m.decode(closing):

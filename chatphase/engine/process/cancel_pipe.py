@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from multiprocessing.connection import Connection
 
 _SEQ = struct.Struct("<q")
 #: cancels every turn, now and later (the engine is closing).
@@ -22,7 +23,7 @@ ALL = 2**62
 class CancelSender:
     """Parent side: :meth:`cancel` asks the child to stop turn ``seq`` (and any earlier one)."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn: Connection[bytes, object]) -> None:
         self._conn = conn
         self._lock = threading.Lock()
 
@@ -42,7 +43,7 @@ class CancelFlag:
     """Child side, with the ``is_set()`` / ``set()`` / ``clear()`` of a ``threading.Event`` as the engine
     uses it; :meth:`begin` says which turn now runs."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn: Connection[object, bytes]) -> None:
         self._conn = conn
         self._cancelled = -1
         self._running = 0

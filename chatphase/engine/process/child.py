@@ -20,9 +20,14 @@ import signal
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from chatphase.engine.process.cancel_pipe import ALL, CancelSender
+
+SendT = TypeVar("SendT")
+RecvT = TypeVar("RecvT")
 
 
 def exit_reason(exitcode: int | None) -> str:
@@ -35,8 +40,9 @@ def exit_reason(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-class Child:
-    """A started child process running ``target(conn, cancel_conn, *args)``.
+class Child(Generic[SendT, RecvT]):
+    """A started child process running ``target(conn, cancel_conn, *args)``; the parent sends it ``SendT``
+    messages and receives ``RecvT`` ones.
 
     Args:
         target: a module-level function (picklable); ``conn`` is its end of the message pipe,
@@ -46,7 +52,7 @@ class Child:
         duplex: the parent sends on the message pipe too (commands), not only receives.
     """
 
-    def __init__(self, target: Callable, args: tuple, *, name: str, duplex: bool) -> None:
+    def __init__(self, target: Callable[..., None], args: tuple[object, ...], *, name: str, duplex: bool) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=duplex)
         cancel_in, cancel_out = ctx.Pipe(duplex=False)
@@ -54,7 +60,8 @@ class Child:
         self._proc.start()
         child.close()
         cancel_in.close()
-        self._conn, self._cancel = parent, CancelSender(cancel_out)
+        self._conn: Connection[SendT, RecvT] = parent
+        self._cancel = CancelSender(cancel_out)
 
     @property
     def pid(self) -> int | None:
@@ -63,7 +70,7 @@ class Child:
     def is_alive(self) -> bool:
         return self._proc.is_alive()
 
-    def send(self, message) -> None:
+    def send(self, message: SendT) -> None:
         """Send ``message`` to the child. Raises ``BrokenPipeError``/``OSError`` when it is gone."""
         self._conn.send(message)
 
@@ -71,7 +78,7 @@ class Child:
         """Ask the child to cancel its run number ``seq`` (or any run, :data:`ALL`)."""
         self._cancel.cancel(seq)
 
-    def messages(self) -> Iterator:
+    def messages(self) -> Iterator[RecvT]:
         """Yield what the child sends, in order, until it ends (what it sent before it died included); the
         caller stops reading at the message that ends its exchange."""
         conn, proc = self._conn, self._proc
@@ -102,7 +109,7 @@ class Child:
         """How the child ended, in words (:func:`exit_reason`)."""
         return exit_reason(self._proc.exitcode)
 
-    def stop(self, polite_s: float, farewell=None) -> None:
+    def stop(self, polite_s: float, farewell: SendT | None = None) -> None:
         """Cancel whatever runs, send ``farewell`` (if any) on the message pipe, wait ``polite_s`` seconds for
         the child to end, then kill it; close both pipes."""
         self._cancel.cancel(ALL)
@@ -131,7 +138,7 @@ def quiet(log_path: str | Path | None) -> str | Path:
 
 
 @contextmanager
-def reporting(conn, failure: Callable[[BaseException], object]) -> Iterator[None]:
+def reporting(conn: Connection[RecvT, object], failure: Callable[[BaseException], RecvT]) -> Iterator[None]:
     """In the child, around its work: a parent gone away (a broken pipe) ends it quietly; any other exception
     prints its traceback to fd 2 (the engine log) and sends ``failure(exc)`` (the words for the user)."""
     try:

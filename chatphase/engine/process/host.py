@@ -5,8 +5,9 @@ out-of-memory abort) must not take the UI and the transcript with it; llama.cpp'
 not draw over a Textual screen (the child points both at the engine log); and cancel, model switch and
 memory release become clean (the process ends, the OS takes its memory back).
 
-The child (:class:`~chatphase.engine.process.child.Child`: ``spawn``, a message pipe, a cancel pipe) sends
-its events back over the pipe; per-token ``TokensDecoded`` events are coalesced in the child for at most
+The child (:class:`~chatphase.engine.process.child.Child`: ``spawn``, a message pipe, a cancel pipe) takes
+typed commands (:data:`Command`: ``RunTurn``, ``Close``) and sends typed replies back (:data:`Reply`: the
+engine's events and ``TurnDone``); per-token ``TokensDecoded`` events are coalesced in the child for at most
 ``coalesce_ms`` so that the pipe carries a bounded message rate — the token timestamps are taken before
 coalescing, so no measured figure changes. Cancel, on the second pipe, is checked by the engine between
 prefill chunks and tokens.
@@ -16,9 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TypeAlias
 
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import EngineFailed, Event, ModelLoaded, TokensDecoded, TurnRequest
+from chatphase.engine.events import (
+    EngineFailed,
+    Event,
+    FirstToken,
+    ModelLoaded,
+    PrefillStarted,
+    ThinkingEnded,
+    TokensDecoded,
+    TurnRequest,
+)
 from chatphase.engine.process.cancel_pipe import CancelFlag
 from chatphase.engine.process.child import Child, exit_reason, quiet, reporting
 from chatphase.models.gguf_meta import ModelInfo
@@ -29,10 +42,29 @@ IDLE_TICK_S = 1.0
 
 
 @dataclass(frozen=True)
-class _TurnDone:
-    """Private end-of-turn marker on the pipe (never yielded to callers)."""
+class RunTurn:
+    """To the child: run ``request``; ``seq`` numbers the turn for cancel
+    (:class:`~chatphase.engine.process.cancel_pipe.CancelFlag`)."""
+
+    request: TurnRequest
+    seq: int
+
+
+@dataclass(frozen=True)
+class Close:
+    """To the child: close the engine and exit."""
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """From the child: turn ``turn_id`` has sent all its events (never yielded to callers)."""
 
     turn_id: int
+
+
+#: what the parent sends the child, and what the child sends back.
+Command: TypeAlias = "RunTurn | Close"
+Reply: TypeAlias = "Event | TurnDone"
 
 
 class _Batch:
@@ -66,15 +98,23 @@ class _Batch:
 
 def _spans(events: list[TokensDecoded]) -> tuple[tuple[int, int], ...]:
     """The events' ``drafted_spans``, as offsets into their joined text."""
-    out, base = [], 0
+    out: list[tuple[int, int]] = []
+    base = 0
     for e in events:
         out.extend((base + a, base + b) for a, b in e.drafted_spans)
         base += len(e.text)
     return tuple(out)
 
 
-def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_path, coalesce_ms: float) -> None:
-    """Child process body: load, then serve ``("turn", TurnRequest, seq)`` / ``("close",)`` commands;
+def _child_main(
+    conn: Connection[Reply, Command],
+    cancel_conn: Connection[object, bytes],
+    info: ModelInfo,
+    config: EngineConfig,
+    log_path: str | Path | None,
+    coalesce_ms: float,
+) -> None:
+    """Child process body: load, then serve :class:`RunTurn` commands until :class:`Close`;
     ``cancel_conn`` carries cancel requests (:class:`~chatphase.engine.process.cancel_pipe.CancelFlag`)."""
     log_path = quiet(log_path)
     # OpenMP waiting: libgomp's defaults stay, by measurement (2 vCPUs, interleaved A/B runs of 2 decode
@@ -105,10 +145,10 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
                 command = conn.recv()
             except EOFError:
                 break
-            if command[0] == "close":
+            if isinstance(command, Close):
                 break
-            request: TurnRequest = command[1]
-            cancel.begin(command[2])
+            request = command.request
+            cancel.begin(command.seq)
             every_ns = int(request.events_every_ms * 1e6) if request.events_every_ms else coalesce_ns
             batch = _Batch()
             sent_ns = 0
@@ -123,14 +163,14 @@ def _child_main(conn, cancel_conn, info: ModelInfo, config: EngineConfig, log_pa
                     continue
                 if batch:
                     conn.send(batch.take())
-                if hasattr(event, "t_ns"):
+                if isinstance(event, (PrefillStarted, FirstToken, ThinkingEnded)):
                     sent_ns = event.t_ns
                 conn.send(event)
-            conn.send(_TurnDone(request.turn_id))
+            conn.send(TurnDone(request.turn_id))
         engine.close()
 
 
-def internal_error_message(exc: BaseException, log_path) -> str:
+def internal_error_message(exc: BaseException, log_path: str | Path) -> str:
     """One line for an unexpected failure inside the engine: what happened and what to do, the Python
     details left to the engine log (where :func:`_child_main` printed the traceback)."""
     what = "ran out of memory" if isinstance(exc, MemoryError) else "stopped on an internal error"
@@ -150,13 +190,15 @@ class EngineHost:
     ``EngineFailed(fatal=True)`` naming the signal; call :meth:`close` and build a new host to restart.
     """
 
-    def __init__(self, info: ModelInfo, config: EngineConfig, log_path: str | None = None, coalesce_ms: float = 25.0):
+    def __init__(
+        self, info: ModelInfo, config: EngineConfig, log_path: str | None = None, coalesce_ms: float = 25.0
+    ) -> None:
         self.info = info
         self.config = config
         self.log_path = log_path
         self.coalesce_ms = coalesce_ms
         self._seq = 0  # turns sent to this child, numbered for cancel
-        self._child: Child | None = None
+        self._child: Child[Command, Reply] | None = None
         self._fresh = False  # started by start() and not loaded yet
 
     @property
@@ -184,6 +226,8 @@ class EngineHost:
         self.start()
         self._fresh = False
         for event in self._receive():
+            if isinstance(event, TurnDone):  # a fresh child has run no turn: cannot come, not for callers
+                continue
             yield event
             if isinstance(event, (ModelLoaded, EngineFailed)):
                 return
@@ -199,15 +243,15 @@ class EngineHost:
             return
         self._seq += 1
         try:
-            self._child.send(("turn", request, self._seq))
+            self._child.send(RunTurn(request, self._seq))
         except (BrokenPipeError, OSError):
             yield self._death(request.turn_id)
             return
         for event in self._receive(request.turn_id):
-            turn_id = getattr(event, "turn_id", request.turn_id)
+            turn_id = request.turn_id if isinstance(event, ModelLoaded) else event.turn_id
             if turn_id != request.turn_id and not (isinstance(event, EngineFailed) and event.fatal):
                 continue  # the rest of an earlier turn whose caller stopped reading before its end
-            if isinstance(event, _TurnDone):
+            if isinstance(event, TurnDone):
                 return
             yield event
             if isinstance(event, EngineFailed) and event.fatal:
@@ -234,11 +278,12 @@ class EngineHost:
         child, self._child = self._child, None
         self._fresh = False
         if child is not None:
-            child.stop(polite_s=2.0, farewell=("close",))
+            child.stop(polite_s=2.0, farewell=Close())
 
-    def _receive(self, turn_id: int | None = None) -> Iterator:
+    def _receive(self, turn_id: int | None = None) -> Iterator[Reply]:
         """The child's messages until it dies, then ``EngineFailed(fatal=True)`` naming how."""
-        yield from self._child.messages()
+        if self._child is not None:
+            yield from self._child.messages()
         yield self._death(turn_id)
 
     def _death(self, turn_id: int | None) -> EngineFailed:

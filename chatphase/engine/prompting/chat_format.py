@@ -33,10 +33,14 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from chatphase.engine.events import Message
 from chatphase.errors import ModelError, UsageError
 from chatphase.models.gguf_meta import ModelInfo
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 #: the ``--chat-template`` value for the plain completion prompt (not a llama.cpp name).
 COMPLETION = "completion"
@@ -187,9 +191,13 @@ def choose_format(
 
 
 # -- rendering -----------------------------------------------------------------------------------
-Render = Callable[[Sequence[Message], bool, "bool | None"], tuple[str, bool]]
-"""``(messages, add_generation_prompt) -> (text, add_special)``: the templated conversation and whether
-tokenising it should add BOS/EOS (only when the template did not)."""
+class Render(Protocol):
+    """``(messages, add_generation_prompt, enable_thinking) -> (text, add_special)``: the templated conversation
+    and whether tokenising it should add BOS/EOS (only when the template did not)."""
+
+    def __call__(
+        self, messages: Sequence[Message], add_generation_prompt: bool = True, enable_thinking: bool | None = None
+    ) -> tuple[str, bool]: ...
 
 
 def renderer(fmt: ChatFormat, bos_token: str = "", eos_token: str = "") -> Render:
@@ -199,21 +207,24 @@ def renderer(fmt: ChatFormat, bos_token: str = "", eos_token: str = "") -> Rende
         TemplateError: a Jinja template that cannot be parsed.
     """
     if fmt.template is not None:
-        return _jinja_renderer(fmt, bos_token, eos_token)
+        return _jinja_renderer(fmt, fmt.template, bos_token, eos_token)
     name = _COMPLETION_LAYOUT if fmt.kind == "completion" else fmt.name
-    return lambda messages, add_generation_prompt=True, enable_thinking=None: (
-        _apply_builtin(name, messages, add_generation_prompt),
-        True,
-    )
+
+    def render(
+        messages: Sequence[Message], add_generation_prompt: bool = True, enable_thinking: bool | None = None
+    ) -> tuple[str, bool]:
+        return _apply_builtin(name, messages, add_generation_prompt), True
+
+    return render
 
 
-def _jinja_renderer(fmt: ChatFormat, bos_token: str, eos_token: str) -> Render:
+def _jinja_renderer(fmt: ChatFormat, template: str, bos_token: str, eos_token: str) -> Render:
     import jinja2
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     try:
         with_prompt, without = (
-            Jinja2ChatFormatter(fmt.template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=flag)
+            Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=flag)
             for flag in (True, False)
         )
     except jinja2.TemplateSyntaxError as exc:
@@ -225,15 +236,16 @@ def _jinja_renderer(fmt: ChatFormat, bos_token: str, eos_token: str) -> Render:
         messages: Sequence[Message], add_generation_prompt: bool = True, enable_thinking: bool | None = None
     ) -> tuple[str, bool]:
         formatter = with_prompt if add_generation_prompt else without
-        data = [_message_dict(m) for m in messages]
-        extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        # llama_cpp's message TypedDicts do not list reasoning_content, which the templates read
+        data = cast("list[ChatCompletionRequestMessage]", [_message_dict(m) for m in messages])
+        extra: dict[str, Any] = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
         result = formatter(messages=data, **extra)
         return result.prompt, not result.added_special
 
     return render
 
 
-def _message_dict(m: Message) -> dict:
+def _message_dict(m: Message) -> dict[str, Any]:
     """A message as chat templates take it: an assistant message's thinking as ``reasoning_content``
     (Qwen3's, DeepSeek's and gpt-oss's templates render or strip it as they were trained to)."""
     d = {"role": m.role, "content": m.content}
@@ -312,7 +324,7 @@ def end_of_turn(rendered: str, reply: str) -> tuple[str, ...]:
 
 
 def format_before_load(
-    info: ModelInfo, override: str | None, log_path: str | os.PathLike | None = None, with_vocab: bool = False
+    info: ModelInfo, override: str | None, log_path: str | os.PathLike[str] | None = None, with_vocab: bool = False
 ) -> ChatFormat | None:
     """The format the engine will choose for the GGUF ``info``, checked with :func:`probe` before any
     engine starts (the template is in the file's metadata).

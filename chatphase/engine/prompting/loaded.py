@@ -28,7 +28,7 @@ class Prompting:
     notes: tuple[str, ...]
 
 
-def model_prompting(model, vocab: Vocab, architecture: str, override: str | None) -> Prompting:
+def model_prompting(model: lc.llama_model_p, vocab: Vocab, architecture: str, override: str | None) -> Prompting:
     """The prompting of the llama.cpp ``model`` (its GGUF's template, or the format ``override`` names).
 
     Raises:

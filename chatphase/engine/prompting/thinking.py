@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from chatphase.engine.prompting.stops import partial_suffix
 
@@ -208,8 +209,10 @@ class ThinkingTracker:
         return self.budget is not None and self.open and self.thinking_tokens >= self.budget
 
     def force_close(self, t_ns: int) -> Piece:
-        """The engine closed the block itself (evaluated its closing marker, done at ``t_ns``)."""
-        piece = self.splitter.feed(self.splitter.fmt.close)
+        """The engine closed the block itself (evaluated its closing marker, done at ``t_ns``); only a model
+        that thinks has a block to close (:meth:`over_budget` is false without a format)."""
+        fmt = self.splitter.fmt
+        piece = self.splitter.feed(fmt.close if fmt is not None else "")
         self.t_end_ns, self.forced = t_ns, True
         return piece
 
@@ -220,7 +223,7 @@ class ThinkingTracker:
         rest = self.splitter.flush()
         return Piece(piece.thinking + rest.thinking, piece.answer + rest.answer, piece.closed)
 
-    def metrics_args(self) -> dict:
+    def metrics_args(self) -> dict[str, Any]:
         """``thinking_tokens`` / ``t_thinking_end_ns`` for :func:`~chatphase.engine.metrics.compute_turn_metrics`."""
         if not self.happened:
             return {}

@@ -18,7 +18,7 @@ _SPECIAL_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED
 class Vocab:
     """Tokeniser and token renderer over a ``llama_vocab`` pointer (valid while its model lives)."""
 
-    def __init__(self, vocab) -> None:
+    def __init__(self, vocab: lc.llama_vocab_p) -> None:
         self.ptr = vocab
         self._pieces: dict[int, bytes] = {}
 
@@ -84,7 +84,7 @@ class VocabFile:
         RuntimeError: llama.cpp could not read the vocabulary.
     """
 
-    def __init__(self, path: str | os.PathLike, log_path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str], log_path: str | os.PathLike[str]) -> None:
         from chatphase.engine.llamalog import LlamaLogCapture
 
         self._log = LlamaLogCapture(log_path)
@@ -111,10 +111,10 @@ class VocabFile:
     def __enter__(self) -> Vocab:
         return self.vocab
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def load_vocab(path: str | os.PathLike, log_path: str | os.PathLike) -> VocabFile:
+def load_vocab(path: str | os.PathLike[str], log_path: str | os.PathLike[str]) -> VocabFile:
     """``with load_vocab(path, log_path) as vocab``: a :class:`VocabFile`, freed on exit."""
     return VocabFile(path, log_path)

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 
@@ -34,6 +35,8 @@ from chatphase.engine.events import (
     EngineFailed,
     Event,
     LoadedModel,
+    LoadedSettings,
+    Message,
     ModelLoaded,
     TurnRequest,
 )
@@ -155,7 +158,7 @@ class RemoteEngine:
         return self._cancel.is_set()
 
     @contextmanager
-    def open_stream(self, request: TurnRequest, body: dict) -> Iterator[httpx.Response]:
+    def open_stream(self, request: TurnRequest, body: dict[str, Any]) -> Iterator[httpx.Response]:
         """POST ``body`` (:meth:`request_body`) to :meth:`endpoint` and hold the streamed response open;
         :meth:`cancel` shuts its socket down while it is. Raises ``httpx.HTTPError`` on a transport failure."""
         try:
@@ -193,7 +196,7 @@ class RemoteEngine:
         and vLLM take ``prompt`` as a list of token ids there (llama-cpp-python's server does not)."""
         return f"{self.url.api}/{'completions' if request.prompt_token_ids is not None else 'chat/completions'}"
 
-    def request_body(self, request: TurnRequest) -> dict:
+    def request_body(self, request: TurnRequest) -> dict[str, Any]:
         """The JSON body for :meth:`endpoint` (``messages``, or ``prompt`` token ids).
 
         Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repeat_penalty``) are accepted by
@@ -203,7 +206,7 @@ class RemoteEngine:
         a thinking budget is the server's own (llama-server's ``--reasoning-budget``).
         """
         sp = request.sampling
-        body: dict = {
+        body: dict[str, Any] = {
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": sp.max_tokens,
@@ -231,13 +234,13 @@ class RemoteEngine:
                 body["cache_prompt"] = False
         return body
 
-    def _message(self, m) -> dict:
-        d = {"role": m.role, "content": m.content}
+    def _message(self, m: Message) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": m.role, "content": m.content}
         if m.reasoning and self._is_llama_server:  # its templates take the thinking back where they were trained to
             d["reasoning_content"] = m.reasoning
         return d
 
-    def _get_json(self, url: str, timeout: float | None = None) -> dict:
+    def _get_json(self, url: str, timeout: float | None = None) -> dict[str, Any]:
         """GET ``url`` and decode JSON; raises :class:`_RemoteError` with a one-line message."""
         try:
             response = self._client.get(url, timeout=timeout or self._timeout)
@@ -253,7 +256,7 @@ class RemoteEngine:
             ) from None
         return data if isinstance(data, dict) else {}
 
-    def _post_json(self, url: str, body: dict):
+    def _post_json(self, url: str, body: dict[str, Any]) -> object:
         """POST ``body`` to ``url``; the decoded JSON, or ``None`` on any failure (for optional endpoints)."""
         try:
             response = self._client.post(url, json=body, timeout=self._timeout.connect)
@@ -261,14 +264,14 @@ class RemoteEngine:
         except (httpx.HTTPError, ValueError):
             return None
 
-    def _props(self) -> dict | None:
+    def _props(self) -> dict[str, Any] | None:
         """llama-server's ``/props`` (``None`` for servers without it)."""
         try:
             return self._get_json(f"{str(self.url.root).rstrip('/')}/props", timeout=self._timeout.connect)
         except _RemoteError:
             return None
 
-    def _loaded_model(self, props: dict, entry: dict, load_ms: float) -> LoadedModel:
+    def _loaded_model(self, props: dict[str, Any], entry: dict[str, Any], load_ms: float) -> LoadedModel:
         """Describe the served model with what the server exposes; the rest is ``None`` (unknown).
 
         ``n_ctx``: llama-server's ``/props`` ``default_generation_settings.n_ctx`` (per slot), else vLLM's
@@ -282,14 +285,14 @@ class RemoteEngine:
         server = "llama-server" if props else "OpenAI-compatible server"
         return LoadedModel(
             info=info,
-            settings={
-                "backend": "remote",
-                "server": self.url.display,
-                "server_kind": server,
-                "remote_model": self.remote_model,
-                "n_ctx": n_ctx,
-                "total_slots": props.get("total_slots"),
-            },
+            settings=LoadedSettings(
+                backend="remote",
+                server=self.url.display,
+                server_kind=server,
+                remote_model=self.remote_model,
+                n_ctx=n_ctx,
+                total_slots=props.get("total_slots"),
+            ),
             load_ms=load_ms,
             kv_bytes_per_token=None,
             kv_capacity_bytes=None,
@@ -301,7 +304,7 @@ class RemoteEngine:
 
 
 def remote_model_info(
-    server: str, remote_model: str | None, model_path: str | None = None, meta: dict | None = None
+    server: str, remote_model: str | None, model_path: str | None = None, meta: dict[str, Any] | None = None
 ) -> ModelInfo:
     """A :class:`ModelInfo` for a served model from what the server exposes (llama-server's
     ``/v1/models`` ``meta``: ``n_params, size, n_ctx_train``; ``/props`` ``model_path``); everything else

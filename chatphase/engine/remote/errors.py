@@ -44,7 +44,7 @@ def http_error_message(response: httpx.Response, where: str) -> str:
     return f"{text}: {detail[:300]}" if detail else text
 
 
-def error_text(error) -> str:
+def error_text(error: object) -> str:
     """The message inside an OpenAI/FastAPI/Ollama style error value (dict, list or string)."""
     if isinstance(error, dict):
         return str(error.get("message") or error.get("msg") or error.get("type") or error)

@@ -19,15 +19,19 @@ remembered; a server without one is asked once per engine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeAlias
 
 #: ``(path, body, adds special tokens)`` of each known endpoint, tried in this order (llama-server's
 #: first on llama-server).
-_ENDPOINTS: tuple[tuple[str, Callable[[str, str | None], dict], bool], ...] = (
+_ENDPOINTS: tuple[tuple[str, Callable[[str, str | None], dict[str, Any]], bool], ...] = (
     ("/tokenize", lambda text, _model: {"content": text, "add_special": False}, False),
     ("/extras/tokenize", lambda text, model: {"input": text, **({"model": model} if model else {})}, True),
 )
 
-Post = Callable[[str, dict], object]
+#: ``(path, body, adds special tokens)``: a tokenize endpoint.
+Endpoint: TypeAlias = tuple[str, Callable[[str, str | None], dict[str, Any]], bool]
+
+Post = Callable[[str, dict[str, Any]], object]
 """``(url, json body) -> decoded JSON`` or ``None`` on any failure (transport, HTTP error, not JSON)."""
 
 
@@ -45,7 +49,7 @@ class ServerTokenizer:
         self._post, self._root, self._model = post, root.rstrip("/"), model
         order = list(_ENDPOINTS) if llama_server else list(reversed(_ENDPOINTS))
         self._candidates = order
-        self._endpoint: tuple | None = None
+        self._endpoint: Endpoint | None = None
         self._baseline = 0
         self._searched = False
 
@@ -54,7 +58,7 @@ class ServerTokenizer:
         """The path in use (``/tokenize``, ``/extras/tokenize``), ``None`` when none was found (yet)."""
         return self._endpoint[0] if self._endpoint else None
 
-    def _tokens(self, endpoint: tuple, text: str) -> list | None:
+    def _tokens(self, endpoint: Endpoint, text: str) -> list[Any] | None:
         path, body, _adds = endpoint
         data = self._post(f"{self._root}{path}", body(text, self._model))
         tokens = data.get("tokens") if isinstance(data, dict) else None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from httpx_sse import EventSource
@@ -27,7 +29,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.metrics import ns_to_ms
+from chatphase.engine.metrics import StopReason, ns_to_ms
 from chatphase.engine.prompting.thinking import FORMATS, ThinkingSplitter
 from chatphase.engine.remote.errors import error_text, http_error_message
 from chatphase.engine.remote.wire import (
@@ -39,6 +41,29 @@ from chatphase.engine.remote.wire import (
     server_timings_view,
     stop_reason_of,
 )
+
+if TYPE_CHECKING:
+    from chatphase.engine.remote.tokens import ServerTokenizer
+    from chatphase.engine.remote.url import ServerURL
+
+
+class Streaming(Protocol):
+    """What a turn uses of its :class:`~chatphase.engine.remote.engine.RemoteEngine` (which imports this
+    module, so it is named by shape here)."""
+
+    url: ServerURL
+    counts_stop_token: bool
+    tokenizer: ServerTokenizer | None
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def request_body(self, request: TurnRequest) -> dict[str, Any]: ...
+
+    def open_stream(self, request: TurnRequest, body: dict[str, Any]) -> AbstractContextManager[httpx.Response]: ...
+
+    def lost_connection(self, exc: httpx.HTTPError, mid_stream: bool) -> str: ...
+
 
 #: the thinking markers looked for in a remote reply's content (``<think>``…``</think>``: the common ones;
 #: gpt-oss's channels and the rest are split out by the servers themselves).
@@ -52,7 +77,7 @@ class StreamedTurn:
     ``url``, ``counts_stop_token``, ``tokenizer``, ``request_body``, ``open_stream``, ``cancelled`` and
     ``lost_connection``."""
 
-    def __init__(self, engine, request: TurnRequest):
+    def __init__(self, engine: Streaming, request: TurnRequest) -> None:
         self.engine, self.request = engine, request
         self.report = ServerReport(counts_stop_token=engine.counts_stop_token)
         self.times: list[int] = []
@@ -94,6 +119,7 @@ class StreamedTurn:
             message = engine.lost_connection(exc, mid_stream=bool(self.times))
             if not engine.cancelled:
                 error = message
+        stop: StopReason
         if engine.cancelled:
             stop = "cancelled"
         elif error is None and not done:
@@ -109,7 +135,8 @@ class StreamedTurn:
         tail = self.splitter.flush()
         self.parts.append(tail.answer)
         self.thought.append(tail.thinking)
-        if self.report.decode_count()[0] is None:  # the server's tokenizer, never a count of chunks
+        # the server's tokenizer (set by load()), never a count of chunks
+        if self.report.decode_count()[0] is None and engine.tokenizer is not None:
             self.report.tokenized_completion_tokens = engine.tokenizer.count("".join(self.parts + self.thought))
         metrics = remote_turn_metrics(
             t_submit_ns=self.t_submit,
@@ -121,7 +148,7 @@ class StreamedTurn:
         timings = server_timings_view(self.report, metrics.ttft_ms)
         yield TurnFinished(rid, "".join(self.parts), metrics, server_timings=timings, thinking="".join(self.thought))
 
-    def _chunk(self, data: str):
+    def _chunk(self, data: str) -> Generator[Event, None, str | None]:
         """Handle one SSE data payload; yields events, returns an error message or ``None``."""
         now = time.perf_counter_ns()
         try:
@@ -147,7 +174,7 @@ class StreamedTurn:
         if (thinking or self.splitter.thinking) and th is None:
             th = self.thinking = RemoteThinking()
         ended = th is not None and th.t_end_ns is None and (split.closed or (answer and not self.splitter.thinking))
-        if ended:
+        if ended and th is not None:
             th.t_end_ns = now  # the block closed, or the server's reasoning gave way to content
         if th is not None and answer and th.t_first_answer_ns is None:
             th.t_first_answer_ns = now
@@ -162,5 +189,5 @@ class StreamedTurn:
             # final TurnMetrics take the server's usage instead.
             yield TokensDecoded(rid, answer, 1, len(self.times), now, thinking, self.thinking_chunks)
         if ended:
-            yield ThinkingEnded(rid, self.thinking_chunks, ns_to_ms(th.t_end_ns - self.times[0]), th.t_end_ns)
+            yield ThinkingEnded(rid, self.thinking_chunks, ns_to_ms(now - self.times[0]), now)  # now: its end
         return None

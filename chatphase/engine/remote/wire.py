@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any, TypeGuard
 
-from chatphase.engine.metrics import TurnMetrics, decode_rates, itl_stats_ms, ns_to_ms
+from chatphase.engine.metrics import StopReason, TurnMetrics, decode_rates, itl_stats_ms, ns_to_ms
 
 #: llama-server ``timings`` keys kept beside the client's view (all numbers; ms or tokens or tokens/s).
 TIMING_KEYS = (
@@ -48,7 +49,7 @@ TIMING_KEYS = (
     "draft_n_accepted",
 )
 
-_FINISH_TO_STOP = {
+_FINISH_TO_STOP: dict[str, StopReason] = {
     "stop": "stop",
     "length": "length",
     "eos": "stop",
@@ -85,11 +86,11 @@ class ServerReport:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
-    timings: dict | None = None
-    progress: dict | None = None
+    timings: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
     finish_reason: str | None = None
     model: str | None = None
-    extras: dict = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
     tokenized_completion_tokens: int | None = None
     reasoning_tokens: int | None = None
     counts_stop_token: bool = False
@@ -101,13 +102,14 @@ class ServerReport:
         stop_token = int(self.counts_stop_token and self.finish_reason in _STOPPED_ON_TOKEN)
         if self.completion_tokens is not None:
             return max(0, self.completion_tokens - stop_token), "usage"
-        if self.timing("predicted_n") is not None:
-            return max(0, int(self.timing("predicted_n")) - stop_token), "timings"
+        predicted = self.timing("predicted_n")
+        if predicted is not None:
+            return max(0, int(predicted) - stop_token), "timings"
         if self.tokenized_completion_tokens is not None:
             return self.tokenized_completion_tokens, "tokenizer"
         return None, None
 
-    def absorb(self, chunk: dict) -> None:
+    def absorb(self, chunk: dict[str, Any]) -> None:
         """Update from one decoded ``chat.completion.chunk`` (unknown keys ignored)."""
         if isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
@@ -137,7 +139,7 @@ class ServerReport:
         return None if self.timings is None else self.timings.get(key)
 
 
-def chunk_text(chunk: dict) -> tuple[str, str]:
+def chunk_text(chunk: dict[str, Any]) -> tuple[str, str]:
     """``(content, reasoning)`` text of choice 0 in one chunk: its chat ``delta``, or its ``text`` in a
     ``/v1/completions`` stream (``""`` where absent)."""
     for choice in chunk.get("choices") or ():
@@ -151,7 +153,7 @@ def chunk_text(chunk: dict) -> tuple[str, str]:
     return "", ""
 
 
-def progress_tokens(progress: dict) -> tuple[int, int, float] | None:
+def progress_tokens(progress: dict[str, Any]) -> tuple[int, int, float] | None:
     """``(done, total, elapsed_ms)`` of the prefill from llama-server's ``prompt_progress``.
 
     ``processed`` and ``total`` include the ``cache`` tokens reused from the KV cache; the prefill is
@@ -166,7 +168,7 @@ def progress_tokens(progress: dict) -> tuple[int, int, float] | None:
     return max(0, processed - cache), max(0, total - cache), float(elapsed) if _is_number(elapsed) else 0.0
 
 
-def stop_reason_of(finish_reason: str | None) -> str:
+def stop_reason_of(finish_reason: str | None) -> StopReason:
     """OpenAI ``finish_reason`` -> chatphase ``stop_reason`` (a missing one after ``[DONE]`` is ``stop``)."""
     return _FINISH_TO_STOP.get(finish_reason or "stop", "stop")
 
@@ -185,7 +187,7 @@ def remote_turn_metrics(
     t_submit_ns: int,
     arrival_times_ns: list[int],
     report: ServerReport,
-    stop_reason: str,
+    stop_reason: StopReason,
     thinking: RemoteThinking | None = None,
 ) -> TurnMetrics:
     """Build :class:`TurnMetrics` from client arrival times (ns) and the server's report.
@@ -236,7 +238,7 @@ def remote_turn_metrics(
     )
 
 
-def _draft_fields(report: ServerReport) -> dict:
+def _draft_fields(report: ServerReport) -> dict[str, Any]:
     """The ``spec_*`` fields a drafting llama-server reports (``draft_n`` / ``draft_n_accepted`` in its
     timings, sent only when it drafted); steps and step times stay unknown."""
     drafted, accepted = report.timing("draft_n"), report.timing("draft_n_accepted")
@@ -251,7 +253,9 @@ def _draft_fields(report: ServerReport) -> dict:
     }
 
 
-def _thinking_fields(t_submit: int, times: list[int], report: ServerReport, decode: int | None, th) -> dict:
+def _thinking_fields(
+    t_submit: int, times: list[int], report: ServerReport, decode: int | None, th: RemoteThinking
+) -> dict[str, Any]:
     """The thinking fields of :class:`TurnMetrics` for a remote turn (see :func:`remote_turn_metrics`)."""
     t_first = times[0] if times else t_submit
     t_end = th.t_end_ns if th.t_end_ns is not None else (times[-1] if times else t_submit)
@@ -269,7 +273,7 @@ def _thinking_fields(t_submit: int, times: list[int], report: ServerReport, deco
     }
 
 
-def server_timings_view(report: ServerReport, ttft_ms: float | None) -> dict | None:
+def server_timings_view(report: ServerReport, ttft_ms: float | None) -> dict[str, Any] | None:
     """The server's own timings for ``TurnFinished.server_timings``, or ``None`` when it sent none.
 
     Adds one derived figure, ``network_queue_ms = ttft_ms − prompt_ms``: the part of the client's TTFT
@@ -299,9 +303,9 @@ def _prompt_counts(report: ServerReport) -> tuple[int | None, int | None, int | 
     return prompt, cached, prefill
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _int_or(value, default):
+def _int_or(value: object, default: int | None) -> int | None:
     return int(value) if _is_number(value) else default

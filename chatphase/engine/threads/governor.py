@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.threads.policy import SLOW_FACTOR, WINDOW, ThreadChoice, choose_turn_threads, decode_step
 from chatphase.system.cpu_features import usable_cores
@@ -72,7 +73,7 @@ class ThreadGovernor:
         self._reset_turn()
 
     @classmethod
-    def for_config(cls, config, set_threads: Callable[[int, int], None]) -> ThreadGovernor:
+    def for_config(cls, config: EngineConfig, set_threads: Callable[[int, int], None]) -> ThreadGovernor:
         """The governor of an :class:`~chatphase.engine.config.EngineConfig`'s context: the usable cores
         (:func:`~chatphase.system.cpu_features.usable_cores`), other load sampled with
         :class:`~chatphase.system.cpu_load.OtherCpuLoad` (this process and its parent, the UI or ``ask``,
@@ -88,7 +89,7 @@ class ThreadGovernor:
 
     def _reset_turn(self) -> None:
         self._gaps: deque[int] = deque(maxlen=WINDOW)
-        self._fastest: int | None = None
+        self._fastest: float | None = None
         self._last_t: int | None = None
         self._tokens = 0
         self._changes: list[str] = []

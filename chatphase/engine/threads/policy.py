@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: other processes' load, in cores, from which a core counts as busy elsewhere (round half up: 0.5 → 1).
 BUSY_CORE_SHARE = 0.5
@@ -51,7 +52,7 @@ class ThreadChoice:
     n_threads_prefill: int
     reason: str
 
-    def fields(self) -> dict:
+    def fields(self) -> dict[str, Any]:
         """As :class:`~chatphase.engine.events.PrefillStarted`'s keyword arguments."""
         return {
             "n_threads_prefill": self.n_threads_prefill,
@@ -110,7 +111,7 @@ def choose_turn_threads(
     return ThreadChoice(decode, prefill, why)
 
 
-def preempted(gaps_ns: Sequence[int], fastest_ns: int) -> str | None:
+def preempted(gaps_ns: Sequence[int], fastest_ns: float) -> str | None:
     """Why the recent gaps (ns, at one thread count, newest last) show the engine preempted, or ``None``.
 
     ``fastest_ns`` is the baseline: the fastest gap at that count (or an estimate before one is seen).
@@ -126,7 +127,7 @@ def preempted(gaps_ns: Sequence[int], fastest_ns: int) -> str | None:
 
 
 def decode_step(
-    n: int, cores: int, gaps_ns: Sequence[int], fastest_ns: int | None, other_load_cores: float | None = None
+    n: int, cores: int, gaps_ns: Sequence[int], fastest_ns: float | None, other_load_cores: float | None = None
 ) -> tuple[int, str] | None:
     """A change of the decode thread count between two tokens, as ``(new count, reason)``, or ``None``.
 

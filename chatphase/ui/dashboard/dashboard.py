@@ -124,7 +124,7 @@ class Dashboard(Widget):
     def _update_kv(self) -> None:
         if self.model is None:
             return
-        n_ctx = int(self.model.settings.get("n_ctx") or 0)
+        n_ctx = self.model.settings.n_ctx or 0
         if n_ctx <= 0 or not self.model.kv_bytes_per_token:
             return
         series = list(self._kv_tokens.values())

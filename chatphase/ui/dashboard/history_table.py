@@ -116,8 +116,8 @@ class TurnHistoryTable(DataTable):
             return
         self._turns[number] = metrics
         columns = self.columns_shown
-        cells = format_row(number, metrics, self.thinking)
-        cells = [_cell(key, value) for (key, _), value in zip(columns, cells, strict=True)]
+        texts = format_row(number, metrics, self.thinking)
+        cells = [_cell(key, value) for (key, _), value in zip(columns, texts, strict=True)]
         key = str(number)
         if key in self.rows:
             for (col, _), value in zip(columns, cells, strict=True):

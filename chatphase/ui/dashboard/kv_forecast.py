@@ -14,7 +14,7 @@ from chatphase.forecast import KvForecast
 from chatphase.units import fmt_bytes
 
 
-def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int, usage: bool = True) -> str:
+def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int | None, usage: bool = True) -> str:
     """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``.
 
     Used bytes = used tokens × ``kv_bytes_per_token``; capacity = ``kv_capacity_bytes``, the cache llama.cpp
@@ -46,7 +46,7 @@ class KvGauge(Widget):
         yield Label("KV – (no model)", id="kv-text")
 
     def update_forecast(
-        self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int, usage: bool = True
+        self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int | None, usage: bool = True
     ) -> None:
         """Show ``forecast``; text as in :func:`forecast_text`."""
         self.query_one("#kv-bar", ProgressBar).update(total=forecast.n_ctx, progress=forecast.used_tokens)

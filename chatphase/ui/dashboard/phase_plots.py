@@ -51,6 +51,10 @@ class _ScatterPlot(PlotextPlot):
         if points:
             self.replot()
 
+    def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
+        """The turn's one ``(series, x, y)`` point, ``None`` when its figures are unknown (each plot's own)."""
+        raise NotImplementedError
+
     def points_for(self, metrics: TurnMetrics) -> list[tuple[str, float, float]]:
         """The turn's points: :meth:`point_for`'s, if any."""
         point = self.point_for(metrics)
@@ -92,7 +96,7 @@ class TtftPlot(_ScatterPlot):
     def points_for(self, metrics: TurnMetrics) -> list[tuple[str, float, float]]:
         """TTFT's point, and TTFA's for a turn whose answer followed a thinking block."""
         points = super().points_for(metrics)
-        if points and metrics.ttfa_ms is not None:
+        if points and metrics.ttfa_ms is not None and metrics.prompt_tokens is not None:
             points.append(("first answer", float(metrics.prompt_tokens), float(metrics.ttfa_ms)))
         return points
 

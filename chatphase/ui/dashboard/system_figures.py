@@ -19,7 +19,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.slow_paths import why_no_offload
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler, SystemSample
-from chatphase.units import DASH, fmt_bytes
+from chatphase.units import DASH, fmt_bytes, fmt_value
 
 #: seconds between samples.
 REFRESH_S = 1.0
@@ -29,15 +29,15 @@ def gpu_offload_text(model: LoadedModel) -> str:
     """The model's GPU offload in words, for the panel and the System tab: ``on (31/31 layers)``,
     ``off (CPU-only build)``, or what cannot be known (a server's, a build that did not say)."""
     s = model.settings
-    if s.get("backend") == "remote":
+    if s.remote:
         return "the server's (not reported)"
     if model.backends and not model.layers_offloaded:  # the engine said what it has: say why nothing runs there
-        why = why_no_offload(model.backends, model.devices, s.get("n_gpu_layers"))
+        why = why_no_offload(model.backends, model.devices, s.n_gpu_layers)
         return f"off ({why or f'0/{model.layers_total} layers'})"
-    if not s.get("gpu_offload_supported", False):
+    if not s.gpu_offload_supported:
         return "off (CPU-only build)"
     if model.layers_offloaded is None or model.layers_total is None:
-        return f"not reported (n_gpu_layers={s.get('n_gpu_layers')})"
+        return f"not reported (n_gpu_layers={s.n_gpu_layers})"
     on = "on" if model.layers_offloaded else "off"
     return f"{on} ({model.layers_offloaded}/{model.layers_total} layers)"
 
@@ -73,13 +73,13 @@ def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[
     """The threads figure (``threads 1 decode / 1 prefill, auto``) and, after a turn of an engine with a
     thread policy, its reason (``threads: 2 → 1: one core busy elsewhere (other load 1.00 cores)``)."""
     s = model.settings
-    policy = s.get("threads_policy")
+    policy = s.threads_policy
     if turn is not None and turn.n_threads_decode is not None:
         figure = f"threads {turn.n_threads_decode} decode / {turn.n_threads_prefill} prefill"
         return (f"{figure}, {policy}" if policy else figure), f"threads: {turn.threads_reason}"
     if policy == "auto":
-        return f"threads auto, up to {s.get('n_threads', '–')} (the cores this machine gives the engine)", None
-    figure = f"threads {s.get('n_threads', '–')} decode / {s.get('n_threads_batch', '–')} batch"
+        return f"threads auto, up to {fmt_value(s.n_threads)} (the cores this machine gives the engine)", None
+    figure = f"threads {fmt_value(s.n_threads)} decode / {fmt_value(s.n_threads_batch)} batch"
     return (f"{figure}, {policy}" if policy else figure), None
 
 
@@ -105,11 +105,11 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
     if why:
         lines.append(why)
     lines.append(
-        f"n_ctx {s.get('n_ctx', '–')} · n_batch {s.get('n_batch', '–')} · "
-        f"flash attn {s.get('flash_attn', '–')} · KV {s.get('type_k', '–')}/{s.get('type_v', '–')}"
+        f"n_ctx {fmt_value(s.n_ctx)} · n_batch {fmt_value(s.n_batch)} · "
+        f"flash attn {fmt_value(s.flash_attn)} · KV {fmt_value(s.type_k)}/{fmt_value(s.type_v)}"
     )
     gpu_line = f"GPU offload {gpu_offload_text(model)}"
-    if model.settings.get("gpu_offload_supported", False):
+    if s.gpu_offload_supported:
         gpu_bytes = None if sample is None else sample.gpu_memory_bytes
         gpu_line += f" · GPU memory {fmt_bytes(gpu_bytes)}"
     if model.backends:
@@ -156,7 +156,7 @@ class SystemFigures(Static):
         """Watch ``model.pid`` from now on and show the model's figures."""
         self.model = model
         # NVML is asked only on a GPU build: a CPU-only engine holds no GPU memory
-        gpu = gpu_memory_used_bytes if model.settings.get("gpu_offload_supported", False) else None
+        gpu = gpu_memory_used_bytes if model.settings.gpu_offload_supported else None
         self.sampler = ProcessSampler(model.pid, min_interval_s=REFRESH_S / 2, gpu_memory=gpu)
         self.last_sample = None
         self.turn = None

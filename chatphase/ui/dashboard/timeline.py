@@ -47,7 +47,7 @@ def time_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     """``[(kind, ms), ...]`` of the turn's wall time in order: tokenize, prefill, first, decode (or thinking
     and answer, for a turn with a thinking block)."""
     ttft = m.ttft_ms
-    decode = [("decode", m.decode_ms)]
+    decode = [("decode", m.decode_ms or 0.0)]
     if m.thought:
         thinking = min(m.thinking_ms or 0.0, m.decode_ms or 0.0)
         decode = [("thinking", thinking), ("answer", max(0.0, (m.decode_ms or 0.0) - thinking))]

@@ -111,8 +111,14 @@ class LeverPlot(SeriesPlot):
 
     def _xy(self, c: GridCell) -> tuple[float, float] | None:
         cell = c.cell
-        if self.kind == "decode" and cell.decode_tokens_per_s.mean is not None:
-            read = step_bytes(c.weight_bytes_per_token, c.kv_bytes_per_token, cell_context_tokens(cell))
+        weights, per_token = c.weight_bytes_per_token, c.kv_bytes_per_token
+        if (
+            self.kind == "decode"
+            and cell.decode_tokens_per_s.mean is not None
+            and weights is not None
+            and per_token is not None
+        ):
+            read = step_bytes(weights, per_token, cell_context_tokens(cell))
             return read / 1e6, cell.decode_tokens_per_s.mean
         if self.kind == "ttft" and cell.kind == "prompt" and cell.ttft_ms.mean is not None:
             return float(cell.prompt_tokens), cell.ttft_ms.mean
@@ -143,7 +149,7 @@ class LeverPlot(SeriesPlot):
         lo, hi = lo * 0.95, hi * 1.05
         xs = [lo + (hi - lo) * k / 24 for k in range(25)]
         self.plt.xlim(lo, hi)
-        for t, peaks in sorted(self.grid.peaks.items()):
+        for t, peaks in sorted(self.grid.peaks.items() if self.grid is not None else ()):
             bw_mb = peaks.bandwidth_bytes_per_s / 1e6
             ys = [bw_mb / x for x in xs]
             self.plt.plot(xs, ys, marker="braille", color="gray", label=f"bound {bw_mb / 1e3:.1f} GB/s ({t}t)")

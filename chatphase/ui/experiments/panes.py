@@ -13,14 +13,17 @@ a running sweep sent so far), :meth:`~ExperimentPane.summary` and :meth:`~Experi
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, TabPane
 
 from chatphase.bench.job import BenchJob
 from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel
+from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
-from chatphase.bench.results import BenchResult
+from chatphase.bench.results import BenchResult, Sample
 from chatphase.bench.runner import SweepPlan, SweepProgress, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
@@ -86,6 +89,19 @@ class ExperimentPane(TabPane):
     def plots(self):
         raise NotImplementedError
 
+    # the table and the status line: each pane's own, for its own result and progress events
+    def rows(self, result: Any) -> list[list[str]]:
+        raise NotImplementedError
+
+    def live_rows(self, progress: list[Any], plan: Any) -> list[list[str]]:
+        raise NotImplementedError
+
+    def summary(self, result: Any) -> str:
+        raise NotImplementedError
+
+    def progress_text(self, event: Any) -> str:
+        raise NotImplementedError
+
     def start_live(self, label: str) -> None:
         for plot in self.plots():
             plot.start_live(label)
@@ -149,7 +165,7 @@ class SweepPane(ExperimentPane):
     @staticmethod
     def live_rows(progress: list[SweepProgress], plan: SweepPlan) -> list[list[str]]:
         """Rows of the cells measured so far (counted samples of the running sweep of ``plan``)."""
-        return sweep_rows(aggregate([e.sample for e in progress], plan.gen_tokens))
+        return sweep_rows(aggregate([e.sample for e in progress if isinstance(e.sample, Sample)], plan.gen_tokens))
 
     @staticmethod
     def summary(result: BenchResult) -> str:
@@ -214,7 +230,8 @@ class ParallelPane(ExperimentPane):
     def live_rows(progress: list[SweepProgress], plan: ParallelPlan) -> list[list[str]]:
         """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
         and FLOPs, which need the model's facts, are not in the table)."""
-        return _parallel_table(aggregate_parallel([e.sample for e in progress], ModelFacts(None, None, None)))
+        samples = [e.sample for e in progress if isinstance(e.sample, ParallelSample)]
+        return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
 
     @staticmethod
     def summary(result: BenchResult) -> str:

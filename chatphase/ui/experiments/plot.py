@@ -235,7 +235,7 @@ class ParallelPlot(SeriesPlot):
                 color=color,
                 label=f"{label} per seq",
             )
-            self.y_top = max(self.y_top, *(c.aggregate_decode_tokens_per_s.mean for c in cells))
+            self.y_top = max(self.y_top, *(c.aggregate_decode_tokens_per_s.mean or 0.0 for c in cells))
             self.legend_lines += 2
         if self.live:
             xs, agg, per = (list(v) for v in zip(*self.live, strict=True))

@@ -140,7 +140,7 @@ class ExperimentsScreen(Screen[None]):
     @property
     def pane(self) -> ExperimentPane:
         """The active tab's pane."""
-        return self.query_one(f"#{self.query_one(TabbedContent).active}")
+        return self.query_one(f"#{self.query_one(TabbedContent).active}", ExperimentPane)
 
     @property
     def result(self):

@@ -84,7 +84,7 @@ class PhaseIndicator(Horizontal):
 
     def show_ready(self, model: LoadedModel) -> None:
         """Idle with a loaded model."""
-        n_ctx = model.settings.get("n_ctx")
+        n_ctx = model.settings.n_ctx
         self._set("READY", "idle", f"{model.info.name} · n_ctx {fmt_int(n_ctx)} · load {fmt_ms(model.load_ms)}")
 
     def submitted(self) -> None:
@@ -118,7 +118,8 @@ class PhaseIndicator(Horizontal):
     def first_token(self, thinking: bool = False) -> None:
         """Decode begins (in a thinking block when ``thinking``). The prefill bar stays, full (no layout
         while the engine decodes)."""
-        self._bar.update(progress=self._bar.total)
+        if self._bar.total is not None:  # set at the prefill's start
+            self._bar.update(progress=self._bar.total)
         self._set("THINKING" if thinking else "DECODE", "thinking" if thinking else "decode", "", bar=True)
         self._drawn = None
 

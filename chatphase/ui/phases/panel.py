@@ -30,7 +30,7 @@ from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import DASH, fmt_bytes, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate
+from chatphase.units import DASH, fmt_bytes, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate, fmt_value
 
 
 def threads_text(m: TurnMetrics) -> str:
@@ -60,8 +60,8 @@ class PhasePanel(VerticalScroll):
         self.model: LoadedModel | None = None
         self.number: int | None = None
         self.figures: dict[str, str] = {}
-        self._kv_base_tokens = 0
-        self._kv_prefilled = 0
+        self._kv_base_tokens: int | None = 0  # None: a server that does not report its cache
+        self._kv_prefilled: int | None = 0
         self._threads: str | None = None  # the last turn's threads and why
 
     def compose(self) -> ComposeResult:
@@ -91,21 +91,23 @@ class PhasePanel(VerticalScroll):
 
     def _render_model(self) -> None:
         model = self.model
+        if model is None:
+            return
         info, s = model.info, model.settings
-        policy = s.get("threads_policy")
-        engine = f"n_ctx {fmt_int(s.get('n_ctx'))} · load {fmt_ms(model.load_ms)}"
+        policy = s.threads_policy
+        engine = f"n_ctx {fmt_int(s.n_ctx)} · load {fmt_ms(model.load_ms)}"
         rows = [
             ("name", info.name),
             ("size", f"{fmt_params(info.n_params)} params · {info.quantization} · {fmt_bytes(info.size_bytes)}"),
             ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu_offload_text(model)}"),
-            ("engine", engine if policy else f"{s.get('n_threads', DASH)} threads · {engine}"),
+            ("engine", engine if policy else f"{fmt_value(s.n_threads)} threads · {engine}"),
         ]
         if getattr(info, "synthetic", False):
             rows.append(("synthetic", f"{SYNTHETIC_LABEL} (random weights)"))
         if model.chat_format:
             rows.append(("format", model.chat_format))
         if policy:  # the threads row says what they are
-            rows.append(("threads", self._threads or f"{policy}, up to {s.get('n_threads', DASH)} cores"))
+            rows.append(("threads", self._threads or f"{policy}, up to {fmt_value(s.n_threads)} cores"))
         rows += [("device", line) for line in device_lines(model)]
         if memory := memory_text(model):
             rows.append(("memory", memory))
@@ -203,8 +205,9 @@ class PhasePanel(VerticalScroll):
             self._kv.update(text, layout=layout)
             return
         per_token = self.model.kv_bytes_per_token
-        cells = self.model.kv_capacity_bytes // per_token if per_token else KV_CELL_PAD
-        n_ctx = int(self.model.settings.get("n_ctx") or cells)
+        capacity = self.model.kv_capacity_bytes
+        cells = capacity // per_token if capacity is not None else KV_CELL_PAD
+        n_ctx = self.model.settings.n_ctx or cells
         used_bytes = tokens * per_token if used_bytes is None else used_bytes
         self._gauge.update(total=n_ctx, progress=min(tokens, n_ctx))
         text = (

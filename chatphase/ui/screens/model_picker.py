@@ -26,7 +26,7 @@ from chatphase.chat.controller import ChatController
 from chatphase.chat.settings_apply import naming_model
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
-from chatphase.models.memory import assess, estimate
+from chatphase.models.memory import MemoryVerdict, assess, estimate
 from chatphase.models.resolve import ModelEntry, list_models
 from chatphase.units import fmt_bytes, fmt_count
 
@@ -61,7 +61,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         self.lister = lister or (lambda: list_models(models_dir))
         self.entries: list[ModelEntry] = []
         self.rows: list[tuple] = []  # each entry's cells, the Model column whole
-        self.verdicts: dict[str, object] = {}
+        self.verdicts: dict[str, MemoryVerdict] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="picker-box", classes="modal-box"):
@@ -121,11 +121,22 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
 
     def _cells(self, e: ModelEntry) -> tuple:
         mark = "●" if e.info is not None and e.path == self.current_path else ("*" if e.is_default else "")
-        label = e.spec or "default"
+        label: str | Text = e.spec or "default"
         if e.info is not None and e.info.synthetic:  # random weights: say so where the model is chosen
-            label = Text.assemble(label, (f" ({SYNTHETIC_LABEL})", "yellow"))
+            label = Text.assemble(e.spec or "default", (f" ({SYNTHETIC_LABEL})", "yellow"))
         if e.info is None:
-            return (mark, Text(label, style="dim"), Text("unusable", style="red"), "", "", "", "", "", "", e.source)
+            return (
+                mark,
+                Text(e.spec or "default", style="dim"),
+                Text("unusable", style="red"),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                e.source,
+            )
         i: ModelInfo = e.info
         verdict = assess(estimate(i, self.n_ctx))
         self.verdicts[e.path] = verdict
@@ -148,6 +159,8 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         self.query_one("#picker-detail", Label).update(detail)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is None:
+            return
         entry = self.entries[int(event.row_key.value)]
         if entry.info is None:
             self.notify(entry.error or "this file cannot be used", title="Model unusable", severity="error")

@@ -108,7 +108,7 @@ class SessionsScreen(ModalScreen[str | None]):
         if reload or self._rows is None:
             self._rows = list_sessions()
         rows = self._rows
-        cells = []
+        cells: list[tuple[str, ...]] = []
         for s in rows:
             turns = f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else "")
             mark = "● " if s.id == self.current_id else ""

@@ -405,11 +405,11 @@ class ChatLog(VerticalScroll):
         reply = self.active_reply
         return reply is not None and await reply.flush(commit)
 
-    def remove_last(self, cls: type) -> AwaitRemove | None:
+    def remove_last(self, cls: type[Widget]) -> AwaitRemove | None:
         """Start removing the newest entry of type ``cls`` (``UserMessage`` or ``ReplyView``) that is not
         already being removed; returns the awaitable removal (``None`` when there is none). The entry is
         chosen now, so entries mounted afterwards are never taken instead."""
-        entries = [w for w in self.query(cls) if w not in self._removing]
+        entries: list[Widget] = [w for w in self.query(cls) if w not in self._removing]
         if not entries:
             return None
         self._removing.add(entries[-1])
