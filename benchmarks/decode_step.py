@@ -8,6 +8,8 @@ Arms, interleaved rep by rep (the order rotating), all with 2 threads (``--threa
   defaults otherwise), ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``; decode rate
   = (tokens − 1) / (t_last − t_first), the engine's own clock. Greedy and with chatphase's default sampler
   chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.7, seeded), at depth 0 and at ``--depth``.
+  At ``--depth`` also with ``n_ctx`` = depth + 128, as llama-bench sizes its context (llama.cpp attends
+  over the used cells rounded up to 256, at most ``n_ctx``: the same cells a step as llama-bench).
 - ``llama-completion`` — llama.cpp's completion tool with the same sampler chain in the same order
   (``--samplers top_k;top_p;min_p;temperature``) or greedy (``--temp 0``), ``--ignore-eos``. It samples
   every token as chatphase does, so it is the fair reference for decode at depth 0. Its rate is taken
@@ -197,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         short, deep, pp512 = (list(builder.tokens(n)) for n in (16, args.depth, 512))
         text = builder.text(short[len(builder.prefix) :])
     host = Host(info, 2048, args.threads)
+    # llama-bench sizes its context to depth + n_gen; llama.cpp attends over the used cells rounded up to 256
+    # (at most n_ctx), so at depth 1024 it reads 1152 cells a step where n_ctx 2048 reads 1280: an arm sized
+    # as llama-bench's compares the same work
+    tight = Host(info, args.depth + 128, args.threads)
     head = (
         f"model {info.name} ({info.quantization}); {args.threads} threads; {args.reps} interleaved reps; "
         f"extra buffer types {'on' if repack else 'off (AMX probe failed)'}; CPU {cpu_name()}"
@@ -212,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         ("chatphase greedy d0", lambda: host.metrics(short, GREEDY).decode_tokens_per_s),
         ("chatphase sampled d0", lambda: host.metrics(short, SAMPLED).decode_tokens_per_s),
         (f"chatphase greedy d{args.depth}", lambda: host.metrics(deep, GREEDY).decode_tokens_per_s),
+        (
+            f"chatphase greedy d{args.depth} n_ctx {args.depth + 128}",
+            lambda: tight.metrics(deep, GREEDY).decode_tokens_per_s,
+        ),
         ("chatphase pp512", lambda: 512 / (host.metrics(pp512, FIRST_TOKEN).ttft_ms / 1000)),
         (
             "llama-completion greedy d0",
@@ -228,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     try:
         host.metrics(short, GREEDY)  # warm-up
+        tight.metrics(short, GREEDY)
         for rep in range(args.reps):
             loads.append(os.getloadavg()[0])
             order = steps[rep % len(steps) :] + steps[: rep % len(steps)]
@@ -241,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rep {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in arms.items()), flush=True)
     finally:
         host.close()
+        tight.close()
     parts = {k: breakdown(info, args.threads, short, sp, 3) for k, sp in (("greedy", GREEDY), ("sampled", SAMPLED))}
 
     med = {k: statistics.median(v) for k, v in arms.items()}
@@ -249,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         ("decode d0, greedy", "chatphase greedy d0", "llama-completion greedy d0", 0.97),
         ("decode d0, sampled", "chatphase sampled d0", "llama-completion sampled d0", 0.97),
         (f"decode d{d}", f"chatphase greedy d{d}", f"llama-bench tg128 d{d}", 0.97),
+        (
+            f"decode d{d}, n_ctx as llama-bench's",
+            f"chatphase greedy d{d} n_ctx {d + 128}",
+            f"llama-bench tg128 d{d}",
+            0.97,
+        ),
         ("prefill pp512", "chatphase pp512", "llama-bench pp512", 0.97),
         ("decode d0 against llama-bench (no sampling: a bound)", "chatphase greedy d0", "llama-bench tg128 d0", None),
     ]
