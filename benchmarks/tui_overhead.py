@@ -270,13 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         args.reps, args.max_tokens, args.long_tokens = 1, 32, 300
 
     settings = Settings(
-        model=args.model,
-        n_ctx=args.n_ctx,
-        n_threads=args.threads,
-        sampling=SamplingParams(max_tokens=args.max_tokens, temperature=0.0, seed=0),
-    )
+        model=args.model, sampling=SamplingParams(max_tokens=args.max_tokens, temperature=0.0, seed=0)
+    ).with_overrides(n_ctx=args.n_ctx, n_threads=args.threads)
     info = read_model_info(resolve_model(settings.model))
-    host = EngineHost(info, settings.engine_config())
+    host = EngineHost(info, settings.engine)
     try:
         loaded = next(e for e in host.load() if isinstance(e, (ModelLoaded, EngineFailed)))
         if isinstance(loaded, EngineFailed):

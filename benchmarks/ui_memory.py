@@ -71,7 +71,7 @@ def _app(real: bool, max_tokens: int):
         return ChatPhaseApp(settings, info, lambda i, current: engine_for(current, i), save_sessions=False)
     from fake_engine import FakeEngine, fake_model_info
 
-    settings = Settings(n_ctx=65536)  # the whole chat fits: no turn drops old messages
+    settings = Settings().with_overrides(n_ctx=65536)  # the whole chat fits: no turn drops old messages
     return ChatPhaseApp(
         settings, fake_model_info(), lambda i, current: FakeEngine(i, current, replies=[REPLY]), save_sessions=False
     )

@@ -196,8 +196,6 @@ def test_engine_takes_its_own_config():
 
 def test_the_app_is_a_view_of_a_controller_without_textual():
     """The turn belongs to a plain-Python controller; the App only composes, maps and draws."""
-    app = g.PACKAGE_DIR / "ui" / "app.py"
-    assert len(app.read_text().splitlines()) <= 300
     controller = g.modules()["chatphase.chat.controller"]
     assert not g.external_imports(controller) & {"textual", "rich"}
     assert "chatphase.chat.controller" in g.graph()["chatphase.ui.app"]

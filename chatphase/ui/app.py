@@ -83,7 +83,7 @@ class ChatPhaseApp(App[None]):
         # the [keys] table as far as it can work; the rest is said in notices once the screen is up
         self.keymap, self._keymap_notices = check_keymap(settings.keys, reserved_keys(type(self)))
         self.keys = key_labels(self.keymap)
-        self.view: ChatView | None = None
+        self.view: ChatView  # the controller's listener, made on mount (it needs the mounted widgets)
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -223,7 +223,7 @@ class ChatPhaseApp(App[None]):
 
     def action_toggle_draft_tint(self) -> None:
         """Tint accepted draft tokens in the streaming reply (speculative decoding), or stop."""
-        self.view.toggle_draft_tint()  # type: ignore[union-attr]  # actions run once mounted, with the view
+        self.view.toggle_draft_tint()
 
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""
