@@ -54,6 +54,10 @@ async def test_plain_decode_shows_no_mode():
 WORDS = [f"w{i:02d}" for i in range(40)]
 #: tokens 1, 2 of each four come as accepted draft tokens: steps of (draft, draft, sampled) then a plain one
 DRAFTED = frozenset(i for i in range(40) if i % 4 in (1, 2))
+#: the tint tests' reply: the same words three times over (drafted at the same places), so that it still
+#: streams while a slow machine runs their checks
+LONG_WORDS = [f"{w}{n}" for n in "abc" for w in WORDS]
+LONG_DRAFTED = frozenset(i for i in range(len(LONG_WORDS)) if i % 4 in (1, 2))
 LIVE = SpecLive("lookup", steps=10, drafted=25, accepted=17, tokens=27, speedup=1.6)
 
 
@@ -69,8 +73,8 @@ def tail_words(app) -> tuple[list[str], list[str]]:
 
 
 async def test_accepted_draft_tokens_are_tinted_in_the_streaming_reply_and_the_key_toggles_it():
-    app, _ = make_app(replies=[" ".join(WORDS)], token_delay_s=0.06, spec=LIVE, drafted=DRAFTED)
-    drafted = {WORDS[i] for i in DRAFTED}
+    app, _ = make_app(replies=[" ".join(LONG_WORDS)], token_delay_s=0.06, spec=LIVE, drafted=LONG_DRAFTED)
+    drafted = {LONG_WORDS[i] for i in LONG_DRAFTED}
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello there")
@@ -91,7 +95,7 @@ async def test_accepted_draft_tokens_are_tinted_in_the_streaming_reply_and_the_k
 
 
 async def test_plain_decode_tints_nothing():
-    app, _ = make_app(replies=[" ".join(WORDS)], token_delay_s=0.03)
+    app, _ = make_app(replies=[" ".join(LONG_WORDS)], token_delay_s=0.03)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello there")
