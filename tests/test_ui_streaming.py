@@ -5,6 +5,8 @@ not blinking while a turn runs."""
 from __future__ import annotations
 
 import os
+import textwrap
+from pathlib import Path
 
 import pytest
 from textual.app import App, ComposeResult
@@ -13,11 +15,19 @@ from ui_support import idle, make_app, send, streaming_reply, wait_for, wait_thr
 
 from chatphase.engine.events import SamplingParams
 from chatphase.settings.schema import Settings
+from chatphase.ui.chat_view import (
+    NO_SPARE_CORE_PANEL_S,
+    NO_SPARE_CORE_TICK_S,
+    PANEL_S,
+    STALL_S,
+    TICK_S,
+)
 from chatphase.ui.phases import prefill_drawing
 from chatphase.ui.redraw_budget import RedrawBudget
-from chatphase.ui.transcript.chat_log import SEGMENT_CHARS, ChatLog, ReplyView, complete_blocks_end
+from chatphase.ui.transcript import chat_log
+from chatphase.ui.transcript.chat_log import SEGMENT_CHARS, TAIL_LINES, ChatLog, ReplyView, complete_blocks_end
 from chatphase.ui.transcript.reply_markdown import MarkdownSegment
-from chatphase.ui.transcript.reply_tail import tail_lines
+from chatphase.ui.transcript.reply_tail import tail_lines, wrapped_lines
 
 LONG_PROMPT = " ".join(f"word{i}" for i in range(60))  # 60 words: 65 prompt tokens in the FakeEngine
 #: engine threads that leave this machine no core for the UI (FakeEngine reports what it is given)
@@ -61,7 +71,9 @@ def assert_split_at_block_boundaries(view: ReplyView) -> None:
 
 
 class LogApp(App):
-    """A tiny host: a ChatLog alone."""
+    """A tiny host: a ChatLog alone, with the app's styles (the tail's height and padding)."""
+
+    CSS_PATH = str(Path(chat_log.__file__).resolve().parents[1] / "app.tcss")
 
     def compose(self) -> ComposeResult:
         yield ChatLog()
@@ -196,13 +208,56 @@ async def test_streamed_reply_in_the_app_is_segmented():
         assert not view.query_one(".reply-tail").display
 
 
+# -- what a tick draws ---------------------------------------------------------------------------------
+async def test_a_streaming_reply_redraws_neither_the_prompt_nor_the_footer_at_each_tick(monkeypatch):
+    """Textual draws every widget whose container overlaps a frame's changes: in boxes of their own
+    (app.tcss), the prompt and the footer are not drawn again by the ticks that stream a reply's tail."""
+    from textual.widgets import Footer
+
+    from chatphase.ui.prompt_input import PromptInput
+
+    drawn = {PromptInput: 0, Footer: 0}
+    for cls in drawn:
+        original = cls.render_lines
+
+        def counted(self, crop, original=original, cls=cls):
+            drawn[cls] += 1
+            return original(self, crop)
+
+        monkeypatch.setattr(cls, "render_lines", counted)
+    reply = " ".join(f"word{i}" for i in range(400))
+    settings = Settings(sampling=SamplingParams(max_tokens=2000)).with_overrides(n_threads=NO_SPARE)
+    app, _ = make_app(settings, replies=[reply], token_delay_s=0.01)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        ticks = 0
+        tick = app.view.tick
+
+        async def counted_tick():
+            nonlocal ticks
+            ticks += 1
+            await tick()
+
+        app.view._timer.stop()
+        app.view._timer = app.set_interval(app.view.tick_s, counted_tick, pause=True)
+        await send(pilot, "write")
+        await wait_for(pilot, lambda: app.chat.turn is not None and app.chat.turn.decoding)
+        before = dict(drawn)
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app), timeout_s=30)
+        assert ticks >= 8
+        assert drawn[PromptInput] - before[PromptInput] <= ticks // 4, (drawn, before, ticks)
+        assert drawn[Footer] - before[Footer] <= ticks // 4, (drawn, before, ticks)
+
+
 # -- the prefill drawn from the tick -----------------------------------------------------------------
 async def test_prefill_is_not_drawn_while_quiet_without_a_spare_core(monkeypatch):
     monkeypatch.setattr(prefill_drawing, "PREFILL_QUIET_S", 60.0)
     app, engines = make_app(Settings().with_overrides(n_batch=16, n_threads=NO_SPARE), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        assert app.view.tick_stride == 2  # the engine's threads take every core
+        assert app.view.tick_s == NO_SPARE_CORE_TICK_S  # the engine's threads take every core
+        assert app.chat_log.stall_flushes == round(STALL_S / NO_SPARE_CORE_TICK_S) >= 2
+        assert app.view.panel_s == NO_SPARE_CORE_PANEL_S
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
         await pilot.pause(0.5)  # several ticks
@@ -229,7 +284,7 @@ async def test_quiet_prefill_is_drawn_at_the_first_token(monkeypatch):
     )
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        assert app.view.tick_stride == 2
+        assert app.view.tick_s == NO_SPARE_CORE_TICK_S
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
         await wait_for(pilot, lambda: app.chat.turn is not None and app.chat.turn.decoding)
@@ -246,7 +301,8 @@ async def test_prefill_progress_is_drawn_at_once_with_a_spare_core():
     app, engines = make_app(Settings().with_overrides(n_batch=16, n_threads=NO_SPARE - 1), hold="prefill")
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        assert app.view.tick_stride == 1 and app.view.prefill.quiet_s == 0
+        assert app.view.tick_s == TICK_S and app.view.prefill.quiet_s == 0
+        assert app.chat_log.stall_flushes == round(STALL_S / TICK_S) and app.view.panel_s == PANEL_S
         assert prefill_drawing.PREFILL_QUIET_S > 0.1
         await send(pilot, LONG_PROMPT)
         await wait_thread(pilot, engines[0].held)
@@ -288,7 +344,69 @@ async def test_a_block_longer_than_the_tail_is_committed_in_whole_lines():
         assert_split_at_block_boundaries(view)
 
 
+def drawn_lines(widget) -> list[str]:
+    """The lines a laid-out widget draws, right-stripped."""
+    return [widget.render_line(y).text.rstrip() for y in range(widget.size.height)]
+
+
+async def test_a_long_paragraph_goes_to_the_markdown_line_by_line_as_the_tail_fills():
+    """With no commit allowed (the CPU budget says no), the wrapped lines of a paragraph longer than the
+    tail still go to the Markdown, all but the last: no line is ever out of sight, and what is drawn (the
+    Markdown, then the tail) reads line for line as the paragraph wrapped whole."""
+    app = LogApp()
+    async with app.run_test(size=(60, 40)) as pilot:
+        view, feed = streaming_reply(app.query_one(ChatLog))
+        await pilot.pause()
+        paragraph = " ".join(f"word{i}" for i in range(150))
+        tail = view.query_one(".reply-tail")
+        assert tail.content_size.height == TAIL_LINES
+        wrote = 0
+        for i in range(0, len(paragraph), 23):
+            feed(paragraph[i : i + 23])
+            wrote += await view.flush(commit=False)
+            await pilot.pause()
+            markdown = [line for s in segments(view) for line in drawn_lines(s) if line]
+            shown = markdown + [line.strip() for line in drawn_lines(tail) if line]
+            assert shown == textwrap.wrap(view.text, tail.content_size.width), i
+        assert wrote >= len(textwrap.wrap(paragraph, tail.content_size.width)) // 4 - 1  # a commit per tail's worth
+
+
+async def test_a_pause_is_drawn_only_after_stall_flushes_without_new_text():
+    """The partial block goes to the Markdown once ``stall_flushes`` flushes in a row found no new text: a
+    tick that falls between two of the engine's batches is not a pause."""
+    app = LogApp()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view, feed = streaming_reply(app.query_one(ChatLog))
+        view.stall_flushes = 2
+        await pilot.pause()
+        feed("A paragraph that is still being written")
+        assert not await view.flush(commit=True)  # text arrived: the paragraph is not whole
+        assert not await view.flush(commit=True)  # one flush without new text: not yet a pause
+        assert "".join(s.source for s in segments(view)) == ""
+        assert await view.flush(commit=True)  # the second: the stream paused, the partial block is drawn
+        assert "".join(s.source for s in segments(view)) == view.text
+
+
 def test_the_tail_wraps_at_spaces_and_keeps_the_last_lines():
     text = "of cats and the different types of animals that lived\n\n    code  stays   indented"
     assert tail_lines(text, 20, 4) == "animals that lived\n\n    code  stays\nindented"  # no word cut in two
     assert tail_lines("x" * 45, 20, 2) == "x" * 20 + "\n" + "x" * 5  # a word longer than the line is cut
+
+
+def test_wrapped_lines_know_where_each_line_starts():
+    text = "hello world, this is a test\n\n\tone tab and then words"
+    lines = wrapped_lines(text, 10, 20)
+    assert [piece for _, piece in lines] == [
+        "hello",
+        "world,",
+        "this is a",
+        "test",
+        "",
+        "    one",
+        "tab and",
+        "then words",
+    ]
+    starts = [at for at, _ in lines]
+    assert starts[:5] == [0, 6, 13, 23, 28]  # each piece is the source's text there
+    assert starts[5] == 29 and starts[6:] == [None, None]  # after a tab: the line's start only
+    assert wrapped_lines(text, 10, 2) == lines[-2:]  # the last lines only

@@ -7,11 +7,12 @@ visibly at ``FLUSH_HZ``:
 
 - the reply's text accumulates in the chat's :class:`~chatphase.chat.turn.Turn`, which the view reads (it
   keeps offsets into the text, never a copy of it, and does no work per token);
-- :meth:`ReplyView.flush` (called by the app at ``FLUSH_HZ``) draws the block being written as plain text
-  in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a layout), and, when the app's CPU
-  budget allows (``commit``), appends the whole blocks written so far to the Markdown — and the whole
-  lines of a block longer than the tail, which would otherwise stay out of sight until it ends. When no
-  text arrived since the previous flush (the stream paused), the partial block is committed too.
+- :meth:`ReplyView.flush` (called by the app's redraw tick, at most ``FLUSH_HZ`` times a second) draws
+  the block being written as plain text in a fixed-height tail (``TAIL_LINES`` lines, redrawn without a
+  layout), and, when the app's CPU budget allows (``commit``), appends the whole blocks written so far to
+  the Markdown. Whatever the budget, the wrapped lines of a block longer than the tail go to the Markdown
+  as the tail fills (all but its last line), as they would otherwise be out of sight until the block
+  ends. When no text arrived for a while (the stream paused), the partial block is committed too.
 - A reply's Markdown is a column of :class:`~chatphase.ui.transcript.reply_markdown.MarkdownSegment` widgets of
   about ``SEGMENT_CHARS`` characters each, split only where the whole text's parse starts a block that
   later text cannot change (:func:`~chatphase.ui.transcript.md_blocks.complete_blocks_end`), each one widget drawn
@@ -47,7 +48,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.transcript.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
-from chatphase.ui.transcript.reply_tail import tinted_tail
+from chatphase.ui.transcript.reply_tail import tinted_tail, wrapped_lines
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
@@ -120,6 +121,7 @@ class ReplyView(Widget):
         self._text = text
         self._committed = len(text)  # characters of ``text`` handed to the Markdown
         self._shown = len(text)  # characters of ``text`` drawn (Markdown or tail)
+        self._idle_flushes = 0  # flushes in a row that found no new text
         self._segment_chars = len(text)  # characters in the last Markdown segment
         self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
         self.finished = turn is None
@@ -128,6 +130,7 @@ class ReplyView(Widget):
         self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
         self.drafted: list[tuple[int, int]] = []  # spans of ``text`` from accepted draft tokens, not committed
         self.tint = True  # whether the tail tints them
+        self.stall_flushes = 1  # flushes without new text after which the stream counts as paused
 
     @property
     def text(self) -> str:
@@ -216,25 +219,34 @@ class ReplyView(Widget):
         """Draw the text fed since the last call; returns whether Markdown was written (a layout).
 
         The unfinished block goes to the tail (a fixed-size redraw, no layout). With ``commit``, whole
-        blocks are handed to the Markdown stream, or all of the text when none arrived since the last call
-        (the stream paused, so the partial block is drawn as Markdown too).
+        blocks are handed to the Markdown. All of the text is, when none arrived in the last
+        :attr:`stall_flushes` calls (the stream paused, so the partial block is drawn as Markdown too). And
+        whatever ``commit`` says, the wrapped lines the tail has no room for go to the Markdown, all but the
+        last (a long paragraph, a list, a code block): they would be out of sight until the next commit.
         """
         if not self.pending:
             return False
         text = self.text
-        stalled = self._shown == len(text)
+        self._idle_flushes = self._idle_flushes + 1 if self._shown == len(text) else 0
+        stalled = self._idle_flushes >= self.stall_flushes
         self._shown = len(text)
         wrote = False
-        if commit:
+        if stalled:
+            await self._commit(text, len(text))
+            wrote = True
+        elif commit:
             # Blocks are found from the last known block boundary, not from what was committed: after a
             # stall the committed text may end inside a block (a code fence), whose rest is not a new block.
-            found = None if stalled else self._boundary + complete_blocks_end(text[self._boundary :])
-            end = len(text) if found is None else found
-            lines_end = text.rfind("\n") + 1
-            if text.count("\n", end, lines_end) >= TAIL_LINES:
-                end = lines_end  # a long block (a list, a code fence) goes in whole lines: the tail shows only its end
+            found = self._boundary + complete_blocks_end(text[self._boundary :])
+            if found > self._committed:
+                await self._commit(text, found, boundary=found)
+                wrote = True
+        room = self._tail_height()
+        lines = wrapped_lines(text[self._committed :], self._tail_width(), room + 1)
+        if len(lines) > room:  # a source line's first piece always has its offset
+            end = self._committed + next(at for at, _ in reversed(lines) if at is not None)
             if end > self._committed:
-                await self._commit(text, end, boundary=found if end == found else None)
+                await self._commit(text, end)
                 wrote = True
         self.drafted = [s for s in self.drafted if s[1] > self._committed]
         self.draw_tail(hide_when_empty=stalled)
@@ -262,6 +274,14 @@ class ReplyView(Widget):
             self._segment_chars += end - start
             self._segments[-1].extend(end)
 
+    def _tail_width(self) -> int:
+        """The tail's width in characters, which the Markdown's is too (before the tail is laid out: the view's)."""
+        return max(1, self._tail.content_size.width or self.content_size.width - 2)
+
+    def _tail_height(self) -> int:
+        """The lines the tail shows (``TAIL_LINES`` before it is laid out)."""
+        return self._tail.content_size.height or TAIL_LINES
+
     def draw_tail(self, hide_when_empty: bool = False) -> None:
         """Show the uncommitted text in the tail (again when :attr:`tint` changed). Showing or hiding the
         tail is a layout, so it stays shown (empty) between blocks and is hidden only with a commit of all."""
@@ -269,8 +289,7 @@ class ReplyView(Widget):
         if self._committed == self._length() and (hide_when_empty or not tail.display):
             tail.display = False
             return
-        width = max(1, tail.content_size.width or self.content_size.width - 2)
-        lines = tail.content_size.height or TAIL_LINES
+        width, lines = self._tail_width(), self._tail_height()
         style = self.get_component_rich_style("reply--drafted") if self.tint and self.drafted else None
         tail.update(tinted_tail(self.text, self._committed, self.drafted, width, lines, style), layout=False)
         if not tail.display:
@@ -338,6 +357,7 @@ class ChatLog(VerticalScroll):
         self._latest_reply: ReplyView | None = None  # kept so per-token calls never query the DOM
         self._removing: weakref.WeakSet = weakref.WeakSet()  # entries whose removal has started
         self.tint_drafts = True  # new replies' :attr:`ReplyView.tint`
+        self.stall_flushes = 1  # new replies' :attr:`ReplyView.stall_flushes` (the app sets it from its tick rate)
 
     def on_mount(self) -> None:
         self.anchor()
@@ -364,7 +384,7 @@ class ChatLog(VerticalScroll):
         """Append the reply that ``turn``'s text streams into; ``on_shown`` is called once it is mounted
         and painted; ``synthetic``: the model's weights are random (the text is labelled, dimmed)."""
         view = ReplyView(turn=turn, on_shown=on_shown, synthetic=synthetic)
-        view.tint = self.tint_drafts
+        view.tint, view.stall_flushes = self.tint_drafts, self.stall_flushes
         self._fold_latest()
         self.mount(view)
         self.anchor()

@@ -2,9 +2,10 @@
 accepted draft tokens (speculative decoding) tinted.
 
 The tail is the last lines of the text not yet committed to the Markdown, wrapped as the Markdown will wrap
-it (:func:`tail_lines`). :func:`tinted_tail` finds each wrapped line back in the source (wrapping only drops
-whitespace at line breaks) and styles the characters inside the drafted spans; a line it cannot find (a tab,
-expanded by the wrap) and the lines above it stay untinted.
+it (:func:`wrapped_lines`: at spaces, greedily). Each wrapped line keeps its offset in the source (wrapping
+only drops whitespace at line breaks), so the reply view can commit whole wrapped lines to the Markdown and
+:func:`tinted_tail` can style the characters inside the drafted spans; a line whose offset is not known (a
+tab, expanded by the wrap) stays untinted.
 """
 
 from __future__ import annotations
@@ -16,13 +17,37 @@ from rich.style import Style
 from rich.text import Text
 
 
+def _wrap(line: str, width: int) -> list[tuple[int | None, str]]:
+    """One source line (no newline) wrapped at ``width``, each piece with its offset in ``line``: the first
+    always (wrapping keeps a line's leading whitespace), the others when they are found in ``line``."""
+    expanded = line.expandtabs(4)
+    pieces = textwrap.wrap(expanded, width, break_on_hyphens=False) or [""]
+    out: list[tuple[int | None, str]] = [(0, pieces[0])]
+    cursor: int | None = len(pieces[0]) if expanded == line else None
+    for piece in pieces[1:]:
+        at = line.find(piece, cursor) if cursor is not None else -1
+        cursor = at + len(piece) if at >= 0 else None
+        out.append((at if at >= 0 else None, piece))
+    return out
+
+
+def wrapped_lines(text: str, width: int, count: int) -> list[tuple[int | None, str]]:
+    """The last ``count`` lines of ``text`` wrapped at ``width`` characters (``width`` ≥ 1): at spaces, as the
+    Markdown will wrap it once committed; a word longer than a line is cut. Each line comes with its offset
+    in ``text`` (``None`` when not known: a line after a tab, which the wrap expands; the first line of a
+    source line always has one, though with tabs its text is not the source's)."""
+    lines: list[tuple[int | None, str]] = []
+    end = len(text)
+    while end >= 0 and len(lines) < count:
+        start = text.rfind("\n", 0, end) + 1
+        lines[:0] = [(None if at is None else start + at, piece) for at, piece in _wrap(text[start:end], width)]
+        end = start - 1
+    return lines[-count:]
+
+
 def tail_lines(text: str, width: int, count: int) -> str:
-    """The last ``count`` lines of ``text`` wrapped at ``width`` characters (``width`` ≥ 1): at spaces, as
-    the Markdown will wrap it once committed; a word longer than a line is cut."""
-    lines: list[str] = []
-    for line in text.split("\n")[-count:]:
-        lines.extend(textwrap.wrap(line.expandtabs(4), width, break_on_hyphens=False) or [""])
-    return "\n".join(lines[-count:])
+    """:func:`wrapped_lines` of ``text`` as one string."""
+    return "\n".join(piece for _, piece in wrapped_lines(text, width, count))
 
 
 def tinted_tail(
@@ -30,22 +55,16 @@ def tinted_tail(
 ) -> Text:
     """:func:`tail_lines` of ``text[start:]`` as Rich text, the characters inside ``spans`` (``(begin, end)``
     offsets into ``text``, in order) in ``style``; no tint when ``style`` is ``None`` or there are no spans."""
-    rest = text[start:]
-    lines = tail_lines(rest, width, count).split("\n")
-    out = Text("\n".join(lines))
+    lines = wrapped_lines(text[start:], width, count)
+    out = Text("\n".join(piece for _, piece in lines))
     if style is None or not spans:
         return out
-    at = len(out.plain)  # where the line being placed ends in ``out``
-    cursor = len(rest)  # lines are found from the end: the tail shows the end of ``rest``
-    for line in reversed(lines):
-        at -= len(line)
-        pos = rest.rfind(line, 0, cursor)
-        if pos < 0:
-            break
-        cursor = pos
-        lo, hi = start + pos, start + pos + len(line)
-        for a, b in spans:
-            if a < hi and b > lo:
-                out.stylize(style, at + max(a, lo) - lo, at + min(b, hi) - lo)
-        at -= 1  # the newline
+    at = 0  # where the line being placed starts in ``out``
+    for offset, piece in lines:
+        lo, hi = start + (offset or 0), start + (offset or 0) + len(piece)
+        if offset is not None and text[lo:hi] == piece:  # not a line whose tabs the wrap expanded
+            for a, b in spans:
+                if a < hi and b > lo:
+                    out.stylize(style, at + max(a, lo) - lo, at + min(b, hi) - lo)
+        at += len(piece) + 1  # the newline
     return out
