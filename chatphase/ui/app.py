@@ -91,11 +91,13 @@ class ChatPhaseApp(App[None]):
             with Vertical(id="chat-column"):
                 yield ChatLog(id="chat-log")
                 yield PhaseIndicator(id="phase")
-                yield PromptInput(id="prompt")
+                with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
+                    yield PromptInput(id="prompt")
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 yield Dashboard(kv_usage=False, id="dashboard")  # the phase panel shows the live KV gauge
-        yield Footer(compact=True)
+        with Horizontal(id="footer-box"):  # a frame box of its own (app.tcss)
+            yield Footer(compact=True)
 
     def on_mount(self) -> None:
         settings = self.chat.settings

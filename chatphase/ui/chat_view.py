@@ -7,9 +7,10 @@ event means; that is :class:`~chatphase.chat.controller.ChatController`'s.
 Rates: decoded text accumulates in the turn (:class:`~chatphase.chat.turn.Turn`, which the reply view
 reads) and is drawn by :meth:`ChatView.tick` at up to ``FLUSH_HZ``, within a CPU budget
 (:mod:`chatphase.ui.redraw_budget`) so that drawing does not slow decode; the live figures and the
-dashboard's live rate are refreshed at ``PANEL_HZ`` without a layout. With no core to spare, the tick
-itself runs at ``FLUSH_HZ / NO_SPARE_CORE_STRIDE`` (each wake-up takes a core from the engine) and a
-short prefill is not drawn at all (:mod:`chatphase.ui.phases.prefill_drawing`).
+dashboard's live rate every ``PANEL_S`` without a layout. With no core to spare, every wake-up and
+every frame of the UI takes a core from the engine's threads, so the tick runs every
+``NO_SPARE_CORE_TICK_S``, the panel every ``NO_SPARE_CORE_PANEL_S``, and a short prefill is not drawn
+at all (:mod:`chatphase.ui.phases.prefill_drawing`).
 
 A reasoning model's thinking streams into its own block above the reply, drawn by the same tick
 (:class:`~chatphase.ui.transcript.thinking_view.ThinkingDrawing`); the phase line and the panel show the thinking
@@ -57,10 +58,16 @@ from chatphase.ui.transcript.thinking_block import ThinkingBlock, metrics_title
 from chatphase.ui.transcript.thinking_view import ThinkingDrawing
 from chatphase.units import fmt_count
 
-#: side panel and dashboard live-rate refreshes per second during decode.
-PANEL_HZ = 5
-#: with no core to spare for the UI, the redraw tick (reply tail, live figures) runs at FLUSH_HZ / this.
-NO_SPARE_CORE_STRIDE = 2
+#: the redraw tick's interval (reply tail, live figures; seconds) with a core to spare for the UI / with none.
+TICK_S = 1 / FLUSH_HZ
+NO_SPARE_CORE_TICK_S = 0.25
+#: how often the side panel and the dashboard's live rate are redrawn during decode (seconds): with a
+#: core to spare / with none (the phase line above the prompt shows the live rate at every tick).
+PANEL_S = 0.2
+NO_SPARE_CORE_PANEL_S = 1.0
+#: a streaming reply whose text stopped for this long (seconds) is drawn as paused: its partial block goes to
+#: the Markdown (:meth:`~chatphase.ui.transcript.chat_log.ReplyView.flush`).
+STALL_S = 0.5
 #: Markdown commits of a streaming reply happen at least this often (seconds), whatever the CPU budget;
 #: between commits the reply's tail streams as plain text at ``FLUSH_HZ``.
 COMMIT_MAX_INTERVAL_S = 2.0
@@ -82,7 +89,8 @@ class ChatView(ChatListener):
         self.prompt = app.query_one(PromptInput)
         self.prefill = PrefillDrawing(self.indicator, self.panel)
         self.thinking = ThinkingDrawing(self.chat_log, lambda: self.chat.settings.thinking_open)
-        self.tick_stride = 1
+        self.tick_s = TICK_S
+        self.panel_s = PANEL_S  # seconds between the panel's live redraws
         self._ticks = 0
         #: when streamed text may be committed as Markdown (replaced per engine; tests may set their own)
         self.flush_budget = RedrawBudget(ui_cpu_share(None), COMMIT_MAX_INTERVAL_S)
@@ -90,7 +98,8 @@ class ChatView(ChatListener):
         self._running_ops = False
         self._held_notices: list[Notice] = []  # shown once the prefill they belong to is drawn
         self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
-        self._timer = app.set_interval(1 / FLUSH_HZ, self.tick, pause=True)  # runs only while a turn does
+        self.chat_log.stall_flushes = round(STALL_S / TICK_S)
+        self._timer = app.set_interval(TICK_S, self.tick, pause=True)  # runs only while a turn does
 
     def _await(self, op: Callable[[], Awaitable[object]]) -> None:
         """Queue ``op`` (widget work to await) behind the queued ones; the queue runs as the app's next
@@ -132,14 +141,16 @@ class ChatView(ChatListener):
         spare = spare_core(threads)
         self.dispatcher.paint_first = not spare
         self.prefill.spare_core(spare)
-        stride = 1 if spare else NO_SPARE_CORE_STRIDE
+        tick_s = TICK_S if spare else NO_SPARE_CORE_TICK_S
+        self.panel_s = PANEL_S if spare else NO_SPARE_CORE_PANEL_S
+        self.chat_log.stall_flushes = max(1, round(STALL_S / tick_s))
         # the engine batches token events to the redraw interval: more deliveries would only wake the UI
-        self.chat.events_every_ms = 1000 * stride / FLUSH_HZ
-        if stride != self.tick_stride:  # a timer wake-up takes a core from the engine too: no idle ticks
-            self.tick_stride = stride
+        self.chat.events_every_ms = 1000 * tick_s
+        if tick_s != self.tick_s:  # a timer wake-up takes a core from the engine too: no idle ticks
+            self.tick_s = tick_s
             running = self.chat.turn is not None
             self._timer.stop()
-            self._timer = self.app.set_interval(stride / FLUSH_HZ, self.tick, pause=not running)
+            self._timer = self.app.set_interval(tick_s, self.tick, pause=not running)
 
     @override
     def engine_stopped(self, message: str) -> None:
@@ -335,12 +346,20 @@ class ChatView(ChatListener):
         if turn is None or not turn.decoding:
             return
         rate = self._draw_live(turn)
-        if self._ticks % max(1, FLUSH_HZ // PANEL_HZ) == 0:
-            thought = turn.thinking_tokens or turn.thinking_ended is not None
-            thinking = (turn.thinking_tokens, turn.thinking_s(), turn.thinking_ended is not None) if thought else None
-            self.panel.decode_live(turn.decode_tokens, rate, thinking)
-            if rate is not None:
-                self.dashboard.decode_rate(rate)
+        if self._ticks % max(1, round(self.panel_s / self.tick_s)) == 0:
+            # In the frame after this tick's: Textual draws every widget whose container overlaps the box
+            # around a frame's changes, so the side panel and the reply's tail in one frame draw the screen.
+            self.app.call_after_refresh(self._draw_panel, turn, rate)
+
+    def _draw_panel(self, turn: Turn, rate: float | None) -> None:
+        """The side panel's live decode figures and the dashboard's live rate."""
+        if turn is not self.chat.turn:  # the turn ended meanwhile: the panel has its final figures
+            return
+        thought = turn.thinking_tokens or turn.thinking_ended is not None
+        thinking = (turn.thinking_tokens, turn.thinking_s(), turn.thinking_ended is not None) if thought else None
+        self.panel.decode_live(turn.decode_tokens, rate, thinking)
+        if rate is not None:
+            self.dashboard.decode_rate(rate)
 
     def _draw_live(self, turn: Turn) -> float | None:
         """The phase line's live figures (thinking or decode) and the thinking block; returns the decode rate."""
