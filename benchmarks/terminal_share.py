@@ -12,8 +12,11 @@ Both arms run a fresh ``python -m chatphase`` process with the same greedy turn 
   gives the turn's metrics (the same engine figures the dashboard shows).
 
 Per arm and rep: decode tok/s, TTFT and the decode tokens (both arms must write the same reply: greedy).
-Prints each rep, the medians and spread, and the ratio TUI / ask of the median decode rates with the
-target: ≥ 0.95 when the engine's threads take every core (``--threads`` = CPUs), ≥ 0.97 when one is spare.
+Prints each rep, the medians and spread, and the ratio TUI / ask of each rep's decode rates (its two
+arms run back to back) with the target on their median: ≥ 0.95 when the engine's threads take every
+core (``--threads`` = CPUs), ≥ 0.97 when one is spare. The per-rep ratio is the figure to judge by on a
+shared machine, whose speed drifts by more than the TUI's cost from one minute to the next (seen: ±5 %
+between reps, both arms alike); the ratio of the two arms' medians is printed beside it.
 The engine's figures are its own clock's, so the ratio is what drawing the screen costs the model.
 """
 
@@ -146,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         d, t = summary(rs, "decode_tokens_per_s"), summary(rs, "ttft_ms")
         tokens = sorted({r["decode_tokens"] for r in rs})
         print(f"| {arm} | {d[0]:.1f} ({d[1]:.1f}–{d[2]:.1f}) | {t[0]:.1f} ({t[1]:.1f}–{t[2]:.1f}) | {tokens} |")
-    ratio = summary(out["tui"], "decode_tokens_per_s")[0] / summary(out["ask"], "decode_tokens_per_s")[0]
+    medians = summary(out["tui"], "decode_tokens_per_s")[0] / summary(out["ask"], "decode_tokens_per_s")[0]
+    pairs = [t["decode_tokens_per_s"] / a["decode_tokens_per_s"] for t, a in zip(out["tui"], out["ask"], strict=True)]
+    ratio = statistics.median(pairs)
     verdict = "PASS" if ratio >= target else "FAIL"
     print(
-        f"\nTUI / ask decode tok/s: {ratio:.3f} (target ≥ {target}) {verdict}; load {os.getloadavg()[0]:.2f} at the end"
+        f"\nTUI / ask decode tok/s, per rep (the two arms ran back to back): {' '.join(f'{r:.3f}' for r in pairs)}"
+        f"\nmedian of the per-rep ratios: {ratio:.3f} (target ≥ {target}) {verdict}; ratio of the medians {medians:.3f};"
+        f" load {os.getloadavg()[0]:.2f} at the end"
     )
     return 0 if ratio >= target else 1
 
