@@ -73,6 +73,11 @@ STALL_S = 0.5
 COMMIT_MAX_INTERVAL_S = 2.0
 
 
+def _stall_flushes(tick_s: float) -> int:
+    """Ticks of ``tick_s`` seconds without new text that make ``STALL_S``."""
+    return max(1, round(STALL_S / tick_s))
+
+
 class ChatView(ChatListener):
     """Draws ``chat`` on ``app``'s widgets (see the module docstring). ``keys``: action id -> the keys
     that run it (:func:`~chatphase.ui.actions.key_labels`), for the hints in notices."""
@@ -98,7 +103,7 @@ class ChatView(ChatListener):
         self._running_ops = False
         self._held_notices: list[Notice] = []  # shown once the prefill they belong to is drawn
         self._blink: bool | None = None  # the prompt's cursor_blink while a turn has it off
-        self.chat_log.stall_flushes = round(STALL_S / TICK_S)
+        self.chat_log.stall_flushes = _stall_flushes(TICK_S)
         self._timer = app.set_interval(TICK_S, self.tick, pause=True)  # runs only while a turn does
 
     def _await(self, op: Callable[[], Awaitable[object]]) -> None:
@@ -143,7 +148,7 @@ class ChatView(ChatListener):
         self.prefill.spare_core(spare)
         tick_s = TICK_S if spare else NO_SPARE_CORE_TICK_S
         self.panel_s = PANEL_S if spare else NO_SPARE_CORE_PANEL_S
-        self.chat_log.stall_flushes = max(1, round(STALL_S / tick_s))
+        self.chat_log.stall_flushes = _stall_flushes(tick_s)
         # the engine batches token events to the redraw interval: more deliveries would only wake the UI
         self.chat.events_every_ms = 1000 * tick_s
         if tick_s != self.tick_s:  # a timer wake-up takes a core from the engine too: no idle ticks
