@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return first.pop() if first and model_info is info else engine_for(current, model_info)
 
     from chatphase.ui.app import ChatPhaseApp
+    from chatphase.ui.signals import EXIT_GRACE_S
 
     app = ChatPhaseApp(
         settings,
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         save_sessions=not args.no_save,
         startup_notices=(*config.problems, *warnings, *getattr(args, "input_notices", ())),
         resume=resume,
+        exit_grace_s=EXIT_GRACE_S,
     )
     app.run()  # returns normally after a crash too, so its return code must be passed on
     return app.return_code or 0

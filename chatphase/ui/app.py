@@ -37,7 +37,7 @@ from chatphase.ui.phases.indicator import PhaseIndicator
 from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.session_actions import SessionCommands
-from chatphase.ui.signals import quit_on_signals
+from chatphase.ui.signals import exit_within, quit_on_signals
 from chatphase.ui.transcript.chat_log import ChatLog
 from chatphase.ui.transcript.thinking_view import copy_reply, cycle_thinking
 
@@ -72,8 +72,12 @@ class ChatPhaseApp(App[None]):
         save_sessions: bool = True,
         startup_notices: Iterable[str] = (),
         resume: Session | None = None,
+        exit_grace_s: float | None = None,
     ) -> None:
+        """``exit_grace_s``: once unmounted, the process ends at once after this long (the command line's
+        app: only Textual's putting back the terminal is left, which can hang; :func:`exit_within`)."""
         super().__init__()
+        self.exit_grace_s = exit_grace_s
         self.dispatcher = TextualDispatcher(self)
         self.chat = ChatController(settings, model_info, engine_factory, self.dispatcher)
         self.recording = SessionRecording(self.chat, on_error=self._save_failed, in_memory=not save_sessions)
@@ -290,3 +294,5 @@ class ChatPhaseApp(App[None]):
         self.chat.close()
         self.recording.close()
         getattr(self, "_restore_signals", lambda: None)()
+        if self.exit_grace_s is not None:
+            exit_within(self.exit_grace_s, lambda: self.return_code or 0)

@@ -6,12 +6,18 @@ process to find out by itself. Here each becomes a quit on the event loop: the e
 closed, the app exits (Textual restores the terminal, the session recording is closed on unmount), and
 the exit code is the shell's for a signal, ``128 + signum`` (143 for SIGTERM), so whoever sent it sees
 that it ended by it.
+
+Once the app has unmounted (the session closed, the engine closed), :func:`exit_within` bounds what is
+left: Textual putting the terminal back. When the terminal itself has gone (tmux killed, an SSH link
+dropped), that can block for ever (seen: its output thread's queue full, with nothing draining it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
 from collections.abc import Callable
 
 #: the signals that quit the app (SIGHUP: the terminal went away).
@@ -42,3 +48,16 @@ def quit_on_signals(close: Callable[[], None], exit: Callable[..., None]) -> Cal
             loop.remove_signal_handler(sig)
 
     return restore
+
+
+#: seconds the process may take to end after the app unmounted, before it ends at once.
+EXIT_GRACE_S = 5.0
+
+
+def exit_within(seconds: float, code: Callable[[], int]) -> threading.Timer:
+    """End the process with ``code()`` in ``seconds`` unless it has ended by then (a daemon timer: a
+    normal exit does not wait for it). Call once nothing is left to save."""
+    timer = threading.Timer(seconds, lambda: os._exit(code()))
+    timer.daemon = True
+    timer.start()
+    return timer
