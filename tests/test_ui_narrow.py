@@ -73,6 +73,23 @@ def test_quitting_exits_zero(headless_chat):
     assert headless_chat(quit_) == 0
 
 
+def test_the_exit_bound_is_cancelled_once_the_app_has_returned(headless_chat, monkeypatch):
+    """In a terminal the app arms ``exit_within`` on unmount (ui/signals.py); ``chatphase chat`` cancels it
+    once ``run()`` returns, so nothing ends the process later (here: the test run itself)."""
+    apps = []
+    monkeypatch.setattr(ChatPhaseApp, "is_headless", property(lambda self: apps.append(self) or False))
+
+    async def quit_(pilot):
+        await wait_for(pilot, lambda: idle(pilot.app))
+        await pilot.press("ctrl+q")
+
+    assert headless_chat(quit_) == 0
+    timer = apps[0].exit_timer
+    assert timer is not None and timer.finished.is_set()  # cancelled, not fired
+    timer.join(5.0)
+    assert not timer.is_alive()
+
+
 def test_a_crash_in_the_tui_exits_non_zero(headless_chat, monkeypatch):
     def broken(self, y):
         raise ValueError("a widget bug")

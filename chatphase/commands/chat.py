@@ -81,5 +81,9 @@ def run(args: argparse.Namespace) -> int:
         resume=resume,
         exit_grace_s=EXIT_GRACE_S,
     )
-    app.run()  # returns normally after a crash too, so its return code must be passed on
+    try:
+        app.run()  # returns normally after a crash too, so its return code must be passed on
+    finally:
+        if app.exit_timer is not None:  # the terminal is put back: no need to end the process early
+            app.exit_timer.cancel()
     return app.return_code or 0

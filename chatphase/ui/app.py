@@ -10,6 +10,7 @@ commands onto controller calls. The chat is recorded by
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -74,10 +75,12 @@ class ChatPhaseApp(App[None]):
         resume: Session | None = None,
         exit_grace_s: float | None = None,
     ) -> None:
-        """``exit_grace_s``: once unmounted, the process ends at once after this long (the command line's
-        app: only Textual's putting back the terminal is left, which can hang; :func:`exit_within`)."""
+        """``exit_grace_s``: once unmounted in a terminal, the process ends at once after this long unless
+        :attr:`exit_timer` is cancelled first (the command line's app, which cancels it when ``run()``
+        returns: only Textual's putting back the terminal is left, which can hang; :func:`exit_within`)."""
         super().__init__()
         self.exit_grace_s = exit_grace_s
+        self.exit_timer: threading.Timer | None = None  # armed on unmount; the caller cancels it once run() returns
         self.dispatcher = TextualDispatcher(self)
         self.chat = ChatController(settings, model_info, engine_factory, self.dispatcher)
         self.recording = SessionRecording(self.chat, on_error=self._save_failed, in_memory=not save_sessions)
@@ -294,5 +297,5 @@ class ChatPhaseApp(App[None]):
         self.chat.close()
         self.recording.close()
         getattr(self, "_restore_signals", lambda: None)()
-        if self.exit_grace_s is not None:
-            exit_within(self.exit_grace_s, lambda: self.return_code or 0)
+        if self.exit_grace_s is not None and not self.is_headless:
+            self.exit_timer = exit_within(self.exit_grace_s, lambda: self.return_code or 0)
