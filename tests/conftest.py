@@ -23,6 +23,22 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _cpu_read_whole_or_faked_whole(monkeypatch):
+    """A test that fakes part of the CPU's readings and reads the rest for real fails (tests/cpu_support.py)."""
+    from cpu_support import guard_cpu_readers
+
+    guard_cpu_readers(monkeypatch)
+
+
+@pytest.fixture
+def fake_cpu(monkeypatch):
+    """``fake_cpu("amx" | "other", probe_safe=False)``: every reading of the CPU faked (tests/cpu_support.py)."""
+    from cpu_support import fake_cpu as install
+
+    return lambda kind, probe_safe=False: install(monkeypatch, kind, probe_safe)
+
+
 @pytest.fixture(scope="session")
 def default_model_info():
     """``ModelInfo`` of the bundled default model (read once per session)."""

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from chatphase.engine.local import amx_probe, llama_params
+from chatphase.engine.local import amx_probe
 from chatphase.engine.local.amx_probe import AmxVerdict
 from chatphase.engine.local.llama_params import offload_plan
 from chatphase.engine.slow_paths import slow_paths
@@ -15,8 +15,8 @@ from chatphase.engine.slow_paths import slow_paths
 AUTO = {"extra_bufts": "auto", "n_gpu_layers": 0}
 
 
-def _on_cpu(monkeypatch, amx: bool):
-    monkeypatch.setattr(llama_params, "detect_amx", lambda *_: amx)
+def _on_cpu(fake_cpu, amx: bool):
+    fake_cpu("amx" if amx else "other")
 
 
 def _never():
@@ -24,8 +24,8 @@ def _never():
 
 
 @pytest.mark.parametrize("safe", [True, False])
-def test_auto_follows_the_probe_on_amx_cpus(monkeypatch, safe):
-    _on_cpu(monkeypatch, True)
+def test_auto_follows_the_probe_on_amx_cpus(fake_cpu, safe):
+    _on_cpu(fake_cpu, True)
     plan = offload_plan(AUTO, "", False, amx_check=lambda: AmxVerdict(safe, "the probe said so"))
     assert plan.use_extra_bufts is safe and plan.amx
     assert plan.extra_bufts_why == "the probe said so"
@@ -53,10 +53,10 @@ def test_auto_follows_the_probe_on_amx_cpus(monkeypatch, safe):
         )
 
 
-def test_no_probe_without_amx_or_with_a_setting(monkeypatch):
-    _on_cpu(monkeypatch, False)
+def test_no_probe_without_amx_or_with_a_setting(fake_cpu):
+    _on_cpu(fake_cpu, False)
     assert offload_plan(AUTO, "", False, amx_check=_never).use_extra_bufts is True
-    _on_cpu(monkeypatch, True)
+    _on_cpu(fake_cpu, True)
     assert offload_plan(dict(AUTO, extra_bufts="off"), "", False, amx_check=_never).use_extra_bufts is False
     on = offload_plan(dict(AUTO, extra_bufts="on"), "", False, amx_check=_never)
     assert on.use_extra_bufts is True and "may crash" in on.notes[0]

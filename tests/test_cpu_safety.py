@@ -8,21 +8,25 @@ import pytest
 from llama_cpp import Llama
 from remote_support import _SERVER_MAIN
 
-from chatphase.engine.local import llama_params
-
 pytestmark = pytest.mark.model
 
 
-@pytest.mark.parametrize("amx", [True, False], ids=["amx-cpu", "other-cpu"])
-def test_the_server_entry_point_reaches_llama(default_model_path, monkeypatch, amx):
+@pytest.mark.parametrize(
+    ("kind", "probe_safe", "extra_bufts"),
+    [("amx", False, False), ("amx", True, True), ("other", False, True)],
+    ids=["amx-cpu-probe-fails", "amx-cpu-probe-passes", "other-cpu"],
+)
+def test_the_server_entry_point_reaches_llama(default_model_path, monkeypatch, fake_cpu, kind, probe_safe, extra_bufts):
     """The server's patch must reach what ``Llama`` reads (the submodule's ``llama_model_default_params``;
-    patching the package's re-export did not, and the server died of SIGILL/SIGSEGV on AMX CPUs)."""
-    monkeypatch.setattr(llama_params, "detect_amx", lambda *_: amx)
+    patching the package's re-export did not, and the server died of SIGILL/SIGSEGV on AMX CPUs). The CPU is
+    faked whole, the probe's verdict with it: the same outcome on every machine."""
+    cpu = fake_cpu(kind, probe_safe)
     monkeypatch.setattr(low, "llama_model_default_params", low.llama_model_default_params)  # restored after
     patch = _SERVER_MAIN.split("from llama_cpp.server")[0]
     exec(patch, {})
     llm = Llama(default_model_path, n_ctx=64, vocab_only=True, verbose=False)
     try:
-        assert llm.model_params.use_extra_bufts is (not amx)
+        assert llm.model_params.use_extra_bufts is extra_bufts
+        assert cpu.probes == (kind == "amx")  # the probe is asked on AMX CPUs only
     finally:
         llm.close()

@@ -206,16 +206,12 @@ def test_cancel_mid_decode_keeps_the_partial_reply(llama_engine):
     assert fin2.metrics.cached_tokens > 0 and fin2.metrics.stop_reason in ("stop", "length")
 
 
-def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, monkeypatch):
-    import chatphase.engine.local.llama_params as llama_mod
-    from chatphase.engine.local.amx_probe import AmxVerdict
-
-    monkeypatch.setattr(llama_mod, "detect_amx", lambda *a: True)  # an AMX CPU whose llama.cpp fails the probe
-    monkeypatch.setattr(llama_mod, "amx_verdict", lambda: AmxVerdict(False, "crash (SIGILL in the probe)"))
+def test_amx_cpu_turns_extra_buffer_types_off(default_model_info, tmp_path, fake_cpu):
+    fake_cpu("amx", probe_safe=False)  # an AMX CPU whose llama.cpp fails the probe
     engine, loaded = make_engine(default_model_info, tmp_path)
     try:
         assert loaded.settings.amx_detected is True and loaded.settings.use_extra_bufts is False
-        assert any(line.startswith("AMX off:") and "SIGILL" in line for line in loaded.slow_paths)
+        assert any(line.startswith("AMX off:") and "fake probe: crash" in line for line in loaded.slow_paths)
         _, fin = run(engine, TurnRequest(1, (Message("user", "Hi"),), GREEDY))  # batched prefill works
         assert fin.metrics.prefill_tokens > 1
     finally:

@@ -23,7 +23,7 @@ from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import resolve_model
 from chatphase.sessions.store import sessions_dir
 from chatphase.settings.file import config_path
-from chatphase.system.cpu_features import detect_amx, enabled_features, read_cpu_flags
+from chatphase.system.cpu_features import enabled_features
 from chatphase.units import fmt_bytes, fmt_params
 
 GPU_BUILD_HINT = (
@@ -50,17 +50,16 @@ def system_report() -> dict:
     import llama_cpp
 
     from chatphase.engine.local import ggml_devices
-    from chatphase.engine.local.llama_params import offload_plan
+    from chatphase.engine.local.llama_params import cpu_system_info, offload_plan
 
-    system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
-    amx = detect_amx(system_info, read_cpu_flags())
+    system_info = cpu_system_info()
     gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
     auto = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, system_info, gpu_ok)
     return {
         "llama_cpp_version": getattr(llama_cpp, "__version__", "?"),
         "system_info": system_info,
         "cpu_features": enabled_features(system_info),
-        "amx_detected": amx,
+        "amx_detected": auto.amx,
         "extra_bufts_auto": f"{'on' if auto.use_extra_bufts else 'off'} ({auto.extra_bufts_why or 'no AMX'})",
         "gpu_offload_supported": gpu_ok,
         "backends": list(ggml_devices.backends()),

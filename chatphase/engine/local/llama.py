@@ -38,7 +38,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.llamalog import LlamaLogCapture
-from chatphase.engine.local import ggml_devices
+from chatphase.engine.local import ggml_devices, llama_params
 from chatphase.engine.local.generation import Generated, generate
 from chatphase.engine.local.generation import Model as GenModel
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
@@ -226,7 +226,7 @@ class LlamaEngine:
         lc.llama_backend_init()
         s = self.config.resolved()
         self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
-        system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
+        system_info = llama_params.cpu_system_info()  # the module attribute: tests fake the CPU there
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         why_not = None if gpu_ok else why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
         plan = offload_plan(s, system_info, gpu_ok, why_not)

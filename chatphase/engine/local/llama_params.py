@@ -97,12 +97,18 @@ def model_params(plan: OffloadPlan) -> lc.llama_model_params:
     return params
 
 
+def cpu_system_info() -> str:
+    """llama.cpp's system info line (``llama_print_system_info``: the CPU features this build uses, ``AMX_INT8 = 1``
+    among them). The one place the engine reads it, beside :func:`read_cpu_flags` and :func:`amx_verdict`: the three
+    readings of the machine's CPU that :func:`offload_plan` depends on."""
+    return str(lc.llama_print_system_info().decode("utf-8", "replace").strip())
+
+
 def cpu_safe_model_defaults(default_params: Callable[[], Any]) -> Callable[[], Any]:
     """``default_params`` (llama.cpp's ``llama_model_default_params``) with the extra-buffer-type choice
     :func:`offload_plan` makes for ``extra_bufts = auto`` on this CPU: for third-party code that builds its own
     model parameters (llama-cpp-python's ``Llama`` and its server), so that it runs as safely as the engine."""
-    system_info = lc.llama_print_system_info().decode("utf-8", "replace")
-    plan = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, system_info, gpu_ok=False)
+    plan = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, cpu_system_info(), gpu_ok=False)
 
     def params() -> Any:
         p = default_params()
