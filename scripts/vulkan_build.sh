@@ -83,10 +83,9 @@ if [ ! -f "$HEADERS/usr/include/vulkan/vulkan.hpp" ]; then
   log "fetching Debian 13's libvulkan-dev headers (private apt configuration; nothing is installed)"
   TMP=$(mktemp -d) || die "mktemp failed"
   mkdir -p "$TMP/lists/partial" "$TMP/cache/archives/partial" "$TMP/deb"
-  MIRROR=$(grep -hoE 'https?://[^ ]*/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
-    /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1 | tr -d ' ' || true)
-  MIRROR=${MIRROR:-http://deb.debian.org/debian}
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${MIRROR%/} trixie main" >"$TMP/sources.list"
+  # the archive this machine's own apt configuration names; no host of our own (one line and exit 1 without)
+  MIRROR=$("$(dirname "$0")/debian_mirror.sh" 2>"$STEP_LOG") || die "$(tail_of)"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR trixie main" >"$TMP/sources.list"
   APT_OPTS=(-o Dir::Etc::SourceList="$TMP/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o Dir::State::Lists="$TMP/lists" -o Dir::Cache="$TMP/cache" -o APT::Sandbox::User=root -qq)
   fetch_headers() {
