@@ -10,14 +10,18 @@ Parts:
 - ``write``: ``chatphase models synth llama-3.1-8b:Q4_0`` in a child process: wall time and the child's
   peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``) against one layer's tensor bytes (target: ≤ 2 min,
   memory under one layer).
-- ``decode``: for each synthetic shape (Q4_0): llama-bench ``-p 0 -n GEN -d 0,DEPTH -r 1 --repack 0 -fa on
-  -t THREADS`` and chatphase's ``BenchRun`` (depths 0 and DEPTH, GEN tokens, the same threads and flash
+- ``decode``: for each synthetic shape (Q4_0): llama-bench ``-p 0 -n GEN -d 0,DEPTH -r 1 --repack R -fa on
+  -t THREADS`` (``R``: weight repacking as chatphase itself decides it on this CPU and build,
+  :func:`chatphase.engine.local.llama_params.cpu_auto_plan` — off only on an AMX CPU whose build fails the
+  AMX probe; without it llama.cpp decodes Q4_0 1.4× slower on a Zen 5) and chatphase's ``BenchRun`` (depths 0 and DEPTH, GEN tokens, the same threads and flash
   attention, one counted run each) **interleaved rep by rep**; ratios of medians (target ≥ 0.97×), and
   chatphase's roofline (peaks measured once, before, with no engine running) predicted vs measured at both
-  depths (target ±20 %).
+  depths (target ±20 %). measured ÷ roofline is printed as a number only up to 1.0: above it the line says
+  so in words (:func:`chatphase.models.roofline.share_of_bound`: the peak read low), never a ratio above 1.
 - ``kv``: a lever grid (``chatphase.bench.grid_api``) of ``--cache-type-k/-v f16,q8_0`` on synthetic
   Qwen3-0.6B Q4_0 (its KV cache is large beside its weights) at depth KV_DEPTH: KV bytes as llama.cpp printed
-  them, decode measured and predicted for each.
+  them, decode measured and predicted for each, and where the quantised cache loses although the roofline
+  predicted a gain, why (:func:`chatphase.bench.grid_api.lever_lines`).
 
 Big files go to ``--dir`` (outside the repository, never committed). The results file states the machine's
 load (``uptime`` before and after) and CPU. Timing numbers belong here, never in unit tests.
@@ -40,11 +44,12 @@ sys.path.insert(0, str(ROOT))
 
 from chatphase.bench.api import BenchDone, BenchRun
 from chatphase.bench.grid import LeverGrid
-from chatphase.bench.grid_api import GridDone, GridRun
+from chatphase.bench.grid_api import GridDone, GridRun, lever_lines
 from chatphase.bench.peaks import measure_peaks
 from chatphase.bench.runner import SweepPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
+from chatphase.models.roofline import share_of_bound
 from chatphase.models.synth import default_file_name, plan, write_synthetic
 from chatphase.models.synth_shapes import SHAPES
 
@@ -85,12 +90,28 @@ def part_write(folder: Path, lines: list[str]) -> None:
     ]
 
 
-def llama_bench(binary: str, model: Path, gen: int, depth: int, threads: int) -> dict[int, float]:
+def repack() -> int:
+    """llama-bench's ``--repack``: 1 where chatphase keeps llama.cpp's extra buffer types (weight repacking) on
+    for this CPU and build, 0 where it turns them off (an AMX CPU whose build fails the AMX probe)."""
+    from chatphase.engine.local.llama_params import cpu_auto_plan
+
+    return int(cpu_auto_plan().use_extra_bufts)
+
+
+def vs_bound(measured: float, bound: float, phase: str = "decode") -> str:
+    """measured ÷ bound as a number up to 1.0; above it, in words (the product's own judgement)."""
+    share = share_of_bound(measured, bound, phase)
+    if share is None:
+        return "–"
+    return share.text() if share.above else f"{share.fraction:.2f}"
+
+
+def llama_bench(binary: str, model: Path, gen: int, depth: int, threads: int, repack: int) -> dict[int, float]:
     """llama-bench tg at depths 0 and ``depth``: {depth: tokens/s} of one repetition."""
     import json
 
     out = subprocess.run(
-        [binary, "-m", str(model), "-p", "0", "-n", str(gen), "-d", f"0,{depth}", "-r", "1", "--repack", "0",
+        [binary, "-m", str(model), "-p", "0", "-n", str(gen), "-d", f"0,{depth}", "-r", "1", "--repack", str(repack),
          "-fa", "on", "-t", str(threads), "-o", "json"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -115,12 +136,17 @@ def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, war
 
 
 def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
+    rp = repack()
     lines += [
         f"## Decode: chatphase vs llama-bench, and the roofline (Q4_0, tg{args.gen}, depths 0 and {args.depth}, "
         f"{args.threads} threads, flash attention on, {args.reps} interleaved reps)",
         "",
-        f"Peaks (measured once before, no engine running): read {peaks.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
-        f"matmul {peaks.flops_per_s / 1e9:.0f} GFLOP/s ({peaks.bandwidth_method}; {peaks.conditions}).",
+        f"llama-bench with `--repack {rp}` (weight repacking {'on' if rp else 'off'}, as chatphase decides it "
+        "on this CPU and build).",
+        "",
+        f"Peaks (measured once before, no engine running): read {peaks.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
+        f"(kernel {peaks.bandwidth_kernel or '?'} won), matmul {peaks.flops_per_s / 1e9:.0f} GFLOP/s "
+        f"({peaks.bandwidth_method}; {peaks.conditions}).",
         "",
         "| model | depth | llama-bench tok/s | chatphase tok/s | ratio | roofline tok/s | measured / roofline |",
         "| --- | --: | --: | --: | --: | --: | --: |",
@@ -134,7 +160,7 @@ def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
             order = ("lb", "cp") if rep % 2 == 0 else ("cp", "lb")
             for who in order:
                 if who == "lb":
-                    for d, v in llama_bench(args.llama_bench, model, args.gen, args.depth, args.threads).items():
+                    for d, v in llama_bench(args.llama_bench, model, args.gen, args.depth, args.threads, rp).items():
                         lb[d].append(v)
                 else:
                     got, bounds = chatphase_decode(
@@ -147,7 +173,8 @@ def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
             a, b = statistics.median(lb[d]), statistics.median(cp[d])
             bound = bounds[d]
             lines.append(
-                f"| {SHAPES[key].name} (synthetic) | {d} | {a:.2f} | {b:.2f} | {b / a:.3f} | {bound:.2f} | {b / bound:.2f} |"
+                f"| {SHAPES[key].name} (synthetic) | {d} | {a:.2f} | {b:.2f} | {b / a:.3f} | {bound:.2f} | "
+                f"{vs_bound(b, bound)} |"
             )
     lines += [
         "",
@@ -198,7 +225,7 @@ def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
         lines.append(
             f"| {c.levers['type_k']}/{c.levers['type_v']} | {c.kv_bytes_per_token:,} | {printed} | "
             f"{c.kv_capacity_bytes / 2**20:.2f} MiB | {c.cell.decode_tokens_per_s.mean:.2f} | "
-            f"{p.decode_tokens_per_s:.2f} | {c.cell.decode_tokens_per_s.mean / p.decode_tokens_per_s:.2f} |"
+            f"{p.decode_tokens_per_s:.2f} | {vs_bound(c.cell.decode_tokens_per_s.mean, p.decode_tokens_per_s)} |"
         )
     if len(result.cells) == 2:
         f16, q8 = result.cells
@@ -210,7 +237,7 @@ def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
             f"{f16.prediction.step_bytes / 2**20:.0f} → {q8.prediction.step_bytes / 2**20:.0f} MiB: weights "
             f"{f16.weight_bytes_per_token / 2**20:.0f} MiB + KV at depth {args.kv_depth}).",
         ]
-    lines += [""] + [f"note: {n}" for n in result.notes] + [""]
+    lines += [""] + lever_lines(result.cells) + [""] + [f"note: {n}" for n in result.notes] + [""]
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ scripted inputs, the interleaved order of a run on scripted engines, and the CLI
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 from fake_engine import fake_model_info
@@ -167,3 +168,35 @@ def test_a_grid_runs_from_the_cli_on_a_tiny_synthetic_model(tmp_path, capsys):
         assert abs(c["llama_kv_cache_bytes"] - c["kv_capacity_bytes"]) <= 0.005 * 2**20
     by_point = {c["point"]: c["kv_bytes_per_token"] for c in cells}
     assert by_point["ctk=f16 ctv=f16"] == 1024 and by_point["ctk=q8_0 ctv=q8_0"] == 544
+
+
+def test_a_kv_cache_lever_that_loses_says_why_in_the_bench_output():
+    """`bench --cache-type-k/-v f16,q8_0` on scripted engines: q8_0 reads fewer KV bytes (the roofline predicts
+    it faster at depth) but its attention costs more per token of context (measured slower), as on a CPU."""
+
+    class KvTyped(ScriptedTokenEngine):
+        """Reports the cache types it was configured with, as the real engine's loaded settings do."""
+
+        def __init__(self, cfg):
+            q8 = cfg.type_k == "q8_0"
+            super().__init__(kv_bytes_per_token=60_000 if q8 else 114_000, decode_ms_per_depth=0.02 if q8 else 0.01)
+            self.cfg = cfg
+
+        def load(self):
+            for event in super().load():
+                settings = replace(event.model.settings, type_k=self.cfg.type_k, type_v=self.cfg.type_v)
+                yield replace(event, model=replace(event.model, settings=settings))
+
+    def factory(i, cfg):
+        return KvTyped(cfg)
+
+    points, _ = LeverGrid({"type_k": ("f16", "q8_0"), "type_v": ("f16", "q8_0")}).points()
+    points = [p for p in points if p.values["type_k"] == p.values["type_v"]]
+    plan = SweepPlan(prompt_lengths=(), depths=(0, 1000), gen_tokens=3, reps=1, warmup=0)
+    run = GridRun(
+        points, {None: fake_model_info()}, EngineConfig(n_ctx=2048, n_threads=2, flash_attn="on"), plan,
+        engine_factory=factory, peaks={2: PEAKS}, builder=PromptBuilder(CharTokenizer()),
+    )  # fmt: skip
+    text = list(run)[-1].result.render("table")
+    assert "lever lost: ctk=q8_0 ctv=q8_0 decodes at 0." in text and "of ctk=f16 ctv=f16 at depth 1000" in text
+    assert "attention dequantises the q8_0 cache" in text and "ms over its shallowest depth" in text

@@ -9,7 +9,7 @@ import pytest
 from chatphase.bench.fits import LinearFit, linear_fit, sweep_fits
 from chatphase.bench.peaks import MachinePeaks, measure_bandwidth, measure_matmul_flops
 from chatphase.bench.results import Sample
-from chatphase.bench.roofline import BINDING_PCT, build_roofline, verdict
+from chatphase.bench.roofline import BOUND_PCT, build_roofline, verdict
 from chatphase.bench.stats import EMPTY, Stats, summarize
 from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
 from tests.test_bench_results import make_cell
@@ -99,15 +99,18 @@ def test_build_roofline_percentages_and_verdicts():
     assert row["decode_bound_tokens_per_s"] == pytest.approx(1e10 / 100_100_000)
     assert row["decode_pct_of_bound"] == pytest.approx(100 * 20.0 / (1e10 / 100_100_000))
     assert row["prefill_pct_of_bound"] == pytest.approx(50.0)
-    assert "too small for the bound to bind" in r["decode_verdict"]  # 20 % < BINDING_PCT
-    assert "bound by arithmetic" in r["prefill_verdict"]  # exactly 50 %
+    assert "too small for the bound to bind" in r["decode_verdict"]  # 20 % < OVERHEAD_PCT
+    assert "near the boundary" in r["prefill_verdict"]  # exactly 50 %: between OVERHEAD_PCT and BOUND_PCT
     assert r["bandwidth_method"] == "copy"
 
 
 def test_verdict_wording():
-    assert "above it" in verdict("decode", 130.0, 2**20)
-    assert "bound by memory bandwidth" in verdict("decode", BINDING_PCT + 1, 2**20)
-    assert "not measured" in verdict("prefill", None, 2**20)
+    assert "measured above the bound (1.30×): the peak read bandwidth measured here read low" in verdict(
+        "decode", 130.0
+    )
+    assert "130%" not in verdict("decode", 130.0)
+    assert "bound by memory bandwidth" in verdict("decode", BOUND_PCT + 1)
+    assert "not measured" in verdict("prefill", None)
 
 
 def test_peak_measurements_return_positive_rates_and_name_their_method():

@@ -27,7 +27,7 @@ from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo
-from chatphase.models.roofline import weight_bytes_per_token
+from chatphase.models.roofline import attention_flops_per_context_token, weight_bytes_per_token
 
 __all__ = ["BenchDone", "BenchEvent", "BenchNotice", "BenchRun", "BenchStatus", "system_facts"]
 
@@ -176,13 +176,16 @@ class BenchRun:
                 n_params=n_params,
                 kv_bytes_per_token=kv_per_token,
                 cells=done.cells,
+                attention_flops_per_context=attention_flops_per_context_token(self.info.attention),
             )
             if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU
                 note = (
                     f"{loaded.layers_offloaded} layers run on the GPU: these CPU peaks do not bound them, "
                     "so the percentages are not meaningful"
                 )
-                roofline.update(decode_verdict=f"decode: {note}", prefill_verdict=f"prefill: {note}")
+                roofline.update(
+                    decode_verdict=f"decode: {note}", prefill_verdict=f"prefill: {note}", attention_line=None
+                )
         model = {k: v for k, v in self.info.to_dict().items() if k != "attention"}
         return BenchResult(
             model=model,

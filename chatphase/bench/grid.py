@@ -7,9 +7,11 @@ cache without flash attention (``llama_init_from_model``), so such a point is le
 ``--flash-attn`` not given, llama.cpp's ``auto`` turns flash attention on for it.
 
 Each measured cell gets the roofline's prediction beside it (:func:`predict`, from
-:mod:`chatphase.bench.roofline`): decode tokens/s from the bytes one step reads (the weights read per token
-plus the KV cache at the cell's context, at the point's KV types), prefill tokens/s from FLOPs, TTFT as the
-prefill of the cell's evaluated tokens at that rate. Peaks are measured at each point's thread count.
+:mod:`chatphase.models.roofline`): decode tokens/s from the bytes one step reads (the weights read per token
+plus the KV cache at the cell's context, at the point's KV types) or attention's FLOPs where they take
+longer, prefill tokens/s from FLOPs, TTFT as the prefill of the cell's evaluated tokens at that rate. Peaks
+are measured at each point's thread count. A measurement above its bound is said in words
+(:func:`bound_share`), never as a ratio above 1.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from chatphase.bench.roofline import cell_context_tokens
 from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES
-from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
+from chatphase.models.roofline import (
+    BoundShare,
+    decode_bound_tokens_per_s,
+    prefill_bound_tokens_per_s,
+    share_of_bound,
+)
 
 #: lever -> (flag, short name in a point's label), in the order points vary (first slowest).
 LEVERS: dict[str, tuple[str, str]] = {
@@ -145,13 +152,15 @@ def check_values(lever: str, items: tuple) -> tuple:
 @dataclass(frozen=True)
 class Prediction:
     """The roofline's figures for one cell: ``decode_tokens_per_s``, ``prefill_tokens_per_s`` and ``ttft_ms``
-    (the prefill of the cell's evaluated tokens at that rate), with the bytes and FLOPs behind them."""
+    (the prefill of the cell's evaluated tokens at that rate), with the bytes and FLOPs behind them
+    (``attention_flops`` a decoded token's attention at the cell's context)."""
 
     decode_tokens_per_s: float
     prefill_tokens_per_s: float
     ttft_ms: float
     step_bytes: float
     flops_per_token: float
+    attention_flops: float = 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -160,17 +169,29 @@ class Prediction:
             "ttft_ms": self.ttft_ms,
             "step_bytes": self.step_bytes,
             "flops_per_token": self.flops_per_token,
+            "attention_flops": self.attention_flops,
         }
 
 
 def predict(
-    peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_bytes_per_token: int, cell: CellResult
+    peaks: MachinePeaks,
+    *,
+    weight_bytes: int,
+    n_params: int,
+    kv_bytes_per_token: int,
+    cell: CellResult,
+    attention_flops_per_context: float = 0.0,
 ) -> Prediction:
-    """The roofline for ``cell`` (see the module doc); ``weight_bytes`` as read per token."""
+    """The roofline for ``cell`` (see the module doc); ``weight_bytes`` as read per token,
+    ``attention_flops_per_context`` attention's FLOPs per token of context
+    (:func:`~chatphase.models.roofline.attention_flops_per_context_token`)."""
     from chatphase.models.roofline import step_bytes, step_flops
 
     context = cell_context_tokens(cell)
-    decode = decode_bound_tokens_per_s(peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context)
+    decode = decode_bound_tokens_per_s(
+        peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context, peaks.flops_per_s,
+        attention_flops_per_context,
+    )  # fmt: skip
     prefill = prefill_bound_tokens_per_s(peaks.flops_per_s, n_params)
     evaluated = cell.prompt_tokens - cell.depth
     return Prediction(
@@ -179,6 +200,7 @@ def predict(
         ttft_ms=1000.0 * evaluated / prefill,
         step_bytes=step_bytes(weight_bytes, kv_bytes_per_token, context),
         flops_per_token=step_flops(n_params),
+        attention_flops=attention_flops_per_context * context,
     )
 
 
@@ -187,3 +209,15 @@ def ratio(measured: float | None, predicted: float | None) -> float | None:
     if measured is None or not predicted:
         return None
     return measured / predicted
+
+
+#: the metrics a grid cell predicts, and the phase whose bound each is.
+PREDICTED = {"ttft_ms": "prefill", "prefill_tokens_per_s": "prefill", "decode_tokens_per_s": "decode"}
+
+
+def bound_share(metric: str, measured: float | None, predicted: float | None) -> BoundShare | None:
+    """``measured`` against the roofline's ``predicted`` for ``metric`` (a key of :data:`PREDICTED`), as a
+    rate: TTFT's prediction is a lower bound on time, so its share is predicted / measured."""
+    if metric == "ttft_ms":
+        return share_of_bound(predicted, measured, PREDICTED[metric]) if measured else None
+    return share_of_bound(measured, predicted, PREDICTED[metric])

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from chatphase.bench.common import BenchNotice, BenchStatus, load_engine, system_facts
-from chatphase.bench.grid import GridPoint, Prediction, predict, ratio
+from chatphase.bench.grid import PREDICTED, GridPoint, Prediction, bound_share, predict, ratio
 from chatphase.bench.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.report import mean_sd
@@ -28,7 +28,7 @@ from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
-from chatphase.models.roofline import weight_bytes_per_token
+from chatphase.models.roofline import attention_flops_per_context_token, weight_bytes_per_token
 from chatphase.units import DASH
 
 #: share of the available memory the grid's engines may take together.
@@ -54,10 +54,14 @@ class GridCell:
     def ratios(self) -> dict:
         """measured / predicted for ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``."""
         p = self.prediction
-        return {
-            m: ratio(getattr(self.cell, m).mean, getattr(p, m) if p else None)
-            for m in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s")
-        }
+        return {m: ratio(getattr(self.cell, m).mean, getattr(p, m) if p else None) for m in PREDICTED}
+
+    def above_bound(self) -> dict:
+        """Per metric of :data:`~chatphase.bench.grid.PREDICTED`, the measurement's share of its bound
+        where it is above it (:func:`~chatphase.bench.grid.bound_share`); metrics within it are left out."""
+        p = self.prediction
+        shares = {m: bound_share(m, getattr(self.cell, m).mean, getattr(p, m) if p else None) for m in PREDICTED}
+        return {m: share for m, share in shares.items() if share is not None and share.above}
 
     def row(self) -> list[str]:
         """The cell as text under :data:`GRID_HEADERS`."""
@@ -72,6 +76,7 @@ class GridCell:
             **self.cell.to_dict(),
             "prediction": self.prediction.to_dict() if self.prediction else None,
             "ratio": self.ratios(),
+            "above_bound": sorted(self.above_bound()),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_capacity_bytes": self.kv_capacity_bytes,
             "llama_kv_cache_bytes": self.llama_kv_cache_bytes,
@@ -103,9 +108,11 @@ class GridResult:
     def footnotes(self) -> list[str]:
         """What the table's columns mean, the peaks behind the predictions, the notes (one line each)."""
         foot = [
-            "pred = the roofline: decode ≤ read bandwidth / (weights read per token + KV bytes × context); "
-            "prefill ≤ matmul FLOP/s / (2 × params); TTFT ≥ evaluated tokens / that; × = measured / predicted"
+            "pred = the roofline: a decode step ≥ weights read per token / read bandwidth + the larger of KV bytes "
+            "× context / read bandwidth and attention's FLOPs / matmul FLOP/s; prefill ≤ matmul FLOP/s / (2 × "
+            "params); TTFT ≥ evaluated tokens / that; × = measured / predicted ('above': beyond the bound)"
         ]
+        foot += above_lines(self.cells) + lever_lines(self.cells)
         for t, p in sorted(self.peaks.items()):
             foot.append(
                 f"peaks at {t} thread(s): read {p.bandwidth_bytes_per_s / 1e9:.1f} GB/s, matmul "
@@ -185,12 +192,92 @@ def grid_row(
     point: str, synthetic: bool, cell: CellResult, prediction: Prediction | None, kv_bytes_per_token: int | None
 ) -> list[str]:
     """One cell as text under :data:`GRID_HEADERS` (a missing prediction or KV figure as a dash)."""
-    what = f"prompt {cell.prompt_tokens}" if cell.kind == "prompt" else f"depth {cell.depth}"
-    row = [point + (" (synthetic)" if synthetic else ""), what]
-    for m in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s"):
+    row = [point + (" (synthetic)" if synthetic else ""), _cell_name(cell)]
+    for m in PREDICTED:
         measured, predicted = getattr(cell, m).mean, getattr(prediction, m) if prediction else None
-        row += [mean_sd(getattr(cell, m)), _fmt(predicted), _fmt(ratio(measured, predicted), 2)]
+        share = bound_share(m, measured, predicted)
+        times = "above" if share is not None and share.above else _fmt(ratio(measured, predicted), 2)
+        row += [mean_sd(getattr(cell, m)), _fmt(predicted), times]
     return [*row, DASH if kv_bytes_per_token is None else f"{kv_bytes_per_token:,}"]
+
+
+def _cell_name(cell: CellResult) -> str:
+    return f"prompt {cell.prompt_tokens}" if cell.kind == "prompt" else f"depth {cell.depth}"
+
+
+def above_lines(cells: list[GridCell]) -> list[str]:
+    """One line per metric measured above its bound in some cell: how many cells, the first few, and the
+    furthest above in words (:meth:`~chatphase.models.roofline.BoundShare.text`)."""
+    names = {"ttft_ms": "TTFT", "prefill_tokens_per_s": "prefill", "decode_tokens_per_s": "decode"}
+    lines = []
+    for m, what in names.items():
+        hits = [(share, f"{c.point} {_cell_name(c.cell)}") for c in cells if (share := c.above_bound().get(m))]
+        if hits:
+            worst = max(hits, key=lambda h: h[0].fraction)[0]
+            where = ", ".join(name for _, name in hits[:3]) + (", …" if len(hits) > 3 else "")
+            lines.append(f"above: {what} in {len(hits)} cell(s) ({where}): {worst.text()}")
+    return lines
+
+
+#: a lever "loses" when the roofline predicted at least this gain and the measurement fell below 1.0×.
+PREDICTED_GAIN = 1.02
+
+
+def lever_lines(cells: list[GridCell]) -> list[str]:
+    """One line per lever that lost: a point whose decode the roofline predicted faster than the first point's
+    (the baseline) at the same cell, by :data:`PREDICTED_GAIN` or more, but that measured slower — with why.
+    For a quantised K/V cache (predictions exist only for CPU runs) the reason is attention's dequantisation,
+    and where both points have a shallower depth cell, attention's measured cost at this depth for each."""
+    if not cells:
+        return []
+    base = cells[0].point
+    by_key = {(c.point, c.cell.kind, c.cell.prompt_tokens, c.cell.depth): c for c in cells}
+    lines = []
+    for c in cells:
+        b = by_key.get((base, c.cell.kind, c.cell.prompt_tokens, c.cell.depth))
+        if c.point == base or b is None or c.prediction is None or b.prediction is None:
+            continue
+        measured = ratio(c.cell.decode_tokens_per_s.mean, b.cell.decode_tokens_per_s.mean)
+        predicted = ratio(c.prediction.decode_tokens_per_s, b.prediction.decode_tokens_per_s)
+        if measured is None or predicted is None or predicted < PREDICTED_GAIN or measured >= 1.0:
+            continue
+        head = (
+            f"lever lost: {c.point} decodes at {measured:.2f}× of {base} at {_cell_name(c.cell)}, where the roofline "
+            f"predicted {predicted:.2f}×"
+        )
+        kv = ("type_k", "type_v")
+        quantised = [str(c.levers[k]) for k in kv if c.levers.get(k) not in ("f16", "f32", "bf16", None)]
+        if quantised and any(c.levers.get(k) != b.levers.get(k) for k in kv):
+            why = (
+                f" — on a CPU, attention dequantises the {'/'.join(dict.fromkeys(quantised))} cache for every query "
+                "head and every token of context, and that costs more than the bytes it saves"
+            )
+            growth = [_attention_ms(x, cells) for x in (b, c)]
+            if all(g is not None for g in growth):
+                why += (
+                    f" (the step grew {growth[0]:.2f} ms over its shallowest depth with {base}, {growth[1]:.2f} ms "
+                    f"with {c.point})"
+                )
+        else:
+            why = (
+                " — the roofline counts bytes read and attention's FLOPs; this lever's cost lies elsewhere "
+                "(per-token overhead, threads, kernels)"
+            )
+        lines.append(head + why)
+    return lines
+
+
+def _attention_ms(c: GridCell, cells: list[GridCell]) -> float | None:
+    """How much ``c``'s decode step (ms) grew over its point's shallowest depth cell: attention's measured
+    cost of the extra context; ``None`` without a shallower depth cell or a rate."""
+    shallow = [x for x in cells if x.point == c.point and x.cell.kind == "depth" and x.cell.depth < c.cell.depth]
+    if c.cell.kind != "depth" or not shallow:
+        return None
+    s = min(shallow, key=lambda x: x.cell.depth)
+    deep_rate, shallow_rate = c.cell.decode_tokens_per_s.mean, s.cell.decode_tokens_per_s.mean
+    if not deep_rate or not shallow_rate:
+        return None
+    return 1e3 * (1 / deep_rate - 1 / shallow_rate)
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -354,8 +441,9 @@ class GridRun:
                     and n_params is not None and per_token is not None and weights is not None
                 ):  # fmt: skip
                     prediction = predict(
-                        p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell
-                    )
+                        p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell,
+                        attention_flops_per_context=attention_flops_per_context_token(info.attention),
+                    )  # fmt: skip
                 result.cells.append(
                     GridCell(
                         point=point.label(),

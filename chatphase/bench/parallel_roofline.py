@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from chatphase.bench.parallel_results import ParallelCell
 from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.roofline import BINDING_PCT
-from chatphase.models.roofline import step_bytes, step_flops
+from chatphase.bench.roofline import bound_class
+from chatphase.models.roofline import BoundShare, step_bytes, step_flops
 
 
 def crossover_n_seq(peaks: MachinePeaks, weight_bytes: int, n_params: int, kv_bytes_per_token: int, context: float):
@@ -105,12 +105,13 @@ def parallel_verdict(row: dict, balance: float, weight_bytes: int, kv_bytes_per_
     if pct is None:
         return f"{head}; not measured"
     measured = pct * row["aggregate_bound_tokens_per_s"] / 100
+    share = BoundShare(pct / 100, "read bandwidth" if row["bound_by"] == "memory bandwidth" else "matmul FLOP/s")
+    if share.above:
+        return f"{head}; measured {measured:,.0f} tok/s, {share.text()}"
     tail = f"; measured {measured:,.0f} tok/s, {pct:.0f}% of it"
-    if pct > 100:
-        return (
-            f"{head}{tail} — above the bound: the {weight_bytes / 2**20:.0f} MiB of weights are served "
-            "partly from CPU caches (or the peak test under-measured this machine)"
-        )
-    if pct < BINDING_PCT:
+    kind = bound_class(pct)
+    if kind == "overhead":
         return f"{head}{tail} — per-step overhead (graph setup, thread barriers, sampling) dominates, not the bound"
+    if kind == "near":
+        return f"{head}{tail} — near the boundary: per-step overhead counts as much as the bound"
     return f"{head}{tail}"

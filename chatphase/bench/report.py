@@ -160,11 +160,14 @@ def summary_lines(result: BenchResult) -> list[str]:
     if r and "decode_verdict" in r:
         lines.append(
             f"decode bound {r['decode_bound_tokens_per_s_at_empty_context']:,.0f} tok/s = bandwidth / "
-            f"({r['weight_bytes'] / 2**20:.0f} MiB weights + {r['kv_bytes_per_token']:,} B KV per token of context); "
+            f"({r['weight_bytes'] / 2**20:.0f} MiB weights + {r['kv_bytes_per_token']:,} B KV per token of context, "
+            "or attention's FLOPs at the matmul peak where they take longer); "
             f"prefill bound {r['prefill_bound_tokens_per_s']:,.0f} tok/s = FLOP/s / (2 × {r['n_params'] / 1e6:.0f} M params)"
         )
         lines.append(r["decode_verdict"])
         lines.append(r["prefill_verdict"])
+        if r.get("attention_line"):
+            lines.append(r["attention_line"])
     lines.extend((r or {}).get("parallel_verdicts", []))
     if result.parallel:
         lines.extend(f"note: {n}" for n in s.get("notes", []))

@@ -5,10 +5,12 @@ vendor's spec sheet) give its roofline bounds (:mod:`chatphase.models.roofline`)
 **efficiency** this machine reached against its own measured peaks (:mod:`chatphase.bench.peaks`):
 
 - ``decode_efficiency`` = measured decode tok/s / the bound at that context (a depth-0 cell);
-- ``prefill_efficiency`` = measured prefill tok/s / ``FLOP/s / (2 × params)``.
+- ``prefill_efficiency`` = measured prefill tok/s / ``FLOP/s / (2 × params)``;
 
-So ``decode(D) ≈ decode_efficiency × bandwidth / (weights + KV bytes × D)`` and ``TTFT(L) ≈ L × 2 × params /
-(prefill_efficiency × FLOP/s)``. These are upper bounds on speed (lower bounds on TTFT) under assumptions
+each at most 1.0: a local measurement above its bound is a measurement problem (the peak read low), flagged
+in the assumptions, and never carried to another device as an efficiency above 100 %. So ``decode(D) ≈
+decode_efficiency ×`` the roofline's decode bound at ``D`` (:func:`~chatphase.models.roofline.decode_bound`)
+and ``TTFT(L) ≈ L × 2 × params / (prefill_efficiency × FLOP/s)``. These are upper bounds on speed (lower bounds on TTFT) under assumptions
 :func:`assumptions` lists, never measurements; this machine's own row shows predicted beside measured at a
 depth the efficiency was not taken from, so the user sees how far the model can be trusted.
 """
@@ -19,7 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chatphase.errors import UsageError
-from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
+from chatphase.models.roofline import (
+    PEAK_OF_PHASE,
+    BoundShare,
+    decode_bound_tokens_per_s,
+    prefill_bound_tokens_per_s,
+    share_of_bound,
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,10 @@ def find_device(name: str) -> Device:
 @dataclass(frozen=True)
 class Efficiency:
     """What this machine reached against its own measured peaks (fractions, 1.0 = at the bound), with the
-    peaks and the cells they came from (``decode_depth``, ``prefill_tokens``)."""
+    peaks and the cells they came from (``decode_depth``, ``prefill_tokens``). ``decode`` and ``prefill``
+    are clamped to 1.0: a bound is never beaten, so a measurement above its bound (``decode_measured`` /
+    ``prefill_measured`` above 1.0, :attr:`decode_above_bound`) is a measurement problem — the local peak
+    read low — and another device is predicted at its bound, never above it."""
 
     decode: float
     prefill: float
@@ -90,26 +101,44 @@ class Efficiency:
     flops_per_s: float
     decode_depth: int
     prefill_tokens: int
+    decode_measured: float | None = None
+    prefill_measured: float | None = None
+
+    @property
+    def decode_above_bound(self) -> bool:
+        return (self.decode_measured or 0.0) > 1.0
+
+    @property
+    def prefill_above_bound(self) -> bool:
+        return (self.prefill_measured or 0.0) > 1.0
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """The model's figures the roofline needs: weights read per token, parameters, KV bytes per token."""
+    """The model's figures the roofline needs: weights read per token, parameters, KV bytes per token, and
+    attention's FLOPs per token of context (0: unknown, e.g. a result saved before it was recorded)."""
 
     name: str
     weight_bytes: int
     n_params: int
     kv_bytes_per_token: int
+    attention_flops_per_context: float = 0.0
 
 
-def predict_decode(bandwidth: float, eff: float, model: ModelFacts, depth: int) -> float:
-    """Decode tok/s at ``depth`` tokens of context: ``eff × bandwidth / (weights + KV × depth)``."""
-    return eff * decode_bound_tokens_per_s(bandwidth, model.weight_bytes, model.kv_bytes_per_token, depth)
+def predict_decode(bandwidth: float, eff: float, model: ModelFacts, depth: float, flops: float | None = None) -> float:
+    """Decode tok/s at ``depth`` tokens of context: ``eff`` × the roofline's decode bound
+    (:func:`~chatphase.models.roofline.decode_bound`: the weights' bytes, then attention's bytes or its
+    FLOPs at ``flops`` FLOP/s, the larger), ``eff`` at most 1.0."""
+    bound = decode_bound_tokens_per_s(
+        bandwidth, model.weight_bytes, model.kv_bytes_per_token, depth, flops, model.attention_flops_per_context
+    )
+    return min(eff, 1.0) * bound
 
 
 def predict_ttft_ms(flops: float, eff: float, model: ModelFacts, prompt_tokens: int) -> float:
-    """TTFT in ms of a prompt of ``prompt_tokens``: its prefill at ``eff × FLOP/s / (2 × params)``."""
-    return 1000.0 * prompt_tokens / (eff * prefill_bound_tokens_per_s(flops, model.n_params))
+    """TTFT in ms of a prompt of ``prompt_tokens``: its prefill at ``eff × FLOP/s / (2 × params)``, ``eff``
+    at most 1.0."""
+    return 1000.0 * prompt_tokens / (min(eff, 1.0) * prefill_bound_tokens_per_s(flops, model.n_params))
 
 
 def device_rows(
@@ -126,15 +155,29 @@ def device_rows(
             "flops_what": d.flops_what,
             "source": d.source,
             "ttft_ms": {n: predict_ttft_ms(d.flops_per_s, eff.prefill, model, n) for n in prompt_lengths},
-            "decode_tokens_per_s": {x: predict_decode(d.bandwidth_bytes_per_s, eff.decode, model, x) for x in depths},
+            "decode_tokens_per_s": {
+                x: predict_decode(d.bandwidth_bytes_per_s, eff.decode, model, x, d.flops_per_s) for x in depths
+            },
         }
         for d in devices
     ]
 
 
 def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
-    """The assumptions behind every prediction, as sentences."""
-    return [
+    """The assumptions behind every prediction, as sentences (first, where this machine measured above a
+    bound, that the efficiency was clamped and why)."""
+    flagged = []
+    for phase, measured, above in (
+        ("decode", eff.decode_measured, eff.decode_above_bound),
+        ("prefill", eff.prefill_measured, eff.prefill_above_bound),
+    ):
+        share = BoundShare(measured or 0.0, PEAK_OF_PHASE[phase])
+        if above:
+            flagged.append(
+                f"this machine's {phase} {share.text()} — a measurement problem, not an efficiency: other devices "
+                f"are predicted at 100% of their {share.peak}, their bound"
+            )
+    return flagged + [
         "upper bounds on speed (TTFT: lower bounds), not measurements",
         f"the other machine reaches the fraction of its peaks this one reached: {eff.decode:.0%} of its read "
         f"bandwidth in decode (at depth {eff.decode_depth}), {eff.prefill:.0%} of its matmul FLOP/s in prefill "
@@ -142,8 +185,8 @@ def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
         f"the whole model ({model.weight_bytes / 2**20:,.0f} MiB read per token) and its KV cache fit in the "
         "device's fastest memory (no offload, no paging)",
         f"decode reads every weight and the KV cache ({model.kv_bytes_per_token:,} B per token of context) once "
-        "per token; prefill costs 2 × parameters FLOPs per token (attention's own FLOPs left out: optimistic at "
-        "long prompts)",
+        "per token, attention's arithmetic counted where it takes longer than its bytes; prefill costs 2 × "
+        "parameters FLOPs per token (attention's own FLOPs left out: optimistic at long prompts)",
         "one sequence, no batching; peaks are the vendor's theoretical figures (spec sheets), which no program reaches",
     ]
 
@@ -172,17 +215,22 @@ def efficiency_from(result) -> tuple[Efficiency, ModelFacts, dict]:
         int(r["weight_bytes"]),
         int(r["n_params"]),
         int(r["kv_bytes_per_token"]),
+        float(r.get("attention_flops_per_context_token") or 0.0),
     )
     bw, flops = float(r["bandwidth_bytes_per_s"]), float(r["flops_per_s"])
     d0, p = depths[0], max(prompts, key=lambda c: c.prompt_tokens)
-    decode_bound = decode_bound_tokens_per_s(bw, model.weight_bytes, model.kv_bytes_per_token, cell_context_tokens(d0))
+    decode = share_of_bound(d0.decode_tokens_per_s.mean, predict_decode(bw, 1.0, model, cell_context_tokens(d0), flops))
+    prefill = share_of_bound(p.prefill_tokens_per_s.mean, prefill_bound_tokens_per_s(flops, model.n_params), "prefill")
+    assert decode is not None and prefill is not None  # both cells have a rate, both bounds are positive
     eff = Efficiency(
-        decode=d0.decode_tokens_per_s.mean / decode_bound,
-        prefill=p.prefill_tokens_per_s.mean / prefill_bound_tokens_per_s(flops, model.n_params),
+        decode=decode.clamped,
+        prefill=prefill.clamped,
         bandwidth_bytes_per_s=bw,
         flops_per_s=flops,
         decode_depth=d0.depth,
         prefill_tokens=p.prompt_tokens,
+        decode_measured=decode.fraction,
+        prefill_measured=prefill.fraction,
     )
     measured = {
         "decode": {c.depth: (c.decode_tokens_per_s.mean, cell_context_tokens(c)) for c in depths},

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     checks = [
         {
             "what": f"decode at depth {d}",
-            "predicted": predict_decode(here.bandwidth_bytes_per_s, eff.decode, model, ctx),
+            "predicted": predict_decode(here.bandwidth_bytes_per_s, eff.decode, model, ctx, here.flops_per_s),
             "measured": tps,
             "calibration": d == eff.decode_depth,
         }
@@ -124,12 +124,16 @@ def run(args: argparse.Namespace) -> int:
     for row in table:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
     print("\nthis machine, predicted vs measured:")
+    above = {"decode": eff.decode_above_bound, "TTFT": eff.prefill_above_bound}
     for c in checks:
-        how = (
-            "calibration (equal by construction)"
-            if c["calibration"]
-            else f"measured / predicted {c['measured'] / c['predicted']:.2f}"
-        )
+        how = f"measured / predicted {c['measured'] / c['predicted']:.2f}"
+        if c["calibration"]:
+            clamped = above[c["what"].split()[0]]
+            how = (
+                "calibration: measured above its bound, efficiency clamped to 100%"
+                if clamped
+                else ("calibration (equal by construction)")
+            )
         print(f"  {c['what']}: predicted {c['predicted']:,.1f}, measured {c['measured']:,.1f} — {how}")
     print("\nassumptions:")
     for line in notes:
@@ -141,7 +145,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ms(ms: float) -> str:
-    return f"{ms / 1000:,.1f} s" if ms >= 1000 else f"{ms:,.0f} ms"
+    """A predicted TTFT: seconds from 1 s, whole ms from 10 ms, two significant digits below, ``< 0.01 ms``
+    below that (never a rounded "0 ms")."""
+    if ms >= 1000:
+        return f"{ms / 1000:,.1f} s"
+    if ms >= 10:
+        return f"{ms:,.0f} ms"
+    return f"{ms:.2g} ms" if ms >= 0.01 else "< 0.01 ms"
 
 
 def _measure_here(args: argparse.Namespace):

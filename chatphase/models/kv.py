@@ -41,13 +41,16 @@ KV_CELL_PAD = 256
 class AttentionShape:
     """The attention geometry the KV formula needs, as read from GGUF metadata.
 
-    ``n_head_kv`` holds one entry per layer (a scalar in the file is repeated ``n_layer`` times).
+    ``n_head_kv`` holds one entry per layer (a scalar in the file is repeated ``n_layer`` times); ``n_head``
+    the query heads (attention's arithmetic, :func:`chatphase.models.roofline.attention_flops_per_context_token`;
+    0 where unknown).
     """
 
     n_layer: int
     n_head_kv: tuple[int, ...]
     head_dim_k: int
     head_dim_v: int
+    n_head: int = 0
 
 
 def attention_shape(metadata: dict[str, Any], architecture: str) -> AttentionShape:
@@ -80,7 +83,7 @@ def attention_shape(metadata: dict[str, Any], architecture: str) -> AttentionSha
     head_dim = n_embd // n_head
     head_dim_k = int(metadata.get(f"{a}.attention.key_length", head_dim))
     head_dim_v = int(metadata.get(f"{a}.attention.value_length", head_dim))
-    return AttentionShape(n_layer, n_head_kv, head_dim_k, head_dim_v)
+    return AttentionShape(n_layer, n_head_kv, head_dim_k, head_dim_v, n_head)
 
 
 def _first_nonzero(value: Any) -> int:

@@ -104,11 +104,18 @@ def cpu_system_info() -> str:
     return str(lc.llama_print_system_info().decode("utf-8", "replace").strip())
 
 
+def cpu_auto_plan() -> OffloadPlan:
+    """:func:`offload_plan` for ``extra_bufts = auto`` and no GPU layers on this CPU and llama.cpp build: what
+    chatphase does by default, e.g. for llama.cpp's own tools to run the same way (llama-bench's
+    ``--repack`` is ``use_extra_bufts``)."""
+    return offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, cpu_system_info(), gpu_ok=False)
+
+
 def cpu_safe_model_defaults(default_params: Callable[[], Any]) -> Callable[[], Any]:
     """``default_params`` (llama.cpp's ``llama_model_default_params``) with the extra-buffer-type choice
     :func:`offload_plan` makes for ``extra_bufts = auto`` on this CPU: for third-party code that builds its own
     model parameters (llama-cpp-python's ``Llama`` and its server), so that it runs as safely as the engine."""
-    plan = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, cpu_system_info(), gpu_ok=False)
+    plan = cpu_auto_plan()
 
     def params() -> Any:
         p = default_params()

@@ -173,6 +173,8 @@ class SweepPane(ExperimentPane):
         if result.roofline and "decode_verdict" in result.roofline:
             lines.append(result.roofline["decode_verdict"])
             lines.append(result.roofline["prefill_verdict"])
+            if result.roofline.get("attention_line"):
+                lines.append(result.roofline["attention_line"])
         return "\n".join(lines)
 
 
