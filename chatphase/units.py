@@ -62,6 +62,11 @@ def fmt_count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def fmt_at_threads(n: int | None) -> str:
+    """`` at 2 threads`` (``""`` when unknown): the decode thread count a figure was measured at."""
+    return "" if n is None else f" at {fmt_count(n, 'thread')}"
+
+
 def fmt_params(n: int | None) -> str:
     """Parameter count: ``134515008`` -> ``135M``, ``1_235_814_400`` -> ``1.2B``, ``12e9`` -> ``12B``."""
     if n is None:

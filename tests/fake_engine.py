@@ -118,6 +118,7 @@ class FakeEngine:
         spec: speculative decoding's live figures, sent with every ``TokensDecoded``, and ``spec_*`` metrics.
         drafted: indices of tokens (0 = the first) sent as accepted draft tokens (``drafted_spans``: all their
             text): each is in the step of the next other token, which also drafted one rejected token.
+        spec_note: the turns' ``spec_note`` (drafting did not pay).
     """
 
     def __init__(
@@ -140,6 +141,7 @@ class FakeEngine:
         log_path: str = "",
         spec: SpecLive | None = None,
         drafted: Collection[int] = (),
+        spec_note: str | None = None,
     ) -> None:
         self.info = info
         self.n_ctx = int(getattr(config, "n_ctx", 4096))
@@ -152,7 +154,7 @@ class FakeEngine:
         self.crash_at, self.crash_turn = crash_at, crash_turn
         self.hold, self.hold_after_tokens = hold, hold_after_tokens
         self.notes, self.log_path = notes, log_path
-        self.spec, self.drafted = spec, frozenset(drafted)
+        self.spec, self.drafted, self.spec_note = spec, frozenset(drafted), spec_note
         self.kv_bytes_per_token = info.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN
         self._cache: list[str] = []
         self._cancel = threading.Event()
@@ -310,7 +312,8 @@ class FakeEngine:
                 sampled = k not in self.drafted
                 steps.append((times[k], run + sampled, run + (sampled and run > 0), run, not run))
                 run = 0
-        return spec_figures(spec.mode, times[0], *([list(c) for c in zip(*steps, strict=True)] or [[]] * 5))
+        columns = [list(c) for c in zip(*steps, strict=True)] or [[]] * 5
+        return spec_figures(spec.mode, times[0], *columns, note=self.spec_note)
 
     def watch(self) -> Iterator[Event]:
         """Block until the engine dies or is closed; yield ``EngineFailed(fatal=True)`` when it died."""

@@ -281,3 +281,14 @@ def test_inline_dispatcher_runs_a_whole_chat_in_the_callers_thread():
     chat.send("hi")
     assert chat.conversation[-1] == Message("assistant", "sure") and chat.ready
     assert "turn_finished" in calls.names()
+
+
+def test_a_turn_whose_drafts_did_not_pay_says_so():
+    from chatphase.engine.events import SpecLive
+
+    note = "the draft model did not pay: this turn decoded at ×0.41 of plain steps (2 threads); --spec off or lookup is faster"
+    chat, _, calls = loaded(spec=SpecLive("draft", 0, 0, 0, 0), drafted=(2, 3), spec_note=note)
+    chat.send("hello")
+    chat.dispatcher.drain()
+    (notice,) = [n for n in calls.notices() if n.kind == "spec"]
+    assert (notice.text, notice.severity) == (note, "warning")

@@ -212,8 +212,14 @@ def test_the_offload_sweep_writes_one_placement_per_layer_count_and_its_plot(vk_
     assert none["layers_offloaded"] == 0 and every["layers_offloaded"] == every["layers_total"] > 0
     for p in (none, every):
         assert p["prefill_tokens_per_s"] > 0 and p["decode_tokens_per_s"] > 0
+        # one cell's rate and TTFT: its prefill fits within its TTFT
+        assert p["prefill_prompt_tokens"] / p["prefill_tokens_per_s"] * 1000 <= p["ttft_ms"] * 1.001
         r = p["roofline"]
-        assert r["host_bandwidth_bytes_per_s"] > 0 and r["decode_bound_tokens_per_s"] > 0
+        assert r["host_bandwidth_bytes_per_s"] > 0
+        if r["device_bytes_per_token"] and r["device_bandwidth_bytes_per_s"] is None:  # unknown stays unknown
+            assert r["decode_bound_tokens_per_s"] is None and r["bound_by"].startswith("unknown")
+        else:
+            assert r["decode_bound_tokens_per_s"] > 0
         assert r["device_bytes_per_token"] >= p["memory"]["device"].get("weights", 0)
         size = json.loads(out.read_text())["offload"][0]["result"]["model"]["size_bytes"]
         assert r["host_bytes_per_token"] >= size - p["memory"]["device"].get("weights", 0)

@@ -22,7 +22,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.local.drafters import AutoPolicy, LookupDrafter
+from chatphase.engine.local.drafters import LookupDrafter
 from chatphase.engine.local.llama import LlamaEngine
 from chatphase.engine.metrics import spec_figures
 from chatphase.engine.spec_modes import SpecMode, parse_spec
@@ -193,6 +193,17 @@ def test_a_thinking_budget_closes_where_plain_decode_closes(thinking_model_info,
     assert results["off"][:2] == (True, 6)
 
 
+def test_the_default_model_drafting_for_itself_is_said_at_load(default_model_info, tmp_path):
+    from chatphase.engine.spec_modes import SPEC_WARNING
+
+    engine = make(default_model_info, tmp_path, "draft:default", n_ctx=256)
+    try:
+        (note,) = [n for n in engine.loaded.notes if n.startswith(SPEC_WARNING)]
+        assert "is the target model itself" in note
+    finally:
+        engine.close()
+
+
 def test_a_draft_model_of_another_vocabulary_is_refused(default_model_info, gemma_model_info, tmp_path):
     engine = LlamaEngine(
         default_model_info, EngineConfig(n_ctx=256, spec=f"draft:{gemma_model_info.path}"), log_path=tmp_path / "e.log"
@@ -235,29 +246,6 @@ def test_lookup_does_not_propose_the_current_ngram_itself():
     d = LookupDrafter(n=2)
     assert d.propose([1, 2], 4) == []
     assert d.propose([1, 2, 1, 2], 4) == [1, 2]
-
-
-def test_auto_drafts_only_where_the_measured_cost_pays():
-    auto = AutoPolicy(k_max=8)
-    assert auto.choose() == 0  # nothing measured: a plain step first
-    auto.observe(0, 0, 10.0)
-    assert auto.choose() == 2  # the verify cost is not known yet: a short draft measures it
-    for _ in range(20):  # each draft token costs as much as a plain step and none is accepted
-        auto.observe(8, 0, 90.0)
-        auto.observe(0, 0, 10.0)
-    assert auto.choose() == 0
-    cheap = AutoPolicy(k_max=8)
-    cheap.observe(0, 0, 10.0)
-    for _ in range(20):  # cheap draft tokens, nearly all accepted
-        cheap.observe(8, 8, 12.0)
-    assert cheap.choose() == 8
-
-
-def test_auto_probes_again_after_a_while():
-    auto = AutoPolicy(k_max=4)
-    auto.plain_ms, auto.per_token_ms, auto.acceptance = 10.0, 10.0, 0.0
-    choices = [auto.choose() for _ in range(40)]
-    assert choices.count(0) >= 30 and any(choices)
 
 
 def test_spec_figures_formulas():

@@ -173,3 +173,18 @@ async def test_the_real_engine_drafts_tint_the_tail(default_model_info):
             await pilot.pause(0.02)
         await wait_for(pilot, lambda: idle(app), timeout_s=60)
         assert app.chat.conversation[-1].content and most >= 1
+
+
+async def test_a_draft_model_that_cannot_pay_is_said_in_the_chat_at_load_and_after_a_turn():
+    from chatphase.engine.spec_modes import SPEC_WARNING
+    from chatphase.ui.transcript.chat_log import Notice as ChatNotice
+
+    before = f"{SPEC_WARNING} the draft model small.gguf is the target model itself: each drafted token costs …"
+    after = "the draft model did not pay: this turn decoded at ×0.41 of plain steps (2 threads); --spec off …"
+    app, _ = make_app(notes=(before,), spec=LIVE, drafted=(2, 3), spec_note=after)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        shown = lambda: [str(n.render()) for n in app.query(ChatNotice)]  # noqa: E731
+        assert any(before in text for text in shown())
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: idle(app) and any(after in text for text in shown()))

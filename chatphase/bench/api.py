@@ -74,6 +74,7 @@ class BenchRun:
         self._cancel = threading.Event()
         self._sweep: Sweep | None = None
         self._engine: Engine | None = None
+        self._running: tuple[LoadedModel, SweepPlan, MachinePeaks | None] | None = None
 
     def cancel(self) -> None:
         """Stop as soon as possible; the run still ends with a (partial) :class:`BenchDone`."""
@@ -97,6 +98,7 @@ class BenchRun:
             loaded = load_engine(engine)
             builder = self._builder or PromptBuilder(EngineTokenizer(engine))
             sweep = self._sweep = Sweep(engine, builder, plan)
+            self._running = loaded, plan, peaks
             if self._cancel.is_set():
                 sweep.cancel()
             done: SweepDone | None = None
@@ -109,6 +111,15 @@ class BenchRun:
             engine.close()
         assert done is not None
         yield BenchDone(self._result(loaded, plan, done, peaks))
+
+    def partial(self) -> BenchResult | None:
+        """The runs measured so far as a cancelled :class:`BenchResult`, while the sweep may still be running in
+        another thread; ``None`` before the model was loaded (or for a parallel plan)."""
+        sweep, running = self._sweep, self._running
+        if not isinstance(sweep, Sweep) or running is None:
+            return None
+        loaded, plan, peaks = running
+        return self._result(loaded, plan, sweep.partial(), peaks)
 
     def peaks(self) -> Generator[BenchEvent, None, MachinePeaks | None]:
         """Measure the machine's peaks unless given or off, before this run's engine loads and once other

@@ -13,7 +13,17 @@ The layers run one after another, so a token takes at least ``device_bytes / dev
 host_bytes / host_bandwidth``; the side with the larger share binds. The host bandwidth is measured here
 (:mod:`chatphase.bench.peaks`); a GPU's is not measurable from the host, so it is taken from
 ``--device-bandwidth`` (GB/s) when given, from the host's for an integrated GPU (its memory is host memory),
-and otherwise left out (the bound then counts the host side only, an upper bound on speed).
+and otherwise it is unknown, and so is the bound of any placement with bytes on the device: no bound is
+printed rather than the host side's alone (which read 20,580 tok/s beside 2.8 measured with every layer
+on a software GPU).
+
+Prefill is reported as one prompt cell's (the longest prompt's) rate beside that cell's TTFT, so the two
+agree; a mean of rates over cells mixed in the depth cells' few-token extensions (on a Vulkan build at 0
+layers those run on the CPU while a 64-token batch goes to the device: 164 tok/s beside a 7 s TTFT).
+
+The layers run one after another: :class:`OffloadRun` numbers the runs across placements, and
+:meth:`OffloadRun.partial` gives what ran so far (the finished placements and the current one's runs)
+to a caller that must stop at once.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from chatphase.bench.api import BenchDone, BenchEvent, BenchRun, BenchStatus
 from chatphase.bench.peaks import MachinePeaks
 from chatphase.bench.plot import check_plot_path, save_figure
 from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import SweepPlan
+from chatphase.bench.runner import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.units import fmt_bytes
@@ -75,16 +85,18 @@ def placement_roofline(
     dev_kv = kv_read * dev.get("kv_cache", 0) / kv_total if kv_total else 0.0
     device_bytes = dev.get("weights", 0) + dev_kv
     host_bytes = max(0, weight_bytes - dev.get("weights", 0)) + (kv_read - dev_kv)
-    host_s = host_bytes / host_bw if host_bw else None
+    host_s = host_bytes / host_bw if host_bw and host_bytes else (0.0 if not host_bytes else None)
     device_s = device_bytes / device_bw if device_bw and device_bytes else (0.0 if not device_bytes else None)
-    known = [s for s in (host_s, device_s) if s is not None]
-    bound = 1.0 / sum(known) if known and sum(known) > 0 else None
-    if device_s is None:
-        binds = "host memory (device bandwidth unknown: --device-bandwidth)" if host_s else "unknown"
+    bound = None
+    if device_s is None:  # unknown stays unknown: the host side alone is no bound
+        binds = "unknown: device bandwidth unknown, give --device-bandwidth GB/s"
     elif host_s is None:
-        binds = "device memory" if device_s else "unknown"
-    else:
+        binds = "unknown: host bandwidth not measured"
+    elif host_s + device_s > 0:
+        bound = 1.0 / (host_s + device_s)
         binds = "device memory" if device_s >= host_s else "host memory"
+    else:
+        binds = "unknown"
     return {
         "context_tokens": context_tokens,
         "device_bytes_per_token": device_bytes,
@@ -110,17 +122,29 @@ class Placement:
         return self.result.system.get("layers_offloaded"), self.result.system.get("layers_total")
 
     def mean(self, metric: str) -> float | None:
-        """The mean of ``metric`` (``prefill_tokens_per_s``, ``decode_tokens_per_s``) over the run's cells."""
+        """The mean of ``metric`` (``decode_tokens_per_s``) over the run's cells."""
         values = [getattr(c, metric).mean for c in self.result.results if getattr(c, metric).mean is not None]
         return sum(values) / len(values) if values else None
 
+    def prefill(self) -> tuple[int | None, float | None, float | None]:
+        """``(prompt tokens, TTFT ms, prefill tokens/s)`` of one prompt cell, the longest prompt's (means over
+        its reps), so that rate and TTFT describe the same turns; ``(None, None, None)`` without one."""
+        cells = [c for c in self.result.results if c.kind == "prompt" and c.prefill_tokens_per_s.mean is not None]
+        if not cells:
+            return None, None, None
+        c = max(cells, key=lambda c: c.prompt_tokens)
+        return c.prompt_tokens, c.ttft_ms.mean, c.prefill_tokens_per_s.mean
+
     def to_dict(self) -> dict:
         offloaded, total = self.layers
+        prompt_tokens, ttft_ms, prefill_rate = self.prefill()
         return {
             "n_gpu_layers": self.n_gpu_layers,
             "layers_offloaded": offloaded,
             "layers_total": total,
-            "prefill_tokens_per_s": self.mean("prefill_tokens_per_s"),
+            "prefill_prompt_tokens": prompt_tokens,
+            "ttft_ms": ttft_ms,
+            "prefill_tokens_per_s": prefill_rate,
             "decode_tokens_per_s": self.mean("decode_tokens_per_s"),
             "memory": self.result.system.get("memory"),
             "roofline": self.roofline,
@@ -152,6 +176,9 @@ class OffloadRun:
         self.info, self.config, self.plan, self.gpu_layers = info, config, plan, gpu_layers
         self.roofline, self.device_bandwidth = roofline, device_bandwidth
         self._current: BenchRun | None = None
+        self._current_n: int | None = None
+        self._placements: list[Placement] = []
+        self._peaks: MachinePeaks | None = None
         self._cancelled = False
 
     def cancel(self) -> None:
@@ -159,25 +186,44 @@ class OffloadRun:
         if self._current is not None:
             self._current.cancel()
 
+    def make_run(self, n_gpu_layers: int, peaks: MachinePeaks | None) -> BenchRun:
+        """The bench run of one placement (tests replace it with a fake)."""
+        config = replace(self.config, n_gpu_layers=n_gpu_layers)
+        return BenchRun(self.info, config, self.plan, roofline=peaks is not None, peaks=peaks)
+
     def __iter__(self) -> Iterator[BenchEvent | OffloadDone]:
-        first = BenchRun(self.info, self.config, self.plan, roofline=self.roofline)
-        peaks: MachinePeaks | None = (yield from first.peaks()) if self.roofline else None
-        placements = []
-        for n in self.gpu_layers:
+        if self.roofline:
+            first = BenchRun(self.info, self.config, self.plan, roofline=self.roofline)
+            self._peaks = yield from first.peaks()
+        peaks = self._peaks
+        placements = self._placements
+        per_run, total = self.plan.total_runs, self.plan.total_runs * len(self.gpu_layers)
+        for i, n in enumerate(self.gpu_layers):
             if self._cancelled:
                 break
-            yield BenchStatus(f"n_gpu_layers {'all' if n == -1 else n}: loading")
-            run = BenchRun(
-                self.info, replace(self.config, n_gpu_layers=n), self.plan, roofline=peaks is not None, peaks=peaks
-            )
-            self._current = run
+            yield BenchStatus(f"n_gpu_layers {'all' if n == -1 else n} ({i + 1}/{len(self.gpu_layers)}): loading")
+            run = self._current = self.make_run(n, peaks)
+            self._current_n = n
             for event in run:
                 if isinstance(event, BenchDone):
                     placements.append(self._placement(n, event.result, peaks))
                     self._cancelled |= event.result.cancelled
+                elif isinstance(event, SweepProgress):  # numbered across the placements
+                    yield replace(event, done_runs=i * per_run + event.done_runs, total_runs=total)
                 else:
                     yield event
-        yield OffloadDone(placements, cancelled=self._cancelled)
+            self._current = self._current_n = None
+        yield OffloadDone(list(placements), cancelled=self._cancelled)
+
+    def partial(self) -> OffloadDone:
+        """What ran so far, while the sweep may still be running (another thread): the finished placements and
+        the current one's measured runs (:meth:`BenchRun.partial`), marked cancelled."""
+        placements = list(self._placements)
+        run, n = self._current, self._current_n
+        result = run.partial() if run is not None else None
+        if result is not None and n is not None and result.results:
+            placements.append(self._placement(n, result, self._peaks))
+        return OffloadDone(placements, cancelled=True)
 
     def _placement(self, n: int, result: BenchResult, peaks: MachinePeaks | None) -> Placement:
         host_bw = peaks.bandwidth_bytes_per_s if peaks else None
@@ -194,20 +240,26 @@ class OffloadRun:
 
 
 def render_offload(done: OffloadDone) -> str:
-    """A table: per layer count the layers llama.cpp offloaded, prefill and decode tokens/s, bytes per decode
-    token from device and host memory, the decode bound and what binds it."""
+    """A table: per layer count the layers llama.cpp offloaded, the longest prompt's length, TTFT and prefill
+    tokens/s (one cell: :meth:`Placement.prefill`), decode tokens/s, bytes per decode token from device and
+    host memory, the decode bound (``–`` when unknown) and what binds it."""
 
     def rate(v: float | None) -> str:
         return "–" if v is None else f"{v:,.1f}"
 
-    head = f"{'n_gpu_layers':>12}  {'offloaded':>9}  {'prefill tok/s':>13}  {'decode tok/s':>12}  {'device B/tok':>12}  {'host B/tok':>10}  {'bound tok/s':>11}  bound by"
+    head = (
+        f"{'n_gpu_layers':>12}  {'offloaded':>9}  {'prompt tok':>10}  {'TTFT ms':>9}  {'prefill tok/s':>13}  "
+        f"{'decode tok/s':>12}  {'device B/tok':>12}  {'host B/tok':>10}  {'bound tok/s':>11}  bound by"
+    )
     rows = [head]
     for p in done.placements:
         off, total = p.layers
         r = p.roofline
+        prompt_tokens, ttft_ms, prefill_rate = p.prefill()
         rows.append(
             f"{'all' if p.n_gpu_layers == -1 else p.n_gpu_layers:>12}  {f'{off}/{total}':>9}  "
-            f"{rate(p.mean('prefill_tokens_per_s')):>13}  {rate(p.mean('decode_tokens_per_s')):>12}  "
+            f"{'–' if prompt_tokens is None else prompt_tokens:>10}  {rate(ttft_ms):>9}  "
+            f"{rate(prefill_rate):>13}  {rate(p.mean('decode_tokens_per_s')):>12}  "
             f"{fmt_bytes(r['device_bytes_per_token']):>12}  {fmt_bytes(r['host_bytes_per_token']):>10}  "
             f"{rate(r['decode_bound_tokens_per_s']):>11}  {r['bound_by']}"
         )
@@ -235,12 +287,14 @@ def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
 
     xs = [p_.layers[0] or 0 for p_ in done.placements]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    ax1.plot(xs, [pl.mean("prefill_tokens_per_s") or 0 for pl in done.placements], "o-", color="C0", label="measured")
+    ax1.plot(xs, [pl.prefill()[2] or 0 for pl in done.placements], "o-", color="C0", label="measured")
     ax2.plot(xs, [pl.mean("decode_tokens_per_s") or 0 for pl in done.placements], "o-", color="C1", label="measured")
     bounds = [pl.roofline.get("decode_bound_tokens_per_s") for pl in done.placements]
     if any(b is not None for b in bounds):
         ax2.plot(xs, [b or float("nan") for b in bounds], "--", color="C1", alpha=0.6, label="memory bound")
-    ax1.set(title="Prefill vs layers on the device", xlabel="layers offloaded", ylabel="prefill tokens/s")
+    ax1.set(
+        title="Prefill (longest prompt) vs layers on the device", xlabel="layers offloaded", ylabel="prefill tokens/s"
+    )
     ax2.set(title="Decode vs layers on the device", xlabel="layers offloaded", ylabel="decode tokens/s")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)

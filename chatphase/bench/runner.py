@@ -149,6 +149,8 @@ class Sweep:
         self.plan = plan
         self._cancel = threading.Event()
         self._turn_id = 0
+        self.samples: list[Sample] = []  # every run measured so far (warm-ups too), for a partial result
+        self.notes: list[str] = []
 
     def cancel(self) -> None:
         """Stop after (or, through the engine, during) the current turn. Thread-safe."""
@@ -162,8 +164,7 @@ class Sweep:
 
     def __iter__(self) -> Iterator[SweepEvent]:
         plan = self.plan
-        samples: list[Sample] = []
-        notes: list[str] = []
+        samples, notes = self.samples, self.notes
         done, total = 0, plan.total_runs
         for kind, prompt_tokens, depth in plan.cells():
             for i in range(plan.warmup + plan.reps):
@@ -177,9 +178,14 @@ class Sweep:
                 yield SweepProgress(done, total, sample)
             if self.cancelled:
                 break
+        yield self.partial(self.cancelled)
+
+    def partial(self, cancelled: bool = True) -> SweepDone:
+        """The runs measured so far as a :class:`SweepDone` (safe to call from another thread meanwhile)."""
+        samples = list(self.samples)
         counted = [s for s in samples if not s.warmup]
-        yield SweepDone(
-            aggregate(counted, plan.gen_tokens), tuple(samples), self.cancelled, tuple(dict.fromkeys(notes))
+        return SweepDone(
+            aggregate(counted, self.plan.gen_tokens), tuple(samples), cancelled, tuple(dict.fromkeys(self.notes))
         )
 
     def measure_once(self, kind: CellKind, prompt_tokens: int, depth: int, i: int, notes: list[str]) -> Sample | None:

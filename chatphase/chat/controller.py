@@ -361,6 +361,8 @@ class ChatController:
         self._tell(lambda to: to.turn_finished(turn, ev))
         if ev.metrics.stop_reason == "context_full":
             self._notice(Notice.context_full())
+        if ev.metrics.spec_note:  # drafting did not pay this turn
+            self._notice(Notice("spec", "Speculative decoding", ev.metrics.spec_note, "warning"))
 
     def _failed(self, ev: EngineFailed) -> None:
         turn = self.turn

@@ -37,7 +37,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
-from chatphase.units import fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
+from chatphase.units import fmt_at_threads, fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
 
 
 def register(sub) -> None:
@@ -76,7 +76,10 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
         )
     spec = ""
     if m.spec_mode is not None:
-        steps = f"{fmt_ms(m.spec_verify_step_ms)} drafted vs {fmt_ms(m.spec_plain_step_ms)} plain step"
+        steps = (
+            f"{fmt_ms(m.spec_verify_step_ms)} drafted vs {fmt_ms(m.spec_plain_step_ms)} plain step"
+            f"{fmt_at_threads(m.spec_plain_threads)}"
+        )
         spec = (
             f"spec {spec_figures_text(m.spec_mode, m.spec_tokens_per_step, m.spec_acceptance, m.spec_speedup)} "
             f"({n(m.spec_accepted)}/{n(m.spec_drafted)} drafted, {n(m.spec_steps)} steps, {steps}) · "
@@ -171,7 +174,7 @@ class _Printer(ChatListener):
     def notice(self, notice: Notice) -> None:
         if notice.kind == "turn_error":
             self.turn_error = notice.text
-        elif notice.kind in ("dropped", "context_full", "model"):
+        elif notice.kind in ("dropped", "context_full", "model", "spec"):
             print(f"chatphase: {notice.text}", file=sys.stderr)
 
     def emit_json(self) -> None:

@@ -9,8 +9,8 @@ TTFT against prompt length, and the roofline (measured memory bandwidth and matm
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
 A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
 lever grid instead (:mod:`chatphase.commands.bench_grid`): every combination, interleaved, beside the roofline.
-Exit codes: 0 ok; 130 cancelled by Ctrl+C (partial results are still written; a second Ctrl+C aborts);
-2 bad usage or unusable model; 1 engine failure.
+Exit codes: 0 ok; 130 cancelled by Ctrl+C (the first lets the current run end, the second stops at once;
+either way the results so far are written); 2 bad usage or unusable model; 1 engine failure.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,15 +145,32 @@ def run(args: argparse.Namespace) -> int:
         text_of=lambda done: render(done.result, args.format),
         plot=lambda done, path: write_plot([done.result], path),
         cancelled=lambda done: done.result.cancelled,
+        partial=lambda: BenchDone(result) if (result := bench.partial()) is not None else None,
     )
 
 
-def execute(args, run, total_runs: int, done_type: type, text_of, plot, cancelled) -> int:
+#: seconds without a finished run after which a progress line says the run is still going.
+HEARTBEAT_S = 30.0
+
+
+def execute(
+    args, run, total_runs: int, done_type: type, text_of, plot, cancelled, partial=None, heartbeat_s=HEARTBEAT_S
+) -> int:
     """Run ``run`` (an iterable of bench events ending with a ``done_type`` event) with a progress bar on
     stderr and Ctrl+C cancelling it, then write ``text_of(done)`` (to ``--output`` or stdout) and
-    ``plot(done, path)`` for ``--plot``; exit 130 when ``cancelled(done)``, else 0."""
-    with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
-        done = follow(run, progress, done_type)
+    ``plot(done, path)`` for ``--plot``; exit 130 when ``cancelled(done)``, else 0.
+
+    The run goes on in a worker thread, so that Ctrl+C is seen at once even while llama.cpp evaluates a
+    batch (a signal reaches Python only between two C calls of the main thread: on a software GPU one batch
+    took minutes). The first Ctrl+C cancels (the current turn ends at its next batch); a second stops
+    waiting and writes ``partial()`` (``run``'s results so far, a ``done_type``; ``None``: nothing ran yet).
+    Without ``partial`` a second Ctrl+C interrupts as before. Every ``heartbeat_s`` without a finished run, a
+    line says what is still running."""
+    with _Progress(total_runs) as progress:
+        done = _run_in_thread(run, progress, done_type, partial, heartbeat_s)
+    if done is None:
+        print("chatphase: stopped before any run finished: no results", file=sys.stderr)
+        return 130
     write_output(text_of(done), args.output)
     if args.plot:
         plot(done, Path(args.plot).expanduser())
@@ -222,6 +240,50 @@ def follow(events, progress: _Progress, done_type: type):
     return done
 
 
+def _run_in_thread(run, progress: _Progress, done_type: type, partial, heartbeat_s: float):
+    """:func:`follow` ``run`` in a worker thread while the main thread handles Ctrl+C (see :func:`execute`);
+    the ``done_type`` event, or ``partial()`` after a second Ctrl+C. Re-raises the worker's exception."""
+    if threading.current_thread() is not threading.main_thread():
+        return follow(run, progress, done_type)
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["done"] = follow(run, progress, done_type)
+        except BaseException as exc:  # handed to the main thread
+            box["error"] = exc
+
+    stop_now = threading.Event()
+    presses = 0
+
+    def on_sigint(signum, frame) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            progress.status("cancelling after the current batch — Ctrl+C again to stop now with the results so far")
+            run.cancel()
+        elif partial is None:
+            raise KeyboardInterrupt
+        else:
+            stop_now.set()
+
+    worker = threading.Thread(target=work, name="chatphase-bench", daemon=True)
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        worker.start()
+        while worker.is_alive() and not stop_now.is_set():
+            worker.join(0.2)
+            progress.heartbeat(heartbeat_s)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stop_now.is_set() and worker.is_alive():
+        return partial()
+    if "error" in box:
+        raise box["error"]
+    return box["done"]
+
+
 @contextlib.contextmanager
 def _first_ctrl_c_cancels(bench, progress) -> Iterator[None]:
     """While running: the first Ctrl+C cancels the sweep (partial results are still written), a second
@@ -268,6 +330,8 @@ class _Progress:
             disable=self._plain,
         )
         self._task = self._bar.add_task("starting", total=total)
+        self._description = "starting"
+        self._last_event = self._last_line = time.monotonic()
 
     def __enter__(self) -> _Progress:
         self._bar.__enter__()
@@ -276,7 +340,22 @@ class _Progress:
     def __exit__(self, *exc) -> None:
         self._bar.__exit__(*exc)
 
+    def heartbeat(self, every_s: float) -> None:
+        """A line saying what still runs, when nothing was shown for ``every_s`` seconds (a run on a slow
+        device: one turn may take minutes)."""
+        now = time.monotonic()
+        if now - self._last_line < every_s:
+            return
+        self._last_line = now
+        self.notice_plain(f"still running: {self._description} ({now - self._last_event:.0f} s since the last line)")
+
+    def notice_plain(self, text: str) -> None:
+        """A progress line on stderr, kept above the bar."""
+        self._bar.console.print(f"chatphase bench: {text}", markup=False, highlight=False, soft_wrap=True)
+
     def status(self, text: str) -> None:
+        self._description = text
+        self._last_event = self._last_line = time.monotonic()
         self._bar.update(self._task, description=text)
         if self._plain:
             print(f"chatphase bench: {text}", file=sys.stderr, flush=True)
@@ -288,6 +367,8 @@ class _Progress:
     def advance(self, ev: SweepProgress) -> None:
         s = ev.sample
         label, figures = sample_progress(s)
+        self._description = label
+        self._last_event = self._last_line = time.monotonic()
         self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
         if self._plain and not s.warmup:
             print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)

@@ -59,4 +59,5 @@ def run_offload(args, settings, info, plan, execute) -> int:
         ),
         plot=write_offload_plot,
         cancelled=lambda done: done.cancelled,
+        partial=sweep.partial,
     )

@@ -29,8 +29,11 @@ Definitions (shared by the dashboard, `ask --json` and `bench`):
   steps partition ``decode_ms``. ``spec_acceptance = spec_accepted / spec_drafted``;
   ``spec_accepted_per_step`` the mean accepted draft tokens per drafted step; ``spec_tokens_per_step`` the
   generated tokens (after the first) per step; ``spec_verify_step_ms`` / ``spec_plain_step_ms`` the mean
-  duration of drafted / undrafted steps; ``spec_speedup = spec_plain_step_ms × tokens / Σ step durations``
-  (this turn's rate against its own plain steps). ``step_ms_p50`` / ``step_ms_p95`` as ITL's percentiles,
+  duration of drafted / undrafted steps; ``spec_speedup`` this turn's rate against its own plain steps at the
+  same decode thread count (:class:`SpeedupTally`: per count, ``plain step ms × tokens / Σ step durations``
+  over the counts that have a plain step), ``spec_plain_threads`` that count (the one with the most steps
+  compared) and ``spec_plain_step_ms`` the mean plain step at it; ``spec_note`` one plain line when drafting
+  did not pay (or ``auto`` stopped drafting). ``step_ms_p50`` / ``step_ms_p95`` as ITL's percentiles,
   over step durations (ITL stays per token, so several tokens of one step show gaps near zero).
 """
 
@@ -111,6 +114,8 @@ class TurnMetrics:
     spec_verify_step_ms: float | None = None
     spec_plain_step_ms: float | None = None
     spec_speedup: float | None = None
+    spec_plain_threads: int | None = None
+    spec_note: str | None = None
     step_ms_p50: float | None = None
     step_ms_p95: float | None = None
 
@@ -261,6 +266,45 @@ def compute_turn_metrics(
     )
 
 
+class SpeedupTally:
+    """Speculative decoding's speed-up, like with like: steps are grouped by the decode thread count they ran
+    at, and each group's tokens are priced at that group's own mean plain step. A plain step measured at 1
+    thread says nothing about a drafted step at 2 (``--threads auto`` changes the count mid-turn), so a group
+    without a plain step is left out of the figure.
+
+    ``speedup = Σ_n plain_ms(n) × tokens(n) / Σ_n duration(n)`` over the counts ``n`` with a plain step."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, list[int]] = {}  # threads -> [plain ns, plain steps, ns, tokens, steps]
+
+    def add(self, threads: int, duration_ns: int, tokens: int, plain: bool) -> None:
+        g = self._groups.setdefault(threads, [0, 0, 0, 0, 0])
+        if plain:
+            g[0] += duration_ns
+            g[1] += 1
+        g[2] += duration_ns
+        g[3] += tokens
+        g[4] += 1
+
+    def speedup(self) -> float | None:
+        """``None`` until some thread count has a plain step and a positive duration."""
+        saved = total = 0.0
+        for plain_ns, plain_n, ns, tokens, _ in self._groups.values():
+            if plain_n:
+                saved += plain_ns / plain_n * tokens
+                total += ns
+        return saved / total if total > 0 else None
+
+    def baseline(self) -> tuple[int | None, float | None]:
+        """``(threads, plain step ms)`` of the compared count with the most steps; ``(None, None)`` when none."""
+        compared = [(g[4], n) for n, g in self._groups.items() if g[1]]
+        if not compared:
+            return None, None
+        n = max(compared)[1]
+        g = self._groups[n]
+        return n, ns_to_ms(g[0]) / g[1]
+
+
 def spec_figures(
     mode: str,
     t_first_ns: int,
@@ -269,19 +313,24 @@ def spec_figures(
     step_drafted: Sequence[int],
     step_accepted: Sequence[int],
     step_plain: Sequence[bool],
+    step_threads: Sequence[int] | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """The speculative-decoding fields of :class:`TurnMetrics` (the module docstring's definitions).
 
     Per step ``i``: ``step_end_ns[i]`` the time of its last generated token, ``step_tokens[i]`` the tokens it
     generated (>= 1), ``step_drafted[i]`` / ``step_accepted[i]`` its draft tokens and how many were accepted,
     ``step_plain[i]`` whether it was a plain one-token step (a step that evaluated a forced closing marker is
-    neither plain nor drafted). ``t_first_ns`` the first generated token's time (where the first step starts).
+    neither plain nor drafted), ``step_threads[i]`` the decode threads it ran at (``None``: all at one count).
+    ``t_first_ns`` the first generated token's time (where the first step starts); ``note`` goes to
+    ``spec_note``.
 
     Raises:
         ValueError: lists of different lengths, more accepted than drafted, or step ends out of order.
     """
     n = len(step_end_ns)
-    if not n == len(step_tokens) == len(step_drafted) == len(step_accepted) == len(step_plain):
+    threads = step_threads if step_threads is not None else [0] * n
+    if not n == len(step_tokens) == len(step_drafted) == len(step_accepted) == len(step_plain) == len(threads):
         raise ValueError("one entry per step in each list")
     if any(a > d or a < 0 for a, d in zip(step_accepted, step_drafted, strict=True)):
         raise ValueError("a step cannot accept more draft tokens than it drafted")
@@ -291,9 +340,10 @@ def spec_figures(
         raise ValueError("step ends must be non-decreasing, from the first token on")
     drafted, accepted, tokens = sum(step_drafted), sum(step_accepted), sum(step_tokens)
     verify = [d for d, k in zip(durations, step_drafted, strict=True) if k > 0]
-    plain = [d for d, p in zip(durations, step_plain, strict=True) if p]
-    plain_ms = ns_to_ms(sum(plain)) / len(plain) if plain else None
-    total_ns = sum(durations)
+    tally = SpeedupTally()
+    for d, t, p, th in zip(durations, step_tokens, step_plain, threads, strict=True):
+        tally.add(th, d, t, p)
+    plain_threads, plain_ms = tally.baseline()
     p50, p95, _ = gap_stats_ms(durations)
     return {
         "spec_mode": mode,
@@ -305,7 +355,9 @@ def spec_figures(
         "spec_tokens_per_step": tokens / n if n else None,
         "spec_verify_step_ms": ns_to_ms(sum(verify)) / len(verify) if verify else None,
         "spec_plain_step_ms": plain_ms,
-        "spec_speedup": plain_ms * tokens / ns_to_ms(total_ns) if plain_ms and total_ns > 0 else None,
+        "spec_speedup": tally.speedup(),
+        "spec_plain_threads": plain_threads if step_threads is not None else None,
+        "spec_note": note,
         "step_ms_p50": p50,
         "step_ms_p95": p95,
     }

@@ -3,7 +3,7 @@
 ``off`` plain decode, one token a step; ``lookup`` n-gram drafts from the conversation so far;
 ``draft:MODEL`` a second, small GGUF of the same vocabulary drafts greedily (``MODEL`` as ``--model``
 takes it: a path, a file in the models directory, ``default`` for the bundled model); ``auto`` lookup
-with the draft length chosen from this turn's measured acceptance and verify-step cost, and no drafts
+with the draft length (0 = none) whose steps made the most tokens per ms on this turn, measured, so no drafts
 when they do not pay (:mod:`chatphase.engine.local.speculative`).
 """
 
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from chatphase.errors import UsageError
 
 SPEC_MODES = ("off", "lookup", "auto", "draft:MODEL")
+#: the start of a load note that says a draft model cannot pay (the TUI shows those in the chat).
+SPEC_WARNING = "speculative decoding will not pay:"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from chatphase.engine.events import (
     TokensDecoded,
     TurnFinished,
 )
+from chatphase.engine.spec_modes import SPEC_WARNING
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.ui.dashboard.dashboard import Dashboard
@@ -134,7 +135,8 @@ class ChatView(ChatListener):
         self.indicator.show_ready(loaded)
         self.dashboard.set_model(loaded)
         for note in loaded.notes:
-            if note.startswith("chat format:"):  # a model without its own template: say which format it gets
+            # a model without its own template: say which format it gets; a draft model that cannot pay
+            if note.startswith(("chat format:", SPEC_WARNING)):
                 self.chat_log.add_notice(note)
         for line in loaded.slow_paths:  # correct but far slower than the user may expect: say so at load
             self.chat_log.add_notice(f"slow path: {line}")
@@ -319,7 +321,7 @@ class ChatView(ChatListener):
         self._show(notice)
 
     def _show(self, notice: Notice) -> None:
-        if notice.kind == "model":
+        if notice.kind in ("model", "spec"):
             self.chat_log.add_notice(notice.text)
             return
         text = notice.text

@@ -3,17 +3,21 @@
 :class:`LookupDrafter` proposes the tokens that followed the most recent earlier occurrence of the last ``n``
 tokens of the conversation (llama.cpp's ngram-simple idea); :class:`DraftModel` is a second, small GGUF of the
 same vocabulary (checked token for token, :func:`vocab_mismatch`), greedy in its own context;
-:class:`AutoPolicy` chooses the draft length from the turn's measured acceptance and step costs.
+:class:`AutoPolicy` chooses the draft length from the tokens per ms each length's steps made on this turn.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
 
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
+from chatphase.engine.spec_modes import SPEC_WARNING
+from chatphase.units import fmt_bytes
 
 #: n-gram length of the lookup and its draft length, chosen by measurement: replaying greedy replies to the
 #: prompts of :mod:`chatphase.bench.spec` against the verify-step costs :func:`chatphase.bench.spec.verify_cost`
@@ -28,6 +32,14 @@ DRAFT_K = 6
 K_MAX = 16
 #: a plain one-token step every this many steps, so that each turn measures its own plain-step cost.
 PROBE_EVERY = 32
+#: a draft model with at least this share of the target's weight bytes is said not to pay before the first
+#: turn: decode reads all the weights once a step, so each drafted token costs about this share of a plain
+#: step, and a verify step of k + 1 tokens already costs more than a plain one (1.4× at k = 1, 2.0× at 3 on
+#: the default model, :data:`LOOKUP_K`'s note).
+DRAFT_MAX_SHARE = 0.5
+#: steps after which a turn's measured speed-up (like with like, :class:`~chatphase.engine.metrics.SpeedupTally`)
+#: is judged: a draft model's turn under 1 says it did not pay.
+JUDGE_STEPS = 16
 
 
 def can_speculate(model: lc.llama_model_p) -> str | None:
@@ -66,6 +78,29 @@ class LookupDrafter:
         return list(hist[at : at + k]) if at is not None else []
 
 
+def draft_wont_pay(target_path: str | None, draft_path: str, target_bytes: int, draft_bytes: int) -> str | None:
+    """Why a draft model cannot pay before it drafts (:data:`SPEC_WARNING` and one line), ``None`` when it may:
+    it is the target's own file, or its weights are at least :data:`DRAFT_MAX_SHARE` of the target's
+    (``*_bytes``: ``llama_model_size``)."""
+    name = Path(draft_path).name
+    try:
+        same = target_path is not None and os.path.samefile(target_path, draft_path)
+    except OSError:
+        same = False
+    if same:
+        return (
+            f"{SPEC_WARNING} the draft model {name} is the target model itself: each drafted token costs a whole "
+            "decode step (use --spec lookup, or a much smaller draft model)"
+        )
+    if target_bytes > 0 and draft_bytes >= DRAFT_MAX_SHARE * target_bytes:
+        return (
+            f"{SPEC_WARNING} the draft model {name} is not much smaller than the target ({fmt_bytes(draft_bytes)} "
+            f"against {fmt_bytes(target_bytes)} of weights): each drafted token costs "
+            f"{draft_bytes / target_bytes:.0%} of a decode step"
+        )
+    return None
+
+
 class DraftModel:
     """A second GGUF that drafts greedily in its own llama.cpp context (same engine settings as the target).
 
@@ -101,6 +136,7 @@ class DraftModel:
         self._greedy = lc.llama_sampler_init_greedy()
         self._one = (lc.llama_token * 1)()
         self._cache: list[int] = []
+        self.size_bytes: int = lc.llama_model_size(self._model)
 
     def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
         lc.llama_set_n_threads(self._ctx, n_threads, n_threads_batch)
@@ -171,45 +207,61 @@ def vocab_mismatch(target: lc.llama_vocab_p, draft: lc.llama_vocab_p) -> str | N
 
 
 class AutoPolicy:
-    """How many tokens to draft next (``auto``): the ``k`` that maximises the expected tokens per ms,
-    ``E(k) / cost(k)`` with ``E(k) = (1 - a^(k+1)) / (1 - a)`` (each draft token accepted with probability
-    ``a``, the running acceptance) and ``cost(k) = plain + k × per_token`` (both measured on this turn's
-    steps, exponentially averaged), against ``1 / plain`` for no draft. Before a drafted step was measured
-    it drafts two tokens (to measure); after :data:`PROBE_EVERY` undrafted steps it drafts once more to re-measure."""
+    """How many tokens to draft next (``auto``): the draft length ``k`` (0 = a plain step) whose steps made the
+    most tokens per ms on this turn, measured: for each ``k`` the exponentially averaged tokens a step made
+    and its duration (the drafting included), so acceptance and cost are both in the figure, however the
+    cost of a verify step grows with ``k``. A ``k`` without :data:`MIN_TRIES` steps yet is tried first
+    (plain, then :data:`LOOKUP_K`, then the others); afterwards, every :data:`PROBE_EVERY` steps the ``k``
+    measured longest ago gets one step, so that a change in the text (a passage to copy) or the machine
+    is seen. The measurements are per decode thread count: a change of the count starts them again (a plain
+    step at 2 threads says nothing about a drafted one at 1).
+    """
 
     ALPHA = 0.2
+    MIN_TRIES = 2
+    PROBE_EVERY = 16
 
     def __init__(self, k_max: int = 2 * LOOKUP_K) -> None:
-        self.k_max = k_max
-        self.plain_ms: float | None = None
-        self.per_token_ms: float | None = None
-        self.acceptance = 0.5
-        self._idle = 0
+        self.k_max = max(1, k_max)
+        self._order = [0, min(LOOKUP_K, self.k_max)] + [k for k in range(1, self.k_max + 1) if k != LOOKUP_K]
+        self._threads: int | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tokens: dict[int, float] = {}  # k -> averaged tokens a step made
+        self.ms: dict[int, float] = {}  # k -> averaged step duration
+        self.tries: dict[int, int] = dict.fromkeys(self._order, 0)
+        self._last_seen: dict[int, int] = dict.fromkeys(self._order, 0)
+        self._step = 0
+
+    def rate(self, k: int) -> float | None:
+        """Tokens per ms of steps drafting ``k`` (``None`` before one was measured)."""
+        ms = self.ms.get(k)
+        return self.tokens[k] / ms if ms else None
 
     def choose(self) -> int:
         """The draft length for the next step (0: a plain step)."""
-        if self.per_token_ms is None or self.plain_ms is None:
-            return min(2, self.k_max) if self.plain_ms is not None else 0  # a short draft measures the cost
-        a, c1, ct = min(self.acceptance, 0.99), self.plain_ms, max(self.per_token_ms, 1e-6)
-        best_k, best = 0, 1.0 / c1
-        for k in range(1, self.k_max + 1):
-            gain = (1 - a ** (k + 1)) / (1 - a) / (c1 + k * ct)
-            if gain > best:
-                best_k, best = k, gain
-        if best_k == 0:
-            self._idle += 1
-            if self._idle >= PROBE_EVERY:
-                self._idle = 0
-                return 2
-        return best_k
+        self._step += 1
+        for k in self._order:
+            if self.tries[k] < self.MIN_TRIES:
+                return k
+        if self._step % self.PROBE_EVERY == 0:
+            return min(self._order, key=lambda k: self._last_seen[k])
+        return max(self._order, key=lambda k: (self.rate(k) or 0.0, -k))
 
-    def observe(self, drafted: int, accepted: int, step_ms: float) -> None:
-        """One step's outcome: ``drafted`` tokens (0 for a plain step), ``accepted`` of them, in ``step_ms``."""
-        al = self.ALPHA
-        if drafted == 0:
-            self.plain_ms = step_ms if self.plain_ms is None else (1 - al) * self.plain_ms + al * step_ms
+    def observe(self, k: int, tokens: int, step_ms: float, threads: int | None = None) -> None:
+        """One step's outcome: it was asked to draft ``k`` (what :meth:`choose` said), made ``tokens`` in
+        ``step_ms``, at ``threads`` decode threads (another count than the last step's: all is measured again)."""
+        if threads != self._threads:
+            self._threads = threads
+            self._reset()
+        if k not in self.tries:
             return
-        self.acceptance = (1 - al) * self.acceptance + al * (accepted / drafted)
-        if self.plain_ms is not None:
-            per = max(step_ms - self.plain_ms, 0.0) / drafted
-            self.per_token_ms = per if self.per_token_ms is None else (1 - al) * self.per_token_ms + al * per
+        al = self.ALPHA
+        if k in self.ms:
+            self.tokens[k] = (1 - al) * self.tokens[k] + al * tokens
+            self.ms[k] = (1 - al) * self.ms[k] + al * step_ms
+        else:
+            self.tokens[k], self.ms[k] = float(tokens), step_ms
+        self.tries[k] += 1
+        self._last_seen[k] = self._step

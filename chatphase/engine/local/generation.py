@@ -42,7 +42,8 @@ class Generated:
 class Model:
     """The llama.cpp handles and callbacks the loop needs: ``piece(token)`` the bytes to show (markers of a
     thinking model as their text), ``tokenize(text)``, ``decode(tokens)`` (evaluate, ``False`` on error),
-    ``on_token(t_ns)`` the thread policy's per-token check."""
+    ``on_token(t_ns)`` the thread policy's per-token check (``on_token(t_ns, width)`` once per step in
+    speculative decoding)."""
 
     ctx: lc.llama_context_p
     vocab: lc.llama_vocab_p
@@ -52,7 +53,7 @@ class Model:
     piece: Callable[[int], bytes]
     tokenize: Callable[[str], list[int]]
     decode: Callable[[list[int]], bool]
-    on_token: Callable[[int], None]
+    on_token: Callable[..., None]
 
 
 class TokenStep:

@@ -270,7 +270,9 @@ class LlamaEngine:
             "use_extra_bufts": plan.use_extra_bufts,
         }
         resolved = LoadedSettings(**{**s, **found, "gpu_offload_supported": gpu_ok, "amx_detected": plan.amx})
-        self._spec = speculator(self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes)
+        self._spec = speculator(
+            self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes, str(self.info.path)
+        )
         kv_mib = self._log.kv_cache_mib
         layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
         layers_total = self._log.layers_total or (self.info.n_layer or 0) + 1

@@ -18,15 +18,21 @@ the tokens after it are dropped from the cache.
 Drafters: :class:`LookupDrafter` (the most recent earlier occurrence of the last ``n`` tokens of the
 conversation proposes what followed it: llama.cpp's ngram-simple idea) and :class:`DraftModel` (a second,
 small GGUF of the same vocabulary, greedy in its own context). :class:`AutoPolicy` chooses the draft length
-from this turn's measured acceptance and step costs, and drafts nothing when it does not pay. Figures:
-:func:`chatphase.engine.metrics.spec_figures` (``docs/metrics.md``).
+from the tokens per ms each length's steps made on this turn (plain steps included), so it drafts nothing
+when drafts do not pay. Figures:
+:func:`chatphase.engine.metrics.spec_figures` (``docs/metrics.md``); each step records its decode thread count,
+so that the speed-up compares steps with plain steps at the same count.
+
+The thread policy sees one gap per target step (:meth:`~chatphase.engine.threads.governor.ThreadGovernor.on_token`
+with the step's width), not one per token: the tokens of a verified batch come microseconds apart, and judged
+as tokens they read as preemption (decode fell to one thread in every speculative turn under ``--threads auto``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import llama_cpp as lc
@@ -34,6 +40,7 @@ import llama_cpp as lc
 from chatphase.engine.events import Event, SpecLive, ThinkingEnded, TurnRequest
 from chatphase.engine.local.drafters import (
     DRAFT_K,
+    JUDGE_STEPS,
     K_MAX,
     LOOKUP_K,
     PROBE_EVERY,
@@ -41,11 +48,12 @@ from chatphase.engine.local.drafters import (
     DraftModel,
     LookupDrafter,
     can_speculate,
+    draft_wont_pay,
 )
 from chatphase.engine.local.generation import Generated, Model, TokenStep
 from chatphase.engine.local.llama_params import batch_positions
 from chatphase.engine.local.sampling import sampler_chain
-from chatphase.engine.metrics import StopReason, ns_to_ms, spec_figures
+from chatphase.engine.metrics import SpeedupTally, StopReason, ns_to_ms, spec_figures
 from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingTracker
 from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import ModelError, UsageError
@@ -60,11 +68,13 @@ def speculator(
     system_info: str,
     gpu_ok: bool,
     notes: list[str],
+    target_path: str | None = None,
 ) -> Speculator | None:
     """The speculative mode ``spec`` (``EngineConfig.spec``) for the loaded llama.cpp ``model`` (``vocab`` its
     vocabulary); ``None`` for plain decode, or with a note in ``notes`` for a model that cannot take it
     (recurrent, hybrid). A ``draft:`` model is found as ``--model`` finds one (``default``: the bundled one)
-    and loaded with the same ``settings``.
+    and loaded with the same ``settings``; one that cannot pay (the target's own file ``target_path``, or
+    not much smaller: :func:`draft_wont_pay`) gets a note that says so.
 
     Raises:
         UsageError: a draft model that cannot be found or loaded, or that has another vocabulary.
@@ -86,6 +96,9 @@ def speculator(
         except RuntimeError as exc:
             raise UsageError(str(exc)) from None
         notes.append(f"speculative decoding: {path.name} drafts")
+        why = draft_wont_pay(target_path, str(path), lc.llama_model_size(model), draft.size_bytes)
+        if why:
+            notes.append(why)
     return Speculator(mode.kind, draft)
 
 
@@ -97,18 +110,21 @@ class Speculator:
 
     def __init__(self, kind: str, draft: DraftModel | None = None, k: int | None = None) -> None:
         self.kind = kind
-        self.k = min(k or (DRAFT_K if draft is not None else LOOKUP_K), K_MAX)
+        self.k = min(k or (DRAFT_K if draft is not None else 2 * LOOKUP_K if kind == "auto" else LOOKUP_K), K_MAX)
         self.drafter = draft if draft is not None else LookupDrafter()
         self.batch: lc.llama_batch | None = lc.llama_batch_init(K_MAX + 1, 0, 1)
         self._threads: tuple[int, int] | None = None
 
-    def sync_threads(self, ctx: lc.llama_context_p) -> None:
-        """Give a draft model the target's thread counts (the thread policy changes them between tokens)."""
+    def sync_threads(self, ctx: lc.llama_context_p) -> int:
+        """The target's decode threads now; a draft model gets the target's thread counts (the thread policy
+        changes them between steps)."""
+        n = lc.llama_n_threads(ctx)
         if isinstance(self.drafter, DraftModel):
-            now = lc.llama_n_threads(ctx), lc.llama_n_threads_batch(ctx)
+            now = n, lc.llama_n_threads_batch(ctx)
             if now != self._threads:
                 self._threads = now
                 self.drafter.set_threads(*now)
+        return int(n)
 
     def close(self) -> None:
         if self.batch is not None:
@@ -135,31 +151,43 @@ class _Steps:
         self.drafted: list[int] = []
         self.accepted: list[int] = []
         self.plain: list[bool] = []
+        self.threads: list[int] = []
         self.n_tokens = self.n_drafted = self.n_accepted = 0
-        self.plain_ns = self.plain_n = 0
+        self.tally = SpeedupTally()
         self.live: SpecLive | None = None
 
-    def add(self, t_start: int, t_end: int, tokens: int, drafted: int, accepted: int, plain: bool) -> None:
+    def add(
+        self, t_start: int, t_end: int, tokens: int, drafted: int, accepted: int, plain: bool, threads: int
+    ) -> None:
         self.ends.append(t_end)
         self.tokens.append(tokens)
         self.drafted.append(drafted)
         self.accepted.append(accepted)
         self.plain.append(plain)
+        self.threads.append(threads)
         self.n_tokens += tokens
         self.n_drafted += drafted
         self.n_accepted += accepted
-        if plain:
-            self.plain_ns += t_end - t_start
-            self.plain_n += 1
+        self.tally.add(threads, t_end - t_start, tokens, plain)
 
-    def snapshot(self, t_first: int) -> SpecLive:
-        elapsed = self.ends[-1] - t_first if self.ends else 0
-        speedup = self.plain_ns / self.plain_n * self.n_tokens / elapsed if self.plain_n and elapsed > 0 else None
+    def snapshot(self) -> SpecLive:
+        speedup = self.tally.speedup()
         self.live = SpecLive(self.mode, len(self.ends), self.n_drafted, self.n_accepted, self.n_tokens, speedup)
         return self.live
 
     def figures(self, t_first: int) -> dict[str, Any]:
-        return spec_figures(self.mode, t_first, self.ends, self.tokens, self.drafted, self.accepted, self.plain)
+        note = None
+        if self.mode == "draft" and len(self.ends) >= JUDGE_STEPS:
+            speedup = self.tally.speedup()
+            if speedup is not None and speedup < 1:
+                threads, _ = self.tally.baseline()
+                note = (
+                    f"the draft model did not pay: this turn decoded at ×{speedup:.2f} of plain steps "
+                    f"({threads} thread{'s' if threads != 1 else ''}); --spec off or lookup is faster"
+                )
+        return spec_figures(
+            self.mode, t_first, self.ends, self.tokens, self.drafted, self.accepted, self.plain, self.threads, note
+        )
 
 
 def generate_speculative(
@@ -178,7 +206,8 @@ def generate_speculative(
     target context's ``llama_memory``; ``m.cache`` and the KV cache hold the same tokens after each step."""
     sp = req.sampling
     sampler = sampler_chain(sp)
-    step = TokenStep(m, req, t_submit, stops, thinking, preopened, out)
+    policy = m.on_token  # the thread policy sees one gap per step (the module docstring), not one per token
+    step = TokenStep(replace(m, on_token=_no_policy), req, t_submit, stops, thinking, preopened, out)
     track, pending = step.track, step.events
     sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
     ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
@@ -200,6 +229,8 @@ def generate_speculative(
         token = sample(sampler, ctx, -1)
         stop = take(token, perf_ns(), len(cache), False)
         t_prev = times[0] if times else 0
+        if times:
+            policy(t_prev, 1)
         n_step = 0
         while stop is None:
             yield from pending
@@ -212,15 +243,16 @@ def generate_speculative(
                     n_before = len(times)
                     stop = take(token, perf_ns(), len(cache), False)
                     if len(times) > n_before:
-                        steps.add(t_prev, times[-1], 1, 0, 0, False)
+                        steps.add(t_prev, times[-1], 1, 0, 0, False, lc.llama_n_threads(ctx))
                         t_prev = times[-1]
-                        steps.snapshot(times[0])
+                        policy(t_prev, 0)  # a step unlike the others
+                        steps.snapshot()
                 continue
             n_step += 1
             room = min(m.n_ctx - len(cache) - 1, sp.max_tokens - len(times) - 1, K_MAX)
             k = auto.choose() if auto is not None else (0 if n_step % PROBE_EVERY == 1 else spec.k)
             k = min(k, room)
-            spec.sync_threads(ctx)
+            n_threads = spec.sync_threads(ctx)
             cache.append(token)  # the history the drafter continues (the KV cache gets it in this step)
             draft = drafter.propose(cache, k) if k > 0 else []
             nd = len(draft)
@@ -251,10 +283,11 @@ def generate_speculative(
             made = len(times) - n_before
             if made:
                 if auto is not None:
-                    auto.observe(nd, agreed, ns_to_ms(times[-1] - t_prev))
-                steps.add(t_prev, times[-1], made, nd, agreed, nd == 0)
+                    auto.observe(k, made, ns_to_ms(times[-1] - t_prev), n_threads)
+                steps.add(t_prev, times[-1], made, nd, agreed, nd == 0, n_threads)
                 t_prev = times[-1]
-                steps.snapshot(times[0])
+                policy(t_prev, nd + 1)  # may change the threads before the next step
+                steps.snapshot()
         yield from pending
         pending.clear()
     finally:
@@ -263,6 +296,10 @@ def generate_speculative(
         step.finish()
         if times:
             out.spec = steps.figures(times[0])
+
+
+def _no_policy(t_ns: int, width: int = 1) -> None:
+    """In place of the thread policy's per-token call: a speculative turn calls it once per step."""
 
 
 def _force_close(

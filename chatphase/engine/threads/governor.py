@@ -1,7 +1,8 @@
 """ThreadGovernor: applies the thread policy (:mod:`chatphase.engine.threads.policy`) to one llama.cpp context.
 
 The engine calls :meth:`ThreadGovernor.start_turn` before a turn's prefill, :meth:`ThreadGovernor.on_token`
-with each generated token's sampling time, and :meth:`ThreadGovernor.finish_turn` at the end, whose
+with each generated token's sampling time (speculative decoding: once per target step, with the step's width,
+since the tokens of one verified batch come microseconds apart), and :meth:`ThreadGovernor.finish_turn` at the end, whose
 fields go into the turn's :class:`~chatphase.engine.metrics.TurnMetrics`. Threads change through
 ``set_threads(n_threads, n_threads_batch)`` (``llama_set_n_threads``), called between sampling a token
 and evaluating it, so a gap is always timed at one count.
@@ -88,8 +89,8 @@ class ThreadGovernor:
             self._tick()
 
     def _reset_turn(self) -> None:
-        self._gaps: deque[int] = deque(maxlen=WINDOW)
-        self._fastest: float | None = None
+        self._gaps: deque[float] = deque(maxlen=WINDOW)  # each gap as a multiple of the fastest at its width
+        self._fastest: dict[int, float] = {}  # the fastest gap (ns) at the current count, per step width
         self._last_t: int | None = None
         self._tokens = 0
         self._changes: list[str] = []
@@ -105,8 +106,12 @@ class ThreadGovernor:
         self._set(self.n_decode, self.choice.n_threads_prefill)
         return self.choice
 
-    def on_token(self, t_ns: int) -> None:
-        """A generated token was sampled at ``t_ns`` (``time.perf_counter_ns()``); may change decode threads."""
+    def on_token(self, t_ns: int, width: int = 1) -> None:
+        """A generated token was sampled at ``t_ns`` (``time.perf_counter_ns()``); may change decode threads.
+
+        ``width``: the positions the step before it evaluated (1 in plain decode; speculative decoding calls
+        once per step with the drafted tokens + 1). A gap is judged against the fastest gap of the same width,
+        so that a verify step, which costs more than a plain one, does not read as preemption."""
         if not self.adaptive:
             return
         self._tokens += 1
@@ -115,18 +120,24 @@ class ThreadGovernor:
             self._check_at = t_ns + self._up_ns
             return
         gap = t_ns - last
-        self._gaps.append(gap)
-        if self._fastest is None or gap < self._fastest:
-            self._fastest = gap
-        if gap > SLOW_FACTOR * self._fastest:  # the window's mean turns slow on a slow gap (near enough)
-            step = decode_step(self.n_decode, self.cores, self._gaps, self._fastest)
+        fastest = self._fastest.get(width)
+        if fastest is None or gap < fastest:
+            fastest = self._fastest[width] = max(gap, 1)
+        ratio = gap / fastest
+        self._gaps.append(ratio)
+        if ratio > SLOW_FACTOR:  # the window's mean turns slow on a slow gap (near enough)
+            step = decode_step(self.n_decode, self.cores, self._scaled(fastest), fastest)
         elif self.n_decode < self.cores and t_ns >= self._check_at and self._load is not None:
             self._check_at = t_ns + self._up_ns
-            step = decode_step(self.n_decode, self.cores, self._gaps, self._fastest, self._load())
+            step = decode_step(self.n_decode, self.cores, self._scaled(fastest), fastest, self._load())
         else:
             return
         if step is not None:
             self._change(t_ns, *step)
+
+    def _scaled(self, fastest_ns: float) -> list[float]:
+        """The window's gaps in ns at the current step's width (each gap's multiple × ``fastest_ns``)."""
+        return [r * fastest_ns for r in self._gaps]
 
     def _change(self, t_ns: int, n: int, why: str) -> None:
         if n > self.n_decode:
@@ -141,7 +152,7 @@ class ThreadGovernor:
         self._gaps.clear()  # the next gap is timed at the new count (the change precedes the next decode)
         # until a gap at the new count is seen: fewer threads at worst slow each token in proportion, more
         # threads should not make it slower at all (so preemption right after a step up still shows)
-        self._fastest = self._fastest * max(1, old / n) if self._fastest is not None else None
+        self._fastest = {w: f * max(1, old / n) for w, f in self._fastest.items()}
         self._check_at = t_ns + self._up_ns
 
     def finish_turn(self, metrics: TurnMetrics) -> TurnMetrics:

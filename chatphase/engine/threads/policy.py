@@ -111,7 +111,7 @@ def choose_turn_threads(
     return ThreadChoice(decode, prefill, why)
 
 
-def preempted(gaps_ns: Sequence[int], fastest_ns: float) -> str | None:
+def preempted(gaps_ns: Sequence[float], fastest_ns: float) -> str | None:
     """Why the recent gaps (ns, at one thread count, newest last) show the engine preempted, or ``None``.
 
     ``fastest_ns`` is the baseline: the fastest gap at that count (or an estimate before one is seen).
@@ -127,7 +127,7 @@ def preempted(gaps_ns: Sequence[int], fastest_ns: float) -> str | None:
 
 
 def decode_step(
-    n: int, cores: int, gaps_ns: Sequence[int], fastest_ns: float | None, other_load_cores: float | None = None
+    n: int, cores: int, gaps_ns: Sequence[float], fastest_ns: float | None, other_load_cores: float | None = None
 ) -> tuple[int, str] | None:
     """A change of the decode thread count between two tokens, as ``(new count, reason)``, or ``None``.
 

@@ -29,6 +29,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.units import fmt_at_threads
 
 #: segment kind -> (glyph, label)
 SEGMENTS: dict[str, tuple[str, str]] = {
@@ -77,15 +78,19 @@ def _ms(v: float) -> str:
 
 def step_items(m: TurnMetrics) -> list[str]:
     """The steps line's items of a speculative turn (``[]`` for plain decode or unknown steps):
-    ``["12 target steps", "2.5 tok/step", "verify 9.1 ms/step", "plain 6.0 ms/step", "×1.6"]``, each where known."""
+    ``["12 target steps", "2.5 tok/step", "verify 9.1 ms/step", "plain 6.0 ms/step at 2 threads", "×1.6"]``, each
+    where known (the speed-up against plain steps at that decode thread count)."""
     if m.spec_mode is None or m.spec_steps is None:
         return []
     items = [f"{m.spec_steps:,} target steps"]
     if m.spec_tokens_per_step is not None:
         items.append(f"{m.spec_tokens_per_step:.1f} tok/step")
-    for name, ms in (("verify", m.spec_verify_step_ms), ("plain", m.spec_plain_step_ms)):
+    for name, ms, at in (
+        ("verify", m.spec_verify_step_ms, None),
+        ("plain", m.spec_plain_step_ms, m.spec_plain_threads),
+    ):
         if ms is not None:
-            items.append(f"{name} {_ms(ms)}/step")
+            items.append(f"{name} {_ms(ms)}/step{fmt_at_threads(at)}")
     if m.spec_speedup is not None:
         items.append(f"×{m.spec_speedup:.1f}")
     return items

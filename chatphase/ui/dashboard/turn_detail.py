@@ -13,7 +13,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.explain import explain_turn
 from chatphase.ui.dashboard.timeline import TurnTimeline
-from chatphase.units import DASH, fmt_bytes, fmt_int
+from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int
 
 
 def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
@@ -48,7 +48,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
             ("target steps", fmt_int(m.spec_steps)),
             ("tokens per step", num(m.spec_tokens_per_step, 2)),
             ("verify step ms", num(m.spec_verify_step_ms, 2)),
-            ("plain step ms", num(m.spec_plain_step_ms, 2)),
+            ("plain step ms", num(m.spec_plain_step_ms, 2) + fmt_at_threads(m.spec_plain_threads)),
             ("speed-up", DASH if m.spec_speedup is None else f"×{m.spec_speedup:.2f}"),
             ("step p50/p95 ms", f"{num(m.step_ms_p50, 2)} / {num(m.step_ms_p95, 2)}"),
         ]
