@@ -250,7 +250,7 @@ async def test_system_figures_gpu_offload(app):
         await feed(app, gpu=True)
         await pilot.pause()
         text = text_of(app.query_one(SystemFigures))
-        assert "GPU offload on (31/31 layers)" in text
+        assert "GPU offload on (30/30 layers + output)" in text
         assert "engine process: not reported by this engine" in text
 
 
