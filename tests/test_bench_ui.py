@@ -333,22 +333,31 @@ async def test_parallel_form_errors_are_notices():
             assert screen.job is None and message in str(screen.query_one("#exp-status", Static).render())
 
 
-async def test_form_labels_stay_apart_at_80_columns():
-    """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths")."""
+@pytest.mark.parametrize(("tab", "fields"), [("sweep", 4), ("parallel", 4), ("levers", 6), ("spec", 3)])
+async def test_at_80x24_every_tab_fits_its_labels_and_the_screen(tab, fields):
+    """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths"),
+    and the whole screen fits without scrolling (the file row at the bottom is not cut); a table wider than
+    the screen scrolls sideways (the Levers table's columns)."""
+    from textual.containers import VerticalScroll
     from textual.widgets import Label
 
     app = ExperimentsApp()
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen_obj
-        for tab in ("sweep", "parallel"):
-            await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
-            await pilot.pause()
-            labels = [lbl for lbl in screen.pane.query(".exp-field Label").results(Label)]
-            assert len(labels) == 4
-            for lbl in labels:
-                assert lbl.region.width >= len(str(lbl.render())), str(lbl.render())
-            for left, right in itertools.pairwise(labels):
-                assert left.region.right < right.region.x, (str(left.render()), str(right.render()))
+        await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
+        await pilot.pause()
+        labels = [lbl for lbl in screen.pane.query(".exp-field Label").results(Label)]
+        assert len(labels) == fields
+        for lbl in labels:
+            assert lbl.region.width >= len(str(lbl.render())), str(lbl.render())
+        for left, right in itertools.pairwise(labels):
+            assert left.region.right < right.region.x, (str(left.render()), str(right.render()))
+        for field in screen.pane.query(".exp-field Input").results(Input):
+            assert field.content_region.width >= len(field.value), field.value  # the default values show whole
+        box = screen.query_one("#exp-box", VerticalScroll)
+        assert box.max_scroll_y == 0, "the screen scrolls at 80×24"
+        table = screen.query_one("#exp-table", DataTable)
+        assert table.virtual_size.width <= table.size.width or table.show_horizontal_scrollbar
 
 
 class GatedJob(ScriptedJob):
@@ -435,3 +444,22 @@ async def test_plots_draw_even_y_ticks():
             labels = [float(m) for m in re.findall(r"^ *([\d.]+) *┤", drawn, flags=re.M)]
             steps = {round(b - a, 6) for a, b in itertools.pairwise(sorted(labels))}
             assert len(labels) >= 3 and len(steps) == 1 and min(labels) == 0, drawn
+
+
+@pytest.mark.parametrize(("tab", "overlays"), [("sweep", True), ("parallel", True), ("levers", False), ("spec", False)])
+async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overlays):
+    """The README: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay
+    buttons and no Load key in the footer."""
+    from textual.widgets import Button
+
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
+        await pilot.pause()
+        for id_ in ("exp-load", "exp-clear"):
+            button = screen.query_one(f"#{id_}", Button)
+            assert (button.display and button.visible) == overlays, id_
+        footer_actions = {b.action for b in screen.active_bindings.values() for b in [b.binding]}
+        assert ("load" in footer_actions) == overlays
+        assert "save" in footer_actions

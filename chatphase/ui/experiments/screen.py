@@ -15,7 +15,8 @@ parallel sweep). Each tab has its own status line.
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
 directory; the notice names the whole path); Load (Ctrl+O) reads an
 earlier result and overlays it on every plot it has cells for, to compare two models or two settings (the
-Levers tab compares within its own run and draws no overlays).
+Levers and Speculative tabs compare within their own run and draw no overlays: they show neither Load nor
+the overlay buttons).
 Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
 (each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
 """
@@ -30,6 +31,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
@@ -121,7 +123,7 @@ class ExperimentsScreen(Screen[None]):
                 yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
                 yield Static(IDLE_STATUS, id="exp-status")
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="exp-summary")
+            yield Static("", id="exp-summary", classes="-empty")
             with Horizontal(id="exp-files"):
                 yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path("sweep"))
                 yield Button("Save", id="exp-save")
@@ -147,12 +149,27 @@ class ExperimentsScreen(Screen[None]):
         """The active tab's last result (``None`` before its first run)."""
         return self.results.get(self.pane.kind)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Load is a key only on the tabs that draw overlays (the Levers and Speculative tabs draw none)."""
+        if action != "load":
+            return True
+        try:
+            return self.pane.overlays
+        except NoMatches:  # not composed yet, or closing
+            return True
+
+    def _show_overlay_buttons(self) -> None:
+        for id_ in ("#exp-load", "#exp-clear"):
+            self.query_one(id_, Button).display = self.pane.overlays
+        self.refresh_bindings()
+
     @on(TabbedContent.TabActivated)
     def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
         path = self.query_one("#exp-path", Input)
         if path.value in {self._default_path(p.kind) for p in self.query(ExperimentPane)}:
             path.value = self._default_path(self.pane.kind)
         self._fill_table()
+        self._show_overlay_buttons()
         self._status(*self.statuses.get(self.pane.kind, (IDLE_STATUS, "")))
 
     # -- actions -----------------------------------------------------------------------------------
@@ -307,7 +324,10 @@ class ExperimentsScreen(Screen[None]):
             rows = pane.rows(result) if result is not None else []
         for row in rows:
             table.add_row(*row)
-        self.query_one("#exp-summary", Static).update(pane.summary(result) if result and not running else "")
+        summary = pane.summary(result) if result and not running else ""
+        box = self.query_one("#exp-summary", Static)
+        box.update(summary)
+        box.set_class(not summary, "-empty")
 
     def _set_running(self, running: bool) -> None:
         self.query_one("#exp-run", Button).disabled = running
