@@ -463,3 +463,49 @@ async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overla
         footer_actions = {b.action for b in screen.active_bindings.values() for b in [b.binding]}
         assert ("load" in footer_actions) == overlays
         assert "save" in footer_actions
+
+
+async def test_each_tab_has_its_own_file_name_and_progress_and_save_never_overwrites_silently(tmp_path):
+    """A saved sweep is never replaced by another tab's result: the file name (and the progress bar) belong to
+    the tab, and Save on an existing file asks first (Ctrl+S again replaces it)."""
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        path_box, bar = screen.query_one("#exp-path", Input), screen.query_one("#exp-progress", ProgressBar)
+        await _fill(pilot, screen, depths="")
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        mine = tmp_path / "mine.json"
+        path_box.value = str(mine)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        sweep_text = mine.read_text()
+        assert '"results"' in sweep_text and bar.visible and bar.progress == 9
+
+        await _parallel_tab(pilot, screen)
+        assert path_box.value.startswith("bench-parallel-")  # the tab's own name, not the sweep's file
+        assert not bar.visible  # nor the sweep's progress: this tab has not run
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert bar.visible and bar.progress == 9
+        path_box.value = str(mine)  # the user picks the sweep's file by hand
+        app.clear_notifications()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert mine.read_text() == sweep_text  # asked, not overwritten
+        assert any("exists" in str(n.message) and "Ctrl+S again" in str(n.message) for n in app._notifications)
+
+        await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-sweep")
+        await pilot.pause()
+        assert path_box.value == str(mine) and bar.progress == 9  # the sweep's own name and progress again
+        await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-parallel")
+        await pilot.pause()
+        assert path_box.value == str(mine)  # the name typed on this tab is kept
+        await pilot.press("ctrl+s")  # asks again: the question was for before the tab changed
+        await pilot.pause()
+        assert mine.read_text() == sweep_text
+        await pilot.press("ctrl+s")  # the second press replaces it
+        await pilot.pause()
+        assert '"parallel"' in mine.read_text() and mine.read_text() != sweep_text
