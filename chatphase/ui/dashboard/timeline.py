@@ -15,10 +15,10 @@ A speculative turn adds a steps line under the time bar's legend: its decode's t
 ``spec_tokens_per_step``, the mean verify-step and plain-step ms, and ``spec_speedup`` (:func:`step_items`).
 
 A phase that did not happen (no first token: a turn cancelled in its prefill) gets no cell and reads ``–``
-in the legend, not ``0.0 ms``. Each segment with a non-zero length gets at least one cell, so a 1 ms tokenise step stays visible next to
-a 2 s decode; cells are shared out by largest remainder. Colours come from component classes (set in
-``dashboard.tcss`` with theme variables, so light and dark themes both work); each segment also has its own
-character, so the bar reads without colour.
+in the legend, not ``0.0 ms``. Each segment with a non-zero length gets at least one cell, so a 1 ms
+tokenise step stays visible next to a 2 s decode; cells are shared out by largest remainder. Colours come
+from component classes (set in ``dashboard.tcss`` with theme variables, so light and dark themes both work);
+each segment also has its own character, so the bar reads without colour.
 """
 
 from __future__ import annotations
