@@ -333,22 +333,31 @@ async def test_parallel_form_errors_are_notices():
             assert screen.job is None and message in str(screen.query_one("#exp-status", Static).render())
 
 
-async def test_form_labels_stay_apart_at_80_columns():
-    """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths")."""
+@pytest.mark.parametrize(("tab", "fields"), [("sweep", 4), ("parallel", 4), ("levers", 6), ("spec", 3)])
+async def test_at_80x24_every_tab_fits_its_labels_and_the_screen(tab, fields):
+    """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths"),
+    and the whole screen fits without scrolling (the file row at the bottom is not cut); a table wider than
+    the screen scrolls sideways (the Levers table's columns)."""
+    from textual.containers import VerticalScroll
     from textual.widgets import Label
 
     app = ExperimentsApp()
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen_obj
-        for tab in ("sweep", "parallel"):
-            await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
-            await pilot.pause()
-            labels = [lbl for lbl in screen.pane.query(".exp-field Label").results(Label)]
-            assert len(labels) == 4
-            for lbl in labels:
-                assert lbl.region.width >= len(str(lbl.render())), str(lbl.render())
-            for left, right in itertools.pairwise(labels):
-                assert left.region.right < right.region.x, (str(left.render()), str(right.render()))
+        await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
+        await pilot.pause()
+        labels = [lbl for lbl in screen.pane.query(".exp-field Label").results(Label)]
+        assert len(labels) == fields
+        for lbl in labels:
+            assert lbl.region.width >= len(str(lbl.render())), str(lbl.render())
+        for left, right in itertools.pairwise(labels):
+            assert left.region.right < right.region.x, (str(left.render()), str(right.render()))
+        for field in screen.pane.query(".exp-field Input").results(Input):
+            assert field.content_region.width >= len(field.value), field.value  # the default values show whole
+        box = screen.query_one("#exp-box", VerticalScroll)
+        assert box.max_scroll_y == 0, "the screen scrolls at 80×24"
+        table = screen.query_one("#exp-table", DataTable)
+        assert table.virtual_size.width <= table.size.width or table.show_horizontal_scrollbar
 
 
 class GatedJob(ScriptedJob):
@@ -435,3 +444,68 @@ async def test_plots_draw_even_y_ticks():
             labels = [float(m) for m in re.findall(r"^ *([\d.]+) *┤", drawn, flags=re.M)]
             steps = {round(b - a, 6) for a, b in itertools.pairwise(sorted(labels))}
             assert len(labels) >= 3 and len(steps) == 1 and min(labels) == 0, drawn
+
+
+@pytest.mark.parametrize(("tab", "overlays"), [("sweep", True), ("parallel", True), ("levers", False), ("spec", False)])
+async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overlays):
+    """The README: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay
+    buttons and no Load key in the footer."""
+    from textual.widgets import Button
+
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await pilot.click(f"#exp-tabs Tab#--content-tab-exp-tab-{tab}")
+        await pilot.pause()
+        for id_ in ("exp-load", "exp-clear"):
+            button = screen.query_one(f"#{id_}", Button)
+            assert (button.display and button.visible) == overlays, id_
+        footer_actions = {b.action for b in screen.active_bindings.values() for b in [b.binding]}
+        assert ("load" in footer_actions) == overlays
+        assert "save" in footer_actions
+
+
+async def test_each_tab_has_its_own_file_name_and_progress_and_save_never_overwrites_silently(tmp_path):
+    """A saved sweep is never replaced by another tab's result: the file name (and the progress bar) belong to
+    the tab, and Save on an existing file asks first (Ctrl+S again replaces it)."""
+    app = ExperimentsApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        path_box, bar = screen.query_one("#exp-path", Input), screen.query_one("#exp-progress", ProgressBar)
+        await _fill(pilot, screen, depths="")
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        mine = tmp_path / "mine.json"
+        path_box.value = str(mine)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        sweep_text = mine.read_text()
+        assert '"results"' in sweep_text and bar.visible and bar.progress == 9
+
+        await _parallel_tab(pilot, screen)
+        assert path_box.value.startswith("bench-parallel-")  # the tab's own name, not the sweep's file
+        assert not bar.visible  # nor the sweep's progress: this tab has not run
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert bar.visible and bar.progress == 9
+        path_box.value = str(mine)  # the user picks the sweep's file by hand
+        app.clear_notifications()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert mine.read_text() == sweep_text  # asked, not overwritten
+        assert any("exists" in str(n.message) and "Ctrl+S again" in str(n.message) for n in app._notifications)
+
+        await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-sweep")
+        await pilot.pause()
+        assert path_box.value == str(mine) and bar.progress == 9  # the sweep's own name and progress again
+        await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-parallel")
+        await pilot.pause()
+        assert path_box.value == str(mine)  # the name typed on this tab is kept
+        await pilot.press("ctrl+s")  # asks again: the question was for before the tab changed
+        await pilot.pause()
+        assert mine.read_text() == sweep_text
+        await pilot.press("ctrl+s")  # the second press replaces it
+        await pilot.pause()
+        assert '"parallel"' in mine.read_text() and mine.read_text() != sweep_text

@@ -250,7 +250,7 @@ async def test_system_figures_gpu_offload(app):
         await feed(app, gpu=True)
         await pilot.pause()
         text = text_of(app.query_one(SystemFigures))
-        assert "GPU offload on (31/31 layers)" in text
+        assert "GPU offload on (30/30 layers + output)" in text
         assert "engine process: not reported by this engine" in text
 
 
@@ -296,3 +296,18 @@ async def test_history_table_keeps_no_lines_of_earlier_updates(app):
         lines = table.virtual_size.height
         assert table.row_count == 40
         assert len(table._line_cache) <= lines and len(table._row_render_cache) <= table.row_count + 1
+
+
+async def test_a_turn_cancelled_in_its_prefill_shows_a_dash_for_the_phases_that_did_not_happen(app):
+    """No first token: the first token and decode did not happen, so the legend says ``–``, not ``0.0 ms``."""
+    cancelled = scripted_turn(600, 0, 0, 300, stop_reason="cancelled")
+    assert cancelled.ttft_ms is None and cancelled.decode_ms == 0.0  # as the engine reports it
+    async with app.run_test(size=(120, 50)) as pilot:
+        dash = await feed(app)
+        dash.turn_finished(4, cancelled)
+        await pilot.pause()
+        timeline = app.query_one(TurnTimeline)
+        assert timeline.metrics is cancelled
+        legend = timeline.render().plain.splitlines()[1]
+        assert "1st token –" in legend and "decode –" in legend and "prefill 1.88 s" in legend
+        assert "0.0 ms" not in legend

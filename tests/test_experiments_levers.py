@@ -243,11 +243,12 @@ async def test_a_model_grid_on_a_tiny_synthetic_model_in_a_child_process(tmp_pat
 
 def test_snapshot_of_a_kv_type_grid(snap_compare):
     """On the Levers tab after a scripted K-type grid (f16, q8_0, q4_0; prompts 16, 64, 128; depths 0, 256,
-    512; 2 reps): the lever picker says "KV cache K type" and the values field its list; the left plot has
+    512; 2 reps): the lever picker says "K cache type" and the values field its list; the left plot has
     two gray bandwidth-bound curves (10 GB/s at 1 and 2 threads) falling with MB read per step, and each K
     type's cells as coloured points near them, q4_0's furthest left (fewest bytes); the right plot rises
     with prompt tokens (the three K types overlap); the table lists each cell's measured figures beside
-    the roofline's ("pred") and their ratio ("×"), with KV bytes per token; the footnotes name the peaks."""
+    the roofline's ("pred") and their ratio ("×"), with KV bytes per token; the footnotes name the peaks;
+    the file row has Save only (the tab draws no overlays)."""
 
     async def run_before(pilot):
         screen = pilot.app.screen_obj

@@ -78,7 +78,7 @@ def test_gpu_line_shows_memory_or_dash(gpu_bytes, shown):
     clock = FakeClock()
     sample = ProcessSampler(os.getpid(), clock=clock, gpu_memory=lambda pid: gpu_bytes).sample()
     lines = system_lines(loaded_model(pid=os.getpid(), gpu=True), sample)
-    assert lines[-1] == f"GPU offload on (31/31 layers) · {shown}"
+    assert lines[-1] == f"GPU offload on (30/30 layers + output) · {shown}"
     # before the first sample the memory is unknown too
     assert system_lines(loaded_model(pid=os.getpid(), gpu=True), None)[-1].endswith("· GPU memory –")
 
@@ -96,7 +96,7 @@ async def test_dashboard_shows_engine_gpu_memory_from_nvml(monkeypatch):
         app.query_one(Dashboard).set_model(loaded_model(pid=os.getpid(), gpu=True))
         await pilot.pause()
         figures = app.query_one(SystemFigures)
-        assert "GPU offload on (31/31 layers) · GPU memory 2.0 GiB" in text_of(figures)
+        assert "GPU offload on (30/30 layers + output) · GPU memory 2.0 GiB" in text_of(figures)
         assert figures.sampler is not None and figures.sampler.samples_taken == 1
 
 
@@ -118,11 +118,36 @@ def test_one_wording_of_gpu_offload_for_every_case():
     from dataclasses import replace
 
     gpu, cpu = loaded_model(gpu=True), loaded_model()
-    assert gpu_offload_text(gpu) == "on (31/31 layers)"
-    assert gpu_offload_text(replace(gpu, layers_offloaded=0)) == "off (0/31 layers)"
+    assert gpu_offload_text(gpu) == "on (30/30 layers + output)"
+    assert gpu_offload_text(replace(gpu, layers_offloaded=0)) == "off (0/30 layers)"
     assert gpu_offload_text(replace(gpu, layers_offloaded=None)).startswith("not reported (n_gpu_layers=-1)")
     assert gpu_offload_text(cpu) == "off (CPU-only build)"
     from chatphase.engine.events import LoadedSettings
 
     remote = replace(cpu, settings=LoadedSettings(backend="remote", n_ctx=4096))
     assert gpu_offload_text(remote) == "the server's (not reported)"
+
+
+@pytest.mark.parametrize(
+    ("offloaded", "shown"), [(31, "on (30/30 layers + output)"), (30, "on (30/30 layers)"), (12, "on (12/30 layers)")]
+)
+async def test_the_offload_counts_the_layers_the_panel_counts(offloaded, shown):
+    """The panel says ``layers 30`` (the model's n_layer blocks); llama.cpp's log counts n_layer + 1 (its output
+    layer too: ``offloaded 31/31 layers``). The offload is said in the panel's count, the output layer apart."""
+    from dataclasses import replace
+
+    from textual.app import App
+    from textual.widgets import Static
+
+    from chatphase.ui.phases.panel import PhasePanel
+
+    model = replace(loaded_model(gpu=True), layers_offloaded=offloaded)
+    assert model.layers_total == model.info.n_layer + 1 == 31
+    app = App()
+    async with app.run_test(size=(150, 40)) as pilot:
+        panel = PhasePanel()
+        await app.mount(panel)
+        panel.set_model(model)
+        await pilot.pause()
+        lines = text_of(panel.query_one("#model-figures", Static)).splitlines()
+    assert f"layers 30 · GPU offload {shown}" in [line.strip() for line in lines]

@@ -72,3 +72,33 @@ def test_swapped_keys_are_fine_and_shared_ones_are_dropped_until_nothing_clashes
     kept, notices = check_keymap({"chat.new": "f10", "chat.clear": "f10", "chat.regenerate": "ctrl+n"}, RESERVED)
     assert kept == {} and len(notices) == 3
     assert "Ctrl+N is Chat: New's key too" in notices[2]
+
+
+def _terminal_sequences(key: str) -> list[str]:
+    """Every byte sequence Textual knows a terminal to send for ``key`` (its own table: xterm, rxvt, the
+    Linux console...), and for Ctrl+letter the control character."""
+    from textual._ansi_sequences import ANSI_SEQUENCES_KEYS
+
+    found = [seq for seq, keys in ANSI_SEQUENCES_KEYS.items() if isinstance(keys, tuple) and keys == (key,)]
+    mods, _, base = key.rpartition("+")
+    if mods == "ctrl" and len(base) == 1 and base.isalpha():
+        found.append(chr(ord(base) - ord("a") + 1))
+    return found
+
+
+@pytest.mark.parametrize("action", ACTIONS, ids=lambda a: a.id)
+def test_each_default_key_arrives_as_itself_from_every_terminal(action):
+    """A default key must reach the app from every terminal that sends it: xterm-style terminals and tmux
+    send Ctrl+F3 as ``ESC[1;5R``, which Textual reads as a cursor-position report, so that key never
+    arrives there (nor any ``ESC[1;<mod>R`` key). Feeding ``""`` ends the input (a lone Esc is a key then)."""
+    from textual import events
+    from textual._xterm_parser import XTermParser
+
+    for key in action.key.split(","):
+        sequences = _terminal_sequences(key)
+        assert sequences, f"no terminal sequence known for {key}"
+        for seq in sequences:
+            parser = XTermParser(False)
+            tokens = [token for data in (seq, "") for token in parser.feed(data)]
+            keys = [t.key for t in tokens if isinstance(t, events.Key)]
+            assert keys and set(keys) == {key}, (key, seq, tokens)  # ESC ESC: two Esc keys

@@ -150,3 +150,33 @@ def test_angle_brackets_in_a_reply_are_text_not_html_that_vanishes():
     assert "**" not in text  # Markdown itself still renders
     blocks = [t.type for t in top_level_blocks(reply)]
     assert "html_block" not in blocks and blocks.count("paragraph_open") == 3  # the block finder parses alike
+
+
+#: a code reply without fences, as a small model writes one: its lines would be joined into one paragraph.
+UNFENCED_CODE = "def area(r):\n    pi = 3.14159\n    return pi * r * r\n\nprint(area(2))"
+
+
+def test_line_breaks_the_model_wrote_are_kept_with_their_indentation():
+    console = Console(width=60, color_system=None)
+    with console.capture() as out:
+        console.print(_Markdown(UNFENCED_CODE))
+    lines = [line.rstrip() for line in out.get().splitlines()]
+    assert lines[:5] == ["def area(r):", "    pi = 3.14159", "    return pi * r * r", "", "print(area(2))"]
+
+
+def test_kept_line_breaks_leave_fences_lists_tables_and_trailing_spaces_as_markdown_reads_them():
+    console = Console(width=60, color_system=None)
+    reply = (
+        "Steps:\n- one\n  still one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nx = 1\n\n"
+        "y = 2\n```\n\nend of line  \nnext *line*"
+    )
+    with console.capture() as out:
+        console.print(_Markdown(reply))
+    lines = [line.strip() for line in out.get().splitlines()]
+    assert lines[0] == "Steps:"
+    one = lines.index("• one")  # the item's continuation line keeps its break; the items stay items
+    assert lines[one + 1 : one + 3] == ["still one", "• two"]
+    assert "a  b" in lines and "1  2" in lines and not any("|" in line or "---" in line for line in lines)
+    assert any(line.strip() == "x = 1" for line in lines) and any(line.strip() == "y = 2" for line in lines)
+    assert "```" not in out.get()
+    assert lines[-2:] == ["end of line", "next line"]

@@ -81,14 +81,14 @@ async def test_accepted_draft_tokens_are_tinted_in_the_streaming_reply_and_the_k
         await wait_for(pilot, lambda: app.view.chat_log.active_reply is not None and len(tail_words(app)[0]) >= 3)
         tinted, plain = tail_words(app)
         assert set(tinted) <= drafted and plain and not set(plain) & drafted  # exactly the drafted words
-        await pilot.press("ctrl+f3")
+        await pilot.press("ctrl+f6")
         assert not app.view.chat_log.tint_drafts
         tinted, plain = tail_words(app)  # redrawn at once, with the same text
         assert not tinted and set(plain) & drafted
         await pilot.pause(0.3)
         tinted, plain = tail_words(app)  # and stays off as more text comes
         assert not tinted and set(plain) & drafted
-        await pilot.press("ctrl+f3")
+        await pilot.press("ctrl+f6")
         await wait_for(pilot, lambda: len(tail_words(app)[0]) >= 1)
         await pilot.press("escape")
         await wait_for(pilot, lambda: idle(app), timeout_s=10)

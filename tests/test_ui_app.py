@@ -474,3 +474,45 @@ async def test_the_help_page_lists_every_key_once_whole_at_80_columns():
         keys = [item.split(" — ")[0] for item in items if " — " in item]
         assert "Ctrl+F2" in keys and "Ctrl+U" in keys and len(keys) == len(set(keys))  # whole, each once
         assert any("(in <think>…</think>)" in item for item in items)  # not taken for HTML
+
+
+async def test_keys_typed_before_the_first_frame_reach_the_prompt():
+    """Keys that arrive while the app starts wait in its queue until the screen is mounted. The prompt's
+    ``focus()`` in on_mount took effect only after them (it is deferred), so each went to the screen or the
+    chat log, came back to the app once the prompt had the focus, and the prompt, having it, let it go:
+    typing in the first ~0.3 s was lost without a sign."""
+    app, _engines = make_app()
+    compose = app.compose
+
+    def typed_while_starting():
+        for ch in "hi there":
+            app.post_message(events.Key("space" if ch == " " else ch, ch))  # queued before the mount, as a terminal's
+        return compose()
+
+    app.compose = typed_while_starting  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.pause()
+        assert app.prompt.text == "hi there" and app.prompt.has_focus
+
+
+async def test_the_prompt_has_the_focus_from_the_first_frame(monkeypatch):
+    """Keys handled once the app is mounted go straight to the prompt, which has the focus from on_mount on,
+    not to another widget and back (that lost them, and a key typed just after them would have come first)."""
+    from fake_engine import FakeEngine
+
+    from chatphase.ui.app import ChatPhaseApp
+
+    class TypedAtMount(ChatPhaseApp):
+        def on_mount(self) -> None:
+            for ch in "abc":
+                self.post_message(events.Key(ch, ch))  # handled before the prompt's focus() in on_mount
+            super().on_mount()
+
+    app = TypedAtMount(Settings(), fake_model_info(), lambda info, s: FakeEngine(info, s.engine))
+    caught: list[str] = []
+    monkeypatch.setattr(PromptInput, "catch", lambda self, event: caught.append(str(event)))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("d")
+        assert app.prompt.text == "abcd" and caught == []

@@ -120,3 +120,20 @@ async def test_at_80x24_nothing_covers_the_message_being_edited():
         await pilot.press("end", *" more", "enter")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         assert app.prompt.border_title == "" and app.chat.conversation[0].content == "one more"
+
+
+@pytest.mark.parametrize("width", [40, 60])
+async def test_the_footer_palette_key_covers_the_last_column(width):
+    """Where the keys overflow the footer, the palette key sits over them at the right. Textual's compact
+    footer gives every key a one-cell margin on its right, the palette key too, so the key under that cell
+    showed through: at 40 columns the footer read "^p palettee"."""
+    from textual.widgets import Footer
+
+    app, _engines = make_app()
+    async with app.run_test(size=(width, 24)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        footer = app.query_one(Footer)
+        await wait_for(pilot, lambda: footer.max_scroll_x > 0)  # the keys overflow: the case of the glitch
+        await pilot.pause()
+        last, _ = app.screen.get_widget_at(width - 1, 23)
+        assert last.has_class("-command-palette") and "palette" in str(last.render())

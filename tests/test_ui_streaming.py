@@ -410,3 +410,29 @@ def test_wrapped_lines_know_where_each_line_starts():
     assert starts[:5] == [0, 6, 13, 23, 28]  # each piece is the source's text there
     assert starts[5] == 29 and starts[6:] == [None, None]  # after a tab: the line's start only
     assert wrapped_lines(text, 10, 2) == lines[-2:]  # the last lines only
+
+
+async def test_a_code_reply_without_fences_keeps_its_lines_on_screen_folded_and_in_the_copy(monkeypatch):
+    """Markdown joins a paragraph's lines: a code reply without fences read as one line. Its line breaks
+    and indentation stay as the model wrote them while it streams, once finished, once folded under a newer
+    reply, and in the copy (F2)."""
+    code = "def area(r):\n    pi = 3.14159\n    return pi * r * r\n\nprint(area(2))"
+    app, _ = make_app(replies=[code, "ok"], token_delay_s=0.01)
+    copied: list[str] = []
+    monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+    expected = ["def area(r):", "    pi = 3.14159", "    return pi * r * r", "", "print(area(2))"]
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "write area() in python")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await pilot.pause()
+        view = app.query_one(ReplyView)
+        drawn = [line for p in segments(view) for line in drawn_lines(p)]
+        assert drawn[: len(expected)] == expected
+        await pilot.press("f2")
+        assert copied == [code]
+        await send(pilot, "thanks")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        await pilot.pause()
+        assert view.folded
+        assert drawn_lines(view)[: len(expected)] == expected

@@ -6,7 +6,9 @@ the config file's ``[keys]`` table (``"chat.stop" = "ctrl+s"``); the app applies
 (``App.set_keymap``) once :mod:`chatphase.ui.keymap` has checked it, and the help screen and palette show
 the keys in use (:func:`key_labels`). Default
 keys avoid those the prompt's :class:`~textual.widgets.TextArea` uses for editing (Ctrl+A/E/K/U/W/Y/Z...,
-F6 and F7).
+F6 and F7), and keys that do not reach the app from some terminals: xterm-style terminals and tmux send
+Ctrl+F3 as ``ESC[1;5R``, which Textual reads as a cursor-position report (so do Shift+F3 and the other
+``ESC[1;<modifier>R`` keys).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ ACTIONS: tuple[ChatAction, ...] = (
     ),
     ChatAction(
         "view.draft_tint",
-        "ctrl+f3",
+        "ctrl+f6",
         "toggle_draft_tint",
         "Drafts",
         "View: Tint draft tokens",

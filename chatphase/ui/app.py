@@ -123,7 +123,7 @@ class ChatPhaseApp(App[None]):
         self.chat.start_engine()
         if self._resume is not None:
             self.chat.restore(self._resume)
-        self.prompt.focus()
+        self.screen.set_focus(self.prompt)  # now: keys that arrived while starting are handled next
 
     @property
     def dashboard(self) -> Dashboard:

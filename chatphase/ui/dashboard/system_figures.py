@@ -25,21 +25,31 @@ from chatphase.units import DASH, fmt_bytes, fmt_value
 REFRESH_S = 1.0
 
 
+def offloaded_layers(offloaded: int, total: int) -> str:
+    """llama.cpp's ``offloaded X/Y layers`` in the model's own count of layers (n_layer, as the panel says
+    it): llama.cpp counts n_layer + 1, its output layer last (``Y = n_layer + 1``; it goes to the GPU only
+    once every block has): ``31/31`` -> ``30/30 layers + output``, ``12/31`` -> ``12/30 layers``."""
+    blocks = max(0, total - 1)
+    return f"{min(offloaded, blocks)}/{blocks} layers" + (" + output" if offloaded > blocks else "")
+
+
 def gpu_offload_text(model: LoadedModel) -> str:
-    """The model's GPU offload in words, for the panel and the System tab: ``on (31/31 layers)``,
-    ``off (CPU-only build)``, or what cannot be known (a server's, a build that did not say)."""
+    """The model's GPU offload in words, for the panel and the System tab: ``on (30/30 layers + output)``
+    (:func:`offloaded_layers`), ``off (CPU-only build)``, or what cannot be known (a server's, a build that
+    did not say)."""
     s = model.settings
     if s.remote:
         return "the server's (not reported)"
+    total = model.layers_total
     if model.backends and not model.layers_offloaded:  # the engine said what it has: say why nothing runs there
         why = why_no_offload(model.backends, model.devices, s.n_gpu_layers)
-        return f"off ({why or f'0/{model.layers_total} layers'})"
+        return f"off ({why or (offloaded_layers(0, total) if total else 'no layers')})"
     if not s.gpu_offload_supported:
         return "off (CPU-only build)"
-    if model.layers_offloaded is None or model.layers_total is None:
+    if model.layers_offloaded is None or total is None:
         return f"not reported (n_gpu_layers={s.n_gpu_layers})"
     on = "on" if model.layers_offloaded else "off"
-    return f"{on} ({model.layers_offloaded}/{model.layers_total} layers)"
+    return f"{on} ({offloaded_layers(model.layers_offloaded, total)})"
 
 
 #: memory kinds in the order shown, with their short labels.

@@ -14,10 +14,11 @@ A turn with a thinking block adds a third bar, reply (tokens): ``thinking_tokens
 A speculative turn adds a steps line under the time bar's legend: its decode's target steps (``spec_steps``),
 ``spec_tokens_per_step``, the mean verify-step and plain-step ms, and ``spec_speedup`` (:func:`step_items`).
 
-Each segment with a non-zero length gets at least one cell, so a 1 ms tokenise step stays visible next to
-a 2 s decode; cells are shared out by largest remainder. Colours come from component classes (set in
-``dashboard.tcss`` with theme variables, so light and dark themes both work); each segment also has its own
-character, so the bar reads without colour.
+A phase that did not happen (no first token: a turn cancelled in its prefill) gets no cell and reads ``–``
+in the legend, not ``0.0 ms``. Each segment with a non-zero length gets at least one cell, so a 1 ms
+tokenise step stays visible next to a 2 s decode; cells are shared out by largest remainder. Colours come
+from component classes (set in ``dashboard.tcss`` with theme variables, so light and dark themes both work);
+each segment also has its own character, so the bar reads without colour.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.units import fmt_at_threads
+from chatphase.units import DASH, fmt_at_threads
 
 #: segment kind -> (glyph, label)
 SEGMENTS: dict[str, tuple[str, str]] = {
@@ -44,17 +45,23 @@ SEGMENTS: dict[str, tuple[str, str]] = {
 }
 
 
-def time_segments(m: TurnMetrics) -> list[tuple[str, float]]:
+def time_segments(m: TurnMetrics) -> list[tuple[str, float | None]]:
     """``[(kind, ms), ...]`` of the turn's wall time in order: tokenize, prefill, first, decode (or thinking
-    and answer, for a turn with a thinking block)."""
+    and answer, for a turn with a thinking block). ``None`` for a phase that did not happen: without a
+    first token (a turn cancelled in its prefill) neither the first token nor decode did."""
     ttft = m.ttft_ms
-    decode = [("decode", m.decode_ms or 0.0)]
-    if m.thought:
+    if ttft is None:
+        decode: list[tuple[str, float | None]] = (
+            [("thinking", None), ("answer", None)] if m.thought else [("decode", None)]
+        )
+    elif m.thought:
         thinking = min(m.thinking_ms or 0.0, m.decode_ms or 0.0)
         decode = [("thinking", thinking), ("answer", max(0.0, (m.decode_ms or 0.0) - thinking))]
+    else:
+        decode = [("decode", m.decode_ms or 0.0)]
     if m.tokenize_ms is None or m.prefill_ms is None:  # a remote server without timings: TTFT is one block
-        return [("first", ttft or 0.0), *decode]
-    first = max(0.0, ttft - m.tokenize_ms - m.prefill_ms) if ttft is not None else 0.0
+        return [("first", ttft), *decode]
+    first = max(0.0, ttft - m.tokenize_ms - m.prefill_ms) if ttft is not None else None
     return [("tokenize", m.tokenize_ms), ("prefill", m.prefill_ms), ("first", first), *decode]
 
 
@@ -72,7 +79,9 @@ def reply_segments(m: TurnMetrics) -> list[tuple[str, float]]:
     return [("thinking", float(m.thinking_tokens)), ("answer", float(m.answer_tokens or 0))]
 
 
-def _ms(v: float) -> str:
+def _ms(v: float | None) -> str:
+    if v is None:
+        return DASH
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
 
 
@@ -149,15 +158,16 @@ class TurnTimeline(Widget):
         self._metrics = None
         self.refresh()
 
-    def _bar(self, label: str, segments: list[tuple[str, float]], width: int) -> Text:
+    def _bar(self, label: str, segments: Sequence[tuple[str, float | None]], width: int) -> Text:
         text = Text(label.ljust(self.LABEL_WIDTH))
-        for (kind, _), n in zip(segments, scale_cells([v for _, v in segments], width), strict=True):
+        for (kind, _), n in zip(segments, scale_cells([v or 0.0 for _, v in segments], width), strict=True):
             if n:
                 text.append(SEGMENTS[kind][0] * n, style=self.get_component_rich_style(f"timeline--{kind}"))
         return text
 
-    def _legend(self, segments: list[tuple[str, float]], fmt, width: int) -> Text:
-        """Legend items (glyph, label, value), wrapped between items — never inside one — to ``width``."""
+    def _legend(self, segments: Sequence[tuple[str, float | None]], fmt, width: int) -> Text:
+        """Legend items (glyph, label, value; ``–`` for a phase that did not happen), wrapped between items —
+        never inside one — to ``width``."""
         indent = " " * self.LABEL_WIDTH
         text = Text(indent)
         used = 0

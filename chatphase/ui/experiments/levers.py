@@ -36,8 +36,8 @@ from chatphase.ui.experiments.plot import COLORS, SeriesPlot
 
 #: (label, lever) in the picker, and each lever's values when it is picked (models: a list of files).
 LEVER_OPTIONS = [
-    ("KV cache K type", "type_k"),
-    ("KV cache V type", "type_v"),
+    ("K cache type", "type_k"),  # short: the form fits 80 columns with every label whole
+    ("V cache type", "type_v"),
     ("Flash attention", "flash_attn"),
     ("n_ubatch", "n_ubatch"),
     ("Threads", "n_threads"),
@@ -176,10 +176,11 @@ class LeversPane(ExperimentPane):
                 classes="exp-field exp-lever-field",
             )
             yield form_field("Values", "exp-lvalues", DEFAULT_VALUES["type_k"]).add_class("exp-lvalues-field")
-            yield form_field("Prompt lengths", "exp-llengths", "64,256")
-            yield form_field("Depths", "exp-ldepths", "0,512")
-            yield form_field("Reps", "exp-lreps", "2")
-            yield form_field("Gen tokens", "exp-lgen", "16")
+            # widths for their labels (experiments.tcss), so that the values field takes the rest
+            yield form_field("Prompt lengths", "exp-llengths", "64,256").add_class("exp-w14")
+            yield form_field("Depths", "exp-ldepths", "0,512").add_class("exp-w9")
+            yield form_field("Reps", "exp-lreps", "2").add_class("exp-w6")
+            yield form_field("Gen tokens", "exp-lgen", "16").add_class("exp-w10")
         yield SelectionList[str](id="exp-lmodels")
         with Horizontal(id="exp-lplots", classes="exp-plots"):
             yield LeverPlot("decode", id="exp-plot-lbytes")

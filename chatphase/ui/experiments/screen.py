@@ -13,9 +13,12 @@ with every measured repetition, the table shows mean ± sd of the cells measured
 (partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
 parallel sweep). Each tab has its own status line.
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
-directory; the notice names the whole path); Load (Ctrl+O) reads an
+directory; the notice names the whole path). Each tab has its own file name and progress bar (the field and
+the bar show the active tab's), and Save never replaces a file at once: it asks, and a second Save replaces
+it. Load (Ctrl+O) reads an
 earlier result and overlays it on every plot it has cells for, to compare two models or two settings (the
-Levers tab compares within its own run and draws no overlays).
+Levers and Speculative tabs compare within their own run and draw no overlays: they show neither Load nor
+the overlay buttons).
 Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
 (each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
 """
@@ -30,6 +33,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
@@ -103,6 +107,12 @@ class ExperimentsScreen(Screen[None]):
         ] = []  # the running sweep's counted runs, for the table's live rows
         #: each tab's status line (text, class): a tab never shows the other's
         self.statuses: dict[str, tuple[str, str]] = {}
+        #: each tab's file name and progress bar ``(total, done)``: the path field and the bar show the active
+        #: tab's, so that one tab's Save never takes a name typed on another (a saved sweep was replaced so)
+        self.paths: dict[str, str] = {}
+        self.bars: dict[str, tuple[int, int]] = {}
+        self._path_kind = "sweep"  # the tab whose name the path field holds
+        self._overwrite: tuple[str, Path] | None = None  # (tab, file) that Save asked about: again replaces it
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
@@ -121,7 +131,7 @@ class ExperimentsScreen(Screen[None]):
                 yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
                 yield Static(IDLE_STATUS, id="exp-status")
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="exp-summary")
+            yield Static("", id="exp-summary", classes="-empty")
             with Horizontal(id="exp-files"):
                 yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path("sweep"))
                 yield Button("Save", id="exp-save")
@@ -134,6 +144,7 @@ class ExperimentsScreen(Screen[None]):
         return f"bench-{'' if kind == 'sweep' else kind + '-'}{stem}.json"
 
     def on_mount(self) -> None:
+        self.paths = {p.kind: self._default_path(p.kind) for p in self.query(ExperimentPane)}
         self._fill_table()
         self.query_one("#exp-lengths", Input).focus()
 
@@ -147,12 +158,29 @@ class ExperimentsScreen(Screen[None]):
         """The active tab's last result (``None`` before its first run)."""
         return self.results.get(self.pane.kind)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Load is a key only on the tabs that draw overlays (the Levers and Speculative tabs draw none)."""
+        if action != "load":
+            return True
+        try:
+            return self.pane.overlays
+        except NoMatches:  # not composed yet, or closing
+            return True
+
+    def _show_overlay_buttons(self) -> None:
+        for id_ in ("#exp-load", "#exp-clear"):
+            self.query_one(id_, Button).display = self.pane.overlays
+        self.refresh_bindings()
+
     @on(TabbedContent.TabActivated)
     def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
-        path = self.query_one("#exp-path", Input)
-        if path.value in {self._default_path(p.kind) for p in self.query(ExperimentPane)}:
-            path.value = self._default_path(self.pane.kind)
+        path, kind = self.query_one("#exp-path", Input), self.pane.kind
+        self.paths[self._path_kind] = path.value
+        path.value, self._path_kind = self.paths.get(kind, self._default_path(kind)), kind
+        self._overwrite = None
+        self._show_bar(self.pane)
         self._fill_table()
+        self._show_overlay_buttons()
         self._status(*self.statuses.get(self.pane.kind, (IDLE_STATUS, "")))
 
     # -- actions -----------------------------------------------------------------------------------
@@ -185,9 +213,7 @@ class ExperimentsScreen(Screen[None]):
             self.notify(str(exc), severity="error")
             return
         self.job_pane, self.job_plan, self.progress = pane, plan, []
-        bar = self.query_one("#exp-progress", ProgressBar)
-        bar.remove_class("-idle")
-        bar.update(total=plan.total_runs, progress=0)
+        self._set_bar(pane, plan.total_runs, 0)
         pane.start_live(self.model_info.name)
         self._set_running(True)
         self._status(f"Starting: {plan.total_runs} runs ({plan.warmup} warm-up + {plan.reps} reps per cell)…")
@@ -207,17 +233,32 @@ class ExperimentsScreen(Screen[None]):
             self.dismiss(None)
 
     def action_save(self) -> None:
-        """Save the active tab's last result to the path field (.json or .csv)."""
+        """Save the active tab's last result to the path field (.json or .csv). A file that exists is not
+        replaced at once: the notice asks, and Save again (same tab, same name) replaces it."""
         if self.result is None:
             self.notify("Nothing to save yet: run this tab's sweep first.", severity="warning")
             return
         path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
+        asked, self._overwrite = self._overwrite, None
+        if path.exists() and asked != (self.pane.kind, path.resolve()):
+            self._overwrite = (self.pane.kind, path.resolve())
+            self.notify(
+                f"{path.resolve()} exists: press Ctrl+S again to replace it, or change the name.",
+                title="Save",
+                severity="warning",
+                timeout=10,
+            )
+            return
         try:
             save_result(self.result, path)
         except ChatPhaseError as exc:
             self.notify(str(exc), severity="error")
             return
         self.notify(f"Saved {path.resolve()}")
+
+    @on(Input.Changed, "#exp-path")
+    def _path_changed(self) -> None:
+        self._overwrite = None  # a question about another name
 
     def action_load(self) -> None:
         """Load the result at the path field and overlay it on the plots it has cells for."""
@@ -261,7 +302,7 @@ class ExperimentsScreen(Screen[None]):
         elif isinstance(event, BenchNotice):
             self.notify(event.text, severity="warning", timeout=10)
         elif isinstance(event, SweepProgress):
-            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
+            self._set_bar(pane, event.total_runs, event.done_runs)
             label, figures = sample_progress(event.sample)
             self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}", pane=pane)
             pane.add_progress(event)
@@ -269,7 +310,7 @@ class ExperimentsScreen(Screen[None]):
                 self.progress.append(event)
                 self._fill_table()
         elif isinstance(event, SpecProgress):
-            self.query_one("#exp-progress", ProgressBar).update(total=event.total_runs, progress=event.done_runs)
+            self._set_bar(pane, event.total_runs, event.done_runs)
             self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event)}", pane=pane)
             self.progress.append(event)
             self._fill_table()
@@ -307,7 +348,23 @@ class ExperimentsScreen(Screen[None]):
             rows = pane.rows(result) if result is not None else []
         for row in rows:
             table.add_row(*row)
-        self.query_one("#exp-summary", Static).update(pane.summary(result) if result and not running else "")
+        summary = pane.summary(result) if result and not running else ""
+        box = self.query_one("#exp-summary", Static)
+        box.update(summary)
+        box.set_class(not summary, "-empty")
+
+    def _set_bar(self, pane: ExperimentPane, total: int, done: int) -> None:
+        """``pane``'s progress: ``done`` of ``total`` runs (shown when that tab is)."""
+        self.bars[pane.kind] = (total, done)
+        if pane is self.pane:
+            self._show_bar(pane)
+
+    def _show_bar(self, pane: ExperimentPane) -> None:
+        """The bar shows ``pane``'s progress, hidden for a tab that has not run."""
+        bar = self.query_one("#exp-progress", ProgressBar)
+        total, done = self.bars.get(pane.kind, (1, 0))
+        bar.set_class(pane.kind not in self.bars, "-idle")
+        bar.update(total=total, progress=done)
 
     def _set_running(self, running: bool) -> None:
         self.query_one("#exp-run", Button).disabled = running

@@ -25,13 +25,31 @@ _ENDED_BY_BLANK = ("paragraph_open", "blockquote_open", "table_open")
 _ONE_LINE = ("heading_open", "hr")
 
 
+def _newline_as_written(state, silent: bool) -> bool:
+    """markdown-it's inline ``newline`` rule, but every line break is a hard break and the next line keeps
+    its leading spaces: a reply's line breaks read as the model wrote them (CommonMark joins the lines of a
+    paragraph, so a code reply without fences became one line). Spaces before the break are dropped, as
+    CommonMark drops them. Only the text inside a block changes: the blocks (fences, lists, tables) are found
+    by the block rules, before this runs."""
+    if state.src[state.pos] != "\n":
+        return False
+    if not silent:
+        state.pending = state.pending.rstrip(" ")
+        state.push("hardbreak", "br", 0)
+    state.pos += 1
+    return True
+
+
 @lru_cache(maxsize=1)
 def markdown_parser():
     """The parser of replies, shared by the block finder and the renderer: Rich's (CommonMark, tables,
-    strikethrough) with raw HTML off, so that ``<word ...>`` in a reply is text, not a tag Rich drops."""
+    strikethrough) with raw HTML off, so that ``<word ...>`` in a reply is text, not a tag Rich drops, and
+    line breaks kept as written (:func:`_newline_as_written`)."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+    md = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+    md.inline.ruler.at("newline", _newline_as_written)
+    return md
 
 
 def top_level_blocks(text: str) -> list:
