@@ -277,6 +277,32 @@ async def test_the_model_picker_is_inert(no_backstop, evil_models_dir):
             assert_inert(app)
 
 
+async def test_the_experiments_screen_and_its_plots_are_inert(no_backstop):
+    """The title, and a plot's legend: plotext's output is read as ANSI, where an OSC 8 would be a live link."""
+    from textual.geometry import Region
+
+    from chatphase.bench.results import Sample
+    from chatphase.ui.experiments.plot import BenchPlot
+    from chatphase.ui.experiments.screen import ExperimentsScreen
+
+    app, _ = evil_app()
+    async with app.run_test(size=(150, 48)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        app.action_open_experiments()
+        await wait_for(pilot, lambda: isinstance(app.screen, ExperimentsScreen) and bool(app.screen.query(BenchPlot)))
+        plot = app.screen.query_one("#exp-plot-ttft", BenchPlot)
+        plot.start_live(
+            "m\x1b]8;;http://e\x1b\\x\x1b]8;;\x1b\\\x1b[2J"
+        )  # short: a legend wider than the plot is left out
+        plot.add_sample(Sample("prompt", 16, 0, 0, False, 21.0, 1.0, 2.0, 3.0, 16, 0, 8, 0, "length"))
+        await pilot.pause(0.2)
+        assert_inert(app)
+        width, height = plot.outer_size
+        segments = [seg for strip in plot.render_lines(Region(0, 0, width, height)) for seg in strip]
+        assert "␛" in "".join(seg.text for seg in segments)  # the legend names the running model, shown
+        assert not [seg.style.link for seg in segments if seg.style is not None and seg.style.link]
+
+
 async def test_the_app_filter_catches_what_a_widget_missed():
     app, _ = evil_app()
     async with app.run_test(size=(100, 30)) as pilot:

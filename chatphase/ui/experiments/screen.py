@@ -41,6 +41,7 @@ from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepProgress
 from chatphase.bench.spec_api import SpecDone, SpecProgress
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -107,7 +108,9 @@ class ExperimentsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
             yield Label(
-                f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}", classes="panel-title"
+                inert(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}"),
+                classes="panel-title",
+                markup=False,
             )
             with TabbedContent(id="exp-tabs"):
                 yield SweepPane()
