@@ -291,11 +291,7 @@ class _Progress:
     def advance(self, ev: SweepProgress) -> None:
         s = ev.sample
         label, figures = sample_progress(s)
-        label = inert(label)
+        label = inert(label)  # it may name a model
         self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
         if self._plain and not s.warmup:
-            print(
-                inert(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}"),
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)

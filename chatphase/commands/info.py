@@ -132,7 +132,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(inert(render(report)))  # GGUF metadata (general.name, the template's name) is the file's text
+        print(inert(render(report)))  # the model's name and path, its metadata: the file's text
     if report["memory"]["verdict"] == "refuse":
         raise ModelError(report["memory"]["message"])
     if "error" in report["chat_format"]:
