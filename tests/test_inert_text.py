@@ -233,6 +233,45 @@ async def test_outside_text_is_not_read_as_markup():
         assert screen_text(app).count(MARKUP) >= 2  # title and model in the table
 
 
+async def test_a_settings_error_quotes_the_value_as_typed(no_backstop):
+    from textual.widgets import Input
+
+    from chatphase.ui.screens.settings import SettingsScreen
+
+    app, _ = evil_app(name="m")
+    async with app.run_test(size=(130, 45)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        app.action_edit_settings()
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, SettingsScreen) and bool(app.screen.query("#settings-save"))
+        )
+        app.screen.query_one("#set-n_ctx", Input).value = f"x{MARKUP}"
+        await pilot.pause(0.1)
+        error = str(app.screen.query_one("#settings-error").render())
+        assert "expected an integer" in error and MARKUP in error
+
+
+async def test_the_experiments_status_and_table_are_inert_and_not_markup(no_backstop):
+    from chatphase.ui.experiments.screen import ExperimentsScreen
+
+    app, _ = evil_app(name="m")
+    async with app.run_test(size=(150, 48)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        app.action_open_experiments()
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, ExperimentsScreen) and bool(app.screen.query("#exp-status"))
+        )
+        screen = app.screen
+        screen._status(f"{MARKUP} cannot run {EVIL}", "-error")  # as a failed job's message reads
+        screen.pane.rows = lambda result: [(EVIL, MARKUP)]  # a result's cells: a model's name among them
+        screen.results[screen.pane.kind] = object()
+        screen.pane.summary = lambda result: EVIL
+        screen._fill_table()
+        await pilot.pause(0.2)
+        assert_inert(app)
+        assert screen_text(app).count(MARKUP) == 2
+
+
 def write_gguf(path: Path, name: str, chat_template: str | None = None) -> Path:
     """A small GGUF (as tests/test_models_validation.py writes them) whose ``general.name`` is ``name``."""
     w = gguf.GGUFWriter(str(path), "llama")

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -122,9 +123,9 @@ class ExperimentsScreen(Screen[None]):
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
                 # a set total: an indeterminate bar animates (and repaints) the whole time the screen is idle
                 yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
-                yield Static(IDLE_STATUS, id="exp-status")
+                yield Static(IDLE_STATUS, id="exp-status", markup=False)
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="exp-summary")
+            yield Static("", id="exp-summary", markup=False)
             with Horizontal(id="exp-files"):
                 yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path("sweep"))
                 yield Button("Save", id="exp-save")
@@ -308,9 +309,9 @@ class ExperimentsScreen(Screen[None]):
             rows = pane.live_rows(self.progress, self.job_plan)
         else:
             rows = pane.rows(result) if result is not None else []
-        for row in rows:
-            table.add_row(*row)
-        self.query_one("#exp-summary", Static).update(pane.summary(result) if result and not running else "")
+        for row in rows:  # a lever's values name models; a loaded file's cells are its text: plain, inert
+            table.add_row(*(Text(inert(c)) if isinstance(c, str) else c for c in row))
+        self.query_one("#exp-summary", Static).update(inert(pane.summary(result)) if result and not running else "")
 
     def _set_running(self, running: bool) -> None:
         self.query_one("#exp-run", Button).disabled = running
@@ -323,7 +324,7 @@ class ExperimentsScreen(Screen[None]):
         if pane is self.pane:
             status = self.query_one("#exp-status", Static)
             status.set_classes(kind)
-            status.update(text)
+            status.update(inert(text))  # errors and notices may quote a model or a file
 
     def on_unmount(self) -> None:
         if self.job is not None:
