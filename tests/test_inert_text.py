@@ -397,15 +397,11 @@ def test_ask_to_a_pipe_is_inert_unless_raw():
     assert f"think {PAYLOAD}" in raw_run.stderr.decode()
 
 
-def test_ask_to_a_terminal_is_inert():
+def read_terminal(argv: list[str]) -> str:
+    """What ``argv`` writes to a terminal (a pty as its stdout and stderr), newlines as ``\n``."""
     main_fd, term_fd = pty.openpty()
-    with ScriptedServer(_server_routes()) as srv:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "chatphase", "ask", "--server", srv.url, "--no-save", "--show-thinking", "hi"],
-            stdin=subprocess.DEVNULL,
-            stdout=term_fd,
-            stderr=term_fd,
-        )
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=term_fd, stderr=term_fd)
         os.close(term_fd)
         written = b""
         while True:
@@ -417,8 +413,16 @@ def test_ask_to_a_terminal_is_inert():
                 break
             written += chunk
         assert proc.wait(timeout=60) == 0, written
-    os.close(main_fd)
-    text = written.decode().replace("\r\n", "\n")  # the terminal's own newline translation
+    finally:
+        os.close(main_fd)
+    return written.decode().replace("\r\n", "\n")  # the terminal's own newline translation
+
+
+def test_ask_to_a_terminal_is_inert():
+    with ScriptedServer(_server_routes()) as srv:
+        text = read_terminal(
+            [sys.executable, "-m", "chatphase", "ask", "--server", srv.url, "--no-save", "--show-thinking", "hi"]
+        )
     assert raw_controls(text) == []
     assert f"{inert(PAYLOAD)} bye" in text and f"think {inert(PAYLOAD)}" in text  # stdout and stderr interleave
 
