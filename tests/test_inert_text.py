@@ -127,7 +127,7 @@ def evil_app(
 
 
 def screen_text(app) -> str:
-    """What Textual draws of the screen (toasts and modal screens included)."""
+    """What Textual draws of the screen: modal screens, and toasts where the test runs with ``notifications=True``."""
     return app.export_screenshot()
 
 
