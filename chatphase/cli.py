@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     args.input_notices = input_notices
     try:
         return int(args.func(args) or 0)
-    except ChatPhaseError as exc:
-        print(f"chatphase: {exc}", file=sys.stderr)
+    except ChatPhaseError as exc:  # inert: the message may quote a server, a model or a file name
+        from chatphase.engine.text import inert
+
+        print(inert(f"chatphase: {exc}"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("chatphase: interrupted", file=sys.stderr)

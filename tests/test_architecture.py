@@ -44,7 +44,7 @@ LAYERS = {
     "ui.transcript": {"chat", "engine", "models", "units"},
     "ui.dashboard": {"engine", "explain", "forecast", "system", "units"},
     "ui.phases": {"engine", "models", "ui.dashboard", "ui.transcript", "units"},
-    "ui.screens": {"chat", "engine.prompting", "errors", "models", "sessions", "settings", "units"},
+    "ui.screens": {"chat", "engine", "engine.prompting", "errors", "models", "sessions", "settings", "units"},
     "ui.experiments": {"bench", "engine", "errors", "models", "settings", "units"},
     "ui": {
         "chat",

@@ -6,6 +6,9 @@ and one metrics line per turn goes to stderr; with ``--json`` one object goes to
 "server_timings"}]}`` (``thinking``: a reasoning model's thinking text, apart from the reply;
 ``server_timings``: a remote server's own timings, else ``null``; ``--server`` runs on a remote server).
 A reasoning model's thinking goes to stderr only with ``--show-thinking``.
+The model's text is written inert (:func:`~chatphase.engine.text.inert`: control characters other than
+newline and tab shown as pictures, ESC as ␛), to a terminal and to a pipe alike, unless ``--raw``;
+chatphase's own lines on stderr (notes, errors, metrics) always are, and ``--json`` escapes them.
 Exit codes: 0 ok; 2 bad usage or unusable model (one line on stderr); 1 engine failure.
 """
 
@@ -35,6 +38,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
+from chatphase.engine.text import inert, json_inert
 from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.units import fmt_at_threads, fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
@@ -54,6 +58,13 @@ def register(sub) -> None:
         "--no-save", action="store_true", help="do not save this conversation as a session (see `chatphase sessions`)"
     )
     p.add_argument("--show-thinking", action="store_true", help="print a reasoning model's thinking to stderr")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="write the model's text byte for byte, control characters included, for a pipe that wants them; "
+        "on a terminal this lets the model's text drive it (escape sequences: clipboard, screen, title). "
+        "Default: control characters other than newline and tab are shown as pictures (ESC as ␛)",
+    )
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="user turns, in order")
     p.set_defaults(func=run)
 
@@ -92,12 +103,20 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
     )
 
 
+def say(line: str) -> None:
+    """One line of chatphase's own on stderr, inert (it may quote a server, a model or a file name)."""
+    print(inert(line), file=sys.stderr)
+
+
 class _Printer(ChatListener):
     """``ask``'s view of the chat: streams replies to stdout (not with ``--json``), one metrics line
-    per turn and the chat's notices to stderr, and keeps the turns and the failure for the exit code."""
+    per turn and the chat's notices to stderr, and keeps the turns and the failure for the exit code.
+    The model's text is written inert unless ``raw`` (each chunk as it comes: :func:`inert` is per
+    character, so a sequence split across chunks is caught too)."""
 
-    def __init__(self, as_json: bool, show_thinking: bool = False) -> None:
+    def __init__(self, as_json: bool, show_thinking: bool = False, raw: bool = False) -> None:
         self.as_json = as_json
+        self.shown = (lambda text: text) if raw else inert
         self.show_thinking = show_thinking and not as_json
         self.loaded: LoadedModel | None = None
         self.turns: list[dict] = []
@@ -109,13 +128,11 @@ class _Printer(ChatListener):
     def engine_ready(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
         for note in loaded.notes:
-            print(f"chatphase: {note}", file=sys.stderr)
+            say(f"chatphase: {note}")
         if getattr(loaded.info, "synthetic", False):
-            print(
-                f"chatphase: {loaded.info.name} is {SYNTHETIC_LABEL}: its text is random, not a reply", file=sys.stderr
-            )
+            say(f"chatphase: {loaded.info.name} is {SYNTHETIC_LABEL}: its text is random, not a reply")
         for line in loaded.slow_paths:
-            print(f"chatphase: slow path: {line}", file=sys.stderr)
+            say(f"chatphase: slow path: {line}")
 
     def _reply_start(self) -> None:
         """A synthetic model's text is labelled where it is read, not only on stderr."""
@@ -144,17 +161,17 @@ class _Printer(ChatListener):
 
     def _write(self, text: str, thinking: str) -> None:
         if thinking and self.show_thinking:
-            sys.stderr.write(thinking)
+            sys.stderr.write(self.shown(thinking))
             sys.stderr.flush()
         if text and not self.as_json:
-            sys.stdout.write(text)
+            sys.stdout.write(self.shown(text))
             sys.stdout.flush()
 
     @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if not self.as_json:
             sys.stdout.write("\n")
-            print(metrics_line(turn.number, event.metrics), file=sys.stderr)
+            say(metrics_line(turn.number, event.metrics))
         self.turns.append(
             {
                 "prompt": turn.user,
@@ -175,7 +192,7 @@ class _Printer(ChatListener):
         if notice.kind == "turn_error":
             self.turn_error = notice.text
         elif notice.kind in ("dropped", "context_full", "model", "spec"):
-            print(f"chatphase: {notice.text}", file=sys.stderr)
+            say(f"chatphase: {notice.text}")
 
     def emit_json(self) -> None:
         """With ``--json``, print what was done so far (also before failing)."""
@@ -199,13 +216,8 @@ class _Printer(ChatListener):
             memory=memory_by_place(loaded.buffers),
             buffers=[asdict(b) for b in loaded.buffers],
         )
-        json.dump(
-            {"model": model, "settings": loaded.settings.to_dict(), "turns": self.turns},
-            sys.stdout,
-            indent=2,
-            ensure_ascii=False,
-        )
-        sys.stdout.write("\n")
+        doc = {"model": model, "settings": loaded.settings.to_dict(), "turns": self.turns}
+        sys.stdout.write(json_inert(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n")
         sys.stdout.flush()
 
 
@@ -217,11 +229,11 @@ def run(args: argparse.Namespace) -> int:
     info = model_info_for(settings, pull=args.pull)
     engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
     chat = ChatController(settings, info, lambda _info, _settings: engine, InlineDispatcher())
-    printer = _Printer(args.json, args.show_thinking)
+    printer = _Printer(args.json, args.show_thinking, args.raw)
     chat.add_listener(printer)
     recording = None
     if not args.no_save:
-        recording = SessionRecording(chat, on_error=lambda m: print(f"chatphase: {m}; not saving", file=sys.stderr))
+        recording = SessionRecording(chat, on_error=lambda m: say(f"chatphase: {m}; not saving"))
         chat.add_listener(recording)
     try:
         return _run(chat, printer, args.prompts)

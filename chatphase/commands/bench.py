@@ -36,6 +36,7 @@ from chatphase.bench.runner import (
 from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -189,7 +190,9 @@ def drive(run, total_runs: int, done_type):
 
 
 def write_output(text: str, output: str | None) -> None:
-    """``text`` to the ``--output`` file (saying so on stderr), else to stdout."""
+    """``text`` to the ``--output`` file (saying so on stderr), else to stdout; inert (model names and paths are
+    the files' text)."""
+    text = inert(text)
     if output:
         Path(output).expanduser().write_text(text, encoding="utf-8")
         print(f"chatphase: wrote {output}", file=sys.stderr)
@@ -351,22 +354,23 @@ class _Progress:
 
     def notice_plain(self, text: str) -> None:
         """A progress line on stderr, kept above the bar."""
-        self._bar.console.print(f"chatphase bench: {text}", markup=False, highlight=False, soft_wrap=True)
+        self._bar.console.print(inert(f"chatphase bench: {text}"), markup=False, highlight=False, soft_wrap=True)
 
     def status(self, text: str) -> None:
         self._description = text
         self._last_event = self._last_line = time.monotonic()
         self._bar.update(self._task, description=text)
         if self._plain:
-            print(f"chatphase bench: {text}", file=sys.stderr, flush=True)
+            print(inert(f"chatphase bench: {text}"), file=sys.stderr, flush=True)
 
     def notice(self, text: str) -> None:
         """A line the user must see (printed above the bar, and kept)."""
-        self._bar.console.print(f"chatphase: warning: {text}", markup=False, highlight=False, soft_wrap=True)
+        self._bar.console.print(inert(f"chatphase: warning: {text}"), markup=False, highlight=False, soft_wrap=True)
 
     def advance(self, ev: SweepProgress) -> None:
         s = ev.sample
         label, figures = sample_progress(s)
+        label = inert(label)  # it may name a model
         self._description = label
         self._last_event = self._last_line = time.monotonic()
         self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)

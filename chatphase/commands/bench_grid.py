@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chatphase.bench.grid import LEVERS, LeverGrid, check_values, parse_lever
 from chatphase.commands.options import count_or_auto
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 
 
@@ -60,7 +61,7 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, w
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
     run = GridRun(points, infos, settings.engine, plan, notes=notes, roofline=args.roofline)
     for note in notes:
-        print(f"chatphase: {note}", file=sys.stderr)
+        print(inert(f"chatphase: {note}"), file=sys.stderr)
     result = drive(run, len(points) * plan.total_runs, GridDone)
     write_output(result.render(args.format), args.output)
     if result.cancelled:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chatphase.bench.spec import format_costs, format_rows, parse_arms, run_arms, summary_rows, verify_cost
 from chatphase.commands.options import settings_from_args
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -28,13 +29,15 @@ def run(args: argparse.Namespace) -> int:
     config = replace(settings.engine, spec="off")
 
     def progress(text: str) -> None:
-        print(f"\rchatphase: {text:<60}", end="", file=sys.stderr, flush=True)
+        print(f"\rchatphase: {inert(text):<60}", end="", file=sys.stderr, flush=True)
 
     results = run_arms(info, config, specs, reps=max(1, args.reps), progress=progress)
     progress("verify-step cost, k = 1…16")
     costs = verify_cost(info, config)
     print(file=sys.stderr)
-    text = f"{format_rows(summary_rows(results))}\n\nverify-step cost (256 tokens cached)\n{format_costs(costs)}\n"
+    text = inert(
+        f"{format_rows(summary_rows(results))}\n\nverify-step cost (256 tokens cached)\n{format_costs(costs)}\n"
+    )
     if args.output:
         Path(args.output).expanduser().write_text(text, encoding="utf-8")
         print(f"chatphase: wrote {args.output}", file=sys.stderr)

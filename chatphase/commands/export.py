@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import FORMATS, export_session, format_from_path, write_export
@@ -41,5 +42,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(export_session(session, fmt))
         return 0
     path = write_export(session, fmt, args.output)
-    print(f"exported {session.id} ({len(session.turns)} turns) as {fmt} to {path}", file=sys.stderr)
+    print(inert(f"exported {session.id} ({len(session.turns)} turns) as {fmt} to {path}"), file=sys.stderr)
     return 0

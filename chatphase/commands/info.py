@@ -16,6 +16,7 @@ from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.engine.events import DeviceInfo
 from chatphase.engine.llamalog import llama_quiet
 from chatphase.engine.slow_paths import why_no_offload
+from chatphase.engine.text import inert
 from chatphase.errors import ModelError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, read_model_info
 from chatphase.models.kv import kv_bytes_per_token
@@ -130,7 +131,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(render(report))
+        print(inert(render(report)))  # the model's name and path, its metadata: the file's text
     if report["memory"]["verdict"] == "refuse":
         raise ModelError(report["memory"]["message"])
     if "error" in report["chat_format"]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from chatphase.commands.options import add_setting_flag
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.resolve import FIGURE_COLUMNS, default_models_dir, list_models
@@ -57,13 +58,14 @@ def run(args) -> int:
             broken.append(e)
             continue
         mark = "*" if e.is_default else "s" if e.info.synthetic else ""
-        rows.append((mark, e.spec or f"(default) {e.info.name}", *e.figures(), e.source))
+        # file names and GGUF metadata: inert before they are measured
+        rows.append(tuple(map(inert, (mark, e.spec or f"(default) {e.info.name}", *e.figures(), e.source))))
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     print(f"\n* default model · s {SYNTHETIC_LABEL} (random weights) · KV/TOK = f16 KV cache bytes per token")
     for e in broken:
-        print(f"unusable: {e.error}")
+        print(inert(f"unusable: {e.error}"))
     return 0
 
 
@@ -89,7 +91,7 @@ def run_synth(args) -> int:
     if target.exists() and not args.force:
         raise UsageError(f"{target} exists (--force replaces it)")
     for warning in check_room(target, synth):
-        print(f"chatphase: warning: {warning}", file=sys.stderr)
+        print(inert(f"chatphase: warning: {warning}"), file=sys.stderr)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 

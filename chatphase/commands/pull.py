@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from chatphase.commands.options import add_setting_flag
+from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models import hub
 from chatphase.models.gguf_meta import read_model_info
@@ -58,9 +59,11 @@ def run(args) -> int:
     how = {"downloaded": "downloaded", "hf-cache": "linked from the Hugging Face cache", "present": "already present"}[
         result.source
     ]
-    print(f"{how}: {result.path}", file=sys.stderr)
+    print(inert(f"{how}: {result.path}"), file=sys.stderr)
     print(
-        f"{info.name} · {info.architecture} · {info.quantization} · {fmt_bytes(info.size_bytes)}"
-        f" · use with --model {spec.repo_id}:{Path(result.path).name}"
+        inert(
+            f"{info.name} · {info.architecture} · {info.quantization} · {fmt_bytes(info.size_bytes)}"
+            f" · use with --model {spec.repo_id}:{Path(result.path).name}"
+        )
     )
     return 0

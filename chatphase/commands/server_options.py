@@ -13,6 +13,7 @@ import weakref
 from chatphase.commands.options import add_setting_flags
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -59,7 +60,7 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
     format_before_load(info, engine.chat_template)  # a broken template: one line, exit 2, before any UI
     verdict = preflight(info, engine.n_ctx, engine.n_ubatch_used, engine.type_k, engine.type_v)
     if verdict.level == "warn":
-        (warn or (lambda text: print(f"chatphase: warning: {text}", file=sys.stderr)))(verdict.message)
+        (warn or (lambda text: print(inert(f"chatphase: warning: {text}"), file=sys.stderr)))(verdict.message)
     return info
 
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from chatphase.engine.text import inert, json_inert
 from chatphase.errors import UsageError
 from chatphase.sessions.catalog import SessionSummary, delete_session, list_sessions, rename_session
 from chatphase.sessions.store import local_time, sessions_dir
@@ -35,13 +36,14 @@ def register(sub) -> None:
 
 
 def format_table(rows: list[SessionSummary]) -> str:
-    """The session list as aligned text columns (ID, TITLE, MODEL, TURNS, LAST USED)."""
+    """The session list as aligned text columns (ID, TITLE, MODEL, TURNS, LAST USED); titles and model names
+    inert (:func:`~chatphase.engine.text.inert`), before they are measured."""
     head = ("ID", "TITLE", "MODEL", "TURNS", "LAST USED")
     body = [
         (
             s.id,
-            s.title if len(s.title) <= 40 else s.title[:39] + "…",
-            s.model or "?",
+            inert(s.title if len(s.title) <= 40 else s.title[:39] + "…"),
+            inert(s.model or "?"),
             f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else ""),
             local_time(s.last_used),
         )
@@ -55,14 +57,13 @@ def run(args: argparse.Namespace) -> int:
     """List, rename or delete; see the module docstring."""
     if args.action == "rename":
         s = rename_session(args.id, " ".join(args.title))
-        print(f"renamed {s.id}: {s.title}")
+        print(inert(f"renamed {s.id}: {s.title}"))
         return 0
     if args.action == "delete":
         return _delete(args)
     rows = list_sessions()
     if args.json:
-        json.dump([r.to_dict() for r in rows], sys.stdout, indent=2, ensure_ascii=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_inert(json.dumps([r.to_dict() for r in rows], indent=2, ensure_ascii=False)) + "\n")
     elif not rows:
         print(f"no saved sessions (they are kept in {sessions_dir()})")
     else:
@@ -82,5 +83,5 @@ def _delete(args) -> int:
             print("kept")
             return 0
     delete_session(s.id)
-    print(f"deleted {s.id}: {s.title}")
+    print(inert(f"deleted {s.id}: {s.title}"))
     return 0

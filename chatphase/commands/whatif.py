@@ -15,6 +15,7 @@ import sys
 
 from chatphase.commands.bench import count_list
 from chatphase.commands.options import add_model_options, settings_from_args
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.units import fmt_bytes, fmt_params
 
@@ -109,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     label = " (synthetic: timings only)" if synthetic else ""
     print(
-        f"what-if: {model.name}{label} — {fmt_bytes(model.weight_bytes)} of weights read per token, "
-        f"{fmt_params(model.n_params)} parameters, {fmt_bytes(model.kv_bytes_per_token)} of KV cache per token"
+        inert(
+            f"what-if: {model.name}{label} — {fmt_bytes(model.weight_bytes)} of weights read per token, "
+            f"{fmt_params(model.n_params)} parameters, {fmt_bytes(model.kv_bytes_per_token)} of KV cache per token"
+        )
     )
     headers = ["device", "GB/s", "TFLOP/s", *(f"TTFT {n}" for n in lengths), *(f"decode @{d}" for d in depths)]
     table = [headers]

@@ -4,6 +4,8 @@
   metrics table row per turn. Each turn keeps the sampling it was generated with (a resumed chat may
   use other settings): the settings line says it when every turn shares it, else each turn says its
   own. Numbers are rounded for reading (2 decimals); use JSON or CSV for exact values.
+- Text for people is inert (:func:`~chatphase.engine.text.inert`): ``md`` and ``csv`` show control characters
+  (other than newline and tab) as pictures; ``json`` escapes them (``\u001b``, also DEL and C1).
 - ``json``: ``{"format": "chatphase-session", "version": 1, "exported": ..., **Session.to_dict()}``;
   :func:`session_from_json` reads it back into an equal :class:`~chatphase.sessions.store.Session`.
 - ``csv``: one row per turn: the turn's sampling (:data:`SAMPLING_KEYS`), then one column per metric.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.text import inert, json_inert
 from chatphase.errors import UsageError
 from chatphase.sessions.store import RecordedTurn, Session, utc_now
 
@@ -104,7 +107,7 @@ def write_export(session: Session, fmt: str, output: Path) -> Path:
 def to_json(session: Session) -> str:
     """Everything in the session as indented JSON (UTF-8 text, not ASCII-escaped)."""
     doc = {"format": JSON_FORMAT_NAME, "version": 1, "exported": utc_now(), **session.to_dict()}
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return json_inert(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n"
 
 
 def session_from_json(text: str) -> Session:
@@ -146,7 +149,7 @@ def to_csv(session: Session) -> str:
         lead = (session.id, t.index, t.status, int(t.replaced), t.model or session.model_name, t.started, t.finished)
         lead += tuple(_turn_sampling(session, t).get(k) for k in SAMPLING_KEYS)
         w.writerow([_csv_cell(v) for v in (*lead, *(m.get(c) for c in METRIC_COLUMNS), t.error)])
-    return buf.getvalue()
+    return inert(buf.getvalue())  # model names and errors: no control character for a terminal or a sheet
 
 
 def _parse_cell(text: str) -> int | float | str | None:
@@ -247,7 +250,8 @@ def metrics_table(session: Session) -> str:
 
 
 def to_markdown(session: Session) -> str:
-    """A readable transcript: header facts, each turn's user and assistant text, then the metrics table."""
+    """A readable transcript: header facts, each turn's user and assistant text, then the metrics table; inert
+    (:func:`~chatphase.engine.text.inert`: control characters other than newline and tab shown as pictures)."""
     m = session.model or {}
     model = m.get("name") or "unknown model"
     extra = ", ".join(str(m[k]) for k in ("architecture", "quantization") if m.get(k))
@@ -278,4 +282,4 @@ def to_markdown(session: Session) -> str:
         if t.replaced:
             out += [_REPLACED_NOTE, ""]
     out += ["## Metrics", "", metrics_table(session), ""]
-    return "\n".join(out)
+    return inert("\n".join(out))  # the model's escape sequences shown, not obeyed, when the file is read

@@ -373,9 +373,9 @@ def write_record(fh: TextIO, record: dict[str, Any], *, sync: bool) -> None:
     """Append one record as a JSON line and flush it to the OS; ``sync`` also fsyncs it to disk.
     Text that is not valid Unicode (a lone surrogate, e.g. from an environment variable) is written as
     U+FFFD: it could not be encoded, and a session must never fail to save for it."""
-    from chatphase.engine.text import clean_text
+    from chatphase.engine.text import clean_text, json_inert
 
-    fh.write(clean_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")))[0] + "\n")
+    fh.write(json_inert(clean_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")))[0]) + "\n")
     fh.flush()
     if sync:
         os.fsync(fh.fileno())

@@ -39,6 +39,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.settings.schema import BY_KEY, FIELDS, SAMPLING_TABLE, SETTING_KEYS, Settings, with_values
 
@@ -292,7 +293,7 @@ def load_config(path: Path | None = None, environ: typing.Mapping[str, str] | No
 
 
 def _stderr(message: str) -> None:
-    print(f"chatphase: {message}", file=sys.stderr)
+    print(inert(f"chatphase: {message}"), file=sys.stderr)  # it may quote the file's text
 
 
 def load_settings(

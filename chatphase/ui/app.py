@@ -11,7 +11,7 @@ commands onto controller calls. The chat is recorded by
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -19,12 +19,15 @@ from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from chatphase.chat.controller import ChatController, NotNow
 from chatphase.chat.recording import SessionRecording
 from chatphase.engine.base import Engine
+from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.settings.schema import Settings
@@ -33,6 +36,7 @@ from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
+from chatphase.ui.inert_lines import InertLines
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
 from chatphase.ui.phases.indicator import PhaseIndicator
 from chatphase.ui.phases.panel import PhasePanel
@@ -91,6 +95,26 @@ class ChatPhaseApp(App[None]):
         self.keymap, self._keymap_notices = check_keymap(settings.keys, reserved_keys(type(self)))
         self.keys = key_labels(self.keymap)
         self.view: ChatView  # the controller's listener, made on mount (it needs the mounted widgets)
+
+    # -- what reaches the terminal ------------------------------------------------------------------
+    _inert_lines = InertLines()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's filters, then :class:`InertLines`: no control character in a drawn line's text."""
+        return [*super().get_line_filters(), self._inert_lines]
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Textual's toast, its text inert and not read as markup by default: notices carry server errors,
+        model and file names (``[link=…]`` in one would be a live link)."""
+        super().notify(inert(message), title=inert(title), severity=severity, timeout=timeout, markup=markup)
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:

@@ -45,6 +45,7 @@ from chatphase.engine.events import (
     TurnFinished,
 )
 from chatphase.engine.spec_modes import SPEC_WARNING
+from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.ui.dashboard.dashboard import Dashboard
@@ -126,7 +127,7 @@ class ChatView(ChatListener):
     @override
     def engine_loading(self, model: ModelInfo) -> None:
         self.indicator.show_loading(model.name)
-        self.app.sub_title = model.name
+        self.app.sub_title = inert(model.name)
 
     @override
     def engine_ready(self, loaded: LoadedModel) -> None:
@@ -311,7 +312,7 @@ class ChatView(ChatListener):
             f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}). "
             "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
         )
-        self.app.sub_title = f"{self.chat.model_info.name} · {session.title}"
+        self.app.sub_title = inert(f"{self.chat.model_info.name} · {session.title}")
 
     @override
     def notice(self, notice: Notice) -> None:

@@ -17,6 +17,7 @@ from textual.widgets import Static
 from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.slow_paths import why_no_offload
+from chatphase.engine.text import inert
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler, SystemSample
 from chatphase.units import DASH, fmt_bytes, fmt_value
@@ -142,7 +143,7 @@ class SystemFigures(Static):
     """The system figure lines, refreshed every :data:`REFRESH_S` s once a model is set."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("no model loaded", **kwargs)
+        super().__init__("no model loaded", markup=False, **kwargs)  # device names: plain text
         self.model: LoadedModel | None = None
         self.sampler: ProcessSampler | None = None
         self.last_sample: SystemSample | None = None
@@ -181,7 +182,7 @@ class SystemFigures(Static):
         if self.model is None or self.sampler is None:
             return
         self.last_sample = self.sampler.sample()
-        text = "\n".join(system_lines(self.model, self.last_sample, self.turn))
+        text = inert("\n".join(system_lines(self.model, self.last_sample, self.turn)))
         width = self.content_size.width
         if not width:  # on a hidden tab: showing the tab lays it out anyway
             self.update(text, layout=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -27,6 +28,7 @@ from chatphase.bench.job import GridJob
 from chatphase.bench.roofline import cell_context_tokens
 from chatphase.bench.runner import SweepPlan, aggregate
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.roofline import step_bytes
@@ -138,7 +140,7 @@ class LeverPlot(SeriesPlot):
             xs, ys = (list(v) for v in zip(*pts, strict=True))
             # decode: one point per cell (a point's cells differ in bytes, not along a line)
             draw = plt.scatter if self.kind == "decode" else plt.plot
-            draw(xs, ys, marker="dot", color=COLORS[i % len(COLORS)], label=point)
+            draw(xs, ys, marker="dot", color=COLORS[i % len(COLORS)], label=inert(point))  # model names
             self.y_top = max(self.y_top, *ys)
             self.legend_lines += 1
         self.draw_live()
@@ -208,7 +210,7 @@ class LeversPane(ExperimentPane):
         models.clear_options()
         for e in entries:
             label = e.info.name + (f"  ({SYNTHETIC_LABEL})" if e.info.synthetic else "") + f"  {e.path}"
-            models.add_option((label, e.path, e.path == self.model_info.path))
+            models.add_option((Text(inert(label)), e.path, e.path == self.model_info.path))  # a file name: not markup
 
     @on(Select.Changed, "#exp-lever")
     def _lever_changed(self, event: Select.Changed) -> None:

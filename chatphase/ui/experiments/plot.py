@@ -20,6 +20,7 @@ from textual_plotext import PlotextPlot
 
 from chatphase.bench.parallel_results import ParallelSample
 from chatphase.bench.results import BenchResult, CellResult, Sample
+from chatphase.engine.text import inert
 
 PlotKind = Literal["ttft", "decode"]
 #: plotext colour names, one per series in order.
@@ -96,7 +97,7 @@ class SeriesPlot(PlotextPlot):
 
     def start_live(self, label: str) -> None:
         """Begin a running series named ``label`` (clears the previous live points)."""
-        self.live, self.live_label = [], label
+        self.live, self.live_label = [], inert(label)  # a model's name: plotext's ANSI is parsed (OSC 8 too)
         self.replot()
 
     def add_sample(self, sample: Sample | ParallelSample) -> None:
@@ -169,7 +170,7 @@ class BenchPlot(SeriesPlot):
                 continue
             color = COLORS[i % len(COLORS)]
             xs, ys, sds = (list(v) for v in zip(*pts, strict=True))
-            plt.plot(xs, ys, marker="dot", color=color, label=res.display_label())
+            plt.plot(xs, ys, marker="dot", color=color, label=inert(res.display_label()))  # a loaded file's
             if any(sds):
                 plt.error(xs, ys, yerr=sds, color=color)
             self.y_top = max(self.y_top, *(y + sd for y, sd in zip(ys, sds, strict=True)))
@@ -220,7 +221,7 @@ class ParallelPlot(SeriesPlot):
             drawn += 1
             xs = [float(c.n_seq) for c in cells]
             ticks.update(xs)
-            label = res.display_label()
+            label = inert(res.display_label())  # a loaded file's
             plt.plot(
                 xs,
                 [c.aggregate_decode_tokens_per_s.mean for c in cells],

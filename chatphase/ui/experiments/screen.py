@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -45,6 +46,7 @@ from chatphase.bench.results import BenchResult, load_result, save_result
 from chatphase.bench.runner import SweepProgress
 from chatphase.bench.spec_api import SpecDone, SpecProgress
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -117,7 +119,9 @@ class ExperimentsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
             yield Label(
-                f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}", classes="panel-title"
+                inert(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}"),
+                classes="panel-title",
+                markup=False,
             )
             with TabbedContent(id="exp-tabs"):
                 yield SweepPane()
@@ -129,9 +133,9 @@ class ExperimentsScreen(Screen[None]):
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
                 # a set total: an indeterminate bar animates (and repaints) the whole time the screen is idle
                 yield ProgressBar(total=1, id="exp-progress", show_eta=False, classes="-idle")
-                yield Static(IDLE_STATUS, id="exp-status")
+                yield Static(IDLE_STATUS, id="exp-status", markup=False)
             yield DataTable(id="exp-table", cursor_type="row", zebra_stripes=True)
-            yield Static("", id="exp-summary", classes="-empty")
+            yield Static("", id="exp-summary", classes="-empty", markup=False)
             with Horizontal(id="exp-files"):
                 yield Input(placeholder="file.json or file.csv", id="exp-path", value=self._default_path("sweep"))
                 yield Button("Save", id="exp-save")
@@ -346,9 +350,9 @@ class ExperimentsScreen(Screen[None]):
             rows = pane.live_rows(self.progress, self.job_plan)
         else:
             rows = pane.rows(result) if result is not None else []
-        for row in rows:
-            table.add_row(*row)
-        summary = pane.summary(result) if result and not running else ""
+        for row in rows:  # a lever's values name models; a loaded file's cells are its text: plain, inert
+            table.add_row(*(Text(inert(c)) if isinstance(c, str) else c for c in row))
+        summary = inert(pane.summary(result)) if result and not running else ""
         box = self.query_one("#exp-summary", Static)
         box.update(summary)
         box.set_class(not summary, "-empty")
@@ -377,7 +381,7 @@ class ExperimentsScreen(Screen[None]):
         if pane is self.pane:
             status = self.query_one("#exp-status", Static)
             status.set_classes(kind)
-            status.update(text)
+            status.update(inert(text))  # errors and notices may quote a model or a file
 
     def on_unmount(self) -> None:
         if self.job is not None:

@@ -24,6 +24,7 @@ from textual.widgets import Label, ProgressBar
 from chatphase.engine.events import LoadedModel, PrefillProgress, PrefillStarted, SpecLive
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
+from chatphase.engine.text import inert
 from chatphase.ui.transcript.thinking_block import thinking_live
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
@@ -56,7 +57,7 @@ class PhaseIndicator(Horizontal):
         self._bar = ProgressBar(
             total=1, show_eta=False, show_percentage=False, id="prefill-bar"
         )  # the stats give done/total
-        self._stats = Label("", id="phase-stats")
+        self._stats = Label("", id="phase-stats", markup=False)  # model names, errors: plain text
         yield self._badge
         yield self._bar
         yield self._stats
@@ -72,7 +73,7 @@ class PhaseIndicator(Horizontal):
         error = kind == "error"  # an error's words wrap (the line grows), the rest of it is what to do
         grows = error or self.has_class("-error")
         self.set_class(error, "-error")
-        self._stats.update(stats, layout=grows)
+        self._stats.update(inert(stats), layout=grows)
 
     def _set_stats(self, stats: str) -> None:
         """Live figures within a phase: the line's size is fixed, so no layout."""

@@ -20,12 +20,14 @@ Sections (each a child widget, styled in ``app.tcss``):
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, ProgressBar, Static
 
 from chatphase.engine.events import LoadedModel, PrefillStarted
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
@@ -44,11 +46,12 @@ def threads_text(m: TurnMetrics) -> str:
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:
+    """Two columns of plain text, inert (model names, devices, notes come from the model and the engine)."""
     table = Table.grid(padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
     table.add_column(overflow="fold")
     for name, value in rows:
-        table.add_row(name, value)
+        table.add_row(Text(inert(name)), Text(inert(value)))
     return table
 
 

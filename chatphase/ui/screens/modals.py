@@ -12,6 +12,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Log, Markdown
 
+from chatphase.engine.text import inert
+
 #: at most this much of the end of the log file is read (bytes): the file is rotated at
 #: :data:`~chatphase.engine.logfile.LOG_CAP_BYTES` when an engine starts, so this reaches back to it.
 LOG_TAIL_BYTES = 4 * 2**20
@@ -65,7 +67,9 @@ class LogScreen(CloseableScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="log-box", classes="modal-box"):
-            yield Label(f"Engine log: {self.path or '(none)'}  ·  Esc close", classes="panel-title")
+            yield Label(
+                inert(f"Engine log: {self.path or '(none)'}  ·  Esc close"), classes="panel-title", markup=False
+            )
             yield Log(id="engine-log", highlight=False, auto_scroll=False)
 
     def on_mount(self) -> None:
@@ -111,7 +115,7 @@ def fold_lines(lines: list[str], width: int) -> list[str]:
 
 
 def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
-    """Lines of the last ``limit`` bytes of ``path``, or one explanatory line when it cannot be read."""
+    """Lines of the last ``limit`` bytes of ``path``, made inert, or one explanatory line when it cannot be read."""
     if not path:
         return ["No engine log yet: the engine has not reported one (is the model loaded?)."]
     p = Path(path)
@@ -121,8 +125,9 @@ def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> list[str]:
             fh.seek(max(0, size - limit))
             data = fh.read()
     except OSError as exc:
-        return [f"Cannot read the engine log {path}: {exc.strerror or exc}"]
-    lines = data.decode("utf-8", errors="replace").splitlines()
+        return [inert(f"Cannot read the engine log {path}: {exc.strerror or exc}")]
+    # inert: the log holds what llama.cpp printed, model metadata and a server's text among it
+    lines = [inert(line) for line in data.decode("utf-8", errors="replace").splitlines()]
     return lines or ["(the engine log is empty)"]
 
 

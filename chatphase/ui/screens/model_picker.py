@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Label
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.settings_apply import naming_model
+from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.memory import MemoryVerdict, assess, estimate
@@ -94,7 +95,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
                 cursor = i
         usable = sum(e.info is not None for e in self.entries)
         status = error or f"{fmt_count(usable, 'usable model')} · memory at n_ctx {self.n_ctx}"
-        self.query_one("#picker-status", Label).update(status)
+        self.query_one("#picker-status", Label).update(Text(inert(status)))
         self._draw(cursor)
         self.query_one(DataTable).focus()
 
@@ -113,21 +114,22 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
             short = (
                 Text(shorten(label.plain, model), style=label.style)
                 if isinstance(label, Text)
-                else shorten(label, model)
+                else Text(shorten(label, model))  # a file name: not markup
             )
-            table.add_row(mark, short, *rest, key=str(i))
+            table.add_row(mark, short, *(Text(c) if isinstance(c, str) else c for c in rest), key=str(i))
         if self.rows:
             table.move_cursor(row=cursor)
 
     def _cells(self, e: ModelEntry) -> tuple:
         mark = "●" if e.info is not None and e.path == self.current_path else ("*" if e.is_default else "")
-        label: str | Text = e.spec or "default"
+        spec = inert(e.spec or "default")  # a file name or a path: it may hold anything
+        label: str | Text = spec
         if e.info is not None and e.info.synthetic:  # random weights: say so where the model is chosen
-            label = Text.assemble(e.spec or "default", (f" ({SYNTHETIC_LABEL})", "yellow"))
+            label = Text.assemble(spec, (f" ({SYNTHETIC_LABEL})", "yellow"))
         if e.info is None:
             return (
                 mark,
-                Text(e.spec or "default", style="dim"),
+                Text(spec, style="dim"),
                 Text("unusable", style="red"),
                 "",
                 "",
@@ -135,14 +137,14 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
                 "",
                 "",
                 "",
-                e.source,
+                inert(e.source),
             )
         i: ModelInfo = e.info
         verdict = assess(estimate(i, self.n_ctx))
         self.verdicts[e.path] = verdict
         style = {"ok": "", "warn": "yellow", "refuse": "red"}[verdict.level]
         memory = Text(fmt_bytes(estimate(i, self.n_ctx).total_bytes), style=style)
-        return (mark, label, *e.figures(), memory, e.source)
+        return (mark, label, *map(inert, e.figures()), memory, inert(e.source))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Show the highlighted file's path, or why it cannot be used."""
@@ -150,10 +152,13 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
             return
         e = self.entries[int(event.row_key.value)]
         detail = (
-            Text(e.error or "unusable", style="red")
+            Text(inert(e.error or "unusable"), style="red")
             if e.info is None
             else Text(
-                f"{e.info.name} · {e.path}" + (f" · {self.verdicts[e.path].message}" if e.path in self.verdicts else "")
+                inert(
+                    f"{e.info.name} · {e.path}"
+                    + (f" · {self.verdicts[e.path].message}" if e.path in self.verdicts else "")
+                )
             )
         )
         self.query_one("#picker-detail", Label).update(detail)

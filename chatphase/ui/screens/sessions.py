@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, RadioButton, RadioSet, Static
 
+from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.sessions.catalog import delete_session, list_sessions, load_session, rename_session
 from chatphase.sessions.export import FORMATS, default_export_path, write_export
@@ -88,7 +90,7 @@ class SessionsScreen(ModalScreen[str | None]):
             )
             yield DataTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
             yield Input(id="sessions-rename", placeholder="new title, Enter to save, Esc to cancel")
-            yield Static("", id="sessions-status")
+            yield Static("", id="sessions-status", markup=False)  # titles, errors
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -112,7 +114,7 @@ class SessionsScreen(ModalScreen[str | None]):
         for s in rows:
             turns = f"{s.turns}" + (f" ({s.partial_turns} partial)" if s.partial_turns else "")
             mark = "● " if s.id == self.current_id else ""
-            cells.append((mark + s.id, s.title, s.model, turns, local_time(s.last_used)))
+            cells.append((mark + s.id, inert(s.title), inert(s.model), turns, local_time(s.last_used)))
         scrollbar = table.styles.scrollbar_size_vertical if len(rows) + 1 > table.size.height else 0
         width = table.size.width - scrollbar
         widths = fit_columns(width, cells, cell_padding=table.cell_padding)
@@ -120,7 +122,7 @@ class SessionsScreen(ModalScreen[str | None]):
         for label, w in zip(COLUMNS, widths, strict=True):
             table.add_column(label, width=w)
         for s, row in zip(rows, cells, strict=True):
-            table.add_row(*(clip(text, w) for text, w in zip(row, widths, strict=True)), key=s.id)
+            table.add_row(*(Text(clip(text, w)) for text, w in zip(row, widths, strict=True)), key=s.id)  # not markup
         if keep and keep in {s.id for s in rows}:
             table.move_cursor(row=table.get_row_index(keep))
         self._status("No saved sessions yet." if not rows else f"{len(rows)} sessions (● = this chat)")
@@ -128,7 +130,7 @@ class SessionsScreen(ModalScreen[str | None]):
     def _status(self, text: str, kind: str = "") -> None:
         status = self.query_one("#sessions-status", Static)
         status.set_classes(kind)
-        status.update(text)
+        status.update(inert(text))
 
     @property
     def selected_id(self) -> str | None:
@@ -149,7 +151,7 @@ class SessionsScreen(ModalScreen[str | None]):
         if sid is None:
             return
         box = self.query_one("#sessions-rename", Input)
-        box.value = load_session(sid).title
+        box.value = inert(load_session(sid).title)
         box.display = True
         box.focus()
 
@@ -218,15 +220,16 @@ class ExportScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box", classes="modal-box"):
             yield Label(
-                f"Export {self.session.title or self.session.id} ({fmt_count(len(self.session.turns), 'turn')})",
+                inert(f"Export {self.session.title or self.session.id} ({fmt_count(len(self.session.turns), 'turn')})"),
                 classes="panel-title",
+                markup=False,
             )
             yield Static("Format: arrows, Enter  ·  Tab: the path, Enter exports  ·  Esc cancel", id="export-hint")
             with RadioSet(id="export-format"):
                 for fmt in FORMATS:
                     yield RadioButton(FORMAT_LABELS[fmt], value=fmt == self.fmt, name=fmt)
             yield Input(str(default_export_path(self.session, self.fmt, self.directory)), id="export-path")
-            yield Static("", id="export-status")
+            yield Static("", id="export-status", markup=False)  # errors naming paths
             with Horizontal(id="export-buttons"):
                 yield Button("Export", variant="primary", id="export-go")
                 yield Button("Cancel", id="export-cancel")
@@ -259,7 +262,7 @@ class ExportScreen(ModalScreen[Path | None]):
         try:
             path = write_export(self.session, self.fmt, Path(text).expanduser())
         except ChatPhaseError as exc:
-            self.query_one("#export-status", Static).update(str(exc))
+            self.query_one("#export-status", Static).update(inert(str(exc)))
             return
         self.app.notify(f"Exported {self.session.id} as {self.fmt} to {path}", title="Session: Export")
         self.dismiss(path)

@@ -96,8 +96,8 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
                     for f in (f for f in SHOWN if _kind(f) == kind):
                         with Horizontal(classes="settings-row"):
                             yield from self._row(f, kind)
-            yield Static("", id="settings-reload")
-            yield Static("", id="settings-error")
+            yield Static("", id="settings-reload", markup=False)
+            yield Static("", id="settings-error", markup=False)  # errors quote the values typed
             yield Checkbox(f"Save as defaults in {config_path()}", id="settings-save", compact=True)
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply", compact=True)

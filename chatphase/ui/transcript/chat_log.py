@@ -45,6 +45,7 @@ from textual.widgets import Static
 
 from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.transcript.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
@@ -61,18 +62,19 @@ SEGMENT_CHARS = 1200
 
 
 class UserMessage(Static):
-    """One user message, shown verbatim (no markup)."""
+    """One user message, shown verbatim (no markup) but inert (a paste can carry escape sequences too)."""
 
     def __init__(self, text: str) -> None:
-        super().__init__(text, markup=False, classes="user")
+        super().__init__(inert(text), markup=False, classes="user")
         self.text = text
 
 
 class Notice(Static):
-    """An inline line in the log (``kind``: ``info``, ``warning`` or ``error``)."""
+    """An inline line in the log (``kind``: ``info``, ``warning`` or ``error``), inert (it may quote a server,
+    a model or a file name)."""
 
     def __init__(self, text: str, kind: str = "info") -> None:
-        super().__init__(text, markup=False, classes=f"notice -{kind}")
+        super().__init__(inert(text), markup=False, classes=f"notice -{kind}")
 
 
 class FoldedReply(Widget):
@@ -147,7 +149,7 @@ class ReplyView(Widget):
         self._segments = [MarkdownSegment(lambda: self.text, end=self._committed, classes="reply-md")]
         self._tail = Static("", markup=False, classes="reply-tail")
         self._tail.display = not self.finished  # shown from the start: showing it at the first token is a layout
-        self._meta = Static(self.meta, classes="reply-meta")
+        self._meta = Static(self.meta, markup=False, classes="reply-meta")
         if self.synthetic:  # stays above the text when the reply is folded (as a thinking block does)
             self._above.append(
                 Static(f"{SYNTHETIC_LABEL} — random weights: noise, not a reply", classes="synthetic-label")
@@ -242,7 +244,7 @@ class ReplyView(Widget):
                 await self._commit(text, found, boundary=found)
                 wrote = True
         room = self._tail_height()
-        lines = wrapped_lines(text[self._committed :], self._tail_width(), room + 1)
+        lines = wrapped_lines(inert(text[self._committed :]), self._tail_width(), room + 1)  # as the tail draws it
         if len(lines) > room:  # a source line's first piece always has its offset
             end = self._committed + next(at for at, _ in reversed(lines) if at is not None)
             if end > self._committed:
@@ -311,7 +313,7 @@ class ReplyView(Widget):
 
     def set_meta(self, text: str, layout: bool = True) -> None:
         """Set the footer line under the reply; ``layout=False`` when ``text`` surely fits one line."""
-        self.meta = text
+        self.meta = text = inert(text)
         if self._meta is not None:
             self._meta.update(text, layout=layout)
         self.redraw()

@@ -28,6 +28,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
+from chatphase.engine.text import inert
 from chatphase.ui.transcript.md_blocks import markdown_parser
 
 #: the language name Pygments renders without highlighting.
@@ -59,14 +60,16 @@ class _CodeBlock(CodeBlock):
 
 
 class _Markdown(Markdown):
-    """Rich's Markdown with :func:`fence_language` and :func:`~chatphase.ui.transcript.md_blocks.markdown_parser`."""
+    """Rich's Markdown with :func:`fence_language` and :func:`~chatphase.ui.transcript.md_blocks.markdown_parser`,
+    of the text made inert (:func:`~chatphase.engine.text.inert`: the model's escape sequences are shown, not
+    obeyed; one character for one, so the reply's offsets hold)."""
 
     elements: ClassVar[dict] = {**Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock}
 
     def __init__(self, markup: str, **kwargs) -> None:
         super().__init__("", **kwargs)  # Rich's own parse (HTML on) of nothing; the reply is parsed here
-        self.markup = markup
-        self.parsed = markdown_parser().parse(markup)
+        self.markup = inert(markup)
+        self.parsed = markdown_parser().parse(self.markup)
 
 
 def finished_reply(text: str, meta: str, code_theme: str, meta_style: Style) -> Group:

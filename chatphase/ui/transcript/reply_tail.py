@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from rich.style import Style
 from rich.text import Text
 
+from chatphase.engine.text import inert
+
 
 def _wrap(line: str, width: int) -> list[tuple[int | None, str]]:
     """One source line (no newline) wrapped at ``width``, each piece with its offset in ``line``: the first
@@ -53,16 +55,18 @@ def tail_lines(text: str, width: int, count: int) -> str:
 def tinted_tail(
     text: str, start: int, spans: Sequence[tuple[int, int]], width: int, count: int, style: Style | None
 ) -> Text:
-    """:func:`tail_lines` of ``text[start:]`` as Rich text, the characters inside ``spans`` (``(begin, end)``
-    offsets into ``text``, in order) in ``style``; no tint when ``style`` is ``None`` or there are no spans."""
-    lines = wrapped_lines(text[start:], width, count)
+    """:func:`tail_lines` of ``text[start:]`` made inert (:func:`~chatphase.engine.text.inert`, one character
+    for one) as Rich text, the characters inside ``spans`` (``(begin, end)`` offsets into ``text``, in order)
+    in ``style``; no tint when ``style`` is ``None`` or there are no spans."""
+    tail = inert(text[start:])
+    lines = wrapped_lines(tail, width, count)
     out = Text("\n".join(piece for _, piece in lines))
     if style is None or not spans:
         return out
     at = 0  # where the line being placed starts in ``out``
     for offset, piece in lines:
         lo, hi = start + (offset or 0), start + (offset or 0) + len(piece)
-        if offset is not None and text[lo:hi] == piece:  # not a line whose tabs the wrap expanded
+        if offset is not None and tail[lo - start : hi - start] == piece:  # not a line whose tabs the wrap expanded
             for a, b in spans:
                 if a < hi and b > lo:
                     out.stylize(style, at + max(a, lo) - lo, at + min(b, hi) - lo)

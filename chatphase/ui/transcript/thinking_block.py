@@ -17,6 +17,7 @@ from textual.widgets import Collapsible, Static
 
 from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.text import inert
 from chatphase.ui.transcript.reply_tail import tail_lines
 from chatphase.units import fmt_int, fmt_seconds
 
@@ -86,7 +87,7 @@ class ThinkingBlock(Vertical):
     def _make_fold(self) -> Collapsible:
         """The finished block's line and text. Made when the block finishes: a Collapsible opened later by
         code would scroll itself into view, taking the chat log off the streaming answer."""
-        self._body = Static(self.text.strip(), markup=False, classes="thinking-text")
+        self._body = Static(inert(self.text.strip()), markup=False, classes="thinking-text")
         self._fold = Collapsible(self._body, title=self.title, collapsed=not self.open, classes="thinking-fold")
         return self._fold
 
@@ -111,7 +112,7 @@ class ThinkingBlock(Vertical):
         start = text.rfind("\n", 0, max(0, len(text) - width * lines)) + 1  # only the lines the tail can show
         shown = text[start:] if start else text.lstrip()  # models start the block with a new line
         self._header.update(header, layout=False)
-        tail.update(tail_lines(shown, width, lines), layout=False)
+        tail.update(tail_lines(inert(shown), width, lines), layout=False)
 
     def finish(self, title: str, open: bool = False, text: str | None = None) -> None:
         """Collapse to ``title`` (expanded when ``open``) with the whole thinking text inside (one layout).
@@ -129,5 +130,5 @@ class ThinkingBlock(Vertical):
             self._header.display = self._tail.display = False
             self.mount(self._make_fold())
         elif self._fold is not None:
-            self._body.update(self.text.strip())
+            self._body.update(inert(self.text.strip()))
             self._fold.title = title
