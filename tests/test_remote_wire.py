@@ -248,6 +248,54 @@ def test_metrics_from_report_prompt_counts_are_consistent():
         remote_turn_metrics(t_submit_ns=10, arrival_times_ns=[5], report=ServerReport(), stop_reason="stop")
 
 
+def test_a_remote_turn_and_the_same_timestamps_through_the_local_path_give_the_same_figures():
+    """One definition of every metric: a server turn whose chunks are one token each, with the counts the
+    server reports, equals the local engine's turn with the same clock and counts, field for field (but
+    what only one side knows: the local KV and tokenisation figures, who counted the remote tokens)."""
+    from chatphase.engine.metrics import compute_turn_metrics
+    from chatphase.engine.remote.wire import RemoteThinking
+
+    ms = 1_000_000
+    times = [(40 + 7 * i + i * i) * ms for i in range(9)]  # uneven gaps: the ITL percentiles interpolate
+    report = ServerReport(prompt_tokens=50, cached_tokens=20, completion_tokens=9, reasoning_tokens=4)
+    report.timings = {"prompt_ms": 12.5, "draft_n": 16, "draft_n_accepted": 12}
+    report.finish_reason = "length"
+    thinking = RemoteThinking(t_end_ns=times[3] + ms, t_first_answer_ns=times[4])
+    remote = remote_turn_metrics(
+        t_submit_ns=0, arrival_times_ns=times, report=report, stop_reason="length", thinking=thinking
+    )
+    local = compute_turn_metrics(
+        t_submit_ns=0,
+        t_prefill_start_ns=2 * ms,
+        t_prefill_end_ns=2 * ms + round(12.5 * ms),
+        token_times_ns=times,
+        prompt_tokens=50,
+        cached_tokens=20,
+        kv_cache_tokens=59,
+        kv_bytes_per_token=8,
+        kv_capacity_bytes=4096,
+        stop_reason="length",
+        thinking_tokens=4,
+        t_thinking_end_ns=times[3] + ms,
+        spec={"spec_mode": "draft", "spec_drafted": 16, "spec_accepted": 12, "spec_acceptance": 0.75},
+    )
+    only_one_side = {"kv_cache_tokens", "kv_bytes_per_token", "kv_cache_bytes", "kv_capacity_bytes", "tokenize_ms"}
+    only_one_side |= {"decode_tokens_source"}
+    differ = {k: (v, local.to_dict()[k]) for k, v in remote.to_dict().items() if k not in only_one_side}
+    assert {k: pair for k, pair in differ.items() if pair[0] != pair[1]} == {}
+    assert remote.decode_tokens_source == "usage" and remote.kv_cache_bytes is None and remote.tokenize_ms is None
+    assert remote.answer_tokens_per_s is not None and remote.itl_ms_p95 is not None and remote.thinking_ms == 31.0
+
+
+def test_server_counts_that_cannot_be_are_unknown_not_negative():
+    """More cached than prompt tokens (a server's bookkeeping gone wrong) gave a negative prefill count."""
+    report = ServerReport(prompt_tokens=10, cached_tokens=30, completion_tokens=2)
+    report.timings = {"prompt_ms": 4.0}
+    m = remote_turn_metrics(t_submit_ns=0, arrival_times_ns=[5_000_000, 6_000_000], report=report, stop_reason="stop")
+    assert (m.prompt_tokens, m.cached_tokens, m.prefill_tokens, m.prefill_tokens_per_s) == (10, None, None, None)
+    assert m.prefill_ms == 4.0 and m.decode_tokens == 2
+
+
 @pytest.mark.timeout(10)  # liveness bound: without the socket shutdown this waits out the 20 s read timeout
 def test_cancel_while_waiting_for_the_first_token_returns_at_once():
     import threading

@@ -4,7 +4,7 @@ Everything here is pure: it takes timestamps and counts and returns numbers, so 
 unit-tested with scripted timestamps. All timestamps are integers in nanoseconds on one monotonic clock
 (`time.perf_counter_ns()`, which on Linux and macOS is the system-wide monotonic clock).
 
-Definitions (shared by the dashboard, `ask --json` and `bench`):
+Definitions (shared by every engine, the dashboard, `ask --json` and `bench`):
 
 - ``ttft_ms = t_first - t_submit``: templating + tokenisation + prefill + first sample.
 - ``prefill_tokens_per_s = prefill_tokens / prefill_s``, with ``prefill_s`` the synchronised evaluation
@@ -185,12 +185,12 @@ def gap_stats_ms(gaps_ns: Sequence[int]) -> tuple[float | None, float | None, fl
 def compute_turn_metrics(
     *,
     t_submit_ns: int,
-    t_prefill_start_ns: int,
-    t_prefill_end_ns: int,
+    t_prefill_start_ns: int | None,
+    t_prefill_end_ns: int | None,
     token_times_ns: Sequence[int],
-    prompt_tokens: int,
-    cached_tokens: int,
-    kv_cache_tokens: int,
+    prompt_tokens: int | None,
+    cached_tokens: int | None,
+    kv_cache_tokens: int | None,
     kv_bytes_per_token: int | None,
     kv_capacity_bytes: int | None,
     stop_reason: StopReason,
@@ -199,53 +199,84 @@ def compute_turn_metrics(
     thinking_tokens: int | None = None,
     t_thinking_end_ns: int | None = None,
     spec: dict[str, Any] | None = None,
+    prefill_ns: int | None = None,
+    decode_count: tuple[int | None, str | None] | None = None,
+    thinking_block: bool = False,
+    t_first_answer_ns: int | None = None,
 ) -> TurnMetrics:
-    """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens).
+    """Build a :class:`TurnMetrics` from raw timestamps (ns) and counts (tokens), for every engine.
+
+    The local engine passes its own clock and counts; a remote server's turn
+    (:func:`chatphase.engine.remote.wire.remote_turn_metrics`) passes the arrival times of the stream's
+    chunks with the server's counts, ``None`` for what the server does not report.
 
     Args:
         t_submit_ns: the turn's submit time.
         t_prefill_start_ns / t_prefill_end_ns: start of the first prompt chunk and the synchronised end
-            of the last one (equal when nothing was evaluated).
-        token_times_ns: sampling time of each generated token, the end-of-generation token excluded.
-        prompt_tokens: tokens of the whole templated prompt; cached_tokens: reused from the KV cache.
+            of the last one (equal when nothing was evaluated); ``None``: not measured here (a server's).
+        token_times_ns: sampling time of each generated token, the end-of-generation token excluded; or,
+            with ``decode_count``, the arrival times of the chunks that carried generated text.
+        prompt_tokens: tokens of the whole templated prompt; cached_tokens: reused from the KV cache
+            (``None``: unknown).
         kv_cache_tokens: KV cells in use after the turn; kv_bytes_per_token: from :mod:`chatphase.models.kv`.
         evaluated_tokens: prompt tokens actually evaluated, when fewer than ``prompt_tokens - cached_tokens``
-            (a prefill cancelled between chunks); ``prefill_tokens`` and its rate then count only these.
+            (a prefill cancelled between chunks), or when that difference is unknown (a server's
+            ``prompt_n``); ``prefill_tokens`` and its rate then count only these.
         thinking_tokens: generated tokens of the thinking block (the first ones), ``None`` without one;
         t_thinking_end_ns: when the block closed (after its closing marker, sampled or forced); ``None``
             when the reply ended inside it (thinking cut short).
-        spec: the speculative-decoding fields (:func:`spec_figures`), ``None`` for plain decode.
+        spec: the speculative-decoding fields (:func:`spec_figures`, :func:`spec_counts`), ``None`` for
+            plain decode.
+        prefill_ns: the prefill's duration measured elsewhere (a server's own clock), where there are no
+            prefill timestamps.
+        decode_count: ``(tokens, who counted them)`` when ``token_times_ns`` are chunks, which are not
+            tokens: the server's count (``None``: unknown) and ``decode_tokens_source``. ``None``: one
+            token per time.
+        thinking_block: the reply had a thinking block whose token count is unknown (``thinking_tokens``
+            ``None``: a server that does not report it).
+        t_first_answer_ns: when the first answer token arrived; by default the time of the token after
+            the thinking block's (with ``decode_count``, unknown unless given).
 
     Raises:
         ValueError: on inconsistent counts or timestamps out of order, or an unknown stop reason.
     """
-    if not 0 <= cached_tokens <= prompt_tokens:
+    if prompt_tokens is not None and cached_tokens is not None and not 0 <= cached_tokens <= prompt_tokens:
         raise ValueError(f"cached_tokens={cached_tokens} outside 0..prompt_tokens={prompt_tokens}")
-    if t_prefill_end_ns < t_prefill_start_ns or t_prefill_start_ns < t_submit_ns:
-        raise ValueError("timestamps out of order: need t_submit <= t_prefill_start <= t_prefill_end")
-    if any(b < a for a, b in pairwise(token_times_ns)):
-        raise ValueError("token times must be non-decreasing")
+    if t_prefill_start_ns is not None and t_prefill_end_ns is not None:
+        if t_prefill_end_ns < t_prefill_start_ns or t_prefill_start_ns < t_submit_ns:
+            raise ValueError("timestamps out of order: need t_submit <= t_prefill_start <= t_prefill_end")
+        prefill_ns = t_prefill_end_ns - t_prefill_start_ns
+    if any(b < a for a, b in pairwise(token_times_ns)) or (token_times_ns and token_times_ns[0] < t_submit_ns):
+        raise ValueError("token times must be non-decreasing and after the submit time")
     if stop_reason not in STOP_REASONS:
         raise ValueError(f"unknown stop_reason {stop_reason!r}")
 
-    prefill_tokens = prompt_tokens - cached_tokens
+    prefill_tokens = prompt_tokens - cached_tokens if prompt_tokens is not None and cached_tokens is not None else None
     if evaluated_tokens is not None:
-        if not 0 <= evaluated_tokens <= prefill_tokens:
+        if evaluated_tokens < 0 or (prefill_tokens is not None and evaluated_tokens > prefill_tokens):
             raise ValueError(f"evaluated_tokens={evaluated_tokens} outside 0..{prefill_tokens}")
         prefill_tokens = evaluated_tokens
-    prefill_ns = t_prefill_end_ns - t_prefill_start_ns
-    decode_tokens = len(token_times_ns)
-    ttft_ms = ns_to_ms(token_times_ns[0] - t_submit_ns) if decode_tokens else None
-    decode_ns = token_times_ns[-1] - token_times_ns[0] if decode_tokens else 0
+    times = token_times_ns
+    decode_tokens, source = (len(times), None) if decode_count is None else decode_count
+    ttft_ms = ns_to_ms(times[0] - t_submit_ns) if times else None
+    decode_ns = times[-1] - times[0] if times else 0
     decode_tps, tpot_ms = decode_rates(decode_tokens, decode_ns)
-    p50, p95, pmax = itl_stats_ms(token_times_ns)
-    thinking = _thinking_figures(t_submit_ns, token_times_ns, thinking_tokens, t_thinking_end_ns)
+    p50, p95, pmax = itl_stats_ms(times)
+    if thinking_tokens is not None or thinking_block:
+        if decode_count is None:
+            t_first_answer_ns = _local_first_answer(times, thinking_tokens, t_thinking_end_ns, t_first_answer_ns)
+        thinking = _thinking_figures(t_submit_ns, times, decode_tokens, thinking_tokens, t_thinking_end_ns)
+        thinking |= _answer_figures(t_submit_ns, times, thinking.get("answer_tokens"), t_first_answer_ns)
+    else:
+        thinking = {}
     return TurnMetrics(
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
         prefill_tokens=prefill_tokens,
-        prefill_ms=ns_to_ms(prefill_ns),
-        prefill_tokens_per_s=rate_per_s(prefill_tokens, prefill_ns),
+        prefill_ms=ns_to_ms(prefill_ns) if prefill_ns is not None else None,
+        prefill_tokens_per_s=(
+            rate_per_s(prefill_tokens, prefill_ns) if prefill_tokens is not None and prefill_ns is not None else None
+        ),
         ttft_ms=ttft_ms,
         decode_tokens=decode_tokens,
         decode_ms=ns_to_ms(decode_ns),
@@ -255,12 +286,17 @@ def compute_turn_metrics(
         itl_ms_max=pmax,
         kv_cache_tokens=kv_cache_tokens,
         kv_bytes_per_token=kv_bytes_per_token,
-        kv_cache_bytes=kv_cache_tokens * kv_bytes_per_token if kv_bytes_per_token is not None else None,
+        kv_cache_bytes=(
+            kv_cache_tokens * kv_bytes_per_token
+            if kv_cache_tokens is not None and kv_bytes_per_token is not None
+            else None
+        ),
         kv_capacity_bytes=kv_capacity_bytes,
         stop_reason=stop_reason,
-        tokenize_ms=ns_to_ms(t_prefill_start_ns - t_submit_ns),
+        tokenize_ms=ns_to_ms(t_prefill_start_ns - t_submit_ns) if t_prefill_start_ns is not None else None,
         tpot_ms=tpot_ms,
         dropped_messages=dropped_messages,
+        decode_tokens_source=source,
         **thinking,
         **(spec or {}),
     )
@@ -346,10 +382,7 @@ def spec_figures(
     plain_threads, plain_ms = tally.baseline()
     p50, p95, _ = gap_stats_ms(durations)
     return {
-        "spec_mode": mode,
-        "spec_drafted": drafted,
-        "spec_accepted": accepted,
-        "spec_acceptance": accepted / drafted if drafted else None,
+        **spec_counts(mode, drafted, accepted),
         "spec_accepted_per_step": accepted / len(verify) if verify else None,
         "spec_steps": n,
         "spec_tokens_per_step": tokens / n if n else None,
@@ -363,31 +396,64 @@ def spec_figures(
     }
 
 
-def _thinking_figures(
-    t_submit_ns: int, token_times_ns: Sequence[int], thinking_tokens: int | None, t_end_ns: int | None
-) -> dict[str, Any]:
-    """The thinking fields of :class:`TurnMetrics` (see the module docstring).
+def spec_counts(mode: str, drafted: int, accepted: int) -> dict[str, Any]:
+    """``spec_mode``, ``spec_drafted``, ``spec_accepted`` and ``spec_acceptance = accepted / drafted``
+    (``None`` when nothing was drafted): all a server that drafts reports; the rest of :func:`spec_figures`
+    stays unknown."""
+    return {
+        "spec_mode": mode,
+        "spec_drafted": drafted,
+        "spec_accepted": accepted,
+        "spec_acceptance": accepted / drafted if drafted else None,
+    }
+
+
+def _local_first_answer(
+    times: Sequence[int], thinking_tokens: int | None, t_end_ns: int | None, given: int | None
+) -> int | None:
+    """The first answer token's time when every time is one token: the one after the thinking block's.
 
     Raises:
-        ValueError: more thinking tokens than generated ones, or an end before the first token.
+        ValueError: more thinking tokens than generated ones, or an end before the block's last token.
     """
+    n = len(times)
     if thinking_tokens is None:
-        return {}
-    n = len(token_times_ns)
+        return given
     if not 0 <= thinking_tokens <= n:
         raise ValueError(f"thinking_tokens={thinking_tokens} outside 0..decode_tokens={n}")
-    cut_short = t_end_ns is None
-    if t_end_ns is None:
-        t_end_ns = token_times_ns[-1] if n else t_submit_ns
-    elif n and thinking_tokens and t_end_ns < token_times_ns[thinking_tokens - 1]:
+    if t_end_ns is not None and n and thinking_tokens and t_end_ns < times[thinking_tokens - 1]:
         raise ValueError("the thinking block cannot end before its last token")
-    answer = n - thinking_tokens
-    answer_times = token_times_ns[thinking_tokens:]
+    if given is not None:
+        return given
+    return times[thinking_tokens] if thinking_tokens < n else None
+
+
+def _thinking_figures(
+    t_submit_ns: int,
+    times: Sequence[int],
+    decode_tokens: int | None,
+    thinking_tokens: int | None,
+    t_end_ns: int | None,
+) -> dict[str, Any]:
+    """The thinking fields of :class:`TurnMetrics` but the answer's timing (the module docstring):
+    ``thinking_ms`` from the first generated token to the block's end (the last token when cut short),
+    ``answer_tokens = decode_tokens - thinking_tokens`` (``None`` when either is unknown)."""
+    end = t_end_ns if t_end_ns is not None else (times[-1] if times else t_submit_ns)
+    answer = decode_tokens - thinking_tokens if decode_tokens is not None and thinking_tokens is not None else None
     return {
         "thinking_tokens": thinking_tokens,
-        "thinking_ms": ns_to_ms(t_end_ns - token_times_ns[0]) if n else 0.0,
-        "thinking_cut_short": cut_short,
+        "thinking_ms": ns_to_ms(end - times[0]) if times else 0.0,
+        "thinking_cut_short": t_end_ns is None,
         "answer_tokens": answer,
-        "ttfa_ms": ns_to_ms(answer_times[0] - t_submit_ns) if answer else None,
-        "answer_tokens_per_s": decode_rates(answer, answer_times[-1] - answer_times[0])[0] if answer else None,
     }
+
+
+def _answer_figures(
+    t_submit_ns: int, times: Sequence[int], answer_tokens: int | None, t_first_answer_ns: int | None
+) -> dict[str, Any]:
+    """``ttfa_ms = t_first_answer - t_submit`` and ``answer_tokens_per_s``, decode's rate over the answer:
+    ``(answer_tokens - 1) / (t_last - t_first_answer)``; ``None`` where the first answer time is unknown."""
+    if t_first_answer_ns is None:
+        return {"ttfa_ms": None, "answer_tokens_per_s": None}
+    rate = decode_rates(answer_tokens, times[-1] - t_first_answer_ns)[0] if answer_tokens and times else None
+    return {"ttfa_ms": ns_to_ms(t_first_answer_ns - t_submit_ns), "answer_tokens_per_s": rate}

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any, TypeGuard
 
-from chatphase.engine.metrics import StopReason, TurnMetrics, decode_rates, itl_stats_ms, ns_to_ms
+from chatphase.engine.metrics import NS_PER_MS, StopReason, TurnMetrics, compute_turn_metrics, spec_counts
 
 #: llama-server ``timings`` keys kept beside the client's view (all numbers; ms or tokens or tokens/s).
 TIMING_KEYS = (
@@ -190,87 +189,42 @@ def remote_turn_metrics(
     stop_reason: StopReason,
     thinking: RemoteThinking | None = None,
 ) -> TurnMetrics:
-    """Build :class:`TurnMetrics` from client arrival times (ns) and the server's report.
+    """Build :class:`TurnMetrics` from client arrival times (ns) and the server's report, through
+    :func:`~chatphase.engine.metrics.compute_turn_metrics` like the local engine's.
 
-    ``arrival_times_ns`` are the arrival times of the chunks that carried generated text, in order.
-    Formulas are those of :mod:`chatphase.engine.metrics` (TPOT as in vLLM/MLPerf:
-    ``(decode_tokens − 1) / (t_last − t_first)``, ITL percentiles by linear interpolation); the token
-    counts come from the server (see the module docstring), so a rate is ``None`` when its count is.
-    ``thinking``: the reply had a thinking block (times on the client's clock, the token counts the
-    server's: ``thinking_tokens`` its ``reasoning_tokens``).
+    ``arrival_times_ns`` are the arrival times of the chunks that carried generated text, in order; the
+    token counts and the prefill time come from the server (see the module docstring), so a rate is
+    ``None`` when its count is. ``thinking``: the reply had a thinking block (times on the client's clock,
+    the token counts the server's: ``thinking_tokens`` its ``reasoning_tokens``).
 
     Raises:
         ValueError: when arrival times are out of order or precede ``t_submit_ns``.
     """
-    times = list(arrival_times_ns)
-    if any(b < a for a, b in pairwise(times)) or (times and times[0] < t_submit_ns):
-        raise ValueError("arrival times must be non-decreasing and after the submit time")
     prompt, cached, prefill = _prompt_counts(report)
-    decode_tokens, source = report.decode_count()
-    decode_ns = times[-1] - times[0] if times else 0
-    decode_tps, tpot_ms = decode_rates(decode_tokens, decode_ns)
-    prefill_ms = report.timing("prompt_ms")
-    p50, p95, pmax = itl_stats_ms(times)
-    return TurnMetrics(
+    prompt_ms = report.timing("prompt_ms")
+    drafted, accepted = report.timing("draft_n"), report.timing("draft_n_accepted")
+    # llama-server sends draft_n / draft_n_accepted only when it drafted; its steps stay unknown
+    spec = spec_counts("draft", int(drafted), int(accepted or 0)) if drafted is not None else None
+    return compute_turn_metrics(
+        t_submit_ns=t_submit_ns,
+        t_prefill_start_ns=None,
+        t_prefill_end_ns=None,
+        prefill_ns=round(prompt_ms * NS_PER_MS) if prompt_ms is not None else None,
+        token_times_ns=arrival_times_ns,
+        decode_count=report.decode_count(),
         prompt_tokens=prompt,
         cached_tokens=cached,
-        prefill_tokens=prefill,
-        prefill_ms=prefill_ms,
-        prefill_tokens_per_s=(prefill * 1000.0 / prefill_ms) if prefill and prefill_ms else None,
-        ttft_ms=ns_to_ms(times[0] - t_submit_ns) if times else None,
-        decode_tokens=decode_tokens,
-        decode_ms=ns_to_ms(decode_ns),
-        decode_tokens_per_s=decode_tps,
-        itl_ms_p50=p50,
-        itl_ms_p95=p95,
-        itl_ms_max=pmax,
+        evaluated_tokens=prefill,
         kv_cache_tokens=None,
         kv_bytes_per_token=None,
-        kv_cache_bytes=None,
         kv_capacity_bytes=None,
         stop_reason=stop_reason,
-        tokenize_ms=None,
-        tpot_ms=tpot_ms,
-        dropped_messages=0,
-        decode_tokens_source=source,
-        **(_thinking_fields(t_submit_ns, times, report, decode_tokens, thinking) if thinking else {}),
-        **_draft_fields(report),
+        thinking_block=thinking is not None,
+        thinking_tokens=report.reasoning_tokens if thinking else None,
+        t_thinking_end_ns=thinking.t_end_ns if thinking else None,
+        t_first_answer_ns=thinking.t_first_answer_ns if thinking else None,
+        spec=spec,
     )
-
-
-def _draft_fields(report: ServerReport) -> dict[str, Any]:
-    """The ``spec_*`` fields a drafting llama-server reports (``draft_n`` / ``draft_n_accepted`` in its
-    timings, sent only when it drafted); steps and step times stay unknown."""
-    drafted, accepted = report.timing("draft_n"), report.timing("draft_n_accepted")
-    if drafted is None:
-        return {}
-    drafted, accepted = int(drafted), int(accepted or 0)
-    return {
-        "spec_mode": "draft",
-        "spec_drafted": drafted,
-        "spec_accepted": accepted,
-        "spec_acceptance": accepted / drafted if drafted else None,
-    }
-
-
-def _thinking_fields(
-    t_submit: int, times: list[int], report: ServerReport, decode: int | None, th: RemoteThinking
-) -> dict[str, Any]:
-    """The thinking fields of :class:`TurnMetrics` for a remote turn (see :func:`remote_turn_metrics`)."""
-    t_first = times[0] if times else t_submit
-    t_end = th.t_end_ns if th.t_end_ns is not None else (times[-1] if times else t_submit)
-    thinking = report.reasoning_tokens
-    answer = decode - thinking if decode is not None and thinking is not None else None
-    t_answer = th.t_first_answer_ns
-    rate = decode_rates(answer, times[-1] - t_answer)[0] if answer and t_answer is not None else None
-    return {
-        "thinking_tokens": thinking,
-        "thinking_ms": ns_to_ms(t_end - t_first),
-        "thinking_cut_short": th.t_end_ns is None,
-        "answer_tokens": answer,
-        "ttfa_ms": ns_to_ms(t_answer - t_submit) if t_answer is not None else None,
-        "answer_tokens_per_s": rate,
-    }
 
 
 def server_timings_view(report: ServerReport, ttft_ms: float | None) -> dict[str, Any] | None:
@@ -289,11 +243,16 @@ def server_timings_view(report: ServerReport, ttft_ms: float | None) -> dict[str
 
 
 def _prompt_counts(report: ServerReport) -> tuple[int | None, int | None, int | None]:
-    """``(prompt, cached, prefill)`` tokens with ``prefill + cached == prompt`` whenever all three are known."""
-    prompt, cached = report.prompt_tokens, report.cached_tokens
-    prefill = _int_or(report.timing("prompt_n"), None)
+    """``(prompt, cached, prefill)`` tokens with ``prefill + cached == prompt`` whenever all three are known.
+    A count that cannot be (negative; more cached than the prompt) is unknown."""
+    prompt, cached = _count(report.prompt_tokens), _count(report.cached_tokens)
+    prefill = _count(_int_or(report.timing("prompt_n"), None))
     if cached is None:
-        cached = _int_or(report.timing("cache_n"), None)
+        cached = _count(_int_or(report.timing("cache_n"), None))
+    if prompt is not None and cached is not None and cached > prompt:
+        cached = None
+    if prompt is not None and prefill is not None and prefill > prompt:
+        prefill = None
     if prompt is None and prefill is not None and cached is not None:
         prompt = prefill + cached
     if prompt is not None and cached is not None:
@@ -301,6 +260,10 @@ def _prompt_counts(report: ServerReport) -> tuple[int | None, int | None, int | 
     elif prompt is not None and prefill is not None:
         cached = prompt - prefill
     return prompt, cached, prefill
+
+
+def _count(value: int | None) -> int | None:
+    return value if value is not None and value >= 0 else None
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
