@@ -2,7 +2,7 @@
 
 Replies are built from random blocks — paragraphs, headings, lists (with continuation paragraphs and
 fences inside items), fences of any length with either character (with shorter or other fences inside),
-indented code, quotes, rules — and streamed into a :class:`~chatphase.ui.transcript.chat_log.ReplyView` cut at random
+indented code, quotes, rules — and streamed into a :class:`~chatphase.ui.transcript.reply_view.ReplyView` cut at random
 places, with random commits and stalls. After every flush, the segments drawn so far must read exactly as
 a one-shot rendering of the text they hold; after the end, as a one-shot rendering of the final text.
 Segments are made small (``SEGMENT_CHARS``) so that the texts split into many.
@@ -18,10 +18,11 @@ from rich.console import Console
 from textual.app import App, ComposeResult
 from ui_support import streaming_reply
 
-from chatphase.ui.transcript import chat_log
-from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
+from chatphase.ui.transcript import reply_view
+from chatphase.ui.transcript.chat_log import ChatLog
 from chatphase.ui.transcript.md_blocks import complete_blocks_end
 from chatphase.ui.transcript.reply_markdown import MarkdownSegment, _Markdown
+from chatphase.ui.transcript.reply_view import ReplyView
 
 WIDTH = 48
 WORDS = st.sampled_from(["prefill", "decode", "token", "cache", "`code`", "**bold**", "KV", "fast", "1.", "x"])
@@ -165,7 +166,7 @@ import pytest  # noqa: E402 - the fixture below is for the Hypothesis test only
 @pytest.fixture(scope="module")
 def monkeypatch_segments():
     """Small segments, so that a generated reply of a few hundred characters is split into many."""
-    old = chat_log.SEGMENT_CHARS
-    chat_log.SEGMENT_CHARS = 40
+    old = reply_view.SEGMENT_CHARS
+    reply_view.SEGMENT_CHARS = 40
     yield
-    chat_log.SEGMENT_CHARS = old
+    reply_view.SEGMENT_CHARS = old

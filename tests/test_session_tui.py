@@ -17,8 +17,9 @@ from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.screens.sessions import ExportScreen, SessionsScreen
 from chatphase.ui.screens.settings import SettingsScreen
-from chatphase.ui.transcript.chat_log import Notice as ChatNotice
-from chatphase.ui.transcript.chat_log import ReplyView, UserMessage
+from chatphase.ui.transcript.notice import Notice as ChatNotice
+from chatphase.ui.transcript.reply_view import ReplyView
+from chatphase.ui.transcript.user_message import UserMessage
 
 
 def make(settings: Settings | None = None, **app_kwargs):

@@ -177,7 +177,7 @@ async def test_the_real_engine_drafts_tint_the_tail(default_model_info):
 
 async def test_a_draft_model_that_cannot_pay_is_said_in_the_chat_at_load_and_after_a_turn():
     from chatphase.engine.spec_modes import SPEC_WARNING
-    from chatphase.ui.transcript.chat_log import Notice as ChatNotice
+    from chatphase.ui.transcript.notice import Notice as ChatNotice
 
     before = f"{SPEC_WARNING} the draft model small.gguf is the target model itself: each drafted token costs …"
     after = "the draft model did not pay: this turn decoded at ×0.41 of plain steps (2 threads); --spec off …"

@@ -15,7 +15,8 @@ from chatphase.ui.actions import ACTIONS
 from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.screens.modals import HelpScreen, LogScreen, from_engine_start
-from chatphase.ui.transcript.chat_log import ReplyView, UserMessage
+from chatphase.ui.transcript.reply_view import ReplyView
+from chatphase.ui.transcript.user_message import UserMessage
 from chatphase.units import fmt_ms, fmt_rate
 
 

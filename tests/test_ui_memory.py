@@ -17,9 +17,12 @@ from chatphase.engine.events import Message
 from chatphase.sessions.catalog import load_session
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.transcript.chat_log import ChatLog, FoldedReply, ReplyView, UserMessage
+from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.folded_reply import FoldedReply
 from chatphase.ui.transcript.reply_markdown import ContinuedMarkdown, MarkdownSegment
+from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.ui.transcript.thinking_block import ThinkingBlock
+from chatphase.ui.transcript.user_message import UserMessage
 
 
 def lines(widget: Widget) -> list[str]:

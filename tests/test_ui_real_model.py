@@ -15,7 +15,7 @@ from ui_support import idle, send, shot, wait_for
 from chatphase.engine.process.host import EngineHost
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.transcript.chat_log import ReplyView
+from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.units import fmt_int
 
 TIMEOUT_S = 120  # a loaded 2-core machine can be slow; each wait ends as soon as the turn does

@@ -25,9 +25,11 @@ from chatphase.ui.chat_view import (
 from chatphase.ui.phases import prefill_drawing
 from chatphase.ui.redraw_budget import RedrawBudget
 from chatphase.ui.transcript import chat_log
-from chatphase.ui.transcript.chat_log import SEGMENT_CHARS, TAIL_LINES, ChatLog, ReplyView, complete_blocks_end
+from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.md_blocks import complete_blocks_end
 from chatphase.ui.transcript.reply_markdown import MarkdownSegment
 from chatphase.ui.transcript.reply_tail import tail_lines, wrapped_lines
+from chatphase.ui.transcript.reply_view import SEGMENT_CHARS, TAIL_LINES, ReplyView
 
 LONG_PROMPT = " ".join(f"word{i}" for i in range(60))  # 60 words: 65 prompt tokens in the FakeEngine
 #: engine threads that leave this machine no core for the UI (FakeEngine reports what it is given)

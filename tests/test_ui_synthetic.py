@@ -12,7 +12,7 @@ from ui_support import idle, send, wait_for
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.transcript.chat_log import ReplyView
+from chatphase.ui.transcript.reply_view import ReplyView
 
 
 @pytest.mark.parametrize("synthetic", [True, False])
@@ -38,7 +38,7 @@ async def test_synthetic_replies_are_labelled_and_dimmed(synthetic):
 
 
 async def test_a_folded_synthetic_reply_keeps_its_label():
-    """A finished reply is folded into one drawing when the next one starts (chat_log.ReplyView.fold); a
+    """A finished reply is folded into one drawing when the next one starts (reply_view.ReplyView.fold); a
     synthetic model's label must survive that, above the dimmed text."""
     app = ChatPhaseApp(Settings(), fake_model_info(synthetic=True), lambda info, s: FakeEngine(info, s.engine))
     async with app.run_test(size=(130, 40)) as pilot:

@@ -18,7 +18,7 @@ from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.dashboard.history_table import THINKING_COLUMNS, TurnHistoryTable
 from chatphase.ui.dashboard.timeline import TurnTimeline
 from chatphase.ui.phases.panel import PhasePanel
-from chatphase.ui.transcript.chat_log import ReplyView
+from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.ui.transcript.thinking_block import ThinkingBlock, thought_title
 from chatphase.units import fmt_ms, fmt_seconds
 

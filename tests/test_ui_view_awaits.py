@@ -17,7 +17,9 @@ from chatphase.ui.app import ChatPhaseApp
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.screens.sessions import SessionsScreen
 from chatphase.ui.screens.settings import SettingsChange
-from chatphase.ui.transcript.chat_log import Notice, ReplyView, UserMessage
+from chatphase.ui.transcript.notice import Notice
+from chatphase.ui.transcript.reply_view import ReplyView
+from chatphase.ui.transcript.user_message import UserMessage
 
 WHY = "abandoned (engine replaced)"
 

@@ -14,7 +14,8 @@ from chatphase.chat.turn import Turn
 from chatphase.engine.events import TokensDecoded, TurnRequest
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
-from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
+from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.reply_view import ReplyView
 
 
 def make_app(settings: Settings | None = None, **engine_kwargs) -> tuple[ChatPhaseApp, list[FakeEngine]]:

@@ -55,9 +55,11 @@ from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.phases.prefill_drawing import PrefillDrawing
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.redraw_budget import RedrawBudget, spare_core, ui_cpu_share
-from chatphase.ui.transcript.chat_log import FLUSH_HZ, ChatLog, ReplyView, UserMessage, metrics_line
+from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.reply_view import FLUSH_HZ, ReplyView, metrics_line
 from chatphase.ui.transcript.thinking_block import ThinkingBlock, metrics_title
 from chatphase.ui.transcript.thinking_view import ThinkingDrawing
+from chatphase.ui.transcript.user_message import UserMessage
 from chatphase.units import fmt_count
 
 #: the redraw tick's interval (reply tail, live figures; seconds) with a core to spare for the UI / with none.
@@ -68,7 +70,7 @@ NO_SPARE_CORE_TICK_S = 0.25
 PANEL_S = 0.2
 NO_SPARE_CORE_PANEL_S = 1.0
 #: a streaming reply whose text stopped for this long (seconds) is drawn as paused: its partial block goes to
-#: the Markdown (:meth:`~chatphase.ui.transcript.chat_log.ReplyView.flush`).
+#: the Markdown (:meth:`~chatphase.ui.transcript.reply_view.ReplyView.flush`).
 STALL_S = 0.5
 #: Markdown commits of a streaming reply happen at least this often (seconds), whatever the CPU budget;
 #: between commits the reply's tail streams as plain text at ``FLUSH_HZ``.

@@ -1,4 +1,4 @@
-"""The plain-text tail of a streaming reply (:class:`~chatphase.ui.transcript.chat_log.ReplyView`), with the text of
+"""The plain-text tail of a streaming reply (:class:`~chatphase.ui.transcript.reply_view.ReplyView`), with the text of
 accepted draft tokens (speculative decoding) tinted.
 
 The tail is the last lines of the text not yet committed to the Markdown, wrapped as the Markdown will wrap

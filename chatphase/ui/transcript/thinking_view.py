@@ -19,7 +19,8 @@ from chatphase.chat.turn import Turn
 from chatphase.engine.config import TRI_STATE
 from chatphase.engine.events import ThinkingEnded
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.ui.transcript.chat_log import ChatLog, ReplyView
+from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.ui.transcript.thinking_block import ThinkingBlock, metrics_title, thought_title
 
 

@@ -1,0 +1,15 @@
+"""UserMessage: one user message in the chat log."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from chatphase.engine.text import inert
+
+
+class UserMessage(Static):
+    """One user message, shown verbatim (no markup) but inert (a paste can carry escape sequences too)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(inert(text), markup=False, classes="user")
+        self.text = text
