@@ -7,7 +7,7 @@ from textual.app import App, ComposeResult
 
 from chatphase.engine.events import LoadedModel, LoadedSettings
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
+from chatphase.ui.dashboard.dashboard import Dashboard
 
 MS = 1_000_000
 KV_PER_TOKEN = 23_040  # SmolLM2-135M, f16 (docs/metrics.md)
@@ -98,9 +98,7 @@ TURNS: list[TurnMetrics] = [
 
 
 class DashboardApp(App):
-    """A tiny host app: the Dashboard alone, with its stylesheet."""
-
-    CSS_PATH = [DASHBOARD_CSS_PATH]
+    """A tiny host app: the Dashboard alone (it carries its own styles)."""
 
     def compose(self) -> ComposeResult:
         yield Dashboard()

@@ -320,3 +320,27 @@ async def test_an_open_block_does_not_take_the_log_off_the_streaming_answer():
         log = app.chat_log
         assert app.query_one(ThinkingBlock).expanded and log.max_scroll_y > 40
         assert log.scroll_y == log.max_scroll_y  # still anchored at the bottom
+
+
+async def test_a_finished_blocks_title_keeps_its_muted_looks_when_focused_or_hovered():
+    """The block carries its looks (DEFAULT_CSS, below any app CSS): its title's colour and style must still
+    win over Textual's own ``CollapsibleTitle:focus`` and ``:hover``, as they did from the app's stylesheet."""
+    from textual.app import App
+    from textual.widgets import Input
+
+    class Host(App):
+        def compose(self):
+            yield Input()
+            yield ThinkingBlock("some thinking", title="Thought for 1.0 s · 3 tok")
+
+    app = Host()
+    async with app.run_test(size=(60, 10)) as pilot:
+        await pilot.pause()
+        title = app.query_one("CollapsibleTitle")
+        looks = (title.styles.color, title.styles.text_style)
+        assert title.styles.text_style.italic
+        await pilot.hover("CollapsibleTitle")
+        assert (title.styles.color, title.styles.text_style) == looks
+        title.focus()
+        await pilot.pause()
+        assert title.has_focus and (title.styles.color, title.styles.text_style) == looks

@@ -34,7 +34,7 @@ from chatphase.settings.schema import Settings
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
 from chatphase.ui.chat_view import ChatView
-from chatphase.ui.dashboard.dashboard import DASHBOARD_CSS_PATH, Dashboard
+from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.inert_lines import InertLines
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
@@ -63,7 +63,7 @@ class ChatPhaseApp(App[None]):
         resume: a saved session to continue.
     """
 
-    CSS_PATH = [Path(__file__).with_name("app.tcss"), DASHBOARD_CSS_PATH]  # absolute: subclasses elsewhere work
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses elsewhere work
     TITLE = "chatphase"
     BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Interrupt", show=False, priority=True)]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]

@@ -9,7 +9,7 @@ Ctrl+U clears the box (said by the placeholder while it is empty and by the box'
 text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
 bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
 them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a notice says so once per
-paste. The box grows with its text up to a height cap set in ``app.tcss``. Typing that reaches the app
+paste. The box grows with its text up to a height cap set in its ``DEFAULT_CSS``. Typing that reaches the app
 because another widget of the chat screen has focus (after a click on a dashboard tab) comes here too
 (:meth:`PromptInput.catch`), so that it is never lost.
 """
@@ -28,6 +28,20 @@ from chatphase.engine.text import clean_text, replaced_note
 
 class PromptInput(TextArea):
     """Multi-line prompt input; see the module docstring for the keys."""
+
+    DEFAULT_CSS = """
+    PromptInput {
+        height: auto;
+        /* one cell of text inside the round border and TextArea's padding (0 1), however narrow the terminal:
+           Textual's TextArea wraps its placeholder at the content width, and at width 0 that raises inside
+           Rich (chop_cells: range() arg 3 must not be zero), a Textual bug worked around here */
+        min-width: 5;
+        min-height: 3;
+        max-height: 10;
+        border: round $accent 50%;
+    }
+    PromptInput:focus { border: round $accent; }
+    """
 
     #: keys that insert a line break instead of sending.
     NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")

@@ -7,13 +7,10 @@ The app mounts ``Dashboard()`` and drives it with four calls (nothing here talks
 
 Layout: two always-visible lines (live tokens/s sparkline, KV gauge) above tabs — *Turns* (history table,
 then the chosen turn's timeline, metrics and phase explanations), *Plots*, *System* — so it stays readable in
-the few rows an 80×24 terminal leaves it. Styles live in ``dashboard.tcss``; Textual loads CSS files from the
-App, so the app lists :data:`DASHBOARD_CSS_PATH` in its ``CSS_PATH``.
+the few rows an 80×24 terminal leaves it. Each widget carries its own styles (``DEFAULT_CSS``).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -30,12 +27,20 @@ from chatphase.ui.dashboard.phase_plots import DecodeDepthPlot, TtftPlot
 from chatphase.ui.dashboard.system_figures import SystemFigures
 from chatphase.ui.dashboard.turn_detail import TurnDetail
 
-#: the stylesheet of the dashboard and its widgets; add it to the App's ``CSS_PATH``.
-DASHBOARD_CSS_PATH = Path(__file__).with_name("dashboard.tcss")
-
 
 class Dashboard(Widget):
     """Per-turn phase metrics of the current chat, kept in memory (turn number -> :class:`TurnMetrics`)."""
+
+    DEFAULT_CSS = """
+    Dashboard {
+        height: 1fr;
+        width: 1fr;
+        layout: vertical;
+    }
+    Dashboard #dash-tabs { height: 1fr; }
+    Dashboard TabPane { padding: 0; }
+    Dashboard TabPane > VerticalScroll { scrollbar-size-vertical: 1; }
+    """
 
     def __init__(self, kv_usage: bool = True, **kwargs) -> None:
         """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge)."""

@@ -84,6 +84,14 @@ class TurnHistoryTable(DataTable):
     """Every turn of this chat with its headline metrics; row key = the turn number as a string. ``thinking``:
     whether the table shows :data:`THINKING_COLUMNS` (a turn had thinking)."""
 
+    DEFAULT_CSS = """
+    TurnHistoryTable {
+        height: auto;
+        max-height: 13;  /* the header and five turns */
+        scrollbar-size-vertical: 1;
+    }
+    """
+
     @dataclass
     class TurnChosen(Message):
         """The user moved the cursor to (or selected) the row of ``number``."""

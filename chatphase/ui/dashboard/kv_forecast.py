@@ -41,6 +41,19 @@ def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int
 class KvGauge(Widget):
     """A bar of KV cache use and the forecast line; call :meth:`update_forecast` after each turn."""
 
+    DEFAULT_CSS = """
+    KvGauge { height: auto; }
+    KvGauge #kv-bar {
+        height: 1;
+        width: 1fr;
+    }
+    KvGauge #kv-bar Bar { width: 1fr; }
+    KvGauge #kv-text {
+        width: 1fr;
+        color: $text-muted;
+    }
+    """
+
     def compose(self) -> ComposeResult:
         yield ProgressBar(total=1, show_eta=False, id="kv-bar")
         yield Label("KV – (no model)", id="kv-text")

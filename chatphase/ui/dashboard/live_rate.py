@@ -23,6 +23,24 @@ HISTORY = 120
 class LiveRate(Widget):
     """``decode 48.2 tok/s`` and a sparkline of the last :data:`HISTORY` samples (tokens/s)."""
 
+    DEFAULT_CSS = """
+    LiveRate {
+        height: 1;
+        layout: horizontal;
+    }
+    LiveRate #live-rate-label {
+        width: 20;
+        color: $text-accent;
+        text-style: bold;
+    }
+    LiveRate #live-rate-sparkline {
+        width: 1fr;
+        height: 1;
+    }
+    LiveRate #live-rate-sparkline > .sparkline--max-color { color: $success; }
+    LiveRate #live-rate-sparkline > .sparkline--min-color { color: $success 30%; }
+    """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.samples: deque[float] = deque(maxlen=HISTORY)
@@ -54,5 +72,5 @@ class LiveRate(Widget):
 
     def _label(self, tokens_per_s: float | None) -> None:
         rate = DASH if tokens_per_s is None else f"{tokens_per_s:.1f}"
-        # fixed-size label (dashboard.tcss): repaint only, no screen layout pass (whose cost grows with the chat log)
+        # fixed-size label (DEFAULT_CSS): repaint only, no screen layout pass (whose cost grows with the chat log)
         self.query_one("#live-rate-label", Label).update(f"decode {rate} tok/s", layout=False)

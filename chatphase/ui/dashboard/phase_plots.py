@@ -24,6 +24,13 @@ class _ScatterPlot(PlotextPlot):
     (or ``points_for``, for more than one point a turn).
     """
 
+    DEFAULT_CSS = """
+    _ScatterPlot {
+        height: 1fr;
+        min-height: 10;
+    }
+    """
+
     TITLE = ""
     XLABEL = ""
     YLABEL = ""

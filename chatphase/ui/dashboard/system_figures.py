@@ -142,6 +142,10 @@ def _rows(text: str, width: int) -> int:
 class SystemFigures(Static):
     """The system figure lines, refreshed every :data:`REFRESH_S` s once a model is set."""
 
+    DEFAULT_CSS = """
+    SystemFigures { height: auto; }
+    """
+
     def __init__(self, **kwargs) -> None:
         super().__init__("no model loaded", markup=False, **kwargs)  # device names: plain text
         self.model: LoadedModel | None = None

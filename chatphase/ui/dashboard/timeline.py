@@ -17,7 +17,7 @@ A speculative turn adds a steps line under the time bar's legend: its decode's t
 A phase that did not happen (no first token: a turn cancelled in its prefill) gets no cell and reads ``–``
 in the legend, not ``0.0 ms``. Each segment with a non-zero length gets at least one cell, so a 1 ms
 tokenise step stays visible next to a 2 s decode; cells are shared out by largest remainder. Colours come
-from component classes (set in ``dashboard.tcss`` with theme variables, so light and dark themes both work);
+from component classes (set in its ``DEFAULT_CSS`` with theme variables, so light and dark themes both work);
 each segment also has its own character, so the bar reads without colour.
 """
 
@@ -136,6 +136,21 @@ class TurnTimeline(Widget):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"timeline--{k}" for k in SEGMENTS}
     """``timeline--tokenize|prefill|first|decode|thinking|answer|cached|evaluated``: the colour of each segment."""
+
+    DEFAULT_CSS = """
+    TurnTimeline {
+        height: auto;
+        margin: 0 0 1 0;
+    }
+    TurnTimeline > .timeline--tokenize { color: $text-muted; }
+    TurnTimeline > .timeline--prefill { color: $warning; }
+    TurnTimeline > .timeline--first { color: $error; }
+    TurnTimeline > .timeline--decode { color: $success; }
+    TurnTimeline > .timeline--thinking { color: $secondary; }
+    TurnTimeline > .timeline--answer { color: $success; }
+    TurnTimeline > .timeline--cached { color: $accent; }
+    TurnTimeline > .timeline--evaluated { color: $warning; }
+    """
 
     LABEL_WIDTH = 8
 

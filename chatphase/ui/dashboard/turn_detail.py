@@ -124,6 +124,21 @@ class MetricsGrid:
 class TurnDetail(Widget):
     """The chosen turn: title, :class:`TurnTimeline`, metrics grid and the prefill/decode explanations."""
 
+    DEFAULT_CSS = """
+    TurnDetail {
+        height: auto;
+        padding: 1 0 0 0;
+    }
+    TurnDetail #detail-title {
+        text-style: bold;
+        color: $text-primary;
+    }
+    TurnDetail #detail-explain {
+        margin: 1 0 0 0;
+        color: $text-secondary;
+    }
+    """
+
     def compose(self) -> ComposeResult:
         yield Label("no turn selected", id="detail-title")
         yield TurnTimeline(id="detail-timeline")

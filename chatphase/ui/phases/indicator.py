@@ -47,6 +47,36 @@ _BADGE_CLASSES = ("-loading", "-idle", "-prefill", "-thinking", "-decode", "-don
 class PhaseIndicator(Horizontal):
     """Shows the live phase of the current turn (see the module docstring)."""
 
+    DEFAULT_CSS = """
+    PhaseIndicator {
+        height: 1;
+        padding: 0 1;
+        background: $panel;
+    }
+    /* a fixed badge width keeps phase switches a repaint; the longer, rare badges (ENGINE STOPPED) take what
+       they need */
+    PhaseIndicator #phase-badge {
+        width: 10;
+        content-align: center middle;
+        text-style: bold;
+        margin-right: 1;
+    }
+    PhaseIndicator #phase-badge.-loading { background: $secondary; color: $text; }
+    PhaseIndicator #phase-badge.-idle { background: $panel-lighten-2; color: $text; }
+    PhaseIndicator #phase-badge.-prefill { background: $warning; color: $background; }
+    PhaseIndicator #phase-badge.-thinking { background: $success-darken-3; color: $text; }  /* decode, dimmed: thinking */
+    PhaseIndicator #phase-badge.-decode { background: $success; color: $background; }
+    PhaseIndicator #phase-badge.-done { background: $primary; color: $text; }
+    PhaseIndicator #phase-badge.-error { background: $error; color: $text; width: auto; }
+    PhaseIndicator #prefill-bar { width: auto; margin-right: 1; }
+    PhaseIndicator #prefill-bar Bar { width: 14; }
+    /* the figures come most telling first, so a narrow chat column cuts the key hint, with an ellipsis */
+    PhaseIndicator #phase-stats { width: 1fr; color: $text; text-wrap: nowrap; text-overflow: ellipsis; }
+    /* an error is read whole: its line wraps (up to 4 rows) */
+    PhaseIndicator.-error { height: auto; max-height: 4; }
+    PhaseIndicator.-error #phase-stats { height: auto; text-wrap: wrap; }
+    """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._drawn: tuple | None = None  # the live decode figures last drawn
@@ -63,7 +93,7 @@ class PhaseIndicator(Horizontal):
         yield self._stats
 
     def _set(self, badge: str, kind: str, stats: str, bar: bool = False) -> None:
-        """Switch phase. The badge and the stats have fixed sizes (``app.tcss``), so only showing or hiding
+        """Switch phase. The badge and the stats have fixed sizes (``DEFAULT_CSS``), so only showing or hiding
         the prefill bar, or an error (whose text wraps), is a layout; everything else is a repaint."""
         self._badge.update(f" {badge} ", layout=False)
         self._badge.remove_class(*_BADGE_CLASSES)

@@ -1,6 +1,6 @@
 """The phase panel: the current/last turn's measured phases, the KV cache gauge, and the model.
 
-Sections (each a child widget, styled in ``app.tcss``):
+Sections (each a child widget, styled in the panel's ``DEFAULT_CSS``):
 
 - ``#turn-figures``: TTFT, prompt tokens (cached), prefill tokens, prefill tok/s, decode tokens,
   decode tok/s, ITL p50/p95, stop reason: live while a turn runs, then the turn's final
@@ -57,6 +57,14 @@ def _grid(rows: list[tuple[str, str]]) -> Table:
 
 class PhasePanel(VerticalScroll):
     """Side panel of phase figures (see the module docstring)."""
+
+    DEFAULT_CSS = """
+    PhasePanel #kv-gauge { width: 100%; }
+    PhasePanel #kv-gauge Bar { width: 1fr; }
+    PhasePanel #kv-figures { margin-bottom: 1; color: $text-muted; }
+    PhasePanel #model-figures { margin-bottom: 1; height: auto; }
+    PhasePanel #turn-figures { margin-bottom: 1; }
+    """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -58,6 +58,8 @@ class LogScreen(CloseableScreen):
     (:func:`fold_lines`, again on a resize): llama.cpp's and a traceback's lines are often wider than a
     terminal, and Textual's log scrolls sideways only with the mouse."""
 
+    CSS_PATH = "modals.tcss"
+
     def __init__(self, path: str, pid: int = 0) -> None:
         super().__init__()
         self.path = path
@@ -147,6 +149,8 @@ def from_engine_start(lines: list[str], pid: int) -> list[str]:
 class HelpScreen(CloseableScreen):
     """Keys and what each measured figure means. ``rows``: ``(keys, title, action id, help)`` per action, in
     order (the app's are :func:`chatphase.ui.actions.help_rows`, with the user's remapped keys)."""
+
+    CSS_PATH = "modals.tcss"
 
     def __init__(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
         super().__init__()

@@ -20,6 +20,11 @@ class FoldedReply(Widget):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta"}
     """``reply--meta``: the metrics footer (as ``.reply-meta``)."""
 
+    DEFAULT_CSS = """
+    FoldedReply { height: auto; padding: 0 1; }
+    FoldedReply > .reply--meta { color: $text-muted; text-style: italic; }
+    """
+
     def __init__(self, view: FoldedText) -> None:
         super().__init__(classes="reply-folded")
         self.view = view

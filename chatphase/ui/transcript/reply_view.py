@@ -74,6 +74,39 @@ class ReplyView(Widget):
     """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
     tint of accepted draft tokens in the tail (speculative decoding, while :attr:`tint`)."""
 
+    DEFAULT_CSS = """
+    ReplyView {
+        height: auto;
+        margin: 1 0 0 0;
+    }
+    ReplyView MarkdownSegment {
+        margin: 0;
+        padding: 0 1;
+    }
+    /* the block being written, as plain text (TAIL_LINES lines; fixed so updates need no layout) */
+    ReplyView .reply-tail {
+        height: 4;
+        padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: clip;
+    }
+    /* a synthetic model (random weights): its text is noise, shown dimmed under a label */
+    ReplyView .synthetic-label { color: $warning; text-style: bold; padding: 0 1; }
+    ReplyView.synthetic MarkdownSegment { text-opacity: 50%; text-style: italic; }
+    ReplyView.synthetic .reply-tail { text-opacity: 50%; text-style: italic; }
+    ReplyView.synthetic .reply-folded { text-opacity: 50%; text-style: italic; }
+    ReplyView .reply-meta {
+        color: $text-muted;
+        padding: 0 1;
+        text-style: italic;
+    }
+    /* a folded reply (fold) draws its Markdown and footer itself, as the widgets above did */
+    ReplyView.-folded { height: auto; padding: 0 1; }
+    ReplyView > .reply--meta { color: $text-muted; text-style: italic; }
+    /* the text of accepted draft tokens in the tail (speculative decoding; Ctrl+F3 toggles) */
+    ReplyView > .reply--drafted { color: $success; text-style: underline; }
+    """
+
     def __init__(
         self,
         text: str = "",

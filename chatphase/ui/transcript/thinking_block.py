@@ -4,7 +4,7 @@ While the model thinks, a one-line header with the running count ("Thinking… 3
 turn's figures, on the engine's clock) sits over a fixed-height, dimmed tail of the thinking's last lines.
 The text is read from the turn it streams in (the chat's :class:`~chatphase.chat.turn.Turn`, never copied
 here); :meth:`ThinkingBlock.draw`, called at the chat's tick rate, redraws the header and the tail without
-a layout (their sizes are fixed in ``app.tcss``). When the answer starts, or the reply ends inside the
+a layout (their sizes are fixed in its ``DEFAULT_CSS``). When the answer starts, or the reply ends inside the
 block, :meth:`ThinkingBlock.finish` collapses it to one line (:func:`thought_title`: "Thought for 4.1 s ·
 312 tok"), a :class:`~textual.widgets.Collapsible` that expands to the whole thinking text (Enter on its
 title, or a click); ``open`` keeps it expanded (the ``thinking_open`` setting).
@@ -21,7 +21,7 @@ from chatphase.engine.text import inert
 from chatphase.ui.transcript.reply_tail import tail_lines
 from chatphase.units import fmt_int, fmt_seconds
 
-#: height of the streaming thinking's tail (lines); ``.thinking-tail`` in ``app.tcss`` has the same.
+#: height of the streaming thinking's tail (lines); ``.thinking-tail`` in ``DEFAULT_CSS`` has the same.
 THINKING_TAIL_LINES = 4
 
 
@@ -54,6 +54,27 @@ class ThinkingBlock(Vertical):
         turn: the turn whose thinking streams into the block (read from it until :meth:`finish`).
         title: the collapsed line; given, the block starts finished (a restored turn).
         open: a finished block starts expanded.
+    """
+
+    DEFAULT_CSS = """
+    /* dimmed, above the answer; while it streams a one-line count over a fixed tail (THINKING_TAIL_LINES
+       lines, so updates need no layout), then one collapsible line */
+    ThinkingBlock { height: auto; }
+    ThinkingBlock .thinking-live { height: 1; padding: 0 1; color: $text-muted; text-style: italic; }
+    ThinkingBlock .thinking-tail {
+        height: 4;
+        margin: 0 0 0 1;
+        padding: 0 1;
+        border-left: outer $panel-lighten-2;
+        color: $text-muted;
+        text-wrap: nowrap;
+        text-overflow: clip;
+    }
+    ThinkingBlock Collapsible { background: transparent; border-top: none; padding: 0; }
+    /* .thinking puts the title's looks above Textual's own CollapsibleTitle:focus and :hover */
+    ThinkingBlock.thinking CollapsibleTitle { color: $text-muted; text-style: italic; }
+    ThinkingBlock Collapsible Contents { padding: 0 1 0 1; }
+    ThinkingBlock .thinking-text { margin: 0 0 0 1; padding: 0 1; border-left: outer $panel-lighten-2; color: $text-muted; }
     """
 
     def __init__(
