@@ -5,7 +5,7 @@ Pure functions and plain data (no network): :class:`ServerReport` gathers what a
 ``timings`` (``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``) and ``prompt_progress``
 (``total, cache, processed, time_ms``), and the ``finish_reason``; :func:`remote_turn_metrics` turns that
 plus the client's own arrival clock into the same :class:`~chatphase.engine.metrics.TurnMetrics` the local
-engine reports.
+engine reports, through the same :func:`~chatphase.engine.metrics.compute_turn_metrics`.
 
 Who measures what:
 
