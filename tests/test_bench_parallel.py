@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 from fake_engine import fake_model_info
 
-from chatphase.bench.api import BenchDone, BenchRun
-from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
-from chatphase.bench.parallel_results import ParallelCell
-from chatphase.bench.parallel_roofline import build_parallel_roofline, crossover_n_seq
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.plot import write_plot
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.report import render
-from chatphase.bench.results import BenchResult, load_result, read_csv, save_result
-from chatphase.bench.runner import SweepProgress
-from chatphase.bench.stats import summarize
+from chatphase.bench.core.parallel_results import ParallelCell
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.plot import write_plot
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.report import render
+from chatphase.bench.core.results import BenchResult, load_result, read_csv, save_result
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.core.stats import summarize
+from chatphase.bench.parallel.roofline import build_parallel_roofline, crossover_n_seq
+from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
+from chatphase.bench.sweep.run import BenchDone, BenchRun
 from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError

@@ -14,9 +14,9 @@ import pytest
 from fake_engine import fake_model_info
 from remote_support import SlotServer
 
-from chatphase.bench.api import BenchDone, BenchNotice, BenchRun
-from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.prompts import PromptBuilder
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.parallel.sweep import ParallelPlan
+from chatphase.bench.sweep.run import BenchDone, BenchNotice, BenchRun
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.remote.engine import RemoteEngine
 from chatphase.errors import UsageError

@@ -24,15 +24,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from chatphase.bench.parallel import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
-from chatphase.bench.plot import check_plot_path, write_plot
-from chatphase.bench.report import FORMATS, render, sample_progress
-from chatphase.bench.runner import (
+from chatphase.bench.core.plot import check_plot_path, write_plot
+from chatphase.bench.core.report import FORMATS, render, sample_progress
+from chatphase.bench.core.runner import (
     DEFAULT_DEPTHS,
     DEFAULT_PROMPT_LENGTHS,
     SweepPlan,
     SweepProgress,
 )
+from chatphase.bench.parallel.sweep import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
 from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
         return run_offload(args, settings, info, plan, execute)
 
-    from chatphase.bench.api import BenchDone, BenchRun
+    from chatphase.bench.sweep.run import BenchDone, BenchRun
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
@@ -227,7 +227,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
 
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
-    from chatphase.bench.api import BenchNotice, BenchStatus
+    from chatphase.bench.sweep.run import BenchNotice, BenchStatus
 
     done = None
     for event in events:

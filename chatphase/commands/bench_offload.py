@@ -1,4 +1,4 @@
-"""``chatphase bench --gpu-layers 0,8,16,all``: the offload sweep (:mod:`chatphase.bench.offload`), its options
+"""``chatphase bench --gpu-layers 0,8,16,all``: the offload sweep (:mod:`chatphase.bench.offload.run`), its options
 and its run; :mod:`chatphase.commands.bench` hands over to :func:`run_offload` when ``--gpu-layers`` is given."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from chatphase.errors import UsageError
 
 
 def gpu_layer_list(text: str) -> tuple[int, ...]:
-    """:func:`chatphase.bench.offload.parse_gpu_layers` for argparse."""
-    from chatphase.bench.offload import parse_gpu_layers
+    """:func:`chatphase.bench.offload.run.parse_gpu_layers` for argparse."""
+    from chatphase.bench.offload.run import parse_gpu_layers
 
     try:
         return parse_gpu_layers(text)
@@ -39,8 +39,8 @@ def add_offload_options(g) -> None:
 def run_offload(args, settings, info, plan, execute) -> int:
     """Run the offload sweep through the command's ``execute`` (:func:`chatphase.commands.bench.execute`:
     progress, Ctrl+C, output, plot, exit code) and write its table or JSON and its plot."""
-    from chatphase.bench.offload import OffloadDone, OffloadRun, offload_json, render_offload, write_offload_plot
-    from chatphase.bench.runner import SweepPlan
+    from chatphase.bench.core.runner import SweepPlan
+    from chatphase.bench.offload.run import OffloadDone, OffloadRun, offload_json, render_offload, write_offload_plot
 
     if settings.server or args.parallel is not None:
         raise UsageError("--gpu-layers runs local loads of the model: not with --server or --parallel")

@@ -1,4 +1,4 @@
-"""``chatphase bench --spec off,lookup,auto,draft:MODEL``: decode modes side by side (:mod:`chatphase.bench.spec`).
+"""``chatphase bench --spec off,lookup,auto,draft:MODEL``: decode modes side by side (:mod:`chatphase.bench.spec.arms`).
 
 Each listed mode is an arm (plain decode, ``off``, is always one: the ratios are to it), run interleaved over
 ``--reps`` on the input-grounded and open-ended prompts, then the verify-step cost for k = 1…16 tokens.
@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from chatphase.bench.spec import format_costs, format_rows, parse_arms, run_arms, summary_rows, verify_cost
+from chatphase.bench.spec.arms import format_costs, format_rows, parse_arms, run_arms, summary_rows, verify_cost
 from chatphase.commands.options import settings_from_args
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError

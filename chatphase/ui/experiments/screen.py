@@ -7,7 +7,7 @@ attention, n_ubatch, threads — as an interleaved lever grid) and **Speculative
 (:mod:`chatphase.ui.experiments.spec`: decode modes side by side and the verify-step cost). Run (Ctrl+R)
 starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for the second,
 comma lists in a lever for the third, ``--spec`` for the fourth), in a child process
-(:class:`chatphase.bench.job.BenchJob` / ``GridJob`` / ``SpecJob``, driven from a thread
+(:class:`chatphase.bench.core.job.BenchJob` / ``GridJob`` / ``SpecJob``, driven from a thread
 worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
 with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
 (partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
@@ -38,13 +38,13 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
-from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
-from chatphase.bench.grid_api import GridDone
-from chatphase.bench.job import BenchFailed, BenchJob
-from chatphase.bench.report import sample_progress
-from chatphase.bench.results import BenchResult, load_result, save_result
-from chatphase.bench.runner import SweepProgress
-from chatphase.bench.spec_api import SpecDone, SpecProgress
+from chatphase.bench.core.job import BenchFailed, BenchJob
+from chatphase.bench.core.report import sample_progress
+from chatphase.bench.core.results import BenchResult, load_result, save_result
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.grid.run import GridDone
+from chatphase.bench.spec.run import SpecDone, SpecProgress
+from chatphase.bench.sweep.run import BenchDone, BenchNotice, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError

@@ -2,9 +2,9 @@
 
 The form lists the modes (``off,lookup,auto,draft:MODEL``; ``off`` always runs: the ratios are to it), the
 repetitions and the reply tokens. Run measures every mode on the input-grounded and open-ended prompts,
-interleaved (:class:`~chatphase.bench.spec_api.SpecRun` in a child process,
-:class:`~chatphase.bench.job.SpecJob`), then the verify-step cost for k = 1…16 tokens. The table
-(:func:`~chatphase.bench.spec.row_cells`) fills as runs end; the plot shows ms per verify step against k beside
+interleaved (:class:`~chatphase.bench.spec.run.SpecRun` in a child process,
+:class:`~chatphase.bench.core.job.SpecJob`), then the verify-step cost for k = 1…16 tokens. The table
+(:func:`~chatphase.bench.spec.arms.row_cells`) fills as runs end; the plot shows ms per verify step against k beside
 k single steps, the gap being what drafting can win on this machine.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 
-from chatphase.bench.job import SpecJob
-from chatphase.bench.spec import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
-from chatphase.bench.spec_api import SpecPlan, SpecProgress, SpecResult
+from chatphase.bench.core.job import SpecJob
+from chatphase.bench.spec.arms import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
+from chatphase.bench.spec.run import SpecPlan, SpecProgress, SpecResult
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings

@@ -3,8 +3,8 @@
 Why a child (as for :class:`~chatphase.engine.process.host.EngineHost`, ``docs/architecture.md``): llama.cpp writes to
 fds 1/2 (which would draw over a Textual screen), a native crash must not take the app with it, and the
 model's memory goes back to the OS when the run ends. The child (:class:`~chatphase.engine.process.child.Child`, as the host's) runs
-:class:`~chatphase.bench.api.BenchRun` (a lever grid's :class:`~chatphase.bench.grid_api.GridRun` for
-:class:`GridJob`, decode modes' :class:`~chatphase.bench.spec_api.SpecRun` for :class:`SpecJob`) with fds 1/2
+:class:`~chatphase.bench.sweep.run.BenchRun` (a lever grid's :class:`~chatphase.bench.grid.run.GridRun` for
+:class:`GridJob`, decode modes' :class:`~chatphase.bench.spec.run.SpecRun` for :class:`SpecJob`) with fds 1/2
 pointed at the engine log and sends its events (picklable dataclasses) over the pipe; a thread in the child
 turns the cancel pipe into the run's ``cancel()``.
 
@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
-from chatphase.bench.grid import GridPoint
-from chatphase.bench.grid_api import GridDone, GridProgress
-from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.runner import SweepPlan, SweepProgress
-from chatphase.bench.spec_api import SpecDone, SpecPlan, SpecProgress
+from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.grid.levers import GridPoint
+from chatphase.bench.grid.run import GridDone, GridProgress
+from chatphase.bench.parallel.sweep import ParallelPlan
+from chatphase.bench.spec.run import SpecDone, SpecPlan, SpecProgress
+from chatphase.bench.sweep.run import BenchDone, BenchNotice, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.process.cancel_pipe import CancelFlag
 from chatphase.engine.process.child import Child, quiet, reporting
@@ -56,22 +56,22 @@ JobEvent = (
 
 
 def _bench_run(info: ModelInfo, config: EngineConfig, plan, roofline: bool, log_path: str):
-    """The child's run of a :class:`BenchJob`: one model's sweep (:class:`~chatphase.bench.api.BenchRun`)."""
-    from chatphase.bench.api import BenchRun
+    """The child's run of a :class:`BenchJob`: one model's sweep (:class:`~chatphase.bench.sweep.run.BenchRun`)."""
+    from chatphase.bench.sweep.run import BenchRun
 
     return BenchRun(info, config, plan, roofline=roofline, log_path=log_path)
 
 
 def _grid_run(points, infos, config: EngineConfig, plan: SweepPlan, notes, roofline: bool, log_path: str):
-    """The child's run of a :class:`GridJob`: a lever grid (:class:`~chatphase.bench.grid_api.GridRun`)."""
-    from chatphase.bench.grid_api import GridRun
+    """The child's run of a :class:`GridJob`: a lever grid (:class:`~chatphase.bench.grid.run.GridRun`)."""
+    from chatphase.bench.grid.run import GridRun
 
     return GridRun(points, infos, config, plan, notes=notes, roofline=roofline, log_path=log_path)
 
 
 def _spec_run(info: ModelInfo, config: EngineConfig, plan, log_path: str):
-    """The child's run of a :class:`SpecJob`: decode modes side by side (:class:`~chatphase.bench.spec_api.SpecRun`)."""
-    from chatphase.bench.spec_api import SpecRun
+    """The child's run of a :class:`SpecJob`: decode modes side by side (:class:`~chatphase.bench.spec.run.SpecRun`)."""
+    from chatphase.bench.spec.run import SpecRun
 
     return SpecRun(info, config, plan)
 
@@ -159,11 +159,11 @@ class BenchJob:
 
 
 class GridJob(BenchJob):
-    """A lever grid (:class:`~chatphase.bench.grid_api.GridRun`) in a child process, like :class:`BenchJob`:
+    """A lever grid (:class:`~chatphase.bench.grid.run.GridRun`) in a child process, like :class:`BenchJob`:
     its events are ``BenchStatus``, ``BenchNotice``, ``GridProgress``, then ``GridDone`` or ``BenchFailed``.
 
     Args:
-        points, notes: from :meth:`~chatphase.bench.grid.LeverGrid.points`; infos: each point's model spec
+        points, notes: from :meth:`~chatphase.bench.grid.levers.LeverGrid.points`; infos: each point's model spec
             to its validated model (``None``: the base model); config: the base engine settings; plan: the
             cells every point runs.
 
@@ -189,7 +189,7 @@ class GridJob(BenchJob):
 
 
 class SpecJob(BenchJob):
-    """Decode modes side by side (:class:`~chatphase.bench.spec_api.SpecRun`) in a child process, like
+    """Decode modes side by side (:class:`~chatphase.bench.spec.run.SpecRun`) in a child process, like
     :class:`BenchJob`: its events are ``BenchStatus``, ``SpecProgress``, then ``SpecDone`` or ``BenchFailed``.
 
     Raises:

@@ -1,6 +1,6 @@
-"""The Speculative tab's runner API: :func:`~chatphase.bench.spec.iter_runs` then
-:func:`~chatphase.bench.spec.verify_cost` as picklable events for a child process
-(:class:`~chatphase.bench.job.SpecJob`), and the result it saves.
+"""The Speculative tab's runner API: :func:`~chatphase.bench.spec.arms.iter_runs` then
+:func:`~chatphase.bench.spec.arms.verify_cost` as picklable events for a child process
+(:class:`~chatphase.bench.core.job.SpecJob`), and the result it saves.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 import threading
 from dataclasses import dataclass, replace
 
-from chatphase.bench.common import BenchStatus
-from chatphase.bench.spec import PROMPTS, SpecSample, collect, iter_runs, summary_rows, verify_cost
+from chatphase.bench.core.events import BenchStatus
+from chatphase.bench.spec.arms import PROMPTS, SpecSample, collect, iter_runs, summary_rows, verify_cost
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 
@@ -95,7 +95,7 @@ class SpecDone:
 
 class SpecRun:
     """:func:`iter_runs` then :func:`verify_cost` as events, for a child process
-    (:class:`~chatphase.bench.job.SpecJob`): ``BenchStatus``, a :class:`SpecProgress` per run, then
+    (:class:`~chatphase.bench.core.job.SpecJob`): ``BenchStatus``, a :class:`SpecProgress` per run, then
     :class:`SpecDone`. :meth:`cancel` (any thread) ends it after the current run, keeping the runs so far
     (the verify-cost sweep is skipped). ``engine_factory`` and ``cost`` replace the real ones in tests.
 

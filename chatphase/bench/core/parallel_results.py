@@ -1,4 +1,4 @@
-"""Records of the parallel-decode sweep and their file forms (JSON and CSV), beside :mod:`~chatphase.bench.results`.
+"""Records of the parallel-decode sweep and their file forms (JSON and CSV), beside :mod:`~chatphase.bench.core.results`.
 
 - :class:`ParallelSample` — one measured repetition of N sequences (``n_seq``) decoded together.
 - :class:`ParallelCell` — the summary of one (prompt_tokens, n_seq) cell's repetitions.
@@ -7,7 +7,7 @@ Names as llama-batched-bench's: ``prompt_tokens`` is its PP (tokens per sequence
 (decode steps), ``n_seq`` its B; ``prefill_tokens_per_s`` its S_PP and ``aggregate_decode_tokens_per_s`` its
 S_TG. ``decode_tokens_per_s`` is per sequence (S_TG / B) and ``step_ms`` one step's time (every sequence
 advances one token). ``step_bytes`` / ``step_flops``: what one step needs (the roofline,
-:mod:`chatphase.bench.parallel_roofline`). In CSV a parallel cell is a row of kind ``"parallel"``.
+:mod:`chatphase.bench.parallel.roofline`). In CSV a parallel cell is a row of kind ``"parallel"``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from chatphase.bench.stats import Stats
+from chatphase.bench.core.stats import Stats
 
 #: per-cell metrics summarised as :class:`Stats`.
 PARALLEL_STAT_METRICS: tuple[str, ...] = (

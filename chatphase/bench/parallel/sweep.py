@@ -6,7 +6,7 @@ aggregate tokens/s grows almost N-fold, until the arithmetic (2 × parameters FL
 
 For each prompt length ``L`` and each ``N`` (a cell): ``warmup`` uncounted runs, then ``reps`` runs, each one
 :class:`~chatphase.engine.local.batched.BatchRequest` of N distinct prompts of exactly ``L`` tokens
-(:meth:`~chatphase.bench.prompts.PromptBuilder.tokens` variants) and ``gen_tokens`` decode steps, the KV cache
+(:meth:`~chatphase.bench.core.prompts.PromptBuilder.tokens` variants) and ``gen_tokens`` decode steps, the KV cache
 cleared first. Step accounting (:func:`batch_sample`), as llama-batched-bench's S_PP and S_TG:
 
 - ``prefill_tokens_per_s`` = N × L / prefill time (all prompts in one batch, ``n_batch`` chunks);
@@ -17,7 +17,7 @@ cleared first. Step accounting (:func:`batch_sample`), as llama-batched-bench's 
 - ``ttft_ms`` per sequence: from the batch's start to its first token (after the chunk holding its last
   prompt token); ITL p50/p95 over the step times.
 
-A runner (:class:`LocalBatches` here, :class:`~chatphase.bench.parallel_remote.RemoteStreams` for a server)
+A runner (:class:`LocalBatches` here, :class:`~chatphase.bench.parallel.remote.RemoteStreams` for a server)
 measures one repetition; :class:`ParallelSweep` drives it and ends with :class:`ParallelDone`.
 """
 
@@ -28,10 +28,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from chatphase.bench.parallel_results import ParallelCell, ParallelSample
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.runner import SweepProgress
-from chatphase.bench.stats import summarize
+from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.core.stats import summarize
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
@@ -200,7 +200,7 @@ class ModelFacts:
 
 class ParallelSweep:
     """Run a validated :class:`ParallelPlan` through ``runner``; iterate to drive it (yields
-    :class:`~chatphase.bench.runner.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
+    :class:`~chatphase.bench.core.runner.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
 
     Args:
         runner: measures one repetition; builder: prompts on the model's vocabulary; facts: for step
@@ -250,8 +250,8 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
     """Summarise counted samples per ``(prompt_tokens, n_seq)`` cell, in first-seen order.
 
     ``ttft_ms`` pools every sequence of every repetition; ``kv_cache_bytes`` is the largest seen;
-    ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.bench.roofline.step_bytes` at the mean decode
-    context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.bench.roofline.step_flops` of N tokens.
+    ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.bench.core.roofline.step_bytes` at the mean decode
+    context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.bench.core.roofline.step_flops` of N tokens.
     """
     groups: dict[tuple[int, int], list[ParallelSample]] = {}
     for s in samples:

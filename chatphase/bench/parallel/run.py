@@ -1,15 +1,15 @@
 """The parallel-decode sweep as one benchmark run (``chatphase bench --parallel``, the Experiments screen).
 
-:class:`~chatphase.bench.api.BenchRun` hands a :class:`~chatphase.bench.parallel.ParallelPlan` to
+:class:`~chatphase.bench.sweep.run.BenchRun` hands a :class:`~chatphase.bench.parallel.sweep.ParallelPlan` to
 :func:`run_parallel`. Steps: build the engine, validate the plan (locally against ``n_ctx``: N sequences of
 prompt + generation must fit; nothing has run yet), measure the machine's peaks (local only: they do
-not bound a server), load, run the :class:`~chatphase.bench.parallel.ParallelSweep` and assemble the
-:class:`~chatphase.bench.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
+not bound a server), load, run the :class:`~chatphase.bench.parallel.sweep.ParallelSweep` and assemble the
+:class:`~chatphase.bench.core.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
 
 Locally the engine is a :class:`~chatphase.engine.local.batched.BatchedEngine` with ``n_seq_max`` = the largest
 N. An engine without ``run_batch`` is a server's: after connecting, the plan is cut to the server's slots
-(said in a :class:`~chatphase.bench.common.BenchNotice`) and one more engine is loaded per concurrent
-stream (:mod:`chatphase.bench.parallel_remote`).
+(said in a :class:`~chatphase.bench.core.events.BenchNotice`) and one more engine is loaded per concurrent
+stream (:mod:`chatphase.bench.parallel.remote`).
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
-from chatphase.bench.parallel import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
-from chatphase.bench.parallel_remote import RemoteStreams, fit_plan_to_server
-from chatphase.bench.parallel_roofline import build_parallel_roofline
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.results import BenchResult
+from chatphase.bench.core.events import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.parallel.remote import RemoteStreams, fit_plan_to_server
+from chatphase.bench.parallel.roofline import build_parallel_roofline
+from chatphase.bench.parallel.sweep import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
 from chatphase.engine.events import LoadedModel
 from chatphase.models.roofline import weight_bytes_per_token
 
 
 def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
-    """Run ``plan`` for ``bench`` (a :class:`~chatphase.bench.api.BenchRun`); yields its events.
+    """Run ``plan`` for ``bench`` (a :class:`~chatphase.bench.sweep.run.BenchRun`); yields its events.
 
     Raises:
         UsageError: the plan does not fit (before any work; for a server, after connecting).

@@ -1,7 +1,7 @@
 """The offload sweep: ``chatphase bench --gpu-layers 0,8,16,all`` (llama-bench's ``-ngl`` list).
 
 For each layer count the model is loaded with that many layers on the device and the usual sweep runs
-(:class:`~chatphase.bench.api.BenchRun`, the prompt lengths and depths asked for); each placement gets its
+(:class:`~chatphase.bench.sweep.run.BenchRun`, the prompt lengths and depths asked for); each placement gets its
 prefill and decode tokens/s and a roofline of its own: the bytes one decode token reads from device memory
 and from host memory — the weights each side holds and the KV cache of the context, split as llama.cpp placed
 it (its ``KV buffer`` lines) — and which of the two bounds the token. The device's weights are its ``model
@@ -11,7 +11,7 @@ memory-mapped model is the mapped file range (``CPU_Mapped model buffer size`` s
 
 The layers run one after another, so a token takes at least ``device_bytes / device_bandwidth +
 host_bytes / host_bandwidth``; the side with the larger share binds. The host bandwidth is measured here
-(:mod:`chatphase.bench.peaks`); a GPU's is not measurable from the host, so it is taken from
+(:mod:`chatphase.bench.core.peaks`); a GPU's is not measurable from the host, so it is taken from
 ``--device-bandwidth`` (GB/s) when given, from the host's for an integrated GPU (its memory is host memory),
 and otherwise it is unknown, and so is the bound of any placement with bytes on the device: no bound is
 printed rather than the host side's alone (which read 20,580 tok/s beside 2.8 measured with every layer
@@ -33,11 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from chatphase.bench.api import BenchDone, BenchEvent, BenchRun, BenchStatus
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.plot import check_plot_path, save_figure
-from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.plot import check_plot_path, save_figure
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.sweep.run import BenchDone, BenchEvent, BenchRun, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.units import fmt_bytes
@@ -73,7 +73,7 @@ def placement_roofline(
     """Bytes per decode token from device and host memory for one placement, and the bound.
 
     ``system`` is the result's ``system`` object (its ``memory`` by place and kind); ``weight_bytes`` the
-    model's (the GGUF size, as :mod:`chatphase.bench.roofline` takes it); bandwidths in bytes/s (``None``:
+    model's (the GGUF size, as :mod:`chatphase.bench.core.roofline` takes it); bandwidths in bytes/s (``None``:
     unknown). Weights: every weight is read once per token, the device's from its model buffers, the rest
     from the host; KV cache: the ``kv_bytes_per_token × context_tokens`` read, split between the places in
     proportion to where llama.cpp allocated it.
@@ -277,7 +277,7 @@ def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
     """Prefill and decode tokens/s against layers on the device, the decode bound beside decode.
 
     Raises:
-        UsageError: as :func:`chatphase.bench.plot.check_plot_path`, or when the file cannot be written.
+        UsageError: as :func:`chatphase.bench.core.plot.check_plot_path`, or when the file cannot be written.
     """
     p = check_plot_path(path)
     import matplotlib
