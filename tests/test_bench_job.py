@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from chatphase.bench.core.job import BenchFailed, BenchJob
+from chatphase.bench.core.job import BenchFailed
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.experiments import BenchJob
 from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.bench.sweep.run import BenchDone, BenchStatus
 from chatphase.engine.config import EngineConfig

@@ -14,11 +14,11 @@ from chatphase.bench.core.results import (
     BenchResult,
     CellResult,
     Sample,
-    load_result,
     parse_csv,
     save_result,
 )
 from chatphase.bench.core.stats import summarize
+from chatphase.bench.experiments import load_result
 from chatphase.errors import UsageError
 
 

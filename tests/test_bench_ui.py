@@ -19,6 +19,7 @@ from ui_support import wait_for
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.bench.sweep.run import BenchRun
 from chatphase.engine.config import EngineConfig
@@ -34,7 +35,7 @@ class ScriptedJob:
 
     def __init__(self, info, settings, plan):
         parallel = isinstance(plan, ParallelPlan)
-        self.run = BenchRun(
+        self.run = (ParallelRun if parallel else BenchRun)(
             info,
             settings,
             plan,

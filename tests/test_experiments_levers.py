@@ -12,10 +12,9 @@ from textual.app import App
 from textual.widgets import DataTable, Input, Select, SelectionList, Static
 from ui_support import GatedJob, wait_for
 
-from chatphase.bench.core.job import GridJob
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.grid.run import GridProgress, GridRun
+from chatphase.bench.grid.run import GridJob, GridProgress, GridRun
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.levers import LeverPlot, LeversPane
 from chatphase.ui.experiments.screen import ExperimentsScreen

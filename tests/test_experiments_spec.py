@@ -199,7 +199,7 @@ async def test_lookup_against_off_on_the_default_model_in_a_child_process():
     measured on both kinds, and the verify-cost sweep for k = 1…16."""
     from multiprocessing import resource_tracker
 
-    from chatphase.bench.core.job import SpecJob
+    from chatphase.bench.spec.run import SpecJob
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 

@@ -51,11 +51,9 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, w
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
-    for flag, given in (("--parallel", args.parallel), ("--server", settings.server), ("--plot", args.plot)):
+    for flag, given in (("--parallel", args.parallel), ("--server", settings.server)):
         if given:
             raise UsageError(f"{flag} does not combine with a lever grid (comma lists in the levers)")
-    if args.output and not Path(args.output).expanduser().parent.is_dir():
-        raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     points, notes = grid.points()
     specs = grid.values.get("model", (None,))
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}

@@ -9,6 +9,7 @@ import platform
 from dataclasses import asdict, dataclass
 
 from chatphase import __version__
+from chatphase.bench.core.contract import Done
 from chatphase.bench.core.results import BenchResult
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.engine.base import Engine
@@ -32,7 +33,7 @@ class BenchNotice:
 
 
 @dataclass(frozen=True)
-class BenchDone:
+class BenchDone(Done):
     """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early)."""
 
     result: BenchResult

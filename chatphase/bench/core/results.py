@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from chatphase.bench.core.contract import saved_version, stamp
 from chatphase.bench.core.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
 from chatphase.bench.core.stats import Stats
 from chatphase.errors import UsageError
@@ -149,25 +150,33 @@ class BenchResult:
     parallel: list[ParallelCell] = field(default_factory=list)
     parallel_samples: list[ParallelSample] = field(default_factory=list)
 
+    @property
+    def kind(self) -> str:
+        """``"parallel"`` for a parallel-decode sweep's result (parallel cells only), else ``"sweep"``."""
+        return "parallel" if self.parallel and not self.results else "sweep"
+
     def display_label(self) -> str:
         """``label``, else the model name, else ``"run"``."""
         return self.label or str(self.model.get("name") or "run")
 
     def to_dict(self) -> dict:
-        """The JSON object (the module docstring's keys, ``cancelled`` and ``label``)."""
-        return {
-            "model": self.model,
-            "settings": self.settings,
-            "system": self.system,
-            "results": [c.to_dict() for c in self.results],
-            "fits": self.fits,
-            "roofline": self.roofline,
-            "samples": [s.to_dict() for s in self.samples],
-            "cancelled": self.cancelled,
-            "label": self.label,
-            "parallel": [c.to_dict() for c in self.parallel],
-            "parallel_samples": [s.to_dict() for s in self.parallel_samples],
-        }
+        """The JSON object (``kind``, ``version``, the module docstring's keys, ``cancelled`` and ``label``)."""
+        return stamp(
+            self.kind,
+            {
+                "model": self.model,
+                "settings": self.settings,
+                "system": self.system,
+                "results": [c.to_dict() for c in self.results],
+                "fits": self.fits,
+                "roofline": self.roofline,
+                "samples": [s.to_dict() for s in self.samples],
+                "cancelled": self.cancelled,
+                "label": self.label,
+                "parallel": [c.to_dict() for c in self.parallel],
+                "parallel_samples": [s.to_dict() for s in self.parallel_samples],
+            },
+        )
 
     @classmethod
     def from_dict(cls, data: dict) -> BenchResult:
@@ -178,6 +187,7 @@ class BenchResult:
         """
         if not isinstance(data, dict) or not isinstance(data.get("results"), list):
             raise UsageError('not a chatphase bench result (no "results" list)')
+        saved_version(data)
         try:
             return cls(
                 model=dict(data.get("model") or {}),
@@ -241,31 +251,6 @@ def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
 def parse_csv(text: str) -> list[CellResult]:
     """The prompt/depth cells of CSV text written by :meth:`BenchResult.to_csv` (see :func:`read_csv`)."""
     return read_csv(text)[0]
-
-
-def load_result(path: str | os.PathLike) -> BenchResult:
-    """Read a saved result: ``.json`` (the whole run) or ``.csv`` (cells only, labelled by file name).
-
-    Raises:
-        UsageError: a missing/unreadable file or one that is not UTF-8, an unknown suffix, or content that
-            is not a result.
-    """
-    from chatphase.engine.text import read_utf8
-
-    p = Path(path)
-    text = read_utf8(p, "result file")
-    suffix = p.suffix.lower()
-    if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{p} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg.lower()})") from None
-        result = BenchResult.from_dict(data)
-        return result
-    if suffix == ".csv":
-        cells, parallel = read_csv(text)
-        return BenchResult(results=cells, parallel=parallel, label=p.stem)
-    raise UsageError(f"unknown result file type {suffix or '(none)'!r}: use .json or .csv")
 
 
 def save_result(result: BenchResult, path: str | os.PathLike) -> Path:

@@ -17,6 +17,7 @@ measure the same way. :class:`Sweep` is an iterator of :class:`SweepProgress` ev
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ class SweepPlan:
     warmup: int = 1
     extend_tokens: int = 4
 
-    def validate(self, n_ctx: int) -> SweepPlan:
-        """Check the plan against the context size before any work; returns ``self``.
+    def validate(self, n_ctx: int | None, n_batch: int | None = None) -> SweepPlan:
+        """Check the plan against the context size before any work; returns ``self``. (``n_batch`` does not
+        bound it: a prompt is evaluated in batches; ``n_ctx=None`` skips the context checks.)
 
         Raises:
             UsageError: zero reps, negative warm-up, ``gen_tokens < 1``, nothing to measure, or a prompt
@@ -66,6 +68,7 @@ class SweepPlan:
             raise UsageError(f"--gen must be at least 1 token (got {self.gen_tokens})")
         if not self.prompt_lengths and not self.depths:
             raise UsageError("nothing to measure: give --prompt-lengths and/or --depths")
+        n_ctx = n_ctx if n_ctx is not None else sys.maxsize
         for n in self.prompt_lengths:
             if n < 1:
                 raise UsageError(f"prompt lengths must be at least 1 token (got {n})")

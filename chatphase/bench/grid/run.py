@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
+from chatphase.bench.core.contract import Done, saved_version, stamp, validate_plan
 from chatphase.bench.core.events import BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.core.report import mean_sd
@@ -95,15 +97,44 @@ class GridResult:
     system: dict = field(default_factory=dict)
     cancelled: bool = False
 
+    kind = "grid"
+
     def to_dict(self) -> dict:
-        return {
-            "grid": [c.to_dict() for c in self.cells],
-            "peaks": {str(t): p.to_dict() | {"conditions": p.conditions} for t, p in self.peaks.items()},
-            "plan": self.plan,
-            "notes": self.notes,
-            "system": self.system,
-            "cancelled": self.cancelled,
-        }
+        return stamp(
+            "grid",
+            {
+                "grid": [c.to_dict() for c in self.cells],
+                "peaks": {str(t): p.to_dict() | {"conditions": p.conditions} for t, p in self.peaks.items()},
+                "plan": self.plan,
+                "notes": self.notes,
+                "system": self.system,
+                "cancelled": self.cancelled,
+            },
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GridResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            UsageError: a future version, or not a lever grid's result.
+        """
+        saved_version(data)
+        try:
+            peak_names = {f.name for f in fields(MachinePeaks)}
+            return cls(
+                cells=[_grid_cell(c) for c in data["grid"]],
+                peaks={
+                    int(t): MachinePeaks(**{k: v for k, v in p.items() if k in peak_names})
+                    for t, p in (data.get("peaks") or {}).items()
+                },
+                plan=dict(data.get("plan") or {}),
+                notes=list(data.get("notes") or []),
+                system=dict(data.get("system") or {}),
+                cancelled=bool(data.get("cancelled", False)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UsageError("malformed lever grid result (is it a chatphase bench file?)") from None
 
     def footnotes(self) -> list[str]:
         """What the table's columns mean, the peaks behind the predictions, the notes (one line each)."""
@@ -181,6 +212,23 @@ class GridResult:
         )
         foot = self.footnotes()
         return "\n\n".join([head, table, "\n".join(foot)]) + "\n"
+
+
+def _grid_cell(data: dict) -> GridCell:
+    """One ``grid`` entry of :meth:`GridResult.to_dict` read back."""
+    prediction = data.get("prediction")
+    return GridCell(
+        point=str(data["point"]),
+        levers=dict(data.get("levers") or {}),
+        model=str(data.get("model") or ""),
+        synthetic=bool(data.get("synthetic", False)),
+        cell=CellResult.from_dict(data),
+        prediction=Prediction(**prediction) if prediction else None,
+        kv_bytes_per_token=data.get("kv_bytes_per_token"),
+        kv_capacity_bytes=data.get("kv_capacity_bytes"),
+        llama_kv_cache_bytes=data.get("llama_kv_cache_bytes"),
+        weight_bytes_per_token=data.get("weight_bytes_per_token"),
+    )
 
 
 #: the columns of :func:`grid_row` (each figure measured, the roofline's prediction, their ratio).
@@ -292,7 +340,7 @@ class GridProgress(SweepProgress):
 
 
 @dataclass(frozen=True)
-class GridDone:
+class GridDone(Done):
     """The grid is over; ``result`` holds every point's cells (``result.cancelled`` when stopped early)."""
 
     result: GridResult
@@ -374,7 +422,7 @@ class GridRun:
             )
 
     def __iter__(self) -> Iterator:
-        plan = self.plan.validate(self.config.n_ctx)
+        plan = validate_plan(self.plan, self.config.n_ctx)
         configs = [self.config_of(p) for p in self.points]
         self.check_memory()
         peaks: dict[int, MachinePeaks] = dict(self._peaks or {})
@@ -468,4 +516,60 @@ class GridRun:
         return LlamaEngine(info, config, log_path=self._log_path)
 
 
-__all__ = ["BenchNotice", "BenchStatus", "GridDone", "GridProgress", "GridResult", "GridRun"]
+@dataclass(frozen=True)
+class GridPlan:
+    """A lever grid for the child-process job: ``points`` and ``notes`` (:meth:`LeverGrid.points`), each point's
+    model spec to its validated model (``infos``), and ``sweep``, the cells every point runs."""
+
+    points: list[GridPoint]
+    infos: dict[str | None, ModelInfo]
+    sweep: SweepPlan
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.points) * self.sweep.total_runs
+
+    def validate(self, n_ctx: int | None, n_batch: int | None = None) -> GridPlan:
+        """``self`` with its cells checked (:meth:`SweepPlan.validate`). Raises UsageError."""
+        return replace(self, sweep=validate_plan(self.sweep, n_ctx, n_batch))
+
+    def to_dict(self) -> dict:
+        return {"points": [p.label() for p in self.points], **self.sweep.to_dict()}
+
+
+def make_run(info: ModelInfo, config: EngineConfig, plan: GridPlan, roofline: bool, log_path: str) -> GridRun:
+    """The child's run of a :func:`GridJob`."""
+    return GridRun(plan.points, plan.infos, config, plan.sweep, notes=plan.notes, roofline=roofline, log_path=log_path)
+
+
+def GridJob(
+    points: list[GridPoint],
+    infos: dict[str | None, ModelInfo],
+    config: EngineConfig,
+    plan: SweepPlan,
+    notes: list[str] | None = None,
+    roofline: bool = True,
+    log_path: str | None = None,
+) -> ExperimentJob:
+    """A lever grid (:class:`GridRun`) in a child process: its events are ``BenchStatus``, ``BenchNotice``,
+    ``GridProgress``, then ``GridDone`` or ``BenchFailed``.
+
+    Raises:
+        UsageError: when the plan does not fit ``config.n_ctx``.
+    """
+    grid = GridPlan(points, infos, plan, list(notes or []))
+    return ExperimentJob(infos[points[0].values.get("model")], config, grid, make_run, roofline, log_path)
+
+
+__all__ = [
+    "BenchNotice",
+    "BenchStatus",
+    "GridDone",
+    "GridJob",
+    "GridPlan",
+    "GridProgress",
+    "GridResult",
+    "GridRun",
+    "make_run",
+]

@@ -22,11 +22,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Select, SelectionList
 
-from chatphase.bench.core.job import GridJob
+from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.roofline import cell_context_tokens
 from chatphase.bench.core.runner import SweepPlan, aggregate
 from chatphase.bench.grid.levers import GridPoint, LeverGrid, check_values, parse_lever
-from chatphase.bench.grid.run import GRID_HEADERS, GridCell, GridProgress, GridResult, grid_row
+from chatphase.bench.grid.run import GRID_HEADERS, GridCell, GridJob, GridProgress, GridResult, grid_row
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
@@ -252,7 +252,7 @@ class LeversPane(ExperimentPane):
         synthetic = {p.label(): infos[p.values.get("model")].synthetic for p in points}
         return LeversPlan(points, notes, infos, sweep, synthetic)
 
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: LeversPlan) -> GridJob:
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: LeversPlan) -> ExperimentJob:
         return GridJob(plan.points, plan.infos, config, plan.sweep, plan.notes)
 
     def plots(self):

@@ -19,11 +19,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, TabPane
 
-from chatphase.bench.core.job import BenchJob
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
 from chatphase.bench.core.results import BenchResult, Sample
 from chatphase.bench.core.runner import SweepPlan, SweepProgress, aggregate
+from chatphase.bench.experiments import BenchJob
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
@@ -64,7 +64,7 @@ def form_field(label: str, id_: str, value: str) -> Vertical:
 class ExperimentPane(TabPane):
     """What the screen asks of a tab. ``kind`` names its result (and its default file name);
     ``overlays``: whether results loaded from files are drawn on its plots. Defaults are those of a
-    one-model sweep (:class:`~chatphase.bench.core.job.BenchJob`, plots that take samples)."""
+    one-model sweep (:func:`~chatphase.bench.experiments.job_for`, plots that take samples)."""
 
     kind = ""
     overlays = True

@@ -13,9 +13,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 
-from chatphase.bench.core.job import SpecJob
+from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.spec.arms import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
-from chatphase.bench.spec.run import SpecPlan, SpecProgress, SpecResult
+from chatphase.bench.spec.run import SpecJob, SpecPlan, SpecProgress, SpecResult
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -89,7 +89,7 @@ class SpecPane(ExperimentPane):
             max_tokens=parse_count(self._value("exp-sgen"), "Reply tokens"),
         ).validate(settings.engine.n_ctx, settings.engine.n_batch)
 
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> SpecJob:
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> ExperimentJob:
         return SpecJob(info, config, plan)
 
     def plots(self):
