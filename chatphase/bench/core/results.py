@@ -25,18 +25,17 @@ from typing import Literal
 
 from chatphase.bench.core.contract import saved_version, stamp
 from chatphase.bench.core.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
-from chatphase.bench.core.stats import Stats
+from chatphase.bench.core.stats import Stats, stat_columns, stats_of_row, stats_row
 from chatphase.errors import UsageError
 
 CellKind = Literal["prompt", "depth"]
 
 #: per-cell metrics summarised as :class:`Stats` (name = unit-carrying metric name).
 STAT_METRICS: tuple[str, ...] = ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "tpot_ms")
-_STAT_KEYS = ("mean", "sd", "median", "min", "max", "n")
 _CELL_KEYS = ("kind", "prompt_tokens", "depth", "gen_tokens", "reps")
 CSV_COLUMNS: tuple[str, ...] = (
     *_CELL_KEYS,
-    *(f"{m}_{k}" for m in STAT_METRICS for k in _STAT_KEYS),
+    *stat_columns(STAT_METRICS),
     "kv_cache_bytes",
 )
 
@@ -117,21 +116,16 @@ class CellResult:
 
     def csv_row(self) -> dict:
         """One CSV row keyed by :data:`CSV_COLUMNS` (undefined values are empty cells)."""
-        row: dict = {k: getattr(self, k) for k in _CELL_KEYS}
-        for m in STAT_METRICS:
-            for k, v in getattr(self, m).to_dict().items():
-                row[f"{m}_{k}"] = "" if v is None else v
-        row["kv_cache_bytes"] = self.kv_cache_bytes
-        return row
+        return {**{k: getattr(self, k) for k in _CELL_KEYS}, **stats_row(self, STAT_METRICS),
+                "kv_cache_bytes": self.kv_cache_bytes}  # fmt: skip
 
     @classmethod
     def from_csv_row(cls, row: dict) -> CellResult:
         """Inverse of :meth:`csv_row` (values arrive as strings)."""
-        data: dict = {k: row[k] for k in _CELL_KEYS}
-        for m in STAT_METRICS:
-            data[m] = {k: row.get(f"{m}_{k}") for k in _STAT_KEYS}
-        data["kv_cache_bytes"] = row.get("kv_cache_bytes") or 0
-        return cls.from_dict(data)
+        data = {k: row[k] for k in _CELL_KEYS}
+        return cls.from_dict(
+            {**data, **stats_of_row(row, STAT_METRICS), "kv_cache_bytes": row.get("kv_cache_bytes") or 0}
+        )
 
 
 @dataclass

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.results import CellKind, CellResult, Sample
-from chatphase.bench.core.stats import summarize
+from chatphase.bench.core.results import STAT_METRICS, CellKind, CellResult, Sample
+from chatphase.bench.core.stats import group_cells, summarize_metrics
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
     EngineFailed,
@@ -259,9 +259,7 @@ def aggregate(samples: Sequence[Sample], gen_tokens: int) -> tuple[CellResult, .
 
     ``kv_cache_bytes`` is the largest seen in the cell (the cache after the measured turn).
     """
-    groups: dict[tuple[CellKind, int, int], list[Sample]] = {}
-    for s in samples:
-        groups.setdefault((s.kind, s.prompt_tokens, s.depth), []).append(s)
+    groups = group_cells(samples, lambda s: (s.kind, s.prompt_tokens, s.depth))
     return tuple(
         CellResult(
             kind=kind,
@@ -269,10 +267,7 @@ def aggregate(samples: Sequence[Sample], gen_tokens: int) -> tuple[CellResult, .
             depth=d,
             gen_tokens=gen_tokens,
             reps=len(group),
-            ttft_ms=summarize(s.ttft_ms for s in group),
-            prefill_tokens_per_s=summarize(s.prefill_tokens_per_s for s in group),
-            decode_tokens_per_s=summarize(s.decode_tokens_per_s for s in group),
-            tpot_ms=summarize(s.tpot_ms for s in group),
+            **summarize_metrics(group, STAT_METRICS),
             kv_cache_bytes=max((s.kv_cache_bytes for s in group if s.kv_cache_bytes is not None), default=None),
         )
         for (kind, n, d), group in groups.items()

@@ -28,10 +28,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
+from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.runner import SweepProgress
-from chatphase.bench.core.stats import summarize
+from chatphase.bench.core.stats import group_cells, summarize_metrics
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
@@ -253,9 +253,7 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
     ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.bench.core.roofline.step_bytes` at the mean decode
     context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.bench.core.roofline.step_flops` of N tokens.
     """
-    groups: dict[tuple[int, int], list[ParallelSample]] = {}
-    for s in samples:
-        groups.setdefault((s.prompt_tokens, s.n_seq), []).append(s)
+    groups = group_cells(samples, lambda s: (s.prompt_tokens, s.n_seq))
     cells = []
     for (length, n), group in groups.items():
         gen = group[0].gen_tokens
@@ -267,13 +265,7 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
                 n_seq=n,
                 gen_tokens=gen,
                 reps=len(group),
-                step_ms=summarize(s.step_ms for s in group),
-                decode_tokens_per_s=summarize(s.decode_tokens_per_s for s in group),
-                aggregate_decode_tokens_per_s=summarize(s.aggregate_decode_tokens_per_s for s in group),
-                prefill_tokens_per_s=summarize(s.prefill_tokens_per_s for s in group),
-                ttft_ms=summarize(t for s in group for t in s.ttft_ms),
-                itl_ms_p50=summarize(s.itl_ms_p50 for s in group),
-                itl_ms_p95=summarize(s.itl_ms_p95 for s in group),
+                **summarize_metrics(group, PARALLEL_STAT_METRICS),
                 kv_cache_bytes=max(kv) if kv else None,
                 step_bytes=round(step_bytes(weights, per_token, length + gen / 2, n))
                 if weights is not None and per_token is not None
