@@ -82,6 +82,21 @@ def validate_plan(plan: P, n_ctx: int | None, n_batch: int | None = None) -> P:
     return plan.validate(n_ctx, n_batch)
 
 
+def check_repetitions(reps: int, warmup: int, gen_tokens: int, gen_unit: str = "token") -> None:
+    """The counts every sweep's plan shares: ``reps`` ≥ 1, ``warmup`` ≥ 0, ``gen_tokens`` ≥ 1 (``gen_unit``: what
+    ``--gen`` counts, a token or a decode step).
+
+    Raises:
+        UsageError: one line naming the flag.
+    """
+    if reps < 1:
+        raise UsageError(f"--reps must be at least 1 (got {reps})")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more (got {warmup})")
+    if gen_tokens < 1:
+        raise UsageError(f"--gen must be at least 1 {gen_unit} (got {gen_tokens})")
+
+
 def check_format(fmt: str, formats: tuple[str, ...] = FORMATS) -> str:
     """``fmt`` when a result can render it.
 

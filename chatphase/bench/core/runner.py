@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.results import STAT_METRICS, CellKind, CellResult, Sample
@@ -60,12 +61,7 @@ class SweepPlan:
             UsageError: zero reps, negative warm-up, ``gen_tokens < 1``, nothing to measure, or a prompt
                 (or depth) that does not leave room for ``gen_tokens`` in ``n_ctx``.
         """
-        if self.reps < 1:
-            raise UsageError(f"--reps must be at least 1 (got {self.reps})")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be 0 or more (got {self.warmup})")
-        if self.gen_tokens < 1:
-            raise UsageError(f"--gen must be at least 1 token (got {self.gen_tokens})")
+        check_repetitions(self.reps, self.warmup, self.gen_tokens)
         if not self.prompt_lengths and not self.depths:
             raise UsageError("nothing to measure: give --prompt-lengths and/or --depths")
         n_ctx = n_ctx if n_ctx is not None else sys.maxsize

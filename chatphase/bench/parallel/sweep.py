@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.runner import SweepProgress
@@ -62,12 +63,7 @@ class ParallelPlan:
                 below 1 or above llama.cpp's limit or above ``n_batch`` (a step is one batch of N tokens),
                 or N sequences of prompt + generation over ``n_ctx`` (saying how many would fit).
         """
-        if self.reps < 1:
-            raise UsageError(f"--reps must be at least 1 (got {self.reps})")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be 0 or more (got {self.warmup})")
-        if self.gen_tokens < 1:
-            raise UsageError(f"--gen must be at least 1 step (got {self.gen_tokens})")
+        check_repetitions(self.reps, self.warmup, self.gen_tokens, "step")
         if not self.n_seqs:
             raise UsageError("nothing to measure: give --parallel N,N,... (sequences decoded together)")
         if not self.prompt_lengths:
