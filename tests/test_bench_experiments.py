@@ -112,3 +112,15 @@ def test_an_unknown_kind_is_refused_in_one_line(tmp_path):
     path.write_text(json.dumps({"kind": "weather", "version": 1}))
     with pytest.raises(UsageError, match="unknown bench result kind 'weather'"):
         load_result(path)
+
+
+@pytest.mark.model
+def test_a_real_spec_comparison_writes_json_that_loads_back(tmp_path, capsys, default_model_path):
+    out = tmp_path / "spec.json"
+    argv = ["bench", "--spec", "off", "--reps", "1", "--model", default_model_path, "--n-ctx", "1024"]
+    assert main([*argv, "--format", "json", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["kind"], data["version"]) == ("spec", SCHEMA_VERSION) and data["rows"]
+    assert sorted(map(int, data["verify_step_ms"])) == list(range(1, 17))
+    back = load_result(out)
+    assert isinstance(back, SpecResult) and back.rows == data["rows"]
