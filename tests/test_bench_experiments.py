@@ -124,3 +124,13 @@ def test_a_real_spec_comparison_writes_json_that_loads_back(tmp_path, capsys, de
     assert sorted(map(int, data["verify_step_ms"])) == list(range(1, 17))
     back = load_result(out)
     assert isinstance(back, SpecResult) and back.rows == data["rows"]
+
+
+def test_every_experiments_tab_is_a_registered_experiment():
+    from chatphase.ui.experiments.levers import LeversPane
+    from chatphase.ui.experiments.panes import ParallelPane, SweepPane
+    from chatphase.ui.experiments.spec import SpecPane
+
+    tabs = [tab.experiment for tab in (SweepPane, ParallelPane, LeversPane, SpecPane)]
+    assert tabs == ["sweep", "parallel", "grid", "spec"] and set(tabs) <= set(EXPERIMENTS)
+    assert [kind for kind, e in EXPERIMENTS.items() if e.overlays] == ["sweep", "parallel"]

@@ -51,8 +51,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Experiment:
     """One experiment: its ``kind``, what it is (``title``), the ``flag`` that picks it on the command line,
-    the text ``formats`` its result renders, whether it draws a ``--plot`` (``plot_note`` says why not), and
-    ``read`` (a saved JSON object back into its result)."""
+    the text ``formats`` its result renders, whether it draws a ``--plot`` (``plot_note`` says why not),
+    ``read`` (a saved JSON object back into its result), and whether its results loaded from a file are drawn
+    over the Experiments screen's plots (``overlays``)."""
 
     kind: str
     title: str
@@ -61,13 +62,14 @@ class Experiment:
     plots: bool
     read: Callable[[dict], object]
     plot_note: str = ""
+    overlays: bool = False
 
 
 EXPERIMENTS: dict[str, Experiment] = {
     e.kind: e
     for e in (
-        Experiment("sweep", "prompt length & depth", "", FORMATS, True, BenchResult.from_dict),
-        Experiment("parallel", "parallel decode", "--parallel", FORMATS, True, BenchResult.from_dict),
+        Experiment("sweep", "prompt length & depth", "", FORMATS, True, BenchResult.from_dict, overlays=True),
+        Experiment("parallel", "parallel decode", "--parallel", FORMATS, True, BenchResult.from_dict, overlays=True),
         Experiment(
             "grid",
             "lever grid",
@@ -198,7 +200,8 @@ def load_bench_result(path: str | os.PathLike) -> BenchResult:
         UsageError: as :func:`load_result`, or a result of another kind (one line naming it).
     """
     result = load_result(path)
-    if not isinstance(result, BenchResult):
-        kind = EXPERIMENTS[getattr(result, "kind", "offload")]
-        raise UsageError(f"{Path(path).name} is a {kind.title} result: only sweep and parallel results overlay here")
+    experiment = EXPERIMENTS[getattr(result, "kind", "offload")]
+    if not experiment.overlays or not isinstance(result, BenchResult):
+        drawn = " and ".join(e.kind for e in EXPERIMENTS.values() if e.overlays)
+        raise UsageError(f"{Path(path).name} is a {experiment.title} result: only {drawn} results overlay here")
     return result

@@ -163,7 +163,7 @@ class LeversPane(ExperimentPane):
     """One lever's values as a lever grid (see the module docstring)."""
 
     kind = "levers"
-    overlays = False
+    experiment = "grid"
     COLUMNS = tuple(GRID_HEADERS)
 
     def __init__(self, model_info: ModelInfo, settings: Settings) -> None:

@@ -63,7 +63,7 @@ class SpecPane(ExperimentPane):
     """Decode modes as arms, interleaved, and the verify-step cost (see the module docstring)."""
 
     kind = "spec"
-    overlays = False
+    experiment = "spec"
     COLUMNS = HEADERS
 
     def __init__(self) -> None:
