@@ -2,8 +2,8 @@
 bound by arithmetic, from the peaks measured on this machine (:mod:`chatphase.bench.core.roofline`).
 
 One step advances N sequences by one token each. It reads the weights once and each sequence's KV cache
-(:func:`~chatphase.bench.core.roofline.step_bytes`, at the mean decode context ``prompt + gen / 2``) and does
-``2 × parameters × N`` FLOPs (:func:`~chatphase.bench.core.roofline.step_flops`). With bandwidth ``B`` and
+(:func:`~chatphase.models.roofline.step_bytes`, at the mean decode context ``prompt + gen / 2``) and does
+``2 × parameters × N`` FLOPs (:func:`~chatphase.models.roofline.step_flops`). With bandwidth ``B`` and
 FLOP/s ``F`` (Williams, Waterman & Patterson's roofline):
 
 - time bounds ``t_memory = bytes / B`` and ``t_arithmetic = FLOPs / F``; the step takes at least the

@@ -246,8 +246,8 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
     """Summarise counted samples per ``(prompt_tokens, n_seq)`` cell, in first-seen order.
 
     ``ttft_ms`` pools every sequence of every repetition; ``kv_cache_bytes`` is the largest seen;
-    ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.bench.core.roofline.step_bytes` at the mean decode
-    context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.bench.core.roofline.step_flops` of N tokens.
+    ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.models.roofline.step_bytes` at the mean decode
+    context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.models.roofline.step_flops` of N tokens.
     """
     groups = group_cells(samples, lambda s: (s.prompt_tokens, s.n_seq))
     cells = []
