@@ -14,10 +14,10 @@ import import_graph as g
 import pytest
 
 #: unit -> the units it imports (besides itself), exactly: an edge the code stops using must leave the table
-#: too. A unit is a top-level module or package of chatphase; engine/ and ui/ count per subpackage, their
-#: top-level modules being the unit "engine" (the contract every backend speaks: events, metrics, config)
-#: and "ui" (the app shell), and the engine's factory a unit of its own (it picks a backend, so it sits above
-#: them). Lower layers first.
+#: too. A unit is a top-level module or package of chatphase; engine/, ui/ and bench/ count per subpackage, their
+#: top-level modules being the unit "engine" (the contract every backend speaks: events, metrics, config),
+#: "ui" (the app shell) and "bench" (the experiments' registry, what-if, old import paths), and the engine's
+#: factory a unit of its own (it picks a backend, so it sits above them). Lower layers first.
 LAYERS = {
     # leaves, under everything
     "errors": set(),
@@ -37,7 +37,24 @@ LAYERS = {
     "explain": {"engine", "models", "units"},
     "settings": {"engine", "errors"},
     "sessions": {"engine", "errors"},
-    "bench": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
+    # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
+    "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
+    "bench.sweep": {"bench.core", "engine", "models"},
+    "bench.parallel": {"bench.core", "engine", "errors", "models"},
+    "bench.grid": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
+    "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
+    "bench.offload": {"bench.core", "engine", "errors", "models", "units"},
+    "bench": {
+        "bench.core",
+        "bench.grid",
+        "bench.offload",
+        "bench.parallel",
+        "bench.spec",
+        "bench.sweep",
+        "engine",
+        "errors",
+        "models",
+    },
     # the turn
     "chat": {"engine", "engine.process", "errors", "models", "sessions", "settings", "units"},
     # the TUI: its parts, then the app shell
@@ -45,7 +62,19 @@ LAYERS = {
     "ui.dashboard": {"engine", "explain", "forecast", "system", "units"},
     "ui.phases": {"engine", "models", "ui.dashboard", "ui.transcript", "units"},
     "ui.screens": {"chat", "engine", "engine.prompting", "errors", "models", "sessions", "settings", "units"},
-    "ui.experiments": {"bench", "engine", "errors", "models", "settings", "units"},
+    "ui.experiments": {
+        "bench",
+        "bench.core",
+        "bench.grid",
+        "bench.parallel",
+        "bench.spec",
+        "bench.sweep",
+        "engine",
+        "errors",
+        "models",
+        "settings",
+        "units",
+    },
     "ui": {
         "chat",
         "engine",
@@ -63,6 +92,12 @@ LAYERS = {
     # the command line
     "commands": {
         "bench",
+        "bench.core",
+        "bench.grid",
+        "bench.offload",
+        "bench.parallel",
+        "bench.spec",
+        "bench.sweep",
         "chat",
         "engine",
         "engine.factory",
@@ -90,7 +125,7 @@ def unit_of(module: str) -> str:
         return "chatphase"
     if module == "chatphase.engine.factory":
         return "engine.factory"
-    if parts[0] in ("engine", "ui") and len(parts) > 2:
+    if parts[0] in ("engine", "ui", "bench") and len(parts) > 2:
         return f"{parts[0]}.{parts[1]}"
     return parts[0]
 
@@ -128,6 +163,25 @@ def test_the_layer_table_has_no_unused_edge():
     used = unit_edges()
     unused = sorted(f"{u} -> {d}" for u, allowed in LAYERS.items() for d in allowed - used.get(u, set()))
     assert unused == []
+
+
+#: bench/'s experiments, one subpackage each.
+EXPERIMENTS = ("bench.grid", "bench.offload", "bench.parallel", "bench.spec", "bench.sweep")
+
+
+def test_every_bench_subpackage_is_the_core_or_an_experiment():
+    packages = {unit for unit in unit_edges() if unit.startswith("bench.")}
+    assert packages == {"bench.core", *EXPERIMENTS}
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_an_experiment_imports_the_core_and_no_other_experiment(experiment):
+    bench_units = {u for u in unit_edges()[experiment] if u.startswith("bench")}
+    assert bench_units == {"bench.core"}
+
+
+def test_the_bench_core_imports_no_experiment():
+    assert not {u for u in unit_edges()["bench.core"] if u.startswith("bench")}
 
 
 def test_units_import_without_a_cycle():

@@ -12,7 +12,7 @@ import pytest
 from textual import events
 from ui_support import make_app, notifications, wait_for
 
-from chatphase.bench.results import load_result
+from chatphase.bench.experiments import load_result
 from chatphase.cli import clean_argv
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Message, SamplingParams, TurnFinished, TurnRequest

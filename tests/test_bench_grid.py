@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from fake_engine import fake_model_info
 
-from chatphase.bench.grid import GridPoint, LeverGrid, parse_lever, predict, ratio
-from chatphase.bench.grid_api import GridDone, GridRun
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.grid.levers import GridPoint, LeverGrid, parse_lever, predict, ratio
+from chatphase.bench.grid.run import GridDone, GridRun
 from chatphase.cli import main
 from chatphase.commands.bench_grid import split_levers
 from chatphase.engine.config import EngineConfig

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from chatphase.bench.api import BenchDone, BenchStatus
-from chatphase.bench.job import BenchFailed, BenchJob
-from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.parallel_results import ParallelSample
-from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.bench.core.job import BenchFailed
+from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.experiments import BenchJob
+from chatphase.bench.parallel.sweep import ParallelPlan
+from chatphase.bench.sweep.run import BenchDone, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo

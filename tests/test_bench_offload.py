@@ -3,7 +3,8 @@
 
 import pytest
 
-from chatphase.bench.offload import (
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.offload.run import (
     OffloadDone,
     Placement,
     parse_gpu_layers,
@@ -11,7 +12,6 @@ from chatphase.bench.offload import (
     render_offload,
     write_offload_plot,
 )
-from chatphase.bench.results import BenchResult
 
 MiB = 2**20
 
@@ -59,13 +59,13 @@ def test_without_the_device_bandwidth_the_bound_is_unknown_and_it_says_so():
 
 
 def st(v):
-    from chatphase.bench.stats import Stats
+    from chatphase.bench.core.stats import Stats
 
     return Stats(mean=v, sd=None, median=v, min=v, max=v, n=1)
 
 
 def cell(kind, prompt, depth, ttft_ms, prefill, decode):
-    from chatphase.bench.results import CellResult
+    from chatphase.bench.core.results import CellResult
 
     return CellResult(kind, prompt, depth, 4, 1, st(ttft_ms), st(prefill), st(decode), st(1000 / decode), 0)
 
@@ -110,7 +110,7 @@ def test_prefill_rate_and_ttft_describe_the_same_turns():
 
 
 def sample(prompt, rep=0):
-    from chatphase.bench.results import Sample
+    from chatphase.bench.core.results import Sample
 
     return Sample("prompt", prompt, 0, rep, False, 7086.0, 9.0, 2.8, 357.0, prompt, 0, 4, 0, "length")
 
@@ -135,8 +135,8 @@ class FakeBenchRun:
         return self._result(True) if self.measured else None
 
     def __iter__(self):
-        from chatphase.bench.common import BenchDone
-        from chatphase.bench.runner import SweepProgress
+        from chatphase.bench.core.events import BenchDone
+        from chatphase.bench.core.runner import SweepProgress
 
         for i in range(self.runs):
             self.measured.append(sample(64 * (i + 1)))
@@ -149,8 +149,8 @@ class FakeBenchRun:
 def offload_run(runs_by_layers, stuck=None):
     from fake_engine import fake_model_info
 
-    from chatphase.bench.offload import OffloadRun
-    from chatphase.bench.runner import SweepPlan
+    from chatphase.bench.core.runner import SweepPlan
+    from chatphase.bench.offload.run import OffloadRun
     from chatphase.engine.config import EngineConfig
 
     plan = SweepPlan(prompt_lengths=(64, 128, 192, 256), depths=(), reps=1, warmup=0)
@@ -162,7 +162,7 @@ def offload_run(runs_by_layers, stuck=None):
 
 
 def test_progress_is_numbered_across_placements_and_partial_keeps_what_ran():
-    from chatphase.bench.runner import SweepProgress
+    from chatphase.bench.core.runner import SweepProgress
 
     sweep = offload_run({0: 4, 8: 2})
     events = iter(sweep)
@@ -184,7 +184,7 @@ def test_ctrl_c_twice_prints_the_partial_results_and_long_runs_show_progress(cap
     import signal
     import threading
 
-    from chatphase.bench.offload import OffloadDone
+    from chatphase.bench.offload.run import OffloadDone
     from chatphase.commands.bench import execute
 
     stuck = threading.Event()

@@ -1,22 +1,24 @@
 """The parallel-decode sweep with scripted clocks: step accounting, the plan's checks, the sweep through
-``BenchRun``, the per-N roofline, and the result's JSON/CSV/table/plot forms."""
+``ParallelRun``, the per-N roofline, and the result's JSON/CSV/table/plot forms."""
 
 from __future__ import annotations
 
 import pytest
 from fake_engine import fake_model_info
 
-from chatphase.bench.api import BenchDone, BenchRun
-from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
-from chatphase.bench.parallel_results import ParallelCell
-from chatphase.bench.parallel_roofline import build_parallel_roofline, crossover_n_seq
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.plot import write_plot
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.report import render
-from chatphase.bench.results import BenchResult, load_result, read_csv, save_result
-from chatphase.bench.runner import SweepProgress
-from chatphase.bench.stats import summarize
+from chatphase.bench.core.events import BenchDone
+from chatphase.bench.core.parallel_results import ParallelCell
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.plot import write_plot
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.report import render
+from chatphase.bench.core.results import BenchResult, read_csv, save_result
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.core.stats import summarize
+from chatphase.bench.experiments import load_result
+from chatphase.bench.parallel.roofline import build_parallel_roofline, crossover_n_seq
+from chatphase.bench.parallel.run import ParallelRun
+from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
 from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
@@ -109,7 +111,7 @@ def _run(plan, engine, peaks=PEAKS, cancel_at=None):
         configs.append(config)
         return engine
 
-    run = BenchRun(
+    run = ParallelRun(
         fake_model_info(),
         EngineConfig(n_ctx=4096),
         plan,

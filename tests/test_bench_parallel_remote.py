@@ -14,9 +14,10 @@ import pytest
 from fake_engine import fake_model_info
 from remote_support import SlotServer
 
-from chatphase.bench.api import BenchDone, BenchNotice, BenchRun
-from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.prompts import PromptBuilder
+from chatphase.bench.core.events import BenchDone, BenchNotice
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.parallel.run import ParallelRun
+from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.remote.engine import RemoteEngine
 from chatphase.errors import UsageError
@@ -25,8 +26,8 @@ from tests.bench_support import CharTokenizer
 pytestmark = pytest.mark.timeout(60)
 
 
-def _bench(url: str, plan: ParallelPlan) -> BenchRun:
-    return BenchRun(
+def _bench(url: str, plan: ParallelPlan) -> ParallelRun:
+    return ParallelRun(
         fake_model_info(),
         EngineConfig(),
         plan,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chatphase.bench.prompts import (
+from chatphase.bench.core.prompts import (
     EngineTokenizer,
     PromptBuilder,
     _last_complete_utf8_boundary,

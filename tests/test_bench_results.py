@@ -6,19 +6,19 @@ import json
 
 import pytest
 
-from chatphase.bench.parallel_results import ParallelSample
-from chatphase.bench.plot import check_plot_path, write_plot
-from chatphase.bench.report import FORMATS, render, sample_progress
-from chatphase.bench.results import (
+from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.core.plot import check_plot_path, write_plot
+from chatphase.bench.core.report import FORMATS, render, sample_progress
+from chatphase.bench.core.results import (
     CSV_COLUMNS,
     BenchResult,
     CellResult,
     Sample,
-    load_result,
     parse_csv,
     save_result,
 )
-from chatphase.bench.stats import summarize
+from chatphase.bench.core.stats import summarize
+from chatphase.bench.experiments import load_result
 from chatphase.errors import UsageError
 
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from fake_engine import fake_model_info
 
-from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import Sweep, SweepDone, SweepPlan, SweepProgress
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.runner import Sweep, SweepDone, SweepPlan, SweepProgress
+from chatphase.bench.sweep.run import BenchDone, BenchRun, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
@@ -139,7 +139,7 @@ def test_bench_run_with_a_fake_engine_builds_the_result():
 
 @pytest.mark.parametrize("offloaded,expect", [(0, "too small for the bound to bind"), (31, "GPU")])
 def test_bench_run_roofline_verdicts(offloaded, expect):
-    from chatphase.bench.peaks import MachinePeaks
+    from chatphase.bench.core.peaks import MachinePeaks
 
     plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
     engine = ScriptedTokenEngine(layers_offloaded=offloaded)

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from chatphase.bench.fits import LinearFit, linear_fit, sweep_fits
-from chatphase.bench.peaks import MachinePeaks, measure_bandwidth, measure_matmul_flops
-from chatphase.bench.results import Sample
-from chatphase.bench.roofline import BOUND_PCT, build_roofline, verdict
-from chatphase.bench.stats import EMPTY, Stats, summarize
+from chatphase.bench.core.fits import LinearFit, linear_fit, sweep_fits
+from chatphase.bench.core.peaks import MachinePeaks, measure_bandwidth, measure_matmul_flops
+from chatphase.bench.core.results import Sample
+from chatphase.bench.core.roofline import BOUND_PCT, build_roofline, verdict
+from chatphase.bench.core.stats import EMPTY, Stats, summarize
 from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
 from tests.test_bench_results import make_cell
 

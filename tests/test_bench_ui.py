@@ -16,11 +16,12 @@ from textual.app import App
 from textual.widgets import DataTable, Input, ProgressBar, Static
 from ui_support import wait_for
 
-from chatphase.bench.api import BenchRun
-from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.runner import SweepProgress
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.parallel.run import ParallelRun
+from chatphase.bench.parallel.sweep import ParallelPlan
+from chatphase.bench.sweep.run import BenchRun
 from chatphase.engine.config import EngineConfig
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot, y_axis
@@ -29,12 +30,12 @@ from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedToke
 
 
 class ScriptedJob:
-    """A :class:`~chatphase.bench.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process
+    """A :class:`~chatphase.bench.core.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process
     (a scripted batched engine and scripted machine peaks for the parallel sweep)."""
 
     def __init__(self, info, settings, plan):
         parallel = isinstance(plan, ParallelPlan)
-        self.run = BenchRun(
+        self.run = (ParallelRun if parallel else BenchRun)(
             info,
             settings,
             plan,
@@ -106,7 +107,7 @@ async def test_live_points_appear_while_running():
         await _fill(pilot, screen, depths="")
         plot = screen.query_one("#exp-plot-ttft", BenchPlot)
         plot.start_live("x")
-        from chatphase.bench.results import Sample
+        from chatphase.bench.core.results import Sample
 
         plot.add_sample(Sample("prompt", 16, 0, 0, False, 21.0, 1.0, 2.0, 3.0, 16, 0, 8, 0, "length"))
         plot.add_sample(Sample("prompt", 16, 0, 0, True, 99.0, 1.0, 2.0, 3.0, 16, 0, 8, 0, "length"))  # warm-up
@@ -155,8 +156,8 @@ def test_ui_module_does_not_import_llama_cpp():
 
 def _other_result(path):
     """A second scripted run (half the prefill cost, slower decode) saved as JSON, to overlay."""
-    from chatphase.bench.results import save_result
-    from chatphase.bench.runner import SweepPlan
+    from chatphase.bench.core.results import save_result
+    from chatphase.bench.core.runner import SweepPlan
 
     plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
     engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)

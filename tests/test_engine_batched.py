@@ -6,7 +6,7 @@ from __future__ import annotations
 import llama_cpp as lc
 import pytest
 
-from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.engine.batching import BatchRequest
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded, SamplingParams, TurnFinished, TurnRequest

@@ -12,10 +12,9 @@ from textual.app import App
 from textual.widgets import DataTable, Input, Select, SelectionList, Static
 from ui_support import GatedJob, wait_for
 
-from chatphase.bench.grid_api import GridProgress, GridRun
-from chatphase.bench.job import GridJob
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.prompts import PromptBuilder
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.grid.run import GridJob, GridProgress, GridRun
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.levers import LeverPlot, LeversPane
 from chatphase.ui.experiments.screen import ExperimentsScreen
@@ -28,7 +27,7 @@ PEAKS = MachinePeaks(10e9, "scripted copy", 3e11, "scripted matmul", threads=2) 
 
 
 class ScriptedGridJob(GatedJob):
-    """A :class:`~chatphase.bench.job.GridJob` stand-in: the real GridRun on scripted engines, in-process,
+    """A :class:`~chatphase.bench.core.job.GridJob` stand-in: the real GridRun on scripted engines, in-process,
     with scripted peaks for every thread count; ``gate`` (when set up) holds it after ``stop_after`` runs."""
 
     PROGRESS = GridProgress

@@ -13,8 +13,8 @@ from textual.app import App
 from textual.widgets import DataTable, Input, Static
 from ui_support import GatedJob, wait_for
 
-from chatphase.bench.spec import PROMPTS, collect, format_rows, summary_rows
-from chatphase.bench.spec_api import SpecProgress, SpecRun
+from chatphase.bench.spec.arms import PROMPTS, collect, format_rows, summary_rows
+from chatphase.bench.spec.run import SpecProgress, SpecRun
 from chatphase.engine.events import ModelLoaded, TurnFinished
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.screen import ExperimentsScreen
@@ -55,7 +55,7 @@ class ScriptedSpecEngine:
 
 
 class ScriptedSpecJob(GatedJob):
-    """A :class:`~chatphase.bench.job.SpecJob` stand-in: the real SpecRun on scripted engines and costs,
+    """A :class:`~chatphase.bench.core.job.SpecJob` stand-in: the real SpecRun on scripted engines and costs,
     in-process; ``gate`` (when set up) holds it after ``stop_after`` runs."""
 
     PROGRESS = SpecProgress
@@ -97,7 +97,7 @@ def _table(screen) -> list[list[str]]:
 def test_collect_reads_ratios_only_against_off_runs_of_the_same_prompt():
     """A partial run: the lookup run whose off twin never ran has a rate but no ratio; an arm that wrote
     another reply is marked."""
-    from chatphase.bench.spec import SpecSample
+    from chatphase.bench.spec.arms import SpecSample
 
     samples = [
         SpecSample("off", "grounded", 0, 0, 100.0, None, None, None, "a"),
@@ -199,7 +199,7 @@ async def test_lookup_against_off_on_the_default_model_in_a_child_process():
     measured on both kinds, and the verify-cost sweep for k = 1…16."""
     from multiprocessing import resource_tracker
 
-    from chatphase.bench.job import SpecJob
+    from chatphase.bench.spec.run import SpecJob
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 

@@ -320,7 +320,7 @@ async def test_the_experiments_screen_and_its_plots_are_inert(no_backstop):
     """The title, and a plot's legend: plotext's output is read as ANSI, where an OSC 8 would be a live link."""
     from textual.geometry import Region
 
-    from chatphase.bench.results import Sample
+    from chatphase.bench.core.results import Sample
     from chatphase.ui.experiments.plot import BenchPlot
     from chatphase.ui.experiments.screen import ExperimentsScreen
 

@@ -13,10 +13,10 @@ import pytest
 from bench_support import CharTokenizer, ScriptedTokenEngine
 from fake_engine import fake_model_info
 
-from chatphase.bench.api import BenchRun, BenchStatus
-from chatphase.bench.peaks import measure_peaks
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.runner import SweepPlan
+from chatphase.bench.core.peaks import measure_peaks
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.runner import SweepPlan
+from chatphase.bench.sweep.run import BenchRun, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
 from chatphase.system.engine_registry import busy_engines, engine_cpu_s, register, running_engines, unregister

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from chatphase.bench.spec import verify_cost
+from chatphase.bench.spec.arms import verify_cost
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
     EngineFailed,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chatphase.bench.results import BenchResult
+from chatphase.bench.core.results import BenchResult
 from chatphase.bench.whatif import (
     DEVICES,
     Efficiency,

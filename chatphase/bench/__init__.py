@@ -1,19 +1,13 @@
-"""Prompt-length, context-depth and parallel-decode experiments (``chatphase bench`` and the Experiments screen).
+"""The experiments of ``chatphase bench`` and the Experiments screen, free of Textual.
 
-Modules, each single-purpose and free of Textual:
-
-- :mod:`~chatphase.bench.prompts` — prompts of exactly N tokens, cut on token boundaries.
-- :mod:`~chatphase.bench.stats` — mean ± sample sd, median, min, max of repetitions.
-- :mod:`~chatphase.bench.fits` — least-squares TTFT = a + b × prompt_tokens, decode speed vs depth.
-- :mod:`~chatphase.bench.roofline` — measured memory bandwidth and matmul FLOP/s, and the phase bounds.
-- :mod:`~chatphase.bench.runner` — the sweep over prompt lengths and depths (warm-up, reps, cold cache).
-- :mod:`~chatphase.bench.parallel` — the parallel-decode sweep: N sequences decoded together, step accounting.
-- :mod:`~chatphase.bench.parallel_remote` — the same over a server: N concurrent streams.
-- :mod:`~chatphase.bench.parallel_roofline` — the step's roofline per N (bandwidth- or arithmetic-bound).
-- :mod:`~chatphase.bench.results`, :mod:`~chatphase.bench.parallel_results` — the records and their JSON/CSV forms.
-- :mod:`~chatphase.bench.report` — table, Markdown, CSV and JSON output; :mod:`~chatphase.bench.plot` — the plots.
-- :mod:`~chatphase.bench.common` — the run's events, system facts, engine loading.
-- :mod:`~chatphase.bench.api` — one whole run as an iterator of events (model load, peaks, sweep, result);
-  :mod:`~chatphase.bench.parallel_api` — the same for the parallel sweep.
-- :mod:`~chatphase.bench.job` — that run in a child process, for the TUI (no llama.cpp in the UI process).
+- :mod:`~chatphase.bench.core` — what every experiment shares: the contract (:mod:`~chatphase.bench.core.contract`:
+  plan, run, result, ``kind`` and ``version``), the child-process job, statistics, fits, the machine's peaks,
+  the roofline's use, the sweep's measuring loop and records, the report and plot helpers.
+- one subpackage per experiment, each importing only the core: :mod:`~chatphase.bench.sweep` (prompt length and
+  depth), :mod:`~chatphase.bench.parallel` (N sequences decoded together), :mod:`~chatphase.bench.grid` (lever
+  grids), :mod:`~chatphase.bench.spec` (decode modes side by side), :mod:`~chatphase.bench.offload` (layers on
+  the GPU).
+- :mod:`~chatphase.bench.experiments` — the registry of experiments and the one loader of saved results.
+- :mod:`~chatphase.bench.whatif` — the what-if predictions from a device's datasheet figures.
+- ``api``, ``results``, ``runner``, ``prompts``, ``peaks``, ``grid_api`` — old import paths, re-exporting the new.
 """

@@ -2,7 +2,7 @@
 
 A device's theoretical peaks (memory bandwidth, dense FLOP/s; :data:`DEVICES`, each row citing its
 vendor's spec sheet) give its roofline bounds (:mod:`chatphase.models.roofline`); they are scaled by the
-**efficiency** this machine reached against its own measured peaks (:mod:`chatphase.bench.peaks`):
+**efficiency** this machine reached against its own measured peaks (:mod:`chatphase.bench.core.peaks`):
 
 - ``decode_efficiency`` = measured decode tok/s / the bound at that context (a depth-0 cell);
 - ``prefill_efficiency`` = measured prefill tok/s / ``FLOP/s / (2 × params)``;
@@ -192,14 +192,14 @@ def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
 
 
 def efficiency_from(result) -> tuple[Efficiency, ModelFacts, dict]:
-    """The efficiency of a bench :class:`~chatphase.bench.results.BenchResult` with a roofline: decode from
+    """The efficiency of a bench :class:`~chatphase.bench.core.results.BenchResult` with a roofline: decode from
     its depth-0 cell (else its shallowest), prefill from its longest prompt cell. Also returns the model's
     facts and ``measured``: ``{"decode": {depth: tok/s}, "ttft_ms": {prompt_tokens: ms}}``.
 
     Raises:
         UsageError: no roofline (peaks) in the result, or no prompt or depth cell measured.
     """
-    from chatphase.bench.roofline import cell_context_tokens
+    from chatphase.bench.core.roofline import cell_context_tokens
 
     r = result.roofline or {}
     if not r.get("bandwidth_bytes_per_s"):

@@ -24,15 +24,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from chatphase.bench.parallel import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
-from chatphase.bench.plot import check_plot_path, write_plot
-from chatphase.bench.report import FORMATS, render, sample_progress
-from chatphase.bench.runner import (
+from chatphase.bench.core.contract import FORMATS, validate_plan
+from chatphase.bench.core.plot import write_plot
+from chatphase.bench.core.report import render, sample_progress
+from chatphase.bench.core.runner import (
     DEFAULT_DEPTHS,
     DEFAULT_PROMPT_LENGTHS,
     SweepPlan,
     SweepProgress,
 )
+from chatphase.bench.experiments import check_outputs
+from chatphase.bench.parallel.sweep import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
 from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
@@ -104,34 +106,47 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def experiment_kind(args: argparse.Namespace, grid=None) -> str:
+    """Which experiment the flags ask for (a kind of :data:`~chatphase.bench.experiments.EXPERIMENTS`)."""
+    if args.spec:
+        return "spec"
+    if grid is not None and grid.is_sweep:
+        return "grid"
+    if args.gpu_layers is not None:
+        return "offload"
+    return "parallel" if args.parallel is not None else "sweep"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Validate everything, run the sweep with a progress bar on stderr, write the outputs."""
+    """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
+    experiment with a progress bar on stderr, write the outputs."""
     if args.spec:  # decode modes side by side (their own module)
         from chatphase.commands import bench_spec
 
-        return bench_spec.run(args)
-    if args.format not in FORMATS:
-        raise UsageError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
+        check_outputs("spec", args.format, args.plot, args.output)
+        write_output(bench_spec.measure(args).render(args.format), args.output)
+        return 0
     from chatphase.commands.bench_grid import run_grid, split_levers
 
     grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
+    check_outputs(experiment_kind(args, grid), args.format, args.plot, args.output)
     settings = settings_from_args(args)
     plan = _plan(args, settings)
     if grid.is_sweep:
         return run_grid(args, grid, settings, plan, drive, write_output)
-    if args.plot:
-        check_plot_path(args.plot)
-    if args.output and not Path(args.output).expanduser().parent.is_dir():
-        raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
         return run_offload(args, settings, info, plan, execute)
 
-    from chatphase.bench.api import BenchDone, BenchRun
+    from chatphase.bench.core.events import BenchDone
+    from chatphase.bench.core.run import ModelRun
+    from chatphase.bench.parallel.run import ParallelRun
+    from chatphase.bench.sweep.run import BenchRun
 
     # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
     # do not bound a remote server, so no roofline
-    bench = BenchRun(
+    kind: type[ModelRun] = ParallelRun if isinstance(plan, ParallelPlan) else BenchRun
+    bench = kind(
         info,
         settings.engine,
         plan,
@@ -207,27 +222,31 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         UsageError: a plan that does not fit, or ``--depths`` with ``--parallel``.
     """
     if args.parallel is None:
-        return SweepPlan(
+        sweep = SweepPlan(
             prompt_lengths=DEFAULT_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
             depths=DEFAULT_DEPTHS if args.depths is None else args.depths,
             gen_tokens=args.gen,
             reps=args.reps,
             warmup=args.warmup,
-        ).validate(settings.engine.n_ctx)
+        )
+        return validate_plan(sweep, settings.engine.n_ctx)
     if args.depths is not None:
         raise UsageError("--depths does not apply to --parallel: each sequence decodes from its own prompt")
-    return ParallelPlan(
+    parallel = ParallelPlan(
         n_seqs=args.parallel,
         prompt_lengths=DEFAULT_PARALLEL_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
         gen_tokens=args.gen,
         reps=args.reps,
         warmup=args.warmup,
-    ).validate(*((None,) if settings.server else (settings.engine.n_ctx, settings.engine.n_batch)))
+    )
+    if settings.server:  # a server's context and slots are checked after connecting
+        return validate_plan(parallel, None)
+    return validate_plan(parallel, settings.engine.n_ctx, settings.engine.n_batch)
 
 
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
-    from chatphase.bench.api import BenchNotice, BenchStatus
+    from chatphase.bench.core.events import BenchNotice, BenchStatus
 
     done = None
     for event in events:

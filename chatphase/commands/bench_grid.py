@@ -1,4 +1,4 @@
-"""``chatphase bench`` with comma lists in its levers: the lever grid (:mod:`chatphase.bench.grid`).
+"""``chatphase bench`` with comma lists in its levers: the lever grid (:mod:`chatphase.bench.grid.levers`).
 
 :func:`split_levers` reads the lever flags (kept as text by ``add_model_options(lists=True)``): a single
 value goes back into ``args`` as the plain bench expects it; lists make a :class:`LeverGrid`, which
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from chatphase.bench.grid import LEVERS, LeverGrid, check_values, parse_lever
+from chatphase.bench.grid.levers import LEVERS, LeverGrid, check_values, parse_lever
 from chatphase.commands.options import count_or_auto
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError
@@ -47,15 +47,13 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, w
     Raises:
         UsageError: flags that do not combine with a grid, or unusable models.
     """
-    from chatphase.bench.grid_api import GridDone, GridRun
+    from chatphase.bench.grid.run import GridDone, GridRun
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
-    for flag, given in (("--parallel", args.parallel), ("--server", settings.server), ("--plot", args.plot)):
+    for flag, given in (("--parallel", args.parallel), ("--server", settings.server)):
         if given:
             raise UsageError(f"{flag} does not combine with a lever grid (comma lists in the levers)")
-    if args.output and not Path(args.output).expanduser().parent.is_dir():
-        raise UsageError(f"--output directory does not exist: {Path(args.output).parent}")
     points, notes = grid.points()
     specs = grid.values.get("model", (None,))
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}

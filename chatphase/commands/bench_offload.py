@@ -1,17 +1,16 @@
-"""``chatphase bench --gpu-layers 0,8,16,all``: the offload sweep (:mod:`chatphase.bench.offload`), its options
+"""``chatphase bench --gpu-layers 0,8,16,all``: the offload sweep (:mod:`chatphase.bench.offload.run`), its options
 and its run; :mod:`chatphase.commands.bench` hands over to :func:`run_offload` when ``--gpu-layers`` is given."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
 from chatphase.errors import UsageError
 
 
 def gpu_layer_list(text: str) -> tuple[int, ...]:
-    """:func:`chatphase.bench.offload.parse_gpu_layers` for argparse."""
-    from chatphase.bench.offload import parse_gpu_layers
+    """:func:`chatphase.bench.offload.run.parse_gpu_layers` for argparse."""
+    from chatphase.bench.offload.run import parse_gpu_layers
 
     try:
         return parse_gpu_layers(text)
@@ -38,25 +37,23 @@ def add_offload_options(g) -> None:
 
 def run_offload(args, settings, info, plan, execute) -> int:
     """Run the offload sweep through the command's ``execute`` (:func:`chatphase.commands.bench.execute`:
-    progress, Ctrl+C, output, plot, exit code) and write its table or JSON and its plot."""
-    from chatphase.bench.offload import OffloadDone, OffloadRun, offload_json, render_offload, write_offload_plot
-    from chatphase.bench.runner import SweepPlan
+    progress, Ctrl+C, output, plot, exit code) and write its table or JSON and its plot; each placement runs
+    the sweep's run (:func:`chatphase.bench.sweep.run.placement_run`)."""
+    from chatphase.bench.core.runner import SweepPlan
+    from chatphase.bench.offload.run import OffloadDone, OffloadRun, write_offload_plot
+    from chatphase.bench.sweep.run import placement_run
 
     if settings.server or args.parallel is not None:
         raise UsageError("--gpu-layers runs local loads of the model: not with --server or --parallel")
-    if args.format not in ("table", "json"):
-        raise UsageError("--gpu-layers writes --format table or json")
     assert isinstance(plan, SweepPlan)
     bandwidth = args.device_bandwidth * 1e9 if args.device_bandwidth else None
-    sweep = OffloadRun(info, settings.engine, plan, args.gpu_layers, args.roofline, bandwidth)
+    sweep = OffloadRun(info, settings.engine, plan, args.gpu_layers, args.roofline, bandwidth, placement_run)
     return execute(
         args,
         sweep,
         plan.total_runs * len(args.gpu_layers),
         OffloadDone,
-        text_of=lambda done: (
-            json.dumps(offload_json(done), indent=2) + "\n" if args.format == "json" else render_offload(done)
-        ),
+        text_of=lambda done: done.render(args.format),
         plot=write_offload_plot,
         cancelled=lambda done: done.cancelled,
         partial=sweep.partial,

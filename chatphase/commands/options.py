@@ -61,13 +61,13 @@ def add_setting_flags(g, group: str, lists: tuple[str, ...] = (), **words: str) 
 def add_model_options(p: argparse.ArgumentParser, lists: bool = False) -> None:
     """``--model`` and the engine settings (all default to ``None`` = take the configured value).
 
-    ``lists``: the levers of ``bench``'s grid (:data:`chatphase.bench.grid.LEVERS`: ``--model``,
+    ``lists``: the levers of ``bench``'s grid (:data:`chatphase.bench.grid.levers.LEVERS`: ``--model``,
     ``--n-ubatch``, ``--threads``, ``--flash-attn`` and ``--cache-type-k/-v``) take comma lists, kept as
     text for the caller to split.
     """
     levers: tuple[str, ...] = ()
     if lists:
-        from chatphase.bench.grid import LEVERS
+        from chatphase.bench.grid.levers import LEVERS
 
         levers = tuple(LEVERS)
     add_setting_flags(p.add_argument_group("model and engine"), "model", levers)

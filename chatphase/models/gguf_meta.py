@@ -74,7 +74,7 @@ class ModelInfo:
     number of files of a split GGUF (``path`` is the first); ``synthetic`` marks random weights in a real
     model's shapes (:data:`SYNTHETIC_KEY`): its text is noise, its timings are real; ``embedding_bytes``
     the bytes of the token embedding when the model has a separate output matrix (a token reads one row of
-    it, :func:`chatphase.bench.roofline.weight_bytes_per_token`), else 0.
+    it, :func:`chatphase.models.roofline.weight_bytes_per_token`), else 0.
     """
 
     path: str

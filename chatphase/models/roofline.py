@@ -14,7 +14,7 @@ The roofline model (Williams, Waterman & Patterson 2009) as applied to LLM infer
 
 ``weight_bytes`` is what one token reads of the weights (:func:`weight_bytes_per_token`). A measured rate
 is judged against a bound by :func:`share_of_bound` (one place decides what "above the bound" means).
-Used by the bench's roofline (:mod:`chatphase.bench.roofline`), the lever grid, what-if and the per-turn
+Used by the bench's roofline (:mod:`chatphase.bench.core.roofline`), the lever grid, what-if and the per-turn
 explanation (:mod:`chatphase.explain`).
 """
 

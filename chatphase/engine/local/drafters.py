@@ -20,7 +20,7 @@ from chatphase.engine.spec_modes import SPEC_WARNING
 from chatphase.units import fmt_bytes
 
 #: n-gram length of the lookup and its draft length, chosen by measurement: replaying greedy replies to the
-#: prompts of :mod:`chatphase.bench.spec` against the verify-step costs :func:`chatphase.bench.spec.verify_cost`
+#: prompts of :mod:`chatphase.bench.spec.arms` against the verify-step costs :func:`chatphase.bench.spec.arms.verify_cost`
 #: measured on the default model (a step of k + 1 tokens cost 1.4× one at k = 1, 2.0× at 3, 4.3× at 8), n = 4
 #: and k = 3 gave the most tokens per unit of step cost on input-grounded prompts without losing on open ones
 #: (n = 2…5 × k = 1…8 tried; longer drafts are mostly rejected, shorter n-grams match in the wrong places).

@@ -1,12 +1,12 @@
-"""The Experiments screen's Levers tab: one lever's values run as a lever grid (:mod:`chatphase.bench.grid`).
+"""The Experiments screen's Levers tab: one lever's values run as a lever grid (:mod:`chatphase.bench.grid.levers`).
 
 Pick a lever — the model (a list of the models chatphase finds, synthetic ones labelled), the KV cache
 type of K or V, flash attention, n_ubatch or the thread count — and its values (a comma list, as for
 ``chatphase bench --cache-type-k f16,q8_0``), plus the cells every point runs (prompt lengths, depths,
 reps, generated tokens). Run measures each cell of every point interleaved, round by round
-(:class:`~chatphase.bench.grid_api.GridRun` in a child process, :class:`~chatphase.bench.job.GridJob`).
+(:class:`~chatphase.bench.grid.run.GridRun` in a child process, :class:`~chatphase.bench.core.job.GridJob`).
 The table shows each cell's measured TTFT / prefill / decode beside the roofline's prediction and their
-ratio (:func:`~chatphase.bench.grid_api.grid_row`); the plots show decode tok/s against the bytes one
+ratio (:func:`~chatphase.bench.grid.run.grid_row`); the plots show decode tok/s against the bytes one
 decode step reads, with the bandwidth bound (peak read bandwidth / bytes) as a line per thread count,
 and TTFT against prompt tokens, one line per point (per n_ubatch when that is the lever).
 """
@@ -22,11 +22,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Select, SelectionList
 
-from chatphase.bench.grid import GridPoint, LeverGrid, check_values, parse_lever
-from chatphase.bench.grid_api import GRID_HEADERS, GridCell, GridProgress, GridResult, grid_row
-from chatphase.bench.job import GridJob
-from chatphase.bench.roofline import cell_context_tokens
-from chatphase.bench.runner import SweepPlan, aggregate
+from chatphase.bench.core.job import ExperimentJob
+from chatphase.bench.core.roofline import cell_context_tokens
+from chatphase.bench.core.runner import SweepPlan, aggregate
+from chatphase.bench.grid.levers import GridPoint, LeverGrid, check_values, parse_lever
+from chatphase.bench.grid.run import GRID_HEADERS, GridCell, GridJob, GridProgress, GridResult, grid_row
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
@@ -163,7 +163,7 @@ class LeversPane(ExperimentPane):
     """One lever's values as a lever grid (see the module docstring)."""
 
     kind = "levers"
-    overlays = False
+    experiment = "grid"
     COLUMNS = tuple(GRID_HEADERS)
 
     def __init__(self, model_info: ModelInfo, settings: Settings) -> None:
@@ -252,7 +252,7 @@ class LeversPane(ExperimentPane):
         synthetic = {p.label(): infos[p.values.get("model")].synthetic for p in points}
         return LeversPlan(points, notes, infos, sweep, synthetic)
 
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: LeversPlan) -> GridJob:
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: LeversPlan) -> ExperimentJob:
         return GridJob(plan.points, plan.infos, config, plan.sweep, plan.notes)
 
     def plots(self):

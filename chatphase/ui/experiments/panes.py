@@ -19,12 +19,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, TabPane
 
-from chatphase.bench.job import BenchJob
-from chatphase.bench.parallel import ModelFacts, ParallelPlan, aggregate_parallel
-from chatphase.bench.parallel_results import ParallelSample
-from chatphase.bench.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
-from chatphase.bench.results import BenchResult, Sample
-from chatphase.bench.runner import SweepPlan, SweepProgress, aggregate
+from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
+from chatphase.bench.core.results import BenchResult, Sample
+from chatphase.bench.core.runner import SweepPlan, SweepProgress, aggregate
+from chatphase.bench.experiments import EXPERIMENTS, BenchJob
+from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
@@ -62,12 +62,13 @@ def form_field(label: str, id_: str, value: str) -> Vertical:
 
 
 class ExperimentPane(TabPane):
-    """What the screen asks of a tab. ``kind`` names its result (and its default file name);
-    ``overlays``: whether results loaded from files are drawn on its plots. Defaults are those of a
-    one-model sweep (:class:`~chatphase.bench.job.BenchJob`, plots that take samples)."""
+    """What the screen asks of a tab. ``kind`` names its result (and its default file name); ``experiment``
+    its kind in the registry (:data:`~chatphase.bench.experiments.EXPERIMENTS`), which says whether results
+    loaded from files are drawn on its plots (:attr:`overlays`). Defaults are those of a one-model sweep
+    (:func:`~chatphase.bench.experiments.job_for`, plots that take samples)."""
 
     kind = ""
-    overlays = True
+    experiment = "sweep"
     COLUMNS: tuple[str, ...] = ()
 
     def plan(self, settings: Settings):
@@ -77,6 +78,11 @@ class ExperimentPane(TabPane):
             UsageError: for a malformed field or a plan that does not fit.
         """
         raise NotImplementedError
+
+    @property
+    def overlays(self) -> bool:
+        """Whether results loaded from files are drawn on this tab's plots (the registry's word)."""
+        return EXPERIMENTS[self.experiment].overlays
 
     def _value(self, id_: str) -> str:
         """The text of the form's input ``id_``."""
@@ -192,6 +198,7 @@ class ParallelPane(ExperimentPane):
     """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
 
     kind = "parallel"
+    experiment = "parallel"
     COLUMNS = tuple(parallel_headers()[i] for i in _PARALLEL_KEEP)
 
     def __init__(self) -> None:

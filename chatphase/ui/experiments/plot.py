@@ -18,8 +18,8 @@ from typing import ClassVar, Literal
 
 from textual_plotext import PlotextPlot
 
-from chatphase.bench.parallel_results import ParallelSample
-from chatphase.bench.results import BenchResult, CellResult, Sample
+from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.core.results import BenchResult, CellResult, Sample
 from chatphase.engine.text import inert
 
 PlotKind = Literal["ttft", "decode"]

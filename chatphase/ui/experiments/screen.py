@@ -7,7 +7,7 @@ attention, n_ubatch, threads — as an interleaved lever grid) and **Speculative
 (:mod:`chatphase.ui.experiments.spec`: decode modes side by side and the verify-step cost). Run (Ctrl+R)
 starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for the second,
 comma lists in a lever for the third, ``--spec`` for the fourth), in a child process
-(:class:`chatphase.bench.job.BenchJob` / ``GridJob`` / ``SpecJob``, driven from a thread
+(:class:`chatphase.bench.core.job.ExperimentJob`, built by each tab from the registry, driven from a thread
 worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
 with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
 (partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
@@ -38,13 +38,14 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
-from chatphase.bench.api import BenchDone, BenchNotice, BenchStatus
-from chatphase.bench.grid_api import GridDone
-from chatphase.bench.job import BenchFailed, BenchJob
-from chatphase.bench.report import sample_progress
-from chatphase.bench.results import BenchResult, load_result, save_result
-from chatphase.bench.runner import SweepProgress
-from chatphase.bench.spec_api import SpecDone, SpecProgress
+from chatphase.bench.core.contract import Done
+from chatphase.bench.core.job import BenchFailed, ExperimentJob
+from chatphase.bench.core.report import sample_progress
+from chatphase.bench.core.results import BenchResult, save_result
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.experiments import load_bench_result
+from chatphase.bench.spec.run import SpecProgress
+from chatphase.bench.sweep.run import BenchNotice, BenchStatus
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
@@ -58,7 +59,7 @@ from chatphase.ui.experiments.spec import SpecPane
 IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
 
 #: (model, engine settings, the active tab's plan) -> a job; tests pass a scripted one.
-JobFactory = Callable[[ModelInfo, EngineConfig, object], BenchJob]
+JobFactory = Callable[[ModelInfo, EngineConfig, object], ExperimentJob]
 
 
 class ExperimentsScreen(Screen[None]):
@@ -99,7 +100,7 @@ class ExperimentsScreen(Screen[None]):
         self.model_info = model_info
         self.settings = settings
         self.job_factory: JobFactory | None = job_factory
-        self.job: BenchJob | None = None
+        self.job: ExperimentJob | None = None
         self.job_pane: ExperimentPane | None = None
         self.job_plan = None
         self.results: dict[str, object] = {}  # tab kind -> its last result
@@ -271,7 +272,7 @@ class ExperimentsScreen(Screen[None]):
             return
         path = Path(self.query_one("#exp-path", Input).value.strip()).expanduser()
         try:
-            loaded = load_result(path)
+            loaded = load_bench_result(path)
         except ChatPhaseError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -288,7 +289,7 @@ class ExperimentsScreen(Screen[None]):
 
     # -- the worker and its events -----------------------------------------------------------------
     @work(thread=True, exclusive=True, group="experiments")
-    def _run_job(self, job: BenchJob) -> None:
+    def _run_job(self, job: ExperimentJob) -> None:
         try:
             for event in job.events():
                 self.app.call_from_thread(self.handle_event, event)
@@ -318,7 +319,7 @@ class ExperimentsScreen(Screen[None]):
             self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event)}", pane=pane)
             self.progress.append(event)
             self._fill_table()
-        elif isinstance(event, (BenchDone, GridDone, SpecDone)):
+        elif isinstance(event, Done):  # any experiment's last event
             self.job = None
             self._set_running(False)
             self.results[pane.kind] = event.result

@@ -2,9 +2,9 @@
 
 The form lists the modes (``off,lookup,auto,draft:MODEL``; ``off`` always runs: the ratios are to it), the
 repetitions and the reply tokens. Run measures every mode on the input-grounded and open-ended prompts,
-interleaved (:class:`~chatphase.bench.spec_api.SpecRun` in a child process,
-:class:`~chatphase.bench.job.SpecJob`), then the verify-step cost for k = 1…16 tokens. The table
-(:func:`~chatphase.bench.spec.row_cells`) fills as runs end; the plot shows ms per verify step against k beside
+interleaved (:class:`~chatphase.bench.spec.run.SpecRun` in a child process,
+:class:`~chatphase.bench.core.job.SpecJob`), then the verify-step cost for k = 1…16 tokens. The table
+(:func:`~chatphase.bench.spec.arms.row_cells`) fills as runs end; the plot shows ms per verify step against k beside
 k single steps, the gap being what drafting can win on this machine.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 
-from chatphase.bench.job import SpecJob
-from chatphase.bench.spec import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
-from chatphase.bench.spec_api import SpecPlan, SpecProgress, SpecResult
+from chatphase.bench.core.job import ExperimentJob
+from chatphase.bench.spec.arms import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
+from chatphase.bench.spec.run import SpecJob, SpecPlan, SpecProgress, SpecResult
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -63,7 +63,7 @@ class SpecPane(ExperimentPane):
     """Decode modes as arms, interleaved, and the verify-step cost (see the module docstring)."""
 
     kind = "spec"
-    overlays = False
+    experiment = "spec"
     COLUMNS = HEADERS
 
     def __init__(self) -> None:
@@ -89,7 +89,7 @@ class SpecPane(ExperimentPane):
             max_tokens=parse_count(self._value("exp-sgen"), "Reply tokens"),
         ).validate(settings.engine.n_ctx, settings.engine.n_batch)
 
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> SpecJob:
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> ExperimentJob:
         return SpecJob(info, config, plan)
 
     def plots(self):

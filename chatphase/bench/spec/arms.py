@@ -16,7 +16,7 @@ by a shared machine's changing load).
 at every position as verification needs: a step of ``k + 1`` tokens pays when more than
 ``cost(k + 1) / cost(1)`` tokens are accepted on average.
 
-The Experiments screen runs the same through :mod:`chatphase.bench.spec_api` (:func:`iter_runs`, :func:`collect`).
+The Experiments screen runs the same through :mod:`chatphase.bench.spec.run` (:func:`iter_runs`, :func:`collect`).
 """
 
 from __future__ import annotations

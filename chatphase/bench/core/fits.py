@@ -67,7 +67,7 @@ def linear_fit(x: Sequence[float], y: Sequence[float | None]) -> LinearFit | Non
 
 
 def sweep_fits(samples: Sequence) -> dict:
-    """The JSON ``fits`` object from counted :class:`~chatphase.bench.results.Sample` records.
+    """The JSON ``fits`` object from counted :class:`~chatphase.bench.core.results.Sample` records.
 
     ``ttft_ms_vs_prompt_tokens`` uses the ``"prompt"`` samples (intercept ms, slope ms per prompt token);
     ``decode_tokens_per_s_vs_depth`` and ``tpot_ms_vs_depth`` use the ``"depth"`` samples (intercept at

@@ -1,7 +1,7 @@
 """The parallel-decode sweep on a serving engine: N concurrent streams to one server (``bench --server``).
 
 llama-server with ``--parallel N`` slots (or vLLM's continuous batching) decodes the streams it holds in
-one batch per step, the same experiment as :mod:`chatphase.bench.parallel` on a server. Each stream is
+one batch per step, the same experiment as :mod:`chatphase.bench.parallel.sweep` on a server. Each stream is
 its own :class:`~chatphase.engine.remote.engine.RemoteEngine` (own httpx client and connection) run in its own
 thread of a pool of exactly N; the N requests leave together (a barrier), each a token-id prompt of
 ``L`` tokens with ``max_tokens = gen + 1`` (the first token, then ``gen`` decode steps, as locally) and
@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from chatphase.bench.parallel import ParallelPlan
-from chatphase.bench.parallel_results import ParallelSample
+from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
     EngineFailed,
@@ -84,7 +84,7 @@ class _Stream:
 
 
 class RemoteStreams:
-    """A :class:`~chatphase.bench.parallel.BatchRunner` of concurrent streams, one per loaded engine.
+    """A :class:`~chatphase.bench.parallel.sweep.BatchRunner` of concurrent streams, one per loaded engine.
 
     Args:
         engines: loaded engines, at least as many as the largest N (a run of N uses the first N).

@@ -1,4 +1,4 @@
-"""Records of the parallel-decode sweep and their file forms (JSON and CSV), beside :mod:`~chatphase.bench.results`.
+"""Records of the parallel-decode sweep and their file forms (JSON and CSV), beside :mod:`~chatphase.bench.core.results`.
 
 - :class:`ParallelSample` — one measured repetition of N sequences (``n_seq``) decoded together.
 - :class:`ParallelCell` — the summary of one (prompt_tokens, n_seq) cell's repetitions.
@@ -7,7 +7,7 @@ Names as llama-batched-bench's: ``prompt_tokens`` is its PP (tokens per sequence
 (decode steps), ``n_seq`` its B; ``prefill_tokens_per_s`` its S_PP and ``aggregate_decode_tokens_per_s`` its
 S_TG. ``decode_tokens_per_s`` is per sequence (S_TG / B) and ``step_ms`` one step's time (every sequence
 advances one token). ``step_bytes`` / ``step_flops``: what one step needs (the roofline,
-:mod:`chatphase.bench.parallel_roofline`). In CSV a parallel cell is a row of kind ``"parallel"``.
+:mod:`chatphase.bench.parallel.roofline`). In CSV a parallel cell is a row of kind ``"parallel"``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from chatphase.bench.stats import Stats
+from chatphase.bench.core.stats import Stats, stat_columns, stats_of_row, stats_row
 
 #: per-cell metrics summarised as :class:`Stats`.
 PARALLEL_STAT_METRICS: tuple[str, ...] = (
@@ -27,13 +27,12 @@ PARALLEL_STAT_METRICS: tuple[str, ...] = (
     "itl_ms_p50",
     "itl_ms_p95",
 )
-_STAT_KEYS = ("mean", "sd", "median", "min", "max", "n")
 _KEYS = ("prompt_tokens", "n_seq", "gen_tokens", "reps")
 _EXTRA = ("kv_cache_bytes", "step_bytes", "step_flops")
 PARALLEL_CSV_COLUMNS: tuple[str, ...] = (
     "kind",
     *_KEYS,
-    *(f"{m}_{k}" for m in PARALLEL_STAT_METRICS for k in _STAT_KEYS),
+    *stat_columns(PARALLEL_STAT_METRICS),
     *_EXTRA,
 )
 
@@ -120,19 +119,18 @@ class ParallelCell:
 
     def csv_row(self) -> dict:
         """One CSV row keyed by :data:`PARALLEL_CSV_COLUMNS` (unknown values are empty cells)."""
-        row: dict = {"kind": "parallel", **{k: getattr(self, k) for k in _KEYS}}
-        for m in PARALLEL_STAT_METRICS:
-            for k, v in getattr(self, m).to_dict().items():
-                row[f"{m}_{k}"] = "" if v is None else v
+        row: dict = {
+            "kind": "parallel",
+            **{k: getattr(self, k) for k in _KEYS},
+            **stats_row(self, PARALLEL_STAT_METRICS),
+        }
         row.update({k: "" if getattr(self, k) is None else getattr(self, k) for k in _EXTRA})
         return row
 
     @classmethod
     def from_csv_row(cls, row: dict) -> ParallelCell:
         """Inverse of :meth:`csv_row` (values arrive as strings)."""
-        data: dict = {k: row[k] for k in _KEYS}
-        for m in PARALLEL_STAT_METRICS:
-            data[m] = {k: row.get(f"{m}_{k}") for k in _STAT_KEYS}
+        data: dict = {**{k: row[k] for k in _KEYS}, **stats_of_row(row, PARALLEL_STAT_METRICS)}
         data.update({k: row.get(k) for k in _EXTRA})
         return cls.from_dict(data)
 

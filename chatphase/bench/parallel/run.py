@@ -1,15 +1,14 @@
 """The parallel-decode sweep as one benchmark run (``chatphase bench --parallel``, the Experiments screen).
 
-:class:`~chatphase.bench.api.BenchRun` hands a :class:`~chatphase.bench.parallel.ParallelPlan` to
-:func:`run_parallel`. Steps: build the engine, validate the plan (locally against ``n_ctx``: N sequences of
+:class:`ParallelRun` runs a :class:`~chatphase.bench.parallel.sweep.ParallelPlan`. Steps: build the engine, validate the plan (locally against ``n_ctx``: N sequences of
 prompt + generation must fit; nothing has run yet), measure the machine's peaks (local only: they do
-not bound a server), load, run the :class:`~chatphase.bench.parallel.ParallelSweep` and assemble the
-:class:`~chatphase.bench.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
+not bound a server), load, run the :class:`~chatphase.bench.parallel.sweep.ParallelSweep` and assemble the
+:class:`~chatphase.bench.core.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
 
 Locally the engine is a :class:`~chatphase.engine.local.batched.BatchedEngine` with ``n_seq_max`` = the largest
 N. An engine without ``run_batch`` is a server's: after connecting, the plan is cut to the server's slots
-(said in a :class:`~chatphase.bench.common.BenchNotice`) and one more engine is loaded per concurrent
-stream (:mod:`chatphase.bench.parallel_remote`).
+(said in a :class:`~chatphase.bench.core.events.BenchNotice`) and one more engine is loaded per concurrent
+stream (:mod:`chatphase.bench.parallel.remote`).
 """
 
 from __future__ import annotations
@@ -17,19 +16,44 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from chatphase.bench.common import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
-from chatphase.bench.parallel import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
-from chatphase.bench.parallel_remote import RemoteStreams, fit_plan_to_server
-from chatphase.bench.parallel_roofline import build_parallel_roofline
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.results import BenchResult
+from chatphase.bench.core.contract import validate_plan
+from chatphase.bench.core.events import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
+from chatphase.bench.parallel.remote import RemoteStreams, fit_plan_to_server
+from chatphase.bench.parallel.roofline import build_parallel_roofline
+from chatphase.bench.parallel.sweep import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
+from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
+from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import weight_bytes_per_token
 
 
+def make_run(info: ModelInfo, config: EngineConfig, plan: ParallelPlan, roofline: bool, log_path: str) -> ParallelRun:
+    """The child's run of a parallel job (:class:`~chatphase.bench.core.job.BenchJob`)."""
+    return ParallelRun(info, config, plan, roofline=roofline, log_path=log_path)
+
+
+class ParallelRun(ModelRun):
+    """The parallel-decode sweep; iterate to run it (blocking), :meth:`cancel` from any thread. Arguments as
+    :class:`~chatphase.bench.core.run.ModelRun`'s, ``plan`` a :class:`ParallelPlan`; an engine without
+    ``run_batch`` (a remote server's) is built once per concurrent stream.
+
+    Raises (while iterating):
+        UsageError: the plan does not fit (before any work; for a server, after connecting).
+        EngineError: the model fails to load or a run fails.
+    """
+
+    plan: ParallelPlan
+
+    def __iter__(self) -> Iterator[BenchEvent]:
+        return run_parallel(self, self.plan)
+
+
 def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
-    """Run ``plan`` for ``bench`` (a :class:`~chatphase.bench.api.BenchRun`); yields its events.
+    """Run ``plan`` for ``bench`` (a :class:`ParallelRun`); yields its events.
 
     Raises:
         UsageError: the plan does not fit (before any work; for a server, after connecting).
@@ -40,7 +64,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
     engines = [engine]
     local = hasattr(engine, "run_batch")
     try:
-        plan = plan.validate(config.n_ctx, config.n_batch) if local else plan.validate(None)
+        plan = validate_plan(plan, config.n_ctx, config.n_batch) if local else validate_plan(plan, None)
         peaks = (yield from bench.peaks()) if local else None
         yield BenchStatus(f"loading {bench.info.name}")
         bench.attach(engine=engine)
@@ -83,23 +107,17 @@ def parallel_result(
     """The :class:`BenchResult` of a parallel sweep (its ``parallel`` cells, samples and roofline)."""
     info = loaded.info
     roofline: dict = {}
-    weights, n_params, per_token = weight_bytes_per_token(info), info.n_params, loaded.kv_bytes_per_token
-    if peaks is not None and done.cells and weights is not None and n_params is not None and per_token is not None:
+    inputs = roofline_inputs(info, loaded, peaks)
+    if inputs is not None and peaks is not None and done.cells:
+        weights, n_params, per_token = inputs
         roofline = build_parallel_roofline(
-            peaks,
-            weight_bytes=weights,
-            n_params=n_params,
-            kv_bytes_per_token=per_token,
-            cells=done.cells,
+            peaks, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cells=done.cells
         )
-        if loaded.layers_offloaded:  # the peaks are the CPU's: they do not bound a GPU
-            roofline["parallel_verdicts"] = [
-                f"{loaded.layers_offloaded} layers run on the GPU: these CPU peaks do not bound them, "
-                "so the bounds and percentages are not meaningful"
-            ]
+        if note := gpu_note(loaded):  # the peaks are the CPU's: they do not bound a GPU
+            roofline["parallel_verdicts"] = [f"{note}, so the bounds and percentages are not meaningful"]
     return BenchResult(
-        model={k: v for k, v in info.to_dict().items() if k != "attention"},
-        settings={"engine": loaded.settings.to_dict(), "plan": plan.to_dict(), "notes": [*loaded.notes, *done.notes]},
+        model=model_record(info),
+        settings=settings_record(loaded, plan.to_dict(), done.notes),
         system=system_facts(loaded),
         roofline=roofline,
         cancelled=done.cancelled,

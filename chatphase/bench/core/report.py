@@ -1,17 +1,17 @@
-"""Text output of a :class:`~chatphase.bench.results.BenchResult`: table, Markdown, CSV and JSON.
+"""Text output of a :class:`~chatphase.bench.core.results.BenchResult`: table, Markdown, CSV and JSON.
 
 ``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) per cell — prompt/depth
 cells and parallel-decode cells each in their own pair — then the fits and the roofline verdicts.
-``csv``/``json`` are the file forms of :mod:`chatphase.bench.results`; plots are :mod:`chatphase.bench.plot`.
+``csv``/``json`` are the file forms of :mod:`chatphase.bench.core.results`; plots are :mod:`chatphase.bench.core.plot`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatphase.bench.parallel_results import ParallelCell, ParallelSample
-from chatphase.bench.results import BenchResult, CellResult, Sample
-from chatphase.bench.stats import Stats
+from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
+from chatphase.bench.core.results import BenchResult, CellResult, Sample
+from chatphase.bench.core.stats import Stats
 from chatphase.errors import UsageError
 from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate
 

@@ -1,7 +1,7 @@
 """The offload sweep: ``chatphase bench --gpu-layers 0,8,16,all`` (llama-bench's ``-ngl`` list).
 
 For each layer count the model is loaded with that many layers on the device and the usual sweep runs
-(:class:`~chatphase.bench.api.BenchRun`, the prompt lengths and depths asked for); each placement gets its
+(the sweep's run, given as ``placement_run``: the prompt lengths and depths asked for); each placement gets its
 prefill and decode tokens/s and a roofline of its own: the bytes one decode token reads from device memory
 and from host memory — the weights each side holds and the KV cache of the context, split as llama.cpp placed
 it (its ``KV buffer`` lines) — and which of the two bounds the token. The device's weights are its ``model
@@ -11,7 +11,7 @@ memory-mapped model is the mapped file range (``CPU_Mapped model buffer size`` s
 
 The layers run one after another, so a token takes at least ``device_bytes / device_bandwidth +
 host_bytes / host_bandwidth``; the side with the larger share binds. The host bandwidth is measured here
-(:mod:`chatphase.bench.peaks`); a GPU's is not measurable from the host, so it is taken from
+(:mod:`chatphase.bench.core.peaks`); a GPU's is not measurable from the host, so it is taken from
 ``--device-bandwidth`` (GB/s) when given, from the host's for an integrated GPU (its memory is host memory),
 and otherwise it is unknown, and so is the bound of any placement with bytes on the device: no bound is
 printed rather than the host side's alone (which read 20,580 tok/s beside 2.8 measured with every layer
@@ -28,17 +28,22 @@ to a caller that must stop at once.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from chatphase.bench.api import BenchDone, BenchEvent, BenchRun, BenchStatus
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.plot import check_plot_path, save_figure
-from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import SweepPlan, SweepProgress
+from chatphase.bench.core.contract import Done, check_format, saved_version, stamp
+from chatphase.bench.core.events import BenchDone, BenchEvent, BenchStatus
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.plot import check_plot_path, save_figure
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.run import acquire_peaks
+from chatphase.bench.core.runner import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
+from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.units import fmt_bytes
 
@@ -73,7 +78,7 @@ def placement_roofline(
     """Bytes per decode token from device and host memory for one placement, and the bound.
 
     ``system`` is the result's ``system`` object (its ``memory`` by place and kind); ``weight_bytes`` the
-    model's (the GGUF size, as :mod:`chatphase.bench.roofline` takes it); bandwidths in bytes/s (``None``:
+    model's (the GGUF size, as :mod:`chatphase.bench.core.roofline` takes it); bandwidths in bytes/s (``None``:
     unknown). Weights: every weight is read once per token, the device's from its model buffers, the rest
     from the host; KV cache: the ``kv_bytes_per_token × context_tokens`` read, split between the places in
     proportion to where llama.cpp allocated it.
@@ -152,12 +157,39 @@ class Placement:
         }
 
 
+#: the text forms of an offload result.
+OFFLOAD_FORMATS = ("table", "json")
+
+
 @dataclass(frozen=True)
-class OffloadDone:
-    """The sweep is over: one :class:`Placement` per layer count run (fewer when cancelled)."""
+class OffloadDone(Done):
+    """The sweep is over: one :class:`Placement` per layer count run (fewer when cancelled). It is its own
+    result (:attr:`result`): it renders as ``table`` or ``json``."""
 
     placements: list[Placement]
     cancelled: bool = False
+
+    @property
+    def result(self) -> OffloadDone:
+        return self
+
+    def render(self, fmt: str) -> str:
+        """:func:`render_offload` for ``table``, the JSON text for ``json``. Raises UsageError for another format."""
+        if check_format(fmt, OFFLOAD_FORMATS) == "json":
+            return self.to_json()
+        return render_offload(self)
+
+    def to_json(self) -> str:
+        return json.dumps(offload_json(self), indent=2) + "\n"
+
+    def to_csv(self) -> str:
+        """Refused: the offload result has no CSV form. Raises UsageError."""
+        check_format("csv", OFFLOAD_FORMATS)
+        return ""
+
+
+#: ``placement_run(info, config, plan, peaks)``: the sweep's run of one placement (the registry gives the sweep's).
+PlacementRun = Callable[[ModelInfo, EngineConfig, SweepPlan, MachinePeaks | None], Any]
 
 
 class OffloadRun:
@@ -172,10 +204,12 @@ class OffloadRun:
         gpu_layers: tuple[int, ...],
         roofline: bool = True,
         device_bandwidth: float | None = None,
+        placement_run: PlacementRun | None = None,
     ):
         self.info, self.config, self.plan, self.gpu_layers = info, config, plan, gpu_layers
         self.roofline, self.device_bandwidth = roofline, device_bandwidth
-        self._current: BenchRun | None = None
+        self._placement_run = placement_run
+        self._current = None
         self._current_n: int | None = None
         self._placements: list[Placement] = []
         self._peaks: MachinePeaks | None = None
@@ -186,15 +220,14 @@ class OffloadRun:
         if self._current is not None:
             self._current.cancel()
 
-    def make_run(self, n_gpu_layers: int, peaks: MachinePeaks | None) -> BenchRun:
-        """The bench run of one placement (tests replace it with a fake)."""
-        config = replace(self.config, n_gpu_layers=n_gpu_layers)
-        return BenchRun(self.info, config, self.plan, roofline=peaks is not None, peaks=peaks)
+    def make_run(self, n_gpu_layers: int, peaks: MachinePeaks | None):
+        """The sweep's run of one placement (``placement_run``; tests replace this with a fake)."""
+        assert self._placement_run is not None, "OffloadRun needs placement_run"
+        return self._placement_run(self.info, replace(self.config, n_gpu_layers=n_gpu_layers), self.plan, peaks)
 
     def __iter__(self) -> Iterator[BenchEvent | OffloadDone]:
-        if self.roofline:
-            first = BenchRun(self.info, self.config, self.plan, roofline=self.roofline)
-            self._peaks = yield from first.peaks()
+        if self.roofline and not self._cancelled:
+            self._peaks = yield from acquire_peaks(self.config)
         peaks = self._peaks
         placements = self._placements
         per_run, total = self.plan.total_runs, self.plan.total_runs * len(self.gpu_layers)
@@ -217,7 +250,7 @@ class OffloadRun:
 
     def partial(self) -> OffloadDone:
         """What ran so far, while the sweep may still be running (another thread): the finished placements and
-        the current one's measured runs (:meth:`BenchRun.partial`), marked cancelled."""
+        the current one's measured runs (its run's ``partial()``), marked cancelled."""
         placements = list(self._placements)
         run, n = self._current, self._current_n
         result = run.partial() if run is not None else None
@@ -269,15 +302,16 @@ def render_offload(done: OffloadDone) -> str:
 
 
 def offload_json(done: OffloadDone) -> dict:
-    """The JSON object: ``{"offload": [placement…], "cancelled": bool}`` (each placement with its whole result)."""
-    return {"offload": [p.to_dict() for p in done.placements], "cancelled": done.cancelled}
+    """The JSON object: ``{"kind": "offload", "version", "offload": [placement…], "cancelled": bool}`` (each
+    placement with its whole result)."""
+    return stamp("offload", {"offload": [p.to_dict() for p in done.placements], "cancelled": done.cancelled})
 
 
 def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
     """Prefill and decode tokens/s against layers on the device, the decode bound beside decode.
 
     Raises:
-        UsageError: as :func:`chatphase.bench.plot.check_plot_path`, or when the file cannot be written.
+        UsageError: as :func:`chatphase.bench.core.plot.check_plot_path`, or when the file cannot be written.
     """
     p = check_plot_path(path)
     import matplotlib
@@ -301,3 +335,20 @@ def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize="small")
     return save_figure(fig, p)
+
+
+def offload_from_dict(data: dict) -> OffloadDone:
+    """Inverse of :func:`offload_json`.
+
+    Raises:
+        UsageError: a future version, or not an offload result.
+    """
+    saved_version(data)
+    try:
+        placements = [
+            Placement(int(p["n_gpu_layers"]), BenchResult.from_dict(p["result"]), dict(p.get("roofline") or {}))
+            for p in data["offload"]
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise UsageError("malformed offload result (is it a chatphase bench --gpu-layers file?)") from None
+    return OffloadDone(placements, cancelled=bool(data.get("cancelled", False)))

@@ -3,7 +3,7 @@
 The bounds are the roofline of :mod:`chatphase.models.roofline` (decode: the weights' bytes, then
 attention's bytes or arithmetic at the cell's context; prefill: FLOP/s / FLOPs a token costs). Peaks are
 measured on this machine, with no other chatphase engine running, repeated until stable, at the engine's
-thread count (:mod:`chatphase.bench.peaks`); the decode bound uses the *read* bandwidth (the best of
+thread count (:mod:`chatphase.bench.core.peaks`); the decode bound uses the *read* bandwidth (the best of
 several read kernels), the copy figure is kept beside it for comparison with STREAM. A measurement above
 its bound is said in words (:func:`chatphase.models.roofline.share_of_bound`), never as a percentage above 100.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.results import CellResult
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.results import CellResult
 from chatphase.models.roofline import (
     PEAK_OF_PHASE,
     BoundShare,

@@ -1,4 +1,4 @@
-"""Plots of :class:`~chatphase.bench.results.BenchResult` s with matplotlib (the optional extra ``chatphase[plot]``).
+"""Plots of :class:`~chatphase.bench.core.results.BenchResult` s with matplotlib (the optional extra ``chatphase[plot]``).
 
 :func:`write_plot` draws TTFT vs prompt tokens and decode tokens/s vs depth with ±1 sd error bars, and, for
 parallel-decode cells, aggregate and per-sequence decode tokens/s and the step time against N; several
@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from chatphase.bench.results import BenchResult
+from chatphase.bench.core.results import BenchResult
 from chatphase.errors import UsageError
 
 PLOT_SUFFIXES = (".svg", ".png")

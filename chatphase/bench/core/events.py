@@ -1,6 +1,6 @@
 """What every benchmark run shares: its events, the ``system`` facts of a result, loading an engine.
 
-Used by :mod:`chatphase.bench.api` (which re-exports the events) and :mod:`chatphase.bench.parallel_api`.
+Used by :mod:`chatphase.bench.sweep.run` (which re-exports the events) and :mod:`chatphase.bench.parallel.run`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import platform
 from dataclasses import asdict, dataclass
 
 from chatphase import __version__
-from chatphase.bench.results import BenchResult
-from chatphase.bench.runner import SweepProgress
+from chatphase.bench.core.contract import Done
+from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.runner import SweepProgress
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded, memory_by_place
 from chatphase.errors import EngineError
@@ -32,7 +33,7 @@ class BenchNotice:
 
 
 @dataclass(frozen=True)
-class BenchDone:
+class BenchDone(Done):
     """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early)."""
 
     result: BenchResult

@@ -1,9 +1,9 @@
 """The roofline of a parallel decode step: at which N it stops being bound by memory bandwidth and becomes
-bound by arithmetic, from the peaks measured on this machine (:mod:`chatphase.bench.roofline`).
+bound by arithmetic, from the peaks measured on this machine (:mod:`chatphase.bench.core.roofline`).
 
 One step advances N sequences by one token each. It reads the weights once and each sequence's KV cache
-(:func:`~chatphase.bench.roofline.step_bytes`, at the mean decode context ``prompt + gen / 2``) and does
-``2 × parameters × N`` FLOPs (:func:`~chatphase.bench.roofline.step_flops`). With bandwidth ``B`` and
+(:func:`~chatphase.models.roofline.step_bytes`, at the mean decode context ``prompt + gen / 2``) and does
+``2 × parameters × N`` FLOPs (:func:`~chatphase.models.roofline.step_flops`). With bandwidth ``B`` and
 FLOP/s ``F`` (Williams, Waterman & Patterson's roofline):
 
 - time bounds ``t_memory = bytes / B`` and ``t_arithmetic = FLOPs / F``; the step takes at least the
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatphase.bench.parallel_results import ParallelCell
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.roofline import bound_class
+from chatphase.bench.core.parallel_results import ParallelCell
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.roofline import bound_class
 from chatphase.models.roofline import BoundShare, step_bytes, step_flops
 
 

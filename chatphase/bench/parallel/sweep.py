@@ -6,7 +6,7 @@ aggregate tokens/s grows almost N-fold, until the arithmetic (2 × parameters FL
 
 For each prompt length ``L`` and each ``N`` (a cell): ``warmup`` uncounted runs, then ``reps`` runs, each one
 :class:`~chatphase.engine.local.batched.BatchRequest` of N distinct prompts of exactly ``L`` tokens
-(:meth:`~chatphase.bench.prompts.PromptBuilder.tokens` variants) and ``gen_tokens`` decode steps, the KV cache
+(:meth:`~chatphase.bench.core.prompts.PromptBuilder.tokens` variants) and ``gen_tokens`` decode steps, the KV cache
 cleared first. Step accounting (:func:`batch_sample`), as llama-batched-bench's S_PP and S_TG:
 
 - ``prefill_tokens_per_s`` = N × L / prefill time (all prompts in one batch, ``n_batch`` chunks);
@@ -17,7 +17,7 @@ cleared first. Step accounting (:func:`batch_sample`), as llama-batched-bench's 
 - ``ttft_ms`` per sequence: from the batch's start to its first token (after the chunk holding its last
   prompt token); ITL p50/p95 over the step times.
 
-A runner (:class:`LocalBatches` here, :class:`~chatphase.bench.parallel_remote.RemoteStreams` for a server)
+A runner (:class:`LocalBatches` here, :class:`~chatphase.bench.parallel.remote.RemoteStreams` for a server)
 measures one repetition; :class:`ParallelSweep` drives it and ends with :class:`ParallelDone`.
 """
 
@@ -28,10 +28,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from chatphase.bench.parallel_results import ParallelCell, ParallelSample
-from chatphase.bench.prompts import PromptBuilder
-from chatphase.bench.runner import SweepProgress
-from chatphase.bench.stats import summarize
+from chatphase.bench.core.contract import check_repetitions
+from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
+from chatphase.bench.core.prompts import PromptBuilder
+from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.core.stats import group_cells, summarize_metrics
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
@@ -62,12 +63,7 @@ class ParallelPlan:
                 below 1 or above llama.cpp's limit or above ``n_batch`` (a step is one batch of N tokens),
                 or N sequences of prompt + generation over ``n_ctx`` (saying how many would fit).
         """
-        if self.reps < 1:
-            raise UsageError(f"--reps must be at least 1 (got {self.reps})")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be 0 or more (got {self.warmup})")
-        if self.gen_tokens < 1:
-            raise UsageError(f"--gen must be at least 1 step (got {self.gen_tokens})")
+        check_repetitions(self.reps, self.warmup, self.gen_tokens, "step")
         if not self.n_seqs:
             raise UsageError("nothing to measure: give --parallel N,N,... (sequences decoded together)")
         if not self.prompt_lengths:
@@ -200,7 +196,7 @@ class ModelFacts:
 
 class ParallelSweep:
     """Run a validated :class:`ParallelPlan` through ``runner``; iterate to drive it (yields
-    :class:`~chatphase.bench.runner.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
+    :class:`~chatphase.bench.core.runner.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
 
     Args:
         runner: measures one repetition; builder: prompts on the model's vocabulary; facts: for step
@@ -250,12 +246,10 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
     """Summarise counted samples per ``(prompt_tokens, n_seq)`` cell, in first-seen order.
 
     ``ttft_ms`` pools every sequence of every repetition; ``kv_cache_bytes`` is the largest seen;
-    ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.bench.roofline.step_bytes` at the mean decode
-    context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.bench.roofline.step_flops` of N tokens.
+    ``step_bytes`` / ``step_flops`` follow :func:`~chatphase.models.roofline.step_bytes` at the mean decode
+    context ``prompt_tokens + gen_tokens / 2`` and :func:`~chatphase.models.roofline.step_flops` of N tokens.
     """
-    groups: dict[tuple[int, int], list[ParallelSample]] = {}
-    for s in samples:
-        groups.setdefault((s.prompt_tokens, s.n_seq), []).append(s)
+    groups = group_cells(samples, lambda s: (s.prompt_tokens, s.n_seq))
     cells = []
     for (length, n), group in groups.items():
         gen = group[0].gen_tokens
@@ -267,13 +261,7 @@ def aggregate_parallel(samples: Sequence[ParallelSample], facts: ModelFacts) -> 
                 n_seq=n,
                 gen_tokens=gen,
                 reps=len(group),
-                step_ms=summarize(s.step_ms for s in group),
-                decode_tokens_per_s=summarize(s.decode_tokens_per_s for s in group),
-                aggregate_decode_tokens_per_s=summarize(s.aggregate_decode_tokens_per_s for s in group),
-                prefill_tokens_per_s=summarize(s.prefill_tokens_per_s for s in group),
-                ttft_ms=summarize(t for s in group for t in s.ttft_ms),
-                itl_ms_p50=summarize(s.itl_ms_p50 for s in group),
-                itl_ms_p95=summarize(s.itl_ms_p95 for s in group),
+                **summarize_metrics(group, PARALLEL_STAT_METRICS),
                 kv_cache_bytes=max(kv) if kv else None,
                 step_bytes=round(step_bytes(weights, per_token, length + gen / 2, n))
                 if weights is not None and per_token is not None

@@ -1,6 +1,6 @@
-"""The Speculative tab's runner API: :func:`~chatphase.bench.spec.iter_runs` then
-:func:`~chatphase.bench.spec.verify_cost` as picklable events for a child process
-(:class:`~chatphase.bench.job.SpecJob`), and the result it saves.
+"""The Speculative tab's runner API: :func:`~chatphase.bench.spec.arms.iter_runs` then
+:func:`~chatphase.bench.spec.arms.verify_cost` as picklable events for a child process
+(:class:`~chatphase.bench.core.job.SpecJob`), and the result it saves.
 """
 
 from __future__ import annotations
@@ -11,10 +11,25 @@ import json
 import threading
 from dataclasses import dataclass, replace
 
-from chatphase.bench.common import BenchStatus
-from chatphase.bench.spec import PROMPTS, SpecSample, collect, iter_runs, summary_rows, verify_cost
+from chatphase.bench.core.contract import Done, check_format, saved_version, stamp
+from chatphase.bench.core.events import BenchStatus
+from chatphase.bench.core.job import ExperimentJob
+from chatphase.bench.spec.arms import (
+    PROMPTS,
+    SpecSample,
+    collect,
+    format_costs,
+    format_rows,
+    iter_runs,
+    summary_rows,
+    verify_cost,
+)
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
+from chatphase.models.gguf_meta import ModelInfo
+
+#: the text forms of a speculative result.
+SPEC_FORMATS = ("table", "csv", "json")
 
 
 @dataclass(frozen=True)
@@ -33,7 +48,7 @@ class SpecPlan:
     def total_runs(self) -> int:
         return len(self.specs) * len(PROMPTS) * self.reps
 
-    def validate(self, n_ctx: int, n_batch: int | None = None) -> SpecPlan:
+    def validate(self, n_ctx: int | None, n_batch: int | None = None) -> SpecPlan:
         """``self`` when it can run in ``n_ctx`` (and ``n_batch``, when given).
 
         Raises:
@@ -43,7 +58,7 @@ class SpecPlan:
             raise UsageError("Modes: list one or more of off, lookup, auto, draft:MODEL")
         if self.reps < 1 or self.max_tokens < 1:
             raise UsageError("Reps and Reply tokens must be 1 or more")
-        if self.depth + max(self.ks) > n_ctx or max(self.ks) > (n_batch or max(self.ks)):
+        if (n_ctx is not None and self.depth + max(self.ks) > n_ctx) or max(self.ks) > (n_batch or max(self.ks)):
             raise UsageError(
                 f"the verify-cost sweep needs n_ctx ≥ {self.depth + max(self.ks)} and n_batch ≥ {max(self.ks)}"
             )
@@ -72,11 +87,46 @@ class SpecResult:
     plan: dict
     cancelled: bool = False
 
-    def to_json(self) -> str:
+    kind = "spec"
+
+    def to_dict(self) -> dict:
         costs = {str(k): ms for k, ms in self.costs_ms.items()}
-        data = {"kind": "spec", "plan": self.plan, "rows": self.rows, "verify_step_ms": costs,
-                "cancelled": self.cancelled}  # fmt: skip
-        return json.dumps(data, indent=2) + "\n"
+        return stamp(
+            "spec", {"plan": self.plan, "rows": self.rows, "verify_step_ms": costs, "cancelled": self.cancelled}
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SpecResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            UsageError: a future version, or not a speculative result.
+        """
+        saved_version(data)
+        try:
+            costs = {int(k): float(v) for k, v in (data.get("verify_step_ms") or {}).items()}
+            rows = [dict(r) for r in data["rows"]]
+            return cls(rows, costs, dict(data.get("plan") or {}), bool(data.get("cancelled", False)))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UsageError("malformed speculative result (is it a chatphase bench --spec file?)") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def render(self, fmt: str) -> str:
+        """``table``: the arms' rows and the verify-step cost; ``json``, ``csv``: the file forms.
+
+        Raises:
+            UsageError: another format (:data:`SPEC_FORMATS`).
+        """
+        if check_format(fmt, SPEC_FORMATS) == "json":
+            return self.to_json()
+        if fmt == "csv":
+            return self.to_csv()
+        costs = format_costs(self.costs_ms) if self.costs_ms else "(not measured: cancelled)"
+        cancelled = "\nCANCELLED: partial results\n" if self.cancelled else ""
+        depth = self.plan.get("depth", 256)
+        return f"{format_rows(self.rows)}\n\nverify-step cost ({depth} tokens cached)\n{costs}\n{cancelled}"
 
     def to_csv(self) -> str:
         out = io.StringIO()
@@ -87,7 +137,7 @@ class SpecResult:
 
 
 @dataclass(frozen=True)
-class SpecDone:
+class SpecDone(Done):
     """The run is over; ``result`` holds what was measured (``result.cancelled`` when stopped early)."""
 
     result: SpecResult
@@ -95,7 +145,7 @@ class SpecDone:
 
 class SpecRun:
     """:func:`iter_runs` then :func:`verify_cost` as events, for a child process
-    (:class:`~chatphase.bench.job.SpecJob`): ``BenchStatus``, a :class:`SpecProgress` per run, then
+    (:class:`~chatphase.bench.core.job.SpecJob`): ``BenchStatus``, a :class:`SpecProgress` per run, then
     :class:`SpecDone`. :meth:`cancel` (any thread) ends it after the current run, keeping the runs so far
     (the verify-cost sweep is skipped). ``engine_factory`` and ``cost`` replace the real ones in tests.
 
@@ -125,3 +175,18 @@ class SpecRun:
             costs = self.cost(self.info, self.config, depth=plan.depth, ks=plan.ks)
         result = SpecResult(summary_rows(collect(samples)), costs, plan.to_dict(), self._cancel.is_set())
         yield SpecDone(result)
+
+
+def make_run(info: ModelInfo, config: EngineConfig, plan: SpecPlan, roofline: bool, log_path: str) -> SpecRun:
+    """The child's run of a :func:`SpecJob` (no roofline: the arms are compared with each other)."""
+    return SpecRun(info, config, plan)
+
+
+def SpecJob(info: ModelInfo, config: EngineConfig, plan: SpecPlan, log_path: str | None = None) -> ExperimentJob:
+    """Decode modes side by side (:class:`SpecRun`) in a child process: its events are ``BenchStatus``,
+    ``SpecProgress``, then ``SpecDone`` or ``BenchFailed``.
+
+    Raises:
+        UsageError: when the plan does not fit ``config``'s n_ctx and n_batch.
+    """
+    return ExperimentJob(info, config, plan, make_run, roofline=False, log_path=log_path)

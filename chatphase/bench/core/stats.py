@@ -9,8 +9,12 @@ values for an even count.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -55,3 +59,43 @@ def _opt_float(value) -> float | None:
     if value is None or value == "":
         return None
     return float(value)
+
+
+#: the keys of a :class:`Stats` in JSON and, suffixed to a metric's name, its CSV columns.
+STAT_KEYS: tuple[str, ...] = ("mean", "sd", "median", "min", "max", "n")
+
+
+def group_cells(samples: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """``samples`` grouped by ``key`` (a cell's coordinates), the cells in first-seen order."""
+    groups: dict[K, list[T]] = {}
+    for s in samples:
+        groups.setdefault(key(s), []).append(s)
+    return groups
+
+
+def summarize_metrics(group: Sequence[object], metrics: Sequence[str]) -> dict[str, Stats]:
+    """Each metric's :func:`summarize` over a cell's samples; a metric holding several values per sample (the
+    TTFT of each of N sequences) pools them."""
+    out = {}
+    for m in metrics:
+        values: list[float | None] = []
+        for s in group:
+            v = getattr(s, m)
+            values.extend(v if isinstance(v, (tuple, list)) else (v,))
+        out[m] = summarize(values)
+    return out
+
+
+def stat_columns(metrics: Sequence[str]) -> tuple[str, ...]:
+    """The CSV columns of the metrics' statistics: ``ttft_ms_mean``, ``ttft_ms_sd``, ..."""
+    return tuple(f"{m}_{k}" for m in metrics for k in STAT_KEYS)
+
+
+def stats_row(cell: object, metrics: Sequence[str]) -> dict:
+    """A cell's statistics as CSV cells under :func:`stat_columns` (undefined values empty)."""
+    return {f"{m}_{k}": "" if v is None else v for m in metrics for k, v in getattr(cell, m).to_dict().items()}
+
+
+def stats_of_row(row: dict, metrics: Sequence[str]) -> dict[str, dict]:
+    """Inverse of :func:`stats_row`: each metric's ``{"mean", ...}`` object (values as the CSV's strings)."""
+    return {m: {k: row.get(f"{m}_{k}") for k in STAT_KEYS} for m in metrics}

@@ -19,9 +19,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from chatphase.bench.peaks import MachinePeaks
-from chatphase.bench.results import CellResult
-from chatphase.bench.roofline import cell_context_tokens
+from chatphase.bench.core.peaks import MachinePeaks
+from chatphase.bench.core.results import CellResult
+from chatphase.bench.core.roofline import cell_context_tokens
 from chatphase.engine.config import TRI_STATE
 from chatphase.errors import UsageError
 from chatphase.models.kv import KV_TYPE_BYTES

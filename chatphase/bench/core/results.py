@@ -1,0 +1,265 @@
+"""Benchmark records and their file forms (JSON and CSV), shared by ``chatphase bench`` and the TUI.
+
+- :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
+- :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
+- :class:`BenchResult` — one whole run: ``{"model", "settings", "system", "results", "fits", "roofline",
+  "samples"}`` in JSON (README, "Prompt-length experiments"), plus ``"parallel"`` and ``"parallel_samples"`` for the
+  parallel-decode sweep (:mod:`~chatphase.bench.core.parallel_results`); the CSV form holds the cells only, one
+  row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...): a parallel cell is a row
+  of kind ``"parallel"`` with its own columns (blank in the other rows, and theirs blank in it).
+
+Cell kinds: ``"prompt"`` cells start from an empty KV cache with a prompt of ``prompt_tokens`` tokens
+(``depth`` 0); ``"depth"`` cells first fill the cache with ``depth`` tokens, then send a prompt of
+``prompt_tokens`` tokens that extends them (so ``prompt_tokens - depth`` tokens are evaluated) and decode.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Literal
+
+from chatphase.bench.core.contract import saved_version, stamp
+from chatphase.bench.core.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
+from chatphase.bench.core.stats import Stats, stat_columns, stats_of_row, stats_row
+from chatphase.errors import UsageError
+
+CellKind = Literal["prompt", "depth"]
+
+#: per-cell metrics summarised as :class:`Stats` (name = unit-carrying metric name).
+STAT_METRICS: tuple[str, ...] = ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "tpot_ms")
+_CELL_KEYS = ("kind", "prompt_tokens", "depth", "gen_tokens", "reps")
+CSV_COLUMNS: tuple[str, ...] = (
+    *_CELL_KEYS,
+    *stat_columns(STAT_METRICS),
+    "kv_cache_bytes",
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured repetition: the cell it belongs to and the metrics of its measured turn.
+
+    ``cached_tokens`` is what the engine actually reused (``depth`` for a depth run when prefix reuse
+    works); ``None`` rates are undefined (e.g. the decode rate of a single token).
+    """
+
+    kind: CellKind
+    prompt_tokens: int
+    depth: int
+    rep: int
+    warmup: bool
+    ttft_ms: float | None
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    tpot_ms: float | None
+    prefill_tokens: int | None
+    cached_tokens: int | None
+    decode_tokens: int | None
+    kv_cache_bytes: int | None
+    stop_reason: str
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Sample:
+        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """Summary of one cell's measured repetitions (warm-up runs excluded)."""
+
+    kind: CellKind
+    prompt_tokens: int
+    depth: int
+    gen_tokens: int
+    reps: int
+    ttft_ms: Stats
+    prefill_tokens_per_s: Stats
+    decode_tokens_per_s: Stats
+    tpot_ms: Stats
+    kv_cache_bytes: int | None
+
+    def to_dict(self) -> dict:
+        """The JSON ``results`` entry: stats as ``{"mean","sd","median","min","max","n"}`` objects."""
+        out: dict = {k: getattr(self, k) for k in _CELL_KEYS}
+        for m in STAT_METRICS:
+            out[m] = getattr(self, m).to_dict()
+        out["kv_cache_bytes"] = self.kv_cache_bytes
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CellResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            KeyError / ValueError: on a malformed entry (callers turn these into a one-line message).
+        """
+        return cls(
+            kind=data["kind"],
+            prompt_tokens=int(data["prompt_tokens"]),
+            depth=int(data["depth"]),
+            gen_tokens=int(data["gen_tokens"]),
+            reps=int(data["reps"]),
+            **{m: Stats.from_dict(data.get(m)) for m in STAT_METRICS},
+            kv_cache_bytes=int(data.get("kv_cache_bytes") or 0),
+        )
+
+    def csv_row(self) -> dict:
+        """One CSV row keyed by :data:`CSV_COLUMNS` (undefined values are empty cells)."""
+        return {**{k: getattr(self, k) for k in _CELL_KEYS}, **stats_row(self, STAT_METRICS),
+                "kv_cache_bytes": self.kv_cache_bytes}  # fmt: skip
+
+    @classmethod
+    def from_csv_row(cls, row: dict) -> CellResult:
+        """Inverse of :meth:`csv_row` (values arrive as strings)."""
+        data = {k: row[k] for k in _CELL_KEYS}
+        return cls.from_dict(
+            {**data, **stats_of_row(row, STAT_METRICS), "kv_cache_bytes": row.get("kv_cache_bytes") or 0}
+        )
+
+
+@dataclass
+class BenchResult:
+    """One benchmark run. ``label`` names it in overlays (the model name by default)."""
+
+    model: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    system: dict = field(default_factory=dict)
+    results: list[CellResult] = field(default_factory=list)
+    fits: dict = field(default_factory=dict)
+    roofline: dict = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    cancelled: bool = False
+    label: str = ""
+    parallel: list[ParallelCell] = field(default_factory=list)
+    parallel_samples: list[ParallelSample] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """``"parallel"`` for a parallel-decode sweep's result (parallel cells only), else ``"sweep"``."""
+        return "parallel" if self.parallel and not self.results else "sweep"
+
+    def display_label(self) -> str:
+        """``label``, else the model name, else ``"run"``."""
+        return self.label or str(self.model.get("name") or "run")
+
+    def to_dict(self) -> dict:
+        """The JSON object (``kind``, ``version``, the module docstring's keys, ``cancelled`` and ``label``)."""
+        return stamp(
+            self.kind,
+            {
+                "model": self.model,
+                "settings": self.settings,
+                "system": self.system,
+                "results": [c.to_dict() for c in self.results],
+                "fits": self.fits,
+                "roofline": self.roofline,
+                "samples": [s.to_dict() for s in self.samples],
+                "cancelled": self.cancelled,
+                "label": self.label,
+                "parallel": [c.to_dict() for c in self.parallel],
+                "parallel_samples": [s.to_dict() for s in self.parallel_samples],
+            },
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BenchResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            UsageError: when ``data`` is not a benchmark result.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+            raise UsageError('not a chatphase bench result (no "results" list)')
+        saved_version(data)
+        try:
+            return cls(
+                model=dict(data.get("model") or {}),
+                settings=dict(data.get("settings") or {}),
+                system=dict(data.get("system") or {}),
+                results=[CellResult.from_dict(c) for c in data["results"]],
+                fits=dict(data.get("fits") or {}),
+                roofline=dict(data.get("roofline") or {}),
+                samples=[Sample.from_dict(s) for s in data.get("samples") or []],
+                cancelled=bool(data.get("cancelled", False)),
+                label=str(data.get("label") or ""),
+                parallel=[ParallelCell.from_dict(c) for c in data.get("parallel") or []],
+                parallel_samples=[ParallelSample.from_dict(s) for s in data.get("parallel_samples") or []],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
+            raise UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)") from None
+
+    def to_json(self) -> str:
+        """Indented JSON text."""
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_csv(self) -> str:
+        """CSV text, one row per cell: the header is :data:`CSV_COLUMNS` for prompt/depth cells,
+        :data:`~chatphase.bench.core.parallel_results.PARALLEL_CSV_COLUMNS` for parallel ones, both when both."""
+        columns = list(CSV_COLUMNS) if self.results or not self.parallel else []
+        if self.parallel:
+            columns += [c for c in PARALLEL_CSV_COLUMNS if c not in columns]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", restval="")
+        writer.writeheader()
+        cells: list[CellResult | ParallelCell] = [*self.results, *self.parallel]
+        for cell in cells:
+            writer.writerow(cell.csv_row())
+        return buf.getvalue()
+
+
+def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
+    """Prompt/depth cells and parallel cells from CSV text written by :meth:`BenchResult.to_csv`.
+
+    Raises:
+        UsageError: when the header lacks the expected columns or a row is malformed.
+    """
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in ("kind", "prompt_tokens", "gen_tokens", "reps") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise UsageError(f"not a chatphase bench CSV (missing columns: {', '.join(missing)})")
+    cells: list[CellResult] = []
+    parallel: list[ParallelCell] = []
+    try:
+        for row in reader:
+            if row["kind"] == "parallel":
+                parallel.append(ParallelCell.from_csv_row(row))
+            else:
+                cells.append(CellResult.from_csv_row(row))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"malformed bench CSV row: {exc}") from None
+    return cells, parallel
+
+
+def parse_csv(text: str) -> list[CellResult]:
+    """The prompt/depth cells of CSV text written by :meth:`BenchResult.to_csv` (see :func:`read_csv`)."""
+    return read_csv(text)[0]
+
+
+def save_result(result: BenchResult, path: str | os.PathLike) -> Path:
+    """Write ``result`` as JSON or CSV by the file suffix; returns the path. Any result with ``to_json()``
+    and ``to_csv()`` will do (a lever grid's :class:`~chatphase.bench.grid.run.GridResult` too).
+
+    Raises:
+        UsageError: an unknown suffix or a write error.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".csv"):
+        raise UsageError(f"unknown result file type {suffix or '(none)'!r}: use .json or .csv")
+    try:
+        p.write_text(result.to_json() if suffix == ".json" else result.to_csv(), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {p}: {exc.strerror or exc}") from None
+    return p

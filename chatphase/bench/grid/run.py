@@ -1,0 +1,575 @@
+"""A lever grid run end to end (``chatphase bench`` with a comma list in a lever, :mod:`chatphase.bench.grid.levers`).
+
+Steps: validate the plan; resolve each point's model; check that all points' engines fit in memory at
+once (weights are memory-mapped, so points of one file share them; each has its own KV cache); measure
+the peaks at each thread count the points use (before any engine loads); load one in-process engine per
+point; then run the cells **interleaved**: in each round (warm-ups first, then ``reps`` counted rounds)
+every point runs every cell once, so a change in the machine's load falls on all points alike. Results:
+per point, the cells (:class:`~chatphase.bench.core.results.CellResult`) with the roofline's prediction and
+the measured / predicted ratio (:class:`GridResult`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields, replace
+
+from chatphase.bench.core.contract import Done, saved_version, stamp, validate_plan
+from chatphase.bench.core.events import BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.job import ExperimentJob
+from chatphase.bench.core.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
+from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.core.report import mean_sd
+from chatphase.bench.core.results import CellResult
+from chatphase.bench.core.runner import Sweep, SweepPlan, SweepProgress, aggregate
+from chatphase.bench.grid.levers import PREDICTED, GridPoint, Prediction, bound_share, predict, ratio
+from chatphase.engine.base import Engine
+from chatphase.engine.config import EngineConfig
+from chatphase.errors import UsageError
+from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
+from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.models.roofline import attention_flops_per_context_token, weight_bytes_per_token
+from chatphase.units import DASH
+
+#: share of the available memory the grid's engines may take together.
+MEMORY_SHARE = 0.85
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One point's measured cell with its prediction (``None`` without peaks) and the KV figures the
+    engine reported (``llama_kv_cache_bytes`` as llama.cpp printed it)."""
+
+    point: str
+    levers: dict
+    model: str
+    synthetic: bool
+    cell: CellResult
+    prediction: Prediction | None
+    kv_bytes_per_token: int | None
+    kv_capacity_bytes: int | None
+    llama_kv_cache_bytes: int | None
+    weight_bytes_per_token: int | None
+
+    def ratios(self) -> dict:
+        """measured / predicted for ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``."""
+        p = self.prediction
+        return {m: ratio(getattr(self.cell, m).mean, getattr(p, m) if p else None) for m in PREDICTED}
+
+    def above_bound(self) -> dict:
+        """Per metric of :data:`~chatphase.bench.grid.levers.PREDICTED`, the measurement's share of its bound
+        where it is above it (:func:`~chatphase.bench.grid.levers.bound_share`); metrics within it are left out."""
+        p = self.prediction
+        shares = {m: bound_share(m, getattr(self.cell, m).mean, getattr(p, m) if p else None) for m in PREDICTED}
+        return {m: share for m, share in shares.items() if share is not None and share.above}
+
+    def row(self) -> list[str]:
+        """The cell as text under :data:`GRID_HEADERS`."""
+        return grid_row(self.point, self.synthetic, self.cell, self.prediction, self.kv_bytes_per_token)
+
+    def to_dict(self) -> dict:
+        return {
+            "point": self.point,
+            "levers": self.levers,
+            "model": self.model,
+            "synthetic": self.synthetic,
+            **self.cell.to_dict(),
+            "prediction": self.prediction.to_dict() if self.prediction else None,
+            "ratio": self.ratios(),
+            "above_bound": sorted(self.above_bound()),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_capacity_bytes": self.kv_capacity_bytes,
+            "llama_kv_cache_bytes": self.llama_kv_cache_bytes,
+            "weight_bytes_per_token": self.weight_bytes_per_token,
+        }
+
+
+@dataclass
+class GridResult:
+    """A whole grid run: cells of every point, the peaks per thread count, the plan, notes, system facts."""
+
+    cells: list[GridCell] = field(default_factory=list)
+    peaks: dict[int, MachinePeaks] = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    system: dict = field(default_factory=dict)
+    cancelled: bool = False
+
+    kind = "grid"
+
+    def to_dict(self) -> dict:
+        return stamp(
+            "grid",
+            {
+                "grid": [c.to_dict() for c in self.cells],
+                "peaks": {str(t): p.to_dict() | {"conditions": p.conditions} for t, p in self.peaks.items()},
+                "plan": self.plan,
+                "notes": self.notes,
+                "system": self.system,
+                "cancelled": self.cancelled,
+            },
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GridResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            UsageError: a future version, or not a lever grid's result.
+        """
+        saved_version(data)
+        try:
+            peak_names = {f.name for f in fields(MachinePeaks)}
+            return cls(
+                cells=[_grid_cell(c) for c in data["grid"]],
+                peaks={
+                    int(t): MachinePeaks(**{k: v for k, v in p.items() if k in peak_names})
+                    for t, p in (data.get("peaks") or {}).items()
+                },
+                plan=dict(data.get("plan") or {}),
+                notes=list(data.get("notes") or []),
+                system=dict(data.get("system") or {}),
+                cancelled=bool(data.get("cancelled", False)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UsageError("malformed lever grid result (is it a chatphase bench file?)") from None
+
+    def footnotes(self) -> list[str]:
+        """What the table's columns mean, the peaks behind the predictions, the notes (one line each)."""
+        foot = [
+            "pred = the roofline: a decode step ≥ weights read per token / read bandwidth + the larger of KV bytes "
+            "× context / read bandwidth and attention's FLOPs / matmul FLOP/s; prefill ≤ matmul FLOP/s / (2 × "
+            "params); TTFT ≥ evaluated tokens / that; × = measured / predicted ('above': beyond the bound)"
+        ]
+        foot += above_lines(self.cells) + lever_lines(self.cells)
+        for t, p in sorted(self.peaks.items()):
+            foot.append(
+                f"peaks at {t} thread(s): read {p.bandwidth_bytes_per_s / 1e9:.1f} GB/s, matmul "
+                f"{p.flops_per_s / 1e9:.1f} GFLOP/s ({p.conditions})"
+            )
+        if any(c.synthetic for c in self.cells):
+            foot.append(f"(synthetic) = random weights in a real model's shapes: {SYNTHETIC_LABEL}")
+        foot += [f"note: {n}" for n in self.notes]
+        if self.cancelled:
+            foot.append("CANCELLED: partial results")
+        return foot
+
+    def to_json(self) -> str:
+        """:meth:`render` ``json`` (what :func:`~chatphase.bench.core.results.save_result` writes for ``.json``)."""
+        return self.render("json")
+
+    def to_csv(self) -> str:
+        """:meth:`render` ``csv``."""
+        return self.render("csv")
+
+    def render(self, fmt: str) -> str:
+        """``table``, ``md`` or ``json`` text (``csv``: one row per cell with the ratios).
+
+        Raises:
+            UsageError: an unknown format.
+        """
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2) + "\n"
+        headers, rows = GRID_HEADERS, [c.row() for c in self.cells]
+        if fmt == "csv":
+            import csv
+            import io
+
+            buf = io.StringIO()
+            w = csv.writer(buf, lineterminator="\n")
+            w.writerow(["point", "kind", "prompt_tokens", "depth", "ttft_ms", "ttft_ms_pred", "prefill_tokens_per_s",
+                        "prefill_tokens_per_s_pred", "decode_tokens_per_s", "decode_tokens_per_s_pred",
+                        "kv_bytes_per_token"])  # fmt: skip
+            for c in self.cells:
+                p = c.prediction
+                w.writerow(
+                    [c.point, c.cell.kind, c.cell.prompt_tokens, c.cell.depth]
+                    + [
+                        v
+                        for m in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s")
+                        for v in (getattr(c.cell, m).mean, getattr(p, m) if p else "")
+                    ]
+                    + [c.kv_bytes_per_token]
+                )
+            return buf.getvalue()
+        if fmt not in ("table", "md"):
+            raise UsageError(f"unknown format {fmt!r}: choose one of table, md, csv, json")
+        if fmt == "md":
+            table = "\n".join("| " + " | ".join(r) + " |" for r in [headers, ["---"] * len(headers), *rows])
+        else:
+            widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+            lines = [headers, ["-" * w for w in widths], *rows]
+            table = "\n".join(
+                "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+                for r in lines
+            )
+        plan = self.plan
+        head = (
+            f"lever grid: {len({c.point for c in self.cells})} points, interleaved: each round runs every point's "
+            f"cells once; gen {plan.get('gen_tokens')} tokens, {plan.get('reps')} reps + {plan.get('warmup')} warm-up"
+        )
+        foot = self.footnotes()
+        return "\n\n".join([head, table, "\n".join(foot)]) + "\n"
+
+
+def _grid_cell(data: dict) -> GridCell:
+    """One ``grid`` entry of :meth:`GridResult.to_dict` read back."""
+    prediction = data.get("prediction")
+    return GridCell(
+        point=str(data["point"]),
+        levers=dict(data.get("levers") or {}),
+        model=str(data.get("model") or ""),
+        synthetic=bool(data.get("synthetic", False)),
+        cell=CellResult.from_dict(data),
+        prediction=Prediction(**prediction) if prediction else None,
+        kv_bytes_per_token=data.get("kv_bytes_per_token"),
+        kv_capacity_bytes=data.get("kv_capacity_bytes"),
+        llama_kv_cache_bytes=data.get("llama_kv_cache_bytes"),
+        weight_bytes_per_token=data.get("weight_bytes_per_token"),
+    )
+
+
+#: the columns of :func:`grid_row` (each figure measured, the roofline's prediction, their ratio).
+GRID_HEADERS = ["point", "cell", "TTFT ms", "pred", "×", "prefill tok/s", "pred", "×", "decode tok/s", "pred", "×",
+                "KV B/tok"]  # fmt: skip
+
+
+def grid_row(
+    point: str, synthetic: bool, cell: CellResult, prediction: Prediction | None, kv_bytes_per_token: int | None
+) -> list[str]:
+    """One cell as text under :data:`GRID_HEADERS` (a missing prediction or KV figure as a dash)."""
+    row = [point + (" (synthetic)" if synthetic else ""), _cell_name(cell)]
+    for m in PREDICTED:
+        measured, predicted = getattr(cell, m).mean, getattr(prediction, m) if prediction else None
+        share = bound_share(m, measured, predicted)
+        times = "above" if share is not None and share.above else _fmt(ratio(measured, predicted), 2)
+        row += [mean_sd(getattr(cell, m)), _fmt(predicted), times]
+    return [*row, DASH if kv_bytes_per_token is None else f"{kv_bytes_per_token:,}"]
+
+
+def _cell_name(cell: CellResult) -> str:
+    return f"prompt {cell.prompt_tokens}" if cell.kind == "prompt" else f"depth {cell.depth}"
+
+
+def above_lines(cells: list[GridCell]) -> list[str]:
+    """One line per metric measured above its bound in some cell: how many cells, the first few, and the
+    furthest above in words (:meth:`~chatphase.models.roofline.BoundShare.text`)."""
+    names = {"ttft_ms": "TTFT", "prefill_tokens_per_s": "prefill", "decode_tokens_per_s": "decode"}
+    lines = []
+    for m, what in names.items():
+        hits = [(share, f"{c.point} {_cell_name(c.cell)}") for c in cells if (share := c.above_bound().get(m))]
+        if hits:
+            worst = max(hits, key=lambda h: h[0].fraction)[0]
+            where = ", ".join(name for _, name in hits[:3]) + (", …" if len(hits) > 3 else "")
+            lines.append(f"above: {what} in {len(hits)} cell(s) ({where}): {worst.text()}")
+    return lines
+
+
+#: a lever "loses" when the roofline predicted at least this gain and the measurement fell below 1.0×.
+PREDICTED_GAIN = 1.02
+
+
+def lever_lines(cells: list[GridCell]) -> list[str]:
+    """One line per lever that lost: a point whose decode the roofline predicted faster than the first point's
+    (the baseline) at the same cell, by :data:`PREDICTED_GAIN` or more, but that measured slower — with why.
+    For a quantised K/V cache (predictions exist only for CPU runs) the reason is attention's dequantisation,
+    and where both points have a shallower depth cell, attention's measured cost at this depth for each."""
+    if not cells:
+        return []
+    base = cells[0].point
+    by_key = {(c.point, c.cell.kind, c.cell.prompt_tokens, c.cell.depth): c for c in cells}
+    lines = []
+    for c in cells:
+        b = by_key.get((base, c.cell.kind, c.cell.prompt_tokens, c.cell.depth))
+        if c.point == base or b is None or c.prediction is None or b.prediction is None:
+            continue
+        measured = ratio(c.cell.decode_tokens_per_s.mean, b.cell.decode_tokens_per_s.mean)
+        predicted = ratio(c.prediction.decode_tokens_per_s, b.prediction.decode_tokens_per_s)
+        if measured is None or predicted is None or predicted < PREDICTED_GAIN or measured >= 1.0:
+            continue
+        head = (
+            f"lever lost: {c.point} decodes at {measured:.2f}× of {base} at {_cell_name(c.cell)}, where the roofline "
+            f"predicted {predicted:.2f}×"
+        )
+        kv = ("type_k", "type_v")
+        quantised = [str(c.levers[k]) for k in kv if c.levers.get(k) not in ("f16", "f32", "bf16", None)]
+        if quantised and any(c.levers.get(k) != b.levers.get(k) for k in kv):
+            why = (
+                f" — on a CPU, attention dequantises the {'/'.join(dict.fromkeys(quantised))} cache for every query "
+                "head and every token of context, and that costs more than the bytes it saves"
+            )
+            growth = [_attention_ms(x, cells) for x in (b, c)]
+            if all(g is not None for g in growth):
+                why += (
+                    f" (the step grew {growth[0]:.2f} ms over its shallowest depth with {base}, {growth[1]:.2f} ms "
+                    f"with {c.point})"
+                )
+        else:
+            why = (
+                " — the roofline counts bytes read and attention's FLOPs; this lever's cost lies elsewhere "
+                "(per-token overhead, threads, kernels)"
+            )
+        lines.append(head + why)
+    return lines
+
+
+def _attention_ms(c: GridCell, cells: list[GridCell]) -> float | None:
+    """How much ``c``'s decode step (ms) grew over its point's shallowest depth cell: attention's measured
+    cost of the extra context; ``None`` without a shallower depth cell or a rate."""
+    shallow = [x for x in cells if x.point == c.point and x.cell.kind == "depth" and x.cell.depth < c.cell.depth]
+    if c.cell.kind != "depth" or not shallow:
+        return None
+    s = min(shallow, key=lambda x: x.cell.depth)
+    deep_rate, shallow_rate = c.cell.decode_tokens_per_s.mean, s.cell.decode_tokens_per_s.mean
+    if not deep_rate or not shallow_rate:
+        return None
+    return 1e3 * (1 / deep_rate - 1 / shallow_rate)
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return DASH if x is None else f"{x:,.{digits}f}"
+
+
+@dataclass(frozen=True)
+class GridProgress(SweepProgress):
+    """A :class:`SweepProgress` that names the point (its :meth:`GridPoint.label`) the sample belongs to."""
+
+    point: str = ""
+
+
+@dataclass(frozen=True)
+class GridDone(Done):
+    """The grid is over; ``result`` holds every point's cells (``result.cancelled`` when stopped early)."""
+
+    result: GridResult
+
+
+class GridRun:
+    """Run ``points`` (from :meth:`LeverGrid.points`) on ``plan``; iterate to run it, :meth:`cancel` from any
+    thread. ``infos`` maps each point's model spec to its validated :class:`ModelInfo` (``None`` key: the
+    default model); ``config`` the base engine settings each point overrides; ``engine_factory``,
+    ``builder`` and ``peaks`` (by thread count) replace the real ones in tests.
+
+    Raises (while iterating):
+        UsageError: the plan does not fit, or the engines would not fit in memory together.
+        EngineError: a model fails to load or a turn fails.
+    """
+
+    def __init__(
+        self,
+        points: list[GridPoint],
+        infos: dict[str | None, ModelInfo],
+        config: EngineConfig,
+        plan: SweepPlan,
+        notes: list[str] | None = None,
+        engine_factory: Callable[[ModelInfo, EngineConfig], Engine] | None = None,
+        roofline: bool = True,
+        peaks: dict[int, MachinePeaks] | None = None,
+        log_path: str | None = None,
+        quiet_wait_s: float = QUIET_WAIT_S,
+        builder: PromptBuilder | None = None,
+    ) -> None:
+        self.points, self.infos, self.config, self.plan = points, infos, config, plan
+        self._builder = builder
+        self._notes = list(notes or [])
+        self._factory = engine_factory
+        self._roofline = roofline
+        self._peaks = peaks
+        self._log_path = log_path
+        self._quiet_wait_s = quiet_wait_s
+        self._cancel = threading.Event()
+        self._sweeps: list[Sweep] = []
+
+    def cancel(self) -> None:
+        """Stop as soon as possible; the run still ends with a (partial) :class:`GridDone`."""
+        self._cancel.set()
+        for sweep in self._sweeps:
+            sweep.cancel()
+
+    def config_of(self, point: GridPoint) -> EngineConfig:
+        """The engine settings of ``point``: the base config with its levers.
+
+        Raises:
+            UsageError: a lever value the engine settings refuse.
+        """
+        return replace(self.config, **point.engine_overrides()).validate()
+
+    def info_of(self, point: GridPoint) -> ModelInfo:
+        return self.infos[point.values.get("model")]
+
+    def check_memory(self) -> None:
+        """Refuse a grid whose engines do not fit in the available memory together.
+
+        Raises:
+            UsageError: with the estimate and what is available.
+        """
+        import psutil
+
+        weights = {i.path: i.size_bytes or 0 for i in self.infos.values()}  # files: their size is known
+        kv = 0
+        for point in self.points:
+            info, cfg = self.info_of(point), self.config_of(point)
+            if info.attention is not None:
+                kv += kv_capacity_bytes(kv_bytes_per_token(info.attention, cfg.type_k, cfg.type_v), cfg.n_ctx)
+        need, available = sum(weights.values()) + kv, psutil.virtual_memory().available
+        if need > MEMORY_SHARE * available:
+            raise UsageError(
+                f"the grid's {len(self.points)} engines need about {need / 2**30:.1f} GiB at once "
+                f"({sum(weights.values()) / 2**30:.1f} GiB weights + {kv / 2**30:.1f} GiB KV caches), "
+                f"{available / 2**30:.1f} GiB is available: give fewer values or a smaller --n-ctx"
+            )
+
+    def __iter__(self) -> Iterator:
+        plan = validate_plan(self.plan, self.config.n_ctx)
+        configs = [self.config_of(p) for p in self.points]
+        self.check_memory()
+        peaks: dict[int, MachinePeaks] = dict(self._peaks or {})
+        if self._roofline and self._peaks is None:
+            for threads in sorted({c.resolved()["n_threads"] for c in configs}):
+                if self._cancel.is_set():
+                    break
+                yield BenchStatus(f"measuring memory bandwidth and matmul FLOP/s on {threads} thread(s)")
+                peaks[threads] = measure_peaks(threads=threads, threads_batch=threads, quiet_wait_s=self._quiet_wait_s)
+        engines: list[Engine] = []
+        loaded = []
+        notes = list(self._notes)
+        samples: list[list] = [[] for _ in self.points]
+        try:
+            builders: dict[str, PromptBuilder] = {}
+            for point, cfg in zip(self.points, configs, strict=True):
+                if self._cancel.is_set():
+                    break
+                yield BenchStatus(f"loading {point.label()}")
+                engine = self._make_engine(self.info_of(point), cfg)
+                engines.append(engine)
+                loaded.append(load_engine(engine))
+                path = self.info_of(point).path
+                builders.setdefault(path, self._builder or PromptBuilder(EngineTokenizer(engine)))
+                self._sweeps.append(Sweep(engine, builders[path], plan))
+                if self._cancel.is_set():
+                    self._sweeps[-1].cancel()
+            cells = plan.cells()
+            total = len(self.points) * len(cells) * (plan.warmup + plan.reps)
+            done, rounds = 0, plan.warmup + plan.reps
+            for i in range(rounds):
+                for k, (point, sweep) in enumerate(zip(self.points, self._sweeps, strict=False)):
+                    if not self._cancel.is_set():
+                        warm = " (warm-up)" if i < plan.warmup else ""
+                        yield BenchStatus(f"round {i + 1}/{rounds}{warm}: {point.label()}")
+                    for kind, prompt_tokens, depth in cells:
+                        if self._cancel.is_set():
+                            break
+                        sample = sweep.measure_once(kind, prompt_tokens, depth, i, notes)
+                        if sample is None:
+                            break
+                        samples[k].append(sample)
+                        done += 1
+                        yield GridProgress(done, total, sample, point.label())
+        finally:
+            for engine in engines:
+                engine.close()
+        result = GridResult(
+            peaks=peaks,
+            plan=plan.to_dict(),
+            notes=list(dict.fromkeys(notes)),
+            system=system_facts(loaded[0] if loaded else None),
+            cancelled=self._cancel.is_set(),
+        )
+        for point, cfg, got, lm in zip(self.points, configs, samples, loaded, strict=False):
+            info, ls = self.info_of(point), lm.settings
+            p = peaks.get(cfg.resolved()["n_threads"])
+            weights = weight_bytes_per_token(info)
+            for cell in aggregate([s for s in got if not s.warmup], plan.gen_tokens):
+                prediction = None
+                n_params, per_token = info.n_params, lm.kv_bytes_per_token
+                if (  # CPU peaks do not bound a GPU
+                    p is not None and not lm.layers_offloaded
+                    and n_params is not None and per_token is not None and weights is not None
+                ):  # fmt: skip
+                    prediction = predict(
+                        p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell,
+                        attention_flops_per_context=attention_flops_per_context_token(info.attention),
+                    )  # fmt: skip
+                result.cells.append(
+                    GridCell(
+                        point=point.label(),
+                        levers={**point.values, "flash_attn": ls.flash_attn, "type_k": ls.type_k, "type_v": ls.type_v},
+                        model=info.name,
+                        synthetic=info.synthetic,
+                        cell=cell,
+                        prediction=prediction,
+                        kv_bytes_per_token=lm.kv_bytes_per_token,
+                        kv_capacity_bytes=lm.kv_capacity_bytes,
+                        llama_kv_cache_bytes=lm.llama_kv_cache_bytes,
+                        weight_bytes_per_token=weights,
+                    )
+                )
+        yield GridDone(result)
+
+    def _make_engine(self, info: ModelInfo, config: EngineConfig) -> Engine:
+        if self._factory is not None:
+            return self._factory(info, config)
+        from chatphase.engine.local.llama import LlamaEngine
+
+        return LlamaEngine(info, config, log_path=self._log_path)
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """A lever grid for the child-process job: ``points`` and ``notes`` (:meth:`LeverGrid.points`), each point's
+    model spec to its validated model (``infos``), and ``sweep``, the cells every point runs."""
+
+    points: list[GridPoint]
+    infos: dict[str | None, ModelInfo]
+    sweep: SweepPlan
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.points) * self.sweep.total_runs
+
+    def validate(self, n_ctx: int | None, n_batch: int | None = None) -> GridPlan:
+        """``self`` with its cells checked (:meth:`SweepPlan.validate`). Raises UsageError."""
+        return replace(self, sweep=validate_plan(self.sweep, n_ctx, n_batch))
+
+    def to_dict(self) -> dict:
+        return {"points": [p.label() for p in self.points], **self.sweep.to_dict()}
+
+
+def make_run(info: ModelInfo, config: EngineConfig, plan: GridPlan, roofline: bool, log_path: str) -> GridRun:
+    """The child's run of a :func:`GridJob`."""
+    return GridRun(plan.points, plan.infos, config, plan.sweep, notes=plan.notes, roofline=roofline, log_path=log_path)
+
+
+def GridJob(
+    points: list[GridPoint],
+    infos: dict[str | None, ModelInfo],
+    config: EngineConfig,
+    plan: SweepPlan,
+    notes: list[str] | None = None,
+    roofline: bool = True,
+    log_path: str | None = None,
+) -> ExperimentJob:
+    """A lever grid (:class:`GridRun`) in a child process: its events are ``BenchStatus``, ``BenchNotice``,
+    ``GridProgress``, then ``GridDone`` or ``BenchFailed``.
+
+    Raises:
+        UsageError: when the plan does not fit ``config.n_ctx``.
+    """
+    grid = GridPlan(points, infos, plan, list(notes or []))
+    return ExperimentJob(infos[points[0].values.get("model")], config, grid, make_run, roofline, log_path)
+
+
+__all__ = [
+    "BenchNotice",
+    "BenchStatus",
+    "GridDone",
+    "GridJob",
+    "GridPlan",
+    "GridProgress",
+    "GridResult",
+    "GridRun",
+    "make_run",
+]

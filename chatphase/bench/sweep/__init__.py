@@ -1,0 +1,1 @@
+"""The prompt-length and context-depth sweep (``chatphase bench``, the Experiments screen's first tab)."""
