@@ -267,3 +267,36 @@ async def test_an_unsaved_chat_exports_what_is_on_screen(tmp_path, monkeypatch):
         assert [t.user for t in session.turns] == ["not saved"] and session.turns[0].metrics == app.dashboard.turns[1]
         assert session.id.startswith("unsaved-")  # an export of it never passes for a saved session
     assert list_sessions() == []  # nothing reached the disk
+
+
+def test_a_full_disk_is_said_at_quit_in_one_line(monkeypatch, capsys):
+    """Disk full: the TUI says "Session not saved" and goes on; Ctrl+Q then closes the session file, whose
+    buffered text cannot be flushed either: the process exits 1 with one plain line, no traceback."""
+    from session_support import FullDisk
+    from textual.app import App
+
+    from chatphase.cli import main
+    from chatphase.commands import chat as chat_command
+    from chatphase.sessions import writer as session_writer
+
+    monkeypatch.setattr(session_writer, "open_append", lambda path: FullDisk())
+    monkeypatch.setattr(chat_command, "model_info_for", lambda settings, **_: fake_model_info())
+    monkeypatch.setattr(chat_command, "engine_for", lambda settings, info: FakeEngine(info, settings.engine))
+    seen: list[str] = []
+
+    async def chat_then_quit(pilot):
+        app = pilot.app
+        record_notifications(app)
+        await wait_for(pilot, lambda: idle(app))
+        await chat(pilot, app, "hello")
+        seen.extend(notifications(app))
+        await pilot.press("ctrl+q")
+
+    monkeypatch.setattr(
+        ChatPhaseApp, "run", lambda self: App.run(self, headless=True, size=(80, 24), auto_pilot=chat_then_quit)
+    )
+    assert main(["chat"]) == 1
+    err = capsys.readouterr().err
+    assert any("no longer being saved" in n for n in seen)
+    assert err.splitlines() == [err.strip()] and "Traceback" not in err and "OSError" not in err
+    assert "not saved in full" in err and "No space left on device" in err

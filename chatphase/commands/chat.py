@@ -10,6 +10,7 @@ Textual is imported only here, inside :func:`run`, so the other commands never l
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from chatphase.commands.options import add_model_options, add_sampling_options, add_setting_flags, settings_from_args
@@ -40,7 +41,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the model, then run the TUI until the user quits; returns the exit code: 0, or 1 when the
-    TUI ended on an unhandled exception (Textual has printed it and set ``App.return_code``).
+    TUI ended on an unhandled exception (Textual has printed it and set ``App.return_code``) or the session
+    could not be saved in full (disk full: one line on stderr).
 
     Raises:
         UsageError: bad settings (exit 2). ModelError: a model that cannot be used (exit 2).
@@ -86,4 +88,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if app.exit_timer is not None:  # the terminal is put back: no need to end the process early
             app.exit_timer.cancel()
-    return app.return_code or 0
+    if app.return_code:
+        return app.return_code
+    if app.recording.failed:  # the TUI said so when it happened; the terminal is back: say it once more
+        print(f"chatphase: the session was not saved in full ({app.recording.failed})", file=sys.stderr)
+        return 1
+    return 0

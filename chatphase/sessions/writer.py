@@ -183,9 +183,14 @@ class SessionWriter:
                     self._header = None
             write_record(self._fh, record, sync=sync)
         except OSError as exc:
-            message = f"cannot save the session to {self.path}: {exc.strerror or exc}"
-            if self.on_error is None:
-                raise SessionError(message) from None
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        """Stop writing after ``exc``: :attr:`on_error` is told once, or :class:`SessionError` raised."""
+        message = f"cannot save the session to {self.path}: {exc.strerror or exc}"
+        if self.on_error is None:
+            raise SessionError(message) from None
+        if self.failed is None:
             self.failed = message
             self.on_error(message)
 
@@ -283,7 +288,12 @@ class SessionWriter:
 
     def close(self) -> None:
         """Write the open turn's text not yet written and close the file (the turn stays partial); idempotent.
-        In memory, the open turn's text goes into :attr:`records` now (the turn is no longer read)."""
+        In memory, the open turn's text goes into :attr:`records` now (the turn is no longer read).
+
+        Raises:
+            SessionError: what was buffered cannot be written (disk full), unless :attr:`on_error` is set
+                (then it is told, as for any write error); the file is closed either way.
+        """
         if self.records is not None:
             self.records += self._open_text()
             self._text = None
@@ -291,8 +301,11 @@ class SessionWriter:
             try:
                 self._flush_text()
             finally:
-                self._fh.close()
-                self._fh = None
+                fh, self._fh = self._fh, None
+                try:
+                    fh.close()  # flushes what a failed write left buffered: ENOSPC again
+                except OSError as exc:
+                    self._fail(exc)
 
     def __enter__(self) -> SessionWriter:
         return self
