@@ -194,12 +194,12 @@ def parse_config_text(text: str) -> dict:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        reason, line, column = toml_error_place(exc, text)
+        reason, at_line, column = toml_error_place(exc, text)
         key = None
-        if line <= len(text.splitlines()):
-            km = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*=", text.splitlines()[line - 1])
+        if at_line <= len(text.splitlines()):
+            km = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*=", text.splitlines()[at_line - 1])
             key = km.group(1) if km else None
-        raise ConfigProblem(f"invalid TOML: {reason}", key, line, column) from None
+        raise ConfigProblem(f"invalid TOML: {reason}", key, at_line, column) from None
     out: dict = {}
     if KEYS_TABLE in doc:
         out[KEYS_TABLE] = _keys_table(doc[KEYS_TABLE], text)
