@@ -36,7 +36,7 @@ LAYERS = {
     # beside the engine's users
     "explain": {"engine", "models", "units"},
     "settings": {"engine", "errors"},
-    "sessions": {"engine", "errors"},
+    "sessions": {"engine", "errors", "units"},
     "bench": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
     # the turn
     "chat": {"engine", "engine.process", "errors", "models", "sessions", "settings", "units"},
