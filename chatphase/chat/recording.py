@@ -57,7 +57,7 @@ class SessionRecording(ChatListener):
             writer.replace_turns(self._live[turn.position :])
             del self._live[turn.position :]
         self._turn_id = turn.turn_id
-        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling), turn))
+        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling), turn, index=turn.number))
 
     @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:

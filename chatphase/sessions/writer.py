@@ -194,16 +194,26 @@ class SessionWriter:
             self.failed = message
             self.on_error(message)
 
-    def begin_turn(self, user: str, sampling: dict[str, Any] | None = None, text: TurnText | None = None) -> int:
+    def begin_turn(
+        self, user: str, sampling: dict[str, Any] | None = None, text: TurnText | None = None, index: int | None = None
+    ) -> int:
         """Record the user's message (and the ``sampling`` dict the turn is generated with) before
-        generation starts; returns the turn's 1-based index. ``text``: where the turn's reply and thinking
-        accumulate (read by :meth:`stream` and :meth:`finish_turn`; ``None``: no text streams). A turn
-        still open is first ended as partial (interrupted)."""
+        generation starts; returns the turn's 1-based index: ``index`` (the chat's number for it), by
+        default the one after the last. ``text``: where the turn's reply and thinking accumulate (read by
+        :meth:`stream` and :meth:`finish_turn`; ``None``: no text streams). A turn still open is first
+        ended as partial (interrupted).
+
+        Raises:
+            ValueError: ``index`` is not after every turn recorded so far (two turns would share it).
+        """
+        if index is not None and index < self._next_turn:
+            raise ValueError(f"turn {index} is not after the last recorded turn ({self._next_turn - 1})")
         if self._turn is not None:
             self.finish_turn(self._text.reply if self._text else "", None)  # interrupted: ends as partial
         if self._header is not None and not self._header["title"]:
             self._header["title"] = title_from(user) or "untitled"
-        self._turn, self._next_turn = self._next_turn, self._next_turn + 1
+        self._turn = self._next_turn if index is None else index
+        self._next_turn = self._turn + 1
         self._text, self._written = text, (0, 0)
         start = {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}
         if sampling is not None:
