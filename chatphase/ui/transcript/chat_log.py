@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from rich.console import Group
+from rich.style import Style
 from textual.await_remove import AwaitRemove
 from textual.containers import VerticalScroll
 from textual.widget import AwaitMount, Widget
@@ -47,7 +47,7 @@ from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
-from chatphase.ui.transcript.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
+from chatphase.ui.transcript.reply_markdown import CODE_THEMES, FinishedReply, MarkdownSegment
 from chatphase.ui.transcript.reply_tail import tinted_tail, wrapped_lines
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
@@ -78,15 +78,12 @@ class Notice(Static):
 class FoldedReply(Widget):
     """A folded reply's text and footer, one widget below its thinking block (:meth:`ReplyView.fold`)."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta"}
-    """``reply--meta``: the metrics footer (as ``.reply-meta``)."""
-
     def __init__(self, view: ReplyView) -> None:
         super().__init__(classes="reply-folded")
         self.view = view
 
-    def render(self) -> Group:
-        return self.view.drawing(self)
+    def render(self) -> FinishedReply:
+        return self.view.drawing()
 
 
 class ReplyView(Widget):
@@ -99,10 +96,6 @@ class ReplyView(Widget):
     styles, message queue and task, its place in the compositor's map, its rendered lines), so a chat's
     old turns cost two widgets each (the user's message and this one) instead of five.
     """
-
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta", "reply--drafted"}
-    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
-    tint of accepted draft tokens in the tail (speculative decoding, while :attr:`tint`)."""
 
     def __init__(
         self,
@@ -159,13 +152,18 @@ class ReplyView(Widget):
 
     def render(self):
         if self.folded and not self.children:
-            return self.drawing(self)
+            return self.drawing()
         return super().render()
 
-    def drawing(self, widget: Widget) -> Group:
-        """The folded reply as ``widget`` draws it (this view, or the :class:`FoldedReply` under a thinking block)."""
+    def drawing(self) -> FinishedReply:
+        """The folded reply as it is drawn (by this view, or by the :class:`FoldedReply` under a thinking block)."""
         theme = CODE_THEMES[self.app.current_theme.dark]
-        return finished_reply(self.text, self.meta, theme, widget.get_component_rich_style("reply--meta"))
+        return FinishedReply(self.text, self.meta, theme, self._log_style("reply--meta"))
+
+    def _log_style(self, component: str) -> Style:
+        """A component style of the chat log this reply is in (:attr:`ChatLog.COMPONENT_CLASSES`)."""
+        log = self.parent
+        return log.get_component_rich_style(component) if isinstance(log, ChatLog) else Style.null()
 
     def fold(self) -> None:
         """Draw a finished reply as one widget (see the class docstring): it reads the same, and is
@@ -290,7 +288,7 @@ class ReplyView(Widget):
             tail.display = False
             return
         width, lines = self._tail_width(), self._tail_height()
-        style = self.get_component_rich_style("reply--drafted") if self.tint and self.drafted else None
+        style = self._log_style("reply--drafted") if self.tint and self.drafted else None
         tail.update(tinted_tail(self.text, self._committed, self.drafted, width, lines, style), layout=False)
         if not tail.display:
             tail.display = True
@@ -351,6 +349,12 @@ def metrics_line(m: TurnMetrics) -> str:
 
 class ChatLog(VerticalScroll):
     """The scrolling conversation (see the module docstring)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta", "reply--drafted"}
+    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
+    tint of accepted draft tokens in a reply's tail (speculative decoding, while :attr:`ReplyView.tint`).
+    Here, not on each reply: Textual keeps a node with its own styles per component class and widget,
+    which a long chat would pay for at every turn."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
