@@ -5,6 +5,10 @@ The average growth per turn is ``kv_tokens_now / turns`` (the cache starts empty
 shrinks it — regenerate, edit-resend, trimmed context — counts as the net change), and the turns left are
 ``floor((n_ctx - kv_tokens_now) / growth)``. Past that point the engine must drop old messages
 (``PrefillStarted.dropped_messages``) or stop with ``context_full``.
+
+``turns`` are the conversation's own turns that the cache holds, not the turns this engine ran: a resumed
+chat (or one whose model was reloaded) prefills its earlier turns again in its first turn, and those tokens
+are the earlier turns' growth, not that turn's.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ class KvForecast:
     turns_left: int | None
 
 
-def forecast_kv(kv_tokens_after_turns: Sequence[int], n_ctx: int) -> KvForecast:
-    """Forecast from ``kv_cache_tokens`` after each turn of this chat (oldest first).
+def forecast_kv(kv_tokens_after_turns: Sequence[int], n_ctx: int, turns_held: int | None = None) -> KvForecast:
+    """Forecast from ``kv_cache_tokens`` after each turn of this chat (oldest first); ``turns_held``: how many
+    of the conversation's turns the cache holds after the last one (default: one per entry, a chat whose
+    cache started empty at its first turn; more after a resume's cold prefill of the earlier turns).
 
     Raises:
         ValueError: when ``n_ctx`` is not positive or a count is negative.
@@ -44,7 +50,7 @@ def forecast_kv(kv_tokens_after_turns: Sequence[int], n_ctx: int) -> KvForecast:
     if not kv_tokens_after_turns:
         return KvForecast(0, n_ctx, 0.0, None, None)
     used = int(kv_tokens_after_turns[-1])
-    growth = used / len(kv_tokens_after_turns)
+    growth = used / max(1, turns_held if turns_held is not None else len(kv_tokens_after_turns))
     free = max(0, n_ctx - used)
     turns_left = math.floor(free / growth) if growth > 0 else None
     return KvForecast(used, n_ctx, min(1.0, used / n_ctx), growth, turns_left)

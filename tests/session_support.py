@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import io
+import os
 from dataclasses import dataclass
 
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
@@ -51,3 +54,24 @@ def record_turns(rec: SessionWriter, turns: list[tuple[str, list[str]]]) -> None
             text.reply += piece
             rec.stream()
         rec.finish_turn(text.reply, scripted_metrics(len(pieces)))
+
+
+class FullDisk(io.StringIO):
+    """A session file on a disk that is full (or fills once :attr:`full` is set): writes are buffered, and
+    flushing them (``flush``, ``close``) raises ``OSError(ENOSPC)`` as a real file does; ``close`` still
+    closes it."""
+
+    full = True
+
+    def fileno(self) -> int:
+        return -1  # no descriptor: a test that lets writes succeed fakes os.fsync
+
+    def flush(self) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            super().close()

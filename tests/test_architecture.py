@@ -36,7 +36,7 @@ LAYERS = {
     # beside the engine's users
     "explain": {"engine", "models", "units"},
     "settings": {"engine", "errors"},
-    "sessions": {"engine", "errors"},
+    "sessions": {"engine", "errors", "units"},
     # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
     "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
     "bench.sweep": {"bench.core", "engine", "models"},

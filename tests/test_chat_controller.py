@@ -101,7 +101,8 @@ def test_engine_death_before_any_text_gives_the_message_back():
     turn = chat.send("hello")
     chat.dispatcher.drain()
     assert calls.args_of("turn_failed") == [(turn, "engine process died (signal SIGSEGV)")]
-    assert chat.conversation == [] and chat.history.numbered == 0
+    assert turn.prefill is not None  # it began: a session records it as failed turn 1, so its number stays used
+    assert chat.conversation == [] and chat.history.numbered == 1
 
 
 def test_engine_death_while_idle_is_noticed_by_the_watch():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chat_support import make_chat
 
+from chatphase.chat.listener import ChatListener
 from chatphase.chat.recording import SessionRecording
 from chatphase.engine.events import SamplingParams
 from chatphase.sessions.catalog import list_sessions, load_session
@@ -131,3 +132,23 @@ def test_an_engine_death_mid_reply_keeps_the_partial_turn_with_the_figures_it_ha
     assert m.stop_reason == "error" and m.prompt_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     assert m.ttft_ms > 0 and m.prefill_ms > 0 and m.decode_tokens >= 1
     assert m.itl_ms_p95 is None and m.kv_cache_tokens is None  # only the engine's end of the turn says these
+
+
+def test_the_sessions_turn_indices_are_the_chats_turn_numbers_after_a_failed_turn():
+    """One numbering: a turn that failed after its prefill began is in the session as failed under its
+    number, and the next turn is numbered after it in the chat and in the session alike (the chat gave the
+    number back while the session went on: turn 2 of the chat was recorded as turn 3)."""
+    chat, recording = recorded_chat(crash_at="prefill", crash_turn=2)
+    numbers = []
+    chat.add_listener(type("Numbers", (ChatListener,), {"turn_started": lambda self, t: numbers.append(t.number)})())
+    say(chat, "one", "two")
+    chat.restart_engine()
+    chat.dispatcher.drain()
+    say(chat, "three")
+    s = load_session(recording.writer.id)
+    assert [(t.index, t.user, t.status) for t in s.turns] == [
+        (1, "one", "complete"),
+        (2, "two", "failed"),
+        (3, "three", "complete"),
+    ]
+    assert numbers == [t.index for t in s.turns]

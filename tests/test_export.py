@@ -154,6 +154,47 @@ def test_markdown_marks_failed_turns():
     assert "_failed turn: engine died_" in export_session(s, "md")
 
 
+def test_a_damaged_last_line_is_exported_as_damaged_not_interrupted():
+    """A file whose last line (the last turn's end) cannot be read: that turn is said to be damaged, in its
+    note and its status; a turn that was only interrupted (no end written) keeps the interrupted note; a
+    torn line after a finished turn marks no turn. The header says how many lines could not be read."""
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS)
+    record_turns(rec, [("one", ["1"]), ("two", ["2"])])
+    rec.close()
+    lines = rec.path.read_text().splitlines(keepends=True)
+    rec.path.write_text("".join(lines[:-1]) + lines[-1][:40] + "\x00garbage\n")  # turn 2's end, damaged
+    s = load_session(rec.id)
+    assert [(t.status, t.damaged_lines) for t in s.turns] == [("complete", 0), ("partial", 1)]
+    md = export_session(s, "md")
+    assert "_damaged turn: 1 line of the session file" in md and "_partial turn:" not in md
+    assert "- Damaged: 1 line of the session file could not be read" in md
+    (table,) = _md_tables(md)
+    assert [r[:2] for r in table[1:]] == [["1", "complete"], ["2", "partial, damaged"]]
+    assert session_from_json(export_session(s, "json")) == s
+
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS)
+    record_turns(rec, [("one", ["1"])])
+    rec.begin_turn("two", text=Streamed("half"))
+    rec.close()  # interrupted: no end record, every line readable
+    with open(rec.path, "a", encoding="utf-8") as fh:
+        fh.write('{"type": "turn_st')  # a torn line; the open turn 2 is damaged by it too
+    s = load_session(rec.id)
+    assert [(t.status, t.damaged_lines) for t in s.turns] == [("complete", 0), ("partial", 1)]
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS)
+    record_turns(rec, [("one", ["1"])])
+    rec.begin_turn("two", text=Streamed("half"))
+    rec.close()
+    s = load_session(rec.id)
+    assert "_partial turn: interrupted" in export_session(s, "md") and s.turns[1].damaged_lines == 0
+    rec = SessionWriter.create(model=MODEL, settings=SETTINGS)
+    record_turns(rec, [("one", ["1"])])
+    rec.close()
+    with open(rec.path, "a", encoding="utf-8") as fh:
+        fh.write('{"type": "turn_st')  # after a finished turn: no turn is damaged by it
+    s = load_session(rec.id)
+    assert s.corrupt_lines == 1 and [(t.status, t.damaged_lines) for t in s.turns] == [("complete", 0)]
+
+
 def test_write_export_and_format_detection(saved, tmp_path):
     out = write_export(saved, "csv", tmp_path / "sub" / "x.csv")
     assert rows_from_csv(out.read_text())[0]["metrics"] == scripted_metrics(2)

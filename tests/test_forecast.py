@@ -36,3 +36,12 @@ def test_empty_cache_is_not_growing():
 def test_bad_input(series, n_ctx):
     with pytest.raises(ValueError):
         forecast_kv(series, n_ctx)
+
+
+def test_a_resumed_chats_cold_prefill_is_growth_of_its_earlier_turns():
+    """A resumed chat of 2 turns: its first turn prefills them again, so the cache holds 3 of the
+    conversation's turns after it, and the growth per turn is 1,143 / 3, not 1,143 (issue 32)."""
+    f = forecast_kv([1143], 4096, turns_held=3)
+    assert f.growth_tokens_per_turn == pytest.approx(381.0)
+    assert f.turns_left == 7  # (4096 - 1143) / 381 = 7.75
+    assert forecast_kv([1143], 4096).turns_left == 2  # one turn of this engine: the cold prefill is its growth

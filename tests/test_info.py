@@ -75,11 +75,13 @@ def test_models_dir_files_listed_and_broken_ones_explained(capsys, tmp_path, def
     (tmp_path / "page.gguf").write_text("<html>not a model</html>")
     (tmp_path / ".cache").mkdir()
     (tmp_path / ".cache" / "x.gguf").write_text("hidden partial")
+    (tmp_path / "self.gguf").symlink_to("self.gguf")  # a loop: listed as unusable too, not skipped silently
     entries = list_models(tmp_path)
-    assert [e.source for e in entries] == ["default", "models-dir"]
+    assert [e.source for e in entries] == ["default", "models-dir", "models-dir"]
     assert entries[1].info is None and "not a GGUF file" in entries[1].error
+    assert entries[2].info is None and entries[2].spec == "self.gguf" and "symlink loop" in entries[2].error
     code, out, _ = run(capsys, "models", "--models-dir", str(tmp_path))
-    assert code == 0 and "unusable: not a GGUF file" in out
+    assert code == 0 and "unusable: not a GGUF file" in out and "unusable: model file is a symlink loop" in out
 
 
 def test_memory_estimate_terms(default_model_info):

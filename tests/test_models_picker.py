@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Label
 from ui_support import notifications, record_notifications
 
 from chatphase.models.resolve import ModelEntry
-from chatphase.ui.screens.model_picker import ModelPickerScreen
+from chatphase.ui.screens.model_picker import COLUMNS, ModelPickerScreen
 
 
 class Host(App):
@@ -120,6 +120,33 @@ async def test_app_model_switch_loads_the_picked_model(default_model_info, tmp_p
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(engines) == 2 and app.chat.model_info == default_model_info)
         assert not isinstance(app.screen, ModelPickerScreen)
+
+
+async def test_the_memory_column_uses_the_users_n_ubatch_and_kv_cache_types(default_model_info, tmp_path, monkeypatch):
+    """The picker opened from the app sizes each model's memory as the user's settings would load it:
+    n_ctx, n_ubatch and the KV cache types (q8_0 halves the KV cache; n_ubatch 64 shrinks the compute
+    buffers), not f16 at n_ubatch 256."""
+    from ui_support import make_app, wait_for
+
+    from chatphase.models.memory import estimate
+    from chatphase.settings.schema import Settings
+    from chatphase.units import fmt_bytes
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    settings = Settings().with_overrides(
+        models_dir=str(tmp_path), n_ctx=8192, n_ubatch=64, type_k="q8_0", type_v="q8_0"
+    )
+    app, _ = make_app(settings)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        table = await wait_rows(pilot, 1)
+        shown = str(table.get_row_at(0)[COLUMNS.index("Memory")])
+        status = str(app.screen.query_one("#picker-status", Label).render())
+    mine = estimate(default_model_info, 8192, 64, "q8_0", "q8_0")
+    assert shown == fmt_bytes(mine.total_bytes) != fmt_bytes(estimate(default_model_info, 8192).total_bytes)
+    assert "n_ctx 8192, n_ubatch 64, KV q8_0" in status
 
 
 @pytest.mark.parametrize("size", [(120, 40), (100, 30)])

@@ -97,6 +97,8 @@ def bad_cases(tmp_path: Path, html: Path, truncated: Path) -> dict[str, tuple[Pa
     (tmp_path / "empty.gguf").write_bytes(b"")
     (tmp_path / "garbage.gguf").write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
     (tmp_path / "v99.gguf").write_bytes(b"GGUF" + (99).to_bytes(4, "little") + b"\x00" * 64)
+    (tmp_path / "loop.gguf").symlink_to("loop.gguf")
+    (tmp_path / "dangling.gguf").symlink_to("gone.gguf")
     return {
         "missing": (tmp_path / "nope.gguf", "not found"),
         "directory": (tmp_path / "a dir.gguf", "is a directory"),
@@ -108,6 +110,8 @@ def bad_cases(tmp_path: Path, html: Path, truncated: Path) -> dict[str, tuple[Pa
         "unsupported arch": (write_tiny_gguf(tmp_path / "alien.gguf", arch="notarealarch"), "not supported"),
         "fifo": (make_fifo(tmp_path / "pipe.gguf"), "not a regular file"),
         "vocabulary only": (write_vocab_only(tmp_path / "vocab.gguf"), "has no tensors"),
+        "symlink loop": (tmp_path / "loop.gguf", "is a symlink loop"),
+        "dangling symlink": (tmp_path / "dangling.gguf", "is a symlink to a missing file (gone.gguf)"),
     }
 
 

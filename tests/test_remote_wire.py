@@ -476,3 +476,17 @@ def test_a_drafting_llama_server_reports_its_draft_figures():
     report.timings = {"prompt_n": 20, "prompt_ms": 10.0}
     plain = remote_turn_metrics(t_submit_ns=0, arrival_times_ns=[5_000_000], report=report, stop_reason="stop")
     assert plain.spec_mode is None and plain.spec_drafted is None
+
+
+def test_a_model_served_by_its_path_is_named_by_its_file_and_its_quant_read_from_it():
+    """llama-server without --alias serves a model by its whole path: the name is the file's name (not a
+    path over three lines), the quantisation comes from it; a served id without one stays unknown."""
+    path = "/home/someone/models/unsloth/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q4_K_M.gguf"
+    models = {"object": "list", "data": [{"id": path, "object": "model", "meta": MODELS["data"][0]["meta"]}]}
+    routes = {"GET /v1/models": (200, models), "GET /props": (200, PROPS | {"model_path": path})}
+    with ScriptedServer(routes) as srv:
+        info = _loaded(srv.url).loaded.info
+    assert (info.name, info.quantization, info.path) == ("Qwen3-0.6B-Q4_K_M.gguf", "Q4_K_M", path)
+    with ScriptedServer({"GET /v1/models": (200, MODELS), "GET /props": (200, PROPS)}) as srv:
+        info = _loaded(srv.url).loaded.info  # "tiny", from /srv/tiny.gguf: no quant in either name
+    assert (info.name, info.quantization) == ("tiny", "unknown")

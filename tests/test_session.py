@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from session_support import MODEL, SETTINGS, Streamed, record_turns, scripted_metrics
+from session_support import MODEL, SETTINGS, FullDisk, Streamed, record_turns, scripted_metrics
 
 from chatphase.engine.events import Message
 from chatphase.sessions import writer as session_writer
@@ -251,3 +251,24 @@ def test_an_unsaved_chat_reads_its_open_turn_from_the_turns_text(monkeypatch):
     rec.close()  # the chat moves on (a new chat): the open turn stays, partial, as it was
     text.reply = "more"
     assert rec.session() == s
+
+
+def test_a_full_disk_at_close_is_told_not_raised(monkeypatch):
+    """Disk full: the buffered text cannot be flushed when the file is closed (at quit); that is a write
+    error like any other (``on_error`` or SessionError), never a bare OSError, and the file is closed."""
+    files: list[FullDisk] = []
+    monkeypatch.setattr(session_writer, "open_append", lambda path: files.append(FullDisk()) or files[-1])
+    errors: list[str] = []
+    rec = new_writer()
+    rec.on_error = errors.append
+    rec.begin_turn("q", text=Streamed("partial reply"))
+    rec.close()
+    assert errors == [rec.failed] and "No space left on device" in errors[0] and files[0].closed
+    monkeypatch.setattr(FullDisk, "full", False)  # the disk fills after the turn began
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # FullDisk has no file descriptor
+    rec = new_writer()  # no on_error: the close raises the one-line SessionError
+    rec.begin_turn("q", text=Streamed("partial reply"))
+    monkeypatch.setattr(FullDisk, "full", True)
+    with pytest.raises(SessionError, match="No space left on device"):
+        rec.close()
+    assert files[1].closed

@@ -5,10 +5,15 @@ settings screen. Screenshots of the three screens are saved under ``screenshots/
 from __future__ import annotations
 
 from fake_engine import FakeEngine, fake_model_info
-from textual.widgets import DataTable, Input, Select
+from session_support import FullDisk, record_turns
+from textual.app import App
+from textual.widgets import DataTable, Input, Label, Select
 from ui_support import idle, notifications, record_notifications, send, shot, wait_for
 
 from chatphase.chat.controller import COLD_PREFILL_NOTE
+from chatphase.cli import main
+from chatphase.commands import chat as chat_command
+from chatphase.sessions import writer as session_writer
 from chatphase.sessions.catalog import list_sessions, load_session
 from chatphase.sessions.export import rows_from_csv
 from chatphase.sessions.writer import SessionWriter
@@ -268,3 +273,74 @@ async def test_an_unsaved_chat_exports_what_is_on_screen(tmp_path, monkeypatch):
         assert [t.user for t in session.turns] == ["not saved"] and session.turns[0].metrics == app.dashboard.turns[1]
         assert session.id.startswith("unsaved-")  # an export of it never passes for a saved session
     assert list_sessions() == []  # nothing reached the disk
+
+
+def test_a_full_disk_is_said_at_quit_in_one_line(monkeypatch, capsys):
+    """Disk full: the TUI says "Session not saved" and goes on; Ctrl+Q then closes the session file, whose
+    buffered text cannot be flushed either: the process exits 1 with one plain line, no traceback."""
+    monkeypatch.setattr(session_writer, "open_append", lambda path: FullDisk())
+    monkeypatch.setattr(chat_command, "model_info_for", lambda settings, **_: fake_model_info())
+    monkeypatch.setattr(chat_command, "engine_for", lambda settings, info: FakeEngine(info, settings.engine))
+    seen: list[str] = []
+
+    async def chat_then_quit(pilot):
+        app = pilot.app
+        record_notifications(app)
+        await wait_for(pilot, lambda: idle(app))
+        await chat(pilot, app, "hello")
+        seen.extend(notifications(app))
+        await pilot.press("ctrl+q")
+
+    monkeypatch.setattr(
+        ChatPhaseApp, "run", lambda self: App.run(self, headless=True, size=(80, 24), auto_pilot=chat_then_quit)
+    )
+    assert main(["chat"]) == 1
+    err = capsys.readouterr().err
+    assert any("no longer being saved" in n for n in seen)
+    assert err.splitlines() == [err.strip()] and "Traceback" not in err and "OSError" not in err
+    assert "not saved in full" in err and "No space left on device" in err
+
+
+def test_resume_runs_at_the_sessions_n_ctx_and_forecasts_from_the_conversations_turns(monkeypatch):
+    """``chat --resume`` of a session made at n_ctx 512 reopens at 512 (not the default 4,096) and says so;
+    ``--n-ctx`` overrides it and says that. The first turn's cold prefill holds the two earlier turns too:
+    the forecast's growth per turn is its KV tokens over 3 turns, not all of them over 1."""
+    made = SessionWriter.create(
+        model=fake_model_info().to_dict(), settings=Settings().with_overrides(n_ctx=512).to_dict()
+    )
+    record_turns(made, [("first question", ["one ", "two"]), ("second question", ["three"])])
+    made.close()
+    engines: list[FakeEngine] = []
+    monkeypatch.setattr(chat_command, "model_info_for", lambda settings, **_: fake_model_info())
+    monkeypatch.setattr(
+        chat_command,
+        "engine_for",
+        lambda settings, info: engines.append(FakeEngine(info, settings.engine)) or engines[-1],
+    )
+    seen: dict[str, object] = {}
+    notices: list[str] = []
+    notify = ChatPhaseApp.notify
+    monkeypatch.setattr(
+        ChatPhaseApp, "notify", lambda self, message, **kw: notices.append(message) or notify(self, message, **kw)
+    )
+
+    async def one_more_turn(pilot):
+        app = pilot.app
+        await wait_for(pilot, lambda: idle(app) and len(app.chat.conversation) >= 4)
+        if "kv" not in seen:
+            await chat(pilot, app, "third")
+            seen["kv"] = str(app.dashboard.query_one("#kv-text", Label).render())
+            seen["kv_tokens"] = app.dashboard.turns[3].kv_cache_tokens
+        await pilot.press("ctrl+q")
+
+    monkeypatch.setattr(
+        ChatPhaseApp, "run", lambda self: App.run(self, headless=True, size=(130, 40), auto_pilot=one_more_turn)
+    )
+    assert main(["chat", "--resume"]) == 0
+    assert engines[0].n_ctx == 512
+    assert "Resumed at n_ctx 512, the session's." in notices
+    growth = seen["kv_tokens"] / 3
+    assert f"at +{growth:,.0f} tok/turn" in seen["kv"], seen["kv"]
+    assert main(["chat", "--resume", "--n-ctx", "1024"]) == 0
+    assert engines[1].n_ctx == 1024
+    assert "Resumed at n_ctx 1,024 from --n-ctx; the session ran at 512." in notices

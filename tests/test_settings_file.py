@@ -19,6 +19,7 @@ from chatphase.settings.file import (
     load_settings,
     save_settings,
     settings_to_toml,
+    toml_error_place,
 )
 from chatphase.settings.schema import Settings
 
@@ -123,6 +124,35 @@ def test_invalid_file_names_key_and_line_and_uses_defaults(cfg, capsys, text, li
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("chatphase: config file")
     assert f"line {line}" in err and f"key {key!r}" in err and words in err and "using built-in defaults" in err
+
+
+@pytest.mark.parametrize(
+    "text, line, column",
+    [
+        ("n_ctx = 2048\n[sampling", 2, 10),  # the error is at the end of the document: tomllib gives no line
+        ("n_ctx = 2048\ntemperature =", 2, 14),
+        ('system_prompt = "abc', 1, 21),
+        ("n_ctx = 1024\nn_batch = \n", 2, 11),
+    ],
+)
+def test_a_toml_syntax_error_gives_its_line_and_column(cfg, capsys, text, line, column):
+    cfg.write_text(text)
+    assert load_settings(cfg, environ={}) == Settings()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"chatphase: config file {cfg}, line {line}, column {column}") and "invalid TOML" in err
+
+
+class _Py314Error(ValueError):
+    """TOMLDecodeError as Python 3.14 makes it: the place in attributes as well as in the message."""
+
+    msg, lineno, colno = "Invalid value", 3, 7
+
+
+def test_toml_error_place_from_attributes_or_from_the_message():
+    assert toml_error_place(_Py314Error("Invalid value (at line 3, column 7)"), "") == ("Invalid value", 3, 7)
+    assert toml_error_place(ValueError("Invalid value (at line 2, column 5)"), "a\nb") == ("Invalid value", 2, 5)
+    place = toml_error_place(ValueError("Unterminated string (at end of document)"), 'a = 1\nb = "x')
+    assert place == ("Unterminated string", 2, 7)  # after the last character of 'b = "x'
 
 
 def test_keys_table_is_read_and_saved(cfg):

@@ -204,3 +204,25 @@ async def test_a_streaming_reply_and_its_thinking_are_held_once():
         await pilot.pause(0.2)
         assert app.chat.conversation[-1].content.count(ANSWER_MARK) == 300
         assert marks_held(ANSWER_MARK) == 300 and marks_held(THINKING_MARK) == 150
+
+
+async def test_an_old_turn_keeps_no_markdown_parse_and_no_style_nodes_of_its_own():
+    """What a folded reply keeps: its text, not Rich's Markdown of it (markdown-it's tokens, some 12 KiB a
+    turn, kept by Textual with the widget's renderable until its next refresh), and no component-style
+    nodes (Textual keeps a styled node per component class and widget: the styles are the chat log's)."""
+    from rich.markdown import Markdown as RichMarkdown
+    from textual.dom import DOMNode
+
+    def alive(cls: type, exact: bool = False) -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if (type(o) is cls if exact else isinstance(o, cls)))
+
+    app, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 2)
+        nodes = alive(DOMNode, exact=True)
+        await turns(pilot, 4, start=2)
+        assert alive(DOMNode, exact=True) == nodes  # none per turn
+        assert alive(RichMarkdown) == 0  # drawn, then let go
+        assert all(v.folded for v in list(app.query_one(ChatLog).query_children(ReplyView))[:-1])

@@ -397,7 +397,7 @@ class ChatController:
         turn, self.turn = self.turn, None
         if turn is None:
             return
-        self.history.drop_unanswered()
+        self.history.drop_unanswered(give_back_number=turn.prefill is None)  # begun: recorded (failed) under it
         self._tell(lambda to: to.turn_failed(turn, message))
 
     def _abandon_turn(self, why: str) -> None:

@@ -2,8 +2,10 @@
 
 Only user and assistant messages are kept; the system prompt is the settings', added to each turn's
 request (:meth:`Conversation.request_messages`). Numbers count the turns begun in this chat from 1 (a
-refused turn gives its number back; a new chat starts again at 1; a resumed session goes on from its
-own numbers).
+turn refused before its prefill started gives its number back; one that failed after it keeps it, as the
+session records it; a new chat starts again at 1; a resumed session goes on from its own numbers). These
+numbers are the session's turn indices too (:class:`~chatphase.chat.recording.SessionRecording` records
+each turn under its number): one numbering, owned here.
 """
 
 from __future__ import annotations
@@ -56,11 +58,13 @@ class Conversation:
         del self.messages[users[-1] :]
         return removed
 
-    def drop_unanswered(self) -> None:
-        """Remove a trailing user message (its turn produced no reply) and give its number back."""
+    def drop_unanswered(self, give_back_number: bool) -> None:
+        """Remove a trailing user message (its turn produced no reply); ``give_back_number``: the turn was
+        refused before it began (nothing recorded it), so the next turn takes its number."""
         if self.messages and self.messages[-1].role == "user":
             self.messages.pop()
-        self.numbered -= 1
+        if give_back_number:
+            self.numbered -= 1
 
     def next_number(self) -> int:
         self.numbered += 1

@@ -43,6 +43,8 @@ class SessionRecording(ChatListener):
         self.on_error = on_error
         self.in_memory = in_memory
         self.writer: SessionWriter | None = None
+        #: the first write error's message, kept after the writer is closed (the chat says it at quit)
+        self.failed: str | None = None
         self._model_key: tuple[object, str] | None = None
         self._turn_id: int | None = None  # the turn being recorded
         self._live: list[int] = []  # writer indices of the turns in the conversation, oldest first
@@ -55,7 +57,7 @@ class SessionRecording(ChatListener):
             writer.replace_turns(self._live[turn.position :])
             del self._live[turn.position :]
         self._turn_id = turn.turn_id
-        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling), turn))
+        self._live.append(writer.begin_turn(turn.user, asdict(turn.request.sampling), turn, index=turn.number))
 
     @override
     def first_token(self, turn: Turn, event: FirstToken) -> None:
@@ -153,6 +155,7 @@ class SessionRecording(ChatListener):
         self._live = []
 
     def _failed(self, message: str) -> None:
+        self.failed = self.failed or message
         if self.on_error is not None:
             self.on_error(message)
 

@@ -10,10 +10,13 @@ Textual is imported only here, inside :func:`run`, so the other commands never l
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from chatphase.commands.options import add_model_options, add_sampling_options, add_setting_flags, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
+from chatphase.errors import ChatPhaseError
+from chatphase.settings.schema import Settings
 
 
 def register(sub) -> None:
@@ -40,7 +43,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the model, then run the TUI until the user quits; returns the exit code: 0, or 1 when the
-    TUI ended on an unhandled exception (Textual has printed it and set ``App.return_code``).
+    TUI ended on an unhandled exception (Textual has printed it and set ``App.return_code``) or the session
+    could not be saved in full (disk full: one line on stderr).
 
     Raises:
         UsageError: bad settings (exit 2). ModelError: a model that cannot be used (exit 2).
@@ -51,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config()  # its problems are shown in the TUI
     settings = settings_from_args(args, base=config.settings)
     resume = None
+    notices: list[str] = []
     if args.resume:  # an unknown session is one line and exit 1, before the TUI starts
         from chatphase.sessions.catalog import load_session
 
@@ -58,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         recorded = resume.model.get("path")
         if not args.model and recorded and Path(recorded).is_file():
             settings = settings.with_overrides(model=recorded)  # continue on the session's model
+        settings, note = resumed_n_ctx(settings, resume.settings, args.n_ctx)
+        notices += [note] if note else []
     warnings: list[str] = []
     info = model_info_for(settings, pull=args.pull, warn=warnings.append)
     # --server: a RemoteEngine on that server (chatphase.engine.factory), else EngineHost on the local GGUF.
@@ -77,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         info,
         engines,
         save_sessions=not args.no_save,
-        startup_notices=(*config.problems, *warnings, *getattr(args, "input_notices", ())),
+        startup_notices=(*config.problems, *warnings, *notices, *getattr(args, "input_notices", ())),
         resume=resume,
         exit_grace_s=EXIT_GRACE_S,
     )
@@ -86,4 +93,26 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if app.exit_timer is not None:  # the terminal is put back: no need to end the process early
             app.exit_timer.cancel()
-    return app.return_code or 0
+    if app.return_code:
+        return app.return_code
+    if app.recording.failed:  # the TUI said so when it happened; the terminal is back: say it once more
+        print(f"chatphase: the session was not saved in full ({app.recording.failed})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def resumed_n_ctx(settings: Settings, recorded: dict, flag: int | None) -> tuple[Settings, str | None]:
+    """The n_ctx a resumed chat runs at: the session's own (``recorded``: its settings dict), unless the
+    user gave ``--n-ctx`` (``flag``); returns the settings and the line that says which (``None`` when the
+    session recorded none)."""
+    was = recorded.get("n_ctx")
+    if not isinstance(was, int) or isinstance(was, bool):
+        return settings, None
+    if flag is not None:
+        if flag == was:
+            return settings, f"Resumed at n_ctx {was:,}, the session's."
+        return settings, f"Resumed at n_ctx {flag:,} from --n-ctx; the session ran at {was:,}."
+    try:
+        return settings.with_overrides(n_ctx=was).validate(), f"Resumed at n_ctx {was:,}, the session's."
+    except ChatPhaseError:  # out of today's range: keep the configured one, and say so
+        return settings, f"Resumed at n_ctx {settings.engine.n_ctx:,}; the session's {was:,} is not valid now."

@@ -31,7 +31,8 @@ def register(sub) -> None:
         help="predict TTFT and decode speed of a model on another machine (upper bounds from the roofline)",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("spec", nargs="?", metavar="MODEL", help="the model (as --model; default: the bundled one)")
+    # not dest "spec": settings_from_args reads every setting's key from args, and --spec's is "spec"
+    p.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model (as --model; default: the bundled one)")
     p.add_argument(
         "--device",
         default="all",
@@ -76,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
         result = load_result(args.from_file)
         synthetic = bool(result.model.get("synthetic"))
     else:
-        if args.spec:
-            args.model = args.spec
+        if args.model_arg:
+            args.model = args.model_arg
         result, synthetic = _measure_here(args)
     eff, model, measured = efficiency_from(result)
     here = Device("this-machine", f"this machine ({result.system.get('cpu', '?')})", eff.bandwidth_bytes_per_s,

@@ -22,6 +22,7 @@ header says (truncated), missing split parts, no or unsupported architecture, no
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import logging
@@ -165,6 +166,19 @@ def _reader_classes() -> tuple[type[gguf.GGUFReader], ...]:
         return (gguf.GGUFReader,)
 
 
+def _why_missing(p: Path) -> str:
+    """Why ``p``, which does not exist as a file, cannot be opened: not found, a symlink loop, or a symlink
+    to nothing."""
+    if not p.is_symlink():
+        return "model file not found"
+    try:
+        p.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "model file is a symlink loop"
+    return f"model file is a symlink to a missing file ({os.readlink(p)})"
+
+
 def read_metadata(path: str | os.PathLike[str]) -> tuple[dict[str, Any], gguf.GGUFReader]:
     """Read a GGUF file's key/value metadata with a :class:`gguf.GGUFReader`.
 
@@ -178,7 +192,7 @@ def read_metadata(path: str | os.PathLike[str]) -> tuple[dict[str, Any], gguf.GG
     """
     p = Path(path)
     if not p.exists():
-        raise ModelError(f"model file not found: {p}")
+        raise ModelError(f"{_why_missing(p)}: {p}")
     if p.is_dir():
         raise ModelError(f"model path is a directory, not a GGUF file: {p}")
     if not p.is_file():

@@ -78,11 +78,11 @@ def resolve_model(
     if not spec:
         return default_model_path()
     path = Path(spec).expanduser()
-    if path.exists():
+    if path.exists() or path.is_symlink():  # a broken symlink: read_model_info says why
         return path
     mdir = Path(models_dir) if models_dir else default_models_dir()
     for candidate in (mdir / spec, mdir / f"{spec}.gguf"):
-        if candidate.exists():
+        if candidate.exists() or candidate.is_symlink():
             return candidate
     from chatphase.models import hub
 
@@ -151,10 +151,13 @@ class ModelEntry:
 
 
 def _model_files(base: Path) -> list[Path]:
-    """GGUF files under ``base`` (recursive; hidden folders, projectors and non-first split parts left out)."""
+    """GGUF files under ``base`` (recursive; hidden folders, projectors and non-first split parts left out;
+    symlinks that lead to no file kept, so that they are listed as unusable)."""
     out = []
     for p in sorted(base.rglob("*.gguf")) if base.is_dir() else []:
-        if not any(part.startswith(".") for part in p.relative_to(base).parts) and _is_first(p) and p.is_file():
+        hidden = any(part.startswith(".") for part in p.relative_to(base).parts)
+        # a symlink that leads nowhere (dangling, or a loop) is listed too, as unusable, with its reason
+        if not hidden and _is_first(p) and (p.is_file() or (p.is_symlink() and not p.exists())):
             out.append(p)
     return out
 

@@ -28,6 +28,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.text import inert, json_inert
 from chatphase.errors import UsageError
 from chatphase.sessions.store import RecordedTurn, Session, utc_now
+from chatphase.units import fmt_count
 
 FORMATS = ("md", "json", "csv")
 JSON_FORMAT_NAME = "chatphase-session"
@@ -58,6 +59,10 @@ _STATUS_NOTE = {
     "partial": "_partial turn: interrupted before this reply finished; the text stops where it was cut._",
     "failed": "_failed turn: {error}_",
 }
+_DAMAGED_NOTE = (
+    "_damaged turn: {lines} of the session file after this turn's start could not be read; its end may be "
+    "among them, so the reply may stop early._"
+)
 
 
 def format_from_path(path: str | Path) -> str | None:
@@ -234,8 +239,8 @@ def _settings_line(settings: dict[str, Any], sampling: dict[str, Any] | None) ->
 
 
 def metrics_table(session: Session) -> str:
-    """The Markdown metrics table: a ``turn`` and ``status`` column (``replaced`` appended to the status
-    of a taken-back turn) then :data:`MD_METRICS`."""
+    """The Markdown metrics table: a ``turn`` and ``status`` column (``damaged`` and ``replaced`` appended to
+    the status of a damaged or taken-back turn) then :data:`MD_METRICS`."""
     head = ("turn", "status", *MD_METRICS)
     lines = [
         "| " + " | ".join(head) + " |",
@@ -243,7 +248,7 @@ def metrics_table(session: Session) -> str:
     ]
     for t in session.turns:
         m = t.metrics.to_dict() if t.metrics else {}
-        status = f"{t.status}, replaced" if t.replaced else t.status
+        status = t.status + (", damaged" if t.damaged_lines else "") + (", replaced" if t.replaced else "")
         cells = [str(t.index), status, *(_md_cell(m.get(k)) for k in MD_METRICS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -262,6 +267,8 @@ def to_markdown(session: Session) -> str:
         f"- Model: {model}" + (f" ({extra})" if extra else ""),
         f"- Created: {session.created}; last used: {session.last_used or session.created}",
     ]
+    if session.corrupt_lines:
+        out.append(f"- Damaged: {fmt_count(session.corrupt_lines, 'line')} of the session file could not be read")
     samplings = [_turn_sampling(session, t) for t in session.turns] or [(session.settings or {}).get("sampling") or {}]
     shared = samplings[0] if all(x == samplings[0] for x in samplings) else None
     if session.settings:
@@ -277,7 +284,9 @@ def to_markdown(session: Session) -> str:
         if t.thinking:  # a reasoning model's thinking, folded as the chat shows it
             out += ["<details><summary>Thinking</summary>", "", t.thinking, "", "</details>", ""]
         out += [t.reply or MD_NONE, ""]
-        if t.status in _STATUS_NOTE:
+        if t.damaged_lines:
+            out += [_DAMAGED_NOTE.format(lines=fmt_count(t.damaged_lines, "line")), ""]
+        elif t.status in _STATUS_NOTE:
             out += [_STATUS_NOTE[t.status].format(error=t.error or "unknown error"), ""]
         if t.replaced:
             out += [_REPLACED_NOTE, ""]

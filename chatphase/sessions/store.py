@@ -26,7 +26,9 @@ writer that reopens such a file first ends the torn line, so new records are nev
 - ``replace``: ``turns`` (indices), ``time`` — those turns were taken back (regenerated, or the
   message edited and sent again): kept in the file and exports, left out of the resumed conversation.
 
-A turn without ``turn_end`` loads with ``status="partial"`` and the text streamed so far.
+A turn without ``turn_end`` loads with ``status="partial"`` and the text streamed so far; when lines that
+cannot be read follow its start, they are counted in its ``damaged_lines`` too (its end may be among
+them: damaged, not interrupted).
 
 Writing is :class:`chatphase.sessions.writer.SessionWriter`; this module reads, lists, renames and
 deletes, and holds the record-level I/O both use.
@@ -105,7 +107,9 @@ class RecordedTurn:
     until then: ``None`` when the process died with it, the figures so far when only its engine did).
     ``replaced``: the user took the turn back (regenerate, edit); it is not part of the conversation.
     ``sampling``: the ``SamplingParams`` dict the turn was generated with. ``thinking_budget_reached``:
-    the engine closed the thinking block at the thinking budget."""
+    the engine closed the thinking block at the thinking budget. ``damaged_lines``: lines of the file after
+    the turn's start that could not be read, with no readable ``turn_end`` after them — a turn that is
+    *partial* because its end record may be among them, not because it was interrupted."""
 
     index: int
     user: str
@@ -120,6 +124,7 @@ class RecordedTurn:
     thinking: str = ""
     sampling: dict[str, Any] = field(default_factory=dict)
     thinking_budget_reached: bool = False
+    damaged_lines: int = 0
 
     @property
     def in_conversation(self) -> bool:
@@ -190,10 +195,16 @@ class Session:
 # ---------------------------------------------------------------- reading
 
 
-def parse_records(lines: Iterable[str]) -> tuple[list[dict[str, Any]], int]:
+#: the type of the stand-in record :func:`parse_records` keeps for a line it cannot read (``keep_damaged``).
+DAMAGED = " damaged line"
+
+
+def parse_records(lines: Iterable[str], *, keep_damaged: bool = False) -> tuple[list[dict[str, Any]], int]:
     """Decode JSON-lines text into record dicts; returns ``(records, corrupt_line_count)``.
 
-    Lines that are not a JSON object with a ``type`` (a torn last line, garbage) are skipped and counted.
+    Lines that are not a JSON object with a ``type`` (a torn last line, garbage) are counted, and skipped,
+    or with ``keep_damaged`` kept in place as ``{"type": DAMAGED}`` (so that :func:`session_from_records`
+    knows which turn they interrupt).
     """
     records, bad = [], 0
     for line in lines:
@@ -202,38 +213,46 @@ def parse_records(lines: Iterable[str]) -> tuple[list[dict[str, Any]], int]:
         try:
             rec = json.loads(line)
         except ValueError:
-            bad += 1
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("type"), str):
+            rec = None
+        if isinstance(rec, dict) and isinstance(rec.get("type"), str) and rec["type"] != DAMAGED:
             records.append(rec)
         else:
             bad += 1
+            if keep_damaged:
+                records.append({"type": DAMAGED})
     return records, bad
 
 
 def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 0, path: str = "") -> Session:
-    """Replay records into a :class:`Session`.
+    """Replay records into a :class:`Session`. A ``DAMAGED`` stand-in (:func:`parse_records`) or a record
+    that cannot be replayed counts in ``corrupt_lines``, and in the open turn's ``damaged_lines``.
 
     Raises:
         SessionError: when the first readable record is not a ``session`` header.
     """
-    if not records or records[0].get("type") != "session":
+    lead = 0
+    while lead < len(records) and records[lead].get("type") == DAMAGED:
+        lead += 1
+    if lead == len(records) or records[lead].get("type") != "session":
         raise SessionError(f"not a chatphase session file (no header): {path or '<records>'}")
-    h = records[0]
+    h = records[lead]
     s = Session(
         id=str(h.get("id", "")),
         title=str(h.get("title", "")),
         created=str(h.get("created", "")),
         model=h.get("model") or {},
         settings=h.get("settings") or {},
-        corrupt_lines=corrupt_lines,
+        corrupt_lines=corrupt_lines + lead,
         path=path,
     )
     model_name = s.model_name
     by_index: dict[int, RecordedTurn] = {}
-    for rec in records[1:]:
+    open_turn: RecordedTurn | None = None  # started, its turn_end not read (yet)
+    for rec in records[lead + 1 :]:
         kind = rec["type"]
         try:
+            if kind == DAMAGED:
+                raise ValueError("a line that could not be read")
             if kind == "turn_start":
                 t = RecordedTurn(
                     index=int(rec["turn"]),
@@ -246,6 +265,7 @@ def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 
                 )
                 by_index[t.index] = t
                 s.turns.append(t)
+                open_turn = t
             elif kind == "text" and int(rec["turn"]) in by_index:
                 by_index[int(rec["turn"])].reply += str(rec.get("text", ""))
             elif kind == "thinking" and int(rec["turn"]) in by_index:
@@ -260,6 +280,8 @@ def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 
                 t.thinking_budget_reached = bool(rec.get("thinking_budget_reached", False))
                 done = t.metrics is not None and not rec.get("interrupted")
                 t.status = "failed" if t.error else "complete" if done else "partial"
+                t.damaged_lines = 0  # its end holds the whole reply: what was lost before it is not
+                open_turn = None if open_turn is t else open_turn
             elif kind == "replace":
                 for i in rec["turns"]:
                     if int(i) in by_index:
@@ -272,6 +294,8 @@ def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 
                 model_name = s.model_name
         except (KeyError, TypeError, ValueError):
             s.corrupt_lines += 1
+            if open_turn is not None:
+                open_turn.damaged_lines += 1
     return s
 
 
@@ -339,11 +363,11 @@ def load_session_file(path: Path) -> Session:
     """
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            records, bad = parse_records(fh)
+            records, _ = parse_records(fh, keep_damaged=True)  # counted where they are, by session_from_records
         mtime = path.stat().st_mtime
     except OSError as exc:
         raise SessionError(f"cannot read session {path}: {exc.strerror or exc}") from None
-    s = session_from_records(records, corrupt_lines=bad, path=str(path))
+    s = session_from_records(records, path=str(path))
     s.last_used = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
     return s
 

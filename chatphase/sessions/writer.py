@@ -183,22 +183,37 @@ class SessionWriter:
                     self._header = None
             write_record(self._fh, record, sync=sync)
         except OSError as exc:
-            message = f"cannot save the session to {self.path}: {exc.strerror or exc}"
-            if self.on_error is None:
-                raise SessionError(message) from None
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        """Stop writing after ``exc``: :attr:`on_error` is told once, or :class:`SessionError` raised."""
+        message = f"cannot save the session to {self.path}: {exc.strerror or exc}"
+        if self.on_error is None:
+            raise SessionError(message) from None
+        if self.failed is None:
             self.failed = message
             self.on_error(message)
 
-    def begin_turn(self, user: str, sampling: dict[str, Any] | None = None, text: TurnText | None = None) -> int:
+    def begin_turn(
+        self, user: str, sampling: dict[str, Any] | None = None, text: TurnText | None = None, index: int | None = None
+    ) -> int:
         """Record the user's message (and the ``sampling`` dict the turn is generated with) before
-        generation starts; returns the turn's 1-based index. ``text``: where the turn's reply and thinking
-        accumulate (read by :meth:`stream` and :meth:`finish_turn`; ``None``: no text streams). A turn
-        still open is first ended as partial (interrupted)."""
+        generation starts; returns the turn's 1-based index: ``index`` (the chat's number for it), by
+        default the one after the last. ``text``: where the turn's reply and thinking accumulate (read by
+        :meth:`stream` and :meth:`finish_turn`; ``None``: no text streams). A turn still open is first
+        ended as partial (interrupted).
+
+        Raises:
+            ValueError: ``index`` is not after every turn recorded so far (two turns would share it).
+        """
+        if index is not None and index < self._next_turn:
+            raise ValueError(f"turn {index} is not after the last recorded turn ({self._next_turn - 1})")
         if self._turn is not None:
             self.finish_turn(self._text.reply if self._text else "", None)  # interrupted: ends as partial
         if self._header is not None and not self._header["title"]:
             self._header["title"] = title_from(user) or "untitled"
-        self._turn, self._next_turn = self._next_turn, self._next_turn + 1
+        self._turn = self._next_turn if index is None else index
+        self._next_turn = self._turn + 1
         self._text, self._written = text, (0, 0)
         start = {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}
         if sampling is not None:
@@ -283,7 +298,12 @@ class SessionWriter:
 
     def close(self) -> None:
         """Write the open turn's text not yet written and close the file (the turn stays partial); idempotent.
-        In memory, the open turn's text goes into :attr:`records` now (the turn is no longer read)."""
+        In memory, the open turn's text goes into :attr:`records` now (the turn is no longer read).
+
+        Raises:
+            SessionError: what was buffered cannot be written (disk full), unless :attr:`on_error` is set
+                (then it is told, as for any write error); the file is closed either way.
+        """
         if self.records is not None:
             self.records += self._open_text()
             self._text = None
@@ -291,8 +311,11 @@ class SessionWriter:
             try:
                 self._flush_text()
             finally:
-                self._fh.close()
-                self._fh = None
+                fh, self._fh = self._fh, None
+                try:
+                    fh.close()  # flushes what a failed write left buffered: ENOSPC again
+                except OSError as exc:
+                    self._fail(exc)
 
     def __enter__(self) -> SessionWriter:
         return self

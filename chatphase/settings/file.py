@@ -58,11 +58,26 @@ _FALSE = ("0", "false", "no", "off")
 
 
 class ConfigProblem(ValueError):
-    """One problem in the config file: ``key`` and ``line`` (1-based) when known."""
+    """One problem in the config file: ``key``, ``line`` and ``column`` (1-based) when known."""
 
-    def __init__(self, message: str, key: str | None = None, line: int | None = None):
+    def __init__(self, message: str, key: str | None = None, line: int | None = None, column: int | None = None):
         super().__init__(message)
-        self.key, self.line = key, line
+        self.key, self.line, self.column = key, line, column
+
+
+def toml_error_place(exc: ValueError, text: str) -> tuple[str, int, int]:
+    """``(reason, line, column)`` of a TOML syntax error (1-based). Python 3.14's ``TOMLDecodeError`` has
+    ``msg``, ``lineno`` and ``colno``; before it, and in tomli (3.10), they are in the message:
+    ``"Invalid value (at line 2, column 5)"``, or ``"(at end of document)"``, which is placed here after the
+    last character."""
+    message = str(exc)
+    reason = getattr(exc, "msg", None) or re.sub(r" \(at (line \d+, column \d+|end of document)\)$", "", message)
+    line, column = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+    if isinstance(line, int) and isinstance(column, int):
+        return reason, line, column
+    if m := re.search(r"\(at line (\d+), column (\d+)\)$", message):
+        return reason, int(m.group(1)), int(m.group(2))
+    return reason, text.count("\n") + 1, len(text) - text.rfind("\n")  # at the end (rfind: -1 on one line)
 
 
 @dataclass
@@ -180,14 +195,12 @@ def parse_config_text(text: str) -> dict:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        line = int(m.group(1)) if m else None
+        reason, at_line, column = toml_error_place(exc, text)
         key = None
-        if line and line <= len(text.splitlines()):
-            km = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*=", text.splitlines()[line - 1])
+        if at_line <= len(text.splitlines()):
+            km = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*=", text.splitlines()[at_line - 1])
             key = km.group(1) if km else None
-        reason = re.sub(r" \(at line.*", "", str(exc))
-        raise ConfigProblem(f"invalid TOML: {reason}", key, line) from None
+        raise ConfigProblem(f"invalid TOML: {reason}", key, at_line, column) from None
     out: dict = {}
     if KEYS_TABLE in doc:
         out[KEYS_TABLE] = _keys_table(doc[KEYS_TABLE], text)
@@ -282,6 +295,7 @@ def load_config(path: Path | None = None, environ: typing.Mapping[str, str] | No
             report.problems.append(f"config file {path}: not UTF-8 text; using built-in defaults")
         except ConfigProblem as exc:
             where = f", line {exc.line}" if exc.line else ""
+            where += f", column {exc.column}" if exc.column else ""
             key = f", key {exc.key!r}" if exc.key else ""
             report.problems.append(f"config file {path}{where}{key}: {exc}; using built-in defaults")
     env_values = env_overrides(environ)

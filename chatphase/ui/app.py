@@ -319,6 +319,7 @@ class ChatPhaseApp(App[None]):
 
     def on_unmount(self) -> None:
         self.chat.close()
+        self.recording.on_error = None  # no screen left to notify: a failure at close stays in .failed
         self.recording.close()
         getattr(self, "_restore_signals", lambda: None)()
         if self.exit_grace_s is not None and not self.is_headless:

@@ -239,7 +239,7 @@ class ChatView(ChatListener):
             self._await(lambda: reply.finish(event.reply, event.metrics))
         self.indicator.finished(event.metrics)
         self.panel.turn_finished(turn.number, event.metrics)
-        self.dashboard.turn_finished(turn.number, event.metrics)
+        self.dashboard.turn_finished(turn.number, event.metrics, turn.position + 1)
         if event.metrics.n_threads_decode is not None:  # the thread policy's choice: likely the next turn's too
             self._engine_threads(event.metrics.n_threads_decode)
 
@@ -257,7 +257,7 @@ class ChatView(ChatListener):
         self._turn_over()
         self.thinking.abandoned(turn)
         if (metrics := turn.metrics_so_far()) is not None:  # the figures it had, as the session keeps them
-            self.dashboard.turn_finished(turn.number, metrics)
+            self.dashboard.turn_finished(turn.number, metrics, turn.position + 1)
         reply = self.chat_log.active_reply
         if reply is not None:
 
@@ -299,7 +299,7 @@ class ChatView(ChatListener):
     def history_restored(self, session: Session) -> None:
         log = self.chat_log
         shown = [t for t in session.turns if t.in_conversation]  # the others were taken back or failed
-        for t in shown:
+        for held, t in enumerate(shown, 1):
             log.add_user(t.user)
             view = log.add_reply(t.reply)
             meta = metrics_line(t.metrics) if t.metrics else f"{t.status} turn (no metrics)"
@@ -309,7 +309,7 @@ class ChatView(ChatListener):
                 block = ThinkingBlock(t.thinking, title=title, open=self.chat.settings.thinking_open)
                 self.app.call_after_refresh(view.add_above, block)
             if t.metrics is not None:
-                self.dashboard.turn_finished(t.index, t.metrics)
+                self.dashboard.turn_finished(t.index, t.metrics, held)
         log.add_notice(
             f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}). "
             "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."

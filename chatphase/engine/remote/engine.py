@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import PurePosixPath
 from typing import Any
 
 import httpx
@@ -308,20 +309,36 @@ def remote_model_info(
 ) -> ModelInfo:
     """A :class:`ModelInfo` for a served model from what the server exposes (llama-server's
     ``/v1/models`` ``meta``: ``n_params, size, n_ctx_train``; ``/props`` ``model_path``); everything else
-    is ``None`` or ``"unknown"``. With no ``meta`` it is the placeholder a UI shows before ``load()``."""
+    is ``None`` or ``"unknown"``. With no ``meta`` it is the placeholder a UI shows before ``load()``.
+
+    The name is the served id, or its file name when the id is a file's path (llama-server serves a model
+    by its path unless given ``--alias``); the quantisation is read from that file name (``…Q4_K_M.gguf``),
+    as neither endpoint reports it, and stays ``"unknown"`` when the name has none."""
+    from chatphase.models.hub import quant_of
+
     meta = meta or {}
+    quant = next((q for f in (model_path, remote_model) if f and (q := quant_of(_base_name(f)))), None)
     return ModelInfo(
         path=model_path or f"{server} ({remote_model or 'default model'})",
-        name=remote_model or f"model at {server}",
+        name=_base_name(remote_model) if remote_model else f"model at {server}",
         architecture="unknown",
         n_params=meta.get("n_params"),
         size_bytes=meta.get("size"),
         n_layer=None,
-        quantization="unknown",
+        quantization=quant or "unknown",
         n_ctx_train=meta.get("n_ctx_train"),
         kv_bytes_per_token=None,
         has_chat_template=True,
     )
+
+
+def _base_name(served: str) -> str:
+    """A served id as a name: the last part of a path (``/srv/models/x.Q4_K_M.gguf`` -> ``x.Q4_K_M.gguf``,
+    ``C:\\models\\x.gguf`` -> ``x.gguf``), else the id as it is (``Qwen/Qwen3-0.6B``, ``smol``)."""
+    path = served.replace("\\", "/")
+    if path.startswith(("/", "~", "./", "../")) or path.lower().endswith(".gguf") or "\\" in served:
+        return PurePosixPath(path).name or served
+    return served
 
 
 class _RemoteError(Exception):

@@ -49,8 +49,10 @@ class Dashboard(Widget):
         self.turns: dict[int, TurnMetrics] = {}
         self.selected_turn: int | None = None
         self.kv_usage = kv_usage
-        #: KV tokens after each turn of the current engine (a new engine starts with an empty cache).
+        #: KV tokens after each turn of the current engine (a new engine starts with an empty cache), the
+        #: latest last; and how many of the conversation's turns the cache held after the latest.
         self._kv_tokens: dict[int, int] = {}
+        self._turns_held: int | None = None
 
     def compose(self) -> ComposeResult:
         yield LiveRate(id="dash-live")
@@ -74,17 +76,22 @@ class Dashboard(Widget):
         """A model was loaded (or switched): show its figures and size the KV gauge to its n_ctx."""
         self.model = model
         self._kv_tokens.clear()
+        self._turns_held = None
         self.query_one(SystemFigures).set_model(model)
         self._update_kv()
         if self.selected_turn is not None:
             self.show_turn(self.selected_turn)
 
-    def turn_finished(self, number: int, metrics: TurnMetrics) -> None:
+    def turn_finished(self, number: int, metrics: TurnMetrics, turns_held: int | None = None) -> None:
         """Record a finished turn: history row (updated in place if the number is shown), plots, KV forecast,
-        and show it in the detail view."""
+        and show it in the detail view. ``turns_held``: the conversation's turns the KV cache holds after it
+        (this one included; default: the turns of this engine), so that a resumed chat's cold prefill of its
+        earlier turns is not taken for one turn's growth (:func:`~chatphase.forecast.forecast_kv`)."""
         self.turns[number] = metrics
         if metrics.kv_cache_tokens is not None:
+            self._kv_tokens.pop(number, None)  # the latest last
             self._kv_tokens[number] = metrics.kv_cache_tokens
+            self._turns_held = turns_held
         self.query_one(TurnHistoryTable).upsert_turn(number, metrics)
         self.query_one(TtftPlot).add_turn(metrics)
         self.query_one(DecodeDepthPlot).add_turn(metrics)
@@ -101,6 +108,7 @@ class Dashboard(Widget):
         """New chat: forget the turns (the model stays)."""
         self.turns.clear()
         self._kv_tokens.clear()
+        self._turns_held = None
         self.selected_turn = None
         self.query_one(TurnHistoryTable).reset()
         self.query_one(TurnDetail).clear()
@@ -134,5 +142,8 @@ class Dashboard(Widget):
             return
         series = list(self._kv_tokens.values())
         self.query_one(KvGauge).update_forecast(
-            forecast_kv(series, n_ctx), self.model.kv_bytes_per_token, self.model.kv_capacity_bytes, usage=self.kv_usage
+            forecast_kv(series, n_ctx, self._turns_held),
+            self.model.kv_bytes_per_token,
+            self.model.kv_capacity_bytes,
+            usage=self.kv_usage,
         )

@@ -3,8 +3,9 @@
 Rows come from :func:`chatphase.models.resolve.list_models` (bundled default, models directory, Hugging Face
 cache), read in a thread worker so the screen opens at once. Each row shows architecture, parameters,
 quantisation, file size, training context, KV bytes per token and the memory estimate at the app's
-n_ctx (:mod:`chatphase.models.memory`). Files that fail validation are listed with their reason and
-cannot be chosen (a notice says why); a model that would be refused for memory cannot be chosen either.
+n_ctx, n_ubatch and KV cache types (:mod:`chatphase.models.memory`). Files that fail validation are
+listed with their reason and cannot be chosen (a notice says why); a model that would be refused for
+memory cannot be chosen either.
 Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read. A long model spec is
 shortened with "…" so that every other column (Source last) fits the box; the line under the table
 gives the highlighted model's whole name and path.
@@ -43,8 +44,9 @@ def shorten(text: str, width: int) -> str:
 
 class ModelPickerScreen(ModalScreen[ModelInfo | None]):
     """Pick a model. ``lister`` returns the entries (default :func:`list_models` over ``models_dir``);
-    ``current_path`` marks the loaded model; ``n_ctx`` sizes the memory column.
-    Dismisses with the chosen :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` on Esc."""
+    ``current_path`` marks the loaded model; ``n_ctx``, ``n_ubatch`` (the physical batch llama.cpp runs)
+    and the KV cache types ``type_k``/``type_v`` size the memory column, as the user's settings would load
+    each model. Dismisses with the chosen :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` on Esc."""
 
     CSS_PATH = "model_picker.tcss"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]
@@ -55,9 +57,13 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         current_path: str | None = None,
         models_dir: str | None = None,
         lister: Callable[[], list[ModelEntry]] | None = None,
+        n_ubatch: int = 256,
+        type_k: str = "f16",
+        type_v: str = "f16",
     ) -> None:
         super().__init__()
         self.n_ctx = n_ctx
+        self.memory_settings = (n_ctx, n_ubatch, type_k, type_v)  # estimate()'s arguments after the model
         self.current_path = current_path
         self.lister = lister or (lambda: list_models(models_dir))
         self.entries: list[ModelEntry] = []
@@ -94,7 +100,9 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
             if e.info is not None and self.current_path and e.path == self.current_path:
                 cursor = i
         usable = sum(e.info is not None for e in self.entries)
-        status = error or f"{fmt_count(usable, 'usable model')} · memory at n_ctx {self.n_ctx}"
+        n_ctx, n_ubatch, type_k, type_v = self.memory_settings
+        kv = type_k if type_k == type_v else f"{type_k}/{type_v}"
+        status = error or f"{fmt_count(usable, 'usable model')} · memory at n_ctx {n_ctx}, n_ubatch {n_ubatch}, KV {kv}"
         self.query_one("#picker-status", Label).update(Text(inert(status)))
         self._draw(cursor)
         self.query_one(DataTable).focus()
@@ -140,10 +148,11 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
                 inert(e.source),
             )
         i: ModelInfo = e.info
-        verdict = assess(estimate(i, self.n_ctx))
+        need = estimate(i, *self.memory_settings)
+        verdict = assess(need)
         self.verdicts[e.path] = verdict
         style = {"ok": "", "warn": "yellow", "refuse": "red"}[verdict.level]
-        memory = Text(fmt_bytes(estimate(i, self.n_ctx).total_bytes), style=style)
+        memory = Text(fmt_bytes(need.total_bytes), style=style)
         return (mark, label, *map(inert, e.figures()), memory, inert(e.source))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -202,10 +211,15 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
         chat.settings = naming_model(chat.settings, info)  # F9 shows the model that is loaded
         switch(info)
 
-    settings = chat.settings
+    settings, engine = chat.settings, chat.settings.engine
     app.push_screen(
         ModelPickerScreen(
-            n_ctx=settings.engine.n_ctx, current_path=chat.model_info.path, models_dir=settings.models_dir
+            n_ctx=engine.n_ctx,
+            current_path=chat.model_info.path,
+            models_dir=settings.models_dir,
+            n_ubatch=engine.n_ubatch_used,
+            type_k=engine.type_k,
+            type_v=engine.type_v,
         ),
         chosen,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import ClassVar
 
 from textual.await_remove import AwaitRemove
 from textual.containers import VerticalScroll
@@ -24,6 +25,18 @@ from chatphase.ui.transcript.user_message import UserMessage
 
 class ChatLog(VerticalScroll):
     """The scrolling conversation (see the module docstring)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta", "reply--drafted"}
+    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
+    tint of accepted draft tokens in a reply's tail (speculative decoding, while :attr:`ReplyView.tint`).
+    Here, not on each reply: Textual keeps a node with its own styles per component class and widget,
+    which a long chat would pay for at every turn."""
+
+    DEFAULT_CSS = """
+    ChatLog > .reply--meta { color: $text-muted; text-style: italic; }
+    /* the text of accepted draft tokens in a reply's tail (speculative decoding; the tint key toggles) */
+    ChatLog > .reply--drafted { color: $success; text-style: underline; }
+    """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -23,6 +23,7 @@ from typing import ClassVar
 from pygments.lexers import get_all_lexers
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.markdown import CodeBlock, Markdown
+from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -72,11 +73,27 @@ class _Markdown(Markdown):
         self.parsed = markdown_parser().parse(self.markup)
 
 
-def finished_reply(text: str, meta: str, code_theme: str, meta_style: Style) -> Group:
+class FinishedReply:
     """A finished reply as one renderable: its whole Markdown, drawn once (the segments it streamed in
     read as this one rendering), over its one-line metrics footer ``meta`` (drawn even when empty, as a
-    ``Static`` of no text is one line high)."""
-    return Group(_Markdown(text, code_theme=code_theme), Text(meta, style=meta_style))
+    ``Static`` of no text is one line high).
+
+    The Markdown is parsed each time it is drawn or measured, and not kept: Textual keeps a widget's
+    renderable until its next refresh, and a folded reply is rarely refreshed, so a kept Rich ``Markdown``
+    (its markdown-it tokens) would cost a long chat some 12 KiB a turn for nothing (a reply is drawn again
+    only when it is scrolled back into view or the terminal is resized)."""
+
+    def __init__(self, text: str, meta: str, code_theme: str, meta_style: Style) -> None:
+        self.text, self.meta, self.code_theme, self.meta_style = text, meta, code_theme, meta_style
+
+    def _group(self) -> Group:
+        return Group(_Markdown(self.text, code_theme=self.code_theme), Text(self.meta, style=self.meta_style))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._group()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self._group())
 
 
 class ContinuedMarkdown:

@@ -34,9 +34,8 @@ The tail tints the text of accepted draft tokens (speculative decoding;
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar
 
-from rich.console import Group
+from rich.style import Style
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
@@ -46,7 +45,7 @@ from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.folded_reply import FoldedReply
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
-from chatphase.ui.transcript.reply_markdown import CODE_THEMES, MarkdownSegment, finished_reply
+from chatphase.ui.transcript.reply_markdown import CODE_THEMES, FinishedReply, MarkdownSegment
 from chatphase.ui.transcript.reply_tail import tinted_tail, wrapped_lines
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
@@ -69,10 +68,6 @@ class ReplyView(Widget):
     styles, message queue and task, its place in the compositor's map, its rendered lines), so a chat's
     old turns cost two widgets each (the user's message and this one) instead of five.
     """
-
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"reply--meta", "reply--drafted"}
-    """``reply--meta``: the metrics footer of a folded reply (as ``.reply-meta``); ``reply--drafted``: the
-    tint of accepted draft tokens in the tail (speculative decoding, while :attr:`tint`)."""
 
     DEFAULT_CSS = """
     ReplyView {
@@ -102,9 +97,6 @@ class ReplyView(Widget):
     }
     /* a folded reply (fold) draws its Markdown and footer itself, as the widgets above did */
     ReplyView.-folded { height: auto; padding: 0 1; }
-    ReplyView > .reply--meta { color: $text-muted; text-style: italic; }
-    /* the text of accepted draft tokens in the tail (speculative decoding; Ctrl+F3 toggles) */
-    ReplyView > .reply--drafted { color: $success; text-style: underline; }
     """
 
     def __init__(
@@ -162,13 +154,22 @@ class ReplyView(Widget):
 
     def render(self):
         if self.folded and not self.children:
-            return self.drawing(self)
+            return self.drawing()
         return super().render()
 
-    def drawing(self, widget: Widget) -> Group:
-        """The folded reply as ``widget`` draws it (this view, or the :class:`FoldedReply` under a thinking block)."""
+    def drawing(self) -> FinishedReply:
+        """The folded reply as it is drawn (by this view, or by the :class:`FoldedReply` under a thinking block)."""
         theme = CODE_THEMES[self.app.current_theme.dark]
-        return finished_reply(self.text, self.meta, theme, widget.get_component_rich_style("reply--meta"))
+        return FinishedReply(self.text, self.meta, theme, self._log_style("reply--meta"))
+
+    def _log_style(self, component: str) -> Style:
+        """A component style of the chat log this reply is in (``ChatLog.COMPONENT_CLASSES``; there, not on
+        each reply: Textual keeps a styles node per component class and widget, which a long chat would pay
+        for at every turn)."""
+        log = self.parent
+        if isinstance(log, Widget) and component in log.COMPONENT_CLASSES:
+            return log.get_component_rich_style(component)
+        return Style.null()
 
     def fold(self) -> None:
         """Draw a finished reply as one widget (see the class docstring): it reads the same, and is
@@ -293,7 +294,7 @@ class ReplyView(Widget):
             tail.display = False
             return
         width, lines = self._tail_width(), self._tail_height()
-        style = self.get_component_rich_style("reply--drafted") if self.tint and self.drafted else None
+        style = self._log_style("reply--drafted") if self.tint and self.drafted else None
         tail.update(tinted_tail(self.text, self._committed, self.drafted, width, lines, style), layout=False)
         if not tail.display:
             tail.display = True
