@@ -1,6 +1,6 @@
 """Startup: from the command to a chat prompt that takes input, in a real terminal (tmux).
 
-Run: ``python benchmarks/startup.py [--runs 7] [--size 120x40] [-- COMMAND ...]``
+Run: ``python -m benchmarks.startup [--runs 7] [--size 120x40] [-- COMMAND ...]``
 (default command: this Python's ``-m chatphase``, with the config, data and log directories pointed at
 a temporary folder so no session is saved and no config file applies).
 
