@@ -49,7 +49,6 @@ from benchmarks.harness import (
     machine_line,
     pp_tg,
     ratio,
-    repack,
     rotation,
     tool,
 )
@@ -150,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     completion_exe = tool("llama-completion", args.llama_completion)
 
     info = read_model_info(resolve_model(args.model))
-    on = repack()
     with VocabFile(info.path, default_log_path()) as vocab:
         builder = PromptBuilder(EngineTokenizer(vocab))
         short, deep, prompt = (list(builder.tokens(n)) for n in (16, args.depth, n_pp))
@@ -162,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     tight = host(info, args.depth + gen, args.threads)
     head = (
         f"model {info.name} ({info.quantization}); {args.threads} threads; {args.reps} interleaved reps; "
-        f"extra buffer types {'on' if on else 'off (AMX probe failed)'}; {machine_line()}"
+        f"{machine_line()}"
     )
     print(head, flush=True)
     arms: dict[str, list[float]] = {}

@@ -63,7 +63,7 @@ def tool(name: str, path: str | None = None) -> str:
         if folder is None:
             raise ToolMissing(
                 f"benchmarks: {name} not found: build it with scripts/llama_tools_build.sh, set {TOOLS_ENV} to its "
-                f"folder, or pass --{name.removeprefix('llama-')} PATH"
+                f"folder, or pass its path (--{name} PATH)"
             )
         path = str(folder / name)
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):

@@ -202,3 +202,13 @@ def test_terminal_share_smallest():
     done = run("terminal_share", "--reps", "1", "--tokens", "8", "--size", "120x40")
     ok(done, 0, 1)  # 1: the target was not met (figures mean nothing here)
     assert "median of the per-rep ratios" in done.stdout
+
+
+def test_a_missing_tool_is_one_line(tmp_path):
+    env = dict(os.environ, CHATPHASE_LLAMA_TOOLS=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.parallel_decode"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"benchmarks: llama-batched-bench: not an executable file: {tmp_path}/llama-batched-bench"
+    )
