@@ -1,6 +1,6 @@
 """Engine speed, side by side: llama-cpp-python as documented, tuned, chatphase's engine, llama-bench.
 
-Run: ``python benchmarks/engine_speed.py [--model SPEC] [--reps 5] [--threads N] [--llama-bench PATH]``
+Run: ``python -m benchmarks.engine_speed [--model SPEC] [--reps 5] [--threads N] [--llama-bench [PATH]]``
 
 Variants, all on the same model and the same prompt tokens, run interleaved (rep 1 of every variant,
 then rep 2, ..., the order rotating each rep so that no variant always runs first on a warm machine):
@@ -9,8 +9,10 @@ then rep 2, ..., the order rotating each rep so that no variant always runs firs
     the cores, flash attention off), streaming ``create_completion``;
 (b) ``llama-cpp-python tuned`` — the same calls with threads = physical cores and flash attention on;
 (c) ``chatphase EngineHost`` — chatphase's engine in its child process with chatphase's default settings,
-    driven by ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``;
-(d) ``llama-bench`` (with ``--llama-bench PATH``) — llama.cpp's own tool, ``-p PP -n TG -r 1`` per rep.
+    driven by ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``
+    (:class:`benchmarks.harness.EngineTurns`);
+(d) ``llama-bench`` (with ``--llama-bench [PATH]``; without PATH, ``scripts/llama_tools_build.sh``'s build) —
+    llama.cpp's own tool, ``-p PP -n TG -r 1`` per rep, repacking weights where chatphase does.
 
 Method (llama-bench's test names): ``pp512`` = prompt tokens / time to the first token of a cold
 prompt of 512 tokens (cache cleared before each rep: ``Llama.reset()`` / ``reset_cache=True``);
@@ -27,25 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.harness import EngineTurns, greedy, llama_bench, load_note, machine_line, pp_tg, rotation, tool
 from chatphase.bench.prompts import PromptBuilder
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import (
-    EngineFailed,
-    SamplingParams,
-    TurnFinished,
-    TurnRequest,
-)
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
 from chatphase.system.cpu_features import physical_cores
@@ -98,72 +89,19 @@ class ChatphaseHost:
     extra buffer types) and the benchmark's thread count (chatphase's default is the same: physical cores)."""
 
     def __init__(self, info, n_ctx: int, threads: int) -> None:
-        from chatphase.engine.process.host import EngineHost
-
-        self.host = EngineHost(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
-        for ev in self.host.load():
-            if isinstance(ev, EngineFailed):
-                raise SystemExit(f"chatphase engine failed to load: {ev.message}")
-            self.loaded = ev.model
-        self._turn = 0
-
-    def _metrics(self, prompt: list[int], max_tokens: int):
-        self._turn += 1
-        req = TurnRequest(
-            self._turn,
-            prompt_token_ids=tuple(prompt),
-            reset_cache=True,
-            ignore_eos=True,
-            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
-        )
-        metrics = None
-        for ev in self.host.run_turn(req):  # drain the whole turn: the host's end-of-turn marker follows
-            if isinstance(ev, EngineFailed):
-                raise SystemExit(f"chatphase engine failed: {ev.message}")
-            if isinstance(ev, TurnFinished):
-                metrics = ev.metrics
-        if metrics is None:
-            raise SystemExit("chatphase engine ended a turn without metrics")
-        return metrics
+        self.turns = EngineTurns(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
+        self.loaded = self.turns.loaded
 
     def pp(self, prompt: list[int]) -> float:
-        m = self._metrics(prompt, 1)
+        m = self.turns.turn(prompt, greedy(1))
         return len(prompt) / (m.ttft_ms / 1000)
 
     def tg(self, prompt: list[int], n_gen: int) -> float:
-        m = self._metrics(prompt, n_gen)
+        m = self.turns.turn(prompt, greedy(n_gen))
         return (m.decode_tokens - 1) / (m.decode_ms / 1000)
 
     def close(self) -> None:
-        self.host.close()
-
-
-def llama_bench(
-    path: str, exe: str, threads: int, n_pp: int, n_tg: int, timeout_s: float | None = None
-) -> tuple[float, float]:
-    """(d): one ``llama-bench -r 1`` run; returns (pp tokens/s, tg tokens/s).
-
-    Raises:
-        subprocess.TimeoutExpired: when it runs longer than ``timeout_s`` (the process is killed).
-    """
-    cmd = [exe, "-m", path, "-t", str(threads), "-p", str(n_pp), "-n", str(n_tg), "-r", "1", "-o", "json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout_s).stdout
-    pp = tg = float("nan")
-    for row in json.loads(out):
-        if row.get("n_prompt") == n_pp and not row.get("n_gen"):
-            pp = float(row["avg_ts"])
-        elif row.get("n_gen") == n_tg and not row.get("n_prompt"):
-            tg = float(row["avg_ts"])
-    return pp, tg
-
-
-def load_note() -> str:
-    """The 1/5/15-minute load averages against the core count: other processes skew every figure."""
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} logical CPUs"
+        self.turns.close()
 
 
 def mean_sd(xs: list[float]) -> str:
@@ -180,20 +118,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="threads for (b), (c), (d) (default: physical cores)")
     ap.add_argument("--pp", type=int, default=512, help="prompt tokens (default 512)")
     ap.add_argument("--tg", type=int, default=128, help="generated tokens (default 128)")
-    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench executable, for (d)")
+    ap.add_argument(
+        "--llama-bench",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="add (d), llama.cpp's llama-bench (PATH, or scripts/llama_tools_build.sh's build when none is given)",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the per-rep rates as JSON")
     args = ap.parse_args(argv)
     if args.reps < 1 or args.pp < 1 or args.tg < 2:
         ap.error("--reps and --pp must be >= 1 and --tg >= 2")
-    if args.llama_bench and not Path(args.llama_bench).is_file():
-        ap.error(f"--llama-bench: no such file: {args.llama_bench}")
+    bench_exe = None if args.llama_bench is None else tool("llama-bench", args.llama_bench or None)
 
     info = read_model_info(resolve_model(args.model))
     threads = args.threads or physical_cores()
     n_ctx = args.pp + args.tg + 64
     print(
         f"model {info.name} ({info.quantization}), pp{args.pp}/tg{args.tg}, {args.reps} reps interleaved, "
-        f"threads {threads} for (b)-(d); {load_note()}",
+        f"threads {threads} for (b)-(d); {machine_line()}",
         flush=True,
     )
 
@@ -218,18 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     runners = {"a": a, "b": b, "c": c}
-    if args.llama_bench:
+    if bench_exe:
         variants["d"] = Variant("d", "llama-bench", f"threads {threads}")
 
     for r in runners.values():  # warm-up, not counted
         r.pp(prompt)
         r.tg(short, 8)
-    order = list(variants)
     try:
         for rep in range(args.reps):
-            for key in order[rep % len(order) :] + order[: rep % len(order)]:
+            for key in rotation(list(variants), rep):
                 if key == "d":
-                    pp, tg = llama_bench(info.path, args.llama_bench, threads, args.pp, args.tg)
+                    pp, tg = pp_tg(llama_bench(bench_exe, info.path, threads, args.pp, args.tg))
                 else:
                     pp, tg = runners[key].pp(prompt), runners[key].tg(short, args.tg)
                 variants[key].pp.append(pp)

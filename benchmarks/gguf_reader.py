@@ -1,6 +1,6 @@
 """The GGUF header reader against ``gguf.GGUFReader`` on one file, side by side (best of N).
 
-python benchmarks/gguf_reader.py [PATH] [--repeats N]     # default: the bundled model
+python -m benchmarks.gguf_reader [PATH] [--repeats N]     # default: the bundled model
 """
 
 from __future__ import annotations

@@ -13,11 +13,12 @@ Exit status: 0 when the GPU run offloaded every layer (``layers_offloaded == lay
 the CPU run none; 1 when not (the reason is printed and kept in ``problems``); 2 when a file is
 missing or is not the expected JSON (one line, no traceback).
 
-Usage: python benchmarks/gpu_summary.py DIR
+Usage: python -m benchmarks.gpu_summary DIR
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -215,12 +216,14 @@ def markdown(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: ``gpu_summary.py DIR``; returns the exit status (see the module docstring)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: gpu_summary.py DIR", file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(prog="gpu_summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", metavar="DIR", help="the folder gpu_check.sh wrote its results to")
     try:
-        summary = summarise(Path(args[0]))
+        args = ap.parse_args(argv)
+    except SystemExit as done:  # --help (0) or a usage error (2): argparse printed it
+        return int(done.code or 0)
+    try:
+        summary = summarise(Path(args.dir))
     except SummaryError as exc:
         print(f"gpu_summary: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,9 @@
 """The lesson's levers on real-size synthetic models: decode against llama-bench and against the roofline,
 a quantised KV cache, and the cost of writing a synthetic 8B model.
 
-Run: ``python benchmarks/levers.py LLAMA_BENCH [--dir /work/tmp-synth] [--parts write,decode,kv]
-[--shapes llama-3.2-1b,qwen3-4b] [--gen 128] [--depth 1024] [--kv-depth 2048] [--reps 2] [--threads 2]
+Run: ``python -m benchmarks.levers [LLAMA_BENCH] [--dir /work/tmp-synth] [--parts write,decode,kv]
+[--shapes llama-3.2-1b,qwen3-4b] [--gen 128] [--depth 1024] [--kv-depth 2048] [--kv-shape qwen3-0.6b] [--reps 2]
+[--threads 2]
 [--out benchmarks/results/levers-DATE.md]``
 
 Parts:
@@ -24,7 +25,7 @@ Parts:
   predicted a gain, why (:func:`chatphase.bench.grid_api.lever_lines`).
 
 Big files go to ``--dir`` (outside the repository, never committed). The results file states the machine's
-load (``uptime`` before and after) and CPU. Timing numbers belong here, never in unit tests.
+load before and after and the machine (:func:`benchmarks.harness.machine_line`). Timing numbers belong here, never in unit tests.
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.harness import ROOT, llama_bench, load_note, machine_line, ratio, repack, rotation, tool
 from chatphase.bench.api import BenchDone, BenchRun
 from chatphase.bench.grid import LeverGrid
 from chatphase.bench.grid_api import GridDone, GridRun, lever_lines
@@ -52,10 +51,6 @@ from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.roofline import share_of_bound
 from chatphase.models.synth import default_file_name, plan, write_synthetic
 from chatphase.models.synth_shapes import SHAPES
-
-
-def sh(cmd: str) -> str:
-    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
 
 def ensure(shape_key: str, quant: str, folder: Path) -> Path:
@@ -90,14 +85,6 @@ def part_write(folder: Path, lines: list[str]) -> None:
     ]
 
 
-def repack() -> int:
-    """llama-bench's ``--repack``: 1 where chatphase keeps llama.cpp's extra buffer types (weight repacking) on
-    for this CPU and build, 0 where it turns them off (an AMX CPU whose build fails the AMX probe)."""
-    from chatphase.engine.local.llama_params import cpu_auto_plan
-
-    return int(cpu_auto_plan().use_extra_bufts)
-
-
 def vs_bound(measured: float, bound: float, phase: str = "decode") -> str:
     """measured ÷ bound as a number up to 1.0; above it, in words (the product's own judgement)."""
     share = share_of_bound(measured, bound, phase)
@@ -106,16 +93,10 @@ def vs_bound(measured: float, bound: float, phase: str = "decode") -> str:
     return share.text() if share.above else f"{share.fraction:.2f}"
 
 
-def llama_bench(binary: str, model: Path, gen: int, depth: int, threads: int, repack: int) -> dict[int, float]:
-    """llama-bench tg at depths 0 and ``depth``: {depth: tokens/s} of one repetition."""
-    import json
-
-    out = subprocess.run(
-        [binary, "-m", str(model), "-p", "0", "-n", str(gen), "-d", f"0,{depth}", "-r", "1", "--repack", str(repack),
-         "-fa", "on", "-t", str(threads), "-o", "json"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return {int(r["n_depth"]): float(r["avg_ts"]) for r in json.loads(out)}
+def bench_tg(binary: str, model: Path, gen: int, depth: int, threads: int) -> dict[int, float]:
+    """llama-bench tg at depths 0 and ``depth``, flash attention on: {depth: tokens/s} of one repetition."""
+    rows = llama_bench(binary, model, threads, 0, gen, depths=(0, depth), flash_attn="on")
+    return {int(r["n_depth"]): float(r["avg_ts"]) for r in rows}
 
 
 def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, warmup: int) -> tuple[dict, dict]:
@@ -136,7 +117,7 @@ def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, war
 
 
 def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
-    rp = repack()
+    rp = int(repack())
     lines += [
         f"## Decode: chatphase vs llama-bench, and the roofline (Q4_0, tg{args.gen}, depths 0 and {args.depth}, "
         f"{args.threads} threads, flash attention on, {args.reps} interleaved reps)",
@@ -157,10 +138,9 @@ def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
         cp: dict[int, list[float]] = {0: [], args.depth: []}
         bounds: dict = {}
         for rep in range(args.reps):
-            order = ("lb", "cp") if rep % 2 == 0 else ("cp", "lb")
-            for who in order:
+            for who in rotation(("lb", "cp"), rep):
                 if who == "lb":
-                    for d, v in llama_bench(args.llama_bench, model, args.gen, args.depth, args.threads, rp).items():
+                    for d, v in bench_tg(args.llama_bench, model, args.gen, args.depth, args.threads).items():
                         lb[d].append(v)
                 else:
                     got, bounds = chatphase_decode(
@@ -170,10 +150,11 @@ def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
                         cp[d].append(v)
             print(f"levers: {key} rep {rep + 1}: llama-bench {lb}, chatphase {cp}", file=sys.stderr, flush=True)
         for d in (0, args.depth):
+            r = ratio(cp[d], lb[d])
             a, b = statistics.median(lb[d]), statistics.median(cp[d])
             bound = bounds[d]
             lines.append(
-                f"| {SHAPES[key].name} (synthetic) | {d} | {a:.2f} | {b:.2f} | {b / a:.3f} | {bound:.2f} | "
+                f"| {SHAPES[key].name} (synthetic) | {d} | {a:.2f} | {b:.2f} | {r.of_medians:.3f} | {bound:.2f} | "
                 f"{vs_bound(b, bound)} |"
             )
     lines += [
@@ -198,7 +179,7 @@ def part_decode(args, folder: Path, lines: list[str], peaks) -> None:
 
 
 def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
-    model = ensure("qwen3-0.6b", "Q4_0", folder)
+    model = ensure(args.kv_shape, "Q4_0", folder)
     info = read_model_info(model)
     grid = LeverGrid({"type_k": ("f16", "q8_0"), "type_v": ("f16", "q8_0")})
     points = [p for p in grid.points()[0] if p.values["type_k"] == p.values["type_v"]]  # f16/f16 and q8_0/q8_0
@@ -213,7 +194,7 @@ def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
             result = event.result
     assert result is not None
     lines += [
-        f"## KV cache q8_0 vs f16: synthetic Qwen3-0.6B Q4_0 at depth {args.kv_depth} "
+        f"## KV cache q8_0 vs f16: synthetic {SHAPES[args.kv_shape].name} Q4_0 at depth {args.kv_depth} "
         f"({args.gen} tokens, {args.reps} interleaved reps + {args.warmup} warm-up, flash attention on)",
         "",
         "| K/V | KV B/token | KV cache as llama.cpp printed it | formula | decode tok/s | roofline tok/s | measured / roofline |",
@@ -242,13 +223,19 @@ def part_kv(args, folder: Path, lines: list[str], peaks) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("llama_bench", help="path of llama.cpp's llama-bench")
+    ap.add_argument(
+        "llama_bench",
+        nargs="?",
+        default=None,
+        help="llama.cpp's llama-bench (default: scripts/llama_tools_build.sh's build)",
+    )
     ap.add_argument("--dir", default="/work/tmp-synth", help="where the synthetic GGUFs are kept")
     ap.add_argument("--parts", default="write,decode,kv")
     ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-4b")
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--depth", type=int, default=1024)
     ap.add_argument("--kv-depth", type=int, default=2048)
+    ap.add_argument("--kv-shape", default="qwen3-0.6b", help="the synthetic shape of the kv part")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1, help="uncounted runs per cell of the KV grid")
@@ -257,16 +244,13 @@ def main() -> int:
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     parts = set(args.parts.split(","))
-    if "decode" in parts and not os.access(args.llama_bench, os.X_OK):
-        print(f"levers: llama-bench not found or not executable: {args.llama_bench}", file=sys.stderr)
-        return 2
-    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2")
+    if "decode" in parts:
+        args.llama_bench = tool("llama-bench", args.llama_bench)
     lines = [
         "# Levers on real-size synthetic models",
         "",
-        f"- run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `python benchmarks/levers.py {' '.join(sys.argv[1:])}`",
-        f"- CPU: {cpu}, {os.cpu_count()} logical CPUs",
-        f"- load before: `{sh('uptime')}`",
+        f"- run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `python -m benchmarks.levers {' '.join(sys.argv[1:])}`",
+        f"- machine before: {machine_line()}",
         "- the machine is shared with other jobs: absolute rates are noisy, ratios measured side by side are the result",
         "",
     ]
@@ -277,13 +261,13 @@ def main() -> int:
         for key in args.shapes.split(",") if "decode" in parts else []:
             ensure(key, "Q4_0", folder)  # written before the peaks, so the writes do not disturb them
         if "kv" in parts:
-            ensure("qwen3-0.6b", "Q4_0", folder)
+            ensure(args.kv_shape, "Q4_0", folder)
         peaks = measure_peaks(threads=args.threads, threads_batch=args.threads)
     if "decode" in parts:
         part_decode(args, folder, lines, peaks)
     if "kv" in parts:
         part_kv(args, folder, lines, peaks)
-    lines.append(f"- load after: `{sh('uptime')}`")
+    lines.append(f"- load after: {load_note()}")
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"levers: wrote {args.out}", file=sys.stderr)
     return 0

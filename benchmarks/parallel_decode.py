@@ -1,14 +1,15 @@
 """Parallel decode, side by side: ``chatphase bench --parallel`` against llama.cpp's own ``llama-batched-bench``.
 
-Run (a quiet machine; the path is the tool built from the llama.cpp that llama-cpp-python vendors)::
+Run (a quiet machine; the tool is by default the one ``scripts/llama_tools_build.sh`` built from the llama.cpp
+that llama-cpp-python vendors)::
 
-    python benchmarks/parallel_decode.py --llama-batched-bench PATH [--model SPEC] [--threads N] \\
+    python -m benchmarks.parallel_decode [--llama-batched-bench PATH] [--model SPEC] [--threads N] \\
         [--parallel 1,2,4,8] [--prompt-tokens 128] [--gen 32] [--rounds 5] [--write] [--plot FILE.svg]
 
 Both tools get the same model, threads (``-t``/``-tb`` = ``--threads``), ``n_ctx`` (``-c``; default: the largest
 N × (prompt + gen), rounded up to 256), ``n_batch``/``n_ubatch`` (``-b``/``-ub``, chatphase's defaults),
-flash attention ``auto``, a non-unified KV cache, and weight repacking as chatphase chose it (``-nr`` where
-chatphase turned llama.cpp's extra buffer types off, on Intel AMX CPUs). Rounds run interleaved, the order
+flash attention ``auto``, a non-unified KV cache, and weight repacking where chatphase repacks (``-nr`` where
+chatphase turns llama.cpp's extra buffer types off, on Intel AMX CPUs: :func:`benchmarks.harness.repack`). Rounds run interleaved, the order
 alternating, so that neither tool always runs first on a warm machine; each round is one fresh process
 of each: ``llama-batched-bench -npp L -ntg G -npl N,N,... --output-format jsonl`` (its own 16-token warm-up,
 one measurement per N) and ``python -m chatphase bench --parallel N,N,... --prompt-lengths L --gen G --reps 1
@@ -26,15 +27,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.harness import ROOT, batched_bench, machine_line, rotation, tool
 from chatphase.engine.config import EngineConfig
 from chatphase.models.resolve import resolve_model
 from chatphase.system.cpu_features import physical_cores
@@ -46,20 +44,12 @@ def token_list(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
 
-def run_batched_bench(tool: str, model: str, args, n_ctx: int, cfg: EngineConfig, no_repack: bool) -> dict[int, dict]:
-    """One llama-batched-bench process; ``{N: {"speed_tg", "speed_pp"}}``."""
-    cmd = [tool, "-m", model, "-c", str(n_ctx), "-b", str(cfg.n_batch), "-ub", str(cfg.n_ubatch)]
-    cmd += ["-npp", str(args.prompt_tokens), "-ntg", str(args.gen), "-npl", ",".join(map(str, args.parallel))]
-    cmd += ["-t", str(args.threads), "-tb", str(args.threads), "-fa", "auto", "--output-format", "jsonl"]
-    cmd += ["-nr"] if no_repack else []
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if proc.returncode != 0:
-        sys.exit(f"llama-batched-bench failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    got = {r["pl"]: {"speed_tg": r["speed_tg"], "speed_pp": r["speed_pp"]} for r in rows}
-    if set(got) != set(args.parallel):
-        sys.exit(f"llama-batched-bench measured N = {sorted(got)}, not {list(args.parallel)} (n_ctx too small?)")
-    return got
+def run_batched_bench(tool: str, model: str, args, n_ctx: int, cfg: EngineConfig) -> dict[int, dict]:
+    """One llama-batched-bench process (repacking where chatphase does); ``{N: {"speed_tg", "speed_pp"}}``."""
+    return batched_bench(
+        tool, model, args.threads, n_ctx, cfg.n_batch, cfg.n_ubatch, args.prompt_tokens, args.gen, args.parallel,
+        timeout_s=args.timeout,
+    )  # fmt: skip
 
 
 def run_chatphase(model: str, args, n_ctx: int) -> tuple[dict[int, dict], dict]:
@@ -98,7 +88,7 @@ def report(args, n_ctx: int, settings: dict, rounds: list[dict], model: str) -> 
         f"Model `{Path(model).name}`; PP {args.prompt_tokens}, TG {args.gen}, N = {', '.join(map(str, args.parallel))}; "
         f"threads {args.threads}, n_ctx {n_ctx}, n_batch {settings.get('n_batch')}, n_ubatch {settings.get('n_ubatch')}, "
         f"flash_attn auto, extra buffer types {'on' if settings.get('use_extra_bufts') else 'off'}; {len(rounds)} rounds, "
-        "interleaved. Medians over rounds (tokens/s).",
+        f"interleaved. Medians over rounds (tokens/s). Machine: {machine_line()}.",
         "",
         "| N | llama-batched-bench S_TG | chatphase aggregate | ratio | S_PP | chatphase prefill | ratio |",
         "|--:|--:|--:|--:|--:|--:|--:|",
@@ -143,7 +133,7 @@ def plot(args, rounds: list[dict], path: str) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--llama-batched-bench", required=True, metavar="PATH")
+    p.add_argument("--llama-batched-bench", metavar="PATH", help="default: scripts/llama_tools_build.sh's build")
     p.add_argument("--model", default=None, help="model spec (default: the bundled model)")
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--parallel", type=token_list, default=(1, 2, 4, 8))
@@ -155,23 +145,19 @@ def main() -> int:
     p.add_argument("--write", action="store_true", help="save the report and raw figures under benchmarks/results/")
     p.add_argument("--plot", metavar="FILE", help="draw both tools' aggregate tok/s against N (.svg/.png)")
     args = p.parse_args()
-    if not os.access(args.llama_batched_bench, os.X_OK):
-        sys.exit(f"not an executable: {args.llama_batched_bench}")
+    exe = tool("llama-batched-bench", args.llama_batched_bench)
     model = str(resolve_model(args.model, None))
     need = max(args.parallel) * (args.prompt_tokens + args.gen)
     n_ctx = args.n_ctx or -(-need // 256) * 256
     cfg = EngineConfig()
     rounds, settings = [], {}
     for i in range(args.rounds):
-        first_chatphase = i % 2 == 0
         got: dict = {}
-        for who in ("chatphase", "ref") if first_chatphase else ("ref", "chatphase"):
+        for who in rotation(("chatphase", "ref"), i):
             if who == "chatphase":
                 got["chatphase"], settings = run_chatphase(model, args, n_ctx)
-            else:  # repacking as chatphase chose it (known after its first run; chatphase runs first in round 0)
-                got["ref"] = run_batched_bench(
-                    args.llama_batched_bench, model, args, n_ctx, cfg, not settings.get("use_extra_bufts", True)
-                )
+            else:
+                got["ref"] = run_batched_bench(exe, model, args, n_ctx, cfg)
         rounds.append(got)
         print(f"round {i + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     text, ok = report(args, n_ctx, settings, rounds, model)

@@ -1,6 +1,6 @@
 """chatphase's roofline peaks against a STREAM build, side by side on this machine.
 
-Run: ``python benchmarks/roofline_vs_stream.py --stream PATH [--threads N] [--rounds 3] [--output FILE.md]``
+Run: ``python -m benchmarks.roofline_vs_stream --stream PATH [--threads N] [--rounds 3] [--output FILE.md]``
 
 ``PATH`` is a STREAM binary built from McCalpin's ``stream.c`` (https://www.cs.virginia.edu/stream/), e.g.
 ``gcc -O3 -fopenmp -DSTREAM_ARRAY_SIZE=20000000 -DNTIMES=20 stream.c -o stream``. Each round runs, one
@@ -9,7 +9,7 @@ its read kernels, each kernel's best shown, and copy bandwidth on ``--threads`` 
 chatphase engines first) and the STREAM binary with
 ``OMP_NUM_THREADS=--threads``; the order alternates by round so that neither always runs first. It
 prints (and with ``--output`` writes) a Markdown table of every round's figures in GB/s (10⁹ bytes/s;
-STREAM prints MB/s = 10⁶ bytes/s), the machine (CPU, cores, memory) and ``uptime``'s load averages
+STREAM prints MB/s = 10⁶ bytes/s), the machine (:func:`benchmarks.harness.machine_line`) and the load averages
 before and after, so a busy machine shows in the record.
 """
 
@@ -23,10 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from chatphase.bench.api import system_facts
+from benchmarks.harness import load_note, machine_line, rotation
 from chatphase.bench.peaks import measure_peaks
 
 _STREAM_LINE = re.compile(r"^(Copy|Scale|Add|Triad):\s+([\d.]+)", re.MULTILINE)
@@ -48,11 +45,6 @@ def kernels(peaks) -> str:
     return ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.read_kernels.items() if k != peaks.bandwidth_kernel)
 
 
-def load_averages() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stream", required=True, metavar="PATH", help="a STREAM binary (stream.c built with OpenMP)")
@@ -61,27 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", metavar="FILE.md")
     args = p.parse_args(argv)
 
-    load_before = load_averages()
+    machine_before = machine_line()
     rows = []
     for r in range(args.rounds):
-        order = ("chatphase", "stream") if r % 2 == 0 else ("stream", "chatphase")
         got: dict[str, object] = {}
-        for which in order:
+        for which in rotation(("chatphase", "stream"), r):
             got[which] = (
                 measure_peaks(threads=args.threads) if which == "chatphase" else run_stream(args.stream, args.threads)
             )
         rows.append(got)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    load_after = load_averages()
-
-    facts = system_facts()
+    load_after = load_note()
     lines = [
         f"# Roofline peaks against STREAM ({platform.node() or 'this machine'})",
         "",
-        f"- Machine: {facts['cpu']}, {facts['physical_cores']} physical cores / {facts['logical_cpus']} logical CPUs, "
-        f"{facts['memory_bytes'] / 2**30:.1f} GiB; {facts['platform']}; numpy {facts['numpy']}",
+        f"- Machine before: {machine_before}",
         f"- Threads: {args.threads} for both (STREAM: OMP_NUM_THREADS={args.threads})",
-        f"- Load averages (uptime) before: {load_before}; after: {load_after}",
+        f"- After: {load_after}",
         f"- STREAM: `{args.stream}`; chatphase: `chatphase.bench.peaks.measure_peaks(threads={args.threads})`",
         "",
         "| round | chatphase read (winning kernel; others) | chatphase copy | STREAM Copy | STREAM Scale | STREAM Add "

@@ -2,8 +2,9 @@
 
 Run (the real one, on a machine nobody else is using; ~15 min on 2 vCPUs):
 
-    python benchmarks/shared_cpu.py --reps 5 \\
-        --llama-bench /path/to/llama.cpp/build/bin/llama-bench --output benchmarks/results/shared_cpu-DATE.md
+    python -m benchmarks.shared_cpu --reps 5 --llama-bench --output benchmarks/results/shared_cpu-DATE.md
+
+(``--llama-bench`` alone: ``scripts/llama_tools_build.sh``'s build; ``--llama-bench PATH``: that one)
 
 Smoke run (proves it works, numbers meaningless): ``--reps 1 --pp 32 --tg 16 --spin-s 60``.
 
@@ -13,7 +14,8 @@ seconds or as soon as this script is gone). Arms, on the same model and prompt t
 
 - ``auto``: chatphase's default (``--threads auto``: :mod:`chatphase.engine.threads.policy`);
 - ``fixed N``: ``--threads N`` with N = the physical cores, and N = 1;
-- ``llama-bench N`` (with ``--llama-bench PATH``): llama.cpp's own tool at the same counts, ``-r 1``.
+- ``llama-bench N`` (with ``--llama-bench``): llama.cpp's own tool at the same counts, ``-r 1``, repacking
+  weights where chatphase does.
 
 Each arm runs in its own engine child process (:class:`~chatphase.engine.process.host.EngineHost`, as the TUI and
 ``ask`` do), loaded once and kept: per repetition, a cold ``pp`` prompt (``--pp`` tokens, cache cleared,
@@ -37,23 +39,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine_speed import llama_bench, load_note
-
+from benchmarks.harness import EngineTurns, greedy, llama_bench, load_note, machine_line, pp_tg, rotation, tool
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import EngineFailed, SamplingParams, TurnFinished, TurnRequest
 from chatphase.engine.process.host import EngineHost
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -129,36 +124,11 @@ class EngineArm:
     ``timeout_s``."""
 
     def __init__(self, info, n_ctx: int, threads: int | None, timeout_s: float) -> None:
-        self.host = EngineHost(info, EngineConfig(n_ctx=n_ctx, n_threads=threads))
-        self.timeout_s, self.turn_id = timeout_s, 0
-        failed = [ev for ev in self.host.load() if isinstance(ev, EngineFailed)]
-        if failed:
-            self.host.close()
-            raise SystemExit(f"chatphase engine failed to load: {failed[0].message}")
+        self.turns = EngineTurns(info, EngineConfig(n_ctx=n_ctx, n_threads=threads), timeout_s=timeout_s)
+        self.host = self.turns.host
 
     def turn(self, prompt: list[int], max_tokens: int):
-        self.turn_id += 1
-        req = TurnRequest(
-            self.turn_id,
-            prompt_token_ids=tuple(prompt),
-            reset_cache=True,
-            ignore_eos=True,
-            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
-        )
-        timer = threading.Timer(self.timeout_s, self.host.cancel)
-        timer.start()
-        metrics = None
-        try:
-            for ev in self.host.run_turn(req):  # drain the whole turn: the host's end-of-turn marker follows
-                if isinstance(ev, EngineFailed):
-                    raise SystemExit(f"chatphase engine failed: {ev.message}")
-                if isinstance(ev, TurnFinished):
-                    metrics = ev.metrics
-        finally:
-            timer.cancel()
-        if metrics is None:
-            raise SystemExit("chatphase engine ended a turn without metrics")
-        return metrics
+        return self.turns.turn(prompt, greedy(max_tokens))
 
     def sample(self, prompt: list[int], short: list[int], n_tg: int) -> Sample:
         pp = self.turn(prompt, 1)
@@ -209,24 +179,6 @@ def spread(xs, digits: int = 1) -> str:
 
 def fmt(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
-
-
-def machine_line() -> str:
-    import psutil
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _cpuinfo().splitlines() if ln.startswith("model name")), "?")
-    return (
-        f"{cpu}, {physical_cores()} physical cores / {os.cpu_count()} logical CPUs, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
-
-
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
 
 
 def condition_table(cond: str, arms: list[Arm], loads: list[str], args) -> tuple[list[str], dict]:
@@ -296,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pp", type=int, default=512, help="prompt tokens of the prefill turn (default 512)")
     ap.add_argument("--tg", type=int, default=128, help="generated tokens of the decode turn (default 128)")
     ap.add_argument("--conditions", default="quiet,busy1,busy2", help="comma-separated subset of quiet,busy1,busy2")
-    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench executable")
+    ap.add_argument(
+        "--llama-bench",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="add llama.cpp's llama-bench arms (PATH, or scripts/llama_tools_build.sh's build when none is given)",
+    )
     ap.add_argument("--spin-s", type=float, default=1800.0, help="the longest a spin loop may live (default 1800)")
     ap.add_argument("--turn-timeout-s", type=float, default=60.0, help="cancel a turn after this (default 60)")
     ap.add_argument("--settle-s", type=float, default=1.5, help="rest before each arm (default 1.5)")
@@ -308,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--reps and --pp must be >= 1 and --tg >= 2")
     if unknown := set(conditions) - set(CONDITIONS):
         ap.error(f"--conditions: unknown {', '.join(sorted(unknown))} (choose from {', '.join(CONDITIONS)})")
-    if args.llama_bench and not Path(args.llama_bench).is_file():
-        ap.error(f"--llama-bench: no such file: {args.llama_bench}")
+    bench_exe = None if args.llama_bench is None else tool("llama-bench", args.llama_bench or None)
 
     info = read_model_info(resolve_model(args.model))
     cores = physical_cores()
@@ -319,16 +276,16 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         f"# Shared CPU — {time.strftime('%Y-%m-%d %H:%M')}",
         "",
-        f"`python benchmarks/shared_cpu.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+        f"`python -m benchmarks.shared_cpu {' '.join(sys.argv[1:] if argv is None else argv)}`",
         "",
-        f"Machine: {machine_line()}. Model {info.name} ({info.quantization}); pp{args.pp} / tg{args.tg}, "
-        f"{args.reps} interleaved reps; {load_note()} at the start.",
+        f"Machine: {machine_line()} at the start. Model {info.name} ({info.quantization}); pp{args.pp} / "
+        f"tg{args.tg}, {args.reps} interleaved reps.",
         "",
     ]
     print("\n".join(header), flush=True)
 
     arms = [Arm("auto", None)] + [Arm(f"fixed {n}", n) for n in counts]
-    if args.llama_bench:
+    if bench_exe:
         arms += [Arm(f"llama-bench {n}", n) for n in counts]
     for a in arms:
         a.samples = {c: [] for c in conditions}
@@ -347,19 +304,19 @@ def main(argv: list[str] | None = None) -> int:
                 a.host = runners[a.key].host
                 runners[a.key].sample(prompt, short, 8)  # warm-up, not counted
         for rep in range(args.reps):
-            for cond in conditions[rep % len(conditions) :] + conditions[: rep % len(conditions)]:
+            for cond in rotation(conditions, rep):
                 with Spinners(CONDITIONS[cond], args.spin_s):
                     loads[cond].append(f"{os.getloadavg()[0]:.1f}")
-                    order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
-                    for a in order:
+                    for a in rotation(arms, rep):
                         time.sleep(args.settle_s)
                         if a.key in runners:
                             s = runners[a.key].sample(prompt, short, args.tg)
                         else:
                             try:
-                                pp, tg = llama_bench(
-                                    str(info.path), args.llama_bench, a.threads, args.pp, args.tg, args.turn_timeout_s
+                                rows = llama_bench(
+                                    bench_exe, info.path, a.threads, args.pp, args.tg, timeout_s=args.turn_timeout_s
                                 )
+                                pp, tg = pp_tg(rows)
                                 s = Sample(pp, None, tg)
                             except subprocess.TimeoutExpired:
                                 s = Sample(None, None, None, cancelled=True)

@@ -1,6 +1,6 @@
 """Speculative decoding against plain decode, side by side in one run, and the verify-step cost.
 
-Run: ``python benchmarks/spec_decode.py [--model SPEC] [--reps 3] [--threads 2] [--max-tokens 160]
+Run: ``python -m benchmarks.spec_decode [--model SPEC] [--reps 3] [--threads 2] [--max-tokens 160]
 [--arms lookup,auto,draft:default] [--out benchmarks/results]``
 
 Arms and prompts are :mod:`chatphase.bench.spec`'s (the same as ``chatphase bench --spec``): every arm is a
@@ -19,23 +19,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.harness import ROOT, load_note, machine_line
 from chatphase.bench.spec import format_costs, format_rows, run_arms, summary_rows, verify_cost
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
-from chatphase.system.cpu_features import cpu_name
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -49,13 +41,13 @@ def main() -> int:
     args = ap.parse_args()
     info = read_model_info(resolve_model(args.model))
     config = EngineConfig(n_ctx=2048, n_threads=args.threads)
-    before, t0 = load(), time.time()
+    before, t0 = machine_line(), time.time()
     results = run_arms(
         info, config, args.arms.split(","), args.reps, args.max_tokens, lambda s: print(s, file=sys.stderr)
     )
     rows = summary_rows(results)
     costs = verify_cost(info, config)
-    after = load()
+    after = load_note()
     table, cost_table = format_rows(rows), format_costs(costs)
     print(table, "", cost_table, sep="\n")
     checks = []
@@ -77,11 +69,10 @@ def main() -> int:
     path = out / f"spec_decode-{dt.date.today().isoformat()}.md"
     path.write_text(
         "# Speculative decoding against plain decode\n\n"
-        f"`python benchmarks/spec_decode.py --reps {args.reps} --threads {args.threads} --max-tokens "
+        f"`python -m benchmarks.spec_decode --reps {args.reps} --threads {args.threads} --max-tokens "
         f"{args.max_tokens} --arms {args.arms}` — model {info.name}, {args.threads} threads, greedy, "
         f"{args.reps} interleaved reps, {time.time() - t0:.0f} s.\n\n"
-        f"Machine: {cpu_name()}, {os.cpu_count()} CPUs; load average before {before}, after {after} "
-        "(1, 5, 15 min).\n\n"
+        f"Machine before: {before}; after: {after}.\n\n"
         "Median decode tok/s per arm and prompt kind, the median of each run's ratio to plain decode in the "
         "same rep (× off), mean acceptance and tokens per target step, and the median speed-up of each turn "
         "against its own plain steps (× own, `spec_speedup`, every 32nd step plain):\n\n"

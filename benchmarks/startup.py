@@ -1,6 +1,6 @@
 """Startup: from the command to a chat prompt that takes input, in a real terminal (tmux).
 
-Run: ``python benchmarks/startup.py [--runs 7] [--size 120x40] [-- COMMAND ...]``
+Run: ``python -m benchmarks.startup [--runs 7] [--size 120x40] [-- COMMAND ...]``
 (default command: this Python's ``-m chatphase``, with the config, data and log directories pointed at
 a temporary folder so no session is saved and no config file applies).
 
@@ -30,7 +30,8 @@ import sys
 import tempfile
 import time
 from collections import deque
-from pathlib import Path
+
+from benchmarks.harness import ROOT, load_note, machine_line
 
 MILESTONES = ("drawn", "input", "loaded")
 
@@ -174,14 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs must be >= 1 and --marker one character")
 
     with tempfile.TemporaryDirectory(prefix="chatphase-startup-") as tmp:
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        env = {"PYTHONPATH": str(ROOT)}
         if not args.keep_env:
             env |= {
                 "CHATPHASE_CONFIG": f"{tmp}/config.toml",
                 "CHATPHASE_DATA_DIR": f"{tmp}/data",
                 "CHATPHASE_LOG_DIR": f"{tmp}/log",
             }
-        print(f"command: {shlex.join(command)} in tmux {cols}x{rows}; {os.getloadavg()[0]:.1f} load at the start")
+        print(f"command: {shlex.join(command)} in tmux {cols}x{rows}; {machine_line()} at the start")
         results = []
         for i in range(args.runs + 1):
             got = one_run(command, (cols, rows), env, args)
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         xs = [r[k] for r in results if r[k] is not None]
         spread = f"{min(xs):.2f}–{max(xs):.2f}" if xs else "–"
         print(f"| {k} | {fmt(statistics.median(xs) if xs else None)} | {spread} | {len(xs)}/{len(results)} |")
-    print(f"\n{os.getloadavg()[0]:.1f} load at the end (other processes skew every figure)")
+    print(f"\n{load_note()} at the end (other processes skew every figure)")
     return 0 if all(r["input"] is not None for r in results) else 1
 
 

@@ -1,7 +1,7 @@
 """The TUI's share of the machine, in a real terminal: the chat TUI against ``chatphase ask`` streaming the
 same turn to the same terminal (tmux, same size), interleaved, side by side in one run.
 
-Run: ``python benchmarks/terminal_share.py [--reps 4] [--threads 2] [--tokens 300] [--size 150x45]``
+Run: ``python -m benchmarks.terminal_share [--reps 4] [--threads 2] [--tokens 300] [--size 150x45]``
 
 Both arms run a fresh ``python -m chatphase`` process with the same greedy turn (``--temperature 0``,
 ``--max-tokens``), the same ``--threads`` and the config, data and log directories in a temporary folder:
@@ -32,11 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from startup import Terminal  # the tmux control-mode terminal of benchmarks/startup.py
-
+from benchmarks.harness import ROOT, load_note, machine_line, ratio, rotation
+from benchmarks.startup import Terminal  # the tmux control-mode terminal
 from chatphase.sessions.catalog import load_session
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
@@ -122,15 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, list[dict]] = {"ask": [], "tui": []}
     print(
         f"# TUI vs ask in tmux {cols}x{rows}: {args.tokens} tokens, {args.threads} engine threads on "
-        f"{os.cpu_count()} CPUs ({'a core spare' if spare else 'no core spare'}); load {os.getloadavg()[0]:.2f}"
+        f"{os.cpu_count()} CPUs ({'a core spare' if spare else 'no core spare'}); {machine_line()}"
     )
     with tempfile.TemporaryDirectory(prefix="chatphase-share-") as tmp:
         root = Path(tmp)
         for rep in range(args.reps + 1):  # the first round warms the page cache and is not counted
-            order = ("ask", "tui") if rep % 2 == 0 else ("tui", "ask")
-            for arm in order:
+            for arm in rotation(("ask", "tui"), rep):
                 env = {
-                    "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+                    "PYTHONPATH": str(ROOT),
                     "CHATPHASE_CONFIG": f"{tmp}/c.toml",
                     "CHATPHASE_DATA_DIR": f"{tmp}/data-{arm}-{rep}",
                     "CHATPHASE_LOG_DIR": f"{tmp}/log",
@@ -149,16 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         d, t = summary(rs, "decode_tokens_per_s"), summary(rs, "ttft_ms")
         tokens = sorted({r["decode_tokens"] for r in rs})
         print(f"| {arm} | {d[0]:.1f} ({d[1]:.1f}–{d[2]:.1f}) | {t[0]:.1f} ({t[1]:.1f}–{t[2]:.1f}) | {tokens} |")
-    medians = summary(out["tui"], "decode_tokens_per_s")[0] / summary(out["ask"], "decode_tokens_per_s")[0]
-    pairs = [t["decode_tokens_per_s"] / a["decode_tokens_per_s"] for t, a in zip(out["tui"], out["ask"], strict=True)]
-    ratio = statistics.median(pairs)
-    verdict = "PASS" if ratio >= target else "FAIL"
+    r = ratio([t["decode_tokens_per_s"] for t in out["tui"]], [a["decode_tokens_per_s"] for a in out["ask"]])
+    verdict = "PASS" if r.median_of_ratios >= target else "FAIL"
     print(
-        f"\nTUI / ask decode tok/s, per rep (the two arms ran back to back): {' '.join(f'{r:.3f}' for r in pairs)}"
-        f"\nmedian of the per-rep ratios: {ratio:.3f} (target ≥ {target}) {verdict}; ratio of the medians {medians:.3f};"
-        f" load {os.getloadavg()[0]:.2f} at the end"
+        f"\nTUI / ask decode tok/s, per rep (the two arms ran back to back): {' '.join(f'{x:.3f}' for x in r.per_rep)}"
+        f"\nmedian of the per-rep ratios: {r.median_of_ratios:.3f} (target ≥ {target}) {verdict}; ratio of the medians "
+        f"{r.of_medians:.3f}; {load_note()} at the end"
     )
-    return 0 if ratio >= target else 1
+    return 0 if r.median_of_ratios >= target else 1
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ Figures:
 Targets: the TUI costs ≤ 3 % of decode tokens/s and ≤ 5 ms of TTFT; the long reply's last
 quarter decodes at ≥ 97 % of the first quarter's rate in the TUI arm relative to the engine arm.
 
-Run: ``python benchmarks/tui_overhead.py`` (``--help`` for options; ``--quick`` for a smoke run).
+Run: ``python -m benchmarks.tui_overhead`` (``--help`` for options; ``--quick`` for a smoke run).
 Timing claims belong here, never in the unit tests.
 """
 
@@ -49,6 +49,8 @@ from dataclasses import dataclass, field, replace
 
 from typing_extensions import override
 
+from benchmarks.harness import machine_line, rotation
+from benchmarks.harness import ratio as rate_ratio
 from chatphase.chat.listener import ChatListener
 from chatphase.engine.events import (
     EngineFailed,
@@ -283,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         s = loaded.model.settings
         print(
             f"model {info.name} · n_threads {s.n_threads} · n_ctx {s.n_ctx} · "
-            f"reps {args.reps} · max_tokens {args.max_tokens} · TUI {TUI_SIZE[0]}×{TUI_SIZE[1]} headless"
+            f"reps {args.reps} · max_tokens {args.max_tokens} · TUI {TUI_SIZE[0]}×{TUI_SIZE[1]} headless · "
+            f"{machine_line()}"
         )
         engine_arm(
             shared, TurnRequest(0, (Message("user", "Hi"),), replace(settings.sampling, max_tokens=8))
@@ -295,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[ArmResult]] = {"engine": [], "tui": []}
             request = TurnRequest(1, (Message("user", prompt),), settings.sampling)
             for rep in range(args.reps):
-                for arm in ("engine", "tui") if rep % 2 == 0 else ("tui", "engine"):
+                for arm in rotation(("engine", "tui"), rep):
                     runs[arm].append(
                         engine_arm(shared, request) if arm == "engine" else tui_arm(shared, settings, prompt)
                     )
@@ -321,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
             print("|---|---:|---:|---:|---|")
             for prompt, runs in rows:
                 e, t = runs["engine"], runs["tui"]
-                ratio = median(x.metrics.decode_tokens_per_s for x in t) / median(
-                    x.metrics.decode_tokens_per_s for x in e
-                )
+                ratio = rate_ratio(
+                    [x.metrics.decode_tokens_per_s for x in t], [x.metrics.decode_tokens_per_s for x in e]
+                ).of_medians
                 d_ttft = median(x.metrics.ttft_ms for x in t) - median(x.metrics.ttft_ms for x in e)
                 d_client = median(x.client_ttft_ms for x in t) - median(x.client_ttft_ms for x in e)
                 passed = ratio >= DECODE_TARGET and d_ttft <= TTFT_TARGET_MS and d_client <= TTFT_TARGET_MS
@@ -338,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             request = TurnRequest(1, (Message("user", LONG_PROMPT),), long_settings.sampling)
             long_runs: dict[str, list[ArmResult]] = {"engine": [], "tui": []}
             for rep in range(args.long_reps):
-                for arm in ("engine", "tui") if rep % 2 == 0 else ("tui", "engine"):
+                for arm in rotation(("engine", "tui"), rep):
                     long_runs[arm].append(
                         engine_arm(shared, request) if arm == "engine" else tui_arm(shared, long_settings, LONG_PROMPT)
                     )

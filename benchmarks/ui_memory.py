@@ -19,7 +19,7 @@ greedy); slower (a few seconds a turn), RSS only.
 
 Target: at most 0.1 MiB a turn after turn 10.
 
-Run: ``python benchmarks/ui_memory.py [--turns 100] [--real] [--out results.md]``.
+Run: ``python -m benchmarks.ui_memory [--turns 100] [--real] [--out results.md]``.
 """
 
 from __future__ import annotations
@@ -29,15 +29,13 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 
-#: the scripted engine is the tests' (tests/fake_engine.py): the product has no use for one
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+from benchmarks.harness import ROOT, machine_line
 
 #: the scripted reply: about 40 tokens of Markdown (a sentence, bold text, a two-item list).
 REPLY = (
@@ -69,7 +67,8 @@ def _app(real: bool, max_tokens: int):
         settings = Settings(sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0))
         info = model_info_for(settings, pull=False, warn=lambda _line: None)
         return ChatPhaseApp(settings, info, lambda i, current: engine_for(current, i), save_sessions=False)
-    from fake_engine import FakeEngine, fake_model_info
+    # the scripted engine is the tests' (tests/fake_engine.py): the product has no use for one
+    from tests.fake_engine import FakeEngine, fake_model_info
 
     settings = Settings().with_overrides(n_ctx=65536)  # the whole chat fits: no turn drops old messages
     return ChatPhaseApp(
@@ -140,20 +139,21 @@ def per_turn(values: list[float]) -> tuple[float, float]:
 
 def _child(args: argparse.Namespace, trace: bool) -> dict:
     """One run in a fresh process (its own allocator and caches); returns its figures."""
-    cmd = [sys.executable, __file__, "--child", "--turns", str(args.turns), "--max-tokens", str(args.max_tokens)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.ui_memory",
+        "--child",
+        "--turns",
+        str(args.turns),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
     cmd += ["--real"] * args.real + ["--trace"] * trace
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if out.returncode != 0:
         sys.exit(f"ui_memory: the run failed: {out.stderr.strip().splitlines()[-1:] or out.returncode}")
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _machine() -> str:
-    from chatphase.system.cpu_features import cpu_name
-
-    cpu = cpu_name()
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{cpu}, {os.cpu_count()} CPUs, load average {load}, Python {platform.python_version()}"
 
 
 def report(args: argparse.Namespace, runs: dict[str, dict]) -> str:
@@ -161,8 +161,8 @@ def report(args: argparse.Namespace, runs: dict[str, dict]) -> str:
     lines = [
         f"# UI memory per turn — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        f"`python benchmarks/ui_memory.py --turns {args.turns}{' --real' if args.real else ''}` · {mode} · "
-        f"{SIZE[0]}×{SIZE[1]} · {_machine()}",
+        f"`python -m benchmarks.ui_memory --turns {args.turns}{' --real' if args.real else ''}` · {mode} · "
+        f"{SIZE[0]}×{SIZE[1]} · {machine_line()}",
         "",
         f"| series | turn 1 | turn {FROM_TURN} | turn {args.turns} | MiB/turn after turn {FROM_TURN} (slope) "
         "| (last − turn 10) / turns |",

@@ -15,7 +15,8 @@
 #      system's sources are never touched, nothing from trixie is installed) and unpacked with
 #      `dpkg -x` into the cache.
 #   3. the llama-cpp-python sdist of the installed version (pip download, or $LLAMA_CPP_SDIST), unpacked
-#      into the cache.
+#      once into <user cache>/chatphase/llama-cpp-<version>-src, shared with scripts/llama_tools_build.sh
+#      (the shared steps are in scripts/llama_build_lib.sh).
 #   4. cmake + ninja: libllama, libggml*, with -DGGML_VULKAN=on, in <cache>/build; ~15 min on 2 cores.
 # The cache is <user cache>/chatphase/llama-cpp-<version>-vulkan ($CHATPHASE_VULKAN_DIR overrides the
 # whole path). A stamp records the source, the build options and the CPU's flags (the CPU backend is
@@ -29,28 +30,18 @@
 set -euo pipefail
 
 [ $# -eq 0 ] || [ "$1" = --cached ] || { echo "vulkan_build: unknown argument $1 (usage: scripts/vulkan_build.sh [--cached])" >&2; exit 2; }
-PY=${PYTHON:-python3}
+NAME=vulkan_build
+# shellcheck source=scripts/llama_build_lib.sh
+. "$(dirname "$0")/llama_build_lib.sh"
 JOBS=${VULKAN_BUILD_JOBS:-$(nproc)}
-die() { echo "vulkan_build: $*" >&2; exit 1; }
-log() { echo "vulkan_build: $*" >&2; }
-STEP_LOG=$(mktemp) || die "mktemp failed"
-trap 'rm -rf "$STEP_LOG" "${TMP:-}"' EXIT
-# the last lines a failed step wrote, on one line
-tail_of() { tail -n 3 "$STEP_LOG" | tr '\n' ' '; }
-
-VERSION=${LLAMA_CPP_PYTHON_VERSION:-$("$PY" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || true)}
-[ -n "$VERSION" ] || die "llama-cpp-python is not installed for $PY (install chatphase first, or set LLAMA_CPP_PYTHON_VERSION)"
-CACHE_ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/chatphase
 DIR=${CHATPHASE_VULKAN_DIR:-$CACHE_ROOT/llama-cpp-$VERSION-vulkan}
 LIB="$DIR/build/bin"
 HEADERS="$DIR/vulkan-headers"
 CMAKE_OPTS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_VULKAN=ON
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_COMMON=OFF)
-CPU_FLAGS=$(grep -m1 '^flags' /proc/cpuinfo | md5sum | cut -c1-12)
-STAMP_WANT="llama-cpp-python=$VERSION cpu=$CPU_FLAGS opts=${CMAKE_OPTS[*]}"
 
-if [ -f "$DIR/stamp" ] && [ "$(cat "$DIR/stamp")" = "$STAMP_WANT" ] && [ -f "$LIB/libllama.so" ]; then
+if stamp_ok "$DIR" "$LIB/libllama.so" "${CMAKE_OPTS[@]}"; then
   echo "$LIB"
   exit 0
 fi
@@ -60,22 +51,7 @@ if [ "${1:-}" = --cached ]; then
 fi
 
 # --- 1. apt packages -------------------------------------------------------------------------
-PKGS=(glslc spirv-headers libvulkan1 mesa-vulkan-drivers cmake ninja-build g++ pkg-config)
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get (Debian/Ubuntu only)"
-  [ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install ${missing[*]}"
-  log "apt-get install ${missing[*]}"
-  apt_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$STEP_LOG" 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$STEP_LOG" 2>&1
-  }
-  apt_install || { log "apt-get failed; retrying once in 10 s"; sleep 10; apt_install; } ||
-    die "apt-get install ${missing[*]} failed twice: $(tail_of)"
-fi
+need_packages glslc spirv-headers libvulkan1 mesa-vulkan-drivers cmake ninja-build g++ pkg-config
 mkdir -p "$DIR" || die "cannot create the cache folder $DIR"
 
 # --- 2. Vulkan headers, Debian 13's libvulkan-dev unpacked privately ----------------------------
@@ -103,21 +79,7 @@ if [ ! -f "$HEADERS/usr/include/vulkan/vulkan.hpp" ]; then
 fi
 
 # --- 3. the vendored llama.cpp of the installed llama-cpp-python --------------------------------
-SRC="$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
-if [ ! -f "$SRC/CMakeLists.txt" ]; then
-  log "downloading the llama-cpp-python $VERSION sdist"
-  rm -rf "$DIR/src" && mkdir -p "$DIR/src/dl"
-  pip_dl() {
-    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$DIR/src/dl" \
-      "llama-cpp-python==$VERSION" >>"$STEP_LOG" 2>&1
-  }
-  if [ -n "${LLAMA_CPP_SDIST:-}" ]; then cp "$LLAMA_CPP_SDIST" "$DIR/src/dl/" || die "cannot copy $LLAMA_CPP_SDIST"; fi
-  ls "$DIR"/src/dl/llama_cpp_python-*.tar.gz >/dev/null 2>&1 || pip_dl ||
-    { log "pip download failed; retrying once in 10 s"; sleep 10; pip_dl; } ||
-    die "pip download llama-cpp-python==$VERSION (sdist) failed: $(tail_of)"
-  tar -xzf "$DIR"/src/dl/llama_cpp_python-"$VERSION".tar.gz -C "$DIR/src" || die "cannot unpack the sdist"
-  [ -f "$SRC/CMakeLists.txt" ] || die "the sdist holds no vendor/llama.cpp"
-fi
+fetch_source
 
 # --- 4. build ---------------------------------------------------------------------------------
 VK_LIB=$(ldconfig -p | grep -m1 -oE '/[^ ]*/libvulkan\.so\.1$' || true)
@@ -131,6 +93,6 @@ log "building llama.cpp $VERSION with Vulkan in $DIR/build (about 15 minutes on 
 } >"$DIR/build.log" 2>&1 || die "build failed; last lines of $DIR/build.log: $(tail -3 "$DIR/build.log" | tr '\n' ' ')"
 [ -f "$LIB/libllama.so" ] && ls "$LIB"/libggml-vulkan.so >/dev/null 2>&1 ||
   die "the build left no libllama.so / libggml-vulkan.so in $LIB"
-echo "$STAMP_WANT" >"$DIR/stamp"
+write_stamp "$DIR" "${CMAKE_OPTS[@]}"
 log "done: LLAMA_CPP_LIB_PATH=$LIB GGML_VK_VISIBLE_DEVICES=0"
 echo "$LIB"

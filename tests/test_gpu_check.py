@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import gpu_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "gpu_check.sh"
 PREPARE = ROOT / "benchmarks" / "gpu_prepare.sh"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import gpu_summary  # noqa: E402 - from benchmarks/, put on sys.path just above
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 

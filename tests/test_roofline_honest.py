@@ -6,7 +6,6 @@ says why, and the verdict does not flip between identical runs a few percent apa
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -308,11 +307,9 @@ def test_ttft_is_never_rounded_to_zero():
 
 @pytest.fixture
 def levers_script():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import levers
+    from benchmarks import levers
 
-    yield levers
-    sys.path.pop(0)
+    return levers
 
 
 @pytest.mark.parametrize(("kind", "safe", "expect"), [("other", False, "1"), ("amx", True, "1"), ("amx", False, "0")])
@@ -323,8 +320,10 @@ def test_llama_bench_repacks_where_chatphase_does(monkeypatch, fake_cpu, levers_
     class Done:
         stdout = json.dumps([{"n_depth": 0, "avg_ts": 51.0}])
 
-    monkeypatch.setattr(levers_script.subprocess, "run", lambda argv, **kw: ran.append(argv) or Done())
-    got = levers_script.llama_bench("llama-bench", Path("m.gguf"), 16, 64, 2, levers_script.repack())
+    from benchmarks import harness
+
+    monkeypatch.setattr(harness.subprocess, "run", lambda argv, **kw: ran.append(argv) or Done())
+    got = levers_script.bench_tg("llama-bench", Path("m.gguf"), 16, 64, 2)
     argv = ran[0]
     assert got == {0: 51.0} and argv[argv.index("--repack") + 1] == expect
     assert levers_script.vs_bound(51.0, 48.0).startswith("measured above the bound (1.06×)")
