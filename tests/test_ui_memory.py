@@ -226,3 +226,31 @@ async def test_an_old_turn_keeps_no_markdown_parse_and_no_style_nodes_of_its_own
         assert alive(DOMNode, exact=True) == nodes  # none per turn
         assert alive(RichMarkdown) == 0  # drawn, then let go
         assert all(v.folded for v in list(app.query_one(ChatLog).query_children(ReplyView))[:-1])
+
+
+async def test_old_turns_out_of_view_keep_no_drawn_lines_and_redraw_when_scrolled_back():
+    """Textual keeps each widget's last rendered lines (``Strip`` objects, seven small caches each) until it
+    is drawn again, which an entry scrolled out of view never is: as a reply starts, the chat log lets go
+    of those of every entry out of view (``ChatLog.let_go_of_hidden_lines``). Scrolled back, an old turn
+    is drawn anew and reads as before."""
+    app, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 1)
+        first = app.query_one(ReplyView)
+        before = reply_lines(first)
+        await turns(pilot, 10, start=1)
+        log = app.query_one(ChatLog)
+        hidden = [e for e in log.children if not e.region.overlaps(log.region)]
+        assert len(hidden) >= 10 and first in hidden
+        # those the newest turn pushed out of view keep theirs until the next turn starts
+        held = [
+            w
+            for e in hidden[:-4]
+            for w in (e, *e.walk_children())
+            if w._render_cache.lines or w._styles_cache._cache  # Textual's own caches: no public view of them
+        ]
+        assert held == []
+        log.scroll_home(animate=False)
+        await pilot.pause(0.2)
+        assert first.region.overlaps(log.region) and lines(first) == before

@@ -72,6 +72,7 @@ class ChatLog(VerticalScroll):
         view = ReplyView(turn=turn, on_shown=on_shown, synthetic=synthetic)
         view.tint, view.stall_flushes = self.tint_drafts, self.stall_flushes
         self._fold_latest()
+        self.let_go_of_hidden_lines()
         self.mount(view)
         self.anchor()
         self._latest_reply = view
@@ -91,6 +92,26 @@ class ChatLog(VerticalScroll):
         views = [v for v in self.query_children(ReplyView) if v not in self._removing]
         if views:
             views[-1].fold()
+
+    def let_go_of_hidden_lines(self) -> None:
+        """Free the drawn lines of every entry out of view (once a turn, as a reply starts), so an old turn
+        keeps its text but not its drawing: Textual keeps each widget's last rendered lines, ``Strip`` objects
+        with seven small caches each (some 20 KiB a turn), until the widget is drawn again, which an entry
+        scrolled out of view never is. The entries in view keep theirs; one scrolled back into view is drawn
+        anew (its lines, and the padded ones of its styles cache, are made again) and let go at the next turn.
+
+        ``Widget.refresh`` frees the styles cache's lines and marks the widget dirty, so it renders again
+        when next drawn; the rendered content lines it keeps until then (``Widget._render_cache``, no public
+        way to free them in Textual 8), so they are emptied here in place."""
+        window = self.region
+        for entry in self.children:
+            if entry.region.overlaps(window):
+                continue
+            for widget in (entry, *entry.walk_children(Widget)):
+                lines = widget._render_cache.lines
+                if lines:
+                    lines.clear()
+                    widget.refresh()
 
     def add_notice(self, text: str, kind: str = "info") -> Notice:
         """Append an inline notice."""
