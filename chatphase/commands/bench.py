@@ -120,12 +120,11 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
     experiment with a progress bar on stderr, write the outputs."""
-    if args.spec:  # decode modes side by side (their own module)
-        from chatphase.commands import bench_spec
+    if args.spec:  # decode modes side by side (chatphase.commands.bench_spec)
+        from chatphase.commands.bench_spec import run_spec
 
         check_outputs("spec", args.format, args.plot, args.output)
-        write_output(bench_spec.measure(args).render(args.format), args.output)
-        return 0
+        return run_spec(args, execute)
     from chatphase.commands.bench_grid import run_grid, split_levers
 
     grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
@@ -247,6 +246,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
     from chatphase.bench.core.events import BenchNotice, BenchStatus
+    from chatphase.bench.spec.run import SpecProgress
 
     done = None
     for event in events:
@@ -255,7 +255,10 @@ def follow(events, progress: _Progress, done_type: type):
         elif isinstance(event, BenchNotice):
             progress.notice(event.text)
         elif isinstance(event, SweepProgress):
-            progress.advance(event)
+            label, figures = sample_progress(event.sample)
+            progress.advance(event.done_runs, event.total_runs, label, figures, counted=not event.sample.warmup)
+        elif isinstance(event, SpecProgress):
+            progress.advance(event.done_runs, event.total_runs, *event.line())
         elif isinstance(event, done_type):
             done = event
     assert done is not None
@@ -386,12 +389,12 @@ class _Progress:
         """A line the user must see (printed above the bar, and kept)."""
         self._bar.console.print(inert(f"chatphase: warning: {text}"), markup=False, highlight=False, soft_wrap=True)
 
-    def advance(self, ev: SweepProgress) -> None:
-        s = ev.sample
-        label, figures = sample_progress(s)
+    def advance(self, done_runs: int, total_runs: int, label: str, figures: str, counted: bool = True) -> None:
+        """The ``done_runs``-th run of ``total_runs`` ended: ``label`` (what ran) and ``figures`` (what it
+        measured) on the bar, and as a line when plain and ``counted`` (not a warm-up)."""
         label = inert(label)  # it may name a model
         self._description = label
         self._last_event = self._last_line = time.monotonic()
-        self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
-        if self._plain and not s.warmup:
-            print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)
+        self._bar.update(self._task, completed=done_runs, total=total_runs, description=label)
+        if self._plain and counted:
+            print(f"chatphase bench: [{done_runs}/{total_runs}] {label}: {figures}", file=sys.stderr, flush=True)
