@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     from chatphase.bench.core.events import BenchDone
     from chatphase.bench.core.run import ModelRun
+    from chatphase.bench.parallel.plot import write_parallel_plot
     from chatphase.bench.parallel.run import ParallelRun
     from chatphase.bench.sweep.run import BenchRun
 
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         plan.total_runs,
         BenchDone,
         text_of=lambda done: render(done.result, args.format),
-        plot=lambda done, path: write_plot([done.result], path),
+        plot=lambda done, path: (write_parallel_plot if kind is ParallelRun else write_plot)([done.result], path),
         cancelled=lambda done: done.result.cancelled,
         partial=lambda: BenchDone(result) if (result := bench.partial()) is not None else None,
     )

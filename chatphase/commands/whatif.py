@@ -71,9 +71,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--check-depth must be at least 1")
     synthetic = False
     if args.from_file:
-        from chatphase.bench.experiments import load_bench_result
+        from chatphase.bench.core.results import BenchResult
+        from chatphase.bench.experiments import load_result
 
-        result = load_bench_result(args.from_file)
+        result = load_result(args.from_file)
+        if not isinstance(result, BenchResult):
+            raise UsageError(
+                f"--from-file needs a prompt-length sweep's result (chatphase bench); this is a {result.kind} result"
+            )
         synthetic = bool(result.model.get("synthetic"))
     else:
         if args.spec:
