@@ -16,12 +16,10 @@ either way the results so far are written); 2 bad usage or unusable model; 1 eng
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from chatphase.bench.core.contract import FORMATS, validate_plan
@@ -132,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     plan = _plan(args, settings)
     if grid.is_sweep:
-        return run_grid(args, grid, settings, plan, drive, write_output)
+        return run_grid(args, grid, settings, plan, execute)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
         return run_offload(args, settings, info, plan, execute)
@@ -195,13 +193,6 @@ def execute(
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
-
-
-def drive(run, total_runs: int, done_type):
-    """Iterate ``run`` (a lever grid's ``GridRun``) with a progress bar on stderr, the first Ctrl+C cancelling
-    it; returns the ``result`` of its ``done_type`` event."""
-    with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
-        return follow(run, progress, done_type).result
 
 
 def write_output(text: str, output: str | None) -> None:
@@ -308,27 +299,6 @@ def _run_in_thread(run, progress: _Progress, done_type: type, partial, heartbeat
     if "error" in box:
         raise box["error"]
     return box["done"]
-
-
-@contextlib.contextmanager
-def _first_ctrl_c_cancels(bench, progress) -> Iterator[None]:
-    """While running: the first Ctrl+C cancels the sweep (partial results are still written), a second
-    one interrupts at once. Only the main thread can own SIGINT; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum, frame) -> None:
-        signal.signal(signal.SIGINT, previous)
-        progress.status("cancelling — Ctrl+C again to abort")
-        bench.cancel()
-
-    signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class _Progress:
