@@ -2,7 +2,8 @@
 their text, file and plot forms, through the core's shared report, statistics and plot helpers.
 
 JSON: ``{"kind": "parallel", "version", "model", "settings", "system", "roofline", "cancelled", "label",
-"parallel": [cells], "parallel_samples": [samples]}``. Files written before results carried a ``kind`` were a
+"parallel": [cells], "parallel_samples": [samples], "results": []}`` (the empty ``results`` keeps the file
+readable by a chatphase from before results carried a ``kind``, which read it as a sweep's). Files written before results carried a ``kind`` were a
 sweep's result whose ``results`` list was empty and whose ``parallel`` list held the cells: :meth:`from_dict`
 reads those too. CSV: one row per cell, :data:`~chatphase.bench.core.parallel_results.PARALLEL_CSV_COLUMNS`
 (each row of kind ``"parallel"``).
@@ -63,6 +64,7 @@ class ParallelResult:
                 "label": self.label,
                 "parallel": [c.to_dict() for c in self.parallel],
                 "parallel_samples": [s.to_dict() for s in self.parallel_samples],
+                "results": [],  # no sweep cells: an older chatphase reads the file (see the module docstring)
             },
         )
 
