@@ -16,7 +16,7 @@ import pytest
 #: unit -> the units it imports (besides itself), exactly: an edge the code stops using must leave the table
 #: too. A unit is a top-level module or package of chatphase; engine/, ui/ and bench/ count per subpackage, their
 #: top-level modules being the unit "engine" (the contract every backend speaks: events, metrics, config),
-#: "ui" (the app shell) and "bench" (the experiments' registry, what-if, old import paths), and the engine's
+#: "ui" (the app shell) and "bench" (the experiments' registry and what-if), and the engine's
 #: factory a unit of its own (it picks a backend, so it sits above them). Lower layers first.
 LAYERS = {
     # leaves, under everything

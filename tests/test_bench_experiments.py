@@ -9,11 +9,12 @@ import pytest
 
 from chatphase.bench.core.contract import SCHEMA_VERSION
 from chatphase.bench.core.peaks import MachinePeaks
-from chatphase.bench.core.results import BenchResult, save_result
+from chatphase.bench.core.results import save_result
 from chatphase.bench.experiments import EXPERIMENTS, load_bench_result, load_result
 from chatphase.bench.grid.levers import Prediction
 from chatphase.bench.grid.run import GridCell, GridResult
 from chatphase.bench.offload.run import OffloadDone, Placement
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError
@@ -61,7 +62,7 @@ def _results() -> dict[str, object]:
     grid_cell = GridCell("t=2", {"n_threads": 2}, "m", False, make_cell(), prediction, 1000, 10_000, None, 100)
     return {
         "sweep": make_result(),
-        "parallel": BenchResult(model={"name": "Tiny"}, parallel=[parallel_cell(1, 40.0), parallel_cell(4, 120.0)]),
+        "parallel": ParallelResult(model={"name": "Tiny"}, parallel=[parallel_cell(1, 40.0), parallel_cell(4, 120.0)]),
         "grid": GridResult(cells=[grid_cell], peaks={2: peaks}, plan={"reps": 1}, notes=["a note"]),
         "spec": SpecResult([{"spec": "off", "kind": "grounded", "decode_tokens_per_s": 50.0}], {1: 2.0, 2: 2.5}, {}),
         "offload": OffloadDone([Placement(0, make_result(), {"bound_by": "host memory"})]),

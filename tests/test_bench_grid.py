@@ -200,3 +200,25 @@ def test_a_kv_cache_lever_that_loses_says_why_in_the_bench_output():
     text = list(run)[-1].result.render("table")
     assert "lever lost: ctk=q8_0 ctv=q8_0 decodes at 0." in text and "of ctk=f16 ctv=f16 at depth 1000" in text
     assert "attention dequantises the q8_0 cache" in text and "ms over its shallowest depth" in text
+
+
+def test_partial_while_running_holds_the_runs_so_far_as_a_cancelled_result():
+    """What a second Ctrl+C prints (``chatphase bench`` with a grid, as every experiment): the points' runs
+    measured so far, warm-ups left out, marked cancelled; nothing before an engine loaded."""
+    points, _ = LeverGrid({"n_ubatch": (64, 128)}).points()
+    plan = SweepPlan(prompt_lengths=(10,), depths=(0,), gen_tokens=3, reps=2, warmup=0)
+    run = GridRun(
+        points, {None: fake_model_info()}, EngineConfig(n_ctx=256, n_threads=2), plan,
+        engine_factory=lambda i, cfg: ScriptedTokenEngine(), peaks={2: PEAKS}, builder=PromptBuilder(CharTokenizer()),
+    )  # fmt: skip
+    assert run.partial() is None
+    events = iter(run)
+    for event in events:
+        if isinstance(event, SweepProgress) and event.done_runs == 5:  # round 1's four runs, then one more
+            break
+    done = run.partial()
+    assert isinstance(done, GridDone) and done.result.cancelled
+    reps = {(c.point, c.cell.kind): c.cell.reps for c in done.result.cells}
+    assert reps == {("ub=64", "prompt"): 2, ("ub=64", "depth"): 1, ("ub=128", "prompt"): 1, ("ub=128", "depth"): 1}
+    assert "CANCELLED" in done.result.render("table")
+    events.close()

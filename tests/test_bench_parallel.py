@@ -3,19 +3,24 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from fake_engine import fake_model_info
 
+from chatphase.bench.core.contract import SCHEMA_VERSION
 from chatphase.bench.core.events import BenchDone
 from chatphase.bench.core.parallel_results import ParallelCell
 from chatphase.bench.core.peaks import MachinePeaks
-from chatphase.bench.core.plot import write_plot
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import render
-from chatphase.bench.core.results import BenchResult, read_csv, save_result
+from chatphase.bench.core.results import read_csv, save_result
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.core.stats import summarize
-from chatphase.bench.experiments import load_result
+from chatphase.bench.experiments import load_bench_result, load_result
+from chatphase.bench.parallel.plot import write_parallel_plot
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.roofline import build_parallel_roofline, crossover_n_seq
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
@@ -140,7 +145,7 @@ def test_sweep_through_bench_run_measures_every_cell_with_distinct_prompts():
             req.gen_steps == 8 and all(len(p) == 10 for p in req.prompts) and len(set(req.prompts)) == len(req.prompts)
         )
     result = events[-1].result
-    assert isinstance(events[-1], BenchDone) and not result.cancelled and result.results == []
+    assert isinstance(events[-1], BenchDone) and not result.cancelled and isinstance(result, ParallelResult)
     assert [(c.n_seq, c.reps) for c in result.parallel] == [(1, 2), (2, 2), (4, 2)]
     for c in result.parallel:  # step = 10 + 1 × N ms; prefill 0.5 ms per token
         assert c.step_ms.mean == pytest.approx(10 + c.n_seq)
@@ -192,7 +197,7 @@ def test_roofline_when_the_kv_read_keeps_the_step_bandwidth_bound():
     assert "stays bound by memory bandwidth at every N" in r["parallel_verdicts"][0]
 
 
-def _result() -> BenchResult:
+def _result() -> ParallelResult:
     plan = ParallelPlan(n_seqs=(1, 2), prompt_lengths=(10,), gen_tokens=4, reps=2, warmup=0)
     return _run(plan, ScriptedBatchEngine())[0][-1].result
 
@@ -201,7 +206,7 @@ def test_json_and_csv_round_trip_and_load_for_overlays(tmp_path):
     result = _result()
     for name in ("r.json", "r.csv"):
         loaded = load_result(save_result(result, tmp_path / name))
-        assert loaded.parallel == result.parallel and loaded.results == []
+        assert loaded.parallel == result.parallel and isinstance(loaded, ParallelResult)
     assert load_result(tmp_path / "r.json").parallel_samples == result.parallel_samples
     text = (tmp_path / "r.csv").read_text().splitlines()
     assert text[0].startswith("kind,prompt_tokens,n_seq,gen_tokens,reps,step_ms_mean") and text[1].startswith(
@@ -210,12 +215,47 @@ def test_json_and_csv_round_trip_and_load_for_overlays(tmp_path):
 
 
 def test_csv_with_both_kinds_of_cells(tmp_path):
+    """A result holds one kind of cells: the sweep's CSV its prompt/depth cells, the parallel sweep's its parallel
+    cells; an older CSV holding both kinds' rows reads into both lists, and loading it is refused in one line."""
     from tests.test_bench_results import make_result
 
-    mixed = make_result()
-    mixed.parallel = _result().parallel
-    cells, parallel = read_csv(mixed.to_csv())
-    assert cells == mixed.results and parallel == mixed.parallel
+    sweep, par = make_result(), _result()
+    cells, parallel = read_csv(sweep.to_csv())
+    assert cells == sweep.results and parallel == []
+    cells, parallel = read_csv(par.to_csv())
+    assert cells == [] and parallel == par.parallel
+    mixed = tmp_path / "mixed.csv"  # the columns of both, as a result holding both kinds wrote them
+    head, *rows = sweep.to_csv().splitlines()
+    par_head, *par_rows = par.to_csv().splitlines()
+    columns = head.split(",") + [c for c in par_head.split(",") if c not in head.split(",")]
+    blank = {c: "" for c in columns}
+    lines = [",".join(columns)]
+    for names, values in [(head, r) for r in rows] + [(par_head, r) for r in par_rows]:
+        lines.append(",".join({**blank, **dict(zip(names.split(","), values.split(","), strict=True))}.values()))
+    mixed.write_text("\n".join(lines) + "\n")
+    cells, parallel = read_csv(mixed.read_text())
+    assert cells == sweep.results and parallel == par.parallel
+    with pytest.raises(UsageError, match=r"mixed\.csv holds both sweep and parallel cells"):
+        load_result(mixed)
+
+
+def test_a_parallel_file_from_before_it_had_its_own_result_loads_as_one():
+    """``tests/data/bench_parallel_before_kind.json`` was written by chatphase at f0d4e74 (a sweep's
+    ``BenchResult`` holding parallel cells, no ``kind``, no ``version``), ``….table.txt`` and ``….md`` are that
+    chatphase's table and Markdown of it: it loads as the parallel sweep's result, overlays, renders the same
+    text, and saves again with its kind and version."""
+    data = Path(__file__).parent / "data"
+    path = data / "bench_parallel_before_kind.json"
+    old = json.loads(path.read_text())
+    assert "kind" not in old and old["results"] == [] and len(old["parallel"]) == 2
+    loaded = load_bench_result(path)
+    assert isinstance(loaded, ParallelResult) and [c.n_seq for c in loaded.parallel] == [1, 2]
+    assert [c.to_dict() for c in loaded.parallel] == old["parallel"] and len(loaded.parallel_samples) == 4
+    assert loaded.display_label() == "tiny-parallel-fixture"
+    assert render(loaded, "table") == (data / "bench_parallel_before_kind.table.txt").read_text(encoding="utf-8")
+    assert render(loaded, "md") == (data / "bench_parallel_before_kind.md").read_text(encoding="utf-8")
+    again = json.loads(loaded.to_json())
+    assert (again["kind"], again["version"]) == ("parallel", SCHEMA_VERSION) and again["parallel"] == old["parallel"]
 
 
 def test_table_markdown_and_plot(tmp_path):
@@ -225,4 +265,4 @@ def test_table_markdown_and_plot(tmp_path):
     assert "gen 4 steps" in table and "N=2: a step reads" in table
     md = render(result, "md")
     assert md.startswith("### chatphase bench") and "| prompt tok | N |" in md
-    assert write_plot([result, result], tmp_path / "p.svg").stat().st_size > 1000
+    assert write_parallel_plot([result, result], tmp_path / "p.svg").stat().st_size > 1000

@@ -239,3 +239,50 @@ def test_snapshot_of_a_spec_comparison(snap_compare):
         await pilot.pause(0.3)
 
     assert snap_compare(SpecApp(), terminal_size=(120, 40), run_before=run_before)
+
+
+class _CancellingSpecRun(SpecRun):
+    """The real SpecRun on scripted engines and costs; cancels itself after ``stop_after`` runs (as a first
+    Ctrl+C does) when set."""
+
+    stop_after: int | None = None
+
+    def __init__(self, info, config, plan):
+        super().__init__(info, config, plan, engine_factory=ScriptedSpecEngine, cost=lambda *a, **kw: COSTS)
+
+    def __iter__(self):
+        for event in super().__iter__():
+            if isinstance(event, SpecProgress) and event.done_runs == self.stop_after:
+                self.cancel()
+            yield event
+
+
+def _bench_spec(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
+    from chatphase.cli import main
+    from chatphase.commands import bench_spec
+
+    monkeypatch.setattr(bench_spec, "SpecRun", _CancellingSpecRun)
+    monkeypatch.setattr(bench_spec, "resolve_model", lambda model, models_dir: model)
+    monkeypatch.setattr(bench_spec, "read_model_info", lambda path: fake_model_info())
+    rc = main(["bench", "--spec", "lookup", "--reps", "1", "--model", "/scripted/model.gguf", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_bench_spec_runs_through_the_driver_with_its_progress_lines(monkeypatch, capsys):
+    _CancellingSpecRun.stop_after = None
+    rc, out, err = _bench_spec(monkeypatch, capsys, "--format", "csv")
+    total = 2 * len(PROMPTS)
+    assert rc == 0 and out.startswith("spec,kind,") and "\nlookup,grounded," in out
+    assert f"chatphase bench: [1/{total}] off · grounded prompt 1/{len(PROMPTS)} · rep 1: 100.0 tok/s" in err
+    assert f"[{total}/{total}] lookup · open prompt" in err and "Traceback" not in err
+
+
+def test_bench_spec_cancelled_writes_the_runs_so_far_and_exits_130(monkeypatch, capsys):
+    """The first Ctrl+C cancels after the current run (here the run cancels itself after 3): the table of the
+    runs so far, no verify cost, exit 130 — as for every experiment."""
+    _CancellingSpecRun.stop_after = 3
+    rc, out, err = _bench_spec(monkeypatch, capsys)
+    assert rc == 130 and "cancelled; the results above are partial" in err
+    assert "(not measured: cancelled)" in out and "CANCELLED: partial results" in out
+    assert "lookup" in out and "Traceback" not in err

@@ -9,5 +9,4 @@
   the GPU).
 - :mod:`~chatphase.bench.experiments` — the registry of experiments and the one loader of saved results.
 - :mod:`~chatphase.bench.whatif` — the what-if predictions from a device's datasheet figures.
-- ``api``, ``results``, ``runner``, ``prompts``, ``peaks``, ``grid_api`` — old import paths, re-exporting the new.
 """

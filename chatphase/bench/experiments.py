@@ -30,6 +30,7 @@ from chatphase.bench.core.job import ExperimentJob, RunBuilder
 from chatphase.bench.core.results import BenchResult, read_csv, save_result
 from chatphase.bench.grid.run import GridResult
 from chatphase.bench.offload.run import OFFLOAD_FORMATS, offload_from_dict
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.bench.spec.run import SPEC_FORMATS, SpecPlan, SpecResult
 from chatphase.engine.config import EngineConfig
@@ -69,7 +70,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     e.kind: e
     for e in (
         Experiment("sweep", "prompt length & depth", "", FORMATS, True, BenchResult.from_dict, overlays=True),
-        Experiment("parallel", "parallel decode", "--parallel", FORMATS, True, BenchResult.from_dict, overlays=True),
+        Experiment("parallel", "parallel decode", "--parallel", FORMATS, True, ParallelResult.from_dict, overlays=True),
         Experiment(
             "grid",
             "lever grid",
@@ -157,8 +158,14 @@ def kind_of(data: dict) -> str:
             return "offload"
         if "rows" in data and "verify_step_ms" in data:
             return "spec"
-        if isinstance(data.get("results"), list):
-            return "parallel" if data.get("parallel") and not data["results"] else "sweep"
+        if isinstance(data.get("results"), list) or isinstance(data.get("parallel"), list):
+            # a sweep's, or a parallel sweep's: before it had a result of its own, a sweep's with no "results"
+            # cells and its cells in "parallel" (its plan says so when cancelled before any cell)
+            settings = data.get("settings")
+            plan = settings.get("plan") if isinstance(settings, dict) else None
+            parallel = bool(data.get("parallel")) or "results" not in data
+            parallel |= isinstance(plan, dict) and plan.get("sweep") == "parallel"
+            return "parallel" if parallel and not data.get("results") else "sweep"
         raise UsageError('not a chatphase bench result (no "kind" and no "results" list)')
     if kind not in EXPERIMENTS:
         raise UsageError(f"unknown bench result kind {kind!r}: this chatphase reads {', '.join(EXPERIMENTS)}")
@@ -167,7 +174,7 @@ def kind_of(data: dict) -> str:
 
 def load_result(path: str | os.PathLike):
     """Read any saved result: ``.json`` by its ``kind`` (:func:`kind_of`; a ``version`` newer than this
-    chatphase reads is refused) or ``.csv`` (a sweep's or parallel sweep's cells, labelled by file name).
+    chatphase reads is refused) or ``.csv`` (a sweep's or a parallel sweep's cells, labelled by file name).
 
     Raises:
         UsageError: a missing/unreadable file or one that is not UTF-8, an unknown suffix, a future version,
@@ -189,11 +196,15 @@ def load_result(path: str | os.PathLike):
         return EXPERIMENTS[kind_of(data)].read(data)
     if suffix == ".csv":
         cells, parallel = read_csv(text)
-        return BenchResult(results=cells, parallel=parallel, label=p.stem)
+        if parallel and cells:
+            raise UsageError(f"{p.name} holds both sweep and parallel cells: save each kind's result on its own")
+        if parallel:
+            return ParallelResult(parallel=parallel, label=p.stem)
+        return BenchResult(results=cells, label=p.stem)
     raise UsageError(f"unknown result file type {suffix or '(none)'!r}: use .json or .csv")
 
 
-def load_bench_result(path: str | os.PathLike) -> BenchResult:
+def load_bench_result(path: str | os.PathLike) -> BenchResult | ParallelResult:
     """:func:`load_result` for a result that overlays on the sweep's and parallel sweep's plots.
 
     Raises:
@@ -201,7 +212,7 @@ def load_bench_result(path: str | os.PathLike) -> BenchResult:
     """
     result = load_result(path)
     experiment = EXPERIMENTS[getattr(result, "kind", "offload")]
-    if not experiment.overlays or not isinstance(result, BenchResult):
+    if not experiment.overlays or not isinstance(result, BenchResult | ParallelResult):
         drawn = " and ".join(e.kind for e in EXPERIMENTS.values() if e.overlays)
         raise UsageError(f"{Path(path).name} is a {experiment.title} result: only {drawn} results overlay here")
     return result

@@ -16,12 +16,10 @@ either way the results so far are written); 2 bad usage or unusable model; 1 eng
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from chatphase.bench.core.contract import FORMATS, validate_plan
@@ -120,12 +118,11 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
     experiment with a progress bar on stderr, write the outputs."""
-    if args.spec:  # decode modes side by side (their own module)
-        from chatphase.commands import bench_spec
+    if args.spec:  # decode modes side by side (chatphase.commands.bench_spec)
+        from chatphase.commands.bench_spec import run_spec
 
         check_outputs("spec", args.format, args.plot, args.output)
-        write_output(bench_spec.measure(args).render(args.format), args.output)
-        return 0
+        return run_spec(args, execute)
     from chatphase.commands.bench_grid import run_grid, split_levers
 
     grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
@@ -133,13 +130,14 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     plan = _plan(args, settings)
     if grid.is_sweep:
-        return run_grid(args, grid, settings, plan, drive, write_output)
+        return run_grid(args, grid, settings, plan, execute)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
         return run_offload(args, settings, info, plan, execute)
 
     from chatphase.bench.core.events import BenchDone
     from chatphase.bench.core.run import ModelRun
+    from chatphase.bench.parallel.plot import write_parallel_plot
     from chatphase.bench.parallel.run import ParallelRun
     from chatphase.bench.sweep.run import BenchRun
 
@@ -159,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         plan.total_runs,
         BenchDone,
         text_of=lambda done: render(done.result, args.format),
-        plot=lambda done, path: write_plot([done.result], path),
+        plot=lambda done, path: (write_parallel_plot if kind is ParallelRun else write_plot)([done.result], path),
         cancelled=lambda done: done.result.cancelled,
         partial=lambda: BenchDone(result) if (result := bench.partial()) is not None else None,
     )
@@ -195,13 +193,6 @@ def execute(
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
-
-
-def drive(run, total_runs: int, done_type):
-    """Iterate ``run`` (a lever grid's ``GridRun``) with a progress bar on stderr, the first Ctrl+C cancelling
-    it; returns the ``result`` of its ``done_type`` event."""
-    with _Progress(total_runs) as progress, _first_ctrl_c_cancels(run, progress):
-        return follow(run, progress, done_type).result
 
 
 def write_output(text: str, output: str | None) -> None:
@@ -247,6 +238,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
     from chatphase.bench.core.events import BenchNotice, BenchStatus
+    from chatphase.bench.spec.run import SpecProgress
 
     done = None
     for event in events:
@@ -255,7 +247,10 @@ def follow(events, progress: _Progress, done_type: type):
         elif isinstance(event, BenchNotice):
             progress.notice(event.text)
         elif isinstance(event, SweepProgress):
-            progress.advance(event)
+            label, figures = sample_progress(event.sample)
+            progress.advance(event.done_runs, event.total_runs, label, figures, counted=not event.sample.warmup)
+        elif isinstance(event, SpecProgress):
+            progress.advance(event.done_runs, event.total_runs, *event.line())
         elif isinstance(event, done_type):
             done = event
     assert done is not None
@@ -304,27 +299,6 @@ def _run_in_thread(run, progress: _Progress, done_type: type, partial, heartbeat
     if "error" in box:
         raise box["error"]
     return box["done"]
-
-
-@contextlib.contextmanager
-def _first_ctrl_c_cancels(bench, progress) -> Iterator[None]:
-    """While running: the first Ctrl+C cancels the sweep (partial results are still written), a second
-    one interrupts at once. Only the main thread can own SIGINT; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum, frame) -> None:
-        signal.signal(signal.SIGINT, previous)
-        progress.status("cancelling — Ctrl+C again to abort")
-        bench.cancel()
-
-    signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class _Progress:
@@ -386,12 +360,12 @@ class _Progress:
         """A line the user must see (printed above the bar, and kept)."""
         self._bar.console.print(inert(f"chatphase: warning: {text}"), markup=False, highlight=False, soft_wrap=True)
 
-    def advance(self, ev: SweepProgress) -> None:
-        s = ev.sample
-        label, figures = sample_progress(s)
+    def advance(self, done_runs: int, total_runs: int, label: str, figures: str, counted: bool = True) -> None:
+        """The ``done_runs``-th run of ``total_runs`` ended: ``label`` (what ran) and ``figures`` (what it
+        measured) on the bar, and as a line when plain and ``counted`` (not a warm-up)."""
         label = inert(label)  # it may name a model
         self._description = label
         self._last_event = self._last_line = time.monotonic()
-        self._bar.update(self._task, completed=ev.done_runs, total=ev.total_runs, description=label)
-        if self._plain and not s.warmup:
-            print(f"chatphase bench: [{ev.done_runs}/{ev.total_runs}] {label}: {figures}", file=sys.stderr, flush=True)
+        self._bar.update(self._task, completed=done_runs, total=total_runs, description=label)
+        if self._plain and counted:
+            print(f"chatphase bench: [{done_runs}/{total_runs}] {label}: {figures}", file=sys.stderr, flush=True)

@@ -39,10 +39,10 @@ def split_levers(args: argparse.Namespace) -> LeverGrid:
     return LeverGrid(values)
 
 
-def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, write_output) -> int:
-    """Run the grid on ``plan`` (the plain bench's, validated) with a progress bar on stderr, write the
-    output (``--format``, ``--output``). ``drive`` and ``write_output`` are the plain bench's
-    (:mod:`chatphase.commands.bench`).
+def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, execute) -> int:
+    """Run the grid on ``plan`` (the plain bench's, validated) through the command's ``execute``
+    (:func:`chatphase.commands.bench.execute`: progress, Ctrl+C, output, exit code) and write its output
+    (``--format``, ``--output``).
 
     Raises:
         UsageError: flags that do not combine with a grid, or unusable models.
@@ -60,9 +60,13 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, drive, w
     run = GridRun(points, infos, settings.engine, plan, notes=notes, roofline=args.roofline)
     for note in notes:
         print(inert(f"chatphase: {note}"), file=sys.stderr)
-    result = drive(run, len(points) * plan.total_runs, GridDone)
-    write_output(result.render(args.format), args.output)
-    if result.cancelled:
-        print("chatphase: cancelled; the results above are partial", file=sys.stderr)
-        return 130
-    return 0
+    return execute(
+        args,
+        run,
+        len(points) * plan.total_runs,
+        GridDone,
+        text_of=lambda done: done.result.render(args.format),
+        plot=None,  # never called: check_outputs refused --plot for a grid
+        cancelled=lambda done: done.result.cancelled,
+        partial=run.partial,
+    )

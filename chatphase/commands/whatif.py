@@ -72,9 +72,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--check-depth must be at least 1")
     synthetic = False
     if args.from_file:
-        from chatphase.bench.results import load_result
+        from chatphase.bench.core.results import BenchResult
+        from chatphase.bench.experiments import load_result
 
         result = load_result(args.from_file)
+        if not isinstance(result, BenchResult):
+            raise UsageError(
+                f"--from-file needs a prompt-length sweep's result (chatphase bench); this is a {result.kind} result"
+            )
         synthetic = bool(result.model.get("synthetic"))
     else:
         if args.model_arg:
@@ -82,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         result, synthetic = _measure_here(args)
     eff, model, measured = efficiency_from(result)
     here = Device("this-machine", f"this machine ({result.system.get('cpu', '?')})", eff.bandwidth_bytes_per_s,
-                  eff.flops_per_s, "measured peaks (chatphase.bench.peaks)", "measured here")  # fmt: skip
+                  eff.flops_per_s, "measured peaks (chatphase.bench.core.peaks)", "measured here")  # fmt: skip
     rows = device_rows([*devices, here], eff, model, lengths, depths)
     from chatphase.bench.whatif import predict_decode, predict_ttft_ms
 
@@ -161,8 +166,9 @@ def _ms(ms: float) -> str:
 def _measure_here(args: argparse.Namespace):
     """A short bench of the model on this machine (peaks, a 256-token prompt, depth 0 and ``--check-depth``;
     one warm-up and one counted run each) with progress lines on stderr; returns ``(BenchResult, synthetic)``."""
-    from chatphase.bench.api import BenchDone, BenchRun, BenchStatus
-    from chatphase.bench.runner import SweepPlan, SweepProgress
+    from chatphase.bench.core.events import BenchDone, BenchStatus
+    from chatphase.bench.core.runner import SweepPlan, SweepProgress
+    from chatphase.bench.sweep.run import BenchRun
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import platform
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from chatphase import __version__
 from chatphase.bench.core.contract import Done
-from chatphase.bench.core.results import BenchResult
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded, memory_by_place
@@ -34,9 +34,10 @@ class BenchNotice:
 
 @dataclass(frozen=True)
 class BenchDone(Done):
-    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early)."""
+    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early): the
+    sweep's :class:`~chatphase.bench.core.results.BenchResult` or the parallel sweep's result."""
 
-    result: BenchResult
+    result: Any
 
 
 BenchEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone

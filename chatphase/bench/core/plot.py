@@ -8,7 +8,7 @@ results overlay for comparison (one colour each).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chatphase.bench.core.results import BenchResult
@@ -34,9 +34,18 @@ def check_plot_path(path: str | os.PathLike) -> Path:
 
 
 def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
-    """Draw the results' plots, one series per result (±1 sd error bars); format from the suffix (SVG or
-    PNG). A row for prompt/depth cells (TTFT vs prompt tokens with the fitted line, decode tok/s vs depth)
-    and one for parallel cells (:func:`_plot_parallel`), each where some result has such cells. Returns the path.
+    """Draw the sweep results' plots, one series per result (±1 sd error bars): TTFT vs prompt tokens with the
+    fitted line, decode tok/s vs depth (:func:`plot_sweep`); format from the suffix (SVG or PNG). Returns the path.
+
+    Raises:
+        UsageError: as :func:`check_plot_path`, or when the file cannot be written.
+    """
+    return write_rows([(plot_sweep, results)], path)
+
+
+def write_rows(rows: Sequence[tuple[Callable[[Sequence, object, object], None], Sequence]], path) -> Path:
+    """A figure of one row of two axes per ``(draw, results)``: ``draw(results, ax1, ax2)`` fills them (each
+    experiment that plots has its own ``draw``); a grid, y from 0 and legends added. Returns the path.
 
     Raises:
         UsageError: as :func:`check_plot_path`, or when the file cannot be written.
@@ -47,14 +56,9 @@ def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parallel = any(r.parallel for r in results)
-    rows = [
-        *(["sweep"] if any(r.results for r in results) or not parallel else []),
-        *(["parallel"] if parallel else []),
-    ]
     fig, axes = plt.subplots(len(rows), 2, figsize=(11, 4.2 * len(rows)), layout="constrained", squeeze=False)
-    for kind, (ax1, ax2) in zip(rows, axes, strict=True):
-        (_plot_sweep if kind == "sweep" else _plot_parallel)(results, ax1, ax2)
+    for (draw, results), (ax1, ax2) in zip(rows, axes, strict=True):
+        draw(results, ax1, ax2)
         for ax in (ax1, ax2):
             ax.grid(alpha=0.3)
             ax.set_ylim(bottom=0)
@@ -80,7 +84,7 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
-def _plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:
+def plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:
     """TTFT vs prompt tokens (with the fitted line) and decode tok/s vs depth."""
     for i, res in enumerate(results):
         color = f"C{i}"
@@ -121,71 +125,3 @@ def _plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:
             )
     ax1.set(title="Prefill: TTFT vs prompt length", xlabel="prompt tokens", ylabel="TTFT (ms)")
     ax2.set(title="Decode: speed vs context depth", xlabel="depth (tokens in KV cache)", ylabel="decode tokens/s")
-
-
-def _plot_parallel(results: Sequence[BenchResult], ax1, ax2) -> None:
-    """Aggregate (solid) and per-sequence (dashed) decode tok/s vs N, and the step time vs N; the roofline's
-    aggregate bound and bound step time dotted where the result has one. One series per result and prompt length."""
-    series, all_ns = 0, set()
-    for res in results:
-        bounds = {(b["prompt_tokens"], b["n_seq"]): b for b in (res.roofline or {}).get("parallel_cells", [])}
-        for length in dict.fromkeys(c.prompt_tokens for c in res.parallel):
-            cells = sorted((c for c in res.parallel if c.prompt_tokens == length), key=lambda c: c.n_seq)
-            color, ns = f"C{series}", [c.n_seq for c in cells]
-            series += 1
-            all_ns.update(ns)
-            label = res.display_label() + (
-                f", prompt {length}" if len({c.prompt_tokens for c in res.parallel}) > 1 else ""
-            )
-            for metric, fmt, what in (
-                ("aggregate_decode_tokens_per_s", "o-", "aggregate"),
-                ("decode_tokens_per_s", "s--", "per sequence"),
-            ):
-                stats = [getattr(c, metric) for c in cells]
-                ax1.errorbar(
-                    ns,
-                    [s.mean or 0 for s in stats],
-                    yerr=[s.sd or 0 for s in stats],
-                    fmt=fmt,
-                    capsize=3,
-                    color=color,
-                    label=f"{label}: {what}",
-                )
-            step = [c.step_ms for c in cells]
-            ax2.errorbar(
-                ns,
-                [s.mean or 0 for s in step],
-                yerr=[s.sd or 0 for s in step],
-                fmt="o-",
-                capsize=3,
-                color=color,
-                label=label,
-            )
-            bound = [b for n in ns if (b := bounds.get((length, n))) is not None]
-            if len(bound) == len(ns):
-                ax1.plot(
-                    ns,
-                    [b["aggregate_bound_tokens_per_s"] for b in bound],
-                    ":",
-                    color=color,
-                    alpha=0.7,
-                    label=f"{label}: roofline bound",
-                )
-                ax2.plot(
-                    ns,
-                    [b["bound_step_ms"] for b in bound],
-                    ":",
-                    color=color,
-                    alpha=0.7,
-                    label=f"{label}: roofline bound",
-                )
-    ax1.set(
-        title="Parallel decode: tok/s vs sequences", xlabel="N (sequences decoded together)", ylabel="decode tokens/s"
-    )
-    ax2.set(
-        title="Parallel decode: step time vs sequences", xlabel="N (sequences decoded together)", ylabel="step (ms)"
-    )
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(all_ns), [str(n) for n in sorted(all_ns)])
-        ax.minorticks_off()

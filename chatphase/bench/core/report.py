@@ -1,7 +1,8 @@
-"""Text output of a :class:`~chatphase.bench.core.results.BenchResult`: table, Markdown, CSV and JSON.
+"""Text output of a :class:`~chatphase.bench.core.results.BenchResult`: table, Markdown, CSV and JSON, and the
+helpers the parallel sweep's result renders with (:func:`render_report`, :func:`setup_line`, :func:`peak_lines`).
 
-``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) per cell — prompt/depth
-cells and parallel-decode cells each in their own pair — then the fits and the roofline verdicts.
+``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) of the cells, then the fits and
+the roofline verdicts.
 ``csv``/``json`` are the file forms of :mod:`chatphase.bench.core.results`; plots are :mod:`chatphase.bench.core.plot`.
 """
 
@@ -131,25 +132,23 @@ def fit_lines(result: BenchResult) -> list[str]:
     return lines
 
 
-def summary_lines(result: BenchResult) -> list[str]:
-    """Header, fits and roofline as plain sentences (shared by the table and Markdown forms)."""
+def setup_line(result, gen_unit: str = "tokens") -> str:
+    """The first line of a sweep's or parallel sweep's report: model, engine settings and the plan's counts
+    (``gen_unit``: what ``gen`` counts, tokens or decode steps). ``result`` has ``model`` and ``settings``."""
     m, s = result.model, result.settings
     eng = s.get("engine", {})
     plan = s.get("plan", {})
-    lines = [
-        (
-            f"model {m.get('name', '?')} ({m.get('quantization', '?')}, {m.get('n_params', 0) / 1e6:.0f} M params); "
-            f"n_ctx {eng.get('n_ctx', '?')}, threads {eng.get('n_threads', '?')}, n_gpu_layers {eng.get('n_gpu_layers', '?')}, "
-            f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} {'steps' if result.parallel else 'tokens'}, "
-            f"{plan.get('reps', '?')} reps + {plan.get('warmup', '?')} warm-up, cache cleared each rep"
-        )
-    ]
-    if result.parallel:
-        lines.append(parallel_method_line(result))
-    if result.cancelled:
-        lines.append("CANCELLED: partial results")
-    lines.extend(fit_lines(result))
-    r = result.roofline
+    return (
+        f"model {m.get('name', '?')} ({m.get('quantization', '?')}, {m.get('n_params', 0) / 1e6:.0f} M params); "
+        f"n_ctx {eng.get('n_ctx', '?')}, threads {eng.get('n_threads', '?')}, n_gpu_layers {eng.get('n_gpu_layers', '?')}, "
+        f"flash_attn {eng.get('flash_attn', '?')}; gen {plan.get('gen_tokens', '?')} {gen_unit}, "
+        f"{plan.get('reps', '?')} reps + {plan.get('warmup', '?')} warm-up, cache cleared each rep"
+    )
+
+
+def peak_lines(roofline: dict) -> list[str]:
+    """The measured peaks of a roofline (bandwidth, copy bandwidth, matmul FLOP/s, conditions) as sentences."""
+    r, lines = roofline, []
     if r:
         lines.append(f"memory bandwidth {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['bandwidth_method']})")
         if r.get("copy_bandwidth_bytes_per_s"):
@@ -157,6 +156,17 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append(f"matmul {r['flops_per_s'] / 1e9:.1f} GFLOP/s ({r['flops_method']})")
         if r.get("conditions"):
             lines.append(f"peaks {r['conditions']}")
+    return lines
+
+
+def summary_lines(result: BenchResult) -> list[str]:
+    """Header, fits and roofline of a sweep as plain sentences (shared by the table and Markdown forms)."""
+    lines = [setup_line(result)]
+    if result.cancelled:
+        lines.append("CANCELLED: partial results")
+    lines.extend(fit_lines(result))
+    r = result.roofline
+    lines.extend(peak_lines(r))
     if r and "decode_verdict" in r:
         lines.append(
             f"decode bound {r['decode_bound_tokens_per_s_at_empty_context']:,.0f} tok/s = bandwidth / "
@@ -168,29 +178,36 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append(r["prefill_verdict"])
         if r.get("attention_line"):
             lines.append(r["attention_line"])
-    lines.extend((r or {}).get("parallel_verdicts", []))
-    if result.parallel:
-        lines.extend(f"note: {n}" for n in s.get("notes", []))
     return lines
 
 
-def parallel_method_line(result: BenchResult) -> str:
-    """How the parallel sweep measured, in one sentence (remote: concurrent streams; local: one batch)."""
-    plan = result.settings.get("plan", {})
-    ns = ", ".join(str(n) for n in plan.get("n_seqs", sorted({c.n_seq for c in result.parallel})))
-    if result.settings.get("engine", {}).get("backend") == "remote":
-        return (
-            f"parallel decode on the server: N = {ns} concurrent streams (token-id prompts, {plan.get('gen_tokens', '?')} "
-            "tokens after the first); client clock, server counts; aggregate = Σ (tokens − 1) / decode span"
-        )
-    return (
-        f"parallel decode: N = {ns} sequences in one context, each step one llama_decode of N tokens "
-        f"({plan.get('gen_tokens', '?')} steps); aggregate tok/s = N × steps / decode time (llama-batched-bench's S_TG)"
-    )
+def render(result, fmt: str) -> str:
+    """The sweep's :class:`BenchResult` (:func:`render_sweep`) or the parallel sweep's result (its own
+    ``render``) as text in ``fmt``.
+
+    Raises:
+        UsageError: for an unknown format.
+    """
+    return render_sweep(result, fmt) if isinstance(result, BenchResult) else result.render(fmt)
 
 
-def render(result: BenchResult, fmt: str) -> str:
-    """The result as text in ``fmt`` (one of :data:`FORMATS`).
+def render_sweep(result: BenchResult, fmt: str) -> str:
+    """The sweep's result as text in ``fmt`` (one of :data:`FORMATS`): two tables of its cells, then
+    :func:`summary_lines`.
+
+    Raises:
+        UsageError: for an unknown format.
+    """
+    tables = [
+        (sweep_headers("mean ± sd"), sweep_rows(result.results, mean_sd)),
+        (sweep_headers("median (min–max)"), sweep_rows(result.results, median_range)),
+    ]
+    return render_report(result, fmt, tables, lines=summary_lines)
+
+
+def render_report(result, fmt: str, tables: list[tuple[list[str], list[list[str]]]], lines) -> str:
+    """The text forms every sweep-shaped result shares: ``json``/``csv`` its file forms; ``table``/``md``
+    its first line (``lines(result)[0]``), ``tables`` (headers, rows), then the other lines (a list in ``md``).
 
     Raises:
         UsageError: for an unknown format.
@@ -202,15 +219,9 @@ def render(result: BenchResult, fmt: str) -> str:
     if fmt not in ("table", "md"):
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     table = _plain_table if fmt == "table" else _md_table
-    tables = []
-    if result.results or not result.parallel:
-        tables.append(table(sweep_headers("mean ± sd"), sweep_rows(result.results, mean_sd)))
-        tables.append(table(sweep_headers("median (min–max)"), sweep_rows(result.results, median_range)))
-    if result.parallel:
-        tables.append(table(parallel_headers("mean ± sd"), parallel_rows(result.parallel, mean_sd)))
-        tables.append(table(parallel_headers("median (min–max)"), parallel_rows(result.parallel, median_range)))
-    lines = summary_lines(result)
+    texts = [table(headers, rows) for headers, rows in tables]
+    text = lines(result)
     if fmt == "md":
-        head = [f"### chatphase bench — {result.display_label()}", lines[0]]
-        return "\n\n".join([*head, *tables, "\n".join(f"- {x}" for x in lines[1:])]) + "\n"
-    return "\n\n".join([lines[0], *tables, "\n".join(lines[1:])]) + "\n"
+        head = [f"### chatphase bench — {result.display_label()}", text[0]]
+        return "\n\n".join([*head, *texts, "\n".join(f"- {x}" for x in text[1:])]) + "\n"
+    return "\n\n".join([text[0], *texts, "\n".join(text[1:])]) + "\n"

@@ -2,11 +2,11 @@
 
 - :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
 - :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
-- :class:`BenchResult` — one whole run: ``{"model", "settings", "system", "results", "fits", "roofline",
-  "samples"}`` in JSON (README, "Prompt-length experiments"), plus ``"parallel"`` and ``"parallel_samples"`` for the
-  parallel-decode sweep (:mod:`~chatphase.bench.core.parallel_results`); the CSV form holds the cells only, one
-  row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...): a parallel cell is a row
-  of kind ``"parallel"`` with its own columns (blank in the other rows, and theirs blank in it).
+- :class:`BenchResult` — one whole sweep: ``{"kind": "sweep", "version", "model", "settings", "system",
+  "results", "fits", "roofline", "samples"}`` in JSON (README, "Prompt-length experiments"); the CSV form holds
+  the cells only, one row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...). The
+  parallel-decode sweep has its own result (:mod:`chatphase.bench.parallel.result`); :func:`read_csv` reads both
+  kinds' rows (a parallel cell is a row of kind ``"parallel"``).
 
 Cell kinds: ``"prompt"`` cells start from an empty KV cache with a prompt of ``prompt_tokens`` tokens
 (``depth`` 0); ``"depth"`` cells first fill the cache with ``depth`` tokens, then send a prompt of
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from chatphase.bench.core.contract import saved_version, stamp
-from chatphase.bench.core.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
+from chatphase.bench.core.parallel_results import ParallelCell
 from chatphase.bench.core.stats import Stats, stat_columns, stats_of_row, stats_row
 from chatphase.errors import UsageError
 
@@ -130,7 +130,7 @@ class CellResult:
 
 @dataclass
 class BenchResult:
-    """One benchmark run. ``label`` names it in overlays (the model name by default)."""
+    """One prompt-length and depth sweep. ``label`` names it in overlays (the model name by default)."""
 
     model: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
@@ -141,13 +141,8 @@ class BenchResult:
     samples: list[Sample] = field(default_factory=list)
     cancelled: bool = False
     label: str = ""
-    parallel: list[ParallelCell] = field(default_factory=list)
-    parallel_samples: list[ParallelSample] = field(default_factory=list)
 
-    @property
-    def kind(self) -> str:
-        """``"parallel"`` for a parallel-decode sweep's result (parallel cells only), else ``"sweep"``."""
-        return "parallel" if self.parallel and not self.results else "sweep"
+    kind = "sweep"
 
     def display_label(self) -> str:
         """``label``, else the model name, else ``"run"``."""
@@ -167,8 +162,6 @@ class BenchResult:
                 "samples": [s.to_dict() for s in self.samples],
                 "cancelled": self.cancelled,
                 "label": self.label,
-                "parallel": [c.to_dict() for c in self.parallel],
-                "parallel_samples": [s.to_dict() for s in self.parallel_samples],
             },
         )
 
@@ -193,8 +186,6 @@ class BenchResult:
                 samples=[Sample.from_dict(s) for s in data.get("samples") or []],
                 cancelled=bool(data.get("cancelled", False)),
                 label=str(data.get("label") or ""),
-                parallel=[ParallelCell.from_dict(c) for c in data.get("parallel") or []],
-                parallel_samples=[ParallelSample.from_dict(s) for s in data.get("parallel_samples") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
             what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
@@ -205,22 +196,18 @@ class BenchResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self) -> str:
-        """CSV text, one row per cell: the header is :data:`CSV_COLUMNS` for prompt/depth cells,
-        :data:`~chatphase.bench.core.parallel_results.PARALLEL_CSV_COLUMNS` for parallel ones, both when both."""
-        columns = list(CSV_COLUMNS) if self.results or not self.parallel else []
-        if self.parallel:
-            columns += [c for c in PARALLEL_CSV_COLUMNS if c not in columns]
+        """CSV text, one row per cell, the columns :data:`CSV_COLUMNS`."""
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", restval="")
+        writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n", restval="")
         writer.writeheader()
-        cells: list[CellResult | ParallelCell] = [*self.results, *self.parallel]
-        for cell in cells:
+        for cell in self.results:
             writer.writerow(cell.csv_row())
         return buf.getvalue()
 
 
 def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
-    """Prompt/depth cells and parallel cells from CSV text written by :meth:`BenchResult.to_csv`.
+    """Prompt/depth cells and parallel cells from CSV text written by :meth:`BenchResult.to_csv` or the parallel
+    sweep's result (older files may hold both kinds' rows).
 
     Raises:
         UsageError: when the header lacks the expected columns or a row is malformed.
@@ -247,9 +234,9 @@ def parse_csv(text: str) -> list[CellResult]:
     return read_csv(text)[0]
 
 
-def save_result(result: BenchResult, path: str | os.PathLike) -> Path:
+def save_result(result, path: str | os.PathLike) -> Path:
     """Write ``result`` as JSON or CSV by the file suffix; returns the path. Any result with ``to_json()``
-    and ``to_csv()`` will do (a lever grid's :class:`~chatphase.bench.grid.run.GridResult` too).
+    and ``to_csv()`` will do (a parallel sweep's or a lever grid's too).
 
     Raises:
         UsageError: an unknown suffix or a write error.

@@ -27,6 +27,7 @@ from chatphase.bench.core.runner import Sweep, SweepPlan, SweepProgress, aggrega
 from chatphase.bench.grid.levers import PREDICTED, GridPoint, Prediction, bound_share, predict, ratio
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import LoadedModel
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
@@ -381,12 +382,24 @@ class GridRun:
         self._quiet_wait_s = quiet_wait_s
         self._cancel = threading.Event()
         self._sweeps: list[Sweep] = []
+        self._measured: tuple | None = None  # what partial() reads: (plan, configs, peaks, notes, samples, loaded)
 
     def cancel(self) -> None:
         """Stop as soon as possible; the run still ends with a (partial) :class:`GridDone`."""
         self._cancel.set()
         for sweep in self._sweeps:
             sweep.cancel()
+
+    def partial(self) -> GridDone | None:
+        """The runs measured so far as a cancelled result, while the grid may still run in another thread;
+        ``None`` before any engine loaded."""
+        if self._measured is None:
+            return None
+        plan, configs, peaks, notes, samples, loaded = self._measured
+        if not loaded:
+            return None
+        got = [list(s) for s in samples]
+        return GridDone(self._result(plan, configs, dict(peaks), list(notes), got, list(loaded), cancelled=True))
 
     def config_of(self, point: GridPoint) -> EngineConfig:
         """The engine settings of ``point``: the base config with its levers.
@@ -433,9 +446,10 @@ class GridRun:
                 yield BenchStatus(f"measuring memory bandwidth and matmul FLOP/s on {threads} thread(s)")
                 peaks[threads] = measure_peaks(threads=threads, threads_batch=threads, quiet_wait_s=self._quiet_wait_s)
         engines: list[Engine] = []
-        loaded = []
+        loaded: list[LoadedModel] = []
         notes = list(self._notes)
         samples: list[list] = [[] for _ in self.points]
+        self._measured = (plan, configs, peaks, notes, samples, loaded)
         try:
             builders: dict[str, PromptBuilder] = {}
             for point, cfg in zip(self.points, configs, strict=True):
@@ -470,12 +484,16 @@ class GridRun:
         finally:
             for engine in engines:
                 engine.close()
+        yield GridDone(self._result(plan, configs, peaks, notes, samples, loaded, self._cancel.is_set()))
+
+    def _result(self, plan: SweepPlan, configs, peaks, notes, samples, loaded, cancelled: bool) -> GridResult:
+        """The grid's result from each point's samples (warm-ups left out) and its loaded engine's facts."""
         result = GridResult(
             peaks=peaks,
             plan=plan.to_dict(),
             notes=list(dict.fromkeys(notes)),
             system=system_facts(loaded[0] if loaded else None),
-            cancelled=self._cancel.is_set(),
+            cancelled=cancelled,
         )
         for point, cfg, got, lm in zip(self.points, configs, samples, loaded, strict=False):
             info, ls = self.info_of(point), lm.settings
@@ -506,7 +524,7 @@ class GridRun:
                         weight_bytes_per_token=weights,
                     )
                 )
-        yield GridDone(result)
+        return result
 
     def _make_engine(self, info: ModelInfo, config: EngineConfig) -> Engine:
         if self._factory is not None:

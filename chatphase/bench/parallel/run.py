@@ -3,7 +3,7 @@
 :class:`ParallelRun` runs a :class:`~chatphase.bench.parallel.sweep.ParallelPlan`. Steps: build the engine, validate the plan (locally against ``n_ctx``: N sequences of
 prompt + generation must fit; nothing has run yet), measure the machine's peaks (local only: they do
 not bound a server), load, run the :class:`~chatphase.bench.parallel.sweep.ParallelSweep` and assemble the
-:class:`~chatphase.bench.core.results.BenchResult` (its ``parallel`` cells and the per-N roofline).
+:class:`~chatphase.bench.parallel.result.ParallelResult` (its cells and the per-N roofline).
 
 Locally the engine is a :class:`~chatphase.engine.local.batched.BatchedEngine` with ``n_seq_max`` = the largest
 N. An engine without ``run_batch`` is a server's: after connecting, the plan is cut to the server's slots
@@ -20,9 +20,9 @@ from chatphase.bench.core.contract import validate_plan
 from chatphase.bench.core.events import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.core.results import BenchResult
 from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
 from chatphase.bench.parallel.remote import RemoteStreams, fit_plan_to_server
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.roofline import build_parallel_roofline
 from chatphase.bench.parallel.sweep import LocalBatches, ModelFacts, ParallelDone, ParallelPlan, ParallelSweep
 from chatphase.engine.config import EngineConfig
@@ -103,8 +103,8 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
 
 def parallel_result(
     loaded: LoadedModel, plan: ParallelPlan, done: ParallelDone, peaks: MachinePeaks | None
-) -> BenchResult:
-    """The :class:`BenchResult` of a parallel sweep (its ``parallel`` cells, samples and roofline)."""
+) -> ParallelResult:
+    """The :class:`ParallelResult` of a parallel sweep (its cells, samples and roofline)."""
     info = loaded.info
     roofline: dict = {}
     inputs = roofline_inputs(info, loaded, peaks)
@@ -115,7 +115,7 @@ def parallel_result(
         )
         if note := gpu_note(loaded):  # the peaks are the CPU's: they do not bound a GPU
             roofline["parallel_verdicts"] = [f"{note}, so the bounds and percentages are not meaningful"]
-    return BenchResult(
+    return ParallelResult(
         model=model_record(info),
         settings=settings_record(loaded, plan.to_dict(), done.notes),
         system=system_facts(loaded),

@@ -76,6 +76,15 @@ class SpecProgress:
     total_runs: int
     sample: SpecSample
 
+    def line(self) -> tuple[str, str]:
+        """The run as ``(label, figures)``: ``("lookup · input-grounded prompt 2/4 · rep 1", "41.0 tok/s · 60%
+        accepted · 2.10 tok/step")`` (the CLI's progress and the Speculative tab's)."""
+        s = self.sample
+        figures = f"{s.decode_tokens_per_s:.1f} tok/s"
+        if s.acceptance is not None:
+            figures += f" · {s.acceptance:.0%} accepted · {s.tokens_per_step:.2f} tok/step"
+        return f"{s.spec} · {s.kind} prompt {s.prompt + 1}/{len(PROMPTS)} · rep {s.rep + 1}", figures
+
 
 @dataclass
 class SpecResult:
@@ -157,12 +166,22 @@ class SpecRun:
         self.info, self.config, self.plan = info, replace(config, spec="off"), plan
         self.engine_factory, self.cost = engine_factory, cost or verify_cost
         self._cancel = threading.Event()
+        self._samples: list[SpecSample] = []
 
     def cancel(self) -> None:
         self._cancel.set()
 
+    def partial(self) -> SpecDone | None:
+        """The runs so far as a cancelled result (no verify cost), while the run may still go on in another
+        thread; ``None`` before the first run ended."""
+        samples = list(self._samples)
+        if not samples:
+            return None
+        return SpecDone(SpecResult(summary_rows(collect(samples)), {}, self.plan.to_dict(), cancelled=True))
+
     def __iter__(self):
-        plan, samples = self.plan, []
+        plan, samples = self.plan, self._samples
+        samples.clear()
         yield BenchStatus(f"loading {len(plan.specs)} arms: {', '.join(plan.specs)}")
         runs = iter_runs(self.info, self.config, plan.specs, plan.reps, plan.max_tokens, self._cancel.is_set,
                          self.engine_factory)  # fmt: skip

@@ -24,6 +24,7 @@ from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_ro
 from chatphase.bench.core.results import BenchResult, Sample
 from chatphase.bench.core.runner import SweepPlan, SweepProgress, aggregate
 from chatphase.bench.experiments import EXPERIMENTS, BenchJob
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
@@ -121,7 +122,7 @@ class ExperimentPane(TabPane):
         for plot in self.plots():
             plot.end_live()
 
-    def show_results(self, current, overlays: list[BenchResult]) -> None:
+    def show_results(self, current, overlays: list[BenchResult | ParallelResult]) -> None:
         """Draw ``current`` (this tab's last result, or ``None``) and the loaded overlays."""
         for plot in self.plots():
             plot.end_live()
@@ -232,7 +233,7 @@ class ParallelPane(ExperimentPane):
         return self.query(ParallelPlot)
 
     @staticmethod
-    def rows(result: BenchResult) -> list[list[str]]:
+    def rows(result: ParallelResult) -> list[list[str]]:
         return _parallel_table(result.parallel)
 
     @staticmethod
@@ -243,5 +244,5 @@ class ParallelPane(ExperimentPane):
         return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
 
     @staticmethod
-    def summary(result: BenchResult) -> str:
+    def summary(result: ParallelResult) -> str:
         return "\n".join((result.roofline or {}).get("parallel_verdicts", []))

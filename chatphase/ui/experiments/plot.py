@@ -20,6 +20,7 @@ from textual_plotext import PlotextPlot
 
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.results import BenchResult, CellResult, Sample
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.engine.text import inert
 
 PlotKind = Literal["ttft", "decode"]
@@ -73,7 +74,7 @@ class SeriesPlot(PlotextPlot):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.results: list[BenchResult] = []
+        self.results: list[BenchResult | ParallelResult] = []
         self.live: list[tuple[float, ...]] = []
         self.live_label = ""
         self.y_top = 0.0  # the highest point drawn (error bars included), set by replot
@@ -90,7 +91,7 @@ class SeriesPlot(PlotextPlot):
         # no super().on_mount(): Textual dispatches PlotextPlot's own handler itself
         self.replot()
 
-    def set_results(self, results: list[BenchResult]) -> None:
+    def set_results(self, results: list[BenchResult | ParallelResult]) -> None:
         """Show these finished results (overlays; the current run's result included when done)."""
         self.results = list(results)
         self.replot()
@@ -158,13 +159,17 @@ class BenchPlot(SeriesPlot):
 
     def series_count(self) -> int:
         """How many series have points on this plot (for tests and the empty-state hint)."""
-        drawn = sum(1 for r in self.results if any(cell_point(self.kind, c) for c in r.results))
+        drawn = sum(
+            1 for r in self.results if isinstance(r, BenchResult) and any(cell_point(self.kind, c) for c in r.results)
+        )
         return drawn + (1 if self.live else 0)
 
     def replot(self) -> None:
         """Rebuild the plotext figure and schedule a repaint."""
         plt = self.begin_figure(*self.TITLES[self.kind])
         for i, res in enumerate(self.results):
+            if not isinstance(res, BenchResult):  # a parallel sweep's: drawn on the Parallel tab
+                continue
             pts = sorted(p for p in (cell_point(self.kind, c) for c in res.results) if p)
             if not pts:
                 continue
@@ -198,7 +203,7 @@ class ParallelPlot(SeriesPlot):
 
     def series_count(self) -> int:
         """How many results (and the running sweep) have points here."""
-        return sum(1 for r in self.results if r.parallel) + (1 if self.live else 0)
+        return sum(1 for r in self.results if isinstance(r, ParallelResult) and r.parallel) + (1 if self.live else 0)
 
     def replot(self) -> None:
         """Rebuild the plotext figure and schedule a repaint."""
@@ -212,6 +217,8 @@ class ParallelPlot(SeriesPlot):
         drawn = 0
         self.y_top, self.legend_lines = 0.0, 0
         for res in self.results:
+            if not isinstance(res, ParallelResult):  # a sweep's: drawn on the Prompt length & depth tab
+                continue
             cells = sorted(
                 (c for c in res.parallel if c.aggregate_decode_tokens_per_s.mean is not None), key=lambda c: c.n_seq
             )

@@ -44,6 +44,7 @@ from chatphase.bench.core.report import sample_progress
 from chatphase.bench.core.results import BenchResult, save_result
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.experiments import load_bench_result
+from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.spec.run import SpecProgress
 from chatphase.bench.sweep.run import BenchNotice, BenchStatus
 from chatphase.engine.config import EngineConfig
@@ -104,7 +105,7 @@ class ExperimentsScreen(Screen[None]):
         self.job_pane: ExperimentPane | None = None
         self.job_plan = None
         self.results: dict[str, object] = {}  # tab kind -> its last result
-        self.overlays: list[BenchResult] = []
+        self.overlays: list[BenchResult | ParallelResult] = []
         self.progress: list[
             SweepProgress | SpecProgress
         ] = []  # the running sweep's counted runs, for the table's live rows
@@ -280,7 +281,8 @@ class ExperimentsScreen(Screen[None]):
             loaded.label = f"{loaded.display_label()} ({path.name})"
         self.overlays.append(loaded)
         self._show_results()
-        self.notify(f"Loaded {path.name}: {len(loaded.results) + len(loaded.parallel)} cells overlaid")
+        cells = loaded.parallel if isinstance(loaded, ParallelResult) else loaded.results
+        self.notify(f"Loaded {path.name}: {len(cells)} cells overlaid")
 
     def action_clear_overlays(self) -> None:
         """Remove the loaded overlays (the current results stay)."""

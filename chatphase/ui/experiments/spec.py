@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 
 from chatphase.bench.core.job import ExperimentJob
-from chatphase.bench.spec.arms import HEADERS, PROMPTS, collect, parse_arms, row_cells, summary_rows, with_off
+from chatphase.bench.spec.arms import HEADERS, collect, parse_arms, row_cells, summary_rows, with_off
 from chatphase.bench.spec.run import SpecJob, SpecPlan, SpecProgress, SpecResult
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import ModelInfo
@@ -97,12 +97,8 @@ class SpecPane(ExperimentPane):
 
     @staticmethod
     def progress_text(event: SpecProgress) -> str:
-        s = event.sample
-        kind, n = s.kind, s.prompt + 1
-        figures = f"{s.decode_tokens_per_s:.1f} tok/s"
-        if s.acceptance is not None:
-            figures += f" · {s.acceptance:.0%} accepted · {s.tokens_per_step:.2f} tok/step"
-        return f"{s.spec} · {kind} prompt {n}/{len(PROMPTS)} · rep {s.rep + 1}: {figures}"
+        label, figures = event.line()
+        return f"{label}: {figures}"
 
     def show_results(self, current: SpecResult | None, overlays) -> None:
         plot = self.query_one(VerifyCostPlot)
