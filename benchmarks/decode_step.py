@@ -52,7 +52,7 @@ from benchmarks.harness import (
     rotation,
     tool,
 )
-from chatphase.bench.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import SamplingParams, TurnFinished, TurnRequest
 from chatphase.engine.logfile import default_log_path

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness import EngineTurns, greedy, llama_bench, load_note, machine_line, pp_tg, rotation, tool
-from chatphase.bench.prompts import PromptBuilder
+from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model

@@ -19,10 +19,10 @@ Parts:
   chatphase's roofline (peaks measured once, before, with no engine running) predicted vs measured at both
   depths (target ±20 %). measured ÷ roofline is printed as a number only up to 1.0: above it the line says
   so in words (:func:`chatphase.models.roofline.share_of_bound`: the peak read low), never a ratio above 1.
-- ``kv``: a lever grid (``chatphase.bench.grid_api``) of ``--cache-type-k/-v f16,q8_0`` on synthetic
+- ``kv``: a lever grid (``chatphase.bench.grid.run``) of ``--cache-type-k/-v f16,q8_0`` on synthetic
   Qwen3-0.6B Q4_0 (its KV cache is large beside its weights) at depth KV_DEPTH: KV bytes as llama.cpp printed
   them, decode measured and predicted for each, and where the quantised cache loses although the roofline
-  predicted a gain, why (:func:`chatphase.bench.grid_api.lever_lines`).
+  predicted a gain, why (:func:`chatphase.bench.grid.run.lever_lines`).
 
 Big files go to ``--dir`` (outside the repository, never committed). The results file states the machine's
 load before and after and the machine (:func:`benchmarks.harness.machine_line`). Timing numbers belong here, never in unit tests.
@@ -41,11 +41,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.harness import ROOT, llama_bench, load_note, machine_line, ratio, repack, rotation, tool
-from chatphase.bench.api import BenchDone, BenchRun
-from chatphase.bench.grid import LeverGrid
-from chatphase.bench.grid_api import GridDone, GridRun, lever_lines
-from chatphase.bench.peaks import measure_peaks
-from chatphase.bench.runner import SweepPlan
+from chatphase.bench.core.events import BenchDone
+from chatphase.bench.core.peaks import measure_peaks
+from chatphase.bench.core.runner import SweepPlan
+from chatphase.bench.grid.levers import LeverGrid
+from chatphase.bench.grid.run import GridDone, GridRun, lever_lines
+from chatphase.bench.sweep.run import BenchRun
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.roofline import share_of_bound

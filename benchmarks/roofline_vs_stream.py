@@ -4,7 +4,7 @@ Run: ``python -m benchmarks.roofline_vs_stream --stream PATH [--threads N] [--ro
 
 ``PATH`` is a STREAM binary built from McCalpin's ``stream.c`` (https://www.cs.virginia.edu/stream/), e.g.
 ``gcc -O3 -fopenmp -DSTREAM_ARRAY_SIZE=20000000 -DNTIMES=20 stream.c -o stream``. Each round runs, one
-after the other, chatphase's :func:`chatphase.bench.peaks.measure_peaks` (read bandwidth as the best of
+after the other, chatphase's :func:`chatphase.bench.core.peaks.measure_peaks` (read bandwidth as the best of
 its read kernels, each kernel's best shown, and copy bandwidth on ``--threads`` threads, waiting for other
 chatphase engines first) and the STREAM binary with
 ``OMP_NUM_THREADS=--threads``; the order alternates by round so that neither always runs first. It
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import load_note, machine_line, rotation
-from chatphase.bench.peaks import measure_peaks
+from chatphase.bench.core.peaks import measure_peaks
 
 _STREAM_LINE = re.compile(r"^(Copy|Scale|Add|Triad):\s+([\d.]+)", re.MULTILINE)
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- Machine before: {machine_before}",
         f"- Threads: {args.threads} for both (STREAM: OMP_NUM_THREADS={args.threads})",
         f"- After: {load_after}",
-        f"- STREAM: `{args.stream}`; chatphase: `chatphase.bench.peaks.measure_peaks(threads={args.threads})`",
+        f"- STREAM: `{args.stream}`; chatphase: `chatphase.bench.core.peaks.measure_peaks(threads={args.threads})`",
         "",
         "| round | chatphase read (winning kernel; others) | chatphase copy | STREAM Copy | STREAM Scale | STREAM Add "
         "| STREAM Triad | chatphase conditions |",

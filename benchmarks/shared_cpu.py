@@ -154,7 +154,7 @@ def prompt_tokens(info, n: int) -> tuple[list[int], list[int]]:
     """``n`` prompt tokens and a 1-token prompt, from chatphase bench's prompt builder."""
     import llama_cpp
 
-    from chatphase.bench.prompts import PromptBuilder
+    from chatphase.bench.core.prompts import PromptBuilder
 
     vocab_only = llama_cpp.Llama(model_path=str(info.path), vocab_only=True, verbose=False)
     try:

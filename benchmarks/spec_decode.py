@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import ROOT, load_note, machine_line
-from chatphase.bench.spec import format_costs, format_rows, run_arms, summary_rows, verify_cost
+from chatphase.bench.spec.arms import format_costs, format_rows, run_arms, summary_rows, verify_cost
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model

@@ -91,15 +91,15 @@ def test_whatif_needs_a_roofline(tmp_path, capsys):
 def test_the_readmes_form_takes_the_model_as_its_positional_argument(monkeypatch, capsys):
     """``chatphase whatif MODEL --device ...`` (README): MODEL is the model to measure here, not --spec's value
     (the positional's dest was "spec", which settings_from_args read as the speculative mode)."""
-    import chatphase.bench.api as bench_api
+    import chatphase.bench.sweep.run as sweep_run
     import chatphase.models.gguf_meta as gguf_meta
     import chatphase.models.resolve as resolve
-    from chatphase.bench.common import BenchDone
+    from chatphase.bench.core.events import BenchDone
 
     asked: list[str] = []
     monkeypatch.setattr(resolve, "resolve_model", lambda spec, models_dir=None: asked.append(spec) or spec)
     monkeypatch.setattr(gguf_meta, "read_model_info", lambda path: type("Info", (), {"synthetic": True})())
-    monkeypatch.setattr(bench_api, "BenchRun", lambda info, engine, plan: iter([BenchDone(_result())]))
+    monkeypatch.setattr(sweep_run, "BenchRun", lambda info, engine, plan: iter([BenchDone(_result())]))
     argv = "whatif synthetic-llama-3.1-8b-Q4_0.gguf --device rtx-4090,m2,rpi5 --depths 0,4096,16384".split()
     assert main(argv) == 0
     assert asked == ["synthetic-llama-3.1-8b-Q4_0.gguf"]
