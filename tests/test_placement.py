@@ -176,11 +176,11 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
         "device: weights 68.0 MiB · KV 6.0 MiB · compute 10.0 MiB; host: weights 30.0 MiB · output 512.0 KiB"
     )
     assert device_lines(loaded) == ["Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB"]
-    assert gpu_offload_text(loaded) == "on (20/31 layers)"
+    assert gpu_offload_text(loaded) == "on (20/30 layers)"  # the model's count of layers (llama.cpp's 31: + output)
     from chatphase.ui.dashboard.system_figures import system_lines
 
     lines = system_lines(loaded, None)
-    assert "GPU offload on (20/31 layers) · GPU memory – · backends Vulkan, CPU" in lines
+    assert "GPU offload on (20/30 layers) · GPU memory – · backends Vulkan, CPU" in lines
     assert f"device {device_lines(loaded)[0]}" in lines and f"memory {memory_text(loaded)}" in lines
     hidden = LoadedModel(default_model_info, LoadedSettings(gpu_offload_supported=False), 1.0, 1, 1, 0, 31,
                          backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip

@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -188,8 +189,7 @@ class BenchResult:
                 label=str(data.get("label") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
-            raise UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)") from None
+            raise malformed(exc) from None
 
     def to_json(self) -> str:
         """Indented JSON text."""
@@ -197,12 +197,24 @@ class BenchResult:
 
     def to_csv(self) -> str:
         """CSV text, one row per cell, the columns :data:`CSV_COLUMNS`."""
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n", restval="")
-        writer.writeheader()
-        for cell in self.results:
-            writer.writerow(cell.csv_row())
-        return buf.getvalue()
+        return cells_csv(CSV_COLUMNS, self.results)
+
+
+def malformed(exc: Exception) -> UsageError:
+    """The one line for a saved result whose entries do not read (``exc``: the ``KeyError``, ``TypeError`` or
+    ``ValueError`` that reading one raised)."""
+    what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
+    return UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)")
+
+
+def cells_csv(columns: Iterable[str], cells: Iterable[CellResult] | Iterable[ParallelCell]) -> str:
+    """CSV text, a header of ``columns`` and one row per cell (its ``csv_row()``)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", restval="")
+    writer.writeheader()
+    for cell in cells:
+        writer.writerow(cell.csv_row())
+    return buf.getvalue()
 
 
 def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:

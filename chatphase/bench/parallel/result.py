@@ -11,8 +11,6 @@ reads those too. CSV: one row per cell, :data:`~chatphase.bench.core.parallel_re
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 
@@ -27,6 +25,7 @@ from chatphase.bench.core.report import (
     render_report,
     setup_line,
 )
+from chatphase.bench.core.results import cells_csv, malformed
 from chatphase.errors import UsageError
 
 
@@ -90,8 +89,7 @@ class ParallelResult:
                 parallel_samples=[ParallelSample.from_dict(s) for s in data.get("parallel_samples") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
-            what = f"has no {exc}" if isinstance(exc, KeyError) else "holds a value of the wrong kind"
-            raise UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)") from None
+            raise malformed(exc) from None
 
     def to_json(self) -> str:
         """Indented JSON text."""
@@ -99,12 +97,7 @@ class ParallelResult:
 
     def to_csv(self) -> str:
         """CSV text, one row per cell, the columns :data:`PARALLEL_CSV_COLUMNS`."""
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(PARALLEL_CSV_COLUMNS), lineterminator="\n", restval="")
-        writer.writeheader()
-        for cell in self.parallel:
-            writer.writerow(cell.csv_row())
-        return buf.getvalue()
+        return cells_csv(PARALLEL_CSV_COLUMNS, self.parallel)
 
     def render(self, fmt: str) -> str:
         """Text in ``fmt`` (table, md, csv, json): two tables of the cells (mean ± sd; median and min–max), then

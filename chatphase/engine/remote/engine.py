@@ -336,7 +336,8 @@ def _base_name(served: str) -> str:
     """A served id as a name: the last part of a path (``/srv/models/x.Q4_K_M.gguf`` -> ``x.Q4_K_M.gguf``,
     ``C:\\models\\x.gguf`` -> ``x.gguf``), else the id as it is (``Qwen/Qwen3-0.6B``, ``smol``)."""
     path = served.replace("\\", "/")
-    if path.startswith(("/", "~", "./", "../")) or path.lower().endswith(".gguf") or "\\" in served:
+    windows = len(served) > 2 and served[1:3] == ":\\"  # a drive's path, not any backslash (ESC \\ ends an OSC)
+    if path.startswith(("/", "~", "./", "../")) or path.lower().endswith(".gguf") or windows:
         return PurePosixPath(path).name or served
     return served
 
