@@ -61,22 +61,8 @@ def plot_parallel(results: Sequence[ParallelResult], ax1, ax2) -> None:
             )
             bound = [b for n in ns if (b := bounds.get((length, n))) is not None]
             if len(bound) == len(ns):
-                ax1.plot(
-                    ns,
-                    [b["aggregate_bound_tokens_per_s"] for b in bound],
-                    ":",
-                    color=color,
-                    alpha=0.7,
-                    label=f"{label}: roofline bound",
-                )
-                ax2.plot(
-                    ns,
-                    [b["bound_step_ms"] for b in bound],
-                    ":",
-                    color=color,
-                    alpha=0.7,
-                    label=f"{label}: roofline bound",
-                )
+                for ax, key in ((ax1, "aggregate_bound_tokens_per_s"), (ax2, "bound_step_ms")):
+                    ax.plot(ns, [b[key] for b in bound], ":", color=color, alpha=0.7, label=f"{label}: roofline bound")
     ax1.set(
         title="Parallel decode: tok/s vs sequences", xlabel="N (sequences decoded together)", ylabel="decode tokens/s"
     )
