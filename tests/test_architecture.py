@@ -37,6 +37,7 @@ LAYERS = {
     "explain": {"engine", "models", "units"},
     "settings": {"engine", "errors"},
     "sessions": {"engine", "errors", "units"},
+    "history": {"bench.core", "engine", "errors", "sessions", "system"},
     # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
     "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
     "bench.sweep": {"bench.core", "engine", "models"},
@@ -56,7 +57,7 @@ LAYERS = {
         "models",
     },
     # the turn
-    "chat": {"engine", "engine.process", "errors", "models", "sessions", "settings", "units"},
+    "chat": {"engine", "engine.process", "errors", "history", "models", "sessions", "settings", "units"},
     # the TUI: its parts, then the app shell
     "ui.transcript": {"chat", "engine", "models", "units"},
     "ui.dashboard": {"engine", "explain", "forecast", "system", "units"},
@@ -105,6 +106,7 @@ LAYERS = {
         "engine.prompting",
         "engine.remote",
         "errors",
+        "history",
         "models",
         "sessions",
         "settings",

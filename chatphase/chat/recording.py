@@ -9,6 +9,10 @@ model or settings change is recorded before the next turn. Saving problems (disk
 are reported once through ``on_error`` and recording stops; the chat goes on. The file format is
 :mod:`chatphase.sessions.store`'s. A chat that is not saved (``--no-save``) is recorded in memory the
 same way, so it can still be exported (:meth:`SessionRecording.session`).
+
+What the turns run on (the loaded model's identity and settings, the backend, the machine) goes into the file
+as a ``context`` record before the next turn; each ended turn's file is handed to the history index
+(:class:`~chatphase.history.index.LiveIndex`, on its own thread: the chat never waits for the database).
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from typing_extensions import override
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener
 from chatphase.chat.turn import Turn
-from chatphase.engine.events import FirstToken, PrefillStarted, TokensDecoded, TurnFinished
+from chatphase.engine.events import FirstToken, LoadedModel, PrefillStarted, TokensDecoded, TurnFinished
+from chatphase.history.context import live_context
+from chatphase.history.index import LiveIndex
 from chatphase.sessions.store import Session
 from chatphase.sessions.writer import SessionWriter
 
@@ -48,11 +55,20 @@ class SessionRecording(ChatListener):
         self._model_key: tuple[object, str] | None = None
         self._turn_id: int | None = None  # the turn being recorded
         self._live: list[int] = []  # writer indices of the turns in the conversation, oldest first
+        #: the history index told of each ended turn's file (``None`` in memory)
+        self.history: LiveIndex | None = None if in_memory else LiveIndex()
+        self._context: dict[str, Any] | None = None  # what the next turns run on (engine_ready)
 
     # -- what the chat tells us ---------------------------------------------------------------------
     @override
+    def engine_ready(self, loaded: LoadedModel) -> None:
+        self._context = live_context(loaded)
+
+    @override
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
         writer = self._writer()
+        if self._context is not None:
+            writer.set_context(self._context)
         if len(self._live) > turn.position:  # the turns after this one's user message were taken back
             writer.replace_turns(self._live[turn.position :])
             del self._live[turn.position :]
@@ -78,12 +94,14 @@ class SessionRecording(ChatListener):
                 budget_reached=turn.budget_reached,
             )
             self._turn_id = None
+            self._index(writer)
 
     @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         if (writer := self._recording(turn)) is not None:
             writer.finish_turn(turn.reply, None, error=message)
             self._turn_id = None
+            self._index(writer)
             if self._live and self._live[-1] == writer.turns_recorded:
                 self._live.pop()  # its user message left the conversation
 
@@ -101,6 +119,7 @@ class SessionRecording(ChatListener):
                 interrupted=True,
             )
             self._turn_id = None
+            self._index(writer)
 
     @override
     def chat_cleared(self) -> None:
@@ -135,7 +154,10 @@ class SessionRecording(ChatListener):
         """Write what is buffered and close the file (an open turn stays partial). Idempotent."""
         if self.writer is not None:
             self.writer.close()
+            self._index(self.writer)
         self.writer, self._turn_id, self._live = None, None, []
+        if self.history is not None:
+            self.history.close()  # the updates asked for are done (a later one starts its thread again)
 
     def _writer(self) -> SessionWriter:
         key = (self.chat.model_info.path, repr(self.chat.settings.to_dict()))
@@ -162,6 +184,11 @@ class SessionRecording(ChatListener):
     def _recording(self, turn: Turn) -> SessionWriter | None:
         """The writer when it records ``turn``, else ``None``."""
         return self.writer if turn.turn_id == self._turn_id else None
+
+    def _index(self, writer: SessionWriter) -> None:
+        """Hand the session's file to the history index (a saved, healthy session whose file exists)."""
+        if self.history is not None and writer.records is None and not writer.failed and writer.path.exists():
+            self.history.update(writer.path)
 
     def _stream(self, turn: Turn) -> None:
         if (writer := self._recording(turn)) is not None:

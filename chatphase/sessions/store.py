@@ -19,6 +19,9 @@ with a ``type``:
   measured until then, and the turn stays *partial*) — fsync'd.
 - ``title``: ``title``, ``time`` (a rename); ``model``: ``model``, ``settings``, ``time`` (a model
   or settings change inside the session; later turns record the new model name).
+- ``context``: what the next turns run on — the model's content hash, the resolved engine settings, the
+  backend and its build, the machine, chatphase's version (:mod:`chatphase.history.context`); written before a
+  turn's start when it changed. Read by the history index (:mod:`chatphase.history.index`), not here.
 
 Why append-only: a process killed at any byte leaves every earlier record intact, and at worst one
 half-written last line, which :func:`load_session` skips (counted in ``Session.corrupt_lines``). A

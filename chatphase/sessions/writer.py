@@ -88,6 +88,8 @@ class SessionWriter:
         self._text: TurnText | None = None  # the open turn's text
         self._written = (0, 0)  # characters of its reply and thinking written so far
         self._last_text_write = 0.0
+        self._context: dict[str, Any] | None = None  # the last context recorded (or to record)
+        self._context_due = False
 
     @classmethod
     def create(
@@ -215,6 +217,9 @@ class SessionWriter:
         self._turn = self._next_turn if index is None else index
         self._next_turn = self._turn + 1
         self._text, self._written = text, (0, 0)
+        if self._context_due and self._context is not None:  # flushed, not fsync'd: turn_start's fsync covers it
+            self._emit({"type": "context", **self._context}, sync=False)
+            self._context_due = False
         start = {"type": "turn_start", "turn": self._turn, "time": utc_now(), "user": user}
         if sampling is not None:
             start["sampling"] = sampling
@@ -288,6 +293,12 @@ class SessionWriter:
             self._header.update(model=model, settings=settings)
         else:
             self._emit(rec, sync=True)
+
+    def set_context(self, context: dict[str, Any]) -> None:
+        """What the next turns run on (:func:`chatphase.history.context.live_context`): written as a ``context``
+        record before the next turn's start when it differs from the last one."""
+        if context != self._context:
+            self._context, self._context_due = dict(context), True
 
     def rename(self, title: str) -> None:
         """Set the title (before the first turn it goes into the header)."""

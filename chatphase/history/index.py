@@ -1,0 +1,274 @@
+"""Session files into history rows: the catch-up and the live updater.
+
+The session files (:mod:`chatphase.sessions.store`) are the record; the database is their index. A file is
+indexed whole, in one transaction: its session row and turn rows are deleted and written again from what the
+file holds now, so indexing is idempotent and a turn that grew (a partial turn finished, a rename, a
+replacement) is simply read again. ``sessions.file_size`` / ``file_mtime_ns`` remember the file as it was read
+(stat'ed before the read: a file that grows meanwhile is read again next time).
+
+- :func:`catch_up` indexes every new or changed file and drops the rows of deleted ones: the first run takes
+  over every session already on disk (the migration), later runs read only what changed. ``logs``, ``stats``
+  and the TUI's history plot run it before they read.
+- :class:`LiveIndex` indexes the file of the turn that just ended, on its own thread: the chat never waits for
+  the database, and a write the process did not live to make is caught up later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chatphase.history.context import context_row
+from chatphase.history.db import CONTEXT_COLUMNS, METRIC_COLUMNS, HistoryError, connect
+from chatphase.sessions.store import (
+    DAMAGED,
+    SUFFIX,
+    SessionError,
+    parse_records,
+    session_from_records,
+    sessions_dir,
+)
+
+log = logging.getLogger(__name__)
+
+_TURN_COLUMNS = (
+    "session_id",
+    "turn",
+    "started",
+    "finished",
+    "status",
+    "replaced",
+    "error",
+    "context_id",
+    *METRIC_COLUMNS,
+    "metrics",
+    "sampling",
+    "user",
+    "reply",
+    "thinking",
+)
+_INSERT_TURN = f"INSERT INTO turns ({', '.join(_TURN_COLUMNS)}) VALUES ({', '.join('?' * len(_TURN_COLUMNS))})"
+_CONTEXT_KEYS = ("key", *CONTEXT_COLUMNS, "extra")
+_INSERT_CONTEXT = (
+    f"INSERT OR IGNORE INTO contexts ({', '.join(_CONTEXT_KEYS)}) VALUES ({', '.join('?' * len(_CONTEXT_KEYS))})"
+)
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What :func:`catch_up` did: files indexed (new or changed), files whose rows were dropped (deleted)."""
+
+    indexed: int
+    removed: int
+
+
+def turn_contexts(records: list[dict[str, Any]]) -> dict[int, tuple[dict, dict, dict | None]]:
+    """Each turn's ``(model, settings, context record)`` in effect at its ``turn_start``: the header's model and
+    settings as later ``model`` records change them, and the last ``context`` record (``None`` before any)."""
+    model: dict = {}
+    settings: dict = {}
+    context: dict | None = None
+    out: dict[int, tuple[dict, dict, dict | None]] = {}
+    for rec in records:
+        kind = rec.get("type")
+        try:
+            if kind == "session" or kind == "model":
+                model = rec.get("model") or model
+                settings = rec.get("settings") or settings
+            elif kind == "context":
+                context = rec
+            elif kind == "turn_start":
+                out[int(rec["turn"])] = (model, settings, context)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def index_file(conn: sqlite3.Connection, path: Path) -> int:
+    """(Re)index one session file in one transaction; returns the turns indexed (0 for a file that is not a
+    session: it is remembered, so it is not read again until it changes; a file gone: its rows dropped).
+
+    Raises:
+        sqlite3.Error: the database could not be written (locked past the busy timeout, disk full).
+    """
+    sid = path.stem
+    try:
+        st = path.stat()
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            records, _ = parse_records(fh, keep_damaged=True)
+    except FileNotFoundError:
+        _write(conn, lambda: conn.execute("DELETE FROM sessions WHERE path = ? OR id = ?", (str(path), sid)))
+        return 0
+    except OSError as exc:
+        log.debug("history: cannot read %s: %s", path, exc)
+        return 0
+    try:
+        session = session_from_records(records, path=str(path))
+    except SessionError:
+        session = None
+    contexts = turn_contexts([r for r in records if r.get("type") != DAMAGED])
+
+    def write() -> None:
+        conn.execute("DELETE FROM sessions WHERE path = ? OR id = ?", (str(path), sid))
+        conn.execute(
+            "INSERT INTO sessions (id, path, title, created, file_size, file_mtime_ns, corrupt_lines) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                sid,
+                str(path),
+                session.title if session else None,
+                session.created if session else None,
+                st.st_size,
+                st.st_mtime_ns,
+                session.corrupt_lines if session else None,
+            ),
+        )
+        if session is None:
+            return
+        for t in session.turns:
+            model, settings, ctx = contexts.get(t.index, (session.model, session.settings, None))
+            m = t.metrics.to_dict() if t.metrics else {}
+            conn.execute(
+                _INSERT_TURN,
+                (
+                    sid,
+                    t.index,
+                    t.started,
+                    t.finished,
+                    t.status,
+                    int(t.replaced),
+                    t.error,
+                    _context_id(conn, context_row(model, settings, ctx)),
+                    *(m.get(c) for c in METRIC_COLUMNS),
+                    json.dumps(m) if m else None,
+                    json.dumps(t.sampling) if t.sampling else None,
+                    t.user,
+                    t.reply,
+                    t.thinking or None,
+                ),
+            )
+
+    _write(conn, write)
+    return len(session.turns) if session else 0
+
+
+def _context_id(conn: sqlite3.Connection, row: dict[str, Any]) -> int:
+    conn.execute(_INSERT_CONTEXT, tuple(row.get(k) for k in _CONTEXT_KEYS))
+    return int(conn.execute("SELECT id FROM contexts WHERE key = ?", (row["key"],)).fetchone()[0])
+
+
+def _write(conn: sqlite3.Connection, body) -> None:
+    """Run ``body`` in an immediate transaction (a concurrent writer waits its turn: the busy timeout)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        body()
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def catch_up(conn: sqlite3.Connection, directory: Path | None = None) -> CatchUp:
+    """Index the session files of ``directory`` (default :func:`sessions_dir`) that are new or changed since they
+    were indexed, and drop the rows of those deleted (see the module docstring).
+
+    Raises:
+        HistoryError: the database could not be written.
+    """
+    d = directory or sessions_dir()
+    on_disk: dict[str, os.stat_result] = {}
+    for f in d.glob(f"*{SUFFIX}") if d.is_dir() else ():
+        try:
+            on_disk[str(f)] = f.stat()
+        except OSError:
+            continue
+    known = {
+        path: (size, mtime)
+        for path, size, mtime in conn.execute("SELECT path, file_size, file_mtime_ns FROM sessions").fetchall()
+    }
+    try:
+        stale = [p for p, st in on_disk.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
+        for p in sorted(stale):
+            index_file(conn, Path(p))
+        gone = [p for p in known if p not in on_disk and Path(p).parent == d]
+        if gone:
+            _write(conn, lambda: conn.executemany("DELETE FROM sessions WHERE path = ?", [(p,) for p in gone]))
+    except sqlite3.Error as exc:
+        raise HistoryError(f"cannot update the history: {exc}") from None
+    return CatchUp(len(stale), len(gone))
+
+
+@dataclass(frozen=True)
+class _Marker:
+    """Put on the queue by :meth:`LiveIndex.wait`: set once the updates before it are done."""
+
+    done: threading.Event
+
+
+class LiveIndex:
+    """Indexes session files on a daemon thread as their turns end (:meth:`update`); the database is opened there,
+    at the first update. Failures are logged (``--verbose``) and dropped: the next catch-up redoes them.
+
+    Args:
+        db: the database path (default :func:`chatphase.history.db.db_path`).
+    """
+
+    def __init__(self, db: Path | None = None) -> None:
+        self.db = db
+        self._queue: queue.Queue[Path | _Marker | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def update(self, path: str | os.PathLike) -> None:
+        """Index ``path`` soon (returns at once)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="chatphase-history", daemon=True)
+                self._thread.start()
+        self._queue.put(Path(path))
+
+    def wait(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every update asked for so far is done; ``False`` when ``timeout_s`` passed first."""
+        done = threading.Event()
+        self._queue.put_nowait(_Marker(done))
+        return done.wait(timeout_s) if self._thread is not None else True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Finish the updates asked for (up to ``timeout_s``) and stop the thread; idempotent."""
+        thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            if isinstance(item, _Marker):
+                item.done.set()
+                continue
+            pending = {item}
+            while not self._queue.empty() and isinstance(
+                self._queue.queue[0], Path
+            ):  # a file asked for twice: read once
+                nxt = self._queue.get()
+                assert isinstance(nxt, Path)  # the one just looked at (this thread alone takes from the queue)
+                pending.add(nxt)
+            try:
+                conn = conn or connect(self.db)
+                for path in sorted(pending):
+                    index_file(conn, path)
+            except (HistoryError, sqlite3.Error, OSError) as exc:
+                log.debug("history: cannot index %s: %s", sorted(pending), exc)
+        if conn is not None:
+            conn.close()

@@ -1,0 +1,266 @@
+"""``chatphase logs`` and ``chatphase stats`` over the history database: filters, rows, groups, medians and fits.
+
+Filters (:class:`Filters`) are substrings (model: its file name or content hash; backend: ``llama.cpp``, the
+build, the server's address or its model; machine: host name, CPU or GPU), a session id prefix, a time window
+(``--since`` / ``--until``: an ISO date or time, local unless it says its zone, or a span back from now such as
+``2h``, ``7d``, ``3w``) and words every matching turn's texts hold (FTS5 over the user's message, the reply and
+the thinking; each word is matched as a literal token, so any text is safe to pass).
+
+Stats (:func:`group_stats`): per group, the turn count, the medians of TTFT, prefill and decode tokens/s
+(:func:`chatphase.bench.core.stats.summarize`), and two least-squares lines (:func:`chatphase.bench.core.fits.linear_fit`):
+``ttft_ms = a + b × prompt tokens evaluated`` (the prompt's tokens not served from the KV cache: all of them for a
+cold turn; a turn that reused a cached prefix pays prefill for the rest only) and ``decode_tokens_per_s = a + b ×
+depth`` (``kv_cache_tokens`` after the turn).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from chatphase.bench.core.fits import LinearFit, linear_fit
+from chatphase.bench.core.stats import summarize
+from chatphase.errors import UsageError
+from chatphase.history.db import METRIC_COLUMNS
+
+#: how ``--by`` names a dimension -> its SQL expression over ``turn_log``.
+GROUP_BY = {
+    "model": "coalesce(model_name, '?')",
+    "backend": "backend || coalesce(' ' || coalesce(backend_build, ''), '') || coalesce(' ' || server, '')",
+    "machine": "coalesce(machine, cpu, 'unknown machine')",
+    "version": "coalesce('chatphase ' || chatphase_version, 'unknown version')",
+}
+#: the columns of ``logs`` rows (JSON and CSV), in order; JSON adds ``metrics`` and ``sampling`` (objects).
+LOG_COLUMNS: tuple[str, ...] = (
+    "started",
+    "finished",
+    "session_id",
+    "turn",
+    "status",
+    "replaced",
+    "error",
+    *METRIC_COLUMNS,
+    "model_name",
+    "model_hash",
+    "model_quantization",
+    "model_synthetic",
+    "backend",
+    "backend_build",
+    "server",
+    "remote_model",
+    "n_ctx",
+    "n_threads",
+    "type_k",
+    "type_v",
+    "flash_attn",
+    "n_gpu_layers",
+    "spec",
+    "machine",
+    "cpu",
+    "gpu",
+    "chatphase_version",
+    "user",
+    "reply",
+)
+_SPAN = re.compile(r"^(\d+)\s*([mhdw])$")
+_SPAN_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which turns: each ``None`` field does not filter (see the module docstring)."""
+
+    model: str | None = None
+    session: str | None = None
+    backend: str | None = None
+    machine: str | None = None
+    since: str | None = None
+    until: str | None = None
+    text: str | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        """The ``WHERE`` clause over ``turn_log`` and its parameters.
+
+        Raises:
+            UsageError: a time that cannot be read, or a text filter without a word.
+        """
+        sql, args = ["1"], []
+        for value, columns in (
+            (self.model, ("model_name", "model_hash")),
+            (self.backend, ("backend", "backend_build", "server", "remote_model")),
+            (self.machine, ("machine", "cpu", "gpu")),
+        ):
+            if value is not None:
+                sql.append("(" + " OR ".join(f"instr(lower({c}), lower(?)) > 0" for c in columns) + ")")
+                args += [value] * len(columns)
+        if self.session is not None:
+            sql.append("substr(session_id, 1, length(?)) = ?")
+            args += [self.session, self.session]
+        if self.since is not None:
+            sql.append("started >= ?")
+            args.append(parse_time(self.since, "--since"))
+        if self.until is not None:
+            sql.append("started < ?")
+            args.append(parse_time(self.until, "--until"))
+        if self.text is not None:
+            sql.append("id IN (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ?)")
+            args.append(fts_query(self.text))
+        return " AND ".join(sql), args
+
+
+def parse_time(text: str, option: str, now: datetime | None = None) -> str:
+    """A ``--since`` / ``--until`` value as the ISO 8601 UTC text the rows hold (seconds, ``+00:00``).
+
+    Raises:
+        UsageError: neither an ISO date/time nor a span like ``7d``.
+    """
+    now = now or datetime.now(timezone.utc)
+    span = _SPAN.match(text.strip().lower())
+    if span:
+        when = now - timedelta(**{_SPAN_UNITS[span[2]]: int(span[1])})
+    else:
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UsageError(
+                f"{option} needs a date or time (2026-12-01, 2026-12-01T09:30) or a span back from now (30m, 2h, 7d, 3w); got {text!r}"
+            ) from None
+        if when.tzinfo is None:
+            when = when.astimezone()  # local time, as the user reads their clock
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def fts_query(text: str) -> str:
+    """``text`` as an FTS5 query matching turns that hold every word (each word a quoted literal string).
+
+    Raises:
+        UsageError: ``text`` has no word.
+    """
+    words = text.split()
+    if not words:
+        raise UsageError("-q needs a word to search for")
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def logs(conn: sqlite3.Connection, filters: Filters, limit: int = 20) -> list[dict[str, Any]]:
+    """The last ``limit`` turns that pass ``filters``, newest first: :data:`LOG_COLUMNS` plus ``metrics`` and
+    ``sampling`` (dicts; ``None`` when not recorded)."""
+    where, args = filters.where()
+    cols = ", ".join((*LOG_COLUMNS, "metrics", "sampling"))
+    rows = conn.execute(
+        f"SELECT {cols} FROM turn_log WHERE {where} ORDER BY started DESC, id DESC LIMIT ?", (*args, limit)
+    ).fetchall()
+    out = []
+    for row in rows:
+        d = dict(zip((*LOG_COLUMNS, "metrics", "sampling"), row, strict=True))
+        d["metrics"] = json.loads(d["metrics"]) if d["metrics"] else None
+        d["sampling"] = json.loads(d["sampling"]) if d["sampling"] else None
+        out.append(d)
+    return out
+
+
+@dataclass
+class GroupStats:
+    """One group's turns (with metrics) and what they say; times in ms, rates in tokens/s.
+
+    ``points_ttft``: ``(prompt tokens evaluated, ttft_ms)``; ``points_decode``: ``(depth, decode tokens/s)`` — for
+    the plot. ``ttft_fit`` / ``decode_fit`` ``None`` when fewer than two distinct x values.
+    """
+
+    group: str
+    turns: int
+    median_ttft_ms: float | None
+    median_prefill_tokens_per_s: float | None
+    median_decode_tokens_per_s: float | None
+    ttft_fit: LinearFit | None
+    decode_fit: LinearFit | None
+    points_ttft: list[tuple[float, float]] = field(default_factory=list, repr=False)
+    points_decode: list[tuple[float, float]] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (no points): the figures, the fits as ``{"intercept", "slope", "r2", "n"}`` with their units."""
+        return {
+            "group": self.group,
+            "turns": self.turns,
+            "median_ttft_ms": self.median_ttft_ms,
+            "median_prefill_tokens_per_s": self.median_prefill_tokens_per_s,
+            "median_decode_tokens_per_s": self.median_decode_tokens_per_s,
+            "ttft_ms_vs_prompt_tokens_evaluated": _fit_dict(self.ttft_fit, "ms", "ms per prompt token"),
+            "decode_tokens_per_s_vs_depth": _fit_dict(self.decode_fit, "tokens/s", "tokens/s per token of depth"),
+        }
+
+
+def _fit_dict(fit: LinearFit | None, y_unit: str, slope_unit: str) -> dict | None:
+    return None if fit is None else {**fit.to_dict(), "intercept_unit": y_unit, "slope_unit": slope_unit}
+
+
+def parse_by(text: str) -> tuple[str, ...]:
+    """``--by``: dimensions of :data:`GROUP_BY`, comma-separated (``model,version``).
+
+    Raises:
+        UsageError: an unknown or repeated dimension.
+    """
+    dims = tuple(d.strip() for d in text.split(","))
+    bad = [d for d in dims if d not in GROUP_BY]
+    if bad or len(set(dims)) != len(dims) or not dims:
+        raise UsageError(f"--by takes {', '.join(GROUP_BY)} (comma-separated, each once); got {text!r}")
+    return dims
+
+
+def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] = ("model",)) -> list[GroupStats]:
+    """:class:`GroupStats` of the turns with metrics that pass ``filters``, grouped by ``by`` (most turns first)."""
+    where, args = filters.where()
+    key = " || ' · ' || ".join(GROUP_BY[d] for d in by)
+    rows = conn.execute(
+        f"SELECT {key}, prompt_tokens, cached_tokens, prefill_tokens, ttft_ms, prefill_tokens_per_s,"
+        f" decode_tokens_per_s, kv_cache_tokens FROM turn_log WHERE {where} AND metrics IS NOT NULL",
+        args,
+    ).fetchall()
+    groups: dict[str, list[tuple]] = {}
+    for row in rows:
+        groups.setdefault(row[0], []).append(row)
+    out = []
+    for name, rs in groups.items():
+        ttft = [(float(x), float(r[4])) for r in rs if r[4] is not None and (x := _evaluated(r)) is not None]
+        decode = [(float(r[7]), float(r[6])) for r in rs if r[6] is not None and r[7] is not None]
+        out.append(
+            GroupStats(
+                group=name,
+                turns=len(rs),
+                median_ttft_ms=summarize(r[4] for r in rs).median,
+                median_prefill_tokens_per_s=summarize(r[5] for r in rs).median,
+                median_decode_tokens_per_s=summarize(r[6] for r in rs).median,
+                ttft_fit=linear_fit([p[0] for p in ttft], [p[1] for p in ttft]),
+                decode_fit=linear_fit([p[0] for p in decode], [p[1] for p in decode]),
+                points_ttft=ttft,
+                points_decode=decode,
+            )
+        )
+    out.sort(key=lambda g: (-g.turns, g.group))
+    return out
+
+
+def _evaluated(row: tuple) -> int | None:
+    """Prompt tokens evaluated: ``prefill_tokens``, else prompt minus cached, else the prompt (a server's)."""
+    prompt, cached, prefill = row[1], row[2], row[3]
+    if prefill is not None:
+        return int(prefill)
+    if prompt is None:
+        return None
+    return int(prompt) - int(cached or 0)
+
+
+def model_points(conn: sqlite3.Connection, model_name: str, exclude_session: str | None = None) -> list[dict[str, Any]]:
+    """Every recorded turn of the model named exactly ``model_name`` (outside ``exclude_session``), oldest first,
+    as metrics dicts with the fields the dashboard's plots read (for :meth:`TurnMetrics.from_dict`-like use)."""
+    rows = conn.execute(
+        "SELECT prompt_tokens, cached_tokens, ttft_ms, decode_tokens_per_s, kv_cache_tokens FROM turn_log"
+        " WHERE model_name = ? AND session_id IS NOT ? AND metrics IS NOT NULL ORDER BY started, id",
+        (model_name, exclude_session),
+    ).fetchall()
+    keys = ("prompt_tokens", "cached_tokens", "ttft_ms", "decode_tokens_per_s", "kv_cache_tokens")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
