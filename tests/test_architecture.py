@@ -80,6 +80,7 @@ LAYERS = {
         "chat",
         "engine",
         "errors",
+        "history",
         "models",
         "sessions",
         "settings",

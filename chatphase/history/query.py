@@ -254,13 +254,15 @@ def _evaluated(row: tuple) -> int | None:
     return int(prompt) - int(cached or 0)
 
 
-def model_points(conn: sqlite3.Connection, model_name: str, exclude_session: str | None = None) -> list[dict[str, Any]]:
-    """Every recorded turn of the model named exactly ``model_name`` (outside ``exclude_session``), oldest first,
-    as metrics dicts with the fields the dashboard's plots read (for :meth:`TurnMetrics.from_dict`-like use)."""
-    rows = conn.execute(
-        "SELECT prompt_tokens, cached_tokens, ttft_ms, decode_tokens_per_s, kv_cache_tokens FROM turn_log"
-        " WHERE model_name = ? AND session_id IS NOT ? AND metrics IS NOT NULL ORDER BY started, id",
-        (model_name, exclude_session),
-    ).fetchall()
+def model_points(
+    conn: sqlite3.Connection, model_name: str, exclude_session: str | None = None, limit: int = 5000
+) -> list[dict[str, Any]]:
+    """The latest ``limit`` recorded turns of the model named exactly ``model_name`` (outside ``exclude_session``),
+    oldest first, as dicts of the metric fields the dashboard's plots read."""
     keys = ("prompt_tokens", "cached_tokens", "ttft_ms", "decode_tokens_per_s", "kv_cache_tokens")
-    return [dict(zip(keys, r, strict=True)) for r in rows]
+    rows = conn.execute(
+        f"SELECT {', '.join(keys)} FROM turn_log WHERE model_name = ? AND session_id IS NOT ?"
+        " AND metrics IS NOT NULL ORDER BY started DESC, id DESC LIMIT ?",
+        (model_name, exclude_session, limit),
+    ).fetchall()
+    return [dict(zip(keys, r, strict=True)) for r in reversed(rows)]

@@ -36,6 +36,7 @@ from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.engine_link import TextualDispatcher
+from chatphase.ui.history_source import EarlierTurns
 from chatphase.ui.inert_lines import InertLines
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
 from chatphase.ui.phases.indicator import PhaseIndicator
@@ -126,7 +127,8 @@ class ChatPhaseApp(App[None]):
                     yield PromptInput(id="prompt")
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
-                yield Dashboard(kv_usage=False, id="dashboard")  # the phase panel shows the live KV gauge
+                earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
+                yield Dashboard(kv_usage=False, history_source=earlier, id="dashboard")  # the panel shows the KV gauge
         with Horizontal(id="footer-box"):  # a frame box of its own (app.tcss)
             yield Footer(compact=True)
 

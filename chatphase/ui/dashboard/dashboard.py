@@ -8,14 +8,20 @@ The app mounts ``Dashboard()`` and drives it with four calls (nothing here talks
 Layout: two always-visible lines (live tokens/s sparkline, KV gauge) above tabs — *Turns* (history table,
 then the chosen turn's timeline, metrics and phase explanations), *Plots*, *System* — so it stays readable in
 the few rows an 80×24 terminal leaves it. Each widget carries its own styles (``DEFAULT_CSS``).
+
+The Plots tab's *every session* toggle adds this model's turns from every earlier session to both plots: read by
+the ``history_source`` the app gives (the history database), in a thread worker, never on the UI thread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import TabbedContent, TabPane
+from textual.widgets import Checkbox, TabbedContent, TabPane
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
@@ -42,9 +48,14 @@ class Dashboard(Widget):
     Dashboard TabPane > VerticalScroll { scrollbar-size-vertical: 1; }
     """
 
-    def __init__(self, kv_usage: bool = True, **kwargs) -> None:
-        """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge)."""
+    def __init__(
+        self, kv_usage: bool = True, history_source: Callable[[str], list[dict]] | None = None, **kwargs
+    ) -> None:
+        """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge).
+        ``history_source(model_name)``: the model's turns from earlier sessions, as dicts of metric fields (blocking:
+        called in a worker thread; raises with a message for the user); ``None``: no *every session* toggle."""
         super().__init__(**kwargs)
+        self.history_source = history_source
         self.model: LoadedModel | None = None
         self.turns: dict[int, TurnMetrics] = {}
         self.selected_turn: int | None = None
@@ -64,6 +75,8 @@ class Dashboard(Widget):
                     yield TurnDetail(id="dash-detail")
             with TabPane("Plots", id="tab-plots"):
                 with VerticalScroll(id="dash-plots-scroll"):
+                    if self.history_source is not None:
+                        yield Checkbox("every session of this model", id="dash-plots-history", compact=True)
                     yield TtftPlot(id="dash-ttft-plot")
                     yield DecodeDepthPlot(id="dash-decode-plot")
             with TabPane("System", id="tab-system"):
@@ -78,6 +91,7 @@ class Dashboard(Widget):
         self._kv_tokens.clear()
         self._turns_held = None
         self.query_one(SystemFigures).set_model(model)
+        self._load_history()
         self._update_kv()
         if self.selected_turn is not None:
             self.show_turn(self.selected_turn)
@@ -116,6 +130,42 @@ class Dashboard(Widget):
         self.query_one(DecodeDepthPlot).clear_points()
         self.query_one(LiveRate).clear()
         self._update_kv()
+
+    # -- every session -----------------------------------------------------------------------------
+
+    @property
+    def showing_history(self) -> bool:
+        """Whether the *every session* toggle is on."""
+        boxes = self.query("#dash-plots-history").results(Checkbox)
+        return any(box.value for box in boxes)
+
+    def on_checkbox_changed(self, message: Checkbox.Changed) -> None:
+        if message.checkbox.id == "dash-plots-history":
+            message.stop()
+            self._load_history()
+
+    def _load_history(self) -> None:
+        """Read the earlier turns in a worker when the toggle is on (the latest request wins); hide them when off."""
+        if self.showing_history and self.model is not None:
+            self._read_history(self.model.info.name)
+        else:
+            self._show_history([])
+
+    @work(thread=True, exclusive=True, group="dash-history")
+    def _read_history(self, model_name: str) -> None:
+        assert self.history_source is not None  # the toggle exists only with a source
+        try:
+            rows = self.history_source(model_name)
+        except Exception as exc:  # the source's message (the database cannot be read): a notice, the chat goes on
+            self.app.call_from_thread(self.notify, f"history: {exc}", severity="warning")
+            return
+        self.app.call_from_thread(self._show_history, rows)
+
+    def _show_history(self, rows: list[dict]) -> None:
+        if not self.showing_history and rows:
+            return  # switched off while it was read
+        self.query_one(TtftPlot).set_history(rows)
+        self.query_one(DecodeDepthPlot).set_history(rows)
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -7,6 +7,11 @@
   step re-reads the whole KV cache, so the rate falls as the conversation grows.
 
 Both redraw only when a turn is added or the chat is reset (never per token); plotext re-lays out on resize.
+
+Either can also show the model's turns from every earlier session (:meth:`_ScatterPlot.set_history`, the
+dashboard's *every session* toggle): one more series, drawn beneath this chat's. TTFT's earlier points are at
+the prompt tokens each turn *evaluated* (those not served from the KV cache), so everyday chats, whose later
+turns reuse a cached prefix, fill the prompt-length curve where a cold prompt of that length would sit.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class _ScatterPlot(PlotextPlot):
     """
 
     TITLE = ""
+    #: the marker of the earlier sessions' points (:meth:`set_history`)
+    HISTORY_MARKER = "·"
     XLABEL = ""
     YLABEL = ""
     SERIES: tuple[str, ...] = ()
@@ -40,6 +47,7 @@ class _ScatterPlot(PlotextPlot):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.points: dict[str, list[tuple[float, float]]] = {s: [] for s in self.SERIES}
+        self.history: list[tuple[float, float]] = []  # earlier sessions' points, drawn beneath
 
     def on_mount(self) -> None:
         # PlotextPlot's own on_mount (theme subscription) is dispatched by Textual too: no super() call
@@ -58,6 +66,15 @@ class _ScatterPlot(PlotextPlot):
         if points:
             self.replot()
 
+    def set_history(self, rows: list[dict]) -> None:
+        """Show earlier sessions' turns (dicts of the metric fields :meth:`history_point` reads; ``[]`` hides them)."""
+        self.history = [p for r in rows if (p := self.history_point(r)) is not None]
+        self.replot()
+
+    def history_point(self, row: dict) -> tuple[float, float] | None:
+        """An earlier turn's ``(x, y)`` from its recorded figures (each plot's own)."""
+        raise NotImplementedError
+
     def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
         """The turn's one ``(series, x, y)`` point, ``None`` when its figures are unknown (each plot's own)."""
         raise NotImplementedError
@@ -68,8 +85,8 @@ class _ScatterPlot(PlotextPlot):
         return [] if point is None else [point]
 
     def title(self) -> str:
-        """The title drawn (:attr:`TITLE`)."""
-        return self.TITLE
+        """The title drawn (:attr:`TITLE`), naming the earlier sessions' points when shown."""
+        return self.TITLE + (f" · {len(self.history)} earlier" if self.history else "")
 
     def replot(self) -> None:
         """Rebuild the plotext figure from :attr:`points` and schedule a repaint."""
@@ -78,6 +95,9 @@ class _ScatterPlot(PlotextPlot):
         plt.title(self.title())
         plt.xlabel(self.XLABEL)
         plt.ylabel(self.YLABEL)
+        if self.history:
+            xs, ys = zip(*self.history, strict=True)
+            plt.scatter(list(xs), list(ys), marker=self.HISTORY_MARKER)
         for pts, marker in zip(self.points.values(), self.MARKERS, strict=False):
             if pts:
                 xs, ys = zip(*pts, strict=True)
@@ -108,9 +128,14 @@ class TtftPlot(_ScatterPlot):
         return points
 
     def title(self) -> str:
-        if self.points["first answer"]:
-            return "TTFT vs prompt tokens (• cold, x cached, + TTFA)"
-        return self.TITLE
+        title = "TTFT vs prompt tokens (• cold, x cached, + TTFA)" if self.points["first answer"] else self.TITLE
+        return title + (f" · {len(self.history)} earlier (tokens evaluated)" if self.history else "")
+
+    def history_point(self, row: dict) -> tuple[float, float] | None:
+        prompt, ttft = row.get("prompt_tokens"), row.get("ttft_ms")
+        if prompt is None or ttft is None:
+            return None
+        return float(prompt - (row.get("cached_tokens") or 0)), float(ttft)
 
 
 class DecodeDepthPlot(_ScatterPlot):
@@ -120,6 +145,10 @@ class DecodeDepthPlot(_ScatterPlot):
     XLABEL = "KV tokens"
     YLABEL = "tok/s"
     SERIES = ("decode",)
+
+    def history_point(self, row: dict) -> tuple[float, float] | None:
+        depth, rate = row.get("kv_cache_tokens"), row.get("decode_tokens_per_s")
+        return None if depth is None or rate is None else (float(depth), float(rate))
 
     def point_for(self, metrics: TurnMetrics) -> tuple[str, float, float] | None:
         if metrics.decode_tokens_per_s is None or metrics.kv_cache_tokens is None:
