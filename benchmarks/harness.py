@@ -276,8 +276,9 @@ class EngineTurns:
                 raise SystemExit(f"chatphase engine failed to load: {ev.message}")
             self.loaded = ev.model
 
-    def turn(self, prompt: Sequence[int], sampling: SamplingParams) -> Any:
-        """The :class:`~chatphase.engine.metrics.TurnMetrics` of one turn on ``prompt`` (token ids)."""
+    def turn(self, prompt: Sequence[int], sampling: SamplingParams, on_event: Any = None) -> Any:
+        """The :class:`~chatphase.engine.metrics.TurnMetrics` of one turn on ``prompt`` (token ids); ``on_event``
+        (optional) is called with each engine event as it arrives (what a chat's listeners would do)."""
         self._turn += 1
         req = TurnRequest(
             self._turn, prompt_token_ids=tuple(prompt), reset_cache=True, ignore_eos=True, sampling=sampling
@@ -288,6 +289,8 @@ class EngineTurns:
         metrics = None
         try:
             for ev in self.host.run_turn(req):  # drain the whole turn: the host's end-of-turn marker follows
+                if on_event is not None:
+                    on_event(ev)
                 if isinstance(ev, EngineFailed):
                     raise SystemExit(f"chatphase engine failed: {ev.message}")
                 if isinstance(ev, TurnFinished):

@@ -26,6 +26,7 @@ BENCHMARKS = (
     "engine_speed",
     "gguf_reader",
     "gpu_summary",
+    "history_db",
     "levers",
     "parallel_decode",
     "roofline_vs_stream",
@@ -113,6 +114,20 @@ def test_ui_memory_smallest(tmp_path):
     done = run("ui_memory", "--turns", "12", "--no-trace", "--out", str(tmp_path / "m.md"))
     ok(done)
     assert "MiB/turn" in (tmp_path / "m.md").read_text()
+
+
+def test_history_db_smallest_queries(tmp_path):
+    done = run("history_db", "--turns", "120", "--per-session", "40", "--reps", "1", "--decode-reps", "0")
+    ok(done)
+    assert "Queries over 120 turns (3 sessions)" in done.stdout and "| python -m chatphase stats |" in done.stdout
+
+
+@pytest.mark.model
+def test_history_db_smallest_decode(tmp_path):
+    out = tmp_path / "h.md"
+    done = run("history_db", "--turns", "20", "--reps", "1", "--decode-reps", "1", "--gen", "4", "--out", str(out))
+    ok(done)
+    assert "the store costs decode" in out.read_text()
 
 
 @pytest.mark.model
