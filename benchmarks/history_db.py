@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -259,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if min(args.turns, args.per_session, args.reps, args.prompt) < 1 or args.decode_reps < 0 or args.gen < 2:
         ap.error("--turns, --per-session, --reps and --prompt must be >= 1, --decode-reps >= 0, --gen >= 2")
-    _isolate()
+    base = _isolate()
+    try:
+        return _run(args)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace) -> int:
     sessions = generate(args.turns, args.per_session)
     from chatphase.history.db import connect
     from chatphase.history.index import catch_up

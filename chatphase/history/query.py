@@ -7,7 +7,7 @@ build, the server's address or its model; machine: host name, CPU or GPU), a ses
 the thinking; each word is matched as a literal token, so any text is safe to pass).
 
 Stats (:func:`group_stats`): per group, the turn count, the medians of TTFT, prefill and decode tokens/s
-(:func:`chatphase.bench.core.stats.summarize`), and two least-squares lines (:func:`chatphase.bench.core.fits.linear_fit`):
+(:func:`statistics.median`), and two least-squares lines (:func:`chatphase.bench.core.fits.linear_fit`):
 ``ttft_ms = a + b × prompt tokens evaluated`` (the prompt's tokens not served from the KV cache: all of them for a
 cold turn; a turn that reused a cached prefix pays prefill for the rest only) and ``decode_tokens_per_s = a + b ×
 depth`` (``kv_cache_tokens`` after the turn).
@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from chatphase.bench.core.fits import LinearFit, linear_fit
-from chatphase.bench.core.stats import summarize
 from chatphase.errors import UsageError
 from chatphase.history.db import METRIC_COLUMNS
 
@@ -83,7 +84,8 @@ class Filters:
     text: str | None = None
 
     def where(self) -> tuple[str, list[Any]]:
-        """The ``WHERE`` clause over ``turn_log`` and its parameters.
+        """The ``WHERE`` clause over ``turns`` as ``t`` joined with ``contexts`` (or the view ``turn_log`` as ``t``),
+        and its parameters.
 
         Raises:
             UsageError: a time that cannot be read, or a text filter without a word.
@@ -107,7 +109,7 @@ class Filters:
             sql.append("started < ?")
             args.append(parse_time(self.until, "--until"))
         if self.text is not None:
-            sql.append("id IN (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ?)")
+            sql.append("t.id IN (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ?)")
             args.append(fts_query(self.text))
         return " AND ".join(sql), args
 
@@ -152,7 +154,7 @@ def logs(conn: sqlite3.Connection, filters: Filters, limit: int = 20) -> list[di
     where, args = filters.where()
     cols = ", ".join((*LOG_COLUMNS, "metrics", "sampling"))
     rows = conn.execute(
-        f"SELECT {cols} FROM turn_log WHERE {where} ORDER BY started DESC, id DESC LIMIT ?", (*args, limit)
+        f"SELECT {cols} FROM turn_log t WHERE {where} ORDER BY started DESC, t.id DESC LIMIT ?", (*args, limit)
     ).fetchall()
     out = []
     for row in rows:
@@ -215,9 +217,10 @@ def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] 
     """:class:`GroupStats` of the turns with metrics that pass ``filters``, grouped by ``by`` (most turns first)."""
     where, args = filters.where()
     key = " || ' · ' || ".join(GROUP_BY[d] for d in by)
-    rows = conn.execute(
+    rows = conn.execute(  # turns_figures covers what is read of the turns (docs/history.md)
         f"SELECT {key}, prompt_tokens, cached_tokens, prefill_tokens, ttft_ms, prefill_tokens_per_s,"
-        f" decode_tokens_per_s, kv_cache_tokens FROM turn_log WHERE {where} AND metrics IS NOT NULL",
+        f" decode_tokens_per_s, kv_cache_tokens FROM turns t LEFT JOIN contexts c ON c.id = t.context_id"
+        f" WHERE {where} AND stop_reason IS NOT NULL",
         args,
     ).fetchall()
     groups: dict[str, list[tuple]] = {}
@@ -231,9 +234,9 @@ def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] 
             GroupStats(
                 group=name,
                 turns=len(rs),
-                median_ttft_ms=summarize(r[4] for r in rs).median,
-                median_prefill_tokens_per_s=summarize(r[5] for r in rs).median,
-                median_decode_tokens_per_s=summarize(r[6] for r in rs).median,
+                median_ttft_ms=_median(r[4] for r in rs),
+                median_prefill_tokens_per_s=_median(r[5] for r in rs),
+                median_decode_tokens_per_s=_median(r[6] for r in rs),
                 ttft_fit=linear_fit([p[0] for p in ttft], [p[1] for p in ttft]),
                 decode_fit=linear_fit([p[0] for p in decode], [p[1] for p in decode]),
                 points_ttft=ttft,
@@ -242,6 +245,13 @@ def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] 
         )
     out.sort(key=lambda g: (-g.turns, g.group))
     return out
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    """The median of the defined values (``None`` when none): :func:`statistics.median`, as
+    :func:`chatphase.bench.core.stats.summarize` takes it (without its standard deviation, slow over 100,000)."""
+    xs = [v for v in values if v is not None]
+    return float(statistics.median(xs)) if xs else None
 
 
 def _evaluated(row: tuple) -> int | None:
@@ -261,8 +271,8 @@ def model_points(
     oldest first, as dicts of the metric fields the dashboard's plots read."""
     keys = ("prompt_tokens", "cached_tokens", "ttft_ms", "decode_tokens_per_s", "kv_cache_tokens")
     rows = conn.execute(
-        f"SELECT {', '.join(keys)} FROM turn_log WHERE model_name = ? AND session_id IS NOT ?"
-        " AND metrics IS NOT NULL ORDER BY started DESC, id DESC LIMIT ?",
+        f"SELECT {', '.join(keys)} FROM turns t JOIN contexts c ON c.id = t.context_id WHERE model_name = ?"
+        " AND session_id IS NOT ? AND stop_reason IS NOT NULL ORDER BY started DESC, t.id DESC LIMIT ?",
         (model_name, exclude_session, limit),
     ).fetchall()
     return [dict(zip(keys, r, strict=True)) for r in reversed(rows)]
