@@ -434,3 +434,19 @@ def test_live_index_indexes_the_file_of_each_ended_turn():
     assert [r[:3] for r in rows] == [("first", "one", "complete"), ("second", "two", "complete")]
     assert rows[0][3] == "llama.cpp" and rows[0][4] is not None  # the context record of engine_ready
     recording.close()
+
+
+def test_a_later_schema_step_migrates_an_existing_database_keeping_its_rows(monkeypatch):
+    from chatphase.history import db
+
+    write_session([("kept", "a", metrics(10, 5.0))])
+    conn = connect()
+    catch_up(conn)
+    conn.close()
+    step = "ALTER TABLE turns ADD COLUMN restore_ms REAL;\nUPDATE turns SET restore_ms = json_extract(metrics, '$.ttft_ms');"
+    monkeypatch.setattr(db, "MIGRATIONS", (*db.MIGRATIONS, step))
+    monkeypatch.setattr(db, "SCHEMA_VERSION", len(db.MIGRATIONS))
+    conn = connect()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert conn.execute("SELECT user, restore_ms FROM turns").fetchall() == [("kept", pytest.approx(5.0))]
+    assert catch_up(conn).indexed == 0

@@ -1,4 +1,5 @@
-"""The crash test: SIGKILL a real ``chatphase ask`` mid-reply, then list and export the session.
+"""The crash test: SIGKILL a real ``chatphase ask`` mid-reply, then list and export the session, and read it
+back from the history database (``chatphase logs``).
 
 Every finished turn must be there with its metrics, and the turn in flight kept as partial with the
 text streamed so far. Uses the bundled default model (greedy, small n_ctx); the first two prompts get
@@ -94,3 +95,12 @@ def test_sigkill_mid_reply_keeps_finished_turns_and_marks_the_partial_one(defaul
     assert [r["status"] for r in rows_from_csv(csv_out.stdout)] == ["complete", "complete", "partial"]
     md = cli("export", "last", "--format", "md").stdout
     assert md.count("_partial turn:") == 1 and "| 3 | partial |" in md
+
+    logged = cli("logs", "--json")  # the history: the turns the live index wrote, and the killed one caught up
+    assert logged.returncode == 0, logged.stderr
+    rows = sorted(json.loads(logged.stdout), key=lambda r: r["turn"])
+    assert [(r["user"], r["status"]) for r in rows] == list(
+        zip(PROMPTS, ["complete", "complete", "partial"], strict=True)
+    )
+    assert rows[2]["reply"] == turns[2]["reply"] and rows[0]["ttft_ms"] == turns[0]["metrics"]["ttft_ms"]
+    assert rows[0]["backend"] == "llama.cpp" and rows[0]["model_hash"] and rows[0]["machine"] is not None

@@ -165,7 +165,9 @@ def connect(path: Path | None = None, *, timeout_s: float = 30.0) -> sqlite3.Con
         migrate(conn)
     except sqlite3.Error as exc:
         conn.close()
-        raise HistoryError(f"cannot use the history {p}: {exc}") from None
+        raise HistoryError(
+            f"cannot use the history {p}: {exc} (it only indexes the session files: delete it to rebuild it)"
+        ) from None
     except HistoryError:
         conn.close()
         raise
