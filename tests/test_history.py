@@ -136,6 +136,14 @@ def test_a_changed_or_deleted_session_is_caught_up():
     w2.close()
     assert catch_up(conn).indexed == 1
     assert [r[0] for r in conn.execute("SELECT user FROM turns ORDER BY turn")] == ["one", "two"]
+    first_row = conn.execute("SELECT id FROM turns WHERE turn = 1").fetchone()
+    w3 = SessionWriter.continuing(load_session_file(w.path))
+    w3.replace_turns([2])  # taken back: only that turn's row is written again
+    w3.close()
+    assert catch_up(conn).indexed == 1
+    assert conn.execute("SELECT turn, replaced FROM turns ORDER BY turn").fetchall() == [(1, 0), (2, 1)]
+    assert conn.execute("SELECT id FROM turns WHERE turn = 1").fetchone() == first_row
+    assert conn.execute("SELECT count(*) FROM turns_fts WHERE turns_fts MATCH 'two'").fetchone() == (1,)
     delete_session(w.id)
     assert catch_up(conn).removed == 1
     assert conn.execute("SELECT count(*) FROM turns").fetchone() == (0,)

@@ -71,10 +71,12 @@ class CatchUp:
 
 def turn_contexts(records: list[dict[str, Any]]) -> dict[int, tuple[dict, dict, dict | None]]:
     """Each turn's ``(model, settings, context record)`` in effect at its ``turn_start``: the header's model and
-    settings as later ``model`` records change them, and the last ``context`` record (``None`` before any)."""
+    settings as later ``model`` records change them, and the last ``context`` record (``None`` before any). Turns
+    that share them share the tuple."""
     model: dict = {}
     settings: dict = {}
     context: dict | None = None
+    now: tuple[dict, dict, dict | None] = (model, settings, context)
     out: dict[int, tuple[dict, dict, dict | None]] = {}
     for rec in records:
         kind = rec.get("type")
@@ -85,15 +87,30 @@ def turn_contexts(records: list[dict[str, Any]]) -> dict[int, tuple[dict, dict, 
             elif kind == "context":
                 context = rec
             elif kind == "turn_start":
-                out[int(rec["turn"])] = (model, settings, context)
+                if now[0] is not model or now[1] is not settings or now[2] is not context:
+                    now = (model, settings, context)
+                out[int(rec["turn"])] = now
         except (KeyError, TypeError, ValueError):
             continue
     return out
 
 
+def _end_metrics(records: list[dict[str, Any]]) -> dict[int, dict]:
+    """Each turn's metrics dict as its last ``turn_end`` wrote it (fields of a newer chatphase included)."""
+    out = {}
+    for rec in records:
+        if rec.get("type") == "turn_end" and isinstance(rec.get("metrics"), dict):
+            try:
+                out[int(rec["turn"])] = rec["metrics"]
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
 def index_file(conn: sqlite3.Connection, path: Path) -> int:
-    """(Re)index one session file in one transaction; returns the turns indexed (0 for a file that is not a
-    session: it is remembered, so it is not read again until it changes; a file gone: its rows dropped).
+    """(Re)index one session file in one transaction; returns the turns the file holds (0 for a file that is not
+    a session: it is remembered, so it is not read again until it changes; a file gone: its rows dropped). Only
+    the turns whose row differs from the one indexed are written again (a live update writes the turn that ended).
 
     Raises:
         sqlite3.Error: the database could not be written (locked past the busy timeout, disk full).
@@ -113,13 +130,16 @@ def index_file(conn: sqlite3.Connection, path: Path) -> int:
         session = session_from_records(records, path=str(path))
     except SessionError:
         session = None
-    contexts = turn_contexts([r for r in records if r.get("type") != DAMAGED])
+    readable = [r for r in records if r.get("type") != DAMAGED]
+    contexts, ends = turn_contexts(readable), _end_metrics(readable)
 
     def write() -> None:
-        conn.execute("DELETE FROM sessions WHERE path = ? OR id = ?", (str(path), sid))
+        conn.execute("DELETE FROM sessions WHERE (path = ?) != (id = ?)", (str(path), sid))  # moved or renamed
         conn.execute(
             "INSERT INTO sessions (id, path, title, created, file_size, file_mtime_ns, corrupt_lines) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET path = excluded.path, title = excluded.title,"
+            " created = excluded.created, file_size = excluded.file_size, file_mtime_ns = excluded.file_mtime_ns,"
+            " corrupt_lines = excluded.corrupt_lines",
             (
                 sid,
                 str(path),
@@ -130,30 +150,38 @@ def index_file(conn: sqlite3.Connection, path: Path) -> int:
                 session.corrupt_lines if session else None,
             ),
         )
-        if session is None:
-            return
-        for t in session.turns:
-            model, settings, ctx = contexts.get(t.index, (session.model, session.settings, None))
-            m = t.metrics.to_dict() if t.metrics else {}
-            conn.execute(
-                _INSERT_TURN,
-                (
-                    sid,
-                    t.index,
-                    t.started,
-                    t.finished,
-                    t.status,
-                    int(t.replaced),
-                    t.error,
-                    _context_id(conn, context_row(model, settings, ctx)),
-                    *(m.get(c) for c in METRIC_COLUMNS),
-                    json.dumps(m) if m else None,
-                    json.dumps(t.sampling) if t.sampling else None,
-                    t.user,
-                    t.reply,
-                    t.thinking or None,
-                ),
+        cols = ", ".join(_TURN_COLUMNS)
+        indexed = {r[1]: r for r in conn.execute(f"SELECT {cols} FROM turns WHERE session_id = ?", (sid,))}
+        context_ids: dict[int, int] = {}  # id() of a turn_contexts tuple -> contexts.id
+        fallback = (session.model, session.settings, None) if session is not None else ({}, {}, None)
+        for t in session.turns if session is not None else ():
+            where = contexts.get(t.index, fallback)
+            if id(where) not in context_ids:
+                context_ids[id(where)] = _context_id(conn, context_row(*where))
+            m = ends.get(t.index) if t.metrics is not None else None
+            if t.metrics is not None and m is None:
+                m = t.metrics.to_dict()
+            row = (
+                sid,
+                t.index,
+                t.started,
+                t.finished,
+                t.status,
+                int(t.replaced),
+                t.error,
+                context_ids[id(where)],
+                *((m or {}).get(c) for c in METRIC_COLUMNS),
+                json.dumps(m) if m else None,
+                json.dumps(t.sampling) if t.sampling else None,
+                t.user,
+                t.reply,
+                t.thinking or None,
             )
+            if indexed.pop(t.index, None) != row:
+                conn.execute("DELETE FROM turns WHERE session_id = ? AND turn = ?", (sid, t.index))
+                conn.execute(_INSERT_TURN, row)
+        for gone in indexed:  # turns the file no longer holds
+            conn.execute("DELETE FROM turns WHERE session_id = ? AND turn = ?", (sid, gone))
 
     _write(conn, write)
     return len(session.turns) if session else 0
