@@ -140,7 +140,7 @@ def context_row(model: dict[str, Any], settings: dict[str, Any], record: dict[st
         "layers_offloaded": rec.get("layers_offloaded"),
         "devices": rec.get("devices"),
         **{k: rec.get(k) for k in ("machine", "cpu", "physical_cores", "logical_cpus", "memory_bytes", "gpu")},
-        "chatphase_version": rec.get("chatphase_version") or model.get("chatphase_version"),
+        "chatphase_version": rec.get("chatphase_version"),
     }
     known = set(CONTEXT_COLUMNS) | {"engine", "spec_mode", "type"}
     extra = {k: v for k, v in rec.items() if k not in known}
