@@ -230,3 +230,14 @@ def test_bench_prompts_never_touch_the_slots(tmp_path, monkeypatch):
         engine.close()
         assert [p for p in _paths(srv) if "/slots" in p] == []
         assert "id_slot" not in next(b for m, p, _h, b in srv.requests if p == "/v1/completions")
+
+
+def test_an_answer_that_is_not_llama_servers_slot_api_leaves_the_slots_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
+    router = (400, {"error": {"code": 400, "message": "model name is missing from the request"}})
+    with ScriptedServer(_routes(probe=router)) as srv:
+        engine = _engine(srv.url)
+        done = _turn(engine, "Hi")
+        engine.close()
+        assert done.reply == "Hello" and done.restore_note is None and engine.slots is None
+        assert [p for p in _paths(srv) if "/slots" in p] == [f"POST /slots/0?action={PROBE_ACTION}"]

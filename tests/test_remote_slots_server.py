@@ -18,13 +18,18 @@ import pytest
 from remote_support import free_port, stop_process
 
 from benchmarks import harness
+from chatphase.chat.controller import ChatController
+from chatphase.chat.dispatch import InlineDispatcher
+from chatphase.chat.recording import SessionRecording
 from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
-from chatphase.engine.remote.engine import RemoteEngine
+from chatphase.engine.remote.engine import RemoteEngine, remote_model_info
 from chatphase.engine.remote.slots import NO_SLOT_SAVE_NOTE
+from chatphase.sessions.catalog import load_session
+from chatphase.settings.schema import Settings
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(240)]
 
-GREEDY = SamplingParams(max_tokens=12, temperature=0.0, seed=1)
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0, seed=1)
 FIRST = "Name three colours."
 SECOND = "And one more?"
 
@@ -135,6 +140,35 @@ def test_a_resumed_chat_restores_its_saved_prefix_and_replies_as_a_full_prefill(
     assert m.ttft_ms is not None and m.ttft_ms >= m.restore_ms
     assert (done.restore_note or "").startswith("prefix restore: ")
     assert done.reply == _full_prefill(url, FIRST, reply, SECOND).reply  # temperature 0: the same reply
+
+
+def test_a_resumed_session_restores_through_the_chat_and_records_the_restore(saving):
+    """``chat --resume ID --server URL``: the controller sends the session's history; the session keeps the
+    restore's figures with the turn's metrics."""
+    url, _folder = saving
+    settings = Settings(sampling=GREEDY)
+
+    def chat_on(url: str) -> tuple[ChatController, SessionRecording]:
+        chat = ChatController(
+            settings, remote_model_info(url, None), lambda info, s: RemoteEngine(url), InlineDispatcher(), []
+        )
+        recording = SessionRecording(chat)
+        chat.add_listener(recording)
+        chat.start_engine()
+        return chat, recording
+
+    chat, recording = chat_on(url)
+    chat.send(FIRST)
+    chat.close()  # quit: waits (bounded) for the save
+    first = recording.writer.id if recording.writer else ""
+    _erase(url)
+    resumed, _ = chat_on(url)
+    resumed.restore(load_session(first))
+    resumed.send(SECOND)
+    resumed.close()
+    last = load_session(first).turns[-1]
+    assert last.metrics is not None and last.metrics.restored_tokens, last
+    assert last.metrics.restore_bytes and last.metrics.restore_ms is not None
 
 
 def test_a_damaged_file_is_refused_in_one_line_and_the_prompt_recomputed(saving):

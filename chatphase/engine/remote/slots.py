@@ -360,8 +360,8 @@ def probe(client: httpx.Client, root: str, where: str, total_slots: object) -> t
         return None, f"prefix restore: off ({transport_message(exc, where)})"
     if response.status_code == 501:
         return None, NO_SLOT_SAVE_NOTE
-    if response.status_code != 400:
-        return None, None
+    if response.status_code != 400 or "invalid action" not in response.text.lower():
+        return None, None  # not llama-server's slot API (or a router that wants ?model=): left alone
     slot = 0
     if not (isinstance(total_slots, int) and total_slots <= 1):
         try:
@@ -399,5 +399,6 @@ def _count(value: object) -> int | None:
 
 
 def _positive(value: object) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-    return float(value) if ok else None  # type: ignore[arg-type]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
