@@ -241,3 +241,16 @@ def test_an_answer_that_is_not_llama_servers_slot_api_leaves_the_slots_alone(tmp
         engine.close()
         assert done.reply == "Hello" and done.restore_note is None and engine.slots is None
         assert [p for p in _paths(srv) if "/slots" in p] == [f"POST /slots/0?action={PROBE_ACTION}"]
+
+
+async def test_the_restore_line_is_said_in_the_chat_after_the_turn():
+    from ui_support import idle, make_app, send, wait_for
+
+    from chatphase.ui.transcript.notice import Notice as ChatNotice
+
+    note = "prefix restore: 1,113 tok · 24.5 MiB in 14.2 ms (restore ≈ 7.0 ms < prefill ≈ 2,796 ms)"
+    app, _ = make_app(restore_note=note)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: idle(app) and any(note in str(n.render()) for n in app.query(ChatNotice)))
