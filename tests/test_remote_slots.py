@@ -29,8 +29,9 @@ RESTORED = {"id_slot": 0, "filename": "x", "n_restored": 40, "n_read": 4_000_000
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 
 
-def _stream(cached: int, prompt_n: int = 30, prompt_per_second: float = 100.0) -> list:
+def _stream(cached: int, prompt_n: int = 30, prompt_per_second: float = 100.0, **more: int) -> list:
     timings = {"prompt_n": prompt_n, "prompt_ms": 10.0, "prompt_per_second": prompt_per_second, "cache_n": cached}
+    timings.update(more)
     usage = {
         "prompt_tokens": prompt_n + cached,
         "completion_tokens": 3,
@@ -144,6 +145,22 @@ def test_resume_on_the_same_server_restores_and_fills_the_restore_metrics(tmp_pa
         again.close()
         assert _paths(srv).count("POST /slots/0?action=restore") == 1
         assert one.metrics.restored_tokens == 38 and two.restore_note is None and two.metrics.restored_tokens is None
+
+
+def test_a_prefix_faster_to_prefill_again_than_a_second_is_not_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
+    fast = _stream(0, prompt_n=30, prompt_per_second=1000.0, predicted_n=4)  # 34 tok: 34 ms to prefill again
+    slow = _stream(0, prompt_n=30, prompt_per_second=20.0, predicted_n=4)  # 1.7 s
+    with ScriptedServer(_routes(**{"POST /v1/chat/completions": (200, fast)})) as srv:
+        engine = _engine(srv.url)
+        _turn(engine, "Hi")
+        engine.close()
+        assert "POST /slots/0?action=save" not in _paths(srv)
+        srv.routes["POST /v1/chat/completions"] = (200, slow)
+        engine = _engine(srv.url)
+        _turn(engine, "Hi")
+        engine.close()
+        assert _paths(srv).count("POST /slots/0?action=save") == 1
 
 
 def test_a_save_cut_short_is_never_restored(tmp_path, monkeypatch):

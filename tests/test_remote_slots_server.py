@@ -22,6 +22,7 @@ from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.recording import SessionRecording
 from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.remote import slots
 from chatphase.engine.remote.engine import RemoteEngine, remote_model_info
 from chatphase.engine.remote.slots import NO_SLOT_SAVE_NOTE
 from chatphase.sessions.catalog import load_session
@@ -79,6 +80,8 @@ def saving(default_model_path, tmp_path_factory) -> Iterator[tuple[str, Path]]:
 @pytest.fixture(autouse=True)
 def _own_index(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))  # the client's index of saves, this test's own
+    # these chats are short: on a quiet machine they prefill again faster than a save is worth
+    monkeypatch.setattr(slots, "MIN_SAVE_RECOMPUTE_S", 0.0)
 
 
 def _engine(url: str, **kw) -> RemoteEngine:

@@ -9,7 +9,8 @@ is how :func:`probe` tells the two apart without touching a slot (``/props`` doe
 
 - **Which slot**: a chat's requests carry ``id_slot`` (the slot :func:`probe` found idle), so the turn's
   KV cache is in the slot that is saved and restored. Token-id prompts (``bench``) are never pinned.
-- **When it saves**: after each finished turn, in a background thread (no turn waits for it); a newer
+- **When it saves**: after each finished turn whose tokens would take at least :data:`MIN_SAVE_RECOMPUTE_S`
+  to prefill again at the measured rate, in a background thread (no turn waits for it); a newer
   save replaces one not yet started; :meth:`SlotStore.close` waits at most :data:`SAVE_WAIT_S` for the one
   in flight. One file per conversation (:func:`slot_file_name`), rewritten each time, so the server's disk
   holds one state per conversation, not one per turn.
@@ -56,6 +57,9 @@ SLOT_TIMEOUT_S = 60.0
 PROBE_ACTION = "chatphase-probe"
 #: the fewest prompt tokens whose prefill rate is kept as the model's (shorter prefills are mostly overhead).
 MIN_RATE_TOKENS = 16
+#: a turn's slot is saved only where prefilling it again would take at least this long (seconds) at the
+#: measured prefill rate: below it a restore saves less than the user notices, and the file costs disk.
+MIN_SAVE_RECOMPUTE_S = 1.0
 #: the index keeps the newest this many files.
 MAX_ENTRIES = 256
 INDEX_VERSION = 1
@@ -291,7 +295,7 @@ class SlotStore:
         n, rate = (timings or {}).get("prompt_n"), _positive((timings or {}).get("prompt_per_second"))
         if isinstance(n, (int, float)) and n >= MIN_RATE_TOKENS and rate:
             self.index.learn(self.display, self.model_key, prefill_tokens_per_s=rate)
-        if save:
+        if save and self._worth_saving(timings):
             with self._cond:
                 self._pending = tuple(held)
                 if self._worker is None:
@@ -309,6 +313,17 @@ class SlotStore:
             self._client.close()
 
     # -- helpers ----------------------------------------------------------------------------------
+    def _worth_saving(self, timings: dict[str, Any] | None) -> bool:
+        """Whether the slot's tokens after the turn (``prompt_n + cache_n + predicted_n``) would take at least
+        :data:`MIN_SAVE_RECOMPUTE_S` to prefill at the measured rate: a shorter prefix is recomputed faster than
+        the user notices, and its file would only cost the server's disk (a rate or a count not known: saved)."""
+        t = timings or {}
+        counts = [_count(t.get(k)) for k in ("prompt_n", "cache_n", "predicted_n")]
+        rate = self.index.rates(self.display, self.model_key).prefill_tokens_per_s
+        if rate is None or None in counts:
+            return True
+        return sum(c or 0 for c in counts) / rate >= MIN_SAVE_RECOMPUTE_S
+
     def _url(self, action: str) -> str:
         return f"{self.root}/slots/{self.slot}?action={action}"
 
