@@ -191,6 +191,8 @@ def test_a_refused_file_is_recomputed_in_one_line_and_dropped(tmp_path, monkeypa
         _turn(first, "Hi")
         first.close()
         srv.routes["POST /slots/0?action=restore"] = (400, refused)
+        # a quick turn, not worth saving: what the index holds afterwards is the restore's doing alone
+        srv.routes["POST /v1/chat/completions"] = (200, _stream(0, prompt_per_second=1000.0, predicted_n=4))
         resumed = _engine(srv.url)
         done = _turn(resumed, "Hi", "Hello", "And then?")
         key = resumed.slots.model_key if resumed.slots else ""
@@ -200,9 +202,25 @@ def test_a_refused_file_is_recomputed_in_one_line_and_dropped(tmp_path, monkeypa
         assert "\n" not in note and "was not restored" in note and "the prompt is recomputed" in note
         index = SlotIndex(tmp_path / "remote-slots.json")
         assert index.find(srv.url, prefix_hash(key, (Message("user", "Hi"), Message("assistant", "Hello")))) is None
-        held = ("Hi", "Hello", "And then?", "Hello")  # the recomputed turn was saved in its place
-        prefix = prefix_hash(key, tuple(Message(r, t) for r, t in zip(["user", "assistant"] * 2, held, strict=True)))
-        assert index.find(srv.url, prefix) is not None
+
+
+def test_a_restore_the_server_never_answers_is_not_asked_for_again(tmp_path, monkeypatch):
+    """llama-server aborts on a truncated slot file: the file must not be restored on its next start."""
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
+    with ScriptedServer(_routes()) as srv:
+        first = _engine(srv.url)
+        _turn(first, "Hi")
+        first.close()
+        srv.routes["POST /slots/0?action=restore"] = (200, None)
+        # a quick turn, not worth saving: what the index holds afterwards is the restore's doing alone
+        srv.routes["POST /v1/chat/completions"] = (200, _stream(0, prompt_per_second=1000.0, predicted_n=4))
+        resumed = _engine(srv.url)
+        done = _turn(resumed, "Hi", "Hello", "And then?")
+        key = resumed.slots.model_key if resumed.slots else ""
+        resumed.close()
+        assert "the prompt is recomputed" in (done.restore_note or "") and done.reply == "Hello"
+        history = (Message("user", "Hi"), Message("assistant", "Hello"))
+        assert SlotIndex(tmp_path / "remote-slots.json").find(srv.url, prefix_hash(key, history)) is None
 
 
 def test_recompute_when_the_measured_rates_say_restoring_is_slower(tmp_path, monkeypatch):

@@ -24,8 +24,8 @@ is how :func:`probe` tells the two apart without touching a slot (``/props`` doe
   rewritten and published only after the server said the save finished, so a save cut short (a killed
   server, a full disk) leaves a file that is never asked for: llama-server 0.3.36 aborts on a truncated
   slot file (``GGML_ASSERT(nread <= state_size)`` in ``llama_state_seq_load_file``), it does not refuse it.
-  A file the server refuses (another model, another KV type, a damaged header) is dropped from the index and
-  the prompt recomputed, in one line.
+  A file the server refuses (another model, another KV type, a damaged header), or a restore it never
+  answers (it died on it), is dropped from the index and the prompt recomputed, in one line.
 """
 
 from __future__ import annotations
@@ -230,13 +230,8 @@ class SlotStore:
         index: SlotIndex | None = None,
         trust_env: bool = False,
     ) -> None:
-        self.root, self.display, self.model_key, self.served, self.slot = (
-            root.rstrip("/"),
-            display,
-            model_key,
-            served,
-            slot,
-        )
+        self.root, self.display = root.rstrip("/"), display
+        self.model_key, self.served, self.slot = model_key, served, slot
         self.index = index or SlotIndex()
         self._client = httpx.Client(headers=headers, timeout=SLOT_TIMEOUT_S, trust_env=trust_env)
         self._covers: set[str] = set()  # prefix hashes of what this engine last sent to its slot
@@ -272,6 +267,8 @@ class SlotStore:
         try:
             response = self._client.post(self._url("restore"), json={"filename": saved.filename})
         except httpx.HTTPError as exc:
+            if not isinstance(exc, httpx.ConnectError):  # it reached the server: never again (it may have died on it)
+                self.index.withdraw(self.display, saved.filename)
             return Restored(f"prefix restore: {transport_message(exc, self.display)}; the prompt is recomputed")
         ms = (time.perf_counter_ns() - t0) / 1e6
         data = _json(response)
