@@ -119,6 +119,7 @@ class FakeEngine:
         drafted: indices of tokens (0 = the first) sent as accepted draft tokens (``drafted_spans``: all their
             text): each is in the step of the next other token, which also drafted one rejected token.
         spec_note: the turns' ``spec_note`` (drafting did not pay).
+        restore_note: the turns' ``TurnFinished.restore_note`` (a saved prefix restored, or not and why).
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class FakeEngine:
         spec: SpecLive | None = None,
         drafted: Collection[int] = (),
         spec_note: str | None = None,
+        restore_note: str | None = None,
     ) -> None:
         self.info = info
         self.n_ctx = int(getattr(config, "n_ctx", 4096))
@@ -155,6 +157,7 @@ class FakeEngine:
         self.hold, self.hold_after_tokens = hold, hold_after_tokens
         self.notes, self.log_path = notes, log_path
         self.spec, self.drafted, self.spec_note = spec, frozenset(drafted), spec_note
+        self.restore_note = restore_note
         self.kv_bytes_per_token = info.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN
         self._cache: list[str] = []
         self._cancel = threading.Event()
@@ -301,7 +304,8 @@ class FakeEngine:
             spec=self._spec_figures(self.spec, times) if self.spec is not None and times else None,
             **tracker.metrics_args(),
         )
-        yield TurnFinished(request.turn_id, "".join(text), metrics, thinking="".join(thought))
+        reply, thought_text = "".join(text), "".join(thought)
+        yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text, restore_note=self.restore_note)
 
     def _spec_figures(self, spec: SpecLive, times: Sequence[int]) -> dict[str, Any]:
         """The ``spec_*`` metrics of tokens at ``times`` (ns), in the steps that ``drafted`` implies."""

@@ -61,8 +61,8 @@ def content_chunk(text: str) -> dict:
 
 
 class ScriptedServer:
-    """``routes`` maps ``"GET /v1/models"`` style keys to ``(status, body)`` where body is a dict (JSON)
-    or a list of SSE parts from :func:`sse`. Unknown routes answer 404. ``requests`` records
+    """``routes`` maps ``"GET /v1/models"`` style keys to ``(status, body)`` where body is a dict (JSON),
+    a list of SSE parts from :func:`sse`, or ``None`` (the connection is closed with no answer). Unknown routes answer 404. ``requests`` records
     ``(method, path, headers, json_body)``."""
 
     def __init__(self, routes: dict):
@@ -81,6 +81,9 @@ class ScriptedServer:
                 raw = self.rfile.read(length) if length else b""
                 outer.requests.append((method, self.path, dict(self.headers), json.loads(raw) if raw else None))
                 status, body = outer.routes.get(f"{method} {self.path}", (404, {"detail": "Not Found"}))
+                if body is None:  # hang up without an answer (a server that died on the request)
+                    self.close_connection = True
+                    return
                 self.send_response(status)
                 if isinstance(body, list):
                     self.send_header("Content-Type", "text/event-stream")

@@ -26,11 +26,11 @@ LAYERS = {
     "system": set(),
     "models": {"errors", "units"},
     # the engine: its contract, then prompting, the backends, the child-process host and the factory
-    "engine": {"errors", "models", "system"},
+    "engine": {"errors", "models", "system", "units"},
     "engine.threads": {"engine", "system"},
     "engine.prompting": {"engine", "errors", "models"},
     "engine.local": {"engine", "engine.prompting", "engine.threads", "errors", "models", "system", "units"},
-    "engine.remote": {"engine", "engine.prompting", "errors", "models"},
+    "engine.remote": {"engine", "engine.prompting", "errors", "models", "units"},
     "engine.process": {"engine", "engine.local", "models"},
     "engine.factory": {"engine", "engine.process", "engine.remote", "errors", "models"},
     # beside the engine's users

@@ -293,3 +293,12 @@ def test_a_turn_whose_drafts_did_not_pay_says_so():
     chat.dispatcher.drain()
     (notice,) = [n for n in calls.notices() if n.kind == "spec"]
     assert (notice.text, notice.severity) == (note, "warning")
+
+
+def test_a_turn_that_met_a_saved_prefix_says_what_was_restored():
+    note = "prefix restore: 1,113 tok · 24.5 MiB in 14.2 ms (restore ≈ 7.0 ms < prefill ≈ 2,796 ms)"
+    chat, _, calls = loaded(restore_note=note)
+    chat.send("hello")
+    chat.dispatcher.drain()
+    (notice,) = [n for n in calls.notices() if n.kind == "restore"]
+    assert (notice.text, notice.severity) == (note, "information")

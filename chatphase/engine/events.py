@@ -338,6 +338,8 @@ class TurnFinished:
     ``server_timings``: a remote server's own figures for the turn (llama-server's ``timings``:
     ``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``… plus ``network_queue_ms``), ``None``
     for the local engine and for servers that send none (see :mod:`chatphase.engine.remote.wire`).
+    ``restore_note``: one line on a saved KV-cache prefix met before the turn (restored, or not and why),
+    ``None`` when there was none.
     """
 
     turn_id: int
@@ -345,6 +347,7 @@ class TurnFinished:
     metrics: TurnMetrics
     server_timings: dict[str, Any] | None = None
     thinking: str = ""
+    restore_note: str | None = None
 
 
 @dataclass(frozen=True)

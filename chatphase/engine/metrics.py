@@ -118,6 +118,9 @@ class TurnMetrics:
     spec_note: str | None = None
     step_ms_p50: float | None = None
     step_ms_p95: float | None = None
+    restored_tokens: int | None = None
+    restore_ms: float | None = None
+    restore_bytes: int | None = None
 
     @property
     def thought(self) -> bool:

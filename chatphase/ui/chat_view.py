@@ -324,7 +324,7 @@ class ChatView(ChatListener):
         self._show(notice)
 
     def _show(self, notice: Notice) -> None:
-        if notice.kind in ("model", "spec"):
+        if notice.kind in ("model", "spec", "restore"):
             self.chat_log.add_notice(notice.text)
             return
         text = notice.text

@@ -18,6 +18,9 @@ endpoint afterwards (:mod:`chatphase.engine.remote.tokens`), labelled ``decode_t
 - ``cancel()`` shuts the socket of the running stream down (a blocked read returns at once; closing the
   connection is how every one of these servers learns to stop generating).
 - The API key is sent as ``Authorization: Bearer`` and is never part of a message, a repr or an event.
+- A llama-server started with ``--slot-save-path`` keeps each chat's KV cache on its disk and restores it
+  when a resumed chat's history was saved (:mod:`chatphase.engine.remote.slots`); ``prefix_restore=False``
+  turns that off.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import ns_to_ms
 from chatphase.engine.remote.errors import http_error_message, transport_message
+from chatphase.engine.remote.slots import SlotStore, model_key, probe
 from chatphase.engine.remote.tokens import ServerTokenizer
 from chatphase.engine.remote.url import ServerURL
 from chatphase.models.gguf_meta import ModelInfo
@@ -58,6 +62,7 @@ class RemoteEngine:
         connect_timeout_s: limit to connect and to send the request.
         read_timeout_s: longest silence allowed between two bytes of the reply (covers a long prefill
             on servers that send nothing until the first token).
+        prefix_restore: save and restore chat prefixes through llama-server's slot API where it allows it.
 
     Raises:
         UsageError: for a malformed ``server_url`` (at construction, before any network use).
@@ -71,6 +76,7 @@ class RemoteEngine:
         *,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 300.0,
+        prefix_restore: bool = True,
     ):
         self.url = ServerURL(server_url)
         self.remote_model = remote_model
@@ -87,6 +93,11 @@ class RemoteEngine:
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._response: httpx.Response | None = None
+        self.prefix_restore = prefix_restore
+        #: the prefix store on llama-server's slots (``None``: off, or the server does not save slots)
+        self.slots: SlotStore | None = None
+        self._slots_probed = False
+        self._slot_facts: tuple[dict[str, Any], dict[str, Any]] | None = None  # /props and the model's entry
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.url.display!r}, model={self.remote_model!r})"
@@ -117,7 +128,32 @@ class RemoteEngine:
         entry = next((m for m in served if m["id"] == self.remote_model), {})
         self.counts_stop_token = self._is_llama_server or entry.get("owned_by") == "vllm"
         self.loaded = self._loaded_model(props or {}, entry, ns_to_ms(time.perf_counter_ns() - t0))
+        self._slot_facts = (props, entry) if props is not None else None
+        self._close_slots()
         yield ModelLoaded(self.loaded)
+
+    def prefix_store(self) -> tuple[SlotStore | None, str | None]:
+        """``(store, note)``: the prefix store on llama-server's slots, opened on the first chat turn (a bench's
+        token-id prompts never touch the slots), ``None`` where it is off or the server does not save slots;
+        ``note`` is the one line saying the server does not, given once."""
+        if self._slots_probed or self._slot_facts is None or not self.prefix_restore:
+            return self.slots, None
+        self._slots_probed = True
+        props, entry = self._slot_facts
+        root = str(self.url.root).rstrip("/")
+        slot, note = probe(self._client, root, self.url.display, props.get("total_slots"))
+        if slot is not None:
+            served = self.remote_model or ""
+            key = model_key(served, props, entry.get("meta"))
+            self.slots = SlotStore(
+                root, self.url.display, self._headers, key, served, slot, trust_env=not self._loopback
+            )
+        return self.slots, note
+
+    def _close_slots(self) -> None:
+        if self.slots is not None:
+            self.slots.close()
+        self.slots, self._slots_probed = None, False
 
     def run_turn(self, request: TurnRequest) -> Iterator[Event]:
         """Stream one turn (event order as in :mod:`chatphase.engine.events`; errors as in the module doc)."""
@@ -148,8 +184,9 @@ class RemoteEngine:
                     pass
 
     def close(self) -> None:
-        """Close the HTTP connections. Idempotent."""
+        """Close the HTTP connections, after at most a bounded wait for a prefix save in flight. Idempotent."""
         self.cancel()
+        self._close_slots()
         self._client.close()
 
     # -- what a streamed turn (chatphase.engine.remote.turn) uses ------------------------------------
@@ -180,11 +217,14 @@ class RemoteEngine:
 
     # -- helpers ---------------------------------------------------------------------------------
     def _new_client(self) -> httpx.Client:
-        # proxies from the environment apply to real hosts, never to this machine's own loopback
-        loopback = self.url.api.host in ("127.0.0.1", "localhost", "::1")
         return httpx.Client(
-            headers=self._headers, timeout=self._timeout, follow_redirects=False, trust_env=not loopback
+            headers=self._headers, timeout=self._timeout, follow_redirects=False, trust_env=not self._loopback
         )
+
+    @property
+    def _loopback(self) -> bool:
+        """Proxies from the environment apply to real hosts, never to this machine's own loopback."""
+        return self.url.api.host in ("127.0.0.1", "localhost", "::1")
 
     def _drop_connections(self) -> None:
         """After a transport error, forget pooled keep-alive connections: the next request opens a new
@@ -233,6 +273,8 @@ class RemoteEngine:
             body["return_progress"] = True
             if request.reset_cache:
                 body["cache_prompt"] = False
+        if self.slots is not None and request.prompt_token_ids is None:
+            body["id_slot"] = self.slots.slot  # the slot whose KV cache is saved and restored
         return body
 
     def _message(self, m: Message) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -22,6 +23,7 @@ from chatphase.engine.events import (
     EngineFailed,
     Event,
     FirstToken,
+    Message,
     PrefillProgress,
     PrefillStarted,
     ThinkingEnded,
@@ -43,6 +45,7 @@ from chatphase.engine.remote.wire import (
 )
 
 if TYPE_CHECKING:
+    from chatphase.engine.remote.slots import Restored, SlotStore
     from chatphase.engine.remote.tokens import ServerTokenizer
     from chatphase.engine.remote.url import ServerURL
 
@@ -54,6 +57,9 @@ class Streaming(Protocol):
     url: ServerURL
     counts_stop_token: bool
     tokenizer: ServerTokenizer | None
+    slots: SlotStore | None
+
+    def prefix_store(self) -> tuple[SlotStore | None, str | None]: ...
 
     @property
     def cancelled(self) -> bool: ...
@@ -74,8 +80,9 @@ class StreamedTurn:
     """One streamed turn on ``engine``: its clocks, its text and the server's report.
 
     ``engine`` is the :class:`~chatphase.engine.remote.engine.RemoteEngine`; the turn uses its public
-    ``url``, ``counts_stop_token``, ``tokenizer``, ``request_body``, ``open_stream``, ``cancelled`` and
-    ``lost_connection``."""
+    ``url``, ``counts_stop_token``, ``tokenizer``, ``slots``, ``request_body``, ``open_stream``, ``cancelled``
+    and ``lost_connection``. A chat turn on a server that saves slots restores a saved prefix first (its time
+    is part of TTFT) and queues a save of the slot after a finished reply (:mod:`chatphase.engine.remote.slots`)."""
 
     def __init__(self, engine: Streaming, request: TurnRequest) -> None:
         self.engine, self.request = engine, request
@@ -88,12 +95,37 @@ class StreamedTurn:
         # servers that do not split the reasoning out send its markers in the content
         self.splitter = ThinkingSplitter(_CONTENT_MARKERS)
         self.t_submit = 0
+        #: the prefix store, for a chat turn (never a token-id prompt or a cold-prefill request: bench)
+        self.slots: SlotStore | None = None
+        self.slot_note: str | None = None
+        if request.prompt_token_ids is None and not request.reset_cache:
+            self.slots, self.slot_note = engine.prefix_store()
+        self.restored: Restored | None = None
 
     def run(self) -> Iterator[Event]:
+        slots, messages = self.slots, self.request.messages
+        finished = None
+        try:
+            for event in self._run():
+                if isinstance(event, TurnFinished):
+                    finished = event
+                yield event
+        finally:
+            if slots is not None:  # the slot now holds the request's messages, and the reply of a finished one
+                done = finished is not None and finished.metrics.stop_reason in ("stop", "length")
+                if finished is None:
+                    messages = ()  # nothing was answered: what the slot holds is unknown
+                elif done:
+                    messages = (*messages, Message("assistant", finished.reply, finished.thinking))
+                slots.turn_done(messages, self.report.timings, save=done)
+
+    def _run(self) -> Iterator[Event]:
         engine, rid = self.engine, self.request.turn_id
         body = engine.request_body(self.request)
         self.t_submit = time.perf_counter_ns()
         yield PrefillStarted(rid, None, None, None, 0, self.t_submit)
+        if self.slots is not None:
+            self.restored = self.slots.before_turn(self.request.messages)
         error: str | None = None
         done = False
         try:
@@ -145,8 +177,15 @@ class StreamedTurn:
             stop_reason=stop,
             thinking=self.thinking,
         )
+        restored = self.restored
+        if restored is not None and restored.tokens is not None:
+            # the server reused ``cache_n`` tokens of the slot just restored: those came from the file
+            used = restored.tokens if metrics.cached_tokens is None else min(restored.tokens, metrics.cached_tokens)
+            metrics = replace(metrics, restored_tokens=used, restore_ms=restored.ms, restore_bytes=restored.bytes)
         timings = server_timings_view(self.report, metrics.ttft_ms)
-        yield TurnFinished(rid, "".join(self.parts), metrics, server_timings=timings, thinking="".join(self.thought))
+        note = restored.note if restored is not None else self.slot_note
+        reply, thought = "".join(self.parts), "".join(self.thought)
+        yield TurnFinished(rid, reply, metrics, server_timings=timings, thinking=thought, restore_note=note)
 
     def _chunk(self, data: str) -> Generator[Event, None, str | None]:
         """Handle one SSE data payload; yields events, returns an error message or ``None``."""
