@@ -44,9 +44,11 @@ LAYERS = {
     "bench.grid": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
     "bench.offload": {"bench.core", "engine", "errors", "models", "units"},
+    "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
     "bench": {
         "bench.core",
         "bench.grid",
+        "bench.interference",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -94,6 +96,7 @@ LAYERS = {
         "bench",
         "bench.core",
         "bench.grid",
+        "bench.interference",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -166,7 +169,7 @@ def test_the_layer_table_has_no_unused_edge():
 
 
 #: bench/'s experiments, one subpackage each.
-EXPERIMENTS = ("bench.grid", "bench.offload", "bench.parallel", "bench.spec", "bench.sweep")
+EXPERIMENTS = ("bench.grid", "bench.interference", "bench.offload", "bench.parallel", "bench.spec", "bench.sweep")
 
 
 def test_every_bench_subpackage_is_the_core_or_an_experiment():

@@ -13,11 +13,14 @@ from chatphase.bench.core.results import save_result
 from chatphase.bench.experiments import EXPERIMENTS, load_bench_result, load_result
 from chatphase.bench.grid.levers import Prediction
 from chatphase.bench.grid.run import GridCell, GridResult
+from chatphase.bench.interference.analysis import analyse
+from chatphase.bench.interference.result import InterferenceResult
 from chatphase.bench.offload.run import OffloadDone, Placement
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError
+from tests.test_bench_interference import scripted
 from tests.test_bench_parallel import _cell as parallel_cell
 from tests.test_bench_results import make_cell, make_result
 
@@ -28,6 +31,7 @@ PICK = {
     "grid": ["--threads", "1,2"],
     "spec": ["--spec", "off,lookup"],
     "offload": ["--gpu-layers", "0,all"],
+    "interference": ["--interference", "2"],
 }
 
 
@@ -66,6 +70,7 @@ def _results() -> dict[str, object]:
         "grid": GridResult(cells=[grid_cell], peaks={2: peaks}, plan={"reps": 1}, notes=["a note"]),
         "spec": SpecResult([{"spec": "off", "kind": "grounded", "decode_tokens_per_s": 50.0}], {1: 2.0, 2: 2.5}, {}),
         "offload": OffloadDone([Placement(0, make_result(), {"bound_by": "host memory"})]),
+        "interference": InterferenceResult(model={"name": "Tiny"}, samples=[analyse(scripted(16, 40, 8))]),
     }
 
 
@@ -83,7 +88,7 @@ def test_every_saved_result_has_kind_and_version_and_loads_back(tmp_path, kind):
 def test_a_file_from_before_kind_and_version_loads_as_version_1(tmp_path, kind):
     data = json.loads(_results()[kind].to_json())
     del data["version"]
-    if kind != "spec":  # the speculative result always recorded its kind
+    if kind not in ("spec", "interference"):  # these results always recorded their kind
         del data["kind"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))

@@ -5,6 +5,7 @@ cleared before each repetition, warm-up runs not counted; for each depth, decode
 tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
 ``--spec off,lookup,auto,draft:MODEL`` compares decode modes instead (:mod:`chatphase.commands.bench_spec`).
+``--interference N`` runs N streams while a new prompt arrives (:mod:`chatphase.commands.bench_interference`).
 ``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
 A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
@@ -33,6 +34,7 @@ from chatphase.bench.core.runner import (
 )
 from chatphase.bench.experiments import check_outputs
 from chatphase.bench.parallel.sweep import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
+from chatphase.commands.bench_interference import add_interference_options
 from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
@@ -94,6 +96,7 @@ def register(sub) -> None:
     g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
     add_offload_options(g)
+    add_interference_options(g, count_list)
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
     out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
@@ -108,6 +111,8 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
     """Which experiment the flags ask for (a kind of :data:`~chatphase.bench.experiments.EXPERIMENTS`)."""
     if args.spec:
         return "spec"
+    if args.interference is not None:
+        return "interference"
     if grid is not None and grid.is_sweep:
         return "grid"
     if args.gpu_layers is not None:
@@ -123,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
 
         check_outputs("spec", args.format, args.plot, args.output)
         return run_spec(args, execute)
+    if args.interference is not None:  # prefill meets decode (chatphase.commands.bench_interference)
+        from chatphase.commands.bench_interference import run_interference
+
+        check_outputs("interference", args.format, args.plot, args.output)
+        return run_interference(args, execute)
     from chatphase.commands.bench_grid import run_grid, split_levers
 
     grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
@@ -238,6 +248,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
     from chatphase.bench.core.events import BenchNotice, BenchStatus
+    from chatphase.bench.interference.run import InterferenceProgress
     from chatphase.bench.spec.run import SpecProgress
 
     done = None
@@ -251,6 +262,8 @@ def follow(events, progress: _Progress, done_type: type):
             progress.advance(event.done_runs, event.total_runs, label, figures, counted=not event.sample.warmup)
         elif isinstance(event, SpecProgress):
             progress.advance(event.done_runs, event.total_runs, *event.line())
+        elif isinstance(event, InterferenceProgress):
+            progress.advance(event.done_runs, event.total_runs, *event.line(), counted=not event.sample.warmup)
         elif isinstance(event, done_type):
             done = event
     assert done is not None
