@@ -68,6 +68,7 @@ LAYERS = {
         "bench",
         "bench.core",
         "bench.grid",
+        "bench.interference",
         "bench.parallel",
         "bench.spec",
         "bench.sweep",

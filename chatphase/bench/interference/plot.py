@@ -49,12 +49,6 @@ def plot_tradeoff(results: Sequence[InterferenceResult], ax1, ax2) -> None:
     ax2.set_xscale("log", base=2)
 
 
-def last_timeline(result: InterferenceResult, chunk: int | None) -> Timeline | None:
-    """The swim lanes of ``chunk``'s last counted run (``None``: none)."""
-    runs = [s for s in result.samples if s.chunk == chunk and not s.warmup and s.timeline is not None]
-    return runs[-1].timeline if runs else None
-
-
 def draw_lanes(ax, timeline: Timeline, title: str) -> None:
     """One swim lane per sequence (the newcomer last): a tick per token, a block per prompt-holding step."""
     n = len(timeline.lanes)
@@ -73,6 +67,6 @@ def plot_lanes(results: Sequence[InterferenceResult], ax1, ax2) -> None:
     res = results[0]
     chunks = sorted({s.chunk for s in res.samples if s.chunk is not None})
     for ax, chunk in ((ax1, None), (ax2, chunks[0] if chunks else None)):
-        timeline = last_timeline(res, chunk)
+        timeline = res.timeline(chunk)
         if timeline is not None:
             draw_lanes(ax, timeline, f"Swim lanes: {policy_name(chunk)}")

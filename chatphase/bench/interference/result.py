@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from chatphase.bench.core.contract import saved_version, stamp
 from chatphase.bench.core.report import mean_sd, peak_lines, render_report, setup_line
 from chatphase.bench.core.results import malformed
-from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, policy_rows
+from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, Timeline, policy_rows
 from chatphase.bench.interference.plan import policy_name
 from chatphase.errors import UsageError
 from chatphase.units import DASH
@@ -78,6 +78,11 @@ class InterferenceResult:
 
     def display_label(self) -> str:
         return self.label or str(self.model.get("name") or "run")
+
+    def timeline(self, chunk: int | None) -> Timeline | None:
+        """The swim lanes of ``chunk``'s last counted run (``None``: the whole prompt first; no such run: ``None``)."""
+        runs = [s for s in self.samples if s.chunk == chunk and not s.warmup and s.timeline is not None]
+        return runs[-1].timeline if runs else None
 
     def rows(self) -> list[PolicyRow]:
         """The per-policy rows of the counted samples."""
