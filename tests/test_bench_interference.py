@@ -130,7 +130,7 @@ def test_plans_that_do_not_fit_are_refused_in_one_line(plan, n_ctx, n_batch, mat
         (["--interference", "2", "--prompt-lengths", "64,128"], "one --prompt-lengths value"),
         (["--interference", "2", "--format", "yaml"], "unknown --format 'yaml'"),
         (["--interference", "2", "--plot", "x.pdf"], ".svg or .png"),
-        (["--interference", "2", "--server", "http://127.0.0.1:9"], "--server does not apply"),
+        (["--interference", "2", "--server", "http://127.0.0.1:9", "--chunks", "8"], "--chunks does not apply over"),
         (["--interference", "2", "--threads", "1,2"], "a lever grid"),
     ],
 )

@@ -2,7 +2,8 @@
 
 The newcomer's prompt is ``--prompt-lengths P`` tokens (one length); it runs whole first, then chunked-mixed with each
 ``--chunks`` size; ``--gen`` decode steps before it arrives and after its first token. :mod:`chatphase.commands.bench`
-hands over to :func:`run_interference` when ``--interference`` is given.
+hands over to :func:`run_interference` when ``--interference`` is given. Over ``--server`` the N streams and the
+newcomer are requests to the server, batched by its own policy (:mod:`chatphase.bench.interference.remote`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 from chatphase.bench.core.contract import validate_plan
 from chatphase.bench.interference.plan import DEFAULT_CHUNKS, DEFAULT_NEWCOMER_TOKENS, InterferencePlan
 from chatphase.commands.options import settings_from_args
+from chatphase.commands.server_options import remote_bench_options
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -40,8 +42,9 @@ def interference_plan(args: argparse.Namespace, settings) -> InterferencePlan:
     Raises:
         UsageError: a flag that does not apply, or a plan that does not fit (one line).
     """
+    if settings.server and args.chunks is not None:
+        raise UsageError("--chunks does not apply over --server: the server's own batching (its -b) sets the chunk")
     for flag, given in (
-        ("--server", settings.server),
         ("--parallel", args.parallel is not None),
         ("--depths", args.depths is not None),
         ("--gpu-layers", args.gpu_layers is not None),
@@ -59,6 +62,8 @@ def interference_plan(args: argparse.Namespace, settings) -> InterferencePlan:
         reps=args.reps,
         warmup=args.warmup,
     )
+    if settings.server:  # the server's slots and context are checked after connecting
+        return validate_plan(plan, None)
     return validate_plan(plan, settings.engine.n_ctx, settings.engine.n_batch)
 
 
@@ -79,7 +84,12 @@ def run_interference(args: argparse.Namespace, execute) -> int:
     settings = settings_from_args(args)
     plan = interference_plan(args, settings)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
-    run = InterferenceRun(info, settings.engine, plan, roofline=args.roofline)
+    # --server: the streams run on the server; --model names its GGUF (the vocabulary); no roofline (this machine's
+    # peaks do not bound a server)
+    run = InterferenceRun(
+        info, settings.engine, plan, roofline=args.roofline and not settings.server,
+        **remote_bench_options(settings, info),
+    )  # fmt: skip
     return execute(
         args,
         run,

@@ -68,6 +68,7 @@ class InterferenceSample:
     sub_batches: int
     stop_reason: str = "length"
     timeline: Timeline | None = field(default=None, compare=False)
+    server_prompt_ms: float | None = None  # over --server: the newcomer's prefill by the server's own timings
 
     @property
     def itl_ms(self) -> tuple[float | None, float | None, float | None]:
@@ -97,6 +98,7 @@ class InterferenceSample:
             sub_batches=int(data.get("sub_batches", 1)),
             stop_reason=str(data.get("stop_reason", "length")),
             timeline=Timeline.from_dict(timeline) if timeline else None,
+            server_prompt_ms=_opt(data.get("server_prompt_ms")),
         )
 
 

@@ -15,8 +15,9 @@ RUNNING_PROMPT_TOKENS = 64
 
 
 def policy_name(chunk: int | None) -> str:
-    """``"whole"`` (the whole prompt first) or ``"chunk C"``."""
-    return "whole" if chunk is None else f"chunk {chunk}"
+    """``"whole"`` (the whole prompt first), ``"server"`` (0: a server's own batching, over ``--server``) or
+    ``"chunk C"``."""
+    return "whole" if chunk is None else "server" if chunk == 0 else f"chunk {chunk}"
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,7 @@ def summary_lines(result: InterferenceResult) -> list[str]:
     if result.cancelled:
         lines.append("CANCELLED: partial results")
     lines.extend(tradeoff_lines(result.rows()))
+    lines.extend(server_prefill_lines(result.samples))
     lines.extend(peak_lines(result.roofline))
     lines.extend((result.roofline or {}).get("interference_lines", []))
     lines.extend(f"note: {n}" for n in result.settings.get("notes", []))
@@ -169,7 +170,15 @@ def summary_lines(result: InterferenceResult) -> list[str]:
 
 
 def method_line(plan: dict, engine: dict) -> str:
-    """How the experiment measured, in one sentence."""
+    """How the experiment measured, in one sentence (over a server: its streams on the client's clock)."""
+    if engine.get("backend") == "remote":
+        return (
+            f"interference on the server: {plan.get('n_running', '?')} streams (token-id prompts of "
+            f"{plan.get('running_prompt_tokens', '?')} tokens) when a {plan.get('newcomer_tokens', '?')}-token prompt "
+            "arrives, batched by the server's own policy; client clock (network included), the newcomer's prefill "
+            "also by the server's timings; ITL = every gap of the streams from the arrival to the newcomer's first "
+            "token; stall = the longest gap − the median gap before the arrival"
+        )
     return (
         f"interference: {plan.get('n_running', '?')} streams decode in one context (their prompts "
         f"{plan.get('running_prompt_tokens', '?')} tokens) when a {plan.get('newcomer_tokens', '?')}-token prompt "
@@ -190,3 +199,17 @@ def tradeoff_lines(rows: list[PolicyRow]) -> list[str]:
         f"{policy_name(r.chunk)}: stall {r.stall_ms:.0f} ms, TTFT {r.newcomer_ttft_ms.mean:.0f} ms" for r in shown
     )
     return [f"trade-off (smaller chunks: shorter stalls, later first token): {parts}"]
+
+
+def server_prefill_lines(samples: list[InterferenceSample]) -> list[str]:
+    """Over a server: the newcomer's prefill by the server's own timings beside its TTFT on the client's clock."""
+    pairs = [(s.server_prompt_ms, s.newcomer_ttft_ms) for s in samples if not s.warmup and s.server_prompt_ms]
+    known = [(p, t) for p, t in pairs if t is not None]
+    if not known:
+        return []
+    prompt = sum(p for p, _ in known) / len(known)
+    ttft = sum(t for _, t in known) / len(known)
+    return [
+        f"the newcomer's prefill by the server's timings (prompt_ms): {prompt:,.0f} ms; its TTFT on this client's "
+        f"clock: {ttft:,.0f} ms (network, queueing and the running streams' steps between its chunks make the rest)"
+    ]

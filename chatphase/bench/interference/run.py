@@ -23,6 +23,13 @@ from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
 from chatphase.bench.interference.analysis import InterferenceSample, analyse, policy_rows
 from chatphase.bench.interference.plan import InterferencePlan, policy_name
+from chatphase.bench.interference.remote import (
+    SERVER_POLICY,
+    RemoteInterference,
+    fit_to_server,
+    server_batching,
+    stream_cap,
+)
 from chatphase.bench.interference.result import InterferenceResult
 from chatphase.bench.interference.roofline import build_interference_roofline
 from chatphase.engine.config import EngineConfig
@@ -88,6 +95,7 @@ class InterferenceRun(ModelRun):
         super().__init__(*args, **kwargs)
         self._samples: list[InterferenceSample] = []
         self._record: tuple[LoadedModel, MachinePeaks | None] | None = None
+        self._server: dict | None = None  # over --server: what it says of its batching
 
     def engine_config(self) -> EngineConfig:
         """The run's engine settings: N + 1 sequences, one unified KV cache."""
@@ -106,15 +114,17 @@ class InterferenceRun(ModelRun):
         if self._record is None:
             return None
         loaded, peaks = self._record
-        return BenchDone(interference_result(loaded, self.plan, list(self._samples), peaks, cancelled=True))
+        samples = list(self._samples)
+        return BenchDone(interference_result(loaded, self.plan, samples, peaks, cancelled=True, server=self._server))
 
     def __iter__(self) -> Iterator[object]:
         config = self.engine_config()
-        plan = validate_plan(self.plan, config.n_ctx, config.n_batch)
-        peaks = yield from self.peaks()
         engine = self._make(config)
-        samples = self._samples
+        local = hasattr(engine, "iter_interference")  # else a server's engine (``--server``)
+        plan = validate_plan(self.plan, config.n_ctx, config.n_batch) if local else validate_plan(self.plan, None)
+        engines = [engine]
         try:
+            peaks = (yield from self.peaks()) if local else None
             yield BenchStatus(f"loading {self.info.name}")
             self.attach(engine=engine)
             loaded = load_engine(engine)
@@ -122,26 +132,65 @@ class InterferenceRun(ModelRun):
             builder = self.builder or PromptBuilder(EngineTokenizer(engine))
             prompts = tuple(builder.tokens(plan.running_prompt_tokens, variant=j) for j in range(plan.n_running))
             newcomer = builder.tokens(plan.newcomer_tokens, variant=plan.n_running)
-            done = 0
-            for i in range(plan.warmup + plan.reps):
-                for chunk in plan.policies():
-                    if self._cancel.is_set():
-                        break
-                    request = InterferenceRequest(prompts, newcomer, chunk, plan.gen_tokens, plan.gen_tokens)
-                    outcome = yield from _follow(engine, request, i, plan.n_running)
-                    if outcome.stop_reason == "error":
-                        raise EngineError(f"engine failed during the interference run: {outcome.error}")
-                    if outcome.stop_reason == "cancelled":
-                        self._cancel.set()
-                        break
-                    warm = i < plan.warmup
-                    sample = analyse(outcome, rep=i if warm else i - plan.warmup, warmup=warm)
-                    samples.append(sample)
-                    done += 1
-                    yield InterferenceProgress(done, plan.total_runs, sample)
+            if local:
+                runs = self._local_runs(engine, plan, prompts, newcomer)
+            else:
+                fit_to_server(plan.n_running, plan.newcomer_tokens, plan.gen_tokens, loaded)
+                yield BenchStatus(f"opening {plan.n_running + 1} streams")
+                for _ in range(plan.n_running):
+                    engines.append(self._make(config))
+                    load_engine(engines[-1])
+                self._server = server_batching(loaded.settings.server, loaded)
+                runs = self._remote_runs(engines, plan, prompts, newcomer, loaded)
+            yield from runs
         finally:
-            engine.close()
-        yield BenchDone(interference_result(loaded, plan, samples, peaks, self._cancel.is_set()))
+            for e in engines:
+                e.close()
+        yield BenchDone(interference_result(loaded, plan, self._samples, peaks, self._cancel.is_set(), self._server))
+
+    def _local_runs(self, engine, plan: InterferencePlan, prompts, newcomer) -> Iterator[object]:
+        """Every policy, interleaved within each repetition, on the local engine."""
+        for i in range(plan.warmup + plan.reps):
+            for chunk in plan.policies():
+                if self._cancel.is_set():
+                    return
+                request = InterferenceRequest(prompts, newcomer, chunk, plan.gen_tokens, plan.gen_tokens)
+                outcome = yield from _follow(engine, request, i, plan.n_running)
+                if not (yield from self._count(outcome, i, plan)):
+                    return
+
+    def _remote_runs(self, engines, plan: InterferencePlan, prompts, newcomer, loaded) -> Iterator[object]:
+        """The server's own policy, once per repetition (:mod:`chatphase.bench.interference.remote`)."""
+        runner = RemoteInterference(engines)
+        self.attach(sweep=runner)
+        cap = stream_cap(loaded.settings.n_ctx, plan.running_prompt_tokens)
+        for i in range(plan.warmup + plan.reps):
+            if self._cancel.is_set():
+                return
+            outcome = runner.run(prompts, newcomer, plan.gen_tokens, plan.gen_tokens, cap)
+            prompt_ms = (runner.server_timings or {}).get("prompt_ms")
+            if not (yield from self._count(outcome, i, plan, prompt_ms)):
+                return
+
+    def _count(self, outcome: InterferenceOutcome, i: int, plan: InterferencePlan, server_prompt_ms=None):
+        """Keep ``outcome``'s sample and yield its progress (a generator returning ``False`` when the run ends).
+
+        Raises:
+            EngineError: the run failed.
+        """
+        if outcome.stop_reason == "error":
+            raise EngineError(f"engine failed during the interference run: {outcome.error}")
+        if outcome.stop_reason == "cancelled":
+            self._cancel.set()
+            return False
+        warm = i < plan.warmup
+        sample = analyse(outcome, rep=i if warm else i - plan.warmup, warmup=warm)
+        if server_prompt_ms is not None:
+            sample = replace(sample, server_prompt_ms=float(server_prompt_ms))
+        self._samples.append(sample)
+        total = plan.total_runs if outcome.chunk != SERVER_POLICY else plan.reps + plan.warmup
+        yield InterferenceProgress(len(self._samples), total, sample)
+        return True
 
 
 def _follow(engine, request: InterferenceRequest, rep: int, n_running: int):
@@ -169,6 +218,7 @@ def interference_result(
     samples: list[InterferenceSample],
     peaks: MachinePeaks | None,
     cancelled: bool = False,
+    server: dict | None = None,
 ) -> InterferenceResult:
     """The :class:`InterferenceResult` of the samples so far, with the mixed step's roofline when peaks were
     measured."""
@@ -185,17 +235,41 @@ def interference_result(
         )  # fmt: skip
         if note := gpu_note(loaded):
             roofline["interference_lines"] = [f"{note}, so the bounds are not meaningful"]
-    notes = [
-        "KV cache unified (kv_unified): with a cache per sequence llama.cpp splits a mixed batch so that one prompt "
-        "token rides with the decode tokens per physical batch",
-        f"a step above n_ubatch {loaded.settings.n_ubatch} tokens runs as several physical batches (sub-batches), "
-        "each reading the weights again",
-    ]
+    notes = (
+        []
+        if server
+        else [
+            "KV cache unified (kv_unified): with a cache per sequence llama.cpp splits a mixed batch so that one prompt "
+            "token rides with the decode tokens per physical batch",
+            f"a step above n_ubatch {loaded.settings.n_ubatch} tokens runs as several physical batches (sub-batches), "
+            "each reading the weights again",
+        ]
+    )
+    if server:
+        notes.append(server_line(server))
+    settings = settings_record(loaded, plan.to_dict(), notes)
+    if server:
+        settings["server_batching"] = server
     return InterferenceResult(
         model=model_record(info),
-        settings=settings_record(loaded, plan.to_dict(), notes),
+        settings=settings,
         system=system_facts(loaded),
         roofline=roofline,
         cancelled=cancelled,
         samples=list(samples),
+    )
+
+
+def server_line(server: dict) -> str:
+    """What the server said of its batching, and what it did not, in one sentence."""
+    slots = server.get("total_slots")
+    said = [f"{slots} slots" if slots is not None else "slots: not reported"]
+    if server.get("n_ctx_per_slot"):
+        said.append(f"{server['n_ctx_per_slot']:,} tokens of context per slot")
+    listed = server.get("slots")
+    said.append(f"/slots lists {listed}" if listed is not None else "/slots: not served")
+    return (
+        f"the server ({server.get('server_kind') or 'server'}) reports {', '.join(said)}; it does not expose "
+        f"{', '.join(server.get('not_exposed', []))} — its chunk is its n_batch (llama-server's -b) less the running "
+        "streams' tokens"
     )
