@@ -45,10 +45,12 @@ LAYERS = {
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
     "bench.offload": {"bench.core", "engine", "errors", "models", "units"},
     "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
+    "bench.load": {"bench.core", "engine", "errors", "units"},
     "bench": {
         "bench.core",
         "bench.grid",
         "bench.interference",
+        "bench.load",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -98,6 +100,7 @@ LAYERS = {
         "bench.core",
         "bench.grid",
         "bench.interference",
+        "bench.load",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -170,7 +173,15 @@ def test_the_layer_table_has_no_unused_edge():
 
 
 #: bench/'s experiments, one subpackage each.
-EXPERIMENTS = ("bench.grid", "bench.interference", "bench.offload", "bench.parallel", "bench.spec", "bench.sweep")
+EXPERIMENTS = (
+    "bench.grid",
+    "bench.interference",
+    "bench.load",
+    "bench.offload",
+    "bench.parallel",
+    "bench.spec",
+    "bench.sweep",
+)
 
 
 def test_every_bench_subpackage_is_the_core_or_an_experiment():

@@ -15,6 +15,7 @@ grid       comma lists in a lever        table, csv, json, md  none
 spec       ``--spec off,lookup,...``     table, csv, json      none
 offload    ``--gpu-layers 0,8,all``      table, json           prefill, decode vs layers
 interf.    ``--interference N``          table, csv, json, md  stall vs TTFT, swim lanes
+rates      ``--server URL --rates R,R``  table, csv, json, md  none
 =========  ============================  ====================  ==========================
 """
 
@@ -32,6 +33,7 @@ from chatphase.bench.core.results import BenchResult, read_csv, save_result
 from chatphase.bench.grid.run import GridResult
 from chatphase.bench.interference.plan import InterferencePlan
 from chatphase.bench.interference.result import InterferenceResult
+from chatphase.bench.load.result import RateResult
 from chatphase.bench.offload.run import OFFLOAD_FORMATS, offload_from_dict
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.sweep import ParallelPlan
@@ -95,6 +97,9 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment("offload", "offload sweep", "--gpu-layers", OFFLOAD_FORMATS, True, offload_from_dict),
         Experiment(
             "interference", "prefill meets decode", "--interference", FORMATS, True, InterferenceResult.from_dict
+        ),
+        Experiment(
+            "rates", "rate sweep", "--rates", FORMATS, False, RateResult.from_dict, "the rates compare in their table"
         ),
     )
 }

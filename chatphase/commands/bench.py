@@ -6,6 +6,7 @@ tokens already cached. Prints mean ± sample sd, median, min and max per cell, a
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
 ``--spec off,lookup,auto,draft:MODEL`` compares decode modes instead (:mod:`chatphase.commands.bench_spec`).
 ``--interference N`` runs N streams while a new prompt arrives (:mod:`chatphase.commands.bench_interference`).
+``--server URL --rates R,R`` loads a served model at rising request rates (:mod:`chatphase.commands.bench_rates`).
 ``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
 A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
@@ -36,6 +37,7 @@ from chatphase.bench.experiments import check_outputs
 from chatphase.bench.parallel.sweep import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
 from chatphase.commands.bench_interference import add_interference_options
 from chatphase.commands.bench_offload import add_offload_options, run_offload
+from chatphase.commands.bench_rates import add_rate_options
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
 from chatphase.engine.text import inert
@@ -97,6 +99,7 @@ def register(sub) -> None:
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
     add_offload_options(g)
     add_interference_options(g, count_list)
+    add_rate_options(g)
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
     out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
@@ -113,6 +116,8 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
         return "spec"
     if args.interference is not None:
         return "interference"
+    if args.rates is not None:
+        return "rates"
     if grid is not None and grid.is_sweep:
         return "grid"
     if args.gpu_layers is not None:
@@ -133,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
 
         check_outputs("interference", args.format, args.plot, args.output)
         return run_interference(args, execute)
+    if args.rates is not None:  # a served model under rising load (chatphase.commands.bench_rates)
+        from chatphase.commands.bench_rates import run_rates
+
+        check_outputs("rates", args.format, args.plot, args.output)
+        return run_rates(args, execute)
     from chatphase.commands.bench_grid import run_grid, split_levers
 
     grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
@@ -249,6 +259,7 @@ def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
     from chatphase.bench.core.events import BenchNotice, BenchStatus
     from chatphase.bench.interference.run import InterferenceProgress
+    from chatphase.bench.load.run import RateProgress
     from chatphase.bench.spec.run import SpecProgress
 
     done = None
@@ -261,6 +272,8 @@ def follow(events, progress: _Progress, done_type: type):
             label, figures = sample_progress(event.sample)
             progress.advance(event.done_runs, event.total_runs, label, figures, counted=not event.sample.warmup)
         elif isinstance(event, SpecProgress):
+            progress.advance(event.done_runs, event.total_runs, *event.line())
+        elif isinstance(event, RateProgress):
             progress.advance(event.done_runs, event.total_runs, *event.line())
         elif isinstance(event, InterferenceProgress):
             progress.advance(event.done_runs, event.total_runs, *event.line(), counted=not event.sample.warmup)

@@ -74,3 +74,41 @@ def test_more_streams_than_slots_is_one_line(llama_server, default_model_path, c
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("has 3 (start it with --parallel 4)") and not any("Traceback" in e for e in err)
+
+
+def test_a_rate_sweep_on_a_real_llama_server(llama_server, default_model_path, tmp_path, capsys):
+    out = tmp_path / "rates.json"
+    argv = ["bench", "--server", llama_server, "--model", str(default_model_path), "--rates", "4,16", "--requests",
+            "4", "--duration", "10", "--gen", "3", "--prompt-lengths", "24", "--slo", "ttft=60000,tpot=60000",
+            "--max-concurrency", "3", "--format", "json", "-o", str(out)]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert data["kind"] == "rates" and [s["rate"] for s in data["summaries"]] == [4.0, 16.0]
+    for summary, records in zip(data["summaries"], data["records"], strict=True):
+        assert len(records) == 4 and summary["sent"] + summary["over_capacity"] == 4  # none dropped silently
+        assert summary["completed"] == summary["sent"] and summary["goodput_requests_per_s"] is not None
+        assert all(len(r["token_ms"]) == 3 for r in records if r["status"] == "ok")
+        assert summary["ttft_ms"][0] is not None and summary["itl_ms"][0] is not None
+
+
+def test_cancel_keeps_the_rates_measured_so_far(llama_server, default_model_path):
+    import threading
+
+    from chatphase.bench.core.events import BenchDone
+    from chatphase.bench.load.run import RatePlan, RateProgress, RateRun
+    from chatphase.commands.server_options import remote_bench_options
+    from chatphase.models.gguf_meta import read_model_info
+    from chatphase.settings.schema import Settings
+
+    settings = Settings().with_overrides(server=llama_server)
+    info = read_model_info(default_model_path)
+    plan = RatePlan(rates=(8.0, 0.05), prompt_lengths=(16,), gen_tokens=2, requests=2, duration_s=60)
+    run = RateRun(info, settings.engine, plan, roofline=False, **remote_bench_options(settings, info))
+    events = []
+    for event in run:
+        events.append(event)
+        if isinstance(event, RateProgress):  # the second rate waits 20 s for its first request: cancel it
+            threading.Timer(0.3, run.cancel).start()
+    done = events[-1]
+    assert isinstance(done, BenchDone) and done.result.cancelled
+    assert [s.rate for s in done.result.summaries] == [8.0, 0.05] and done.result.summaries[0].completed == 2
