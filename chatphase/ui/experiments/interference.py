@@ -33,7 +33,7 @@ from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_cou
 REPAINT_HZ = 4
 #: columns of a lane's name.
 LABEL_WIDTH = 10
-TICK, BLOCK, SHADE, EMPTY = "│", "█", "░", "·"
+TICK, BLOCK, BLOCK_ALT, SHADE, EMPTY = "│", "█", "▓", "░", "·"
 
 
 class SwimLanes(Widget):
@@ -100,20 +100,22 @@ class SwimLanes(Widget):
         def col(t: float) -> int:
             return min(width - 1, int((t - lo) / span * (width - 1)))
 
-        shaded = [False] * width
-        for a, b in self.blocks:
+        block = [-1] * width  # the prompt-holding step over each column (-1: none)
+        for i, (a, b) in enumerate(self.blocks):
             for c in range(col(a), col(b) + 1):
-                shaded[c] = True
+                block[c] = i
         n = len(self.lanes)
         for j, lane in enumerate(self.lanes):
             newcomer = j == n - 1
-            row = [BLOCK if newcomer and s else SHADE if s else EMPTY for s in shaded]
+            # the newcomer's lane shows each step's block, alternating so that back-to-back chunks stay apart
+            row = [(BLOCK if i % 2 == 0 else BLOCK_ALT) if newcomer and i >= 0 else SHADE if i >= 0 else EMPTY
+                   for i in block]  # fmt: skip
             for t in lane:
                 row[col(t)] = TICK
             name = "newcomer" if newcomer else f"stream {j}"
             text.append(f"\n{name:<{LABEL_WIDTH}}", style="dim")
             for ch in row:
-                text.append(ch, style="red" if ch in (BLOCK, SHADE) else "cyan" if ch == TICK else "dim")
+                text.append(ch, style="red" if ch in (BLOCK, BLOCK_ALT, SHADE) else "cyan" if ch == TICK else "dim")
         marker = [" "] * width
         if self.arrival_ms is not None:
             marker[col(self.arrival_ms)] = "▲"
