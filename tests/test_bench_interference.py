@@ -132,6 +132,7 @@ def test_plans_that_do_not_fit_are_refused_in_one_line(plan, n_ctx, n_batch, mat
         (["--interference", "2", "--plot", "x.pdf"], ".svg or .png"),
         (["--interference", "2", "--server", "http://127.0.0.1:9", "--chunks", "8"], "--chunks does not apply over"),
         (["--interference", "2", "--threads", "1,2"], "a lever grid"),
+        (["--parallel", "2", "--chunks", "8"], "--chunks applies to --interference"),
     ],
 )
 def test_cli_bad_inputs_exit_2_with_one_line(capsys, argv, match):

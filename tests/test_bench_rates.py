@@ -76,6 +76,8 @@ def test_result_round_trips(tmp_path):
         (["--server", "http://127.0.0.1:9", "--rates", "1", "--burstiness", "0"], "--burstiness must be above 0"),
         (["--server", "http://127.0.0.1:9", "--rates", "1", "--parallel", "2"], "--parallel does not apply to --rates"),
         (["--server", "http://127.0.0.1:9", "--rates", "1", "--plot", "x.svg"], "draws no plot"),
+        (["--slo", "ttft=500"], "--slo applies to --rates"),
+        (["--parallel", "2", "--requests", "8"], "--requests applies to --rates"),
     ],
 )
 def test_cli_bad_inputs_exit_2_with_one_line(capsys, argv, match):

@@ -128,6 +128,7 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
     experiment with a progress bar on stderr, write the outputs."""
+    check_experiment_flags(args)
     if args.spec:  # decode modes side by side (chatphase.commands.bench_spec)
         from chatphase.commands.bench_spec import run_spec
 
@@ -181,6 +182,21 @@ def run(args: argparse.Namespace) -> int:
         cancelled=lambda done: done.result.cancelled,
         partial=lambda: BenchDone(result) if (result := bench.partial()) is not None else None,
     )
+
+
+def check_experiment_flags(args: argparse.Namespace) -> None:
+    """Refuse an experiment's flag given without the flag that picks it (``--chunks`` without ``--interference``,
+    ``--slo`` without ``--rates``…): it would be ignored silently.
+
+    Raises:
+        UsageError: one line naming both flags.
+    """
+    from chatphase.commands.bench_rates import rate_flags_given
+
+    if args.chunks is not None and args.interference is None:
+        raise UsageError("--chunks applies to --interference N (the prompt tokens of a mixed step)")
+    if args.rates is None and (given := rate_flags_given(args)):
+        raise UsageError(f"{given[0]} applies to --rates (with --server URL)")
 
 
 #: seconds without a finished run after which a progress line says the run is still going.

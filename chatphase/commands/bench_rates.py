@@ -65,6 +65,16 @@ def add_rate_options(g) -> None:
                    help="with --rates: requests in flight at most (default twice the server's slots)")  # fmt: skip
 
 
+#: the rate sweep's own flags, their argparse names and defaults.
+_RATE_FLAGS = (("--burstiness", "burstiness", 1.0), ("--slo", "slo", None), ("--requests", "requests", 16),
+               ("--duration", "duration", 60.0), ("--max-concurrency", "max_concurrency", None))  # fmt: skip
+
+
+def rate_flags_given(args: argparse.Namespace) -> list[str]:
+    """The rate sweep's flags given a value other than their default."""
+    return [flag for flag, name, default in _RATE_FLAGS if getattr(args, name, default) != default]
+
+
 def rate_plan(args: argparse.Namespace, settings) -> RatePlan:
     """The plan the flags ask for, checked before any work.
 
