@@ -114,6 +114,7 @@ def test_result_round_trips_through_the_registry(tmp_path):
         (InterferencePlan(newcomer_tokens=1), 4096, 256, "2 tokens or more"),
         (InterferencePlan(n_running=4, chunks=(253,)), 4096, 256, "= 257, over n_batch 256"),
         (InterferencePlan(newcomer_tokens=4000), 4096, 256, "raise --n-ctx"),
+        (InterferencePlan(n_running=8, chunks=()), 4096, 8, "decodes 9 tokens, over n_batch 8"),
     ],
 )
 def test_plans_that_do_not_fit_are_refused_in_one_line(plan, n_ctx, n_batch, match):

@@ -67,6 +67,11 @@ class InterferencePlan:
             )
         if any(c < 1 for c in self.chunks):
             raise UsageError(f"--chunks: a chunk is 1 token or more (got {min(self.chunks)})")
+        if n_batch is not None and self.n_running + 1 > n_batch:
+            raise UsageError(
+                f"--interference {self.n_running}: a step after the arrival decodes {self.n_running + 1} tokens, over "
+                f"n_batch {n_batch} (raise --n-batch)"
+            )
         if n_batch is not None and self.chunks and self.n_running + max(self.chunks) > n_batch:
             most = max(self.chunks)
             raise UsageError(
