@@ -129,6 +129,13 @@ def run(args: argparse.Namespace) -> int:
     """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
     experiment with a progress bar on stderr, write the outputs."""
     check_experiment_flags(args)
+    from chatphase.commands.bench_grid import run_grid, split_levers
+
+    # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads; single values are written back
+    # as the settings read them, for every experiment (a --threads of "1" left a string broke --spec)
+    grid = split_levers(args)
+    if grid.is_sweep and (args.spec or args.interference is not None or args.rates is not None):
+        raise UsageError("a comma list in a lever (a lever grid) does not apply to --spec, --interference or --rates")
     if args.spec:  # decode modes side by side (chatphase.commands.bench_spec)
         from chatphase.commands.bench_spec import run_spec
 
@@ -144,9 +151,6 @@ def run(args: argparse.Namespace) -> int:
 
         check_outputs("rates", args.format, args.plot, args.output)
         return run_rates(args, execute)
-    from chatphase.commands.bench_grid import run_grid, split_levers
-
-    grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
     check_outputs(experiment_kind(args, grid), args.format, args.plot, args.output)
     settings = settings_from_args(args)
     plan = _plan(args, settings)

@@ -77,10 +77,7 @@ def run_interference(args: argparse.Namespace, execute) -> int:
     from chatphase.bench.core.events import BenchDone
     from chatphase.bench.interference.plot import write_interference_plot
     from chatphase.bench.interference.run import InterferenceRun
-    from chatphase.commands.bench_grid import split_levers
 
-    if split_levers(args).is_sweep:  # also writes single lever values back as the settings read them
-        raise UsageError("a comma list in a lever (a lever grid) does not apply to --interference")
     settings = settings_from_args(args)
     plan = interference_plan(args, settings)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
