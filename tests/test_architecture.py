@@ -45,9 +45,13 @@ LAYERS = {
     "bench.grid": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
     "bench.offload": {"bench.core", "engine", "errors", "models", "units"},
+    "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
+    "bench.load": {"bench.core", "engine", "errors", "units"},
     "bench": {
         "bench.core",
         "bench.grid",
+        "bench.interference",
+        "bench.load",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -67,6 +71,7 @@ LAYERS = {
         "bench",
         "bench.core",
         "bench.grid",
+        "bench.interference",
         "bench.parallel",
         "bench.spec",
         "bench.sweep",
@@ -96,6 +101,8 @@ LAYERS = {
         "bench",
         "bench.core",
         "bench.grid",
+        "bench.interference",
+        "bench.load",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -169,7 +176,15 @@ def test_the_layer_table_has_no_unused_edge():
 
 
 #: bench/'s experiments, one subpackage each.
-EXPERIMENTS = ("bench.grid", "bench.offload", "bench.parallel", "bench.spec", "bench.sweep")
+EXPERIMENTS = (
+    "bench.grid",
+    "bench.interference",
+    "bench.load",
+    "bench.offload",
+    "bench.parallel",
+    "bench.spec",
+    "bench.sweep",
+)
 
 
 def test_every_bench_subpackage_is_the_core_or_an_experiment():

@@ -23,6 +23,8 @@ from chatphase.cli import main
         (["--parallel", "1,8", "--prompt-lengths", "480", "--n-ctx", "2048"], "n_ctx 2,048 holds 4 such sequences"),
         (["--parallel", "4", "--depths", "0"], "--depths does not apply to --parallel"),
         (["--parallel", "1,8", "--n-batch", "4"], "over n_batch 4"),
+        (["--spec", "off,lookup", "--threads", "1"], "model not found"),  # was a TypeError: "1" read as a string
+        (["--spec", "off,lookup", "--threads", "1,2"], "a lever grid) does not apply to --spec"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_before_any_work(capsys, argv, match):

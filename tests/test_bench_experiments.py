@@ -13,11 +13,16 @@ from chatphase.bench.core.results import save_result
 from chatphase.bench.experiments import EXPERIMENTS, load_bench_result, load_result
 from chatphase.bench.grid.levers import Prediction
 from chatphase.bench.grid.run import GridCell, GridResult
+from chatphase.bench.interference.analysis import analyse
+from chatphase.bench.interference.result import InterferenceResult
+from chatphase.bench.load.accounting import Slo, summarise
+from chatphase.bench.load.result import RateResult
 from chatphase.bench.offload.run import OffloadDone, Placement
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError
+from tests.test_bench_interference import scripted
 from tests.test_bench_parallel import _cell as parallel_cell
 from tests.test_bench_results import make_cell, make_result
 
@@ -28,6 +33,8 @@ PICK = {
     "grid": ["--threads", "1,2"],
     "spec": ["--spec", "off,lookup"],
     "offload": ["--gpu-layers", "0,all"],
+    "interference": ["--interference", "2"],
+    "rates": ["--server", "http://127.0.0.1:9", "--rates", "1"],
 }
 
 
@@ -48,7 +55,7 @@ def test_a_bogus_format_exits_2_with_one_line_for_every_experiment(capsys, tmp_p
     assert not (tmp_path / "x.svg").exists()
 
 
-@pytest.mark.parametrize("kind", ["grid", "spec"])
+@pytest.mark.parametrize("kind", ["grid", "spec", "rates"])
 def test_a_plot_an_experiment_cannot_draw_is_refused_in_one_line(capsys, tmp_path, kind):
     rc, err = _bench(capsys, kind, "--plot", str(tmp_path / "x.svg"))
     assert rc == 2 and len(err.splitlines()) == 1 and "draws no plot" in err
@@ -66,6 +73,8 @@ def _results() -> dict[str, object]:
         "grid": GridResult(cells=[grid_cell], peaks={2: peaks}, plan={"reps": 1}, notes=["a note"]),
         "spec": SpecResult([{"spec": "off", "kind": "grounded", "decode_tokens_per_s": 50.0}], {1: 2.0, 2: 2.5}, {}),
         "offload": OffloadDone([Placement(0, make_result(), {"bound_by": "host memory"})]),
+        "interference": InterferenceResult(model={"name": "Tiny"}, samples=[analyse(scripted(16, 40, 8))]),
+        "rates": RateResult(model={"name": "Tiny"}, summaries=[summarise(1.0, [], Slo())], records=[[]]),
     }
 
 
@@ -83,7 +92,7 @@ def test_every_saved_result_has_kind_and_version_and_loads_back(tmp_path, kind):
 def test_a_file_from_before_kind_and_version_loads_as_version_1(tmp_path, kind):
     data = json.loads(_results()[kind].to_json())
     del data["version"]
-    if kind != "spec":  # the speculative result always recorded its kind
+    if kind not in ("spec", "interference", "rates"):  # these results always recorded their kind
         del data["kind"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))

@@ -334,7 +334,9 @@ async def test_parallel_form_errors_are_notices():
             assert screen.job is None and message in str(screen.query_one("#exp-status", Static).render())
 
 
-@pytest.mark.parametrize(("tab", "fields"), [("sweep", 4), ("parallel", 4), ("levers", 6), ("spec", 3)])
+@pytest.mark.parametrize(
+    ("tab", "fields"), [("sweep", 4), ("parallel", 4), ("levers", 6), ("spec", 3), ("interference", 5)]
+)
 async def test_at_80x24_every_tab_fits_its_labels_and_the_screen(tab, fields):
     """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths"),
     and the whole screen fits without scrolling (the file row at the bottom is not cut); a table wider than
@@ -447,7 +449,10 @@ async def test_plots_draw_even_y_ticks():
             assert len(labels) >= 3 and len(steps) == 1 and min(labels) == 0, drawn
 
 
-@pytest.mark.parametrize(("tab", "overlays"), [("sweep", True), ("parallel", True), ("levers", False), ("spec", False)])
+@pytest.mark.parametrize(
+    ("tab", "overlays"),
+    [("sweep", True), ("parallel", True), ("levers", False), ("spec", False), ("interference", False)],
+)
 async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overlays):
     """The README: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay
     buttons and no Load key in the footer."""

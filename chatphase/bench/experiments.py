@@ -14,6 +14,8 @@ parallel   ``--parallel N,N``            table, csv, json, md  aggregate, per-se
 grid       comma lists in a lever        table, csv, json, md  none
 spec       ``--spec off,lookup,...``     table, csv, json      none
 offload    ``--gpu-layers 0,8,all``      table, json           prefill, decode vs layers
+interf.    ``--interference N``          table, csv, json, md  stall vs TTFT, swim lanes
+rates      ``--server URL --rates R,R``  table, csv, json, md  none
 =========  ============================  ====================  ==========================
 """
 
@@ -29,6 +31,9 @@ from chatphase.bench.core.contract import FORMATS, check_format, saved_version
 from chatphase.bench.core.job import ExperimentJob, RunBuilder
 from chatphase.bench.core.results import BenchResult, read_csv, save_result
 from chatphase.bench.grid.run import GridResult
+from chatphase.bench.interference.plan import InterferencePlan
+from chatphase.bench.interference.result import InterferenceResult
+from chatphase.bench.load.result import RateResult
 from chatphase.bench.offload.run import OFFLOAD_FORMATS, offload_from_dict
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.sweep import ParallelPlan
@@ -90,6 +95,12 @@ EXPERIMENTS: dict[str, Experiment] = {
             "the decode modes compare in their table",
         ),
         Experiment("offload", "offload sweep", "--gpu-layers", OFFLOAD_FORMATS, True, offload_from_dict),
+        Experiment(
+            "interference", "prefill meets decode", "--interference", FORMATS, True, InterferenceResult.from_dict
+        ),
+        Experiment(
+            "rates", "rate sweep", "--rates", FORMATS, False, RateResult.from_dict, "the rates compare in their table"
+        ),
     )
 }
 
@@ -115,11 +126,15 @@ def check_outputs(kind: str, fmt: str, plot: str | None, output: str | None) -> 
 
 
 def _builder(plan) -> RunBuilder:
-    """The run builder of ``plan``'s experiment (sweep or parallel: the plans a one-model job takes)."""
+    """The run builder of ``plan``'s experiment (the plans a one-model job takes)."""
     if isinstance(plan, ParallelPlan):
         from chatphase.bench.parallel.run import make_run as parallel_run
 
         return parallel_run
+    if isinstance(plan, InterferencePlan):
+        from chatphase.bench.interference.run import make_run as interference_run
+
+        return interference_run
     if isinstance(plan, SpecPlan):
         from chatphase.bench.spec.run import make_run as spec_run
 

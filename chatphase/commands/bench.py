@@ -5,6 +5,8 @@ cleared before each repetition, warm-up runs not counted; for each depth, decode
 tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
 TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
 ``--spec off,lookup,auto,draft:MODEL`` compares decode modes instead (:mod:`chatphase.commands.bench_spec`).
+``--interference N`` runs N streams while a new prompt arrives (:mod:`chatphase.commands.bench_interference`).
+``--server URL --rates R,R`` loads a served model at rising request rates (:mod:`chatphase.commands.bench_rates`).
 ``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
 in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
 A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
@@ -33,7 +35,9 @@ from chatphase.bench.core.runner import (
 )
 from chatphase.bench.experiments import check_outputs
 from chatphase.bench.parallel.sweep import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
+from chatphase.commands.bench_interference import add_interference_options
 from chatphase.commands.bench_offload import add_offload_options, run_offload
+from chatphase.commands.bench_rates import add_rate_options
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options
 from chatphase.engine.text import inert
@@ -94,6 +98,8 @@ def register(sub) -> None:
     g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
     g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
     add_offload_options(g)
+    add_interference_options(g, count_list)
+    add_rate_options(g)
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
     out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
@@ -108,6 +114,10 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
     """Which experiment the flags ask for (a kind of :data:`~chatphase.bench.experiments.EXPERIMENTS`)."""
     if args.spec:
         return "spec"
+    if args.interference is not None:
+        return "interference"
+    if args.rates is not None:
+        return "rates"
     if grid is not None and grid.is_sweep:
         return "grid"
     if args.gpu_layers is not None:
@@ -118,14 +128,29 @@ def experiment_kind(args: argparse.Namespace, grid=None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
     experiment with a progress bar on stderr, write the outputs."""
+    check_experiment_flags(args)
+    from chatphase.commands.bench_grid import run_grid, split_levers
+
+    # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads; single values are written back
+    # as the settings read them, for every experiment (a --threads of "1" left a string broke --spec)
+    grid = split_levers(args)
+    if grid.is_sweep and (args.spec or args.interference is not None or args.rates is not None):
+        raise UsageError("a comma list in a lever (a lever grid) does not apply to --spec, --interference or --rates")
     if args.spec:  # decode modes side by side (chatphase.commands.bench_spec)
         from chatphase.commands.bench_spec import run_spec
 
         check_outputs("spec", args.format, args.plot, args.output)
         return run_spec(args, execute)
-    from chatphase.commands.bench_grid import run_grid, split_levers
+    if args.interference is not None:  # prefill meets decode (chatphase.commands.bench_interference)
+        from chatphase.commands.bench_interference import run_interference
 
-    grid = split_levers(args)  # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads
+        check_outputs("interference", args.format, args.plot, args.output)
+        return run_interference(args, execute)
+    if args.rates is not None:  # a served model under rising load (chatphase.commands.bench_rates)
+        from chatphase.commands.bench_rates import run_rates
+
+        check_outputs("rates", args.format, args.plot, args.output)
+        return run_rates(args, execute)
     check_outputs(experiment_kind(args, grid), args.format, args.plot, args.output)
     settings = settings_from_args(args)
     plan = _plan(args, settings)
@@ -161,6 +186,21 @@ def run(args: argparse.Namespace) -> int:
         cancelled=lambda done: done.result.cancelled,
         partial=lambda: BenchDone(result) if (result := bench.partial()) is not None else None,
     )
+
+
+def check_experiment_flags(args: argparse.Namespace) -> None:
+    """Refuse an experiment's flag given without the flag that picks it (``--chunks`` without ``--interference``,
+    ``--slo`` without ``--rates``…): it would be ignored silently.
+
+    Raises:
+        UsageError: one line naming both flags.
+    """
+    from chatphase.commands.bench_rates import rate_flags_given
+
+    if args.chunks is not None and args.interference is None:
+        raise UsageError("--chunks applies to --interference N (the prompt tokens of a mixed step)")
+    if args.rates is None and (given := rate_flags_given(args)):
+        raise UsageError(f"{given[0]} applies to --rates (with --server URL)")
 
 
 #: seconds without a finished run after which a progress line says the run is still going.
@@ -238,6 +278,8 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
     from chatphase.bench.core.events import BenchNotice, BenchStatus
+    from chatphase.bench.interference.run import InterferenceProgress
+    from chatphase.bench.load.run import RateProgress
     from chatphase.bench.spec.run import SpecProgress
 
     done = None
@@ -251,6 +293,10 @@ def follow(events, progress: _Progress, done_type: type):
             progress.advance(event.done_runs, event.total_runs, label, figures, counted=not event.sample.warmup)
         elif isinstance(event, SpecProgress):
             progress.advance(event.done_runs, event.total_runs, *event.line())
+        elif isinstance(event, RateProgress):
+            progress.advance(event.done_runs, event.total_runs, *event.line())
+        elif isinstance(event, InterferenceProgress):
+            progress.advance(event.done_runs, event.total_runs, *event.line(), counted=not event.sample.warmup)
         elif isinstance(event, done_type):
             done = event
     assert done is not None

@@ -61,6 +61,8 @@ class EngineConfig:
     ``n_seq_max`` sequences the context holds at once (llama.cpp's ``n_seq_max``; its KV cache is then split
     into that many streams of ``n_ctx / n_seq_max`` cells): set by the parallel-decode sweep, not a user
     setting (``metadata["setting"]`` is false, so no flag, config key or settings-screen field names it).
+    ``kv_unified`` one KV cache shared by all sequences (llama.cpp's ``kv_unified``): set by the interference
+    experiment (a per-sequence cache splits a mixed batch per sequence), not a user setting either.
 
     Each user setting's flag, help and settings-screen label are its field's ``metadata``, read by
     :mod:`chatphase.settings.schema` (the one definition of a setting; the engine reads none of it).
@@ -143,6 +145,7 @@ class EngineConfig:
                   "label": "Decode mode", "hint": "off, lookup, auto, or draft:MODEL (speculative decoding)"},
     )  # fmt: skip
     n_seq_max: int = field(default=1, metadata={"setting": False})
+    kv_unified: bool = field(default=False, metadata={"setting": False})
 
     def validate(self) -> EngineConfig:
         """Check ranges and choices; returns ``self``.
@@ -208,6 +211,7 @@ class EngineConfig:
             "n_seq_max": self.n_seq_max,
             "chat_template": self.chat_template,
             "spec": self.spec,
+            "kv_unified": self.kv_unified,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -170,6 +170,7 @@ class LoadedSettings:
     server_kind: str | None = None
     remote_model: str | None = None
     total_slots: int | None = None
+    kv_unified: bool | None = None
 
     @property
     def remote(self) -> bool:

@@ -176,13 +176,21 @@ def itl_stats_ms(token_times_ns: Sequence[int]) -> tuple[float | None, float | N
 def gap_stats_ms(gaps_ns: Sequence[int]) -> tuple[float | None, float | None, float | None]:
     """p50, p95 and max in ms of inter-token gaps (ns), as :func:`itl_stats_ms` (gaps may be pooled from
     several streams); ``(None, None, None)`` when there is none."""
+    p50, p95, top = gap_percentiles_ms(gaps_ns, (50, 95, 100))
+    return p50, p95, top
+
+
+def gap_percentiles_ms(gaps_ns: Sequence[int], percents: Sequence[int]) -> tuple[float | None, ...]:
+    """The ``percents`` (whole numbers 1–100; 100 = the max) of inter-token gaps (ns) in ms, as
+    :func:`itl_stats_ms` computes them (linear interpolation between closest ranks); all ``None`` when there is
+    no gap."""
     if not gaps_ns:
-        return None, None, None
+        return tuple(None for _ in percents)
     gaps = [g / NS_PER_MS for g in gaps_ns]
     if len(gaps) == 1:
-        return gaps[0], gaps[0], gaps[0]
+        return tuple(gaps[0] for _ in percents)
     cuts = quantiles(gaps, n=100, method="inclusive")  # cuts[k - 1] is the k-th percentile
-    return cuts[49], cuts[94], max(gaps)
+    return tuple(max(gaps) if p >= 100 else cuts[p - 1] for p in percents)
 
 
 def compute_turn_metrics(

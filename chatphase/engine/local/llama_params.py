@@ -134,6 +134,7 @@ def context_params(settings: dict[str, Any]) -> lc.llama_context_params:
     params.n_threads = settings["n_threads"]
     params.n_threads_batch = settings["n_threads_batch"]
     params.n_seq_max = settings.get("n_seq_max", 1)
+    params.kv_unified = bool(settings.get("kv_unified", False))
     params.flash_attn_type = FLASH_ATTN[settings["flash_attn"]]
     params.type_k = GGML_TYPES[settings["type_k"]]
     params.type_v = GGML_TYPES[settings["type_v"]]

@@ -1,12 +1,13 @@
 """The Experiments screen: the benchmark sweeps from the TUI, plotted as they run.
 
-Four tabs (:mod:`chatphase.ui.experiments.panes`): **Prompt length & depth** (prompt lengths, depths, reps,
+Five tabs (:mod:`chatphase.ui.experiments.panes`): **Prompt length & depth** (prompt lengths, depths, reps,
 generated tokens), **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps),
 **Levers** (:mod:`chatphase.ui.experiments.levers`: one lever's values — models, KV cache types, flash
 attention, n_ubatch, threads — as an interleaved lever grid) and **Speculative**
-(:mod:`chatphase.ui.experiments.spec`: decode modes side by side and the verify-step cost). Run (Ctrl+R)
+(:mod:`chatphase.ui.experiments.spec`: decode modes side by side and the verify-step cost) and **Interference**
+(:mod:`chatphase.ui.experiments.interference`: streams decoding while a new prompt arrives, live swim lanes). Run (Ctrl+R)
 starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for the second,
-comma lists in a lever for the third, ``--spec`` for the fourth), in a child process
+comma lists in a lever for the third, ``--spec`` for the fourth, ``--interference`` for the fifth), in a child process
 (:class:`chatphase.bench.core.job.ExperimentJob`, built by each tab from the registry, driven from a thread
 worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
 with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
@@ -44,6 +45,7 @@ from chatphase.bench.core.report import sample_progress
 from chatphase.bench.core.results import BenchResult, save_result
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.experiments import load_bench_result
+from chatphase.bench.interference.run import InterferenceProgress, LaneUpdate
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.spec.run import SpecProgress
 from chatphase.bench.sweep.run import BenchNotice, BenchStatus
@@ -52,6 +54,7 @@ from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.interference import InterferencePane
 from chatphase.ui.experiments.levers import LeversPane
 from chatphase.ui.experiments.panes import ExperimentPane, ParallelPane, SweepPane
 from chatphase.ui.experiments.spec import SpecPane
@@ -107,7 +110,7 @@ class ExperimentsScreen(Screen[None]):
         self.results: dict[str, object] = {}  # tab kind -> its last result
         self.overlays: list[BenchResult | ParallelResult] = []
         self.progress: list[
-            SweepProgress | SpecProgress
+            SweepProgress | SpecProgress | InterferenceProgress
         ] = []  # the running sweep's counted runs, for the table's live rows
         #: each tab's status line (text, class): a tab never shows the other's
         self.statuses: dict[str, tuple[str, str]] = {}
@@ -130,6 +133,7 @@ class ExperimentsScreen(Screen[None]):
                 yield ParallelPane()
                 yield LeversPane(self.model_info, self.settings)
                 yield SpecPane()
+                yield InterferencePane()
             with Horizontal(id="exp-progress-row"):
                 yield Button("Run", id="exp-run", variant="primary", compact=True)
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
@@ -316,11 +320,14 @@ class ExperimentsScreen(Screen[None]):
             if not event.sample.warmup:
                 self.progress.append(event)
                 self._fill_table()
-        elif isinstance(event, SpecProgress):
+        elif isinstance(event, SpecProgress | InterferenceProgress):
             self._set_bar(pane, event.total_runs, event.done_runs)
             self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event)}", pane=pane)
-            self.progress.append(event)
-            self._fill_table()
+            if not (isinstance(event, InterferenceProgress) and event.sample.warmup):
+                self.progress.append(event)
+                self._fill_table()
+        elif isinstance(event, LaneUpdate) and isinstance(pane, InterferencePane):
+            pane.add_lanes(event)  # a few a second while a run goes: the live swim lanes
         elif isinstance(event, Done):  # any experiment's last event
             self.job = None
             self._set_running(False)
