@@ -182,21 +182,46 @@ def at_paths(text: str, exists: Callable[[str], bool] = os.path.lexists) -> list
 
 
 def file_command(text: str) -> list[str] | None:
-    """The paths of a ``/file PATH…`` line (shell-style quotes for spaces), ``None`` when ``text`` is not one.
+    """The paths of a ``/file PATH…`` line (shell-style quotes for spaces; ``[]`` for ``/file`` alone, which
+    takes the attached files off), ``None`` when ``text`` is not one.
 
     Raises:
-        AttachmentError: ``/file`` with no path, or an unclosed quote.
+        AttachmentError: an unclosed quote.
     """
     stripped = text.strip()
-    if not (stripped == "/file" or stripped.startswith("/file ")):
+    if not (stripped == "/file" or stripped.startswith(("/file ", "/file\t"))):
         return None
     try:
-        paths = shlex.split(stripped[len("/file") :])
+        return shlex.split(stripped[len("/file") :])
     except ValueError:
         raise AttachmentError("/file: a quote is not closed") from None
-    if not paths:
-        raise AttachmentError("/file needs a path: /file notes.txt (quotes for spaces)")
-    return paths
+
+
+def completion_context(before_cursor: str) -> tuple[str, str] | None:
+    """``(prefix, quote)`` of a path being typed at the end of ``before_cursor`` (the current line up to the
+    cursor): after ``/file `` or an ``@``; ``quote`` is ``"`` when the path was opened with one. ``None``
+    when no path is being typed there."""
+    m = re.search(r'(?:^/file\s+(?:\S+\s+)*|(?<!\S)@)(")?([^"\s]*|(?<=")[^"]*)$', before_cursor)
+    if m is None:
+        return None
+    return m.group(2), m.group(1) or ""
+
+
+def completed(prefix: str, quote: str, matches: list[str]) -> str | None:
+    """What replaces ``prefix`` (and its opening ``quote``) after Tab: the one match (quoted when it holds
+    a space, closed unless it is a directory), else the matches' longest common start; ``None`` when that
+    adds nothing."""
+    if not matches:
+        return None
+    if len(matches) == 1:
+        whole = matches[0]
+        if quote or " " in whole:
+            return '"' + whole + ("" if whole.endswith("/") else '"')
+        return whole
+    common = os.path.commonprefix(matches)  # noqa: RUF071 - by character: a name typed in part is completed
+    if len(common) <= len(prefix):
+        return None
+    return ('"' if quote or " " in common else "") + common
 
 
 def complete_path(prefix: str) -> list[str]:

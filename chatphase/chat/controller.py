@@ -314,7 +314,7 @@ class ChatController:
         """The engine's answer to ``request`` (blocking: call it off the UI thread); ``None`` when it cannot
         count now (a turn is running, the engine was replaced or is gone)."""
         engine = self.engine
-        if not isinstance(engine, PromptCounter):
+        if self.busy or not isinstance(engine, PromptCounter):
             return None
         return engine.count_prompt(request)
 

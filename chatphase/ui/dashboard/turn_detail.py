@@ -11,6 +11,7 @@ from textual.widgets import Label, Static
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.text import inert
 from chatphase.explain import explain_turn
 from chatphase.ui.dashboard.timeline import TurnTimeline
 from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int
@@ -52,6 +53,12 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
             ("speed-up", DASH if m.spec_speedup is None else f"×{m.spec_speedup:.2f}"),
             ("step p50/p95 ms", f"{num(m.step_ms_p50, 2)} / {num(m.step_ms_p95, 2)}"),
         ]
+    predicted = []
+    if m.ttft_predicted_ms is not None:  # beside the measured TTFT (docs/metrics.md, "TTFT predicted")
+        error = "" if not m.ttft_ms else f", {m.ttft_predicted_ms / m.ttft_ms - 1:+.0%}"
+        predicted = [
+            ("TTFT predicted ms", f"{num(m.ttft_predicted_ms)} ({inert(m.ttft_prediction_source or '')}{error})")
+        ]
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
@@ -60,6 +67,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("prefill ms", num(m.prefill_ms)),
         ("prefill tok/s", num(m.prefill_tokens_per_s, 0)),
         ("TTFT ms", num(m.ttft_ms)),
+        *predicted,
         ("decode tokens", fmt_int(m.decode_tokens)),
         ("decode ms", num(m.decode_ms)),
         ("decode tok/s", num(m.decode_tokens_per_s)),
