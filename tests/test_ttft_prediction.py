@@ -145,3 +145,25 @@ def test_each_turn_after_the_first_carries_its_predicted_ttft_next_to_the_measur
     assert "ttft_predicted_ms" in last.to_dict()
     chat.new_chat()
     assert chat.ttft.model is None
+
+
+def test_the_turn_detail_shows_the_predicted_ttft_and_the_prefill_bar_the_time_left():
+    from dataclasses import replace
+
+    from chatphase.chat.turn import Turn
+    from chatphase.engine.events import PrefillProgress, PrefillStarted, TurnRequest
+    from chatphase.engine.metrics import TurnMetrics
+    from chatphase.ui.dashboard.turn_detail import metric_pairs
+    from chatphase.ui.phases.indicator import _left
+
+    m = TurnMetrics(49, 42, 7, 14.0, 500.0, 35.0, 3, 40.0, 50.0, 20.0, 20.0, 20.0, 52, 1, 52, 4096, "stop")
+    assert "TTFT pred. ms" not in dict(metric_pairs(m))
+    assert dict(metric_pairs(replace(m, ttft_predicted_ms=33.25)))["TTFT pred. ms"] == "33.2"
+    turn = Turn(1, 1, "send", "hi", 0, TurnRequest(1))
+    assert turn.ttft_left_ms() is None
+    turn.prefill = PrefillStarted(1, 1000, 0, 1000, 0, 0)
+    turn.ttft_model = TtftModel(100.0, 1.0, 0.0, 3, "s")
+    assert turn.ttft_left_ms() == 1100.0
+    turn.progress = PrefillProgress(1, 500, 1000, 1000.0)  # twice as slow as predicted
+    assert turn.ttft_left_ms() == pytest.approx(1100.0)
+    assert _left(1100.0) == " · ≈ 1.1 s left" and _left(None) == ""

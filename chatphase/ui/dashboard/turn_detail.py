@@ -54,11 +54,8 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
             ("step p50/p95 ms", f"{num(m.step_ms_p50, 2)} / {num(m.step_ms_p95, 2)}"),
         ]
     predicted = []
-    if m.ttft_predicted_ms is not None:  # beside the measured TTFT (docs/metrics.md, "TTFT predicted")
-        error = "" if not m.ttft_ms else f", {m.ttft_predicted_ms / m.ttft_ms - 1:+.0%}"
-        predicted = [
-            ("TTFT predicted ms", f"{num(m.ttft_predicted_ms)} ({inert(m.ttft_prediction_source or '')}{error})")
-        ]
+    if m.ttft_predicted_ms is not None:  # to hold against the measured TTFT (docs/metrics.md, "TTFT predicted")
+        predicted = [("TTFT pred. ms", num(m.ttft_predicted_ms))]
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
@@ -67,7 +64,6 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("prefill ms", num(m.prefill_ms)),
         ("prefill tok/s", num(m.prefill_tokens_per_s, 0)),
         ("TTFT ms", num(m.ttft_ms)),
-        *predicted,
         ("decode tokens", fmt_int(m.decode_tokens)),
         ("decode ms", num(m.decode_ms)),
         ("decode tok/s", num(m.decode_tokens_per_s)),
@@ -84,6 +80,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("dropped messages", str(m.dropped_messages)),
         ("stop reason", m.stop_reason),
         *threads,
+        *predicted,
     ] + (
         [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
         if m.decode_tokens_source
