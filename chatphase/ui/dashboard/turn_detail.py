@@ -11,7 +11,6 @@ from textual.widgets import Label, Static
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.engine.text import inert
 from chatphase.explain import explain_turn
 from chatphase.ui.dashboard.timeline import TurnTimeline
 from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int
