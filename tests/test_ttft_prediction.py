@@ -167,3 +167,30 @@ def test_the_turn_detail_shows_the_predicted_ttft_and_the_prefill_bar_the_time_l
     turn.progress = PrefillProgress(1, 500, 1000, 1000.0)  # twice as slow as predicted
     assert turn.ttft_left_ms() == pytest.approx(1100.0)
     assert _left(1100.0) == " · ≈ 1.1 s left" and _left(None) == ""
+
+
+def test_before_the_first_turn_the_prior_comes_from_the_models_saved_sweep():
+    import json
+
+    from fake_engine import fake_model_info
+
+    from chatphase.chat.ttft_prior import results_dir
+
+    folder = results_dir()
+    folder.mkdir(parents=True)
+    (folder / "junk.json").write_text("{not json")
+    (folder / "parallel.json").write_text(json.dumps({"kind": "parallel", "samples": []}))
+    other = {"kind": "sweep", "model": {"path": "/models/other.gguf"}, "samples": [{"prompt_tokens": 9, "ttft_ms": 1}]}
+    (folder / "other.json").write_text(json.dumps(other))
+    samples = [{"prompt_tokens": n, "depth": 0, "warmup": False, "ttft_ms": 30.0 + 3.0 * n} for n in (64, 256, 512)]
+    mine = {"kind": "sweep", "model": {"path": "/elsewhere/SmolLM2-135M-Instruct.Q4_1.gguf"}, "samples": samples}
+    (folder / "smollm.json").write_text(json.dumps(mine))
+    chat, _engine, calls = _chat(replies=["ok"])
+    assert fake_model_info().path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    model = chat.ttft.model
+    assert model is not None and model.source == "bench results smollm.json"
+    assert model.a_ms == pytest.approx(30.0) and model.b_ms_per_token == pytest.approx(3.0)  # no attention shape: k = 0
+    chat.send("hello")
+    first = calls.args_of("turn_finished")[0][1].metrics
+    assert first.ttft_predicted_ms is not None and first.ttft_prediction_source == "bench results smollm.json"
+    assert chat.ttft.model.source == "this chat (1 turn)"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
+from chatphase.chat.ttft_prior import results_dir, saved_prior
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.engine.base import Engine, PromptCounter
 from chatphase.engine.events import (
@@ -108,8 +109,8 @@ class ChatController:
         self._closed = False
         #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
         self.events_every_ms: float | None = None
-        #: TTFT predictions from this chat's turns (a view may give it a ``prior`` before the first turn)
-        self.ttft = TtftPredictor(_attention_ratio(model_info))
+        #: TTFT predictions from this chat's turns, before the first one from the model's saved bench results
+        self.ttft = _predictor(model_info)
 
     # -- state -------------------------------------------------------------------------------------
     def add_listener(self, listener: ChatListener) -> None:
@@ -175,7 +176,7 @@ class ChatController:
         next turn prefills it on the new model)."""
         self._retire_engine()
         self.model_info = info
-        self.ttft = TtftPredictor(_attention_ratio(info))  # another model's prefill predicts nothing here
+        self.ttft = _predictor(info)  # another model's prefill predicts nothing here
         self._notice(Notice("model", "Model", f"Switched model to {info.name}"))
         self.start_engine()
 
@@ -451,6 +452,8 @@ class ChatController:
         self._tell(lambda to: to.turn_abandoned(turn, why))
 
 
-def _attention_ratio(info: ModelInfo) -> float:
-    """The TTFT model's ``k`` for ``info`` (:func:`~chatphase.engine.ttft_prediction.attention_ratio`)."""
-    return attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
+def _predictor(info: ModelInfo) -> TtftPredictor:
+    """A TTFT predictor for ``info``: its ``k`` from the model's shape
+    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from the saved bench results."""
+    k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
+    return TtftPredictor(k, saved_prior(info.path, k, results_dir()))
