@@ -151,3 +151,15 @@ async def test_tab_completes_a_path_after_file_and_at(tmp_path, monkeypatch):
         prompt.set_text("no path here")
         await pilot.press("tab")
         assert not prompt.has_focus  # Tab moves the focus elsewhere, as before
+
+
+async def test_a_file_line_being_typed_is_not_counted_as_a_message(tmp_path):
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        prompt = app.query_one(PromptInput)
+        prompt.set_text("hello")
+        await wait_for(pilot, lambda: line(app).startswith("+"))
+        prompt.set_text(f"/file {tmp_path}/no")
+        await wait_for(pilot, lambda: not app.query_one(DraftBudget).display)
+        assert all(r.messages[-1].content != f"/file {tmp_path}/no" for r in engines[0].counts)

@@ -94,8 +94,10 @@ class DraftBudget(Static):
         return files
 
     def recount(self) -> None:
-        """Count the draft now (after a turn, the context changed)."""
+        """Count the draft now (after a turn, the context changed); a ``/file`` line being typed is no message."""
         text, files = self._text, tuple(self.files)
+        if text.lstrip().startswith("/file"):
+            text = ""
         if not text.strip() and not files:
             self.latest = None
             self._show("", refused=False)

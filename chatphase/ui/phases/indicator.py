@@ -135,7 +135,7 @@ class PhaseIndicator(Horizontal):
         ``left_ms``: the time to the first token predicted (:mod:`chatphase.engine.ttft_prediction`)."""
         self._bar.update(total=max(event.prefill_tokens or 0, 1), progress=0)
         cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
-        stats = f"0/{fmt_int(event.prefill_tokens)} tok{cached}{_left(left_ms)}"
+        stats = f"0/{fmt_int(event.prefill_tokens)} tok{_left(left_ms)}{cached}"
         self._cached_note = cached
         if self._badge.has_class("-prefill") and self._bar.display:
             self._set_stats(stats)  # already in the prefill look (:meth:`submitted`): no layout
@@ -148,8 +148,8 @@ class PhaseIndicator(Horizontal):
         self._bar.update(total=max(event.total_tokens, 1), progress=event.done_tokens)
         rate = event.done_tokens * 1000 / event.elapsed_ms if event.elapsed_ms > 0 else None
         stats = (
-            f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok · {fmt_ms(event.elapsed_ms)}"
-            f" · {fmt_rate(rate)}{self._cached_note}{_left(left_ms)}"
+            f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok{_left(left_ms)} · {fmt_ms(event.elapsed_ms)}"
+            f" · {fmt_rate(rate)}{self._cached_note}"
         )
         self._set_stats(stats)
 
