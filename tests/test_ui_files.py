@@ -163,3 +163,19 @@ async def test_a_file_line_being_typed_is_not_counted_as_a_message(tmp_path):
         prompt.set_text(f"/file {tmp_path}/no")
         await wait_for(pilot, lambda: not app.query_one(DraftBudget).display)
         assert all(r.messages[-1].content != f"/file {tmp_path}/no" for r in engines[0].counts)
+
+
+async def test_a_count_that_fails_leaves_the_app_running():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+
+        def broken(_request):
+            raise RuntimeError("the pipe broke")
+
+        engines[0].count_prompt = broken
+        app.query_one(PromptInput).set_text("hello")
+        await pilot.pause(0.6)
+        assert app.is_running and app.query_one(DraftBudget).latest is None
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))

@@ -10,6 +10,7 @@ send it. The files' text never goes through the UI thread's hands but for the fi
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from textual import work
@@ -112,8 +113,16 @@ class DraftBudget(Static):
         return latest.refusal
 
     # -- the count, off the UI thread ----------------------------------------------------------------------
-    @work(thread=True, exclusive=True, group="draft-budget")
+    @work(thread=True, exclusive=True, group="draft-budget", exit_on_error=False)
     def _count(self, text: str, attached: tuple[Attachment, ...]) -> None:
+        """Count in a thread worker; a failure here only leaves the line as it was (the send checks again),
+        never ends the app."""
+        try:
+            self._count_now(text, attached)
+        except Exception:  # the app is closing, or the engine went away mid-count: nothing to show
+            logging.getLogger(__name__).debug("draft budget", exc_info=True)
+
+    def _count_now(self, text: str, attached: tuple[Attachment, ...]) -> None:
         worker = get_current_worker()
         names = tuple(f.name for f in attached)
         try:
