@@ -119,7 +119,7 @@ def test_files_and_stdin_go_into_the_first_message_with_their_budget(tmp_path, c
     assert sent == turns[0]["prompt"]
     assert turns[0]["metrics"]["ttft_predicted_ms"] is None  # nothing measured before the first turn
     assert turns[1]["metrics"]["ttft_predicted_ms"] > 0
-    assert turns[1]["metrics"]["ttft_prediction_source"] == "this chat (1 turn)"
+    assert turns[1]["metrics"]["ttft_prediction_source"] == "this chat, 1 turn"
 
 
 def test_without_json_the_files_and_the_budget_go_to_stderr(tmp_path, capsys, engines):

@@ -185,7 +185,7 @@ def test_roofline_vs_stream_smallest(tmp_path):
 def test_ttft_prediction_smallest(tmp_path):
     done = run("ttft_prediction", "--reps", "1", "--long-tokens", "64", "--gen", "4", "--n-ctx", "1024")
     ok(done, 0, 1)  # 1: the target was not met (figures mean nothing here)
-    assert "| 1 | " in done.stdout and "this chat (3 turns)" in done.stdout
+    assert "| 1 | " in done.stdout and "this chat, 3 turns" in done.stdout
 
 
 @pytest.mark.model

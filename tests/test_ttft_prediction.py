@@ -25,7 +25,7 @@ def scripted(n: int, depth: int, a=40.0, b=2.0, k=1e-4) -> float:
 
 def test_the_fit_recovers_a_and_b_of_scripted_turns_and_predicts_a_long_message_at_depth():
     turns = [(30, 0), (120, 60), (90, 250)]
-    model = fit([PrefillPoint(n, d, scripted(n, d)) for n, d in turns], 1e-4, "this chat (3 turns)")
+    model = fit([PrefillPoint(n, d, scripted(n, d)) for n, d in turns], 1e-4, "this chat, 3 turns")
     assert model is not None
     assert model.a_ms == pytest.approx(40.0) and model.b_ms_per_token == pytest.approx(2.0)
     assert model.c_ms_per_token2 == pytest.approx(2e-4)
@@ -51,10 +51,10 @@ def test_the_predictor_uses_the_chat_once_it_has_a_turn_else_the_prior():
     p = TtftPredictor(0.0, prior)
     assert p.predict_ms(100, 0) == 900.0 and p.model is prior
     p.add(100, 0, 200.0)
-    assert p.model is not None and p.model.source == "this chat (1 turn)" and p.predict_ms(100, 0) == 200.0
+    assert p.model is not None and p.model.source == "this chat, 1 turn" and p.predict_ms(100, 0) == 200.0
     p.add(None, 0, 5.0)  # a remote turn without counts: not a point
     p.add(50, 0, 100.0)
-    assert p.model.source == "this chat (2 turns)"
+    assert p.model.source == "this chat, 2 turns"
     p.clear()
     assert p.model is prior
 
@@ -86,7 +86,7 @@ def test_the_budget_line_says_tokens_context_and_ttft_with_its_source():
     p = TtftPredictor(0.0)
     assert budget_of(count, p).line() == "+1,600 tok · context 41 % → 63 % · TTFT: no measurement yet"
     p.add(100, 0, 525.0)  # 5.25 ms a token
-    assert budget_of(count, p).line() == "+1,600 tok · context 41 % → 63 % · TTFT ≈ 8.4 s (this chat (1 turn))"
+    assert budget_of(count, p).line() == "+1,600 tok · context 41 % → 63 % · TTFT ≈ 8.4 s (this chat, 1 turn)"
     dropped = PromptCount(4000, 0, 3900, 4096, dropped_messages=4)
     assert budget_of(dropped, p).line().endswith("· leaves out the oldest 4 messages")
 
@@ -138,7 +138,7 @@ def test_each_turn_after_the_first_carries_its_predicted_ttft_next_to_the_measur
     finished = [args[1].metrics for args in calls.args_of("turn_finished")]
     assert finished[0].ttft_predicted_ms is None  # nothing measured before the first turn, no prior
     for m in finished[1:]:
-        assert m.ttft_predicted_ms is not None and m.ttft_prediction_source.startswith("this chat (")
+        assert m.ttft_predicted_ms is not None and m.ttft_prediction_source.startswith("this chat, ")
     # the fake's prefill is linear (1 ms tokenise + 2 ms a token + 20 ms the first token): two points predict it
     last = finished[2]
     assert last.ttft_predicted_ms == pytest.approx(last.ttft_ms, rel=0.02)
@@ -193,4 +193,4 @@ def test_before_the_first_turn_the_prior_comes_from_the_models_saved_sweep():
     chat.send("hello")
     first = calls.args_of("turn_finished")[0][1].metrics
     assert first.ttft_predicted_ms is not None and first.ttft_prediction_source == "bench results smollm.json"
-    assert chat.ttft.model.source == "this chat (1 turn)"
+    assert chat.ttft.model.source == "this chat, 1 turn"

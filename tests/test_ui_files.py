@@ -114,7 +114,7 @@ async def test_the_budget_line_counts_the_draft_live_and_predicts_ttft_after_a_t
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         app.query_one(PromptInput).set_text("four five six seven")
         await wait_for(pilot, lambda: "TTFT ≈" in line(app))
-        assert "(this chat (1 turn))" in line(app)
+        assert "(this chat, 1 turn)" in line(app)
         assert engines[0].counts  # counted by the engine, not guessed
 
 

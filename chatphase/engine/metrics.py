@@ -73,7 +73,7 @@ class TurnMetrics:
     ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
 
     ``ttft_predicted_ms``: the TTFT predicted when the prefill began (:mod:`chatphase.engine.ttft_prediction`),
-    ``ttft_prediction_source`` from what (``this chat (3 turns)``, ``bench results FILE``); set by the chat.
+    ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE``); set by the chat.
     """
 
     prompt_tokens: int | None

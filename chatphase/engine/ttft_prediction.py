@@ -36,7 +36,7 @@ class PrefillPoint:
 @dataclass(frozen=True)
 class TtftModel:
     """``ttft_ms = a_ms + b_ms_per_token · n·(1 + k·(depth + n/2))``, fitted on ``n_points``; ``source`` says
-    where the points came from (``this chat (3 turns)``, ``bench results notes.json``)."""
+    where the points came from (``this chat, 3 turns``, ``bench results notes.json``)."""
 
     a_ms: float
     b_ms_per_token: float
@@ -117,7 +117,7 @@ class TtftPredictor:
         if tokens and ttft_ms and depth is not None:
             self.points.append(PrefillPoint(tokens, depth, ttft_ms))
             turns = len(self.points)
-            self._model = fit(self.points, self.k, f"this chat ({turns} turn{'s' if turns != 1 else ''})")
+            self._model = fit(self.points, self.k, f"this chat, {turns} turn{'s' if turns != 1 else ''}")
 
     def clear(self) -> None:
         """Forget the chat's turns (a new chat, another model); the prior stays."""

@@ -3,7 +3,7 @@
 As the user types or attaches, the draft is counted by the model's own tokenizer (the engine's count request,
 :meth:`~chatphase.chat.controller.ChatController.count`) in a thread worker, :data:`DEBOUNCE_S` after the last
 change (a newer draft cancels an older count), and shown as one line (:mod:`chatphase.chat.budget`):
-``+3,412 tok · context 41 % → 63 % · TTFT ≈ 8.4 s (this chat (3 turns))``. A file that cannot go in, or a
+``+3,412 tok · context 41 % → 63 % · TTFT ≈ 8.4 s (this chat, 3 turns)``. A file that cannot go in, or a
 message that would not fit, is said there instead, and :meth:`DraftBudget.refusal` lets the app refuse to
 send it. The files' text never goes through the UI thread's hands but for the final send.
 """
