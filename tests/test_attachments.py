@@ -12,6 +12,8 @@ from chatphase.chat.attachments import (
     AttachmentError,
     at_paths,
     complete_path,
+    completed,
+    completion_context,
     file_command,
     message_text,
     read_attachment,
@@ -104,13 +106,41 @@ def test_at_paths_name_existing_files_or_quoted_ones(tmp_path):
     assert [(a.path, a.quoted) for a in found] == [(f"{tmp_path}/notes.txt", False), (f"{tmp_path}/my file.txt", True)]
 
 
-def test_file_command_takes_quoted_paths_and_says_what_is_missing():
+def test_file_command_takes_quoted_paths_and_alone_takes_the_files_off():
     assert file_command("/file 'my notes.txt' b.md") == ["my notes.txt", "b.md"]
-    assert file_command("hello /file x") is None
-    with pytest.raises(AttachmentError, match="needs a path"):
-        file_command("/file")
+    assert file_command("hello /file x") is None and file_command("/filed x") is None
+    assert file_command("/file") == []
     with pytest.raises(AttachmentError, match="quote is not closed"):
         file_command('/file "abc')
+
+
+@pytest.mark.parametrize(
+    "before, context",
+    [
+        ("/file no", ("no", "")),
+        ("/file a.txt no", ("no", "")),
+        ('/file "my no', ("my no", '"')),
+        ('/file "a b.txt" no', ("no", "")),
+        ("/file ", ("", "")),
+        ("see @no", ("no", "")),
+        ('see @"my no', ("my no", '"')),
+        ("@", ("", "")),
+        ("mail a@b", None),
+        ("/file", None),
+        ("plain", None),
+    ],
+)
+def test_completion_context_finds_the_path_being_typed(before, context):
+    assert completion_context(before) == context
+
+
+def test_completed_quotes_names_with_spaces_and_stops_at_the_common_start():
+    assert completed("no", "", ["notes.txt"]) == "notes.txt"
+    assert completed("my", "", ["my notes.txt"]) == '"my notes.txt"'
+    assert completed("my", '"', ["my dir/"]) == '"my dir/'  # left open: the path goes on
+    assert completed("re", "", ["readme.txt", "report.md"]) is None  # nothing to add
+    assert completed("rep", "", ["report-1.md", "report-2.md"]) == "report-"
+    assert completed("x", "", []) is None
 
 
 def test_complete_path_lists_matches_with_a_slash_after_directories(tmp_path):

@@ -201,10 +201,16 @@ def completion_context(before_cursor: str) -> tuple[str, str] | None:
     """``(prefix, quote)`` of a path being typed at the end of ``before_cursor`` (the current line up to the
     cursor): after ``/file `` or an ``@``; ``quote`` is ``"`` when the path was opened with one. ``None``
     when no path is being typed there."""
-    m = re.search(r'(?:^/file\s+(?:\S+\s+)*|(?<!\S)@)(")?([^"\s]*|(?<=")[^"]*)$', before_cursor)
-    if m is None:
-        return None
-    return m.group(2), m.group(1) or ""
+    if re.match(r"/file\s", before_cursor):
+        rest = before_cursor[len("/file") :]
+        if rest.count('"') % 2:  # inside a quote: the path runs from it
+            return rest[rest.rindex('"') + 1 :], '"'
+        return ("" if rest[-1].isspace() else rest.split()[-1]), ""
+    if (m := re.search(r'(?<!\S)@"([^"]*)$', before_cursor)) is not None:
+        return m.group(1), '"'
+    if (m := re.search(r'(?<!\S)@([^"\s]*)$', before_cursor)) is not None:
+        return m.group(1), ""
+    return None
 
 
 def completed(prefix: str, quote: str, matches: list[str]) -> str | None:
