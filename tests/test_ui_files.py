@@ -179,3 +179,21 @@ async def test_a_count_that_fails_leaves_the_app_running():
         assert app.is_running and app.query_one(DraftBudget).latest is None
         await send(pilot, "hello")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+
+
+async def test_editing_a_message_puts_its_files_back_beside_the_box_and_resends_them_alike(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("alpha\n")
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "Read @a.txt")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        (tmp_path / "a.txt").write_text("changed since\n")  # the edit resends what was sent
+        await pilot.press("ctrl+o")
+        prompt = app.query_one(PromptInput)
+        await wait_for(pilot, lambda: prompt.text == "Read @a.txt")
+        assert [f.text for f in app.query_one(DraftBudget).files] == ["alpha\n"]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(engines[0].requests) == 2 and idle(app))
+        assert engines[0].requests[1].messages[-1] == engines[0].requests[0].messages[-1]

@@ -24,7 +24,14 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer, TextArea
 
-from chatphase.chat.attachments import AttachmentError, at_paths, file_command, message_text, read_attachment
+from chatphase.chat.attachments import (
+    AttachmentError,
+    at_paths,
+    file_command,
+    message_text,
+    read_attachment,
+    split_message,
+)
 from chatphase.chat.controller import ChatController, NotNow
 from chatphase.chat.recording import SessionRecording
 from chatphase.engine.base import Engine
@@ -191,7 +198,9 @@ class ChatPhaseApp(App[None]):
                 self._attach_files(paths)
                 return
             n_ctx = self.draft.n_ctx()
-            files = [*self.draft.files, *(read_attachment(a.path, n_ctx) for a in at_paths(text))]
+            attached = {f.name for f in self.draft.files}  # an @path already attached (an edit) is not read again
+            mentioned = [read_attachment(a.path, n_ctx) for a in at_paths(text) if a.path not in attached]
+            files = [*self.draft.files, *mentioned]
         except AttachmentError as exc:
             self._give_back(text)
             self.notify(str(exc), title="Not sent", severity="error")
@@ -285,7 +294,11 @@ class ChatPhaseApp(App[None]):
         """Take the last user message (and its reply) back into the prompt box to edit and resend."""
         text = self._chat_call(self.chat.take_back_last)
         if isinstance(text, str):
-            self.prompt.edit_message(text)  # said on the box's border: a toast would cover it at 80×24
+            own, files = split_message(text)  # its files go back beside the box, as if attached again
+            self.draft.take_files()
+            for f in files:
+                self.draft.attach(f)
+            self.prompt.edit_message(own)  # said on the box's border: a toast would cover it at 80×24
 
     async def action_clear(self) -> None:
         """Clear the screen; the conversation (context) is kept."""

@@ -126,7 +126,8 @@ class DraftBudget(Static):
         worker = get_current_worker()
         names = tuple(f.name for f in attached)
         try:
-            files = list(attached) + [read_attachment(a.path, self.n_ctx()) for a in at_paths(text)]
+            mentioned = [read_attachment(a.path, self.n_ctx()) for a in at_paths(text) if a.path not in names]
+            files = [*attached, *mentioned]
         except AttachmentError as exc:
             self.app.call_from_thread(self._done, Counted(text, names, None, refusal=str(exc)))
             return
