@@ -125,9 +125,11 @@ def test_files_and_stdin_go_into_the_first_message_with_their_budget(tmp_path, c
 def test_without_json_the_files_and_the_budget_go_to_stderr(tmp_path, capsys, engines):
     f = tmp_path / "notes.txt"
     f.write_text("alpha beta gamma\n")
-    code, _out, err = run(capsys, "-f", str(f), "Summarise.")
+    code, _out, err = run(capsys, "-f", str(f), "Summarise.", "Thanks.")
     assert code == 0, err
     lines = err.splitlines()
+    assert "(predicted" not in lines[2] and lines[2].startswith("[turn 1]")
+    assert lines[3].startswith("[turn 2]") and " (predicted " in lines[3]
     assert lines[0] == f"chatphase: {f} · 17 B · 3 tok"
     assert lines[1].startswith("chatphase: +") and "context 0 % → " in lines[1]
     assert "TTFT: no measurement yet" in lines[1]

@@ -48,7 +48,7 @@ class Attachment:
     tokens: int | None = None
 
     def line(self) -> str:
-        """``notes.txt · 1.2 KB · 312 tok``: the one line the transcript shows (the name not yet inert)."""
+        """``notes.txt · 1.2 KiB · 312 tok``: the one line the transcript shows (the name not yet inert)."""
         tok = "" if self.tokens is None else f" · {fmt_int(self.tokens)} tok"
         return f"{self.name} · {fmt_bytes(self.size_bytes)}{tok}"
 
