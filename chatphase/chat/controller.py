@@ -397,7 +397,7 @@ class ChatController:
                 ),
             )
         if m.stop_reason not in ("cancelled", "error"):
-            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.ttft_ms)
+            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms)
         self.history.add("assistant", ev.reply, ev.thinking)
         if ev.thinking and self._reuse_note is None:
             self._reuse_note = AFTER_THINKING_NOTE  # the cache holds the thinking; the next prompt may not

@@ -1,17 +1,19 @@
 """TTFT predicted before a turn is sent, from this machine's measured prefill.
 
 The model: ``ttft_ms = a + b·n + c·n·(depth + n/2)`` for ``n`` tokens evaluated on top of ``depth`` tokens
-already in the KV cache. ``a`` (ms) is the turn's fixed cost (tokenising, the first sampled token), ``b``
-(ms per token) the weights' cost of each evaluated token, and the last term the attention's: token ``i`` of
-the ``n`` reads the ``depth + i`` tokens before it, ``n·(depth + n/2)`` reads in all. A chat's few turns do
-not determine ``c`` on its own, so it is tied to ``b`` by the model's shape: ``c = b·k`` with ``k`` the
-attention FLOPs per context token over the weights' FLOPs per token (``attention_flops_per_context_token /
-(2 × n_params)``, :mod:`chatphase.models.roofline`), and ``a``, ``b`` are fitted by least squares on
-``x = n·(1 + k·(depth + n/2))``.
+already in the KV cache. ``a`` (ms) is the turn's cost outside the prefill (tokenising, the first sampled
+token), ``b`` (ms per token) the weights' cost of each evaluated token, and the last term the attention's:
+token ``i`` of the ``n`` reads the ``depth + i`` tokens before it, ``n·(depth + n/2)`` reads in all. A chat's
+few turns do not determine ``c`` on its own, so it is tied to ``b`` by the model's shape: ``c = b·k`` with
+``k`` the attention FLOPs per context token over the weights' FLOPs per token
+(``attention_flops_per_context_token / (2 × n_params)``, :mod:`chatphase.models.roofline`).
 
-- 2 or more points with different ``x``: ``a`` and ``b`` (``a`` held at 0 when the fit makes it negative);
-- 1 point: ``a = 0``, ``b = ttft / x`` (the chat's one rate);
-- none: the prior (a bench sweep's samples, :func:`prior_from_sweep`), else no prediction.
+Fitted on the turns' measured figures, each part on its own: ``b`` by least squares through the origin of
+the *prefill* time against ``x = n·(1 + k·(depth + n/2))`` (no tokens, no prefill; the larger turns weigh
+most), and ``a`` the median of ``ttft_ms − prefill_ms``. A line fitted to TTFT itself would need turns of
+very different sizes: a chat's first turns are all short, and a slope through a few tokens' spread is
+noise. One turn is enough; with none, the prior (a bench sweep's samples, :func:`prior_from_sweep`), else
+no prediction.
 
 During a prefill, :func:`remaining_ms` corrects the prediction by the chunks already done: the time
 predicted for the rest, scaled by measured ÷ predicted for the part done. Pure Python, no model.
@@ -19,6 +21,7 @@ predicted for the rest, scaled by measured ÷ predicted for the part done. Pure 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +29,12 @@ from typing import Any
 
 @dataclass(frozen=True)
 class PrefillPoint:
-    """One measured turn: ``tokens`` evaluated on top of ``depth`` cached tokens, its ``ttft_ms``."""
+    """One measured turn: ``tokens`` evaluated on top of ``depth`` cached tokens in ``prefill_ms``; its
+    ``ttft_ms``."""
 
     tokens: int
     depth: int
+    prefill_ms: float
     ttft_ms: float
 
 
@@ -68,21 +73,13 @@ def attention_ratio(attention_flops_per_context_token: int, n_params: int | None
 
 def fit(points: Sequence[PrefillPoint], k: float, source: str) -> TtftModel | None:
     """Fit ``a``, ``b`` to ``points`` (see the module docstring); ``None`` without a usable point."""
-    pts = [p for p in points if p.tokens > 0 and p.ttft_ms > 0]
+    pts = [p for p in points if p.tokens > 0 and p.prefill_ms > 0 and p.ttft_ms >= p.prefill_ms]
     if not pts:
         return None
     xs = [p.tokens * (1.0 + k * (p.depth + p.tokens / 2.0)) for p in pts]
-    ys = [p.ttft_ms for p in pts]
-    n = len(pts)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if n >= 2 and sxx > 0:
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-        a = my - b * mx
-        if a >= 0 and b > 0:
-            return TtftModel(a, b, k, n, source)
-    b = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)  # through the origin
-    return TtftModel(0.0, b, k, n, source)
+    b = sum(x * p.prefill_ms for x, p in zip(xs, pts, strict=True)) / sum(x * x for x in xs)
+    a = statistics.median(p.ttft_ms - p.prefill_ms for p in pts)
+    return TtftModel(a, b, k, len(pts), source)
 
 
 def remaining_ms(model: TtftModel, n: int, depth: int, done: int, elapsed_ms: float) -> float:
@@ -112,10 +109,10 @@ class TtftPredictor:
         self.points: list[PrefillPoint] = []
         self._model: TtftModel | None = None
 
-    def add(self, tokens: int | None, depth: int | None, ttft_ms: float | None) -> None:
+    def add(self, tokens: int | None, depth: int | None, prefill_ms: float | None, ttft_ms: float | None) -> None:
         """Count one finished turn (skipped when a figure is unknown or nothing was evaluated)."""
-        if tokens and ttft_ms and depth is not None:
-            self.points.append(PrefillPoint(tokens, depth, ttft_ms))
+        if tokens and prefill_ms and ttft_ms and depth is not None:
+            self.points.append(PrefillPoint(tokens, depth, prefill_ms, ttft_ms))
             turns = len(self.points)
             self._model = fit(self.points, self.k, f"this chat, {turns} turn{'s' if turns != 1 else ''}")
 
@@ -136,14 +133,16 @@ class TtftPredictor:
 
 
 def prior_from_sweep(samples: Iterable[dict[str, Any]], k: float, source: str) -> TtftModel | None:
-    """A prior from a bench sweep's JSON ``samples`` (``prompt_tokens``, ``depth``, ``ttft_ms``, ``warmup``;
-    ``prefill_tokens`` and ``cached_tokens`` where the engine reported them); ``None`` when none is usable."""
+    """A prior from a bench sweep's JSON ``samples`` (``prompt_tokens``, ``depth``, ``ttft_ms``,
+    ``prefill_tokens_per_s``, ``warmup``; ``prefill_tokens`` and ``cached_tokens`` where the engine reported
+    them); ``None`` when none is usable."""
     points = []
     for s in samples:
-        if s.get("warmup") or not s.get("ttft_ms"):
+        if s.get("warmup") or not s.get("ttft_ms") or not s.get("prefill_tokens_per_s"):
             continue
         tokens = s.get("prefill_tokens") or s.get("prompt_tokens")
         depth = s.get("cached_tokens") if s.get("cached_tokens") is not None else s.get("depth", 0)
         if tokens:
-            points.append(PrefillPoint(int(tokens), int(depth or 0), float(s["ttft_ms"])))
+            prefill_ms = 1000.0 * tokens / s["prefill_tokens_per_s"]
+            points.append(PrefillPoint(int(tokens), int(depth or 0), prefill_ms, float(s["ttft_ms"])))
     return fit(points, k, source)
