@@ -24,14 +24,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer, TextArea
 
-from chatphase.chat.attachments import (
-    AttachmentError,
-    at_paths,
-    file_command,
-    message_text,
-    read_attachment,
-    split_message,
-)
+from chatphase.chat.attachments import AttachmentError, file_command, message_text, read_attachment, split_message
 from chatphase.chat.controller import ChatController, NotNow
 from chatphase.chat.recording import SessionRecording
 from chatphase.engine.base import Engine
@@ -197,10 +190,7 @@ class ChatPhaseApp(App[None]):
             if paths is not None:
                 self._attach_files(paths)
                 return
-            n_ctx = self.draft.n_ctx()
-            attached = {f.name for f in self.draft.files}  # an @path already attached (an edit) is not read again
-            mentioned = [read_attachment(a.path, n_ctx) for a in at_paths(text) if a.path not in attached]
-            files = [*self.draft.files, *mentioned]
+            files = self.draft.files_for(text)
         except AttachmentError as exc:
             self._give_back(text)
             self.notify(str(exc), title="Not sent", severity="error")
@@ -209,9 +199,7 @@ class ChatPhaseApp(App[None]):
             self._give_back(text)
             self.notify(refusal, title="Not sent", severity="error", timeout=10)
             return
-        for f in self.draft.latest.files if self.draft.latest is not None else ():
-            if f.tokens is not None:
-                self.chat_log.file_tokens[(f.name, f.size_bytes)] = f.tokens
+        self.chat_log.file_tokens.update(self.draft.counted_tokens())
         try:
             self.chat.send(message_text(text, files) if files else text)
         except NotNow as exc:

@@ -11,6 +11,7 @@ send it. The files' text never goes through the UI thread's hands but for the fi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from textual import work
@@ -105,6 +106,22 @@ class DraftBudget(Static):
             return
         self._count(text, files)
 
+    def files_for(self, text: str, attached: Sequence[Attachment] | None = None) -> list[Attachment]:
+        """The files that go with ``text``: ``attached`` (default: the ``/file`` ones), then each ``@path``
+        of ``text`` not among them, read now (an edited message's files are not read again).
+
+        Raises:
+            AttachmentError: an ``@path`` file cannot go in.
+        """
+        attached = list(self.files if attached is None else attached)
+        names = {f.name for f in attached}
+        return [*attached, *(read_attachment(a.path, self.n_ctx()) for a in at_paths(text) if a.path not in names)]
+
+    def counted_tokens(self) -> dict[tuple[str, int], int]:
+        """The latest count's tokens per file, by (name, size in bytes): for the transcript's file lines."""
+        files = self.latest.files if self.latest is not None else ()
+        return {(f.name, f.size_bytes): f.tokens for f in files if f.tokens is not None}
+
     def refusal(self, text: str) -> str | None:
         """Why ``text`` with the current files must not be sent, if its count (when it is the latest) says so."""
         latest = self.latest
@@ -126,8 +143,7 @@ class DraftBudget(Static):
         worker = get_current_worker()
         names = tuple(f.name for f in attached)
         try:
-            mentioned = [read_attachment(a.path, self.n_ctx()) for a in at_paths(text) if a.path not in names]
-            files = [*attached, *mentioned]
+            files = self.files_for(text, attached)
         except AttachmentError as exc:
             self.app.call_from_thread(self._done, Counted(text, names, None, refusal=str(exc)))
             return
