@@ -197,3 +197,15 @@ async def test_editing_a_message_puts_its_files_back_beside_the_box_and_resends_
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(engines[0].requests) == 2 and idle(app))
         assert engines[0].requests[1].messages[-1] == engines[0].requests[0].messages[-1]
+
+
+async def test_while_a_reply_runs_the_draft_waits_and_is_counted_after_it(tmp_path):
+    app, engines = make_app(hold="prefill")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "first message")
+        await wait_for(pilot, lambda: engines[0].held.is_set())
+        app.query_one(PromptInput).set_text("next one")
+        await wait_for(pilot, lambda: "counted when the engine is free" in line(app))
+        engines[0].release()
+        await wait_for(pilot, lambda: line(app).startswith("+") and "TTFT ≈" in line(app))

@@ -172,7 +172,10 @@ class DraftBudget(Static):
         elif counted.budget is not None:
             self._show(" · ".join([*parts, counted.budget.line()]), refused=False)
         else:
-            self._show(" · ".join([*parts, "budget: counted once the reply is over"]), refused=False)
+            self._show(
+                " · ".join([*parts, "budget: counted when the engine is free (loading, or a reply running)"]),
+                refused=False,
+            )
 
     def _show(self, line: str, refused: bool) -> None:
         self.set_class(refused, "-refused")
