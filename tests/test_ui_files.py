@@ -209,3 +209,23 @@ async def test_while_a_reply_runs_the_draft_waits_and_is_counted_after_it(tmp_pa
         await wait_for(pilot, lambda: "counted when the engine is free" in line(app))
         engines[0].release()
         await wait_for(pilot, lambda: line(app).startswith("+") and "TTFT ≈" in line(app))
+
+
+async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = "evil\x1b]52;c;aGk=\x07.txt"
+    (tmp_path / name).write_text("plain text\n")
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40), notifications=True) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f'/file "{name}"')
+        await wait_for(pilot, lambda: any("Attached evil" in str(t.render()) for t in app.screen.query("Toast")))
+        toasts = [str(t.render()) for t in app.screen.query("Toast")]  # as drawn (app.notify makes them inert)
+        await wait_for(pilot, lambda: "📎" in line(app))
+        budget = line(app)
+        await send(pilot, "What is in it?")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        shown = [str(app.query_one(UserMessage).render()), budget, *toasts]
+        assert [s for s in shown if "\x1b" in s or "\x07" in s] == []
+        assert "evil␛]52;c;aGk=␇.txt" in shown[0] and "evil␛]52" in budget
+        assert name in app.chat.conversation[0].content  # the model gets the name as it is
