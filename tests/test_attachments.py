@@ -150,3 +150,11 @@ def test_complete_path_lists_matches_with_a_slash_after_directories(tmp_path):
     assert complete_path(f"{tmp_path}/no") == [f"{tmp_path}/notebooks/", f"{tmp_path}/notes.txt"]
     assert complete_path(f"{tmp_path}/") == [f"{tmp_path}/notebooks/", f"{tmp_path}/notes.txt"]
     assert complete_path(f"{tmp_path}/.h") == [f"{tmp_path}/.hidden"]
+
+
+def test_a_device_or_pipe_is_read_no_further_than_the_limit():
+    # /dev/zero never ends (and its size says 0): read to the limit and refused, not read forever
+    assert _refusal("/dev/zero", n_ctx=4096) == (
+        "/dev/zero is more than 256.0 KiB: larger than the context of 4,096 tokens can hold"
+    )
+    assert "stdin is more than 1.0 KiB" in _refusal("-", n_ctx=16, stdin_bytes=b"x" * 2000)

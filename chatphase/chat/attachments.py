@@ -61,20 +61,19 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
             of the first bad byte), or larger than ``n_ctx`` can hold (more than
             :data:`MAX_BYTES_PER_TOKEN` bytes a token; the exact check in tokens is the budget's).
     """
+    limit = byte_limit(n_ctx)
     if path == "-":
         data = stdin_bytes if stdin_bytes is not None else b""
+        _check_size("stdin", len(data), limit, n_ctx)
         return _decode("stdin", data)
     p = Path(path).expanduser()
     if p.is_dir():
         raise AttachmentError(f"{path} is a directory: attach the files in it one by one")
     try:
-        size = p.stat().st_size
-        if n_ctx and size > n_ctx * MAX_BYTES_PER_TOKEN:
-            raise AttachmentError(
-                f"{path} is {fmt_bytes(size)}: larger than the context of {fmt_int(n_ctx)} tokens can hold"
-            )
-        with open(p, "rb") as fh:
-            data = fh.read()
+        _check_size(path, p.stat().st_size, limit, n_ctx)
+        with open(p, "rb") as fh:  # a device or a pipe has no size: read no more than the limit
+            data = fh.read(-1 if limit is None else limit + 1)
+        _check_size(path, len(data), limit, n_ctx)
     except FileNotFoundError:
         raise AttachmentError(f"{path}: no such file") from None
     except PermissionError:
@@ -82,6 +81,18 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
     except OSError as exc:
         raise AttachmentError(f"{path}: cannot read it ({exc.strerror or 'error'})") from None
     return _decode(path, data)
+
+
+def byte_limit(n_ctx: int | None) -> int | None:
+    """The most bytes a file for a context of ``n_ctx`` tokens may have (:data:`MAX_BYTES_PER_TOKEN` a token)."""
+    return n_ctx * MAX_BYTES_PER_TOKEN if n_ctx else None
+
+
+def _check_size(name: str, size: int, limit: int | None, n_ctx: int | None) -> None:
+    if limit is not None and size > limit:
+        raise AttachmentError(
+            f"{name} is more than {fmt_bytes(limit)}: larger than the context of {fmt_int(n_ctx)} tokens can hold"
+        )
 
 
 def _decode(name: str, data: bytes) -> Attachment:

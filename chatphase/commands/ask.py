@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 
 from typing_extensions import override
 
-from chatphase.chat.attachments import Attachment, message_text, read_attachment, too_many_tokens
+from chatphase.chat.attachments import Attachment, byte_limit, message_text, read_attachment, too_many_tokens
 from chatphase.chat.budget import budget_of
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
@@ -242,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
-    stdin = sys.stdin.buffer.read() if "-" in args.files else None
+    limit = byte_limit(settings.engine.n_ctx)
+    stdin = sys.stdin.buffer.read(-1 if limit is None else limit + 1) if "-" in args.files else None
     files = [read_attachment(f, settings.engine.n_ctx, stdin) for f in args.files]  # exit 2 before the model loads
     info = model_info_for(settings, pull=args.pull)
     engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
