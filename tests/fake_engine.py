@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from chatphase.engine.events import (
+    CountRequest,
     EngineFailed,
     Event,
     FirstToken,
@@ -33,6 +34,7 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
+    PromptCount,
     SpecLive,
     ThinkingEnded,
     TokensDecoded,
@@ -167,6 +169,7 @@ class FakeEngine:
         self.dead = False
         self._gone = threading.Event()  # set when dead or closed (ends watch())
         self.requests: list[TurnRequest] = []
+        self.counts: list[CountRequest] = []
 
     # -- Engine protocol -------------------------------------------------------------------------
     def load(self) -> Iterator[Event]:
@@ -306,6 +309,21 @@ class FakeEngine:
         )
         reply, thought_text = "".join(text), "".join(thought)
         yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text, restore_note=self.restore_note)
+
+    def count_prompt(self, request: CountRequest) -> PromptCount | None:
+        """Count as :meth:`run_turn` would template (one token a word; a text alone: its words); ``None``
+        once closed or dead. Each call is kept in :attr:`counts`."""
+        self.counts.append(request)
+        if self.dead or self.closed:
+            return None
+        texts = tuple(len(t.split()) for t in request.texts)
+        messages, dropped = self._fit(list(request.messages))
+        if messages is None:
+            too_long = f"the message needs more than the context of {self.n_ctx} tokens"
+            return PromptCount(None, 0, len(self._cache), self.n_ctx, text_tokens=texts, too_long=too_long)
+        prompt = template_tokens(messages)
+        cached = min(_common_prefix(self._cache, prompt), len(prompt) - 1)
+        return PromptCount(len(prompt), cached, len(self._cache), self.n_ctx, dropped, texts)
 
     def _spec_figures(self, spec: SpecLive, times: Sequence[int]) -> dict[str, Any]:
         """The ``spec_*`` metrics of tokens at ``times`` (ns), in the steps that ``drafted`` implies."""

@@ -34,6 +34,7 @@ BENCHMARKS = (
     "spec_decode",
     "startup",
     "terminal_share",
+    "ttft_prediction",
     "tui_overhead",
     "ui_memory",
 )
@@ -193,6 +194,13 @@ def test_roofline_vs_stream_smallest(tmp_path):
     done = run("roofline_vs_stream", "--stream", str(stream), "--rounds", "1", "--threads", "1")
     ok(done)
     assert "| 1 |" in done.stdout and "12.3" in done.stdout
+
+
+@pytest.mark.model
+def test_ttft_prediction_smallest(tmp_path):
+    done = run("ttft_prediction", "--reps", "1", "--long-tokens", "64", "--gen", "4", "--n-ctx", "1024")
+    ok(done, 0, 1)  # 1: the target was not met (figures mean nothing here)
+    assert "| 1 | " in done.stdout and "this chat, 3 turns" in done.stdout
 
 
 @pytest.mark.model

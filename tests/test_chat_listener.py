@@ -22,6 +22,7 @@ OWN_METHODS = {
     "chatphase.ui.chat_view.ChatView": {"tick", "toggle_draft_tint"},
     "chatphase.chat.recording.SessionRecording": {"adopt", "session", "close"},
     "chatphase.commands.ask._Printer": {"emit_json"},
+    "chatphase.ui.draft_budget.RecountAfterTurns": set(),
 }
 
 INTERFACE = {name: fn for name, fn in vars(ChatListener).items() if inspect.isfunction(fn) and not name.startswith("_")}

@@ -81,7 +81,7 @@ def test_decoding(snap_compare):
 def test_finished_with_history(snap_compare):
     """Two finished turns: replies with a code block and a numbered list, each with its metrics line
     (turn 2 shows its cached tokens); DONE badge; the panel shows turn 2's final metrics (prompt with
-    cached tokens, ITL p50/p95 20.0 ms); the dashboard's history table has rows 1 and 2."""
+    cached tokens, ITL p50/p95 20.0 ms); the dashboard's history table has rows 1 and 2; turn 2's detail ends with its predicted TTFT (TTFT pred. ms)."""
     app, _ = snapshot_app()
     assert snap_compare(app, terminal_size=(140, 40), run_before=two_turns)
 

@@ -23,14 +23,17 @@ same controller.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
+from chatphase.chat.ttft_prior import results_dir, saved_prior
 from chatphase.chat.turn import Turn, TurnKind
-from chatphase.engine.base import Engine
+from chatphase.engine.base import Engine, PromptCounter
 from chatphase.engine.events import (
+    CountRequest,
     EngineFailed,
     Event,
     FirstToken,
@@ -39,13 +42,16 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
+    PromptCount,
     ThinkingEnded,
     TokensDecoded,
     TurnFinished,
     TurnRequest,
 )
+from chatphase.engine.ttft_prediction import TtftPredictor, attention_ratio
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.roofline import attention_flops_per_context_token
 from chatphase.settings.schema import Settings
 
 if TYPE_CHECKING:
@@ -103,6 +109,8 @@ class ChatController:
         self._closed = False
         #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
         self.events_every_ms: float | None = None
+        #: TTFT predictions from this chat's turns, before the first one from the model's saved bench results
+        self.ttft = _predictor(model_info)
 
     # -- state -------------------------------------------------------------------------------------
     def add_listener(self, listener: ChatListener) -> None:
@@ -168,6 +176,7 @@ class ChatController:
         next turn prefills it on the new model)."""
         self._retire_engine()
         self.model_info = info
+        self.ttft = _predictor(info)  # another model's prefill predicts nothing here
         self._notice(Notice("model", "Model", f"Switched model to {info.name}"))
         self.start_engine()
 
@@ -275,6 +284,7 @@ class ChatController:
             raise NotNow("Not starting a new chat: wait for the reply or stop it", "chat.stop")
         self.history.clear()
         self._reuse_note = None
+        self.ttft.clear()
         self._tell(lambda to: to.chat_cleared())
 
     def restore(self, session: Session) -> None:
@@ -289,6 +299,25 @@ class ChatController:
         self.history.restore(session.history(), max((t.index for t in session.turns), default=0))
         self._reuse_note = COLD_PREFILL_NOTE
         self._tell(lambda to: to.history_restored(session))
+
+    # -- the budget of a draft -----------------------------------------------------------------------
+    def draft_request(self, text: str, texts: tuple[str, ...] = ()) -> CountRequest | None:
+        """What counting ``text`` as the next user message asks of the engine (on the controller's thread:
+        it reads the conversation); ``texts`` are counted alone too (attached files). ``None`` when the
+        engine cannot count (none loaded, a remote server)."""
+        if self.loaded is None or not isinstance(self.engine, PromptCounter):
+            return None
+        messages = (*self.history.request_messages(self.settings.system_prompt), Message("user", text))
+        thinking = {"on": True, "off": False}.get(self.settings.thinking)
+        return CountRequest(messages, self.settings.sampling.max_tokens, thinking, texts)
+
+    def count(self, request: CountRequest) -> PromptCount | None:
+        """The engine's answer to ``request`` (blocking: call it off the UI thread); ``None`` when it cannot
+        count now (a turn is running, the engine was replaced or is gone)."""
+        engine = self.engine
+        if self.busy or not isinstance(engine, PromptCounter):
+            return None
+        return engine.count_prompt(request)
 
     def _begin(self, kind: TurnKind) -> Turn:
         assert self.engine is not None
@@ -346,6 +375,10 @@ class ChatController:
 
     def _prefill_started(self, turn: Turn, ev: PrefillStarted) -> None:
         turn.prefill = ev
+        model = self.ttft.model
+        if model is not None and ev.prefill_tokens is not None and ev.cached_tokens is not None:
+            turn.ttft_model = model
+            turn.ttft_predicted_ms = model.ttft_ms(ev.prefill_tokens, ev.cached_tokens)
         self._tell(lambda to: to.prefill_started(turn, ev))
         if ev.dropped_messages:
             self._notice(Notice.dropped(ev.dropped_messages))
@@ -355,6 +388,16 @@ class ChatController:
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
         self.turn = None
+        m = ev.metrics
+        if turn.ttft_model is not None:
+            ev = replace(
+                ev,
+                metrics=replace(
+                    m, ttft_predicted_ms=turn.ttft_predicted_ms, ttft_prediction_source=turn.ttft_model.source
+                ),
+            )
+        if m.stop_reason not in ("cancelled", "error"):
+            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms)
         self.history.add("assistant", ev.reply, ev.thinking)
         if ev.thinking and self._reuse_note is None:
             self._reuse_note = AFTER_THINKING_NOTE  # the cache holds the thinking; the next prompt may not
@@ -409,3 +452,10 @@ class ChatController:
             return
         self.history.add("assistant", turn.reply, turn.thinking)
         self._tell(lambda to: to.turn_abandoned(turn, why))
+
+
+def _predictor(info: ModelInfo) -> TtftPredictor:
+    """A TTFT predictor for ``info``: its ``k`` from the model's shape
+    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from the saved bench results."""
+    k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
+    return TtftPredictor(k, saved_prior(info.path, k, results_dir()))

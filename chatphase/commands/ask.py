@@ -9,6 +9,10 @@ A reasoning model's thinking goes to stderr only with ``--show-thinking``.
 The model's text is written inert (:func:`~chatphase.engine.text.inert`: control characters other than
 newline and tab shown as pictures, ESC as ␛), to a terminal and to a pipe alike, unless ``--raw``;
 chatphase's own lines on stderr (notes, errors, metrics) always are, and ``--json`` escapes them.
+``-f FILE`` (repeatable; ``-`` reads stdin) puts text files into the first PROMPT
+(:mod:`chatphase.chat.attachments`); a file that cannot go in (binary, not UTF-8, larger than the context, a
+directory, unreadable) is one line and exit 2 before anything is sent, and so is a message that would not fit.
+With files, the first turn's budget (:mod:`chatphase.chat.budget`) goes to stderr before it is sent.
 Exit codes: 0 ok; 2 bad usage or unusable model (one line on stderr); 1 engine failure.
 """
 
@@ -17,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from typing_extensions import override
 
+from chatphase.chat.attachments import Attachment, byte_limit, message_text, read_attachment, too_many_tokens
+from chatphase.chat.budget import budget_of
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.listener import ChatListener, Notice
@@ -65,6 +71,15 @@ def register(sub) -> None:
         "on a terminal this lets the model's text drive it (escape sequences: clipboard, screen, title). "
         "Default: control characters other than newline and tab are shown as pictures (ESC as ␛)",
     )
+    p.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        dest="files",
+        default=[],
+        metavar="FILE",
+        help="put this text file into the first PROMPT (repeatable; - reads stdin)",
+    )
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="user turns, in order")
     p.set_defaults(func=run)
 
@@ -95,8 +110,9 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
             f"spec {spec_figures_text(m.spec_mode, m.spec_tokens_per_step, m.spec_acceptance, m.spec_speedup)} "
             f"({n(m.spec_accepted)}/{n(m.spec_drafted)} drafted, {n(m.spec_steps)} steps, {steps}) · "
         )
+    predicted = "" if m.ttft_predicted_ms is None else f" (predicted {fmt_ms(m.ttft_predicted_ms)})"
     return (
-        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)} · "
+        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)}{predicted} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{m.stop_reason}"
@@ -226,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
+    limit = byte_limit(settings.engine.n_ctx)
+    stdin = sys.stdin.buffer.read(-1 if limit is None else limit + 1) if "-" in args.files else None
+    files = [read_attachment(f, settings.engine.n_ctx, stdin) for f in args.files]  # exit 2 before the model loads
     info = model_info_for(settings, pull=args.pull)
     engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
     chat = ChatController(settings, info, lambda _info, _settings: engine, InlineDispatcher())
@@ -236,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         recording = SessionRecording(chat, on_error=lambda m: say(f"chatphase: {m}; not saving"))
         chat.add_listener(recording)
     try:
-        return _run(chat, printer, args.prompts)
+        return _run(chat, printer, args.prompts, files)
     finally:
         chat.close()
         if recording is not None:
@@ -246,11 +265,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"chatphase: saved as session {writer.id}", file=sys.stderr)
 
 
-def _run(chat: ChatController, printer: _Printer, prompts: list[str]) -> int:
+def _run(chat: ChatController, printer: _Printer, prompts: list[str], files: list[Attachment]) -> int:
     chat.start_engine()  # inline: loaded (or stopped) when it returns
     if printer.stopped is not None:
         raise EngineError(printer.stopped)
-    for prompt in prompts:
+    for i, prompt in enumerate(prompts):
+        if i == 0 and files:
+            prompt = _with_files(chat, printer, prompt, files)
         chat.send(prompt)  # inline: the whole turn
         failure = printer.stopped or printer.turn_error
         if printer.refused is not None or failure is not None:
@@ -260,3 +281,30 @@ def _run(chat: ChatController, printer: _Printer, prompts: list[str]) -> int:
             raise EngineError(failure)
     printer.emit_json()
     return 0
+
+
+def _with_files(chat: ChatController, printer: _Printer, prompt: str, files: list[Attachment]) -> str:
+    """``prompt`` with ``files`` in it, once the model's tokenizer has counted them (its budget said on
+    stderr without ``--json``).
+
+    Raises:
+        UsageError: a file larger than the context, or the message would not fit (nothing is sent).
+    """
+    text = message_text(prompt, files)
+    request = chat.draft_request(text, tuple(f.text for f in files))
+    count = chat.count(request) if request is not None else None
+    if count is None:  # an engine that cannot count (a remote server): the server says if it does not fit
+        return text
+    for f, n in zip(files, count.text_tokens, strict=True):
+        if (line := too_many_tokens(replace(f, tokens=n), count.n_ctx)) is not None:
+            raise UsageError(line)
+    budget = budget_of(count, chat.ttft)
+    if not budget.fits:
+        raise UsageError(f"message not sent: {budget.line()}")
+    if not printer.as_json:
+        say(
+            "chatphase: "
+            + " · ".join(replace(f, tokens=n).line() for f, n in zip(files, count.text_tokens, strict=True))
+        )
+        say(f"chatphase: {budget.line()}")
+    return text

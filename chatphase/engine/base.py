@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-from chatphase.engine.events import Event, TurnRequest
+from chatphase.engine.events import CountRequest, Event, PromptCount, TurnRequest
 
 
 class CancelEvent(Protocol):
@@ -42,3 +42,13 @@ class Engine(Protocol):
     def cancel(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PromptCounter(Protocol):
+    """An engine that can count a conversation before it is sent (the local engine, its host, fakes).
+
+    ``count_prompt(request)`` is blocking and may be called from any thread; it answers ``None`` when it cannot
+    count now (a turn is running, the engine is gone)."""
+
+    def count_prompt(self, request: CountRequest) -> PromptCount | None: ...

@@ -370,3 +370,38 @@ Event = (
     | TurnFinished
     | EngineFailed
 )
+
+
+@dataclass(frozen=True)
+class CountRequest:
+    """Count what sending ``messages`` (the whole conversation, the draft message last) would cost, without
+    running it: the engine templates and tokenises them as :meth:`run_turn` would (``max_tokens`` keeps
+    room for the reply), and tokenises each of ``texts`` alone (the attached files)."""
+
+    messages: tuple[Message, ...]
+    max_tokens: int = 512
+    enable_thinking: bool | None = None
+    texts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PromptCount:
+    """The answer to a :class:`CountRequest`, in tokens of the model's own tokenizer.
+
+    ``prompt_tokens`` the templated prompt (``None`` when it does not fit: ``too_long`` says why, with the
+    numbers), ``cached_tokens`` of it the KV cache holds now (reused), ``kv_cache_tokens`` what the cache
+    holds now, ``dropped_messages`` the oldest messages left out to fit, ``text_tokens`` one count per text.
+    """
+
+    prompt_tokens: int | None
+    cached_tokens: int
+    kv_cache_tokens: int
+    n_ctx: int
+    dropped_messages: int = 0
+    text_tokens: tuple[int, ...] = ()
+    too_long: str | None = None
+
+    @property
+    def new_tokens(self) -> int | None:
+        """Tokens the prefill would evaluate (``None`` when it does not fit)."""
+        return None if self.prompt_tokens is None else self.prompt_tokens - self.cached_tokens

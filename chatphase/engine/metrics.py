@@ -71,6 +71,9 @@ class TurnMetrics:
 
     Speculative decoding: the ``spec_*`` and ``step_ms_*`` fields (the module docstring); ``spec_mode`` is
     ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
+
+    ``ttft_predicted_ms``: the TTFT predicted when the prefill began (:mod:`chatphase.engine.ttft_prediction`),
+    ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE``); set by the chat.
     """
 
     prompt_tokens: int | None
@@ -121,6 +124,8 @@ class TurnMetrics:
     restored_tokens: int | None = None
     restore_ms: float | None = None
     restore_bytes: int | None = None
+    ttft_predicted_ms: float | None = None
+    ttft_prediction_source: str | None = None
 
     @property
     def thought(self) -> bool:

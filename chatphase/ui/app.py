@@ -22,8 +22,9 @@ from textual.containers import Horizontal, Vertical
 from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, TextArea
 
+from chatphase.chat.attachments import AttachmentError, file_command, message_text, read_attachment, split_message
 from chatphase.chat.controller import ChatController, NotNow
 from chatphase.chat.recording import SessionRecording
 from chatphase.engine.base import Engine
@@ -35,6 +36,7 @@ from chatphase.ui import messages as msg
 from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard.dashboard import Dashboard
+from chatphase.ui.draft_budget import DraftBudget, RecountAfterTurns
 from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.history_source import EarlierTurns
 from chatphase.ui.inert_lines import InertLines
@@ -125,6 +127,7 @@ class ChatPhaseApp(App[None]):
                 yield PhaseIndicator(id="phase")
                 with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
                     yield PromptInput(id="prompt")
+                    yield DraftBudget(self.chat, id="draft-budget")
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
@@ -143,6 +146,7 @@ class ChatPhaseApp(App[None]):
         show_keymap_notices(self, self._keymap_notices)
         self.view = ChatView(self, self.chat, self.dispatcher, self.keys)
         self.chat.add_listener(self.view)
+        self.chat.add_listener(RecountAfterTurns(self.draft))
         self.sessions = SessionCommands(self, self.chat, self.recording)
         for notice in self.startup_notices:
             self.notify(notice, title="Start-up", severity="warning", timeout=15)
@@ -164,6 +168,10 @@ class ChatPhaseApp(App[None]):
         return self.query_one(PromptInput)
 
     @property
+    def draft(self) -> DraftBudget:
+        return self.query_one(DraftBudget)
+
+    @property
     def chat_log(self) -> ChatLog:
         return self.query_one(ChatLog)
 
@@ -176,13 +184,56 @@ class ChatPhaseApp(App[None]):
 
     # -- the user ----------------------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        """Send the message with its files (``/file`` ones and ``@path`` ones), or take a ``/file`` line;
+        a file that cannot go in, or a message that would not fit, is a notice and nothing is sent."""
+        text = message.text
         try:
-            self.chat.send(message.text)
+            paths = file_command(text)
+            if paths is not None:
+                self._attach_files(paths)
+                return
+            files = self.draft.files_for(text)
+        except AttachmentError as exc:
+            self._give_back(text)
+            self.notify(str(exc), title="Not sent", severity="error")
+            return
+        if (refusal := self.draft.refusal(text)) is not None:
+            self._give_back(text)
+            self.notify(refusal, title="Not sent", severity="error", timeout=10)
+            return
+        self.chat_log.file_tokens.update(self.draft.counted_tokens())
+        try:
+            self.chat.send(message_text(text, files) if files else text)
         except NotNow as exc:
-            prompt = self.prompt
-            if not prompt.text.strip():
-                prompt.set_text(message.text)
+            self._give_back(text)
             self._not_now(exc)
+            return
+        if self.draft.files:
+            self.draft.take_files()
+
+    def _give_back(self, text: str) -> None:
+        prompt = self.prompt
+        if not prompt.text.strip():
+            prompt.set_text(text)
+
+    def _attach_files(self, paths: list[str]) -> None:
+        """``/file PATH…``: attach each readable text file to the next message; ``/file`` alone takes them off."""
+        if not paths:
+            taken = self.draft.take_files()
+            self.notify(f"Took off {len(taken)} file(s)" if taken else "No file is attached", title="Files")
+            return
+        for path in paths:
+            try:
+                att = read_attachment(path, self.draft.n_ctx())
+            except AttachmentError as exc:
+                self.notify(str(exc), title="Not attached", severity="error")
+                continue
+            self.draft.attach(att)
+            self.notify(f"Attached {att.line()}; it goes with your next message", title="Files")
+
+    @on(TextArea.Changed, "#prompt")
+    def _draft_changed(self, event: TextArea.Changed) -> None:
+        self.draft.draft_changed(event.text_area.text)
 
     @on(events.Key)
     @on(events.Paste)
@@ -233,7 +284,11 @@ class ChatPhaseApp(App[None]):
         """Take the last user message (and its reply) back into the prompt box to edit and resend."""
         text = self._chat_call(self.chat.take_back_last)
         if isinstance(text, str):
-            self.prompt.edit_message(text)  # said on the box's border: a toast would cover it at 80×24
+            own, files = split_message(text)  # its files go back beside the box, as if attached again
+            self.draft.take_files()
+            for f in files:
+                self.draft.attach(f)
+            self.prompt.edit_message(own)  # said on the box's border: a toast would cover it at 80×24
 
     async def action_clear(self) -> None:
         """Clear the screen; the conversation (context) is kept."""

@@ -187,7 +187,7 @@ class ChatView(ChatListener):
 
     @override
     def prefill_started(self, turn: Turn, event: PrefillStarted) -> None:
-        self.prefill.began(turn.number, event)  # drawn by the tick
+        self.prefill.began(turn.number, event, turn.ttft_left_ms)  # drawn by the tick
 
     @override
     def prefill_progress(self, turn: Turn, event: PrefillProgress) -> None:

@@ -12,10 +12,13 @@ them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a
 paste. The box grows with its text up to a height cap set in its ``DEFAULT_CSS``. Typing that reaches the app
 because another widget of the chat screen has focus (after a click on a dashboard tab) comes here too
 (:meth:`PromptInput.catch`), so that it is never lost.
+Tab completes a file path typed after ``/file `` or ``@`` (:func:`~chatphase.chat.attachments.completion_context`;
+several matches: their common start, and a notice lists them); elsewhere Tab moves the focus as before.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from textual import events
@@ -23,7 +26,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
-from chatphase.engine.text import clean_text, replaced_note
+from chatphase.chat.attachments import complete_path, completed, completion_context
+from chatphase.engine.text import clean_text, inert, replaced_note
 
 
 class PromptInput(TextArea):
@@ -84,12 +88,36 @@ class PromptInput(TextArea):
             event.stop()
             event.prevent_default()
             self.action_submit()
+        elif event.key == "tab" and self._complete_path():
+            event.stop()
+            event.prevent_default()
         elif event.key in self.NEWLINE_KEYS:
             event.stop()
             event.prevent_default()
             self.action_newline()
         else:
             await super()._on_key(event)
+
+    #: most matches a Tab lists in its notice.
+    MAX_LISTED = 12
+
+    def _complete_path(self) -> bool:
+        """Complete the path before the cursor (module docstring); whether Tab was taken for it."""
+        row, col = self.cursor_location
+        context = completion_context(self.document.get_line(row)[:col])
+        if context is None:
+            return False
+        prefix, quote = context
+        matches = complete_path(prefix)
+        replacement = completed(prefix, quote, matches)
+        if replacement is not None:
+            self.replace(replacement, (row, col - len(prefix) - len(quote)), (row, col))
+        if len(matches) != 1:
+            names = [os.path.basename(m.rstrip("/")) + ("/" if m.endswith("/") else "") for m in matches]
+            listed = ", ".join(names[: self.MAX_LISTED])
+            more = f" and {len(matches) - self.MAX_LISTED} more" if len(matches) > self.MAX_LISTED else ""
+            self.notify(inert(listed + more) if matches else "No file matches", title="Files", timeout=4)
+        return True
 
     def action_submit(self) -> None:
         """Send the text unless it is blank."""

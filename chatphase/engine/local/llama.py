@@ -26,6 +26,7 @@ import llama_cpp as lc
 from chatphase.engine.base import CancelEvent
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
+    CountRequest,
     EngineFailed,
     Event,
     LoadedModel,
@@ -34,6 +35,7 @@ from chatphase.engine.events import (
     ModelLoaded,
     PrefillProgress,
     PrefillStarted,
+    PromptCount,
     TurnFinished,
     TurnRequest,
 )
@@ -153,6 +155,24 @@ class LlamaEngine:
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are parsed)."""
         return self._vocab.tokenize(text, add_special)
+
+    def count_prompt(self, request: CountRequest) -> PromptCount | None:
+        """Template and tokenise ``request.messages`` as :meth:`run_turn` would and say what the KV cache
+        holds of them, changing nothing (call it between turns: the engine is one-turn-at-a-time)."""
+        if self._ctx is None:
+            return None
+        messages = tuple(
+            Message(m.role, clean_text(m.content)[0], clean_text(m.reasoning)[0]) for m in request.messages
+        )
+        texts = tuple(len(self._vocab.tokenize(clean_text(t)[0], False)) for t in request.texts)
+        budget = self._n_ctx - min(request.max_tokens, self._n_ctx // 4)
+        kv = len(self._cache)
+        try:
+            fitted = self._template.fit(messages, budget, self._encode, request.enable_thinking)
+        except PromptTooLong as exc:
+            return PromptCount(None, 0, kv, self._n_ctx, text_tokens=texts, too_long=str(exc))
+        prompt = fitted.tokens
+        return PromptCount(len(prompt), self._reusable(prompt), kv, self._n_ctx, fitted.dropped_messages, texts)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token (special tokens render empty unless ``special``)."""
@@ -322,13 +342,16 @@ class LlamaEngine:
         arr = (lc.llama_token * len(tokens))(*tokens)
         return int(lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens)))) == 0
 
+    def _reusable(self, prompt: list[int]) -> int:
+        """The longest common prefix of the cache and ``prompt``, leaving at least one token to evaluate."""
+        keep, limit = 0, min(len(self._cache), len(prompt) - 1)
+        while keep < limit and self._cache[keep] == prompt[keep]:
+            keep += 1
+        return keep
+
     def _reuse_prefix(self, prompt: list[int], reset: bool) -> int:
         """Keep the longest common prefix of the cache and ``prompt`` (at least one token left to evaluate)."""
-        keep = 0
-        if not reset:
-            limit = min(len(self._cache), len(prompt) - 1)
-            while keep < limit and self._cache[keep] == prompt[keep]:
-                keep += 1
+        keep = 0 if reset else self._reusable(prompt)
         if keep < len(self._cache):
             if not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
                 lc.llama_memory_clear(self._mem, True)  # models whose memory cannot drop a tail (recurrent)

@@ -6,8 +6,8 @@ not draw over a Textual screen (the child points both at the engine log); and ca
 memory release become clean (the process ends, the OS takes its memory back).
 
 The child (:class:`~chatphase.engine.process.child.Child`: ``spawn``, a message pipe, a cancel pipe) takes
-typed commands (:data:`Command`: ``RunTurn``, ``Close``) and sends typed replies back (:data:`Reply`: the
-engine's events and ``TurnDone``); per-token ``TokensDecoded`` events are coalesced in the child for at most
+typed commands (:data:`Command`: ``RunTurn``, ``Count`` between turns, ``Close``) and sends typed replies back
+(:data:`Reply`: the engine's events, ``Counted`` and ``TurnDone``); per-token ``TokensDecoded`` events are coalesced in the child for at most
 ``coalesce_ms`` so that the pipe carries a bounded message rate — the token timestamps are taken before
 coalescing, so no measured figure changes. Cancel, on the second pipe, is checked by the engine between
 prefill chunks and tokens.
@@ -15,19 +15,23 @@ prefill chunks and tokens.
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
+    CountRequest,
     EngineFailed,
     Event,
     FirstToken,
     ModelLoaded,
     PrefillStarted,
+    PromptCount,
     ThinkingEnded,
     TokensDecoded,
     TurnRequest,
@@ -35,6 +39,9 @@ from chatphase.engine.events import (
 from chatphase.engine.process.cancel_pipe import CancelFlag
 from chatphase.engine.process.child import Child, exit_reason, quiet, reporting
 from chatphase.models.gguf_meta import ModelInfo
+
+if TYPE_CHECKING:
+    from chatphase.engine.local.llama import LlamaEngine
 
 #: seconds between the thread policy's load snapshots while the child waits for a turn
 #: (:meth:`chatphase.engine.threads.governor.ThreadGovernor.idle`): one ~0.06 ms wake-up a second.
@@ -56,6 +63,22 @@ class Close:
 
 
 @dataclass(frozen=True)
+class Count:
+    """To the child, between turns: answer ``request`` (:meth:`LlamaEngine.count_prompt`) as :class:`Counted`."""
+
+    request: CountRequest
+    seq: int
+
+
+@dataclass(frozen=True)
+class Counted:
+    """From the child: the answer to :class:`Count` number ``seq`` (``None``: it could not count)."""
+
+    seq: int
+    count: PromptCount | None
+
+
+@dataclass(frozen=True)
 class TurnDone:
     """From the child: turn ``turn_id`` has sent all its events (never yielded to callers)."""
 
@@ -63,8 +86,8 @@ class TurnDone:
 
 
 #: what the parent sends the child, and what the child sends back.
-Command: TypeAlias = "RunTurn | Close"
-Reply: TypeAlias = "Event | TurnDone"
+Command: TypeAlias = "RunTurn | Count | Close"
+Reply: TypeAlias = "Event | Counted | TurnDone"
 
 
 class _Batch:
@@ -147,6 +170,9 @@ def _child_main(
                 break
             if isinstance(command, Close):
                 break
+            if isinstance(command, Count):
+                conn.send(Counted(command.seq, _count(engine, command.request)))
+                continue
             request = command.request
             cancel.begin(command.seq)
             every_ns = int(request.events_every_ms * 1e6) if request.events_every_ms else coalesce_ns
@@ -168,6 +194,15 @@ def _child_main(
                 conn.send(event)
             conn.send(TurnDone(request.turn_id))
         engine.close()
+
+
+def _count(engine: LlamaEngine, request: CountRequest) -> PromptCount | None:
+    """The engine's count, ``None`` when it raised (the template on a message it cannot render: the turn
+    itself will say why), so that a count never ends the child."""
+    try:
+        return engine.count_prompt(request)
+    except Exception:
+        return None
 
 
 def internal_error_message(exc: BaseException, log_path: str | Path) -> str:
@@ -200,6 +235,9 @@ class EngineHost:
         self._seq = 0  # turns sent to this child, numbered for cancel
         self._child: Child[Command, Reply] | None = None
         self._fresh = False  # started by start() and not loaded yet
+        self._pipe = threading.Lock()  # a count and the start of a turn or load take turns on the pipe
+        self._open = True  # a load or turn is reading the pipe: no count now
+        self._counts = itertools.count(1)
 
     @property
     def pid(self) -> int | None:
@@ -223,14 +261,19 @@ class EngineHost:
     def load(self) -> Iterator[Event]:
         """Start the child (unless :meth:`start` just did) and load the model; yields ``ModelLoaded`` or
         ``EngineFailed(fatal=True)``. Called again, it starts a fresh child."""
-        self.start()
-        self._fresh = False
-        for event in self._receive():
-            if isinstance(event, TurnDone):  # a fresh child has run no turn: cannot come, not for callers
-                continue
-            yield event
-            if isinstance(event, (ModelLoaded, EngineFailed)):
-                return
+        with self._pipe:
+            self.start()
+            self._fresh = False
+            self._open = True
+        try:
+            for event in self._receive():
+                if isinstance(event, (TurnDone, Counted)):  # a fresh child has run none: cannot come, not for callers
+                    continue
+                yield event
+                if isinstance(event, (ModelLoaded, EngineFailed)):
+                    return
+        finally:
+            self._open = False
 
     def run_turn(self, request: TurnRequest) -> Iterator[Event]:
         """Send one turn to the child and yield its events until the turn ends.
@@ -241,21 +284,50 @@ class EngineHost:
         if self._child is None or not self._child.is_alive():
             yield EngineFailed("the engine is not running; restart it", request.turn_id, fatal=True)
             return
-        self._seq += 1
+        with self._pipe:
+            self._seq += 1
+            self._open = True
+            try:
+                self._child.send(RunTurn(request, self._seq))
+            except (BrokenPipeError, OSError):
+                sent = False
+            else:
+                sent = True
         try:
-            self._child.send(RunTurn(request, self._seq))
-        except (BrokenPipeError, OSError):
-            yield self._death(request.turn_id)
-            return
-        for event in self._receive(request.turn_id):
-            turn_id = request.turn_id if isinstance(event, ModelLoaded) else event.turn_id
-            if turn_id != request.turn_id and not (isinstance(event, EngineFailed) and event.fatal):
-                continue  # the rest of an earlier turn whose caller stopped reading before its end
-            if isinstance(event, TurnDone):
+            if not sent:
+                yield self._death(request.turn_id)
                 return
-            yield event
-            if isinstance(event, EngineFailed) and event.fatal:
-                return
+            for event in self._receive(request.turn_id):
+                if isinstance(event, Counted):
+                    continue  # cannot come while a turn is open; never for callers
+                turn_id = request.turn_id if isinstance(event, ModelLoaded) else event.turn_id
+                if turn_id != request.turn_id and not (isinstance(event, EngineFailed) and event.fatal):
+                    continue  # the rest of an earlier turn whose caller stopped reading before its end
+                if isinstance(event, TurnDone):
+                    return
+                yield event
+                if isinstance(event, EngineFailed) and event.fatal:
+                    return
+        finally:
+            self._open = False
+
+    def count_prompt(self, request: CountRequest) -> PromptCount | None:
+        """What sending ``request.messages`` would cost (:class:`~chatphase.engine.events.PromptCount`), asked
+        of the child between turns; ``None`` while a load or turn runs or when the child is gone. Blocking;
+        any thread."""
+        with self._pipe:
+            child = self._child
+            if self._open or child is None or not child.is_alive():
+                return None
+            seq = next(self._counts)
+            try:
+                child.send(Count(request, seq))
+            except (BrokenPipeError, OSError):
+                return None
+            for reply in child.messages():  # the rest of a turn whose caller stopped reading is passed over
+                if isinstance(reply, Counted) and reply.seq == seq:
+                    return reply.count
+            return None
 
     def watch(self) -> Iterator[Event]:
         """Block until the child process ends; yield ``EngineFailed(fatal=True)`` if it died on its own

@@ -52,6 +52,9 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
             ("speed-up", DASH if m.spec_speedup is None else f"×{m.spec_speedup:.2f}"),
             ("step p50/p95 ms", f"{num(m.step_ms_p50, 2)} / {num(m.step_ms_p95, 2)}"),
         ]
+    predicted = []
+    if m.ttft_predicted_ms is not None:  # to hold against the measured TTFT (docs/metrics.md, "TTFT predicted")
+        predicted = [("TTFT pred. ms", num(m.ttft_predicted_ms))]
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
@@ -76,6 +79,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("dropped messages", str(m.dropped_messages)),
         ("stop reason", m.stop_reason),
         *threads,
+        *predicted,
     ] + (
         [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
         if m.decode_tokens_source

@@ -26,7 +26,12 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.engine.text import inert
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import fmt_int, fmt_ms, fmt_rate
+from chatphase.units import fmt_int, fmt_ms, fmt_rate, fmt_seconds
+
+
+def _left(left_ms: float | None) -> str:
+    """`` · ≈ 8.4 s left`` (the predicted time to the first token), ``""`` without a prediction."""
+    return "" if left_ms is None else f" · ≈ {fmt_seconds(left_ms / 1000)} left"
 
 
 def spec_live(spec: SpecLive) -> str:
@@ -125,23 +130,25 @@ class PhaseIndicator(Horizontal):
         self._cached_note = ""
         self._set("PREFILL", "prefill", "sent · templating…", bar=True)
 
-    def prefill_started(self, event: PrefillStarted) -> None:
-        """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache)."""
+    def prefill_started(self, event: PrefillStarted, left_ms: float | None = None) -> None:
+        """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache);
+        ``left_ms``: the time to the first token predicted (:mod:`chatphase.engine.ttft_prediction`)."""
         self._bar.update(total=max(event.prefill_tokens or 0, 1), progress=0)
         cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
-        stats = f"0/{fmt_int(event.prefill_tokens)} tok{cached}"
+        stats = f"0/{fmt_int(event.prefill_tokens)} tok{_left(left_ms)}{cached}"
         self._cached_note = cached
         if self._badge.has_class("-prefill") and self._bar.display:
             self._set_stats(stats)  # already in the prefill look (:meth:`submitted`): no layout
         else:
             self._set("PREFILL", "prefill", stats, bar=True)
 
-    def prefill_progress(self, event: PrefillProgress) -> None:
-        """``done/total`` prompt tokens evaluated after ``elapsed_ms``."""
+    def prefill_progress(self, event: PrefillProgress, left_ms: float | None = None) -> None:
+        """``done/total`` prompt tokens evaluated after ``elapsed_ms``; ``left_ms``: the time to the first
+        token, predicted and corrected by the chunks done."""
         self._bar.update(total=max(event.total_tokens, 1), progress=event.done_tokens)
         rate = event.done_tokens * 1000 / event.elapsed_ms if event.elapsed_ms > 0 else None
         stats = (
-            f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok · {fmt_ms(event.elapsed_ms)}"
+            f"{fmt_int(event.done_tokens)}/{fmt_int(event.total_tokens)} tok{_left(left_ms)} · {fmt_ms(event.elapsed_ms)}"
             f" · {fmt_rate(rate)}{self._cached_note}"
         )
         self._set_stats(stats)

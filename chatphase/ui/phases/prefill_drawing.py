@@ -10,6 +10,7 @@ the very pause it shows.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chatphase.engine.events import PrefillProgress, PrefillStarted
@@ -30,6 +31,7 @@ class _Prefill:
     progress: PrefillProgress | None = None
     dirty: bool = True
     began_drawn: bool = False
+    left_ms: Callable[[], float | None] = lambda: None
 
 
 class PrefillDrawing:
@@ -51,8 +53,11 @@ class PrefillDrawing:
         """The newest progress recorded (drawn or not)."""
         return self._prefill.progress if self._prefill is not None else None
 
-    def began(self, number: int, event: PrefillStarted) -> None:
+    def began(self, number: int, event: PrefillStarted, left_ms: Callable[[], float | None] | None = None) -> None:
+        """``left_ms``: the predicted time to the first token now (``Turn.ttft_left_ms``), drawn with the bar."""
         self._prefill = _Prefill(number, event, time.monotonic())
+        if left_ms is not None:
+            self._prefill.left_ms = left_ms
 
     def advanced(self, event: PrefillProgress) -> None:
         if self._prefill is not None:
@@ -80,9 +85,9 @@ class PrefillDrawing:
         p.dirty = False
         if not p.began_drawn:
             p.began_drawn = True
-            self.indicator.prefill_started(p.began)
+            self.indicator.prefill_started(p.began, p.left_ms())
             self.panel.turn_started(p.number, p.began)
         if p.progress is not None:
-            self.indicator.prefill_progress(p.progress)
+            self.indicator.prefill_progress(p.progress, p.left_ms())
             self.panel.prefill_progress(p.progress.done_tokens, p.progress.total_tokens, p.progress.elapsed_ms)
         return True

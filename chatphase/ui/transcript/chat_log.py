@@ -44,6 +44,8 @@ class ChatLog(VerticalScroll):
         self._removing: weakref.WeakSet = weakref.WeakSet()  # entries whose removal has started
         self.tint_drafts = True  # new replies' :attr:`ReplyView.tint`
         self.stall_flushes = 1  # new replies' :attr:`ReplyView.stall_flushes` (the app sets it from its tick rate)
+        #: tokens of the files counted while they were attached, by (name, size in bytes): shown in their line
+        self.file_tokens: dict[tuple[str, int], int] = {}
 
     def on_mount(self) -> None:
         self.anchor()
@@ -58,8 +60,8 @@ class ChatLog(VerticalScroll):
             view.redraw()
 
     def add_user(self, text: str) -> UserMessage:
-        """Append a user message."""
-        widget = UserMessage(text)
+        """Append a user message (its files' token counts from :attr:`file_tokens`)."""
+        widget = UserMessage(text, self.file_tokens)
         self.mount(widget)
         self.anchor()
         return widget

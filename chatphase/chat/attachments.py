@@ -1,0 +1,260 @@
+"""Files in a message: read and check a text file, put it into the message the model sees, find it again.
+
+Shared by ``ask -f`` and the prompt box (``/file PATH``, ``@path``). A file goes into the user message as
+
+    <file name="notes.txt" bytes="1234">
+    …its text…
+    </file>
+
+after the user's own text, one block per file. The session and its export keep that message as the model saw
+it (the file's text, not a path): a session must say what the model was given, and the file may change or
+vanish later. The transcript finds the blocks again (:func:`split_message`, by the byte count, so a file that
+itself holds ``</file>`` is read back whole) and shows each as one line.
+
+Only text files: each refusal is one line (:class:`AttachmentError`) and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from chatphase.errors import UsageError
+from chatphase.units import fmt_bytes, fmt_int
+
+#: bytes read to decide that a file is binary (a NUL byte in them), as ``git`` and ``grep`` decide.
+BINARY_SNIFF_BYTES = 8192
+#: a file of more bytes than this many per token of the context is refused unread: no tokenizer packs that
+#: much text into one token, so it cannot fit (and a huge file is not read into memory to find out).
+MAX_BYTES_PER_TOKEN = 64
+
+
+class AttachmentError(UsageError):
+    """A file that cannot go into a message; ``str`` is one line naming it and why."""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A text file read for a message: its ``name`` as given (shown and sent), its ``text``, ``size_bytes``
+    (UTF-8) and, once counted by the model's tokenizer, ``tokens``."""
+
+    name: str
+    text: str
+    size_bytes: int
+    tokens: int | None = None
+
+    def line(self) -> str:
+        """``notes.txt · 1.2 KiB · 312 tok``: the one line the transcript shows (the name not yet inert)."""
+        tok = "" if self.tokens is None else f" · {fmt_int(self.tokens)} tok"
+        return f"{self.name} · {fmt_bytes(self.size_bytes)}{tok}"
+
+
+def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | None = None) -> Attachment:
+    """Read the text file at ``path`` (``-``: ``stdin_bytes``, named ``stdin``).
+
+    Raises:
+        AttachmentError: no such file, a directory, unreadable, binary (a NUL byte), not UTF-8 (the offset
+            of the first bad byte), or larger than ``n_ctx`` can hold (more than
+            :data:`MAX_BYTES_PER_TOKEN` bytes a token; the exact check in tokens is the budget's).
+    """
+    limit = byte_limit(n_ctx)
+    if path == "-":
+        data = stdin_bytes if stdin_bytes is not None else b""
+        _check_size("stdin", len(data), limit, n_ctx)
+        return _decode("stdin", data)
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise AttachmentError(f"{path} is a directory: attach the files in it one by one")
+    try:
+        _check_size(path, p.stat().st_size, limit, n_ctx)
+        with open(p, "rb") as fh:  # a device or a pipe has no size: read no more than the limit
+            data = fh.read(-1 if limit is None else limit + 1)
+        _check_size(path, len(data), limit, n_ctx)
+    except FileNotFoundError:
+        raise AttachmentError(f"{path}: no such file") from None
+    except PermissionError:
+        raise AttachmentError(f"{path}: permission denied, cannot read it") from None
+    except OSError as exc:
+        raise AttachmentError(f"{path}: cannot read it ({exc.strerror or 'error'})") from None
+    return _decode(path, data)
+
+
+def byte_limit(n_ctx: int | None) -> int | None:
+    """The most bytes a file for a context of ``n_ctx`` tokens may have (:data:`MAX_BYTES_PER_TOKEN` a token)."""
+    return n_ctx * MAX_BYTES_PER_TOKEN if n_ctx else None
+
+
+def _check_size(name: str, size: int, limit: int | None, n_ctx: int | None) -> None:
+    if limit is not None and size > limit:
+        raise AttachmentError(
+            f"{name} is more than {fmt_bytes(limit)}: larger than the context of {fmt_int(n_ctx)} tokens can hold"
+        )
+
+
+def _decode(name: str, data: bytes) -> Attachment:
+    nul = data.find(b"\0", 0, BINARY_SNIFF_BYTES)
+    if nul >= 0:
+        raise AttachmentError(f"{name} is a binary file (a NUL byte at offset {nul:,}): only text files go in")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AttachmentError(f"{name} is not UTF-8 text (a bad byte at offset {exc.start:,})") from None
+    return Attachment(name, text, len(data))
+
+
+def too_many_tokens(att: Attachment, n_ctx: int) -> str | None:
+    """The refusal line of a file whose counted ``tokens`` alone exceed ``n_ctx``, else ``None``."""
+    if att.tokens is not None and att.tokens > n_ctx:
+        return (
+            f"{att.name} is {fmt_int(att.tokens)} tokens: larger than the context of {fmt_int(n_ctx)} tokens "
+            "(raise --n-ctx or attach a part of it)"
+        )
+    return None
+
+
+def _block(att: Attachment) -> str:
+    return f'<file name="{_attr(att.name)}" bytes="{att.size_bytes}">\n{att.text}\n</file>'
+
+
+def _attr(name: str) -> str:
+    return name.replace("&", "&amp;").replace('"', "&quot;")
+
+
+def message_text(text: str, attachments: list[Attachment] | tuple[Attachment, ...]) -> str:
+    """The user message the model sees: ``text``, then one block per file (module docstring)."""
+    parts = [text.rstrip()] if text.strip() else []
+    parts += [_block(a) for a in attachments]
+    return "\n\n".join(parts)
+
+
+_HEAD = re.compile(r'<file name="((?:[^"&]|&amp;|&quot;)*)" bytes="(\d+)">\n')
+
+
+def split_message(content: str) -> tuple[str, list[Attachment]]:
+    """``(the user's own text, the files)`` of a message built by :func:`message_text`; a message without
+    well-formed blocks to its end comes back whole with no files."""
+    m = _HEAD.search(content)
+    if m is None or not (m.start() == 0 or content.startswith("\n\n", m.start() - 2)):
+        return content, []
+    own = content[: m.start()].removesuffix("\n\n")
+    found: list[Attachment] = []
+    pos = m.start()
+    while True:
+        m = _HEAD.match(content, pos)
+        if m is None:
+            return content, []
+        size = int(m.group(2))
+        try:
+            text = content[m.end() :].encode("utf-8")[:size].decode("utf-8")
+        except UnicodeDecodeError:  # the count ends inside a character: not a block written here
+            return content, []
+        end = m.end() + len(text)
+        if not content.startswith("\n</file>", end):
+            return content, []
+        found.append(Attachment(m.group(1).replace("&quot;", '"').replace("&amp;", "&"), text, size))
+        pos = end + len("\n</file>")
+        if pos == len(content):
+            return own, found
+        if not content.startswith("\n\n", pos):
+            return content, []
+        pos += 2
+
+
+#: ``@path`` in the prompt box: at the start or after white space; ``@"a b.txt"`` for names with spaces.
+AT_PATH = re.compile(r'(?<!\S)@(?:"([^"]+)"|(\S+))')
+
+
+@dataclass(frozen=True)
+class AtPath:
+    """An ``@path`` of the prompt box: the ``path`` and whether it was ``quoted`` (then it must exist)."""
+
+    path: str
+    quoted: bool
+
+
+def at_paths(text: str, exists: Callable[[str], bool] = os.path.lexists) -> list[AtPath]:
+    """The ``@path`` mentions in ``text`` that name files: a quoted one always, a bare one only where the
+    path exists (``@someone`` in a sentence is text); each path once, in order."""
+    out: list[AtPath] = []
+    seen: set[str] = set()
+    for m in AT_PATH.finditer(text):
+        quoted = m.group(1) is not None
+        path = m.group(1) if quoted else m.group(2).rstrip(".,;:!?)")
+        if path in seen or not path:
+            continue
+        if quoted or exists(os.path.expanduser(path)):
+            seen.add(path)
+            out.append(AtPath(path, quoted))
+    return out
+
+
+def file_command(text: str) -> list[str] | None:
+    """The paths of a ``/file PATH…`` line (shell-style quotes for spaces; ``[]`` for ``/file`` alone, which
+    takes the attached files off), ``None`` when ``text`` is not one.
+
+    Raises:
+        AttachmentError: an unclosed quote.
+    """
+    stripped = text.strip()
+    if not (stripped == "/file" or stripped.startswith(("/file ", "/file\t"))):
+        return None
+    try:
+        return shlex.split(stripped[len("/file") :])
+    except ValueError:
+        raise AttachmentError("/file: a quote is not closed") from None
+
+
+def completion_context(before_cursor: str) -> tuple[str, str] | None:
+    """``(prefix, quote)`` of a path being typed at the end of ``before_cursor`` (the current line up to the
+    cursor): after ``/file `` or an ``@``; ``quote`` is ``"`` when the path was opened with one. ``None``
+    when no path is being typed there."""
+    if re.match(r"/file\s", before_cursor):
+        rest = before_cursor[len("/file") :]
+        if rest.count('"') % 2:  # inside a quote: the path runs from it
+            return rest[rest.rindex('"') + 1 :], '"'
+        return ("" if rest[-1].isspace() else rest.split()[-1]), ""
+    if (m := re.search(r'(?<!\S)@"([^"]*)$', before_cursor)) is not None:
+        return m.group(1), '"'
+    if (m := re.search(r'(?<!\S)@([^"\s]*)$', before_cursor)) is not None:
+        return m.group(1), ""
+    return None
+
+
+def completed(prefix: str, quote: str, matches: list[str]) -> str | None:
+    """What replaces ``prefix`` (and its opening ``quote``) after Tab: the one match (quoted when it holds
+    a space, closed unless it is a directory), else the matches' longest common start; ``None`` when that
+    adds nothing."""
+    if not matches:
+        return None
+    if len(matches) == 1:
+        whole = matches[0]
+        if quote or " " in whole:
+            return '"' + whole + ("" if whole.endswith("/") else '"')
+        return whole
+    common = os.path.commonprefix(matches)  # noqa: RUF071 - by character: a name typed in part is completed
+    if len(common) <= len(prefix):
+        return None
+    return ('"' if quote or " " in common else "") + common
+
+
+def complete_path(prefix: str) -> list[str]:
+    """Paths that complete ``prefix`` (directories end with ``/``), sorted; hidden entries only when the
+    prefix's last part starts with a dot."""
+    expanded = os.path.expanduser(prefix)
+    head, tail = os.path.split(expanded)
+    try:
+        names = sorted(os.listdir(head or "."))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.startswith(tail) or (name.startswith(".") and not tail.startswith(".")):
+            continue
+        full = os.path.join(head, name)
+        shown = prefix[: len(prefix) - len(tail)] + name
+        out.append(shown + "/" if os.path.isdir(full) else shown)
+    return out

@@ -1,0 +1,56 @@
+"""The budget of a message before it is sent: its tokens, the context before and after, the TTFT predicted.
+
+One line, shown live by the prompt box and by ``ask -f`` (``+3,412 tok · context 41 % → 63 % · TTFT ≈ 8.4 s
+(this chat, 3 turns)``), or, for a message that would not fit, the refusal with the numbers. The counts are
+the model's own tokenizer's (:class:`~chatphase.engine.events.PromptCount`); the prediction is
+:mod:`chatphase.engine.ttft_prediction`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chatphase.engine.events import PromptCount
+from chatphase.engine.ttft_prediction import TtftPredictor
+from chatphase.units import fmt_int, fmt_seconds
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A counted draft: ``count``, and the TTFT predicted for it (``ttft_ms``, from ``source``; ``None``
+    without a measurement to predict from)."""
+
+    count: PromptCount
+    ttft_ms: float | None = None
+    source: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.count.prompt_tokens is not None
+
+    def line(self) -> str:
+        """The one line (see the module docstring)."""
+        c = self.count
+        if c.prompt_tokens is None:
+            return f"Does not fit: {c.too_long}"
+        now, after = _pct(c.kv_cache_tokens, c.n_ctx), _pct(c.prompt_tokens, c.n_ctx)
+        parts = [f"+{fmt_int(c.new_tokens or 0)} tok", f"context {now} % → {after} %"]
+        if self.ttft_ms is not None:
+            parts.append(f"TTFT ≈ {fmt_seconds(self.ttft_ms / 1000)} ({self.source})")
+        else:
+            parts.append("TTFT: no measurement yet")
+        if c.dropped_messages:
+            parts.append(f"leaves out the oldest {c.dropped_messages} messages")
+        return " · ".join(parts)
+
+
+def _pct(tokens: int, n_ctx: int) -> int:
+    return round(100 * tokens / n_ctx) if n_ctx else 0
+
+
+def budget_of(count: PromptCount, predictor: TtftPredictor) -> Budget:
+    """The budget of ``count`` with ``predictor``'s TTFT for its new tokens at the cached depth."""
+    model = predictor.model
+    if count.new_tokens is None or model is None:
+        return Budget(count)
+    return Budget(count, model.ttft_ms(count.new_tokens, count.cached_tokens), model.source)

@@ -1,0 +1,231 @@
+"""Files in the prompt box (``/file PATH``, ``@path``, Tab) and the live budget line, with Pilot and FakeEngines:
+every bad file is a notice and nothing is sent; a file is one line in the transcript, expanded by Enter."""
+
+from __future__ import annotations
+
+import pytest
+from ui_support import idle, make_app, notifications, send, wait_for
+
+from chatphase.chat.attachments import split_message
+from chatphase.settings.schema import Settings
+from chatphase.ui.draft_budget import DraftBudget
+from chatphase.ui.prompt_input import PromptInput
+from chatphase.ui.transcript.user_message import UserMessage
+
+
+def line(app) -> str:
+    return str(app.query_one(DraftBudget).render())
+
+
+async def test_file_command_attaches_and_the_next_message_carries_it_as_one_line(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("alpha beta gamma delta\n")
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f"/file {f}")
+        await wait_for(pilot, lambda: any("Attached" in n for n in notifications(app)))
+        assert engines[0].requests == []  # /file sends nothing
+        await wait_for(pilot, lambda: "📎 " in line(app) and "4 tok" in line(app))
+        await send(pilot, "Summarise it.")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        sent = engines[0].requests[0].messages[-1].content
+        own, files = split_message(sent)
+        assert own == "Summarise it." and [(a.name, a.text) for a in files] == [(str(f), "alpha beta gamma delta\n")]
+        assert app.query_one(DraftBudget).files == []  # taken with the message
+        message = app.query_one(UserMessage)
+        shown = str(message.render())
+        assert shown.splitlines() == ["Summarise it.", f"▸ 📎 {f} · 23 B · 4 tok"]
+        message.focus()
+        await pilot.press("enter")
+        assert "alpha beta gamma delta" in str(message.render()) and "▾ 📎" in str(message.render())
+
+
+async def test_an_at_path_goes_with_the_message_and_a_bare_at_word_is_text(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "Look at @data.csv please @someone")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        own, files = split_message(engines[0].requests[0].messages[-1].content)
+        assert own == "Look at @data.csv please @someone" and [a.name for a in files] == ["data.csv"]
+
+
+def _bad(tmp_path) -> dict[str, tuple[str, str]]:
+    (tmp_path / "blob.bin").write_bytes(b"\x7fELF\x00\x00")
+    (tmp_path / "old.txt").write_bytes(b"na\xefve")
+    (tmp_path / "big.txt").write_text("word " * 300)  # 300 tokens to the fake, n_ctx 128 below
+    return {
+        "binary": ("@blob.bin", "binary file (a NUL byte at offset 4)"),
+        "not utf-8": ("@old.txt", "not UTF-8 text (a bad byte at offset 2)"),
+        "directory": (f'@"{tmp_path}"', "is a directory"),
+        "missing": ('@"gone.txt"', "gone.txt: no such file"),
+        "larger than the context": ("@big.txt", "big.txt is 300 tokens: larger than the context of 128 tokens"),
+    }
+
+
+@pytest.mark.parametrize("case", ["binary", "not utf-8", "directory", "missing", "larger than the context"])
+async def test_a_bad_file_is_a_notice_and_nothing_is_sent(case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mention, says = _bad(tmp_path)[case]
+    app, engines = make_app(Settings().with_overrides(n_ctx=128))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        text = f"Read {mention} now"
+        prompt = app.query_one(PromptInput)
+        prompt.set_text(text)
+        if case == "larger than the context":  # known once counted by the tokenizer
+            await wait_for(pilot, lambda: "Not sent" in line(app))
+            assert says in line(app)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any(says in n for n in notifications(app)))
+        assert engines[0].requests == [] and app.chat.conversation == []
+        assert prompt.text == text  # given back to fix
+
+
+async def test_an_unreadable_file_command_is_a_notice(tmp_path, monkeypatch):
+    from chatphase.chat import attachments
+
+    def denied(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    f = tmp_path / "locked.txt"
+    f.write_text("x")
+    monkeypatch.setattr(attachments, "open", denied, raising=False)
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f'/file "{f}"')
+        await wait_for(pilot, lambda: any("permission denied" in n for n in notifications(app)))
+        assert app.query_one(DraftBudget).files == [] and engines[0].requests == []
+
+
+async def test_the_budget_line_counts_the_draft_live_and_predicts_ttft_after_a_turn():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        app.query_one(PromptInput).set_text("one two three")
+        # the fake's template: 3 + 3 words for the message, 2 for the assistant header
+        await wait_for(pilot, lambda: line(app).startswith("+8 tok · context 0 % → 0 %"))
+        assert "TTFT: no measurement yet" in line(app)
+        await send(pilot, "one two three")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        app.query_one(PromptInput).set_text("four five six seven")
+        await wait_for(pilot, lambda: "TTFT ≈" in line(app))
+        assert "(this chat, 1 turn)" in line(app)
+        assert engines[0].counts  # counted by the engine, not guessed
+
+
+async def test_a_message_that_would_not_fit_is_refused_with_the_numbers():
+    app, engines = make_app(Settings().with_overrides(n_ctx=64))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        text = "word " * 80
+        app.query_one(PromptInput).set_text(text)
+        await wait_for(pilot, lambda: "Not sent: Does not fit" in line(app))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Does not fit" in n for n in notifications(app)))
+        assert engines[0].requests == []
+
+
+async def test_tab_completes_a_path_after_file_and_at(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "report 2026.md").write_text("x")
+    (tmp_path / "readme.txt").write_text("x")
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        prompt = app.query_one(PromptInput)
+        prompt.set_text("/file rep")
+        await pilot.press("tab")
+        assert prompt.text == '/file "report 2026.md"' and prompt.has_focus
+        prompt.set_text("see @rea")
+        await pilot.press("tab")
+        assert prompt.text == "see @readme.txt"
+        prompt.set_text("see @re")
+        await pilot.press("tab")  # two matches: their common start, and a notice lists them
+        assert prompt.text == "see @re"
+        await wait_for(pilot, lambda: any("readme.txt" in n and "report 2026.md" in n for n in notifications(app)))
+        prompt.set_text("no path here")
+        await pilot.press("tab")
+        assert not prompt.has_focus  # Tab moves the focus elsewhere, as before
+
+
+async def test_a_file_line_being_typed_is_not_counted_as_a_message(tmp_path):
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        prompt = app.query_one(PromptInput)
+        prompt.set_text("hello")
+        await wait_for(pilot, lambda: line(app).startswith("+"))
+        prompt.set_text(f"/file {tmp_path}/no")
+        await wait_for(pilot, lambda: not app.query_one(DraftBudget).display)
+        assert all(r.messages[-1].content != f"/file {tmp_path}/no" for r in engines[0].counts)
+
+
+async def test_a_count_that_fails_leaves_the_app_running():
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+
+        def broken(_request):
+            raise RuntimeError("the pipe broke")
+
+        engines[0].count_prompt = broken
+        app.query_one(PromptInput).set_text("hello")
+        await pilot.pause(0.6)
+        assert app.is_running and app.query_one(DraftBudget).latest is None
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+
+
+async def test_editing_a_message_puts_its_files_back_beside_the_box_and_resends_them_alike(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("alpha\n")
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "Read @a.txt")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        (tmp_path / "a.txt").write_text("changed since\n")  # the edit resends what was sent
+        await pilot.press("ctrl+o")
+        prompt = app.query_one(PromptInput)
+        await wait_for(pilot, lambda: prompt.text == "Read @a.txt")
+        assert [f.text for f in app.query_one(DraftBudget).files] == ["alpha\n"]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(engines[0].requests) == 2 and idle(app))
+        assert engines[0].requests[1].messages[-1] == engines[0].requests[0].messages[-1]
+
+
+async def test_while_a_reply_runs_the_draft_waits_and_is_counted_after_it(tmp_path):
+    app, engines = make_app(hold="prefill")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "first message")
+        await wait_for(pilot, lambda: engines[0].held.is_set())
+        app.query_one(PromptInput).set_text("next one")
+        await wait_for(pilot, lambda: "counted when the engine is free" in line(app))
+        engines[0].release()
+        await wait_for(pilot, lambda: line(app).startswith("+") and "TTFT ≈" in line(app))
+
+
+async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = "evil\x1b]52;c;aGk=\x07.txt"
+    (tmp_path / name).write_text("plain text\n")
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40), notifications=True) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f'/file "{name}"')
+        await wait_for(pilot, lambda: any("Attached evil" in str(t.render()) for t in app.screen.query("Toast")))
+        toasts = [str(t.render()) for t in app.screen.query("Toast")]  # as drawn (app.notify makes them inert)
+        await wait_for(pilot, lambda: "📎" in line(app))
+        budget = line(app)
+        await send(pilot, "What is in it?")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        shown = [str(app.query_one(UserMessage).render()), budget, *toasts]
+        assert [s for s in shown if "\x1b" in s or "\x07" in s] == []
+        assert "evil␛]52;c;aGk=␇.txt" in shown[0] and "evil␛]52" in budget
+        assert name in app.chat.conversation[0].content  # the model gets the name as it is
