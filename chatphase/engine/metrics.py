@@ -71,6 +71,12 @@ class TurnMetrics:
 
     Speculative decoding: the ``spec_*`` and ``step_ms_*`` fields (the module docstring); ``spec_mode`` is
     ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
+
+    Overflow (:mod:`chatphase.engine.overflow`): ``overflow`` the policy that acted this turn (``drop-oldest``,
+    ``shift``; ``None``: none did), ``overflow_dropped_messages`` / ``overflow_dropped_tokens`` what it left
+    out, ``overflow_reprefill_tokens`` the kept history evaluated again (0 for a shift) and
+    ``overflow_reprefill_ms`` its share of ``prefill_ms``; ``cache_miss_reason`` why the turn kept fewer of the
+    KV cache's tokens than it held (``None``: no miss).
     """
 
     prompt_tokens: int | None
@@ -118,6 +124,12 @@ class TurnMetrics:
     spec_note: str | None = None
     step_ms_p50: float | None = None
     step_ms_p95: float | None = None
+    overflow: str | None = None
+    overflow_dropped_messages: int = 0
+    overflow_dropped_tokens: int | None = None
+    overflow_reprefill_tokens: int | None = None
+    overflow_reprefill_ms: float | None = None
+    cache_miss_reason: str | None = None
 
     @property
     def thought(self) -> bool:

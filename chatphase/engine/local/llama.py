@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp as lc
@@ -38,17 +39,19 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.llamalog import LlamaLogCapture
-from chatphase.engine.local import ggml_devices, llama_params
+from chatphase.engine.local import ggml_devices, kv_shift, llama_params
 from chatphase.engine.local.generation import Generated, generate
 from chatphase.engine.local.generation import Model as GenModel
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
+from chatphase.engine.local.overflow_turn import Overflow, swa_trim_refusal
 from chatphase.engine.local.prefix import CacheText, encode_prompt
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
-from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.overflow import low_water, miss_reason, reply_room
+from chatphase.engine.prompting.prompt import ChatTemplate, FittedPrompt, PromptTooLong
 from chatphase.engine.prompting.thinking import opened_by_prompt
 from chatphase.engine.prompting.vocab import Vocab
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
@@ -91,6 +94,7 @@ class LlamaEngine:
         self._registered = False
         self._log: LlamaLogCapture | None = None
         self._spec: Speculator | None = None
+        self._trim_failed: str | None = None  # why this turn's cache could not be trimmed (a miss reason)
         self.loaded: LoadedModel | None = None
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -329,12 +333,36 @@ class LlamaEngine:
             limit = min(len(self._cache), len(prompt) - 1)
             while keep < limit and self._cache[keep] == prompt[keep]:
                 keep += 1
+        if keep and (why := swa_trim_refusal(self._mem, self._model, keep)):
+            keep, self._trim_failed = 0, why  # the window before ``keep`` is gone: llama-server re-processes too
         if keep < len(self._cache):
             if not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
                 lc.llama_memory_clear(self._mem, True)  # models whose memory cannot drop a tail (recurrent)
-                keep = 0
+                keep, self._trim_failed = 0, "recurrent"
             del self._cache[keep:]
         return keep
+
+    def _overflow_cut(self, req: TurnRequest, fitted: FittedPrompt, n_messages: int) -> Overflow:
+        """An overflow this turn: where the dropped messages lie in the cache and, under ``shift``, take them
+        out of it in place (:mod:`chatphase.engine.local.kv_shift`)."""
+        ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.first_message, n_messages - 1))
+        ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
+        ovf.cache_before = len(self._cache)
+        new_text = fitted.text.encode("utf-8")
+        cut = None
+        if self._known.n_tokens == len(self._cache):
+            cut = kv_shift.plan_cut(self._cache, self._known.text, self._vocab.render, new_text)
+        if cut is None:
+            return ovf
+        ovf.kept_bytes = len(cut.text)
+        if req.overflow == "shift":
+            t0 = time.perf_counter_ns()
+            if kv_shift.shift_out(self._mem, self._cache, cut.start, cut.end):
+                ovf.shifted, ovf.shift_ms = True, ns_to_ms(time.perf_counter_ns() - t0)
+                self._known.clear()
+                if self._cache:
+                    self._known.add_prompt(len(self._cache), cut.text)
+        return ovf
 
     def _run(self, req: TurnRequest, ctx: lc.llama_context_p) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
@@ -345,28 +373,68 @@ class LlamaEngine:
         if req.reset_cache:
             self._known.clear()
         text = None  # the prompt's templated text (UTF-8), when it has one
+        ovf: Overflow | None = None  # what an overflow did this turn
         if req.prompt_token_ids is not None:
             prompt, dropped = list(req.prompt_token_ids), 0
             if not 0 < len(prompt) < self._n_ctx:
                 yield EngineFailed(f"a prompt of {len(prompt)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
                 return
         else:
-            budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
+            budget = self._n_ctx - reply_room(sp.max_tokens, self._n_ctx)
             try:
-                fitted = self._template.fit(messages, budget, self._encode, req.enable_thinking)
+                fitted = self._template.fit(
+                    messages,
+                    budget,
+                    self._encode,
+                    req.enable_thinking,
+                    req.first_message,
+                    low_water(budget, self._n_ctx),
+                    drop=req.overflow != "stop",
+                )
             except PromptTooLong as exc:
-                yield EngineFailed(f"message refused: {exc}", req.turn_id)
+                room = self._n_ctx - budget
+                yield EngineFailed(f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id)
                 return
             except Exception as exc:  # the template raised on this conversation (e.g. a system message)
                 yield EngineFailed(refusal(self._format, exc), req.turn_id)
                 return
+            if fitted.full_tokens is not None:  # this turn dropped messages: an overflow
+                if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
+                    yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
+                    return
+                ovf = self._overflow_cut(req, fitted, len([m for m in messages if m.role != "system"]))
+                if ovf.shifted:
+                    fitted = replace(fitted, tokens=self._encode(fitted.text, fitted.add_special))
             prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
+        cache_before = len(self._cache)
+        self._trim_failed = None
         cached = self._reuse_prefix(prompt, req.reset_cache)
         self._known.truncate(cached, text)
         todo = prompt[cached:]
+        if ovf is not None:
+            ovf.reprefill = kv_shift.reprefill_tokens(prompt, self._vocab.render, text or b"", cached, ovf.kept_bytes)
+        history = sum(m.role != "system" for m in messages) > 1
+        miss = miss_reason(
+            cache_before=ovf.cache_before if ovf else cache_before,
+            reused=cached,
+            history=history,
+            overflow=ovf.policy if ovf else None,
+            trim_failed=self._trim_failed,
+            change=req.history_change,
+        )
         threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
-        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
+        yield PrefillStarted(
+            req.turn_id,
+            len(prompt),
+            cached,
+            len(todo),
+            dropped,
+            t_prefill_start,
+            **threads.fields(),
+            **(ovf.fields() if ovf else {}),
+            cache_miss_reason=miss,
+        )
 
         stop: StopReason | None = None
         n_batch = self._n_batch
@@ -427,6 +495,7 @@ class LlamaEngine:
             **(out.tracker.metrics_args() if out.tracker else {}),
             spec=getattr(out, "spec", None),
         )
+        metrics = replace(metrics, cache_miss_reason=miss, **(ovf.metrics_fields(metrics) if ovf else {}))
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
         metrics = self.threads.finish_turn(metrics)
