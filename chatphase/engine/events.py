@@ -229,6 +229,7 @@ class LoadedModel:
     devices: tuple[DeviceInfo, ...] = ()
     buffers: tuple[BufferSize, ...] = ()
     slow_paths: tuple[str, ...] = ()
+    kv_shift_refusal: str | None = None  # why the ``shift`` overflow policy cannot work here (None: it can)
 
 
 @dataclass(frozen=True)

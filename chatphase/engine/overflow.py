@@ -21,6 +21,11 @@ conversation has earlier messages. :func:`miss_reason` decides why, in the engin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chatphase.engine.metrics import TurnMetrics
+
 OVERFLOW_POLICIES: tuple[str, ...] = ("drop-oldest", "shift", "stop")
 #: drop-oldest works on every model and server the engine templates for, and what the model sees is
 #: exactly the turns the transcript does not mark; its cost (one re-prefill every few turns) is shown.
@@ -93,3 +98,24 @@ def miss_reason(
 def miss_words(reason: str | None) -> str:
     """A miss reason in words (the reason itself when unknown)."""
     return MISS_REASONS.get(reason or "", reason or "")
+
+
+def overflow_cost(policy: str | None, reprefill_tokens: int | None, reprefill_ms: float | None = None) -> str:
+    """``re-prefill 2,310 tok · 5.1 s`` or ``KV shift · 0 tok re-prefilled`` (the time once the turn is over)."""
+    if policy == "shift" and not reprefill_tokens:
+        return "KV shift · 0 tok re-prefilled"
+    cost = f"re-prefill {reprefill_tokens or 0:,} tok"
+    return cost + (f" · {reprefill_ms / 1000:.1f} s" if reprefill_ms is not None else "")
+
+
+def overflow_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
+    """The turn detail's rows for an overflow and a cache miss (none when the turn had neither)."""
+    out = []
+    if m.overflow is not None:
+        n = m.overflow_dropped_messages
+        tokens = f", {m.overflow_dropped_tokens:,} tok" if m.overflow_dropped_tokens is not None else ""
+        out.append(("overflow", f"{m.overflow}: {n} message{'s' if n != 1 else ''}{tokens}"))
+        out.append(("overflow cost", overflow_cost(m.overflow, m.overflow_reprefill_tokens, m.overflow_reprefill_ms)))
+    if m.cache_miss_reason:
+        out.append(("cache miss", m.cache_miss_reason))
+    return out

@@ -48,9 +48,9 @@ from chatphase.engine.local.prefix import CacheText, encode_prompt
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
+from chatphase.engine.overflow import low_water, miss_reason, reply_room
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
-from chatphase.engine.overflow import low_water, miss_reason, reply_room
 from chatphase.engine.prompting.prompt import ChatTemplate, FittedPrompt, PromptTooLong
 from chatphase.engine.prompting.thinking import opened_by_prompt
 from chatphase.engine.prompting.vocab import Vocab
@@ -313,6 +313,7 @@ class LlamaEngine:
             devices=devices,
             buffers=buffers,
             slow_paths=slow,
+            kv_shift_refusal=kv_shift.shift_refusal(self._model, self._mem),
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
@@ -393,7 +394,9 @@ class LlamaEngine:
                 )
             except PromptTooLong as exc:
                 room = self._n_ctx - budget
-                yield EngineFailed(f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id)
+                yield EngineFailed(
+                    f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id
+                )
                 return
             except Exception as exc:  # the template raised on this conversation (e.g. a system message)
                 yield EngineFailed(refusal(self._format, exc), req.turn_id)
