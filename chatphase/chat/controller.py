@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
-from chatphase.chat.overflow import shift_refusal, unseen_exchanges
+from chatphase.chat.overflow import overflow_text, shift_refusal, unseen_exchanges
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
@@ -384,6 +384,9 @@ class ChatController:
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
         self.turn = None
+        if ev.metrics.dropped_messages > self.history.left_out:  # a KV shift let the reply go on past n_ctx
+            self._left_out(ev.metrics.dropped_messages)
+            self._notice(Notice("dropped", "Context full", overflow_text(ev.metrics), "warning"))
         self.history.add("assistant", ev.reply, ev.thinking)
         if ev.thinking and self._reuse_note is None:
             self._reuse_note = AFTER_THINKING_NOTE  # the cache holds the thinking; the next prompt may not

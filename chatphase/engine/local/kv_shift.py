@@ -51,14 +51,16 @@ class Cut:
     text: bytes
 
 
-def locate_cut(old_text: bytes, offsets: Sequence[int], new_text: bytes, tries: int = 16) -> Cut | None:
+def locate_cut(
+    old_text: bytes, offsets: Sequence[int], new_text: bytes, tries: int = 16, fallback: bool = True
+) -> Cut | None:
     """The token range of the cache (whose tokens spell ``old_text`` at ``offsets``, :func:`token_offsets`) whose
     removal leaves a text that ``new_text`` starts with; ``None`` when there is none (or the texts disagree).
 
     The cut starts at a token boundary no later than where the texts part (trying up to ``tries`` boundaries
     back); its end is the first token boundary from which the rest of the cache's text reappears in
     ``new_text`` there, so what is kept is as long as it can be. When the rest never reappears (the template
-    renders the kept turns differently) everything after the first boundary goes."""
+    renders the kept turns differently) everything after the first boundary goes (``fallback=False``: ``None``)."""
     if not offsets or offsets[-1] != len(old_text):
         return None
     split = common_prefix_len(old_text, new_text)
@@ -74,7 +76,7 @@ def locate_cut(old_text: bytes, offsets: Sequence[int], new_text: bytes, tries: 
             if pos in bounds and new_text.startswith(old_text[pos:], a):
                 return Cut(i, bounds[pos], old_text[:a] + old_text[pos:])
             pos = old_text.find(needle, pos + 1)
-    return Cut(first, len(offsets) - 1, old_text[: offsets[first]])
+    return Cut(first, len(offsets) - 1, old_text[: offsets[first]]) if fallback else None
 
 
 def shift_refusal(model: lc.llama_model_p | None, mem: lc.llama_memory_t) -> str | None:

@@ -43,7 +43,7 @@ from chatphase.engine.local import ggml_devices, kv_shift, llama_params
 from chatphase.engine.local.generation import Generated, generate
 from chatphase.engine.local.generation import Model as GenModel
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
-from chatphase.engine.local.overflow_turn import Overflow, swa_trim_refusal
+from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, swa_trim_refusal
 from chatphase.engine.local.prefix import CacheText, encode_prompt
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
@@ -343,6 +343,32 @@ class LlamaEngine:
             del self._cache[keep:]
         return keep
 
+    def _reply_shift(
+        self, req: TurnRequest, messages: tuple[Message, ...], dropped: int, prompt: list[int], text: bytes | None
+    ) -> ReplyShift | None:
+        """Under ``shift`` (a model that can shift) or ``drop-oldest``, in plain decode of a templated prompt: what
+        makes room when the reply fills the context (:class:`~chatphase.engine.local.overflow_turn.ReplyShift`)."""
+        if text is None or req.overflow == "stop" or self._spec is not None or self.loaded is None:
+            return None
+        shift = req.overflow == "shift"
+        if shift and self.loaded.kv_shift_refusal is not None:
+            return None
+        system = list(messages[:1]) if messages and messages[0].role == "system" else []
+        kept = system + list(messages[len(system) :])[dropped:]
+        render = self._template.render
+        return ReplyShift(
+            self._mem,
+            self._cache,
+            self._vocab.render,
+            lambda ms: render(ms, req.enable_thinking)[0],
+            kept,
+            text,
+            len(prompt),
+            self._n_ctx,
+            None if shift else self._decode,
+            self._n_batch,
+        )
+
     def _overflow_cut(self, req: TurnRequest, fitted: FittedPrompt, n_messages: int) -> Overflow:
         """An overflow this turn: where the dropped messages lie in the cache and, under ``shift``, take them
         out of it in place (:mod:`chatphase.engine.local.kv_shift`)."""
@@ -461,6 +487,7 @@ class LlamaEngine:
             if text is not None:
                 self._known.add_prompt(len(prompt), text)
             preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
+            shifter = self._reply_shift(req, messages, dropped, prompt, text)
             model = GenModel(
                 ctx,
                 self._vocab.ptr,
@@ -471,6 +498,7 @@ class LlamaEngine:
                 lambda text: self._vocab.tokenize(text, False),
                 self._decode,
                 self.threads.on_token,
+                shifter,
             )
             if self._spec is None:
                 yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
@@ -480,8 +508,18 @@ class LlamaEngine:
                     model, self._mem, self._spec, req, t_submit, self._stops, self._thinking, preopened, out
                 )
             stop = out.stop
-            if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
-                self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
+            n_prompt = len(prompt)
+            if shifter is not None and shifter.dropped_messages:  # the reply went on past n_ctx
+                n_prompt, dropped = shifter.prompt_len, dropped + shifter.dropped_messages
+                self._known.clear()
+                self._known.add_prompt(n_prompt, shifter.text)
+                ovf = ovf or Overflow(req.overflow, 0, cache_before=cache_before)
+                ovf.dropped_messages += shifter.dropped_messages
+                ovf.dropped_tokens += shifter.dropped_tokens
+                ovf.reprefill += shifter.reprefill_tokens
+                ovf.reply_reprefill_tokens, ovf.reply_reprefill_ms = shifter.reprefill_tokens, shifter.reprefill_ms
+            if self._known.n_tokens == n_prompt:  # the reply's evaluated tokens, by their text
+                self._known.add_pieces(self._vocab.render(t) for t in self._cache[n_prompt:])
         metrics = compute_turn_metrics(
             t_submit_ns=t_submit,
             t_prefill_start_ns=t_prefill_start,

@@ -6,11 +6,15 @@ prefix; its figures go into ``PrefillStarted`` and the turn's ``TurnMetrics`` (`
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
 
+from chatphase.engine.events import Message
+from chatphase.engine.local import kv_shift
 from chatphase.engine.metrics import TurnMetrics
 
 
@@ -19,7 +23,8 @@ class Overflow:
     """``policy`` (``drop-oldest`` / ``shift``) dropped ``dropped_messages`` more messages (``dropped_tokens`` of
     prompt) this turn; ``cache_before`` tokens were cached then; ``kept_bytes`` where the kept history ends in the
     new prompt's text (``None``: not located); ``shifted`` whether the cache was shifted in place (in
-    ``shift_ms``); ``reprefill`` the kept history's tokens evaluated again."""
+    ``shift_ms``); ``reprefill`` the kept history's tokens evaluated again (mid-reply ones included, timed
+    apart)."""
 
     policy: str
     dropped_messages: int
@@ -29,6 +34,8 @@ class Overflow:
     shifted: bool = False
     shift_ms: float = 0.0
     reprefill: int = 0
+    reply_reprefill_tokens: int = 0  # of ``reprefill``, those evaluated again mid-reply (drop-oldest)
+    reply_reprefill_ms: float = 0.0
 
     def fields(self) -> dict[str, Any]:
         """``PrefillStarted``'s overflow fields."""
@@ -41,8 +48,9 @@ class Overflow:
 
     def metrics_fields(self, m: TurnMetrics) -> dict[str, Any]:
         """``TurnMetrics``' overflow fields; the re-prefill's time is its tokens' share of ``prefill_ms``."""
-        share = self.reprefill / m.prefill_tokens if m.prefill_tokens else 0.0
-        return self.fields() | {"overflow_reprefill_ms": (m.prefill_ms or 0.0) * share}
+        prompt_part = self.reprefill - self.reply_reprefill_tokens
+        share = prompt_part / m.prefill_tokens if m.prefill_tokens else 0.0
+        return self.fields() | {"overflow_reprefill_ms": (m.prefill_ms or 0.0) * share + self.reply_reprefill_ms}
 
 
 def swa_trim_refusal(mem: lc.llama_memory_t, model: lc.llama_model_p | None, keep: int) -> str | None:
@@ -54,3 +62,91 @@ def swa_trim_refusal(mem: lc.llama_memory_t, model: lc.llama_model_p | None, kee
         return None
     pos_min = lc.llama_memory_seq_pos_min(mem, 0)
     return "swa" if pos_min > max(0, keep - n_swa) else None
+
+
+class ReplyShift:
+    """Room for a reply that reached ``n_ctx``: the oldest whole exchanges before the newest message leave the
+    KV cache (:func:`~chatphase.engine.local.kv_shift.locate_cut` on the prompt's text), so the reply goes on;
+    the newest message and the reply so far stay. Under ``shift`` the rest moves down in place
+    (:func:`~chatphase.engine.local.kv_shift.shift_out`); under ``drop-oldest`` (``decode`` given) everything
+    after the cut is evaluated again, ``n_batch`` at a time (``reprefill_tokens``, ``reprefill_ms``). Call it when
+    the cache is full; ``False``: nothing is left to drop (the reply stops at ``context_full``).
+
+    Args:
+        mem / cache: llama.cpp's memory and the engine's token list mirroring it (cut in place).
+        render_token: a token's bytes (control tokens as text).
+        render_prompt: ``messages -> templated text`` with the generation prompt (the engine's template).
+        messages: the prompt's messages (a leading system message kept); text: the prompt's templated text.
+        prompt_len: the prompt's tokens at the start of ``cache``; n_ctx: the context's size.
+        decode: ``tokens -> ok`` evaluating after the cache (drop-oldest), ``None`` for a shift; n_batch its chunk.
+    """
+
+    def __init__(
+        self,
+        mem: lc.llama_memory_t,
+        cache: list[int],
+        render_token: Callable[[int], bytes],
+        render_prompt: Callable[[Sequence[Message]], str],
+        messages: Sequence[Message],
+        text: bytes,
+        prompt_len: int,
+        n_ctx: int,
+        decode: Callable[[list[int]], bool] | None = None,
+        n_batch: int = 512,
+    ) -> None:
+        self._mem, self._cache, self._render_token, self._render_prompt = mem, cache, render_token, render_prompt
+        self._system = list(messages[:1]) if messages and messages[0].role == "system" else []
+        self._rest = list(messages[len(self._system) :])
+        self.text, self.prompt_len, self._n_ctx = text, prompt_len, n_ctx
+        self._decode, self._n_batch = decode, n_batch
+        self.dropped_messages = self.dropped_tokens = self.reprefill_tokens = 0
+        self.shift_ms = self.reprefill_ms = 0.0
+
+    def __call__(self) -> bool:
+        offsets = kv_shift.token_offsets(self._cache[: self.prompt_len], self._render_token, self.text)
+        if offsets is None:
+            return False
+        users = [j for j, m in enumerate(self._rest) if m.role == "user" and j > 0]
+        best: tuple[int, kv_shift.Cut] | None = None
+        for j in users:
+            new_text = self._render_prompt(self._system + self._rest[j:]).encode("utf-8")
+            cut = kv_shift.locate_cut(self.text, offsets, new_text, fallback=False)
+            if cut is None:
+                continue
+            best = (j, cut)
+            if cut.end - cut.start >= self._n_ctx // 4:
+                break
+        if best is None:
+            return False
+        j, cut = best
+        t0 = time.perf_counter_ns()
+        if self._decode is not None:
+            if not self._reprefill(cut.start, cut.end):
+                return False
+            self.reprefill_ms += (time.perf_counter_ns() - t0) / 1e6
+        elif not kv_shift.shift_out(self._mem, self._cache, cut.start, cut.end):
+            return False
+        else:
+            self.shift_ms += (time.perf_counter_ns() - t0) / 1e6
+        freed = cut.end - cut.start
+        self.prompt_len -= freed
+        self.text = cut.text
+        del self._rest[:j]
+        self.dropped_messages += j
+        self.dropped_tokens += freed
+        return True
+
+    def _reprefill(self, start: int, end: int) -> bool:
+        """Drop cache tokens from ``start`` on and evaluate those after ``end`` again (drop-oldest)."""
+        assert self._decode is not None
+        tail = self._cache[end:]
+        if not lc.llama_memory_seq_rm(self._mem, 0, start, -1):
+            return False
+        del self._cache[start:]
+        for i in range(0, len(tail), self._n_batch):
+            chunk = tail[i : i + self._n_batch]
+            if not self._decode(chunk):
+                return False
+            self._cache.extend(chunk)
+        self.reprefill_tokens += len(tail)
+        return True
