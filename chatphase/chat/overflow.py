@@ -20,8 +20,7 @@ def overflow_text(ev: PrefillStarted | TurnMetrics) -> str:
     ms = ev.overflow_reprefill_ms if isinstance(ev, TurnMetrics) else None
     return (
         f"The conversation outgrew n_ctx ({ev.overflow}): the oldest {what}{tokens} {how}, the system prompt kept; "
-        f"{overflow_cost(ev.overflow, ev.overflow_reprefill_tokens, ms)}. The transcript marks what the model "
-        "no longer sees."
+        f"{overflow_cost(ev.overflow, ev.overflow_reprefill_tokens, ms)}."
     )
 
 
