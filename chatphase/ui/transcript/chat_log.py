@@ -36,8 +36,8 @@ class ChatLog(VerticalScroll):
     ChatLog > .reply--meta { color: $text-muted; text-style: italic; }
     /* the text of accepted draft tokens in a reply's tail (speculative decoding; the tint key toggles) */
     ChatLog > .reply--drafted { color: $success; text-style: underline; }
-    /* turns the model no longer sees (an overflow dropped or shifted them): dimmed, a warning bar */
-    ChatLog > UserMessage.left-out { border-left: wide $warning; color: $text-muted; }
+    /* turns the model no longer sees (an overflow dropped or shifted them): dimmed, a dashed bar */
+    ChatLog > UserMessage.left-out { border-left: dashed $text-muted; color: $text-muted; }
     ChatLog > ReplyView.left-out { color: $text-muted; }
     """
 
