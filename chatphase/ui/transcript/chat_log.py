@@ -37,7 +37,7 @@ class ChatLog(VerticalScroll):
     /* the text of accepted draft tokens in a reply's tail (speculative decoding; the tint key toggles) */
     ChatLog > .reply--drafted { color: $success; text-style: underline; }
     /* turns the model no longer sees (an overflow dropped or shifted them): dimmed, a dashed bar */
-    ChatLog > UserMessage.left-out { border-left: dashed $text-muted; color: $text-muted; }
+    ChatLog > UserMessage.left-out { border-left: dashed $foreground 50%; color: $text-muted; }
     ChatLog > ReplyView.left-out { color: $text-muted; }
     """
 
