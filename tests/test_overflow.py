@@ -174,7 +174,7 @@ def test_shift_is_refused_with_the_reason_on_a_remote_server_and_a_model_that_ca
 
 def test_the_controller_sends_the_policy_what_is_left_out_and_what_changed():
     settings = Settings().with_overrides(overflow="shift")
-    chat, engines, calls = make_chat(settings, dispatcher=InlineDispatcher())
+    chat, engines, _calls = make_chat(settings, dispatcher=InlineDispatcher())
     chat.start_engine()
     chat.send("one")
     req = engines[-1].requests[-1]
