@@ -217,6 +217,7 @@ def test_a_sliding_window_cache_that_evicted_the_window_is_swa(gemma_model_info,
     engine = LlamaEngine(gemma_model_info, EngineConfig(n_ctx=2048, n_batch=256), log_path=tmp_path / "engine.log")
     assert isinstance(list(engine.load())[-1], ModelLoaded)
     try:
+        assert "sliding-window KV cache is smaller than n_ctx" in engine.loaded.kv_shift_refusal  # shift refused
         long = " ".join(f"word{i}" for i in range(400))
         sp = SamplingParams(max_tokens=2, temperature=0)
         first = list(engine.run_turn(TurnRequest(1, (Message("user", "A: " + long),), sp)))[-1]

@@ -86,6 +86,8 @@ def shift_refusal(model: lc.llama_model_p | None, mem: lc.llama_memory_t) -> str
     if lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model):
         return "its memory is recurrent or hybrid: a state, not positions that can move"
     if not lc.llama_memory_can_shift(mem):
+        if lc.llama_model_n_swa(model) > 0:  # llama.cpp shifts an iSWA cache only when its SWA part is full-size
+            return "its sliding-window KV cache is smaller than n_ctx (llama_memory_can_shift is false)"
         return "llama.cpp cannot shift this model's KV cache (llama_memory_can_shift is false)"
     return None
 
