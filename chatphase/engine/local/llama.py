@@ -43,7 +43,7 @@ from chatphase.engine.local import ggml_devices, kv_shift, llama_params
 from chatphase.engine.local.generation import Generated, generate
 from chatphase.engine.local.generation import Model as GenModel
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
-from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, swa_trim_refusal
+from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, overflow_cut, swa_trim_refusal
 from chatphase.engine.local.prefix import CacheText, encode_prompt
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
@@ -51,7 +51,7 @@ from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
 from chatphase.engine.overflow import low_water, miss_reason, reply_room
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
-from chatphase.engine.prompting.prompt import ChatTemplate, FittedPrompt, PromptTooLong
+from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
 from chatphase.engine.prompting.thinking import opened_by_prompt
 from chatphase.engine.prompting.vocab import Vocab
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
@@ -343,54 +343,6 @@ class LlamaEngine:
             del self._cache[keep:]
         return keep
 
-    def _reply_shift(
-        self, req: TurnRequest, messages: tuple[Message, ...], dropped: int, prompt: list[int], text: bytes | None
-    ) -> ReplyShift | None:
-        """Under ``shift`` (a model that can shift) or ``drop-oldest``, in plain decode of a templated prompt: what
-        makes room when the reply fills the context (:class:`~chatphase.engine.local.overflow_turn.ReplyShift`)."""
-        if text is None or req.overflow == "stop" or self._spec is not None or self.loaded is None:
-            return None
-        shift = req.overflow == "shift"
-        if shift and self.loaded.kv_shift_refusal is not None:
-            return None
-        system = list(messages[:1]) if messages and messages[0].role == "system" else []
-        kept = system + list(messages[len(system) :])[dropped:]
-        render = self._template.render
-        return ReplyShift(
-            self._mem,
-            self._cache,
-            self._vocab.render,
-            lambda ms: render(ms, req.enable_thinking)[0],
-            kept,
-            text,
-            len(prompt),
-            self._n_ctx,
-            None if shift else self._decode,
-            self._n_batch,
-        )
-
-    def _overflow_cut(self, req: TurnRequest, fitted: FittedPrompt, n_messages: int) -> Overflow:
-        """An overflow this turn: where the dropped messages lie in the cache and, under ``shift``, take them
-        out of it in place (:mod:`chatphase.engine.local.kv_shift`)."""
-        ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.first_message, n_messages - 1))
-        ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
-        ovf.cache_before = len(self._cache)
-        new_text = fitted.text.encode("utf-8")
-        cut = None
-        if self._known.n_tokens == len(self._cache):
-            cut = kv_shift.plan_cut(self._cache, self._known.text, self._vocab.render, new_text)
-        if cut is None:
-            return ovf
-        ovf.kept_bytes = len(cut.text)
-        if req.overflow == "shift":
-            t0 = time.perf_counter_ns()
-            if kv_shift.shift_out(self._mem, self._cache, cut.start, cut.end):
-                ovf.shifted, ovf.shift_ms = True, ns_to_ms(time.perf_counter_ns() - t0)
-                self._known.clear()
-                if self._cache:
-                    self._known.add_prompt(len(self._cache), cut.text)
-        return ovf
-
     def _run(self, req: TurnRequest, ctx: lc.llama_context_p) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
@@ -431,7 +383,8 @@ class LlamaEngine:
                 if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
                     yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
                     return
-                ovf = self._overflow_cut(req, fitted, len([m for m in messages if m.role != "system"]))
+                n_messages = sum(m.role != "system" for m in messages)
+                ovf = overflow_cut(req, fitted, n_messages, self._mem, self._cache, self._known, self._vocab.render)
                 if ovf.shifted:
                     fitted = replace(fitted, tokens=self._encode(fitted.text, fitted.add_special))
             prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
@@ -487,7 +440,13 @@ class LlamaEngine:
             if text is not None:
                 self._known.add_prompt(len(prompt), text)
             preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
-            shifter = self._reply_shift(req, messages, dropped, prompt, text)
+            shifter = None
+            if text is not None and self._spec is None and self.loaded is not None:
+                render = self._template.render
+                shifter = ReplyShift.for_turn(
+                    req, self.loaded, messages, dropped, lambda ms: render(ms, req.enable_thinking)[0], text,
+                    self._mem, self._cache, self._vocab.render, len(prompt), self._n_ctx, self._decode, self._n_batch,
+                )  # fmt: skip
             model = GenModel(
                 ctx,
                 self._vocab.ptr,

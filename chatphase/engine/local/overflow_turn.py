@@ -13,9 +13,11 @@ from typing import Any
 
 import llama_cpp as lc
 
-from chatphase.engine.events import Message
+from chatphase.engine.events import LoadedModel, Message, TurnRequest
 from chatphase.engine.local import kv_shift
-from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.local.prefix import CacheText
+from chatphase.engine.metrics import TurnMetrics, ns_to_ms
+from chatphase.engine.prompting.prompt import FittedPrompt
 
 
 @dataclass
@@ -51,6 +53,37 @@ class Overflow:
         prompt_part = self.reprefill - self.reply_reprefill_tokens
         share = prompt_part / m.prefill_tokens if m.prefill_tokens else 0.0
         return self.fields() | {"overflow_reprefill_ms": (m.prefill_ms or 0.0) * share + self.reply_reprefill_ms}
+
+
+def overflow_cut(
+    req: TurnRequest,
+    fitted: FittedPrompt,
+    n_messages: int,
+    mem: lc.llama_memory_t,
+    cache: list[int],
+    known: CacheText,
+    render: Callable[[int], bytes],
+) -> Overflow:
+    """An overflow at the start of a turn (``fitted`` dropped messages from the ``n_messages`` non-system ones):
+    where the dropped messages lie in the cache (``cache``, its text record ``known``) and, under ``shift``, take
+    them out of it in place (:mod:`chatphase.engine.local.kv_shift`; ``cache`` and ``known`` follow)."""
+    ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.first_message, n_messages - 1))
+    ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
+    ovf.cache_before = len(cache)
+    cut = None
+    if known.n_tokens == len(cache):
+        cut = kv_shift.plan_cut(cache, known.text, render, fitted.text.encode("utf-8"))
+    if cut is None:
+        return ovf
+    ovf.kept_bytes = len(cut.text)
+    if req.overflow == "shift":
+        t0 = time.perf_counter_ns()
+        if kv_shift.shift_out(mem, cache, cut.start, cut.end):
+            ovf.shifted, ovf.shift_ms = True, ns_to_ms(time.perf_counter_ns() - t0)
+            known.clear()
+            if cache:
+                known.add_prompt(len(cache), cut.text)
+    return ovf
 
 
 def swa_trim_refusal(mem: lc.llama_memory_t, model: lc.llama_model_p | None, keep: int) -> str | None:
@@ -101,6 +134,32 @@ class ReplyShift:
         self._decode, self._n_batch = decode, n_batch
         self.dropped_messages = self.dropped_tokens = self.reprefill_tokens = 0
         self.shift_ms = self.reprefill_ms = 0.0
+
+    @classmethod
+    def for_turn(
+        cls,
+        req: TurnRequest,
+        loaded: LoadedModel,
+        messages: Sequence[Message],
+        dropped: int,
+        render_prompt: Callable[[Sequence[Message]], str],
+        text: bytes,
+        mem: lc.llama_memory_t,
+        cache: list[int],
+        render_token: Callable[[int], bytes],
+        prompt_len: int,
+        n_ctx: int,
+        decode: Callable[[list[int]], bool],
+        n_batch: int,
+    ) -> ReplyShift | None:
+        """The one for this turn (its ``dropped`` oldest non-system ``messages`` left out), or ``None`` under
+        ``stop`` and under ``shift`` on a model that cannot shift (the reply then stops at ``context_full``)."""
+        if req.overflow == "stop" or (req.overflow == "shift" and loaded.kv_shift_refusal is not None):
+            return None
+        system = list(messages[:1]) if messages and messages[0].role == "system" else []
+        kept = system + list(messages[len(system) :])[dropped:]
+        step = None if req.overflow == "shift" else decode
+        return cls(mem, cache, render_token, render_prompt, kept, text, prompt_len, n_ctx, step, n_batch)
 
     def __call__(self) -> bool:
         offsets = kv_shift.token_offsets(self._cache[: self.prompt_len], self._render_token, self.text)
