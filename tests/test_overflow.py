@@ -192,3 +192,43 @@ def test_the_controller_sends_the_policy_what_is_left_out_and_what_changed():
     assert engines[-1].requests[-1].history_change == "model_switch"
     chat.send("four")
     assert engines[-1].requests[-1].history_change is None
+
+
+def test_an_overflow_mid_reply_is_noticed_at_the_turns_end_and_marks_the_turns():
+    from dataclasses import replace
+
+    from fake_engine import FakeEngine
+
+    from chatphase.engine.events import TurnFinished
+
+    class MidReplyShift(FakeEngine):
+        """The second turn's reply outgrew n_ctx: the engine shifted the first exchange out mid-reply."""
+
+        def run_turn(self, request):
+            for ev in super().run_turn(request):
+                if isinstance(ev, TurnFinished) and request.turn_id == 2:
+                    m = replace(ev.metrics, dropped_messages=2, overflow="shift", overflow_dropped_messages=2,
+                                overflow_dropped_tokens=220, overflow_reprefill_tokens=0)  # fmt: skip
+                    ev = replace(ev, metrics=m)
+                yield ev
+
+    from chat_support import Calls
+
+    from chatphase.chat.controller import ChatController
+
+    calls = Calls()
+    chat = ChatController(
+        Settings().with_overrides(overflow="shift"),
+        fake_model_info(),
+        lambda info, s: MidReplyShift(info, s.engine),
+        InlineDispatcher(),
+        [calls],
+    )
+    chat.start_engine()
+    chat.send("one")
+    chat.send("two")
+    notices = [n for n in calls.notices() if n.kind == "dropped"]
+    assert len(notices) == 1 and "oldest 2 messages (220 tok) shifted out" in notices[0].text
+    assert calls.args_of("history_left_out") == [(1,)] and chat.history.left_out == 2
+    chat.send("three")
+    assert chat.engine.requests[-1].first_message == 2  # the next prompt leaves them out too
