@@ -29,3 +29,26 @@ async def test_turns_left_out_of_the_context_are_marked_until_a_new_chat():
         app.chat.new_chat()
         await pilot.pause()
         assert app.chat.history.left_out == 0
+
+
+async def test_the_settings_screen_sets_the_overflow_policy_without_a_reload():
+    from textual.widgets import Select
+
+    from chatphase.ui.screens.settings import SettingsScreen
+
+    app, engines = make_app(replies=["ok"])
+    async with app.run_test(size=(130, 45)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("f9")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen) and app.screen.query("#set-overflow"))
+        screen = app.screen
+        assert screen.query_one("#set-overflow", Select).value == "drop-oldest"
+        screen.query_one("#set-overflow", Select).value = "shift"
+        await pilot.pause()
+        assert not str(screen.query_one("#settings-reload").render()).strip()  # the next turn takes it
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert app.chat.settings.overflow == "shift" and len(engines) == 1
+        await send(pilot, "hi")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert engines[0].requests[-1].overflow == "shift"
