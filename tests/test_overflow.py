@@ -125,6 +125,8 @@ def test_no_miss_no_reason_and_an_empty_cache_takes_the_controllers_word():
     assert miss_reason(cache_before=100, reused=100, history=True, change="edited", **none) is None
     assert miss_reason(cache_before=0, reused=0, history=False, change="restarted", **none) is None
     assert miss_reason(cache_before=0, reused=0, history=True, change="restored", **none) == "restored"
+    # a new chat's first turn on a cache that holds the last chat: nothing of this conversation was lost
+    assert miss_reason(cache_before=300, reused=20, history=False, change=None, **none) is None
 
 
 def test_the_words_of_an_overflow():

@@ -13,9 +13,9 @@ Dropping is sticky: the controller sends the count of messages already left out
 does. When it must drop, the engine drops down to :func:`low_water` — a quarter of ``n_ctx`` below the
 budget — so the next few turns append to the cache instead of dropping (and re-prefilling) once per turn.
 
-Cache-miss reasons (:attr:`~chatphase.engine.metrics.TurnMetrics.cache_miss_reason`): a turn *misses* when it
-keeps fewer of the KV cache's tokens than the cache held when it began, or starts on an empty cache while the
-conversation has earlier messages. :func:`miss_reason` decides why, in the engine, from what the engine saw
+Cache-miss reasons (:attr:`~chatphase.engine.metrics.TurnMetrics.cache_miss_reason`): a turn of a conversation
+with earlier messages *misses* when it keeps fewer of the KV cache's tokens than the cache held when it began, or
+starts on an empty cache. :func:`miss_reason` decides why, in the engine, from what the engine saw
 (overflow, a memory that cannot drop a tail) and what the controller knows (:data:`HISTORY_CHANGES`).
 """
 
@@ -75,7 +75,8 @@ def miss_reason(
 
     Args:
         cache_before: tokens the cache held when the turn began; reused: tokens of it the prompt kept.
-        history: the conversation has messages before the newest one.
+        history: the conversation has messages before the newest one (without, nothing of it can be missed:
+            the first turn of a new chat on a cache that holds the last one).
         overflow: the policy that dropped messages this turn (``drop-oldest`` / ``shift``), else ``None``.
         trim_failed: ``swa`` / ``recurrent`` when the cache could not be trimmed and was cleared, else ``None``.
         change: the controller's :data:`HISTORY_CHANGES` value for this turn, else ``None``.
@@ -83,8 +84,7 @@ def miss_reason(
     Order: what this turn did to the cache first (an overflow, a cache cleared for want of a trim), then what
     the controller knows, then the template (nothing else changed, so the rendering of an earlier turn did).
     """
-    missed = reused < cache_before or (cache_before == 0 and history)
-    if not missed:
+    if not history or 0 < cache_before <= reused:  # nothing of the conversation was lost (a new chat's first turn)
         return None
     if overflow is not None:
         return "overflow_shift" if overflow == "shift" else "overflow_drop"
