@@ -234,3 +234,18 @@ def test_an_overflow_mid_reply_is_noticed_at_the_turns_end_and_marks_the_turns()
     assert calls.args_of("history_left_out") == [(1,)] and chat.history.left_out == 2
     chat.send("three")
     assert chat.engine.requests[-1].first_message == 2  # the next prompt leaves them out too
+
+
+def test_the_replys_meta_line_carries_an_overflows_cost():
+    from dataclasses import replace
+
+    from chatphase.engine.metrics import compute_turn_metrics
+    from chatphase.ui.transcript.reply_view import metrics_line
+
+    m = compute_turn_metrics(
+        t_submit_ns=0, t_prefill_start_ns=0, t_prefill_end_ns=10, token_times_ns=[20], prompt_tokens=10,
+        cached_tokens=0, kv_cache_tokens=11, kv_bytes_per_token=1, kv_capacity_bytes=100, stop_reason="stop",
+    )  # fmt: skip
+    assert "re-prefill" not in metrics_line(m)
+    m = replace(m, overflow="drop-oldest", overflow_reprefill_tokens=2310, overflow_reprefill_ms=5100.0)
+    assert metrics_line(m).endswith("drop-oldest: re-prefill 2,310 tok · 5.1 s")
