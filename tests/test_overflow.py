@@ -249,3 +249,13 @@ def test_the_replys_meta_line_carries_an_overflows_cost():
     assert "re-prefill" not in metrics_line(m)
     m = replace(m, overflow="drop-oldest", overflow_reprefill_tokens=2310, overflow_reprefill_ms=5100.0)
     assert metrics_line(m).endswith("drop-oldest: re-prefill 2,310 tok · 5.1 s")
+
+
+def test_a_change_outlives_a_turn_refused_before_its_prefill():
+    chat, engines, _calls = make_chat(Settings().with_overrides(n_ctx=32), dispatcher=InlineDispatcher())
+    chat.start_engine()
+    chat.send("one")
+    chat.restart_engine()
+    chat.send(" ".join(["w"] * 30))  # too long: refused before its prefill
+    chat.send("two")
+    assert [r.history_change for r in engines[-1].requests] == ["restarted", "restarted"]

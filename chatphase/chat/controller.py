@@ -321,7 +321,6 @@ class ChatController:
             first_message=self.history.left_out,
             history_change=self._change,
         )
-        self._change = None
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
         self.turn, self.busy = turn, True
@@ -376,6 +375,7 @@ class ChatController:
             self._notice(Notice.overflow(ev))
         elif ev.dropped_messages > before:  # an engine without overflow figures
             self._notice(Notice.dropped(ev.dropped_messages))
+        self._change = None  # the engine has taken it (a turn refused before this keeps it for the next)
         if self._reuse_note and ev.prompt_tokens is not None:
             self._notice(Notice.reuse(self._reuse_note, ev))
         elif ev.cache_miss_reason and ev.overflow is None and ev.prompt_tokens is not None:
@@ -384,7 +384,7 @@ class ChatController:
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
         self.turn = None
-        if ev.metrics.dropped_messages > self.history.left_out:  # a KV shift let the reply go on past n_ctx
+        if ev.metrics.dropped_messages > self.history.left_out:  # the reply went on past n_ctx (shift or drop-oldest)
             self._left_out(ev.metrics.dropped_messages)
             self._notice(Notice("dropped", "Context full", overflow_text(ev.metrics), "warning"))
         self.history.add("assistant", ev.reply, ev.thinking)
