@@ -222,9 +222,10 @@ def test_a_sliding_window_cache_that_evicted_the_window_is_swa(gemma_model_info,
         assert "sliding-window KV cache is smaller than n_ctx" in engine.loaded.kv_shift_refusal  # shift refused
         long = " ".join(f"word{i}" for i in range(400))
         sp = SamplingParams(max_tokens=2, temperature=0)
-        first = list(engine.run_turn(TurnRequest(1, (Message("user", "A: " + long),), sp)))[-1]
+        hello = (Message("user", "Hi"), Message("assistant", "Hello!"))
+        first = list(engine.run_turn(TurnRequest(1, (*hello, Message("user", "A: " + long)), sp)))[-1]
         assert first.metrics.prompt_tokens > 1100 and lc.llama_memory_seq_pos_min(engine._mem, 0) > 0
-        edited = list(engine.run_turn(TurnRequest(2, (Message("user", "A: " + long[:200]),), sp)))[-1]
+        edited = list(engine.run_turn(TurnRequest(2, (*hello, Message("user", "A: " + long[:200])), sp)))[-1]
         assert not isinstance(edited, EngineFailed)
         assert (edited.metrics.cached_tokens, edited.metrics.cache_miss_reason) == (0, "swa")
     finally:
