@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
+from chatphase.chat.overflow import overflow_text, shift_refusal, unseen_exchanges
 from chatphase.chat.ttft_prior import results_dir, saved_prior
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.engine.base import Engine, PromptCounter
@@ -106,6 +107,7 @@ class ChatController:
         self.turn: Turn | None = None  # the turn in flight
         self._last_turn_id = 0
         self._reuse_note: str | None = None
+        self._change: str | None = None  # what changed since the engine's last turn (a cache miss's reason)
         self._closed = False
         #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
         self.events_every_ms: float | None = None
@@ -169,6 +171,7 @@ class ChatController:
         """Replace the engine with a fresh one (after a crash, or for new engine settings); the
         conversation is kept."""
         self._retire_engine()
+        self._fresh_engine("restarted")
         self.start_engine()
 
     def switch_model(self, info: ModelInfo) -> None:
@@ -177,8 +180,21 @@ class ChatController:
         self._retire_engine()
         self.model_info = info
         self.ttft = _predictor(info)  # another model's prefill predicts nothing here
+        self._fresh_engine("model_switch")
         self._notice(Notice("model", "Model", f"Switched model to {info.name}"))
         self.start_engine()
+
+    def _fresh_engine(self, why: str) -> None:
+        """The next engine starts with an empty cache: it fits the conversation afresh (the transcript's marks go
+        until its first turn says otherwise) and the next turn's miss is ``why``."""
+        self._change = why
+        self._left_out(0)
+
+    def _left_out(self, n_messages: int) -> None:
+        """The model no longer sees the conversation's ``n_messages`` oldest messages; the views are told in turns."""
+        self.history.left_out = n_messages
+        n_turns = unseen_exchanges(self.history.messages, n_messages)
+        self._tell(lambda to: to.history_left_out(n_turns))
 
     def close(self) -> None:
         """Cancel and close the engine now (blocking; at quit). Idempotent."""
@@ -248,7 +264,7 @@ class ChatController:
             raise NotNow("There is no reply to regenerate.")
         rewound = (removed,)
         self._tell(lambda to: to.history_rewound(rewound))
-        self._reuse_note = REGENERATE_NOTE
+        self._reuse_note, self._change = REGENERATE_NOTE, "regenerated"
         return self._begin("regenerate")
 
     def take_back_last(self) -> str:
@@ -263,7 +279,7 @@ class ChatController:
         if not removed:
             raise NotNow("There is no message to edit.")
         self._tell(lambda to: to.history_rewound(removed))
-        self._reuse_note = RESEND_NOTE
+        self._reuse_note, self._change = RESEND_NOTE, "edited"
         return removed[0].content
 
     def stop(self) -> bool:
@@ -283,7 +299,7 @@ class ChatController:
         if self.turn is not None:
             raise NotNow("Not starting a new chat: wait for the reply or stop it", "chat.stop")
         self.history.clear()
-        self._reuse_note = None
+        self._reuse_note = self._change = None
         self.ttft.clear()
         self._tell(lambda to: to.chat_cleared())
 
@@ -297,7 +313,7 @@ class ChatController:
         if self.turn is not None:
             raise NotNow("Wait for the reply (Esc stops it), then open the session.")
         self.history.restore(session.history(), max((t.index for t in session.turns), default=0))
-        self._reuse_note = COLD_PREFILL_NOTE
+        self._reuse_note, self._change = COLD_PREFILL_NOTE, "resumed"
         self._tell(lambda to: to.history_restored(session))
 
     # -- the budget of a draft -----------------------------------------------------------------------
@@ -330,6 +346,9 @@ class ChatController:
             self.settings.sampling,
             enable_thinking=thinking,
             events_every_ms=self.events_every_ms,
+            overflow=self.settings.overflow,
+            first_message=self.history.left_out,
+            history_change=self._change,
         )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
@@ -348,6 +367,8 @@ class ChatController:
             self._tell(lambda to: to.engine_ready(event.model))
             if (note := thinking_ignored(self.settings, event.model)) is not None:
                 self._notice(note)
+            if (why := shift_refusal(self.settings.overflow, event.model)) is not None:
+                self._notice(Notice("model", "Overflow: shift", why, "warning"))
             self._start("watch", job.engine, job.engine.watch)
             return
         if isinstance(event, EngineFailed):
@@ -380,10 +401,18 @@ class ChatController:
             turn.ttft_model = model
             turn.ttft_predicted_ms = model.ttft_ms(ev.prefill_tokens, ev.cached_tokens)
         self._tell(lambda to: to.prefill_started(turn, ev))
-        if ev.dropped_messages:
+        before = self.history.left_out
+        if ev.dropped_messages != before:
+            self._left_out(ev.dropped_messages)
+        if ev.overflow is not None:
+            self._notice(Notice.overflow(ev))
+        elif ev.dropped_messages > before:  # an engine without overflow figures
             self._notice(Notice.dropped(ev.dropped_messages))
+        self._change = None  # the engine has taken it (a turn refused before this keeps it for the next)
         if self._reuse_note and ev.prompt_tokens is not None:
             self._notice(Notice.reuse(self._reuse_note, ev))
+        elif ev.cache_miss_reason and ev.overflow is None and ev.prompt_tokens is not None:
+            self._notice(Notice.miss(ev))
         self._reuse_note = None
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
@@ -398,6 +427,9 @@ class ChatController:
             )
         if m.stop_reason not in ("cancelled", "error"):
             self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms)
+        if ev.metrics.dropped_messages > self.history.left_out:  # the reply went on past n_ctx (shift or drop-oldest)
+            self._left_out(ev.metrics.dropped_messages)
+            self._notice(Notice("dropped", "Context full", overflow_text(ev.metrics), "warning"))
         self.history.add("assistant", ev.reply, ev.thinking)
         if ev.thinking and self._reuse_note is None:
             self._reuse_note = AFTER_THINKING_NOTE  # the cache holds the thinking; the next prompt may not

@@ -19,6 +19,7 @@ class Conversation:
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.numbered = 0
+        self.left_out = 0  # the oldest messages the model no longer sees (an overflow dropped or shifted them)
 
     def request_messages(self, system_prompt: str | None) -> tuple[Message, ...]:
         """What a turn sends: the system prompt (if any), then every message."""
@@ -72,8 +73,8 @@ class Conversation:
 
     def clear(self) -> None:
         self.messages.clear()
-        self.numbered = 0
+        self.numbered = self.left_out = 0
 
     def restore(self, messages: list[Message], numbered: int) -> None:
         self.messages[:] = [m for m in messages if m.role != "system"]
-        self.numbered = numbered
+        self.numbered, self.left_out = numbered, 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from chatphase.chat.overflow import miss_text, overflow_text
 from chatphase.chat.turn import Turn
 from chatphase.engine.events import (
     FirstToken,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from chatphase.sessions.store import Session
     from chatphase.settings.schema import Settings
 
-NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model", "spec", "restore"]
+NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model", "spec", "restore", "cache_miss"]
 Severity = Literal["information", "warning", "error"]
 
 
@@ -64,12 +65,27 @@ class Notice:
 
     @classmethod
     def reuse(cls, title: str, ev: PrefillStarted) -> Notice:
+        miss = f" ({miss_text(ev)})" if ev.cache_miss_reason else ""
         return cls(
             "reuse",
             title,
-            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
+            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache{miss}; "
             f"{ev.prefill_tokens:,} to evaluate.",
         )
+
+    @classmethod
+    def miss(cls, ev: PrefillStarted) -> Notice:
+        """A turn that kept less of the KV cache than it held, with the reason (no reuse note said why)."""
+        return cls(
+            "cache_miss",
+            "Cache miss",
+            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache: {miss_text(ev)}.",
+        )
+
+    @classmethod
+    def overflow(cls, ev: PrefillStarted) -> Notice:
+        """An overflow this turn: what it left out and its cost (:mod:`chatphase.chat.overflow`)."""
+        return cls("dropped", "Context full", overflow_text(ev), "warning")
 
 
 def thinking_ignored(settings: Settings, loaded: LoadedModel) -> Notice | None:
@@ -149,3 +165,7 @@ class ChatListener:
 
     def notice(self, notice: Notice) -> None:
         """Something to tell the user."""
+
+    def history_left_out(self, n_turns: int) -> None:
+        """The model no longer sees the conversation's ``n_turns`` oldest turns (an overflow dropped or shifted
+        them; 0: it sees every turn again, after a new chat or a fresh engine)."""

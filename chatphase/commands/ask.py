@@ -207,7 +207,7 @@ class _Printer(ChatListener):
     def notice(self, notice: Notice) -> None:
         if notice.kind == "turn_error":
             self.turn_error = notice.text
-        elif notice.kind in ("dropped", "context_full", "model", "spec", "restore"):
+        elif notice.kind in ("dropped", "context_full", "model", "spec", "restore", "cache_miss"):
             say(f"chatphase: {notice.text}")
 
     def emit_json(self) -> None:

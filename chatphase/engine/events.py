@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.overflow import DEFAULT_OVERFLOW
 from chatphase.models.gguf_meta import ModelInfo
 
 Role = Literal["system", "user", "assistant"]
@@ -83,6 +84,11 @@ class TurnRequest:
     ignore_eos: bool = False
     enable_thinking: bool | None = None
     events_every_ms: float | None = None
+    # context overflow (chatphase.engine.overflow): the policy, the oldest non-system messages already left out
+    # (the prompt starts after them), and what the controller knows changed since the last turn (a miss's reason)
+    overflow: str = DEFAULT_OVERFLOW
+    first_message: int = 0
+    history_change: str | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,7 @@ class LoadedModel:
     devices: tuple[DeviceInfo, ...] = ()
     buffers: tuple[BufferSize, ...] = ()
     slow_paths: tuple[str, ...] = ()
+    kv_shift_refusal: str | None = None  # why the ``shift`` overflow policy cannot work here (None: it can)
 
 
 @dataclass(frozen=True)
@@ -250,6 +257,12 @@ class PrefillStarted:
     n_threads_prefill: int | None = None
     n_threads_decode: int | None = None
     threads_reason: str | None = None
+    # an overflow this turn (TurnMetrics' overflow_* fields) and why the cache was missed, known before the prefill
+    overflow: str | None = None
+    overflow_dropped_messages: int = 0
+    overflow_dropped_tokens: int | None = None
+    overflow_reprefill_tokens: int | None = None
+    cache_miss_reason: str | None = None
 
 
 @dataclass(frozen=True)

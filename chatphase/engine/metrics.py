@@ -74,6 +74,12 @@ class TurnMetrics:
 
     ``ttft_predicted_ms``: the TTFT predicted when the prefill began (:mod:`chatphase.engine.ttft_prediction`),
     ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE``); set by the chat.
+
+    Overflow (:mod:`chatphase.engine.overflow`): ``overflow`` the policy that acted this turn (``drop-oldest``,
+    ``shift``; ``None``: none did), ``overflow_dropped_messages`` / ``overflow_dropped_tokens`` what it left
+    out, ``overflow_reprefill_tokens`` the kept history evaluated again (0 for a shift) and
+    ``overflow_reprefill_ms`` its share of ``prefill_ms``; ``cache_miss_reason`` why the turn kept fewer of the
+    KV cache's tokens than it held (``None``: no miss).
     """
 
     prompt_tokens: int | None
@@ -126,6 +132,12 @@ class TurnMetrics:
     restore_bytes: int | None = None
     ttft_predicted_ms: float | None = None
     ttft_prediction_source: str | None = None
+    overflow: str | None = None
+    overflow_dropped_messages: int = 0
+    overflow_dropped_tokens: int | None = None
+    overflow_reprefill_tokens: int | None = None
+    overflow_reprefill_ms: float | None = None
+    cache_miss_reason: str | None = None
 
     @property
     def thought(self) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 
 from chatphase.engine.config import TRI_STATE, EngineConfig, check_choices
 from chatphase.engine.events import SamplingParams
+from chatphase.engine.overflow import DEFAULT_OVERFLOW, OVERFLOW_POLICIES
 from chatphase.errors import UsageError
 
 ENV_PREFIX = "CHATPHASE_"
@@ -108,6 +109,13 @@ class Settings:
                   "help": "Textual theme, e.g. textual-dark, textual-light"},
     )  # fmt: skip
     keys: dict[str, str] = field(default_factory=dict)
+    overflow: str = field(
+        default=DEFAULT_OVERFLOW,
+        metadata={"flags": ("--overflow",), "choices": OVERFLOW_POLICIES, "cli": "sampling",
+                  "help": "when the conversation outgrows n_ctx: drop-oldest (re-prefill what is kept), shift "
+                  "(llama.cpp's KV shift, no re-prefill), stop (refuse); default {default}",
+                  "label": "Overflow", "hint": "when the conversation outgrows n_ctx"},
+    )  # fmt: skip
 
     def validate(self) -> Settings:
         """Check ranges and choices; returns ``self``.

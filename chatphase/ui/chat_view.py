@@ -286,6 +286,10 @@ class ChatView(ChatListener):
             self._await(lambda: removal)
 
     @override
+    def history_left_out(self, n_turns: int) -> None:
+        self.chat_log.mark_left_out(n_turns)
+
+    @override
     def chat_cleared(self) -> None:
         self._turn_over()
         removal = self.chat_log.clear_log()  # what is there now: a restored session's views come after
@@ -318,7 +322,7 @@ class ChatView(ChatListener):
 
     @override
     def notice(self, notice: Notice) -> None:
-        if notice.kind in ("reuse", "dropped") and self.prefill.waiting:
+        if notice.kind in ("reuse", "dropped", "cache_miss") and self.prefill.waiting:
             self._held_notices.append(notice)  # drawn with its prefill (none while the prefill is quiet)
             return
         self._show(notice)
@@ -327,6 +331,8 @@ class ChatView(ChatListener):
         if notice.kind in ("model", "spec", "restore"):
             self.chat_log.add_notice(notice.text)
             return
+        if notice.kind == "dropped":  # an overflow stays in the transcript, beside the turns it marks
+            self.chat_log.add_notice(notice.text)
         text = notice.text
         if notice.kind == "context_full":
             text = text.replace("Start a new chat", f"Start a new chat ({self.keys['chat.new']})")

@@ -54,6 +54,7 @@ class Model:
     tokenize: Callable[[str], list[int]]
     decode: Callable[[list[int]], bool]
     on_token: Callable[..., None]
+    make_room: Callable[[], bool] | None = None  # a full cache: free some (KV shift) and go on; False: cannot
 
 
 class TokenStep:
@@ -166,6 +167,8 @@ def generate(
                 events.clear()
             if stop is None:
                 stop = step.limits(len(cache))
+                if stop == "context_full" and m.make_room is not None and m.make_room():
+                    stop = step.limits(len(cache))
             if stop is not None:
                 out.stop = stop
                 break

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp as lc
@@ -40,14 +41,16 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.llamalog import LlamaLogCapture
-from chatphase.engine.local import ggml_devices, llama_params
+from chatphase.engine.local import ggml_devices, kv_shift, llama_params
 from chatphase.engine.local.generation import Generated, generate
 from chatphase.engine.local.generation import Model as GenModel
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
+from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, overflow_cut, swa_trim_refusal
 from chatphase.engine.local.prefix import CacheText, encode_prompt
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
+from chatphase.engine.overflow import low_water, miss_reason, reply_room
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
 from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
@@ -93,6 +96,7 @@ class LlamaEngine:
         self._registered = False
         self._log: LlamaLogCapture | None = None
         self._spec: Speculator | None = None
+        self._trim_failed: str | None = None  # why this turn's cache could not be trimmed (a miss reason)
         self.loaded: LoadedModel | None = None
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -329,6 +333,7 @@ class LlamaEngine:
             devices=devices,
             buffers=buffers,
             slow_paths=slow,
+            kv_shift_refusal=kv_shift.shift_refusal(self._model, self._mem),
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
@@ -352,10 +357,12 @@ class LlamaEngine:
     def _reuse_prefix(self, prompt: list[int], reset: bool) -> int:
         """Keep the longest common prefix of the cache and ``prompt`` (at least one token left to evaluate)."""
         keep = 0 if reset else self._reusable(prompt)
+        if keep and (why := swa_trim_refusal(self._mem, self._model, keep)):
+            keep, self._trim_failed = 0, why  # the window before ``keep`` is gone: llama-server re-processes too
         if keep < len(self._cache):
             if not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
                 lc.llama_memory_clear(self._mem, True)  # models whose memory cannot drop a tail (recurrent)
-                keep = 0
+                keep, self._trim_failed = 0, "recurrent"
             del self._cache[keep:]
         return keep
 
@@ -368,28 +375,71 @@ class LlamaEngine:
         if req.reset_cache:
             self._known.clear()
         text = None  # the prompt's templated text (UTF-8), when it has one
+        ovf: Overflow | None = None  # what an overflow did this turn
         if req.prompt_token_ids is not None:
             prompt, dropped = list(req.prompt_token_ids), 0
             if not 0 < len(prompt) < self._n_ctx:
                 yield EngineFailed(f"a prompt of {len(prompt)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
                 return
         else:
-            budget = self._n_ctx - min(sp.max_tokens, self._n_ctx // 4)
+            budget = self._n_ctx - reply_room(sp.max_tokens, self._n_ctx)
             try:
-                fitted = self._template.fit(messages, budget, self._encode, req.enable_thinking)
+                fitted = self._template.fit(
+                    messages,
+                    budget,
+                    self._encode,
+                    req.enable_thinking,
+                    req.first_message,
+                    low_water(budget, self._n_ctx),
+                    drop=req.overflow != "stop",
+                )
             except PromptTooLong as exc:
-                yield EngineFailed(f"message refused: {exc}", req.turn_id)
+                room = self._n_ctx - budget
+                yield EngineFailed(
+                    f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id
+                )
                 return
             except Exception as exc:  # the template raised on this conversation (e.g. a system message)
                 yield EngineFailed(refusal(self._format, exc), req.turn_id)
                 return
+            if fitted.full_tokens is not None:  # this turn dropped messages: an overflow
+                if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
+                    yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
+                    return
+                n_messages = sum(m.role != "system" for m in messages)
+                ovf = overflow_cut(req, fitted, n_messages, self._mem, self._cache, self._known, self._vocab.render)
+                if ovf.shifted:
+                    fitted = replace(fitted, tokens=self._encode(fitted.text, fitted.add_special))
             prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
+        cache_before = len(self._cache)
+        self._trim_failed = None
         cached = self._reuse_prefix(prompt, req.reset_cache)
         self._known.truncate(cached, text)
         todo = prompt[cached:]
+        if ovf is not None:
+            ovf.reprefill = kv_shift.reprefill_tokens(prompt, self._vocab.render, text or b"", cached, ovf.kept_bytes)
+        history = sum(m.role != "system" for m in messages) > 1
+        miss = miss_reason(
+            cache_before=ovf.cache_before if ovf else cache_before,
+            reused=cached,
+            history=history,
+            overflow=ovf.policy if ovf else None,
+            trim_failed=self._trim_failed,
+            change=req.history_change,
+        )
         threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
-        yield PrefillStarted(req.turn_id, len(prompt), cached, len(todo), dropped, t_prefill_start, **threads.fields())
+        yield PrefillStarted(
+            req.turn_id,
+            len(prompt),
+            cached,
+            len(todo),
+            dropped,
+            t_prefill_start,
+            **threads.fields(),
+            **(ovf.fields() if ovf else {}),
+            cache_miss_reason=miss,
+        )
 
         stop: StopReason | None = None
         n_batch = self._n_batch
@@ -413,6 +463,13 @@ class LlamaEngine:
             if text is not None:
                 self._known.add_prompt(len(prompt), text)
             preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
+            shifter = None
+            if text is not None and self._spec is None and self.loaded is not None:
+                render = self._template.render
+                shifter = ReplyShift.for_turn(
+                    req, self.loaded, messages, dropped, lambda ms: render(ms, req.enable_thinking)[0], text,
+                    self._mem, self._cache, self._vocab.render, len(prompt), self._n_ctx, self._decode, self._n_batch,
+                )  # fmt: skip
             model = GenModel(
                 ctx,
                 self._vocab.ptr,
@@ -423,6 +480,7 @@ class LlamaEngine:
                 lambda text: self._vocab.tokenize(text, False),
                 self._decode,
                 self.threads.on_token,
+                shifter,
             )
             if self._spec is None:
                 yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)
@@ -432,8 +490,18 @@ class LlamaEngine:
                     model, self._mem, self._spec, req, t_submit, self._stops, self._thinking, preopened, out
                 )
             stop = out.stop
-            if self._known.n_tokens == len(prompt):  # the reply's evaluated tokens, by their text
-                self._known.add_pieces(self._vocab.render(t) for t in self._cache[len(prompt) :])
+            n_prompt = len(prompt)
+            if shifter is not None and shifter.dropped_messages:  # the reply went on past n_ctx
+                n_prompt, dropped = shifter.prompt_len, dropped + shifter.dropped_messages
+                self._known.clear()
+                self._known.add_prompt(n_prompt, shifter.text)
+                ovf = ovf or Overflow(req.overflow, 0, cache_before=cache_before)
+                ovf.dropped_messages += shifter.dropped_messages
+                ovf.dropped_tokens += shifter.dropped_tokens
+                ovf.reprefill += shifter.reprefill_tokens
+                ovf.reply_reprefill_tokens, ovf.reply_reprefill_ms = shifter.reprefill_tokens, shifter.reprefill_ms
+            if self._known.n_tokens == n_prompt:  # the reply's evaluated tokens, by their text
+                self._known.add_pieces(self._vocab.render(t) for t in self._cache[n_prompt:])
         metrics = compute_turn_metrics(
             t_submit_ns=t_submit,
             t_prefill_start_ns=t_prefill_start,
@@ -450,6 +518,7 @@ class LlamaEngine:
             **(out.tracker.metrics_args() if out.tracker else {}),
             spec=getattr(out, "spec", None),
         )
+        metrics = replace(metrics, cache_miss_reason=miss, **(ovf.metrics_fields(metrics) if ovf else {}))
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
         metrics = self.threads.finish_turn(metrics)

@@ -26,6 +26,8 @@ class FittedPrompt:
     tokens: list[int]
     dropped_messages: int
     text: str = ""
+    add_special: bool = False
+    full_tokens: int | None = None  # the prompt's length before this fit dropped anything (None: none dropped)
 
 
 Encode = Callable[[str, bool], list[int]]
@@ -60,31 +62,46 @@ class ChatTemplate:
         budget_tokens: int,
         encode: Encode | None = None,
         enable_thinking: bool | None = None,
+        skip: int = 0,
+        low_water: int | None = None,
+        drop: bool = True,
     ) -> FittedPrompt:
         """Drop the oldest non-system messages until the prompt is at most ``budget_tokens`` long.
 
         Messages are dropped in order (oldest first) but a leading system message is kept, and the
         conversation always starts at a user message after dropping. ``encode`` turns the templated
         text into the tokens that will be evaluated (default: the whole text tokenised), so the
-        budget counts exactly those.
+        budget counts exactly those. ``skip``: the oldest non-system messages already left out (they stay
+        out; counted in ``dropped_messages``). ``low_water``: once it must drop, drop until the prompt is at
+        most this long (the last exchange and the new message stay if they fit the budget). ``drop=False``: drop nothing.
 
         Raises:
-            PromptTooLong: when the system prompt plus the newest message alone exceed the budget.
+            PromptTooLong: when the system prompt plus the newest message alone exceed the budget, or
+                (``drop=False``) the conversation does.
         """
         system = [m for m in messages[:1] if m.role == "system"]
         rest = list(messages[len(system) :])
+        skip = min(skip, max(0, len(rest) - 1))
+        del rest[:skip]
+        while len(rest) > 1 and rest[0].role != "user":  # an edit may leave a reply first
+            rest.pop(0)
+            skip += 1
         encode = encode or self._tokenize
-        dropped = 0
+        dropped, target, full = skip, budget_tokens, None
         while True:
             text, add_special = self.render(system + rest, enable_thinking)
             tokens = encode(text, add_special)
-            if len(tokens) <= budget_tokens:
-                return FittedPrompt(tokens, dropped, text)
-            if len(rest) <= 1:
+            if len(tokens) <= target or (full is not None and len(tokens) <= budget_tokens and len(rest) <= 3):
+                return FittedPrompt(tokens, dropped, text, add_special, full)
+            if len(rest) <= 1 or not drop:
+                what = "message" if len(rest) <= 1 else "conversation"
                 raise PromptTooLong(
-                    f"the message is {len(tokens):,} tokens with the template; the context leaves room for "
-                    f"{budget_tokens:,} (raise --n-ctx or shorten the message)"
+                    f"the {what} is {len(tokens):,} tokens with the template; the context leaves room for "
+                    f"{budget_tokens:,} (raise --n-ctx or shorten the message"
+                    + (")" if what == "message" else "; --overflow drop-oldest or shift goes on past n_ctx)")
                 )
+            if full is None:
+                full, target = len(tokens), min(budget_tokens, low_water if low_water is not None else budget_tokens)
             rest.pop(0)
             dropped += 1
             while len(rest) > 1 and rest[0].role != "user":

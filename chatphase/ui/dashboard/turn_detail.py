@@ -11,6 +11,7 @@ from textual.widgets import Label, Static
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.overflow import overflow_pairs
 from chatphase.explain import explain_turn
 from chatphase.ui.dashboard.timeline import TurnTimeline
 from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int
@@ -80,6 +81,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         ("stop reason", m.stop_reason),
         *threads,
         *predicted,
+        *overflow_pairs(m),
     ] + (
         [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
         if m.decode_tokens_source

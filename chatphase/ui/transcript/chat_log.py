@@ -36,6 +36,9 @@ class ChatLog(VerticalScroll):
     ChatLog > .reply--meta { color: $text-muted; text-style: italic; }
     /* the text of accepted draft tokens in a reply's tail (speculative decoding; the tint key toggles) */
     ChatLog > .reply--drafted { color: $success; text-style: underline; }
+    /* turns the model no longer sees (an overflow dropped or shifted them): dimmed, a dashed bar */
+    ChatLog > UserMessage.left-out { border-left: dashed $foreground 50%; color: $text-muted; }
+    ChatLog > ReplyView.left-out { color: $text-muted; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -114,6 +117,18 @@ class ChatLog(VerticalScroll):
                 if lines:
                     lines.clear()
                     widget.refresh()
+
+    def mark_left_out(self, n_turns: int) -> None:
+        """Mark the ``n_turns`` oldest turns (a user message and the entries up to the next one) as no longer
+        seen by the model, and unmark the rest."""
+        seen_users = 0
+        for child in self.children:
+            if isinstance(child, UserMessage):
+                seen_users += 1
+            if isinstance(child, UserMessage | ReplyView):
+                out = 0 < seen_users <= n_turns
+                child.set_class(out, "left-out")
+                child.tooltip = "The model no longer sees this turn (the context overflowed)" if out else None
 
     def add_notice(self, text: str, kind: str = "info") -> Notice:
         """Append an inline notice."""

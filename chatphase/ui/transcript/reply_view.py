@@ -41,6 +41,7 @@ from textual.widgets import Static
 
 from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.overflow import overflow_cost
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.folded_reply import FoldedReply
@@ -340,7 +341,7 @@ class ReplyView(Widget):
 
 
 def metrics_line(m: TurnMetrics) -> str:
-    """``TTFT 412 ms · 57 tok · 48.2 tok/s · stop`` (plus cached/dropped when non-zero)."""
+    """``TTFT 412 ms · 57 tok · 48.2 tok/s · stop`` (plus cached/dropped when non-zero, and an overflow's cost)."""
     parts = [
         f"TTFT {fmt_ms(m.ttft_ms)}",
         f"prefill {fmt_int(m.prefill_tokens)} tok",
@@ -350,4 +351,6 @@ def metrics_line(m: TurnMetrics) -> str:
     ]
     if m.cached_tokens:
         parts.insert(2, f"{fmt_int(m.cached_tokens)} cached")
+    if m.overflow is not None:  # the turn's overflow and its cost
+        parts.append(f"{m.overflow}: {overflow_cost(m.overflow, m.overflow_reprefill_tokens, m.overflow_reprefill_ms)}")
     return " · ".join(parts)

@@ -1,0 +1,121 @@
+"""The context-overflow policies and the cache-miss reasons: names, words and the one decision of a miss's reason.
+
+Overflow (the conversation no longer fits ``n_ctx`` with room for the reply):
+
+- ``stop``: the turn is refused with the numbers; nothing is dropped.
+- ``drop-oldest``: the oldest exchanges leave the prompt (the system prompt stays) and what follows them is
+  evaluated again (a re-prefill from the first dropped token).
+- ``shift``: the same exchanges leave llama.cpp's KV cache in place (``llama_memory_seq_rm`` +
+  ``llama_memory_seq_add``, :mod:`chatphase.engine.local.kv_shift`): nothing is evaluated again.
+
+Dropping is sticky: the controller sends the count of messages already left out
+(:attr:`~chatphase.engine.events.TurnRequest.first_message`), so the next turn's prompt starts where the cache
+does. When it must drop, the engine drops down to :func:`low_water` — a quarter of ``n_ctx`` below the
+budget — so the next few turns append to the cache instead of dropping (and re-prefilling) once per turn.
+
+Cache-miss reasons (:attr:`~chatphase.engine.metrics.TurnMetrics.cache_miss_reason`): a turn of a conversation
+with earlier messages *misses* when it keeps fewer of the KV cache's tokens than the cache held when it began, or
+starts on an empty cache. :func:`miss_reason` decides why, in the engine, from what the engine saw
+(overflow, a memory that cannot drop a tail) and what the controller knows (:data:`HISTORY_CHANGES`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chatphase.engine.metrics import TurnMetrics
+
+OVERFLOW_POLICIES: tuple[str, ...] = ("drop-oldest", "shift", "stop")
+#: drop-oldest works on every model and server the engine templates for, and what the model sees is
+#: exactly the turns the transcript does not mark; its cost (one re-prefill every few turns) is shown.
+DEFAULT_OVERFLOW = "drop-oldest"
+
+#: what the controller knows changed since the engine's last turn (``TurnRequest.history_change``).
+HISTORY_CHANGES: tuple[str, ...] = ("edited", "regenerated", "restarted", "model_switch", "resumed", "restored")
+
+#: every cache-miss reason, with the words a notice and the turn detail use.
+MISS_REASONS: dict[str, str] = {
+    "edited": "the last message was edited",
+    "regenerated": "the reply was regenerated",
+    "template": "the template renders an earlier turn differently (e.g. thinking left out of the history)",
+    "overflow_drop": "the oldest messages were dropped to fit n_ctx",
+    "overflow_shift": "the oldest messages were shifted out of the KV cache",
+    "restarted": "the engine was restarted",
+    "model_switch": "the model was switched",
+    "resumed": "a saved session was resumed (its KV cache was not kept)",
+    "restored": "the KV cache restored from disk holds less of the conversation",
+    "swa": "the sliding-window KV cache no longer holds the window the kept prefix needs",
+    "recurrent": "this model's memory cannot drop a tail (recurrent or hybrid)",
+}
+
+
+def reply_room(max_tokens: int, n_ctx: int) -> int:
+    """Tokens kept free for the reply when fitting a prompt: ``max_tokens``, at most a quarter of ``n_ctx`` (so
+    a large ``max_tokens`` does not push most of the conversation out)."""
+    return min(max_tokens, n_ctx // 4)
+
+
+def low_water(budget: int, n_ctx: int) -> int:
+    """The prompt length a drop goes down to: a quarter of ``n_ctx`` under ``budget`` (at least half the
+    budget), so the next turns fit without dropping again."""
+    return max(budget // 2, budget - n_ctx // 4)
+
+
+def miss_reason(
+    *,
+    cache_before: int,
+    reused: int,
+    history: bool,
+    overflow: str | None,
+    trim_failed: str | None,
+    change: str | None,
+) -> str | None:
+    """Why a turn missed the KV cache, or ``None`` when it did not.
+
+    Args:
+        cache_before: tokens the cache held when the turn began; reused: tokens of it the prompt kept.
+        history: the conversation has messages before the newest one (without, nothing of it can be missed:
+            the first turn of a new chat on a cache that holds the last one).
+        overflow: the policy that dropped messages this turn (``drop-oldest`` / ``shift``), else ``None``.
+        trim_failed: ``swa`` / ``recurrent`` when the cache could not be trimmed and was cleared, else ``None``.
+        change: the controller's :data:`HISTORY_CHANGES` value for this turn, else ``None``.
+
+    Order: what this turn did to the cache first (an overflow, a cache cleared for want of a trim), then what
+    the controller knows, then the template (nothing else changed, so the rendering of an earlier turn did).
+    """
+    if not history or 0 < cache_before <= reused:  # nothing of the conversation was lost (a new chat's first turn)
+        return None
+    if overflow is not None:
+        return "overflow_shift" if overflow == "shift" else "overflow_drop"
+    if trim_failed is not None:
+        return trim_failed
+    if change is not None:
+        return change
+    return "template" if cache_before else None
+
+
+def miss_words(reason: str | None) -> str:
+    """A miss reason in words (the reason itself when unknown)."""
+    return MISS_REASONS.get(reason or "", reason or "")
+
+
+def overflow_cost(policy: str | None, reprefill_tokens: int | None, reprefill_ms: float | None = None) -> str:
+    """``re-prefill 2,310 tok · 5.1 s`` or ``KV shift · 0 tok re-prefilled`` (the time once the turn is over)."""
+    if policy == "shift" and not reprefill_tokens:
+        return "KV shift · 0 tok re-prefilled"
+    cost = f"re-prefill {reprefill_tokens or 0:,} tok"
+    return cost + (f" · {reprefill_ms / 1000:.1f} s" if reprefill_ms is not None else "")
+
+
+def overflow_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
+    """The turn detail's rows for an overflow and a cache miss (none when the turn had neither)."""
+    out = []
+    if m.overflow is not None:
+        n = m.overflow_dropped_messages
+        tokens = f", {m.overflow_dropped_tokens:,} tok" if m.overflow_dropped_tokens is not None else ""
+        out.append(("overflow", f"{m.overflow}: {n} message{'s' if n != 1 else ''}{tokens}"))
+        out.append(("overflow cost", overflow_cost(m.overflow, m.overflow_reprefill_tokens, m.overflow_reprefill_ms)))
+    if m.cache_miss_reason:
+        out.append(("cache miss", m.cache_miss_reason))
+    return out

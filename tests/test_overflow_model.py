@@ -1,0 +1,232 @@
+"""Overflow and cache-miss reasons on the real default model (and Gemma 3 for the sliding window).
+
+A 40-turn chat at ``n_ctx=1024`` runs to its end under ``drop-oldest`` and ``shift``, each overflow noticed with
+its cost; ``shift`` evaluates no history again (the engine's own counts); ``stop`` refuses with the numbers; and
+every cache-miss reason is produced by the situation it names.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import llama_cpp as lc
+import pytest
+from chat_support import Calls
+
+from chatphase.chat.controller import ChatController
+from chatphase.chat.dispatch import InlineDispatcher
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import EngineFailed, Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.local import llama_params
+from chatphase.engine.local.llama import LlamaEngine
+from chatphase.settings.schema import Settings
+
+FILLER = "Here is some more of my notes about the harbour, the boats, the tides and the weather this week."
+
+
+def chat_on(info, tmp_path, **overrides):
+    settings = Settings().with_overrides(**{"n_ctx": 1024, "temperature": 0, "max_tokens": 24} | overrides)
+    calls = Calls()
+
+    def factory(model_info, s):
+        return LlamaEngine(model_info, s.engine, log_path=tmp_path / "engine.log")
+
+    chat = ChatController(settings, info, factory, InlineDispatcher(), [calls])
+    chat.start_engine()
+    assert chat.ready
+    return chat, calls
+
+
+def finished(calls: Calls) -> list:
+    return [ev.metrics for _turn, ev in calls.args_of("turn_finished")]
+
+
+def run_long_chat(chat, calls, turns=40):
+    for i in range(turns):
+        chat.send(f"Note {i}: {FILLER} {FILLER} What is {i} plus {i}?")
+    return finished(calls)
+
+
+@pytest.mark.parametrize("policy", ["drop-oldest", "shift"])
+def test_a_40_turn_chat_at_1024_runs_past_n_ctx_and_says_each_overflow_and_its_cost(
+    default_model_info, tmp_path, policy
+):
+    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy)
+    try:
+        metrics = run_long_chat(chat, calls)
+        assert len(metrics) == 40 and not calls.args_of("turn_failed")
+        conversation = chat.engine.template.tokens([Message("system", ""), *chat.conversation])
+        assert len(conversation) > 3 * 1024  # the chat went on for several times n_ctx
+        overflows = [m for m in metrics if m.overflow is not None]
+        assert len(overflows) >= 3 and all(m.overflow == policy for m in overflows)
+        notices = [n.text for n in calls.notices() if n.kind == "dropped"]
+        assert len(notices) == len(overflows)
+        for m, text in zip(overflows, notices, strict=True):
+            assert f"oldest {m.overflow_dropped_messages} messages ({m.overflow_dropped_tokens:,} tok)" in text
+            assert m.cache_miss_reason == ("overflow_shift" if policy == "shift" else "overflow_drop")
+            if policy == "shift":
+                assert m.overflow_reprefill_tokens == 0 and "KV shift · 0 tok re-prefilled" in text
+            else:
+                assert m.overflow_reprefill_tokens > 100 and f"re-prefill {m.overflow_reprefill_tokens:,} tok" in text
+                assert m.overflow_reprefill_ms > 0
+        newest = len(chat.engine.tokenize(f"Note 39: {FILLER} {FILLER} What is 39 plus 39?"))
+        for m in metrics[1:]:  # the engine's own count of evaluated tokens
+            if policy == "shift" or m.overflow is None:
+                assert m.prefill_tokens <= newest + 16, m  # the new message and the template's markers only
+        left_out = calls.args_of("history_left_out")
+        assert left_out and left_out[-1][0] > 0  # the transcript marks the turns the model no longer sees
+        assert chat.history.left_out == metrics[-1].dropped_messages
+    finally:
+        chat.close()
+
+
+def test_stop_refuses_with_the_numbers_and_gives_the_message_back(default_model_info, tmp_path):
+    chat, calls = chat_on(default_model_info, tmp_path, overflow="stop")
+    try:
+        for i in range(30):
+            chat.send(f"Note {i}: {FILLER} {FILLER}")
+            if calls.args_of("turn_failed"):
+                break
+        ((_turn, message),) = calls.args_of("turn_failed")
+        assert "n_ctx 1,024, 24 kept for the reply" in message and "the conversation is" in message
+        assert "room for 1,000" in message
+        assert all(m.overflow is None and m.dropped_messages == 0 for m in finished(calls))
+    finally:
+        chat.close()
+
+
+@pytest.mark.parametrize("policy", ["shift", "drop-oldest"])
+def test_a_reply_that_fills_the_context_goes_on(default_model_info, tmp_path, policy):
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512), log_path=tmp_path / "engine.log")
+    assert isinstance(list(engine.load())[-1], ModelLoaded)
+    try:
+        sp = SamplingParams(max_tokens=300, temperature=0)
+        msgs = [Message("system", "You tell stories.")]
+        first = 0
+        for i in range(2):
+            msgs.append(Message("user", f"Write a very long story number {i} about a lighthouse keeper."))
+            req = TurnRequest(i + 1, tuple(msgs), sp, ignore_eos=True, overflow=policy, first_message=first)
+            fin = list(engine.run_turn(req))[-1]
+            assert isinstance(fin, TurnFinished)
+            m = fin.metrics
+            first = m.dropped_messages
+            msgs.append(Message("assistant", fin.reply))
+        # turn 2's prompt fits, its reply does not: the first exchange leaves mid-reply and the reply goes on
+        assert (m.stop_reason, m.decode_tokens, m.overflow, m.dropped_messages) == ("length", 300, policy, 2)
+        assert m.kv_cache_tokens < 512
+        assert (m.overflow_reprefill_tokens == 0) == (policy == "shift")
+        # the cache still spells what the next prompt starts with: the next turn reuses it
+        msgs.append(Message("user", "Give it a title."))
+        nxt = list(engine.run_turn(TurnRequest(3, tuple(msgs), SamplingParams(max_tokens=8), overflow=policy,
+                                               first_message=first)))[-1]  # fmt: skip
+        assert nxt.metrics.cached_tokens == m.kv_cache_tokens and nxt.metrics.cache_miss_reason is None
+    finally:
+        engine.close()
+
+
+def test_shift_is_refused_with_the_reason_where_llama_cpp_cannot_shift(default_model_info, tmp_path, monkeypatch):
+    monkeypatch.setattr(lc, "llama_memory_can_shift", lambda mem: False)
+    chat, calls = chat_on(default_model_info, tmp_path, overflow="shift", n_ctx=256)
+    try:
+        assert any("cannot shift its KV cache" in n.text for n in calls.notices())
+        for i in range(8):
+            chat.send(f"Note {i}: {FILLER}")
+            if calls.args_of("turn_failed"):
+                break
+        ((_turn, message),) = calls.args_of("turn_failed")
+        assert "overflow shift refused: llama.cpp cannot shift this model's KV cache" in message
+    finally:
+        chat.close()
+
+
+# -- every cache-miss reason, from the situation it names ----------------------------------------------------
+def reasons(calls: Calls) -> list[str | None]:
+    return [m.cache_miss_reason for m in finished(calls)]
+
+
+def test_edit_regenerate_restart_model_switch_and_resume_are_the_reasons(default_model_info, tmp_path):
+    chat, calls = chat_on(default_model_info, tmp_path)
+    try:
+        chat.send("Name a colour.")
+        chat.send("Name another.")
+        chat.regenerate()
+        chat.take_back_last()
+        chat.send("Name a fruit.")
+        chat.restart_engine()
+        chat.send("Name a tree.")
+        chat.switch_model(default_model_info)
+        chat.send("Name a bird.")
+        chat.restart_engine()  # a resumed session starts on an empty cache (its restore says so, not the restart)
+        chat.restore(SimpleNamespace(history=lambda: list(chat.conversation), turns=[SimpleNamespace(index=7)]))
+        chat.send("Name a fish.")
+        chat.new_chat()
+        chat.send("Name a fish.")  # a new chat on a cache that holds the last one: nothing of it was missed
+        assert reasons(calls) == [None, None, "regenerated", "edited", "restarted", "model_switch", "resumed", None]
+        misses = [n for n in calls.notices() if n.kind in ("cache_miss", "reuse")]
+        assert any("the reply was regenerated" in n.text for n in misses)
+        assert any("the engine was restarted" in n.text for n in misses)
+    finally:
+        chat.close()
+
+
+def test_a_restore_from_disk_that_holds_less_is_restored(default_model_info, tmp_path):
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512), log_path=tmp_path / "engine.log")
+    list(engine.load())
+    try:
+        msgs = (Message("user", "Hi"), Message("assistant", "Hello!"), Message("user", "Bye"))
+        req = TurnRequest(1, msgs, SamplingParams(max_tokens=4), history_change="restored")
+        fin = list(engine.run_turn(req))[-1]
+        assert fin.metrics.cache_miss_reason == "restored"
+    finally:
+        engine.close()
+
+
+def test_thinking_left_out_of_the_history_is_the_template(thinking_model_info, tmp_path):
+    chat, calls = chat_on(thinking_model_info, tmp_path, max_tokens=40, think_budget=8)
+    try:
+        chat.send("What is 2 + 2?")
+        assert finished(calls)[0].thinking_tokens  # the cache holds the thinking, the next prompt does not
+        chat.send("And 3 + 3?")
+        assert reasons(calls) == [None, "template"]
+        assert any("renders an earlier turn differently" in n.text for n in calls.notices())
+    finally:
+        chat.close()
+
+
+def test_a_memory_that_cannot_drop_a_tail_is_recurrent(default_model_info, tmp_path, monkeypatch):
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512), log_path=tmp_path / "engine.log")
+    list(engine.load())
+    try:
+        msgs = [Message("user", "Name a colour.")]
+        fin = list(engine.run_turn(TurnRequest(1, tuple(msgs), SamplingParams(max_tokens=8, temperature=0))))[-1]
+        monkeypatch.setattr(lc, "llama_memory_seq_rm", lambda *a: False)  # as a recurrent model's memory answers
+        msgs[1:] = [Message("assistant", "Something else " + fin.reply), Message("user", "Another.")]
+        fin = list(engine.run_turn(TurnRequest(2, tuple(msgs), SamplingParams(max_tokens=4))))[-1]
+        assert (fin.metrics.cached_tokens, fin.metrics.cache_miss_reason) == (0, "recurrent")
+    finally:
+        engine.close()
+
+
+def test_a_sliding_window_cache_that_evicted_the_window_is_swa(gemma_model_info, tmp_path, monkeypatch):
+    original = llama_params.context_params
+
+    def small_swa(settings):  # llama-server's default: an SWA cache of the window, not of n_ctx
+        params = original(settings)
+        params.swa_full = False
+        return params
+
+    monkeypatch.setattr("chatphase.engine.local.llama.context_params", small_swa)
+    engine = LlamaEngine(gemma_model_info, EngineConfig(n_ctx=2048, n_batch=256), log_path=tmp_path / "engine.log")
+    assert isinstance(list(engine.load())[-1], ModelLoaded)
+    try:
+        assert "sliding-window KV cache is smaller than n_ctx" in engine.loaded.kv_shift_refusal  # shift refused
+        long = " ".join(f"word{i}" for i in range(400))
+        sp = SamplingParams(max_tokens=2, temperature=0)
+        hello = (Message("user", "Hi"), Message("assistant", "Hello!"))
+        first = list(engine.run_turn(TurnRequest(1, (*hello, Message("user", "A: " + long)), sp)))[-1]
+        assert first.metrics.prompt_tokens > 1100 and lc.llama_memory_seq_pos_min(engine._mem, 0) > 0
+        edited = list(engine.run_turn(TurnRequest(2, (*hello, Message("user", "A: " + long[:200])), sp)))[-1]
+        assert not isinstance(edited, EngineFailed)
+        assert (edited.metrics.cached_tokens, edited.metrics.cache_miss_reason) == (0, "swa")
+    finally:
+        engine.close()
