@@ -16,7 +16,7 @@ from chatphase import __version__
 from chatphase.errors import ChatPhaseError
 
 #: subcommand modules under chatphase.commands, in help order; the first is the default.
-COMMAND_MODULES = ("chat", "ask", "models", "pull", "info", "bench", "whatif", "sessions", "export")
+COMMAND_MODULES = ("chat", "ask", "models", "pull", "info", "bench", "whatif", "sessions", "export", "cache")
 
 
 class OneLineParser(argparse.ArgumentParser):

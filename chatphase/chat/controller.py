@@ -301,6 +301,7 @@ class ChatController:
             self.settings.sampling,
             enable_thinking=thinking,
             events_every_ms=self.events_every_ms,
+            prefix_store=True,
         )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)

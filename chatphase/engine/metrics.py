@@ -71,6 +71,10 @@ class TurnMetrics:
 
     Speculative decoding: the ``spec_*`` and ``step_ms_*`` fields (the module docstring); ``spec_mode`` is
     ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
+
+    Prefix restore: ``restored_tokens`` of the ``cached_tokens`` were restored from disk (a saved KV state)
+    rather than kept in memory, in ``restore_ms`` (inside TTFT, before the prefill), reading ``restore_bytes``;
+    ``None`` when nothing was restored.
     """
 
     prompt_tokens: int | None
@@ -118,6 +122,9 @@ class TurnMetrics:
     spec_note: str | None = None
     step_ms_p50: float | None = None
     step_ms_p95: float | None = None
+    restored_tokens: int | None = None
+    restore_ms: float | None = None
+    restore_bytes: int | None = None
 
     @property
     def thought(self) -> bool:
