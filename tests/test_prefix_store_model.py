@@ -19,6 +19,12 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 CONFIG = EngineConfig(n_ctx=2048, n_threads=2, n_batch=256)
 
 
+@pytest.fixture(autouse=True)
+def _own_store(tmp_path, monkeypatch):
+    """Each test its own prefix store."""
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _turn(engine: LlamaEngine, messages: tuple[Message, ...], turn_id: int = 1, store: bool = True):
     started = finished = None
     for ev in engine.run_turn(TurnRequest(turn_id, messages, GREEDY, prefix_store=store)):

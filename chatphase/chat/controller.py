@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 REGENERATE_NOTE = "Regenerate"
 RESEND_NOTE = "Edit and resend"
 COLD_PREFILL_NOTE = "Resumed session: cold prefill"
+RESTORED_NOTE = "Resumed session: prefix restored from disk"
 AFTER_THINKING_NOTE = "After thinking"
 
 
@@ -351,7 +352,10 @@ class ChatController:
         if ev.dropped_messages:
             self._notice(Notice.dropped(ev.dropped_messages))
         if self._reuse_note and ev.prompt_tokens is not None:
-            self._notice(Notice.reuse(self._reuse_note, ev))
+            restored = ev.restored_tokens and self._reuse_note == COLD_PREFILL_NOTE
+            self._notice(Notice.reuse(RESTORED_NOTE if restored else self._reuse_note, ev))
+        if ev.restore_note:
+            self._notice(Notice("reuse", "Prefix store", ev.restore_note))
         self._reuse_note = None
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:

@@ -67,8 +67,9 @@ class Notice:
         return cls(
             "reuse",
             title,
-            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache; "
-            f"{ev.prefill_tokens:,} to evaluate.",
+            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache"
+            + (f" ({ev.restored_tokens:,} restored from disk in {ev.restore_ms:,.0f} ms)" if ev.restored_tokens else "")
+            + f"; {ev.prefill_tokens:,} to evaluate.",
         )
 
 

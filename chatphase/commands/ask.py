@@ -95,8 +95,11 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
             f"spec {spec_figures_text(m.spec_mode, m.spec_tokens_per_step, m.spec_acceptance, m.spec_speedup)} "
             f"({n(m.spec_accepted)}/{n(m.spec_drafted)} drafted, {n(m.spec_steps)} steps, {steps}) · "
         )
+    restore = ""
+    if m.restored_tokens:
+        restore = f"restored {n(m.restored_tokens)} tok ({fmt_bytes(m.restore_bytes)}) in {fmt_ms(m.restore_ms)} · "
     return (
-        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)} · "
+        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · {restore}TTFT {fmt_ms(m.ttft_ms)} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{m.stop_reason}"

@@ -415,6 +415,8 @@ class LlamaEngine:
         if keeper is not None:
             keeper.turn_started()
             self._alternatives = keeper.alternatives() if req.prompt_token_ids is None else []
+        elif self._keeper is not None:
+            self._keeper.other_turn()
         text = None  # the prompt's templated text (UTF-8), when it has one
         if req.prompt_token_ids is not None:
             prompt, dropped = list(req.prompt_token_ids), 0

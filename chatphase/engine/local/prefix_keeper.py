@@ -143,6 +143,7 @@ class PrefixKeeper:
         self._covered = 0  # tokens of the current cache that a saved or restored state holds
         self._turn_end = time.monotonic()
         self._pending = False  # a turn ended since the last save
+        self._savable = False  # the cache holds what a store turn left (a bench turn's is never saved)
         self.last_save: tuple[int, float, float] | None = None  # (bytes, copy ms, write ms) of the last save
         self.lines: list[str] = []  # one line per event worth the engine log
 
@@ -220,13 +221,19 @@ class PrefixKeeper:
         ``prefill``: ``(end depth, tokens evaluated, ms)`` for the decision rule's prefill rate."""
         self._covered = min(self._covered, kept)
         self._turn_end = time.monotonic()
-        self._pending = True
+        self._pending = self._savable = True
         if prefill is not None and prefill[1] >= SAVE_MIN_TOKENS:
             self.rates.add_prefill(*prefill)
 
+    def other_turn(self) -> None:
+        """A turn that may not use the store ran (a bench's cold prefill): its cache is not saved."""
+        self._abort.set()
+        self._pending = self._savable = False
+        self._covered = 0
+
     def idle(self, cache: Sequence[int], known: CacheText) -> None:
         """The engine waits for a turn: save the cache when the save policy says so (module docstring)."""
-        if not self._pending or time.monotonic() - self._turn_end < SAVE_IDLE_S:
+        if not (self._pending and self._savable) or time.monotonic() - self._turn_end < SAVE_IDLE_S:
             return
         self._pending = False
         if len(cache) >= SAVE_MIN_TOKENS and len(cache) - self._covered >= SAVE_GROWTH_TOKENS:
@@ -238,7 +245,7 @@ class PrefixKeeper:
         (a write that runs over is abandoned; its ``.part`` removed)."""
         deadline = time.monotonic() + within_s
         self._wait_writer(deadline)
-        if len(cache) >= SAVE_MIN_TOKENS and len(cache) - self._covered >= MIN_RESTORE_TOKENS:
+        if self._savable and len(cache) >= SAVE_MIN_TOKENS and len(cache) - self._covered >= MIN_RESTORE_TOKENS:
             self._save(cache, known, deadline=deadline)
             self._wait_writer(deadline)
         self.rates.save()
