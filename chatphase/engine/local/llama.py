@@ -393,8 +393,9 @@ class LlamaEngine:
         ``cached`` tokens). Returns ``(the restore or None, one line when the store was looked at and not
         used, whether sequence 0 was emptied)`` — a refused file empties it: the prompt is recomputed."""
         found = keeper.find(prompt, cached)
+        refused = keeper.take_refused()
         if found is None:
-            return None, None, False
+            return None, refused, False
         entry, n = found
         decision = keeper.decide(entry, n - cached)
         if not decision.restore:

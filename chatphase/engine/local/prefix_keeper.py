@@ -146,6 +146,7 @@ class PrefixKeeper:
         self._savable = False  # the cache holds what a store turn left (a bench turn's is never saved)
         self.last_save: tuple[int, float, float] | None = None  # (bytes, copy ms, write ms) of the last save
         self.lines: list[str] = []  # one line per event worth the engine log
+        self.refused_now: list[str] = []  # files refused at the last lookup, for the user
 
     # -- restore ----------------------------------------------------------------------------------
     def alternatives(self) -> list[tuple[Sequence[int], CacheText]]:
@@ -209,7 +210,16 @@ class PrefixKeeper:
     def _log_refused(self) -> None:
         for line in self.store.refused:
             self.lines.append(f"prefix store: {line}; not used")
+            self.refused_now.append(line)
         self.store.refused.clear()
+
+    def take_refused(self) -> str | None:
+        """One line for the files refused since the last call (``None``: none), for the user."""
+        lines, self.refused_now = self.refused_now, []
+        if not lines:
+            return None
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        return f"prefix store: {lines[0]}{more}; not used"
 
     # -- save ---------------------------------------------------------------------------------------
     def turn_started(self) -> None:
