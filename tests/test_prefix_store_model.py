@@ -141,6 +141,7 @@ def test_a_damaged_truncated_or_foreign_file_is_refused_and_the_prompt_recompute
         other.unlink()
     path.write_bytes(original)
     entry = read_entry(path)
+    state = read_state(entry)
     q8 = _engine(info, replace(CONFIG, type_k="q8_0"))
     try:
         assert q8._keeper is not None and q8._keeper.key != entry.key
@@ -150,7 +151,6 @@ def test_a_damaged_truncated_or_foreign_file_is_refused_and_the_prompt_recompute
         q8.close()
     for other in store_dir().glob("*.kvs"):
         other.unlink()
-    state = read_state(entry)
     write_entry(path.parent, q8_key, "f16 state", entry.tokens, entry.ntok, entry.nbytes, entry.text, state)
     q8 = _engine(info, replace(CONFIG, type_k="q8_0"))
     try:

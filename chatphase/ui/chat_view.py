@@ -312,7 +312,8 @@ class ChatView(ChatListener):
                 self.dashboard.turn_finished(t.index, t.metrics, held)
         log.add_notice(
             f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}). "
-            "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
+            "The KV cache starts empty: the next turn restores the conversation's saved prefix from disk where "
+            "that is quicker, else prefills the whole conversation (cold prefill)."
         )
         self.app.sub_title = inert(f"{self.chat.model_info.name} · {session.title}")
 

@@ -397,7 +397,7 @@ class LlamaEngine:
         if found is None:
             return None, refused, False
         entry, n = found
-        decision = keeper.decide(entry, n - cached)
+        decision = keeper.decide(entry, n - cached, n)
         if not decision.restore:
             return None, f"prefix store: {n:,} tokens saved, not restored: {decision.why}", False
         out = keeper.restore(entry, n, decision)

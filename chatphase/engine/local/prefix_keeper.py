@@ -172,9 +172,11 @@ class PrefixKeeper:
             return None
         return entry, n
 
-    def decide(self, entry: Entry, n: int) -> RestoreDecision:
-        """The rule's verdict on restoring ``n`` tokens from ``entry`` (:func:`decide_restore`)."""
-        return decide_restore(entry.state_bytes, n, self.rates.restore_bytes_per_s, self.rates.prefill_tokens_per_s(n))
+    def decide(self, entry: Entry, tokens: int, depth: int) -> RestoreDecision:
+        """The rule's verdict on restoring ``entry`` to spare the prefill of ``tokens`` tokens that end at prompt
+        depth ``depth`` (:func:`decide_restore`, with the prefill rate measured nearest that depth)."""
+        rate = self.rates.prefill_tokens_per_s(depth)
+        return decide_restore(entry.state_bytes, tokens, self.rates.restore_bytes_per_s, rate)
 
     def restore(self, entry: Entry, n: int, decision: RestoreDecision) -> Restored | str:
         """Put ``entry``'s first ``n`` tokens' KV state into sequence 0 (cleared first). Returns the restore, or
@@ -266,7 +268,7 @@ class PrefixKeeper:
             writer.join(max(0.0, deadline - time.monotonic()))
             if writer.is_alive():
                 self._abort.set()
-                writer.join(1.0)
+                writer.join(0.2)  # it stops at its next 8 MiB step
 
     def _save(self, cache: Sequence[int], known: CacheText, deadline: float | None) -> None:
         if self._writer is not None and self._writer.is_alive():
@@ -317,7 +319,7 @@ class PrefixKeeper:
         """Stop a write in flight (its ``.part`` is removed)."""
         self._abort.set()
         if self._writer is not None:
-            self._writer.join(2.0)
+            self._writer.join(0.2)
 
 
 def cap_bytes_of(setting_mib: int | None) -> int | None:
