@@ -60,6 +60,7 @@ def _first_chat(info, config: EngineConfig = CONFIG) -> tuple[Message, ...]:
 
 def _cold_reply(info, messages, config: EngineConfig = CONFIG) -> str:
     engine = _engine(info, replace(config, prefix_cache="off"))
+    assert engine._keeper is None  # the switch turns the store off
     try:
         return _turn(engine, messages, store=False)[1].reply
     finally:

@@ -309,6 +309,10 @@ class PrefixKeeper:
                 self._pending = True
                 return
             self.last_save = (size, copy_ms, (time.perf_counter_ns() - t1) / 1e6)
+            self.lines.append(
+                f"prefix store: saved {len(tokens):,} tokens, {size / 2**20:,.1f} MiB "
+                f"(copy {copy_ms:,.0f} ms, write {self.last_save[2]:,.0f} ms)"
+            )
             with self._lock:
                 self.store.added(path, supersede=not self.whole_only)
 
