@@ -51,3 +51,16 @@ def test_the_reuse_notice_says_how_many_tokens_came_from_disk():
 def test_the_history_row_marks_restored_tokens():
     assert format_row(2, RESTORED)[1] == "4,300\n4,200 ⤓4,096"
     assert "⤓" not in format_row(2, TURNS[1])[1]
+
+
+def test_a_refused_prefix_file_is_one_notice_that_ask_prints(capsys):
+    from chatphase.commands.ask import _Printer
+
+    printer = _Printer(as_json=False)
+    printer.notice(
+        Notice("prefix", "Prefix store", "prefix store: x.kvs: damaged (its state fails its check); not used")
+    )
+    assert (
+        capsys.readouterr().err.strip()
+        == "chatphase: prefix store: x.kvs: damaged (its state fails its check); not used"
+    )

@@ -355,7 +355,7 @@ class ChatController:
             restored = ev.restored_tokens and self._reuse_note == COLD_PREFILL_NOTE
             self._notice(Notice.reuse(RESTORED_NOTE if restored else self._reuse_note, ev))
         if ev.restore_note:
-            self._notice(Notice("reuse", "Prefix store", ev.restore_note))
+            self._notice(Notice("prefix", "Prefix store", ev.restore_note))
         self._reuse_note = None
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:

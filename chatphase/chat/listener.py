@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from chatphase.sessions.store import Session
     from chatphase.settings.schema import Settings
 
-NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model", "spec"]
+NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model", "spec", "prefix"]
 Severity = Literal["information", "warning", "error"]
 
 

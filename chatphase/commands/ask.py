@@ -194,7 +194,7 @@ class _Printer(ChatListener):
     def notice(self, notice: Notice) -> None:
         if notice.kind == "turn_error":
             self.turn_error = notice.text
-        elif notice.kind in ("dropped", "context_full", "model", "spec"):
+        elif notice.kind in ("dropped", "context_full", "model", "spec", "prefix"):
             say(f"chatphase: {notice.text}")
 
     def emit_json(self) -> None:

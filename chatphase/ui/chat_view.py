@@ -319,7 +319,7 @@ class ChatView(ChatListener):
 
     @override
     def notice(self, notice: Notice) -> None:
-        if notice.kind in ("reuse", "dropped") and self.prefill.waiting:
+        if notice.kind in ("reuse", "dropped", "prefix") and self.prefill.waiting:
             self._held_notices.append(notice)  # drawn with its prefill (none while the prefill is quiet)
             return
         self._show(notice)
