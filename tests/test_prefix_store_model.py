@@ -204,3 +204,27 @@ def test_an_idle_engine_saves_and_a_turn_during_the_save_wins(default_model_info
     finally:
         engine._keeper = None  # no save at close: the test looked at what the idle saves did
         engine.close()
+
+
+def test_ask_runs_sharing_a_prefix_restore_it(monkeypatch):
+    """Two `ask` processes with the same long system prompt: the second restores it (`ask --json` shows it)."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("CHATPHASE_PREFIX_CACHE", "on")
+    args = ["ask", "--json", "--temperature", "0", "--max-tokens", "8", "--n-ctx", "2048", "--system", DOC]
+
+    def ask(prompt: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "chatphase", *args, prompt], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["turns"][0]["metrics"]
+
+    first = ask("Which shelf holds item 4?")
+    assert first["restored_tokens"] is None
+    second = ask("Which shelf holds item 9?")
+    assert second["restored_tokens"] and second["restored_tokens"] > 200
+    assert second["restore_bytes"] > 0 and second["ttft_ms"] >= second["restore_ms"] > 0
+    assert second["cached_tokens"] == second["restored_tokens"]
