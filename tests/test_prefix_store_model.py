@@ -228,3 +228,32 @@ def test_ask_runs_sharing_a_prefix_restore_it(monkeypatch):
     assert second["restored_tokens"] and second["restored_tokens"] > 200
     assert second["restore_bytes"] > 0 and second["ttft_ms"] >= second["restore_ms"] > 0
     assert second["cached_tokens"] == second["restored_tokens"]
+
+
+def test_a_state_of_another_model_filed_under_this_ones_key_is_refused(default_model_info, gemma_model_info):
+    """Another model's file has another key and is not looked at; forced under this model's key, llama.cpp's own
+    check (its layer count) refuses it: one line, the prompt recomputed, the reply as a cold prefill's."""
+    messages = _first_chat(gemma_model_info)
+    (path,) = [p for p, *_ in list_files(store_dir())]
+    entry = read_entry(path)
+    state = read_state(entry)
+    engine = _engine(default_model_info)
+    try:
+        assert engine._keeper is not None and engine._keeper.key != entry.key
+        key = engine._keeper.key
+        tokens = engine.template.fit(messages, 2048, lambda t, a: engine.tokenize(t, a), None).tokens
+    finally:
+        engine._keeper = None
+        engine.close()
+    path.unlink()
+    n = min(entry.n_tokens, len(tokens) - 1)
+    write_entry(path.parent, key, "gemma state", tokens[:n], [], [], b"", state)
+    engine = _engine(default_model_info)
+    try:
+        started, done = _turn(engine, messages)
+    finally:
+        engine._keeper = None
+        engine.close()
+    assert not started.restored_tokens and started.cached_tokens == 0
+    assert "llama.cpp refused its state" in (started.restore_note or "")
+    assert done.reply == _cold_reply(default_model_info, messages)
