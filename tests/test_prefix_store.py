@@ -175,11 +175,12 @@ def test_cache_text_round_trips_its_boundaries():
 
 
 # -- chatphase cache ----------------------------------------------------------------------------------
-def test_cache_lists_and_clears(capsys):
+def test_cache_lists_and_clears(capsys, monkeypatch):
+    monkeypatch.setenv("CHATPHASE_PREFIX_CACHE_MIB", "3")
     _write(store_dir(), range(300))
     assert main(["cache"]) == 0
     out = capsys.readouterr().out
-    assert "300" in out and "1 saved prefixes" in out
+    assert "300" in out and "1 saved prefixes" in out and "cap 3.0 MiB: prefix_cache_mib" in out
     assert main(["cache", "clear"]) == 0
     assert "removed 1 saved prefixes" in capsys.readouterr().out
     assert main(["cache"]) == 0 and "no saved prefixes" in capsys.readouterr().out

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from chatphase.engine.local.prefix_store import clear, default_cap_bytes, list_files, store_dir
 from chatphase.engine.text import inert, json_inert
+from chatphase.settings.file import load_settings
 from chatphase.units import fmt_bytes
 
 
@@ -42,11 +43,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = list_files(directory)
     total = sum(size for _, size, *_ in rows)
+    engine = load_settings().engine
+    mib = engine.prefix_cache_mib
+    cap = default_cap_bytes(directory) if mib is None else mib * 2**20
+    cap_words = "5% of the free disk, at most 4 GiB" if mib is None else "prefix_cache_mib"
     if args.json:
         data = {
             "directory": str(directory),
             "total_bytes": total,
-            "default_cap_bytes": default_cap_bytes(directory),
+            "cap_bytes": cap,
+            "enabled": engine.prefix_cache == "on",
             "files": [
                 {
                     "file": p.name,
@@ -62,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json_inert(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
         return 0
     if not rows:
-        print(f"no saved prefixes (they are kept in {directory})")
+        print(f"no saved prefixes (they are kept in {directory}; the store is {engine.prefix_cache})")
         return 0
     head = ("MODEL", "TOKENS", "SIZE", "LAST USED")
     body = [
@@ -74,9 +80,8 @@ def run(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
     for r in (head, *body):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    cap = default_cap_bytes(directory)
     print(
-        f"{len(rows)} saved prefixes, {fmt_bytes(total)} in {directory} "
-        f"(default cap {fmt_bytes(cap)}: 5% of the free disk, at most 4 GiB; --prefix-cache-mib sets it)"
+        f"{len(rows)} saved prefixes, {fmt_bytes(total)} in {directory} (cap {fmt_bytes(cap)}: {cap_words}); "
+        f"the store is {engine.prefix_cache}"
     )
     return 0
