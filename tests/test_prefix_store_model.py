@@ -71,7 +71,8 @@ def _cold_reply(info, messages, config: EngineConfig = CONFIG) -> str:
 def test_a_restored_prefix_answers_as_a_full_prefill(which, request):
     info = request.getfixturevalue("default_model_info" if which == "default" else "gemma_model_info")
     messages = _first_chat(info)
-    assert [p for p, *_ in list_files(store_dir())], "closing the engine saved its prefix"
+    (saved,) = [e for _, _, _, e, _ in list_files(store_dir())]
+    assert saved is not None, "closing the engine saved its prefix"
 
     engine = _engine(info)
     try:
@@ -79,7 +80,8 @@ def test_a_restored_prefix_answers_as_a_full_prefill(which, request):
         m = done.metrics
     finally:
         engine.close()
-    assert started.restored_tokens and started.restored_tokens > 200, started.restore_note
+    # all of it: the first prompt and the reply's sampled tokens, matched by their text (a resumed chat)
+    assert started.restored_tokens == saved.n_tokens > 200, started.restore_note
     assert m.restored_tokens == started.restored_tokens and m.restore_bytes and m.restore_ms is not None
     assert m.cached_tokens == m.restored_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     assert m.ttft_ms is not None and m.ttft_ms >= m.restore_ms
