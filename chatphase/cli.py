@@ -16,7 +16,20 @@ from chatphase import __version__
 from chatphase.errors import ChatPhaseError
 
 #: subcommand modules under chatphase.commands, in help order; the first is the default.
-COMMAND_MODULES = ("chat", "ask", "models", "pull", "info", "bench", "whatif", "sessions", "export", "logs", "stats")
+COMMAND_MODULES = (
+    "chat",
+    "ask",
+    "models",
+    "pull",
+    "info",
+    "bench",
+    "whatif",
+    "sessions",
+    "export",
+    "logs",
+    "stats",
+    "cache",
+)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -52,6 +52,20 @@ def fmt_value(v: object) -> str:
     return DASH if v is None else str(v)
 
 
+def fmt_restore(tokens: int, restore_bytes: int | None, restore_ms: float | None, prefill_ms: float | None) -> str:
+    """A prefix restore as the phase line says it: ``RESTORE 4,096 tok · 90.0 MiB · 0.12 s (prefill ≈ 11.0 s)``
+    (the prefill it spared, as predicted, in brackets when known)."""
+    spared = f" (prefill ≈ {fmt_seconds(prefill_ms / 1000)})" if prefill_ms is not None else ""
+    took = DASH if restore_ms is None else f"{restore_ms / 1000:.2f} s"
+    return f"RESTORE {tokens:,} tok · {fmt_bytes(restore_bytes)} · {took}{spared}"
+
+
+def fmt_cached(cached: int | None, restored: int | None) -> str:
+    """The prompt's cached tokens in words, with the part restored from the prefix store when there is one:
+    ``1,200 cached`` or ``1,200 cached: 1,100 restored``."""
+    return f"{fmt_int(cached)} cached" + (f": {restored:,} restored" if restored else "")
+
+
 def fmt_int(n: int | None) -> str:
     """Thousands-separated integer."""
     return DASH if n is None else f"{n:,}"

@@ -26,7 +26,7 @@ LAYERS = {
     "system": set(),
     "models": {"errors", "units"},
     # the engine: its contract, then prompting, the backends, the child-process host and the factory
-    "engine": {"errors", "models", "system", "units"},
+    "engine": {"errors", "models", "system"},
     "engine.threads": {"engine", "system"},
     "engine.prompting": {"engine", "errors", "models"},
     "engine.local": {"engine", "engine.prompting", "engine.threads", "errors", "models", "system", "units"},

@@ -29,6 +29,7 @@ BENCHMARKS = (
     "history_db",
     "levers",
     "parallel_decode",
+    "prefix_restore",
     "roofline_vs_stream",
     "shared_cpu",
     "spec_decode",
@@ -159,6 +160,13 @@ def test_parallel_decode_smallest(tools, tmp_path):
     done = run("parallel_decode", "--parallel", "1,2", "--prompt-tokens", "16", "--gen", "4", "--rounds", "1")
     ok(done, 0, 1)  # 1: the target was not met (figures mean nothing here)
     assert "| 2 |" in done.stdout
+
+
+@pytest.mark.model
+def test_prefix_restore_smallest(tmp_path):
+    done = run("prefix_restore", "--models", "default", "--depths", "96,160", "--reps", "1", "--gen", "2")
+    ok(done)
+    assert "| 96 |" in done.stdout and "Disk sequential read" in done.stdout
 
 
 @pytest.mark.model

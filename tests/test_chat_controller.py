@@ -300,5 +300,5 @@ def test_a_turn_that_met_a_saved_prefix_says_what_was_restored():
     chat, _, calls = loaded(restore_note=note)
     chat.send("hello")
     chat.dispatcher.drain()
-    (notice,) = [n for n in calls.notices() if n.kind == "restore"]
+    (notice,) = [n for n in calls.notices() if n.kind == "prefix"]
     assert (notice.text, notice.severity) == (note, "information")

@@ -18,7 +18,7 @@ from chatphase.engine.remote.slots import (
     prefix_hash,
     slot_file_name,
 )
-from chatphase.engine.restore_policy import should_restore
+from chatphase.engine.restore_policy import decide_restore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,16 +76,15 @@ def _paths(srv: ScriptedServer) -> list[str]:
 
 
 def test_restore_only_when_reading_the_bytes_beats_prefilling_the_tokens():
-    ok, why = should_restore(4096, 90 * 2**20, 1e9, 400.0)  # 0.09 s against 10 s
-    assert ok and "restore ≈" in why and "prefill ≈" in why
-    ok, why = should_restore(100, 90 * 2**20, 50e6, 400.0)  # 1.9 s against 0.25 s
-    assert not ok and "recomputing is faster" in why
-    assert should_restore(0, 10, 1e9, 400.0)[0] is False
-    assert should_restore(100, 10, None, 400.0) == (
-        True,
-        "100 tok · 10 B: no read rate measured yet, restoring measures one",
-    )
-    assert should_restore(100, 2000, 1000.0, None)[0] is True  # no prefill rate yet: restoring is how it is learnt
+    """The remote path decides by the one rule (:func:`decide_restore`), with the server's measured rates."""
+    d = decide_restore(90 * 2**20, 4096, 1e9, 400.0)  # 0.09 s against 10 s
+    assert d.restore and "beats prefill" in d.why
+    d = decide_restore(90 * 2**20, 100, 50e6, 400.0)  # 1.9 s against 0.25 s
+    assert not d.restore and "beats restore" in d.why
+    assert decide_restore(10, 0, 1e9, 400.0).restore is False
+    d = decide_restore(10, 100, None, 400.0)
+    assert d.restore and d.why == "no read rate measured yet: restoring measures it"
+    assert decide_restore(2000, 100, 1000.0, None).restore is True  # no prefill rate yet: restoring is how it is learnt
 
 
 def test_slot_file_names_are_safe_and_keyed_on_the_model_and_the_opening():
@@ -239,7 +238,7 @@ def test_recompute_when_the_measured_rates_say_restoring_is_slower(tmp_path, mon
         later.close()
         assert "POST /slots/0?action=restore" not in _paths(srv)
         assert done.restore_note is not None and "not restored" in done.restore_note
-        assert "recomputing is faster" in done.restore_note and done.metrics.restored_tokens is None
+        assert "beats restore" in done.restore_note and done.metrics.restored_tokens is None
 
 
 def test_a_server_without_slot_saving_says_so_once_and_answers(tmp_path, monkeypatch):
@@ -289,3 +288,13 @@ async def test_the_restore_line_is_said_in_the_chat_after_the_turn():
         await wait_for(pilot, lambda: idle(app))
         await send(pilot, "hello there")
         await wait_for(pilot, lambda: idle(app) and any(note in str(n.render()) for n in app.query(ChatNotice)))
+
+
+def test_the_prefix_cache_switch_turns_the_remote_slot_store_off_too():
+    """`--prefix-cache off` (or the setting) is one switch for both stores: the factory passes it on."""
+    from chatphase.engine.config import EngineConfig
+    from chatphase.engine.factory import make_engine
+
+    on = make_engine(None, EngineConfig(), server="http://127.0.0.1:9")
+    off = make_engine(None, EngineConfig(prefix_cache="off"), server="http://127.0.0.1:9")
+    assert getattr(on, "prefix_restore") is True and getattr(off, "prefix_restore") is False

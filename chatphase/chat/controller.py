@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 REGENERATE_NOTE = "Regenerate"
 RESEND_NOTE = "Edit and resend"
 COLD_PREFILL_NOTE = "Resumed session: cold prefill"
+RESTORED_NOTE = "Resumed session: prefix restored from disk"
 AFTER_THINKING_NOTE = "After thinking"
 
 
@@ -349,6 +350,7 @@ class ChatController:
             overflow=self.settings.overflow,
             first_message=self.history.left_out,
             history_change=self._change,
+            prefix_store=True,
         )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
@@ -410,9 +412,12 @@ class ChatController:
             self._notice(Notice.dropped(ev.dropped_messages))
         self._change = None  # the engine has taken it (a turn refused before this keeps it for the next)
         if self._reuse_note and ev.prompt_tokens is not None:
-            self._notice(Notice.reuse(self._reuse_note, ev))
+            restored = ev.restored_tokens and self._reuse_note == COLD_PREFILL_NOTE
+            self._notice(Notice.reuse(RESTORED_NOTE if restored else self._reuse_note, ev))
         elif ev.cache_miss_reason and ev.overflow is None and ev.prompt_tokens is not None:
             self._notice(Notice.miss(ev))
+        if ev.restore_note:
+            self._notice(Notice("prefix", "Prefix store", ev.restore_note))
         self._reuse_note = None
 
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
@@ -439,7 +444,7 @@ class ChatController:
         if ev.metrics.spec_note:  # drafting did not pay this turn
             self._notice(Notice("spec", "Speculative decoding", ev.metrics.spec_note, "warning"))
         if ev.restore_note:  # a saved KV-cache prefix: restored, or not and why
-            self._notice(Notice("restore", "Prefix restore", ev.restore_note))
+            self._notice(Notice("prefix", "Prefix store", ev.restore_note))
 
     def _failed(self, ev: EngineFailed) -> None:
         turn = self.turn

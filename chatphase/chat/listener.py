@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from chatphase.sessions.store import Session
     from chatphase.settings.schema import Settings
 
-NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model", "spec", "restore", "cache_miss"]
+NoticeKind = Literal["reuse", "dropped", "context_full", "turn_error", "model", "spec", "cache_miss", "prefix"]
 Severity = Literal["information", "warning", "error"]
 
 
@@ -69,7 +69,9 @@ class Notice:
         return cls(
             "reuse",
             title,
-            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache{miss}; "
+            f"{ev.cached_tokens:,} of {ev.prompt_tokens:,} prompt tokens reused from the KV cache{miss}"
+            + (f" ({ev.restored_tokens:,} restored from disk in {ev.restore_ms:,.0f} ms)" if ev.restored_tokens else "")
+            + "; "
             f"{ev.prefill_tokens:,} to evaluate.",
         )
 

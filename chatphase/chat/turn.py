@@ -180,6 +180,9 @@ class Turn:
             n_threads_prefill=pre.n_threads_prefill,
             n_threads_decode=pre.n_threads_decode,
             threads_reason=pre.threads_reason,
+            restored_tokens=pre.restored_tokens,
+            restore_ms=pre.restore_ms,
+            restore_bytes=pre.restore_bytes,
         )
 
 

@@ -111,8 +111,11 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
             f"({n(m.spec_accepted)}/{n(m.spec_drafted)} drafted, {n(m.spec_steps)} steps, {steps}) · "
         )
     predicted = "" if m.ttft_predicted_ms is None else f" (predicted {fmt_ms(m.ttft_predicted_ms)})"
+    restore = ""
+    if m.restored_tokens:
+        restore = f"restored {n(m.restored_tokens)} tok ({fmt_bytes(m.restore_bytes)}) in {fmt_ms(m.restore_ms)} · "
     return (
-        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · TTFT {fmt_ms(m.ttft_ms)}{predicted} · "
+        f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · {restore}TTFT {fmt_ms(m.ttft_ms)}{predicted} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{m.stop_reason}"
@@ -207,7 +210,7 @@ class _Printer(ChatListener):
     def notice(self, notice: Notice) -> None:
         if notice.kind == "turn_error":
             self.turn_error = notice.text
-        elif notice.kind in ("dropped", "context_full", "model", "spec", "restore", "cache_miss"):
+        elif notice.kind in ("dropped", "context_full", "model", "spec", "cache_miss", "prefix"):
             say(f"chatphase: {notice.text}")
 
     def emit_json(self) -> None:

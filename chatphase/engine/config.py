@@ -146,6 +146,18 @@ class EngineConfig:
     )  # fmt: skip
     n_seq_max: int = field(default=1, metadata={"setting": False})
     kv_unified: bool = field(default=False, metadata={"setting": False})
+    prefix_cache: str = field(
+        default="on",
+        metadata={"flags": ("--prefix-cache",), "choices": ("on", "off"),
+                  "help": "keep prompt prefixes' KV cache on disk and restore it when that beats prefill (default {default})",
+                  "label": "Prefix store", "hint": "on = KV prefixes saved to disk and restored when quicker than prefill"},
+    )  # fmt: skip
+    prefix_cache_mib: int | None = field(
+        default=None,
+        metadata={"flags": ("--prefix-cache-mib",), "metavar": "MIB",
+                  "help": "the prefix store's size cap in MiB (default: 5%% of the free disk, at most 4 GiB)",
+                  "label": "Prefix store cap (MiB)", "hint": "empty = 5% of the free disk, at most 4 GiB"},
+    )  # fmt: skip
 
     def validate(self) -> EngineConfig:
         """Check ranges and choices; returns ``self``.
@@ -171,6 +183,8 @@ class EngineConfig:
         parse_spec(self.spec)
         if not 1 <= self.n_seq_max <= MAX_SEQUENCES:
             raise UsageError(f"n_seq_max must be 1 to {MAX_SEQUENCES} (got {self.n_seq_max})")
+        if self.prefix_cache_mib is not None and self.prefix_cache_mib < 0:
+            raise UsageError(f"prefix_cache_mib must be >= 0 (got {self.prefix_cache_mib})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
         check_choices(self)

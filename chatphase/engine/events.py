@@ -74,6 +74,8 @@ class TurnRequest:
     models that can think or not (``None`` leaves the template's default). ``events_every_ms``: how often
     the consumer wants token events (a process host batches them to that; ``None``: its own default) —
     a screen redrawn 5 times a second gains nothing from 40 deliveries, and each costs it a wake-up.
+    ``prefix_store``: the turn may restore its prompt's prefix from the engine's prefix store and leave its
+    cache to be saved there (chats and ``ask``; never a bench sweep, which measures cold prefill).
     """
 
     turn_id: int
@@ -89,6 +91,7 @@ class TurnRequest:
     overflow: str = DEFAULT_OVERFLOW
     first_message: int = 0
     history_change: str | None = None
+    prefix_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,10 @@ class PrefillStarted:
     The token counts are ``None`` from a remote server (it reports them only when the turn is over).
     ``n_threads_prefill`` / ``n_threads_decode`` / ``threads_reason``: the threads the turn starts with and
     why (:mod:`chatphase.engine.threads.policy`; ``None`` from an engine without a thread policy).
+    Prefix store (:mod:`chatphase.engine.local.prefix_keeper`): ``restored_tokens`` of the ``cached_tokens``
+    were read from disk in ``restore_ms`` (``restore_bytes`` of state) before this event, where a prefill of
+    them was predicted to take ``restore_prefill_ms``; ``restore_note`` one line when the store was looked at
+    and not used (the rule chose prefill, or a file was refused). ``None``: no restore.
     """
 
     turn_id: int
@@ -263,6 +270,11 @@ class PrefillStarted:
     overflow_dropped_tokens: int | None = None
     overflow_reprefill_tokens: int | None = None
     cache_miss_reason: str | None = None
+    restored_tokens: int | None = None
+    restore_ms: float | None = None
+    restore_bytes: int | None = None
+    restore_prefill_ms: float | None = None
+    restore_note: str | None = None
 
 
 @dataclass(frozen=True)

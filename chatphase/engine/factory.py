@@ -65,7 +65,9 @@ def make_engine(
     if server:
         from chatphase.engine.remote.engine import RemoteEngine
 
-        return RemoteEngine(server, api_key=api_key, remote_model=remote_model)
+        # one switch for both prefix stores: the local one on disk and a llama-server's slot files
+        restore = config.prefix_cache != "off"
+        return RemoteEngine(server, api_key=api_key, remote_model=remote_model, prefix_restore=restore)
     if info is None:
         raise UsageError("no local model to run (give --model, or --server URL for a remote one)")
     from chatphase.engine.process.host import EngineHost

@@ -80,6 +80,10 @@ class TurnMetrics:
     out, ``overflow_reprefill_tokens`` the kept history evaluated again (0 for a shift) and
     ``overflow_reprefill_ms`` its share of ``prefill_ms``; ``cache_miss_reason`` why the turn kept fewer of the
     KV cache's tokens than it held (``None``: no miss).
+
+    Prefix restore: ``restored_tokens`` of the ``cached_tokens`` were restored from disk (a saved KV state)
+    rather than kept in memory, in ``restore_ms`` (inside TTFT, before the prefill), reading ``restore_bytes``;
+    ``None`` when nothing was restored.
     """
 
     prompt_tokens: int | None

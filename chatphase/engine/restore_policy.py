@@ -1,34 +1,68 @@
-"""Whether restoring a saved KV-cache prefix beats recomputing it: one pure rule, from measured rates.
+"""Restore a saved KV prefix, or recompute it: the one rule, for every backend.
 
-Restore when the predicted restore time, ``bytes / read_bytes_per_s``, is below the predicted recompute
-time, ``tokens / prefill_tokens_per_s``; else recompute. Both rates are measurements of this store and this
-model (a restore's bytes over its time; the prefill rate of earlier turns). Where a rate has not been
-measured yet the prefix is restored, which measures it: restoring reads what was saved, and a wrong guess
-costs one read, never a wrong reply (the server compares the restored tokens with the new prompt).
+Restoring a prefix costs reading its state (``restore_bytes`` at the store's read rate); recomputing it
+costs a prefill of its tokens (at this machine's prefill rate for a prompt that deep). Restore when the
+first is predicted shorter. On a CPU prefill is slow (hundreds of tokens per second) and the state is read
+at hundreds of MB/s or more, so restoring wins above a few dozen tokens; on a GPU prefill runs at thousands
+of tokens per second and a small model's state can be slower to read than to recompute (Mesh-LLM #1714) —
+hence a rule fed with measured rates, not "always restore".
+
+Pure: no I/O. The local engine (:mod:`chatphase.engine.local.prefix_keeper`) feeds it the rates it
+measured; another backend (a server's slot API) can call :func:`decide_restore` with its own.
 """
 
 from __future__ import annotations
 
-from chatphase.units import fmt_bytes, fmt_int, fmt_ms
+from dataclasses import dataclass
+
+#: below this many tokens a restore is not tried: a file's open, header and checks cost about a millisecond,
+#: and a prefix this short recomputes in a few tens of milliseconds even on a slow CPU.
+MIN_RESTORE_TOKENS = 32
 
 
-def should_restore(
-    tokens: int, bytes: int, read_bytes_per_s: float | None, prefill_tokens_per_s: float | None
-) -> tuple[bool, str]:
-    """``(restore?, why in words)`` for a saved prefix of ``tokens`` tokens held in ``bytes`` bytes.
+@dataclass(frozen=True)
+class RestoreDecision:
+    """What :func:`decide_restore` chose: ``restore`` or recompute, the two predicted times in ms (``None``:
+    a rate not measured yet) and ``why``, one plain line."""
 
-    ``read_bytes_per_s``: the store's measured read rate (``None``: not measured yet);
-    ``prefill_tokens_per_s``: this model's measured prefill rate (``None``: not measured yet).
+    restore: bool
+    predicted_restore_ms: float | None
+    predicted_prefill_ms: float | None
+    why: str
+
+
+def decide_restore(
+    restore_bytes: int,
+    restore_tokens: int,
+    read_bytes_per_s: float | None,
+    prefill_tokens_per_s: float | None,
+) -> RestoreDecision:
+    """Restore ``restore_tokens`` tokens from a state of ``restore_bytes`` bytes, or recompute them?
+
+    Args:
+        restore_bytes: bytes to read for the restore (the state file's size).
+        restore_tokens: prompt tokens the restore saves from prefill.
+        read_bytes_per_s: the store's measured read rate (``None``: no restore measured yet).
+        prefill_tokens_per_s: this machine's measured prefill rate at that depth (``None``: not measured).
+
+    Returns:
+        restore when ``restore_bytes / read_bytes_per_s < restore_tokens / prefill_tokens_per_s``. A rate
+        not measured yet: restore (the measurement it gives decides the next time), except below
+        :data:`MIN_RESTORE_TOKENS`, which is always recomputed.
     """
-    if tokens <= 0 or bytes <= 0:
-        return False, "nothing saved to restore"
-    size = f"{fmt_int(tokens)} tok · {fmt_bytes(bytes)}"
-    if not read_bytes_per_s or read_bytes_per_s <= 0:
-        return True, f"{size}: no read rate measured yet, restoring measures one"
-    restore_ms = bytes / read_bytes_per_s * 1000
-    if not prefill_tokens_per_s or prefill_tokens_per_s <= 0:
-        return True, f"{size}: restore ≈ {fmt_ms(restore_ms)}; no prefill rate measured yet"
-    prefill_ms = tokens / prefill_tokens_per_s * 1000
+    if restore_tokens < MIN_RESTORE_TOKENS:
+        return RestoreDecision(False, None, None, f"{restore_tokens} tokens: recomputing is as quick")
+    restore_ms = restore_bytes / read_bytes_per_s * 1000 if read_bytes_per_s and read_bytes_per_s > 0 else None
+    prefill_ms = (
+        restore_tokens / prefill_tokens_per_s * 1000 if prefill_tokens_per_s and prefill_tokens_per_s > 0 else None
+    )
+    if restore_ms is None or prefill_ms is None:
+        missing = "read rate" if restore_ms is None else "prefill rate"
+        return RestoreDecision(True, restore_ms, prefill_ms, f"no {missing} measured yet: restoring measures it")
     if restore_ms < prefill_ms:
-        return True, f"{size}: restore ≈ {fmt_ms(restore_ms)} < prefill ≈ {fmt_ms(prefill_ms)}"
-    return False, f"{size}: restore ≈ {fmt_ms(restore_ms)} ≥ prefill ≈ {fmt_ms(prefill_ms)}, recomputing is faster"
+        return RestoreDecision(
+            True, restore_ms, prefill_ms, f"restore ≈ {restore_ms:,.0f} ms beats prefill ≈ {prefill_ms:,.0f} ms"
+        )
+    return RestoreDecision(
+        False, restore_ms, prefill_ms, f"prefill ≈ {prefill_ms:,.0f} ms beats restore ≈ {restore_ms:,.0f} ms"
+    )

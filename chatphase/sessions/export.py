@@ -42,6 +42,7 @@ CSV_COLUMNS = CSV_LEAD_COLUMNS + METRIC_COLUMNS + ("error",)
 MD_METRICS = (
     "prompt_tokens",
     "cached_tokens",
+    "restored_tokens",
     "prefill_ms",
     "prefill_tokens_per_s",
     "ttft_ms",

@@ -316,19 +316,20 @@ class ChatView(ChatListener):
                 self.dashboard.turn_finished(t.index, t.metrics, held)
         log.add_notice(
             f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}). "
-            "The KV cache starts empty: the next turn prefills the whole conversation (cold prefill)."
+            "The KV cache starts empty: the next turn restores the conversation's saved prefix from disk where "
+            "that is quicker, else prefills the whole conversation (cold prefill)."
         )
         self.app.sub_title = inert(f"{self.chat.model_info.name} · {session.title}")
 
     @override
     def notice(self, notice: Notice) -> None:
-        if notice.kind in ("reuse", "dropped", "cache_miss") and self.prefill.waiting:
+        if notice.kind in ("reuse", "dropped", "cache_miss", "prefix") and self.prefill.waiting:
             self._held_notices.append(notice)  # drawn with its prefill (none while the prefill is quiet)
             return
         self._show(notice)
 
     def _show(self, notice: Notice) -> None:
-        if notice.kind in ("model", "spec", "restore"):
+        if notice.kind in ("model", "spec", "prefix"):
             self.chat_log.add_notice(notice.text)
             return
         if notice.kind == "dropped":  # an overflow stays in the transcript, beside the turns it marks

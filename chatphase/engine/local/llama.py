@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as lc
 
@@ -47,6 +48,8 @@ from chatphase.engine.local.generation import Model as GenModel
 from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
 from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, overflow_cut, swa_trim_refusal
 from chatphase.engine.local.prefix import CacheText, encode_prompt
+from chatphase.engine.local.prefix_keeper import PrefixKeeper, Restored, cap_bytes_of, key_parts
+from chatphase.engine.local.prefix_store import common_tokens
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
@@ -97,6 +100,8 @@ class LlamaEngine:
         self._log: LlamaLogCapture | None = None
         self._spec: Speculator | None = None
         self._trim_failed: str | None = None  # why this turn's cache could not be trimmed (a miss reason)
+        self._keeper: PrefixKeeper | None = None  # the prefix store (:mod:`chatphase.engine.local.prefix_keeper`)
+        self._alternatives: list[tuple[Sequence[int], CacheText]] = []  # stored prefixes, for this turn's encoding
         self.loaded: LoadedModel | None = None
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -137,8 +142,20 @@ class LlamaEngine:
         """Ask the running turn to stop at the next prefill chunk or token (thread-safe)."""
         self._cancel.set()
 
+    def idle(self) -> None:
+        """The engine waits for a turn (the process host calls this about once a second): the prefix store
+        saves the cache when its policy says so."""
+        if self._keeper is not None:
+            self._keeper.idle(self._cache, self._known)
+            self._log_keeper()
+
     def close(self) -> None:
-        """Free the context and model. Idempotent."""
+        """Save the cache's prefix (bounded, :meth:`PrefixKeeper.flush`), free the context and model. Idempotent."""
+        if self._keeper is not None:
+            self._keeper.flush(self._cache, self._known)
+            self._keeper.close()
+            self._log_keeper()
+            self._keeper = None
         if self._spec is not None:
             self._spec.close()
             self._spec = None
@@ -183,8 +200,17 @@ class LlamaEngine:
         return self._vocab.piece(token, special)
 
     def _encode(self, text: str, add_special: bool) -> list[int]:
-        """The prompt ``text`` as tokens, reusing the cached tokens for the text the cache holds."""
-        return encode_prompt(text, add_special, self._cache, self._known, self._vocab.tokenize, self._vocab.render)
+        """The prompt ``text`` as tokens, reusing the cached tokens for the text the cache holds — or a stored
+        prefix's tokens (:attr:`_alternatives`) where one holds more of the text than the cache does."""
+        tokens = encode_prompt(text, add_special, self._cache, self._known, self._vocab.tokenize, self._vocab.render)
+        if not self._alternatives:
+            return tokens
+        data = text.encode("utf-8")
+        alt_tokens, alt_known = max(self._alternatives, key=lambda alt: alt[1].split(data)[0])
+        if alt_known.split(data)[0] <= self._known.split(data)[0]:
+            return tokens
+        alt = encode_prompt(text, add_special, alt_tokens, alt_known, self._vocab.tokenize, self._vocab.render)
+        return alt if common_tokens(alt, alt_tokens) > common_tokens(tokens, self._cache) else tokens
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -339,8 +365,31 @@ class LlamaEngine:
             self._log.write(f"chatphase: {note}")
         for line in slow:
             self._log.write(f"chatphase: slow path: {line}")
+        self._keeper = self._open_prefix_store(s, plan.use_extra_bufts, plan.n_gpu_layers)
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
+
+    def _open_prefix_store(self, s: dict[str, Any], use_extra_bufts: bool, n_gpu_layers: int) -> PrefixKeeper | None:
+        """The prefix store when it is on (one sequence per context only); ``None`` when off or unusable."""
+        if self.config.prefix_cache != "on" or self.config.n_seq_max != 1 or not self._ctx or not self._model:
+            return None
+        try:
+            parts = key_parts(str(self.info.path), s, use_extra_bufts, n_gpu_layers)
+            return PrefixKeeper(
+                self._ctx, self._mem, self._model, parts, self.info.name, self._n_ctx,
+                cap_bytes_of(self.config.prefix_cache_mib),
+            )  # fmt: skip
+        except OSError as exc:
+            if self._log is not None:
+                self._log.write(f"chatphase: prefix store off: {exc}")
+            return None
+
+    def _log_keeper(self) -> None:
+        if self._keeper is not None and self._log is not None:
+            for line in self._keeper.lines:
+                self._log.write(f"chatphase: {line}")
+        if self._keeper is not None:
+            self._keeper.lines.clear()
 
     # -- one turn --------------------------------------------------------------------------------
     def _decode(self, tokens: list[int]) -> bool:
@@ -366,6 +415,24 @@ class LlamaEngine:
             del self._cache[keep:]
         return keep
 
+    def _restore(
+        self, keeper: PrefixKeeper, prompt: list[int], cached: int
+    ) -> tuple[Restored | None, str | None, bool]:
+        """Restore the stored prefix of ``prompt`` when the rule says it beats recomputing it (beyond the
+        ``cached`` tokens). Returns ``(the restore or None, one line when the store was looked at and not
+        used, whether sequence 0 was emptied)`` — a refused file empties it: the prompt is recomputed."""
+        found = keeper.find(prompt, cached)
+        refused = keeper.take_refused()
+        if found is None:
+            return None, refused, False
+        entry, n = found
+        decision = keeper.decide(entry, n - cached, n)
+        if not decision.restore:
+            return None, f"prefix store: {n:,} tokens saved, not restored: {decision.why}", False
+        out = keeper.restore(entry, n, decision)
+        self._log_keeper()
+        return (out, None, False) if isinstance(out, Restored) else (None, out, True)
+
     def _run(self, req: TurnRequest, ctx: lc.llama_context_p) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
         sp = req.sampling
@@ -374,6 +441,12 @@ class LlamaEngine:
         )
         if req.reset_cache:
             self._known.clear()
+        keeper = self._keeper if req.prefix_store and not req.reset_cache else None
+        if keeper is not None:
+            keeper.turn_started()
+            self._alternatives = keeper.alternatives() if req.prompt_token_ids is None else []
+        elif self._keeper is not None:
+            self._keeper.other_turn()
         text = None  # the prompt's templated text (UTF-8), when it has one
         ovf: Overflow | None = None  # what an overflow did this turn
         if req.prompt_token_ids is not None:
@@ -402,6 +475,8 @@ class LlamaEngine:
             except Exception as exc:  # the template raised on this conversation (e.g. a system message)
                 yield EngineFailed(refusal(self._format, exc), req.turn_id)
                 return
+            finally:
+                self._alternatives = []
             if fitted.full_tokens is not None:  # this turn dropped messages: an overflow
                 if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
                     yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
@@ -414,6 +489,16 @@ class LlamaEngine:
         cache_before = len(self._cache)
         self._trim_failed = None
         cached = self._reuse_prefix(prompt, req.reset_cache)
+        t_restore = time.perf_counter_ns()
+        restored, restore_note, cleared = self._restore(keeper, prompt, cached) if keeper else (None, None, False)
+        if restored is not None:
+            cached = restored.tokens
+            self._cache[:] = prompt[:cached]
+            self._known = restored.known
+        elif cleared:  # a refused file: the sequence was emptied, the prompt is recomputed
+            cached = 0
+            self._cache.clear()
+            self._known.clear()
         self._known.truncate(cached, text)
         todo = prompt[cached:]
         if ovf is not None:
@@ -427,6 +512,8 @@ class LlamaEngine:
             trim_failed=self._trim_failed,
             change=req.history_change,
         )
+        if miss is not None and restored is not None:
+            miss = "restored"  # the cache came from disk and held less than the conversation
         threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
         yield PrefillStarted(
@@ -439,6 +526,11 @@ class LlamaEngine:
             **threads.fields(),
             **(ovf.fields() if ovf else {}),
             cache_miss_reason=miss,
+            restored_tokens=restored.tokens if restored else None,
+            restore_ms=restored.ms if restored else None,
+            restore_bytes=restored.state_bytes if restored else None,
+            restore_prefill_ms=restored.decision.predicted_prefill_ms if restored else None,
+            restore_note=restore_note,
         )
 
         stop: StopReason | None = None
@@ -519,6 +611,18 @@ class LlamaEngine:
             spec=getattr(out, "spec", None),
         )
         metrics = replace(metrics, cache_miss_reason=miss, **(ovf.metrics_fields(metrics) if ovf else {}))
+        if restored is not None:
+            metrics = replace(
+                metrics,
+                tokenize_ms=ns_to_ms(t_restore - t_submit),
+                restored_tokens=restored.tokens,
+                restore_ms=restored.ms,
+                restore_bytes=restored.state_bytes,
+            )
+        if keeper is not None:
+            sample = (len(prompt), done, ns_to_ms(t_prefill_end - t_prefill_start)) if stop != "cancelled" else None
+            keeper.turn_ended(len(self._cache), cached, sample)
+            self._log_keeper()
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
         metrics = self.threads.finish_turn(metrics)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
+from itertools import pairwise
 
 Tokenize = Callable[[str, bool], list[int]]
 """``(text, add_special) -> token ids``, parsing special tokens in ``text`` (e.g. ``<|im_start|>``)."""
@@ -73,6 +74,30 @@ class CacheText:
     def text(self) -> bytes:
         """UTF-8 text of the first :attr:`n_tokens` cache tokens."""
         return self._text
+
+    @classmethod
+    def of(cls, text: bytes, ntok: Sequence[int], nbytes: Sequence[int]) -> CacheText:
+        """A record with these boundaries (as :attr:`boundaries` gave them) over ``text``.
+
+        Raises:
+            ValueError: the boundaries are not non-decreasing pairs within ``text``.
+        """
+        ordered = all(a <= b for a, b in pairwise(ntok)) and all(a <= b for a, b in pairwise(nbytes))
+        ends = nbytes[0] >= 0 and nbytes[-1] == len(text) if nbytes else not text
+        if len(ntok) != len(nbytes) or not ordered or not ends:
+            raise ValueError("boundaries must be non-decreasing and end at the text's end")
+        out = cls()
+        out._text, out._ntok, out._nbytes = bytes(text), list(ntok), list(nbytes)
+        return out
+
+    @property
+    def boundaries(self) -> tuple[list[int], list[int]]:
+        """``(token counts, byte counts)`` of the recorded boundaries (copies)."""
+        return list(self._ntok), list(self._nbytes)
+
+    def copy(self) -> CacheText:
+        """An independent copy."""
+        return CacheText.of(self._text, self._ntok, self._nbytes)
 
     def clear(self) -> None:
         """Forget everything (the cache was cleared, or holds tokens of unknown text from the start)."""

@@ -165,6 +165,7 @@ def _child_main(
             try:
                 while not conn.poll(IDLE_TICK_S):  # waiting for a turn: the thread policy's load snapshot
                     engine.threads.idle()
+                    engine.idle()  # the prefix store saves the cache when its policy says so
                 command = conn.recv()
             except EOFError:
                 break

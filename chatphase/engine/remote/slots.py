@@ -15,7 +15,7 @@ is how :func:`probe` tells the two apart without touching a slot (``/props`` doe
   in flight. One file per conversation (:func:`slot_file_name`), rewritten each time, so the server's disk
   holds one state per conversation, not one per turn.
 - **What it restores**: on a turn whose earlier messages this engine has not just sent, the longest prefix
-  of them (at a message boundary) that a finished save holds, if :func:`~chatphase.engine.restore_policy.should_restore`
+  of them (at a message boundary) that a finished save holds, if :func:`~chatphase.engine.restore_policy.decide_restore`
   says it pays. The server compares the restored tokens with the new prompt and reuses only their common
   prefix, so a stale file costs time, never a wrong reply.
 - **The index** (``remote-slots.json`` in the user cache directory) is the client's record of what each
@@ -45,7 +45,7 @@ import httpx
 
 from chatphase.engine.events import Message
 from chatphase.engine.remote.errors import http_error_message, transport_message
-from chatphase.engine.restore_policy import should_restore
+from chatphase.engine.restore_policy import decide_restore
 from chatphase.units import fmt_bytes, fmt_int, fmt_ms
 
 #: the longest :meth:`SlotStore.close` waits for a save in flight (seconds); a save still running then is left
@@ -259,9 +259,9 @@ class SlotStore:
         if saved is None:
             return None
         rates = self.index.rates(self.display, self.model_key)
-        ok, why = should_restore(saved.tokens, saved.bytes, rates.read_bytes_per_s, rates.prefill_tokens_per_s)
-        if not ok:
-            return Restored(f"prefix restore: not restored ({why})")
+        decision = decide_restore(saved.bytes, saved.tokens, rates.read_bytes_per_s, rates.prefill_tokens_per_s)
+        if not decision.restore:
+            return Restored(f"prefix restore: not restored ({decision.why})")
         self._wait_for_save(SAVE_WAIT_S)  # a save of this very file may still be writing it
         t0 = time.perf_counter_ns()
         try:
@@ -280,7 +280,7 @@ class SlotStore:
         server_ms = _positive((data.get("timings") or {}).get("restore_ms"))
         if n_bytes and server_ms:
             self.index.learn(self.display, self.model_key, read_bytes_per_s=n_bytes / (server_ms / 1000))
-        note = f"prefix restore: {fmt_int(n_tokens)} tok · {fmt_bytes(n_bytes)} in {fmt_ms(ms)} ({why})"
+        note = f"prefix restore: {fmt_int(n_tokens)} tok · {fmt_bytes(n_bytes)} in {fmt_ms(ms)} ({decision.why})"
         return Restored(note, n_tokens, n_bytes, ms)
 
     # -- after a turn -----------------------------------------------------------------------------

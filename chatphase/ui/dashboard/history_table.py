@@ -54,11 +54,13 @@ def _num(value: float | None, digits: int) -> str:
 
 def format_row(number: int, m: TurnMetrics, thinking: bool = False) -> tuple[str, ...]:
     """The table cells of one turn, in :data:`COLUMNS` order (:data:`THINKING_COLUMNS` with ``thinking``;
-    ``–`` for an undefined metric); a stacked cell is ``"top\\nbottom"``."""
+    ``–`` for an undefined metric); a stacked cell is ``"top\\nbottom"``. Cached tokens
+    restored from the prefix store follow the cached count as ``⤓N``."""
     below_decode = m.thinking_tokens if thinking else m.kv_cache_tokens
     return (
         str(number),
-        f"{fmt_int(m.prompt_tokens)}\n{fmt_int(m.cached_tokens)}",
+        f"{fmt_int(m.prompt_tokens)}\n{fmt_int(m.cached_tokens)}"
+        + (f" ⤓{m.restored_tokens:,}" if m.restored_tokens else ""),
         f"{_num(m.ttft_ms, 1)}\n{_num(m.itl_ms_p95, 1)}",
         f"{_num(m.prefill_tokens_per_s, 0)}\n{_num(m.decode_tokens_per_s, 1)}",
         f"{fmt_int(m.decode_tokens)}\n{fmt_int(below_decode)}",

@@ -8,7 +8,9 @@ Two bars share the widget's width:
   ``decode_ms``. The TTFT boundary is where decode starts. A turn with a thinking block splits decode into
   ``thinking_ms`` (from the first token to the block's end) and the answer (the rest of ``decode_ms``).
 - prompt (tokens): ``cached_tokens`` reused from the KV cache, shown apart from the ``prefill_tokens``
-  evaluated this turn — the cached part costs no time, so it only shows on this token scale.
+  evaluated this turn — the cached part costs no time, so it only shows on this token scale. Tokens restored
+  from the prefix store (``restored_tokens``) are a segment of their own, and their ``restore_ms`` a time
+  segment before the prefill.
 
 A turn with a thinking block adds a third bar, reply (tokens): ``thinking_tokens`` then ``answer_tokens``.
 A speculative turn adds a steps line under the time bar's legend: its decode's target steps (``spec_steps``),
@@ -42,6 +44,8 @@ SEGMENTS: dict[str, tuple[str, str]] = {
     "answer": ("━", "answer"),
     "cached": ("▒", "cached"),
     "evaluated": ("█", "evaluated"),
+    "restore": ("▚", "restore"),
+    "restored": ("▚", "restored"),
 }
 
 
@@ -61,14 +65,23 @@ def time_segments(m: TurnMetrics) -> list[tuple[str, float | None]]:
         decode = [("decode", m.decode_ms or 0.0)]
     if m.tokenize_ms is None or m.prefill_ms is None:  # a remote server without timings: TTFT is one block
         return [("first", ttft), *decode]
-    first = max(0.0, ttft - m.tokenize_ms - m.prefill_ms) if ttft is not None else None
-    return [("tokenize", m.tokenize_ms), ("prefill", m.prefill_ms), ("first", first), *decode]
+    restore = [("restore", m.restore_ms)] if m.restore_ms is not None else []
+    spent = m.tokenize_ms + m.prefill_ms + (m.restore_ms or 0.0)
+    first = max(0.0, ttft - spent) if ttft is not None else None
+    return [("tokenize", m.tokenize_ms), *restore, ("prefill", m.prefill_ms), ("first", first), *decode]
 
 
 def token_segments(m: TurnMetrics) -> list[tuple[str, float]]:
-    """``[(kind, tokens), ...]`` of the prompt: cached then evaluated."""
+    """``[(kind, tokens), ...]`` of the prompt: cached (kept in memory), restored (read from the prefix store;
+    only when some were), then evaluated."""
     if m.cached_tokens is None or m.prefill_tokens is None:  # counts the server did not report
         return []
+    if m.restored_tokens:
+        return [
+            ("cached", float(m.cached_tokens - m.restored_tokens)),
+            ("restored", float(m.restored_tokens)),
+            ("evaluated", float(m.prefill_tokens)),
+        ]
     return [("cached", float(m.cached_tokens)), ("evaluated", float(m.prefill_tokens))]
 
 
@@ -150,6 +163,8 @@ class TurnTimeline(Widget):
     TurnTimeline > .timeline--answer { color: $success; }
     TurnTimeline > .timeline--cached { color: $accent; }
     TurnTimeline > .timeline--evaluated { color: $warning; }
+    TurnTimeline > .timeline--restore { color: $primary; }
+    TurnTimeline > .timeline--restored { color: $primary; }
     """
 
     LABEL_WIDTH = 8

@@ -59,6 +59,15 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
+        *(
+            [
+                ("restored tokens", fmt_int(m.restored_tokens)),
+                ("restore ms", num(m.restore_ms)),
+                ("restore bytes", fmt_bytes(m.restore_bytes)),
+            ]
+            if m.restored_tokens is not None
+            else []
+        ),
         ("prefill tokens", fmt_int(m.prefill_tokens)),
         ("tokenize ms", num(m.tokenize_ms)),
         ("prefill ms", num(m.prefill_ms)),

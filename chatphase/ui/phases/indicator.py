@@ -26,7 +26,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.engine.text import inert
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import fmt_int, fmt_ms, fmt_rate, fmt_seconds
+from chatphase.units import fmt_int, fmt_ms, fmt_rate, fmt_restore, fmt_seconds
 
 
 def _left(left_ms: float | None) -> str:
@@ -134,7 +134,11 @@ class PhaseIndicator(Horizontal):
         """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache);
         ``left_ms``: the time to the first token predicted (:mod:`chatphase.engine.ttft_prediction`)."""
         self._bar.update(total=max(event.prefill_tokens or 0, 1), progress=0)
-        cached = f" · {fmt_int(event.cached_tokens)} cached" if event.cached_tokens else ""
+        restored = event.restored_tokens or 0
+        in_memory = (event.cached_tokens or 0) - restored
+        cached = f" · {fmt_int(in_memory)} cached" if in_memory else ""
+        if restored:
+            cached += f" · {fmt_restore(restored, event.restore_bytes, event.restore_ms, event.restore_prefill_ms)}"
         stats = f"0/{fmt_int(event.prefill_tokens)} tok{_left(left_ms)}{cached}"
         self._cached_note = cached
         if self._badge.has_class("-prefill") and self._bar.display:

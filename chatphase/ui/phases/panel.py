@@ -32,7 +32,7 @@ from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import DASH, fmt_bytes, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate, fmt_value
+from chatphase.units import DASH, fmt_bytes, fmt_cached, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate, fmt_value
 
 
 def threads_text(m: TurnMetrics) -> str:
@@ -140,9 +140,14 @@ class PhasePanel(VerticalScroll):
         self.number = number
         self._kv_base_tokens = self._kv_prefilled = event.cached_tokens
         self.figures = {
-            "prompt": f"{fmt_int(event.prompt_tokens)} tok ({fmt_int(event.cached_tokens)} cached)",
+            "prompt": f"{fmt_int(event.prompt_tokens)} tok ({fmt_cached(event.cached_tokens, event.restored_tokens)})",
             "prefill": f"{fmt_int(event.prefill_tokens)} tok",
         }
+        if event.restored_tokens:
+            self.figures["restore"] = (
+                f"{fmt_bytes(event.restore_bytes)} · {fmt_ms(event.restore_ms)} "
+                f"(prefill ≈ {fmt_ms(event.restore_prefill_ms)})"
+            )
         self._render_turn(layout=False)  # while a turn runs, no layouts (they compete with the engine)
         self.set_kv_tokens(event.cached_tokens, layout=False)
 
@@ -180,11 +185,13 @@ class PhasePanel(VerticalScroll):
         self.number = number
         self.figures = {
             "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {m.stop_reason}",
-            "prompt": f"{fmt_int(m.prompt_tokens)} tok ({fmt_int(m.cached_tokens)} cached)",
+            "prompt": f"{fmt_int(m.prompt_tokens)} tok ({fmt_cached(m.cached_tokens, m.restored_tokens)})",
             "prefill": f"{fmt_int(m.prefill_tokens)} tok · {fmt_ms(m.prefill_ms)} · {fmt_rate(m.prefill_tokens_per_s)}",
             "decode": f"{fmt_int(m.decode_tokens)} tok · {fmt_ms(m.decode_ms)} · {fmt_rate(m.decode_tokens_per_s)}",
             "ITL p50/p95": f"{fmt_ms(m.itl_ms_p50)} / {fmt_ms(m.itl_ms_p95)}",
         }
+        if m.restored_tokens is not None:
+            self.figures["restore"] = f"{fmt_bytes(m.restore_bytes)} · {fmt_ms(m.restore_ms)}"
         if m.thought:
             cut = " · cut short" if m.thinking_cut_short else ""
             self.figures["thinking"] = f"{fmt_int(m.thinking_tokens)} tok · {fmt_ms(m.thinking_ms)}{cut}"

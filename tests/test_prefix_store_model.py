@@ -1,0 +1,261 @@
+"""The prefix store with real models: a restored prefix answers as a full prefill does (temperature 0),
+and a bad file is refused in one line and recomputed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import EngineFailed, Message, PrefillStarted, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.local.llama import LlamaEngine
+from chatphase.engine.local.prefix_store import list_files, read_entry, read_state, store_dir, write_entry
+
+pytestmark = pytest.mark.model
+
+DOC = " ".join(f"Item {i}: the {w} lamp is on shelf {i % 7}." for i, w in enumerate(["red", "blue", "green"] * 14))
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+CONFIG = EngineConfig(n_ctx=2048, n_threads=2, n_batch=256)
+
+
+@pytest.fixture(autouse=True)
+def _own_store(tmp_path, monkeypatch):
+    """Each test its own prefix store."""
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _turn(engine: LlamaEngine, messages: tuple[Message, ...], turn_id: int = 1, store: bool = True):
+    started = finished = None
+    for ev in engine.run_turn(TurnRequest(turn_id, messages, GREEDY, prefix_store=store)):
+        if isinstance(ev, EngineFailed):
+            pytest.fail(ev.message)
+        if isinstance(ev, PrefillStarted):
+            started = ev
+        if isinstance(ev, TurnFinished):
+            finished = ev
+    assert started is not None and finished is not None
+    return started, finished
+
+
+def _engine(info, config: EngineConfig = CONFIG) -> LlamaEngine:
+    engine = LlamaEngine(info, config)
+    for ev in engine.load():
+        if isinstance(ev, EngineFailed):
+            pytest.fail(ev.message)
+    return engine
+
+
+def _first_chat(info, config: EngineConfig = CONFIG) -> tuple[Message, ...]:
+    """One turn over a long document, then the engine closes (saving its prefix): the conversation so far."""
+    first = (Message("user", f"Read this list.\n{DOC}\nWhich shelf holds item 4?"),)
+    engine = _engine(info, config)
+    try:
+        _, done = _turn(engine, first)
+    finally:
+        engine.close()
+    return (*first, Message("assistant", done.reply), Message("user", "And item 5?"))
+
+
+def _cold_reply(info, messages, config: EngineConfig = CONFIG) -> str:
+    engine = _engine(info, replace(config, prefix_cache="off"))
+    assert engine._keeper is None  # the switch turns the store off
+    try:
+        return _turn(engine, messages, store=False)[1].reply
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("which", ["default", "gemma"])
+def test_a_restored_prefix_answers_as_a_full_prefill(which, request):
+    info = request.getfixturevalue("default_model_info" if which == "default" else "gemma_model_info")
+    messages = _first_chat(info)
+    (saved,) = [e for _, _, _, e, _ in list_files(store_dir())]
+    assert saved is not None, "closing the engine saved its prefix"
+
+    engine = _engine(info)
+    try:
+        started, done = _turn(engine, messages)
+        m = done.metrics
+    finally:
+        engine.close()
+    # all of it: the first prompt and the reply's sampled tokens, matched by their text (a resumed chat)
+    assert started.restored_tokens == saved.n_tokens > 200, started.restore_note
+    assert m.restored_tokens == started.restored_tokens and m.restore_bytes and m.restore_ms is not None
+    assert m.cached_tokens == m.restored_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens
+    assert m.ttft_ms is not None and m.ttft_ms >= m.restore_ms
+    assert done.reply == _cold_reply(info, messages)
+
+
+def test_a_state_restored_for_other_tokens_answers_otherwise(default_model_info):
+    """The equality above has power: the saved state of one document, filed under the tokens of another,
+    is restored (the store trusts its files' tokens) and gives another reply than that prompt's prefill —
+    so restored tokens or positions that are wrong fail the test above."""
+    info = default_model_info
+    _first_chat(info)
+    (path,) = [p for p, *_ in list_files(store_dir())]
+    entry = read_entry(path)
+    state = read_state(entry)
+    other_doc = DOC.replace("lamp", "cup").replace("shelf", "table") + " Each cup is clean." * 20
+    other = (Message("user", f"Read this list.\n{other_doc}\nWhich table holds item 4? And item 5? And item 6?"),)
+    engine = _engine(info)
+    try:
+        tokens = engine.template.fit(other, 2048, lambda t, a: engine.tokenize(t, a), None).tokens
+    finally:
+        engine.close()
+    assert len(tokens) > entry.n_tokens
+    path.unlink()
+    write_entry(path.parent, entry.key, "swapped", tokens[: entry.n_tokens], [], [], b"", state)
+    engine = _engine(info)
+    try:
+        started, done = _turn(engine, other)
+    finally:
+        engine.close()
+    assert started.restored_tokens == entry.n_tokens
+    assert done.reply != _cold_reply(info, other)
+
+
+def test_a_damaged_truncated_or_foreign_file_is_refused_and_the_prompt_recomputed(default_model_info, tmp_path):
+    info = default_model_info
+    messages = _first_chat(info)
+    cold = _cold_reply(info, messages)
+    (path,) = [p for p, *_ in list_files(store_dir())]
+    original = path.read_bytes()
+    damaged = bytearray(original)
+    damaged[-1000] ^= 0xFF
+    for bad, why in ((bytes(damaged), "damaged"), (original[: len(original) // 2], "truncated")):
+        for other in store_dir().glob("*.kvs"):
+            other.unlink()  # what the last close saved
+        path.write_bytes(bad)
+        engine = _engine(info)
+        try:
+            started, done = _turn(engine, messages)
+        finally:
+            engine.close()
+        assert not started.restored_tokens and started.cached_tokens == 0
+        assert started.restore_note is not None and why in started.restore_note and "\n" not in started.restore_note
+        assert done.reply == cold
+        assert not path.exists() or path.read_bytes() != bad, "a refused file is removed"
+        path.write_bytes(original)
+    # another KV type: another key, so the file is not looked at; filed under that key all the same,
+    # llama.cpp's own check refuses it (its K type) and the prompt is recomputed
+    for other in store_dir().glob("*.kvs"):
+        other.unlink()
+    path.write_bytes(original)
+    entry = read_entry(path)
+    state = read_state(entry)
+    q8 = _engine(info, replace(CONFIG, type_k="q8_0"))
+    try:
+        assert q8._keeper is not None and q8._keeper.key != entry.key
+        q8_key = q8._keeper.key
+        assert not _turn(q8, messages)[0].restored_tokens
+    finally:
+        q8.close()
+    for other in store_dir().glob("*.kvs"):
+        other.unlink()
+    write_entry(path.parent, q8_key, "f16 state", entry.tokens, entry.ntok, entry.nbytes, entry.text, state)
+    q8 = _engine(info, replace(CONFIG, type_k="q8_0"))
+    try:
+        started, done = _turn(q8, messages)
+    finally:
+        q8.close()
+    assert not started.restored_tokens and "llama.cpp refused its state" in (started.restore_note or "")
+
+
+def test_a_bench_turn_is_never_saved(default_model_info):
+    """A turn that does not ask for the store (a bench sweep's cold prefill) leaves nothing to save at close."""
+    engine = _engine(default_model_info)
+    try:
+        _turn(engine, (Message("user", DOC),), store=False)
+    finally:
+        engine.close()
+    assert list_files(store_dir()) == []
+
+
+def test_an_idle_engine_saves_and_a_turn_during_the_save_wins(default_model_info, monkeypatch):
+    from chatphase.engine.local import prefix_keeper, prefix_store
+
+    monkeypatch.setattr(prefix_keeper, "SAVE_IDLE_S", 0.0)
+    monkeypatch.setattr(prefix_store, "WRITE_CHUNK", 64 << 10)
+    engine = _engine(default_model_info)
+    try:
+        _turn(engine, (Message("user", DOC),))
+        engine.idle()  # the policy's moment: a save starts, written by a thread
+        writer = engine._keeper._writer
+        assert writer is not None
+        writer.join(30)
+        assert [e.n_tokens for _, _, _, e, _ in list_files(store_dir())] == [len(engine.cached_tokens)]
+
+        real = prefix_keeper.write_entry
+
+        def slow(*args, **kwargs):
+            abort = args[-1]
+            return real(*args[:-1], lambda: time.sleep(0.05) or abort())
+
+        monkeypatch.setattr(prefix_keeper, "write_entry", slow)
+        before = {p for p, *_ in list_files(store_dir())}
+        _turn(engine, (Message("user", DOC), Message("assistant", "Yes."), Message("user", DOC)), turn_id=2)
+        engine.idle()
+        writer = engine._keeper._writer
+        assert writer is not None and writer.is_alive()
+        _turn(engine, (Message("user", "Hi"),), turn_id=3)  # the send wins: the save gives way
+        writer.join(30)
+        assert {p for p, *_ in list_files(store_dir())} == before
+        assert not list(store_dir().glob(".*.part"))
+    finally:
+        engine._keeper = None  # no save at close: the test looked at what the idle saves did
+        engine.close()
+
+
+def test_ask_runs_sharing_a_prefix_restore_it(monkeypatch):
+    """Two `ask` processes with the same long system prompt: the second restores it (`ask --json` shows it)."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("CHATPHASE_PREFIX_CACHE", "on")
+    args = ["ask", "--json", "--temperature", "0", "--max-tokens", "8", "--n-ctx", "2048", "--system", DOC]
+
+    def ask(prompt: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "chatphase", *args, prompt], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["turns"][0]["metrics"]
+
+    first = ask("Which shelf holds item 4?")
+    assert first["restored_tokens"] is None
+    second = ask("Which shelf holds item 9?")
+    assert second["restored_tokens"] and second["restored_tokens"] > 200
+    assert second["restore_bytes"] > 0 and second["ttft_ms"] >= second["restore_ms"] > 0
+    assert second["cached_tokens"] == second["restored_tokens"]
+
+
+def test_a_state_of_another_model_filed_under_this_ones_key_is_refused(default_model_info, gemma_model_info):
+    """Another model's file has another key and is not looked at; forced under this model's key, llama.cpp's own
+    check (its layer count) refuses it: one line, the prompt recomputed, the reply as a cold prefill's."""
+    messages = _first_chat(gemma_model_info)
+    (path,) = [p for p, *_ in list_files(store_dir())]
+    entry = read_entry(path)
+    state = read_state(entry)
+    engine = _engine(default_model_info)
+    try:
+        assert engine._keeper is not None and engine._keeper.key != entry.key
+        key = engine._keeper.key
+        tokens = engine.template.fit(messages, 2048, lambda t, a: engine.tokenize(t, a), None).tokens
+    finally:
+        engine._keeper = None
+        engine.close()
+    path.unlink()
+    n = min(entry.n_tokens, len(tokens) - 1)
+    write_entry(path.parent, key, "gemma state", tokens[:n], [], [], b"", state)
+    engine = _engine(default_model_info)
+    try:
+        started, done = _turn(engine, messages)
+    finally:
+        engine._keeper = None
+        engine.close()
+    assert not started.restored_tokens and started.cached_tokens == 0
+    assert "llama.cpp refused its state" in (started.restore_note or "")
+    assert done.reply == _cold_reply(default_model_info, messages)
