@@ -304,3 +304,19 @@ class EngineTurns:
 
     def close(self) -> None:
         self.host.close()
+
+
+def synthetic_model(shape_key: str, quant: str = "Q4_0", folder: Path | None = None) -> Path:
+    """A synthetic GGUF of ``shape_key`` (:data:`chatphase.models.synth_shapes.SHAPES`), written once and kept
+    between runs in ``folder`` (default: ``synthetic`` in chatphase's user cache directory; never the
+    repository: a 1B file is 700 MB)."""
+    from chatphase.models.synth import default_file_name, plan, write_synthetic
+    from chatphase.models.synth_shapes import SHAPES
+    from chatphase.system.paths import cache_dir
+
+    folder = folder if folder is not None else cache_dir() / "synthetic"
+    path = folder / default_file_name(SHAPES[shape_key], quant)
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_synthetic(plan(SHAPES[shape_key], quant), path)
+    return path

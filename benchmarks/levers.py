@@ -1,7 +1,7 @@
 """The lesson's levers on real-size synthetic models: decode against llama-bench and against the roofline,
 a quantised KV cache, and the cost of writing a synthetic 8B model.
 
-Run: ``python -m benchmarks.levers [LLAMA_BENCH] [--dir /work/tmp-synth] [--parts write,decode,kv]
+Run: ``python -m benchmarks.levers [LLAMA_BENCH] [--dir FOLDER] [--parts write,decode,kv]
 [--shapes llama-3.2-1b,qwen3-4b] [--gen 128] [--depth 1024] [--kv-depth 2048] [--kv-shape qwen3-0.6b] [--reps 2]
 [--threads 2]
 [--out benchmarks/results/levers-DATE.md]``
@@ -40,7 +40,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.harness import ROOT, llama_bench, load_note, machine_line, ratio, repack, rotation, tool
+from benchmarks.harness import (
+    ROOT,
+    llama_bench,
+    load_note,
+    machine_line,
+    ratio,
+    repack,
+    rotation,
+    synthetic_model,
+    tool,
+)
 from chatphase.bench.core.events import BenchDone
 from chatphase.bench.core.peaks import measure_peaks
 from chatphase.bench.core.runner import SweepPlan
@@ -50,16 +60,14 @@ from chatphase.bench.sweep.run import BenchRun
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.roofline import share_of_bound
-from chatphase.models.synth import default_file_name, plan, write_synthetic
+from chatphase.models.synth import plan
 from chatphase.models.synth_shapes import SHAPES
+from chatphase.system.paths import cache_dir
 
 
 def ensure(shape_key: str, quant: str, folder: Path) -> Path:
     """The synthetic file, written once (kept between runs in ``folder``)."""
-    path = folder / default_file_name(SHAPES[shape_key], quant)
-    if not path.exists():
-        write_synthetic(plan(SHAPES[shape_key], quant), path)
-    return path
+    return synthetic_model(shape_key, quant, folder)
 
 
 def part_write(folder: Path, lines: list[str]) -> None:
@@ -230,7 +238,7 @@ def main() -> int:
         default=None,
         help="llama.cpp's llama-bench (default: scripts/llama_tools_build.sh's build)",
     )
-    ap.add_argument("--dir", default="/work/tmp-synth", help="where the synthetic GGUFs are kept")
+    ap.add_argument("--dir", help="where the synthetic GGUFs are kept (default: chatphase's user cache)")
     ap.add_argument("--parts", default="write,decode,kv")
     ap.add_argument("--shapes", default="llama-3.2-1b,qwen3-4b")
     ap.add_argument("--gen", type=int, default=128)
@@ -242,7 +250,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1, help="uncounted runs per cell of the KV grid")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / f"levers-{datetime.now(UTC):%Y-%m-%d}.md"))
     args = ap.parse_args()
-    folder = Path(args.dir)
+    folder = Path(args.dir) if args.dir else cache_dir() / "synthetic"
     folder.mkdir(parents=True, exist_ok=True)
     parts = set(args.parts.split(","))
     if "decode" in parts:

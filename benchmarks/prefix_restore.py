@@ -1,7 +1,7 @@
 """Prefix restore: TTFT of a turn after a long history — cold, from the in-memory KV cache, and restored from
 the prefix store on disk (page cache warm, and dropped) — and the decision rule checked against it.
 
-Run: ``python -m benchmarks.prefix_restore [--models default,/work/tmp-synth/synthetic-llama-3.2-1b-Q4_0.gguf]
+Run: ``python -m benchmarks.prefix_restore [--models default,synth:llama-3.2-1b]
 [--depths 1024,2048,4096,8192] [--reps 3] [--drop fadvise|root|none] [--out FILE.md]``
 
 Per model and history depth ``D`` (tokens), in one engine child (:class:`~chatphase.engine.process.host.
@@ -38,12 +38,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.harness import greedy, load_note, machine_line, rotation
+from benchmarks.harness import greedy, load_note, machine_line, rotation, synthetic_model
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, PrefillStarted, TurnFinished, TurnRequest
 from chatphase.engine.restore_policy import decide_restore
 
-SYNTH_1B = "/work/tmp-synth/synthetic-llama-3.2-1b-Q4_0.gguf"
+SYNTH_1B = "synth:llama-3.2-1b"  # written once into the user cache (benchmarks.harness.synthetic_model)
 ARMS = ("cold", "memory", "disk warm", "disk dropped")
 Q_TOKENS = 32
 
@@ -133,7 +133,11 @@ def measure_model(spec: str, depths: list[int], reps: int, gen: int, threads: in
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
-    info = read_model_info(resolve_model(None if spec == "default" else spec))
+    if spec.startswith("synth:"):
+        path = synthetic_model(spec.removeprefix("synth:"))
+    else:
+        path = resolve_model(None if spec == "default" else spec)
+    info = read_model_info(path)
     config = EngineConfig(n_ctx=max(depths) + Q_TOKENS + gen + 256, n_threads=threads, prefix_cache="on")
     with VocabFile(info.path, default_log_path()) as vocab:
         builder = PromptBuilder(EngineTokenizer(vocab))

@@ -30,7 +30,7 @@ LAYERS = {
     "engine.threads": {"engine", "system"},
     "engine.prompting": {"engine", "errors", "models"},
     "engine.local": {"engine", "engine.prompting", "engine.threads", "errors", "models", "system", "units"},
-    "engine.remote": {"engine", "engine.prompting", "errors", "models", "units"},
+    "engine.remote": {"engine", "engine.prompting", "errors", "models", "system", "units"},
     "engine.process": {"engine", "engine.local", "models"},
     "engine.factory": {"engine", "engine.process", "engine.remote", "errors", "models"},
     # beside the engine's users

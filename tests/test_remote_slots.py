@@ -297,4 +297,4 @@ def test_the_prefix_cache_switch_turns_the_remote_slot_store_off_too():
 
     on = make_engine(None, EngineConfig(), server="http://127.0.0.1:9")
     off = make_engine(None, EngineConfig(prefix_cache="off"), server="http://127.0.0.1:9")
-    assert getattr(on, "prefix_restore") is True and getattr(off, "prefix_restore") is False
+    assert on.prefix_restore is True and off.prefix_restore is False

@@ -19,13 +19,14 @@ Run as ``python -m chatphase.engine.local.amx_probe``: prints one JSON line and 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from chatphase.system.paths import cache_dir
 
 if TYPE_CHECKING:  # imported where used: the probe's parent process never needs them
     import numpy as np
@@ -53,10 +54,7 @@ class AmxVerdict:
 
 
 def _cache_file() -> Path:
-    import platformdirs
-
-    base = os.environ.get("CHATPHASE_CACHE_DIR") or platformdirs.user_cache_dir("chatphase")
-    return Path(base) / "amx-probe.json"
+    return cache_dir() / "amx-probe.json"
 
 
 def library_key() -> str:

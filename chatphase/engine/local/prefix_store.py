@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from chatphase.errors import EngineError
+from chatphase.system.paths import cache_dir
 
 MAGIC = b"CPKVSEQ1"
 FORMAT_VERSION = 1
@@ -62,10 +63,7 @@ class StoreRefused(EngineError):
 
 def store_dir() -> Path:
     """``$CHATPHASE_CACHE_DIR/prefix``, else ``prefix`` in the platform's user cache directory (platformdirs)."""
-    import platformdirs
-
-    base = os.environ.get("CHATPHASE_CACHE_DIR") or platformdirs.user_cache_dir("chatphase")
-    return Path(base) / "prefix"
+    return cache_dir() / "prefix"
 
 
 def default_cap_bytes(directory: Path) -> int:

@@ -46,6 +46,7 @@ import httpx
 from chatphase.engine.events import Message
 from chatphase.engine.remote.errors import http_error_message, transport_message
 from chatphase.engine.restore_policy import decide_restore
+from chatphase.system.paths import cache_dir
 from chatphase.units import fmt_bytes, fmt_int, fmt_ms
 
 #: the longest :meth:`SlotStore.close` waits for a save in flight (seconds); a save still running then is left
@@ -72,9 +73,7 @@ NO_SLOT_SAVE_NOTE = (
 
 def index_path() -> Path:
     """``remote-slots.json`` in ``$CHATPHASE_CACHE_DIR`` or the platform's user cache directory."""
-    import platformdirs
-
-    return Path(os.environ.get("CHATPHASE_CACHE_DIR") or platformdirs.user_cache_dir("chatphase")) / "remote-slots.json"
+    return cache_dir() / "remote-slots.json"
 
 
 def prefix_hash(model_key: str, messages: Sequence[Message]) -> str:
