@@ -91,6 +91,22 @@ def fmt_params(n: int | None) -> str:
     return str(n)
 
 
+def fmt_device_memory(free_bytes: int, total_bytes: int, held_bytes: int | None = None) -> str:
+    """A device's memory as ``ggml_backend_dev_memory`` reports it, beside what the engine itself allocated
+    there (``held_bytes``: llama.cpp's buffers on that device; ``None`` before a load): ``1.5 GiB free of
+    2.0 GiB · engine holds 231.2 MiB``. A device that reports free = total counts no usage at all (ggml's
+    CPU device by design, Vulkan drivers without ``VK_EXT_memory_budget`` such as llvmpipe: ggml then
+    reports the heap size as free), so its free figure never moves: ``2.0 GiB · reports no usage (free =
+    total) · engine holds 231.2 MiB``."""
+    if total_bytes <= 0:
+        figure = "memory not reported"
+    elif free_bytes == total_bytes:
+        figure = f"{fmt_bytes(total_bytes)} · reports no usage (free = total)"
+    else:
+        figure = f"{fmt_bytes(free_bytes)} free of {fmt_bytes(total_bytes)}"
+    return figure if held_bytes is None else f"{figure} · engine holds {fmt_bytes(held_bytes)}"
+
+
 def parse_counts(text: str) -> tuple[int, ...]:
     """``"64, 256,1024"`` -> ``(64, 256, 1024)``: token counts, sequence counts; ``""`` or ``"none"`` ->
     ``()``.

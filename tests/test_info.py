@@ -46,6 +46,28 @@ def test_info_text_and_quantised_kv(capsys):
     assert "AMX" in out and "GPU offload" in out
 
 
+def test_info_says_which_devices_report_no_usage(capsys, monkeypatch):
+    """ggml's CPU device, and Vulkan devices without a memory budget (llvmpipe), report free = total: that
+    is no reading of what is free, and the line says so instead of "2.0 GiB free of 2.0 GiB"."""
+    from chatphase.engine.events import DeviceInfo
+    from chatphase.engine.local import ggml_devices
+
+    devices = (
+        DeviceInfo("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "gpu", 2 * 2**30, 2 * 2**30),
+        DeviceInfo("Vulkan1", "NVIDIA H200", "gpu", 139 * 2**30, 140 * 2**30),
+        DeviceInfo("CPU", "AMD EPYC", "cpu", 0, 0),
+    )
+    monkeypatch.setattr(ggml_devices, "devices", lambda: devices)
+    code, out, err = run(capsys, "info", "--n-ctx", "512")
+    assert code == 0, err
+    assert (
+        "device         Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 2.0 GiB · reports no usage (free = total)\n"
+        in out
+    )
+    assert "device         Vulkan1 · NVIDIA H200 · gpu · 139.0 GiB free of 140.0 GiB\n" in out
+    assert "device         CPU · AMD EPYC · cpu · memory not reported\n" in out
+
+
 def test_info_refuses_a_context_that_cannot_be_allocated(capsys):
     code, _out, err = run(capsys, "info", "--n-ctx", "200000000")
     assert code == 2

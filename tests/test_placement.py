@@ -175,7 +175,9 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     assert memory_text(loaded) == (
         "device: weights 68.0 MiB · KV 6.0 MiB · compute 10.0 MiB; host: weights 30.0 MiB · output 512.0 KiB"
     )
-    assert device_lines(loaded) == ["Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB"]
+    assert device_lines(loaded) == [
+        "Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB · engine holds 84.0 MiB"
+    ]
     assert gpu_offload_text(loaded) == "on (20/30 layers)"  # the model's count of layers (llama.cpp's 31: + output)
     from chatphase.ui.dashboard.system_figures import system_lines
 
@@ -185,3 +187,46 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     hidden = LoadedModel(default_model_info, LoadedSettings(gpu_offload_supported=False), 1.0, 1, 1, 0, 31,
                          backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip
     assert gpu_offload_text(hidden).startswith("off (the Vulkan backend found no GPU device")
+
+
+@pytest.mark.parametrize(
+    ("after", "shown"),
+    [
+        # llvmpipe, measured: no VK_EXT_memory_budget, so ggml reports the heap as free before and after the load
+        (2 * 2**30, "2.0 GiB · reports no usage (free = total) · engine holds 231.2 MiB"),
+        # a device that counts usage: free went down by what was allocated (and more, the driver's own)
+        (2 * 2**30 - 300 * 2**20, "1.7 GiB free of 2.0 GiB · engine holds 231.2 MiB"),
+    ],
+)
+def test_the_device_line_says_what_the_engine_holds_and_whether_the_device_counts_usage(
+    default_model_info, after, shown
+):
+    """Issue 32: on llvmpipe the device's free memory stayed at its total after a full offload, read fresh
+    after the load (measured: 2147483648 free of 2147483648 before, after the load and after a turn), so
+    "2.0 GiB free of 2.0 GiB" looked stale. The buffers are the default model's at n_ctx 4096, all layers
+    on Vulkan0, as llama.cpp printed them."""
+    from chatphase.engine.events import LoadedModel, LoadedSettings
+    from chatphase.ui.dashboard.system_figures import device_lines, system_lines
+
+    before = DeviceInfo("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "gpu", 2 * 2**30, 2 * 2**30)
+    buffers = (
+        BufferSize("model", "CPU_Mapped", round(28.69 * 2**20), False),
+        BufferSize("model", "Vulkan0", round(92.10 * 2**20), True),
+        BufferSize("output", "Vulkan_Host", round(0.19 * 2**20), False),
+        BufferSize("KV", "Vulkan0", round(90.00 * 2**20), True),
+        BufferSize("compute", "Vulkan0", round(49.12 * 2**20), True),
+        BufferSize("compute", "Vulkan_Host", round(3.13 * 2**20), False),
+    )
+    loaded = LoadedModel(
+        default_model_info, LoadedSettings(gpu_offload_supported=True), 1.0, 1, 1, 31, 31,
+        backends=("Vulkan", "CPU"), devices=(DeviceInfo(**{**before.__dict__, "free_bytes": after}), CPU),
+        buffers=buffers,
+    )  # fmt: skip
+    (line,) = device_lines(loaded)
+    assert line == f"Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · {shown}"
+    assert f"device {line}" in system_lines(loaded, None)  # the System tab shows the same line
+    no_buffers = LoadedModel(default_model_info, LoadedSettings(gpu_offload_supported=True), 1.0, 1, 1, 31, 31,
+                             backends=("Vulkan", "CPU"), devices=(before,))  # fmt: skip
+    assert device_lines(no_buffers) == [
+        "Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 2.0 GiB · reports no usage (free = total)"
+    ]

@@ -4,7 +4,8 @@
 ``greedy N_GPU_LAYERS STEPS``: greedy decoding of a fixed prompt on llama.cpp's C API directly (not the
 engine, so the comparison between backends does not go through the code under test): per step the chosen
 token and the logits of the top 20 tokens. ``panel [ENGINE SETTINGS AS JSON]``: the engine's LoadedModel as
-the panel shows it (device lines, memory text, offload text, slow paths).
+the panel shows it (device lines, memory text, offload text, slow paths), and ggml's device memory readings
+(``ggml_backend_dev_memory``, ``{name: [free, total]}``) before and after the load and in the loaded event.
 """
 
 from __future__ import annotations
@@ -59,14 +60,20 @@ def greedy(n_gpu_layers: int, steps: int) -> dict:
 def panel(settings: dict) -> dict:
     from chatphase.engine.config import EngineConfig
     from chatphase.engine.events import ModelLoaded
+    from chatphase.engine.local import ggml_devices
     from chatphase.engine.local.llama import LlamaEngine
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import default_model_path
     from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 
+    def readings() -> dict:
+        return {d.name: [d.free_bytes, d.total_bytes] for d in ggml_devices.devices()}
+
+    before = readings()  # ggml_backend_dev_memory before the load, and after it (the engine still open)
     engine = LlamaEngine(read_model_info(default_model_path()), EngineConfig(**settings))
     try:
         (event,) = engine.load()
+        after = readings()
     finally:
         engine.close()
     if not isinstance(event, ModelLoaded):
@@ -78,6 +85,9 @@ def panel(settings: dict) -> dict:
         "offload": gpu_offload_text(loaded),
         "slow_paths": list(loaded.slow_paths),
         "log_path": loaded.log_path,
+        "read_before": before,
+        "read_after": after,
+        "loaded_devices": {d.name: [d.free_bytes, d.total_bytes] for d in loaded.devices},
     }
 
 

@@ -25,7 +25,7 @@ from chatphase.models.resolve import resolve_model
 from chatphase.sessions.store import sessions_dir
 from chatphase.settings.file import config_path
 from chatphase.system.cpu_features import enabled_features
-from chatphase.units import fmt_bytes, fmt_params
+from chatphase.units import fmt_bytes, fmt_device_memory, fmt_params
 
 GPU_BUILD_HINT = (
     "this llama-cpp-python build is CPU-only; for a GPU build reinstall from source with a backend, e.g. "
@@ -176,7 +176,7 @@ def render(r: dict) -> str:
         f"backends       {', '.join(sysr['backends'])}",
         *(
             f"device         {d['name']} · {d['description']} · {d['type']} · "
-            f"{fmt_bytes(d['free_bytes'])} free of {fmt_bytes(d['total_bytes'])}"
+            + fmt_device_memory(d["free_bytes"], d["total_bytes"])
             for d in sysr["devices"]
         ),
         "GPU offload    "

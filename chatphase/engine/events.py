@@ -98,7 +98,8 @@ class TurnRequest:
 class DeviceInfo:
     """A device llama.cpp's ggml sees: ``name`` (``Vulkan0``, ``CUDA0``, ``CPU``), ``description``
     (``llvmpipe (LLVM 15.0.6, 256 bits)``), ``type`` (``cpu``, ``gpu``, ``igpu``, ``accel``), memory
-    ``free_bytes`` / ``total_bytes`` as ``ggml_backend_dev_memory`` reports it when read."""
+    ``free_bytes`` / ``total_bytes`` as ``ggml_backend_dev_memory`` reports it when read (free = total on a
+    device that counts no usage: ggml's CPU device, a Vulkan driver without ``VK_EXT_memory_budget``)."""
 
     name: str
     description: str

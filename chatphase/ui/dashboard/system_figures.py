@@ -20,7 +20,7 @@ from chatphase.engine.slow_paths import why_no_offload
 from chatphase.engine.text import inert
 from chatphase.system.gpu import gpu_memory_used_bytes
 from chatphase.system.process import ProcessSampler, SystemSample
-from chatphase.units import DASH, fmt_bytes, fmt_value
+from chatphase.units import DASH, fmt_bytes, fmt_device_memory, fmt_value
 
 #: seconds between samples.
 REFRESH_S = 1.0
@@ -71,10 +71,16 @@ def memory_text(model: LoadedModel) -> str | None:
 
 
 def device_lines(model: LoadedModel) -> list[str]:
-    """One line per offload device llama.cpp sees: ``Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu ·
-    22.9 GiB free of 23.5 GiB`` (memory as read after the load)."""
+    """One line per offload device llama.cpp sees, its memory as read after the load beside llama.cpp's
+    buffers on it (:func:`chatphase.units.fmt_device_memory`): ``Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits)
+    · gpu · 2.0 GiB · reports no usage (free = total) · engine holds 231.2 MiB``."""
     return [
-        f"{d.name} · {d.description} · {d.type} · {fmt_bytes(d.free_bytes)} free of {fmt_bytes(d.total_bytes)}"
+        f"{d.name} · {d.description} · {d.type} · "
+        + fmt_device_memory(
+            d.free_bytes,
+            d.total_bytes,
+            sum(b.bytes for b in model.buffers if b.on_device and b.buffer == d.name) if model.buffers else None,
+        )
         for d in model.devices
         if d.type in OFFLOAD_TYPES
     ]
