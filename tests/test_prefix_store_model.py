@@ -259,3 +259,37 @@ def test_a_state_of_another_model_filed_under_this_ones_key_is_refused(default_m
     assert not started.restored_tokens and started.cached_tokens == 0
     assert "llama.cpp refused its state" in (started.restore_note or "")
     assert done.reply == _cold_reply(default_model_info, messages)
+
+
+def test_a_resumed_turn_misses_only_what_the_restore_did_not_hold(default_model_info):
+    """``cache_miss_reason`` after a resume: none when the restored prefix holds the whole conversation before
+    the new message; ``restored`` when the store held less of it (here: an exchange it never saw)."""
+    messages = _first_chat(default_model_info)
+    longer = (*messages, Message("assistant", "Shelf 2."), Message("user", "And item 6?"))
+    reasons = []
+    for conversation in (messages, longer):
+        engine = _engine(default_model_info)
+        try:
+            started = None
+            for ev in engine.run_turn(
+                TurnRequest(1, conversation, GREEDY, prefix_store=True, history_change="resumed")
+            ):
+                if isinstance(ev, EngineFailed):
+                    pytest.fail(ev.message)
+                started = ev if isinstance(ev, PrefillStarted) else started
+        finally:
+            engine.close()
+        assert started is not None and started.restored_tokens, started and started.restore_note
+        reasons.append(started.cache_miss_reason)
+    assert reasons == [None, "restored"]
+
+
+def test_restore_miss_reads_whether_the_restore_reached_the_message_before_the_newest():
+    from chatphase.engine.overflow import restore_miss
+
+    text = b"<s>user: a long document<e>\n<s>assistant: shelf 1<e>\n<s>user: And item 5?<e>"
+    end = text.find(b"shelf 1") + len(b"shelf 1")
+    assert restore_miss(text, end, "shelf 1", "And item 5?") is None  # the template's glue is left: no miss
+    assert restore_miss(text, len(text), "shelf 1", "And item 5?") is None
+    assert restore_miss(text, end - 3, "shelf 1", "And item 5?") == "restored"  # ended inside the reply
+    assert restore_miss(None, 100, "shelf 1", "x") == "restored"  # a token-id prompt: cannot tell

@@ -95,6 +95,24 @@ def miss_reason(
     return "template" if cache_before else None
 
 
+def restore_miss(text: bytes | None, restored_text_bytes: int, earlier: str, newest: str) -> str | None:
+    """The miss reason of a turn whose cache was restored from disk (after a resume, a restart): ``None`` when
+    the restored prefix holds the conversation up to the end of the message before the newest one (only the
+    template's glue between the two is left to evaluate), else ``"restored"``.
+
+    Args:
+        text: the turn's templated prompt (UTF-8), ``None`` for a prompt given as token ids (taken as a miss).
+        restored_text_bytes: bytes of ``text`` the cache holds after the restore (its recorded text).
+        earlier: the text of the message before the newest; newest: the newest message's text.
+    """
+    if text is None:
+        return "restored"
+    newest_at = text.rfind(newest.encode("utf-8"))
+    earlier_bytes = earlier.encode("utf-8")
+    at = text.rfind(earlier_bytes, 0, newest_at if newest_at >= 0 else len(text))
+    return None if at >= 0 and at + len(earlier_bytes) <= restored_text_bytes else "restored"
+
+
 def miss_words(reason: str | None) -> str:
     """A miss reason in words (the reason itself when unknown)."""
     return MISS_REASONS.get(reason or "", reason or "")
