@@ -61,7 +61,7 @@ LAYERS = {
         "models",
     },
     # the turn
-    "chat": {"engine", "engine.process", "errors", "history", "models", "sessions", "settings", "units"},
+    "chat": {"engine", "engine.process", "errors", "history", "models", "sessions", "settings", "system", "units"},
     # the TUI: its parts, then the app shell
     "ui.transcript": {"chat", "engine", "models", "units"},
     "ui.dashboard": {"engine", "explain", "forecast", "system", "units"},

@@ -132,4 +132,4 @@ def test_without_json_the_files_and_the_budget_go_to_stderr(tmp_path, capsys, en
     assert lines[3].startswith("[turn 2]") and " (predicted " in lines[3]
     assert lines[0] == f"chatphase: {f} · 17 B · 3 tok"
     assert lines[1].startswith("chatphase: +") and "context 0 % → " in lines[1]
-    assert "TTFT: no measurement yet" in lines[1]
+    assert "TTFT: after the first turn" in lines[1]

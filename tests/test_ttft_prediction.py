@@ -87,7 +87,7 @@ def test_attention_ratio_and_a_prior_from_a_sweeps_samples():
 def test_the_budget_line_says_tokens_context_and_ttft_with_its_source():
     count = PromptCount(prompt_tokens=2600, cached_tokens=1000, kv_cache_tokens=1680, n_ctx=4096)
     p = TtftPredictor(0.0)
-    assert budget_of(count, p).line() == "+1,600 tok · context 41 % → 63 % · TTFT: no measurement yet"
+    assert budget_of(count, p).line() == "+1,600 tok · context 41 % → 63 % · TTFT: after the first turn"
     p.add(100, 0, 525.0, 525.0)  # 5.25 ms a token
     assert budget_of(count, p).line() == "+1,600 tok · context 41 % → 63 % · TTFT ≈ 8.4 s (this chat, 1 turn)"
     dropped = PromptCount(4000, 0, 3900, 4096, dropped_messages=4)

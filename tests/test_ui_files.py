@@ -109,7 +109,7 @@ async def test_the_budget_line_counts_the_draft_live_and_predicts_ttft_after_a_t
         app.query_one(PromptInput).set_text("one two three")
         # the fake's template: 3 + 3 words for the message, 2 for the assistant header
         await wait_for(pilot, lambda: line(app).startswith("+8 tok · context 0 % → 0 %"))
-        assert "TTFT: no measurement yet" in line(app)
+        assert "TTFT: after the first turn" in line(app)
         await send(pilot, "one two three")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         app.query_one(PromptInput).set_text("four five six seven")

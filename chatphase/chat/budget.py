@@ -1,8 +1,8 @@
 """The budget of a message before it is sent: its tokens, the context before and after, the TTFT predicted.
 
 One line, shown live by the prompt box and by ``ask -f`` (``+3,412 tok · context 41 % → 63 % · TTFT ≈ 8.4 s
-(this chat, 3 turns)``), or, for a message that would not fit, the refusal with the numbers. The counts are
-the model's own tokenizer's (:class:`~chatphase.engine.events.PromptCount`); the prediction is
+(this chat, 3 turns)``; before any measurement at most a bound, ``TTFT ≥ 0.4 s (roofline)``), or, for a
+message that would not fit, the refusal with the numbers. The counts are the model's own tokenizer's (:class:`~chatphase.engine.events.PromptCount`); the prediction is
 :mod:`chatphase.engine.ttft_prediction`'s.
 """
 
@@ -18,11 +18,13 @@ from chatphase.units import fmt_int, fmt_seconds
 @dataclass(frozen=True)
 class Budget:
     """A counted draft: ``count``, and the TTFT predicted for it (``ttft_ms``, from ``source``; ``None``
-    without a measurement to predict from)."""
+    without a measurement to predict from), else the least TTFT the roofline allows (``ttft_bound_ms``, a
+    bound, never shown as a prediction)."""
 
     count: PromptCount
     ttft_ms: float | None = None
     source: str | None = None
+    ttft_bound_ms: float | None = None
 
     @property
     def fits(self) -> bool:
@@ -37,8 +39,10 @@ class Budget:
         parts = [f"+{fmt_int(c.new_tokens or 0)} tok", f"context {now} % → {after} %"]
         if self.ttft_ms is not None:
             parts.append(f"TTFT ≈ {fmt_seconds(self.ttft_ms / 1000)} ({self.source})")
+        elif self.ttft_bound_ms is not None:
+            parts.append(f"TTFT ≥ {fmt_seconds(self.ttft_bound_ms / 1000)} ({self.source})")
         else:
-            parts.append("TTFT: no measurement yet")
+            parts.append("TTFT: after the first turn")
         if c.dropped_messages:
             parts.append(f"leaves out the oldest {c.dropped_messages} messages")
         return " · ".join(parts)
@@ -49,8 +53,10 @@ def _pct(tokens: int, n_ctx: int) -> int:
 
 
 def budget_of(count: PromptCount, predictor: TtftPredictor) -> Budget:
-    """The budget of ``count`` with ``predictor``'s TTFT for its new tokens at the cached depth."""
-    model = predictor.model
-    if count.new_tokens is None or model is None:
+    """The budget of ``count`` with ``predictor``'s TTFT for its new tokens at the cached depth (else its bound)."""
+    model, bound = predictor.model, predictor.bound
+    if count.new_tokens is None:
         return Budget(count)
+    if model is None:
+        return Budget(count) if bound is None else Budget(count, None, bound.source, bound.ttft_ms(count.new_tokens))
     return Budget(count, model.ttft_ms(count.new_tokens, count.cached_tokens), model.source)

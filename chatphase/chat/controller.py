@@ -30,7 +30,7 @@ from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
 from chatphase.chat.overflow import overflow_text, shift_refusal, unseen_exchanges
-from chatphase.chat.ttft_prior import results_dir, saved_prior
+from chatphase.chat.ttft_prior import ttft_predictor
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.engine.base import Engine, PromptCounter
 from chatphase.engine.events import (
@@ -49,10 +49,8 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.ttft_prediction import TtftPredictor, attention_ratio
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
-from chatphase.models.roofline import attention_flops_per_context_token
 from chatphase.settings.schema import Settings
 
 if TYPE_CHECKING:
@@ -112,8 +110,8 @@ class ChatController:
         self._closed = False
         #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
         self.events_every_ms: float | None = None
-        #: TTFT predictions from this chat's turns, before the first one from the model's saved bench results
-        self.ttft = _predictor(model_info)
+        #: TTFT predictions from this chat's turns, before the first one from earlier chats or saved bench results
+        self.ttft = ttft_predictor(model_info, settings.engine)
 
     # -- state -------------------------------------------------------------------------------------
     def add_listener(self, listener: ChatListener) -> None:
@@ -180,7 +178,7 @@ class ChatController:
         next turn prefills it on the new model)."""
         self._retire_engine()
         self.model_info = info
-        self.ttft = _predictor(info)  # another model's prefill predicts nothing here
+        self.ttft = ttft_predictor(info, self.settings.engine)  # another model's prefill predicts nothing here
         self._fresh_engine("model_switch")
         self._notice(Notice("model", "Model", f"Switched model to {info.name}"))
         self.start_engine()
@@ -489,10 +487,3 @@ class ChatController:
             return
         self.history.add("assistant", turn.reply, turn.thinking)
         self._tell(lambda to: to.turn_abandoned(turn, why))
-
-
-def _predictor(info: ModelInfo) -> TtftPredictor:
-    """A TTFT predictor for ``info``: its ``k`` from the model's shape
-    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from the saved bench results."""
-    k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
-    return TtftPredictor(k, saved_prior(info.path, k, results_dir()))

@@ -1,5 +1,8 @@
-"""The TTFT prediction's prior (:mod:`chatphase.engine.ttft_prediction`) before a chat's first turn: the model's
-saved prompt-length sweeps (``chatphase bench -o FILE.json``) in :func:`results_dir`.
+"""The TTFT prediction's prior (:mod:`chatphase.engine.ttft_prediction`) before a chat's first turn, in this order
+(:func:`ttft_predictor`): the turns this model file ran on this machine in earlier chats (the history database,
+:mod:`chatphase.history.ttft_prior`), else the model's saved prompt-length sweeps (``chatphase bench -o
+FILE.json``) in :func:`results_dir`, else no prediction but the roofline's least TTFT (:func:`roofline_bound`),
+when this machine's matmul peak is known and bounds the model's weights.
 
 The newest sweep JSON of the same model file (by its ``model.path``, else its file name) is fitted with the
 same law as a chat's turns; its name is the prediction's source (``bench results smollm.json``). A file that
@@ -12,8 +15,13 @@ import json
 import os
 from pathlib import Path
 
-from chatphase.engine.ttft_prediction import TtftModel, prior_from_sweep
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.ttft_prediction import TtftBound, TtftModel, TtftPredictor, attention_ratio, prior_from_sweep
+from chatphase.history.ttft_prior import history_prior
+from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.roofline import attention_flops_per_context_token, float32_peak_bounds, prefill_flops
 from chatphase.sessions.store import data_dir
+from chatphase.system.machine_peaks import flops_peak
 
 
 def results_dir() -> Path:
@@ -46,3 +54,28 @@ def saved_prior(model_path: str, k: float, folder: str | os.PathLike[str]) -> Tt
         if prior is not None:
             return prior
     return None
+
+
+def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
+    """The least TTFT of ``info``'s prefill on ``threads_batch`` threads: its weight matmuls' FLOPs
+    (:func:`~chatphase.models.roofline.prefill_flops`) at this machine's measured float32 matmul peak
+    (:func:`~chatphase.system.machine_peaks.flops_peak`). ``None`` when no peak is kept, the FLOPs are unknown, or
+    the weights are not float32: quantised weights run integer kernels that beat a float32 peak, so its "bound"
+    could be above the truth (:func:`~chatphase.models.roofline.float32_peak_bounds`)."""
+    if not float32_peak_bounds(info):
+        return None
+    once, per_token = prefill_flops(info, 0), prefill_flops(info, 1)
+    peak = flops_peak(threads_batch)
+    if peak is None or once is None or per_token is None:
+        return None
+    return TtftBound(peak.flops_per_s, per_token - once, once)
+
+
+def ttft_predictor(info: ModelInfo, engine: EngineConfig) -> TtftPredictor:
+    """A TTFT predictor for ``info`` run with ``engine``'s settings: its ``k`` from the model's shape
+    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from earlier chats on this machine,
+    else the saved bench results; its bound from the roofline (module docstring)."""
+    k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
+    prior = history_prior(info.path, k) or saved_prior(info.path, k, results_dir())
+    bound = roofline_bound(info, engine.resolved()["n_threads_batch"]) if prior is None else None
+    return TtftPredictor(k, prior, bound)

@@ -12,8 +12,8 @@ Fitted on the turns' measured figures, each part on its own: ``b`` by least squa
 the *prefill* time against ``x = n·(1 + k·(depth + n/2))`` (no tokens, no prefill; the larger turns weigh
 most), and ``a`` the median of ``ttft_ms − prefill_ms``. A line fitted to TTFT itself would need turns of
 very different sizes: a chat's first turns are all short, and a slope through a few tokens' spread is
-noise. One turn is enough; with none, the prior (a bench sweep's samples, :func:`prior_from_sweep`), else
-no prediction.
+noise. One turn is enough; with none, the prior (earlier chats' turns, or a bench sweep's samples,
+:func:`prior_from_sweep`), else no prediction: at most a bound (:class:`TtftBound`).
 
 During a prefill, :func:`remaining_ms` corrects the prediction by the chunks already done: the time
 predicted for the rest, scaled by measured ÷ predicted for the part done. Pure Python, no model.
@@ -95,17 +95,35 @@ def remaining_ms(model: TtftModel, n: int, depth: int, done: int, elapsed_ms: fl
     return max(rest * scale + model.a_ms, 0.0)
 
 
+@dataclass(frozen=True)
+class TtftBound:
+    """A least TTFT, not a prediction: the prefill's weight-matmul FLOPs (``flops_of(n)``) at this machine's
+    measured peak ``flops_per_s``; ``source`` names it (``roofline``). Shown as ``TTFT ≥ …``, never ``≈``."""
+
+    flops_per_s: float
+    flops_per_token: float
+    flops_once: float
+    source: str = "roofline"
+
+    def ttft_ms(self, n: int) -> float:
+        """The least TTFT (ms) of ``n`` evaluated tokens: ``(flops_per_token × n + flops_once) / flops_per_s``."""
+        return 1000.0 * (self.flops_per_token * n + self.flops_once) / self.flops_per_s
+
+
 class TtftPredictor:
-    """A chat's TTFT predictions: the turns it measured (:meth:`add`), else ``prior``.
+    """A chat's TTFT predictions: the turns it measured (:meth:`add`), else ``prior``; without either only
+    ``bound`` (a least TTFT, :class:`TtftBound`) may be said.
 
     Args:
         k: :func:`attention_ratio` of the model.
-        prior: the model before this chat has a turn (a bench sweep's fit), or ``None``.
+        prior: the model before this chat has a turn (earlier chats' turns or a bench sweep's fit), or ``None``.
+        bound: the roofline's least TTFT, or ``None``.
     """
 
-    def __init__(self, k: float = 0.0, prior: TtftModel | None = None) -> None:
+    def __init__(self, k: float = 0.0, prior: TtftModel | None = None, bound: TtftBound | None = None) -> None:
         self.k = k
         self.prior = prior
+        self.bound = bound
         self.points: list[PrefillPoint] = []
         self._model: TtftModel | None = None
 

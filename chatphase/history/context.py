@@ -17,7 +17,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 from dataclasses import asdict
 from importlib import metadata
 from typing import Any
@@ -25,8 +24,9 @@ from typing import Any
 from chatphase import __version__
 from chatphase.engine.events import LoadedModel
 from chatphase.history.db import CONTEXT_COLUMNS
-from chatphase.system.cpu_features import cpu_name, physical_cores
+from chatphase.system.cpu_features import physical_cores
 from chatphase.system.gpu import gpu_names
+from chatphase.system.machine_peaks import machine_identity
 
 HASH_HEAD_BYTES = 1 << 20
 #: the speed-changing engine settings a context keeps (the resolved ones when the engine reports them).
@@ -73,8 +73,7 @@ def machine_facts() -> dict[str, Any]:
 
     gpus = gpu_names()
     return {
-        "machine": platform.node() or None,
-        "cpu": cpu_name() or platform.processor() or None,
+        **machine_identity(),
         "physical_cores": physical_cores(),
         "logical_cpus": psutil.cpu_count(logical=True),
         "memory_bytes": psutil.virtual_memory().total,

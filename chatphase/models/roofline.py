@@ -130,6 +130,33 @@ def prefill_bound_tokens_per_s(flops_per_s: float, n_params: int) -> float:
     return flops_per_s / step_flops(n_params)
 
 
+def prefill_flops(info: ModelInfo, n_tokens: int) -> float | None:
+    """The weight matmuls' FLOPs of a prefill of ``n_tokens`` tokens, counted low (a lower bound's numerator):
+    ``2 × (n_params − the embedding matrices) × n_tokens`` plus the output matrix once, as llama.cpp computes
+    logits for the last token only; the token embedding is a row lookup, no matmul. Attention's own FLOPs are
+    left out (they run in the KV cache's type, which a weights' peak does not bound). ``None`` when the
+    parameter count or the embedding's shape is unknown."""
+    if not info.n_params or not info.n_vocab or not info.n_embd:
+        return None
+    matrix = info.n_vocab * info.n_embd
+    per_token = info.n_params - matrix * (2 if info.embedding_bytes else 1)
+    if per_token <= 0:
+        return None
+    return step_flops(per_token, n_tokens) + step_flops(matrix)
+
+
+#: the weight types whose matmuls run in float32 arithmetic on a CPU, the kernel a float32 matmul peak measures
+#: (:func:`chatphase.bench.core.peaks.measure_matmul_flops`). Quantised weights run integer dot products
+#: (int8 with VNNI or AMX) and 16-bit ones may run BF16/FP16 instructions, both faster than float32: prefill
+#: has been measured above a float32 peak's bound, which then bounds nothing.
+FLOAT32_WEIGHT_TYPES = frozenset({"ALL_F32", "F32"})
+
+
+def float32_peak_bounds(info: ModelInfo) -> bool:
+    """Whether a float32 matmul peak bounds ``info``'s prefill: its weights are float32."""
+    return info.quantization in FLOAT32_WEIGHT_TYPES
+
+
 #: what each phase's bound is made of, as :func:`share_of_bound` names it when a measurement beats it.
 PEAK_OF_PHASE = {"decode": "read bandwidth", "prefill": "matmul FLOP/s"}
 

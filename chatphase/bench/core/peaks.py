@@ -285,8 +285,10 @@ def measure_peaks(
 ) -> MachinePeaks:
     """Wait for other busy chatphase engines (up to ``quiet_wait_s``), then measure read (the best of
     :data:`READ_KERNELS`) and copy bandwidth on ``threads`` threads and matmul FLOP/s on ``threads_batch`` (default ``threads``) BLAS
-    threads; engines busy before or during the measurement are named (idle ones are not)."""
+    threads; engines busy before or during the measurement are named (idle ones are not). A quiet measurement's
+    FLOP/s is kept as this machine's peak (:func:`chatphase.system.machine_peaks.record_flops`)."""
     from chatphase.system.engine_registry import busy_engines, engine_cpu_s, wait_until_quiet
+    from chatphase.system.machine_peaks import record_flops
 
     me = (os.getpid(),)
     waited, beside = wait_until_quiet(quiet_wait_s, exclude=me)
@@ -295,6 +297,8 @@ def measure_peaks(
     copy, copy_method = measure_bandwidth("copy", array_bytes, threads, max_s)
     flops, flops_method = measure_matmul_flops(matmul_n, threads_batch or threads, max_s)
     beside = sorted(set(beside) | set(busy_engines(before, time.monotonic() - t0, me)))
+    if not beside:  # kept for the chat's TTFT bound (machine_peaks); one measured beside a busy engine reads low
+        record_flops(flops.best, threads_batch or threads, flops_method)
     return MachinePeaks(
         bandwidth_bytes_per_s=read.best,
         bandwidth_method=read_method,

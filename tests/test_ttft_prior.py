@@ -1,0 +1,276 @@
+"""The TTFT prediction before a chat's first turn (chatphase.chat.ttft_prior): earlier chats' turns of the same model
+file on this machine (the history database), else the saved bench sweep, else the roofline's least TTFT when this
+machine's matmul peak is known and bounds the weights, else nothing — each source in that order."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fake_engine import fake_model_info
+from session_support import SETTINGS, Streamed
+
+from chatphase.chat import ttft_prior
+from chatphase.chat.budget import budget_of
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import PromptCount
+from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
+from chatphase.engine.ttft_prediction import TtftBound, TtftModel, TtftPredictor
+from chatphase.history import ttft_prior as history_ttft
+from chatphase.history.context import model_hash
+from chatphase.history.db import connect, db_path
+from chatphase.history.index import catch_up
+from chatphase.models.roofline import prefill_flops
+from chatphase.sessions.writer import SessionWriter
+from chatphase.system import machine_peaks
+
+HERE = {"machine": "box", "cpu": "AMD EPYC 9454"}
+COUNT = PromptCount(prompt_tokens=1000, cached_tokens=0, kv_cache_tokens=0, n_ctx=4096)
+
+
+def turn_metrics(n: int, depth: int, a_ms: float, b_ms: float, stop: str = "stop") -> TurnMetrics:
+    """A turn of ``n`` tokens on ``depth`` cached ones: prefill ``b_ms`` a token, ``a_ms`` before it."""
+    t0 = 1_000_000_000
+    start, prefill_ns = t0 + round(a_ms * 1e6), round(b_ms * n * 1e6)
+    return compute_turn_metrics(
+        t_submit_ns=t0,
+        t_prefill_start_ns=start,
+        t_prefill_end_ns=start + prefill_ns,
+        token_times_ns=[start + prefill_ns + i * 10_000_000 for i in range(4)],
+        prompt_tokens=depth + n,
+        cached_tokens=depth,
+        kv_cache_tokens=depth + n + 4,
+        kv_bytes_per_token=1000,
+        kv_capacity_bytes=4096 * 1000,
+        stop_reason=stop,  # type: ignore[arg-type]
+        prefill_ns=prefill_ns,
+    )
+
+
+def write_chat(model_path: Path, digest: str | None, machine: dict, turns: list[TurnMetrics]) -> None:
+    """One saved chat of ``turns`` on the model file ``model_path`` (content hash ``digest``) on ``machine``."""
+    model = {"name": model_path.stem, "architecture": "llama", "quantization": "Q4_1", "path": str(model_path)}
+    w = SessionWriter.create(model=model, settings=SETTINGS)
+    w.set_context({"model_hash": digest, "backend": "llama.cpp", "engine": {"n_ctx": 4096}, **machine})
+    for i, m in enumerate(turns):
+        w.begin_turn(f"message {i}", {"temperature": 0.0}, Streamed())
+        w.finish_turn("reply", m)
+    w.close()
+
+
+@pytest.fixture
+def model_file(tmp_path) -> Path:
+    path = tmp_path / "smol.gguf"
+    path.write_bytes(b"GGUF" + bytes(range(256)) * 40)
+    return path
+
+
+@pytest.fixture
+def here(monkeypatch):
+    monkeypatch.setattr(history_ttft, "machine_identity", lambda: dict(HERE))
+    monkeypatch.setattr(machine_peaks, "machine_identity", lambda: dict(HERE))
+
+
+def index_all() -> None:
+    conn = connect()
+    catch_up(conn)
+    conn.close()
+
+
+def test_the_history_prior_takes_this_model_files_turns_on_this_machine_only(tmp_path, model_file, here):
+    digest = model_hash(model_file)
+    assert digest is not None
+    mine = [turn_metrics(n, d, 40.0, 2.0) for n, d in ((30, 0), (200, 40), (600, 300))]
+    write_chat(model_file, digest, HERE, mine)
+    write_chat(model_file, digest, {"machine": "box", "cpu": "Intel Xeon 8480"}, [turn_metrics(500, 0, 1.0, 90.0)])
+    write_chat(model_file, digest, {"machine": "laptop", "cpu": HERE["cpu"]}, [turn_metrics(500, 0, 1.0, 90.0)])
+    same_name = tmp_path / "elsewhere" / "smol.gguf"  # another file of the same name: another hash
+    write_chat(same_name, "ffffffffffffffff", HERE, [turn_metrics(500, 0, 1.0, 90.0)])
+    write_chat(model_file, digest, HERE, [turn_metrics(800, 0, 1.0, 90.0, stop="cancelled")])
+    index_all()
+    prior = history_ttft.history_prior(str(model_file), 0.0)
+    assert prior is not None and prior.source == "earlier chats, 3 turns"
+    assert prior.a_ms == pytest.approx(40.0, abs=0.01) and prior.b_ms_per_token == pytest.approx(2.0)
+    assert history_ttft.history_prior(str(tmp_path / "missing.gguf"), 0.0) is None  # no file, no identity
+
+
+def test_the_history_prior_keeps_the_newest_turns(model_file, here):
+    digest = model_hash(model_file)
+    assert digest is not None
+    write_chat(model_file, digest, HERE, [turn_metrics(100, 0, 1.0, 9.0) for _ in range(3)])  # an older build
+    time.sleep(1.1)  # turns start a second apart
+    write_chat(model_file, digest, HERE, [turn_metrics(100, 0, 1.0, 3.0) for _ in range(2)])
+    index_all()
+    conn = connect()
+    points = history_ttft.recent_points(conn, digest, HERE["machine"], HERE["cpu"], limit=2)
+    conn.close()
+    assert [p.prefill_ms for p in points] == [pytest.approx(300.0)] * 2
+
+
+def test_no_database_or_an_unreadable_one_gives_no_prior(model_file, here):
+    assert not db_path().exists()
+    assert history_ttft.history_prior(str(model_file), 0.0) is None
+    assert not db_path().exists()  # reading a prior creates no database
+    db_path().parent.mkdir(parents=True, exist_ok=True)
+    db_path().write_bytes(b"not a database" * 100)
+    assert history_ttft.history_prior(str(model_file), 0.0) is None
+
+
+def test_a_chat_on_a_model_with_history_predicts_its_first_turn_from_earlier_chats(model_file, here):
+    from chat_support import Calls
+    from fake_engine import FakeEngine
+
+    from chatphase.chat.controller import ChatController
+    from chatphase.chat.dispatch import InlineDispatcher
+    from chatphase.settings.schema import Settings
+
+    digest = model_hash(model_file)
+    write_chat(model_file, digest, HERE, [turn_metrics(n, 0, 50.0, 4.0) for n in (100, 300, 900)])
+    index_all()
+    info = fake_model_info(path=str(model_file), attention=None)
+    chat = ChatController(Settings(), info, lambda i, s: FakeEngine(i, s.engine), InlineDispatcher(), [Calls()])
+    line = budget_of(COUNT, chat.ttft).line()
+    assert line.endswith("TTFT ≈ 4.0 s (earlier chats, 3 turns)")  # 50 ms + 1,000 × 4 ms
+
+
+def fake_sources(monkeypatch, history: bool, sweep: bool, peak: bool) -> None:
+    """Each source of the prior present or not, faked."""
+    hist = TtftModel(0.0, 1.0, 0.0, 42, "earlier chats, 42 turns")
+    bench = TtftModel(0.0, 2.0, 0.0, 9, "bench results smol.json")
+    monkeypatch.setattr(ttft_prior, "history_prior", lambda path, k: hist if history else None)
+    monkeypatch.setattr(ttft_prior, "saved_prior", lambda path, k, folder: bench if sweep else None)
+    found = machine_peaks.FlopsPeak(1e11, 2, "numpy.matmul float32", "2026-12-04T08:00:00+00:00")
+    monkeypatch.setattr(ttft_prior, "flops_peak", lambda threads: found if peak and threads <= 2 else None)
+
+
+F32 = fake_model_info(quantization="ALL_F32", n_vocab=49_152, n_embd=576)
+TWO_THREADS = EngineConfig(n_threads=2, n_threads_batch=2)
+
+
+@pytest.mark.parametrize(
+    ("history", "sweep", "peak", "says"),
+    [
+        (True, True, True, "TTFT ≈ 1.0 s (earlier chats, 42 turns)"),
+        (False, True, True, "TTFT ≈ 2.0 s (bench results smol.json)"),
+        (False, False, True, "TTFT ≥ 2.1 s (roofline)"),
+        (False, False, False, "TTFT: after the first turn"),
+    ],
+)
+def test_each_source_is_taken_in_order(monkeypatch, history, sweep, peak, says):
+    fake_sources(monkeypatch, history, sweep, peak)
+    predictor = ttft_prior.ttft_predictor(F32, TWO_THREADS)
+    assert budget_of(COUNT, predictor).line().endswith(says)
+    predictor.add(100, 0, 300.0, 300.0)  # the chat's own turn comes first of all
+    assert budget_of(COUNT, predictor).line().endswith("TTFT ≈ 3.0 s (this chat, 1 turn)")
+
+
+def test_the_roofline_bound_is_the_weight_matmuls_flops_at_the_peak_and_never_a_prediction(monkeypatch):
+    fake_sources(monkeypatch, False, False, True)
+    predictor = ttft_prior.ttft_predictor(F32, TWO_THREADS)
+    assert predictor.model is None and predictor.predict_ms(1000, 0) is None  # nor the prefill's time left
+    bound = predictor.bound
+    assert bound is not None
+    matrix = 49_152 * 576  # tied: one matrix, the output of the last token only
+    flops = 2 * (F32.n_params - matrix) * 1000 + 2 * matrix
+    assert prefill_flops(F32, 1000) == flops and bound.ttft_ms(1000) == pytest.approx(1000 * flops / 1e11)
+    untied = replace(F32, embedding_bytes=1)  # the input embedding is a lookup: both matrices out
+    assert prefill_flops(untied, 1) == 2 * (F32.n_params - 2 * matrix) + 2 * matrix
+    assert ttft_prior.ttft_predictor(F32, EngineConfig(n_threads=4, n_threads_batch=4)).bound is None  # 2-thread peak
+    budget = budget_of(COUNT, TtftPredictor(0.0, None, TtftBound(1e11, 4e7, 0.0)))
+    assert budget.ttft_ms is None and budget.line().endswith("TTFT ≥ 0.4 s (roofline)")
+
+
+def test_a_float32_peak_bounds_no_quantised_model(monkeypatch):
+    fake_sources(monkeypatch, False, False, True)
+    for quant in ("Q4_1", "Q8_0", "F16", "BF16"):  # int8 / 16-bit kernels run faster than a float32 peak
+        assert ttft_prior.ttft_predictor(replace(F32, quantization=quant), TWO_THREADS).bound is None
+    assert ttft_prior.ttft_predictor(replace(F32, n_vocab=0), TWO_THREADS).bound is None  # FLOPs unknown
+
+
+def test_the_machine_peaks_file_keeps_each_machines_highest_peak_per_thread_count(tmp_path, here, monkeypatch):
+    path = tmp_path / "peaks.json"
+    assert machine_peaks.flops_peak(1, path) is None
+    machine_peaks.record_flops(50e9, 2, "matmul", path)
+    machine_peaks.record_flops(40e9, 2, "matmul under load", path)  # lower: not a better peak
+    machine_peaks.record_flops(90e9, 4, "matmul", path)
+    got = machine_peaks.flops_peak(2, path)
+    assert got is not None and (got.flops_per_s, got.threads, got.method) == (50e9, 2, "matmul")
+    one = machine_peaks.flops_peak(1, path)  # fewer threads: the 2-thread peak, a looser bound
+    assert one is not None and one.threads == 2
+    assert machine_peaks.flops_peak(8, path) is None  # more threads than measured: no bound
+    monkeypatch.setattr(machine_peaks, "machine_identity", lambda: {"machine": "laptop", "cpu": "M3"})
+    assert machine_peaks.flops_peak(2, path) is None  # another machine's peaks bound nothing here
+    path.write_text("{broken")
+    assert machine_peaks.flops_peak(2, path) is None
+
+
+def test_a_quiet_peaks_measurement_is_recorded_and_one_beside_a_busy_engine_is_not(tmp_path, monkeypatch, here):
+    from chatphase.bench.core import peaks
+    from chatphase.system import engine_registry
+
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))  # the run's cache is shared by its tests
+    monkeypatch.setattr(engine_registry, "wait_until_quiet", lambda wait, exclude: (0.0, []))
+    monkeypatch.setattr(engine_registry, "engine_cpu_s", lambda exclude: {})
+    beside: list[int] = [4242]
+    monkeypatch.setattr(engine_registry, "busy_engines", lambda before, dt, exclude: beside)
+    fast = peaks.Repeated((1e9,), True)
+    monkeypatch.setattr(peaks, "measure_read", lambda *a: (fast, "read", {"sum": 1e9}))
+    monkeypatch.setattr(peaks, "measure_bandwidth", lambda *a: (fast, "copy"))
+    monkeypatch.setattr(peaks, "measure_matmul_flops", lambda n, t, s: (peaks.Repeated((7e10,), True), "mm"))
+    peaks.measure_peaks(threads=2)
+    assert machine_peaks.flops_peak(2) is None
+    beside.clear()
+    peaks.measure_peaks(threads=2)
+    got = machine_peaks.flops_peak(2)
+    assert got is not None and (got.flops_per_s, got.method) == (7e10, "mm")
+
+
+def test_the_history_prior_reads_a_10k_turn_history_in_well_under_50_ms(model_file, here):
+    """At controller construction, on the UI thread: measured, not assumed (docs/metrics.md names the figure)."""
+    digest = model_hash(model_file)
+    write_chat(model_file, digest, HERE, [turn_metrics(100, 0, 1.0, 2.0)])
+    index_all()
+    conn = sqlite3.connect(db_path())
+    ctx = conn.execute("SELECT id FROM contexts").fetchone()[0]
+    conn.execute(
+        "INSERT INTO contexts (key, model_hash, machine, cpu, backend) VALUES ('o', 'other', 'box', ?, 'llama.cpp')",
+        (HERE["cpu"],),
+    )
+    other = conn.execute("SELECT id FROM contexts WHERE key = 'o'").fetchone()[0]
+    rows = [
+        (
+            f"s{i // 20}",
+            i % 20 + 2,
+            f"2026-11-{1 + i % 28:02d}T10:00:00+00:00",
+            ctx if i % 2 else other,
+            "stop",
+            100 + i % 700,
+            i % 300,
+            50.0,
+            60.0,
+        )
+        for i in range(10_000)
+    ]
+    conn.executemany("INSERT OR IGNORE INTO sessions (id, path) VALUES (?, ?)", {(r[0], r[0]) for r in rows})
+    conn.executemany(
+        "INSERT INTO turns (session_id, turn, started, context_id, stop_reason, prefill_tokens, cached_tokens, prefill_ms, ttft_ms, reply)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'a reply of some length ' || hex(randomblob(200)))",
+        rows,
+    )
+    conn.commit()
+    conn.close()
+    history_ttft.history_prior(str(model_file), 0.0)  # the page cache warm, as for the chat's own db
+    best = min(_timed(lambda: history_ttft.history_prior(str(model_file), 0.0)) for _ in range(5))
+    prior = history_ttft.history_prior(str(model_file), 0.0)
+    assert prior is not None and prior.n_points == history_ttft.RECENT_TURNS
+    print(f"history prior on 10,000 turns: {best * 1000:.1f} ms")
+    assert best < 0.05, f"{best * 1000:.1f} ms"
+
+
+def _timed(call) -> float:
+    t = time.perf_counter()
+    call()
+    return time.perf_counter() - t
