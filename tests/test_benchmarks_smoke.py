@@ -29,6 +29,7 @@ BENCHMARKS = (
     "levers",
     "parallel_decode",
     "roofline_vs_stream",
+    "serving_compare",
     "shared_cpu",
     "spec_decode",
     "startup",
