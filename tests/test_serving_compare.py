@@ -67,3 +67,27 @@ def test_aiperf_missing_is_one_line_saying_how_to_install_it(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and "Traceback" not in done.stderr
     assert "--install" in lines[0] and "venv-aiperf" in lines[0]
+
+
+def test_lateness_is_measured_against_the_schedule_from_each_runs_first_send():
+    records = [
+        {"index": 0, "prompt_tokens": 8, "send_ms": 300.0, "token_ms": [400.0, 410.0], "end_ms": 411.0, "status": "ok"},
+        {"index": 1, "prompt_tokens": 8, "send_ms": 503.0, "token_ms": [600.0, 610.0], "end_ms": 611.0, "status": "ok"},
+    ]  # fmt: skip
+    got = sc.chatphase_requests({"records": [records]}, schedule_ms=[280.0, 480.0])
+    assert [r.late_ms for r in got] == pytest.approx([0.0, 3.0])
+    lines = (DATA / "aiperf_profile_export.jsonl").read_text()
+    first, second = sc.aiperf_requests(lines, schedule_ms=[0.0, 760.0])  # sessions r0, r1
+    assert first.late_ms == 0.0 and second.late_ms == pytest.approx(762.331092 - 760.0)
+
+
+def test_run_cost_is_the_servers_metrics_delta_per_token():
+    before = {"prompt_seconds_total": 1.0, "prompt_tokens_total": 100, "tokens_predicted_seconds_total": 2.0,
+              "tokens_predicted_total": 50, "n_decode_total": 50}  # fmt: skip
+    after = {"prompt_seconds_total": 1.5, "prompt_tokens_total": 200, "tokens_predicted_seconds_total": 3.0,
+             "tokens_predicted_total": 90, "n_decode_total": 70}  # fmt: skip
+    cost = sc.RunCost.of(before, after, 1.25)
+    assert cost.prefill_ms_per_token == pytest.approx(5.0) and cost.decode_ms_per_token == pytest.approx(25.0)
+    assert cost.decode_steps == 20 and cost.client_cpu_s == 1.25
+    assert sc.RunCost.of(after, after, 0.0).decode_ms_per_token is None
+    assert sc.RunCost.of(before, after, 1.25, 5.0).client_cores == pytest.approx(0.25)
