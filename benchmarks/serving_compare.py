@@ -298,7 +298,7 @@ def start_server(args, model: str) -> tuple[subprocess.Popen, str]:
     import httpx
 
     exe = tool("llama-server", args.llama_server)
-    port = args.port
+    port = args.port or free_port()
     n_ctx = -(-args.parallel * (args.prompt_tokens + args.gen + 16) // 256) * 256
     argv = [exe, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", str(args.parallel), "-c", str(n_ctx)]
     argv += ["-t", str(args.threads), "-tb", str(args.threads), "--metrics", *repack_args("llama-server", repack())]
@@ -309,7 +309,8 @@ def start_server(args, model: str) -> tuple[subprocess.Popen, str]:
     end = time.monotonic() + 120
     while time.monotonic() < end:
         if proc.poll() is not None:
-            sys.exit(f"benchmarks: llama-server exited with {proc.returncode} (see {log})")
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+            sys.exit(f"benchmarks: llama-server exited with {proc.returncode}: {' '.join(tail) or '(no output)'}")
         try:
             if httpx.get(f"{url}/health", timeout=1.0, trust_env=False).status_code == 200:
                 return proc, url
@@ -343,13 +344,29 @@ def body(prompt: Sequence[int], gen: int) -> dict:
     }  # fmt: skip
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_for(cmd: list[str], timeout_s: float, what: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` (no stdin, output captured); exits with one line when it runs past ``timeout_s``."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"benchmarks: {what} ran past --timeout {timeout_s:g} s")
+
+
 def run_chatphase(args, url: str, model: str, out: Path, schedule_ms: Sequence[float]) -> list[Request]:
     n = args.requests
     cmd = [sys.executable, "-m", "chatphase", "bench", "--server", url, "--model", model, "--rates", f"{args.rate:g}"]
     cmd += ["--requests", str(n), "--duration", f"{3 * n / args.rate + 60:.0f}", "--gen", str(args.gen)]
     cmd += ["--prompt-lengths", str(args.prompt_tokens), "--max-concurrency", str(min(n, 256))]
     cmd += ["--no-roofline", "--format", "json", "-o", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout, stdin=subprocess.DEVNULL)
+    done = run_for(cmd, args.timeout, "chatphase bench", cwd=ROOT)
     if done.returncode != 0:
         sys.exit(f"benchmarks: chatphase bench failed ({done.returncode}): {done.stderr.strip()[-600:]}")
     return chatphase_requests(json.loads(out.read_text()), schedule_ms)
@@ -363,7 +380,7 @@ def run_aiperf(
     cmd += ["--use-server-token-count", "--tokenizer", str(tokenizer), "--no-server-metrics", "--no-gpu-telemetry"]
     cmd += ["--ui-type", "none"]
     cmd += ["--export-level", "records", "--artifact-dir", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, stdin=subprocess.DEVNULL)
+    done = run_for(cmd, args.timeout, "aiperf")
     records, summary = out / "profile_export.jsonl", out / "profile_export_aiperf.json"
     if done.returncode != 0 or not records.is_file():
         sys.exit(f"benchmarks: aiperf failed ({done.returncode}): {(done.stdout + done.stderr).strip()[-600:]}")
@@ -543,7 +560,7 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=4, help="llama-server's slots (-np)")
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--reps", type=int, default=4)
-    p.add_argument("--port", type=int, default=18930)
+    p.add_argument("--port", type=int, default=0, help="llama-server's port (default: a free one)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one tool run may take")
     p.add_argument("--write", action="store_true", help="save the report and raw records under benchmarks/results/")
     args = p.parse_args()
