@@ -116,8 +116,8 @@ class Request:
     """One completed request (ms; chatphase's from its rate's start, AIPerf's from its first ``credit_issued``).
     ``send_ms``: when the tool's clock starts it (chatphase: the scheduled arrival; AIPerf: the worker's
     ``request_start``); ``ttft_ms`` from there; ``gaps_ms``: every gap between content chunks;
-    ``end_ms``: chatphase: the response's end (after ``[DONE]``), AIPerf: its last content chunk; ``tokens``: the server's count where known, else the chunks;
-    ``start_lag_ms``: AIPerf only, its scheduled instant (``credit_issued``) to ``request_start``; ``late_ms``: the
+    ``end_ms``: chatphase: the response's end (after ``[DONE]``), AIPerf: its last content chunk; ``tokens``: the
+    server's count where known, else the chunks; ``start_lag_ms``: AIPerf only, its scheduled instant (``credit_issued``) to ``request_start``; ``late_ms``: the
     send (chatphase) or ``credit_issued`` (AIPerf) after the schedule's instant, both measured from the first."""
 
     send_ms: float
@@ -425,6 +425,7 @@ def report(
         "| figure | chatphase | AIPerf | ratio p50 / p90 / p99 |",
         "|---|--:|--:|--:|",
     ]
+    flagged: list[tuple[str, int, float]] = []
     for name, values in FIGURES.items():
         a, b = pcts(values(pooled["chatphase"])), pcts(values(pooled["aiperf"]))
         cells = []
@@ -436,6 +437,8 @@ def report(
                 continue
             r = ratio(per_a, per_b).median_of_ratios  # type: ignore[arg-type]
             cells.append(f"{r:.3f}{' ⚠' if abs(r - 1) > TOLERANCE else ''}")
+            if abs(r - 1) > TOLERANCE:
+                flagged.append((name, PERCENTS[k], r))
         lines.append(f"| {name} | {fmt(a)} | {fmt(b)} | {' / '.join(cells)} |")
     own = {
         k: [statistics.median(v for s in summaries if (v := s[k][i]) is not None) for i in range(3)]
@@ -454,13 +457,14 @@ def report(
         "",
         *cost_table(costs),
         "",
+        *verdicts(flagged, costs),
         *measured(reps, pooled),
         "",
         *DEFINITIONS,
         "",
         "Command:",
         "",
-        "    python " + " ".join(sys.argv),
+        "    python -m benchmarks.serving_compare " + " ".join(sys.argv[1:]),
         "",
     ]
     return "\n".join(lines)
@@ -492,6 +496,29 @@ def cost_table(costs: dict[str, list[RunCost]]) -> list[str]:
         r = f"{a / b:.3f}" if a is not None and b else "–"
         lines.append(f"| {label} | {'–' if a is None else f'{a:.2f}'} | {'–' if b is None else f'{b:.2f}'} | {r} |")
     return lines
+
+
+def verdicts(flagged: list[tuple[str, int, float]], costs: dict[str, list[RunCost]]) -> list[str]:
+    """Each figure more than :data:`TOLERANCE` apart, beside the ratio of the server's own time per token in the
+    same runs (prefill for TTFT, decode for the rest): near it, the server's speed moved, not the tools' clocks."""
+    if not flagged:
+        return [f"Every figure agrees within {TOLERANCE:.0%}.", ""]
+
+    def server(field: str) -> float | None:
+        a = [v for c in costs["chatphase"] if (v := getattr(c, field)) is not None]
+        b = [v for c in costs["aiperf"] if (v := getattr(c, field)) is not None]
+        return statistics.median(a) / statistics.median(b) if a and b else None
+
+    prefill, decode = server("prefill_ms_per_token"), server("decode_ms_per_token")
+    lines = [
+        f"More than {TOLERANCE:.0%} apart (chatphase ÷ AIPerf), beside the server's own ratio in the same runs:",
+        "",
+    ]
+    for name, p, r in flagged:
+        phase, s = ("prefill", prefill) if name.startswith("TTFT") else ("decode", decode)
+        own = "–" if s is None else f"{s:.3f}"
+        lines.append(f"- {name} p{p}: {r:.3f}; the server's {phase} ms/token {own}")
+    return [*lines, ""]
 
 
 def measured(reps: list[dict[str, list[Request]]], pooled: dict[str, list[Request]]) -> list[str]:
