@@ -31,6 +31,7 @@ BENCHMARKS = (
     "parallel_decode",
     "prefix_restore",
     "roofline_vs_stream",
+    "serving_compare",
     "shared_cpu",
     "spec_decode",
     "startup",
