@@ -293,3 +293,21 @@ def test_restore_miss_reads_whether_the_restore_reached_the_message_before_the_n
     assert restore_miss(text, len(text), "shelf 1", "And item 5?") is None
     assert restore_miss(text, end - 3, "shelf 1", "And item 5?") == "restored"  # ended inside the reply
     assert restore_miss(None, 100, "shelf 1", "x") == "restored"  # a token-id prompt: cannot tell
+
+
+def test_the_count_before_sending_says_what_the_store_would_restore(default_model_info):
+    """The budget line's count (``count_prompt``) sees the prefix store as a turn would: a resumed chat's
+    saved conversation is counted as restored, not as tokens to prefill."""
+    from chatphase.engine.events import CountRequest
+
+    messages = _first_chat(default_model_info)
+    engine = _engine(default_model_info)
+    try:
+        count = engine.count_prompt(CountRequest(messages, GREEDY.max_tokens, None))
+        started, _ = _turn(engine, messages)
+    finally:
+        engine.close()
+    # no restore measured yet in this store: its time is not predicted (the first restore measures it)
+    assert count is not None and count.cached_tokens == 0 and count.restore_ms is None
+    assert count.restore_tokens == started.restored_tokens > 200
+    assert count.new_tokens == started.prefill_tokens

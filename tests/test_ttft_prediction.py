@@ -94,6 +94,17 @@ def test_the_budget_line_says_tokens_context_and_ttft_with_its_source():
     assert budget_of(dropped, p).line().endswith("· leaves out the oldest 4 messages")
 
 
+def test_a_prefix_the_store_would_restore_is_predicted_as_a_restore_not_a_prefill():
+    """A resumed chat whose conversation is saved: the line says what comes from disk, and the TTFT is the
+    restore's predicted time plus the prefill of the rest (not a cold prefill of it all)."""
+    p = TtftPredictor(0.0)
+    p.add(100, 0, 525.0, 525.0)  # 5.25 ms a token
+    count = PromptCount(2872, 0, 0, 4096, restore_tokens=2855, restore_ms=20.0)
+    budget = budget_of(count, p)
+    assert count.new_tokens == 17 and budget.ttft_ms == pytest.approx(20.0 + 17 * 5.25)
+    assert budget.line() == "+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 0.1 s (this chat, 1 turn)"
+
+
 def test_a_message_that_does_not_fit_says_so_with_the_numbers():
     count = PromptCount(None, 0, 100, 512, too_long="the message is 900 tokens; the context leaves room for 384")
     budget = budget_of(count, TtftPredictor(0.0))

@@ -37,6 +37,8 @@ class Budget:
             return f"Does not fit: {c.too_long}"
         now, after = _pct(c.kv_cache_tokens, c.n_ctx), _pct(c.prompt_tokens, c.n_ctx)
         parts = [f"+{fmt_int(c.new_tokens or 0)} tok", f"context {now} % → {after} %"]
+        if c.restore_tokens:
+            parts.insert(1, f"{fmt_int(c.restore_tokens)} restored from disk")
         if self.ttft_ms is not None:
             parts.append(f"TTFT ≈ {fmt_seconds(self.ttft_ms / 1000)} ({self.source})")
         elif self.ttft_bound_ms is not None:
@@ -53,10 +55,12 @@ def _pct(tokens: int, n_ctx: int) -> int:
 
 
 def budget_of(count: PromptCount, predictor: TtftPredictor) -> Budget:
-    """The budget of ``count`` with ``predictor``'s TTFT for its new tokens at the cached depth (else its bound)."""
+    """The budget of ``count`` with ``predictor``'s TTFT for its new tokens at the cached depth (else its bound),
+    plus the predicted restore of a prefix from disk when one would be restored."""
     model, bound = predictor.model, predictor.bound
     if count.new_tokens is None:
         return Budget(count)
     if model is None:
         return Budget(count) if bound is None else Budget(count, None, bound.source, bound.ttft_ms(count.new_tokens))
-    return Budget(count, model.ttft_ms(count.new_tokens, count.cached_tokens), model.source)
+    depth = count.cached_tokens + count.restore_tokens  # a restore is done before the prefill starts
+    return Budget(count, (count.restore_ms or 0.0) + model.ttft_ms(count.new_tokens, depth), model.source)

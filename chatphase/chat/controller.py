@@ -399,7 +399,8 @@ class ChatController:
         model = self.ttft.model
         if model is not None and ev.prefill_tokens is not None and ev.cached_tokens is not None:
             turn.ttft_model = model
-            turn.ttft_predicted_ms = model.ttft_ms(ev.prefill_tokens, ev.cached_tokens)
+            # a restore from disk is over by now: its measured time is part of the TTFT predicted
+            turn.ttft_predicted_ms = (ev.restore_ms or 0.0) + model.ttft_ms(ev.prefill_tokens, ev.cached_tokens)
         self._tell(lambda to: to.prefill_started(turn, ev))
         before = self.history.left_out
         if ev.dropped_messages != before:
@@ -429,7 +430,8 @@ class ChatController:
                 ),
             )
         if m.stop_reason not in ("cancelled", "error"):
-            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms)
+            ttft = None if m.ttft_ms is None else m.ttft_ms - (m.restore_ms or 0.0)  # the law has no restore term
+            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, ttft)
         if ev.metrics.dropped_messages > self.history.left_out:  # the reply went on past n_ctx (shift or drop-oldest)
             self._left_out(ev.metrics.dropped_messages)
             self._notice(Notice("dropped", "Context full", overflow_text(ev.metrics), "warning"))

@@ -416,7 +416,9 @@ class PromptCount:
 
     ``prompt_tokens`` the templated prompt (``None`` when it does not fit: ``too_long`` says why, with the
     numbers), ``cached_tokens`` of it the KV cache holds now (reused), ``kv_cache_tokens`` what the cache
-    holds now, ``dropped_messages`` the oldest messages left out to fit, ``text_tokens`` one count per text.
+    holds now, ``dropped_messages`` the oldest messages left out to fit, ``text_tokens`` one count per text,
+    ``restore_tokens`` of it the prefix store would restore from disk beyond the cached ones (the rule said
+    restoring beats prefill) in about ``restore_ms``.
     """
 
     prompt_tokens: int | None
@@ -426,8 +428,10 @@ class PromptCount:
     dropped_messages: int = 0
     text_tokens: tuple[int, ...] = ()
     too_long: str | None = None
+    restore_tokens: int = 0
+    restore_ms: float | None = None
 
     @property
     def new_tokens(self) -> int | None:
         """Tokens the prefill would evaluate (``None`` when it does not fit)."""
-        return None if self.prompt_tokens is None else self.prompt_tokens - self.cached_tokens
+        return None if self.prompt_tokens is None else self.prompt_tokens - self.cached_tokens - self.restore_tokens

@@ -188,12 +188,24 @@ class LlamaEngine:
         texts = tuple(len(self._vocab.tokenize(clean_text(t)[0], False)) for t in request.texts)
         budget = self._n_ctx - min(request.max_tokens, self._n_ctx // 4)
         kv = len(self._cache)
+        keeper = self._keeper
+        self._alternatives = keeper.alternatives() if keeper is not None else []  # encoded as a turn would be
         try:
             fitted = self._template.fit(messages, budget, self._encode, request.enable_thinking)
         except PromptTooLong as exc:
             return PromptCount(None, 0, kv, self._n_ctx, text_tokens=texts, too_long=str(exc))
+        finally:
+            self._alternatives = []
         prompt = fitted.tokens
-        return PromptCount(len(prompt), self._reusable(prompt), kv, self._n_ctx, fitted.dropped_messages, texts)
+        cached = self._reusable(prompt)
+        count = PromptCount(len(prompt), cached, kv, self._n_ctx, fitted.dropped_messages, texts)
+        found = keeper.find(prompt, cached) if keeper is not None else None
+        if keeper is None or found is None:
+            return count
+        decision = keeper.decide(found[0], found[1] - cached, found[1])
+        if not decision.restore:
+            return count
+        return replace(count, restore_tokens=found[1] - cached, restore_ms=decision.predicted_restore_ms)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token (special tokens render empty unless ``special``)."""
