@@ -180,7 +180,7 @@ def test_cache_lists_and_clears(capsys, monkeypatch):
     _write(store_dir(), range(300))
     assert main(["cache"]) == 0
     out = capsys.readouterr().out
-    assert "300" in out and "1 saved prefixes" in out and "cap 3.0 MiB: prefix_cache_mib" in out
+    assert "300" in out and "1 saved prefix," in out and "cap 3.0 MiB: prefix_cache_mib" in out
     assert main(["cache", "clear"]) == 0
-    assert "removed 1 saved prefixes" in capsys.readouterr().out
+    assert "removed 1 saved prefix (" in capsys.readouterr().out
     assert main(["cache"]) == 0 and "no saved prefixes" in capsys.readouterr().out

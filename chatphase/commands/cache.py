@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     directory = store_dir()
     if args.action == "clear":
         n, size = clear(directory)
-        print(f"removed {n} saved prefixes ({fmt_bytes(size)}) from {directory}")
+        print(f"removed {_prefixes(n)} ({fmt_bytes(size)}) from {directory}")
         return 0
     rows = list_files(directory)
     total = sum(size for _, size, *_ in rows)
@@ -81,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     for r in (head, *body):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     print(
-        f"{len(rows)} saved prefixes, {fmt_bytes(total)} in {directory} (cap {fmt_bytes(cap)}: {cap_words}); "
+        f"{_prefixes(len(rows))}, {fmt_bytes(total)} in {directory} (cap {fmt_bytes(cap)}: {cap_words}); "
         f"the store is {engine.prefix_cache}"
     )
     return 0
+
+
+def _prefixes(n: int) -> str:
+    """``1 saved prefix``, ``3 saved prefixes``."""
+    return f"{n:,} saved prefix{'' if n == 1 else 'es'}"
