@@ -32,6 +32,12 @@ from chatphase.engine.restore_policy import MIN_RESTORE_TOKENS, decide_restore
 KEY = "ab" * 32
 
 
+@pytest.fixture(autouse=True)
+def _own_store(tmp_path, monkeypatch):
+    """Each test its own prefix store (the session's cache dir holds what other tests' engines saved)."""
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _write(directory: Path, tokens=range(100), state=b"\x01" * 4096, key=KEY) -> Path:
     path = write_entry(directory, key, "m", list(tokens), [len(tokens)], [5], b"hello", state)
     assert path is not None

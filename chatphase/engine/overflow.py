@@ -34,6 +34,10 @@ DEFAULT_OVERFLOW = "drop-oldest"
 #: what the controller knows changed since the engine's last turn (``TurnRequest.history_change``).
 HISTORY_CHANGES: tuple[str, ...] = ("edited", "regenerated", "restarted", "model_switch", "resumed", "restored")
 
+#: the changes after which the engine starts on an empty cache: a restore from disk may then hold the whole
+#: conversation (no miss) or less of it (``restored``); other reasons (an overflow, an edit) stand as they are.
+EMPTIED_BY_CHANGE: tuple[str, ...] = ("resumed", "restarted", "model_switch")
+
 #: every cache-miss reason, with the words a notice and the turn detail use.
 MISS_REASONS: dict[str, str] = {
     "edited": "the last message was edited",

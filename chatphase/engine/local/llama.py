@@ -53,7 +53,7 @@ from chatphase.engine.local.prefix_store import common_tokens
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
-from chatphase.engine.overflow import low_water, miss_reason, reply_room, restore_miss
+from chatphase.engine.overflow import EMPTIED_BY_CHANGE, low_water, miss_reason, reply_room, restore_miss
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
 from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
@@ -524,7 +524,9 @@ class LlamaEngine:
             trim_failed=self._trim_failed,
             change=req.history_change,
         )
-        if miss is not None and restored is not None:  # the cache came from disk: did it hold the conversation?
+        if (
+            restored is not None and miss in EMPTIED_BY_CHANGE
+        ):  # the cache came from disk: did it hold the conversation?
             miss = restore_miss(text, len(self._known.text), messages[-2].content, messages[-1].content)
         threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
