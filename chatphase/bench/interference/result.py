@@ -7,17 +7,14 @@ JSON: ``{"kind": "interference", "version", "model", "settings", "system", "roof
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 
-from chatphase.bench.core.contract import saved_version, stamp
+from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import mean_sd, peak_lines, render_report, setup_line
-from chatphase.bench.core.results import malformed
+from chatphase.bench.core.results import check_saved, header_fields, malformed, rows_csv
 from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, Timeline, policy_rows
 from chatphase.bench.interference.plan import policy_name
-from chatphase.errors import UsageError
 from chatphase.units import DASH
 
 HEADERS = [
@@ -109,17 +106,10 @@ class InterferenceResult:
         Raises:
             UsageError: a future version, or not an interference result.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("samples"), list):
-            raise UsageError('not a chatphase bench --interference result (no "samples" list)')
-        saved_version(data)
+        check_saved(data, "samples", "bench --interference")
         try:
             return cls(
-                model=dict(data.get("model") or {}),
-                settings=dict(data.get("settings") or {}),
-                system=dict(data.get("system") or {}),
-                roofline=dict(data.get("roofline") or {}),
-                cancelled=bool(data.get("cancelled", False)),
-                label=str(data.get("label") or ""),
+                **header_fields(data, "model", "settings", "system", "roofline"),
                 samples=[InterferenceSample.from_dict(s) for s in data["samples"]],
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -129,18 +119,15 @@ class InterferenceResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
-        for r in self.rows():
-            writer.writerow(
-                [
-                    policy_name(r.chunk), r.chunk, r.runs, r.itl_ms_p50, r.itl_ms_p99, r.itl_ms_max,
-                    r.baseline_itl_ms_p50, r.stall_ms, r.stall_ratio, r.newcomer_ttft_ms.mean, r.newcomer_ttft_ms.sd,
-                    r.aggregate_decode_tokens_per_s.mean, r.prompt_step_ms, r.prompt_steps, r.sub_batches,
-                ]
-            )  # fmt: skip
-        return out.getvalue()
+        rows = (
+            [
+                policy_name(r.chunk), r.chunk, r.runs, r.itl_ms_p50, r.itl_ms_p99, r.itl_ms_max,
+                r.baseline_itl_ms_p50, r.stall_ms, r.stall_ratio, r.newcomer_ttft_ms.mean, r.newcomer_ttft_ms.sd,
+                r.aggregate_decode_tokens_per_s.mean, r.prompt_step_ms, r.prompt_steps, r.sub_batches,
+            ]
+            for r in self.rows()
+        )  # fmt: skip
+        return rows_csv(CSV_COLUMNS, rows)
 
     def render(self, fmt: str) -> str:
         """``table``/``md``: the policies' table, then :func:`summary_lines`; ``csv``/``json``: the file forms.
