@@ -11,11 +11,10 @@ import json
 from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
-from chatphase.bench.core.report import mean_sd, peak_lines, render_report, setup_line
+from chatphase.bench.core.report import mean_sd, num, peak_lines, render_report, setup_line
 from chatphase.bench.core.results import check_saved, header_fields, malformed, rows_csv
 from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, Timeline, policy_rows
 from chatphase.bench.interference.plan import policy_name
-from chatphase.units import DASH
 
 HEADERS = [
     "policy",
@@ -38,23 +37,19 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{x:,.{digits}f}"
-
-
 def row_cells(row: PolicyRow) -> list[str]:
     """A policy's table cells, in :data:`HEADERS` order."""
     return [
         policy_name(row.chunk),
         str(row.runs),
-        _num(row.itl_ms_p50),
-        _num(row.itl_ms_p99),
-        _num(row.itl_ms_max),
-        _num(row.stall_ms),
-        _num(row.stall_ratio, 2),
+        num(row.itl_ms_p50),
+        num(row.itl_ms_p99),
+        num(row.itl_ms_max),
+        num(row.stall_ms),
+        num(row.stall_ratio, 2),
         mean_sd(row.newcomer_ttft_ms),
         mean_sd(row.aggregate_decode_tokens_per_s),
-        _num(row.prompt_step_ms),
+        num(row.prompt_step_ms),
         str(row.prompt_steps),
     ]
 

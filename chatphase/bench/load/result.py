@@ -10,10 +10,9 @@ import json
 from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
-from chatphase.bench.core.report import render_report
+from chatphase.bench.core.report import num, render_report
 from chatphase.bench.core.results import check_saved, header_fields, malformed, rows_csv
 from chatphase.bench.load.accounting import RateSummary, RequestRecord
-from chatphase.units import DASH
 
 HEADERS = [
     "rate/s",
@@ -36,12 +35,8 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{x:,.{digits}f}"
-
-
 def _three(values: list[float | None]) -> str:
-    return "/".join(_num(v, 0) for v in values)
+    return "/".join(num(v, 0) for v in values)
 
 
 def row_cells(s: RateSummary) -> list[str]:
@@ -54,10 +49,10 @@ def row_cells(s: RateSummary) -> list[str]:
         str(s.failed + s.cut),
         _three(s.ttft_ms),
         _three(s.itl_ms),
-        _num(s.tpot_ms[0]),
-        _num(s.output_tokens_per_s),
-        _num(s.requests_per_s, 2),
-        _num(s.goodput_requests_per_s, 2),
+        num(s.tpot_ms[0]),
+        num(s.output_tokens_per_s),
+        num(s.requests_per_s, 2),
+        num(s.goodput_requests_per_s, 2),
     ]
 
 
