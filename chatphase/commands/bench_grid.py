@@ -65,8 +65,5 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, execute)
         run,
         len(points) * plan.total_runs,
         GridDone,
-        text_of=lambda done: done.result.render(args.format),
-        plot=None,  # never called: check_outputs refused --plot for a grid
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial,
     )

@@ -92,8 +92,6 @@ def run_interference(args: argparse.Namespace, execute) -> int:
         run,
         plan.total_runs,
         BenchDone,
-        text_of=lambda done: done.result.render(args.format),
         plot=lambda done, path: write_interference_plot([done.result], path),
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial_done,
     )

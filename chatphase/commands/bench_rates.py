@@ -122,8 +122,5 @@ def run_rates(args: argparse.Namespace, execute) -> int:
         run,
         plan.total_runs,
         BenchDone,
-        text_of=lambda done: done.result.render(args.format),
-        plot=None,  # never called: check_outputs refused --plot for rates
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial_done,
     )
