@@ -12,7 +12,7 @@ import argparse
 
 from chatphase.bench.core.contract import validate_plan
 from chatphase.bench.interference.plan import DEFAULT_CHUNKS, DEFAULT_NEWCOMER_TOKENS, InterferencePlan
-from chatphase.commands.options import settings_from_args
+from chatphase.commands.options import refuse_flags, settings_from_args
 from chatphase.commands.server_options import remote_bench_options
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
@@ -44,13 +44,14 @@ def interference_plan(args: argparse.Namespace, settings) -> InterferencePlan:
     """
     if settings.server and args.chunks is not None:
         raise UsageError("--chunks does not apply over --server: the server's own batching (its -b) sets the chunk")
-    for flag, given in (
-        ("--parallel", args.parallel is not None),
-        ("--depths", args.depths is not None),
-        ("--gpu-layers", args.gpu_layers is not None),
-    ):
-        if given:
-            raise UsageError(f"{flag} does not apply to --interference (the local engine, one context)")
+    refuse_flags(
+        (
+            ("--parallel", args.parallel is not None),
+            ("--depths", args.depths is not None),
+            ("--gpu-layers", args.gpu_layers is not None),
+        ),
+        "does not apply to --interference (the local engine, one context)",
+    )
     lengths = args.prompt_lengths
     if lengths is not None and len(lengths) != 1:
         raise UsageError("--interference takes one --prompt-lengths value: the newcomer's prompt tokens")
