@@ -129,8 +129,19 @@ class CellResult:
         )
 
 
+class Labelled:
+    """What names a saved result in overlays and legends: its ``label``, else its model's name."""
+
+    label: str
+    model: dict
+
+    def display_label(self) -> str:
+        """``label``, else the model name, else ``"run"``."""
+        return self.label or str(self.model.get("name") or "run")
+
+
 @dataclass
-class BenchResult:
+class BenchResult(Labelled):
     """One prompt-length and depth sweep. ``label`` names it in overlays (the model name by default)."""
 
     model: dict = field(default_factory=dict)
@@ -144,10 +155,6 @@ class BenchResult:
     label: str = ""
 
     kind = "sweep"
-
-    def display_label(self) -> str:
-        """``label``, else the model name, else ``"run"``."""
-        return self.label or str(self.model.get("name") or "run")
 
     def to_dict(self) -> dict:
         """The JSON object (``kind``, ``version``, the module docstring's keys, ``cancelled`` and ``label``)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import mean_sd, num, peak_lines, render_report, setup_line
-from chatphase.bench.core.results import check_saved, header_fields, malformed, rows_csv
+from chatphase.bench.core.results import Labelled, check_saved, header_fields, malformed, rows_csv
 from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, Timeline, policy_rows
 from chatphase.bench.interference.plan import policy_name
 
@@ -55,7 +55,7 @@ def row_cells(row: PolicyRow) -> list[str]:
 
 
 @dataclass
-class InterferenceResult:
+class InterferenceResult(Labelled):
     """One interference experiment (module docstring). ``label`` names it (the model by default)."""
 
     model: dict = field(default_factory=dict)
@@ -67,9 +67,6 @@ class InterferenceResult:
     samples: list[InterferenceSample] = field(default_factory=list)
 
     kind = "interference"
-
-    def display_label(self) -> str:
-        return self.label or str(self.model.get("name") or "run")
 
     def timeline(self, chunk: int | None) -> Timeline | None:
         """The swim lanes of ``chunk``'s last counted run (``None``: the whole prompt first; no such run: ``None``)."""

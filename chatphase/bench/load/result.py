@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import num, render_report
-from chatphase.bench.core.results import check_saved, header_fields, malformed, rows_csv
+from chatphase.bench.core.results import Labelled, check_saved, header_fields, malformed, rows_csv
 from chatphase.bench.load.accounting import RateSummary, RequestRecord
 
 HEADERS = [
@@ -57,7 +57,7 @@ def row_cells(s: RateSummary) -> list[str]:
 
 
 @dataclass
-class RateResult:
+class RateResult(Labelled):
     """A rate sweep (module docstring)."""
 
     model: dict = field(default_factory=dict)
@@ -68,9 +68,6 @@ class RateResult:
     records: list[list[RequestRecord]] = field(default_factory=list)
 
     kind = "rates"
-
-    def display_label(self) -> str:
-        return self.label or str(self.model.get("name") or "run")
 
     def to_dict(self) -> dict:
         return stamp(

@@ -25,11 +25,11 @@ from chatphase.bench.core.report import (
     render_report,
     setup_line,
 )
-from chatphase.bench.core.results import cells_csv, check_saved, header_fields, malformed
+from chatphase.bench.core.results import Labelled, cells_csv, check_saved, header_fields, malformed
 
 
 @dataclass
-class ParallelResult:
+class ParallelResult(Labelled):
     """One parallel-decode sweep: ``parallel`` (its cells), ``parallel_samples`` (its repetitions) and the per-N
     roofline, with the model, settings and system facts every result records. ``label`` names it in overlays
     (the model name by default)."""
@@ -44,10 +44,6 @@ class ParallelResult:
     parallel_samples: list[ParallelSample] = field(default_factory=list)
 
     kind = "parallel"
-
-    def display_label(self) -> str:
-        """``label``, else the model name, else ``"run"``."""
-        return self.label or str(self.model.get("name") or "run")
 
     def to_dict(self) -> dict:
         """The JSON object (see the module docstring)."""
