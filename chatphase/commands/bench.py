@@ -39,7 +39,7 @@ from chatphase.commands.bench_interference import add_interference_options
 from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.bench_rates import add_rate_options
 from chatphase.commands.options import add_model_options, settings_from_args
-from chatphase.commands.server_options import add_server_options, remote_bench_options
+from chatphase.commands.server_options import add_server_options, remote_bench_options, validate_bench_plan
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
@@ -280,9 +280,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         reps=args.reps,
         warmup=args.warmup,
     )
-    if settings.server:  # a server's context and slots are checked after connecting
-        return validate_plan(parallel, None)
-    return validate_plan(parallel, settings.engine.n_ctx, settings.engine.n_batch)
+    return validate_bench_plan(parallel, settings)
 
 
 def follow(events, progress: _Progress, done_type: type):

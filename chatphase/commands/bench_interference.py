@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from chatphase.bench.core.contract import validate_plan
 from chatphase.bench.interference.plan import DEFAULT_CHUNKS, DEFAULT_NEWCOMER_TOKENS, InterferencePlan
 from chatphase.commands.options import refuse_flags, settings_from_args
-from chatphase.commands.server_options import remote_bench_options
+from chatphase.commands.server_options import remote_bench_options, validate_bench_plan
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -63,9 +62,7 @@ def interference_plan(args: argparse.Namespace, settings) -> InterferencePlan:
         reps=args.reps,
         warmup=args.warmup,
     )
-    if settings.server:  # the server's slots and context are checked after connecting
-        return validate_plan(plan, None)
-    return validate_plan(plan, settings.engine.n_ctx, settings.engine.n_batch)
+    return validate_bench_plan(plan, settings)
 
 
 def run_interference(args: argparse.Namespace, execute) -> int:
