@@ -221,6 +221,12 @@ def header_fields(data: dict, *dict_keys: str) -> dict:
     return {**dicts, "cancelled": bool(data.get("cancelled", False)), "label": str(data.get("label") or "")}
 
 
+def header_of(result: object, *dict_keys: str) -> dict:
+    """The saved form of the fields :func:`header_fields` reads back: ``dict_keys``, then ``cancelled`` and
+    ``label``, in that order (the order of the JSON file's keys)."""
+    return {key: getattr(result, key) for key in (*dict_keys, "cancelled", "label")}
+
+
 def malformed(exc: Exception) -> UsageError:
     """The one line for a saved result whose entries do not read (``exc``: the ``KeyError``, ``TypeError`` or
     ``ValueError`` that reading one raised)."""

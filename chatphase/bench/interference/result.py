@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import mean_sd, num, peak_lines, render_report, setup_line
-from chatphase.bench.core.results import Labelled, check_saved, header_fields, malformed, rows_csv
+from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
 from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, Timeline, policy_rows
 from chatphase.bench.interference.plan import policy_name
 
@@ -81,12 +81,7 @@ class InterferenceResult(Labelled):
         return stamp(
             "interference",
             {
-                "model": self.model,
-                "settings": self.settings,
-                "system": self.system,
-                "roofline": self.roofline,
-                "cancelled": self.cancelled,
-                "label": self.label,
+                **header_of(self, "model", "settings", "system", "roofline"),
                 "samples": [s.to_dict() for s in self.samples],
             },
         )

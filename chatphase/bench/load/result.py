@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import num, render_report
-from chatphase.bench.core.results import Labelled, check_saved, header_fields, malformed, rows_csv
+from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
 from chatphase.bench.load.accounting import RateSummary, RequestRecord
 
 HEADERS = [
@@ -73,10 +73,7 @@ class RateResult(Labelled):
         return stamp(
             "rates",
             {
-                "model": self.model,
-                "settings": self.settings,
-                "cancelled": self.cancelled,
-                "label": self.label,
+                **header_of(self, "model", "settings"),
                 "summaries": [s.to_dict() for s in self.summaries],
                 "records": [[r.to_dict() for r in rate] for rate in self.records],
             },

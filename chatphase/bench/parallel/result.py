@@ -25,7 +25,7 @@ from chatphase.bench.core.report import (
     render_report,
     setup_line,
 )
-from chatphase.bench.core.results import Labelled, cells_csv, check_saved, header_fields, malformed
+from chatphase.bench.core.results import Labelled, cells_csv, check_saved, header_fields, header_of, malformed
 
 
 @dataclass
@@ -50,12 +50,7 @@ class ParallelResult(Labelled):
         return stamp(
             "parallel",
             {
-                "model": self.model,
-                "settings": self.settings,
-                "system": self.system,
-                "roofline": self.roofline,
-                "cancelled": self.cancelled,
-                "label": self.label,
+                **header_of(self, "model", "settings", "system", "roofline"),
                 "parallel": [c.to_dict() for c in self.parallel],
                 "parallel_samples": [s.to_dict() for s in self.parallel_samples],
                 "results": [],  # no sweep cells: an older chatphase reads the file (see the module docstring)
