@@ -45,8 +45,8 @@ LAYERS = {
     "bench.grid": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
     "bench.offload": {"bench.core", "engine", "errors", "models", "units"},
-    "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models"},
-    "bench.load": {"bench.core", "engine", "errors"},
+    "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
+    "bench.load": {"bench.core", "engine", "errors", "units"},
     "bench": {
         "bench.core",
         "bench.grid",
