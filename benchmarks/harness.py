@@ -7,6 +7,8 @@ rotation, the per-rep ratio statistic and chatphase's measured turn.
   makes on this CPU and build (:func:`repack`: weight repacking, llama.cpp's extra buffer types, off only on
   an AMX CPU whose build fails chatphase's AMX probe): llama-bench ``--repack 0|1``, the others ``-nr``
   where it is off.
+- :func:`free_port` and :func:`wait_ready`: a loopback port for a server a benchmark or test starts, and the wait
+  until it answers.
 - :func:`machine_line`: CPU, cores, memory, extra buffer types and the load average, one line.
 - :func:`rotation` and :func:`ratio`: arms run in an order that rotates by rep; a ratio of two arms is
   judged by the median of its per-rep ratios (both arms ran in the same rep, on a machine whose speed
