@@ -7,6 +7,8 @@ rotation, the per-rep ratio statistic and chatphase's measured turn.
   makes on this CPU and build (:func:`repack`: weight repacking, llama.cpp's extra buffer types, off only on
   an AMX CPU whose build fails chatphase's AMX probe): llama-bench ``--repack 0|1``, the others ``-nr``
   where it is off.
+- :func:`free_port` and :func:`wait_ready`: a loopback port for a server a benchmark or test starts, and the wait
+  until it answers.
 - :func:`machine_line`: CPU, cores, memory, extra buffer types and the load average, one line.
 - :func:`rotation` and :func:`ratio`: arms run in an order that rotates by rep; a ratio of two arms is
   judged by the median of its per-rep ratios (both arms ran in the same rep, on a machine whose speed
@@ -21,9 +23,11 @@ import json
 import os
 import platform
 import re
+import socket
 import statistics
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +196,32 @@ def batched_bench(
     if set(got) != set(parallel):
         raise SystemExit(f"llama-batched-bench measured N = {sorted(got)}, not {list(parallel)} (n_ctx too small?)")
     return got
+
+
+# --- a server started for a benchmark or a test ----------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(proc: subprocess.Popen, url: str, deadline_s: float, path: str = "/health") -> bool:
+    """Poll ``url + path`` every 0.2 s: ``True`` once it answers 200; ``False`` when ``proc`` has exited or
+    ``deadline_s`` passed (the caller says which, and stops ``proc``)."""
+    import httpx
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}{path}", timeout=1.0, trust_env=False).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
 
 
 # --- the machine and its load ------------------------------------------------------------------------------

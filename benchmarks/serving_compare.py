@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from benchmarks.harness import ROOT, machine_line, ratio, repack, repack_args, rotation, tool
+from benchmarks.harness import ROOT, free_port, machine_line, ratio, repack, repack_args, rotation, tool, wait_ready
 from chatphase.bench.load.accounting import arrival_times_s
 from chatphase.engine.metrics import gap_percentiles_ms
 from chatphase.system.cpu_features import physical_cores
@@ -295,8 +295,6 @@ class RunCost:
 
 
 def start_server(args, model: str) -> tuple[subprocess.Popen, str]:
-    import httpx
-
     exe = tool("llama-server", args.llama_server)
     port = args.port or free_port()
     n_ctx = -(-args.parallel * (args.prompt_tokens + args.gen + 16) // 256) * 256
@@ -306,17 +304,11 @@ def start_server(args, model: str) -> tuple[subprocess.Popen, str]:
     with log.open("w") as sink:  # the child keeps its own descriptor
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:]
-            sys.exit(f"benchmarks: llama-server exited with {proc.returncode}: {' '.join(tail) or '(no output)'}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1.0, trust_env=False).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    if wait_ready(proc, url, 120):
+        return proc, url
+    if proc.poll() is not None:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+        sys.exit(f"benchmarks: llama-server exited with {proc.returncode}: {' '.join(tail) or '(no output)'}")
     proc.kill()
     sys.exit("benchmarks: llama-server did not answer within 120 s")
 
@@ -342,14 +334,6 @@ def body(prompt: Sequence[int], gen: int) -> dict:
         "top_p": sp.top_p, "top_k": sp.top_k, "min_p": sp.min_p, "repeat_penalty": sp.repeat_penalty,
         "prompt": list(prompt), "ignore_eos": True, "return_progress": True, "cache_prompt": False,
     }  # fmt: skip
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run_for(cmd: list[str], timeout_s: float, what: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -10,14 +10,14 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
+from benchmarks.harness import free_port as free_port  # re-exported: the remote tests import it from here
+from benchmarks.harness import wait_ready
 
 #: llama-cpp-python's server, started with the CPU-safety settings chatphase's own engine uses
 #: (:func:`chatphase.engine.local.llama_params.offload_plan`: llama.cpp's extra buffer types off on CPUs with Intel
@@ -32,13 +32,6 @@ low.llama_model_default_params = cpu_safe_model_defaults(low.llama_model_default
 from llama_cpp.server.__main__ import main
 main()
 """
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sse(*chunks) -> list:
@@ -162,16 +155,10 @@ def start_llama_cpp_server(
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-cpp-python server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=1.0, trust_env=False).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    if wait_ready(proc, url, deadline_s, "/v1/models"):
+        return proc, url
+    if proc.poll() is not None:
+        raise RuntimeError(f"llama-cpp-python server exited with {proc.returncode}")
     stop_process(proc)
     raise RuntimeError(f"llama-cpp-python server did not answer within {deadline_s:g} s")
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
-import httpx
 import pytest
 from remote_support import free_port, stop_process
 
@@ -36,16 +34,8 @@ def llama_server(default_model_path):
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
+        if not harness.wait_ready(proc, url, 60):
             assert proc.poll() is None, f"llama-server exited with {proc.returncode}"
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
             pytest.fail("llama-server did not answer within 60 s")
         yield url
     finally:

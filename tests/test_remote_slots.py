@@ -177,6 +177,22 @@ def test_a_save_cut_short_is_never_restored(tmp_path, monkeypatch):
         assert "POST /slots/0?action=restore" not in _paths(srv) and done.restore_note is None
 
 
+def _resume_with_restore_answer(srv: ScriptedServer, answer: tuple) -> tuple[TurnFinished, str]:
+    """A first chat saves its prefix; a resumed one ("Hi", "Hello", then a new message) gets ``answer`` (status,
+    body) to its restore. Returns the resumed turn's ``TurnFinished`` and the engine's model key."""
+    first = _engine(srv.url)
+    _turn(first, "Hi")
+    first.close()
+    srv.routes["POST /slots/0?action=restore"] = answer
+    # a quick turn, not worth saving: what the index holds afterwards is the restore's doing alone
+    srv.routes["POST /v1/chat/completions"] = (200, _stream(0, prompt_per_second=1000.0, predicted_n=4))
+    resumed = _engine(srv.url)
+    done = _turn(resumed, "Hi", "Hello", "And then?")
+    key = resumed.slots.model_key if resumed.slots else ""
+    resumed.close()
+    return done, key
+
+
 def test_a_refused_file_is_recomputed_in_one_line_and_dropped(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
     refused = {
@@ -186,16 +202,7 @@ def test_a_refused_file_is_recomputed_in_one_line_and_dropped(tmp_path, monkeypa
         }
     }
     with ScriptedServer(_routes()) as srv:
-        first = _engine(srv.url)
-        _turn(first, "Hi")
-        first.close()
-        srv.routes["POST /slots/0?action=restore"] = (400, refused)
-        # a quick turn, not worth saving: what the index holds afterwards is the restore's doing alone
-        srv.routes["POST /v1/chat/completions"] = (200, _stream(0, prompt_per_second=1000.0, predicted_n=4))
-        resumed = _engine(srv.url)
-        done = _turn(resumed, "Hi", "Hello", "And then?")
-        key = resumed.slots.model_key if resumed.slots else ""
-        resumed.close()
+        done, key = _resume_with_restore_answer(srv, (400, refused))
         assert done.reply == "Hello" and done.metrics.restored_tokens is None
         note = done.restore_note or ""
         assert "\n" not in note and "was not restored" in note and "the prompt is recomputed" in note
@@ -207,16 +214,7 @@ def test_a_restore_the_server_never_answers_is_not_asked_for_again(tmp_path, mon
     """llama-server aborts on a truncated slot file: the file must not be restored on its next start."""
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
     with ScriptedServer(_routes()) as srv:
-        first = _engine(srv.url)
-        _turn(first, "Hi")
-        first.close()
-        srv.routes["POST /slots/0?action=restore"] = (200, None)
-        # a quick turn, not worth saving: what the index holds afterwards is the restore's doing alone
-        srv.routes["POST /v1/chat/completions"] = (200, _stream(0, prompt_per_second=1000.0, predicted_n=4))
-        resumed = _engine(srv.url)
-        done = _turn(resumed, "Hi", "Hello", "And then?")
-        key = resumed.slots.model_key if resumed.slots else ""
-        resumed.close()
+        done, key = _resume_with_restore_answer(srv, (200, None))
         assert "the prompt is recomputed" in (done.restore_note or "") and done.reply == "Hello"
         history = (Message("user", "Hi"), Message("assistant", "Hello"))
         assert SlotIndex(tmp_path / "remote-slots.json").find(srv.url, prefix_hash(key, history)) is None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,14 +54,8 @@ def _start(model: str, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     with log.open("wb") as out:
         proc = subprocess.Popen([_llama_server(), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 90
-    while time.monotonic() < end and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=1.0, trust_env=False).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    if harness.wait_ready(proc, url, 90):
+        return proc, url
     stop_process(proc)
     pytest.fail(f"llama-server did not start: {log.read_text(errors='replace')[-2000:]}")
 

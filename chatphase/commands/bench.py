@@ -39,7 +39,7 @@ from chatphase.commands.bench_interference import add_interference_options
 from chatphase.commands.bench_offload import add_offload_options, run_offload
 from chatphase.commands.bench_rates import add_rate_options
 from chatphase.commands.options import add_model_options, settings_from_args
-from chatphase.commands.server_options import add_server_options, remote_bench_options
+from chatphase.commands.server_options import add_server_options, remote_bench_options, validate_bench_plan
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
@@ -208,11 +208,21 @@ HEARTBEAT_S = 30.0
 
 
 def execute(
-    args, run, total_runs: int, done_type: type, text_of, plot, cancelled, partial=None, heartbeat_s=HEARTBEAT_S
+    args,
+    run,
+    total_runs: int,
+    done_type: type,
+    text_of=None,
+    plot=None,
+    cancelled=None,
+    partial=None,
+    heartbeat_s=HEARTBEAT_S,
 ) -> int:
     """Run ``run`` (an iterable of bench events ending with a ``done_type`` event) with a progress bar on
     stderr and Ctrl+C cancelling it, then write ``text_of(done)`` (to ``--output`` or stdout) and
-    ``plot(done, path)`` for ``--plot``; exit 130 when ``cancelled(done)``, else 0.
+    ``plot(done, path)`` for ``--plot``; exit 130 when ``cancelled(done)``, else 0. By default the text is
+    ``done.result.render(args.format)`` and ``cancelled`` is ``done.result.cancelled``; ``plot`` may be ``None``
+    where ``check_outputs`` refused ``--plot``.
 
     The run goes on in a worker thread, so that Ctrl+C is seen at once even while llama.cpp evaluates a
     batch (a signal reaches Python only between two C calls of the main thread: on a software GPU one batch
@@ -225,11 +235,11 @@ def execute(
     if done is None:
         print("chatphase: stopped before any run finished: no results", file=sys.stderr)
         return 130
-    write_output(text_of(done), args.output)
-    if args.plot:
+    write_output(text_of(done) if text_of else done.result.render(args.format), args.output)
+    if args.plot and plot:
         plot(done, Path(args.plot).expanduser())
         print(f"chatphase: wrote {args.plot}", file=sys.stderr)
-    if cancelled(done):
+    if cancelled(done) if cancelled else done.result.cancelled:
         print("chatphase: cancelled; the results above are partial", file=sys.stderr)
         return 130
     return 0
@@ -270,9 +280,7 @@ def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
         reps=args.reps,
         warmup=args.warmup,
     )
-    if settings.server:  # a server's context and slots are checked after connecting
-        return validate_plan(parallel, None)
-    return validate_plan(parallel, settings.engine.n_ctx, settings.engine.n_batch)
+    return validate_bench_plan(parallel, settings)
 
 
 def follow(events, progress: _Progress, done_type: type):

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 from chatphase.bench.grid.levers import LEVERS, LeverGrid, check_values, parse_lever
-from chatphase.commands.options import count_or_auto
+from chatphase.commands.options import count_or_auto, refuse_flags
 from chatphase.engine.text import inert
-from chatphase.errors import UsageError
 
 
 def split_levers(args: argparse.Namespace) -> LeverGrid:
@@ -51,9 +50,10 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, execute)
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
-    for flag, given in (("--parallel", args.parallel), ("--server", settings.server)):
-        if given:
-            raise UsageError(f"{flag} does not combine with a lever grid (comma lists in the levers)")
+    refuse_flags(
+        (("--parallel", args.parallel), ("--server", settings.server)),
+        "does not combine with a lever grid (comma lists in the levers)",
+    )
     points, notes = grid.points()
     specs = grid.values.get("model", (None,))
     infos = {spec: read_model_info(resolve_model(spec or settings.model, settings.models_dir)) for spec in specs}
@@ -65,8 +65,5 @@ def run_grid(args: argparse.Namespace, grid: LeverGrid, settings, plan, execute)
         run,
         len(points) * plan.total_runs,
         GridDone,
-        text_of=lambda done: done.result.render(args.format),
-        plot=None,  # never called: check_outputs refused --plot for a grid
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial,
     )

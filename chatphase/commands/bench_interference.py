@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from chatphase.bench.core.contract import validate_plan
 from chatphase.bench.interference.plan import DEFAULT_CHUNKS, DEFAULT_NEWCOMER_TOKENS, InterferencePlan
-from chatphase.commands.options import settings_from_args
-from chatphase.commands.server_options import remote_bench_options
+from chatphase.commands.options import refuse_flags, settings_from_args
+from chatphase.commands.server_options import remote_bench_options, validate_bench_plan
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.resolve import resolve_model
@@ -44,13 +43,14 @@ def interference_plan(args: argparse.Namespace, settings) -> InterferencePlan:
     """
     if settings.server and args.chunks is not None:
         raise UsageError("--chunks does not apply over --server: the server's own batching (its -b) sets the chunk")
-    for flag, given in (
-        ("--parallel", args.parallel is not None),
-        ("--depths", args.depths is not None),
-        ("--gpu-layers", args.gpu_layers is not None),
-    ):
-        if given:
-            raise UsageError(f"{flag} does not apply to --interference (the local engine, one context)")
+    refuse_flags(
+        (
+            ("--parallel", args.parallel is not None),
+            ("--depths", args.depths is not None),
+            ("--gpu-layers", args.gpu_layers is not None),
+        ),
+        "does not apply to --interference (the local engine, one context)",
+    )
     lengths = args.prompt_lengths
     if lengths is not None and len(lengths) != 1:
         raise UsageError("--interference takes one --prompt-lengths value: the newcomer's prompt tokens")
@@ -62,9 +62,7 @@ def interference_plan(args: argparse.Namespace, settings) -> InterferencePlan:
         reps=args.reps,
         warmup=args.warmup,
     )
-    if settings.server:  # the server's slots and context are checked after connecting
-        return validate_plan(plan, None)
-    return validate_plan(plan, settings.engine.n_ctx, settings.engine.n_batch)
+    return validate_bench_plan(plan, settings)
 
 
 def run_interference(args: argparse.Namespace, execute) -> int:
@@ -92,8 +90,6 @@ def run_interference(args: argparse.Namespace, execute) -> int:
         run,
         plan.total_runs,
         BenchDone,
-        text_of=lambda done: done.result.render(args.format),
         plot=lambda done, path: write_interference_plot([done.result], path),
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial_done,
     )

@@ -12,7 +12,7 @@ import argparse
 
 from chatphase.bench.load.accounting import Slo
 from chatphase.bench.load.run import RatePlan
-from chatphase.commands.options import settings_from_args
+from chatphase.commands.options import refuse_flags, settings_from_args
 from chatphase.commands.server_options import remote_bench_options
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import read_model_info
@@ -83,14 +83,15 @@ def rate_plan(args: argparse.Namespace, settings) -> RatePlan:
     """
     if not settings.server:
         raise UsageError("--rates measures a served model: give --server URL (and --model naming its GGUF)")
-    for flag, given in (
-        ("--parallel", args.parallel is not None),
-        ("--depths", args.depths is not None),
-        ("--interference", args.interference is not None),
-        ("--gpu-layers", args.gpu_layers is not None),
-    ):
-        if given:
-            raise UsageError(f"{flag} does not apply to --rates")
+    refuse_flags(
+        (
+            ("--parallel", args.parallel is not None),
+            ("--depths", args.depths is not None),
+            ("--interference", args.interference is not None),
+            ("--gpu-layers", args.gpu_layers is not None),
+        ),
+        "does not apply to --rates",
+    )
     plan = RatePlan(
         rates=args.rates,
         prompt_lengths=args.prompt_lengths or (128,),
@@ -122,8 +123,5 @@ def run_rates(args: argparse.Namespace, execute) -> int:
         run,
         plan.total_runs,
         BenchDone,
-        text_of=lambda done: done.result.render(args.format),
-        plot=None,  # never called: check_outputs refused --plot for rates
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial_done,
     )

@@ -40,8 +40,5 @@ def run_spec(args: argparse.Namespace, execute) -> int:
         run,
         plan.total_runs,
         SpecDone,
-        text_of=lambda done: done.result.render(args.format),
-        plot=None,  # never called: check_outputs refused --plot for spec
-        cancelled=lambda done: done.result.cancelled,
         partial=run.partial,
     )

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 
 from chatphase.engine.local.prefix_store import clear, default_cap_bytes, list_files, store_dir
 from chatphase.engine.text import inert, json_inert
+from chatphase.sessions.store import local_minute
 from chatphase.settings.file import load_settings
 from chatphase.units import fmt_bytes
 
@@ -31,7 +32,7 @@ def register(sub) -> None:
 
 
 def _when(mtime: float) -> str:
-    return datetime.fromtimestamp(mtime).strftime("%Y-%m-%d %H:%M")
+    return local_minute(datetime.fromtimestamp(mtime, timezone.utc))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 
+from chatphase.errors import UsageError
 from chatphase.settings.schema import BY_KEY, FIELDS, Settings, with_values
 
 #: the value of an optional count flag that sets it back to automatic, over a config file or environment.
@@ -93,3 +95,14 @@ def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -
     given = [(f, getattr(args, f.key)) for f in FIELDS if f.cli_group and getattr(args, f.key, None) is not None]
     values = {f.key: None if v == AUTO and f.metadata.get("auto") else v for f, v in given}
     return with_values(base, values).validate()
+
+
+def refuse_flags(given: Iterable[tuple[str, object]], why: str) -> None:
+    """Refuse the first flag of ``given`` (``(flag, value)`` pairs) whose value is true: ``{flag} {why}``.
+
+    Raises:
+        UsageError: that one line.
+    """
+    for flag, value in given:
+        if value:
+            raise UsageError(f"{flag} {why}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import weakref
 
+from chatphase.bench.core.contract import P, validate_plan
 from chatphase.commands.options import add_setting_flags
 from chatphase.engine.base import Engine
 from chatphase.engine.factory import DEFAULT_API_KEY_ENV, check_remote_options, make_engine
@@ -100,3 +101,15 @@ def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
     # free llama.cpp's objects with the builder (or before interpreter exit), never during teardown
     weakref.finalize(builder, vocab.close)
     return {"engine_factory": lambda model_info, _config: engine_for(settings, model_info), "builder": builder}
+
+
+def validate_bench_plan(plan: P, settings: Settings) -> P:
+    """``plan`` validated before any work against ``--n-ctx`` and ``--n-batch``; over ``--server`` against neither
+    (the server's context and slots are checked after connecting).
+
+    Raises:
+        UsageError: the plan's one-line reason.
+    """
+    if settings.server:
+        return validate_plan(plan, None)
+    return validate_plan(plan, settings.engine.n_ctx, settings.engine.n_batch)

@@ -83,10 +83,15 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def local_minute(when: datetime) -> str:
+    """``YYYY-MM-DD HH:MM`` of ``when`` in the local time zone (a naive ``when`` is taken as local time)."""
+    return when.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
 def local_time(iso: str) -> str:
     """ISO 8601 (UTC) -> ``YYYY-MM-DD HH:MM`` in the local time zone; unparsable text unchanged."""
     try:
-        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+        return local_minute(datetime.fromisoformat(iso))
     except ValueError:
         return iso
 

@@ -27,7 +27,8 @@ _PARALLEL_METRICS = (
 )
 
 
-def _num(x: float | None, digits: int = 1) -> str:
+def num(x: float | None, digits: int = 1) -> str:
+    """``x`` with thousands separators and ``digits`` decimals; ``None``: a dash."""
     return DASH if x is None else f"{x:,.{digits}f}"
 
 
@@ -40,14 +41,14 @@ def mean_sd(s: Stats) -> str:
     """``"12.3 ± 0.4"`` (``"12.3"`` for one value, ``"–"`` when undefined)."""
     if s.mean is None:
         return DASH
-    return _num(s.mean) if s.sd is None else f"{_num(s.mean)} ± {_num(s.sd)}"
+    return num(s.mean) if s.sd is None else f"{num(s.mean)} ± {num(s.sd)}"
 
 
 def median_range(s: Stats) -> str:
     """``"12.2 (11.9–12.8)"``: median, then min–max."""
     if s.median is None:
         return DASH
-    return f"{_num(s.median)} ({_num(s.min)}–{_num(s.max)})"
+    return f"{num(s.median)} ({num(s.min)}–{num(s.max)})"
 
 
 def sweep_rows(cells: Sequence[CellResult], fmt=mean_sd) -> list[list[str]]:
@@ -124,10 +125,10 @@ def fit_lines(result: BenchResult) -> list[str]:
     """The least-squares fits (TTFT against prompt tokens, decode rate against depth) as sentences."""
     fits, lines = result.fits or {}, []
     if f := fits.get("ttft_ms_vs_prompt_tokens"):
-        slope, r2 = _signed(f["slope"], 3), _num(f["r2"], 3)
+        slope, r2 = _signed(f["slope"], 3), num(f["r2"], 3)
         lines.append(f"fit: TTFT ms = {f['intercept']:.1f} {slope} × prompt_tokens  (r² {r2}, n={f['n']})")
     if f := fits.get("decode_tokens_per_s_vs_depth"):
-        slope, r2 = _signed(f["slope"] * 1000, 3), _num(f["r2"], 3)
+        slope, r2 = _signed(f["slope"] * 1000, 3), num(f["r2"], 3)
         lines.append(f"fit: decode tok/s = {f['intercept']:.1f} {slope} × depth/1000  (r² {r2}, n={f['n']})")
     return lines
 

@@ -19,7 +19,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -129,8 +129,19 @@ class CellResult:
         )
 
 
+class Labelled:
+    """What names a saved result in overlays and legends: its ``label``, else its model's name."""
+
+    label: str
+    model: dict
+
+    def display_label(self) -> str:
+        """``label``, else the model name, else ``"run"``."""
+        return self.label or str(self.model.get("name") or "run")
+
+
 @dataclass
-class BenchResult:
+class BenchResult(Labelled):
     """One prompt-length and depth sweep. ``label`` names it in overlays (the model name by default)."""
 
     model: dict = field(default_factory=dict)
@@ -144,10 +155,6 @@ class BenchResult:
     label: str = ""
 
     kind = "sweep"
-
-    def display_label(self) -> str:
-        """``label``, else the model name, else ``"run"``."""
-        return self.label or str(self.model.get("name") or "run")
 
     def to_dict(self) -> dict:
         """The JSON object (``kind``, ``version``, the module docstring's keys, ``cancelled`` and ``label``)."""
@@ -173,20 +180,12 @@ class BenchResult:
         Raises:
             UsageError: when ``data`` is not a benchmark result.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-            raise UsageError('not a chatphase bench result (no "results" list)')
-        saved_version(data)
+        check_saved(data, "results", "bench")
         try:
             return cls(
-                model=dict(data.get("model") or {}),
-                settings=dict(data.get("settings") or {}),
-                system=dict(data.get("system") or {}),
+                **header_fields(data, "model", "settings", "system", "fits", "roofline"),
                 results=[CellResult.from_dict(c) for c in data["results"]],
-                fits=dict(data.get("fits") or {}),
-                roofline=dict(data.get("roofline") or {}),
                 samples=[Sample.from_dict(s) for s in data.get("samples") or []],
-                cancelled=bool(data.get("cancelled", False)),
-                label=str(data.get("label") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise malformed(exc) from None
@@ -198,6 +197,34 @@ class BenchResult:
     def to_csv(self) -> str:
         """CSV text, one row per cell, the columns :data:`CSV_COLUMNS`."""
         return cells_csv(CSV_COLUMNS, self.results)
+
+
+def check_saved(data: object, list_key: str, what: str) -> None:
+    """Check that ``data`` is a saved result holding a ``list_key`` list and a version this chatphase reads.
+
+    Raises:
+        UsageError: ``not a chatphase {what} result (no "{list_key}" list)``, or a future version.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get(list_key), list):
+        raise UsageError(f'not a chatphase {what} result (no "{list_key}" list)')
+    saved_version(data)
+
+
+def header_fields(data: dict, *dict_keys: str) -> dict:
+    """The fields every saved result shares, as keyword arguments: each of ``dict_keys`` (``"model"``,
+    ``"settings"``, ...) as a dict (absent: empty), ``cancelled`` and ``label``.
+
+    Raises:
+        TypeError, ValueError: an entry of the wrong kind (callers turn it into :func:`malformed`).
+    """
+    dicts = {key: dict(data.get(key) or {}) for key in dict_keys}
+    return {**dicts, "cancelled": bool(data.get("cancelled", False)), "label": str(data.get("label") or "")}
+
+
+def header_of(result: object, *dict_keys: str) -> dict:
+    """The saved form of the fields :func:`header_fields` reads back: ``dict_keys``, then ``cancelled`` and
+    ``label``, in that order (the order of the JSON file's keys)."""
+    return {key: getattr(result, key) for key in (*dict_keys, "cancelled", "label")}
 
 
 def malformed(exc: Exception) -> UsageError:
@@ -214,6 +241,15 @@ def cells_csv(columns: Iterable[str], cells: Iterable[CellResult] | Iterable[Par
     writer.writeheader()
     for cell in cells:
         writer.writerow(cell.csv_row())
+    return buf.getvalue()
+
+
+def rows_csv(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """CSV text, a header of ``columns`` and one line per row (its values in ``columns`` order)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
     return buf.getvalue()
 
 

@@ -21,7 +21,7 @@ from chatphase.bench.core.events import BenchNotice, BenchStatus, load_engine, s
 from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.core.report import mean_sd
+from chatphase.bench.core.report import mean_sd, num
 from chatphase.bench.core.results import CellResult
 from chatphase.bench.core.runner import Sweep, SweepPlan, SweepProgress, aggregate
 from chatphase.bench.grid.levers import PREDICTED, GridPoint, Prediction, bound_share, predict, ratio
@@ -245,8 +245,8 @@ def grid_row(
     for m in PREDICTED:
         measured, predicted = getattr(cell, m).mean, getattr(prediction, m) if prediction else None
         share = bound_share(m, measured, predicted)
-        times = "above" if share is not None and share.above else _fmt(ratio(measured, predicted), 2)
-        row += [mean_sd(getattr(cell, m)), _fmt(predicted), times]
+        times = "above" if share is not None and share.above else num(ratio(measured, predicted), 2)
+        row += [mean_sd(getattr(cell, m)), num(predicted), times]
     return [*row, DASH if kv_bytes_per_token is None else f"{kv_bytes_per_token:,}"]
 
 
@@ -327,10 +327,6 @@ def _attention_ms(c: GridCell, cells: list[GridCell]) -> float | None:
     if not deep_rate or not shallow_rate:
         return None
     return 1e3 * (1 / deep_rate - 1 / shallow_rate)
-
-
-def _fmt(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{x:,.{digits}f}"
 
 
 @dataclass(frozen=True)

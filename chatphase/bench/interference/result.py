@@ -7,18 +7,14 @@ JSON: ``{"kind": "interference", "version", "model", "settings", "system", "roof
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 
-from chatphase.bench.core.contract import saved_version, stamp
-from chatphase.bench.core.report import mean_sd, peak_lines, render_report, setup_line
-from chatphase.bench.core.results import malformed
+from chatphase.bench.core.contract import stamp
+from chatphase.bench.core.report import mean_sd, num, peak_lines, render_report, setup_line
+from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
 from chatphase.bench.interference.analysis import InterferenceSample, PolicyRow, Timeline, policy_rows
 from chatphase.bench.interference.plan import policy_name
-from chatphase.errors import UsageError
-from chatphase.units import DASH
 
 HEADERS = [
     "policy",
@@ -41,29 +37,25 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{x:,.{digits}f}"
-
-
 def row_cells(row: PolicyRow) -> list[str]:
     """A policy's table cells, in :data:`HEADERS` order."""
     return [
         policy_name(row.chunk),
         str(row.runs),
-        _num(row.itl_ms_p50),
-        _num(row.itl_ms_p99),
-        _num(row.itl_ms_max),
-        _num(row.stall_ms),
-        _num(row.stall_ratio, 2),
+        num(row.itl_ms_p50),
+        num(row.itl_ms_p99),
+        num(row.itl_ms_max),
+        num(row.stall_ms),
+        num(row.stall_ratio, 2),
         mean_sd(row.newcomer_ttft_ms),
         mean_sd(row.aggregate_decode_tokens_per_s),
-        _num(row.prompt_step_ms),
+        num(row.prompt_step_ms),
         str(row.prompt_steps),
     ]
 
 
 @dataclass
-class InterferenceResult:
+class InterferenceResult(Labelled):
     """One interference experiment (module docstring). ``label`` names it (the model by default)."""
 
     model: dict = field(default_factory=dict)
@@ -75,9 +67,6 @@ class InterferenceResult:
     samples: list[InterferenceSample] = field(default_factory=list)
 
     kind = "interference"
-
-    def display_label(self) -> str:
-        return self.label or str(self.model.get("name") or "run")
 
     def timeline(self, chunk: int | None) -> Timeline | None:
         """The swim lanes of ``chunk``'s last counted run (``None``: the whole prompt first; no such run: ``None``)."""
@@ -92,12 +81,7 @@ class InterferenceResult:
         return stamp(
             "interference",
             {
-                "model": self.model,
-                "settings": self.settings,
-                "system": self.system,
-                "roofline": self.roofline,
-                "cancelled": self.cancelled,
-                "label": self.label,
+                **header_of(self, "model", "settings", "system", "roofline"),
                 "samples": [s.to_dict() for s in self.samples],
             },
         )
@@ -109,17 +93,10 @@ class InterferenceResult:
         Raises:
             UsageError: a future version, or not an interference result.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("samples"), list):
-            raise UsageError('not a chatphase bench --interference result (no "samples" list)')
-        saved_version(data)
+        check_saved(data, "samples", "bench --interference")
         try:
             return cls(
-                model=dict(data.get("model") or {}),
-                settings=dict(data.get("settings") or {}),
-                system=dict(data.get("system") or {}),
-                roofline=dict(data.get("roofline") or {}),
-                cancelled=bool(data.get("cancelled", False)),
-                label=str(data.get("label") or ""),
+                **header_fields(data, "model", "settings", "system", "roofline"),
                 samples=[InterferenceSample.from_dict(s) for s in data["samples"]],
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -129,18 +106,15 @@ class InterferenceResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
-        for r in self.rows():
-            writer.writerow(
-                [
-                    policy_name(r.chunk), r.chunk, r.runs, r.itl_ms_p50, r.itl_ms_p99, r.itl_ms_max,
-                    r.baseline_itl_ms_p50, r.stall_ms, r.stall_ratio, r.newcomer_ttft_ms.mean, r.newcomer_ttft_ms.sd,
-                    r.aggregate_decode_tokens_per_s.mean, r.prompt_step_ms, r.prompt_steps, r.sub_batches,
-                ]
-            )  # fmt: skip
-        return out.getvalue()
+        rows = (
+            [
+                policy_name(r.chunk), r.chunk, r.runs, r.itl_ms_p50, r.itl_ms_p99, r.itl_ms_max,
+                r.baseline_itl_ms_p50, r.stall_ms, r.stall_ratio, r.newcomer_ttft_ms.mean, r.newcomer_ttft_ms.sd,
+                r.aggregate_decode_tokens_per_s.mean, r.prompt_step_ms, r.prompt_steps, r.sub_batches,
+            ]
+            for r in self.rows()
+        )  # fmt: skip
+        return rows_csv(CSV_COLUMNS, rows)
 
     def render(self, fmt: str) -> str:
         """``table``/``md``: the policies' table, then :func:`summary_lines`; ``csv``/``json``: the file forms.

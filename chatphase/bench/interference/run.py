@@ -37,6 +37,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.engine.interference import InterferenceOutcome, InterferenceRequest, StepRecord
 from chatphase.errors import EngineError
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.units import DASH
 
 #: the least time between two :class:`LaneUpdate` s of one run (seconds).
 LANE_UPDATE_S = 0.25
@@ -69,8 +70,8 @@ class InterferenceProgress:
         s = self.sample
         p50, p99, top = s.itl_ms
         rep = f"warm-up {s.rep + 1}" if s.warmup else f"rep {s.rep + 1}"
-        ttft = "–" if s.newcomer_ttft_ms is None else f"{s.newcomer_ttft_ms:.0f} ms"
-        itl = "–" if top is None else f"{p50:.1f}/{p99:.1f}/{top:.1f} ms"
+        ttft = DASH if s.newcomer_ttft_ms is None else f"{s.newcomer_ttft_ms:.0f} ms"
+        itl = DASH if top is None else f"{p50:.1f}/{p99:.1f}/{top:.1f} ms"
         return f"{policy_name(s.chunk)} {rep}", f"ITL p50/p99/max {itl}, newcomer TTFT {ttft}"
 
 

@@ -6,17 +6,13 @@ JSON: ``{"kind": "rates", "version", "model", "settings", "cancelled", "label", 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 
-from chatphase.bench.core.contract import saved_version, stamp
-from chatphase.bench.core.report import render_report
-from chatphase.bench.core.results import malformed
+from chatphase.bench.core.contract import stamp
+from chatphase.bench.core.report import num, render_report
+from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
 from chatphase.bench.load.accounting import RateSummary, RequestRecord
-from chatphase.errors import UsageError
-from chatphase.units import DASH
 
 HEADERS = [
     "rate/s",
@@ -39,12 +35,8 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{x:,.{digits}f}"
-
-
 def _three(values: list[float | None]) -> str:
-    return "/".join(_num(v, 0) for v in values)
+    return "/".join(num(v, 0) for v in values)
 
 
 def row_cells(s: RateSummary) -> list[str]:
@@ -57,15 +49,15 @@ def row_cells(s: RateSummary) -> list[str]:
         str(s.failed + s.cut),
         _three(s.ttft_ms),
         _three(s.itl_ms),
-        _num(s.tpot_ms[0]),
-        _num(s.output_tokens_per_s),
-        _num(s.requests_per_s, 2),
-        _num(s.goodput_requests_per_s, 2),
+        num(s.tpot_ms[0]),
+        num(s.output_tokens_per_s),
+        num(s.requests_per_s, 2),
+        num(s.goodput_requests_per_s, 2),
     ]
 
 
 @dataclass
-class RateResult:
+class RateResult(Labelled):
     """A rate sweep (module docstring)."""
 
     model: dict = field(default_factory=dict)
@@ -77,17 +69,11 @@ class RateResult:
 
     kind = "rates"
 
-    def display_label(self) -> str:
-        return self.label or str(self.model.get("name") or "run")
-
     def to_dict(self) -> dict:
         return stamp(
             "rates",
             {
-                "model": self.model,
-                "settings": self.settings,
-                "cancelled": self.cancelled,
-                "label": self.label,
+                **header_of(self, "model", "settings"),
                 "summaries": [s.to_dict() for s in self.summaries],
                 "records": [[r.to_dict() for r in rate] for rate in self.records],
             },
@@ -100,15 +86,10 @@ class RateResult:
         Raises:
             UsageError: a future version, or not a rate sweep's result.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("summaries"), list):
-            raise UsageError('not a chatphase bench --rates result (no "summaries" list)')
-        saved_version(data)
+        check_saved(data, "summaries", "bench --rates")
         try:
             return cls(
-                model=dict(data.get("model") or {}),
-                settings=dict(data.get("settings") or {}),
-                cancelled=bool(data.get("cancelled", False)),
-                label=str(data.get("label") or ""),
+                **header_fields(data, "model", "settings"),
                 summaries=[RateSummary(**s) for s in data["summaries"]],
                 records=[[RequestRecord.from_dict(r) for r in rate] for rate in data.get("records") or []],
             )
@@ -119,15 +100,12 @@ class RateResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
-        for s in self.summaries:
-            writer.writerow(
-                [s.rate, s.sent, s.completed, s.over_capacity, s.queued, s.failed, s.cut, *s.ttft_ms, *s.itl_ms,
-                 *s.tpot_ms, s.output_tokens_per_s, s.requests_per_s, s.goodput_requests_per_s]
-            )  # fmt: skip
-        return out.getvalue()
+        rows = (
+            [s.rate, s.sent, s.completed, s.over_capacity, s.queued, s.failed, s.cut, *s.ttft_ms, *s.itl_ms,
+             *s.tpot_ms, s.output_tokens_per_s, s.requests_per_s, s.goodput_requests_per_s]
+            for s in self.summaries
+        )  # fmt: skip
+        return rows_csv(CSV_COLUMNS, rows)
 
     def render(self, fmt: str) -> str:
         """``table``/``md``: one row per rate, then how it was measured; ``csv``/``json``: the file forms.

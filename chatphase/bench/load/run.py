@@ -33,6 +33,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.errors import UsageError
+from chatphase.units import DASH
 
 #: the most rates, requests per rate and engines (connections) one run takes.
 MAX_RATES, MAX_REQUESTS, MAX_CONCURRENCY = 16, 1000, 256
@@ -102,7 +103,7 @@ class RateProgress:
 
     def line(self) -> tuple[str, str]:
         s = self.summary
-        ttft = "–" if s.ttft_ms[0] is None else f"{s.ttft_ms[0]:.0f}/{s.ttft_ms[2]:.0f} ms"
+        ttft = DASH if s.ttft_ms[0] is None else f"{s.ttft_ms[0]:.0f}/{s.ttft_ms[2]:.0f} ms"
         return (
             f"rate {s.rate:g}/s",
             f"{s.completed}/{s.sent} done, TTFT p50/p99 {ttft}, {s.over_capacity} over capacity",

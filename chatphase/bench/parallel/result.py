@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from chatphase.bench.core.contract import saved_version, stamp
+from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
 from chatphase.bench.core.report import (
     mean_sd,
@@ -25,12 +25,11 @@ from chatphase.bench.core.report import (
     render_report,
     setup_line,
 )
-from chatphase.bench.core.results import cells_csv, malformed
-from chatphase.errors import UsageError
+from chatphase.bench.core.results import Labelled, cells_csv, check_saved, header_fields, header_of, malformed
 
 
 @dataclass
-class ParallelResult:
+class ParallelResult(Labelled):
     """One parallel-decode sweep: ``parallel`` (its cells), ``parallel_samples`` (its repetitions) and the per-N
     roofline, with the model, settings and system facts every result records. ``label`` names it in overlays
     (the model name by default)."""
@@ -46,21 +45,12 @@ class ParallelResult:
 
     kind = "parallel"
 
-    def display_label(self) -> str:
-        """``label``, else the model name, else ``"run"``."""
-        return self.label or str(self.model.get("name") or "run")
-
     def to_dict(self) -> dict:
         """The JSON object (see the module docstring)."""
         return stamp(
             "parallel",
             {
-                "model": self.model,
-                "settings": self.settings,
-                "system": self.system,
-                "roofline": self.roofline,
-                "cancelled": self.cancelled,
-                "label": self.label,
+                **header_of(self, "model", "settings", "system", "roofline"),
                 "parallel": [c.to_dict() for c in self.parallel],
                 "parallel_samples": [s.to_dict() for s in self.parallel_samples],
                 "results": [],  # no sweep cells: an older chatphase reads the file (see the module docstring)
@@ -74,17 +64,10 @@ class ParallelResult:
         Raises:
             UsageError: a future version, or not a parallel sweep's result.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("parallel"), list):
-            raise UsageError('not a chatphase bench --parallel result (no "parallel" list)')
-        saved_version(data)
+        check_saved(data, "parallel", "bench --parallel")
         try:
             return cls(
-                model=dict(data.get("model") or {}),
-                settings=dict(data.get("settings") or {}),
-                system=dict(data.get("system") or {}),
-                roofline=dict(data.get("roofline") or {}),
-                cancelled=bool(data.get("cancelled", False)),
-                label=str(data.get("label") or ""),
+                **header_fields(data, "model", "settings", "system", "roofline"),
                 parallel=[ParallelCell.from_dict(c) for c in data["parallel"]],
                 parallel_samples=[ParallelSample.from_dict(s) for s in data.get("parallel_samples") or []],
             )
