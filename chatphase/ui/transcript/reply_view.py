@@ -44,9 +44,11 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.folded_reply import FoldedReply
+from chatphase.ui.transcript.folded_turn import FoldedTurn
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.transcript.reply_markdown import CODE_THEMES, FinishedReply, MarkdownSegment
 from chatphase.ui.transcript.reply_tail import tinted_tail, wrapped_lines
+from chatphase.ui.transcript.user_message import UserMessage
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
@@ -97,6 +99,8 @@ class ReplyView(Widget):
     }
     /* a folded reply (fold) draws its Markdown and footer itself, as the widgets above did */
     ReplyView.-folded { height: auto; padding: 0 1; }
+    /* a folded reply that draws its user message too (folded_turn): its padding is drawn with its text */
+    ReplyView.-turn { height: auto; padding: 0; }
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class ReplyView(Widget):
         self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
         self.finished = turn is None
         self.folded = False
+        self.user: str | None = None  # the user message this folded reply draws above it (fold), if any
         self.meta = "prefill…" if not self.finished else ""  # the footer's text
         self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
         self.drafted: list[tuple[int, int]] = []  # spans of ``text`` from accepted draft tokens, not committed
@@ -154,6 +159,8 @@ class ReplyView(Widget):
 
     def render(self):
         if self.folded and not self.children:
+            if self.user is not None:
+                return self.turn_drawing(self.user)
             return self.drawing()
         return super().render()
 
@@ -161,6 +168,15 @@ class ReplyView(Widget):
         """The folded reply as it is drawn (by this view, or by the :class:`FoldedReply` under a thinking block)."""
         theme = CODE_THEMES[self.app.current_theme.dark]
         return FinishedReply(self.text, self.meta, theme, self._log_style("reply--meta"))
+
+    def turn_drawing(self, user: str) -> FoldedTurn:
+        """The folded reply under the user message ``user``, as this view draws them (:meth:`fold`)."""
+        log = self.parent
+        assert isinstance(log, Widget)  # drawn only while in the chat log
+        inner = Style(bgcolor=log.get_component_rich_style("user--message").bgcolor)
+        border = Style(color=log.get_component_rich_style("user--border").color, bgcolor=inner.bgcolor)
+        message = log.get_visual_style("user--message")
+        return FoldedTurn(self, user, message, inner, border, self.drawing())
 
     def _log_style(self, component: str) -> Style:
         """A component style of the chat log this reply is in (``ChatLog.COMPONENT_CLASSES``; there, not on
@@ -171,29 +187,49 @@ class ReplyView(Widget):
             return log.get_component_rich_style(component)
         return Style.null()
 
-    def fold(self) -> None:
+    def fold(self, user: UserMessage | None = None) -> bool:
         """Draw a finished reply as one widget (see the class docstring): it reads the same, and is
         rebuilt from :attr:`text` and :attr:`meta` at each resize or theme change. Nothing when it is
-        not finished or already folded; the streaming widgets go at the next message cycle."""
+        not finished or already folded; the streaming widgets go at the next message cycle.
+
+        ``user``: the message above the reply, which it then draws too and removes (an old turn as one
+        widget, :mod:`~chatphase.ui.transcript.folded_turn`) — only for a mounted reply without a block
+        above its text (a thinking block, a synthetic label). Returns whether it took ``user`` (the caller
+        counts it as removed)."""
         if not self.finished or self.folded:
-            return
+            return False
         self.folded = True
         streamed = [w for w in self.children if w not in self._above]
         self._segments, self._tail, self._meta = [], None, None  # freed with the widgets
+        if user is not None and (self._above or not streamed):
+            user = None
         if streamed:
-            self.call_later(self._drop, streamed)
+            self.user = None if user is None else user.text
+            self.call_later(self._drop, streamed, user)
         else:  # not mounted yet (compose yields nothing), or nothing left
             self.set_class(not self._above, "-folded")
+        return user is not None
 
-    async def _drop(self, streamed: list[Widget]) -> None:
+    def forget_user(self) -> None:
+        """Stop drawing the user message above the folded reply (it was removed from the chat)."""
+        if self.user is not None:
+            self.user = None
+            self.set_class(False, "-turn")
+            self.set_class(self.folded and not self._above, "-folded")
+            self.refresh(layout=True)
+
+    async def _drop(self, streamed: list[Widget], user: UserMessage | None = None) -> None:
         with self.app.batch_update():  # no frame between the widgets and their drawing
             if self._above:
                 await self.mount(FoldedReply(self), after=self._above[-1])
             await self.remove_children(streamed)
+            if user is not None:
+                await user.remove()
             # What Textual cached of the removed children would keep them alive, as a leaf never asks again:
             self._clear_arrangement_cache()  # their placements
             _ = self.displayed_children  # their list (kept by the child list until next asked)
-            self.set_class(not self._above, "-folded")
+            self.set_class(not self._above and self.user is None, "-folded")
+            self.set_class(self.user is not None, "-turn")
             self.refresh(layout=True)
 
     def redraw(self) -> None:
