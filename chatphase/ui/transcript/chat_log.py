@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from chatphase.chat.turn import Turn
+from chatphase.ui.styles_cache_fix import release_removed_styles_caches
 from chatphase.ui.transcript.folded_turn import USER_BACKGROUND, USER_BORDER_COLOR
 from chatphase.ui.transcript.notice import Notice
 from chatphase.ui.transcript.reply_markdown import MarkdownSegment
@@ -114,7 +115,9 @@ class ChatLog(VerticalScroll):
 
         ``Widget.refresh`` frees the styles cache's lines and marks the widget dirty, so it renders again
         when next drawn; the rendered content lines it keeps until then (``Widget._render_cache``, no public
-        way to free them in Textual 8), so they are emptied here in place."""
+        way to free them in Textual 8), so they are emptied here in place. The drawn lines of the widgets
+        removed since the last turn are let go of too (:func:`release_removed_styles_caches`)."""
+        release_removed_styles_caches()
         window = self.region
         for entry in self.children:
             if entry.region.overlaps(window):
