@@ -17,11 +17,11 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from chatphase.chat.turn import Turn
-from chatphase.ui.styles_cache_fix import release_removed_styles_caches
 from chatphase.ui.transcript.folded_turn import USER_BACKGROUND, USER_BORDER_COLOR
 from chatphase.ui.transcript.notice import Notice
 from chatphase.ui.transcript.reply_markdown import MarkdownSegment
 from chatphase.ui.transcript.reply_view import ReplyView
+from chatphase.ui.transcript.styles_cache_fix import release_removed_styles_caches
 from chatphase.ui.transcript.user_message import UserMessage
 
 

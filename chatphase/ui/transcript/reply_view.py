@@ -24,8 +24,8 @@ visibly at ``FLUSH_HZ``:
 
 Once a newer reply starts, a finished one is *folded* (:meth:`ReplyView.fold`): its segment, tail and
 footer widgets go, and it draws its whole text and footer itself, as one renderable rebuilt at each
-resize or theme change, so an old turn costs the UI two widgets (its message and its reply) however
-long the chat (``benchmarks/ui_memory.py`` measures it).
+resize or theme change, with the user message above it (:mod:`~chatphase.ui.transcript.folded_turn`),
+so an old turn costs the UI one widget however long the chat (``benchmarks/ui_memory.py`` measures it).
 
 The tail tints the text of accepted draft tokens (speculative decoding;
 :mod:`chatphase.ui.transcript.reply_tail`); the Markdown does not.
@@ -67,8 +67,9 @@ class ReplyView(Widget):
     A finished reply that is no longer the newest is *folded* (:meth:`fold`): its segments, tail and
     footer widgets go, and it draws its text and footer itself, as one widget (a turn with thinking keeps
     its block, above one :class:`FoldedReply`). Every widget costs the UI process some 20–40 KiB (its
-    styles, message queue and task, its place in the compositor's map, its rendered lines), so a chat's
-    old turns cost two widgets each (the user's message and this one) instead of five.
+    styles, message queue and task, its place in the compositor's map, its rendered lines), so it draws
+    the user's message above it too (``fold(user)``): a chat's old turns cost one widget each instead of
+    five (a turn with thinking or a synthetic model's label: its message, this one and the block).
     """
 
     DEFAULT_CSS = """
