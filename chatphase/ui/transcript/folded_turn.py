@@ -13,6 +13,7 @@ Textual, as the ``Static`` drew it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.segment import Segment
@@ -64,6 +65,8 @@ class FoldedTurn(Visual):
     def _user_strips(self, width: int, options: RenderOptions) -> list[Strip]:
         """The message's lines, ``width`` cells each (margin, border, padding, text, padding)."""
         text_width = max(1, width - USER_MARGIN_LEFT - len(USER_BORDER) - 2 * USER_PADDING)
+        # no selection drawn: its offsets are the reply's, not the message's (an old turn's text is not selectable)
+        options = replace(options, selection=None)
         strips = Content(inert(self.user)).render_strips(text_width, None, self.message_style, options)
         margin = Segment(" " * USER_MARGIN_LEFT, self._blank)
         border = Segment(USER_BORDER, self.border)
