@@ -281,3 +281,27 @@ async def test_removed_widgets_drawn_lines_are_let_go_of():
         orphans = [o for o in gc.get_objects() if isinstance(o, StylesCache) and id(o) not in owned]
         # those of the widgets removed since the newest turn started (its user message's fold) may be left
         assert sum(1 for o in orphans if o._cache) <= 4
+
+
+async def test_an_old_turns_message_is_styled_as_a_message_widget_in_each_theme():
+    """The message an old turn draws has the looks of a ``UserMessage`` (its border, background and text
+    styles, cell for cell), in the dark theme and after a switch to a light one."""
+
+    def first_line(widget: Widget) -> list:
+        return [(s.text, s.style) for s in widget.render_lines(Region(0, 0, *widget.outer_size))[0]]
+
+    app, _ = make_app(replies=["ok"])
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "same words")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await send(pilot, "same words")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        await pilot.pause(0.2)
+        old, live = app.query_one(ReplyView), app.query_one(UserMessage)
+        assert old.user == "same words"
+        for theme in ("textual-dark", "textual-light"):
+            app.theme = theme
+            await pilot.pause(0.3)
+            drawn = first_line(old)  # its left margin, then the message as the widget draws it
+            assert drawn[0][0] == " " * live.styles.margin.left and drawn[1:] == first_line(live)
