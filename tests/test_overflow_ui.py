@@ -6,6 +6,7 @@ from ui_support import idle, make_app, notifications, send, wait_for
 
 from chatphase.settings.schema import Settings
 from chatphase.ui.transcript.chat_log import ChatLog
+from chatphase.ui.transcript.folded_turn import USER_BORDER, USER_BORDER_LEFT_OUT
 from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.ui.transcript.user_message import UserMessage
 
@@ -18,13 +19,18 @@ async def test_turns_left_out_of_the_context_are_marked_until_a_new_chat():
             await send(pilot, f"message number {i} with words")
             await wait_for(pilot, lambda n=2 * (i + 1): len(app.chat.conversation) == n and idle(app))
         log = app.query_one(ChatLog)
-        users = list(log.query_children(UserMessage))
         replies = list(log.query_children(ReplyView))
         n_out = sum(m.role == "user" for m in app.chat.conversation[: app.chat.history.left_out])
-        assert 0 < n_out < len(users)
-        assert [u.has_class("left-out") for u in users] == [i < n_out for i in range(len(users))]
+        assert 0 < n_out < len(log.user_texts())
         assert [r.has_class("left-out") for r in replies] == [i < n_out for i in range(len(replies))]
-        assert "no longer sees" in str(users[0].tooltip)
+        assert "no longer sees" in str(replies[0].tooltip)
+        # an old turn is one widget: its reply draws the message, with the dashed bar of a left-out turn
+        old = [r for r in replies if r.user is not None]
+        assert old and [r.turn_drawing(r.user).bar for r in old] == [
+            USER_BORDER_LEFT_OUT if r.has_class("left-out") else USER_BORDER for r in old
+        ]
+        users = list(log.query_children(UserMessage))  # the newest message is still a widget of its own
+        assert users and not any(u.has_class("left-out") for u in users)
         assert any("leaves out the oldest" in n for n in notifications(app))
         app.chat.new_chat()
         await pilot.pause()

@@ -15,6 +15,7 @@ from chatphase.ui.actions import ACTIONS
 from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.screens.modals import HelpScreen, LogScreen, from_engine_start
+from chatphase.ui.transcript.chat_log import ChatLog
 from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.ui.transcript.user_message import UserMessage
 from chatphase.units import fmt_ms, fmt_rate
@@ -217,11 +218,37 @@ async def test_edit_last_message_and_resend():
         await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         await pilot.press("ctrl+o")
         await wait_for(pilot, lambda: app.query_one(PromptInput).text == "two")
-        assert len(app.chat.conversation) == 2 and len(app.query(UserMessage)) == 1
+        assert len(app.chat.conversation) == 2 and app.query_one(ChatLog).user_texts() == ["one"]
         await pilot.press("end", *" three", "enter")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         assert app.chat.conversation[2].content == "two three"
         assert app.dashboard.turns[3].cached_tokens > 0
+        assert app.query_one(ChatLog).user_texts() == ["one", "two three"]
+
+
+async def test_edit_after_a_failed_turn_takes_back_the_message_an_old_turn_drew():
+    """Turn 3 fails before any reply text: its views go, and the newest reply left (turn 2's) was folded
+    with its user message into one widget as turn 3 started. An edit then takes turn 2 back: its
+    message comes back to the prompt and leaves the log; turn 1 keeps its own."""
+    app, engines = make_app(crash_at="prefill", crash_turn=3, first_only=True)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for i, text in enumerate(("one", "two"), start=1):
+            await send(pilot, text)
+            await wait_for(pilot, lambda i=i: len(app.chat.conversation) == 2 * i and idle(app))
+        await send(pilot, "three")
+        await wait_for(pilot, lambda: badge(app) == "ENGINE STOPPED" and not app.chat.busy)
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
+        log = app.query_one(ChatLog)
+        await pilot.pause(0.2)
+        assert log.user_texts() == ["one", "two"] and not app.query(UserMessage)  # both drawn by their replies
+        app.query_one(PromptInput).clear()
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.query_one(PromptInput).text == "two")
+        await pilot.pause(0.2)
+        assert len(app.chat.conversation) == 2 and log.user_texts() == ["one"]
+        assert len(log.query_children(ReplyView)) == 1
 
 
 async def test_new_chat_and_clear():

@@ -41,6 +41,30 @@ async def test_file_command_attaches_and_the_next_message_carries_it_as_one_line
         assert "alpha beta gamma delta" in str(message.render()) and "▾ 📎" in str(message.render())
 
 
+async def test_an_old_turn_with_files_keeps_its_message_a_widget_whose_files_still_open(tmp_path):
+    """An old turn is drawn as one widget (its reply draws the message) unless its message has files: their
+    lines stay a widget that opens and folds them."""
+    from chatphase.ui.transcript.chat_log import ChatLog
+
+    f = tmp_path / "notes.txt"
+    f.write_text("alpha beta gamma delta\n")
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f"/file {f}")
+        await wait_for(pilot, lambda: "📎 " in line(app))
+        await send(pilot, "Summarise it.")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        for i, text in enumerate(("Thanks.", "Again.")):
+            await send(pilot, text)
+            await wait_for(pilot, lambda n=4 + 2 * i: len(app.chat.conversation) == n and idle(app))
+        messages = list(app.query_one(ChatLog).query_children(UserMessage))
+        assert [m.own for m in messages] == ["Summarise it.", "Again."]  # "Thanks." is drawn by its old turn
+        messages[0].focus()
+        await pilot.press("enter")
+        assert "alpha beta gamma delta" in str(messages[0].render())
+
+
 async def test_an_at_path_goes_with_the_message_and_a_bare_at_word_is_text(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")

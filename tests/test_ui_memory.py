@@ -1,5 +1,6 @@
 """What an old turn costs the UI: a finished reply is folded into one widget once a newer one starts
-(``ReplyView.fold``), the widgets it streamed into are freed, and it reads as it did. Counts, not timings
+(``ReplyView.fold``), which draws the user message above it too (``folded_turn``), the widgets it
+streamed into are freed, and it reads as it did. Counts, not timings
 or RSS (``benchmarks/ui_memory.py`` measures the memory)."""
 
 from __future__ import annotations
@@ -52,18 +53,23 @@ def stray(cls: type) -> list:
     return [o for o in gc.get_objects() if isinstance(o, cls) and not o.is_attached]
 
 
-async def test_finished_turns_cost_two_widgets_each_and_their_streaming_widgets_are_freed():
+async def test_finished_turns_cost_one_widget_each_and_their_streaming_widgets_are_freed():
     app, _ = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         await turns(pilot, 12)
         log = app.query_one(ChatLog)
         views = list(log.query_children(ReplyView))
-        assert len(views) == 12 and len(log.query_children(UserMessage)) == 12
-        assert all(v.folded and not v.children for v in views[:-1])
+        assert len(views) == 12 and len(log.query_children(UserMessage)) == 1  # the newest turn's
+        assert all(v.folded and not v.children and v.user == f"question {i}" for i, v in enumerate(views[:-1], 1))
+        assert log.user_texts() == [f"question {i}" for i in range(1, 13)]
         assert not views[-1].folded and views[-1].query(MarkdownSegment)  # the newest reply keeps its widgets
-        # every old turn: its message and its reply; the newest reply: its segment, tail and footer too
-        assert len(list(log.walk_children())) == 2 * 12 + 3
+        # every old turn: its reply (which draws its message); the newest: its message, its reply and the
+        # reply's segment, tail and footer
+        assert len(list(log.walk_children())) == 11 + 2 + 3
+        # the user messages the old turns took in are freed (the newest of them may be held by a one-entry
+        # cache of Textual's, the chat log's last list of its children, until that is asked again)
+        assert [u.text for u in stray(UserMessage)] in ([], ["question 11"])
         # none of the widgets the folded replies streamed into is still alive (a theme watch, a cached
         # arrangement or child list of the reply kept each of them until now)
         assert not stray(MarkdownSegment) and not [w for w in stray(Widget) if "reply-meta" in w.classes]
@@ -75,13 +81,17 @@ async def test_a_folded_reply_reads_as_it_did_and_keeps_its_footer():
         await wait_for(pilot, lambda: idle(app))
         await turns(pilot, 1)
         first = app.query_one(ReplyView)
+        message = app.query_one(UserMessage)
         before = reply_lines(first)
         assert first.meta.startswith("TTFT ") and before[-1].strip() == first.meta
+        # the message as its widget drew it, in its left margin; then the reply's top margin
+        asked = [(" " * message.styles.margin.left + line).rstrip() for line in lines(message)] + [""]
         await turns(pilot, 1, start=1)
-        assert first.folded and not first.children and lines(first) == before
+        assert first.folded and not first.children and first.user == "question 1"
+        assert lines(first) == asked + before
         first.set_meta("cancelled turn")  # a footer set after the fold is drawn
         await pilot.pause()
-        assert lines(first)[-1].strip() == "cancelled turn" and lines(first)[:-1] == before[:-1]
+        assert lines(first)[-1].strip() == "cancelled turn" and lines(first)[:-1] == asked + before[:-1]
         await pilot.resize_terminal(70, 40)  # drawn again from its text at the new width
         await pilot.pause(0.2)
         assert first.size.width < 100 and "Reply 1: you said" in "\n".join(lines(first))
@@ -236,13 +246,13 @@ async def test_old_turns_out_of_view_keep_no_drawn_lines_and_redraw_when_scrolle
     app, _ = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: idle(app))
-        await turns(pilot, 1)
+        await turns(pilot, 2)
         first = app.query_one(ReplyView)
-        before = reply_lines(first)
-        await turns(pilot, 10, start=1)
+        before = lines(first)  # folded, with its message
+        await turns(pilot, 9, start=2)
         log = app.query_one(ChatLog)
         hidden = [e for e in log.children if not e.region.overlaps(log.region)]
-        assert len(hidden) >= 10 and first in hidden
+        assert len(hidden) >= 6 and first in hidden  # an old turn is one entry
         # those the newest turn pushed out of view keep theirs until the next turn starts
         held = [
             w
@@ -254,3 +264,44 @@ async def test_old_turns_out_of_view_keep_no_drawn_lines_and_redraw_when_scrolle
         log.scroll_home(animate=False)
         await pilot.pause(0.2)
         assert first.region.overlaps(log.region) and lines(first) == before
+
+
+async def test_removed_widgets_drawn_lines_are_let_go_of():
+    """Textual 8's ``StylesCache.get_inner_outer`` (an ``lru_cache`` on a method) keeps every widget's styles
+    cache, with its drawn lines, after the widget is gone: the chat log empties it once a turn
+    (``chatphase.ui.transcript.styles_cache_fix``), so no styles cache of a removed widget keeps lines."""
+    from textual._styles_cache import StylesCache  # Textual's: no public view of it
+
+    app, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await turns(pilot, 6)
+        gc.collect()
+        owned = {id(o._styles_cache) for o in gc.get_objects() if isinstance(o, Widget)}
+        orphans = [o for o in gc.get_objects() if isinstance(o, StylesCache) and id(o) not in owned]
+        # those of the widgets removed since the newest turn started (its user message's fold) may be left
+        assert sum(1 for o in orphans if o._cache) <= 4
+
+
+async def test_an_old_turns_message_is_styled_as_a_message_widget_in_each_theme():
+    """The message an old turn draws has the looks of a ``UserMessage`` (its border, background and text
+    styles, cell for cell), in the dark theme and after a switch to a light one."""
+
+    def first_line(widget: Widget) -> list:
+        return [(s.text, s.style) for s in widget.render_lines(Region(0, 0, *widget.outer_size))[0]]
+
+    app, _ = make_app(replies=["ok"])
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "same words")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await send(pilot, "same words")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        await pilot.pause(0.2)
+        old, live = app.query_one(ReplyView), app.query_one(UserMessage)
+        assert old.user == "same words"
+        for theme in ("textual-dark", "textual-light"):
+            app.theme = theme
+            await pilot.pause(0.3)
+            drawn = first_line(old)  # its left margin, then the message as the widget draws it
+            assert drawn[0][0] == " " * live.styles.margin.left and drawn[1:] == first_line(live)

@@ -437,4 +437,6 @@ async def test_a_code_reply_without_fences_keeps_its_lines_on_screen_folded_and_
         await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
         await pilot.pause()
         assert view.folded
-        assert drawn_lines(view)[: len(expected)] == expected
+        asked, blank, *answer = drawn_lines(view)  # an old turn draws its message above its reply
+        assert asked.strip() == "▎ write area() in python" and not blank.strip()
+        assert [line[1:] for line in answer[: len(expected)]] == expected  # inside the reply's padding (1 cell)

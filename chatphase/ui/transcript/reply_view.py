@@ -24,8 +24,8 @@ visibly at ``FLUSH_HZ``:
 
 Once a newer reply starts, a finished one is *folded* (:meth:`ReplyView.fold`): its segment, tail and
 footer widgets go, and it draws its whole text and footer itself, as one renderable rebuilt at each
-resize or theme change, so an old turn costs the UI two widgets (its message and its reply) however
-long the chat (``benchmarks/ui_memory.py`` measures it).
+resize or theme change, with the user message above it (:mod:`~chatphase.ui.transcript.folded_turn`),
+so an old turn costs the UI one widget however long the chat (``benchmarks/ui_memory.py`` measures it).
 
 The tail tints the text of accepted draft tokens (speculative decoding;
 :mod:`chatphase.ui.transcript.reply_tail`); the Markdown does not.
@@ -45,9 +45,11 @@ from chatphase.engine.overflow import overflow_cost
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.folded_reply import FoldedReply
+from chatphase.ui.transcript.folded_turn import USER_BORDER, USER_BORDER_LEFT_OUT, FoldedTurn
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
 from chatphase.ui.transcript.reply_markdown import CODE_THEMES, FinishedReply, MarkdownSegment
 from chatphase.ui.transcript.reply_tail import tinted_tail, wrapped_lines
+from chatphase.ui.transcript.user_message import UserMessage
 from chatphase.units import fmt_int, fmt_ms, fmt_rate
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
@@ -66,8 +68,9 @@ class ReplyView(Widget):
     A finished reply that is no longer the newest is *folded* (:meth:`fold`): its segments, tail and
     footer widgets go, and it draws its text and footer itself, as one widget (a turn with thinking keeps
     its block, above one :class:`FoldedReply`). Every widget costs the UI process some 20–40 KiB (its
-    styles, message queue and task, its place in the compositor's map, its rendered lines), so a chat's
-    old turns cost two widgets each (the user's message and this one) instead of five.
+    styles, message queue and task, its place in the compositor's map, its rendered lines), so it draws
+    the user's message above it too (``fold(user)``): a chat's old turns cost one widget each instead of
+    five (a turn with thinking or a synthetic model's label: its message, this one and the block).
     """
 
     DEFAULT_CSS = """
@@ -98,6 +101,8 @@ class ReplyView(Widget):
     }
     /* a folded reply (fold) draws its Markdown and footer itself, as the widgets above did */
     ReplyView.-folded { height: auto; padding: 0 1; }
+    /* a folded reply that draws its user message too (folded_turn): its padding is drawn with its text */
+    ReplyView.-turn { height: auto; padding: 0; }
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class ReplyView(Widget):
         self._boundary = len(text)  # end of the last whole Markdown block of ``text`` (a block boundary)
         self.finished = turn is None
         self.folded = False
+        self.user: str | None = None  # the user message this folded reply draws above it (fold), if any
         self.meta = "prefill…" if not self.finished else ""  # the footer's text
         self._above: list[Widget] = []  # mounted by :meth:`add_above` (a thinking block)
         self.drafted: list[tuple[int, int]] = []  # spans of ``text`` from accepted draft tokens, not committed
@@ -155,6 +161,8 @@ class ReplyView(Widget):
 
     def render(self):
         if self.folded and not self.children:
+            if self.user is not None:
+                return self.turn_drawing(self.user)
             return self.drawing()
         return super().render()
 
@@ -162,6 +170,20 @@ class ReplyView(Widget):
         """The folded reply as it is drawn (by this view, or by the :class:`FoldedReply` under a thinking block)."""
         theme = CODE_THEMES[self.app.current_theme.dark]
         return FinishedReply(self.text, self.meta, theme, self._log_style("reply--meta"))
+
+    def turn_drawing(self, user: str) -> FoldedTurn:
+        """The folded reply under the user message ``user``, as this view draws them (:meth:`fold`)."""
+        log = self.parent
+        assert isinstance(log, Widget)  # drawn only while in the chat log
+        left_out = self.has_class("left-out")  # the model no longer sees this turn (an overflow)
+        text = "user--left-out" if left_out else "user--message"
+        inner = Style(bgcolor=log.get_component_rich_style(text).bgcolor)
+        border = Style(
+            color=log.get_component_rich_style(text if left_out else "user--border").color, bgcolor=inner.bgcolor
+        )
+        message = log.get_visual_style(text)
+        bar = USER_BORDER_LEFT_OUT if left_out else USER_BORDER
+        return FoldedTurn(self, user, message, inner, border, self.drawing(), bar)
 
     def _log_style(self, component: str) -> Style:
         """A component style of the chat log this reply is in (``ChatLog.COMPONENT_CLASSES``; there, not on
@@ -172,29 +194,49 @@ class ReplyView(Widget):
             return log.get_component_rich_style(component)
         return Style.null()
 
-    def fold(self) -> None:
+    def fold(self, user: UserMessage | None = None) -> bool:
         """Draw a finished reply as one widget (see the class docstring): it reads the same, and is
         rebuilt from :attr:`text` and :attr:`meta` at each resize or theme change. Nothing when it is
-        not finished or already folded; the streaming widgets go at the next message cycle."""
+        not finished or already folded; the streaming widgets go at the next message cycle.
+
+        ``user``: the message above the reply, which it then draws too and removes (an old turn as one
+        widget, :mod:`~chatphase.ui.transcript.folded_turn`) — only for a mounted reply without a block
+        above its text (a thinking block, a synthetic label). Returns whether it took ``user`` (the caller
+        counts it as removed)."""
         if not self.finished or self.folded:
-            return
+            return False
         self.folded = True
         streamed = [w for w in self.children if w not in self._above]
         self._segments, self._tail, self._meta = [], None, None  # freed with the widgets
+        if user is not None and (self._above or not streamed):
+            user = None
         if streamed:
-            self.call_later(self._drop, streamed)
+            self.user = None if user is None else user.text
+            self.call_later(self._drop, streamed, user)
         else:  # not mounted yet (compose yields nothing), or nothing left
             self.set_class(not self._above, "-folded")
+        return user is not None
 
-    async def _drop(self, streamed: list[Widget]) -> None:
+    def forget_user(self) -> None:
+        """Stop drawing the user message above the folded reply (it was removed from the chat)."""
+        if self.user is not None:
+            self.user = None
+            self.set_class(False, "-turn")
+            self.set_class(self.folded and not self._above, "-folded")
+            self.refresh(layout=True)
+
+    async def _drop(self, streamed: list[Widget], user: UserMessage | None = None) -> None:
         with self.app.batch_update():  # no frame between the widgets and their drawing
             if self._above:
                 await self.mount(FoldedReply(self), after=self._above[-1])
             await self.remove_children(streamed)
+            if user is not None:
+                await user.remove()
             # What Textual cached of the removed children would keep them alive, as a leaf never asks again:
             self._clear_arrangement_cache()  # their placements
             _ = self.displayed_children  # their list (kept by the child list until next asked)
-            self.set_class(not self._above, "-folded")
+            self.set_class(not self._above and self.user is None, "-folded")
+            self.set_class(self.user is not None, "-turn")
             self.refresh(layout=True)
 
     def redraw(self) -> None:

@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from chatphase.chat.attachments import Attachment, split_message
 from chatphase.engine.text import inert
+from chatphase.ui.transcript.folded_turn import USER_BACKGROUND, USER_BORDER_COLOR, USER_MARGIN_LEFT, USER_PADDING
 
 #: marks a file's line in a message (closed, open).
 FILE_MARKS = ("▸", "▾")
@@ -25,14 +26,15 @@ class UserMessage(Static):
     message as the model saw it.
     """
 
-    DEFAULT_CSS = """
-    UserMessage {
-        margin: 1 0 0 6;
-        padding: 0 1;
-        background: $boost;
-        border-left: wide $accent;
-    }
-    UserMessage:focus { border-left: wide $warning; }
+    # an old turn draws its message with these looks itself (:mod:`~chatphase.ui.transcript.folded_turn`)
+    DEFAULT_CSS = f"""
+    UserMessage {{
+        margin: 1 0 0 {USER_MARGIN_LEFT};
+        padding: 0 {USER_PADDING};
+        background: {USER_BACKGROUND};
+        border-left: wide {USER_BORDER_COLOR};
+    }}
+    UserMessage:focus {{ border-left: wide $warning; }}
     """
     BINDINGS = [Binding("enter", "toggle_files", "Show files", show=False)]
 
