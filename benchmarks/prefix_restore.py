@@ -133,11 +133,7 @@ def measure_model(spec: str, depths: list[int], reps: int, gen: int, threads: in
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
-    if spec.startswith("synth:"):
-        path = synthetic_model(spec.removeprefix("synth:"))
-    else:
-        path = resolve_model(None if spec == "default" else spec)
-    info = read_model_info(path)
+    info = read_model_info(resolve_model(None if spec == "default" else spec))
     config = EngineConfig(n_ctx=max(depths) + Q_TOKENS + gen + 256, n_threads=threads, prefix_cache="on")
     with VocabFile(info.path, default_log_path()) as vocab:
         builder = PromptBuilder(EngineTokenizer(vocab))
@@ -277,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     for spec in [m for m in args.models.split(",") if m]:
+        if spec.startswith("synth:"):  # written once into the user cache, before the store's own dir is set below
+            spec = str(synthetic_model(spec.removeprefix("synth:")))
         if spec != "default" and not Path(spec).exists():
             lines.append(f"{spec}: not found, skipped")
             continue
