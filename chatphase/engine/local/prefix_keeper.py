@@ -42,7 +42,7 @@ from chatphase.engine.local.prefix_store import (
     StoreRefused,
     default_cap_bytes,
     file_identity,
-    read_state,
+    mapped_state,
     store_dir,
     store_key,
     write_entry,
@@ -184,11 +184,13 @@ class PrefixKeeper:
         t0 = time.perf_counter_ns()
         lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
         try:
-            buf = read_state(entry)
-            arr = (ctypes.c_uint8 * len(buf)).from_buffer(buf)
-            if lc.llama_state_seq_set_data(self._ctx, arr, len(buf), 0) != len(buf):
-                raise StoreRefused(f"{entry.path.name}: llama.cpp refused its state (see the engine log)")
-            del arr
+            with mapped_state(entry) as view:
+                arr = (ctypes.c_uint8 * len(view)).from_buffer(view)
+                try:
+                    if lc.llama_state_seq_set_data(self._ctx, arr, len(view), 0) != len(view):
+                        raise StoreRefused(f"{entry.path.name}: llama.cpp refused its state (see the engine log)")
+                finally:
+                    del arr  # the mapping closes at the end of the with: no pointer into it may remain
             if n < entry.n_tokens and not lc.llama_memory_seq_rm(self._mem, 0, n, -1):
                 raise StoreRefused(f"{entry.path.name}: its state cannot be cut at {n:,} tokens")
             if lc.llama_memory_seq_pos_max(self._mem, 0) != n - 1:
