@@ -59,8 +59,15 @@ class Terminal:
         return time.monotonic() - self.t0
 
     def command(self, text: str) -> None:
+        """Send one tmux command; a command that has ended closes tmux's pipe, which is an exit, not an error."""
+        if self.exited:
+            return
+        try:
+            self.proc.stdin.write(text.encode() + b"\n")
+        except (BrokenPipeError, OSError):  # the session ended before its %exit line was read
+            self.exited = True
+            return
         self._pending.append(text.split()[0])
-        self.proc.stdin.write(text.encode() + b"\n")
 
     def send_key(self, key: str, literal: bool = True) -> None:
         self.command(f"send-keys {'-l ' if literal else ''}{shlex.quote(key)}")
@@ -105,10 +112,7 @@ class Terminal:
         return self.screen
 
     def close(self) -> None:
-        try:
-            self.command("kill-server")
-        except (BrokenPipeError, OSError):
-            pass
+        self.command("kill-server")
         try:
             self.proc.wait(3)
         except subprocess.TimeoutExpired:

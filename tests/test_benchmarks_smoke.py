@@ -236,6 +236,24 @@ def test_terminal_share_smallest():
     assert "median of the per-rep ratios" in done.stdout
 
 
+@needs_tmux
+def test_a_terminal_whose_command_ended_is_read_as_exited_not_a_broken_pipe():
+    """A command that ends before its ``%exit`` line is read closes tmux's pipe: the next
+    ``capture-pane`` must see an exited terminal (CI once met this with ``ask`` at 8 tokens)."""
+    from benchmarks.startup import Terminal
+
+    term = Terminal(["true"], (80, 24), {})
+    try:
+        term.proc.wait(10)  # the session has closed and control mode with it
+        screen = term.capture(timeout_s=1.0)  # before the fix: BrokenPipeError
+        for _ in range(20):
+            term.pump(0.05)
+        assert term.exited
+        assert screen == ""
+    finally:
+        term.close()
+
+
 def test_a_missing_tool_is_one_line(tmp_path):
     env = dict(os.environ, CHATPHASE_LLAMA_TOOLS=str(tmp_path))
     done = subprocess.run(
