@@ -182,6 +182,19 @@ def test_info_lists_the_vulkan_device_and_keeps_llama_cpp_off_stderr(vk_env):
     assert re.search(r"^GPU offload\s+none: the Vulkan backend found no GPU device", hidden.stdout, re.M), hidden.stdout
 
 
+def test_a_vulkan_build_with_no_driver_is_not_called_cpu_only(vk_env):
+    """No Vulkan driver at all (the loader is pointed at none): ggml registers no Vulkan backend, as on an
+    NVIDIA machine whose driver's Vulkan library could not load. The turn runs on the CPU and the one line
+    says the device is missing, not the build's GPU support."""
+    done = run(dict(vk_env, VK_DRIVER_FILES="/nonexistent/icd.json"), "-m", "chatphase", "ask", "--no-save",
+               "--max-tokens", "2", "--n-ctx", "512", "--n-gpu-layers", "-1", "Hi")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "CPU-only build" not in done.stderr
+    assert (
+        "n_gpu_layers=-1 ignored: the Vulkan backend found no GPU device; a GPU needs its Vulkan driver" in done.stderr
+    )
+
+
 def test_greedy_tokens_on_vulkan_and_on_the_cpu(vk_env, capsys):
     """Greedy decoding of one prompt on the Vulkan device (all layers) and on the CPU build: the tokens are
     equal, or the first difference is reported with both backends' logits and must be a near tie (a real

@@ -141,6 +141,38 @@ def test_the_device_registry_lists_this_build():
     assert cpu and cpu[0].total_bytes > 0 and 0 < cpu[0].free_bytes <= cpu[0].total_bytes
 
 
+def test_a_gpu_backend_that_did_not_start_is_still_the_builds_and_found_no_device(monkeypatch, tmp_path):
+    """Seen on an NVIDIA H200 whose Vulkan driver the loader could not open: ggml registered no Vulkan backend
+    (its instance failed), and the engine said "CPU-only build" of a Vulkan build. The build's backends are
+    read from its libraries too, so the reason is the device, not the build."""
+    import chatphase.engine.local.ggml_devices as gd
+
+    for name in ("libggml.so", "libggml-base.so.0", "libggml-cpu.so.0.25.3", "libggml-vulkan.so.0.25.3",
+                 "libggml-vulkan.so", "libggml-cuda.so", "libggml-rpc.so", "libllama.so"):  # fmt: skip
+        (tmp_path / name).touch()
+    assert gd.built_gpu_backends(tmp_path) == ("CUDA", "Vulkan")
+
+    class Registry:  # ggml's registry with the CPU backend alone
+        def ggml_backend_reg_count(self):
+            return 1
+
+        def ggml_backend_reg_get(self, i):
+            return i
+
+        def ggml_backend_reg_name(self, reg):
+            return b"CPU"
+
+    (tmp_path / "libggml-cuda.so").unlink()
+    monkeypatch.setattr(gd, "_libggml", Registry)
+    monkeypatch.setattr(gd, "_lib_folder", lambda: tmp_path)
+    assert gd.backends() == ("Vulkan", "CPU")
+    why = why_no_offload(gd.backends(), (CPU,), -1)
+    assert why.startswith("the Vulkan backend found no GPU device; a GPU needs its Vulkan driver")
+    (tmp_path / "libggml-vulkan.so").unlink()
+    (tmp_path / "libggml-vulkan.so.0.25.3").unlink()
+    assert why_no_offload(gd.backends(), (CPU,), -1) == "CPU-only build: no GPU support in this llama.cpp"
+
+
 def test_a_kv_cache_larger_than_the_device_is_refused_before_loading(monkeypatch, default_model_info):
     import chatphase.engine.local.ggml_devices as gd
 

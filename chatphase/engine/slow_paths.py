@@ -79,7 +79,8 @@ def why_no_offload(backends: tuple[str, ...], devices: tuple[DeviceInfo, ...], n
         return "CPU-only build: no GPU support in this llama.cpp"
     if not any(d.type in OFFLOAD_TYPES for d in devices):
         hint = (
-            "; a software device (llvmpipe) is used only with GGML_VK_VISIBLE_DEVICES=0"
+            "; a GPU needs its Vulkan driver (`vulkaninfo --summary` lists what the Vulkan loader finds), and a "
+            "software device (llvmpipe) is used only with GGML_VK_VISIBLE_DEVICES=0"
             if "Vulkan" in gpu_backends
             else ""
         )

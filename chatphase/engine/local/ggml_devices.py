@@ -24,12 +24,23 @@ from chatphase.units import fmt_bytes
 DEVICE_TYPES = ("cpu", "gpu", "igpu", "accel", "meta")
 
 
-@cache
-def _libggml() -> ctypes.CDLL:
+#: ggml's backend libraries (``libggml-<name>``) by the name their backend registers under; the CPU's own and
+#: the always-present ones are not GPU backends.
+GPU_BACKEND_LIBS = {"vulkan": "Vulkan", "cuda": "CUDA", "hip": "ROCm", "musa": "MUSA", "metal": "Metal",
+                    "sycl": "SYCL", "opencl": "OpenCL", "cann": "CANN", "webgpu": "WebGPU"}  # fmt: skip
+_PREFIX = "" if sys.platform == "win32" else "lib"
+_SUFFIX = ".dylib" if sys.platform == "darwin" else ".dll" if sys.platform == "win32" else ".so"
+
+
+def _lib_folder() -> Path:
     import llama_cpp.llama_cpp as bindings  # the folder it loaded libllama from
 
-    suffix = ".dylib" if sys.platform == "darwin" else ".dll" if sys.platform == "win32" else ".so"
-    lib = ctypes.CDLL(str(Path(bindings._base_path) / f"{'' if sys.platform == 'win32' else 'lib'}ggml{suffix}"))
+    return Path(bindings._base_path)
+
+
+@cache
+def _libggml() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(_lib_folder() / f"{_PREFIX}ggml{_SUFFIX}"))
     vp, sz = ctypes.c_void_p, ctypes.c_size_t
     for name, res, args in (
         ("ggml_backend_reg_count", sz, []),
@@ -48,11 +59,25 @@ def _libggml() -> ctypes.CDLL:
 
 
 def backends() -> tuple[str, ...]:
-    """Names of the backends this build registered (``("Vulkan", "CPU")``, ``("CUDA", "CPU")``)."""
+    """Names of the backends this build has (``("Vulkan", "CPU")``, ``("CUDA", "CPU")``): those ggml registered,
+    after any GPU backend whose library is there but did not register. ggml leaves out a backend that cannot
+    start (Vulkan with no driver: its instance fails, and it registers nothing), and that build is not
+    CPU-only; it found no device."""
     lib = _libggml()
-    return tuple(
+    registered = tuple(
         lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())
     )
+    return tuple(b for b in built_gpu_backends(_lib_folder()) if b not in registered) + registered
+
+
+def built_gpu_backends(folder: Path) -> tuple[str, ...]:
+    """The GPU backends whose ggml library is in ``folder`` (``libggml-vulkan.so`` -> ``Vulkan``), sorted."""
+    names = set()
+    for path in folder.glob(f"{_PREFIX}ggml-*{_SUFFIX}*"):
+        stem = path.name[len(_PREFIX) + len("ggml-") :].split(".", 1)[0]
+        if stem in GPU_BACKEND_LIBS:
+            names.add(GPU_BACKEND_LIBS[stem])
+    return tuple(sorted(names))
 
 
 def devices() -> tuple[DeviceInfo, ...]:
