@@ -272,8 +272,16 @@ def test_forecast_text_states():
     cap = 2048 * 23_040
     assert forecast_text(forecast_kv([], 2048), 23_040, cap) == "KV 0/2,048 tok · 0 B/45.0 MiB"
     assert forecast_text(forecast_kv([0, 0], 2048), 23_040, cap).endswith("· not growing")
-    assert forecast_text(forecast_kv([1900, 2048], 2048), 23_040, cap).endswith(
-        "· the next turn may not fit: the oldest messages will then be dropped"
+    full = forecast_kv([1900, 2048], 2048)
+    assert forecast_text(full, 23_040, cap).endswith(  # the default policy, drop-oldest
+        "· the next turn may not fit: the oldest messages will then be dropped and what follows them read again"
+    )
+    # what the chosen policy will do, not always a drop
+    assert forecast_text(full, 23_040, cap, overflow="shift").endswith(
+        "· the next turn may not fit: the oldest messages will then be shifted out of the KV cache"
+    )
+    assert forecast_text(full, 23_040, cap, overflow="stop").endswith(
+        "· the next turn may not fit: it will then be refused (overflow policy stop: nothing is dropped)"
     )
     assert (
         forecast_text(forecast_kv([1000], 2048), 23_040, cap, usage=False)
@@ -311,3 +319,17 @@ async def test_a_turn_cancelled_in_its_prefill_shows_a_dash_for_the_phases_that_
         legend = timeline.render().plain.splitlines()[1]
         assert "1st token –" in legend and "decode –" in legend and "prefill 1.88 s" in legend
         assert "0.0 ms" not in legend
+
+
+async def test_the_chat_apps_forecast_follows_the_overflow_policy_in_use():
+    """The dashboard asks the chat for its policy at each update: a change of policy changes the forecast's words."""
+    from ui_support import make_app
+
+    from chatphase.settings.schema import Settings
+
+    app, _ = make_app(Settings().with_overrides(overflow="stop"))
+    async with app.run_test(size=(140, 42)):
+        dash = app.query_one(Dashboard)
+        assert dash.overflow_policy() == "stop"
+        app.chat.settings = app.chat.settings.with_overrides(overflow="shift")
+        assert dash.overflow_policy() == "shift"

@@ -131,7 +131,12 @@ class ChatPhaseApp(App[None]):
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
-                yield Dashboard(kv_usage=False, history_source=earlier, id="dashboard")  # the panel shows the KV gauge
+                yield Dashboard(  # the panel shows the KV gauge
+                    kv_usage=False,
+                    history_source=earlier,
+                    overflow_policy=lambda: self.chat.settings.overflow,
+                    id="dashboard",
+                )
         with Horizontal(id="footer-box"):  # a frame box of its own (app.tcss)
             yield Footer(compact=True)
 

@@ -25,6 +25,7 @@ from textual.widgets import Checkbox, TabbedContent, TabPane
 
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
+from chatphase.engine.overflow import DEFAULT_OVERFLOW
 from chatphase.forecast import forecast_kv
 from chatphase.ui.dashboard.history_table import TurnHistoryTable
 from chatphase.ui.dashboard.kv_forecast import KvGauge
@@ -49,13 +50,19 @@ class Dashboard(Widget):
     """
 
     def __init__(
-        self, kv_usage: bool = True, history_source: Callable[[str], list[dict]] | None = None, **kwargs
+        self,
+        kv_usage: bool = True,
+        history_source: Callable[[str], list[dict]] | None = None,
+        overflow_policy: Callable[[], str] = lambda: DEFAULT_OVERFLOW,
+        **kwargs,
     ) -> None:
         """``kv_usage=False``: the KV line shows only the forecast (for a host that shows the live gauge).
         ``history_source(model_name)``: the model's turns from earlier sessions, as dicts of metric fields (blocking:
-        called in a worker thread; raises with a message for the user); ``None``: no *every session* toggle."""
+        called in a worker thread; raises with a message for the user); ``None``: no *every session* toggle.
+        ``overflow_policy()``: the policy in use now, for the forecast's words when the context is nearly full."""
         super().__init__(**kwargs)
         self.history_source = history_source
+        self.overflow_policy = overflow_policy
         self.model: LoadedModel | None = None
         self.turns: dict[int, TurnMetrics] = {}
         self.selected_turn: int | None = None
@@ -196,4 +203,5 @@ class Dashboard(Widget):
             self.model.kv_bytes_per_token,
             self.model.kv_capacity_bytes,
             usage=self.kv_usage,
+            overflow=self.overflow_policy(),
         )

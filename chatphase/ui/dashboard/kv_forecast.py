@@ -10,12 +10,21 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, ProgressBar
 
+from chatphase.chat.overflow import OVERFLOW_AHEAD
+from chatphase.engine.overflow import DEFAULT_OVERFLOW
 from chatphase.forecast import KvForecast
 from chatphase.units import fmt_bytes
 
 
-def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int | None, usage: bool = True) -> str:
-    """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``.
+def forecast_text(
+    f: KvForecast,
+    kv_bytes_per_token: int,
+    kv_capacity_bytes: int | None,
+    usage: bool = True,
+    overflow: str = DEFAULT_OVERFLOW,
+) -> str:
+    """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``; when the next turn may not
+    fit, what the ``overflow`` policy will then do (:data:`chatphase.chat.overflow.OVERFLOW_AHEAD`).
 
     Used bytes = used tokens × ``kv_bytes_per_token``; capacity = ``kv_capacity_bytes``, the cache llama.cpp
     allocated (n_ctx padded to 256 cells, :func:`chatphase.models.kv.kv_capacity_bytes`). With
@@ -31,7 +40,7 @@ def forecast_text(f: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int
     if f.growth_tokens_per_turn is None:
         return text if usage else f"{text} after the first turn"
     if f.turns_left == 0:
-        return f"{text}{sep}the next turn may not fit: the oldest messages will then be dropped"
+        return f"{text}{sep}the next turn may not fit: {OVERFLOW_AHEAD[overflow]}"
     if f.turns_left is None:
         return f"{text}{sep}not growing"
     turns = "turn" if f.turns_left == 1 else "turns"
@@ -59,8 +68,14 @@ class KvGauge(Widget):
         yield Label("KV – (no model)", id="kv-text")
 
     def update_forecast(
-        self, forecast: KvForecast, kv_bytes_per_token: int, kv_capacity_bytes: int | None, usage: bool = True
+        self,
+        forecast: KvForecast,
+        kv_bytes_per_token: int,
+        kv_capacity_bytes: int | None,
+        usage: bool = True,
+        overflow: str = DEFAULT_OVERFLOW,
     ) -> None:
         """Show ``forecast``; text as in :func:`forecast_text`."""
         self.query_one("#kv-bar", ProgressBar).update(total=forecast.n_ctx, progress=forecast.used_tokens)
-        self.query_one("#kv-text", Label).update(forecast_text(forecast, kv_bytes_per_token, kv_capacity_bytes, usage))
+        text = forecast_text(forecast, kv_bytes_per_token, kv_capacity_bytes, usage, overflow)
+        self.query_one("#kv-text", Label).update(text)
