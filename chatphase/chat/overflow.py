@@ -24,14 +24,6 @@ def overflow_text(ev: PrefillStarted | TurnMetrics) -> str:
     )
 
 
-#: what the chosen overflow policy will do when the next turn does not fit (the KV forecast's words).
-OVERFLOW_AHEAD: dict[str, str] = {
-    "drop-oldest": "the oldest messages will then be dropped and what follows them read again",
-    "shift": "the oldest messages will then be shifted out of the KV cache",
-    "stop": "it will then be refused (overflow policy stop: nothing is dropped)",
-}
-
-
 def miss_text(ev: PrefillStarted) -> str:
     """``cache miss: <reason in words>`` ("" for a turn that did not miss)."""
     return f"cache miss: {miss_words(ev.cache_miss_reason)}" if ev.cache_miss_reason else ""

@@ -31,6 +31,14 @@ OVERFLOW_POLICIES: tuple[str, ...] = ("drop-oldest", "shift", "stop")
 #: exactly the turns the transcript does not mark; its cost (one re-prefill every few turns) is shown.
 DEFAULT_OVERFLOW = "drop-oldest"
 
+#: what the chosen overflow policy will do when the next turn does not fit (the KV forecast's words).
+OVERFLOW_AHEAD: dict[str, str] = {
+    "drop-oldest": "the oldest messages will then be dropped and what follows them read again",
+    "shift": "the oldest messages will then be shifted out of the KV cache",
+    "stop": "it will then be refused (overflow policy stop: nothing is dropped)",
+}
+
+
 #: what the controller knows changed since the engine's last turn (``TurnRequest.history_change``).
 HISTORY_CHANGES: tuple[str, ...] = ("edited", "regenerated", "restarted", "model_switch", "resumed", "restored")
 
