@@ -50,11 +50,14 @@ def turn_metrics(n: int, depth: int, a_ms: float, b_ms: float, stop: str = "stop
     )
 
 
-def write_chat(model_path: Path, digest: str | None, machine: dict, turns: list[TurnMetrics]) -> None:
-    """One saved chat of ``turns`` on the model file ``model_path`` (content hash ``digest``) on ``machine``."""
+def write_chat(
+    model_path: Path, digest: str | None, machine: dict, turns: list[TurnMetrics], engine: dict | None = None
+) -> None:
+    """One saved chat of ``turns`` on the model file ``model_path`` (content hash ``digest``) on ``machine``, with
+    the engine settings ``engine`` recorded (default: n_ctx alone, as an older file's context)."""
     model = {"name": model_path.stem, "architecture": "llama", "quantization": "Q4_1", "path": str(model_path)}
     w = SessionWriter.create(model=model, settings=SETTINGS)
-    w.set_context({"model_hash": digest, "backend": "llama.cpp", "engine": {"n_ctx": 4096}, **machine})
+    w.set_context({"model_hash": digest, "backend": "llama.cpp", "engine": engine or {"n_ctx": 4096}, **machine})
     for i, m in enumerate(turns):
         w.begin_turn(f"message {i}", {"temperature": 0.0}, Streamed())
         w.finish_turn("reply", m)
@@ -110,6 +113,50 @@ def test_the_history_prior_keeps_the_newest_turns(model_file, here):
     assert [p.prefill_ms for p in points] == [pytest.approx(300.0)] * 2
 
 
+def test_the_history_prior_takes_the_turns_of_the_same_prefill_settings(model_file, here):
+    """Two prefill threads run at about half the rate of four, a GPU many times the CPU: turns of other settings
+    would mislead. A context that did not record a setting (an older file) matches any value of it."""
+    digest = model_hash(model_file)
+    two = {"n_ctx": 4096, "n_threads_batch": 2, "n_gpu_layers": 0, "flash_attn": "on", "type_k": "f16"}
+    write_chat(model_file, digest, HERE, [turn_metrics(n, 0, 10.0, 4.0) for n in (100, 300)], two)
+    write_chat(model_file, digest, HERE, [turn_metrics(200, 0, 10.0, 2.0)], {**two, "n_threads_batch": 4})
+    write_chat(model_file, digest, HERE, [turn_metrics(200, 0, 10.0, 0.1)], {**two, "n_gpu_layers": -1})
+    write_chat(model_file, digest, HERE, [turn_metrics(200, 0, 10.0, 6.0)], {**two, "type_k": "q8_0"})
+    write_chat(model_file, digest, HERE, [turn_metrics(500, 0, 10.0, 4.0)])  # settings not recorded
+    index_all()
+    prior = history_ttft.history_prior(str(model_file), 0.0, {**two, "n_batch": 999, "flash_attn": None})
+    assert prior is not None and prior.source == "earlier chats, 3 turns"  # n_batch is not compared, None not
+    assert prior.b_ms_per_token == pytest.approx(4.0)
+    four = history_ttft.history_prior(str(model_file), 0.0, {**two, "n_threads_batch": 4})
+    assert four is not None and four.source == "earlier chats, 2 turns"  # the 4-thread turn and the unrecorded one
+    everything = history_ttft.history_prior(str(model_file), 0.0)
+    assert everything is not None and everything.source == "earlier chats, 6 turns"
+
+
+def test_the_prior_is_taken_again_with_the_settings_the_load_resolved(model_file, here):
+    """Before the load, flash attention ``auto`` is not compared; the loaded engine says ``on``, and the prior is
+    then the turns run with it."""
+    from chat_support import Calls
+    from fake_engine import FakeEngine
+
+    from chatphase.chat.controller import ChatController
+    from chatphase.chat.dispatch import InlineDispatcher
+    from chatphase.settings.schema import Settings
+
+    digest = model_hash(model_file)
+    on, off = ({"n_ctx": 4096, "n_gpu_layers": 0, "flash_attn": fa} for fa in ("on", "off"))
+    write_chat(model_file, digest, HERE, [turn_metrics(n, 0, 50.0, 4.0) for n in (100, 300, 900)], on)
+    write_chat(model_file, digest, HERE, [turn_metrics(n, 0, 50.0, 9.0) for n in (100, 300)], off)
+    index_all()
+    info = fake_model_info(path=str(model_file), attention=None)
+    chat = ChatController(Settings(), info, lambda i, s: FakeEngine(i, s.engine), InlineDispatcher(), [Calls()])
+    assert chat.settings.engine.flash_attn == "auto" and chat.ttft.model.source == "earlier chats, 5 turns"
+    chat.start_engine()
+    assert chat.loaded is not None and chat.loaded.settings.flash_attn == "on"
+    assert chat.ttft.model.source == "earlier chats, 3 turns"
+    assert budget_of(COUNT, chat.ttft).line().endswith("TTFT ≈ 4.0 s (earlier chats, 3 turns)")
+
+
 def test_no_database_or_an_unreadable_one_gives_no_prior(model_file, here):
     assert not db_path().exists()
     assert history_ttft.history_prior(str(model_file), 0.0) is None
@@ -140,7 +187,7 @@ def fake_sources(monkeypatch, history: bool, sweep: bool, peak: bool) -> None:
     """Each source of the prior present or not, faked."""
     hist = TtftModel(0.0, 1.0, 0.0, 42, "earlier chats, 42 turns")
     bench = TtftModel(0.0, 2.0, 0.0, 9, "bench results smol.json")
-    monkeypatch.setattr(ttft_prior, "history_prior", lambda path, k: hist if history else None)
+    monkeypatch.setattr(ttft_prior, "history_prior", lambda path, k, settings: hist if history else None)
     monkeypatch.setattr(ttft_prior, "saved_prior", lambda path, k, folder: bench if sweep else None)
     found = machine_peaks.FlopsPeak(1e11, 2, "numpy.matmul float32", "2026-12-04T08:00:00+00:00")
     monkeypatch.setattr(ttft_prior, "flops_peak", lambda threads: found if peak and threads <= 2 else None)

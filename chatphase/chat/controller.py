@@ -30,7 +30,7 @@ from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
 from chatphase.chat.overflow import overflow_text, shift_refusal, unseen_exchanges
-from chatphase.chat.ttft_prior import ttft_predictor
+from chatphase.chat.ttft_prior import prior_after_load, ttft_predictor
 from chatphase.chat.turn import Turn, TurnKind
 from chatphase.engine.base import Engine, PromptCounter
 from chatphase.engine.events import (
@@ -364,6 +364,8 @@ class ChatController:
             return  # a replaced engine's late event
         if isinstance(event, ModelLoaded):
             self.loaded = event.model
+            if not event.model.settings.remote:  # the prior of the settings the load resolved
+                prior_after_load(self.ttft, event.model.info, event.model.settings)
             self._tell(lambda to: to.engine_ready(event.model))
             if (note := thinking_ignored(self.settings, event.model)) is not None:
                 self._notice(note)

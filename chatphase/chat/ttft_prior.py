@@ -1,5 +1,6 @@
 """The TTFT prediction's prior (:mod:`chatphase.engine.ttft_prediction`) before a chat's first turn, in this order
-(:func:`ttft_predictor`): the turns this model file ran on this machine in earlier chats (the history database,
+(:func:`ttft_predictor`, again with the loaded engine's settings by :func:`prior_after_load`): the turns this model
+file ran on this machine with the same prefill settings in earlier chats (the history database,
 :mod:`chatphase.history.ttft_prior`), else the model's saved prompt-length sweeps (``chatphase bench -o
 FILE.json``) in :func:`results_dir`, else no prediction but the roofline's least TTFT (:func:`roofline_bound`),
 when this machine's matmul peak is known and bounds the model's weights.
@@ -13,9 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import LoadedSettings
 from chatphase.engine.ttft_prediction import TtftBound, TtftModel, TtftPredictor, attention_ratio, prior_from_sweep
 from chatphase.history.ttft_prior import history_prior
 from chatphase.models.gguf_meta import ModelInfo
@@ -71,11 +76,25 @@ def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
     return TtftBound(peak.flops_per_s, per_token - once, once)
 
 
+def _predictor(info: ModelInfo, settings: Mapping[str, Any]) -> TtftPredictor:
+    k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
+    prior = history_prior(info.path, k, settings) or saved_prior(info.path, k, results_dir())
+    bound = roofline_bound(info, settings["n_threads_batch"]) if prior is None else None
+    return TtftPredictor(k, prior, bound)
+
+
 def ttft_predictor(info: ModelInfo, engine: EngineConfig) -> TtftPredictor:
     """A TTFT predictor for ``info`` run with ``engine``'s settings: its ``k`` from the model's shape
-    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from earlier chats on this machine,
-    else the saved bench results; its bound from the roofline (module docstring)."""
-    k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
-    prior = history_prior(info.path, k) or saved_prior(info.path, k, results_dir())
-    bound = roofline_bound(info, engine.resolved()["n_threads_batch"]) if prior is None else None
-    return TtftPredictor(k, prior, bound)
+    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from earlier chats on this machine
+    with the same prefill settings (:func:`~chatphase.history.ttft_prior.recent_points`; before the load, an
+    automatic value only the load resolves is not compared), else the saved bench results; its bound from the
+    roofline (module docstring)."""
+    settings = {k: v for k, v in engine.resolved().items() if not (k == "flash_attn" and v == "auto")}
+    return _predictor(info, settings)
+
+
+def prior_after_load(predictor: TtftPredictor, info: ModelInfo, loaded: LoadedSettings) -> None:
+    """Set ``predictor``'s prior and bound again from the settings a local engine reports once loaded (the
+    automatic ones resolved: flash attention, the GPU layers); the chat's own turns stay."""
+    fresh = _predictor(info, asdict(loaded))
+    predictor.prior, predictor.bound = fresh.prior, fresh.bound

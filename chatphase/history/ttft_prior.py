@@ -1,10 +1,12 @@
 """A TTFT prior from the history database: the turns this model file ran on this machine in earlier chats.
 
 The turns are those whose context has the same content hash (:func:`chatphase.history.context.model_hash`: the
-file, not its name, so a renamed copy counts and another quantisation of one name does not) and the same host
-name and CPU (:func:`chatphase.system.machine_peaks.machine_identity`), that evaluated tokens and did not end
-cancelled or failed: the newest :data:`RECENT_TURNS` of them, fitted with the chat's own law
-(:func:`chatphase.engine.ttft_prediction.fit`) and named ``earlier chats, 42 turns``.
+file, not its name, so a renamed copy counts and another quantisation of one name does not), the same host
+name and CPU (:func:`chatphase.system.machine_peaks.machine_identity`) and the same settings that set prefill's
+speed (:data:`PREFILL_SETTINGS`, those given: two threads prefill at about half the rate of four, and a GPU many
+times the CPU's), that evaluated tokens and did not end cancelled or failed: the newest :data:`RECENT_TURNS` of
+them, fitted with the chat's own law (:func:`chatphase.engine.ttft_prediction.fit`) and named ``earlier chats,
+42 turns``. A context that did not record a setting (an older session file) matches any value of it.
 
 The database is read as it is, without a catch-up of the session files (which can read many files): the chat's
 live index keeps it current, and a turn a killed process did not index joins at the next ``logs`` or ``stats``.
@@ -16,7 +18,9 @@ that), so it runs where the chat starts and where the model is switched.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from chatphase.engine.ttft_prediction import PrefillPoint, TtftModel, fit
 from chatphase.history.context import model_hash
@@ -25,28 +29,41 @@ from chatphase.system.machine_peaks import machine_identity
 
 #: the newest turns a prior is fitted on: enough to outweigh one odd turn, recent enough to follow a new build.
 RECENT_TURNS = 50
+#: the engine settings (``contexts`` columns, as the engine reports them resolved) that set prefill's speed.
+PREFILL_SETTINGS = ("n_threads_batch", "n_ubatch", "n_gpu_layers", "offload_kqv", "flash_attn", "type_k", "type_v")
 
 
 def recent_points(
-    conn: sqlite3.Connection, model_hash: str, machine: str | None, cpu: str | None, limit: int = RECENT_TURNS
+    conn: sqlite3.Connection,
+    model_hash: str,
+    machine: str | None,
+    cpu: str | None,
+    settings: Mapping[str, Any] | None = None,
+    limit: int = RECENT_TURNS,
 ) -> list[PrefillPoint]:
     """The newest ``limit`` measured prefills of the model with ``model_hash`` on the machine ``machine`` with
-    ``cpu`` (each ``None`` only matches ``NULL``), newest first."""
+    ``cpu`` (each ``None`` only matches ``NULL``), run with ``settings``' values of :data:`PREFILL_SETTINGS` (a key
+    absent or ``None`` there is not compared; a context without the value matches), newest first."""
+    wanted = {k: v for k, v in (settings or {}).items() if k in PREFILL_SETTINGS and v is not None}
+    same = "".join(f" AND (c.{k} IS ? OR c.{k} IS NULL)" for k in wanted)
     rows = conn.execute(
         "SELECT t.prefill_tokens, t.cached_tokens, t.prefill_ms, t.ttft_ms FROM turns t"
         " JOIN contexts c ON c.id = t.context_id"
         " WHERE c.model_hash = ? AND c.machine IS ? AND c.cpu IS ? AND c.backend = 'llama.cpp'"
-        " AND t.stop_reason IS NOT NULL AND t.stop_reason NOT IN ('cancelled', 'error')"
+        + same
+        + " AND t.stop_reason IS NOT NULL AND t.stop_reason NOT IN ('cancelled', 'error')"
         " AND t.prefill_tokens > 0 AND t.prefill_ms > 0 AND t.ttft_ms >= t.prefill_ms"
         " ORDER BY t.started DESC, t.id DESC LIMIT ?",
-        (model_hash, machine, cpu, limit),
+        (model_hash, machine, cpu, *wanted.values(), limit),
     ).fetchall()
     return [PrefillPoint(int(n), int(depth or 0), float(p), float(t)) for n, depth, p, t in rows]
 
 
-def history_prior(model_path: str, k: float, path: Path | None = None) -> TtftModel | None:
-    """The prior from the earlier turns of the model file at ``model_path`` on this machine (module docstring);
-    ``None`` without a database, a readable model file or a usable turn."""
+def history_prior(
+    model_path: str, k: float, settings: Mapping[str, Any] | None = None, path: Path | None = None
+) -> TtftModel | None:
+    """The prior from the earlier turns of the model file at ``model_path`` on this machine with ``settings``
+    (:func:`recent_points`; module docstring); ``None`` without a database, a readable model file or a usable turn."""
     p = path or db_path()
     digest = model_hash(model_path)
     if digest is None or not p.is_file():
@@ -57,7 +74,7 @@ def history_prior(model_path: str, k: float, path: Path | None = None) -> TtftMo
         return None
     try:
         ident = machine_identity()
-        points = recent_points(conn, digest, ident["machine"], ident["cpu"])
+        points = recent_points(conn, digest, ident["machine"], ident["cpu"], settings)
     except sqlite3.Error:
         return None
     finally:
