@@ -244,6 +244,19 @@ def test_the_ui_process_loads_neither_llama_cpp_nor_numpy():
     assert out.stdout.split() == []
 
 
+def test_parsing_the_command_line_loads_neither_llama_cpp_nor_numpy():
+    """Every command pays for what building the argument parser imports: ``--help`` or a mistyped flag should not
+    wait for llama.cpp (it did, about 0.1 s, through ``chatphase info``'s top-level import)."""
+    code = (
+        "import sys\nfrom chatphase.cli import build_parser\nbuild_parser()\n"
+        f"print(' '.join(m for m in {NOT_IN_THE_UI_PROCESS!r} if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(g.PACKAGE_DIR.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []
+
+
 def test_only_the_engine_loads_llama_cpp_models():
     """A model or vocabulary loaded anywhere else would print llama.cpp's log on the terminal: the engine's
     loaders (``LlamaEngine``, ``BatchedEngine``, ``VocabFile``) send it to the engine log."""

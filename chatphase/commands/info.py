@@ -14,7 +14,6 @@ from dataclasses import asdict
 
 from chatphase.commands.options import add_model_options, settings_from_args
 from chatphase.engine.events import DeviceInfo
-from chatphase.engine.llamalog import llama_quiet
 from chatphase.engine.slow_paths import why_no_offload
 from chatphase.engine.text import inert
 from chatphase.errors import ModelError
@@ -82,6 +81,8 @@ def build_report(args) -> dict:
     )
     # llama.cpp's lines (ggml_vulkan: Found 1 Vulkan devices …) go to engine.log; only its calls are inside, so
     # that the details --verbose prints of a bad file (Python's, on fd 2) stay on the terminal
+    from chatphase.engine.llamalog import llama_quiet  # imports llama.cpp: not when the CLI only parses arguments
+
     with llama_quiet():
         chat_format, system = chat_format_report(info, settings.engine.chat_template), system_report()
     return {
