@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,30 @@ from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.system import engine_registry
+
+
+@dataclass
+class TurnPrompt:
+    """A turn's prompt fitted to n_ctx (:meth:`LlamaEngine._fit`) and what its start did to the KV cache
+    (:meth:`LlamaEngine._start_cache`).
+
+    ``tokens`` the prompt; ``dropped`` the messages left out to fit; ``text`` / ``template_text`` its templated
+    text as UTF-8 / as text (``None`` for a prompt given as token ids); ``ovf`` what an overflow did;
+    ``cache_before`` the KV cache's tokens when the turn began (before an overflow's cut); ``cached`` the tokens
+    kept or restored; ``restored`` a restore from the prefix store, ``restore_note`` why the store was not used;
+    ``t_restore_ns`` when the restore began; ``miss`` the cache-miss reason."""
+
+    tokens: list[int]
+    dropped: int
+    text: bytes | None
+    template_text: str | None
+    ovf: Overflow | None
+    cache_before: int
+    cached: int = 0
+    restored: Restored | None = None
+    restore_note: str | None = None
+    t_restore_ns: int = 0
+    miss: str | None = None
 
 
 class LlamaEngine:
@@ -445,9 +469,86 @@ class LlamaEngine:
         self._log_keeper()
         return (out, None, False) if isinstance(out, Restored) else (None, out, True)
 
+    def _fit(self, req: TurnRequest, messages: tuple[Message, ...]) -> Generator[Event, None, TurnPrompt | None]:
+        """The turn's prompt fitted to n_ctx (:class:`TurnPrompt`), an overflow cut made in the KV cache; an
+        :class:`EngineFailed` event and ``None`` when it cannot be (used as ``p = yield from self._fit(…)``)."""
+        if req.prompt_token_ids is not None:
+            tokens = list(req.prompt_token_ids)
+            if not 0 < len(tokens) < self._n_ctx:
+                yield EngineFailed(f"a prompt of {len(tokens)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
+                return None
+            return TurnPrompt(tokens, 0, None, None, None, len(self._cache))
+        budget = self._n_ctx - reply_room(req.sampling.max_tokens, self._n_ctx)
+        try:
+            fitted = self._template.fit(
+                messages,
+                budget,
+                self._encode,
+                req.enable_thinking,
+                req.first_message,
+                low_water(budget, self._n_ctx),
+                drop=req.overflow != "stop",
+            )
+        except PromptTooLong as exc:
+            room = self._n_ctx - budget
+            yield EngineFailed(
+                f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id
+            )
+            return None
+        except Exception as exc:  # the template raised on this conversation (e.g. a system message)
+            yield EngineFailed(refusal(self._format, exc), req.turn_id)
+            return None
+        finally:
+            self._alternatives = []
+        ovf: Overflow | None = None
+        if fitted.full_tokens is not None:  # this turn dropped messages: an overflow
+            if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
+                yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
+                return None
+            n_messages = sum(m.role != "system" for m in messages)
+            ovf = overflow_cut(req, fitted, n_messages, self._mem, self._cache, self._known, self._vocab.render)
+            if ovf.shifted:
+                fitted = replace(fitted, tokens=self._encode(fitted.text, fitted.add_special))
+        text = fitted.text.encode("utf-8")
+        cache_before = ovf.cache_before if ovf else len(self._cache)
+        return TurnPrompt(fitted.tokens, fitted.dropped_messages, text, fitted.text, ovf, cache_before)
+
+    def _start_cache(
+        self, req: TurnRequest, messages: tuple[Message, ...], keeper: PrefixKeeper | None, p: TurnPrompt
+    ) -> None:
+        """Make the KV cache hold the longest prefix of ``p``'s tokens it can (what it holds, else a restore from
+        the prefix store) and fill in ``p``'s ``cached``, restore and ``miss`` fields."""
+        self._trim_failed = None
+        cached = self._reuse_prefix(p.tokens, req.reset_cache)
+        p.t_restore_ns = time.perf_counter_ns()
+        restored, p.restore_note, cleared = self._restore(keeper, p.tokens, cached) if keeper else (None, None, False)
+        if restored is not None:
+            cached = restored.tokens
+            self._cache[:] = p.tokens[:cached]
+            self._known = restored.known
+        elif cleared:  # a refused file: the sequence was emptied, the prompt is recomputed
+            cached = 0
+            self._cache.clear()
+            self._known.clear()
+        p.cached, p.restored = cached, restored
+        self._known.truncate(cached, p.text)
+        if p.ovf is not None:
+            p.ovf.reprefill = kv_shift.reprefill_tokens(
+                p.tokens, self._vocab.render, p.text or b"", cached, p.ovf.kept_bytes
+            )
+        p.miss = miss_reason(
+            cache_before=p.cache_before,
+            reused=cached,
+            history=sum(m.role != "system" for m in messages) > 1,
+            overflow=p.ovf.policy if p.ovf else None,
+            trim_failed=self._trim_failed,
+            change=req.history_change,
+        )
+        if restored is not None and p.miss in EMPTIED_BY_CHANGE:  # the cache came from disk: did it hold it all?
+            p.miss = restore_miss(p.text, len(self._known.text), messages[-2].content, messages[-1].content)
+
     def _run(self, req: TurnRequest, ctx: lc.llama_context_p) -> Iterator[Event]:
         t_submit = time.perf_counter_ns()
-        sp = req.sampling
         messages = tuple(  # never a surrogate
             Message(m.role, clean_text(m.content)[0], clean_text(m.reasoning)[0]) for m in req.messages
         )
@@ -459,75 +560,12 @@ class LlamaEngine:
             self._alternatives = keeper.alternatives() if req.prompt_token_ids is None else []
         elif self._keeper is not None:
             self._keeper.other_turn()
-        text = None  # the prompt's templated text (UTF-8), when it has one
-        ovf: Overflow | None = None  # what an overflow did this turn
-        if req.prompt_token_ids is not None:
-            prompt, dropped = list(req.prompt_token_ids), 0
-            if not 0 < len(prompt) < self._n_ctx:
-                yield EngineFailed(f"a prompt of {len(prompt)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
-                return
-        else:
-            budget = self._n_ctx - reply_room(sp.max_tokens, self._n_ctx)
-            try:
-                fitted = self._template.fit(
-                    messages,
-                    budget,
-                    self._encode,
-                    req.enable_thinking,
-                    req.first_message,
-                    low_water(budget, self._n_ctx),
-                    drop=req.overflow != "stop",
-                )
-            except PromptTooLong as exc:
-                room = self._n_ctx - budget
-                yield EngineFailed(
-                    f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id
-                )
-                return
-            except Exception as exc:  # the template raised on this conversation (e.g. a system message)
-                yield EngineFailed(refusal(self._format, exc), req.turn_id)
-                return
-            finally:
-                self._alternatives = []
-            if fitted.full_tokens is not None:  # this turn dropped messages: an overflow
-                if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
-                    yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
-                    return
-                n_messages = sum(m.role != "system" for m in messages)
-                ovf = overflow_cut(req, fitted, n_messages, self._mem, self._cache, self._known, self._vocab.render)
-                if ovf.shifted:
-                    fitted = replace(fitted, tokens=self._encode(fitted.text, fitted.add_special))
-            prompt, dropped, text = fitted.tokens, fitted.dropped_messages, fitted.text.encode("utf-8")
-        cache_before = len(self._cache)
-        self._trim_failed = None
-        cached = self._reuse_prefix(prompt, req.reset_cache)
-        t_restore = time.perf_counter_ns()
-        restored, restore_note, cleared = self._restore(keeper, prompt, cached) if keeper else (None, None, False)
-        if restored is not None:
-            cached = restored.tokens
-            self._cache[:] = prompt[:cached]
-            self._known = restored.known
-        elif cleared:  # a refused file: the sequence was emptied, the prompt is recomputed
-            cached = 0
-            self._cache.clear()
-            self._known.clear()
-        self._known.truncate(cached, text)
+        p: TurnPrompt | None = yield from self._fit(req, messages)
+        if p is None:
+            return
+        self._start_cache(req, messages, keeper, p)
+        prompt, dropped, text, ovf, cached, restored = p.tokens, p.dropped, p.text, p.ovf, p.cached, p.restored
         todo = prompt[cached:]
-        if ovf is not None:
-            ovf.reprefill = kv_shift.reprefill_tokens(prompt, self._vocab.render, text or b"", cached, ovf.kept_bytes)
-        history = sum(m.role != "system" for m in messages) > 1
-        miss = miss_reason(
-            cache_before=ovf.cache_before if ovf else cache_before,
-            reused=cached,
-            history=history,
-            overflow=ovf.policy if ovf else None,
-            trim_failed=self._trim_failed,
-            change=req.history_change,
-        )
-        if (
-            restored is not None and miss in EMPTIED_BY_CHANGE
-        ):  # the cache came from disk: did it hold the conversation?
-            miss = restore_miss(text, len(self._known.text), messages[-2].content, messages[-1].content)
         threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
         t_prefill_start = time.perf_counter_ns()
         yield PrefillStarted(
@@ -539,12 +577,12 @@ class LlamaEngine:
             t_prefill_start,
             **threads.fields(),
             **(ovf.fields() if ovf else {}),
-            cache_miss_reason=miss,
+            cache_miss_reason=p.miss,
             restored_tokens=restored.tokens if restored else None,
             restore_ms=restored.ms if restored else None,
             restore_bytes=restored.state_bytes if restored else None,
             restore_prefill_ms=restored.decision.predicted_prefill_ms if restored else None,
-            restore_note=restore_note,
+            restore_note=p.restore_note,
         )
 
         stop: StopReason | None = None
@@ -568,7 +606,7 @@ class LlamaEngine:
         if stop is None:
             if text is not None:
                 self._known.add_prompt(len(prompt), text)
-            preopened = text is not None and opened_by_prompt(fitted.text, self._thinking)
+            preopened = p.template_text is not None and opened_by_prompt(p.template_text, self._thinking)
             shifter = None
             if text is not None and self._spec is None and self.loaded is not None:
                 render = self._template.render
@@ -601,7 +639,7 @@ class LlamaEngine:
                 n_prompt, dropped = shifter.prompt_len, dropped + shifter.dropped_messages
                 self._known.clear()
                 self._known.add_prompt(n_prompt, shifter.text)
-                ovf = ovf or Overflow(req.overflow, 0, cache_before=cache_before)
+                ovf = ovf or Overflow(req.overflow, 0, cache_before=p.cache_before)
                 ovf.dropped_messages += shifter.dropped_messages
                 ovf.dropped_tokens += shifter.dropped_tokens
                 ovf.reprefill += shifter.reprefill_tokens
@@ -624,11 +662,11 @@ class LlamaEngine:
             **(out.tracker.metrics_args() if out.tracker else {}),
             spec=getattr(out, "spec", None),
         )
-        metrics = replace(metrics, cache_miss_reason=miss, **(ovf.metrics_fields(metrics) if ovf else {}))
+        metrics = replace(metrics, cache_miss_reason=p.miss, **(ovf.metrics_fields(metrics) if ovf else {}))
         if restored is not None:
             metrics = replace(
                 metrics,
-                tokenize_ms=ns_to_ms(t_restore - t_submit),
+                tokenize_ms=ns_to_ms(p.t_restore_ns - t_submit),
                 restored_tokens=restored.tokens,
                 restore_ms=restored.ms,
                 restore_bytes=restored.state_bytes,
