@@ -121,7 +121,7 @@ class FakeEngine:
         drafted: indices of tokens (0 = the first) sent as accepted draft tokens (``drafted_spans``: all their
             text): each is in the step of the next other token, which also drafted one rejected token.
         spec_note: the turns' ``spec_note`` (drafting did not pay).
-        restore_note: the turns' ``TurnFinished.restore_note`` (a saved prefix restored, or not and why).
+        restore_note: the turns' ``PrefillStarted.restore_note`` (a saved prefix restored, or not and why).
     """
 
     def __init__(
@@ -224,7 +224,9 @@ class FakeEngine:
         prefill = len(prompt) - cached
         t_submit = request.turn_id * 10**12
         t_pre0 = t_submit + _ns(t.tokenize_ms)
-        yield PrefillStarted(request.turn_id, len(prompt), cached, prefill, dropped, t_pre0)
+        yield PrefillStarted(
+            request.turn_id, len(prompt), cached, prefill, dropped, t_pre0, restore_note=self.restore_note
+        )
         done = 0
         while done < prefill:
             if self._should_crash("prefill", request):
@@ -308,7 +310,7 @@ class FakeEngine:
             **tracker.metrics_args(),
         )
         reply, thought_text = "".join(text), "".join(thought)
-        yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text, restore_note=self.restore_note)
+        yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text)
 
     def count_prompt(self, request: CountRequest) -> PromptCount | None:
         """Count as :meth:`run_turn` would template (one token a word; a text alone: its words); ``None``

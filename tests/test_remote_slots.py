@@ -9,7 +9,14 @@ import re
 import pytest
 from remote_support import ScriptedServer, content_chunk, sse
 
-from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.events import (
+    Message,
+    ModelLoaded,
+    PrefillStarted,
+    SamplingParams,
+    TurnFinished,
+    TurnRequest,
+)
 from chatphase.engine.remote.engine import RemoteEngine
 from chatphase.engine.remote.slots import (
     NO_SLOT_SAVE_NOTE,
@@ -60,12 +67,13 @@ def _engine(url: str) -> RemoteEngine:
     return engine
 
 
-def _turn(engine: RemoteEngine, *texts: str) -> TurnFinished:
+def _turn(engine: RemoteEngine, *texts: str) -> tuple[PrefillStarted, TurnFinished]:
+    """The turn's ``PrefillStarted`` (which says the prefix store's line) and its ``TurnFinished``."""
     roles = ["user", "assistant"] * len(texts)
     request = TurnRequest(1, tuple(Message(r, t) for r, t in zip(roles, texts, strict=False)), GREEDY)
     events = list(engine.run_turn(request))
-    assert isinstance(events[-1], TurnFinished), events
-    return events[-1]
+    assert isinstance(events[0], PrefillStarted) and isinstance(events[-1], TurnFinished), events
+    return events[0], events[-1]
 
 
 def _paths(srv: ScriptedServer) -> list[str]:
@@ -103,11 +111,11 @@ def test_a_finished_turn_is_saved_in_the_background_to_its_conversations_file(tm
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
     with ScriptedServer(_routes()) as srv:
         first = _engine(srv.url)
-        done = _turn(first, "Hi")
+        started, done = _turn(first, "Hi")
         store = first.slots
         assert store is not None
         first.close()  # waits (bounded) for the save
-        assert done.restore_note is None and done.metrics.restored_tokens is None
+        assert started.restore_note is None and done.metrics.restored_tokens is None
         body = next(b for m, p, _h, b in srv.requests if p == "/v1/chat/completions")
         assert body["id_slot"] == 0  # the chat is pinned to the slot that is saved
         save = next(b for m, p, _h, b in srv.requests if p == "/slots/0?action=save")
@@ -126,7 +134,7 @@ def test_resume_on_the_same_server_restores_and_fills_the_restore_metrics(tmp_pa
         srv.routes["POST /v1/chat/completions"] = (200, _stream(cached=38))
         srv.requests.clear()
         resumed = _engine(srv.url)
-        done = _turn(resumed, "Hi", "Hello", "And then?")
+        started, done = _turn(resumed, "Hi", "Hello", "And then?")
         resumed.close()
         paths = _paths(srv)
         assert paths.index("POST /slots/0?action=restore") < paths.index("POST /v1/chat/completions")
@@ -134,16 +142,18 @@ def test_resume_on_the_same_server_restores_and_fills_the_restore_metrics(tmp_pa
         assert m.restored_tokens == 38  # what the server reused of the 40 restored
         assert m.restore_bytes == 4_000_000 and m.restore_ms is not None and m.restore_ms > 0
         assert m.ttft_ms is not None and m.ttft_ms >= m.restore_ms  # TTFT includes the restore
-        assert done.restore_note is not None and done.restore_note.startswith("prefix restore: 40 tok · 3.8 MiB in")
+        assert started.restore_note is not None and started.restore_note.startswith(
+            "prefix restore: 40 tok · 3.8 MiB in"
+        )
         # that turn's save replaced the file's state with the longer history: resumed again, that is what is
         # restored, and the turn after it finds its prefix in the slot already
         srv.requests.clear()
         again = _engine(srv.url)
-        one = _turn(again, "Hi", "Hello", "And then?", "Hello", "More?")
-        two = _turn(again, "Hi", "Hello", "And then?", "Hello", "More?", "Hello", "Again?")
+        _, one = _turn(again, "Hi", "Hello", "And then?", "Hello", "More?")
+        second, two = _turn(again, "Hi", "Hello", "And then?", "Hello", "More?", "Hello", "Again?")
         again.close()
         assert _paths(srv).count("POST /slots/0?action=restore") == 1
-        assert one.metrics.restored_tokens == 38 and two.restore_note is None and two.metrics.restored_tokens is None
+        assert one.metrics.restored_tokens == 38 and second.restore_note is None and two.metrics.restored_tokens is None
 
 
 def test_a_prefix_faster_to_prefill_again_than_a_second_is_not_saved(tmp_path, monkeypatch):
@@ -172,14 +182,15 @@ def test_a_save_cut_short_is_never_restored(tmp_path, monkeypatch):
         assert store is not None and "Unable to save slot" in (store.last_save_error or "")
         srv.requests.clear()
         resumed = _engine(srv.url)
-        done = _turn(resumed, "Hi", "Hello", "And then?")
+        started, _ = _turn(resumed, "Hi", "Hello", "And then?")
         resumed.close()
-        assert "POST /slots/0?action=restore" not in _paths(srv) and done.restore_note is None
+        assert "POST /slots/0?action=restore" not in _paths(srv) and started.restore_note is None
 
 
-def _resume_with_restore_answer(srv: ScriptedServer, answer: tuple) -> tuple[TurnFinished, str]:
+def _resume_with_restore_answer(srv: ScriptedServer, answer: tuple) -> tuple[PrefillStarted, TurnFinished, str]:
     """A first chat saves its prefix; a resumed one ("Hi", "Hello", then a new message) gets ``answer`` (status,
-    body) to its restore. Returns the resumed turn's ``TurnFinished`` and the engine's model key."""
+    body) to its restore. Returns the resumed turn's ``PrefillStarted`` and ``TurnFinished``, and the engine's
+    model key."""
     first = _engine(srv.url)
     _turn(first, "Hi")
     first.close()
@@ -187,10 +198,10 @@ def _resume_with_restore_answer(srv: ScriptedServer, answer: tuple) -> tuple[Tur
     # a quick turn, not worth saving: what the index holds afterwards is the restore's doing alone
     srv.routes["POST /v1/chat/completions"] = (200, _stream(0, prompt_per_second=1000.0, predicted_n=4))
     resumed = _engine(srv.url)
-    done = _turn(resumed, "Hi", "Hello", "And then?")
+    started, done = _turn(resumed, "Hi", "Hello", "And then?")
     key = resumed.slots.model_key if resumed.slots else ""
     resumed.close()
-    return done, key
+    return started, done, key
 
 
 def test_a_refused_file_is_recomputed_in_one_line_and_dropped(tmp_path, monkeypatch):
@@ -202,9 +213,9 @@ def test_a_refused_file_is_recomputed_in_one_line_and_dropped(tmp_path, monkeypa
         }
     }
     with ScriptedServer(_routes()) as srv:
-        done, key = _resume_with_restore_answer(srv, (400, refused))
+        started, done, key = _resume_with_restore_answer(srv, (400, refused))
         assert done.reply == "Hello" and done.metrics.restored_tokens is None
-        note = done.restore_note or ""
+        note = started.restore_note or ""
         assert "\n" not in note and "was not restored" in note and "the prompt is recomputed" in note
         index = SlotIndex(tmp_path / "remote-slots.json")
         assert index.find(srv.url, prefix_hash(key, (Message("user", "Hi"), Message("assistant", "Hello")))) is None
@@ -214,8 +225,8 @@ def test_a_restore_the_server_never_answers_is_not_asked_for_again(tmp_path, mon
     """llama-server aborts on a truncated slot file: the file must not be restored on its next start."""
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
     with ScriptedServer(_routes()) as srv:
-        done, key = _resume_with_restore_answer(srv, (200, None))
-        assert "the prompt is recomputed" in (done.restore_note or "") and done.reply == "Hello"
+        started, done, key = _resume_with_restore_answer(srv, (200, None))
+        assert "the prompt is recomputed" in (started.restore_note or "") and done.reply == "Hello"
         history = (Message("user", "Hi"), Message("assistant", "Hello"))
         assert SlotIndex(tmp_path / "remote-slots.json").find(srv.url, prefix_hash(key, history)) is None
 
@@ -232,11 +243,11 @@ def test_recompute_when_the_measured_rates_say_restoring_is_slower(tmp_path, mon
         second.close()
         srv.requests.clear()
         later = _engine(srv.url)
-        done = _turn(later, "Hi", "Hello", "And then?", "Hello", "More?")
+        started, done = _turn(later, "Hi", "Hello", "And then?", "Hello", "More?")
         later.close()
         assert "POST /slots/0?action=restore" not in _paths(srv)
-        assert done.restore_note is not None and "not restored" in done.restore_note
-        assert "beats restore" in done.restore_note and done.metrics.restored_tokens is None
+        assert started.restore_note is not None and "not restored" in started.restore_note
+        assert "beats restore" in started.restore_note and done.metrics.restored_tokens is None
 
 
 def test_a_server_without_slot_saving_says_so_once_and_answers(tmp_path, monkeypatch):
@@ -244,9 +255,9 @@ def test_a_server_without_slot_saving_says_so_once_and_answers(tmp_path, monkeyp
     off = (501, {"error": {"code": 501, "message": "This server does not support slots action."}})
     with ScriptedServer(_routes(probe=off)) as srv:
         engine = _engine(srv.url)
-        one, two = _turn(engine, "Hi"), _turn(engine, "Hi", "Hello", "More?")
+        (started, one), (second, _) = _turn(engine, "Hi"), _turn(engine, "Hi", "Hello", "More?")
         engine.close()
-        assert one.reply == "Hello" and one.restore_note == NO_SLOT_SAVE_NOTE and two.restore_note is None
+        assert one.reply == "Hello" and started.restore_note == NO_SLOT_SAVE_NOTE and second.restore_note is None
         bodies = [b for m, p, _h, b in srv.requests if p == "/v1/chat/completions"]
         assert all("id_slot" not in b for b in bodies)
         assert not any("action=save" in p for p in _paths(srv))
@@ -269,13 +280,13 @@ def test_an_answer_that_is_not_llama_servers_slot_api_leaves_the_slots_alone(tmp
     router = (400, {"error": {"code": 400, "message": "model name is missing from the request"}})
     with ScriptedServer(_routes(probe=router)) as srv:
         engine = _engine(srv.url)
-        done = _turn(engine, "Hi")
+        started, done = _turn(engine, "Hi")
         engine.close()
-        assert done.reply == "Hello" and done.restore_note is None and engine.slots is None
+        assert done.reply == "Hello" and started.restore_note is None and engine.slots is None
         assert [p for p in _paths(srv) if "/slots" in p] == [f"POST /slots/0?action={PROBE_ACTION}"]
 
 
-async def test_the_restore_line_is_said_in_the_chat_after_the_turn():
+async def test_the_restore_line_is_said_in_the_chat_when_the_prefill_starts():
     from ui_support import idle, make_app, send, wait_for
 
     from chatphase.ui.transcript.notice import Notice as ChatNotice

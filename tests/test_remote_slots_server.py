@@ -20,7 +20,14 @@ from benchmarks import harness
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.recording import SessionRecording
-from chatphase.engine.events import Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.events import (
+    Message,
+    ModelLoaded,
+    PrefillStarted,
+    SamplingParams,
+    TurnFinished,
+    TurnRequest,
+)
 from chatphase.engine.remote import slots
 from chatphase.engine.remote.engine import RemoteEngine, remote_model_info
 from chatphase.engine.remote.slots import NO_SLOT_SAVE_NOTE
@@ -83,12 +90,13 @@ def _engine(url: str, **kw) -> RemoteEngine:
     return engine
 
 
-def _turn(engine: RemoteEngine, *texts: str) -> TurnFinished:
+def _turn(engine: RemoteEngine, *texts: str) -> tuple[PrefillStarted, TurnFinished]:
+    """The turn's ``PrefillStarted`` (which says the prefix store's line) and its ``TurnFinished``."""
     roles = ["user", "assistant"] * len(texts)
     messages = tuple(Message(r, t) for r, t in zip(roles, texts, strict=False))
     events = list(engine.run_turn(TurnRequest(1, messages, GREEDY)))
-    assert isinstance(events[-1], TurnFinished), events
-    return events[-1]
+    assert isinstance(events[0], PrefillStarted) and isinstance(events[-1], TurnFinished), events
+    return events[0], events[-1]
 
 
 def _erase(url: str) -> None:
@@ -101,7 +109,7 @@ def _full_prefill(url: str, *texts: str) -> TurnFinished:
     _erase(url)
     engine = _engine(url, prefix_restore=False)
     try:
-        done = _turn(engine, *texts)
+        _, done = _turn(engine, *texts)
     finally:
         engine.close()
     assert done.metrics.cached_tokens == 0 and done.metrics.restored_tokens is None
@@ -112,7 +120,7 @@ def _first_chat(url: str) -> str:
     """One finished turn, saved when its engine closes; its reply."""
     engine = _engine(url)
     try:
-        reply = _turn(engine, FIRST).reply
+        reply = _turn(engine, FIRST)[1].reply
     finally:
         engine.close()  # waits (bounded) for the save
     assert reply
@@ -126,15 +134,15 @@ def test_a_resumed_chat_restores_its_saved_prefix_and_replies_as_a_full_prefill(
     _erase(url)  # the server forgets the slot, as after a restart
     resumed = _engine(url)
     try:
-        done = _turn(resumed, FIRST, reply, SECOND)
+        started, done = _turn(resumed, FIRST, reply, SECOND)
     finally:
         resumed.close()
     m = done.metrics
-    assert m.restored_tokens is not None and m.restored_tokens > 0, done.restore_note
+    assert m.restored_tokens is not None and m.restored_tokens > 0, started.restore_note
     assert m.restored_tokens == m.cached_tokens  # every token reused came from the file
     assert m.restore_bytes is not None and m.restore_bytes > 0 and m.restore_ms is not None
     assert m.ttft_ms is not None and m.ttft_ms >= m.restore_ms
-    assert (done.restore_note or "").startswith("prefix restore: ")
+    assert (started.restore_note or "").startswith("prefix restore: ")
     assert done.reply == _full_prefill(url, FIRST, reply, SECOND).reply  # temperature 0: the same reply
 
 
@@ -177,10 +185,10 @@ def test_a_damaged_file_is_refused_in_one_line_and_the_prompt_recomputed(saving)
     _erase(url)
     resumed = _engine(url)
     try:
-        done = _turn(resumed, FIRST, reply, SECOND)
+        started, done = _turn(resumed, FIRST, reply, SECOND)
     finally:
         resumed.close()
-    note = done.restore_note or ""
+    note = started.restore_note or ""
     assert "was not restored" in note and "recomputed" in note and "\n" not in note
     assert done.metrics.restored_tokens is None and done.metrics.cached_tokens == 0
     assert done.reply == _full_prefill(url, FIRST, reply, SECOND).reply
@@ -191,9 +199,9 @@ def test_a_server_without_slot_save_path_says_so_in_one_line_and_answers(default
     try:
         engine = _engine(url)
         try:
-            done = _turn(engine, FIRST)
+            started, done = _turn(engine, FIRST)
         finally:
             engine.close()
     finally:
         stop_process(proc)
-    assert done.reply and done.restore_note == NO_SLOT_SAVE_NOTE
+    assert done.reply and started.restore_note == NO_SLOT_SAVE_NOTE

@@ -445,8 +445,6 @@ class ChatController:
             self._notice(Notice.context_full())
         if ev.metrics.spec_note:  # drafting did not pay this turn
             self._notice(Notice("spec", "Speculative decoding", ev.metrics.spec_note, "warning"))
-        if ev.restore_note:  # a saved KV-cache prefix: restored, or not and why
-            self._notice(Notice("prefix", "Prefix store", ev.restore_note))
 
     def _failed(self, ev: EngineFailed) -> None:
         turn = self.turn

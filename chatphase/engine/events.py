@@ -253,7 +253,9 @@ class PrefillStarted:
     Prefix store (:mod:`chatphase.engine.local.prefix_keeper`): ``restored_tokens`` of the ``cached_tokens``
     were read from disk in ``restore_ms`` (``restore_bytes`` of state) before this event, where a prefill of
     them was predicted to take ``restore_prefill_ms``; ``restore_note`` one line when the store was looked at
-    and not used (the rule chose prefill, or a file was refused). ``None``: no restore.
+    and not used (the rule chose prefill, or a file was refused). ``None``: no restore. A remote server's slot
+    restore (:mod:`chatphase.engine.remote.slots`) is done before this event too, and its line (restored, or not
+    and why) is its ``restore_note``; its figures come with the turn's metrics.
     """
 
     turn_id: int
@@ -365,8 +367,6 @@ class TurnFinished:
     ``server_timings``: a remote server's own figures for the turn (llama-server's ``timings``:
     ``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``… plus ``network_queue_ms``), ``None``
     for the local engine and for servers that send none (see :mod:`chatphase.engine.remote.wire`).
-    ``restore_note``: one line on a saved KV-cache prefix met before the turn (restored, or not and why),
-    ``None`` when there was none.
     """
 
     turn_id: int
@@ -374,7 +374,6 @@ class TurnFinished:
     metrics: TurnMetrics
     server_timings: dict[str, Any] | None = None
     thinking: str = ""
-    restore_note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -123,9 +123,10 @@ class StreamedTurn:
         engine, rid = self.engine, self.request.turn_id
         body = engine.request_body(self.request)
         self.t_submit = time.perf_counter_ns()
-        yield PrefillStarted(rid, None, None, None, 0, self.t_submit)
-        if self.slots is not None:
+        if self.slots is not None:  # before the prefill, as the local engine's restore: its time is part of TTFT
             self.restored = self.slots.before_turn(self.request.messages)
+        note = self.restored.note if self.restored is not None else self.slot_note
+        yield PrefillStarted(rid, None, None, None, 0, self.t_submit, restore_note=note)
         error: str | None = None
         done = False
         try:
@@ -183,9 +184,8 @@ class StreamedTurn:
             used = restored.tokens if metrics.cached_tokens is None else min(restored.tokens, metrics.cached_tokens)
             metrics = replace(metrics, restored_tokens=used, restore_ms=restored.ms, restore_bytes=restored.bytes)
         timings = server_timings_view(self.report, metrics.ttft_ms)
-        note = restored.note if restored is not None else self.slot_note
         reply, thought = "".join(self.parts), "".join(self.thought)
-        yield TurnFinished(rid, reply, metrics, server_timings=timings, thinking=thought, restore_note=note)
+        yield TurnFinished(rid, reply, metrics, server_timings=timings, thinking=thought)
 
     def _chunk(self, data: str) -> Generator[Event, None, str | None]:
         """Handle one SSE data payload; yields events, returns an error message or ``None``."""
