@@ -182,6 +182,28 @@ def test_info_lists_the_vulkan_device_and_keeps_llama_cpp_off_stderr(vk_env):
     assert re.search(r"^GPU offload\s+none: the Vulkan backend found no GPU device", hidden.stdout, re.M), hidden.stdout
 
 
+def test_op_offload_sends_the_cpu_layers_prefill_to_the_device_unless_turned_off(vk_env, tmp_path, capsys):
+    """At 0 layers llama.cpp still runs a large batch's matrix products on the GPU (its op_offload), with a
+    compute buffer there: said as a slow path (on llvmpipe the prefill ran at 8 tok/s against the CPU's 478);
+    ``--no-op-offload`` keeps it on the CPU, with no compute buffer on the device."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The prefill reads the whole prompt in one parallel pass before the first token. " * 3)
+    rates = {}
+    for flag in ("", "--no-op-offload"):
+        report, stderr, log = ask_json(vk_env, "--n-gpu-layers", "0", "--prefix-cache", "off", "-f", str(doc),
+                                       *([flag] if flag else []))  # fmt: skip
+        model, printed = report["model"], log_buffers(log.rsplit("--- chatphase: loading", 1)[-1])
+        rates[flag or "op offload"] = report["turns"][0]["metrics"]["prefill_tokens_per_s"]
+        assert model["layers_offloaded"] == 0 and report["turns"][0]["metrics"]["prompt_tokens"] > 32
+        said = [p for p in model["slow_paths"] if p.startswith("prefill of the CPU layers on Vulkan0")]
+        if flag:
+            assert ("compute", "Vulkan0") not in printed and not said and "op offload" not in stderr
+        else:
+            assert printed[("compute", "Vulkan0")] > 0 and said and "slow path: prefill of the CPU layers" in stderr
+    with capsys.disabled():
+        print(f"\nprefill at 0 layers on llvmpipe, tok/s: {rates}")
+
+
 def test_a_vulkan_build_with_no_driver_is_not_called_cpu_only(vk_env):
     """No Vulkan driver at all (the loader is pointed at none): ggml registers no Vulkan backend, as on an
     NVIDIA machine whose driver's Vulkan library could not load. The turn runs on the CPU and the one line

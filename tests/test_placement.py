@@ -114,6 +114,17 @@ def test_slow_paths_each_flagged_and_none_on_a_full_offload():
     assert _paths(on_device, flash_attn="off", flash_attn_mismatch=("Vulkan0", "CPU")) == ()  # the user's choice
     (amx,) = _paths(on_device, amx=True, use_extra_bufts=False)
     assert amx.startswith("AMX off:")
+    cpu_only = (BufferSize("model", "CPU_Mapped", 1, False),)
+    (op,) = _paths(cpu_only, offloaded=0, op_offload_device="Vulkan0")  # 0 layers, yet prefill on the GPU
+    assert op.startswith("prefill of the CPU layers on Vulkan0: ") and "--no-op-offload" in op
+
+
+def test_op_offload_reaches_llama_cpps_context_params():
+    from chatphase.engine.config import EngineConfig
+    from chatphase.engine.local.llama_params import context_params
+
+    assert context_params(EngineConfig().resolved()).op_offload is True
+    assert context_params(EngineConfig(op_offload=False).resolved()).op_offload is False
 
 
 def test_why_nothing_is_offloaded():

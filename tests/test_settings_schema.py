@@ -44,11 +44,13 @@ def test_every_engine_setting_has_a_flag_whose_dest_is_its_key():
 
 def test_a_flag_over_a_configured_value_for_every_kind_of_setting(tmp_path):
     cfg = tmp_path / "config.toml"
-    cfg.write_text('flash_attn = "off"\nthinking = "off"\nspec = "lookup"\nn_threads = 3\n')
+    cfg.write_text('flash_attn = "off"\nthinking = "off"\nspec = "lookup"\nn_threads = 3\nop_offload = false\n')
     base = load_settings(cfg, environ={})
+    assert base.engine.op_offload is False
     argv = ["--no-kv-offload", "--n-ubatch", "64", "--cache-type-k", "q8_0", "--temp", "0", "--server", "h:1"]
     s = settings_from_args(parser().parse_args(argv), base=base)
     assert (s.engine.offload_kqv, s.engine.n_ubatch, s.engine.type_k) == (False, 64, "q8_0")
+    assert settings_from_args(parser().parse_args(["--no-op-offload"])).engine.op_offload is False
     assert (s.sampling.temperature, s.server, s.engine.n_threads) == (0.0, "h:1", 3)
 
 

@@ -53,7 +53,9 @@ class EngineConfig:
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
     (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
     ``offload_kqv`` keep the KV cache (and attention) on the device of each offloaded layer (llama.cpp's
-    ``offload_kqv``; off puts it in host memory, llama.cpp's ``--no-kv-offload``);
+    ``offload_kqv``; off puts it in host memory, llama.cpp's ``--no-kv-offload``); ``op_offload`` let llama.cpp
+    run a large batch's matrix products of the layers left on the CPU on the GPU (its ``op_offload``; off is its
+    ``--no-op-offload``);
     ``chat_template`` the prompt format: ``None`` = the model's own template, else a format fitting its
     vocabulary; a llama.cpp built-in name or a Jinja file overrides (:mod:`chatphase.engine.prompting.chat_format`).
     ``spec`` the decode mode: ``off``, ``lookup``, ``auto`` or ``draft:MODEL`` (speculative decoding,
@@ -126,6 +128,13 @@ class EngineConfig:
         default=True,
         metadata={"flags": ("--no-kv-offload",), "const": False,
                   "help": "keep the KV cache in host memory, not on the GPU (llama.cpp's offload_kqv off; slower)"},
+    )  # fmt: skip
+    op_offload: bool = field(
+        default=True,
+        metadata={"flags": ("--no-op-offload",), "const": False,
+                  "help": "keep the prefill of the layers left on the CPU there; by default llama.cpp sends a large "
+                          "batch's matrix products to the GPU, copying those layers' weights each batch (its "
+                          "op_offload: a fast GPU gains, a weak one loses)"},
     )  # fmt: skip
     chat_template: str | None = field(
         default=None,
@@ -222,6 +231,7 @@ class EngineConfig:
             "type_v": self.type_v,
             "extra_bufts": self.extra_bufts,
             "offload_kqv": self.offload_kqv,
+            "op_offload": self.op_offload,
             "n_seq_max": self.n_seq_max,
             "chat_template": self.chat_template,
             "spec": self.spec,

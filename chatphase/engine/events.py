@@ -170,6 +170,7 @@ class LoadedSettings:
     type_v: str | None = None
     extra_bufts: str | None = None
     offload_kqv: bool | None = None
+    op_offload: bool | None = None
     n_seq_max: int | None = None
     chat_template: str | None = None
     spec: str | None = None

@@ -8,6 +8,10 @@ the user may expect, and says so at most in its log. One plain line each, shown 
   these K/V types (llama.cpp: ``layer N is assigned to device X but Flash Attention is assigned to device
   CPU``); a quantised V cache needs flash attention, so llama.cpp refuses that one outright
   (:func:`quantised_v_without_flash_attn`), it does not run slowly;
+- layers on the CPU of a machine with a GPU, and llama.cpp's ``op_offload`` on (its default): a large batch's
+  matrix products of those layers run on the GPU, their weights copied over for every batch. A fast GPU gains
+  (seen: an 8B's prefill at 0 layers on an H200, 470 tok/s); a weak one loses many times over (Mesa's
+  llvmpipe: 8 tok/s against the CPU's 406 on the default model);
 - AMX off: on an Intel AMX CPU with llama.cpp's extra buffer types off (this build's AMX path failed the
   probe of :mod:`chatphase.engine.local.amx_probe`, or the user said so), prefill runs without the AMX kernels.
 """
@@ -40,15 +44,23 @@ def slow_paths(
     type_k: str,
     type_v: str,
     amx_why: str = "",
+    op_offload_device: str | None = None,
 ) -> tuple[str, ...]:
     """One line per slow path of a load (see the module docstring), from the offloaded layer count and the
-    buffers llama.cpp printed (:class:`~chatphase.engine.events.BufferSize`)."""
+    buffers llama.cpp printed (:class:`~chatphase.engine.events.BufferSize`); ``op_offload_device`` the GPU that
+    llama.cpp's op offload sends the CPU layers' prefill to (``None``: no such layers, no GPU, or it is off)."""
     out = []
     device = next((b.buffer for b in buffers if b.on_device and b.kind == "model"), "the device")
     if layers_offloaded and layers_total and layers_offloaded < layers_total:
         out.append(
             f"partial offload: {layers_offloaded}/{layers_total} layers on {device}, the rest on the CPU "
             "(activations cross between them every token)"
+        )
+    if op_offload_device:
+        out.append(
+            f"prefill of the CPU layers on {op_offload_device}: llama.cpp sends a large batch's matrix products "
+            "there, copying the layers' weights over for every batch (op offload; --no-op-offload keeps them on the "
+            "CPU: a weak GPU loses many times over)"
         )
     kv = [b for b in buffers if b.kind == "KV"]
     if layers_offloaded and kv and not any(b.on_device for b in kv):

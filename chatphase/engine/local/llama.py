@@ -362,7 +362,10 @@ class LlamaEngine:
         kv_mib = self._log.kv_cache_mib
         layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
         layers_total = self._log.layers_total or (self.info.n_layer or 0) + 1
+        gpus = ggml_devices.offload_devices(devices) if gpu_ok and s["op_offload"] else ()
+        op_device = gpus[0].name if gpus and (layers_offloaded or 0) < layers_total else None
         slow = slow_paths(
+            op_offload_device=op_device,
             layers_offloaded=layers_offloaded,
             layers_total=layers_total,
             buffers=buffers,

@@ -139,5 +139,6 @@ def context_params(settings: dict[str, Any]) -> lc.llama_context_params:
     params.type_k = GGML_TYPES[settings["type_k"]]
     params.type_v = GGML_TYPES[settings["type_v"]]
     params.offload_kqv = settings.get("offload_kqv", True)
+    params.op_offload = settings.get("op_offload", True)
     params.no_perf = False
     return params
