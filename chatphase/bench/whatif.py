@@ -123,6 +123,12 @@ class ModelFacts:
     n_params: int
     kv_bytes_per_token: int
     attention_flops_per_context: float = 0.0
+    #: the parameters a prompt token multiplies (``n_params`` for a result saved before it was recorded)
+    prefill_params: int | None = None
+
+    @property
+    def prefill_matmul_params(self) -> int:
+        return self.prefill_params or self.n_params
 
 
 def predict_decode(bandwidth: float, eff: float, model: ModelFacts, depth: float, flops: float | None = None) -> float:
@@ -138,7 +144,7 @@ def predict_decode(bandwidth: float, eff: float, model: ModelFacts, depth: float
 def predict_ttft_ms(flops: float, eff: float, model: ModelFacts, prompt_tokens: int) -> float:
     """TTFT in ms of a prompt of ``prompt_tokens``: its prefill at ``eff × FLOP/s / (2 × params)``, ``eff``
     at most 1.0."""
-    return 1000.0 * prompt_tokens / (min(eff, 1.0) * prefill_bound_tokens_per_s(flops, model.n_params))
+    return 1000.0 * prompt_tokens / (min(eff, 1.0) * prefill_bound_tokens_per_s(flops, model.prefill_matmul_params))
 
 
 def device_rows(
@@ -216,11 +222,14 @@ def efficiency_from(result) -> tuple[Efficiency, ModelFacts, dict]:
         int(r["n_params"]),
         int(r["kv_bytes_per_token"]),
         float(r.get("attention_flops_per_context_token") or 0.0),
+        int(r["prefill_params"]) if r.get("prefill_params") else None,
     )
     bw, flops = float(r["bandwidth_bytes_per_s"]), float(r["flops_per_s"])
     d0, p = depths[0], max(prompts, key=lambda c: c.prompt_tokens)
     decode = share_of_bound(d0.decode_tokens_per_s.mean, predict_decode(bw, 1.0, model, cell_context_tokens(d0), flops))
-    prefill = share_of_bound(p.prefill_tokens_per_s.mean, prefill_bound_tokens_per_s(flops, model.n_params), "prefill")
+    prefill = share_of_bound(
+        p.prefill_tokens_per_s.mean, prefill_bound_tokens_per_s(flops, model.prefill_matmul_params), "prefill"
+    )
     assert decode is not None and prefill is not None  # both cells have a rate, both bounds are positive
     eff = Efficiency(
         decode=decode.clamped,

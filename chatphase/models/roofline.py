@@ -126,23 +126,31 @@ def decode_bound_tokens_per_s(
 
 
 def prefill_bound_tokens_per_s(flops_per_s: float, n_params: int) -> float:
-    """Compute bound on prefill tokens/s: ``flops_per_s / (2 × n_params)``."""
+    """Compute bound on prefill tokens/s: ``flops_per_s / (2 × n_params)``, ``n_params`` the parameters a prompt
+    token multiplies (:func:`prefill_params` where the model's shape is known)."""
     return flops_per_s / step_flops(n_params)
+
+
+def prefill_params(info: ModelInfo) -> int | None:
+    """The parameters each prompt token of a prefill multiplies: ``n_params`` less the embedding matrices (the
+    token embedding is a row lookup, and the output matrix runs for the last token only, as llama.cpp computes
+    logits for it alone; tied embeddings are one matrix). ``None`` when the parameter count or the embedding's
+    shape is unknown. SmolLM2-135M: 106 M of 135 M."""
+    if not info.n_params or not info.n_vocab or not info.n_embd:
+        return None
+    per_token = info.n_params - info.n_vocab * info.n_embd * (2 if info.embedding_bytes else 1)
+    return per_token if per_token > 0 else None
 
 
 def prefill_flops(info: ModelInfo, n_tokens: int) -> float | None:
     """The weight matmuls' FLOPs of a prefill of ``n_tokens`` tokens, counted low (a lower bound's numerator):
-    ``2 × (n_params − the embedding matrices) × n_tokens`` plus the output matrix once, as llama.cpp computes
-    logits for the last token only; the token embedding is a row lookup, no matmul. Attention's own FLOPs are
-    left out (they run in the KV cache's type, which a weights' peak does not bound). ``None`` when the
+    ``2 × prefill_params × n_tokens`` (:func:`prefill_params`) plus the output matrix once. Attention's own FLOPs
+    are left out (they run in the KV cache's type, which a weights' peak does not bound). ``None`` when the
     parameter count or the embedding's shape is unknown."""
-    if not info.n_params or not info.n_vocab or not info.n_embd:
+    per_token = prefill_params(info)
+    if per_token is None or not info.n_vocab or not info.n_embd:
         return None
-    matrix = info.n_vocab * info.n_embd
-    per_token = info.n_params - matrix * (2 if info.embedding_bytes else 1)
-    if per_token <= 0:
-        return None
-    return step_flops(per_token, n_tokens) + step_flops(matrix)
+    return step_flops(per_token, n_tokens) + step_flops(info.n_vocab * info.n_embd)
 
 
 #: the weight types whose matmuls run in float32 arithmetic on a CPU, the kernel a float32 matmul peak measures

@@ -138,6 +138,7 @@ def build_roofline(
     kv_bytes_per_token: int,
     cells: Sequence[CellResult],
     attention_flops_per_context: float = 0.0,
+    prefill_params: int | None = None,
 ) -> dict:
     """The JSON ``roofline`` object: peaks, per-cell bounds and % of bound, two verdicts and, with depth
     cells at two depths, attention's measured cost (``attention_line``).
@@ -147,7 +148,8 @@ def build_roofline(
     """
     rows: list[dict[str, Any]] = []
     spreads: dict[tuple[str, int], tuple[float, float] | None] = {}
-    p_bound = prefill_bound_tokens_per_s(peaks.flops_per_s, n_params)
+    p_params = prefill_params or n_params  # the parameters a prompt token multiplies, where the shape is known
+    p_bound = prefill_bound_tokens_per_s(peaks.flops_per_s, p_params)
     for i, c in enumerate(cells):
         b = decode_bound(
             peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, cell_context_tokens(c),
@@ -201,6 +203,7 @@ def build_roofline(
         "conditions": peaks.conditions,
         "weight_bytes": weight_bytes,
         "n_params": n_params,
+        "prefill_params": p_params,
         "kv_bytes_per_token": kv_bytes_per_token,
         "attention_flops_per_context_token": attention_flops_per_context,
         "decode_bound_tokens_per_s_at_empty_context": decode_bound_tokens_per_s(

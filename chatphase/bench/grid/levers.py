@@ -181,10 +181,12 @@ def predict(
     kv_bytes_per_token: int,
     cell: CellResult,
     attention_flops_per_context: float = 0.0,
+    prefill_params: int | None = None,
 ) -> Prediction:
     """The roofline for ``cell`` (see the module doc); ``weight_bytes`` as read per token,
     ``attention_flops_per_context`` attention's FLOPs per token of context
-    (:func:`~chatphase.models.roofline.attention_flops_per_context_token`)."""
+    (:func:`~chatphase.models.roofline.attention_flops_per_context_token`), ``prefill_params`` the parameters a
+    prompt token multiplies (:func:`~chatphase.models.roofline.prefill_params`; default ``n_params``)."""
     from chatphase.models.roofline import step_bytes, step_flops
 
     context = cell_context_tokens(cell)
@@ -192,7 +194,7 @@ def predict(
         peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context, peaks.flops_per_s,
         attention_flops_per_context,
     )  # fmt: skip
-    prefill = prefill_bound_tokens_per_s(peaks.flops_per_s, n_params)
+    prefill = prefill_bound_tokens_per_s(peaks.flops_per_s, prefill_params or n_params)
     evaluated = cell.prompt_tokens - cell.depth
     return Prediction(
         decode_tokens_per_s=decode,

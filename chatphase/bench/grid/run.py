@@ -31,7 +31,7 @@ from chatphase.engine.events import LoadedModel
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
-from chatphase.models.roofline import attention_flops_per_context_token, weight_bytes_per_token
+from chatphase.models.roofline import attention_flops_per_context_token, prefill_params, weight_bytes_per_token
 from chatphase.units import DASH
 
 #: share of the available memory the grid's engines may take together.
@@ -505,6 +505,7 @@ class GridRun:
                     prediction = predict(
                         p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell,
                         attention_flops_per_context=attention_flops_per_context_token(info.attention),
+                        prefill_params=prefill_params(info),
                     )  # fmt: skip
                 result.cells.append(
                     GridCell(

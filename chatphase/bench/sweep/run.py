@@ -24,7 +24,7 @@ from chatphase.bench.core.runner import Sweep, SweepDone, SweepPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo
-from chatphase.models.roofline import attention_flops_per_context_token
+from chatphase.models.roofline import attention_flops_per_context_token, prefill_params
 
 __all__ = ["BenchDone", "BenchEvent", "BenchNotice", "BenchRun", "BenchStatus", "make_run", "system_facts"]
 
@@ -97,6 +97,7 @@ class BenchRun(ModelRun):
                 kv_bytes_per_token=kv_per_token,
                 cells=done.cells,
                 attention_flops_per_context=attention_flops_per_context_token(self.info.attention),
+                prefill_params=prefill_params(self.info),
             )
             if note := gpu_note(loaded):  # the peaks are the CPU's: they do not bound a GPU
                 note += ", so the percentages are not meaningful"
