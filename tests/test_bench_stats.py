@@ -104,6 +104,26 @@ def test_build_roofline_percentages_and_verdicts():
     assert r["bandwidth_method"] == "copy"
 
 
+def test_the_prefill_bound_counts_the_parameters_a_prompt_token_multiplies(default_model_info):
+    """The token embedding is a row lookup and the output matrix runs for the last token only: SmolLM2-135M's
+    tied 49,152 × 576 matrix is 28 M of its 135 M parameters, so 2 × n_params put its prefill bound 27 % low."""
+    from dataclasses import replace
+
+    from chatphase.models.roofline import prefill_params
+
+    info = default_model_info
+    matrix = info.n_vocab * info.n_embd
+    assert info.embedding_bytes == 0 and prefill_params(info) == info.n_params - matrix  # tied: one matrix
+    assert prefill_params(replace(info, embedding_bytes=1)) == info.n_params - 2 * matrix  # untied: two
+    assert prefill_params(replace(info, n_vocab=None)) is None
+    peaks = MachinePeaks(10e9, "copy", 1e11, "matmul")
+    cell = make_cell("prompt", 96, 0, gen=8, ttft=[10.0], prefill=[250.0], decode=[20.0])
+    both = dict(weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell])
+    r = build_roofline(peaks, **both, prefill_params=80_000_000)
+    assert r["prefill_bound_tokens_per_s"] == pytest.approx(1e11 / 1.6e8) and r["prefill_params"] == 80_000_000
+    assert build_roofline(peaks, **both)["prefill_params"] == 100_000_000  # the shape unknown: n_params
+
+
 def test_verdict_wording():
     assert "measured above the bound (1.30×): the peak read bandwidth measured here read low" in verdict(
         "decode", 130.0
