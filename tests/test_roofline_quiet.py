@@ -73,7 +73,8 @@ def test_peaks_wait_for_a_busy_engine_to_stop(busy_engine):
 def test_peaks_name_an_engine_that_stays_busy(busy_engine):
     peaks = measure_peaks(threads=1, quiet_wait_s=0.3, **TINY)
     assert peaks.engines_beside == [busy_engine.pid]
-    assert f"beside chatphase engine pid {busy_engine.pid} (busy after" in peaks.conditions
+    assert peaks.engines_before == [busy_engine.pid]
+    assert f"beside chatphase engine pid {busy_engine.pid} (still busy after 0." in peaks.conditions
     assert peaks.spread["read"]["passes"] >= 5 and peaks.copy_bandwidth_bytes_per_s > 0
 
 
@@ -146,3 +147,14 @@ def test_a_record_of_a_killed_engine_is_ignored(tmp_path):
         assert running_engines() == []  # SIGKILL left the file: stale, removed
     finally:
         unregister(child.pid)
+
+
+def test_an_engine_busy_only_during_the_measurement_is_said_so():
+    """No wait ran out: the engine started its work once the measurement had begun (seen: "busy after 0 s of
+    waiting" of another user's engine, which read as if chatphase had not waited)."""
+    from chatphase.bench.core.peaks import MachinePeaks
+
+    during = MachinePeaks(1e10, "read", 1e11, "matmul", engines_beside=[4242], waited_s=0.25)
+    assert "pid 4242 (busy during the measurement)" in during.conditions
+    before = MachinePeaks(1e10, "read", 1e11, "matmul", engines_beside=[4242], engines_before=[4242], waited_s=10.2)
+    assert "pid 4242 (still busy after 10.2 s of waiting)" in before.conditions

@@ -241,7 +241,8 @@ class MachinePeaks:
     ``flops_per_s``, each with the method that measured it; ``copy_bandwidth_bytes_per_s`` (STREAM
     Copy, for comparison), ``spread`` per kernel (:meth:`Repeated.spread`), ``threads`` /
     ``threads_batch`` used, ``engines_beside`` (pids of chatphase engines busy before or during the
-    measurement, idle ones not counted: ``[]`` for a clean one) and ``waited_s`` for them beforehand;
+    measurement, idle ones not counted: ``[]`` for a clean one), ``engines_before`` those of them still busy
+    when the wait for them ran out, and ``waited_s`` the wait;
     ``bandwidth_kernel`` the read kernel that won and ``read_kernels`` each one's best (bytes/s)."""
 
     bandwidth_bytes_per_s: float
@@ -257,6 +258,7 @@ class MachinePeaks:
     waited_s: float = 0.0
     bandwidth_kernel: str = ""
     read_kernels: dict[str, float] = field(default_factory=dict)
+    engines_before: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
@@ -269,8 +271,13 @@ class MachinePeaks:
             waited = f" (waited {self.waited_s:.1f} s for one to stop)" if self.waited_s >= 0.5 else ""
             return f"measured with no chatphase engine busy beside it{waited}"
         pids = ", ".join(map(str, self.engines_beside))
+        when = (  # busy before the measurement (the wait ran out) or only once it had begun
+            f"still busy after {self.waited_s:.1f} s of waiting"
+            if self.engines_before
+            else "busy during the measurement"
+        )
         return (
-            f"measured beside chatphase engine pid {pids} (busy after {self.waited_s:.0f} s of waiting): "
+            f"measured beside chatphase engine pid {pids} ({when}): "
             "the peaks may read low; let it finish or close it, and measure again"
         )
 
@@ -291,12 +298,12 @@ def measure_peaks(
     from chatphase.system.machine_peaks import record_flops
 
     me = (os.getpid(),)
-    waited, beside = wait_until_quiet(quiet_wait_s, exclude=me)
+    waited, busy_before = wait_until_quiet(quiet_wait_s, exclude=me)
     before, t0 = engine_cpu_s(me), time.monotonic()
     read, read_method, kernels = measure_read(array_bytes, threads, max_s)
     copy, copy_method = measure_bandwidth("copy", array_bytes, threads, max_s)
     flops, flops_method = measure_matmul_flops(matmul_n, threads_batch or threads, max_s)
-    beside = sorted(set(beside) | set(busy_engines(before, time.monotonic() - t0, me)))
+    beside = sorted(set(busy_before) | set(busy_engines(before, time.monotonic() - t0, me)))
     if not beside:  # kept for the chat's TTFT bound (machine_peaks); one measured beside a busy engine reads low
         record_flops(flops.best, threads_batch or threads, flops_method)
     return MachinePeaks(
@@ -313,4 +320,5 @@ def measure_peaks(
         waited_s=waited,
         bandwidth_kernel=max(kernels, key=kernels.__getitem__),
         read_kernels=kernels,
+        engines_before=sorted(busy_before),
     )
