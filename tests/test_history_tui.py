@@ -64,6 +64,13 @@ async def test_the_toggle_adds_earlier_turns_read_in_a_worker():
         ttft = app.query_one(TtftPlot)
         assert ttft.history == [(100.0, 40.0), (100.0, 45.0)]  # at the tokens each turn evaluated
         assert "2 earlier" in ttft.title() and ttft.points["cold"] == [(120.0, TURNS[0].ttft_ms)]
+        assert ttft.drawn_title() == ttft.title()  # 120 columns: the whole title
+        await pilot.resize_terminal(60, 50)  # as narrow as the chat's side panel
+        await pilot.pause()
+        # plotext draws no title wider than the plot: the legend gives way, the count stays
+        drawn = ttft.drawn_title()
+        assert len(ttft.title()) > ttft.size.width >= len(drawn) and drawn == "TTFT vs prompt tokens · 2 earlier"
+        await pilot.resize_terminal(120, 50)
         assert app.query_one(DecodeDepthPlot).history == [(120.0, 30.0), (950.0, 25.0)]
         app.query_one(Checkbox).value = False
         await pilot.pause()

@@ -85,14 +85,29 @@ class _ScatterPlot(PlotextPlot):
         return [] if point is None else [point]
 
     def title(self) -> str:
-        """The title drawn (:attr:`TITLE`), naming the earlier sessions' points when shown."""
+        """The title (:attr:`TITLE`), naming the earlier sessions' points when shown."""
         return self.TITLE + (f" · {len(self.history)} earlier" if self.history else "")
+
+    def short_title(self) -> str:
+        """The title without its markers' legend, for a plot too narrow for :meth:`title`."""
+        return self.TITLE.split(" (", 1)[0] + (f" · {len(self.history)} earlier" if self.history else "")
+
+    def drawn_title(self) -> str:
+        """The title that fits the plot's width: plotext draws none at all when it is wider."""
+        width = self.size.width or 80
+        for title in (self.title(), self.short_title()):
+            if len(title) <= width:
+                return title
+        return self.short_title()[: max(width - 1, 0)] + "…"
+
+    def on_resize(self) -> None:
+        self.replot()  # the title that fits changes with the width
 
     def replot(self) -> None:
         """Rebuild the plotext figure from :attr:`points` and schedule a repaint."""
         plt = self.plt
         plt.clear_data()
-        plt.title(self.title())
+        plt.title(self.drawn_title())
         plt.xlabel(self.XLABEL)
         plt.ylabel(self.YLABEL)
         if self.history:
