@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,8 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
     """Read the text file at ``path`` (``-``: ``stdin_bytes``, named ``stdin``).
 
     Raises:
-        AttachmentError: no such file, a directory, unreadable, binary (a NUL byte), not UTF-8 (the offset
+        AttachmentError: no such file, a directory, not a regular file (a FIFO, socket or device: refused
+            from its ``stat``, never opened), unreadable, binary (a NUL byte), not UTF-8 (the offset
             of the first bad byte), or larger than ``n_ctx`` can hold (more than
             :data:`MAX_BYTES_PER_TOKEN` bytes a token; the exact check in tokens is the budget's).
     """
@@ -67,11 +69,14 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
         _check_size("stdin", len(data), limit, n_ctx)
         return _decode("stdin", data)
     p = Path(path).expanduser()
-    if p.is_dir():
-        raise AttachmentError(f"{path} is a directory: attach the files in it one by one")
     try:
-        _check_size(path, p.stat().st_size, limit, n_ctx)
-        with open(p, "rb") as fh:  # a device or a pipe has no size: read no more than the limit
+        st = p.stat()  # follows a symlink: one to a regular file is read
+        if stat.S_ISDIR(st.st_mode):
+            raise AttachmentError(f"{path} is a directory: attach the files in it one by one")
+        if not stat.S_ISREG(st.st_mode):  # never opened: opening a FIFO blocks until a writer comes
+            raise AttachmentError(f"{path}: not a regular file ({_kind(st.st_mode)}): only text files go in")
+        _check_size(path, st.st_size, limit, n_ctx)
+        with open(p, "rb") as fh:  # a /proc file says size 0: read no more than the limit
             data = fh.read(-1 if limit is None else limit + 1)
         _check_size(path, len(data), limit, n_ctx)
     except FileNotFoundError:
@@ -81,6 +86,17 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
     except OSError as exc:
         raise AttachmentError(f"{path}: cannot read it ({exc.strerror or 'error'})") from None
     return _decode(path, data)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words, from its ``st_mode``."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
 
 
 def byte_limit(n_ctx: int | None) -> int | None:
