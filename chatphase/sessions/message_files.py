@@ -108,3 +108,9 @@ def message_preview(content: str, chars: int | None = None) -> str:
             tail.append(f"[file {short}]")
     flat = " ".join(" ".join([own, *tail]).split())
     return flat if chars is None or len(flat) <= chars else flat[: chars - 1] + "…"
+
+
+def title_before_block(title: str) -> str:
+    """A title saved before titles were :func:`message_preview`'s (cut at 60 chars inside a file's block,
+    ``Summarise: @a.txt <file name="/t…``) up to that block; any other title as it is."""
+    return message_preview(title) if _CUT_HEAD.search(title) else title

@@ -51,7 +51,7 @@ from typing import Any, Literal, TextIO
 from chatphase.engine.events import Message
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import ChatPhaseError
-from chatphase.sessions.message_files import message_preview
+from chatphase.sessions.message_files import message_preview, title_before_block
 
 FORMAT_VERSION = 1
 SUFFIX = ".jsonl"
@@ -247,7 +247,7 @@ def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 
     h = records[lead]
     s = Session(
         id=str(h.get("id", "")),
-        title=title_from(str(h.get("title", ""))),  # an older title may end in a file's cut-off block
+        title=title_before_block(str(h.get("title", ""))),
         created=str(h.get("created", "")),
         model=h.get("model") or {},
         settings=h.get("settings") or {},
