@@ -71,6 +71,12 @@ def fmt_int(n: int | None) -> str:
     return DASH if n is None else f"{n:,}"
 
 
+def fmt_term(x: float, spec: str) -> str:
+    """``"+ 1.500"`` / ``"− 0.0244"``: a term's sign and magnitude (formatted with ``spec``, e.g. ``".3f"``,
+    ``".3g"``), for printed equations: ``a − b×d``, never ``a + -b×d``."""
+    return f"{'−' if x < 0 else '+'} {abs(x):{spec}}"
+
+
 def fmt_count(n: int, noun: str) -> str:
     """``1, "turn"`` -> ``"1 turn"``; ``1200, "turn"`` -> ``"1,200 turns"`` (plural with an ``s``)."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"

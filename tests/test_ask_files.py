@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -65,6 +67,19 @@ def test_a_bad_file_is_one_line_exit_2_and_nothing_is_sent(case, tmp_path, capsy
     assert code == 2 and out == ""
     assert says in one_line(err)
     assert engines == []  # refused before the model was even loaded
+
+
+def test_a_fifo_is_one_line_exit_2_at_once(tmp_path):
+    """A named pipe is refused from its mode: ``ask`` never opens it (that waits for a writer forever)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    argv = [sys.executable, "-m", "chatphase", "ask", "--no-save", "-f", str(fifo), "summarise"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:  # the child is killed: the suite goes on
+        pytest.fail("ask -f FIFO blocked for 30 s")
+    assert done.returncode == 2 and done.stdout == ""
+    assert one_line(done.stderr) == f"chatphase: {fifo}: not a regular file (a named pipe): only text files go in"
 
 
 def test_an_unreadable_file_is_refused(tmp_path, capsys, engines, monkeypatch):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import socket
 
 import pytest
 
@@ -152,9 +154,38 @@ def test_complete_path_lists_matches_with_a_slash_after_directories(tmp_path):
     assert complete_path(f"{tmp_path}/.h") == [f"{tmp_path}/.hidden"]
 
 
-def test_a_device_or_pipe_is_read_no_further_than_the_limit():
-    # /dev/zero never ends (and its size says 0): read to the limit and refused, not read forever
-    assert _refusal("/dev/zero", n_ctx=4096) == (
-        "/dev/zero is more than 256.0 KiB: larger than the context of 4,096 tokens can hold"
+def _refusal_within(path: str, seconds: float = 5.0) -> str:
+    """The refusal of ``path``, failing (not hanging the suite) when reading it blocks."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(_refusal, path)
+        try:
+            return future.result(timeout=seconds)
+        except concurrent.futures.TimeoutError:
+            with open(path, "wb"):  # a writer ends the reader's wait, so the pool can shut down
+                pass
+            pytest.fail(f"reading {path} blocked for {seconds} s")
+
+
+def test_a_fifo_a_socket_and_a_device_are_refused_unopened(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert _refusal_within(str(fifo)) == f"{fifo}: not a regular file (a named pipe): only text files go in"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+        assert "not a regular file (a socket)" in _refusal(str(tmp_path / "sock"))
+    # /dev/zero never ends (and its size says 0): refused from its mode, not read at all
+    assert _refusal("/dev/zero", n_ctx=4096) == "/dev/zero: not a regular file (a device): only text files go in"
+
+
+def test_a_symlink_to_a_text_file_is_read(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "notes.txt")
+    assert read_attachment(str(tmp_path / "link.txt")).text == "hello"
+
+
+def test_a_file_that_says_size_0_or_stdin_is_read_no_further_than_the_limit():
+    # a /proc file is regular but says size 0: read to the limit and refused, not read whole
+    assert _refusal("/proc/self/maps", n_ctx=1) == (
+        "/proc/self/maps is more than 64 B: larger than the context of 1 tokens can hold"
     )
     assert "stdin is more than 1.0 KiB" in _refusal("-", n_ctx=16, stdin_bytes=b"x" * 2000)

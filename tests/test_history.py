@@ -333,6 +333,9 @@ def test_stats_medians_and_the_prompt_length_fit(capsys):
     assert main(["stats", "--json"]) == 0
     (j,) = json.loads(capsys.readouterr().out)
     assert j["ttft_ms_vs_prompt_tokens_evaluated"]["slope"] == pytest.approx(0.5)
+    assert main(["stats"]) == 0
+    row = capsys.readouterr().out.splitlines()[1]  # decode t/s = 110 − 0.1 per token of depth: a minus, not + -
+    assert " − " in row and "+ -" not in row and " + 0.5×n" in row
 
 
 def test_stats_plot_draws_two_versions_as_two_lines(tmp_path, capsys):

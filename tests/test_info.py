@@ -46,6 +46,17 @@ def test_info_text_and_quantised_kv(capsys):
     assert "AMX" in out and "GPU offload" in out
 
 
+def test_info_says_when_the_config_file_does_not_exist_yet(capsys, tmp_path, monkeypatch):
+    config = tmp_path / "x" / "config.toml"
+    monkeypatch.setenv("CHATPHASE_CONFIG", str(config))
+    _, out, _ = run(capsys, "info", "--n-ctx", "512")
+    assert f"config file    {config} (none yet: defaults apply; sessions: " in out
+    config.parent.mkdir()
+    config.write_text("")
+    _, out, _ = run(capsys, "info", "--n-ctx", "512")
+    assert f"config file    {config} (sessions: " in out
+
+
 def test_info_says_which_devices_report_no_usage(capsys, monkeypatch):
     """ggml's CPU device, and Vulkan devices without a memory budget (llvmpipe), report free = total: that
     is no reading of what is free, and the line says so instead of "2.0 GiB free of 2.0 GiB"."""

@@ -75,6 +75,13 @@ def test_export_formats(two_sessions, capsys, tmp_path):
     assert md.startswith("# ") and "## Metrics" in md and "_partial turn:" in md
 
 
+def test_export_counts_one_turn_in_the_singular(two_sessions, capsys, tmp_path):
+    assert main(["export", "20260101", "-o", str(tmp_path / "t.md")]) == 0
+    assert "exported 20260101-000000-aaaa (1 turn) as md" in capsys.readouterr().err
+    assert main(["export", "20260102", "-o", str(tmp_path / "t.md")]) == 0
+    assert "(3 turns)" in capsys.readouterr().err
+
+
 def test_export_errors(two_sessions, capsys, tmp_path):
     assert main(["export", "nope"]) == 1
     assert capsys.readouterr().err.startswith("chatphase: no session 'nope'")

@@ -3,6 +3,11 @@ every bad file is a notice and nothing is sent; a file is one line in the transc
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
 import pytest
 from ui_support import idle, make_app, notifications, send, wait_for
 
@@ -107,6 +112,51 @@ async def test_a_bad_file_is_a_notice_and_nothing_is_sent(case, tmp_path, monkey
         await wait_for(pilot, lambda: any(says in n for n in notifications(app)))
         assert engines[0].requests == [] and app.chat.conversation == []
         assert prompt.text == text  # given back to fix
+
+
+@contextlib.contextmanager
+def _fifo_watched(path) -> Iterator[list[str]]:
+    """A named pipe at ``path`` and a thread that lets any reader of it go (opening it for writing, which
+    fails at once while no one reads): the list it yields gets an entry each time someone had opened the
+    pipe, so a regression fails instead of freezing the app until a writer comes."""
+    os.mkfifo(path)
+    opened: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.05):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # ENXIO: no reader, as it must be
+                continue
+            opened.append(str(path))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield opened
+    finally:
+        stop.set()
+        watcher.join()
+
+
+async def test_a_named_pipe_is_a_notice_and_never_opened(tmp_path):
+    fifo = tmp_path / "pipe"
+    says = f"{fifo}: not a regular file (a named pipe)"
+    with _fifo_watched(fifo) as opened:
+        app, engines = make_app()
+        async with app.run_test(size=(130, 40)) as pilot:
+            await wait_for(pilot, lambda: idle(app))
+            prompt = app.query_one(PromptInput)
+            prompt.set_text(f"Look at @{fifo}")  # the budget line reads the draft's files
+            await wait_for(pilot, lambda: says in line(app))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: any(says in n for n in notifications(app)))
+            assert prompt.text == f"Look at @{fifo}" and engines[0].requests == []
+            await send(pilot, f"/file {fifo}")
+            await wait_for(pilot, lambda: sum(says in n for n in notifications(app)) == 2)
+            assert app.query_one(DraftBudget).files == []
+    assert opened == []
 
 
 async def test_an_unreadable_file_command_is_a_notice(tmp_path, monkeypatch):

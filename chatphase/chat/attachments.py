@@ -1,15 +1,10 @@
 """Files in a message: read and check a text file, put it into the message the model sees, find it again.
 
-Shared by ``ask -f`` and the prompt box (``/file PATH``, ``@path``). A file goes into the user message as
-
-    <file name="notes.txt" bytes="1234">
-    …its text…
-    </file>
-
-after the user's own text, one block per file. The session and its export keep that message as the model saw
+Shared by ``ask -f`` and the prompt box (``/file PATH``, ``@path``). The block a file goes into the user
+message in, after the user's own text, is :mod:`chatphase.sessions.message_files`' (``message_text`` and
+``split_message`` are imported from there). The session and its export keep that message as the model saw
 it (the file's text, not a path): a session must say what the model was given, and the file may change or
-vanish later. The transcript finds the blocks again (:func:`split_message`, by the byte count, so a file that
-itself holds ``</file>`` is read back whole) and shows each as one line.
+vanish later. The transcript shows each file as one line.
 
 Only text files: each refusal is one line (:class:`AttachmentError`) and nothing is sent.
 """
@@ -19,11 +14,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from chatphase.errors import UsageError
+from chatphase.sessions.message_files import Attachment as Attachment
+from chatphase.sessions.message_files import message_text as message_text
+from chatphase.sessions.message_files import split_message as split_message
 from chatphase.units import fmt_bytes, fmt_int
 
 #: bytes read to decide that a file is binary (a NUL byte in them), as ``git`` and ``grep`` decide.
@@ -37,27 +36,12 @@ class AttachmentError(UsageError):
     """A file that cannot go into a message; ``str`` is one line naming it and why."""
 
 
-@dataclass(frozen=True)
-class Attachment:
-    """A text file read for a message: its ``name`` as given (shown and sent), its ``text``, ``size_bytes``
-    (UTF-8) and, once counted by the model's tokenizer, ``tokens``."""
-
-    name: str
-    text: str
-    size_bytes: int
-    tokens: int | None = None
-
-    def line(self) -> str:
-        """``notes.txt · 1.2 KiB · 312 tok``: the one line the transcript shows (the name not yet inert)."""
-        tok = "" if self.tokens is None else f" · {fmt_int(self.tokens)} tok"
-        return f"{self.name} · {fmt_bytes(self.size_bytes)}{tok}"
-
-
 def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | None = None) -> Attachment:
     """Read the text file at ``path`` (``-``: ``stdin_bytes``, named ``stdin``).
 
     Raises:
-        AttachmentError: no such file, a directory, unreadable, binary (a NUL byte), not UTF-8 (the offset
+        AttachmentError: no such file, a directory, not a regular file (a FIFO, socket or device: refused
+            from its ``stat``, never opened), unreadable, binary (a NUL byte), not UTF-8 (the offset
             of the first bad byte), or larger than ``n_ctx`` can hold (more than
             :data:`MAX_BYTES_PER_TOKEN` bytes a token; the exact check in tokens is the budget's).
     """
@@ -67,11 +51,14 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
         _check_size("stdin", len(data), limit, n_ctx)
         return _decode("stdin", data)
     p = Path(path).expanduser()
-    if p.is_dir():
-        raise AttachmentError(f"{path} is a directory: attach the files in it one by one")
     try:
-        _check_size(path, p.stat().st_size, limit, n_ctx)
-        with open(p, "rb") as fh:  # a device or a pipe has no size: read no more than the limit
+        st = p.stat()  # follows a symlink: one to a regular file is read
+        if stat.S_ISDIR(st.st_mode):
+            raise AttachmentError(f"{path} is a directory: attach the files in it one by one")
+        if not stat.S_ISREG(st.st_mode):  # never opened: opening a FIFO blocks until a writer comes
+            raise AttachmentError(f"{path}: not a regular file ({_kind(st.st_mode)}): only text files go in")
+        _check_size(path, st.st_size, limit, n_ctx)
+        with open(p, "rb") as fh:  # a /proc file says size 0: read no more than the limit
             data = fh.read(-1 if limit is None else limit + 1)
         _check_size(path, len(data), limit, n_ctx)
     except FileNotFoundError:
@@ -81,6 +68,17 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
     except OSError as exc:
         raise AttachmentError(f"{path}: cannot read it ({exc.strerror or 'error'})") from None
     return _decode(path, data)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words, from its ``st_mode``."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
 
 
 def byte_limit(n_ctx: int | None) -> int | None:
@@ -114,54 +112,6 @@ def too_many_tokens(att: Attachment, n_ctx: int) -> str | None:
             "(raise --n-ctx or attach a part of it)"
         )
     return None
-
-
-def _block(att: Attachment) -> str:
-    return f'<file name="{_attr(att.name)}" bytes="{att.size_bytes}">\n{att.text}\n</file>'
-
-
-def _attr(name: str) -> str:
-    return name.replace("&", "&amp;").replace('"', "&quot;")
-
-
-def message_text(text: str, attachments: list[Attachment] | tuple[Attachment, ...]) -> str:
-    """The user message the model sees: ``text``, then one block per file (module docstring)."""
-    parts = [text.rstrip()] if text.strip() else []
-    parts += [_block(a) for a in attachments]
-    return "\n\n".join(parts)
-
-
-_HEAD = re.compile(r'<file name="((?:[^"&]|&amp;|&quot;)*)" bytes="(\d+)">\n')
-
-
-def split_message(content: str) -> tuple[str, list[Attachment]]:
-    """``(the user's own text, the files)`` of a message built by :func:`message_text`; a message without
-    well-formed blocks to its end comes back whole with no files."""
-    m = _HEAD.search(content)
-    if m is None or not (m.start() == 0 or content.startswith("\n\n", m.start() - 2)):
-        return content, []
-    own = content[: m.start()].removesuffix("\n\n")
-    found: list[Attachment] = []
-    pos = m.start()
-    while True:
-        m = _HEAD.match(content, pos)
-        if m is None:
-            return content, []
-        size = int(m.group(2))
-        try:
-            text = content[m.end() :].encode("utf-8")[:size].decode("utf-8")
-        except UnicodeDecodeError:  # the count ends inside a character: not a block written here
-            return content, []
-        end = m.end() + len(text)
-        if not content.startswith("\n</file>", end):
-            return content, []
-        found.append(Attachment(m.group(1).replace("&quot;", '"').replace("&amp;", "&"), text, size))
-        pos = end + len("\n</file>")
-        if pos == len(content):
-            return own, found
-        if not content.startswith("\n\n", pos):
-            return content, []
-        pos += 2
 
 
 #: ``@path`` in the prompt box: at the start or after white space; ``@"a b.txt"`` for names with spaces.

@@ -16,6 +16,7 @@ from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import FORMATS, export_session, format_from_path, write_export
+from chatphase.units import fmt_count
 
 
 def register(sub) -> None:
@@ -42,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(export_session(session, fmt))
         return 0
     path = write_export(session, fmt, args.output)
-    print(inert(f"exported {session.id} ({len(session.turns)} turns) as {fmt} to {path}"), file=sys.stderr)
+    print(inert(f"exported {session.id} ({fmt_count(len(session.turns), 'turn')}) as {fmt} to {path}"), file=sys.stderr)
     return 0

@@ -107,7 +107,11 @@ def build_report(args) -> dict:
         "gpu_offload_off_because": why_no_offload(
             tuple(system["backends"]), tuple(DeviceInfo(**d) for d in system["devices"]), settings.engine.n_gpu_layers
         ),
-        "paths": {"config_file": str(config_path()), "sessions_dir": str(sessions_dir())},
+        "paths": {
+            "config_file": str(config_path()),
+            "sessions_dir": str(sessions_dir()),
+            "config_file_exists": config_path().is_file(),
+        },
     }
 
 
@@ -186,6 +190,8 @@ def render(r: dict) -> str:
             if r["gpu_offload_off_because"]
             else "supported by this build (--n-gpu-layers; default all)"
         ),
-        f"config file    {r['paths']['config_file']} (sessions: {r['paths']['sessions_dir']})",
+        f"config file    {r['paths']['config_file']} ("
+        + ("" if r["paths"]["config_file_exists"] else "none yet: defaults apply; ")
+        + f"sessions: {r['paths']['sessions_dir']})",
     ]
     return "\n".join(lines)

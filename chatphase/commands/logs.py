@@ -20,6 +20,7 @@ from chatphase.commands.history_options import add_filter_options, filters_of, o
 from chatphase.engine.text import inert, json_inert
 from chatphase.errors import UsageError
 from chatphase.history.query import LOG_COLUMNS, logs
+from chatphase.sessions.message_files import message_preview
 from chatphase.sessions.store import local_time
 
 
@@ -58,7 +59,7 @@ def format_table(rows: list[dict]) -> str:
     )
     body = []
     for r in rows:
-        user = " ".join((r["user"] or "").split())
+        user = message_preview(r["user"] or "", 40)  # the user's words, each file short
         status = "" if r["status"] == "complete" else f" ({r['status']})"
         body.append(
             (
@@ -71,7 +72,7 @@ def format_table(rows: list[dict]) -> str:
                 _num(r["prefill_tokens_per_s"], 1),
                 _num(r["decode_tokens_per_s"], 1),
                 _num(r["decode_tokens"]),
-                inert((user if len(user) <= 40 else user[:39] + "…") + status),
+                inert(user + status),
             )
         )
     widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]

@@ -19,6 +19,7 @@ from chatphase.bench.core.plot import check_plot_path
 from chatphase.commands.history_options import add_filter_options, filters_of, open_history
 from chatphase.engine.text import inert, json_inert
 from chatphase.history.query import GROUP_BY, GroupStats, group_stats, parse_by
+from chatphase.units import fmt_term
 
 
 def register(sub) -> None:
@@ -44,7 +45,7 @@ def _fit(fit: LinearFit | None, unit: str) -> str:
     if fit is None:
         return "-"
     r2 = "-" if fit.r2 is None else f"{fit.r2:.2f}"
-    return f"{fit.intercept:,.1f} + {fit.slope:.3g}{unit} (r² {r2})"
+    return f"{fit.intercept:,.1f} {fmt_term(fit.slope, '.3g')}{unit} (r² {r2})"
 
 
 def format_table(groups: list[GroupStats]) -> str:

@@ -51,6 +51,7 @@ from typing import Any, Literal, TextIO
 from chatphase.engine.events import Message
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import ChatPhaseError
+from chatphase.sessions.message_files import message_preview, title_before_block
 
 FORMAT_VERSION = 1
 SUFFIX = ".jsonl"
@@ -102,9 +103,9 @@ def new_session_id() -> str:
 
 
 def title_from(text: str) -> str:
-    """A session title from a user message: whitespace collapsed, at most :data:`TITLE_CHARS` chars."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1] + "…"
+    """A session title from a user message: its preview (the user's words, each file short, white space
+    collapsed; :func:`~chatphase.sessions.message_files.message_preview`), at most :data:`TITLE_CHARS` chars."""
+    return message_preview(text, TITLE_CHARS)
 
 
 @dataclass
@@ -246,7 +247,7 @@ def session_from_records(records: list[dict[str, Any]], *, corrupt_lines: int = 
     h = records[lead]
     s = Session(
         id=str(h.get("id", "")),
-        title=str(h.get("title", "")),
+        title=title_before_block(str(h.get("title", ""))),
         created=str(h.get("created", "")),
         model=h.get("model") or {},
         settings=h.get("settings") or {},

@@ -14,7 +14,7 @@ from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
 from chatphase.bench.core.results import BenchResult, CellResult, Sample
 from chatphase.bench.core.stats import Stats
 from chatphase.errors import UsageError
-from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate
+from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate, fmt_term
 
 FORMATS = ("table", "csv", "json", "md")
 _METRICS = (("ttft_ms", "TTFT ms"), ("prefill_tokens_per_s", "prefill tok/s"), ("decode_tokens_per_s", "decode tok/s"))
@@ -30,11 +30,6 @@ _PARALLEL_METRICS = (
 def num(x: float | None, digits: int = 1) -> str:
     """``x`` with thousands separators and ``digits`` decimals; ``None``: a dash."""
     return DASH if x is None else f"{x:,.{digits}f}"
-
-
-def _signed(x: float, digits: int) -> str:
-    """``"+ 1.500"`` / ``"− 1.500"``: a term's sign and magnitude, for printed equations."""
-    return f"{'−' if x < 0 else '+'} {abs(x):.{digits}f}"
 
 
 def mean_sd(s: Stats) -> str:
@@ -125,10 +120,10 @@ def fit_lines(result: BenchResult) -> list[str]:
     """The least-squares fits (TTFT against prompt tokens, decode rate against depth) as sentences."""
     fits, lines = result.fits or {}, []
     if f := fits.get("ttft_ms_vs_prompt_tokens"):
-        slope, r2 = _signed(f["slope"], 3), num(f["r2"], 3)
+        slope, r2 = fmt_term(f["slope"], ".3f"), num(f["r2"], 3)
         lines.append(f"fit: TTFT ms = {f['intercept']:.1f} {slope} × prompt_tokens  (r² {r2}, n={f['n']})")
     if f := fits.get("decode_tokens_per_s_vs_depth"):
-        slope, r2 = _signed(f["slope"] * 1000, 3), num(f["r2"], 3)
+        slope, r2 = fmt_term(f["slope"] * 1000, ".3f"), num(f["r2"], 3)
         lines.append(f"fit: decode tok/s = {f['intercept']:.1f} {slope} × depth/1000  (r² {r2}, n={f['n']})")
     return lines
 
