@@ -35,6 +35,14 @@ def fmt_seconds(seconds: float | None) -> str:
     return f"{minutes} min {rest} s"
 
 
+def fmt_duration_ms(ms: float | None) -> str:
+    """A duration given in ms, for people: ``124 ms`` under a second (where ``0.1 s`` would round a short
+    prefill to nothing), else as :func:`fmt_seconds`; ``None`` -> ``"–"``."""
+    if ms is None:
+        return DASH
+    return f"{ms:,.0f} ms" if ms < 999.5 else fmt_seconds(ms / 1000)
+
+
 def fmt_ms(ms: float | None) -> str:
     """Milliseconds with sensible precision; ``None`` -> ``"–"``."""
     if ms is None:

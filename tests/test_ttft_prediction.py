@@ -102,7 +102,15 @@ def test_a_prefix_the_store_would_restore_is_predicted_as_a_restore_not_a_prefil
     count = PromptCount(2872, 0, 0, 4096, restore_tokens=2855, restore_ms=20.0)
     budget = budget_of(count, p)
     assert count.new_tokens == 17 and budget.ttft_ms == pytest.approx(20.0 + 17 * 5.25)
-    assert budget.line() == "+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 0.1 s (this chat, 1 turn)"
+    assert budget.line() == "+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 109 ms (this chat, 1 turn)"
+
+
+def test_a_prediction_under_a_second_is_said_in_ms():
+    """A short edit predicted at 40 ms read "TTFT ≈ 0.0 s": under a second the line says ms."""
+    p = TtftPredictor(0.0)
+    p.add(100, 0, 300.0, 320.0)  # 3 ms a token, 20 ms before the prefill
+    line = budget_of(PromptCount(414, 400, 400, 4096), p).line()
+    assert line.endswith("TTFT ≈ 62 ms (this chat, 1 turn)")  # 20 + 14 × 3
 
 
 def test_a_message_that_does_not_fit_says_so_with_the_numbers():

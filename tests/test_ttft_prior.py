@@ -227,7 +227,7 @@ def test_the_roofline_bound_is_the_weight_matmuls_flops_at_the_peak_and_never_a_
     assert prefill_flops(untied, 1) == 2 * (F32.n_params - 2 * matrix) + 2 * matrix
     assert ttft_prior.ttft_predictor(F32, EngineConfig(n_threads=4, n_threads_batch=4)).bound is None  # 2-thread peak
     budget = budget_of(COUNT, TtftPredictor(0.0, None, TtftBound(1e11, 4e7, 0.0)))
-    assert budget.ttft_ms is None and budget.line().endswith("TTFT ≥ 0.4 s (roofline)")
+    assert budget.ttft_ms is None and budget.line().endswith("TTFT ≥ 400 ms (roofline)")
 
 
 def test_a_float32_peak_bounds_no_quantised_model(monkeypatch):

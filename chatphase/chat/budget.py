@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from chatphase.engine.events import PromptCount
 from chatphase.engine.ttft_prediction import TtftPredictor
-from chatphase.units import fmt_int, fmt_seconds
+from chatphase.units import fmt_duration_ms, fmt_int
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,9 @@ class Budget:
         if c.restore_tokens:
             parts.insert(1, f"{fmt_int(c.restore_tokens)} restored from disk")
         if self.ttft_ms is not None:
-            parts.append(f"TTFT ≈ {fmt_seconds(self.ttft_ms / 1000)} ({self.source})")
+            parts.append(f"TTFT ≈ {fmt_duration_ms(self.ttft_ms)} ({self.source})")
         elif self.ttft_bound_ms is not None:
-            parts.append(f"TTFT ≥ {fmt_seconds(self.ttft_bound_ms / 1000)} ({self.source})")
+            parts.append(f"TTFT ≥ {fmt_duration_ms(self.ttft_bound_ms)} ({self.source})")
         else:
             parts.append("TTFT: after the first turn")
         if c.dropped_messages:
