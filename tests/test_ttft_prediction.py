@@ -102,7 +102,9 @@ def test_a_prefix_the_store_would_restore_is_predicted_as_a_restore_not_a_prefil
     count = PromptCount(2872, 0, 0, 4096, restore_tokens=2855, restore_ms=20.0)
     budget = budget_of(count, p)
     assert count.new_tokens == 17 and budget.ttft_ms == pytest.approx(20.0 + 17 * 5.25)
-    assert budget.line() == "+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 109 ms (this chat, 1 turn)"
+    assert (
+        budget.line() == "+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 109 ms (this chat, 1 turn)"
+    )
 
 
 def test_a_prediction_under_a_second_is_said_in_ms():
