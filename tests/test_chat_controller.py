@@ -302,3 +302,25 @@ def test_a_turn_that_met_a_saved_prefix_says_what_was_restored():
     chat.dispatcher.drain()
     (notice,) = [n for n in calls.notices() if n.kind == "prefix"]
     assert (notice.text, notice.severity) == (note, "information")
+
+
+def test_after_a_new_chat_the_budget_counts_the_new_conversation_not_the_cache_left_from_the_last():
+    """Seen: after Ctrl+N the line said "context 23 % → 73 %" (and "+8 tok · context 2 % → 1 %") while the
+    panel said 0 tok: "now" was all the KV cache held, the last chat's."""
+    from chatphase.chat.budget import budget_of
+
+    chat, _, _ = loaded(replies=["a reply of many words " * 20])
+    chat.send("a first message of the old chat " * 10)
+    chat.dispatcher.drain()
+    request = chat.draft_request("more")
+    assert request is not None
+    going_on = chat.count(request)
+    assert going_on is not None and going_on.kv_cache_tokens > 100  # a chat that goes on: its own cache
+    chat.new_chat()
+    request = chat.draft_request("hi")
+    assert request is not None
+    fresh = chat.count(request)
+    assert fresh is not None and fresh.prompt_tokens is not None
+    assert fresh.kv_cache_tokens == fresh.cached_tokens < fresh.prompt_tokens
+    now, after = budget_of(fresh, chat.ttft).line().split(" · ")[1].removeprefix("context ").split(" → ")
+    assert int(now.rstrip(" %")) <= int(after.rstrip(" %"))

@@ -1,7 +1,7 @@
 """The budget of a message before it is sent: its tokens, the context before and after, the TTFT predicted.
 
 One line, shown live by the prompt box and by ``ask -f`` (``+3,412 tok · context 41 % → 63 % · TTFT ≈ 8.4 s
-(this chat, 3 turns)``; before any measurement at most a bound, ``TTFT ≥ 0.4 s (roofline)``), or, for a
+(this chat, 3 turns)``; before any measurement at most a bound, ``TTFT ≥ 400 ms (roofline)``), or, for a
 message that would not fit, the refusal with the numbers. The counts are the model's own tokenizer's (:class:`~chatphase.engine.events.PromptCount`); the prediction is
 :mod:`chatphase.engine.ttft_prediction`'s.
 """

@@ -332,7 +332,14 @@ class ChatController:
         engine = self.engine
         if self.busy or not isinstance(engine, PromptCounter):
             return None
-        return engine.count_prompt(request)
+        count = engine.count_prompt(request)
+        if count is not None and not self.history.messages:
+            # a new chat: the KV cache still holds the last one, which this prompt drops but for a shared
+            # prefix; the context it uses now is that prefix (the panel says 0), not all the cache holds
+            count = replace(
+                count, kv_cache_tokens=min(count.kv_cache_tokens, count.cached_tokens + count.restore_tokens)
+            )
+        return count
 
     def _begin(self, kind: TurnKind) -> Turn:
         assert self.engine is not None
