@@ -157,6 +157,29 @@ def test_the_prior_is_taken_again_with_the_settings_the_load_resolved(model_file
     assert budget_of(COUNT, chat.ttft).line().endswith("TTFT ≈ 4.0 s (earlier chats, 3 turns)")
 
 
+def test_a_new_chat_takes_the_prior_again_with_the_turns_indexed_since(model_file, here):
+    """Seen: "earlier chats, 21 turns" stayed after a new turn of the same run until a restart."""
+    from chat_support import Calls
+    from fake_engine import FakeEngine
+
+    from chatphase.chat.controller import ChatController
+    from chatphase.chat.dispatch import InlineDispatcher
+    from chatphase.settings.schema import Settings
+
+    digest = model_hash(model_file)
+    on = {"n_ctx": 4096, "n_gpu_layers": 0, "flash_attn": "on"}
+    write_chat(model_file, digest, HERE, [turn_metrics(n, 0, 50.0, 4.0) for n in (100, 300)], on)
+    index_all()
+    info = fake_model_info(path=str(model_file), attention=None)
+    chat = ChatController(Settings(), info, lambda i, s: FakeEngine(i, s.engine), InlineDispatcher(), [Calls()])
+    chat.start_engine()
+    assert chat.ttft.prior is not None and chat.ttft.prior.source == "earlier chats, 2 turns"
+    write_chat(model_file, digest, HERE, [turn_metrics(200, 0, 50.0, 4.0)], on)  # a chat that ended meanwhile
+    index_all()
+    chat.new_chat()
+    assert chat.ttft.prior is not None and chat.ttft.prior.source == "earlier chats, 3 turns"
+
+
 def test_no_database_or_an_unreadable_one_gives_no_prior(model_file, here):
     assert not db_path().exists()
     assert history_ttft.history_prior(str(model_file), 0.0) is None

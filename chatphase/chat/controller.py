@@ -300,6 +300,8 @@ class ChatController:
         self.history.clear()
         self._reuse_note = self._change = None
         self.ttft.clear()
+        if self.loaded is not None and not self.loaded.settings.remote:  # the chats just ended count now too
+            prior_after_load(self.ttft, self.loaded.info, self.loaded.settings)
         self._tell(lambda to: to.chat_cleared())
 
     def restore(self, session: Session) -> None:
