@@ -152,3 +152,33 @@ def test_the_sessions_turn_indices_are_the_chats_turn_numbers_after_a_failed_tur
         (3, "three", "complete"),
     ]
     assert numbers == [t.index for t in s.turns]
+
+
+def test_a_resumed_chat_that_had_overflowed_leaves_the_same_messages_out():
+    """Seen: a chat resumed after drop-oldest had dropped 2 messages reported, on its first turn, a new
+    overflow of those same messages and a "re-prefill" that was the new message. The session's drop stands:
+    the next request starts where the saved chat's did, and no overflow of its own is reported."""
+    small = Settings().with_overrides(n_ctx=60)
+    chat, recording = recorded_chat(settings=small, replies=["a short reply of six words"])
+    say(chat, *[f"message number {i} with a few more words" for i in range(6)])
+    saved = load_session(recording.writer.id)
+    dropped = saved.turns[-1].metrics.dropped_messages
+    assert dropped > 0 and chat.history.left_out == dropped
+
+    resumed, engines, calls = make_chat(settings=small, replies=["ok"])
+    resumed.start_engine()
+    resumed.dispatcher.drain()
+    resumed.restore(saved)
+    assert resumed.history.left_out == dropped
+    resumed.send("ok")
+    resumed.dispatcher.drain()
+    request = engines[-1].requests[-1]
+    assert request.first_message == dropped
+    # only a drop beyond the session's is this turn's own (the fake fits from the whole list, as the engine
+    # would without first_message: before the fix its whole drop was said again as new)
+    again = [n for n in calls.notices() if n.kind == "dropped"]
+    assert all(f"the oldest {dropped} messages" not in n.text for n in again)
+
+    larger, _, _ = make_chat(settings=Settings().with_overrides(n_ctx=4096))
+    larger.restore(saved)  # where the whole conversation may fit again, nothing is left out beforehand
+    assert larger.history.left_out == 0

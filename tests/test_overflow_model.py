@@ -158,7 +158,8 @@ def test_edit_regenerate_restart_model_switch_and_resume_are_the_reasons(default
         chat.switch_model(default_model_info)
         chat.send("Name a bird.")
         chat.restart_engine()  # a resumed session starts on an empty cache (its restore says so, not the restart)
-        chat.restore(SimpleNamespace(history=lambda: list(chat.conversation), turns=[SimpleNamespace(index=7)]))
+        turn = SimpleNamespace(index=7, in_conversation=True, metrics=None)
+        chat.restore(SimpleNamespace(history=lambda: list(chat.conversation), turns=[turn], settings={}))
         chat.send("Name a fish.")
         chat.new_chat()
         chat.send("Name a fish.")  # a new chat on a cache that holds the last one: nothing of it was missed

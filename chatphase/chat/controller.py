@@ -74,6 +74,17 @@ class NotNow(ChatPhaseError):
         self.action = action
 
 
+def dropped_before(session: Session, n_ctx: int) -> int:
+    """The oldest messages ``session``'s conversation had left out to fit at its last turn (its overflow policy's
+    drop or shift), to leave out again when it goes on at ``n_ctx``; 0 at a larger n_ctx than it ran at, where
+    the whole conversation may fit again."""
+    recorded = session.settings.get("n_ctx") if session.settings else None
+    if isinstance(recorded, int) and n_ctx > recorded:
+        return 0
+    kept = [t for t in session.turns if t.in_conversation and t.metrics is not None]
+    return kept[-1].metrics.dropped_messages if kept and kept[-1].metrics else 0
+
+
 class ChatController:
     """The conversation, the engine's life and the turn (see the module docstring).
 
@@ -316,6 +327,8 @@ class ChatController:
         self.history.restore(session.history(), max((t.index for t in session.turns), default=0))
         self._reuse_note, self._change = COLD_PREFILL_NOTE, "resumed"
         self._tell(lambda to: to.history_restored(session))
+        if dropped := dropped_before(session, self.settings.engine.n_ctx):
+            self._left_out(dropped)  # the session's overflow stands: the next turn is not an overflow of its own
 
     # -- the budget of a draft -----------------------------------------------------------------------
     def draft_request(self, text: str, texts: tuple[str, ...] = ()) -> CountRequest | None:
