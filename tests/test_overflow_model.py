@@ -232,3 +232,25 @@ def test_a_sliding_window_cache_that_evicted_the_window_is_swa(gemma_model_info,
         assert (edited.metrics.cached_tokens, edited.metrics.cache_miss_reason) == (0, "swa")
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("policy", ["shift", "drop-oldest"])
+def test_the_budget_line_counts_the_messages_the_turn_then_leaves_out(default_model_info, tmp_path, policy):
+    """Seen: under shift the budget line said "leaves out the oldest 4 messages" and the turn then shifted out 2:
+    the count fitted the whole conversation (the messages already left out counted again) and without the
+    turn's low-water mark. It now fits as the turn does, and says what sending newly leaves out."""
+    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy, n_ctx=512)
+    try:
+        said, done = [], []
+        for i in range(14):
+            message = f"Note {i}: {FILLER} What is {i} plus {i}?"
+            request = chat.draft_request(message)
+            assert request is not None and request.first_message == chat.history.left_out
+            count = chat.count(request)
+            assert count is not None and count.prompt_tokens is not None
+            said.append(count.dropped_messages)
+            chat.send(message)
+            done.append(finished(calls)[-1].overflow_dropped_messages or 0)
+        assert said == done and sum(done) > 0, (said, done)
+    finally:
+        chat.close()

@@ -339,7 +339,9 @@ class ChatController:
             return None
         messages = (*self.history.request_messages(self.settings.system_prompt), Message("user", text))
         thinking = {"on": True, "off": False}.get(self.settings.thinking)
-        return CountRequest(messages, self.settings.sampling.max_tokens, thinking, texts)
+        return CountRequest(
+            messages, self.settings.sampling.max_tokens, thinking, texts, self.history.left_out, self.settings.overflow
+        )
 
     def count(self, request: CountRequest) -> PromptCount | None:
         """The engine's answer to ``request`` (blocking: call it off the UI thread); ``None`` when it cannot

@@ -402,12 +402,15 @@ Event = (
 class CountRequest:
     """Count what sending ``messages`` (the whole conversation, the draft message last) would cost, without
     running it: the engine templates and tokenises them as :meth:`run_turn` would (``max_tokens`` keeps
-    room for the reply), and tokenises each of ``texts`` alone (the attached files)."""
+    room for the reply), and tokenises each of ``texts`` alone (the attached files). ``first_message`` and
+    ``overflow`` as in :class:`TurnRequest`: the messages already left out, and the policy that fits the rest."""
 
     messages: tuple[Message, ...]
     max_tokens: int = 512
     enable_thinking: bool | None = None
     texts: tuple[str, ...] = ()
+    first_message: int = 0
+    overflow: str = DEFAULT_OVERFLOW
 
 
 @dataclass(frozen=True)
@@ -416,7 +419,8 @@ class PromptCount:
 
     ``prompt_tokens`` the templated prompt (``None`` when it does not fit: ``too_long`` says why, with the
     numbers), ``cached_tokens`` of it the KV cache holds now (reused), ``kv_cache_tokens`` what the cache
-    holds now, ``dropped_messages`` the oldest messages left out to fit, ``text_tokens`` one count per text,
+    holds now, ``dropped_messages`` the oldest messages sending would newly leave out to fit (beyond the
+    request's ``first_message``, as the turn would: down to its low-water mark), ``text_tokens`` one count per text,
     ``restore_tokens`` of it the prefix store would restore from disk beyond the cached ones (the rule said
     restoring beats prefill) in about ``restore_ms``.
     """

@@ -210,19 +210,28 @@ class LlamaEngine:
             Message(m.role, clean_text(m.content)[0], clean_text(m.reasoning)[0]) for m in request.messages
         )
         texts = tuple(len(self._vocab.tokenize(clean_text(t)[0], False)) for t in request.texts)
-        budget = self._n_ctx - min(request.max_tokens, self._n_ctx // 4)
+        budget = self._n_ctx - reply_room(request.max_tokens, self._n_ctx)
         kv = len(self._cache)
         keeper = self._keeper
         self._alternatives = keeper.alternatives() if keeper is not None else []  # encoded as a turn would be
-        try:
-            fitted = self._template.fit(messages, budget, self._encode, request.enable_thinking)
+        try:  # fitted as the turn would be (_fit): from the messages already left out, down to its low water
+            fitted = self._template.fit(
+                messages,
+                budget,
+                self._encode,
+                request.enable_thinking,
+                request.first_message,
+                low_water(budget, self._n_ctx),
+                drop=request.overflow != "stop",
+            )
         except PromptTooLong as exc:
             return PromptCount(None, 0, kv, self._n_ctx, text_tokens=texts, too_long=str(exc))
         finally:
             self._alternatives = []
         prompt = fitted.tokens
         cached = self._reusable(prompt)
-        count = PromptCount(len(prompt), cached, kv, self._n_ctx, fitted.dropped_messages, texts)
+        dropped = max(fitted.dropped_messages - request.first_message, 0)
+        count = PromptCount(len(prompt), cached, kv, self._n_ctx, dropped, texts)
         found = keeper.find(prompt, cached) if keeper is not None else None
         if keeper is None or found is None:
             return count
