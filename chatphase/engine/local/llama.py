@@ -56,7 +56,7 @@ from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
 from chatphase.engine.overflow import EMPTIED_BY_CHANGE, low_water, miss_reason, reply_room, restore_miss
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
-from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
+from chatphase.engine.prompting.prompt import ChatTemplate, FittedPrompt, PromptTooLong
 from chatphase.engine.prompting.thinking import opened_by_prompt
 from chatphase.engine.prompting.vocab import Vocab
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
@@ -210,20 +210,12 @@ class LlamaEngine:
             Message(m.role, clean_text(m.content)[0], clean_text(m.reasoning)[0]) for m in request.messages
         )
         texts = tuple(len(self._vocab.tokenize(clean_text(t)[0], False)) for t in request.texts)
-        budget = self._n_ctx - reply_room(request.max_tokens, self._n_ctx)
         kv = len(self._cache)
         keeper = self._keeper
         self._alternatives = keeper.alternatives() if keeper is not None else []  # encoded as a turn would be
-        try:  # fitted as the turn would be (_fit): from the messages already left out, down to its low water
-            fitted = self._template.fit(
-                messages,
-                budget,
-                self._encode,
-                request.enable_thinking,
-                request.first_message,
-                low_water(budget, self._n_ctx),
-                drop=request.overflow != "stop",
-            )
+        try:  # fitted as the turn would be
+            fitted = self._fit_messages(messages, request.max_tokens, request.enable_thinking,
+                                        request.first_message, request.overflow)  # fmt: skip
         except PromptTooLong as exc:
             return PromptCount(None, 0, kv, self._n_ctx, text_tokens=texts, too_long=str(exc))
         finally:
@@ -481,6 +473,19 @@ class LlamaEngine:
         self._log_keeper()
         return (out, None, False) if isinstance(out, Restored) else (None, out, True)
 
+    def _fit_messages(
+        self, messages: tuple[Message, ...], max_tokens: int, thinking: bool | None, first: int, overflow: str
+    ) -> FittedPrompt:
+        """``messages`` templated and fitted to n_ctx less the reply's room, from the ``first`` message on (those
+        before are left out already), dropping down to the low-water mark unless ``overflow`` is ``stop``.
+
+        Raises:
+            PromptTooLong: it does not fit.
+        """
+        budget = self._n_ctx - reply_room(max_tokens, self._n_ctx)
+        low = low_water(budget, self._n_ctx)
+        return self._template.fit(messages, budget, self._encode, thinking, first, low, drop=overflow != "stop")
+
     def _fit(self, req: TurnRequest, messages: tuple[Message, ...]) -> Generator[Event, None, TurnPrompt | None]:
         """The turn's prompt fitted to n_ctx (:class:`TurnPrompt`), an overflow cut made in the KV cache; an
         :class:`EngineFailed` event and ``None`` when it cannot be (used as ``p = yield from self._fit(…)``)."""
@@ -490,19 +495,12 @@ class LlamaEngine:
                 yield EngineFailed(f"a prompt of {len(tokens)} tokens does not fit n_ctx={self._n_ctx}", req.turn_id)
                 return None
             return TurnPrompt(tokens, 0, None, None, None, len(self._cache))
-        budget = self._n_ctx - reply_room(req.sampling.max_tokens, self._n_ctx)
         try:
-            fitted = self._template.fit(
-                messages,
-                budget,
-                self._encode,
-                req.enable_thinking,
-                req.first_message,
-                low_water(budget, self._n_ctx),
-                drop=req.overflow != "stop",
+            fitted = self._fit_messages(
+                messages, req.sampling.max_tokens, req.enable_thinking, req.first_message, req.overflow
             )
         except PromptTooLong as exc:
-            room = self._n_ctx - budget
+            room = reply_room(req.sampling.max_tokens, self._n_ctx)
             yield EngineFailed(
                 f"message refused (n_ctx {self._n_ctx:,}, {room:,} kept for the reply): {exc}", req.turn_id
             )
