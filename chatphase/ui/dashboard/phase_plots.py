@@ -16,6 +16,7 @@ turns reuse a cached prefix, fill the prompt-length curve where a cold prompt of
 
 from __future__ import annotations
 
+from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
 from chatphase.engine.metrics import TurnMetrics
@@ -100,14 +101,14 @@ class _ScatterPlot(PlotextPlot):
                 return title
         return self.short_title()[: max(width - 1, 0)] + "…"
 
-    def on_resize(self) -> None:
-        self.replot()  # the title that fits changes with the width
+    def render(self) -> RenderResult:
+        self.plt.title(self.drawn_title())  # at the width it is drawn at
+        return super().render()
 
     def replot(self) -> None:
         """Rebuild the plotext figure from :attr:`points` and schedule a repaint."""
         plt = self.plt
         plt.clear_data()
-        plt.title(self.drawn_title())
         plt.xlabel(self.XLABEL)
         plt.ylabel(self.YLABEL)
         if self.history:
