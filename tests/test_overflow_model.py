@@ -16,7 +16,15 @@ from chat_support import Calls
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import EngineFailed, Message, ModelLoaded, SamplingParams, TurnFinished, TurnRequest
+from chatphase.engine.events import (
+    EngineFailed,
+    Message,
+    ModelLoaded,
+    PrefillStarted,
+    SamplingParams,
+    TurnFinished,
+    TurnRequest,
+)
 from chatphase.engine.local import llama_params
 from chatphase.engine.local.llama import LlamaEngine
 from chatphase.settings.schema import Settings
@@ -254,3 +262,19 @@ def test_the_budget_line_counts_the_messages_the_turn_then_leaves_out(default_mo
         assert said == done and sum(done) > 0, (said, done)
     finally:
         chat.close()
+
+
+def test_an_overflow_on_an_empty_cache_reprefills_nothing(default_model_info, tmp_path):
+    # a resumed conversation's first turn on a fresh engine: what its fit drops was never in this cache, so no
+    # token is evaluated "again" (it used to count every prompt token but the last, the new message's included)
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512), log_path=tmp_path / "engine.log")
+    list(engine.load())
+    try:
+        old = [Message(r, f"Note {i}: {FILLER} {FILLER}") for i in range(6) for r in ("user", "assistant")]
+        req = TurnRequest(1, (*old, Message("user", "Bye")), SamplingParams(max_tokens=4))
+        events = list(engine.run_turn(req))
+        (pre,) = [ev for ev in events if isinstance(ev, PrefillStarted)]
+        assert pre.overflow == "drop-oldest" and pre.overflow_dropped_messages > 0 and pre.cached_tokens == 0
+        assert pre.overflow_reprefill_tokens == 0 and events[-1].metrics.overflow_reprefill_tokens == 0
+    finally:
+        engine.close()

@@ -543,9 +543,7 @@ class LlamaEngine:
         p.cached, p.restored = cached, restored
         self._known.truncate(cached, p.text)
         if p.ovf is not None:
-            p.ovf.reprefill = kv_shift.reprefill_tokens(
-                p.tokens, self._vocab.render, p.text or b"", cached, p.ovf.kept_bytes
-            )
+            p.ovf.count_reprefill(p.tokens, self._vocab.render, p.text or b"", cached, restored is not None)
         p.miss = miss_reason(
             cache_before=p.cache_before,
             reused=cached,

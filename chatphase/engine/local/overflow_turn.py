@@ -39,6 +39,19 @@ class Overflow:
     reply_reprefill_tokens: int = 0  # of ``reprefill``, those evaluated again mid-reply (drop-oldest)
     reply_reprefill_ms: float = 0.0
 
+    def count_reprefill(
+        self, prompt: Sequence[int], render: kv_shift.Render, text: bytes, cached: int, restored: bool
+    ) -> None:
+        """Set ``reprefill``: the kept history's tokens of ``prompt`` (spelling ``text``) evaluated again although
+        the cache held them before the turn (:func:`~chatphase.engine.local.kv_shift.reprefill_tokens` past the
+        ``cached`` ones). 0 when the cache held nothing before (``cache_before``: a resume, a new engine) or a
+        restore from the prefix store supplied the prefix: the tokens after it were never in the cache, and the
+        new message's never are."""
+        if restored or not self.cache_before:
+            self.reprefill = 0
+        else:
+            self.reprefill = kv_shift.reprefill_tokens(prompt, render, text, cached, self.kept_bytes)
+
     def fields(self) -> dict[str, Any]:
         """``PrefillStarted``'s overflow fields."""
         return {
