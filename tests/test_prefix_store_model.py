@@ -311,3 +311,28 @@ def test_the_count_before_sending_says_what_the_store_would_restore(default_mode
     assert count is not None and count.cached_tokens == 0 and count.restore_ms is None
     assert count.restore_tokens == started.restored_tokens > 200
     assert count.new_tokens == started.prefill_tokens
+
+
+def test_a_resumed_overflowed_chat_restores_its_prefix_and_reprefills_nothing(default_model_info):
+    # the bug report: after an overflow and a quit, the resumed chat's first turn met the same drop again on a
+    # prefix restored from disk and called the new message's tokens a re-prefill (prompt − cached − 1)
+    config = replace(CONFIG, n_ctx=512)
+    old = tuple(Message(r, f"Note {i}: {DOC[:300]}") for i in range(4) for r in ("user", "assistant"))
+    first = (*old, Message("user", "Which shelf holds item 4?"))
+    engine = _engine(default_model_info, config)
+    try:
+        before, done = _turn(engine, first)
+    finally:
+        engine.close()  # saves the prefix
+    assert before.overflow == "drop-oldest" and before.overflow_dropped_messages > 0
+    engine = _engine(default_model_info, config)
+    try:
+        started, finished = _turn(engine, (*first, Message("assistant", done.reply), Message("user", "And 5?")))
+    finally:
+        engine.close()
+    assert (
+        started.overflow == "drop-oldest"
+        and started.restored_tokens
+        and started.cached_tokens == started.restored_tokens
+    )
+    assert started.overflow_reprefill_tokens == 0 and finished.metrics.overflow_reprefill_tokens == 0
