@@ -86,8 +86,8 @@ async def test_f3_opens_at_this_engine_s_start(tmp_path):
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.chat.loaded is not None)
         app.push_screen(LogScreen(str(log), pid=4242))
-        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen))
-        await pilot.pause(0.2)
+        filled = lambda: isinstance(app.screen, LogScreen) and any(v.lines for v in app.screen.query(Log))  # noqa: E731
+        await wait_for(pilot, filled)  # the log is filled after a refresh, when it has its width
         view = app.screen.query_one(Log)
         assert view.lines[0] == "--- chatphase: loading m.gguf (pid 4242)" and len(view.lines) == 301
         assert view.scroll_offset.y == 0 and view.max_scroll_y > 0  # the start in view, the rest below
@@ -113,8 +113,7 @@ async def test_f3_wraps_long_lines_at_80_columns(tmp_path):
         assert view.lines[-1] == "short" and all(line.startswith(CONTINUATION) for line in view.lines[2:-1])
         assert "".join(line.removeprefix(CONTINUATION) for line in view.lines[1:-1]) == long
         await pilot.resize_terminal(120, 30)
-        await wait_for(pilot, lambda: view.scrollable_content_region.width > width)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: app.screen._width == view.scrollable_content_region.width > width)  # re-folded
         assert all(len(line) <= view.scrollable_content_region.width for line in view.lines)
         assert len(view.lines) < 2 + len(long) // width + 1
 
