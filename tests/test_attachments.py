@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -175,6 +176,18 @@ def test_a_fifo_a_socket_and_a_device_are_refused_unopened(tmp_path):
         assert "not a regular file (a socket)" in _refusal(str(tmp_path / "sock"))
     # /dev/zero never ends (and its size says 0): refused from its mode, not read at all
     assert _refusal("/dev/zero", n_ctx=4096) == "/dev/zero: not a regular file (a device): only text files go in"
+
+
+def test_a_file_swapped_for_a_fifo_after_its_stat_is_refused_without_blocking(tmp_path, monkeypatch):
+    """The stat saw a regular file; by the open, the path is a FIFO (a race): the open does not wait for
+    a writer, and the open file's own mode refuses it."""
+    (tmp_path / "notes.txt").write_text("hello")
+    regular = os.stat(tmp_path / "notes.txt")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    real_stat = Path.stat
+    monkeypatch.setattr(Path, "stat", lambda self, **kw: regular if self == fifo else real_stat(self, **kw))
+    assert _refusal_within(str(fifo)) == f"{fifo}: not a regular file (a named pipe): only text files go in"
 
 
 def test_a_symlink_to_a_text_file_is_read(tmp_path):

@@ -58,8 +58,13 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
         if not stat.S_ISREG(st.st_mode):  # never opened: opening a FIFO blocks until a writer comes
             raise AttachmentError(f"{path}: not a regular file ({_kind(st.st_mode)}): only text files go in")
         _check_size(path, st.st_size, limit, n_ctx)
-        with open(p, "rb") as fh:  # a /proc file says size 0: read no more than the limit
-            data = fh.read(-1 if limit is None else limit + 1)
+        # Non-blocking, then checked again on the open file: a file swapped for a FIFO after the stat
+        # must not block the open (a FIFO's open without O_NONBLOCK waits for a writer).
+        with open(os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise AttachmentError(f"{path}: not a regular file ({_kind(mode)}): only text files go in")
+            data = fh.read(-1 if limit is None else limit + 1)  # a /proc file says size 0: read no more
         _check_size(path, len(data), limit, n_ctx)
     except FileNotFoundError:
         raise AttachmentError(f"{path}: no such file") from None
