@@ -345,12 +345,14 @@ def test_stats_plot_draws_two_versions_as_two_lines(tmp_path, capsys):
         [(f"q{n}", "a", metrics(n, 30 + 0.9 * n)) for n in (100, 200, 400)],
         context={**CONTEXT, "chatphase_version": "10.0.0"},
     )
+    write_session([("q", "a", metrics(150, 99))], context={**CONTEXT, "chatphase_version": "11.0.0"})
     out = tmp_path / "h.svg"
     assert main(["stats", "--by", "version", "--plot", str(out)]) == 0
     text = capsys.readouterr().out
     assert "chatphase 9.9.9" in text and "chatphase 10.0.0" in text
     svg = out.read_text()
     assert svg.count("0.5 ms/token") == 1 and svg.count("0.9 ms/token") == 1
+    assert "chatphase 11.0.0 (1 turn)" in svg and "(1 turns)" not in svg and "(3 turns)" in svg
 
 
 CHILD = textwrap.dedent(

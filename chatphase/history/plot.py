@@ -9,6 +9,7 @@ from pathlib import Path
 
 from chatphase.bench.core.plot import write_rows
 from chatphase.history.query import GroupStats
+from chatphase.units import fmt_count
 
 
 def plot_history(groups: Sequence[GroupStats], ax1, ax2) -> None:
@@ -22,7 +23,7 @@ def plot_history(groups: Sequence[GroupStats], ax1, ax2) -> None:
             if not points:
                 continue
             xs, ys = zip(*points, strict=True)
-            ax.scatter(xs, ys, s=6, alpha=0.35, color=color, label=f"{g.group} ({len(points)} turns)")
+            ax.scatter(xs, ys, s=6, alpha=0.35, color=color, label=f"{g.group} ({fmt_count(len(points), 'turn')})")
             if fit is not None:
                 lo, hi = min(xs), max(xs)
                 r2 = "" if fit.r2 is None else f", r² {fit.r2:.2f}"
