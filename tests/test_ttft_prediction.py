@@ -33,6 +33,24 @@ def test_the_fit_recovers_a_and_b_of_scripted_turns_and_predicts_a_long_message_
     assert model.ttft_ms(1200, 400) == pytest.approx(scripted(1200, 400).ttft_ms)
 
 
+def test_turns_of_many_sizes_fit_the_prefill_s_fixed_cost_so_a_long_prompt_is_not_predicted_high():
+    """A prefill with a fixed cost (15 ms a call) and 2 ms a token: through the origin, short turns put the fixed
+    cost in the slope and a 2,600-token prompt is predicted a quarter high; with turns of many sizes, the line's
+    intercept takes it."""
+    timed = [PrefillPoint(n, 0, 15.0 + 2.0 * n, 35.0 + 2.0 * n) for n in (20, 35, 60, 110)]
+    model = fit(timed, 0.0, "s")
+    assert model is not None and model.prefill_once_ms == pytest.approx(15.0) and model.a_ms == pytest.approx(20.0)
+    assert model.ttft_ms(2600, 0) == pytest.approx(35.0 + 2.0 * 2600)
+    origin = fit(timed[:1] + timed[1:2], 0.0, "s")  # two turns: too few for an intercept
+    assert origin is not None and origin.prefill_once_ms == 0.0 and origin.ttft_ms(2600, 0) > 1.2 * (35.0 + 5200)
+    # the same span with a noisy, falling prefill: a negative intercept is not kept
+    noisy = [PrefillPoint(n, 0, ms, ms + 20) for n, ms in ((20, 20.0), (35, 30.0), (90, 160.0))]
+    kept = fit(noisy, 0.0, "s")  # the line through them crosses at −31 ms
+    assert kept is not None and kept.prefill_once_ms == 0.0 and kept.b_ms_per_token == pytest.approx(1.63, abs=0.01)
+    # the time left mid-prefill counts the fixed cost as spent with the first chunk
+    assert remaining_ms(model, 2600, 0, 100, 215.0) == pytest.approx(2.0 * 2500 + 20.0)
+
+
 def test_depth_makes_the_same_message_slower():
     model = TtftModel(10.0, 1.0, 1e-3, 3, "x")
     assert model.ttft_ms(100, 4000) > model.ttft_ms(100, 0) + 100 * 1.0 * 1e-3 * 3999

@@ -8,12 +8,16 @@ few turns do not determine ``c`` on its own, so it is tied to ``b`` by the model
 ``k`` the attention FLOPs per context token over the weights' FLOPs per token
 (``attention_flops_per_context_token / (2 × n_params)``, :mod:`chatphase.models.roofline`).
 
-Fitted on the turns' measured figures, each part on its own: ``b`` by least squares through the origin of
-the *prefill* time against ``x = n·(1 + k·(depth + n/2))`` (no tokens, no prefill; the larger turns weigh
-most), and ``a`` the median of ``ttft_ms − prefill_ms``. A line fitted to TTFT itself would need turns of
-very different sizes: a chat's first turns are all short, and a slope through a few tokens' spread is
-noise. One turn is enough; with none, the prior (earlier chats' turns, or a bench sweep's samples,
-:func:`prior_from_sweep`), else no prediction: at most a bound (:class:`TtftBound`).
+Fitted on the turns' measured figures, each part on its own: ``b`` by least squares of the *prefill* time
+against ``x = n·(1 + k·(depth + n/2))``, and ``a`` the median of ``ttft_ms − prefill_ms``. A line fitted to
+TTFT itself would need turns of very different sizes: a chat's first turns are all short, and a slope
+through a few tokens' spread is noise. The prefill line goes through the origin (no tokens, no prefill)
+unless the turns span sizes (the largest ``x`` at least :data:`SPAN_FOR_INTERCEPT` times the smallest, three
+turns or more): then it has an intercept ``p0`` of its own, a prefill's fixed cost (each call's graph, the
+threads' wake-up), which a line through the origin spreads over the tokens of short turns and so predicts
+a long prompt high (SmolLM2-135M on 2 Zen 5 cores, three short turns then ~1,280 tokens: median error 14 %
+through the origin, 8 % with the intercept, side by side; ``benchmarks/results/ttft_prediction-2026-12-04.md``). One turn is enough; with none, the prior (earlier chats' turns, or a bench sweep's
+samples, :func:`prior_from_sweep`), else no prediction: at most a bound (:class:`TtftBound`).
 
 During a prefill, :func:`remaining_ms` corrects the prediction by the chunks already done: the time
 predicted for the rest, scaled by measured ÷ predicted for the part done. Pure Python, no model.
@@ -40,22 +44,28 @@ class PrefillPoint:
 
 @dataclass(frozen=True)
 class TtftModel:
-    """``ttft_ms = a_ms + b_ms_per_token · n·(1 + k·(depth + n/2))``, fitted on ``n_points``; ``source`` says
-    where the points came from (``this chat, 3 turns``, ``bench results notes.json``)."""
+    """``ttft_ms = a_ms + prefill_once_ms + b_ms_per_token · n·(1 + k·(depth + n/2))``, fitted on
+    ``n_points``; ``source`` says where the points came from (``this chat, 3 turns``, ``bench results
+    notes.json``)."""
 
     a_ms: float
     b_ms_per_token: float
     k: float
     n_points: int
     source: str
+    prefill_once_ms: float = 0.0
 
     def effective_tokens(self, n: float, depth: float) -> float:
         """``n·(1 + k·(depth + n/2))``: evaluated tokens, the attention's share counted in."""
         return n * (1.0 + self.k * (depth + n / 2.0))
 
+    def prefill_ms(self, n: float, depth: float) -> float:
+        """Predicted prefill time (ms) of ``n`` tokens evaluated at ``depth``."""
+        return self.prefill_once_ms + self.b_ms_per_token * self.effective_tokens(n, depth)
+
     def ttft_ms(self, n: int, depth: int) -> float:
         """Predicted TTFT (ms) of ``n`` tokens evaluated at ``depth``."""
-        return self.a_ms + self.b_ms_per_token * self.effective_tokens(n, depth)
+        return self.a_ms + self.prefill_ms(n, depth)
 
     @property
     def c_ms_per_token2(self) -> float:
@@ -71,14 +81,24 @@ def attention_ratio(attention_flops_per_context_token: int, n_params: int | None
     return attention_flops_per_context_token / (2.0 * n_params)
 
 
-def fit(points: Sequence[PrefillPoint], k: float, source: str) -> TtftModel | None:
-    """Fit ``a``, ``b`` to ``points`` (see the module docstring); ``None`` without a usable point."""
+#: how many times the smallest the largest turn's ``x`` must be for the prefill line to get an intercept.
+SPAN_FOR_INTERCEPT = 2.5
+
+
+def fit(points: Sequence[PrefillPoint], k: float, source: str, intercept: bool = True) -> TtftModel | None:
+    """Fit ``a``, ``p0``, ``b`` to ``points`` (see the module docstring; ``intercept=False``: ``p0 = 0``, the
+    line through the origin, for comparison); ``None`` without a usable point."""
     pts = [p for p in points if p.tokens > 0 and p.prefill_ms > 0 and p.ttft_ms >= p.prefill_ms]
     if not pts:
         return None
     xs = [p.tokens * (1.0 + k * (p.depth + p.tokens / 2.0)) for p in pts]
-    b = sum(x * p.prefill_ms for x, p in zip(xs, pts, strict=True)) / sum(x * x for x in xs)
+    ys = [p.prefill_ms for p in pts]
     a = statistics.median(p.ttft_ms - p.prefill_ms for p in pts)
+    if intercept and len(pts) >= 3 and max(xs) >= SPAN_FOR_INTERCEPT * min(xs):
+        line = statistics.linear_regression(xs, ys)
+        if 0.0 <= line.intercept < min(ys) and line.slope > 0.0:  # else the spread is noise: through the origin
+            return TtftModel(a, line.slope, k, len(pts), source, line.intercept)
+    b = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
     return TtftModel(a, b, k, len(pts), source)
 
 
@@ -89,7 +109,7 @@ def remaining_ms(model: TtftModel, n: int, depth: int, done: int, elapsed_ms: fl
     whole = model.ttft_ms(n, depth)
     if done <= 0 or elapsed_ms <= 0:
         return max(whole - max(elapsed_ms, 0.0), 0.0)
-    part = model.b_ms_per_token * model.effective_tokens(done, depth)
+    part = model.prefill_ms(done, depth)  # the fixed cost is spent with the first chunk
     rest = whole - model.a_ms - part
     scale = elapsed_ms / part if part > 0 else 1.0
     return max(rest * scale + model.a_ms, 0.0)
