@@ -37,7 +37,7 @@ LAYERS = {
     "explain": {"engine", "models", "units"},
     "settings": {"engine", "errors"},
     "sessions": {"engine", "errors", "units"},
-    "history": {"bench.core", "engine", "errors", "sessions", "system"},
+    "history": {"bench.core", "engine", "errors", "sessions", "system", "units"},
     # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
     "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
     "bench.sweep": {"bench.core", "engine", "models"},
