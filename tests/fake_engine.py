@@ -325,7 +325,7 @@ class FakeEngine:
             return PromptCount(None, 0, len(self._cache), self.n_ctx, text_tokens=texts, too_long=too_long)
         prompt = template_tokens(messages)
         cached = min(_common_prefix(self._cache, prompt), len(prompt) - 1)
-        dropped = max(dropped - request.first_message, 0)  # newly left out, as the engine counts them
+        dropped = max(dropped - request.overflow_from, 0)  # newly left out, as the engine counts them
         return PromptCount(len(prompt), cached, len(self._cache), self.n_ctx, dropped, texts)
 
     def _spec_figures(self, spec: SpecLive, times: Sequence[int]) -> dict[str, Any]:

@@ -259,3 +259,53 @@ def test_a_change_outlives_a_turn_refused_before_its_prefill():
     chat.send(" ".join(["w"] * 30))  # too long: refused before its prefill
     chat.send("two")
     assert [r.history_change for r in engines[-1].requests] == ["restarted", "restarted"]
+
+
+def overflowed_chat():
+    """A chat on fake engines whose long first message no longer fits n_ctx (100), with room left for "ok" (the
+    fake drops no more than it must): (chat, engines, calls, the messages left out)."""
+    chat, engines, calls = make_chat(
+        Settings().with_overrides(n_ctx=100), dispatcher=InlineDispatcher(), replies=["a short reply"]
+    )
+    chat.start_engine()
+    chat.send("a long first message " * 10)
+    while not chat.history.left_out:
+        chat.send("a short message")
+    count = chat.count(chat.draft_request("ok"))  # type: ignore[arg-type]
+    assert count is not None and count.dropped_messages == 0  # the old engine would leave out nothing new
+    assert any(n.kind == "dropped" for n in calls.notices())
+    return chat, engines, calls, chat.history.left_out
+
+
+@pytest.mark.parametrize("how", ["restart", "switch"])
+def test_a_fresh_engine_refits_the_conversation_without_saying_its_old_overflow_again(how):
+    """Seen: after an engine restart or a model switch the first turn's fit left out the same messages again and
+    the chat said so as a new overflow ("Context full", counted again). A fresh engine fits from message 0 (it
+    may fit more) but only what it leaves out beyond the conversation's own count is new."""
+    chat, engines, calls, left_out = overflowed_chat()
+    said = len(calls.notices())
+    marks = calls.args_of("history_left_out")
+    chat.restart_engine() if how == "restart" else chat.switch_model(fake_model_info())
+    request = chat.draft_request("ok")
+    count = chat.count(request)  # type: ignore[arg-type]
+    assert count is not None and count.dropped_messages == 0  # the budget line: nothing newly left out
+    chat.send("ok")
+    assert [n for n in calls.notices()[said:] if n.kind == "dropped"] == []
+    assert chat.history.left_out == left_out and calls.args_of("history_left_out") == marks  # the marks stand
+    assert request is not None and (request.first_message, request.overflow_from) == (0, left_out)
+    request = engines[-1].requests[-1]
+    assert (request.first_message, request.left_out_before) == (0, left_out)  # the fit starts at the first message
+    chat.send("ok again")  # the fresh engine has fitted: the next turn starts where it left off
+    assert engines[-1].requests[-1].first_message == chat.history.left_out
+
+
+def test_a_fresh_engine_with_a_larger_n_ctx_brings_messages_back_and_the_marks_follow():
+    chat, _engines, calls, left_out = overflowed_chat()
+    said = len(calls.notices())
+    chat.settings = chat.settings.with_overrides(n_ctx=4096)
+    chat.restart_engine()
+    chat.send("ok")
+    assert chat.history.left_out == 0 and calls.args_of("history_left_out")[-1] == (0,)
+    (back,) = [n for n in calls.notices()[said:] if n.kind == "dropped"]
+    assert back.severity == "information" and back.text.startswith(f"{left_out} earlier message")
+    assert "back in the context" in back.text

@@ -278,3 +278,44 @@ def test_an_overflow_on_an_empty_cache_reprefills_nothing(default_model_info, tm
         assert pre.overflow_reprefill_tokens == 0 and events[-1].metrics.overflow_reprefill_tokens == 0
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("how", ["restart", "switch", "larger", "smaller"])
+def test_a_fresh_engine_reports_no_overflow_for_what_the_chat_had_left_out(default_model_info, tmp_path, how):
+    """Seen: after an engine restart or a model switch the first turn's fit (from message 0 on an empty cache) left
+    out the same messages again and reported them as a new overflow: a "Context full" notice and
+    overflow_dropped_messages counted again in stats. Only messages left out beyond the chat's own count are an
+    overflow; a larger n_ctx brings them back and the transcript's marks follow, a smaller one leaves out more."""
+    chat, calls = chat_on(default_model_info, tmp_path, n_ctx=512)
+    try:
+        for i in range(30):  # up to the first overflow: the next short message fits after it
+            chat.send(f"Note {i}: {FILLER} What is {i} plus {i}?")
+            if finished(calls)[-1].overflow is not None:
+                break
+        left_out, said = chat.history.left_out, len(calls.notices())
+        assert left_out > 0
+        if how in ("larger", "smaller"):
+            chat.settings = chat.settings.with_overrides(n_ctx=2048 if how == "larger" else 256)
+        chat.restart_engine() if how != "switch" else chat.switch_model(chat.model_info)
+        count = chat.count(chat.draft_request("Thanks."))  # type: ignore[arg-type]
+        assert count is not None
+        chat.send("Thanks.")
+        m = finished(calls)[-1]
+        dropped = [n for n in calls.notices()[said:] if n.kind == "dropped"]
+        assert count.dropped_messages == m.overflow_dropped_messages  # the budget line said what the turn did
+        if how == "smaller":  # only the messages left out beyond the chat's own are this turn's overflow
+            assert m.overflow == "drop-oldest" and m.overflow_dropped_messages == m.dropped_messages - left_out > 0
+            assert chat.history.left_out == m.dropped_messages and len(dropped) == 1
+            assert f"the oldest {m.overflow_dropped_messages} messages ({m.overflow_dropped_tokens:,} tok)" in (
+                dropped[0].text
+            )
+            return
+        assert (m.overflow, m.overflow_dropped_messages) == (None, 0)
+        if how == "larger":
+            assert m.dropped_messages == chat.history.left_out == 0
+            assert calls.args_of("history_left_out")[-1] == (0,)
+            assert [n.severity for n in dropped] == ["information"] and "back in the context" in dropped[0].text
+        else:
+            assert m.dropped_messages == chat.history.left_out == left_out and dropped == []
+    finally:
+        chat.close()

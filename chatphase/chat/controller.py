@@ -118,6 +118,7 @@ class ChatController:
         self._last_turn_id = 0
         self._reuse_note: str | None = None
         self._change: str | None = None  # what changed since the engine's last turn (a cache miss's reason)
+        self._refit = False  # a fresh engine fits the conversation from its first message again (until a prefill)
         self._closed = False
         #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
         self.events_every_ms: float | None = None
@@ -195,10 +196,15 @@ class ChatController:
         self.start_engine()
 
     def _fresh_engine(self, why: str) -> None:
-        """The next engine starts with an empty cache: it fits the conversation afresh (the transcript's marks go
-        until its first turn says otherwise) and the next turn's miss is ``why``."""
+        """The next engine starts with an empty cache: it fits the conversation afresh from its first message (it
+        may fit more: another n_ctx), and only what it leaves out beyond ``history.left_out`` is an overflow (the
+        transcript's marks stand until its first turn says otherwise); the next turn's miss is ``why``."""
         self._change = why
-        self._left_out(0)
+        self._refit = True
+
+    def _fit_from(self) -> int:
+        """The request's ``first_message``: where the engine's fit starts (0 on a fresh engine's first turn)."""
+        return 0 if self._refit else self.history.left_out
 
     def _left_out(self, n_messages: int) -> None:
         """The model no longer sees the conversation's ``n_messages`` oldest messages; the views are told in turns."""
@@ -340,8 +346,9 @@ class ChatController:
         messages = (*self.history.request_messages(self.settings.system_prompt), Message("user", text))
         thinking = {"on": True, "off": False}.get(self.settings.thinking)
         return CountRequest(
-            messages, self.settings.sampling.max_tokens, thinking, texts, self.history.left_out, self.settings.overflow
-        )
+            messages, self.settings.sampling.max_tokens, thinking, texts, self._fit_from(), self.settings.overflow,
+            left_out_before=self.history.left_out,
+        )  # fmt: skip
 
     def count(self, request: CountRequest) -> PromptCount | None:
         """The engine's answer to ``request`` (blocking: call it off the UI thread); ``None`` when it cannot
@@ -370,9 +377,10 @@ class ChatController:
             enable_thinking=thinking,
             events_every_ms=self.events_every_ms,
             overflow=self.settings.overflow,
-            first_message=self.history.left_out,
+            first_message=self._fit_from(),
             history_change=self._change,
             prefix_store=True,
+            left_out_before=self.history.left_out,
         )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
@@ -435,7 +443,9 @@ class ChatController:
             self._notice(Notice.overflow(ev))
         elif ev.dropped_messages > before:  # an engine without overflow figures
             self._notice(Notice.dropped(ev.dropped_messages))
-        self._change = None  # the engine has taken it (a turn refused before this keeps it for the next)
+        elif ev.dropped_messages < before and self._refit:  # a fresh engine with a larger n_ctx
+            self._notice(Notice.back_in_context(before - ev.dropped_messages))
+        self._change, self._refit = None, False  # the engine has taken them (a turn refused before keeps them)
         if self._reuse_note and ev.prompt_tokens is not None:
             restored = ev.restored_tokens and self._reuse_note == COLD_PREFILL_NOTE
             self._notice(Notice.reuse(RESTORED_NOTE if restored else self._reuse_note, ev))

@@ -55,6 +55,15 @@ class Notice:
         )
 
     @classmethod
+    def back_in_context(cls, n_messages: int) -> Notice:
+        """A fresh engine (restart, model switch) fitted more of the conversation than the last one did."""
+        return cls(
+            "dropped",
+            "Context",
+            f"{fmt_count(n_messages, 'earlier message')} {'is' if n_messages == 1 else 'are'} back in the context.",
+        )
+
+    @classmethod
     def context_full(cls) -> Notice:
         return cls(
             "context_full",

@@ -64,6 +64,12 @@ class SamplingParams:
     )  # fmt: skip
 
 
+def overflow_from(first_message: int, left_out_before: int | None) -> int:
+    """The oldest messages a request counts as left out already: ``left_out_before`` where the fit starts earlier
+    (at ``first_message``), else ``first_message``."""
+    return first_message if left_out_before is None else max(first_message, left_out_before)
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     """Run one turn: template ``messages`` (the whole conversation, newest last) and generate a reply.
@@ -92,6 +98,14 @@ class TurnRequest:
     first_message: int = 0
     history_change: str | None = None
     prefix_store: bool = False
+    # the oldest messages the conversation already counts as left out, where the fit starts before them (a fresh
+    # engine fits from message 0 again): only what the fit leaves out beyond them is an overflow (None: first_message)
+    left_out_before: int | None = None
+
+    @property
+    def overflow_from(self) -> int:
+        """The messages already left out: the fit's dropping past them is this turn's overflow."""
+        return overflow_from(self.first_message, self.left_out_before)
 
 
 @dataclass(frozen=True)
@@ -411,6 +425,12 @@ class CountRequest:
     texts: tuple[str, ...] = ()
     first_message: int = 0
     overflow: str = DEFAULT_OVERFLOW
+    left_out_before: int | None = None  # as in TurnRequest
+
+    @property
+    def overflow_from(self) -> int:
+        """The messages already left out: what the count newly leaves out is past them."""
+        return overflow_from(self.first_message, self.left_out_before)
 
 
 @dataclass(frozen=True)
@@ -420,7 +440,7 @@ class PromptCount:
     ``prompt_tokens`` the templated prompt (``None`` when it does not fit: ``too_long`` says why, with the
     numbers), ``cached_tokens`` of it the KV cache holds now (reused), ``kv_cache_tokens`` what the cache
     holds now, ``dropped_messages`` the oldest messages sending would newly leave out to fit (beyond the
-    request's ``first_message``, as the turn would: down to its low-water mark), ``text_tokens`` one count per text,
+    request's ``overflow_from``, as the turn would: down to its low-water mark), ``text_tokens`` one count per text,
     ``restore_tokens`` of it the prefix store would restore from disk beyond the cached ones (the rule said
     restoring beats prefill) in about ``restore_ms``.
     """

@@ -12,6 +12,8 @@ Dropping is sticky: the controller sends the count of messages already left out
 (:attr:`~chatphase.engine.events.TurnRequest.first_message`), so the next turn's prompt starts where the cache
 does. When it must drop, the engine drops down to :func:`low_water` — a quarter of ``n_ctx`` below the
 budget — so the next few turns append to the cache instead of dropping (and re-prefilling) once per turn.
+A fresh engine's first turn fits from message 0 again (``first_message=0``) but counts as an overflow only what
+it leaves out beyond the conversation's count (:attr:`~chatphase.engine.events.TurnRequest.left_out_before`).
 
 Cache-miss reasons (:attr:`~chatphase.engine.metrics.TurnMetrics.cache_miss_reason`): a turn of a conversation
 with earlier messages *misses* when it keeps fewer of the KV cache's tokens than the cache held when it began, or

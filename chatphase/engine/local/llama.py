@@ -215,14 +215,14 @@ class LlamaEngine:
         self._alternatives = keeper.alternatives() if keeper is not None else []  # encoded as a turn would be
         try:  # fitted as the turn would be
             fitted = self._fit_messages(messages, request.max_tokens, request.enable_thinking,
-                                        request.first_message, request.overflow)  # fmt: skip
+                                        request.first_message, request.overflow, request.overflow_from)  # fmt: skip
         except PromptTooLong as exc:
             return PromptCount(None, 0, kv, self._n_ctx, text_tokens=texts, too_long=str(exc))
         finally:
             self._alternatives = []
         prompt = fitted.tokens
         cached = self._reusable(prompt)
-        dropped = max(fitted.dropped_messages - request.first_message, 0)
+        dropped = max(fitted.dropped_messages - request.overflow_from, 0)
         count = PromptCount(len(prompt), cached, kv, self._n_ctx, dropped, texts)
         found = keeper.find(prompt, cached) if keeper is not None else None
         if keeper is None or found is None:
@@ -474,17 +474,41 @@ class LlamaEngine:
         return (out, None, False) if isinstance(out, Restored) else (None, out, True)
 
     def _fit_messages(
-        self, messages: tuple[Message, ...], max_tokens: int, thinking: bool | None, first: int, overflow: str
+        self,
+        messages: tuple[Message, ...],
+        max_tokens: int,
+        thinking: bool | None,
+        first: int,
+        overflow: str,
+        before: int | None = None,
     ) -> FittedPrompt:
         """``messages`` templated and fitted to n_ctx less the reply's room, from the ``first`` message on (those
         before are left out already), dropping down to the low-water mark unless ``overflow`` is ``stop``.
+        ``before`` (> ``first`` after a fresh engine): the messages the conversation had left out already; the fit
+        brings back those that fit under the low-water mark, and leaves out no more than them unless they
+        alone overflow (then it drops from them on, as the next turn would have). Its ``full_tokens`` is ``None``
+        unless it left out more than ``before``: only that is an overflow.
 
         Raises:
             PromptTooLong: it does not fit.
         """
         budget = self._n_ctx - reply_room(max_tokens, self._n_ctx)
         low = low_water(budget, self._n_ctx)
-        return self._template.fit(messages, budget, self._encode, thinking, first, low, drop=overflow != "stop")
+
+        def fit(skip: int) -> FittedPrompt:
+            return self._template.fit(messages, budget, self._encode, thinking, skip, low, drop=overflow != "stop")
+
+        if before is None or before <= first:
+            return fit(first)
+        try:
+            fitted = fit(first)
+        except PromptTooLong:  # under stop, nothing is dropped: from ``before`` on it may fit as it did
+            return fit(before)
+        if fitted.full_tokens is None:
+            return fitted
+        if fitted.dropped_messages <= before:  # no more than the conversation had left out: no overflow
+            return replace(fitted, full_tokens=None)
+        return fit(before)
 
     def _fit(self, req: TurnRequest, messages: tuple[Message, ...]) -> Generator[Event, None, TurnPrompt | None]:
         """The turn's prompt fitted to n_ctx (:class:`TurnPrompt`), an overflow cut made in the KV cache; an
@@ -497,8 +521,9 @@ class LlamaEngine:
             return TurnPrompt(tokens, 0, None, None, None, len(self._cache))
         try:
             fitted = self._fit_messages(
-                messages, req.sampling.max_tokens, req.enable_thinking, req.first_message, req.overflow
-            )
+                messages, req.sampling.max_tokens, req.enable_thinking, req.first_message, req.overflow,
+                req.overflow_from,
+            )  # fmt: skip
         except PromptTooLong as exc:
             room = reply_room(req.sampling.max_tokens, self._n_ctx)
             yield EngineFailed(

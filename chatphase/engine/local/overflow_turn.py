@@ -80,7 +80,7 @@ def overflow_cut(
     """An overflow at the start of a turn (``fitted`` dropped messages from the ``n_messages`` non-system ones):
     where the dropped messages lie in the cache (``cache``, its text record ``known``) and, under ``shift``, take
     them out of it in place (:mod:`chatphase.engine.local.kv_shift`; ``cache`` and ``known`` follow)."""
-    ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.first_message, n_messages - 1))
+    ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.overflow_from, n_messages - 1))
     ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
     ovf.cache_before = len(cache)
     cut = None
