@@ -140,3 +140,36 @@ def test_whatif_command_on_a_quantised_result(tmp_path, capsys):
     assert main(["whatif", "--from", str(path), "--device", "h100", "--json"]) == 0
     eff = json.loads(capsys.readouterr().out)["efficiency"]
     assert eff["prefill_bound"] is False and eff["prefill_measured"] is None and eff["weight_type"] == "Q4_0"
+
+
+def test_a_parallel_step_of_quantised_weights_is_bounded_by_its_bytes_alone():
+    from chatphase.bench.parallel.roofline import build_parallel_roofline
+    from tests.test_bench_parallel import P, W, _cell
+
+    peaks = MachinePeaks(20e9, "read", 100e9, "matmul")  # balance 5 FLOP/byte: N = 4 is past the crossover
+    cells = [_cell(1, 100.0), _cell(4, 390.0)]
+    q = build_parallel_roofline(peaks, weight_bytes=W, n_params=P, kv_bytes_per_token=100, cells=cells,
+                                weight_type="Q4_1")  # fmt: skip
+    assert q["parallel_crossover"] == [] and [r["bound_by"] for r in q["parallel_cells"]] == ["memory bandwidth"] * 2
+    four = q["parallel_cells"][1]
+    assert four["aggregate_bound_tokens_per_s"] == pytest.approx(4 / ((W + 4 * 100 * 14) / 20e9))  # N / t_memory
+    verdicts = "\n".join(q["parallel_verdicts"])
+    assert "the step's arithmetic: no bound for Q4_1 weights" in verdicts
+    assert "above the bound" not in verdicts and "balance" not in verdicts
+    f32 = build_parallel_roofline(peaks, weight_bytes=W, n_params=P, kv_bytes_per_token=100, cells=cells,
+                                  weight_type="F32")  # fmt: skip
+    assert f32["parallel_cells"][1]["bound_by"] == "arithmetic" and "above the bound" in f32["parallel_verdicts"][-1]
+
+
+def test_a_mixed_step_of_quantised_weights_has_no_arithmetic_crossover():
+    from chatphase.bench.interference.plan import InterferencePlan
+    from tests.test_bench_interference import ScriptedEngine
+    from tests.test_bench_interference import _run as run_interference
+
+    plan = InterferencePlan(n_running=2, newcomer_tokens=128, chunks=(16, 64), gen_tokens=3, reps=1, warmup=0)
+    q = run_interference(plan, ScriptedEngine(info=fake_model_info(quantization="Q4_1")))[0][-1].result.roofline
+    assert q["crossover_prompt_tokens"] is None
+    assert all(c["bound_by"] == "memory bandwidth" for c in q["interference_cells"])
+    assert q["interference_lines"][0].startswith("mixed step: arithmetic: no bound for Q4_1 weights")
+    f32 = run_interference(plan, ScriptedEngine(info=fake_model_info(quantization="F32")))[0][-1].result.roofline
+    assert f32["crossover_prompt_tokens"] > 0 and "arithmetic" in [c["bound_by"] for c in f32["interference_cells"]]

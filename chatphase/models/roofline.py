@@ -171,10 +171,11 @@ def float32_weight_type(quantization: str | None) -> bool:
     return quantization in FLOAT32_WEIGHT_TYPES
 
 
-def no_prefill_bound_text(quantization: str | None) -> str:
-    """The one line said where a prefill bound is left out (:func:`float32_weight_type` false)."""
+def no_prefill_bound_text(quantization: str | None, what: str = "prefill") -> str:
+    """The one line said where a bound on the weight matmuls' arithmetic (``what``: prefill, or a batched
+    step's arithmetic) is left out (:func:`float32_weight_type` false)."""
     return (
-        f"prefill: no bound for {quantization or 'unknown'} weights — their integer or 16-bit kernels are not "
+        f"{what}: no bound for {quantization or 'unknown'} weights — their integer or 16-bit kernels are not "
         "bounded by the float32 matmul peak"
     )
 
