@@ -139,7 +139,8 @@ class ScriptedBatchEngine:
 
     A run of N sequences spends ``prefill_ms_per_token`` per prompt token (all prompts in one chunk), then
     each step ``step_ms + step_ms_per_seq × N`` (virtual ms). It records every request; ``cancel_after``
-    cancels itself after that many runs; ``fail_on_run`` makes that run end with ``stop_reason="error"``.
+    cancels itself after that many runs; ``fail_on_run`` makes that run end with ``stop_reason="error"``;
+    ``info`` the model it loads (default :func:`fake_model_info`, Q4_1 weights).
     """
 
     def __init__(
@@ -150,17 +151,19 @@ class ScriptedBatchEngine:
         kv_bytes_per_token=100,
         cancel_after=None,
         fail_on_run=None,
+        info=None,
     ):
         self.prefill_ms, self.step_ms, self.step_ms_per_seq = prefill_ms_per_token, step_ms, step_ms_per_seq
         self.kv = kv_bytes_per_token
         self.requests: list = []
         self.cancelled = self.closed = False
         self.cancel_after, self.fail_on_run = cancel_after, fail_on_run
+        self.info = info or fake_model_info()
 
     def load(self) -> Iterator:
         yield ModelLoaded(
             LoadedModel(
-                info=fake_model_info(),
+                info=self.info,
                 settings=LoadedSettings(n_ctx=4096, n_threads=2, n_seq_max=16),
                 load_ms=1.0,
                 kv_bytes_per_token=self.kv,

@@ -164,7 +164,7 @@ def _run(plan, engine, cancel_at=None):
         configs.append(config)
         return engine
 
-    run = InterferenceRun(fake_model_info(), EngineConfig(n_ctx=4096), plan, engine_factory=factory, peaks=PEAKS,
+    run = InterferenceRun(engine.info, EngineConfig(n_ctx=4096), plan, engine_factory=factory, peaks=PEAKS,
                           builder=PromptBuilder(CharTokenizer()))  # fmt: skip
     events = []
     for event in run:
@@ -176,7 +176,7 @@ def _run(plan, engine, cancel_at=None):
 
 def test_the_run_interleaves_the_policies_and_ends_with_the_roofline():
     plan = InterferencePlan(n_running=2, newcomer_tokens=128, chunks=(16, 64), gen_tokens=3, reps=2, warmup=1)
-    engine = ScriptedEngine()
+    engine = ScriptedEngine(info=fake_model_info(quantization="F32"))  # float32 weights: an arithmetic bound
     events, configs = _run(plan, engine)
     assert configs[0].n_seq_max == 3 and configs[0].kv_unified  # one context, a unified KV cache
     assert [r.chunk for r in engine.requests] == [None, 64, 16] * 3

@@ -153,7 +153,8 @@ def test_sweep_through_bench_run_measures_every_cell_with_distinct_prompts():
         assert c.decode_tokens_per_s.mean == pytest.approx(1000 / (10 + c.n_seq))
         assert c.prefill_tokens_per_s.mean == pytest.approx(2000)
         assert c.kv_cache_bytes == c.n_seq * (10 + 8) * K
-    assert len(result.roofline["parallel_verdicts"]) == 1 + 3  # the crossover line, then one per N
+    # Q4_1 weights: a line saying the step's arithmetic has no bound (no crossover), then one per N
+    assert len(result.roofline["parallel_verdicts"]) == 1 + 3
     assert result.settings["plan"]["sweep"] == "parallel" and len(result.parallel_samples) == 9
 
 
@@ -173,7 +174,7 @@ def _cell(n: int, aggregate: float, length: int = 10, gen: int = 8) -> ParallelC
 
 def test_roofline_per_n_turns_from_bandwidth_to_arithmetic_at_the_crossover():
     cells = [_cell(1, 100.0), _cell(2, 150.0), _cell(4, 390.0)]
-    r = build_parallel_roofline(PEAKS, weight_bytes=W, n_params=P, kv_bytes_per_token=K, cells=cells)
+    r = build_parallel_roofline(PEAKS, weight_bytes=W, n_params=P, kv_bytes_per_token=K, cells=cells, weight_type="F32")
     n_star = crossover_n_seq(PEAKS, W, P, K, 10 + 8 / 2)
     assert 2 * P * n_star / (W + n_star * K * 14) == pytest.approx(5.0)  # intensity meets the balance there
     assert r["machine_balance_flops_per_byte"] == pytest.approx(5.0)
@@ -191,7 +192,7 @@ def test_roofline_per_n_turns_from_bandwidth_to_arithmetic_at_the_crossover():
 
 def test_roofline_when_the_kv_read_keeps_the_step_bandwidth_bound():
     r = build_parallel_roofline(
-        PEAKS, weight_bytes=W, n_params=P, kv_bytes_per_token=10**6, cells=[_cell(8, 10.0, 4000)]
+        PEAKS, weight_bytes=W, n_params=P, kv_bytes_per_token=10**6, cells=[_cell(8, 10.0, 4000)], weight_type="F32"
     )
     assert r["parallel_crossover"] == [{"prompt_tokens": 4000, "n_seq": None}]
     assert "stays bound by memory bandwidth at every N" in r["parallel_verdicts"][0]

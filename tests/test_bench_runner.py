@@ -137,15 +137,22 @@ def test_bench_run_with_a_fake_engine_builds_the_result():
     assert BenchResult.from_dict(json.loads(res.to_json())) == res
 
 
-@pytest.mark.parametrize("offloaded,expect", [(0, "too small for the bound to bind"), (31, "GPU")])
-def test_bench_run_roofline_verdicts(offloaded, expect):
+@pytest.mark.parametrize(
+    "offloaded,quantization,expect,prefill",
+    [
+        (0, "F32", "too small for the bound to bind", "too small for the bound to bind"),
+        (0, "Q4_1", "too small for the bound to bind", "prefill: no bound for Q4_1 weights"),  # not float32
+        (31, "Q4_1", "GPU", "GPU"),
+    ],
+)
+def test_bench_run_roofline_verdicts(offloaded, quantization, expect, prefill):
     from chatphase.bench.core.peaks import MachinePeaks
 
     plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
     engine = ScriptedTokenEngine(layers_offloaded=offloaded)
     res = list(
         BenchRun(
-            fake_model_info(),
+            fake_model_info(quantization=quantization),
             EngineConfig(n_ctx=256),
             plan,
             engine_factory=lambda i, s: engine,
@@ -153,7 +160,8 @@ def test_bench_run_roofline_verdicts(offloaded, expect):
             peaks=MachinePeaks(1e12, "bw", 1e15, "mm"),
         )
     )[-1].result
-    assert expect in res.roofline["decode_verdict"] and expect in res.roofline["prefill_verdict"]
+    assert expect in res.roofline["decode_verdict"] and prefill in res.roofline["prefill_verdict"]
+    assert (res.roofline["prefill_bound_tokens_per_s"] is None) == (quantization != "F32")
     assert res.roofline["bandwidth_method"] == "bw" and len(res.roofline["cells"]) == 3
 
 

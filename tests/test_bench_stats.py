@@ -93,7 +93,9 @@ def test_roofline_bounds_by_hand():
 def test_build_roofline_percentages_and_verdicts():
     peaks = MachinePeaks(10e9, "copy", 1e11, "matmul")
     cell = make_cell("prompt", 96, 0, gen=8, ttft=[10.0], prefill=[250.0], decode=[20.0])
-    r = build_roofline(peaks, weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell])
+    r = build_roofline(
+        peaks, weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell], weight_type="F32"
+    )
     row = r["cells"][0]
     # context during decode = 96 + 8/2 = 100 tokens -> bound 1e10 / (1e8 + 1e5)
     assert row["decode_bound_tokens_per_s"] == pytest.approx(1e10 / 100_100_000)
@@ -118,7 +120,9 @@ def test_the_prefill_bound_counts_the_parameters_a_prompt_token_multiplies(defau
     assert prefill_params(replace(info, n_vocab=None)) is None
     peaks = MachinePeaks(10e9, "copy", 1e11, "matmul")
     cell = make_cell("prompt", 96, 0, gen=8, ttft=[10.0], prefill=[250.0], decode=[20.0])
-    both = dict(weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell])
+    both = dict(
+        weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell], weight_type="F32"
+    )
     r = build_roofline(peaks, **both, prefill_params=80_000_000)
     assert r["prefill_bound_tokens_per_s"] == pytest.approx(1e11 / 1.6e8) and r["prefill_params"] == 80_000_000
     assert build_roofline(peaks, **both)["prefill_params"] == 100_000_000  # the shape unknown: n_params

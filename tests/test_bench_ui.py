@@ -300,7 +300,7 @@ async def test_parallel_sweep_plots_live_then_fills_table_saves_and_overlays(tmp
             "285.7 ± 0.0",
         ]  # 1000 N / (10 + N)
         summary = str(screen.query_one("#exp-summary", Static).render())
-        assert "bound by arithmetic at N ≈" in summary and "N=4: a step reads" in summary
+        assert "the step's arithmetic: no bound for Q4_1 weights" in summary and "N=4: a step reads" in summary
         assert plot.series_count() == 1 and plot.live == []
         path = tmp_path / "parallel.json"
         screen.query_one("#exp-path", Input).value = str(path)

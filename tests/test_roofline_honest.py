@@ -62,9 +62,10 @@ def test_decode_bound_is_the_weights_then_attentions_bytes_or_arithmetic_whichev
 
 def test_the_grid_prediction_counts_attention_at_depth():
     cell = make_cell("depth", 2052, 2048, gen=8, ttft=[10.0], prefill=[100.0], decode=[5.0])
-    plain = predict(PEAKS, weight_bytes=300_000_000, n_params=600_000_000, kv_bytes_per_token=1000, cell=cell)
+    plain = predict(PEAKS, weight_bytes=300_000_000, n_params=600_000_000, kv_bytes_per_token=1000, cell=cell,
+                    prefill_bounded=True)  # fmt: skip
     heavy = predict(PEAKS, weight_bytes=300_000_000, n_params=600_000_000, kv_bytes_per_token=1000, cell=cell,
-                    attention_flops_per_context=1e6)  # fmt: skip
+                    attention_flops_per_context=1e6, prefill_bounded=True)  # fmt: skip
     context = 2052 + 4
     assert heavy.attention_flops == pytest.approx(1e6 * context)
     assert 1 / heavy.decode_tokens_per_s == pytest.approx(0.03 + 1e6 * context / 1e11)
@@ -88,7 +89,8 @@ def test_a_measurement_above_its_bound_is_said_in_words_never_as_a_percentage():
 def test_bench_roofline_flags_a_cell_above_its_bound():
     # bound 10e9 / (1e8 + 1000 × 100) ≈ 99.9 tok/s; measured 110
     cell = make_cell("prompt", 96, 0, gen=8, ttft=[10.0], prefill=[250.0], decode=[110.0])
-    r = build_roofline(PEAKS, weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell])
+    r = build_roofline(PEAKS, weight_bytes=100_000_000, n_params=100_000_000, kv_bytes_per_token=1000, cells=[cell],
+                       weight_type="F32")  # fmt: skip
     assert r["cells"][0]["decode_above_bound"] and not r["cells"][0]["prefill_above_bound"]
     assert "measured above the bound (1.10×): the peak read bandwidth" in r["decode_verdict"]
     assert "110%" not in r["decode_verdict"]
@@ -246,7 +248,7 @@ def test_the_bench_says_what_attention_costs_at_depth():
     shallow = make_cell("depth", 4, 0, gen=8, ttft=[5.0], prefill=[100.0], decode=[25.0])
     deep = make_cell("depth", 2052, 2048, gen=8, ttft=[5.0], prefill=[100.0], decode=[1 / 0.06])
     r = build_roofline(PEAKS, weight_bytes=300_000_000, n_params=600_000_000, kv_bytes_per_token=1000,
-                       cells=[shallow, deep], attention_flops_per_context=229_376)  # fmt: skip
+                       cells=[shallow, deep], attention_flops_per_context=229_376, weight_type="F32")  # fmt: skip
     line = r["attention_line"]
     assert line.startswith("attention at depth 2048: the step grew 20.00 ms over depth 0 (33% of a 60.0 ms step)")
     assert "attention costs" in line and "on a CPU its arithmetic" in line
@@ -269,7 +271,9 @@ def _above_bound_result():
     ]
     roofline = {"bandwidth_bytes_per_s": bw, "flops_per_s": flops, "weight_bytes": MODEL.weight_bytes,
                 "n_params": MODEL.n_params, "kv_bytes_per_token": MODEL.kv_bytes_per_token}  # fmt: skip
-    return BenchResult(model={"name": "m"}, results=cells, roofline=roofline, system={"cpu": "X"})
+    return BenchResult(
+        model={"name": "m", "quantization": "F32"}, results=cells, roofline=roofline, system={"cpu": "X"}
+    )
 
 
 def test_efficiency_above_the_bound_is_clamped_and_flagged():

@@ -33,7 +33,8 @@ def _result():
     ]
     roofline = {"bandwidth_bytes_per_s": 20e9, "flops_per_s": 2e12, "weight_bytes": MODEL.weight_bytes,
                 "n_params": MODEL.n_params, "kv_bytes_per_token": MODEL.kv_bytes_per_token}  # fmt: skip
-    return BenchResult(model={"name": "m", "synthetic": True}, results=cells, roofline=roofline, system={"cpu": "X"})
+    model = {"name": "m", "synthetic": True, "quantization": "F32"}
+    return BenchResult(model=model, results=cells, roofline=roofline, system={"cpu": "X"})
 
 
 def test_efficiency_from_a_result_by_hand():

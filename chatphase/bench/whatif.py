@@ -10,7 +10,15 @@ vendor's spec sheet) give its roofline bounds (:mod:`chatphase.models.roofline`)
 each at most 1.0: a local measurement above its bound is a measurement problem (the peak read low), flagged
 in the assumptions, and never carried to another device as an efficiency above 100 %. So ``decode(D) ≈
 decode_efficiency ×`` the roofline's decode bound at ``D`` (:func:`~chatphase.models.roofline.decode_bound`)
-and ``TTFT(L) ≈ L × 2 × params / (prefill_efficiency × FLOP/s)``. These are upper bounds on speed (lower bounds on TTFT) under assumptions
+and ``TTFT(L) ≈ L × 2 × params / (prefill_efficiency × FLOP/s)``.
+
+Only float32 weights have a prefill bound (:func:`~chatphase.models.roofline.float32_weight_type`): quantised
+ones run integer kernels that can beat a float32 peak. For them ``prefill`` is not clamped and not called an
+efficiency: it is this machine's measured prefill FLOP/s over its float32 peak, so ``TTFT(L)`` is this machine's
+TTFT scaled by the ratio of the FLOP/s figures — an estimate that may be off either way, neither a bound nor
+a measurement (:func:`assumptions` says so). The decode bound holds for any weight type.
+
+These are upper bounds on speed (lower bounds on TTFT) under assumptions
 :func:`assumptions` lists, never measurements; this machine's own row shows predicted beside measured at a
 depth the efficiency was not taken from, so the user sees how far the model can be trusted.
 """
@@ -25,8 +33,11 @@ from chatphase.models.roofline import (
     PEAK_OF_PHASE,
     BoundShare,
     decode_bound_tokens_per_s,
+    float32_weight_type,
+    no_prefill_bound_text,
     prefill_bound_tokens_per_s,
     share_of_bound,
+    step_flops,
 )
 
 
@@ -93,7 +104,9 @@ class Efficiency:
     peaks and the cells they came from (``decode_depth``, ``prefill_tokens``). ``decode`` and ``prefill``
     are clamped to 1.0: a bound is never beaten, so a measurement above its bound (``decode_measured`` /
     ``prefill_measured`` above 1.0, :attr:`decode_above_bound`) is a measurement problem — the local peak
-    read low — and another device is predicted at its bound, never above it."""
+    read low — and another device is predicted at its bound, never above it. ``prefill_bound`` false (weights
+    not float32, ``weight_type``): ``prefill`` is measured prefill FLOP/s / the float32 peak, unclamped, a scale
+    factor rather than a share of a bound, and ``prefill_measured`` is ``None`` (module doc)."""
 
     decode: float
     prefill: float
@@ -103,6 +116,8 @@ class Efficiency:
     prefill_tokens: int
     decode_measured: float | None = None
     prefill_measured: float | None = None
+    prefill_bound: bool = True
+    weight_type: str | None = None
 
     @property
     def decode_above_bound(self) -> bool:
@@ -110,7 +125,7 @@ class Efficiency:
 
     @property
     def prefill_above_bound(self) -> bool:
-        return (self.prefill_measured or 0.0) > 1.0
+        return self.prefill_bound and (self.prefill_measured or 0.0) > 1.0
 
 
 @dataclass(frozen=True)
@@ -141,10 +156,12 @@ def predict_decode(bandwidth: float, eff: float, model: ModelFacts, depth: float
     return min(eff, 1.0) * bound
 
 
-def predict_ttft_ms(flops: float, eff: float, model: ModelFacts, prompt_tokens: int) -> float:
+def predict_ttft_ms(flops: float, eff: float, model: ModelFacts, prompt_tokens: int, bounded: bool = True) -> float:
     """TTFT in ms of a prompt of ``prompt_tokens``: its prefill at ``eff × FLOP/s / (2 × params)``, ``eff``
-    at most 1.0."""
-    return 1000.0 * prompt_tokens / (min(eff, 1.0) * prefill_bound_tokens_per_s(flops, model.prefill_matmul_params))
+    at most 1.0 where ``bounded`` (float32 weights); otherwise ``eff`` is a scale factor, not clamped
+    (:class:`Efficiency`)."""
+    share = min(eff, 1.0) if bounded else eff
+    return 1000.0 * prompt_tokens * step_flops(model.prefill_matmul_params) / (share * flops)
 
 
 def device_rows(
@@ -160,7 +177,9 @@ def device_rows(
             "flops_per_s": d.flops_per_s,
             "flops_what": d.flops_what,
             "source": d.source,
-            "ttft_ms": {n: predict_ttft_ms(d.flops_per_s, eff.prefill, model, n) for n in prompt_lengths},
+            "ttft_ms": {
+                n: predict_ttft_ms(d.flops_per_s, eff.prefill, model, n, eff.prefill_bound) for n in prompt_lengths
+            },
             "decode_tokens_per_s": {
                 x: predict_decode(d.bandwidth_bytes_per_s, eff.decode, model, x, d.flops_per_s) for x in depths
             },
@@ -183,11 +202,24 @@ def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
                 f"this machine's {phase} {share.text()} — a measurement problem, not an efficiency: other devices "
                 f"are predicted at 100% of their {share.peak}, their bound"
             )
+    if eff.prefill_bound:
+        kinds = "upper bounds on speed (TTFT: lower bounds), not measurements"
+        prefill = f"{eff.prefill:.0%} of its matmul FLOP/s in prefill ({eff.prefill_tokens}-token prompt)"
+    else:
+        kinds = (
+            f"decode: upper bounds on speed, not measurements; {no_prefill_bound_text(eff.weight_type)}, so TTFT is "
+            "this machine's measured prefill scaled by the device's FLOP/s over this machine's float32 peak — "
+            "an estimate that may be off either way, neither a bound nor a measurement"
+        )
+        prefill = (
+            f"in prefill the same ratio of FLOP/s to its peak as here ({eff.prefill_tokens}-token prompt, "
+            f"{eff.prefill:.2f}× the float32 peak)"
+        )
     return flagged + [
-        "upper bounds on speed (TTFT: lower bounds), not measurements",
+        kinds,
         f"the other machine reaches the fraction of its peaks this one reached: {eff.decode:.0%} of its read "
-        f"bandwidth in decode (at depth {eff.decode_depth}), {eff.prefill:.0%} of its matmul FLOP/s in prefill "
-        f"({eff.prefill_tokens}-token prompt); a GPU's kernels and a CPU's reach different fractions",
+        f"bandwidth in decode (at depth {eff.decode_depth}), {prefill}; a GPU's kernels and a CPU's reach "
+        "different fractions",
         f"the whole model ({model.weight_bytes / 2**20:,.0f} MiB read per token) and its KV cache fit in the "
         "device's fastest memory (no offload, no paging)",
         f"decode reads every weight and the KV cache ({model.kv_bytes_per_token:,} B per token of context) once "
@@ -227,19 +259,24 @@ def efficiency_from(result) -> tuple[Efficiency, ModelFacts, dict]:
     bw, flops = float(r["bandwidth_bytes_per_s"]), float(r["flops_per_s"])
     d0, p = depths[0], max(prompts, key=lambda c: c.prompt_tokens)
     decode = share_of_bound(d0.decode_tokens_per_s.mean, predict_decode(bw, 1.0, model, cell_context_tokens(d0), flops))
-    prefill = share_of_bound(
-        p.prefill_tokens_per_s.mean, prefill_bound_tokens_per_s(flops, model.prefill_matmul_params), "prefill"
-    )
-    assert decode is not None and prefill is not None  # both cells have a rate, both bounds are positive
+    weight_type = result.model.get("quantization")
+    bounded = float32_weight_type(weight_type)
+    p_rate = p.prefill_tokens_per_s.mean
+    bound = prefill_bound_tokens_per_s(flops, model.prefill_matmul_params) if bounded else None
+    prefill = share_of_bound(p_rate, bound, "prefill")
+    assert decode is not None and p_rate  # both cells have a rate, the decode bound is positive
     eff = Efficiency(
         decode=decode.clamped,
-        prefill=prefill.clamped,
+        # not float32: the FLOP/s the prefill reached over the float32 peak, unclamped (no bound, module doc)
+        prefill=prefill.clamped if prefill else p_rate * step_flops(model.prefill_matmul_params) / flops,
         bandwidth_bytes_per_s=bw,
         flops_per_s=flops,
         decode_depth=d0.depth,
         prefill_tokens=p.prompt_tokens,
         decode_measured=decode.fraction,
-        prefill_measured=prefill.fraction,
+        prefill_measured=prefill.fraction if prefill else None,
+        prefill_bound=bounded,
+        weight_type=weight_type,
     )
     measured = {
         "decode": {c.depth: (c.decode_tokens_per_s.mean, cell_context_tokens(c)) for c in depths},

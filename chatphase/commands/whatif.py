@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     ] + [
         {
             "what": f"TTFT at {n} prompt tokens (ms)",
-            "predicted": predict_ttft_ms(here.flops_per_s, eff.prefill, model, n),
+            "predicted": predict_ttft_ms(here.flops_per_s, eff.prefill, model, n, eff.prefill_bound),
             "measured": ms,
             "calibration": n == eff.prefill_tokens,
         }

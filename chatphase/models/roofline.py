@@ -162,7 +162,22 @@ FLOAT32_WEIGHT_TYPES = frozenset({"ALL_F32", "F32"})
 
 def float32_peak_bounds(info: ModelInfo) -> bool:
     """Whether a float32 matmul peak bounds ``info``'s prefill: its weights are float32."""
-    return info.quantization in FLOAT32_WEIGHT_TYPES
+    return float32_weight_type(info.quantization)
+
+
+def float32_weight_type(quantization: str | None) -> bool:
+    """:func:`float32_peak_bounds` for a weight type by name (``ModelInfo.quantization``, as a saved result
+    records it); ``None`` (not recorded) is not float32."""
+    return quantization in FLOAT32_WEIGHT_TYPES
+
+
+def no_prefill_bound_text(quantization: str | None, what: str = "prefill") -> str:
+    """The one line said where a bound on the weight matmuls' arithmetic (``what``: prefill, or a batched
+    step's arithmetic) is left out (:func:`float32_weight_type` false)."""
+    return (
+        f"{what}: no bound for {quantization or 'unknown'} weights — their integer or 16-bit kernels are not "
+        "bounded by the float32 matmul peak"
+    )
 
 
 #: what each phase's bound is made of, as :func:`share_of_bound` names it when a measurement beats it.

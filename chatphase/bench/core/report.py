@@ -164,13 +164,17 @@ def summary_lines(result: BenchResult) -> list[str]:
     r = result.roofline
     lines.extend(peak_lines(r))
     if r and "decode_verdict" in r:
-        lines.append(
+        bounds = (
             f"decode bound {r['decode_bound_tokens_per_s_at_empty_context']:,.0f} tok/s = bandwidth / "
             f"({r['weight_bytes'] / 2**20:.0f} MiB weights + {r['kv_bytes_per_token']:,} B KV per token of context, "
-            "or attention's FLOPs at the matmul peak where they take longer); "
-            f"prefill bound {r['prefill_bound_tokens_per_s']:,.0f} tok/s = FLOP/s / (2 × "
-            f"{r.get('prefill_params', r['n_params']) / 1e6:.0f} M params a prompt token multiplies)"
+            "or attention's FLOPs at the matmul peak where they take longer)"
         )
+        if r.get("prefill_bound_tokens_per_s") is not None:  # None: not float32 weights, the verdict says why
+            bounds += (
+                f"; prefill bound {r['prefill_bound_tokens_per_s']:,.0f} tok/s = FLOP/s / (2 × "
+                f"{r.get('prefill_params', r['n_params']) / 1e6:.0f} M params a prompt token multiplies)"
+            )
+        lines.append(bounds)
         lines.append(r["decode_verdict"])
         lines.append(r["prefill_verdict"])
         if r.get("attention_line"):

@@ -26,6 +26,8 @@ from chatphase.models.roofline import (
     BoundShare,
     decode_bound,
     decode_bound_tokens_per_s,
+    float32_weight_type,
+    no_prefill_bound_text,
     prefill_bound_tokens_per_s,
 )
 
@@ -139,17 +141,21 @@ def build_roofline(
     cells: Sequence[CellResult],
     attention_flops_per_context: float = 0.0,
     prefill_params: int | None = None,
+    weight_type: str | None,
 ) -> dict:
     """The JSON ``roofline`` object: peaks, per-cell bounds and % of bound, two verdicts and, with depth
     cells at two depths, attention's measured cost (``attention_line``).
 
     A cell decodes at :func:`cell_context_tokens`. The verdicts use the fastest measured cell of each phase
-    (the one closest to its bound) and its repetitions' spread.
+    (the one closest to its bound) and its repetitions' spread. ``weight_type`` is the model's
+    (``ModelInfo.quantization``): for weights other than float32 (:func:`~chatphase.models.roofline.float32_weight_type`)
+    the prefill bound, its percentages and ``prefill_above_bound`` are ``None`` and the prefill verdict says why
+    (:func:`~chatphase.models.roofline.no_prefill_bound_text`); the decode bound holds for any weight type.
     """
     rows: list[dict[str, Any]] = []
     spreads: dict[tuple[str, int], tuple[float, float] | None] = {}
     p_params = prefill_params or n_params  # the parameters a prompt token multiplies, where the shape is known
-    p_bound = prefill_bound_tokens_per_s(peaks.flops_per_s, p_params)
+    p_bound = prefill_bound_tokens_per_s(peaks.flops_per_s, p_params) if float32_weight_type(weight_type) else None
     for i, c in enumerate(cells):
         b = decode_bound(
             peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, cell_context_tokens(c),
@@ -158,7 +164,7 @@ def build_roofline(
         d_bound = b.tokens_per_s
         d_mean, p_mean = c.decode_tokens_per_s.mean, c.prefill_tokens_per_s.mean
         spreads["decode", i] = _pct_range(c.decode_tokens_per_s, d_bound)
-        spreads["prefill", i] = _pct_range(c.prefill_tokens_per_s, p_bound)
+        spreads["prefill", i] = None if p_bound is None else _pct_range(c.prefill_tokens_per_s, p_bound)
         rows.append(
             {
                 "kind": c.kind,
@@ -173,8 +179,8 @@ def build_roofline(
                 "decode_pct_of_bound": None if d_mean is None else 100.0 * d_mean / d_bound,
                 "decode_above_bound": d_mean is not None and d_mean > d_bound,
                 "prefill_bound_tokens_per_s": p_bound,
-                "prefill_pct_of_bound": None if p_mean is None else 100.0 * p_mean / p_bound,
-                "prefill_above_bound": p_mean is not None and p_mean > p_bound,
+                "prefill_pct_of_bound": None if p_mean is None or p_bound is None else 100.0 * p_mean / p_bound,
+                "prefill_above_bound": None if p_bound is None else p_mean is not None and p_mean > p_bound,
             }
         )
 
@@ -187,10 +193,12 @@ def build_roofline(
         return pct, spreads[phase, i]
 
     decode_verdict = verdict("decode", *best("decode"))
-    prefill_verdict = verdict("prefill", *best("prefill"))
+    prefill_verdict = (
+        verdict("prefill", *best("prefill")) if p_bound is not None else no_prefill_bound_text(weight_type)
+    )
     if peaks.engines_beside:  # say it where the verdict is read: these percentages run high
         decode_verdict += f" ({peaks.conditions})"
-        prefill_verdict += f" ({peaks.conditions})"
+        prefill_verdict += f" ({peaks.conditions})" if p_bound is not None else ""
     depth_cells = sorted((c for c in cells if c.kind == "depth"), key=lambda c: c.depth)
     attention = None
     if len(depth_cells) >= 2:
@@ -216,4 +224,5 @@ def build_roofline(
         "decode_verdict": decode_verdict,
         "prefill_verdict": prefill_verdict,
         "attention_line": attention,
+        "weight_type": weight_type,
     }

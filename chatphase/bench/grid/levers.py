@@ -9,7 +9,9 @@ cache without flash attention (``llama_init_from_model``), so such a point is le
 Each measured cell gets the roofline's prediction beside it (:func:`predict`, from
 :mod:`chatphase.models.roofline`): decode tokens/s from the bytes one step reads (the weights read per token
 plus the KV cache at the cell's context, at the point's KV types) or attention's FLOPs where they take
-longer, prefill tokens/s from FLOPs, TTFT as the prefill of the cell's evaluated tokens at that rate. Peaks
+longer, prefill tokens/s from FLOPs, TTFT as the prefill of the cell's evaluated tokens at that rate — the
+last two for float32 weights only (:func:`~chatphase.models.roofline.float32_peak_bounds`: other weights run
+kernels the float32 matmul peak does not bound, so they get no prefill or TTFT prediction). Peaks
 are measured at each point's thread count. A measurement above its bound is said in words
 (:func:`bound_share`), never as a ratio above 1.
 """
@@ -152,12 +154,12 @@ def check_values(lever: str, items: tuple) -> tuple:
 @dataclass(frozen=True)
 class Prediction:
     """The roofline's figures for one cell: ``decode_tokens_per_s``, ``prefill_tokens_per_s`` and ``ttft_ms``
-    (the prefill of the cell's evaluated tokens at that rate), with the bytes and FLOPs behind them
-    (``attention_flops`` a decoded token's attention at the cell's context)."""
+    (the prefill of the cell's evaluated tokens at that rate; both ``None`` where the weights are not float32),
+    with the bytes and FLOPs behind them (``attention_flops`` a decoded token's attention at the cell's context)."""
 
     decode_tokens_per_s: float
-    prefill_tokens_per_s: float
-    ttft_ms: float
+    prefill_tokens_per_s: float | None
+    ttft_ms: float | None
     step_bytes: float
     flops_per_token: float
     attention_flops: float = 0.0
@@ -182,11 +184,14 @@ def predict(
     cell: CellResult,
     attention_flops_per_context: float = 0.0,
     prefill_params: int | None = None,
+    prefill_bounded: bool,
 ) -> Prediction:
     """The roofline for ``cell`` (see the module doc); ``weight_bytes`` as read per token,
     ``attention_flops_per_context`` attention's FLOPs per token of context
     (:func:`~chatphase.models.roofline.attention_flops_per_context_token`), ``prefill_params`` the parameters a
-    prompt token multiplies (:func:`~chatphase.models.roofline.prefill_params`; default ``n_params``)."""
+    prompt token multiplies (:func:`~chatphase.models.roofline.prefill_params`; default ``n_params``),
+    ``prefill_bounded`` whether the float32 matmul peak bounds the model's prefill
+    (:func:`~chatphase.models.roofline.float32_peak_bounds`; false: no prefill or TTFT prediction)."""
     from chatphase.models.roofline import step_bytes, step_flops
 
     context = cell_context_tokens(cell)
@@ -194,12 +199,12 @@ def predict(
         peaks.bandwidth_bytes_per_s, weight_bytes, kv_bytes_per_token, context, peaks.flops_per_s,
         attention_flops_per_context,
     )  # fmt: skip
-    prefill = prefill_bound_tokens_per_s(peaks.flops_per_s, prefill_params or n_params)
+    prefill = prefill_bound_tokens_per_s(peaks.flops_per_s, prefill_params or n_params) if prefill_bounded else None
     evaluated = cell.prompt_tokens - cell.depth
     return Prediction(
         decode_tokens_per_s=decode,
         prefill_tokens_per_s=prefill,
-        ttft_ms=1000.0 * evaluated / prefill,
+        ttft_ms=None if prefill is None else 1000.0 * evaluated / prefill,
         step_bytes=step_bytes(weight_bytes, kv_bytes_per_token, context),
         flops_per_token=step_flops(n_params),
         attention_flops=attention_flops_per_context * context,

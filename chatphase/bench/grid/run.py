@@ -31,7 +31,13 @@ from chatphase.engine.events import LoadedModel
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
-from chatphase.models.roofline import attention_flops_per_context_token, prefill_params, weight_bytes_per_token
+from chatphase.models.roofline import (
+    attention_flops_per_context_token,
+    float32_peak_bounds,
+    no_prefill_bound_text,
+    prefill_params,
+    weight_bytes_per_token,
+)
 from chatphase.units import DASH
 
 #: share of the available memory the grid's engines may take together.
@@ -40,8 +46,9 @@ MEMORY_SHARE = 0.85
 
 @dataclass(frozen=True)
 class GridCell:
-    """One point's measured cell with its prediction (``None`` without peaks) and the KV figures the
-    engine reported (``llama_kv_cache_bytes`` as llama.cpp printed it)."""
+    """One point's measured cell with its prediction (``None`` without peaks), the KV figures the
+    engine reported (``llama_kv_cache_bytes`` as llama.cpp printed it) and the model's weight type
+    (``ModelInfo.quantization``; ``None`` in a result saved before it was recorded)."""
 
     point: str
     levers: dict
@@ -53,6 +60,7 @@ class GridCell:
     kv_capacity_bytes: int | None
     llama_kv_cache_bytes: int | None
     weight_bytes_per_token: int | None
+    weight_type: str | None = None
 
     def ratios(self) -> dict:
         """measured / predicted for ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``."""
@@ -84,6 +92,7 @@ class GridCell:
             "kv_capacity_bytes": self.kv_capacity_bytes,
             "llama_kv_cache_bytes": self.llama_kv_cache_bytes,
             "weight_bytes_per_token": self.weight_bytes_per_token,
+            "weight_type": self.weight_type,
         }
 
 
@@ -142,8 +151,11 @@ class GridResult:
         foot = [
             "pred = the roofline: a decode step ≥ weights read per token / read bandwidth + the larger of KV bytes "
             "× context / read bandwidth and attention's FLOPs / matmul FLOP/s; prefill ≤ matmul FLOP/s / (2 × "
-            "params); TTFT ≥ evaluated tokens / that; × = measured / predicted ('above': beyond the bound)"
+            "params) and TTFT ≥ evaluated tokens / that, for float32 weights only; × = measured / predicted "
+            "('above': beyond the bound)"
         ]
+        unbounded = (c.weight_type for c in self.cells if c.prediction and c.prediction.prefill_tokens_per_s is None)
+        foot += [no_prefill_bound_text(t) for t in dict.fromkeys(unbounded)]
         foot += above_lines(self.cells) + lever_lines(self.cells)
         for t, p in sorted(self.peaks.items()):
             foot.append(
@@ -229,6 +241,7 @@ def _grid_cell(data: dict) -> GridCell:
         kv_capacity_bytes=data.get("kv_capacity_bytes"),
         llama_kv_cache_bytes=data.get("llama_kv_cache_bytes"),
         weight_bytes_per_token=data.get("weight_bytes_per_token"),
+        weight_type=data.get("weight_type"),
     )
 
 
@@ -505,7 +518,7 @@ class GridRun:
                     prediction = predict(
                         p, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cell=cell,
                         attention_flops_per_context=attention_flops_per_context_token(info.attention),
-                        prefill_params=prefill_params(info),
+                        prefill_params=prefill_params(info), prefill_bounded=float32_peak_bounds(info),
                     )  # fmt: skip
                 result.cells.append(
                     GridCell(
@@ -519,6 +532,7 @@ class GridRun:
                         kv_capacity_bytes=lm.kv_capacity_bytes,
                         llama_kv_cache_bytes=lm.llama_kv_cache_bytes,
                         weight_bytes_per_token=weights,
+                        weight_type=info.quantization,
                     )
                 )
         return result

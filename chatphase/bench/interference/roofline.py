@@ -7,6 +7,10 @@ and matmul FLOP/s ``F`` its least time is ``max(bytes / B, FLOPs / F)`` (William
 While ``FLOPs / F`` is the smaller, the C prompt tokens ride almost free on the bytes the decode tokens read anyway;
 past ``C* = F × bytes / (2 × parameters × B) − N`` the step is bound by arithmetic and every prompt token lengthens
 every running stream's gap — the trade-off chunked prefill sets with C.
+
+``F`` is a float32 matmul peak, so the arithmetic term bounds float32 weights only
+(:func:`~chatphase.models.roofline.float32_weight_type`): for other weights a step is bounded by its bytes alone,
+there is no ``C*`` (``None``), and a line says why (:func:`~chatphase.models.roofline.no_prefill_bound_text`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.interference.analysis import PolicyRow
 from chatphase.bench.interference.plan import policy_name
-from chatphase.models.roofline import step_bytes, step_flops
+from chatphase.models.roofline import float32_weight_type, no_prefill_bound_text, step_bytes, step_flops
 
 
 def crossover_chunk(
@@ -38,16 +42,24 @@ def build_interference_roofline(
     context_tokens: float,
     rows: Sequence[PolicyRow],
     newcomer_tokens: int,
+    weight_type: str | None,
 ) -> dict:
     """The JSON ``roofline`` object: peaks, the crossover ``C*`` and, per policy, the prompt step's bytes, FLOPs, bound
     and measured share, with one plain line each (``interference_lines``). ``context_tokens``: the running streams'
-    context while the newcomer arrives."""
+    context while the newcomer arrives; ``weight_type`` (``ModelInfo.quantization``) not float32: no arithmetic
+    term (module doc)."""
     b, f = peaks.bandwidth_bytes_per_s, peaks.flops_per_s
     kv = step_bytes(0, kv_bytes_per_token, context_tokens, n_running)
     cross = crossover_chunk(peaks, weight_bytes, n_params, kv, n_running)
     cells, lines = [], []
     balance = f / b
-    if cross <= 0:
+    arithmetic = float32_weight_type(weight_type)
+    if not arithmetic:
+        lines.append(
+            f"mixed step: {no_prefill_bound_text(weight_type, 'arithmetic')}: each step is bound by its bytes, "
+            "and no C marks where arithmetic takes over"
+        )
+    elif cross <= 0:
         lines.append(
             f"mixed step: bound by arithmetic already with {n_running} decode tokens alone on this machine "
             f"(balance {balance:.1f} FLOP/byte)"
@@ -66,7 +78,7 @@ def build_interference_roofline(
         chunk = row.chunk if row.chunk is not None else -(-newcomer_tokens // row.prompt_steps)
         nbytes = row.sub_batches * weight_bytes + (kv if decode else 0)
         flops = step_flops(n_params, decode + chunk)
-        t_mem, t_flop = nbytes / b, flops / f
+        t_mem, t_flop = nbytes / b, flops / f if arithmetic else 0.0
         bound_ms = 1e3 * max(t_mem, t_flop)
         by = "arithmetic" if t_flop > t_mem else "memory bandwidth"
         measured = row.prompt_step_ms
@@ -97,7 +109,8 @@ def build_interference_roofline(
         "n_params": n_params,
         "kv_bytes_per_token": kv_bytes_per_token,
         "machine_balance_flops_per_byte": balance,
-        "crossover_prompt_tokens": cross if cross > 0 else None,
+        "crossover_prompt_tokens": cross if arithmetic and cross > 0 else None,
         "interference_cells": cells,
         "interference_lines": lines,
+        "weight_type": weight_type,
     }

@@ -232,7 +232,7 @@ def interference_result(
         roofline = build_interference_roofline(
             peaks, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, n_running=plan.n_running,
             context_tokens=plan.running_prompt_tokens + plan.gen_tokens, rows=rows,
-            newcomer_tokens=plan.newcomer_tokens,
+            newcomer_tokens=plan.newcomer_tokens, weight_type=info.quantization,
         )  # fmt: skip
         if note := gpu_note(loaded):
             roofline["interference_lines"] = [f"{note}, so the bounds are not meaningful"]

@@ -12,6 +12,10 @@ FLOP/s ``F`` (Williams, Waterman & Patterson's roofline):
   balance ``F / B``; it crosses at ``N* = F·W / (2·P·B − F·k·c)`` (weights ``W`` bytes, ``P`` parameters,
   ``k`` KV bytes per token, ``c`` tokens of context), and never when the KV read grows as fast as the
   arithmetic (``2·P·B <= F·k·c``).
+
+The arithmetic term is a float32 matmul peak's, so it bounds float32 weights only
+(:func:`~chatphase.models.roofline.float32_weight_type`): for other weights the step is bounded by its bytes
+alone, there is no crossover, and the verdicts say why (:func:`~chatphase.models.roofline.no_prefill_bound_text`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Sequence
 from chatphase.bench.core.parallel_results import ParallelCell
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.roofline import bound_class
-from chatphase.models.roofline import BoundShare, step_bytes, step_flops
+from chatphase.models.roofline import BoundShare, float32_weight_type, no_prefill_bound_text, step_bytes, step_flops
 
 
 def crossover_n_seq(peaks: MachinePeaks, weight_bytes: int, n_params: int, kv_bytes_per_token: int, context: float):
@@ -32,17 +36,26 @@ def crossover_n_seq(peaks: MachinePeaks, weight_bytes: int, n_params: int, kv_by
 
 
 def build_parallel_roofline(
-    peaks: MachinePeaks, *, weight_bytes: int, n_params: int, kv_bytes_per_token: int, cells: Sequence[ParallelCell]
+    peaks: MachinePeaks,
+    *,
+    weight_bytes: int,
+    n_params: int,
+    kv_bytes_per_token: int,
+    cells: Sequence[ParallelCell],
+    weight_type: str | None,
 ) -> dict:
     """The JSON ``roofline`` object of a parallel sweep: peaks, machine balance, per-cell bounds and % of the
-    bound, the crossover N per prompt length, and one plain-language line per cell (``parallel_verdicts``)."""
+    bound, the crossover N per prompt length, and one plain-language line per cell (``parallel_verdicts``).
+    ``weight_type`` (``ModelInfo.quantization``) not float32: no arithmetic term, no crossover (module doc)."""
     balance = peaks.flops_per_s / peaks.bandwidth_bytes_per_s
+    arithmetic = float32_weight_type(weight_type)
     rows, lines, crossings = [], [], {}
     for c in cells:
         context = c.prompt_tokens + c.gen_tokens / 2
         nbytes = step_bytes(weight_bytes, kv_bytes_per_token, context, c.n_seq)
         flops = step_flops(n_params, c.n_seq)
-        t_mem, t_flop = nbytes / peaks.bandwidth_bytes_per_s, flops / peaks.flops_per_s
+        t_mem = nbytes / peaks.bandwidth_bytes_per_s
+        t_flop = flops / peaks.flops_per_s if arithmetic else 0.0
         bound = c.n_seq / max(t_mem, t_flop)
         measured = c.aggregate_decode_tokens_per_s.mean
         row = {
@@ -57,8 +70,8 @@ def build_parallel_roofline(
             "pct_of_bound": None if measured is None else 100.0 * measured / bound,
         }
         rows.append(row)
-        lines.append(parallel_verdict(row, balance, weight_bytes, kv_bytes_per_token * context))
-        if c.prompt_tokens not in crossings:
+        lines.append(parallel_verdict(row, balance, weight_bytes, kv_bytes_per_token * context, arithmetic))
+        if arithmetic and c.prompt_tokens not in crossings:
             crossings[c.prompt_tokens] = crossover_n_seq(peaks, weight_bytes, n_params, kv_bytes_per_token, context)
     crossover = [{"prompt_tokens": length, "n_seq": n} for length, n in crossings.items()]
     return {
@@ -69,7 +82,10 @@ def build_parallel_roofline(
         "machine_balance_flops_per_byte": balance,
         "parallel_cells": rows,
         "parallel_crossover": crossover,
-        "parallel_verdicts": [crossover_line(x["prompt_tokens"], x["n_seq"], peaks) for x in crossover] + lines,
+        "parallel_verdicts": [crossover_line(x["prompt_tokens"], x["n_seq"], peaks) for x in crossover]
+        + ([] if arithmetic else [no_prefill_bound_text(weight_type, "the step's arithmetic") + ": bound by its bytes"])
+        + lines,
+        "weight_type": weight_type,
     }
 
 
@@ -92,14 +108,19 @@ def crossover_line(prompt_tokens: int, n_seq: float | None, peaks: MachinePeaks)
     )
 
 
-def parallel_verdict(row: dict, balance: float, weight_bytes: int, kv_bytes_per_seq: float) -> str:
-    """One plain sentence on cell ``row`` of :func:`build_parallel_roofline`."""
+def parallel_verdict(
+    row: dict, balance: float, weight_bytes: int, kv_bytes_per_seq: float, arithmetic: bool = True
+) -> str:
+    """One plain sentence on cell ``row`` of :func:`build_parallel_roofline` (``arithmetic`` false: the
+    weights are not float32, the balance bounds nothing and is left out)."""
     n = row["n_seq"]
+    side = "above" if row["flops_per_byte"] > balance else "below"
+    against = f", {side} the balance {balance:.1f}" if arithmetic else ""
     head = (
         f"N={n}: a step reads {row['step_bytes'] / 2**20:.1f} MiB (weights once + {n} × "
         f"{kv_bytes_per_seq / 2**20:.2f} MiB KV) and does {row['step_flops'] / 1e9:.2f} GFLOP — "
-        f"{row['flops_per_byte']:.1f} FLOP/byte, {'above' if row['flops_per_byte'] > balance else 'below'} the "
-        f"balance {balance:.1f}: bound by {row['bound_by']}, at most {row['aggregate_bound_tokens_per_s']:,.0f} tok/s"
+        f"{row['flops_per_byte']:.1f} FLOP/byte{against}: bound by {row['bound_by']}, at most "
+        f"{row['aggregate_bound_tokens_per_s']:,.0f} tok/s"
     )
     pct = row["pct_of_bound"]
     if pct is None:

@@ -111,8 +111,9 @@ def parallel_result(
     if inputs is not None and peaks is not None and done.cells:
         weights, n_params, per_token = inputs
         roofline = build_parallel_roofline(
-            peaks, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cells=done.cells
-        )
+            peaks, weight_bytes=weights, n_params=n_params, kv_bytes_per_token=per_token, cells=done.cells,
+            weight_type=info.quantization,
+        )  # fmt: skip
         if note := gpu_note(loaded):  # the peaks are the CPU's: they do not bound a GPU
             roofline["parallel_verdicts"] = [f"{note}, so the bounds and percentages are not meaningful"]
     return ParallelResult(

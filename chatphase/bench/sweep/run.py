@@ -98,6 +98,7 @@ class BenchRun(ModelRun):
                 cells=done.cells,
                 attention_flops_per_context=attention_flops_per_context_token(self.info.attention),
                 prefill_params=prefill_params(self.info),
+                weight_type=self.info.quantization,
             )
             if note := gpu_note(loaded):  # the peaks are the CPU's: they do not bound a GPU
                 note += ", so the percentages are not meaningful"
