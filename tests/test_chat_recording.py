@@ -179,6 +179,16 @@ def test_a_resumed_chat_that_had_overflowed_leaves_the_same_messages_out():
     again = [n for n in calls.notices() if n.kind == "dropped"]
     assert all(f"the oldest {dropped} messages" not in n.text for n in again)
 
-    larger, _, _ = make_chat(settings=Settings().with_overrides(n_ctx=4096))
-    larger.restore(saved)  # where the whole conversation may fit again, nothing is left out beforehand
-    assert larger.history.left_out == 0
+    # at a larger n_ctx the fit starts from the first message again: what fits now comes back, and is said
+    larger, engines, calls = make_chat(settings=Settings().with_overrides(n_ctx=4096), replies=["ok"])
+    larger.start_engine()
+    larger.dispatcher.drain()
+    larger.restore(saved)
+    assert larger.history.left_out == dropped  # the marks stand until the first turn says otherwise
+    larger.send("ok")
+    larger.dispatcher.drain()
+    request = engines[-1].requests[-1]
+    assert (request.first_message, request.left_out_before) == (0, dropped)
+    assert larger.history.left_out == 0 and calls.args_of("history_left_out")[-1] == (0,)
+    notices = [n for n in calls.notices() if n.kind == "dropped"]
+    assert [n.severity for n in notices] == ["information"] and "back in the context" in notices[0].text

@@ -74,15 +74,17 @@ class NotNow(ChatPhaseError):
         self.action = action
 
 
-def dropped_before(session: Session, n_ctx: int) -> int:
+def dropped_before(session: Session) -> int:
     """The oldest messages ``session``'s conversation had left out to fit at its last turn (its overflow policy's
-    drop or shift), to leave out again when it goes on at ``n_ctx``; 0 at a larger n_ctx than it ran at, where
-    the whole conversation may fit again."""
-    recorded = session.settings.get("n_ctx") if session.settings else None
-    if isinstance(recorded, int) and n_ctx > recorded:
-        return 0
+    drop or shift)."""
     kept = [t for t in session.turns if t.in_conversation and t.metrics is not None]
     return kept[-1].metrics.dropped_messages if kept and kept[-1].metrics else 0
+
+
+def n_ctx_grew(session: Session, n_ctx: int) -> bool:
+    """Whether ``n_ctx`` is larger than the one ``session`` last ran at (unknown: no)."""
+    recorded = session.settings.get("n_ctx") if session.settings else None
+    return isinstance(recorded, int) and n_ctx > recorded
 
 
 class ChatController:
@@ -333,8 +335,11 @@ class ChatController:
         self.history.restore(session.history(), max((t.index for t in session.turns), default=0))
         self._reuse_note, self._change = COLD_PREFILL_NOTE, "resumed"
         self._tell(lambda to: to.history_restored(session))
-        if dropped := dropped_before(session, self.settings.engine.n_ctx):
-            self._left_out(dropped)  # the session's overflow stands: the next turn is not an overflow of its own
+        if dropped := dropped_before(session):
+            # the session's overflow stands: the next turn is not an overflow of its own; at a larger n_ctx its
+            # fit starts from the first message again, and may bring some back (as a fresh engine's)
+            self._left_out(dropped)
+            self._refit = n_ctx_grew(session, self.settings.engine.n_ctx)
 
     # -- the budget of a draft -----------------------------------------------------------------------
     def draft_request(self, text: str, texts: tuple[str, ...] = ()) -> CountRequest | None:
