@@ -56,7 +56,7 @@ class Notice:
 
     @classmethod
     def back_in_context(cls, n_messages: int) -> Notice:
-        """A fresh engine (restart, model switch) fitted more of the conversation than the last one did."""
+        """A fresh fit (a restart, a model switch, a resume at a larger n_ctx) kept more of the conversation."""
         return cls(
             "dropped",
             "Context",
