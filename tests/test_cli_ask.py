@@ -90,6 +90,17 @@ def test_a_message_too_long_for_the_context_is_refused():
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("n_ctx", ["16", "31"])
+def test_an_n_ctx_under_a_prompt_s_length_runs_the_context_llama_cpp_made(n_ctx):
+    """Seen: ``--n-ctx 16`` to 31 aborted the engine (SIGABRT) on a 40-token prompt. llama.cpp pads n_ctx to 256
+    but clamps n_batch to the n_ctx asked for; the prefill chunked by the setting (256) and llama_decode's
+    ``n_tokens_all <= n_batch`` assert fired. It chunks by llama.cpp's own n_batch now."""
+    result = chatphase("ask", "--no-save", "--n-ctx", n_ctx, "--max-tokens", "4", "Hello there, how are you today?")
+    assert result.returncode == 0, result.stderr
+    assert f"n_ctx {n_ctx} -> 256" in result.stderr and "prompt " in result.stderr
+
+
+@pytest.mark.model
 def test_truncated_model_exits_2(tmp_path, default_model_path):
     truncated = tmp_path / "truncated.gguf"
     with open(default_model_path, "rb") as src:

@@ -131,7 +131,7 @@ class DraftModel:
             raise
         self._mem = lc.llama_get_memory(self._ctx)
         self._vocab = lc.llama_model_get_vocab(self._model)
-        self._n_batch = settings["n_batch"]
+        self._n_batch = lc.llama_n_batch(self._ctx)  # n_batch, at most the n_ctx asked for (as the engine's)
         self._n_ctx = lc.llama_n_ctx(self._ctx)
         self._greedy = lc.llama_sampler_init_greedy()
         self._one = (lc.llama_token * 1)()

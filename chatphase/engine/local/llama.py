@@ -286,8 +286,8 @@ class LlamaEngine:
         batch = lc.llama_batch_init(max(len(s) for s in steps), 0, 1)
         depth, out = len(context), []
         try:
-            for start in range(0, depth, self.config.n_batch):
-                if not self._decode(context[start : start + self.config.n_batch]):
+            for start in range(0, depth, self._n_batch):
+                if not self._decode(context[start : start + self._n_batch]):
                     raise EngineError("llama.cpp could not evaluate the context")
             for tokens in steps:
                 for i, token in enumerate(tokens):
@@ -337,7 +337,9 @@ class LlamaEngine:
         self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
         self._mem: lc.llama_memory_t = lc.llama_get_memory(self._ctx)
         self._n_ctx: int = lc.llama_n_ctx(self._ctx)
-        self._n_batch: int = s["n_batch"]
+        # the most tokens one llama_decode takes: n_batch, at most the n_ctx asked for (llama.cpp clamps it before it
+        # pads n_ctx to 256): chunking by the setting instead made a prompt over a tiny n_ctx abort the process
+        self._n_batch: int = lc.llama_n_batch(self._ctx)
         if self._n_ctx != s["n_ctx"]:
             notes.append(
                 f"n_ctx {s['n_ctx']:,} -> {self._n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens"
