@@ -179,9 +179,7 @@ def test_an_internal_error_in_the_engine_is_words_and_the_traceback_is_in_the_lo
         host.close()
     failed = [e for e in events_ if isinstance(e, EngineFailed)]
     assert len(failed) == 1 and failed[0].fatal
-    assert failed[0].message == (
-        f"the engine stopped on an internal error; the conversation is kept — restart the engine (details in {log})"
-    )
+    assert failed[0].message == (f"the engine stopped on an internal error (details in {log})")
     assert "Traceback" in log.read_text() and "AttributeError" in log.read_text()
 
 

@@ -207,10 +207,11 @@ def _count(engine: LlamaEngine, request: CountRequest) -> PromptCount | None:
 
 
 def internal_error_message(exc: BaseException, log_path: str | Path) -> str:
-    """One line for an unexpected failure inside the engine: what happened and what to do, the Python
-    details left to the engine log (where :func:`_child_main` printed the traceback)."""
+    """One line for an unexpected failure inside the engine: what happened and where its details are, the
+    Python details left to the engine log (where :func:`_child_main` printed the traceback). What to do is the
+    front end's to say (the TUI's restart key; ``ask`` exits)."""
     what = "ran out of memory" if isinstance(exc, MemoryError) else "stopped on an internal error"
-    return f"the engine {what}; the conversation is kept — restart the engine (details in {log_path})"
+    return f"the engine {what} (details in {log_path})"
 
 
 class EngineHost:
@@ -361,6 +362,5 @@ class EngineHost:
 
     def _death(self, turn_id: int | None) -> EngineFailed:
         why = self._child.exit_reason() if self._child is not None else exit_reason(None)
-        return EngineFailed(
-            f"the engine process died ({why}); the conversation is kept — restart the engine", turn_id, fatal=True
-        )
+        where = f"; details in {self.log_path}" if self.log_path else ""
+        return EngineFailed(f"the engine process died ({why}{where})", turn_id, fatal=True)
