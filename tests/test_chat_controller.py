@@ -174,7 +174,8 @@ def test_model_switch_mid_turn_keeps_what_streamed_and_drops_the_old_engines_lat
     streamed = chat.turn.reply
     other = fake_model_info(name="Other 1B")
     chat.switch_model(other)
-    assert calls.args_of("turn_abandoned")[0][1] == "abandoned (engine replaced)"
+    assert calls.args_of("turn_abandoned")[0][1] == "cancelled (engine replaced)"
+    assert calls.args_of("turn_abandoned")[0][0].metrics_so_far().stop_reason == "cancelled"  # asked for: no error
     assert chat.conversation[-1] == Message("assistant", streamed) and engines[0].closed
     before = len(calls.calls)
     chat.dispatcher.drain()  # the old turn's rest, then the new engine's load

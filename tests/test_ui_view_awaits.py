@@ -21,7 +21,7 @@ from chatphase.ui.transcript.notice import Notice
 from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.ui.transcript.user_message import UserMessage
 
-WHY = "abandoned (engine replaced)"
+WHY = "cancelled (engine replaced)"
 
 
 class SlowToStop(FakeEngine):

@@ -223,7 +223,9 @@ class ChatController:
             engine.close()
 
     def _retire_engine(self) -> None:
-        self._drop_turn("abandoned (engine replaced)", "the engine was replaced before the reply began")
+        if self.turn is not None:
+            self.turn.replaced = True  # the user's choice: the turn is cancelled, not failed
+        self._drop_turn("cancelled (engine replaced)", "the engine was replaced before the reply began")
         self._let_go()
 
     def _engine_down(self, message: str) -> None:

@@ -61,6 +61,8 @@ class Turn:
     reply_chars: int = 0
     ttft_predicted_ms: float | None = None
     ttft_model: TtftModel | None = None
+    #: the user replaced its engine mid-turn (a restart, a model switch): it ended cancelled, not in an error
+    replaced: bool = False
     _parts: list[str] = field(default_factory=list, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
 
@@ -133,7 +135,8 @@ class Turn:
         """The figures of a turn that ended without its result (its engine stopped or was replaced), as
         its events measured them: prompt and cached tokens, the prefill done and its time, TTFT, the decode
         tokens and their rate (the tokens delivered so far), the thinking block. What only the engine's
-        end of the turn reports (ITL, the KV cache) is ``None``; ``stop_reason="error"``. ``None`` before
+        end of the turn reports (ITL, the KV cache) is ``None``; ``stop_reason="error"`` (``"cancelled"`` when
+        :attr:`replaced`). ``None`` before
         the prefill started (nothing was measured)."""
         pre, progress = self.prefill, self.progress
         if pre is None:
@@ -169,7 +172,7 @@ class Turn:
             kv_bytes_per_token=None,
             kv_cache_bytes=None,
             kv_capacity_bytes=None,
-            stop_reason="error",
+            stop_reason="cancelled" if self.replaced else "error",
             tokenize_ms=None,
             tpot_ms=tpot_ms,
             dropped_messages=pre.dropped_messages,
