@@ -314,8 +314,10 @@ class ChatView(ChatListener):
                 self.app.call_after_refresh(view.add_above, block)
             if t.metrics is not None:
                 self.dashboard.turn_finished(t.index, t.metrics, held)
+        out = len(session.turns) - len(shown)  # ``chatphase sessions`` counts every turn run: say the difference
+        more = f"; {out} more regenerated, edited or failed" if out else ""
         log.add_notice(
-            f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}). "
+            f"Resumed session {session.id} “{session.title}” ({fmt_count(len(shown), 'turn')}{more}). "
             "The KV cache starts empty: the next turn restores the conversation's saved prefix from disk where "
             "that is quicker, else prefills the whole conversation (cold prefill)."
         )
