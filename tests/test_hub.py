@@ -282,15 +282,22 @@ def test_offline_serves_from_the_hf_cache(offline_cache, tmp_path, capsys):
     assert time.monotonic() - t0 < 5
 
 
-def test_repo_spec_not_downloaded_says_how(offline_cache, capsys):
+def test_repo_spec_not_downloaded_offline_says_so_before_offering_a_download(offline_cache):
+    """Seen: on a terminal, offline, the user was asked "Download it …? [y/N]" and then told it was offline."""
+    asked: list[str] = []
+    for kwargs in ({}, {"confirm": lambda q: asked.append(q) or True}, {"pull": True}):
+        with pytest.raises(ModelError, match=rf"offline \(HF_HUB_OFFLINE is set\) and {REPO}:Q8_0 is not in "):
+            resolve_model(f"{REPO}:Q8_0", **kwargs)
+    assert asked == []
+
+
+def test_repo_spec_not_downloaded_says_how(online, tmp_path):
     with pytest.raises(ModelError, match=f"run `chatphase pull {REPO} --quant Q8_0` first"):
         resolve_model(f"{REPO}:Q8_0")
     asked = []
     with pytest.raises(ModelError, match="run `chatphase pull"):
         resolve_model(f"{REPO}:Q8_0", confirm=lambda q: asked.append(q) or False)
     assert asked and "Download it from Hugging Face" in asked[0]
-    with pytest.raises(ModelError, match="offline"):
-        resolve_model(f"{REPO}:Q8_0", pull=True)
 
 
 def test_unreachable_hub_fails_fast(monkeypatch, tmp_path, capsys):

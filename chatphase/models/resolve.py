@@ -91,6 +91,8 @@ def resolve_model(
         found = hub.find_local(repo, mdir)
         if found is not None:
             return found
+        if hub.is_offline():  # said before a download is offered that cannot happen
+            raise ModelError(f"offline (HF_HUB_OFFLINE is set) and {spec} is not in {mdir} or {hub.hf_cache_dir()}")
         if pull or (
             confirm is not None and confirm(f"{spec} is not downloaded. Download it from Hugging Face into {mdir}?")
         ):
