@@ -152,6 +152,15 @@ def test_angle_brackets_in_a_reply_are_text_not_html_that_vanishes():
     assert "html_block" not in blocks and blocks.count("paragraph_open") == 3  # the block finder parses alike
 
 
+def test_numbered_items_keep_their_period_and_wrap_under_their_text():
+    """Seen: the model wrote ``32. Grape``; the screen showed ``32 Grape`` (Rich draws the number alone)."""
+    console = Console(width=30, color_system=None)
+    with console.capture() as out:
+        console.print(_Markdown("32. Grape\n33. Kiwi, a fruit with a long name to wrap"))
+    lines = [line.rstrip() for line in out.get().splitlines()]
+    assert lines[1:] == [" 32. Grape", " 33. Kiwi, a fruit with a long", "     name to wrap"]  # after a blank line
+
+
 #: a code reply without fences, as a small model writes one: its lines would be joined into one paragraph.
 UNFENCED_CODE = "def area(r):\n    pi = 3.14159\n    return pi * r * r\n\nprint(area(2))"
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pygments.lexers import get_all_lexers
 from rich.console import Console, ConsoleOptions, Group, RenderResult
-from rich.markdown import CodeBlock, Markdown
+from rich.markdown import CodeBlock, ListItem, Markdown
 from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
@@ -60,12 +60,28 @@ class _CodeBlock(CodeBlock):
         return cls(fence_language(token.info), markdown.code_theme)
 
 
+class _ListItem(ListItem):
+    """Rich's list item, its number written as the model wrote it: ``3.`` (Rich draws ``3``)."""
+
+    def render_number(self, console: Console, options: ConsoleOptions, number: int, last_number: int) -> RenderResult:
+        width = len(str(last_number)) + 3  # the number, its period and a space, after a space
+        lines = console.render_lines(self.elements, options.update(width=options.max_width - width), style=self.style)
+        style = console.get_style("markdown.item.number", default="none")
+        numeral, padding = Segment(f"{number}.".rjust(width - 1) + " ", style), Segment(" " * width, style)
+        for i, line in enumerate(lines):
+            yield numeral if i == 0 else padding
+            yield from line
+            yield Segment.line()
+
+
 class _Markdown(Markdown):
-    """Rich's Markdown with :func:`fence_language` and :func:`~chatphase.ui.transcript.md_blocks.markdown_parser`,
+    """Rich's Markdown with :func:`fence_language`, numbered items as written (:class:`_ListItem`) and :func:`~chatphase.ui.transcript.md_blocks.markdown_parser`,
     of the text made inert (:func:`~chatphase.engine.text.inert`: the model's escape sequences are shown, not
     obeyed; one character for one, so the reply's offsets hold)."""
 
-    elements: ClassVar[dict] = {**Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock}
+    elements: ClassVar[dict] = {
+        **Markdown.elements, "fence": _CodeBlock, "code_block": _CodeBlock, "list_item_open": _ListItem
+    }  # fmt: skip
 
     def __init__(self, markup: str, **kwargs) -> None:
         super().__init__("", **kwargs)  # Rich's own parse (HTML on) of nothing; the reply is parsed here
