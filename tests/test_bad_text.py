@@ -109,6 +109,23 @@ async def test_a_paste_with_a_lone_surrogate_goes_in_replaced_with_one_notice():
         assert prompt.text == "caf\ufffd au lait and tea"
 
 
+async def test_a_paste_with_escape_sequences_goes_in_visible_and_line_ends_as_lines():
+    """Seen: a name with ESC and BEL in the prompt box moved its border and rang the terminal: the box draws
+    its text raw. A paste's controls go in as their symbols (said once); CRLF line ends are line breaks."""
+    app, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        prompt = app.query_one(PromptInput)
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        prompt.focus()
+        app.post_message(events.Paste("see \x1b]52;c;aGFja2Vk\x07 and \x1b[2J\r\nnext"))
+        await wait_for(pilot, lambda: prompt.text != "")
+        assert prompt.text == "see ␛]52;c;aGFja2Vk␇ and ␛[2J\nnext"
+        assert len([n for n in notifications(app) if "shown as symbols" in n]) == 1
+        app.post_message(events.Paste(" a\r\nb"))  # line ends alone: no notice
+        await wait_for(pilot, lambda: prompt.text.endswith("b"))
+        assert prompt.text.endswith("next a\nb") and len([n for n in notifications(app) if "symbols" in n]) == 1
+
+
 async def test_ctrl_u_clears_the_prompt_box_and_the_box_says_so():
     app, _ = make_app()
     async with app.run_test(size=(100, 30)) as pilot:

@@ -222,6 +222,10 @@ async def test_tab_completes_a_path_after_file_and_at(tmp_path, monkeypatch):
         await pilot.press("tab")  # two matches: their common start, and a notice lists them
         assert prompt.text == "see @re"
         await wait_for(pilot, lambda: any("readme.txt" in n and "report 2026.md" in n for n in notifications(app)))
+        (tmp_path / "ctl\x1b[31mred\x07.txt").write_text("x")
+        prompt.set_text("/file ct")
+        await pilot.press("tab")  # a name with controls goes in visible, never raw into the box
+        assert prompt.text == "/file ctl␛[31mred␇.txt"
         prompt.set_text("no path here")
         await pilot.press("tab")
         assert not prompt.has_focus  # Tab moves the focus elsewhere, as before

@@ -8,8 +8,8 @@ Shift+Enter as CR and Alt+Enter as ESC CR, which Textual 8 reads as a plain ``en
 Ctrl+U clears the box (said by the placeholder while it is empty and by the box's border while it holds
 text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
 bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
-them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, and a notice says so once per
-paste. The box grows with its text up to a height cap set in its ``DEFAULT_CSS``. Typing that reaches the app
+them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, a control character (ESC,
+BEL) by its visible symbol, and a notice says so once per paste. The box grows with its text up to a height cap set in its ``DEFAULT_CSS``. Typing that reaches the app
 because another widget of the chat screen has focus (after a click on a dashboard tab) comes here too
 (:meth:`PromptInput.catch`), so that it is never lost.
 Tab completes a file path typed after ``/file `` or ``@`` (:func:`~chatphase.chat.attachments.completion_context`;
@@ -110,8 +110,8 @@ class PromptInput(TextArea):
         prefix, quote = context
         matches = complete_path(prefix)
         replacement = completed(prefix, quote, matches)
-        if replacement is not None:
-            self.replace(replacement, (row, col - len(prefix) - len(quote)), (row, col))
+        if replacement is not None:  # a name with control characters shown, not obeyed (it will not be found)
+            self.replace(inert(replacement), (row, col - len(prefix) - len(quote)), (row, col))
         if len(matches) != 1:
             names = [os.path.basename(m.rstrip("/")) + ("/" if m.endswith("/") else "") for m in matches]
             listed = ", ".join(names[: self.MAX_LISTED])
@@ -156,16 +156,22 @@ class PromptInput(TextArea):
 
     async def _on_paste(self, event: events.Paste) -> None:
         """A paste with lone surrogates (they cannot be encoded for the model) goes in with U+FFFD
-        instead, said once; any other paste is left to ``TextArea``'s own handler (Textual calls each
-        class's handler in turn unless one prevents the default). The paste stops here: it was taken."""
+        instead, and one with control characters (an ESC sequence copied from a terminal) with their
+        visible symbols (:func:`~chatphase.engine.text.inert`: the box would write them to the terminal raw),
+        each said once; any other paste is left to ``TextArea``'s own handler (Textual calls each class's
+        handler in turn unless one prevents the default). The paste stops here: it was taken."""
         event.stop()
         text, first = clean_text(event.text)
-        if first is None:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n")
+        visible = inert(lines)
+        if first is None and visible == lines:
             return
         event.prevent_default()
-        event.stop()
-        self.notify(replaced_note("The pasted text", first), title="Paste", severity="warning")
-        await super()._on_paste(events.Paste(text))
+        if first is not None:
+            self.notify(replaced_note("The pasted text", first), title="Paste", severity="warning")
+        if visible != lines:
+            self.notify("Control characters in the pasted text are shown as symbols (␛).", title="Paste")
+        await super()._on_paste(events.Paste(visible))
 
     def catch(self, event: events.Key | events.Paste) -> None:
         """A printable key or a paste that no widget took (the focus was on a dashboard tab, the turns
