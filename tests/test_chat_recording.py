@@ -134,6 +134,23 @@ def test_an_engine_death_mid_reply_keeps_the_partial_turn_with_the_figures_it_ha
     assert m.itl_ms_p95 is None and m.kv_cache_tokens is None  # only the engine's end of the turn says these
 
 
+def test_quitting_mid_reply_keeps_the_partial_turn_with_its_figures_cancelled():
+    """Seen: Ctrl+Q during a reply saved "partial turn (no metrics)" though TTFT and the prefill were measured."""
+    chat, recording = recorded_chat(replies=["a reply of several words to stream"])
+    calls = []
+    chat.add_listener(type("Seen", (ChatListener,), {"tokens_decoded": lambda self, t, e: calls.append(e)})())
+    chat.send("hello")
+    while not calls:
+        chat.dispatcher.step()
+    sid = recording.writer.id
+    chat.close()
+    recording.close()  # as the app's unmount does
+    (turn,) = load_session(sid).turns
+    m = turn.metrics
+    assert turn.status == "partial" and turn.error is None and turn.reply and m is not None
+    assert m.stop_reason == "cancelled" and m.ttft_ms > 0 and m.decode_tokens >= 1
+
+
 def test_the_sessions_turn_indices_are_the_chats_turn_numbers_after_a_failed_turn():
     """One numbering: a turn that failed after its prefill began is in the session as failed under its
     number, and the next turn is numbered after it in the chat and in the session alike (the chat gave the

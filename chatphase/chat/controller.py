@@ -224,7 +224,7 @@ class ChatController:
 
     def _retire_engine(self) -> None:
         if self.turn is not None:
-            self.turn.replaced = True  # the user's choice: the turn is cancelled, not failed
+            self.turn.ended_by_user = True  # the user's choice: the turn is cancelled, not failed
         self._drop_turn("cancelled (engine replaced)", "the engine was replaced before the reply began")
         self._let_go()
 

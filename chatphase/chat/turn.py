@@ -61,8 +61,8 @@ class Turn:
     reply_chars: int = 0
     ttft_predicted_ms: float | None = None
     ttft_model: TtftModel | None = None
-    #: the user replaced its engine mid-turn (a restart, a model switch): it ended cancelled, not in an error
-    replaced: bool = False
+    #: the user ended it otherwise than with Esc (a restart, a model switch, quitting): cancelled, not an error
+    ended_by_user: bool = False
     _parts: list[str] = field(default_factory=list, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
 
@@ -136,7 +136,7 @@ class Turn:
         its events measured them: prompt and cached tokens, the prefill done and its time, TTFT, the decode
         tokens and their rate (the tokens delivered so far), the thinking block. What only the engine's
         end of the turn reports (ITL, the KV cache) is ``None``; ``stop_reason="error"`` (``"cancelled"`` when
-        :attr:`replaced`). ``None`` before
+        :attr:`ended_by_user`). ``None`` before
         the prefill started (nothing was measured)."""
         pre, progress = self.prefill, self.progress
         if pre is None:
@@ -172,7 +172,7 @@ class Turn:
             kv_bytes_per_token=None,
             kv_cache_bytes=None,
             kv_capacity_bytes=None,
-            stop_reason="cancelled" if self.replaced else "error",
+            stop_reason="cancelled" if self.ended_by_user else "error",
             tokenize_ms=None,
             tpot_ms=tpot_ms,
             dropped_messages=pre.dropped_messages,
