@@ -538,7 +538,7 @@ class LlamaEngine:
             return None
         finally:
             self._alternatives = []
-        if fitted.full_tokens is not None and req.overflow == "shift":  # this turn dropped messages: an overflow
+        if fitted.full_tokens is not None and req.overflow == "shift":  # an overflow to shift: can llama.cpp?
             if why := kv_shift.shift_refusal(self._model, self._mem):
                 yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
                 return None
