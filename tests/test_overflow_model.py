@@ -13,6 +13,7 @@ import llama_cpp as lc
 import pytest
 from chat_support import Calls
 
+from chatphase.chat.budget import budget_of
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.engine.config import EngineConfig
@@ -242,24 +243,40 @@ def test_a_sliding_window_cache_that_evicted_the_window_is_swa(gemma_model_info,
         engine.close()
 
 
-@pytest.mark.parametrize("policy", ["shift", "drop-oldest"])
+@pytest.mark.parametrize("policy", ["shift", "drop-oldest", "stop"])
 def test_the_budget_line_counts_the_messages_the_turn_then_leaves_out(default_model_info, tmp_path, policy):
     """Seen: under shift the budget line said "leaves out the oldest 4 messages" and the turn then shifted out 2:
     the count fitted the whole conversation (the messages already left out counted again) and without the
-    turn's low-water mark. It now fits as the turn does, and says what sending newly leaves out."""
-    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy, n_ctx=512)
+    turn's low-water mark. It now fits as the turn does, and says what sending newly leaves out.
+
+    Seen too: under shift the line said "+231 tok · … TTFT ≈ 1.4 s" and the turn prefilled 17 (TTFT 160 ms): the
+    count took the cache as a prefix, so only the system prompt was cached, as if the kept history were evaluated
+    again. Each turn's count (tokens, cached, new, the TTFT priced on them) is now what the turn then did (the
+    prefix store off: an earlier test's saved prefix restored would add its predicted and measured restore)."""
+    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy, n_ctx=512, prefix_cache="off")
     try:
-        said, done = [], []
+        said, done, counted, turned = [], [], [], []
         for i in range(14):
             message = f"Note {i}: {FILLER} What is {i} plus {i}?"
             request = chat.draft_request(message)
             assert request is not None and request.first_message == chat.history.left_out
             count = chat.count(request)
-            assert count is not None and count.prompt_tokens is not None
+            assert count is not None
+            if count.prompt_tokens is None:  # stop: the line says it does not fit, and the turn is refused
+                assert policy == "stop" and count.too_long
+                chat.send(message)
+                assert calls.args_of("turn_failed")
+                break
             said.append(count.dropped_messages)
+            budget = budget_of(count, chat.ttft)
             chat.send(message)
-            done.append(finished(calls)[-1].overflow_dropped_messages or 0)
-        assert said == done and sum(done) > 0, (said, done)
+            m = finished(calls)[-1]
+            done.append(m.overflow_dropped_messages or 0)
+            counted.append((count.prompt_tokens, count.cached_tokens, count.new_tokens, budget.ttft_ms))
+            turned.append((m.prompt_tokens, m.cached_tokens, m.prefill_tokens, m.ttft_predicted_ms))
+        assert said == done and (sum(done) > 0) == (policy != "stop"), (said, done)
+        assert counted == turned
+        assert policy != "stop" or calls.args_of("turn_failed")
     finally:
         chat.close()
 

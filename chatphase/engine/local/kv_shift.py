@@ -92,14 +92,15 @@ def shift_refusal(model: lc.llama_model_p | None, mem: lc.llama_memory_t) -> str
     return None
 
 
-def shift_out(mem: lc.llama_memory_t, cache: list[int], start: int, end: int) -> bool:
+def shift_out(mem: lc.llama_memory_t | None, cache: list[int], start: int, end: int) -> bool:
     """Remove cache tokens ``[start, end)`` from sequence 0 and move the later ones down; ``cache`` (the token
-    list mirroring it) is cut the same way. Returns ``False`` (nothing changed) when llama.cpp refuses."""
+    list mirroring it) is cut the same way. Returns ``False`` (nothing changed) when llama.cpp refuses.
+    ``mem=None``: only ``cache`` is cut (a count of what the shift would leave, on a copy)."""
     if end <= start:
         return True
-    if not lc.llama_memory_seq_rm(mem, 0, start, end):
+    if mem is not None and not lc.llama_memory_seq_rm(mem, 0, start, end):
         return False
-    if end < len(cache):
+    if mem is not None and end < len(cache):
         lc.llama_memory_seq_add(mem, 0, end, -1, start - end)
     del cache[start:end]
     return True

@@ -220,8 +220,9 @@ class LlamaEngine:
             return PromptCount(None, 0, kv, self._n_ctx, text_tokens=texts, too_long=str(exc))
         finally:
             self._alternatives = []
-        prompt = fitted.tokens
-        cached = self._reusable(prompt)
+        cache, known = list(self._cache), self._known.copy()  # what the turn's overflow cut would leave
+        prompt = self._cut_overflow(request, fitted, messages, None, cache, known)[1].tokens
+        cached = self._reusable(prompt, cache)
         dropped = max(fitted.dropped_messages - request.overflow_from, 0)
         count = PromptCount(len(prompt), cached, kv, self._n_ctx, dropped, texts)
         found = keeper.find(prompt, cached) if keeper is not None else None
@@ -438,10 +439,12 @@ class LlamaEngine:
         arr = (lc.llama_token * len(tokens))(*tokens)
         return int(lc.llama_decode(self._ctx, lc.llama_batch_get_one(arr, len(tokens)))) == 0
 
-    def _reusable(self, prompt: list[int]) -> int:
-        """The longest common prefix of the cache and ``prompt``, leaving at least one token to evaluate."""
-        keep, limit = 0, min(len(self._cache), len(prompt) - 1)
-        while keep < limit and self._cache[keep] == prompt[keep]:
+    def _reusable(self, prompt: list[int], cache: Sequence[int] | None = None) -> int:
+        """The longest common prefix of the cache (or ``cache``) and ``prompt``, leaving at least one token to
+        evaluate."""
+        cache = self._cache if cache is None else cache
+        keep, limit = 0, min(len(cache), len(prompt) - 1)
+        while keep < limit and cache[keep] == prompt[keep]:
             keep += 1
         return keep
 
@@ -537,18 +540,37 @@ class LlamaEngine:
             return None
         finally:
             self._alternatives = []
-        ovf: Overflow | None = None
-        if fitted.full_tokens is not None:  # this turn dropped messages: an overflow
-            if req.overflow == "shift" and (why := kv_shift.shift_refusal(self._model, self._mem)):
+        if fitted.full_tokens is not None and req.overflow == "shift":  # an overflow to shift: can llama.cpp?
+            if why := kv_shift.shift_refusal(self._model, self._mem):
                 yield EngineFailed(f"overflow shift refused: {why} (use --overflow drop-oldest)", req.turn_id)
                 return None
-            n_messages = sum(m.role != "system" for m in messages)
-            ovf = overflow_cut(req, fitted, n_messages, self._mem, self._cache, self._known, self._vocab.render)
-            if ovf.shifted:
-                fitted = replace(fitted, tokens=self._encode(fitted.text, fitted.add_special))
+        ovf, fitted = self._cut_overflow(req, fitted, messages, self._mem, self._cache, self._known)
         text = fitted.text.encode("utf-8")
         cache_before = ovf.cache_before if ovf else len(self._cache)
         return TurnPrompt(fitted.tokens, fitted.dropped_messages, text, fitted.text, ovf, cache_before)
+
+    def _cut_overflow(
+        self,
+        req: TurnRequest | CountRequest,
+        fitted: FittedPrompt,
+        messages: tuple[Message, ...],
+        mem: lc.llama_memory_t | None,
+        cache: list[int],
+        known: CacheText,
+    ) -> tuple[Overflow | None, FittedPrompt]:
+        """The overflow of ``fitted`` (``None`` when it dropped nothing new) cut in ``cache`` / ``known``
+        (:func:`overflow_cut`: under shift the dropped messages leave them, and llama.cpp's memory unless ``mem``
+        is ``None``), and ``fitted`` with its tokens encoded again on what a shifted cache holds. The turn and the
+        count (on copies) both call it, so the count's cached tokens are the turn's."""
+        if fitted.full_tokens is None:
+            return None, fitted
+        n_messages = sum(m.role != "system" for m in messages)
+        ovf = overflow_cut(req, fitted, n_messages, mem, cache, known, self._vocab.render)
+        if ovf.shifted:  # as :meth:`_encode`, whose stored-prefix alternatives are cleared by now
+            tokens = encode_prompt(fitted.text, fitted.add_special, cache, known, self._vocab.tokenize,
+                                   self._vocab.render)  # fmt: skip
+            fitted = replace(fitted, tokens=tokens)
+        return ovf, fitted
 
     def _start_cache(
         self, req: TurnRequest, messages: tuple[Message, ...], keeper: PrefixKeeper | None, p: TurnPrompt

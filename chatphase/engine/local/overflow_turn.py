@@ -13,7 +13,7 @@ from typing import Any
 
 import llama_cpp as lc
 
-from chatphase.engine.events import LoadedModel, Message, TurnRequest
+from chatphase.engine.events import CountRequest, LoadedModel, Message, TurnRequest
 from chatphase.engine.local import kv_shift
 from chatphase.engine.local.prefix import CacheText
 from chatphase.engine.metrics import TurnMetrics, ns_to_ms
@@ -69,17 +69,18 @@ class Overflow:
 
 
 def overflow_cut(
-    req: TurnRequest,
+    req: TurnRequest | CountRequest,
     fitted: FittedPrompt,
     n_messages: int,
-    mem: lc.llama_memory_t,
+    mem: lc.llama_memory_t | None,
     cache: list[int],
     known: CacheText,
     render: Callable[[int], bytes],
 ) -> Overflow:
     """An overflow at the start of a turn (``fitted`` dropped messages from the ``n_messages`` non-system ones):
     where the dropped messages lie in the cache (``cache``, its text record ``known``) and, under ``shift``, take
-    them out of it in place (:mod:`chatphase.engine.local.kv_shift`; ``cache`` and ``known`` follow)."""
+    them out of it in place (:mod:`chatphase.engine.local.kv_shift`; ``cache`` and ``known`` follow). ``mem=None``
+    and copies of ``cache`` and ``known``: a count of what the turn's cut would leave, llama.cpp untouched."""
     ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.overflow_from, n_messages - 1))
     ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
     ovf.cache_before = len(cache)
