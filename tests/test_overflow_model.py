@@ -34,7 +34,10 @@ FILLER = "Here is some more of my notes about the harbour, the boats, the tides 
 
 
 def chat_on(info, tmp_path, **overrides):
-    settings = Settings().with_overrides(**{"n_ctx": 1024, "temperature": 0, "max_tokens": 24} | overrides)
+    # the prefix store off, as conftest.py means it for chats (its env var reaches only the config's layers, not
+    # Settings()): its folder is shared by the run, so one test's saved prefix was restored in another's turn
+    defaults = {"n_ctx": 1024, "temperature": 0, "max_tokens": 24, "prefix_cache": "off"}
+    settings = Settings().with_overrides(**defaults | overrides)
     calls = Calls()
 
     def factory(model_info, s):
@@ -155,7 +158,7 @@ def reasons(calls: Calls) -> list[str | None]:
 
 def test_edit_regenerate_restart_model_switch_and_resume_are_the_reasons(default_model_info, tmp_path):
     # the prefix store off: a restore after a restart, a switch or a resume is its own case (test_prefix_store_model)
-    chat, calls = chat_on(default_model_info, tmp_path, prefix_cache="off")
+    chat, calls = chat_on(default_model_info, tmp_path)
     try:
         chat.send("Name a colour.")
         chat.send("Name another.")
@@ -253,7 +256,7 @@ def test_the_budget_line_counts_the_messages_the_turn_then_leaves_out(default_mo
     count took the cache as a prefix, so only the system prompt was cached, as if the kept history were evaluated
     again. Each turn's count (tokens, cached, new, the TTFT priced on them) is now what the turn then did (the
     prefix store off: an earlier test's saved prefix restored would add its predicted and measured restore)."""
-    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy, n_ctx=512, prefix_cache="off")
+    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy, n_ctx=512)
     try:
         said, done, counted, turned = [], [], [], []
         for i in range(14):
