@@ -464,6 +464,23 @@ async def test_ctrl_c_stops_a_running_turn_and_only_hints_when_idle():
         assert app.is_running
 
 
+async def test_ctrl_c_when_idle_names_the_quit_key_in_plain_words():
+    """Textual's own hint reads ``Press [b]ctrl+q[/b] …``, its markup shown raw by the inert toasts; ours
+    names the keys bound to quit, as the help screen writes keys."""
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40), notifications=True) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: bool(notifications(app)))
+        assert notifications(app)[-1] == "Press Ctrl+Q to quit."
+        (toast,) = app.screen.query(Toast)
+        assert "[b]" not in str(toast.render()) and "Quit?" in str(toast.render())
+        app.bind("f10", "quit")  # a second key bound to quit is named too
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: len(notifications(app)) == 2)
+        assert notifications(app)[-1] == "Press Ctrl+Q / F10 to quit."
+
+
 async def test_an_engine_that_dies_while_idle_is_noticed_without_a_send():
     app, engines = make_app()
     async with app.run_test(size=(130, 40)) as pilot:

@@ -33,7 +33,7 @@ from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.settings.schema import Settings
 from chatphase.ui import messages as msg
-from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
+from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_display, key_labels
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.draft_budget import DraftBudget, RecountAfterTurns
@@ -276,6 +276,13 @@ class ChatPhaseApp(App[None]):
             prompt.action_copy()
         else:
             self.action_help_quit()
+
+    def action_help_quit(self) -> None:
+        """Say the key that quits: the active binding of ``quit``, as people write it (``Ctrl+Q``). Textual's
+        own notice carries ``[b]`` markup, which :meth:`notify` keeps inert."""
+        keys = [key for key, b in self.active_bindings.items() if b.binding.action in ("quit", "app.quit")]
+        if keys:
+            self.notify(f"Press {key_display(','.join(keys))} to quit.", title="Quit?")
 
     def action_new_chat(self) -> None:
         """Forget the conversation and the figures (not while a reply runs: a notice says so)."""
