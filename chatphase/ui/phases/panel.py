@@ -94,11 +94,13 @@ class PhasePanel(VerticalScroll):
 
     # -- model ---------------------------------------------------------------------------------
     def set_model(self, model: LoadedModel) -> None:
-        """Show the loaded model and size the KV gauge to its context."""
+        """Show the loaded model and size the KV gauge to its context. A loaded model is a fresh engine (first
+        load, switch, restart, new engine settings): its cache starts empty, whatever the last one held."""
         self.model = model
         self._threads = None
+        self._kv_base_tokens = self._kv_prefilled = 0
         self._render_model()
-        self.set_kv_tokens(self._kv_base_tokens)
+        self.set_kv_tokens(0)
 
     def _render_model(self) -> None:
         model = self.model
