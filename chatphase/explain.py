@@ -24,7 +24,7 @@ from __future__ import annotations
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.roofline import decode_bound_tokens_per_s, step_bytes, step_flops, weight_bytes_per_token
-from chatphase.units import fmt_bytes, fmt_params, fmt_seconds
+from chatphase.units import fmt_bytes, fmt_params, fmt_seconds, fmt_stop_reason
 
 #: reference DRAM bandwidth of a CPU, bytes/s: DDR4-3200 dual channel, 2 × 25.6 GB/s theoretical peak.
 CPU_REFERENCE_BANDWIDTH = 51.2e9
@@ -132,7 +132,7 @@ def explain_thinking(metrics: TurnMetrics) -> str | None:
     spent = _duration(metrics.thinking_ms)
     if metrics.thinking_cut_short:
         return (
-            f"thinking: {tokens} in {spent}, cut short (stop: {metrics.stop_reason}) — the reply ended before an answer"
+            f"thinking: {tokens} in {spent}, cut short (stop: {fmt_stop_reason(metrics.stop_reason)}) — the reply ended before an answer"
         )
     return (
         f"thinking: {tokens}, {spent} before the first answer token "

@@ -42,7 +42,7 @@ async def test_turn_streams_reply_and_shows_the_engines_metrics():
         assert view.text == reply and view.finished
         metrics = app.dashboard.turns[1]
         panel = app.query_one(PhasePanel).figures
-        assert panel["TTFT"] == f"{fmt_ms(metrics.ttft_ms)} · stop: stop"
+        assert panel["TTFT"] == f"{fmt_ms(metrics.ttft_ms)} · stop: end of reply"
         assert fmt_rate(metrics.decode_tokens_per_s) in panel["decode"]
         assert f"{metrics.prompt_tokens} tok (0 cached)" == panel["prompt"]
         assert badge(app) == "DONE"

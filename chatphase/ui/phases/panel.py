@@ -32,7 +32,18 @@ from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import DASH, fmt_bytes, fmt_cached, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate, fmt_value
+from chatphase.units import (
+    DASH,
+    fmt_bytes,
+    fmt_cached,
+    fmt_count,
+    fmt_int,
+    fmt_ms,
+    fmt_params,
+    fmt_rate,
+    fmt_stop_reason,
+    fmt_value,
+)
 
 
 def threads_text(m: TurnMetrics) -> str:
@@ -186,7 +197,7 @@ class PhasePanel(VerticalScroll):
         m = metrics
         self.number = number
         self.figures = {
-            "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {m.stop_reason}",
+            "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {fmt_stop_reason(m.stop_reason)}",
             "prompt": f"{fmt_int(m.prompt_tokens)} tok ({fmt_cached(m.cached_tokens, m.restored_tokens)})",
             "prefill": f"{fmt_int(m.prefill_tokens)} tok · {fmt_ms(m.prefill_ms)} · {fmt_rate(m.prefill_tokens_per_s)}",
             "decode": f"{fmt_int(m.decode_tokens)} tok · {fmt_ms(m.decode_ms)} · {fmt_rate(m.decode_tokens_per_s)}",
