@@ -48,6 +48,7 @@ from chatphase.ui.session_actions import SessionCommands
 from chatphase.ui.signals import exit_within, quit_on_signals
 from chatphase.ui.transcript.chat_log import ChatLog
 from chatphase.ui.transcript.thinking_view import copy_reply, cycle_thinking
+from chatphase.units import fmt_count
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
@@ -225,7 +226,7 @@ class ChatPhaseApp(App[None]):
         """``/file PATH…``: attach each readable text file to the next message; ``/file`` alone takes them off."""
         if not paths:
             taken = self.draft.take_files()
-            self.notify(f"Took off {len(taken)} file(s)" if taken else "No file is attached", title="Files")
+            self.notify(f"Took off {fmt_count(len(taken), 'file')}" if taken else "No file is attached", title="Files")
             return
         for path in paths:
             try:
