@@ -131,9 +131,8 @@ def explain_thinking(metrics: TurnMetrics) -> str | None:
         tokens = f"{thinking:,} of {generated:,} generated tokens{share}"
     spent = _duration(metrics.thinking_ms)
     if metrics.thinking_cut_short:
-        return (
-            f"thinking: {tokens} in {spent}, cut short (stop: {fmt_stop_reason(metrics.stop_reason)}) — the reply ended before an answer"
-        )
+        stop = fmt_stop_reason(metrics.stop_reason)
+        return f"thinking: {tokens} in {spent}, cut short (stop: {stop}) — the reply ended before an answer"
     return (
         f"thinking: {tokens}, {spent} before the first answer token "
         f"(TTFA {_duration(metrics.ttfa_ms)}; TTFT {_duration(metrics.ttft_ms)})"
