@@ -55,7 +55,7 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
     """
     tps = metrics.decode_tokens_per_s
     if tps is None or tps <= 0:
-        return f"decode: {fmt_count(metrics.decode_tokens, 'token')} — too few to measure a decode rate"
+        return f"decode: {fmt_count(metrics.decode_tokens or 0, 'token')} — too few to measure a decode rate"
     weights = weight_bytes_per_token(model.info)
     kv = metrics.kv_cache_bytes
     per_kv, tokens = model.kv_bytes_per_token, metrics.kv_cache_tokens
