@@ -109,6 +109,8 @@ async def test_over_long_message_is_refused_and_given_back():
         text = " ".join(f"w{i}" for i in range(30))
         await send(pilot, text)
         await wait_for(pilot, lambda: any("too long" in n for n in notifications(app)) and idle(app))
+        said = next(n for n in notifications(app) if "too long" in n)
+        assert said.endswith("(raise n_ctx in F9 (Settings) or shorten the message)")  # the TUI's way, no flags
         assert app.chat.conversation == []
         assert not app.query(UserMessage) and not app.query(ReplyView)
         assert app.query_one(PromptInput).text == text

@@ -123,8 +123,9 @@ async def test_a_bad_file_is_a_notice_and_nothing_is_sent(case, tmp_path, monkey
         prompt = app.query_one(PromptInput)
         prompt.set_text(text)
         if case == "larger than the context":  # known once counted by the tokenizer
-            await wait_for(pilot, lambda: "Not sent" in line(app))
-            assert says in line(app)
+            await wait_for(pilot, lambda: "Does not fit" in line(app))
+            assert f"Does not fit: {says}" in line(app) and "Not sent" not in line(app)  # nothing was sent yet
+            assert "(raise n_ctx in F9 (Settings) or attach a part of it)" in line(app) and "--" not in line(app)
         await pilot.press("enter")
         await wait_for(pilot, lambda: any(says in n for n in notifications(app)))
         assert engines[0].requests == [] and app.chat.conversation == []
@@ -215,7 +216,7 @@ async def test_a_message_that_would_not_fit_is_refused_with_the_numbers():
         await wait_for(pilot, lambda: idle(app))
         text = "word " * 80
         app.query_one(PromptInput).set_text(text)
-        await wait_for(pilot, lambda: "Not sent: Does not fit" in line(app))
+        await wait_for(pilot, lambda: line(app).startswith("Does not fit"))
         await pilot.press("enter")
         await wait_for(pilot, lambda: any("Does not fit" in n for n in notifications(app)))
         assert engines[0].requests == []

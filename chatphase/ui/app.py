@@ -128,7 +128,7 @@ class ChatPhaseApp(App[None]):
                 yield PhaseIndicator(id="phase")
                 with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
                     yield PromptInput(id="prompt")
-                    yield DraftBudget(self.chat, id="draft-budget")
+                    yield DraftBudget(self.chat, self.keys["settings.edit"], id="draft-budget")
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
