@@ -523,6 +523,21 @@ async def test_the_help_page_lists_every_key_once_whole_at_80_columns():
         assert any("(in <think>…</think>)" in item for item in items)  # not taken for HTML
 
 
+async def test_the_help_and_log_screens_say_how_to_close_them_alike():
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for key, screen in (("f1", HelpScreen), ("f3", LogScreen)):
+            await pilot.press(key)
+            await wait_for(pilot, lambda screen=screen: isinstance(app.screen, screen))
+            await pilot.pause()
+            (title,) = app.screen.query(".panel-title")
+            assert str(title.render()).endswith("  ·  Esc close") and title.region.height == 1
+            assert app.screen.region.contains_region(title.region)  # in view, not scrolled away
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, (HelpScreen, LogScreen)))
+
+
 async def test_keys_typed_before_the_first_frame_reach_the_prompt():
     """Keys that arrive while the app starts wait in its queue until the screen is mounted. The prompt's
     ``focus()`` in on_mount took effect only after them (it is deferred), so each went to the screen or the
