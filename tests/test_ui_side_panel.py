@@ -151,3 +151,23 @@ async def test_a_fresh_engine_shows_an_empty_kv_cache(how):
         assert kv_text(app).startswith(f"0 / {engines[1].n_ctx:,} tok")
         assert app.panel.query_one("#kv-gauge").progress == 0
         assert len(app.chat.conversation) == 2
+
+
+async def test_a_turn_whose_engine_died_shows_its_number_and_the_tables_figures():
+    """The engine killed mid-reply: the panel showed the last live redraw's decode figures under a title
+    cut to ``Turn`` (a live update lays nothing out, and the label was as wide as ``Turn``), while the
+    table had the turn's figures so far. Now both show the same, and the KV line is left as it was."""
+    app, engines = make_app(hold="decode")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: engines[0].held.is_set())
+        await pilot.pause(0.3)
+        kv_before = kv_text(app)
+        engines[0].kill()
+        await wait_for(pilot, lambda: app.chat.engine is None and 1 in app.dashboard.turns, timeout_s=2.0)
+        await pilot.pause(0.1)
+        assert lines_of(app.panel.query_one("#turn-title"))[0].strip() == "Turn 1"
+        m = app.dashboard.turns[1]
+        assert app.panel.figures["decode"].startswith(f"{m.decode_tokens} tok · ")
+        assert app.panel.figures["TTFT"].endswith("stop: error") and kv_text(app) == kv_before

@@ -258,6 +258,7 @@ class ChatView(ChatListener):
         self._turn_over()
         self.thinking.abandoned(turn)
         if (metrics := turn.metrics_so_far()) is not None:  # the figures it had, as the session keeps them
+            self.panel.turn_finished(turn.number, metrics, kv=False)  # not the last live redraw's
             self.dashboard.turn_finished(turn.number, metrics, turn.position + 1)
         reply = self.chat_log.active_reply
         if reply is not None:

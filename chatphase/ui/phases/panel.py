@@ -75,6 +75,7 @@ class PhasePanel(VerticalScroll):
     PhasePanel #kv-figures { margin-bottom: 1; color: $text-muted; }
     PhasePanel #model-figures { margin-bottom: 1; height: auto; }
     PhasePanel #turn-figures { margin-bottom: 1; }
+    PhasePanel #turn-title { width: 100%; }  /* "Turn 10" whole after a live (no-layout) update of "Turn 9" */
     """
 
     def __init__(self, **kwargs) -> None:
@@ -192,8 +193,9 @@ class PhasePanel(VerticalScroll):
         self._render_turn(layout=len(self.figures) != rows)  # a new row is a layout, once per turn
         self.set_kv_tokens(None if self._kv_prefilled is None else self._kv_prefilled + decode_tokens, layout=False)
 
-    def turn_finished(self, number: int, metrics: TurnMetrics) -> None:
-        """Show the turn's final metrics."""
+    def turn_finished(self, number: int, metrics: TurnMetrics, kv: bool = True) -> None:
+        """Show the turn's final metrics; ``kv=False``: not its KV figures (a turn whose engine stopped: the
+        figures it measured, :meth:`~chatphase.chat.turn.Turn.metrics_so_far`, have none)."""
         m = metrics
         self.number = number
         self.figures = {
@@ -212,8 +214,9 @@ class PhasePanel(VerticalScroll):
                 f"{fmt_int(m.answer_tokens)} tok · TTFA {fmt_ms(m.ttfa_ms)} · {fmt_rate(m.answer_tokens_per_s)}"
             )
         self._render_turn()
-        self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
-        self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
+        if kv:
+            self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
+            self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
         if m.n_threads_decode is not None and self.model is not None:
             self._threads = threads_text(m)
             self._render_model()
