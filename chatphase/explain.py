@@ -24,7 +24,7 @@ from __future__ import annotations
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.models.roofline import decode_bound_tokens_per_s, step_bytes, step_flops, weight_bytes_per_token
-from chatphase.units import fmt_bytes, fmt_params, fmt_seconds
+from chatphase.units import fmt_bytes, fmt_count, fmt_params, fmt_seconds, fmt_stop_reason
 
 #: reference DRAM bandwidth of a CPU, bytes/s: DDR4-3200 dual channel, 2 × 25.6 GB/s theoretical peak.
 CPU_REFERENCE_BANDWIDTH = 51.2e9
@@ -55,7 +55,7 @@ def explain_decode(model: LoadedModel, metrics: TurnMetrics, reference_bandwidth
     """
     tps = metrics.decode_tokens_per_s
     if tps is None or tps <= 0:
-        return f"decode: {metrics.decode_tokens} token(s) — too few to measure a decode rate"
+        return f"decode: {fmt_count(metrics.decode_tokens or 0, 'token')} — too few to measure a decode rate"
     weights = weight_bytes_per_token(model.info)
     kv = metrics.kv_cache_bytes
     per_kv, tokens = model.kv_bytes_per_token, metrics.kv_cache_tokens
@@ -94,7 +94,7 @@ def explain_prefill(model: LoadedModel, metrics: TurnMetrics) -> str:
     tps = metrics.prefill_tokens_per_s
     if tps is None or metrics.prefill_tokens < SMALL_PREFILL_TOKENS:
         return (
-            f"prefill: overhead bound — only {metrics.prefill_tokens} new token(s) in "
+            f"prefill: overhead bound — only {fmt_count(metrics.prefill_tokens, 'new token')} in "
             f"{metrics.prefill_ms:.1f} ms, too few to fill a batch{cached_note}"
         )
     if not model.info.n_params:
@@ -131,9 +131,8 @@ def explain_thinking(metrics: TurnMetrics) -> str | None:
         tokens = f"{thinking:,} of {generated:,} generated tokens{share}"
     spent = _duration(metrics.thinking_ms)
     if metrics.thinking_cut_short:
-        return (
-            f"thinking: {tokens} in {spent}, cut short (stop: {metrics.stop_reason}) — the reply ended before an answer"
-        )
+        stop = fmt_stop_reason(metrics.stop_reason)
+        return f"thinking: {tokens} in {spent}, cut short (stop: {stop}) — the reply ended before an answer"
     return (
         f"thinking: {tokens}, {spent} before the first answer token "
         f"(TTFA {_duration(metrics.ttfa_ms)}; TTFT {_duration(metrics.ttft_ms)})"

@@ -90,6 +90,21 @@ def fmt_count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+#: a turn's ``stop_reason`` (:data:`chatphase.engine.metrics.STOP_REASONS`) in words, for people.
+STOP_REASON_WORDS: dict[str, str] = {
+    "stop": "end of reply",  # the model's end token or a stop string
+    "length": "max_tokens",  # the sampling setting's limit
+    "cancelled": "cancelled",
+    "context_full": "context full",
+    "error": "error",
+}
+
+
+def fmt_stop_reason(reason: str) -> str:
+    """``"stop"`` -> ``"end of reply"`` (:data:`STOP_REASON_WORDS`); an unknown reason as it is."""
+    return STOP_REASON_WORDS.get(reason, reason)
+
+
 def fmt_at_threads(n: int | None) -> str:
     """`` at 2 threads`` (``""`` when unknown): the decode thread count a figure was measured at."""
     return "" if n is None else f" at {fmt_count(n, 'thread')}"

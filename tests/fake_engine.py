@@ -41,6 +41,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
+from chatphase.engine.fit_hints import fit_hint
 from chatphase.engine.metrics import NS_PER_MS, StopReason, compute_turn_metrics, spec_figures
 from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
 from chatphase.models.gguf_meta import ModelInfo
@@ -214,7 +215,8 @@ class FakeEngine:
         messages, dropped = self._fit(list(request.messages))
         if messages is None:
             yield EngineFailed(
-                f"message too long: it needs more than the context of {self.n_ctx} tokens", turn_id=request.turn_id
+                f"message too long: it needs more than the context of {self.n_ctx} tokens ({fit_hint('message')})",
+                turn_id=request.turn_id,
             )
             return
         prompt = template_tokens(messages)

@@ -69,7 +69,7 @@ async def test_selecting_a_row_shows_that_turns_metrics_and_timeline(app):
         await pilot.pause()
         assert dash.selected_turn == 1
         detail = app.query_one(TurnDetail)
-        assert text_of(detail.query_one("#detail-title", Label)) == "turn 1 · stop: stop"
+        assert text_of(detail.query_one("#detail-title", Label)) == "turn 1 · stop: end of reply"
         grid = text_of(detail.query_one("#detail-metrics", Static))
         assert "TTFT ms" in grid and "397.0" in grid and "1,580.0" in grid  # decode ms: 79 gaps x 20 ms
         explain = text_of(detail.query_one("#detail-explain", Static))

@@ -53,7 +53,7 @@ def test_decode_uses_gpu_reference_when_all_layers_offloaded():
 
 def test_decode_with_one_token_has_no_rate():
     m = scripted_turn(100, 0, 1, 101)
-    assert explain_decode(loaded_model(), m) == "decode: 1 token(s) — too few to measure a decode rate"
+    assert explain_decode(loaded_model(), m) == "decode: 1 token — too few to measure a decode rate"
 
 
 def test_prefill_compute_bound_line_with_cache_and_batch_speedup():
@@ -74,7 +74,7 @@ def test_prefill_all_cached_and_tiny_prefill():
     )
     tiny = scripted_turn(305, 300, 10, 315)
     line = explain_prefill(loaded_model(), tiny)
-    assert line.startswith("prefill: overhead bound — only 5 new token(s) in")
+    assert line.startswith("prefill: overhead bound — only 5 new tokens in")
     assert "300 of 305 prompt tokens reused" in line
 
 
@@ -97,6 +97,6 @@ def test_thinking_says_what_it_cost_this_turn():
 def test_thinking_cut_short_and_none_without_a_block():
     m = scripted_turn(120, 0, 300, 420, thinking_tokens=300, cut_short=True, stop_reason="length")
     assert explain_thinking(m) == (
-        "thinking: 300 of 300 generated tokens (100%) in 6.0 s, cut short (stop: length) — the reply ended before an answer"
+        "thinking: 300 of 300 generated tokens (100%) in 6.0 s, cut short (stop: max_tokens) — the reply ended before an answer"
     )
     assert explain_thinking(TURNS[0]) is None and len(explain_turn(loaded_model(), TURNS[0])) == 2

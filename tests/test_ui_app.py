@@ -42,7 +42,7 @@ async def test_turn_streams_reply_and_shows_the_engines_metrics():
         assert view.text == reply and view.finished
         metrics = app.dashboard.turns[1]
         panel = app.query_one(PhasePanel).figures
-        assert panel["TTFT"] == f"{fmt_ms(metrics.ttft_ms)} · stop: stop"
+        assert panel["TTFT"] == f"{fmt_ms(metrics.ttft_ms)} · stop: end of reply"
         assert fmt_rate(metrics.decode_tokens_per_s) in panel["decode"]
         assert f"{metrics.prompt_tokens} tok (0 cached)" == panel["prompt"]
         assert badge(app) == "DONE"
@@ -109,6 +109,8 @@ async def test_over_long_message_is_refused_and_given_back():
         text = " ".join(f"w{i}" for i in range(30))
         await send(pilot, text)
         await wait_for(pilot, lambda: any("too long" in n for n in notifications(app)) and idle(app))
+        said = next(n for n in notifications(app) if "too long" in n)
+        assert said.endswith("(raise n_ctx in F9 (Settings) or shorten the message)")  # the TUI's way, no flags
         assert app.chat.conversation == []
         assert not app.query(UserMessage) and not app.query(ReplyView)
         assert app.query_one(PromptInput).text == text
@@ -464,6 +466,23 @@ async def test_ctrl_c_stops_a_running_turn_and_only_hints_when_idle():
         assert app.is_running
 
 
+async def test_ctrl_c_when_idle_names_the_quit_key_in_plain_words():
+    """Textual's own hint reads ``Press [b]ctrl+q[/b] …``, its markup shown raw by the inert toasts; ours
+    names the keys bound to quit, as the help screen writes keys."""
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40), notifications=True) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: bool(notifications(app)))
+        assert notifications(app)[-1] == "Press Ctrl+Q to quit."
+        (toast,) = app.screen.query(Toast)
+        assert "[b]" not in str(toast.render()) and "Quit?" in str(toast.render())
+        app.bind("f10", "quit")  # a second key bound to quit is named too
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: len(notifications(app)) == 2)
+        assert notifications(app)[-1] == "Press Ctrl+Q / F10 to quit."
+
+
 async def test_an_engine_that_dies_while_idle_is_noticed_without_a_send():
     app, engines = make_app()
     async with app.run_test(size=(130, 40)) as pilot:
@@ -502,6 +521,21 @@ async def test_the_help_page_lists_every_key_once_whole_at_80_columns():
         keys = [item.split(" — ")[0] for item in items if " — " in item]
         assert "Ctrl+F2" in keys and "Ctrl+U" in keys and len(keys) == len(set(keys))  # whole, each once
         assert any("(in <think>…</think>)" in item for item in items)  # not taken for HTML
+
+
+async def test_the_help_and_log_screens_say_how_to_close_them_alike():
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        for key, screen in (("f1", HelpScreen), ("f3", LogScreen)):
+            await pilot.press(key)
+            await wait_for(pilot, lambda screen=screen: isinstance(app.screen, screen))
+            await pilot.pause()
+            (title,) = app.screen.query(".panel-title")
+            assert str(title.render()).endswith("  ·  Esc close") and title.region.height == 1
+            assert app.screen.region.contains_region(title.region)  # in view, not scrolled away
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, (HelpScreen, LogScreen)))
 
 
 async def test_keys_typed_before_the_first_frame_reach_the_prompt():

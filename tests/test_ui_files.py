@@ -46,6 +46,23 @@ async def test_file_command_attaches_and_the_next_message_carries_it_as_one_line
         assert "alpha beta gamma delta" in str(message.render()) and "▾ 📎" in str(message.render())
 
 
+async def test_file_alone_takes_the_files_off_and_says_how_many_in_words(tmp_path):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("text\n")
+    app, _engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f"/file {tmp_path / 'a.txt'} {tmp_path / 'b.txt'}")
+        await wait_for(pilot, lambda: len(app.query_one(DraftBudget).files) == 2)
+        await send(pilot, "/file")
+        await wait_for(pilot, lambda: any("Took off" in n for n in notifications(app)))
+        assert "Took off 2 files" in notifications(app) and app.query_one(DraftBudget).files == []
+        await send(pilot, f"/file {tmp_path / 'a.txt'}")
+        await wait_for(pilot, lambda: len(app.query_one(DraftBudget).files) == 1)
+        await send(pilot, "/file")
+        await wait_for(pilot, lambda: "Took off 1 file" in notifications(app))
+
+
 async def test_an_old_turn_with_files_keeps_its_message_a_widget_whose_files_still_open(tmp_path):
     """An old turn is drawn as one widget (its reply draws the message) unless its message has files: their
     lines stay a widget that opens and folds them."""
@@ -106,8 +123,9 @@ async def test_a_bad_file_is_a_notice_and_nothing_is_sent(case, tmp_path, monkey
         prompt = app.query_one(PromptInput)
         prompt.set_text(text)
         if case == "larger than the context":  # known once counted by the tokenizer
-            await wait_for(pilot, lambda: "Not sent" in line(app))
-            assert says in line(app)
+            await wait_for(pilot, lambda: "Does not fit" in line(app))
+            assert f"Does not fit: {says}" in line(app) and "Not sent" not in line(app)  # nothing was sent yet
+            assert "(raise n_ctx in F9 (Settings) or attach a part of it)" in line(app) and "--" not in line(app)
         await pilot.press("enter")
         await wait_for(pilot, lambda: any(says in n for n in notifications(app)))
         assert engines[0].requests == [] and app.chat.conversation == []
@@ -198,7 +216,7 @@ async def test_a_message_that_would_not_fit_is_refused_with_the_numbers():
         await wait_for(pilot, lambda: idle(app))
         text = "word " * 80
         app.query_one(PromptInput).set_text(text)
-        await wait_for(pilot, lambda: "Not sent: Does not fit" in line(app))
+        await wait_for(pilot, lambda: line(app).startswith("Does not fit"))
         await pilot.press("enter")
         await wait_for(pilot, lambda: any("Does not fit" in n for n in notifications(app)))
         assert engines[0].requests == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from dashboard_support import scripted_turn
+from fake_engine import fake_model_info
 from textual import events
 from textual.containers import ScrollableContainer
 from textual.geometry import Region
@@ -13,6 +14,7 @@ from textual.scroll_view import ScrollView
 from textual.widgets import Static
 from ui_support import idle, make_app, send, wait_for
 
+from chatphase.chat.settings_apply import apply_settings
 from chatphase.ui.app import WIDE_COLUMNS
 from chatphase.ui.dashboard.history_table import COLUMNS, THINKING_COLUMNS, TurnHistoryTable, format_row
 from chatphase.ui.phases.panel import PhasePanel
@@ -121,3 +123,51 @@ async def test_typing_after_a_click_on_a_dashboard_tab_goes_to_the_prompt(tab):
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         assert engines[0].requests[-1].messages[-1].content == "hi " + paste
+
+
+def kv_text(app) -> str:
+    return str(app.panel.query_one("#kv-figures", Static).render())
+
+
+@pytest.mark.parametrize("how", ["restart", "n_ctx", "switch"])
+async def test_a_fresh_engine_shows_an_empty_kv_cache(how):
+    """F5 (restart), a settings change that restarts the engine, or a model switch: the new engine's cache
+    is empty, so the gauge reads 0 of its n_ctx whatever the old one held (the conversation is kept)."""
+
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "What are prefill and decode?")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        assert not kv_text(app).startswith("0 /")
+        if how == "restart":
+            await pilot.press("f5")
+        elif how == "n_ctx":  # as F9 applies it
+            apply_settings(app.chat, app.chat.settings.with_overrides(n_ctx=2048), ["n_ctx"])
+        else:
+            app.switch_model(fake_model_info())
+        await wait_for(pilot, lambda: len(engines) == 2 and idle(app))
+        await pilot.pause(0.1)
+        assert kv_text(app).startswith(f"0 / {engines[1].n_ctx:,} tok")
+        assert app.panel.query_one("#kv-gauge").progress == 0
+        assert len(app.chat.conversation) == 2
+
+
+async def test_a_turn_whose_engine_died_shows_its_number_and_the_tables_figures():
+    """The engine killed mid-reply: the panel showed the last live redraw's decode figures under a title
+    cut to ``Turn`` (a live update lays nothing out, and the label was as wide as ``Turn``), while the
+    table had the turn's figures so far. Now both show the same, and the KV line is left as it was."""
+    app, engines = make_app(hold="decode")
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: engines[0].held.is_set())
+        await pilot.pause(0.3)
+        kv_before = kv_text(app)
+        engines[0].kill()
+        await wait_for(pilot, lambda: app.chat.engine is None and 1 in app.dashboard.turns, timeout_s=2.0)
+        await pilot.pause(0.1)
+        assert lines_of(app.panel.query_one("#turn-title"))[0].strip() == "Turn 1"
+        m = app.dashboard.turns[1]
+        assert app.panel.figures["decode"].startswith(f"{m.decode_tokens} tok · ")
+        assert app.panel.figures["TTFT"].endswith("stop: error") and kv_text(app) == kv_before

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from chatphase.engine.fit_hints import fit_hint
 from chatphase.errors import UsageError
 from chatphase.sessions.message_files import Attachment as Attachment
 from chatphase.sessions.message_files import message_text as message_text
@@ -114,7 +115,7 @@ def too_many_tokens(att: Attachment, n_ctx: int) -> str | None:
     if att.tokens is not None and att.tokens > n_ctx:
         return (
             f"{att.name} is {fmt_int(att.tokens)} tokens: larger than the context of {fmt_int(n_ctx)} tokens "
-            "(raise --n-ctx or attach a part of it)"
+            f"({fit_hint('file')})"
         )
     return None
 

@@ -34,7 +34,7 @@ class Budget:
         """The one line (see the module docstring)."""
         c = self.count
         if c.prompt_tokens is None:
-            return f"Does not fit: {c.too_long}"
+            return does_not_fit(c.too_long or "")
         now, after = _pct(c.kv_cache_tokens, c.n_ctx), _pct(c.prompt_tokens, c.n_ctx)
         parts = [f"+{fmt_int(c.new_tokens or 0)} tok", f"context {now} % → {after} %"]
         if c.restore_tokens:
@@ -48,6 +48,11 @@ class Budget:
         if c.dropped_messages:
             parts.append(f"leaves out the oldest {c.dropped_messages} messages")
         return " · ".join(parts)
+
+
+def does_not_fit(why: str) -> str:
+    """The line of a message that would not fit: ``Does not fit: {why}``."""
+    return f"Does not fit: {why}"
 
 
 def _pct(tokens: int, n_ctx: int) -> int:

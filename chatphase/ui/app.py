@@ -33,7 +33,7 @@ from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.settings.schema import Settings
 from chatphase.ui import messages as msg
-from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_labels
+from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_display, key_labels
 from chatphase.ui.chat_view import ChatView
 from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.draft_budget import DraftBudget, RecountAfterTurns
@@ -48,6 +48,7 @@ from chatphase.ui.session_actions import SessionCommands
 from chatphase.ui.signals import exit_within, quit_on_signals
 from chatphase.ui.transcript.chat_log import ChatLog
 from chatphase.ui.transcript.thinking_view import copy_reply, cycle_thinking
+from chatphase.units import fmt_count
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
@@ -127,7 +128,7 @@ class ChatPhaseApp(App[None]):
                 yield PhaseIndicator(id="phase")
                 with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
                     yield PromptInput(id="prompt")
-                    yield DraftBudget(self.chat, id="draft-budget")
+                    yield DraftBudget(self.chat, self.keys["settings.edit"], id="draft-budget")
             with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
@@ -225,7 +226,7 @@ class ChatPhaseApp(App[None]):
         """``/file PATH…``: attach each readable text file to the next message; ``/file`` alone takes them off."""
         if not paths:
             taken = self.draft.take_files()
-            self.notify(f"Took off {len(taken)} file(s)" if taken else "No file is attached", title="Files")
+            self.notify(f"Took off {fmt_count(len(taken), 'file')}" if taken else "No file is attached", title="Files")
             return
         for path in paths:
             try:
@@ -276,6 +277,13 @@ class ChatPhaseApp(App[None]):
             prompt.action_copy()
         else:
             self.action_help_quit()
+
+    def action_help_quit(self) -> None:
+        """Say the key that quits: the active binding of ``quit``, as people write it (``Ctrl+Q``). Textual's
+        own notice carries ``[b]`` markup, which :meth:`notify` keeps inert."""
+        keys = [key for key, b in self.active_bindings.items() if b.binding.action in ("quit", "app.quit")]
+        if keys:
+            self.notify(f"Press {key_display(','.join(keys))} to quit.", title="Quit?")
 
     def action_new_chat(self) -> None:
         """Forget the conversation and the figures (not while a reply runs: a notice says so)."""

@@ -44,6 +44,7 @@ from chatphase.engine.events import (
     TokensDecoded,
     TurnFinished,
 )
+from chatphase.engine.fit_hints import for_tui
 from chatphase.engine.spec_modes import SPEC_WARNING
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import ModelInfo
@@ -257,6 +258,7 @@ class ChatView(ChatListener):
         self._turn_over()
         self.thinking.abandoned(turn)
         if (metrics := turn.metrics_so_far()) is not None:  # the figures it had, as the session keeps them
+            self.panel.turn_finished(turn.number, metrics, kv=False)  # not the last live redraw's
             self.dashboard.turn_finished(turn.number, metrics, turn.position + 1)
         reply = self.chat_log.active_reply
         if reply is not None:
@@ -339,8 +341,9 @@ class ChatView(ChatListener):
         text = notice.text
         if notice.kind == "context_full":
             text = text.replace("Start a new chat", f"Start a new chat ({self.keys['chat.new']})")
-        if notice.kind == "turn_error":
-            self.indicator.failed(notice.text)
+        if notice.kind == "turn_error":  # a refusal's hint in the TUI's words (F9), not the command line's flags
+            text = for_tui(text, self.keys["settings.edit"])
+            self.indicator.failed(text)
         self.app.notify(text, title=notice.title, severity=notice.severity)
 
     def _show_held_notices(self) -> None:

@@ -28,11 +28,12 @@ from chatphase.chat.attachments import (
     read_attachment,
     too_many_tokens,
 )
-from chatphase.chat.budget import Budget, budget_of
+from chatphase.chat.budget import Budget, budget_of, does_not_fit
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener
 from chatphase.chat.turn import Turn
 from chatphase.engine.events import LoadedModel, Message, TurnFinished
+from chatphase.engine.fit_hints import for_tui
 from chatphase.engine.text import inert
 from chatphase.sessions.store import Session
 
@@ -61,9 +62,11 @@ class DraftBudget(Static):
     DraftBudget.-refused { color: $error; }
     """
 
-    def __init__(self, chat: ChatController, **kwargs) -> None:
+    def __init__(self, chat: ChatController, settings_key: str = "F9", **kwargs) -> None:
+        """``settings_key``: the key of the settings screen, named in the hint of a draft that does not fit."""
         super().__init__("", markup=False, **kwargs)
         self.chat = chat
+        self.settings_key = settings_key
         self.files: list[Attachment] = []
         self.latest: Counted | None = None
         self._text = ""
@@ -145,7 +148,7 @@ class DraftBudget(Static):
         try:
             files = self.files_for(text, attached)
         except AttachmentError as exc:
-            self.app.call_from_thread(self._done, Counted(text, names, None, refusal=str(exc)))
+            self.app.call_from_thread(self._done, Counted(text, names, None, refusal=f"Cannot send: {exc}"))
             return
         message = message_text(text, files)
         request = self.app.call_from_thread(self.chat.draft_request, message, tuple(f.text for f in files))
@@ -159,16 +162,18 @@ class DraftBudget(Static):
             return
         files = [replace(f, tokens=n) for f, n in zip(files, count.text_tokens, strict=True)]
         budget = budget_of(count, self.chat.ttft)
-        refusal = next((r for f in files if (r := too_many_tokens(f, count.n_ctx)) is not None), None)
+        refusal = next((does_not_fit(r) for f in files if (r := too_many_tokens(f, count.n_ctx)) is not None), None)
         if refusal is None and not budget.fits:
             refusal = budget.line()
+        if refusal is not None:  # the TUI's way to make room: its settings screen, not the command line's flags
+            refusal = for_tui(refusal, self.settings_key)
         self.app.call_from_thread(self._done, Counted(text, names, budget, tuple(files), refusal))
 
     def _done(self, counted: Counted) -> None:
         self.latest = counted
         parts = [f"📎 {f.line()}" for f in counted.files]
         if counted.refusal is not None:
-            self._show(" · ".join([*parts, f"Not sent: {counted.refusal}"]), refused=True)
+            self._show(" · ".join([*parts, counted.refusal]), refused=True)  # a warning: nothing was sent yet
         elif counted.budget is not None:
             self._show(" · ".join([*parts, counted.budget.line()]), refused=False)
         else:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chatphase.engine.events import Message
+from chatphase.engine.fit_hints import What, fit_hint
 from chatphase.engine.prompting.chat_format import Render
 
 
@@ -94,11 +95,10 @@ class ChatTemplate:
             if len(tokens) <= target or (full is not None and len(tokens) <= budget_tokens and len(rest) <= 3):
                 return FittedPrompt(tokens, dropped, text, add_special, full)
             if len(rest) <= 1 or not drop:
-                what = "message" if len(rest) <= 1 else "conversation"
+                what: What = "message" if len(rest) <= 1 else "conversation"
                 raise PromptTooLong(
                     f"the {what} is {len(tokens):,} tokens with the template; the context leaves room for "
-                    f"{budget_tokens:,} (raise --n-ctx or shorten the message"
-                    + (")" if what == "message" else "; --overflow drop-oldest or shift goes on past n_ctx)")
+                    f"{budget_tokens:,} ({fit_hint(what)})"
                 )
             if full is None:
                 full, target = len(tokens), min(budget_tokens, low_water if low_water is not None else budget_tokens)

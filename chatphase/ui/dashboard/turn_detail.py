@@ -14,7 +14,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.overflow import overflow_pairs
 from chatphase.explain import explain_turn
 from chatphase.ui.dashboard.timeline import TurnTimeline
-from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int
+from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int, fmt_stop_reason
 
 
 def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
@@ -162,7 +162,7 @@ class TurnDetail(Widget):
 
     def show(self, number: int, metrics: TurnMetrics, model: LoadedModel | None) -> None:
         """Show turn ``number``; the explanations need ``model`` (omitted when ``None``)."""
-        self.query_one("#detail-title", Label).update(f"turn {number} · stop: {metrics.stop_reason}")
+        self.query_one("#detail-title", Label).update(f"turn {number} · stop: {fmt_stop_reason(metrics.stop_reason)}")
         self.query_one(TurnTimeline).show(metrics)
         self.query_one("#detail-metrics", Static).update(MetricsGrid(metrics))
         lines = explain_turn(model, metrics) if model is not None else []

@@ -32,7 +32,18 @@ from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
 from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import DASH, fmt_bytes, fmt_cached, fmt_count, fmt_int, fmt_ms, fmt_params, fmt_rate, fmt_value
+from chatphase.units import (
+    DASH,
+    fmt_bytes,
+    fmt_cached,
+    fmt_count,
+    fmt_int,
+    fmt_ms,
+    fmt_params,
+    fmt_rate,
+    fmt_stop_reason,
+    fmt_value,
+)
 
 
 def threads_text(m: TurnMetrics) -> str:
@@ -64,6 +75,7 @@ class PhasePanel(VerticalScroll):
     PhasePanel #kv-figures { margin-bottom: 1; color: $text-muted; }
     PhasePanel #model-figures { margin-bottom: 1; height: auto; }
     PhasePanel #turn-figures { margin-bottom: 1; }
+    PhasePanel #turn-title { width: 100%; }  /* "Turn 10" whole after a live (no-layout) update of "Turn 9" */
     """
 
     def __init__(self, **kwargs) -> None:
@@ -94,11 +106,13 @@ class PhasePanel(VerticalScroll):
 
     # -- model ---------------------------------------------------------------------------------
     def set_model(self, model: LoadedModel) -> None:
-        """Show the loaded model and size the KV gauge to its context."""
+        """Show the loaded model and size the KV gauge to its context. A loaded model is a fresh engine (first
+        load, switch, restart, new engine settings): its cache starts empty, whatever the last one held."""
         self.model = model
         self._threads = None
+        self._kv_base_tokens = self._kv_prefilled = 0
         self._render_model()
-        self.set_kv_tokens(self._kv_base_tokens)
+        self.set_kv_tokens(0)
 
     def _render_model(self) -> None:
         model = self.model
@@ -179,12 +193,13 @@ class PhasePanel(VerticalScroll):
         self._render_turn(layout=len(self.figures) != rows)  # a new row is a layout, once per turn
         self.set_kv_tokens(None if self._kv_prefilled is None else self._kv_prefilled + decode_tokens, layout=False)
 
-    def turn_finished(self, number: int, metrics: TurnMetrics) -> None:
-        """Show the turn's final metrics."""
+    def turn_finished(self, number: int, metrics: TurnMetrics, kv: bool = True) -> None:
+        """Show the turn's final metrics; ``kv=False``: not its KV figures (a turn whose engine stopped: the
+        figures it measured, :meth:`~chatphase.chat.turn.Turn.metrics_so_far`, have none)."""
         m = metrics
         self.number = number
         self.figures = {
-            "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {m.stop_reason}",
+            "TTFT": f"{fmt_ms(m.ttft_ms)} · stop: {fmt_stop_reason(m.stop_reason)}",
             "prompt": f"{fmt_int(m.prompt_tokens)} tok ({fmt_cached(m.cached_tokens, m.restored_tokens)})",
             "prefill": f"{fmt_int(m.prefill_tokens)} tok · {fmt_ms(m.prefill_ms)} · {fmt_rate(m.prefill_tokens_per_s)}",
             "decode": f"{fmt_int(m.decode_tokens)} tok · {fmt_ms(m.decode_ms)} · {fmt_rate(m.decode_tokens_per_s)}",
@@ -199,8 +214,9 @@ class PhasePanel(VerticalScroll):
                 f"{fmt_int(m.answer_tokens)} tok · TTFA {fmt_ms(m.ttfa_ms)} · {fmt_rate(m.answer_tokens_per_s)}"
             )
         self._render_turn()
-        self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
-        self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
+        if kv:
+            self._kv_base_tokens = self._kv_prefilled = m.kv_cache_tokens
+            self.set_kv_tokens(m.kv_cache_tokens, m.kv_cache_bytes)
         if m.n_threads_decode is not None and self.model is not None:
             self._threads = threads_text(m)
             self._render_model()

@@ -43,9 +43,14 @@ def help_entry(key: str, title: str, action_id: str, what: str) -> str:
 
 
 class CloseableScreen(ModalScreen[None]):
-    """A modal screen closed by Esc or q."""
+    """A modal screen closed by Esc or q; its title says so (:meth:`titled`)."""
 
     BINDINGS = [Binding("escape,q", "dismiss_screen", "Close", id="screen.close")]
+
+    @staticmethod
+    def titled(title: str) -> str:
+        """``title`` with how to close the screen: ``Engine log: …  ·  Esc close``."""
+        return f"{title}  ·  Esc close"
 
     def action_dismiss_screen(self) -> None:
         self.dismiss(None)
@@ -69,9 +74,7 @@ class LogScreen(CloseableScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="log-box", classes="modal-box"):
-            yield Label(
-                inert(f"Engine log: {self.path or '(none)'}  ·  Esc close"), classes="panel-title", markup=False
-            )
+            yield Label(inert(self.titled(f"Engine log: {self.path or '(none)'}")), classes="panel-title", markup=False)
             yield Log(id="engine-log", highlight=False, auto_scroll=False)
 
     def on_mount(self) -> None:
@@ -168,10 +171,11 @@ class HelpScreen(CloseableScreen):
         )
         entries = (*fixed, *self.rows, *tail)
         text = (
-            "# chatphase help\n\n"
-            + "\n".join(help_entry(*entry) for entry in entries)
+            "\n".join(help_entry(*entry) for entry in entries)
             + '\n\nRemap a key in the config file\'s `[keys]` table by its id, e.g. `"chat.stop" = "ctrl+s"`.\n'
             + METRICS_HELP
         )
-        with VerticalScroll(id="help-box", classes="modal-box"):
-            yield Markdown(text)
+        with Vertical(id="help-box", classes="modal-box"):
+            yield Label(self.titled("chatphase help: keys and figures"), classes="panel-title", markup=False)
+            with VerticalScroll(id="help-text"):
+                yield Markdown(text)

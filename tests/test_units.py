@@ -1,0 +1,12 @@
+"""Figures and words for people (chatphase.units)."""
+
+from __future__ import annotations
+
+from chatphase.engine.metrics import STOP_REASONS
+from chatphase.units import STOP_REASON_WORDS, fmt_stop_reason
+
+
+def test_every_stop_reason_has_words_and_none_reads_stop_stop():
+    assert set(STOP_REASON_WORDS) == set(STOP_REASONS)
+    assert fmt_stop_reason("stop") == "end of reply" and fmt_stop_reason("context_full") == "context full"
+    assert fmt_stop_reason("new_reason") == "new_reason"
