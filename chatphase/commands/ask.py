@@ -47,7 +47,7 @@ from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.engine.text import inert, json_inert
 from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
-from chatphase.units import fmt_at_threads, fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds
+from chatphase.units import fmt_at_threads, fmt_bytes, fmt_int, fmt_ms, fmt_rate, fmt_seconds, fmt_stop_reason
 
 
 def register(sub) -> None:
@@ -118,7 +118,7 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
         f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · {restore}TTFT {fmt_ms(m.ttft_ms)}{predicted} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
-        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{m.stop_reason}"
+        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{fmt_stop_reason(m.stop_reason)}"
     )
 
 

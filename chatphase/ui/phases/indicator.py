@@ -26,7 +26,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.engine.text import inert
 from chatphase.ui.transcript.thinking_block import thinking_live
-from chatphase.units import fmt_int, fmt_ms, fmt_rate, fmt_restore, fmt_seconds
+from chatphase.units import fmt_int, fmt_ms, fmt_rate, fmt_restore, fmt_seconds, fmt_stop_reason
 
 
 def _left(left_ms: float | None) -> str:
@@ -206,7 +206,7 @@ class PhaseIndicator(Horizontal):
             kind,
             (
                 f"TTFT {fmt_ms(metrics.ttft_ms)} · {ttfa}{fmt_int(metrics.decode_tokens)} tok · "
-                f"{fmt_rate(metrics.decode_tokens_per_s)}{spec_done(metrics)} · {metrics.stop_reason}"
+                f"{fmt_rate(metrics.decode_tokens_per_s)}{spec_done(metrics)} · {fmt_stop_reason(metrics.stop_reason)}"
             ),
         )
 

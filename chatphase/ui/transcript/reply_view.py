@@ -50,7 +50,7 @@ from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_st
 from chatphase.ui.transcript.reply_markdown import CODE_THEMES, FinishedReply, MarkdownSegment
 from chatphase.ui.transcript.reply_tail import tinted_tail, wrapped_lines
 from chatphase.ui.transcript.user_message import UserMessage
-from chatphase.units import fmt_int, fmt_ms, fmt_rate
+from chatphase.units import fmt_int, fmt_ms, fmt_rate, fmt_stop_reason
 
 #: how often new reply text is drawn (times per second): the tail at this rate, Markdown commits as
 #: often as the app's CPU budget allows.
@@ -383,14 +383,16 @@ class ReplyView(Widget):
 
 
 def metrics_line(m: TurnMetrics) -> str:
-    """``TTFT 412 ms · 57 tok · 48.2 tok/s · stop`` (plus cached/dropped when non-zero, and an overflow's cost)."""
+    """``TTFT 412 ms · 57 tok · 48.2 tok/s`` (plus cached/dropped when non-zero, an overflow's cost, and how the
+    reply ended unless the model ended it: ``max_tokens``, ``cancelled``)."""
     parts = [
         f"TTFT {fmt_ms(m.ttft_ms)}",
         f"prefill {fmt_int(m.prefill_tokens)} tok",
         f"{fmt_int(m.decode_tokens)} tok",
         fmt_rate(m.decode_tokens_per_s),
-        m.stop_reason,
     ]
+    if m.stop_reason != "stop":
+        parts.append(fmt_stop_reason(m.stop_reason))
     if m.cached_tokens:
         parts.insert(2, f"{fmt_int(m.cached_tokens)} cached")
     if m.overflow is not None:  # the turn's overflow and its cost
