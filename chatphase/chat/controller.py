@@ -215,7 +215,11 @@ class ChatController:
         self._tell(lambda to: to.history_left_out(n_turns))
 
     def close(self) -> None:
-        """Cancel and close the engine now (blocking; at quit). Idempotent."""
+        """Cancel and close the engine now (blocking; at quit); a turn still running ends cancelled, by the user
+        (what it measured so far is the session's, :class:`~chatphase.chat.recording.SessionRecording`).
+        Idempotent."""
+        if self.turn is not None:
+            self.turn.ended_by_user = True
         self._closed = True
         engine, self.engine = self.engine, None
         if engine is not None:

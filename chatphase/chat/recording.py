@@ -151,11 +151,10 @@ class SessionRecording(ChatListener):
         return None if self.in_memory else self.writer
 
     def close(self) -> None:
-        """Write what is buffered and close the file; a turn still running (quitting mid-reply) stays partial,
-        with what it measured so far, cancelled. Idempotent."""
+        """Write what is buffered and close the file; a turn still running (quitting mid-reply: the chat closed
+        first) stays partial, with what it measured so far. Idempotent."""
         turn = self.chat.turn
         if turn is not None and turn.turn_id == self._turn_id:
-            turn.ended_by_user = True
             self.turn_abandoned(turn, "cancelled (quit)")
         if self.writer is not None:
             self.writer.close()
