@@ -22,7 +22,7 @@ Parts:
 - ``kv``: a lever grid (``chatphase.bench.grid.run``) of ``--cache-type-k/-v f16,q8_0`` on synthetic
   Qwen3-0.6B Q4_0 (its KV cache is large beside its weights) at depth KV_DEPTH: KV bytes as llama.cpp printed
   them, decode measured and predicted for each, and where the quantised cache loses although the roofline
-  predicted a gain, why (:func:`chatphase.bench.grid.run.lever_lines`).
+  predicted a gain, why (:func:`chatphase.bench.grid.result.lever_lines`).
 
 Big files go to ``--dir`` (outside the repository, never committed). The results file states the machine's
 load before and after and the machine (:func:`benchmarks.harness.machine_line`). Timing numbers belong here, never in unit tests.
@@ -55,7 +55,8 @@ from chatphase.bench.core.events import BenchDone
 from chatphase.bench.core.peaks import measure_peaks
 from chatphase.bench.core.runner import SweepPlan
 from chatphase.bench.grid.levers import LeverGrid
-from chatphase.bench.grid.run import GridDone, GridRun, lever_lines
+from chatphase.bench.grid.result import lever_lines
+from chatphase.bench.grid.run import GridDone, GridRun
 from chatphase.bench.sweep.run import BenchRun
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info

@@ -12,7 +12,7 @@ from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.results import save_result
 from chatphase.bench.experiments import EXPERIMENTS, load_bench_result, load_result
 from chatphase.bench.grid.levers import Prediction
-from chatphase.bench.grid.run import GridCell, GridResult
+from chatphase.bench.grid.result import GridCell, GridResult
 from chatphase.bench.interference.analysis import analyse
 from chatphase.bench.interference.result import InterferenceResult
 from chatphase.bench.load.accounting import Slo, summarise

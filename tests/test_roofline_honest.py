@@ -15,7 +15,7 @@ from chatphase.bench.core.peaks import MachinePeaks, Repeated, measure_read
 from chatphase.bench.core.results import BenchResult
 from chatphase.bench.core.roofline import bound_class, build_roofline, verdict
 from chatphase.bench.grid.levers import Prediction, bound_share, predict
-from chatphase.bench.grid.run import GridCell, GridResult, grid_row, lever_lines
+from chatphase.bench.grid.result import GridCell, GridResult, grid_row, lever_lines
 from chatphase.bench.parallel.roofline import parallel_verdict
 from chatphase.bench.whatif import ModelFacts, efficiency_from, find_device, predict_decode
 from chatphase.cli import main

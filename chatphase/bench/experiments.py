@@ -30,7 +30,7 @@ from pathlib import Path
 from chatphase.bench.core.contract import FORMATS, check_format, saved_version
 from chatphase.bench.core.job import ExperimentJob, RunBuilder
 from chatphase.bench.core.results import BenchResult, read_csv, save_result
-from chatphase.bench.grid.run import GridResult
+from chatphase.bench.grid.result import GridResult
 from chatphase.bench.interference.plan import InterferencePlan
 from chatphase.bench.interference.result import InterferenceResult
 from chatphase.bench.load.result import RateResult

@@ -6,7 +6,7 @@ type of K or V, flash attention, n_ubatch or the thread count — and its values
 reps, generated tokens). Run measures each cell of every point interleaved, round by round
 (:class:`~chatphase.bench.grid.run.GridRun` in a child process, :class:`~chatphase.bench.core.job.GridJob`).
 The table shows each cell's measured TTFT / prefill / decode beside the roofline's prediction and their
-ratio (:func:`~chatphase.bench.grid.run.grid_row`); the plots show decode tok/s against the bytes one
+ratio (:func:`~chatphase.bench.grid.result.grid_row`); the plots show decode tok/s against the bytes one
 decode step reads, with the bandwidth bound (peak read bandwidth / bytes) as a line per thread count,
 and TTFT against prompt tokens, one line per point (per n_ubatch when that is the lever).
 """
@@ -26,7 +26,8 @@ from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.roofline import cell_context_tokens
 from chatphase.bench.core.runner import SweepPlan, aggregate
 from chatphase.bench.grid.levers import GridPoint, LeverGrid, check_values, parse_lever
-from chatphase.bench.grid.run import GRID_HEADERS, GridCell, GridJob, GridProgress, GridResult, grid_row
+from chatphase.bench.grid.result import GRID_HEADERS, GridCell, GridResult, grid_row
+from chatphase.bench.grid.run import GridJob, GridProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
