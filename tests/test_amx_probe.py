@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 
 import pytest
@@ -110,3 +112,94 @@ def test_the_real_probe_reaches_a_verdict():
         assert verdict.safe, verdict.why
     else:
         assert verdict.safe or "crash" in verdict.why or "other logits" in verdict.why
+
+
+def _probe_printed(monkeypatch, **result):
+    """The probe child's run faked: it printed ``result`` (the JSON line) and exited 0."""
+    line = json.dumps(
+        dict(
+            {"max_abs_diff": 0.9, "argmax_same": 61, "ref_max_abs_diff": 1.0, "ref_argmax_same": 61, "positions": 64},
+            **result,
+        )
+    )
+    monkeypatch.setattr(amx_probe.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess([], 0, line, ""))
+
+
+def test_identical_runs_are_not_tested_and_not_kept(monkeypatch, tmp_path):
+    """A difference of exactly 0 means the AMX kernels did not run (a device took the batch, as on a Vulkan
+    build with llvmpipe visible): no verdict, asked again next time, extra buffer types off meanwhile."""
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(amx_probe, "library_key", lambda: "k")
+    _probe_printed(monkeypatch, max_abs_diff=0.0, argmax_same=64, extra_buffers=["AMX", "CPU_Mapped"])
+    verdict = amx_probe.amx_verdict()
+    assert not verdict.safe and not verdict.conclusive and "not tested" in verdict.why
+    assert not (tmp_path / "amx-probe.json").exists()
+
+
+def test_a_verdict_needs_the_amx_buffer_in_llama_cpp_s_own_load_lines(monkeypatch, tmp_path):
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(amx_probe, "library_key", lambda: "k")
+    _probe_printed(monkeypatch, extra_buffers=["AMX", "CPU_Mapped"])
+    assert amx_probe.amx_verdict().safe
+    _probe_printed(monkeypatch, extra_buffers=["CPU_Mapped"])  # a build without AMX kernels: nothing to guard
+    monkeypatch.setattr(amx_probe, "library_key", lambda: "k2")
+    verdict = amx_probe.amx_verdict()
+    assert verdict.safe and verdict.why == "this llama.cpp build has no AMX kernels (its load made no AMX buffer)"
+
+
+def test_a_gpu_less_run_after_a_gpu_present_probe_asks_again(monkeypatch, tmp_path):
+    """The Intel kind's CI failure: a probe run with llvmpipe visible kept 'safe' (max |Δlogit| 0) for the
+    Vulkan build's library; the next run, with no driver, took the AMX path and died (SIGILL). A verdict from
+    that probe is no verdict now: the probe (CPU only) is asked again, and its crash is what counts."""
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(amx_probe, "library_key", lambda: "vulkan-build/libggml-cpu.so:1:1")
+    stale = {
+        "safe": True,
+        "why": "this llama.cpp build's AMX kernels agree with the plain CPU path (max |Δlogit| 0, …)",
+    }
+    (tmp_path / "amx-probe.json").write_text(json.dumps({"vulkan-build/libggml-cpu.so:1:1": stale}))
+    monkeypatch.setattr(
+        amx_probe.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess([], -signal.SIGILL, "", "")
+    )
+    verdict = amx_probe.amx_verdict()
+    assert not verdict.safe and verdict.why == "this llama.cpp build's AMX kernels crash (SIGILL in the probe)"
+    kept = json.loads((tmp_path / "amx-probe.json").read_text())
+    assert kept == {"vulkan-build/libggml-cpu.so:1:1": {"safe": False, "why": verdict.why, "probe": 2}}
+
+
+def test_the_probe_loads_on_the_cpu_alone(monkeypatch):
+    """Both probe loads name no GPU device (an empty, NULL-terminated ``devices`` list: llama.cpp then adds the
+    CPU's extra buffer types) and keep every op on the CPU (``op_offload`` off), whatever the build has."""
+    import ctypes
+
+    import llama_cpp as lc
+
+    seen = {}
+
+    def load(path, params):
+        first = ctypes.cast(params.devices, ctypes.POINTER(ctypes.c_void_p))[0] if params.devices else "all"
+        seen["devices"], seen["extra"] = first, params.use_extra_bufts
+        return 1
+
+    def init(model, params):
+        seen["op_offload"] = params.op_offload
+        return None
+
+    monkeypatch.setattr(lc, "llama_model_load_from_file", load)
+    monkeypatch.setattr(lc, "llama_init_from_model", init)
+    with pytest.raises(RuntimeError, match="context could not be made"):
+        amx_probe._logits("model.gguf", True, [1, 2, 3], 3)
+    assert seen == {"devices": None, "extra": True, "op_offload": False}
+
+
+def test_model_buffers_reads_llama_cpp_s_load_lines():
+    from chatphase.engine.llamalog import model_buffers
+
+    log = (
+        "load_tensors: loading model tensors, this can take a while... (mmap = true)\n"
+        "load_tensors:          AMX model buffer size =    69.38 MiB\n"
+        "load_tensors:   CPU_Mapped model buffer size =    92.12 MiB\n"
+        "llama_kv_cache:        CPU KV buffer size =     3.00 MiB\n"
+        "load_tensors:          AMX model buffer size =     1.00 MiB\n"
+    )
+    assert model_buffers(log) == ["AMX", "CPU_Mapped"]

@@ -217,6 +217,26 @@ def test_a_vulkan_build_with_no_driver_is_not_called_cpu_only(vk_env):
     )
 
 
+def test_the_amx_probe_runs_the_cpu_path_with_or_without_the_device(vk_env):
+    """The AMX probe judges the CPU's own path whatever devices the build sees: with llvmpipe visible and with
+    no Vulkan driver it runs the same kernels, so it ends the same way (a crash of the AMX path both times, or
+    the same buffers and figures both times), and no load of it puts weights on the device. It once compared
+    two device runs (max |Δlogit| 0), kept 'safe', and the next driverless run died (SIGILL)."""
+    probe = ("-m", "chatphase.engine.local.amx_probe")
+    outcomes = []
+    for env in (vk_env, dict(vk_env, VK_DRIVER_FILES="/nonexistent/icd.json")):
+        done = run(env, *probe)
+        if done.returncode < 0:
+            outcomes.append(("crash", done.returncode))
+            continue
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert not any(b.startswith("Vulkan") for b in result["extra_buffers"]), result
+        assert result["max_abs_diff"] != 0.0 or not any(b.startswith("AMX") for b in result["extra_buffers"]), result
+        outcomes.append(("ran", tuple(result["extra_buffers"])))
+    assert outcomes[0] == outcomes[1], outcomes
+
+
 def test_greedy_tokens_on_vulkan_and_on_the_cpu(vk_env, capsys):
     """Greedy decoding of one prompt on the Vulkan device (all layers) and on the CPU build: the tokens are
     equal, or the first difference is reported with both backends' logits and must be a near tie (a real

@@ -41,6 +41,13 @@ _ALLOC_FAILED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 _FA_MISMATCH = re.compile(r"layer \d+ is assigned to device (\S+) but Flash Attention is assigned to device (\S+)")
 
 
+def model_buffers(log_text: str) -> list[str]:
+    """The buffer types llama.cpp put a model's weights in, from its load lines in ``log_text``
+    (``load_tensors:   AMX model buffer size = …`` -> ``AMX``), in log order, each once."""
+    names = (m.group(1) for line in log_text.splitlines() if (m := _BUFFER.search(line)) and m.group(2) == "model")
+    return list(dict.fromkeys(names))
+
+
 def log_level() -> int:
     """The lowest ggml level written: ``$CHATPHASE_LOG_LEVEL`` (debug, info, warn, error; default info)."""
     return LEVELS.get(os.environ.get("CHATPHASE_LOG_LEVEL", "").strip().lower(), LEVELS["info"])

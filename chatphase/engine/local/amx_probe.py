@@ -13,6 +13,15 @@ evaluates one batch of the bundled model with extra buffer types on and off and 
 verdict is kept per library file (path, size, mtime) in the user cache directory
 (``$CHATPHASE_CACHE_DIR`` overrides), so the probe runs once per llama.cpp install.
 
+The probe must run the AMX kernels it judges, whatever else the build has. llama.cpp adds the CPU's extra
+buffer types only when the model has no GPU device, and with one it also sends a batch's matrix multiplies
+to the device (``op_offload``): a probe on a Vulkan or CUDA build with a device present compared two
+identical GPU runs (max |Δlogit| exactly 0), called the AMX path safe, and a later run without the device
+took that path and died (SIGILL). So both loads name no device (``llama_model_params.devices`` an empty
+list) and keep every op on the CPU (``op_offload`` off); the probe reads llama.cpp's own load lines to see
+that an AMX buffer was made, and a difference of exactly 0 is "not tested", never "safe". A verdict is kept
+with :data:`PROBE_VERSION`: one from an earlier probe is asked again.
+
 Run as ``python -m chatphase.engine.local.amx_probe``: prints one JSON line and exits 0 when both runs finished.
 """
 
@@ -40,6 +49,9 @@ SPREAD_FACTOR = 1.5
 ARGMAX_SLACK = 2
 _PROBE_TOKENS = 64
 _TIMEOUT_S = 120.0
+#: kept with each verdict: a verdict of another probe version is no verdict (version 1 could compare two GPU
+#: runs and call that "safe").
+PROBE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,12 @@ def _run_probe(timeout_s: float) -> AmxVerdict:
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return AmxVerdict(False, f"the AMX probe failed (exit {done.returncode})", conclusive=False)
+    amx_buffers = [b for b in result.get("extra_buffers", []) if b.upper().startswith("AMX")]
+    if not amx_buffers:
+        return AmxVerdict(True, "this llama.cpp build has no AMX kernels (its load made no AMX buffer)")
     diff, same, ref = result["max_abs_diff"], result["argmax_same"], result["ref_max_abs_diff"]
+    if diff == 0.0:  # other kernels never agree to the bit: the AMX path did not run
+        return AmxVerdict(False, "the AMX probe's two runs were identical: the AMX path was not tested", False)
     figures = f"max |Δlogit| {diff:.3g}, the plain path's own {ref:.3g}"
     if diff <= SPREAD_FACTOR * ref + 1e-3 and same >= result["ref_argmax_same"] - ARGMAX_SLACK:
         return AmxVerdict(True, f"this llama.cpp build's AMX kernels agree with the plain CPU path ({figures})")
@@ -107,12 +124,13 @@ def amx_verdict(timeout_s: float = _TIMEOUT_S) -> AmxVerdict:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
-    if isinstance(cached.get(key), dict):
-        return AmxVerdict(bool(cached[key]["safe"]), str(cached[key]["why"]))
+    entry = cached.get(key)
+    if isinstance(entry, dict) and entry.get("probe") == PROBE_VERSION:
+        return AmxVerdict(bool(entry["safe"]), str(entry["why"]))
     verdict = _run_probe(timeout_s)
     if verdict.conclusive:
-        cached = {k: v for k, v in cached.items() if isinstance(v, dict)}
-        cached[key] = {"safe": verdict.safe, "why": verdict.why}
+        cached = {k: v for k, v in cached.items() if isinstance(v, dict) and v.get("probe") == PROBE_VERSION}
+        cached[key] = {"safe": verdict.safe, "why": verdict.why, "probe": PROBE_VERSION}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
@@ -124,19 +142,32 @@ def amx_verdict(timeout_s: float = _TIMEOUT_S) -> AmxVerdict:
 
 
 def _logits(model_path: str, extra_bufts: bool, tokens: list[int], step: int) -> npt.NDArray[np.float32]:
-    """Logits of every position of ``tokens``, evaluated ``step`` tokens per ``llama_decode``: an array of
-    shape (len(tokens), n_vocab)."""
+    """Logits of every position of ``tokens``, evaluated ``step`` tokens per ``llama_decode`` on the CPU
+    alone (no GPU device, no op offload): an array of shape (len(tokens), n_vocab).
+
+    Raises:
+        RuntimeError: the model or context could not be made, or a decode failed.
+    """
+    import ctypes
+
     import llama_cpp as lc
     import numpy as np
 
+    no_devices = (ctypes.c_void_p * 1)(None)  # a NULL-terminated list with no device: CPU only
     mp = lc.llama_model_default_params()
     mp.n_gpu_layers = 0
+    mp.devices = ctypes.cast(no_devices, ctypes.c_void_p)
     mp.use_extra_bufts = extra_bufts
     model = lc.llama_model_load_from_file(model_path.encode(), mp)
+    if not model:
+        raise RuntimeError("the model did not load")
     cp = lc.llama_context_default_params()
     cp.n_ctx = cp.n_batch = cp.n_ubatch = 2 * len(tokens)
     cp.n_threads = cp.n_threads_batch = 2
+    cp.op_offload = False
     ctx = lc.llama_init_from_model(model, cp)
+    if not ctx:
+        raise RuntimeError("the context could not be made")
     n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
     rows = []
     for start in range(0, len(tokens), step):
@@ -160,23 +191,33 @@ def _main() -> int:
     import llama_cpp as lc
     import numpy as np
 
+    from chatphase.engine.llamalog import model_buffers
     from chatphase.models.resolve import default_model_path
 
-    quiet = lc.llama_log_callback(lambda level, text, user_data: None)  # the verdict is the only output
-    lc.llama_log_set(quiet, None)
+    log: list[bytes] = []  # llama.cpp's load lines say which buffers the weights went to; nothing is printed
+    keep = lc.llama_log_callback(lambda level, text, user_data: log.append(text))
+    lc.llama_log_set(keep, None)
     lc.llama_backend_init()
     path = str(default_model_path())
     tokens = [1] + [(97 * i + 13) % 40000 + 100 for i in range(_PROBE_TOKENS - 1)]
     plain = _logits(path, False, tokens, len(tokens))
     single = _logits(path, False, tokens, 1)  # the plain path's own spread: other kernels, same maths
+    log.clear()
     extra = _logits(path, True, tokens, len(tokens))
+    extra_buffers = model_buffers(b"".join(log).decode("utf-8", "replace"))
 
     def compare(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> tuple[float, int]:
         return float(np.nan_to_num(np.abs(a - b), nan=np.inf).max()), int((a.argmax(axis=1) == b.argmax(axis=1)).sum())
 
     diff, same = compare(plain, extra)
     ref_diff, ref_same = compare(plain, single)
-    result = {"max_abs_diff": diff, "argmax_same": same, "ref_max_abs_diff": ref_diff, "ref_argmax_same": ref_same}
+    result = {
+        "max_abs_diff": diff,
+        "argmax_same": same,
+        "ref_max_abs_diff": ref_diff,
+        "ref_argmax_same": ref_same,
+        "extra_buffers": extra_buffers,
+    }
     print(json.dumps(dict(result, positions=len(tokens))), flush=True)
     return 0
 
