@@ -16,7 +16,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.process.host import EngineHost
+from chatphase.engine.process.host import EngineHost, coalesced
 
 LONG = TurnRequest(
     1, (Message("user", "Write a long story about a dragon."),), SamplingParams(max_tokens=300, temperature=0)
@@ -58,21 +58,26 @@ def test_sigsegv_mid_turn_is_reported_and_a_fresh_engine_works(default_model_inf
     assert "llama_kv_cache" in (tmp_path / "engine.log").read_text()
 
 
-def test_cancel_crosses_the_process_and_tokens_are_coalesced(default_model_info, tmp_path):
+def test_cancel_crosses_the_process_and_every_token_arrives(default_model_info, tmp_path):
     host = start(default_model_info, tmp_path)
     try:
-        batches, n_tokens = 0, 0
+        carried, text = 0, ""
         for event in host.run_turn(LONG):
+            if isinstance(event, FirstToken):
+                carried, text = 1, event.text
             if isinstance(event, TokensDecoded):
-                batches += 1
-                n_tokens = event.decode_tokens
-                if n_tokens >= 40:
+                carried += event.n_tokens
+                text += event.text
+                assert event.decode_tokens == carried  # the running count matches what crossed so far
+                if carried >= 40:
                     host.cancel()
             if isinstance(event, TurnFinished):
                 fin = event
         assert fin.metrics.stop_reason == "cancelled"
         assert fin.metrics.decode_tokens >= 40
-        assert batches < fin.metrics.decode_tokens - 1  # several tokens per pipe message
+        # however the messages were grouped (that depends on the machine's speed: the rule is tested with
+        # scripted times below), every token and every character crossed the pipe
+        assert carried == fin.metrics.decode_tokens and text == fin.reply
         events = list(host.run_turn(TurnRequest(2, LONG.messages, SamplingParams(max_tokens=4, temperature=0))))
         assert events[-1].metrics.stop_reason == "length" and events[-1].metrics.cached_tokens > 0
     finally:
@@ -92,3 +97,28 @@ def test_a_caller_that_stops_reading_early_does_not_empty_the_next_turn(default_
         assert all(getattr(e, "turn_id", 2) == 2 for e in events)
     finally:
         host.close()
+
+
+def _tokens(times_ms):
+    return [TokensDecoded(1, f"t{i} ", 1, i + 1, int(t * 1e6)) for i, t in enumerate(times_ms)]
+
+
+def test_tokens_are_coalesced_by_the_engine_s_clock_not_the_machine_s_speed():
+    """The child's rule on scripted token times (ms): a token at least the interval (25 ms) after the last
+    message goes out with those held before it; so a fast engine's tokens travel together, a slow one's
+    (a busy machine: 30 ms a token) one by one; any other event first sends what is held, in order."""
+    every_ns = int(25e6)
+    fast = list(
+        coalesced([FirstToken(1, "", 1.0, int(1000e6)), *_tokens([1001, 1002, 1003, 1026, 1027, 1028, 1060])], every_ns)
+    )
+    assert isinstance(fast[0], FirstToken)
+    assert [(m.n_tokens, m.decode_tokens, m.text) for m in fast[1:]] == [
+        (4, 4, "t0 t1 t2 t3 "),
+        (3, 7, "t4 t5 t6 "),
+    ]
+    slow = list(coalesced([FirstToken(1, "", 1.0, int(1000e6)), *_tokens([1030, 1060, 1090, 1120])], every_ns))
+    assert [m.n_tokens for m in slow[1:]] == [1, 1, 1, 1]
+    end = FirstToken(2, "", 1.0, int(2000e6))  # any other event: what is held goes out before it
+    held = list(coalesced([*_tokens([1000, 1001, 1002]), end], every_ns))
+    assert [getattr(m, "n_tokens", None) for m in held] == [3, None] and held[-1] is end
+    assert sum(m.n_tokens for m in coalesced(_tokens([1000, 1001]), every_ns)) == 2  # nothing left behind

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -129,6 +129,31 @@ def _spans(events: list[TokensDecoded]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def coalesced(events: Iterable[Event], every_ns: int) -> Iterator[Event]:
+    """``events`` with each run of ``TokensDecoded`` merged (:class:`_Batch`) into one message per ``every_ns``
+    of the engine's clock (the tokens' own ``t_ns``, so the rule is the same at any speed): a token at least
+    ``every_ns`` after the last message sent goes out with those held before it; any other event first sends
+    what is held, then itself. Nothing is dropped or reordered."""
+    batch = _Batch()
+    sent_ns = 0
+    for event in events:
+        if isinstance(event, TokensDecoded):
+            if not batch and not sent_ns:
+                sent_ns = event.t_ns
+            batch.add(event)
+            if event.t_ns - sent_ns >= every_ns:
+                yield batch.take()
+                sent_ns = event.t_ns
+            continue
+        if batch:
+            yield batch.take()
+        if isinstance(event, (PrefillStarted, FirstToken, ThinkingEnded)):
+            sent_ns = event.t_ns
+        yield event
+    if batch:
+        yield batch.take()
+
+
 def _child_main(
     conn: Connection[Reply, Command],
     cancel_conn: Connection[object, bytes],
@@ -177,22 +202,8 @@ def _child_main(
             request = command.request
             cancel.begin(command.seq)
             every_ns = int(request.events_every_ms * 1e6) if request.events_every_ms else coalesce_ns
-            batch = _Batch()
-            sent_ns = 0
-            for event in engine.run_turn(request):
-                if isinstance(event, TokensDecoded):
-                    if not batch and not sent_ns:
-                        sent_ns = event.t_ns
-                    batch.add(event)
-                    if event.t_ns - sent_ns >= every_ns:
-                        conn.send(batch.take())
-                        sent_ns = event.t_ns
-                    continue
-                if batch:
-                    conn.send(batch.take())
-                if isinstance(event, (PrefillStarted, FirstToken, ThinkingEnded)):
-                    sent_ns = event.t_ns
-                conn.send(event)
+            for message in coalesced(engine.run_turn(request), every_ns):
+                conn.send(message)
             conn.send(TurnDone(request.turn_id))
         engine.close()
 
