@@ -26,6 +26,18 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     yield
 
 
+def own_cache_dir(monkeypatch, path: Path) -> Path:
+    """``$CHATPHASE_CACHE_DIR`` at ``path`` for one test (a prefix store of its own), with the run's AMX probe
+    verdict carried over, so that an engine started there does not probe the CPU again (seconds on an AMX CPU,
+    for each such test)."""
+    run_cache = Path(os.environ["CHATPHASE_CACHE_DIR"])
+    path.mkdir(parents=True, exist_ok=True)
+    if (run_cache / "amx-probe.json").is_file() and run_cache != path:
+        (path / "amx-probe.json").write_bytes((run_cache / "amx-probe.json").read_bytes())
+    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(path))
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _cpu_read_whole_or_faked_whole(monkeypatch):
     """A test that fakes part of the CPU's readings and reads the rest for real fails (tests/cpu_support.py)."""

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from conftest import own_cache_dir
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import EngineFailed, Message, PrefillStarted, SamplingParams, TurnFinished, TurnRequest
@@ -23,7 +24,7 @@ CONFIG = EngineConfig(n_ctx=2048, n_threads=2, n_batch=256)
 @pytest.fixture(autouse=True)
 def _own_store(tmp_path, monkeypatch):
     """Each test its own prefix store."""
-    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path / "cache"))
+    own_cache_dir(monkeypatch, tmp_path / "cache")
 
 
 def _turn(engine: LlamaEngine, messages: tuple[Message, ...], turn_id: int = 1, store: bool = True):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import own_cache_dir
 from remote_support import free_port, stop_process
 
 from benchmarks import harness
@@ -79,7 +80,7 @@ def saving(default_model_path, tmp_path_factory) -> Iterator[tuple[str, Path]]:
 
 @pytest.fixture(autouse=True)
 def _own_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path))  # the client's index of saves, this test's own
+    own_cache_dir(monkeypatch, tmp_path)  # the client's index of saves, this test's own
     # these chats are short: on a quiet machine they prefill again faster than a save is worth
     monkeypatch.setattr(slots, "MIN_SAVE_RECOMPUTE_S", 0.0)
 
