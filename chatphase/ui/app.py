@@ -223,7 +223,8 @@ class ChatPhaseApp(App[None]):
             prompt.set_text(text)
 
     def _attach_files(self, paths: list[str]) -> None:
-        """``/file PATH…``: attach each readable text file to the next message; ``/file`` alone takes them off."""
+        """``/file PATH…``: attach each readable text file to the next message (the draft says so once it is
+        counted, or why not); ``/file`` alone takes them off."""
         if not paths:
             taken = self.draft.take_files()
             self.notify(f"Took off {fmt_count(len(taken), 'file')}" if taken else "No file is attached", title="Files")
@@ -235,7 +236,6 @@ class ChatPhaseApp(App[None]):
                 self.notify(str(exc), title="Not attached", severity="error")
                 continue
             self.draft.attach(att)
-            self.notify(f"Attached {att.line()}; it goes with your next message", title="Files")
 
     @on(TextArea.Changed, "#prompt")
     def _draft_changed(self, event: TextArea.Changed) -> None:
@@ -299,8 +299,7 @@ class ChatPhaseApp(App[None]):
         if isinstance(text, str):
             own, files = split_message(text)  # its files go back beside the box, as if attached again
             self.draft.take_files()
-            for f in files:
-                self.draft.attach(f)
+            self.draft.put_back(files)
             self.prompt.edit_message(own)  # said on the box's border: a toast would cover it at 80×24
 
     async def action_clear(self) -> None:
