@@ -366,3 +366,28 @@ async def test_a_message_the_engine_refuses_comes_back_with_its_files_beside_the
         assert [(a.name, a.text) for a in app.query_one(DraftBudget).files] == [(str(f), "word " * 120)]
         assert app.chat.conversation == []
 
+
+async def test_tab_completes_a_name_with_control_characters_to_a_form_that_attaches_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("bell\x07.txt", "esc\x1b[1m.txt"):
+        (tmp_path / name).write_text(f"text of {name}\n")
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        prompt = app.query_one(PromptInput)
+        prompt.set_text(f"/file {tmp_path}/be")
+        await pilot.press("tab")
+        assert prompt.text == f"/file {tmp_path}/bell␇.txt"  # shown, not obeyed
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Attached" in n for n in notifications(app)))
+        assert not any("no such file" in n for n in notifications(app))
+        prompt.set_text("Compare with @es")
+        await pilot.press("tab")
+        assert prompt.text == "Compare with @esc␛[1m.txt"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        _own, files = split_message(engines[0].requests[0].messages[-1].content)
+        assert [(a.name, a.text) for a in files] == [
+            (f"{tmp_path}/bell\x07.txt", "text of bell\x07.txt\n"),
+            ("esc\x1b[1m.txt", "text of esc\x1b[1m.txt\n"),
+        ]
