@@ -19,6 +19,8 @@ from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -41,6 +43,7 @@ from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.history_source import EarlierTurns
 from chatphase.ui.inert_lines import InertLines
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
+from chatphase.ui.paste_input import PasteKeepingDriver
 from chatphase.ui.phases.indicator import PhaseIndicator
 from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
@@ -100,7 +103,13 @@ class ChatPhaseApp(App[None]):
         self.keys = key_labels(self.keymap)
         self.view: ChatView  # the controller's listener, made on mount (it needs the mounted widgets)
 
-    # -- what reaches the terminal ------------------------------------------------------------------
+    # -- the terminal --------------------------------------------------------------------------------
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this platform; on Linux and macOS its input parser keeps a bracketed paste whole
+        (:mod:`chatphase.ui.paste_input`: Textual's own splits one that holds an ESC into key presses)."""
+        driver = super().get_driver_class()
+        return PasteKeepingDriver if driver is LinuxDriver else driver
+
     _inert_lines = InertLines()
 
     def get_line_filters(self) -> Sequence[LineFilter]:

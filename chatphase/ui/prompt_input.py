@@ -7,7 +7,8 @@ Shift+Enter as CR and Alt+Enter as ESC CR, which Textual 8 reads as a plain ``en
 #6663), so there they send.
 Ctrl+U clears the box (said by the placeholder while it is empty and by the box's border while it holds
 text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
-bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
+bracketed-paste event (whole even when they hold an ESC: :mod:`chatphase.ui.paste_input`), so large multi-line
+pastes go in whole and are not sent line by line; text in
 them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, a control character (ESC,
 BEL) by its visible symbol, and a notice says so once per paste. The box grows with its text up to a height cap set in its ``DEFAULT_CSS``. Typing that reaches the app
 because another widget of the chat screen has focus (after a click on a dashboard tab) comes here too
