@@ -55,6 +55,17 @@ from chatphase.units import fmt_count
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
+#: below the chat, narrower than this (columns) the phase panel and the dashboard (whose turn history needs 50) do
+#: not both fit side by side: the phase panel takes the side alone.
+CRAMPED_COLUMNS = 80
+
+
+class Side(Vertical):
+    """The side area: beside the chat, or below it (``-narrow``), where it is ``-cramped`` under
+    :data:`CRAMPED_COLUMNS` (the phase panel alone: app.tcss)."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < CRAMPED_COLUMNS, "-cramped")
 
 
 class ChatPhaseApp(App[None]):
@@ -138,7 +149,7 @@ class ChatPhaseApp(App[None]):
                 with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
                     yield PromptInput(id="prompt")
                     yield DraftBudget(self.chat, self.keys["settings.edit"], id="draft-budget")
-            with Vertical(id="side"):
+            with Side(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
                 yield Dashboard(  # the panel shows the KV gauge
