@@ -20,6 +20,7 @@ from chatphase.chat.attachments import (
     file_command,
     message_text,
     read_attachment,
+    real_path,
     split_message,
     too_many_tokens,
 )
@@ -153,6 +154,23 @@ def test_complete_path_lists_matches_with_a_slash_after_directories(tmp_path):
     assert complete_path(f"{tmp_path}/no") == [f"{tmp_path}/notebooks/", f"{tmp_path}/notes.txt"]
     assert complete_path(f"{tmp_path}/") == [f"{tmp_path}/notebooks/", f"{tmp_path}/notes.txt"]
     assert complete_path(f"{tmp_path}/.h") == [f"{tmp_path}/.hidden"]
+
+
+def test_a_name_with_control_characters_completes_in_pictures_and_is_found_again(tmp_path):
+    (tmp_path / "d\x1bir").mkdir()
+    (tmp_path / "d\x1bir" / "a\tb\x07.txt").write_text("x")
+    (tmp_path / "two\x80.txt").write_text("x")
+    (tmp_path / "two\x81.txt").write_text("x")  # both read 'two\ufffd.txt': which one is meant is not known
+    assert complete_path(f"{tmp_path}/d") == [f"{tmp_path}/d␛ir/"]
+    assert complete_path(f"{tmp_path}/d␛ir/a") == [f"{tmp_path}/d␛ir/a␉b␇.txt"]
+    assert real_path(f"{tmp_path}/d␛ir/a␉b␇.txt") == f"{tmp_path}/d\x1bir/a\tb\x07.txt"
+    assert read_attachment(f"{tmp_path}/d␛ir/a␉b␇.txt").name == f"{tmp_path}/d\x1bir/a\tb\x07.txt"
+    assert real_path(f"{tmp_path}/two\ufffd.txt") == f"{tmp_path}/two\ufffd.txt"  # ambiguous: as given
+    assert real_path(f"{tmp_path}/gone␛.txt") == f"{tmp_path}/gone␛.txt"
+    (tmp_path / "lit␛.txt").write_text("x")  # a name that holds the picture itself is that file
+    (tmp_path / "lit\x1b.txt").write_text("x")
+    assert real_path(f"{tmp_path}/lit␛.txt") == f"{tmp_path}/lit␛.txt"
+    assert [a.path for a in at_paths(f"see @{tmp_path}/d␛ir/a␉b␇.txt")] == [f"{tmp_path}/d␛ir/a␉b␇.txt"]
 
 
 def _refusal_within(path: str, seconds: float = 5.0) -> str:

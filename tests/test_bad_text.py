@@ -126,6 +126,44 @@ async def test_a_paste_with_escape_sequences_goes_in_visible_and_line_ends_as_li
         assert prompt.text.endswith("next a\nb") and len([n for n in notifications(app) if "symbols" in n]) == 1
 
 
+async def test_a_bracketed_paste_holding_an_escape_reaches_the_box_whole_from_the_terminal_bytes():
+    """Seen: a paste holding ESC lost all but its text before the first ESC (Textual's input parser turns the rest
+    into key presses, its ESC into '^', its line break into Enter, which sent half of it). The terminal's bytes go
+    through the app's driver's parser (:mod:`chatphase.ui.paste_input`), its events to the app."""
+    from textual._xterm_parser import XTermParser
+
+    app, engines = make_app()
+    parser = getattr(app.driver_class, "PARSER", XTermParser)()  # what reads the terminal (a headless test has none)
+    raw = "\x1b[200~see \x1b[31mred\x1b[0m\rnext\x1b[201~"
+    tokens = list(parser.feed(raw[:9])) + list(parser.feed(raw[9:]))  # in two reads, cut inside the paste
+    async with app.run_test(size=(100, 30)) as pilot:
+        prompt = app.query_one(PromptInput)
+        await wait_for(pilot, lambda: app.chat.loaded is not None)
+        prompt.focus()
+        for token in tokens:
+            app.post_message(token)  # as the driver sends them
+        await wait_for(pilot, lambda: "next" in prompt.text or bool(engines[0].requests))
+        assert prompt.text == "see ␛[31mred␛[0m\nnext" and engines[0].requests == []
+        assert len([n for n in notifications(app) if "shown as symbols" in n]) == 1
+        await pilot.pause()
+
+
+def test_the_paste_parser_leaves_other_input_to_textual_and_any_read_cut_gives_the_same_events():
+    from chatphase.ui.paste_input import PasteParser
+
+    raw = "a\x1b[200~x\x1b[1m\x00y\x1b[201~b\x1b[A\x1b"
+
+    def parsed(*chunks: str) -> list[tuple[str, str | None]]:
+        parser = PasteParser()
+        tokens = [t for chunk in (*chunks, "") for t in parser.feed(chunk)]  # "" ends the input
+        return [(type(t).__name__, t.text if isinstance(t, events.Paste) else t.key) for t in tokens]
+
+    whole = parsed(raw)
+    assert whole == [("Key", "a"), ("Paste", "x\x1b[1my"), ("Key", "b"), ("Key", "up"), ("Key", "escape")]
+    assert all(parsed(raw[:i], raw[i:]) == whole for i in range(1, len(raw)))
+    assert parsed("\x1b[200~cut \x1b[1") == [("Paste", "cut \x1b[1")]  # the input ended mid-paste: what came
+
+
 async def test_ctrl_u_clears_the_prompt_box_and_the_box_says_so():
     app, _ = make_app()
     async with app.run_test(size=(100, 30)) as pilot:

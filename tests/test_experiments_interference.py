@@ -4,13 +4,15 @@ swim lanes; live lane updates repaint at a bounded rate, never once per update; 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from fake_engine import fake_model_info
 from textual.app import App
 from textual.widgets import DataTable, Input, Static
+from ui_support import wait_for, wait_thread
 
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.interference.run import InterferenceRun, LaneUpdate
+from chatphase.bench.interference.run import InterferenceProgress, InterferenceRun, LaneUpdate
 from chatphase.engine.interference import StepRecord
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.interference import REPAINT_HZ, TICK, SwimLanes
@@ -34,11 +36,44 @@ class ScriptedInterferenceJob:
         self.run.cancel()
 
 
+class PausingInterferenceJob(ScriptedInterferenceJob):
+    """The scripted job, holding still twice until :attr:`go` is set (a cancel sets it too): at the first lane
+    update (measuring has begun) and after the warm-up runs (``warmups`` of them); :attr:`paused` is set at each."""
+
+    last: PausingInterferenceJob
+    warmups = 2  # whole and one chunk, one warm-up each
+
+    def __init__(self, info, config, plan):
+        super().__init__(info, config, plan)
+        self.paused, self.go = threading.Event(), threading.Event()
+        type(self).last = self
+
+    def _hold(self) -> None:
+        self.paused.set()
+        self.go.wait(10)
+        self.go.clear()
+
+    def events(self):
+        lanes = progress = 0
+        for event in self.run:
+            yield event  # handled by the screen before the next (call_from_thread waits)
+            lanes += isinstance(event, LaneUpdate)
+            progress += isinstance(event, InterferenceProgress)
+            if (isinstance(event, LaneUpdate) and lanes == 1) or (
+                isinstance(event, InterferenceProgress) and progress == self.warmups
+            ):
+                self._hold()
+
+    def cancel(self):
+        super().cancel()
+        self.go.set()
+
+
 class ExperimentsApp(App):
-    def __init__(self):
+    def __init__(self, job_factory=ScriptedInterferenceJob):
         super().__init__()
         self.screen_obj = ExperimentsScreen(
-            fake_model_info(), Settings().with_overrides(n_ctx=4096), job_factory=ScriptedInterferenceJob
+            fake_model_info(), Settings().with_overrides(n_ctx=4096), job_factory=job_factory
         )
 
     def on_mount(self):
@@ -106,3 +141,27 @@ async def test_a_bad_form_is_a_notice_and_starts_nothing():
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert screen.job is None and "over n_batch" in str(screen.query_one("#exp-status", Static).render())
+
+
+async def test_the_status_says_measuring_once_the_lanes_draw_and_a_cancel_before_any_counted_run_says_so():
+    """Seen: 'Loading SmolLM2…' stayed while the lanes already drew, and Esc after the warm-up said 'Cancelled:
+    partial results.' over an empty table."""
+    app = ExperimentsApp(PausingInterferenceJob)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen_obj
+        await _open_tab(pilot, screen, **{"exp-irunning": "2", "exp-inew": "128", "exp-ichunks": "64"})
+        status = screen.query_one("#exp-status", Static)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: hasattr(PausingInterferenceJob, "last") and screen.job is not None)
+        job = PausingInterferenceJob.last
+        await wait_thread(pilot, job.paused)  # the first lane update was handled
+        await pilot.pause()
+        assert str(status.render()) == "[0/6] measuring whole warm-up 1…"
+        job.paused.clear()
+        job.go.set()
+        await wait_thread(pilot, job.paused)  # the warm-ups ran: nothing counted yet
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        await wait_for(pilot, lambda: screen.job is None)
+        table = screen.query_one("#exp-table", DataTable)
+        assert table.row_count == 0 and str(status.render()) == "Cancelled: nothing was measured yet."

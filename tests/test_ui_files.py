@@ -325,3 +325,69 @@ async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_
         assert [s for s in shown if "\x1b" in s or "\x07" in s] == []
         assert "evil␛]52;c;aGk=␇.txt" in shown[0] and "evil␛]52" in budget
         assert name in app.chat.conversation[0].content  # the model gets the name as it is
+
+
+async def test_a_file_larger_than_the_context_is_not_attached_and_the_notice_says_why(tmp_path):
+    (tmp_path / "big.txt").write_text("word " * 300)  # 300 tokens to the fake: fewer bytes than the byte check stops
+    app, engines = make_app(Settings().with_overrides(n_ctx=128))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f"/file {tmp_path / 'big.txt'}")
+        await wait_for(pilot, lambda: any("larger than the context" in n for n in notifications(app)))
+        says = (
+            f"{tmp_path / 'big.txt'} is 300 tokens: larger than the context of 128 tokens "
+            "(raise n_ctx in F9 (Settings) or attach a part of it)"
+        )
+        assert says in notifications(app)
+        assert not any("Attached" in n for n in notifications(app))  # never said to be attached
+        assert app.query_one(DraftBudget).files == []
+        await wait_for(pilot, lambda: not app.query_one(DraftBudget).display)  # no chip, no 'Does not fit' left
+        assert engines[0].requests == []
+
+
+async def test_a_message_the_engine_refuses_comes_back_with_its_files_beside_the_box(tmp_path, monkeypatch):
+    """Sent before the draft was counted (Enter at once), refused by the engine: the box gets the user's own
+    text back and the files are attached again, not their text inline."""
+    from chatphase.ui import draft_budget
+
+    f = tmp_path / "long.txt"
+    f.write_text("word " * 120)  # fits the context alone, not with the template and the reply's room
+    app, engines = make_app(Settings().with_overrides(n_ctx=128))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, f"/file {f}")
+        await wait_for(pilot, lambda: any("Attached" in n for n in notifications(app)))
+        monkeypatch.setattr(draft_budget, "DEBOUNCE_S", 60.0)  # the draft below is not counted before Enter
+        await send(pilot, "Summarise it.")
+        await wait_for(pilot, lambda: len(engines[0].requests) == 1 and idle(app))
+        prompt = app.query_one(PromptInput)
+        await wait_for(pilot, lambda: prompt.text != "")
+        assert prompt.text == "Summarise it."
+        assert [(a.name, a.text) for a in app.query_one(DraftBudget).files] == [(str(f), "word " * 120)]
+        assert app.chat.conversation == []
+
+
+async def test_tab_completes_a_name_with_control_characters_to_a_form_that_attaches_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("bell\x07.txt", "esc\x1b[1m.txt"):
+        (tmp_path / name).write_text(f"text of {name}\n")
+    app, engines = make_app()
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        prompt = app.query_one(PromptInput)
+        prompt.set_text(f"/file {tmp_path}/be")
+        await pilot.press("tab")
+        assert prompt.text == f"/file {tmp_path}/bell␇.txt"  # shown, not obeyed
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Attached" in n for n in notifications(app)))
+        assert not any("no such file" in n for n in notifications(app))
+        prompt.set_text("Compare with @es")
+        await pilot.press("tab")
+        assert prompt.text == "Compare with @esc␛[1m.txt"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        _own, files = split_message(engines[0].requests[0].messages[-1].content)
+        assert [(a.name, a.text) for a in files] == [
+            (f"{tmp_path}/bell\x07.txt", "text of bell\x07.txt\n"),
+            ("esc\x1b[1m.txt", "text of esc\x1b[1m.txt\n"),
+        ]

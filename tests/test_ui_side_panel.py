@@ -12,7 +12,7 @@ from textual.containers import ScrollableContainer
 from textual.geometry import Region
 from textual.scroll_view import ScrollView
 from textual.widgets import Static
-from ui_support import idle, make_app, send, wait_for
+from ui_support import idle, make_app, screen_lines, send, wait_for
 
 from chatphase.chat.settings_apply import apply_settings
 from chatphase.ui.app import WIDE_COLUMNS
@@ -171,3 +171,63 @@ async def test_a_turn_whose_engine_died_shows_its_number_and_the_tables_figures(
         m = app.dashboard.turns[1]
         assert app.panel.figures["decode"].startswith(f"{m.decode_tokens} tok · ")
         assert app.panel.figures["TTFT"].endswith("stop: error") and kv_text(app) == kv_before
+
+
+#: a slow path as the engine words it (this machine's: a long line).
+SLOW_PATH = (
+    "AMX off: llama.cpp's extra buffer types are off on this AMX CPU — this llama.cpp build's AMX kernels crash "
+    "(SIGSEGV in the probe); prefill runs without the AMX kernels; --extra-bufts on overrides"
+)
+
+
+def _row(lines: list[str], label: str) -> list[str]:
+    """The lines of a grid row: the one starting with ``label`` and those that continue it (no label)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(label + " "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] != " "), len(lines))
+    return [line.rstrip() for line in lines[start:end]]
+
+
+async def test_at_140_columns_the_model_panels_slow_path_row_is_on_screen_whole():
+    """Seen: at 140×40 the model's slow path (a few lines long, under the format, threads and memory rows) was cut
+    off by the panel's height. It is one line now, under the engine row, its whole text in the System tab."""
+    from dataclasses import replace
+
+    app, _ = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        loaded = app.chat.loaded
+        settings = replace(loaded.settings, threads_policy="auto")
+        app.panel.set_model(replace(loaded, settings=settings, slow_paths=(SLOW_PATH,), chat_format="ChatML"))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await pilot.pause()
+        figures = app.query_one("#model-figures", Static)
+        row = _row(lines_of(figures), "slow")
+        shown = screen_lines(app)
+        assert all(any(line in s for s in shown) for line in row), (row, shown)
+        assert any("AMX off" in line for line in row)
+
+
+async def test_at_60x20_the_turn_block_below_the_chat_shows_its_values():
+    """Seen: at 60×20 with Ctrl+B the phase panel got 9 columns beside the dashboard: the Turn block's labels
+    without values. Under 80 columns the phase panel has the side alone."""
+    app, _ = make_app()
+    async with app.run_test(size=(60, 20)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
+        await pilot.press("ctrl+b")
+        await pilot.pause(0.3)
+        shown = "\n".join(screen_lines(app))
+        m = app.dashboard.turns[1]
+        for label, value in [
+            ("TTFT", f"{m.ttft_ms:.1f} ms · stop: end of reply"),
+            ("prompt", f"{m.prompt_tokens} tok (0 cached)"),
+            ("decode", f"{m.decode_tokens} tok"),
+            ("ITL p50/p95", f"{m.itl_ms_p50:.1f} ms / {m.itl_ms_p95:.1f} ms"),
+        ]:
+            assert any(line.strip().startswith(label) and value in line for line in shown.splitlines()), (label, shown)
+        assert app.query_one("#side").region.right <= 60 and app.panel.region.width >= 55  # the side, alone
+        await pilot.resize_terminal(100, 30)  # room again: the dashboard beside the panel
+        await pilot.pause(0.3)
+        assert app.dashboard.region.width >= 50 and app.panel.region.width >= 25

@@ -59,6 +59,18 @@ def shot(app, name: str) -> None:
         app.save_screenshot(str(SHOTS / f"{name}.svg"))
 
 
+def screen_lines(app) -> list[str]:
+    """The screen's text as drawn, one string a row (what is hidden, scrolled or cut off is not in it)."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True))  # as App.export_screenshot draws it
+    return console.export_text().splitlines()
+
+
 def idle(app) -> bool:
     """The model is loaded and no turn runs."""
     return app.chat.loaded is not None and not app.chat.busy and app.chat.active_turn is None

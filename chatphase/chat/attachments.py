@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatphase.engine.fit_hints import fit_hint
+from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.sessions.message_files import Attachment as Attachment
 from chatphase.sessions.message_files import message_text as message_text
@@ -38,7 +39,8 @@ class AttachmentError(UsageError):
 
 
 def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | None = None) -> Attachment:
-    """Read the text file at ``path`` (``-``: ``stdin_bytes``, named ``stdin``).
+    """Read the text file at ``path`` (``-``: ``stdin_bytes``, named ``stdin``; a name with control characters
+    may be given in their pictures, as Tab completes it: :func:`real_path`; the file is named as it is).
 
     Raises:
         AttachmentError: no such file, a directory, not a regular file (a FIFO, socket or device: refused
@@ -51,6 +53,7 @@ def read_attachment(path: str, n_ctx: int | None = None, stdin_bytes: bytes | No
         data = stdin_bytes if stdin_bytes is not None else b""
         _check_size("stdin", len(data), limit, n_ctx)
         return _decode("stdin", data)
+    path = real_path(path)
     p = Path(path).expanduser()
     try:
         st = p.stat()  # follows a symlink: one to a regular file is read
@@ -132,7 +135,11 @@ class AtPath:
     quoted: bool
 
 
-def at_paths(text: str, exists: Callable[[str], bool] = os.path.lexists) -> list[AtPath]:
+def _exists(path: str) -> bool:
+    return os.path.lexists(real_path(path))
+
+
+def at_paths(text: str, exists: Callable[[str], bool] = _exists) -> list[AtPath]:
     """The ``@path`` mentions in ``text`` that name files: a quoted one always, a bare one only where the
     path exists (``@someone`` in a sentence is text); each path once, in order."""
     out: list[AtPath] = []
@@ -198,19 +205,59 @@ def completed(prefix: str, quote: str, matches: list[str]) -> str | None:
 
 
 def complete_path(prefix: str) -> list[str]:
-    """Paths that complete ``prefix`` (directories end with ``/``), sorted; hidden entries only when the
-    prefix's last part starts with a dot."""
-    expanded = os.path.expanduser(prefix)
-    head, tail = os.path.split(expanded)
+    """Paths that complete ``prefix`` (directories end with ``/``), sorted, each name as :func:`shown_name`
+    shows it (what :func:`real_path` finds again); hidden entries only when the prefix's last part starts
+    with a dot."""
+    head, tail = os.path.split(os.path.expanduser(prefix))
+    where = real_path(head) if head else "."  # a directory typed in pictures too
     try:
-        names = sorted(os.listdir(head or "."))
+        names = sorted(os.listdir(where))
     except OSError:
         return []
     out = []
     for name in names:
-        if not name.startswith(tail) or (name.startswith(".") and not tail.startswith(".")):
+        shown = shown_name(name)
+        if not shown.startswith(tail) or (name.startswith(".") and not tail.startswith(".")):
             continue
-        full = os.path.join(head, name)
-        shown = prefix[: len(prefix) - len(tail)] + name
+        full = os.path.join(where, name)
+        shown = prefix[: len(prefix) - len(tail)] + shown
         out.append(shown + "/" if os.path.isdir(full) else shown)
     return out
+
+
+#: what :func:`shown_name` puts for a control character: its picture, or U+FFFD.
+_PICTURE = re.compile("[\u2400-\u2421\ufffd]")
+#: a line break and a tab in a file name, in pictures too (``inert`` keeps them: they are a text's layout,
+#: but a name in the prompt box is on one line, and ``/file``'s words are split at white space).
+_NAME_LAYOUT = {0x0A: 0x240A, 0x09: 0x2409}
+
+
+def shown_name(name: str) -> str:
+    """``name`` as the prompt box takes it: :func:`~chatphase.engine.text.inert`, a tab and a line break in
+    pictures too."""
+    return inert(name).translate(_NAME_LAYOUT)
+
+
+def real_path(path: str) -> str:
+    """The path on disk that ``path`` names: ``path`` itself when it exists, else the one path whose names,
+    as :func:`shown_name` shows them, read as ``path``'s (a name with control characters, completed by Tab
+    in their pictures: ``a␛b.txt`` for ``a\\x1bb.txt``), with ``~`` expanded; ``path`` when there is none
+    or several."""
+    expanded = os.path.expanduser(path)
+    if os.path.lexists(expanded) or not _PICTURE.search(expanded):
+        return path
+    found = os.sep if expanded.startswith(os.sep) else ""
+    for part in expanded.split(os.sep):
+        if not part:
+            continue
+        candidate = os.path.join(found, part)
+        if not os.path.lexists(candidate):
+            try:
+                same = [n for n in os.listdir(found or ".") if shown_name(n) == part]
+            except OSError:
+                return path
+            if len(same) != 1:
+                return path
+            candidate = os.path.join(found, same[0])
+        found = candidate
+    return found

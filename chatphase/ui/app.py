@@ -19,6 +19,8 @@ from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -41,6 +43,7 @@ from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.history_source import EarlierTurns
 from chatphase.ui.inert_lines import InertLines
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
+from chatphase.ui.paste_input import PasteKeepingDriver
 from chatphase.ui.phases.indicator import PhaseIndicator
 from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
@@ -52,6 +55,17 @@ from chatphase.units import fmt_count
 
 #: terminal width (columns) from which the side panel sits beside the chat instead of below it.
 WIDE_COLUMNS = 120
+#: below the chat, narrower than this (columns) the phase panel and the dashboard (whose turn history needs 50) do
+#: not both fit side by side: the phase panel takes the side alone.
+CRAMPED_COLUMNS = 80
+
+
+class Side(Vertical):
+    """The side area: beside the chat, or below it (``-narrow``), where it is ``-cramped`` under
+    :data:`CRAMPED_COLUMNS` (the phase panel alone: app.tcss)."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < CRAMPED_COLUMNS, "-cramped")
 
 
 class ChatPhaseApp(App[None]):
@@ -100,7 +114,13 @@ class ChatPhaseApp(App[None]):
         self.keys = key_labels(self.keymap)
         self.view: ChatView  # the controller's listener, made on mount (it needs the mounted widgets)
 
-    # -- what reaches the terminal ------------------------------------------------------------------
+    # -- the terminal --------------------------------------------------------------------------------
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this platform; on Linux and macOS its input parser keeps a bracketed paste whole
+        (:mod:`chatphase.ui.paste_input`: Textual's own splits one that holds an ESC into key presses)."""
+        driver = super().get_driver_class()
+        return PasteKeepingDriver if driver is LinuxDriver else driver
+
     _inert_lines = InertLines()
 
     def get_line_filters(self) -> Sequence[LineFilter]:
@@ -129,7 +149,7 @@ class ChatPhaseApp(App[None]):
                 with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
                     yield PromptInput(id="prompt")
                     yield DraftBudget(self.chat, self.keys["settings.edit"], id="draft-budget")
-            with Vertical(id="side"):
+            with Side(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
                 yield Dashboard(  # the panel shows the KV gauge
@@ -223,7 +243,8 @@ class ChatPhaseApp(App[None]):
             prompt.set_text(text)
 
     def _attach_files(self, paths: list[str]) -> None:
-        """``/file PATH…``: attach each readable text file to the next message; ``/file`` alone takes them off."""
+        """``/file PATH…``: attach each readable text file to the next message (the draft says so once it is
+        counted, or why not); ``/file`` alone takes them off."""
         if not paths:
             taken = self.draft.take_files()
             self.notify(f"Took off {fmt_count(len(taken), 'file')}" if taken else "No file is attached", title="Files")
@@ -235,7 +256,6 @@ class ChatPhaseApp(App[None]):
                 self.notify(str(exc), title="Not attached", severity="error")
                 continue
             self.draft.attach(att)
-            self.notify(f"Attached {att.line()}; it goes with your next message", title="Files")
 
     @on(TextArea.Changed, "#prompt")
     def _draft_changed(self, event: TextArea.Changed) -> None:
@@ -299,8 +319,7 @@ class ChatPhaseApp(App[None]):
         if isinstance(text, str):
             own, files = split_message(text)  # its files go back beside the box, as if attached again
             self.draft.take_files()
-            for f in files:
-                self.draft.attach(f)
+            self.draft.put_back(files)
             self.prompt.edit_message(own)  # said on the box's border: a toast would cover it at 80×24
 
     async def action_clear(self) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from textual.app import App
 from typing_extensions import override
 
+from chatphase.chat.attachments import split_message
 from chatphase.chat.controller import ChatController
 from chatphase.chat.listener import ChatListener, Notice
 from chatphase.chat.turn import Turn
@@ -50,6 +51,7 @@ from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.ui.dashboard.dashboard import Dashboard
+from chatphase.ui.draft_budget import DraftBudget
 from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.phases.indicator import PhaseIndicator
 from chatphase.ui.phases.panel import PhasePanel
@@ -250,8 +252,10 @@ class ChatView(ChatListener):
         self._remove_last(ReplyView)
         if turn.kind != "regenerate":
             self._remove_last(UserMessage)
-        if not self.prompt.text.strip():
-            self.prompt.set_text(turn.user)
+        if not self.prompt.text.strip():  # given back to fix: its files beside the box again, not inline
+            own, files = split_message(turn.user)
+            self.app.query_one(DraftBudget).put_back(files)
+            self.prompt.set_text(own)
 
     @override
     def turn_abandoned(self, turn: Turn, why: str) -> None:

@@ -6,10 +6,16 @@ change (a newer draft cancels an older count), and shown as one line (:mod:`chat
 ``+3,412 tok · context 41 % → 63 % · TTFT ≈ 8.4 s (this chat, 3 turns)``. A file that cannot go in, or a
 message that would not fit, is said there instead, and :meth:`DraftBudget.refusal` lets the app refuse to
 send it. The files' text never goes through the UI thread's hands but for the final send.
+
+A ``/file`` file is said to be attached once its first count says it fits (with its tokens): one that is more
+tokens than the whole context is not attached, and the notice says why and how to make room (the budget's
+words); where the engine cannot count now, it is attached, said without its tokens, and taken off (said too)
+once a later count finds it too large.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -68,6 +74,7 @@ class DraftBudget(Static):
         self.chat = chat
         self.settings_key = settings_key
         self.files: list[Attachment] = []
+        self._unsaid: set[str] = set()  # names of files attached but not yet said to be (waiting for a count)
         self.latest: Counted | None = None
         self._text = ""
         self._timer: Timer | None = None
@@ -88,13 +95,24 @@ class DraftBudget(Static):
         self._timer = self.set_timer(DEBOUNCE_S, self.recount)
 
     def attach(self, att: Attachment) -> None:
-        """Add a ``/file`` file to the next message (one of the same name is replaced)."""
+        """Add a ``/file`` file to the next message (one of the same name is replaced); a notice says it was
+        attached, or why not, once it is counted (module docstring)."""
         self.files = [f for f in self.files if f.name != att.name] + [att]
+        self._unsaid.add(att.name)
+        self.recount()
+
+    def put_back(self, files: Sequence[Attachment]) -> None:
+        """Attach ``files`` again, as they were (a message taken back to edit, or refused): before any attached
+        since, said by the caller."""
+        names = {f.name for f in files}
+        self.files = [*files, *(f for f in self.files if f.name not in names)]
+        self._unsaid -= names
         self.recount()
 
     def take_files(self) -> list[Attachment]:
         """The ``/file`` files, taken off (the message went, or the user dropped them)."""
         files, self.files = self.files, []
+        self._unsaid.clear()
         self.recount()
         return files
 
@@ -141,6 +159,8 @@ class DraftBudget(Static):
             self._count_now(text, attached)
         except Exception:  # the app is closing, or the engine went away mid-count: nothing to show
             logging.getLogger(__name__).debug("draft budget", exc_info=True)
+            with contextlib.suppress(Exception):  # the files are said to be attached, uncounted
+                self.app.call_from_thread(self._say_files, attached, None)
 
     def _count_now(self, text: str, attached: tuple[Attachment, ...]) -> None:
         worker = get_current_worker()
@@ -152,7 +172,10 @@ class DraftBudget(Static):
             return
         message = message_text(text, files)
         request = self.app.call_from_thread(self.chat.draft_request, message, tuple(f.text for f in files))
-        if worker.is_cancelled or request is None:
+        if worker.is_cancelled:
+            return
+        if request is None:  # the engine cannot count (none loaded, a server): the files go uncounted
+            self.app.call_from_thread(self._say_files, attached, None)
             return
         count = self.chat.count(request)
         if worker.is_cancelled:
@@ -170,6 +193,9 @@ class DraftBudget(Static):
         self.app.call_from_thread(self._done, Counted(text, names, budget, tuple(files), refusal))
 
     def _done(self, counted: Counted) -> None:
+        n_ctx = counted.budget.count.n_ctx if counted.budget is not None else None
+        if not self._say_files(counted.files or self._attached(counted), n_ctx):
+            return  # a file was taken off: the draft is counted again without it
         self.latest = counted
         parts = [f"📎 {f.line()}" for f in counted.files]
         if counted.refusal is not None:
@@ -181,6 +207,34 @@ class DraftBudget(Static):
                 " · ".join([*parts, "budget: counted when the engine is free (loading, or a reply running)"]),
                 refused=False,
             )
+
+    def _attached(self, counted: Counted) -> tuple[Attachment, ...]:
+        """The ``/file`` files ``counted`` was about (uncounted: its count did not get to them)."""
+        return tuple(f for f in self.files if f.name in counted.names)
+
+    def _say_files(self, counted: Sequence[Attachment], n_ctx: int | None) -> bool:
+        """Say the ``/file`` files among ``counted`` (with their tokens, or none when ``n_ctx`` is ``None``):
+        each one not said yet as attached, and each one larger than the context taken off with why (then the
+        draft is counted again: ``False``)."""
+        fits = True
+        for f in counted:
+            if all(f.name != g.name for g in self.files):
+                continue  # not a /file one (an @path), or taken off since
+            too_large = too_many_tokens(f, n_ctx) if n_ctx is not None else None
+            if too_large is not None:
+                said = f.name not in self._unsaid
+                self.files = [g for g in self.files if g.name != f.name]
+                self._unsaid.discard(f.name)
+                why = for_tui(too_large, self.settings_key)
+                title = "Files" if said else "Not attached"
+                self.app.notify(f"Took it off: {why}" if said else why, title=title, severity="error", timeout=10)
+                fits = False
+            elif f.name in self._unsaid:
+                self._unsaid.discard(f.name)
+                self.app.notify(f"Attached {f.line()}; it goes with your next message", title="Files")
+        if not fits:
+            self.recount()
+        return fits
 
     def _show(self, line: str, refused: bool) -> None:
         self.set_class(refused, "-refused")

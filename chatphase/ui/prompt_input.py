@@ -7,13 +7,16 @@ Shift+Enter as CR and Alt+Enter as ESC CR, which Textual 8 reads as a plain ``en
 #6663), so there they send.
 Ctrl+U clears the box (said by the placeholder while it is empty and by the box's border while it holds
 text, where the footer has no room at 80 columns; Ctrl+Z brings the text back). Pastes arrive as one
-bracketed-paste event, so large multi-line pastes go in whole and are not sent line by line; text in
+bracketed-paste event (whole even when they hold an ESC: :mod:`chatphase.ui.paste_input`), so large multi-line
+pastes go in whole and are not sent line by line; text in
 them that is not valid Unicode (a lone surrogate) is replaced with U+FFFD, a control character (ESC,
 BEL) by its visible symbol, and a notice says so once per paste. The box grows with its text up to a height cap set in its ``DEFAULT_CSS``. Typing that reaches the app
 because another widget of the chat screen has focus (after a click on a dashboard tab) comes here too
 (:meth:`PromptInput.catch`), so that it is never lost.
 Tab completes a file path typed after ``/file `` or ``@`` (:func:`~chatphase.chat.attachments.completion_context`;
-several matches: their common start, and a notice lists them); elsewhere Tab moves the focus as before.
+several matches: their common start, and a notice lists them; a name's control characters in their pictures, which
+``/file`` and ``@path`` find the file by: :func:`~chatphase.chat.attachments.real_path`); elsewhere Tab moves the
+focus as before.
 """
 
 from __future__ import annotations
@@ -110,8 +113,8 @@ class PromptInput(TextArea):
         prefix, quote = context
         matches = complete_path(prefix)
         replacement = completed(prefix, quote, matches)
-        if replacement is not None:  # a name with control characters shown, not obeyed (it will not be found)
-            self.replace(inert(replacement), (row, col - len(prefix) - len(quote)), (row, col))
+        if replacement is not None:  # a name's control characters in pictures: shown, not obeyed, and found again
+            self.replace(replacement, (row, col - len(prefix) - len(quote)), (row, col))
         if len(matches) != 1:
             names = [os.path.basename(m.rstrip("/")) + ("/" if m.endswith("/") else "") for m in matches]
             listed = ", ".join(names[: self.MAX_LISTED])

@@ -183,6 +183,13 @@ class InterferencePane(ExperimentPane):
         )
 
     @staticmethod
+    def lane_text(update: LaneUpdate, plan: InterferencePlan) -> str:
+        """The status line's words for the run that ``update`` starts: its policy and repetition."""
+        warm = update.rep < plan.warmup
+        rep = f"warm-up {update.rep + 1}" if warm else f"rep {update.rep - plan.warmup + 1}"
+        return f"measuring {policy_name(update.policy)} {rep}"
+
+    @staticmethod
     def progress_text(event: InterferenceProgress) -> str:
         label, figures = event.line()
         return f"{label}: {figures}"

@@ -11,7 +11,7 @@ comma lists in a lever for the third, ``--spec`` for the fourth, ``--interferenc
 (:class:`chatphase.bench.core.job.ExperimentJob`, built by each tab from the registry, driven from a thread
 worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
 with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
-(partial results are kept). When the run ends the summary adds the fit and the roofline verdicts (per N for the
+(partial results are kept; the status line says when nothing was measured yet, the warm-ups not counting). When the run ends the summary adds the fit and the roofline verdicts (per N for the
 parallel sweep). Each tab has its own status line.
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
 directory; the notice names the whole path). Each tab has its own file name and progress bar (the field and
@@ -45,6 +45,7 @@ from chatphase.bench.core.report import sample_progress
 from chatphase.bench.core.results import BenchResult, save_result
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.experiments import load_bench_result
+from chatphase.bench.interference.plan import InterferencePlan
 from chatphase.bench.interference.run import InterferenceProgress, LaneUpdate
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.spec.run import SpecProgress
@@ -328,14 +329,16 @@ class ExperimentsScreen(Screen[None]):
                 self._fill_table()
         elif isinstance(event, LaneUpdate) and isinstance(pane, InterferencePane):
             pane.add_lanes(event)  # a few a second while a run goes: the live swim lanes
+            if event.first and isinstance(plan := self.job_plan, InterferencePlan):  # a run starts: the line
+                total, done = self.bars.get(pane.kind, (0, 0))  # says it (no 'Loading…' while the lanes draw)
+                self._status(f"[{done}/{total}] {pane.lane_text(event, plan)}…", pane=pane)
         elif isinstance(event, Done):  # any experiment's last event
             self.job = None
             self._set_running(False)
             self.results[pane.kind] = event.result
             self._show_results()
             self._fill_table()
-            cancelled = event.result.cancelled
-            self._status("Cancelled: partial results." if cancelled else "Done.", "-warning" if cancelled else "", pane)
+            self._status(*self._ending(pane, event.result), pane)
         elif isinstance(event, BenchFailed):
             self.job = None
             self._set_running(False)
@@ -344,6 +347,16 @@ class ExperimentsScreen(Screen[None]):
             self.notify(event.message, severity="error")
 
     # -- helpers -----------------------------------------------------------------------------------
+    @staticmethod
+    def _ending(pane: ExperimentPane, result) -> tuple[str, str]:
+        """The status line and its class for a run that ended with ``result``: a cancelled one says whether
+        anything was measured (warm-ups are not)."""
+        if not result.cancelled:
+            return "Done.", ""
+        if not pane.rows(result):
+            return "Cancelled: nothing was measured yet.", "-warning"
+        return "Cancelled: partial results.", "-warning"
+
     def _show_results(self) -> None:
         for pane in self.query(ExperimentPane):
             pane.show_results(self.results.get(pane.kind), self.overlays)

@@ -11,8 +11,9 @@ Sections (each a child widget, styled in the panel's ``DEFAULT_CSS``):
   bytes = tokens × ``kv_bytes_per_token``; capacity = ``LoadedModel.kv_capacity_bytes``).
 - ``#model-figures``: name, parameters, file size, quantisation, layers, GPU offload on/off
   (layers offloaded / total from llama.cpp's log), threads, n_ctx, load time, the chat format prompts
-  are written in (``LoadedModel.chat_format``), and the engine's notes (e.g. the settings chosen for
-  an AMX CPU, the format chosen for a file without a chat template). With a thread policy
+  are written in (``LoadedModel.chat_format``), each slow path by its name (the dashboard's System tab has it
+  whole), and the engine's notes (e.g. the settings chosen for an AMX CPU, the format chosen for a file
+  without a chat template). With a thread policy
   (``threads_policy`` in the settings), a ``threads`` row shows the last turn's prefill and decode threads
   and why.
 """
@@ -54,6 +55,12 @@ def threads_text(m: TurnMetrics) -> str:
     if m.decode_thread_changes:
         text += f" · then {fmt_count(m.decode_thread_changes, 'change')} during decode"
     return text
+
+
+def slow_path_head(line: str) -> str:
+    """A slow path in the panel: its name, the words before its first ``: `` (``AMX off``), and where the whole
+    line is; in full its few lines pushed the rest of the model out of a short panel."""
+    return f"{line.split(': ', 1)[0]} (why: System tab)"
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:
@@ -127,6 +134,7 @@ class PhasePanel(VerticalScroll):
             ("layers", f"{fmt_int(info.n_layer)} · GPU offload {gpu_offload_text(model)}"),
             ("engine", engine if policy else f"{fmt_value(s.n_threads)} threads · {engine}"),
         ]
+        rows += [("slow", slow_path_head(line)) for line in model.slow_paths]  # above the rows a short panel cuts
         if getattr(info, "synthetic", False):
             rows.append(("synthetic", f"{SYNTHETIC_LABEL} (random weights)"))
         if model.chat_format:
@@ -136,7 +144,6 @@ class PhasePanel(VerticalScroll):
         rows += [("device", line) for line in device_lines(model)]
         if memory := memory_text(model):
             rows.append(("memory", memory))
-        rows += [("slow", line) for line in model.slow_paths]
         rows += [("note", note) for note in model.notes]
         self._model.update(_grid(rows))
 
