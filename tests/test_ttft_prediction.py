@@ -115,15 +115,29 @@ def test_the_range_is_the_leave_one_out_spread_and_wide_disagreement_is_no_predi
     assert bad.ttft_ms is None and bad.withheld is not None and bad.withheld.why == "uneven"
 
 
-def test_a_restore_is_fitted_with_a_fixed_part_from_the_measured_restores():
-    points = [law(n, d) for n, d in ((40, 0), (300, 20), (30, 500), (50, 900))]
-    restored = [(1000, 60.0), (3000, 100.0), (200, 44.0)]  # 40 ms + 0.02 ms a token
-    points += [PrefillPoint(20, t, law(20, t).prefill_ms, law(20, t).ttft_ms + ms, t, ms) for t, ms in restored]
+def restored(t: int, n: int = 20, read=0.01, after=120.0) -> PrefillPoint:
+    """A turn restoring ``t`` tokens (read at ``read`` ms a token), whose prefill of ``n`` after it is ``after`` ms
+    slower than the law's (the first prefill after a restore)."""
+    base = law(n, t)
+    return PrefillPoint(n, t, base.prefill_ms + after, base.ttft_ms + after + read * t, t, read * t)
+
+
+def test_a_restore_adds_its_read_and_a_fixed_part_and_its_slow_prefill_does_not_bend_the_fit():
+    plain = [law(n, d) for n, d in ((40, 0), (300, 20), (30, 500), (50, 900), (25, 1500))]
+    points = plain + [restored(t) for t in (1000, 3000)]
     model = fit(points, 0.0)
-    assert model is not None and model.restore is not None
-    assert (model.restore.once_ms, model.restore.ms_per_token) == (pytest.approx(40.0), pytest.approx(0.02))
+    assert model is not None and model.restore is not None and model.n_points == 5
+    assert (model.p0_ms, model.b_ms_per_token, model.c_ms_per_token2) == pytest.approx((15.0, 2.0, 3e-3))
+    assert (model.restore.once_ms, model.restore.ms_per_token) == (pytest.approx(120.0), pytest.approx(0.01))
     p = predict(model, points, 17, 2000, restore_tokens=2000, restore_estimate_ms=5.0)
-    assert p.restore_ms == pytest.approx(80.0) and p.ttft_ms == pytest.approx(law(17, 2000).ttft_ms + 80.0)
+    assert p.restore_ms == pytest.approx(140.0) and p.ttft_ms == pytest.approx(law(17, 2000).ttft_ms + 140.0)
+    one = plain + [restored(1000)]
+    withheld = predict(fit(one, 0.0), one, 17, 2000, restore_tokens=2000, restore_estimate_ms=5.0)
+    assert withheld.ttft_ms is None and ttft_text(withheld) == "TTFT: not enough restores yet (1)"
+    assert withheld.high_ms is None  # what a restore adds is not known: no upper bound
+    spanning = plain + [restored(t, read=0.0, after=40.0 + 0.01 * t) for t in (400, 1000, 3000)]
+    term = fit(spanning, 0.0).restore
+    assert term is not None and (term.once_ms, term.ms_per_token) == (pytest.approx(40.0), pytest.approx(0.01))
 
 
 def test_remaining_time_is_corrected_by_the_chunks_done_and_counts_the_fixed_cost_as_spent():
@@ -199,13 +213,19 @@ def test_the_roofline_bound_is_said_with_its_source_before_anything_is_measured(
 
 
 def test_a_prefix_the_store_would_restore_is_predicted_as_a_restore_not_a_prefill():
-    """A resumed chat whose conversation is saved: the line says what comes from disk, and the TTFT is the
-    restore's estimated time (no restore measured yet) plus the prefill of the rest at the restored depth."""
-    p = TtftPredictor(0.0, [law(n, d) for n, d in ((40, 0), (300, 20), (30, 1500), (50, 2900))])
+    """A resumed chat whose conversation is saved: the line says what comes from disk, and the TTFT is what a
+    restore adds (its read and a fixed part, from the restores measured) plus the prefill of the rest at the restored
+    depth; with no restore measured, nothing."""
+    plain = [law(n, d) for n, d in ((40, 0), (300, 20), (30, 1500), (50, 2900))]
     count = PromptCount(2872, 0, 0, 4096, restore_tokens=2855, restore_ms=20.0)
-    budget = budget_of(count, p)
-    assert count.new_tokens == 17 and budget.ttft_ms == pytest.approx(20.0 + law(17, 2855).ttft_ms)
-    assert budget.line().startswith("+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 235 ms (")
+    budget = budget_of(count, TtftPredictor(0.0, plain))
+    assert count.new_tokens == 17 and budget.ttft_ms is None  # no restore measured yet: what it adds is unknown
+    assert (
+        budget.line() == "+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT: not enough restores yet (0)"
+    )
+    budget = budget_of(count, TtftPredictor(0.0, plain + [restored(1000), restored(2000)]))
+    assert budget.ttft_ms == pytest.approx(120.0 + 0.01 * 2855 + law(17, 2855).ttft_ms)
+    assert budget.line().startswith("+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 364 ms (")
 
 
 def test_a_message_that_does_not_fit_says_so_with_the_numbers():

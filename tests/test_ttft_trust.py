@@ -6,12 +6,14 @@ be within 0.5–2× of the measured TTFT, or be withheld (a bound at most)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from fake_engine import FakeEngine, FakeTiming, fake_model_info, template_tokens
 
 from chatphase.chat.budget import budget_of
 from chatphase.engine.events import Message
+from chatphase.engine.ttft_prediction import PrefillPoint
 
 
 def words(n: int, tag: str = "w") -> str:
@@ -88,7 +90,6 @@ def test_a_restored_turn_has_one_prediction_in_the_budget_line_and_in_ask(tmp_pa
     from chatphase.cli import main
     from chatphase.commands import ask
     from chatphase.sessions.message_files import message_text
-    from chatphase.units import fmt_duration_ms, fmt_ms
 
     timing = FakeTiming(
         prefill_once_ms=5.0, prefill_ms_per_token=2.0, prefill_ms_per_token_context=1e-4,
@@ -113,14 +114,42 @@ def test_a_restored_turn_has_one_prediction_in_the_budget_line_and_in_ask(tmp_pa
     model = {"path": fake_model_info().path}
     (results_dir() / "sweep.json").write_text(json.dumps({"kind": "sweep", "model": model, "samples": sweep}))
 
+    # no restore measured yet: what a restore adds is not known, and the line and the turn say so alike
     assert main(["ask", "--no-save", "-f", str(f), "Summarise."]) == 0
     budget_line, metrics = [x for x in capsys.readouterr().err.splitlines() if "TTFT" in x]
     assert " restored from disk · " in budget_line and "· restored 2" in metrics
+    one_prediction(budget_line, metrics)
+    assert budget_line.endswith("TTFT: not enough restores yet (0)")
+    assert "(not predicted: not enough restores yet (0))" in metrics
     assert main(["ask", "--no-save", "--json", "-f", str(f), "Summarise."]) == 0
     m = json.loads(capsys.readouterr().out)["turns"][0]["metrics"]
-    predicted = m["ttft_predicted_ms"]
-    assert predicted is not None and f"TTFT ≈ {fmt_duration_ms(predicted)} (" in budget_line
-    assert f"(predicted {fmt_ms(predicted)}, " in metrics
+    assert (m["ttft_predicted_ms"], m["ttft_prediction_note"]) == (None, "not enough restores yet (0)")
+
+    # restores measured before: one number, the budget line's, carried by the turn
+    chat, _engine, calls = _chat(replies=["fine"], timing=timing, saved_prefix=prompt[:-17])
+    restores = []
+    for t in (400, 1000, 3000):
+        pre, read = timing.prefill_ms(17, t), timing.restore_ms(t)
+        restores.append(PrefillPoint(17, t, pre, 21.0 + read + pre, t, read, "earlier chats"))
+    chat.ttft.prior = [*chat.ttft.prior, *restores]
+    message = message_text("Summarise.", [read_attachment(str(f), 4096)])
+    budget = budget_of(chat.count(chat.draft_request(message)), chat.ttft)
+    assert budget.count.restore_tokens > 2000 and budget.ttft_ms is not None
+    chat.send(message)
+    turn = finished(calls)[-1]
+    assert turn.restored_tokens == budget.count.restore_tokens and turn.ttft_predicted_ms == budget.ttft_ms
+    assert abs(turn.ttft_predicted_ms / turn.ttft_ms - 1) <= 0.15
+
+
+def one_prediction(budget_line: str, metrics: str) -> None:
+    """The budget line and ask's metrics line say the same prediction (or both none)."""
+    from chatphase.units import fmt_duration_ms
+
+    shown = re.search(r"TTFT ≈ (.+?) \(", budget_line)
+    said = re.search(r"\(predicted ([\d,.]+) ms", metrics)
+    assert (shown is None) == (said is None), (budget_line, metrics)
+    if shown is not None and said is not None:
+        assert shown.group(1) == fmt_duration_ms(float(said.group(1).replace(",", ""))), (budget_line, metrics)
 
 
 def test_two_turns_stopped_after_their_prefill_are_measured_turns():

@@ -80,7 +80,11 @@ def _why_words(why: Withheld) -> tuple[str, str | None]:
         return "shorter than the prompts measured", f"from {fmt_int(why.limit)} tok"
     if why.why == "context":
         return "deeper than the context measured", f"up to {fmt_int(why.limit)} tok"
-    return "a restore with no measured time", None
+    if why.n_points < 2:
+        return "not enough restores yet", str(why.n_points)
+    if why.limit:
+        return "beyond the restores measured", f"up to {fmt_int(why.limit)} tok"
+    return f"the {fmt_count(why.n_points, 'measured restore')} disagree too much", None
 
 
 def bound_text(p: TtftPrediction) -> str:

@@ -8,36 +8,46 @@ The model, for ``n`` tokens evaluated on top of ``depth`` tokens already in the 
 ``a`` (ms) is the turn's cost outside the prefill and the restore (templating, tokenising, the first sample);
 ``p0`` (ms) a prefill's fixed cost (each call's graph, the threads' wake-up); ``b`` (ms per token) each
 evaluated token's cost through the weights; the last term the attention's: token ``i`` of the ``n`` reads the
-``depth + i`` tokens before it, ``n·(depth + n/2)`` reads in all, ``c`` ms each. ``restore`` is the prefix
-store's read of a saved prefix (``r0 + r1·tokens``, :class:`RestoreTerm`), 0 when nothing is restored.
+``depth + i`` tokens before it, ``n·(depth + n/2)`` reads in all, ``c`` ms each. ``restore`` is what restoring a
+saved prefix from the prefix store adds to the TTFT (:class:`RestoreTerm`): its read, ``r1·tokens``, and a fixed
+part ``r0``, what it adds beyond its own measured time — the first prefill after a restore is slower than its
+tokens explain (a 32-token prefill after a restore took 349 ms where the same at that depth took 13 ms, synthetic
+tiny Llama, 2 Xeon vCPUs); 0 when nothing is restored.
 
 The fit (:func:`fit`) takes every completed prefill of this model on this machine (:class:`PrefillPoint`: the
-chat's turns, cancelled ones whose prefill finished included, earlier chats', bench sweeps' samples). ``a`` is
-the median of ``ttft − prefill − restore``; ``p0, b, c`` are weighted least squares of the *prefill* time on
+chat's turns, cancelled ones whose prefill finished included, earlier chats', bench sweeps' samples). Of the
+points without a restore, ``a`` is the median of ``ttft − prefill``, and ``p0, b, c`` are weighted least squares
+of the *prefill* time on
 ``[1, n, n·(depth + n/2)]``, each point weighted by ``1/prefill²`` so that the fit minimises relative error
 (a 20-token turn counts as much as a 2,000-token one). ``p0`` is a free parameter only when the points span
 sizes (the largest ``n`` at least :data:`SPAN` times the smallest), ``c`` only when they span attention
 contexts (``depth + n/2``, the same ratio); otherwise ``p0 = 0`` and ``c = k·b`` with ``k`` the attention's
 FLOPs per context token over the weights' per token (:func:`attention_ratio`, the model's shape). Of the
 candidate sets of free parameters the points allow (at least one point more than parameters, every
-coefficient ≥ 0), the one whose leave-one-out errors are smallest is kept.
+coefficient ≥ 0), the one whose leave-one-out errors are smallest is kept. The points that restored fit the
+restore's term on what their TTFT holds beyond ``a`` and the prefill the model predicts: ``r0 + r1·tokens`` by
+relative least squares when three or more span sizes (2.5×), else ``r1`` from their measured restore times (through
+the origin) and ``r0`` the median of the rest.
 
 The range: each point's leave-one-out prediction (the fit without it: for least squares, the residual over
 ``1 − h``, ``h`` the point's leverage) gives a log-ratio ``ln(measured / predicted)``; their root mean square
 ``s`` is the fit's spread, and a new prediction's range is ``× e^(±t·s·√((1 + h₀)/(1 + P/N)))`` with ``t``
 Student's 95 % quantile at ``N − P`` degrees of freedom (a 90 % two-sided interval) and ``h₀`` the leverage of the
-new turn (wider away from the points), never narrower than ±:data:`MIN_HALF_WIDTH`.
+new turn (wider away from the points), never narrower than ±:data:`MIN_HALF_WIDTH`; after a restore, the restore
+term's own spread (over the restores, Student's t at its degrees of freedom) is added in quadrature.
 
 The prediction is withheld (:class:`Withheld`: at most a bound, never a number that may be several times off)
-when the points are too few for the parameters (``N < P + 1``; ``N = 1`` always), when the range would reach
-past ½× or 2× (:data:`MAX_RATIO`: the points disagree too much), or when the turn is *far* beyond what was
+when the points are too few for the parameters (``N < P + 1``; ``N = 1`` always), for a restore with fewer than
+two restores measured, when the range would reach past ÷1.5 or ×1.5 (:data:`MAX_RATIO`: so that a turn outside
+the 90 % range is still within ½×–2× but for about one in 200), or when the turn is *far* beyond what was
 measured: more than :data:`REACH` times the largest measured ``n`` or attention context ``depth + n/2``, or
 (without a fitted ``p0``) under the smallest ``n`` ÷ :data:`REACH`. Two, because for points spread over a range
 the prediction's own uncertainty (its leverage) at twice the range's end is already about twice what it is
 inside, and grows in proportion to the distance beyond — on terms never checked there. A withheld prediction
-carries bounds from the points themselves (prefill time does not fall with more tokens or more depth): at least
-the prefill of any point with no more tokens and no more depth, at most that of any with no fewer of both (plus
-the largest outside cost and the restore), and the roofline's least TTFT (:class:`TtftBound`).
+carries bounds from the points without a restore (prefill time does not fall with more tokens or more depth): at
+least the prefill of any point with no more tokens and no more depth, at most that of any with no fewer of both
+(plus the largest outside cost; none after a restore, nor when the two cross), and the roofline's least TTFT
+(:class:`TtftBound`).
 
 During a prefill, :func:`remaining_ms` corrects the prediction by the chunks already done: the time predicted for
 the rest, scaled by measured ÷ predicted for the part done.
@@ -47,7 +57,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,8 +65,8 @@ from typing import Any, Literal
 SPAN = 2.5
 #: how far past the measured ``n`` and ``depth + n/2`` a prediction reaches (times the largest; see the docstring).
 REACH = 2.0
-#: a range reaching past ``÷ MAX_RATIO`` or ``× MAX_RATIO`` is no prediction.
-MAX_RATIO = 2.0
+#: a range reaching past ``÷ MAX_RATIO`` or ``× MAX_RATIO`` is no prediction (module docstring).
+MAX_RATIO = 1.5
 #: the narrowest range, ± this fraction (a prefill's time varies by a few % from run to run on a quiet machine).
 MIN_HALF_WIDTH = 0.05
 #: a leave-one-out prediction off by more than this factor counts as this factor (a point alone fixing a term).
@@ -109,15 +119,21 @@ def attention_ratio(attention_flops_per_context_token: int, n_params: int | None
 
 @dataclass(frozen=True)
 class RestoreTerm:
-    """``restore_ms = once_ms + ms_per_token · tokens``, fitted on ``n_points`` restores of up to ``max_tokens``."""
+    """What a restore adds to the TTFT: ``once_ms + ms_per_token · tokens`` (module docstring), fitted on
+    ``n_points`` restores of up to ``max_tokens``; ``log_spread`` the rms of their ``ln(measured / predicted)``
+    TTFT over ``dof`` degrees of freedom (infinite with none)."""
 
     once_ms: float
     ms_per_token: float
     max_tokens: int
     n_points: int
+    log_spread: float
+    dof: int
 
-    def ms(self, tokens: int) -> float:
-        return self.once_ms + self.ms_per_token * tokens
+    def ms(self, tokens: int, read_ms: float | None = None) -> float:
+        """The restore's predicted cost for ``tokens``; ``read_ms`` (the engine's estimate of the read) stands for
+        the fitted read where given."""
+        return self.once_ms + (self.ms_per_token * tokens if read_ms is None else read_ms)
 
 
 #: the prefill's parameters that may be free: the fixed cost and the attention's cost (``b`` always is).
@@ -128,10 +144,11 @@ Free = tuple[bool, bool]
 class TtftModel:
     """The fitted model (module docstring): ``ttft_ms = a_ms + restore + p0_ms + b·n + c·n·(depth + n/2)``.
 
-    ``free``: whether ``p0`` and ``c`` were fitted (else ``p0 = 0``, ``c = k·b``); ``n_points`` the points,
-    ``source`` where from (``this chat, 3 turns``); ``log_spread`` the leave-one-out spread ``s``; ``max_tokens``,
-    ``min_tokens``, ``max_context`` (``depth + n/2``) and ``max_reach`` (``depth + n``) the measured range;
-    ``restore`` the restore's term (``None``: too few restores measured)."""
+    ``free``: whether ``p0`` and ``c`` were fitted (else ``p0 = 0``, ``c = k·b``); ``n_points`` the points the prefill
+    was fitted on (those without a restore), ``source`` where all the points came from (``this chat, 3 turns``);
+    ``log_spread`` the leave-one-out spread ``s``; ``max_tokens``, ``min_tokens``, ``max_context`` (``depth + n/2``)
+    and ``max_reach`` (``depth + n``) the measured range; ``restore`` the restore's term (``None``: no restore
+    measured)."""
 
     a_ms: float
     p0_ms: float
@@ -240,20 +257,32 @@ def t95(dof: int) -> float:
     return next(t for d, t in reversed(_T95) if dof >= d)
 
 
-def _fit_restore(points: Sequence[PrefillPoint]) -> RestoreTerm | None:
-    """The restore's term from the points that restored (two at least; a fixed part when they span sizes)."""
-    restores = [p for p in points if p.restored_tokens > 0 and p.restore_ms > 0]
-    if len(restores) < 2:
+#: a prefill's predicted time (ms) by ``(n, depth)``.
+_Prefill = Callable[[float, float], float]
+
+
+def _fit_restore(restores: Sequence[PrefillPoint], a: float, prefill: _Prefill) -> RestoreTerm | None:
+    """The restore's term from the points that restored (module docstring); ``None`` without one."""
+    if not restores:
         return None
-    sizes = [p.restored_tokens for p in restores]
-    ys = [p.restore_ms for p in restores]
-    top = max(sizes)
-    if len(restores) >= 3 and top >= SPAN * min(sizes):
-        line = _relative_fit([[1.0, float(t)] for t in sizes], ys)
-        if line is not None and line.coef[0] >= 0 and line.coef[1] > 0:
-            return RestoreTerm(line.coef[0], line.coef[1], top, len(restores))
-    line = _relative_fit([[float(t)] for t in sizes], ys)
-    return None if line is None else RestoreTerm(0.0, line.coef[0], top, len(restores))
+    sizes = [float(p.restored_tokens) for p in restores]
+    added = [p.ttft_ms - a - prefill(p.tokens, p.depth) for p in restores]  # all the TTFT the restore added
+    n, once, per_token, params = len(restores), 0.0, 0.0, 1
+    line = None
+    if n >= 3 and max(sizes) >= SPAN * min(sizes) and min(added) > 0:
+        line = _relative_fit([[1.0, t] for t in sizes], added)
+    if line is not None and line.coef[0] >= 0 and line.coef[1] >= 0:
+        once, per_token, params = line.coef[0], line.coef[1], 2
+    else:  # the read by its own measured time, the rest a fixed part
+        reads = _relative_fit([[t] for t in sizes], [max(p.restore_ms, 1e-6) for p in restores])
+        per_token = reads.coef[0] if reads is not None and reads.coef[0] > 0 else 0.0
+        once = max(statistics.median(y - per_token * t for y, t in zip(added, sizes, strict=True)), 0.0)
+    spread = math.inf
+    if n > params:
+        errs = [math.log(p.ttft_ms / max(a + once + per_token * t + prefill(p.tokens, p.depth), 1e-6))
+                for p, t in zip(restores, sizes, strict=True)]  # fmt: skip
+        spread = math.sqrt(sum(e * e for e in errs) / (n - params))
+    return RestoreTerm(once, per_token, max(p.restored_tokens for p in restores), n, spread, n - params)
 
 
 def source_of(points: Sequence[PrefillPoint]) -> str:
@@ -287,20 +316,20 @@ def _candidates(pts: Sequence[PrefillPoint]) -> list[Free]:
 
 def fit(points: Iterable[PrefillPoint], k: float, source: str | None = None) -> TtftModel | None:
     """The model fitted to ``points`` (module docstring); ``k`` the shape's attention ratio (:func:`attention_ratio`);
-    ``source`` names the points (default :func:`source_of`). ``None`` with fewer than two usable points, or when
-    no set of parameters fits them with every coefficient ≥ 0."""
-    pts = usable_points(points)
+    ``source`` names the points (default :func:`source_of`). ``None`` with fewer than two usable points without a
+    restore, or when no set of parameters fits them with every coefficient ≥ 0."""
+    everything = usable_points(points)
+    pts = [p for p in everything if not p.restored_tokens]  # a restore slows the prefill after it: its own term
     if len(pts) < 2:
         return None
     a = statistics.median(max(p.outside_ms, 0.0) for p in pts)
-    restore = _fit_restore(pts)
     ys = [p.prefill_ms for p in pts]
     best: tuple[float, Free, _Line] | None = None
     for free in _candidates(pts):
         line = _relative_fit([_row(p.tokens, p.depth, free, k) for p in pts], ys)
         if line is None or any(c < 0 for c in line.coef) or line.coef[1 if free[0] else 0] <= 0:
             continue
-        spread = _loo_spread(pts, line, a, restore)
+        spread = _loo_spread(pts, line, a)
         if best is None or spread < best[0] - 1e-12:
             best = (spread, free, line)
     if best is None:
@@ -310,15 +339,20 @@ def fit(points: Iterable[PrefillPoint], k: float, source: str | None = None) -> 
     p0 = coef.pop(0) if free[0] else 0.0
     b = coef.pop(0)
     c = coef.pop(0) if free[1] else b * k
+
+    def prefill(n: float, depth: float) -> float:
+        return p0 + b * n + c * n * (depth + n / 2.0)
+
+    restore = _fit_restore([p for p in everything if p.restored_tokens], a, prefill)
     return TtftModel(
-        a, p0, b, c, k, free, len(pts), source or source_of(pts), spread,
+        a, p0, b, c, k, free, len(pts), source or source_of(everything), spread,
         min(p.tokens for p in pts), max(p.tokens for p in pts), max(p.context for p in pts),
         max(p.depth + p.tokens for p in pts), restore,
         tuple(tuple(r) for r in line.inverse), tuple(line.scales),
     )  # fmt: skip
 
 
-def _loo_spread(pts: Sequence[PrefillPoint], line: _Line, a: float, restore: RestoreTerm | None) -> float:
+def _loo_spread(pts: Sequence[PrefillPoint], line: _Line, a: float) -> float:
     """Root mean square of the points' leave-one-out ``ln(measured TTFT / predicted TTFT)``."""
     total = 0.0
     for p, h, r in zip(pts, line.leverages, line.relative_residuals, strict=True):
@@ -326,22 +360,22 @@ def _loo_spread(pts: Sequence[PrefillPoint], line: _Line, a: float, restore: Res
             total += _LOO_CAP**2
             continue
         prefill = p.prefill_ms * (1.0 - r / (1.0 - h))  # the fit without this point, at this point
-        restored = p.restore_ms if restore is None or not p.restored_tokens else restore.ms(p.restored_tokens)
-        predicted = a + restored + prefill
+        predicted = a + prefill
         err = _LOO_CAP if predicted <= 0 else min(abs(math.log(p.ttft_ms / predicted)), _LOO_CAP)
         total += err * err
     return math.sqrt(total / len(pts))
 
 
-WithheldWhy = Literal["turns", "uneven", "tokens_above", "tokens_below", "context", "restore"]
+WithheldWhy = Literal["turns", "uneven", "tokens_above", "tokens_below", "context", "restores"]
 
 
 @dataclass(frozen=True)
 class Withheld:
     """Why a prediction was withheld: ``turns`` too few points (``n_points``), ``uneven`` their range reaches
-    past ½×–2×, ``tokens_above``/``tokens_below`` the turn's tokens far from the measured (``limit``: the largest
-    or smallest measured), ``context`` deeper than measured (``limit``: the deepest ``depth + n``), ``restore`` a
-    restore with no time to put on it."""
+    past ÷1.5–×1.5, ``tokens_above``/``tokens_below`` the turn's tokens far from the measured (``limit``: the largest
+    or smallest measured), ``context`` deeper than measured (``limit``: the deepest ``depth + n``), ``restores`` a
+    restore when fewer than two were measured (``n_points``: the restores), ones that disagree too much, or, with
+    ``limit`` (the largest measured), one far larger and no estimate of its read."""
 
     why: WithheldWhy
     n_points: int
@@ -398,35 +432,41 @@ def predict(
     bound: TtftBound | None = None,
 ) -> TtftPrediction:
     """The prediction for ``tokens`` at ``depth`` after ``restore_tokens`` restored (``restore_estimate_ms``: the
-    engine's own estimate of that restore, used when the fit has no restore term for it), or why not
-    (module docstring). ``points``: the usable points ``model`` was fitted on (for the bounds)."""
-    pts = usable_points(points)
+    engine's own estimate of that restore's read, used for a restore larger than those measured), or why not
+    (module docstring). ``points``: the points ``model`` was fitted on (for the bounds)."""
+    everything = usable_points(points)
+    pts = [p for p in everything if not p.restored_tokens]
     why = _why_withheld(model, len(pts), tokens, depth)
-    restore = 0.0
+    restore, restore_half = 0.0, 0.0
     if why is None and model is not None and restore_tokens > 0:
         term = model.restore
-        if term is not None and restore_tokens <= REACH * term.max_tokens:
-            restore = term.ms(restore_tokens)
-        elif restore_estimate_ms is not None:
-            restore = restore_estimate_ms
+        if term is None or term.n_points < 2:
+            why = Withheld("restores", term.n_points if term is not None else 0)
+        elif restore_tokens <= REACH * term.max_tokens or restore_estimate_ms is not None:
+            near = restore_tokens <= REACH * term.max_tokens
+            restore = term.ms(restore_tokens, None if near else restore_estimate_ms)
+            restore_half = t95(term.dof) * term.log_spread
         else:
-            why = Withheld("restore", len(pts))
+            why = Withheld("restores", term.n_points, term.max_tokens)
     if why is None and model is not None:
         prefill = model.prefill_ms(tokens, depth)
         value = model.a_ms + restore + prefill
         dof = len(pts) - model.n_params
         h0 = model.leverage(tokens, depth)
-        half = t95(dof) * model.log_spread * math.sqrt((1.0 + h0) / (1.0 + model.n_params / len(pts)))
-        half = max(half, math.log1p(MIN_HALF_WIDTH))
+        prefill_half = t95(dof) * model.log_spread * math.sqrt((1.0 + h0) / (1.0 + model.n_params / len(pts)))
+        half = max(math.hypot(prefill_half, restore_half), math.log1p(MIN_HALF_WIDTH))
         if half <= math.log(MAX_RATIO):
             low, high = value * math.exp(-half), value * math.exp(half)
             return TtftPrediction(
                 tokens, depth, restore_tokens, value, low, high, model.source, None, model.a_ms, restore, prefill,
                 model,
             )  # fmt: skip
-        why = Withheld("turns" if dof < 8 else "uneven", len(pts))
+        if restore_half > prefill_half and model.restore is not None:  # the restores are what disagree
+            why = Withheld("restores", model.restore.n_points)
+        else:
+            why = Withheld("turns" if dof < 8 else "uneven", len(pts))
     assert why is not None
-    least, most = _bounds(pts, tokens, depth, restore_tokens, restore_estimate_ms)
+    least, most = _bounds(everything, tokens, depth, restore_tokens)
     bound_source = None
     if bound is not None and (least is None or bound.ttft_ms(tokens) > least):
         least, bound_source = bound.ttft_ms(tokens), bound.source
@@ -446,18 +486,19 @@ def _why_withheld(model: TtftModel | None, n_points: int, tokens: int, depth: in
 
 
 def _bounds(
-    pts: Sequence[PrefillPoint], tokens: int, depth: int, restore_tokens: int, restore_ms: float | None
+    pts: Sequence[PrefillPoint], tokens: int, depth: int, restore_tokens: int
 ) -> tuple[float | None, float | None]:
-    """Least and most TTFT the points allow (module docstring), ``None`` where none does."""
+    """Least and most TTFT the points without a restore allow (module docstring), ``None`` where none does."""
+    pts = [p for p in pts if not p.restored_tokens]
     if not pts:
         return None, None
     outside = [max(p.outside_ms, 0.0) for p in pts]
     below = [p.prefill_ms for p in pts if p.tokens <= tokens and p.depth <= depth]
     above = [p.prefill_ms for p in pts if p.tokens >= tokens and p.depth >= depth]
     low = max(below) + min(outside) if below else None
-    high = None
-    if above and (restore_tokens == 0 or restore_ms is not None):
-        high = min(above) + max(outside) + ((restore_ms or 0.0) if restore_tokens else 0.0)
+    high = min(above) + max(outside) if above and not restore_tokens else None  # a restore's cost: unknown here
+    if low is not None and high is not None and low > high:  # noise: the points contradict each other here
+        return None, None
     return low, high
 
 
