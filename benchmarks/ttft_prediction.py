@@ -192,6 +192,7 @@ class Replay:
         if len(self.turns.metrics) == before:
             raise SystemExit(f"benchmarks: {case}: the turn did not finish")
         m = self.turns.metrics[-1]
+        print(f"benchmarks: {self.name} · {case} · +{count.new_tokens} tok · TTFT {_ms(m.ttft_ms)} ms", file=sys.stderr)
         if m.ttft_predicted_ms != p.ttft_ms:  # the turn carries the budget's prediction
             raise SystemExit(f"benchmarks: {case}: two predictions ({p.ttft_ms} shown, {m.ttft_predicted_ms} kept)")
         note = withheld_text(p.withheld) if p.withheld is not None else ""
