@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from chatphase.engine.events import (
@@ -92,12 +92,34 @@ def default_reply(request: TurnRequest) -> str:
 
 @dataclass
 class FakeTiming:
-    """Virtual per-phase costs in ms that the scripted timestamps advance by."""
+    """Virtual per-phase costs in ms that the scripted timestamps advance by. A prefill of ``n`` tokens on
+    ``depth`` cached ones takes ``prefill_once_ms + prefill_ms_per_token·n + prefill_ms_per_token_context·n·(depth
+    + n/2)`` (a fixed cost, the weights', the attention's); a restore of ``n`` tokens from the fake prefix store
+    ``restore_once_ms + restore_ms_per_token·n``, which the count estimates as ``restore_estimate_ms_per_token·n``."""
 
     load_ms: float = 120.0
     tokenize_ms: float = 1.0
     prefill_ms_per_token: float = 2.0
     decode_ms_per_token: float = 20.0
+    prefill_once_ms: float = 0.0
+    prefill_ms_per_token_context: float = 0.0
+    restore_once_ms: float = 0.0
+    restore_ms_per_token: float = 0.0
+    restore_estimate_ms_per_token: float = 0.0
+
+    def prefill_ms(self, n: int, depth: int) -> float:
+        """The scripted prefill time of ``n`` tokens evaluated on ``depth`` cached ones."""
+        if n <= 0:
+            return 0.0
+        return (
+            self.prefill_once_ms
+            + self.prefill_ms_per_token * n
+            + self.prefill_ms_per_token_context * n * (depth + n / 2)
+        )
+
+    def restore_ms(self, n: int) -> float:
+        """The scripted restore time of ``n`` tokens."""
+        return self.restore_once_ms + self.restore_ms_per_token * n if n else 0.0
 
 
 class FakeEngine:
@@ -123,6 +145,10 @@ class FakeEngine:
             text): each is in the step of the next other token, which also drafted one rejected token.
         spec_note: the turns' ``spec_note`` (drafting did not pay).
         restore_note: the turns' ``PrefillStarted.restore_note`` (a saved prefix restored, or not and why).
+        saved_prefix: the tokens a prefix store holds: a prompt that shares more of them than the cache does (32
+            more at least, as the real store's rule) restores them first (``FakeTiming``'s restore costs).
+        esc_turns: turn ids the user stops (as Esc) once their first token has come: ``stop_reason="cancelled"``
+            after a completed prefill.
     """
 
     def __init__(
@@ -147,6 +173,8 @@ class FakeEngine:
         drafted: Collection[int] = (),
         spec_note: str | None = None,
         restore_note: str | None = None,
+        saved_prefix: Sequence[str] = (),
+        esc_turns: Collection[int] = (),
     ) -> None:
         self.info = info
         self.n_ctx = int(getattr(config, "n_ctx", 4096))
@@ -161,6 +189,7 @@ class FakeEngine:
         self.notes, self.log_path = notes, log_path
         self.spec, self.drafted, self.spec_note = spec, frozenset(drafted), spec_note
         self.restore_note = restore_note
+        self.saved_prefix, self.esc_turns = list(saved_prefix), frozenset(esc_turns)
         self.kv_bytes_per_token = info.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN
         self._cache: list[str] = []
         self._cancel = threading.Event()
@@ -223,23 +252,29 @@ class FakeEngine:
         cached = _common_prefix(self._cache, prompt)
         if cached == len(prompt):  # llama.cpp always evaluates at least the last prompt token
             cached -= 1
+        restored = self._restorable(prompt, cached)
+        if restored:
+            self._cache = prompt[: cached + restored]
+            cached += restored
+        restore_ms = t.restore_ms(restored)
         prefill = len(prompt) - cached
         t_submit = request.turn_id * 10**12
-        t_pre0 = t_submit + _ns(t.tokenize_ms)
+        t_pre0 = t_submit + _ns(t.tokenize_ms + restore_ms)
         yield PrefillStarted(
-            request.turn_id, len(prompt), cached, prefill, dropped, t_pre0, restore_note=self.restore_note
-        )
+            request.turn_id, len(prompt), cached, prefill, dropped, t_pre0, restore_note=self.restore_note,
+            **({"restored_tokens": restored, "restore_ms": restore_ms} if restored else {}),
+        )  # fmt: skip
         done = 0
         while done < prefill:
             if self._should_crash("prefill", request):
                 yield from self._die(request)
                 return
             done = min(prefill, done + self.n_batch)
-            yield PrefillProgress(request.turn_id, done, prefill, done * t.prefill_ms_per_token)
+            yield PrefillProgress(request.turn_id, done, prefill, t.prefill_ms(done, cached))
             if self._pause("prefill") or self._cancel.wait(self.prefill_delay_s):
                 break
         cancelled = self._cancel.is_set()
-        t_pre1 = t_pre0 + _ns(done * t.prefill_ms_per_token)
+        t_pre1 = t_pre0 + _ns(t.prefill_ms(done, cached))
         self._cache = prompt[: cached + done]
         pieces = [] if cancelled else self._reply_pieces(request)[: request.sampling.max_tokens]
         room = self.n_ctx - (cached + done)
@@ -287,6 +322,8 @@ class FakeEngine:
                 yield ThinkingEnded(
                     request.turn_id, tracker.thinking_tokens, (t_i - times[0]) / NS_PER_MS, t_i, tracker.forced
                 )
+            if request.turn_id in self.esc_turns:
+                self._cancel.set()  # the user's Esc, once the first token is in
             if (len(times) == self.hold_after_tokens and self._pause("decode")) or self._cancel.wait(
                 self.token_delay_s
             ):
@@ -311,6 +348,8 @@ class FakeEngine:
             spec=self._spec_figures(self.spec, times) if self.spec is not None and times else None,
             **tracker.metrics_args(),
         )
+        if restored:
+            metrics = replace(metrics, restored_tokens=restored, restore_ms=restore_ms)
         reply, thought_text = "".join(text), "".join(thought)
         yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text)
 
@@ -328,7 +367,14 @@ class FakeEngine:
         prompt = template_tokens(messages)
         cached = min(_common_prefix(self._cache, prompt), len(prompt) - 1)
         dropped = max(dropped - request.overflow_from, 0)  # newly left out, as the engine counts them
-        return PromptCount(len(prompt), cached, len(self._cache), self.n_ctx, dropped, texts)
+        restored = self._restorable(prompt, cached)
+        estimate = self.timing.restore_estimate_ms_per_token * restored if restored else None
+        return PromptCount(len(prompt), cached, len(self._cache), self.n_ctx, dropped, texts, None, restored, estimate)
+
+    def _restorable(self, prompt: Sequence[str], cached: int) -> int:
+        """The tokens beyond ``cached`` a prompt would restore from the saved prefix (0: none, or fewer than 32)."""
+        more = min(_common_prefix(self.saved_prefix, prompt), len(prompt) - 1) - cached
+        return more if more >= 32 else 0
 
     def _spec_figures(self, spec: SpecLive, times: Sequence[int]) -> dict[str, Any]:
         """The ``spec_*`` metrics of tokens at ``times`` (ns), in the steps that ``drafted`` implies."""

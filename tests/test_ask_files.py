@@ -133,8 +133,9 @@ def test_files_and_stdin_go_into_the_first_message_with_their_budget(tmp_path, c
     sent = engines[0].requests[0].messages[-1].content
     assert sent == turns[0]["prompt"]
     assert turns[0]["metrics"]["ttft_predicted_ms"] is None  # nothing measured before the first turn
-    assert turns[1]["metrics"]["ttft_predicted_ms"] > 0
-    assert turns[1]["metrics"]["ttft_prediction_source"] == "this chat, 1 turn"
+    assert turns[0]["metrics"]["ttft_prediction_note"] == "not enough turns yet (0)"
+    assert turns[1]["metrics"]["ttft_predicted_ms"] is None  # one turn measured: not enough
+    assert turns[1]["metrics"]["ttft_prediction_note"] == "not enough turns yet (1)"
 
 
 def test_without_json_the_files_and_the_budget_go_to_stderr(tmp_path, capsys, engines):
@@ -143,8 +144,8 @@ def test_without_json_the_files_and_the_budget_go_to_stderr(tmp_path, capsys, en
     code, _out, err = run(capsys, "-f", str(f), "Summarise.", "Thanks.")
     assert code == 0, err
     lines = err.splitlines()
-    assert "(predicted" not in lines[2] and lines[2].startswith("[turn 1]")
-    assert lines[3].startswith("[turn 2]") and " (predicted " in lines[3]
+    assert "(not predicted: not enough turns yet (0))" in lines[2] and lines[2].startswith("[turn 1]")
+    assert lines[3].startswith("[turn 2]") and " (not predicted: not enough turns yet (1)" in lines[3]
     assert lines[0] == f"chatphase: {f} · 17 B · 3 tok"
     assert lines[1].startswith("chatphase: +") and "context 0 % → " in lines[1]
-    assert "TTFT: after the first turn" in lines[1]
+    assert "TTFT: not enough turns yet (0)" in lines[1]

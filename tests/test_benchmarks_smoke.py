@@ -207,9 +207,13 @@ def test_roofline_vs_stream_smallest(tmp_path):
 
 @pytest.mark.model
 def test_ttft_prediction_smallest(tmp_path):
-    done = run("ttft_prediction", "--reps", "1", "--long-tokens", "64", "--gen", "4", "--n-ctx", "1024")
-    ok(done, 0, 1)  # 1: the target was not met (figures mean nothing here)
-    assert "| 1 | " in done.stdout and "this chat, 3 turns" in done.stdout
+    args = ["--models", "default", "--reps", "1", "--long-tokens", "64", "--file-tokens", "40", "--gen", "2"]
+    done = run("ttft_prediction", *args, "--n-ctx", "512", "--output", str(tmp_path / "t.md"))
+    ok(done, 0, 1)  # 1: a target was not met (figures mean nothing here)
+    text = (tmp_path / "t.md").read_text()
+    for case in ("long first turn", "deep follow-ups", "resumed (restore)", "after an overflow", "after a cancelled"):
+        assert f"| {case}" in text, case
+    assert "not enough turns yet (0)" in text and "\nAll: " in text
 
 
 @pytest.mark.model

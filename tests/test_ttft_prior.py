@@ -18,7 +18,7 @@ from chatphase.chat.budget import budget_of
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import PromptCount
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.engine.ttft_prediction import TtftBound, TtftModel, TtftPredictor
+from chatphase.engine.ttft_prediction import PrefillPoint, TtftBound, TtftPredictor, fit
 from chatphase.history import ttft_prior as history_ttft
 from chatphase.history.context import model_hash
 from chatphase.history.db import connect, db_path
@@ -92,12 +92,28 @@ def test_the_history_prior_takes_this_model_files_turns_on_this_machine_only(tmp
     write_chat(model_file, digest, {"machine": "laptop", "cpu": HERE["cpu"]}, [turn_metrics(500, 0, 1.0, 90.0)])
     same_name = tmp_path / "elsewhere" / "smol.gguf"  # another file of the same name: another hash
     write_chat(same_name, "ffffffffffffffff", HERE, [turn_metrics(500, 0, 1.0, 90.0)])
-    write_chat(model_file, digest, HERE, [turn_metrics(800, 0, 1.0, 90.0, stop="cancelled")])
     index_all()
-    prior = history_ttft.history_prior(str(model_file), 0.0)
+    points = history_ttft.history_points(str(model_file))
+    assert [(p.tokens, p.depth, p.origin) for p in points] == [(600, 300, "earlier chats"), (200, 40, "earlier chats"),
+                                                                (30, 0, "earlier chats")]  # fmt: skip
+    prior = fit(points, 0.0)
     assert prior is not None and prior.source == "earlier chats, 3 turns"
     assert prior.a_ms == pytest.approx(40.0, abs=0.01) and prior.b_ms_per_token == pytest.approx(2.0)
-    assert history_ttft.history_prior(str(tmp_path / "missing.gguf"), 0.0) is None  # no file, no identity
+    assert history_ttft.history_points(str(tmp_path / "missing.gguf")) == []  # no file, no identity
+
+
+def test_a_turn_stopped_after_its_prefill_is_a_point_and_one_stopped_during_it_is_not(model_file, here):
+    """Seen: a full prefill stopped with Esc during decode was never fitted. Its prefill completed (a first token
+    came); one stopped during the prefill (no TTFT) or a failed one is no point. A restore comes with its figures."""
+    digest = model_hash(model_file)
+    stopped = turn_metrics(800, 0, 1.0, 9.0, stop="cancelled")
+    in_prefill = replace(turn_metrics(500, 0, 1.0, 9.0, stop="cancelled"), ttft_ms=None)
+    failed = turn_metrics(700, 0, 1.0, 9.0, stop="error")
+    restored = replace(turn_metrics(20, 2000, 30.0, 2.0), restored_tokens=2000, restore_ms=25.0)
+    write_chat(model_file, digest, HERE, [stopped, in_prefill, failed, restored])
+    index_all()
+    points = history_ttft.history_points(str(model_file))
+    assert sorted((p.tokens, p.restored_tokens, p.restore_ms) for p in points) == [(20, 2000, 25.0), (800, 0, 0.0)]
 
 
 def test_the_history_prior_keeps_the_newest_turns(model_file, here):
@@ -124,13 +140,12 @@ def test_the_history_prior_takes_the_turns_of_the_same_prefill_settings(model_fi
     write_chat(model_file, digest, HERE, [turn_metrics(200, 0, 10.0, 6.0)], {**two, "type_k": "q8_0"})
     write_chat(model_file, digest, HERE, [turn_metrics(500, 0, 10.0, 4.0)])  # settings not recorded
     index_all()
-    prior = history_ttft.history_prior(str(model_file), 0.0, {**two, "n_batch": 999, "flash_attn": None})
-    assert prior is not None and prior.source == "earlier chats, 3 turns"  # n_batch is not compared, None not
-    assert prior.b_ms_per_token == pytest.approx(4.0)
-    four = history_ttft.history_prior(str(model_file), 0.0, {**two, "n_threads_batch": 4})
-    assert four is not None and four.source == "earlier chats, 2 turns"  # the 4-thread turn and the unrecorded one
-    everything = history_ttft.history_prior(str(model_file), 0.0)
-    assert everything is not None and everything.source == "earlier chats, 6 turns"
+    prior = history_ttft.history_points(str(model_file), {**two, "n_batch": 999, "flash_attn": None})
+    assert len(prior) == 3  # n_batch is not compared, None not
+    assert all(p.prefill_ms == 4.0 * p.tokens for p in prior)
+    four = history_ttft.history_points(str(model_file), {**two, "n_threads_batch": 4})
+    assert len(four) == 2  # the 4-thread turn and the unrecorded one
+    assert len(history_ttft.history_points(str(model_file))) == 6
 
 
 def test_the_prior_is_taken_again_with_the_settings_the_load_resolved(model_file, here):
@@ -154,7 +169,7 @@ def test_the_prior_is_taken_again_with_the_settings_the_load_resolved(model_file
     chat.start_engine()
     assert chat.loaded is not None and chat.loaded.settings.flash_attn == "on"
     assert chat.ttft.model.source == "earlier chats, 3 turns"
-    assert budget_of(COUNT, chat.ttft).line().endswith("TTFT ≈ 4.0 s (earlier chats, 3 turns)")
+    assert budget_of(COUNT, chat.ttft).line().endswith("TTFT ≈ 4.0 s (3.9–4.3 s; earlier chats, 3 turns)")
 
 
 def test_a_new_chat_takes_the_prior_again_with_the_turns_indexed_since(model_file, here):
@@ -173,20 +188,20 @@ def test_a_new_chat_takes_the_prior_again_with_the_turns_indexed_since(model_fil
     info = fake_model_info(path=str(model_file), attention=None)
     chat = ChatController(Settings(), info, lambda i, s: FakeEngine(i, s.engine), InlineDispatcher(), [Calls()])
     chat.start_engine()
-    assert chat.ttft.prior is not None and chat.ttft.prior.source == "earlier chats, 2 turns"
+    assert len(chat.ttft.prior) == 2
     write_chat(model_file, digest, HERE, [turn_metrics(200, 0, 50.0, 4.0)], on)  # a chat that ended meanwhile
     index_all()
     chat.new_chat()
-    assert chat.ttft.prior is not None and chat.ttft.prior.source == "earlier chats, 3 turns"
+    assert len(chat.ttft.prior) == 3
 
 
 def test_no_database_or_an_unreadable_one_gives_no_prior(model_file, here):
     assert not db_path().exists()
-    assert history_ttft.history_prior(str(model_file), 0.0) is None
+    assert history_ttft.history_points(str(model_file)) == []
     assert not db_path().exists()  # reading a prior creates no database
     db_path().parent.mkdir(parents=True, exist_ok=True)
     db_path().write_bytes(b"not a database" * 100)
-    assert history_ttft.history_prior(str(model_file), 0.0) is None
+    assert history_ttft.history_points(str(model_file)) == []
 
 
 def test_a_chat_on_a_model_with_history_predicts_its_first_turn_from_earlier_chats(model_file, here):
@@ -203,15 +218,15 @@ def test_a_chat_on_a_model_with_history_predicts_its_first_turn_from_earlier_cha
     info = fake_model_info(path=str(model_file), attention=None)
     chat = ChatController(Settings(), info, lambda i, s: FakeEngine(i, s.engine), InlineDispatcher(), [Calls()])
     line = budget_of(COUNT, chat.ttft).line()
-    assert line.endswith("TTFT ≈ 4.0 s (earlier chats, 3 turns)")  # 50 ms + 1,000 × 4 ms
+    assert line.endswith("TTFT ≈ 4.0 s (3.9–4.3 s; earlier chats, 3 turns)")  # 50 ms + 1,000 × 4 ms
 
 
 def fake_sources(monkeypatch, history: bool, sweep: bool, peak: bool) -> None:
     """Each source of the prior present or not, faked."""
-    hist = TtftModel(0.0, 1.0, 0.0, 42, "earlier chats, 42 turns")
-    bench = TtftModel(0.0, 2.0, 0.0, 9, "bench results smol.json")
-    monkeypatch.setattr(ttft_prior, "history_prior", lambda path, k, settings: hist if history else None)
-    monkeypatch.setattr(ttft_prior, "saved_prior", lambda path, k, folder: bench if sweep else None)
+    hist = [PrefillPoint(n, 0, float(n), float(n), origin="earlier chats") for n in (100, 400, 900)]  # 1 ms a token
+    bench = [PrefillPoint(n, 0, float(n), float(n), origin="bench results smol.json") for n in (200, 800)]
+    monkeypatch.setattr(ttft_prior, "history_points", lambda path, settings: hist if history else [])
+    monkeypatch.setattr(ttft_prior, "saved_points", lambda path, folder: bench if sweep else [])
     found = machine_peaks.FlopsPeak(1e11, 2, "numpy.matmul float32", "2026-12-04T08:00:00+00:00")
     monkeypatch.setattr(ttft_prior, "flops_peak", lambda threads: found if peak and threads <= 2 else None)
 
@@ -221,26 +236,30 @@ TWO_THREADS = EngineConfig(n_threads=2, n_threads_batch=2)
 
 
 @pytest.mark.parametrize(
-    ("history", "sweep", "peak", "says"),
+    ("history", "sweep", "peak", "says", "then"),
     [
-        (True, True, True, "TTFT ≈ 1.0 s (earlier chats, 42 turns)"),
-        (False, True, True, "TTFT ≈ 2.0 s (bench results smol.json)"),
-        (False, False, True, "TTFT ≥ 2.1 s (roofline)"),
-        (False, False, False, "TTFT: after the first turn"),
+        (True, True, True, "TTFT ≈ 1.0 s (952 ms–1.1 s; earlier chats + bench results smol.json, 5 prefills)",
+         "TTFT ≈ 1.0 s (952 ms–1.1 s; this chat + earlier chats + bench results smol.json, 6 prefills)"),
+        (False, True, True, "TTFT ≈ 1.0 s (952 ms–1.1 s; bench results smol.json, 2 prefills)",
+         "TTFT ≈ 1.0 s (952 ms–1.1 s; this chat + bench results smol.json, 3 prefills)"),
+        (False, False, True, "TTFT ≥ 2.1 s (roofline)", "TTFT ≥ 2.1 s (not enough turns yet: 1)"),
+        (False, False, False, "TTFT: not enough turns yet (0)", "TTFT ≥ 150 ms (not enough turns yet: 1)"),
     ],
-)
-def test_each_source_is_taken_in_order(monkeypatch, history, sweep, peak, says):
+)  # fmt: skip
+def test_every_source_is_fitted_together_and_the_roofline_bounds_what_is_withheld(
+    monkeypatch, history, sweep, peak, says, then
+):
     fake_sources(monkeypatch, history, sweep, peak)
     predictor = ttft_prior.ttft_predictor(F32, TWO_THREADS)
     assert budget_of(COUNT, predictor).line().endswith(says)
-    predictor.add(100, 0, 300.0, 300.0)  # the chat's own turn comes first of all
-    assert budget_of(COUNT, predictor).line().endswith("TTFT ≈ 3.0 s (this chat, 1 turn)")
+    predictor.add(150, 0, 150.0, 150.0)  # the chat's own turn joins them
+    assert budget_of(COUNT, predictor).line().endswith(then)
 
 
 def test_the_roofline_bound_is_the_weight_matmuls_flops_at_the_peak_and_never_a_prediction(monkeypatch):
     fake_sources(monkeypatch, False, False, True)
     predictor = ttft_prior.ttft_predictor(F32, TWO_THREADS)
-    assert predictor.model is None and predictor.predict_ms(1000, 0) is None  # nor the prefill's time left
+    assert predictor.model is None and predictor.predict(1000, 0).ttft_ms is None  # nor the prefill's time left
     bound = predictor.bound
     assert bound is not None
     matrix = 49_152 * 576  # tied: one matrix, the output of the last token only
@@ -249,7 +268,7 @@ def test_the_roofline_bound_is_the_weight_matmuls_flops_at_the_peak_and_never_a_
     untied = replace(F32, embedding_bytes=1)  # the input embedding is a lookup: both matrices out
     assert prefill_flops(untied, 1) == 2 * (F32.n_params - 2 * matrix) + 2 * matrix
     assert ttft_prior.ttft_predictor(F32, EngineConfig(n_threads=4, n_threads_batch=4)).bound is None  # 2-thread peak
-    budget = budget_of(COUNT, TtftPredictor(0.0, None, TtftBound(1e11, 4e7, 0.0)))
+    budget = budget_of(COUNT, TtftPredictor(0.0, (), TtftBound(1e11, 4e7, 0.0)))
     assert budget.ttft_ms is None and budget.line().endswith("TTFT ≥ 400 ms (roofline)")
 
 
@@ -332,10 +351,10 @@ def test_the_history_prior_reads_a_10k_turn_history_in_well_under_50_ms(model_fi
     )
     conn.commit()
     conn.close()
-    history_ttft.history_prior(str(model_file), 0.0)  # the page cache warm, as for the chat's own db
-    best = min(_timed(lambda: history_ttft.history_prior(str(model_file), 0.0)) for _ in range(5))
-    prior = history_ttft.history_prior(str(model_file), 0.0)
-    assert prior is not None and prior.n_points == history_ttft.RECENT_TURNS
+    history_ttft.history_points(str(model_file))  # the page cache warm, as for the chat's own db
+    best = min(_timed(lambda: history_ttft.history_points(str(model_file))) for _ in range(5))
+    points = history_ttft.history_points(str(model_file))
+    assert len(points) == history_ttft.RECENT_TURNS
     print(f"history prior on 10,000 turns: {best * 1000:.1f} ms")
     assert best < 0.05, f"{best * 1000:.1f} ms"
 

@@ -194,19 +194,23 @@ async def test_an_unreadable_file_command_is_a_notice(tmp_path, monkeypatch):
         assert app.query_one(DraftBudget).files == [] and engines[0].requests == []
 
 
-async def test_the_budget_line_counts_the_draft_live_and_predicts_ttft_after_a_turn():
+async def test_the_budget_line_counts_the_draft_live_and_predicts_ttft_after_two_turns():
     app, engines = make_app()
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: idle(app))
         app.query_one(PromptInput).set_text("one two three")
         # the fake's template: 3 + 3 words for the message, 2 for the assistant header
         await wait_for(pilot, lambda: line(app).startswith("+8 tok · context 0 % → 0 %"))
-        assert "TTFT: after the first turn" in line(app)
+        assert "TTFT: not enough turns yet (0)" in line(app)
         await send(pilot, "one two three")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         app.query_one(PromptInput).set_text("four five six seven")
+        await wait_for(pilot, lambda: "(not enough turns yet: 1)" in line(app))  # a bound from the one turn
+        await send(pilot, "four five six seven")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        app.query_one(PromptInput).set_text("eight nine")
         await wait_for(pilot, lambda: "TTFT ≈" in line(app))
-        assert "(this chat, 1 turn)" in line(app)
+        assert "; this chat, 2 turns)" in line(app)
         assert engines[0].counts  # counted by the engine, not guessed
 
 
@@ -304,7 +308,7 @@ async def test_while_a_reply_runs_the_draft_waits_and_is_counted_after_it(tmp_pa
         app.query_one(PromptInput).set_text("next one")
         await wait_for(pilot, lambda: "counted when the engine is free" in line(app))
         engines[0].release()
-        await wait_for(pilot, lambda: line(app).startswith("+") and "TTFT ≈" in line(app))
+        await wait_for(pilot, lambda: line(app).startswith("+") and "(not enough turns yet: 1)" in line(app))
 
 
 async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_path, monkeypatch):

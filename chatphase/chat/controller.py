@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from chatphase.chat.budget import prediction_of, with_prediction
 from chatphase.chat.conversation import Conversation
 from chatphase.chat.dispatch import Dispatcher, EngineJob, JobKind
 from chatphase.chat.listener import ChatListener, Notice, thinking_ignored
@@ -49,6 +50,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
+from chatphase.engine.ttft_prediction import TtftPrediction
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
@@ -124,8 +126,10 @@ class ChatController:
         self._closed = False
         #: how often the listeners want token events (ms; ``None``: the engine's default): the TUI's redraw interval
         self.events_every_ms: float | None = None
-        #: TTFT predictions from this chat's turns, before the first one from earlier chats or saved bench results
+        #: TTFT predictions fitted on this chat's prefills, earlier chats' and saved bench results'
         self.ttft = ttft_predictor(model_info, settings.engine)
+        #: the last count (:meth:`count`): when it was asked (engine, turns begun), its messages, its prediction
+        self._counted: tuple[tuple[int, int], tuple[Message, ...], TtftPrediction | None] | None = None
 
     # -- state -------------------------------------------------------------------------------------
     def add_listener(self, listener: ChatListener) -> None:
@@ -363,10 +367,13 @@ class ChatController:
 
     def count(self, request: CountRequest) -> PromptCount | None:
         """The engine's answer to ``request`` (blocking: call it off the UI thread); ``None`` when it cannot
-        count now (a turn is running, the engine was replaced or is gone)."""
+        count now (a turn is running, the engine was replaced or is gone). The turn that sends these messages
+        next, on this engine and cache, carries the prediction made for this count
+        (:func:`~chatphase.chat.budget.prediction_of`, the budget line's), not one of its own."""
         engine = self.engine
         if self.busy or not isinstance(engine, PromptCounter):
             return None
+        stamp = (self.engine_id, self._last_turn_id)
         count = engine.count_prompt(request)
         if count is not None and not self.history.messages:
             # a new chat: the KV cache still holds the last one, which this prompt drops but for a shared
@@ -374,10 +381,13 @@ class ChatController:
             count = replace(
                 count, kv_cache_tokens=min(count.kv_cache_tokens, count.cached_tokens + count.restore_tokens)
             )
+        if count is not None:  # predicted now, once: budget_of() finds the same object
+            self._counted = (stamp, tuple(request.messages), prediction_of(count, self.ttft))
         return count
 
     def _begin(self, kind: TurnKind) -> Turn:
         assert self.engine is not None
+        stamp = (self.engine_id, self._last_turn_id)
         self._last_turn_id += 1
         messages = self.history.request_messages(self.settings.system_prompt)
         thinking = {"on": True, "off": False}.get(self.settings.thinking)
@@ -395,6 +405,9 @@ class ChatController:
         )
         users = self.history.user_messages()
         turn = Turn(self._last_turn_id, self.history.next_number(), kind, users[-1], len(users) - 1, request)
+        counted, self._counted = self._counted, None
+        if counted is not None and counted[0] == stamp and counted[1] == tuple(messages):
+            turn.ttft_prediction = counted[2]  # the budget line's own
         self.turn, self.busy = turn, True
         self._tell(lambda to: to.turn_started(turn))
         engine = self.engine
@@ -441,11 +454,10 @@ class ChatController:
 
     def _prefill_started(self, turn: Turn, ev: PrefillStarted) -> None:
         turn.prefill = ev
-        model = self.ttft.model
-        if model is not None and ev.prefill_tokens is not None and ev.cached_tokens is not None:
-            turn.ttft_model = model
-            # a restore from disk is over by now: its measured time is part of the TTFT predicted
-            turn.ttft_predicted_ms = (ev.restore_ms or 0.0) + model.ttft_ms(ev.prefill_tokens, ev.cached_tokens)
+        if turn.ttft_prediction is None and ev.prefill_tokens is not None and ev.cached_tokens is not None:
+            # not counted before it was sent: predicted now, once (a restore's measured time stands for its estimate)
+            from_disk = ev.restored_tokens or 0
+            turn.ttft_prediction = self.ttft.predict(ev.prefill_tokens, ev.cached_tokens, from_disk, ev.restore_ms)
         self._tell(lambda to: to.prefill_started(turn, ev))
         before = self.history.left_out
         if ev.dropped_messages != before:
@@ -469,16 +481,10 @@ class ChatController:
     def _finished(self, turn: Turn, ev: TurnFinished) -> None:
         self.turn = None
         m = ev.metrics
-        if turn.ttft_model is not None:
-            ev = replace(
-                ev,
-                metrics=replace(
-                    m, ttft_predicted_ms=turn.ttft_predicted_ms, ttft_prediction_source=turn.ttft_model.source
-                ),
-            )
-        if m.stop_reason not in ("cancelled", "error"):
-            ttft = None if m.ttft_ms is None else m.ttft_ms - (m.restore_ms or 0.0)  # the law has no restore term
-            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, ttft)
+        if turn.ttft_prediction is not None:
+            ev = replace(ev, metrics=with_prediction(m, turn.ttft_prediction))
+        if m.stop_reason != "error" and m.ttft_ms is not None:  # the prefill completed (a turn stopped after it too)
+            self.ttft.add(m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms, m.restored_tokens, m.restore_ms)
         if ev.metrics.dropped_messages > self.history.left_out:  # the reply went on past n_ctx (shift or drop-oldest)
             self._left_out(ev.metrics.dropped_messages)
             self._notice(Notice("dropped", "Context full", overflow_text(ev.metrics), "warning"))

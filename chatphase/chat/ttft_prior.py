@@ -1,13 +1,14 @@
-"""The TTFT prediction's prior (:mod:`chatphase.engine.ttft_prediction`) before a chat's first turn, in this order
-(:func:`ttft_predictor`, again with the loaded engine's settings by :func:`prior_after_load`): the turns this model
-file ran on this machine with the same prefill settings in earlier chats (the history database,
-:mod:`chatphase.history.ttft_prior`), else the model's saved prompt-length sweeps (``chatphase bench -o
-FILE.json``) in :func:`results_dir`, else no prediction but the roofline's least TTFT (:func:`roofline_bound`),
-when this machine's matmul peak is known and bounds the model's weights.
+"""The TTFT prediction's prior (:mod:`chatphase.engine.ttft_prediction`): the prefills measured before this chat,
+fitted together with the chat's own (:func:`ttft_predictor`, again with the loaded engine's settings by
+:func:`prior_after_load`): the turns this model file ran on this machine with the same prefill settings in earlier
+chats (the history database, :mod:`chatphase.history.ttft_prior`) and the samples of the model's newest saved
+prompt-length sweep (``chatphase bench -o FILE.json``) in :func:`results_dir`; and the roofline's least TTFT
+(:func:`roofline_bound`), when this machine's matmul peak is known and bounds the model's weights, as a bound where
+the prediction is withheld.
 
-The newest sweep JSON of the same model file (by its ``model.path``, else its file name) is fitted with the
-same law as a chat's turns; its name is the prediction's source (``bench results smollm.json``). A file that
-is not a sweep, not JSON or unreadable is passed over: a prior is a help, not a requirement.
+The newest sweep JSON of the same model file (by its ``model.path``, else its file name) gives its samples as
+points named by it (``bench results smollm.json``). A file that is not a sweep, not JSON or unreadable is passed
+over: a prior is a help, not a requirement.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedSettings
-from chatphase.engine.ttft_prediction import TtftBound, TtftModel, TtftPredictor, attention_ratio, prior_from_sweep
-from chatphase.history.ttft_prior import history_prior
+from chatphase.engine.ttft_prediction import PrefillPoint, TtftBound, TtftPredictor, attention_ratio, points_from_sweep
+from chatphase.history.ttft_prior import history_points
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import attention_flops_per_context_token, float32_peak_bounds, prefill_flops
 from chatphase.sessions.store import data_dir
@@ -34,12 +35,12 @@ def results_dir() -> Path:
     return data_dir() / "results"
 
 
-def saved_prior(model_path: str, k: float, folder: str | os.PathLike[str]) -> TtftModel | None:
-    """The prior from the newest sweep of ``model_path`` in ``folder``, ``None`` when there is none."""
+def saved_points(model_path: str, folder: str | os.PathLike[str]) -> list[PrefillPoint]:
+    """The points of the newest sweep of ``model_path`` in ``folder`` that has any (none: ``[]``)."""
     try:
         files = sorted(Path(folder).glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     except OSError:
-        return None
+        return []
     for path in files:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -55,10 +56,10 @@ def saved_prior(model_path: str, k: float, folder: str | os.PathLike[str]) -> Tt
         if saved != model_path and Path(saved).name != Path(model_path).name:
             continue
         samples = [s for s in data["samples"] if isinstance(s, dict)]
-        prior = prior_from_sweep(samples, k, f"bench results {path.name}")
-        if prior is not None:
-            return prior
-    return None
+        points = points_from_sweep(samples, f"bench results {path.name}")
+        if points:
+            return points
+    return []
 
 
 def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
@@ -78,16 +79,15 @@ def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
 
 def _predictor(info: ModelInfo, settings: Mapping[str, Any]) -> TtftPredictor:
     k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
-    prior = history_prior(info.path, k, settings) or saved_prior(info.path, k, results_dir())
-    bound = roofline_bound(info, settings["n_threads_batch"]) if prior is None else None
-    return TtftPredictor(k, prior, bound)
+    prior = [*history_points(info.path, settings), *saved_points(info.path, results_dir())]
+    return TtftPredictor(k, prior, roofline_bound(info, settings["n_threads_batch"]))
 
 
 def ttft_predictor(info: ModelInfo, engine: EngineConfig) -> TtftPredictor:
     """A TTFT predictor for ``info`` run with ``engine``'s settings: its ``k`` from the model's shape
-    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior from earlier chats on this machine
-    with the same prefill settings (:func:`~chatphase.history.ttft_prior.recent_points`; before the load, an
-    automatic value only the load resolves is not compared), else the saved bench results; its bound from the
+    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior the prefills of earlier chats on this
+    machine with the same prefill settings (:func:`~chatphase.history.ttft_prior.recent_points`; before the load,
+    an automatic value only the load resolves is not compared) and of the saved bench results; its bound from the
     roofline (module docstring)."""
     settings = {k: v for k, v in engine.resolved().items() if not (k == "flash_attn" and v == "auto")}
     return _predictor(info, settings)

@@ -24,7 +24,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.metrics import NS_PER_MS, NS_PER_S, TurnMetrics, decode_rates, rate_per_s
-from chatphase.engine.ttft_prediction import TtftModel, remaining_ms
+from chatphase.engine.ttft_prediction import TtftPrediction, remaining_ms
 
 TurnKind = Literal["send", "regenerate", "resend"]
 """``send``: a new user message; ``regenerate``: the last reply again; ``resend``: an edited last message."""
@@ -59,8 +59,8 @@ class Turn:
     thinking_ended: ThinkingEnded | None = None
     spec: SpecLive | None = None
     reply_chars: int = 0
-    ttft_predicted_ms: float | None = None
-    ttft_model: TtftModel | None = None
+    #: the turn's one TTFT prediction (made when its message was counted, else when its prefill began)
+    ttft_prediction: TtftPrediction | None = None
     #: the user ended it otherwise than with Esc (a restart, a model switch, quitting): cancelled, not an error
     ended_by_user: bool = False
     _parts: list[str] = field(default_factory=list, repr=False)
@@ -68,13 +68,13 @@ class Turn:
 
     def ttft_left_ms(self) -> float | None:
         """Time left to the first token while the prefill runs (:func:`~chatphase.engine.ttft_prediction.
-        remaining_ms`: the prediction corrected by the chunks done); ``None`` without a prediction."""
-        pre, model = self.prefill, self.ttft_model
-        if pre is None or model is None or pre.prefill_tokens is None or pre.cached_tokens is None:
+        remaining_ms`: the turn's prediction corrected by the chunks done); ``None`` before the prefill or
+        without a prediction."""
+        if self.prefill is None:
             return None
         p = self.progress
         done, elapsed = (p.done_tokens, p.elapsed_ms) if p is not None else (0, 0.0)
-        return remaining_ms(model, pre.prefill_tokens, pre.cached_tokens, done, elapsed)
+        return remaining_ms(self.ttft_prediction, done, elapsed)
 
     def first_token(self, event: FirstToken) -> None:
         self.decode_tokens, self.t_first_ns, self.t_last_ns = 1, event.t_ns, event.t_ns

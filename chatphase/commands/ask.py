@@ -110,7 +110,7 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
             f"spec {spec_figures_text(m.spec_mode, m.spec_tokens_per_step, m.spec_acceptance, m.spec_speedup)} "
             f"({n(m.spec_accepted)}/{n(m.spec_drafted)} drafted, {n(m.spec_steps)} steps, {steps}) · "
         )
-    predicted = "" if m.ttft_predicted_ms is None else f" (predicted {fmt_ms(m.ttft_predicted_ms)})"
+    predicted = ttft_prediction_words(m)
     restore = ""
     if m.restored_tokens:
         restore = f"restored {n(m.restored_tokens)} tok ({fmt_bytes(m.restore_bytes)}) in {fmt_ms(m.restore_ms)} · "
@@ -120,6 +120,21 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
         f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{fmt_stop_reason(m.stop_reason)}"
     )
+
+
+def ttft_prediction_words(m: TurnMetrics) -> str:
+    """`` (predicted 8,412 ms, 7,900–9,100 ms)``: the turn's TTFT prediction and its range beside the measured
+    TTFT; withheld, why and its bounds: `` (not predicted: not enough turns yet (1); ≥ 2,130 ms)``; ``""`` when
+    the turn had none."""
+    low, high = m.ttft_predicted_low_ms, m.ttft_predicted_high_ms
+    if m.ttft_predicted_ms is not None:
+        spread = "" if low is None or high is None else f", {fmt_ms(low)}–{fmt_ms(high)}"
+        return f" (predicted {fmt_ms(m.ttft_predicted_ms)}{spread})"
+    if m.ttft_prediction_note is None:
+        return ""
+    bounds = [f"≥ {fmt_ms(low)}"] if low is not None else []
+    bounds += [f"≤ {fmt_ms(high)}"] if high is not None else []
+    return f" (not predicted: {m.ttft_prediction_note}{'; ' + ', '.join(bounds) if bounds else ''})"
 
 
 def say(line: str) -> None:

@@ -72,8 +72,11 @@ class TurnMetrics:
     Speculative decoding: the ``spec_*`` and ``step_ms_*`` fields (the module docstring); ``spec_mode`` is
     ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
 
-    ``ttft_predicted_ms``: the TTFT predicted when the prefill began (:mod:`chatphase.engine.ttft_prediction`),
-    ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE``); set by the chat.
+    ``ttft_predicted_ms``: the turn's one TTFT prediction (:mod:`chatphase.engine.ttft_prediction`; made when the
+    message was counted, else when the prefill began), ``ttft_predicted_low_ms`` / ``ttft_predicted_high_ms`` its
+    range, ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE, 12 prefills``); a
+    prediction withheld has ``ttft_predicted_ms = None``, its bounds (if any) as low / high and
+    ``ttft_prediction_note`` why (``not enough turns yet (1)``); set by the chat.
 
     Overflow (:mod:`chatphase.engine.overflow`): ``overflow`` the policy that acted this turn (``drop-oldest``,
     ``shift``; ``None``: none did), ``overflow_dropped_messages`` / ``overflow_dropped_tokens`` what it left
@@ -142,6 +145,9 @@ class TurnMetrics:
     overflow_reprefill_tokens: int | None = None
     overflow_reprefill_ms: float | None = None
     cache_miss_reason: str | None = None
+    ttft_predicted_low_ms: float | None = None
+    ttft_predicted_high_ms: float | None = None
+    ttft_prediction_note: str | None = None
 
     @property
     def thought(self) -> bool:

@@ -1,12 +1,14 @@
-"""A TTFT prior from the history database: the turns this model file ran on this machine in earlier chats.
+"""The TTFT prediction's points from the history database: the prefills this model file ran on this machine in
+earlier chats.
 
 The turns are those whose context has the same content hash (:func:`chatphase.history.context.model_hash`: the
 file, not its name, so a renamed copy counts and another quantisation of one name does not), the same host
 name and CPU (:func:`chatphase.system.machine_peaks.machine_identity`) and the same settings that set prefill's
 speed (:data:`PREFILL_SETTINGS`, those given: two threads prefill at about half the rate of four, and a GPU many
-times the CPU's), that evaluated tokens and did not end cancelled or failed: the newest :data:`RECENT_TURNS` of
-them, fitted with the chat's own law (:func:`chatphase.engine.ttft_prediction.fit`) and named ``earlier chats,
-42 turns``. A context that did not record a setting (an older session file) matches any value of it.
+times the CPU's), that evaluated tokens and completed their prefill (a first token came; a turn stopped during
+decode counts, a failed one does not): the newest :data:`RECENT_TURNS` of them, with their restores, as points
+of origin ``earlier chats`` (:class:`chatphase.engine.ttft_prediction.PrefillPoint`). A context that did not
+record a setting (an older session file) matches any value of it.
 
 The database is read as it is, without a catch-up of the session files (which can read many files): the chat's
 live index keeps it current, and a turn a killed process did not index joins at the next ``logs`` or ``stats``.
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chatphase.engine.ttft_prediction import PrefillPoint, TtftModel, fit
+from chatphase.engine.ttft_prediction import PrefillPoint
 from chatphase.history.context import model_hash
 from chatphase.history.db import HistoryError, connect, db_path
 from chatphase.system.machine_peaks import machine_identity
@@ -47,37 +49,39 @@ def recent_points(
     wanted = {k: v for k, v in (settings or {}).items() if k in PREFILL_SETTINGS and v is not None}
     same = "".join(f" AND (c.{k} IS ? OR c.{k} IS NULL)" for k in wanted)
     rows = conn.execute(
-        "SELECT t.prefill_tokens, t.cached_tokens, t.prefill_ms, t.ttft_ms FROM turns t"
+        "SELECT t.prefill_tokens, t.cached_tokens, t.prefill_ms, t.ttft_ms,"
+        " json_extract(t.metrics, '$.restored_tokens'), json_extract(t.metrics, '$.restore_ms') FROM turns t"
         " JOIN contexts c ON c.id = t.context_id"
         " WHERE c.model_hash = ? AND c.machine IS ? AND c.cpu IS ? AND c.backend = 'llama.cpp'"
         + same
-        + " AND t.stop_reason IS NOT NULL AND t.stop_reason NOT IN ('cancelled', 'error')"
+        + " AND t.stop_reason IS NOT NULL AND t.stop_reason != 'error'"
         " AND t.prefill_tokens > 0 AND t.prefill_ms > 0 AND t.ttft_ms >= t.prefill_ms"
         " ORDER BY t.started DESC, t.id DESC LIMIT ?",
         (model_hash, machine, cpu, *wanted.values(), limit),
     ).fetchall()
-    return [PrefillPoint(int(n), int(depth or 0), float(p), float(t)) for n, depth, p, t in rows]
+    return [
+        PrefillPoint(int(n), int(depth or 0), float(p), float(t), int(rt or 0), float(rms or 0.0), "earlier chats")
+        for n, depth, p, t, rt, rms in rows
+    ]
 
 
-def history_prior(
-    model_path: str, k: float, settings: Mapping[str, Any] | None = None, path: Path | None = None
-) -> TtftModel | None:
-    """The prior from the earlier turns of the model file at ``model_path`` on this machine with ``settings``
-    (:func:`recent_points`; module docstring); ``None`` without a database, a readable model file or a usable turn."""
+def history_points(
+    model_path: str, settings: Mapping[str, Any] | None = None, path: Path | None = None
+) -> list[PrefillPoint]:
+    """The earlier prefills of the model file at ``model_path`` on this machine with ``settings``
+    (:func:`recent_points`; module docstring); ``[]`` without a database, a readable model file or a usable turn."""
     p = path or db_path()
     digest = model_hash(model_path)
     if digest is None or not p.is_file():
-        return None
+        return []
     try:
         conn = connect(p, timeout_s=0.2)
     except HistoryError:
-        return None
+        return []
     try:
         ident = machine_identity()
-        points = recent_points(conn, digest, ident["machine"], ident["cpu"], settings)
+        return recent_points(conn, digest, ident["machine"], ident["cpu"], settings)
     except sqlite3.Error:
-        return None
+        return []
     finally:
         conn.close()
-    n = len(points)
-    return fit(points, k, f"earlier chats, {n} turn{'s' if n != 1 else ''}") if n else None

@@ -54,8 +54,15 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
             ("step p50/p95 ms", f"{num(m.step_ms_p50, 2)} / {num(m.step_ms_p95, 2)}"),
         ]
     predicted = []
+    low, high = m.ttft_predicted_low_ms, m.ttft_predicted_high_ms
     if m.ttft_predicted_ms is not None:  # to hold against the measured TTFT (docs/metrics.md, "TTFT predicted")
         predicted = [("TTFT pred. ms", num(m.ttft_predicted_ms))]
+        if low is not None and high is not None:
+            predicted.append(("TTFT pred. range ms", f"{num(low)}–{num(high)}"))
+    elif m.ttft_prediction_note is not None:  # withheld (why: ask's line, --json, the budget line), its bounds
+        bounds = [f"≥ {num(low)}"] if low is not None else []
+        bounds += [f"≤ {num(high)}"] if high is not None else []
+        predicted = [("TTFT pred. ms", "withheld")] + ([("TTFT bound ms", ", ".join(bounds))] if bounds else [])
     return [
         ("prompt tokens", fmt_int(m.prompt_tokens)),
         ("cached tokens", fmt_int(m.cached_tokens)),
