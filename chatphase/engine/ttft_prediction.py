@@ -202,7 +202,8 @@ def _quad(m: Sequence[Sequence[float]], u: Sequence[float]) -> float:
 
 
 def _inverse(m: list[list[float]]) -> list[list[float]] | None:
-    """The inverse of a small symmetric matrix (Gauss-Jordan, partial pivoting); ``None`` when singular."""
+    """The inverse of a small symmetric matrix (Gauss-Jordan, partial pivoting); ``None`` when singular. Not
+    numpy's: the chat's UI process does not load numpy, and its import would cost start-up more than a 3×3 solve."""
     size = len(m)
     a = [row[:] + [1.0 if i == j else 0.0 for j in range(size)] for i, row in enumerate(m)]
     for col in range(size):
