@@ -338,6 +338,27 @@ def test_stats_medians_and_the_prompt_length_fit(capsys):
     assert " − " in row and "+ -" not in row and " + 0.5×n" in row
 
 
+def test_stats_fits_no_line_through_two_prompt_sizes_and_no_negative_fixed_cost(capsys):
+    """Two prompt sizes lie on a line whatever the law (the issue's ``TTFT = -1,237.8 + 51.7×n (r² 1.00)``): the
+    table says how many sizes there are and that three are needed; with a third, the free line's fixed cost is
+    negative, so the line goes through the origin and says so."""
+    write_session([(f"q{n}", "a", metrics(n, ttft)) for n, ttft in ((30, 313.2), (50, 1347.2), (50, 1347.2))])
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    row = out.splitlines()[1]
+    assert "2 prompt sizes (3 needed)" in row and "2 depths (3 needed)" in row and "r²" not in row
+    assert main(["stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["ttft_ms_vs_prompt_tokens_evaluated"] is None
+    write_session([("q40", "a", metrics(40, 700.0))])
+    assert main(["stats"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "0.0 + 22.9×n (r² 0.66, through 0)" in lines[1] and "-1," not in lines[1]
+    assert any(line.startswith("(through 0: the free line's fixed cost a came out negative") for line in lines)
+    assert main(["stats", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)[0]["ttft_ms_vs_prompt_tokens_evaluated"]
+    assert fit["intercept"] == 0 and fit["through_origin"] is True and fit["slope"] == pytest.approx(172_116 / 7_500)
+
+
 def test_stats_plot_draws_two_versions_as_two_lines(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     write_session([(f"q{n}", "a", metrics(n, 20 + 0.5 * n)) for n in (100, 200, 400)], context=CONTEXT)
