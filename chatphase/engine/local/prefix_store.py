@@ -68,6 +68,19 @@ def store_dir() -> Path:
     return cache_dir() / "prefix"
 
 
+def not_a_folder(directory: Path) -> Path | None:
+    """The path that keeps ``directory`` from being a folder: itself, or the nearest existing parent, when that
+    is not a folder (a plain file in its place); ``None`` when it is one, or can be made."""
+    probe = directory
+    while not probe.is_dir():
+        if probe.exists() or probe.is_symlink():
+            return probe
+        if probe == probe.parent:
+            return None
+        probe = probe.parent
+    return None
+
+
 def default_cap_bytes(directory: Path) -> int:
     """The store's default size cap: :data:`CAP_DISK_SHARE` of the free disk where ``directory`` lives (its
     nearest existing parent), at most :data:`CAP_CEILING_BYTES`."""
