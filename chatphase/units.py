@@ -90,10 +90,12 @@ def fmt_count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-#: a turn's ``stop_reason`` (:data:`chatphase.engine.metrics.STOP_REASONS`) in words, for people.
+#: a turn's ``stop_reason`` (:data:`chatphase.engine.metrics.STOP_REASONS`) in words, for people. ``length``
+#: (the reply hit max_tokens) keeps its one name: the metrics, ``ask --json``, the history and llama-server's
+#: ``finish_reason`` call it that.
 STOP_REASON_WORDS: dict[str, str] = {
     "stop": "end of reply",  # the model's end token or a stop string
-    "length": "max_tokens",  # the sampling setting's limit
+    "length": "length",  # the reply hit the sampling setting's max_tokens
     "cancelled": "cancelled",
     "context_full": "context full",
     "error": "error",

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from chatphase.bench.core.fits import LinearFit, linear_fit, sweep_fits
+from chatphase.bench.core.fits import LinearFit, cost_fit, linear_fit, sweep_fits
 from chatphase.bench.core.peaks import MachinePeaks, measure_bandwidth, measure_matmul_flops
 from chatphase.bench.core.results import Sample
 from chatphase.bench.core.roofline import BOUND_PCT, build_roofline, verdict
@@ -59,6 +59,22 @@ def test_fit_edge_cases():
     with pytest.raises(ValueError):
         linear_fit([1, 2], [1])
     assert LinearFit.from_dict(LinearFit(1.0, 2.0, None, 3).to_dict()) == LinearFit(1.0, 2.0, None, 3)
+    assert LinearFit.from_dict(LinearFit(0.0, 2.0, 0.5, 3, True).to_dict()).through_origin
+    assert linear_fit([1, 2], [1, 3], min_x=3) is None and linear_fit([1, 2, 2], [1, 3, 4], min_x=3) is None
+
+
+def test_a_cost_line_has_no_negative_fixed_cost():
+    """A convex cost (y = x² / 1000) gives the free line a negative intercept: no turn pays less than nothing, so
+    the line is the least-squares one with a ≥ 0, through the origin: b = Σxy / Σx², r² against the mean."""
+    x, y = [100, 200, 400], [10, 40, 160]
+    assert linear_fit(x, y).intercept < 0
+    f = cost_fit(x, y)
+    assert f.through_origin and f.intercept == 0 and f.n == 3
+    assert f.slope == pytest.approx(73_000 / 210_000)
+    ss_res = sum((b - f.slope * a) ** 2 for a, b in zip(x, y, strict=True))
+    assert f.r2 == pytest.approx(1 - ss_res / sum((b - 70) ** 2 for b in y))
+    assert cost_fit([1, 2, 3], [5, 6, 8]) == linear_fit([1, 2, 3], [5, 6, 8])  # a ≥ 0: the free line
+    assert cost_fit([30, 50], [313.2, 1347.2]) is None  # two sizes: any law is a line through them
 
 
 def _sample(kind, prompt_tokens, depth, ttft, dtps, tpot, warm=False):

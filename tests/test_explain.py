@@ -97,6 +97,6 @@ def test_thinking_says_what_it_cost_this_turn():
 def test_thinking_cut_short_and_none_without_a_block():
     m = scripted_turn(120, 0, 300, 420, thinking_tokens=300, cut_short=True, stop_reason="length")
     assert explain_thinking(m) == (
-        "thinking: 300 of 300 generated tokens (100%) in 6.0 s, cut short (stop: max_tokens) — the reply ended before an answer"
+        "thinking: 300 of 300 generated tokens (100%) in 6.0 s, cut short (stop: length) — the reply ended before an answer"
     )
     assert explain_thinking(TURNS[0]) is None and len(explain_turn(loaded_model(), TURNS[0])) == 2

@@ -20,7 +20,7 @@ from chatphase.cli import main
 from chatphase.engine.events import DeviceInfo, LoadedModel, LoadedSettings
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
 from chatphase.history import context as ctx_mod
-from chatphase.history.db import SCHEMA_VERSION, HistoryError, connect, db_path
+from chatphase.history.db import SCHEMA_VERSION, HistoryError, HistoryUnwritable, connect, db_path, write_refusal
 from chatphase.history.index import LiveIndex, catch_up
 from chatphase.history.query import Filters, fts_query, group_stats, logs, parse_time
 from chatphase.models.gguf_meta import ModelInfo
@@ -317,6 +317,63 @@ def test_logs_command_prints_table_json_and_csv_inert(capsys):
     assert "no recorded turns match" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv", [["logs"], ["stats"], ["logs", "--json"]])
+def test_a_history_that_cannot_be_written_shows_what_it_holds_and_says_so_once(capsys, monkeypatch, argv):
+    """A read-only history.db (chmod 444, chattr +i; faked with ``PRAGMA query_only``, as root writes through a chmod):
+    the turns it holds, and one line on stderr that new turns are not being indexed — not exit 1 with no rows."""
+    from chatphase.commands import history_options
+
+    write_session([("the first question", "a", metrics(100, 70.0))])
+    assert main(["logs"]) == 0  # indexed
+    capsys.readouterr()
+    write_session([("the second question", "b", metrics(200, 120.0))])  # after the database went read-only
+
+    def read_only(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    monkeypatch.setattr(history_options, "connect", read_only)
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "attempt to write a readonly database" in err
+    assert err.rstrip().endswith(f"showing the turns {db_path()} already holds (new turns are not being indexed)")
+    if argv[0] == "stats":
+        assert out.splitlines()[1].split()[:2] == ["TestModel-1M", "1"]
+    else:
+        assert "the first question" in out and "the second question" not in out
+
+
+def test_a_history_that_cannot_even_be_opened_for_writing_is_read_from_its_file(capsys, monkeypatch):
+    """In a read-only folder without its ``-shm`` file, SQLite cannot open a WAL database for writing at all (the
+    first PRAGMA is refused): the file is read as it is (``immutable``), and the same one line says so."""
+    from chatphase.commands import history_options
+
+    write_session([("the first question", "a", metrics(100, 70.0))])
+    assert main(["logs"]) == 0
+    capsys.readouterr()
+
+    def refused():
+        raise HistoryUnwritable("cannot update the history: attempt to write a readonly database", read_only=True)
+
+    monkeypatch.setattr(history_options, "connect", refused)
+    assert main(["logs"]) == 0
+    out, err = capsys.readouterr()
+    assert "the first question" in out and err.count("\n") == 1 and "new turns are not being indexed" in err
+
+
+def test_a_write_refusal_is_told_apart_from_a_damaged_database():
+    readonly = sqlite3.OperationalError("attempt to write a readonly database")
+    readonly.sqlite_errorcode = 8  # SQLITE_READONLY (Python 3.10's errors carry no code: the words decide)
+    error = write_refusal(readonly, "x")
+    assert isinstance(error, HistoryUnwritable) and error.read_only
+    full = write_refusal(sqlite3.OperationalError("database or disk is full"), "x")
+    assert isinstance(full, HistoryUnwritable) and not full.read_only
+    assert not isinstance(
+        write_refusal(sqlite3.DatabaseError("database disk image is malformed"), "x"), HistoryUnwritable
+    )
+
+
 def test_stats_medians_and_the_prompt_length_fit(capsys):
     # TTFT = 20 ms + 0.5 ms per prompt token evaluated; a cached turn evaluates prompt - cached tokens
     write_session([(f"q{n}", "a", metrics(n, 20 + 0.5 * n, decode_tps=100 - n / 10)) for n in (100, 200, 400)])
@@ -336,6 +393,27 @@ def test_stats_medians_and_the_prompt_length_fit(capsys):
     assert main(["stats"]) == 0
     row = capsys.readouterr().out.splitlines()[1]  # decode t/s = 110 − 0.1 per token of depth: a minus, not + -
     assert " − " in row and "+ -" not in row and " + 0.5×n" in row
+
+
+def test_stats_fits_no_line_through_two_prompt_sizes_and_no_negative_fixed_cost(capsys):
+    """Two prompt sizes lie on a line whatever the law (the issue's ``TTFT = -1,237.8 + 51.7×n (r² 1.00)``): the
+    table says how many sizes there are and that three are needed; with a third, the free line's fixed cost is
+    negative, so the line goes through the origin and says so."""
+    write_session([(f"q{n}", "a", metrics(n, ttft)) for n, ttft in ((30, 313.2), (50, 1347.2), (50, 1347.2))])
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    row = out.splitlines()[1]
+    assert "2 prompt sizes (3 needed)" in row and "2 depths (3 needed)" in row and "r²" not in row
+    assert main(["stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["ttft_ms_vs_prompt_tokens_evaluated"] is None
+    write_session([("q40", "a", metrics(40, 700.0))])
+    assert main(["stats"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "0.0 + 22.9×n (r² 0.66, through 0)" in lines[1] and "-1," not in lines[1]
+    assert any(line.startswith("(through 0: the free line's fixed cost a came out negative") for line in lines)
+    assert main(["stats", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)[0]["ttft_ms_vs_prompt_tokens_evaluated"]
+    assert fit["intercept"] == 0 and fit["through_origin"] is True and fit["slope"] == pytest.approx(172_116 / 7_500)
 
 
 def test_stats_plot_draws_two_versions_as_two_lines(tmp_path, capsys):

@@ -1,9 +1,10 @@
 """Text from outside the program never drives the terminal (:func:`chatphase.engine.text.inert`).
 
 A model (or a server, a GGUF file, a file name, a session title) can carry escape sequences: OSC 52 writes
-the clipboard, ``ESC[2J`` clears the screen, OSC 0 retitles the window, OSC 8 makes a link. Each path
-that shows such text, on a terminal or in a file for people, is fed these payloads here and fails on
-any raw control character (C0 but newline and tab, DEL, C1) in what it writes.
+the clipboard, ``ESC[2J`` clears the screen, OSC 0 retitles the window, OSC 8 makes a link, and a
+bidirectional control (U+202E) reorders what is drawn. Each path that shows such text, on a terminal or
+in a file for people, is fed these payloads here and fails on any raw control character (C0 but newline
+and tab, DEL, C1, the bidirectional controls) in what it writes.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ui_support import idle, record_notifications, send, wait_for
 
 from chatphase.cli import main
 from chatphase.engine.events import EngineFailed
-from chatphase.engine.text import INERT_TABLE, inert, json_inert
+from chatphase.engine.text import BIDI_CONTROLS, INERT_TABLE, inert, json_inert
 from chatphase.sessions.catalog import load_session
 from chatphase.sessions.export import to_csv, to_json, to_markdown
 from chatphase.sessions.writer import SessionWriter
@@ -43,7 +44,9 @@ from chatphase.ui.screens.sessions import ExportScreen, SessionsScreen
 pytestmark = pytest.mark.timeout(90)
 
 #: what the issue's fake server streamed: OSC 52 (BEL- and ST-terminated), a clear screen, an OSC 8 link,
-#: a window title; then an 8-bit CSI (C1), DEL and a carriage return (which can overwrite a line).
+#: a window title; then an 8-bit CSI (C1), DEL and a carriage return (which can overwrite a line); then
+#: each bidirectional control (an override first: what follows it is drawn right to left).
+BIDI = "\u202etxt.exe\u202c\u202a\u202b\u202d\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 PAYLOADS = (
     "\x1b]52;c;aGFja2Vk\x07",
     "\x1b]52;c;aGFja2Vk\x1b\\",
@@ -53,12 +56,13 @@ PAYLOADS = (
     "\x9b31m",
     "\x7f",
     "\r",
+    BIDI,
 )
 PAYLOAD = "".join(PAYLOADS)
 EVIL = f"evil{PAYLOAD}name"
-#: what a file name can hold (no "/"): OSC 52, a clear screen, a title.
-NAME_PAYLOAD = "\x1b]52;c;aGFja2Vk\x07\x1b[2J\x1b]0;pwned\x07"
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: what a file name can hold (no "/"): OSC 52, a clear screen, a title, the bidirectional controls.
+NAME_PAYLOAD = f"\x1b]52;c;aGFja2Vk\x07\x1b[2J\x1b]0;pwned\x07{BIDI}"
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def raw_controls(text: str) -> list[str]:
@@ -83,14 +87,21 @@ def test_inert_is_per_character(a, b):
     assert inert(a + b) == inert(a) + inert(b)
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cc",))))
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cc",), blacklist_characters=BIDI_CONTROLS)))
 def test_text_without_controls_is_kept_as_is(text):
     assert inert(text) is text
 
 
 def test_inert_shows_the_controls_as_pictures():
     assert inert("a\x1b[2Jb\r\n\tc\x00\x7f\x9b") == "a␛[2Jb␍\n\tc␀␡\ufffd"
-    assert set(INERT_TABLE) == {*range(0x20), *range(0x7F, 0xA0)} - {0x09, 0x0A}
+    assert set(INERT_TABLE) == {*range(0x20), *range(0x7F, 0xA0), *map(ord, BIDI_CONTROLS)} - {0x09, 0x0A}
+
+
+def test_a_bidirectional_control_is_shown_not_obeyed():
+    """``bidi<U+202E>txt.exe`` is drawn ``bidiexe.txt``: each bidi control shows as U+FFFD, one for one."""
+    assert inert("bidi\u202etxt.exe") == "bidi\ufffdtxt.exe"
+    assert inert(BIDI) == "\ufffdtxt.exe" + "\ufffd" * 11
+    assert raw_controls(json_inert(json.dumps({"name": BIDI}, ensure_ascii=False))) == []
 
 
 @given(st.recursive(st.text() | st.integers(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)))
@@ -499,3 +510,11 @@ def test_the_models_listing_is_inert(capsys, evil_models_dir, argv):
     assert main([*argv, "--models-dir", str(evil_models_dir)]) == 0
     out, err = capsys.readouterr()
     assert raw_controls(out + err) == [] and "tiny" in out and "page" in out
+
+
+def test_a_model_not_found_line_is_inert(capsys, evil_models_dir):
+    """The name typed and the models the line offers instead: ``bidi<U+202E>txt.exe`` is not drawn ``bidiexe.txt``."""
+    assert main(["info", "--model", "bidi\u202etxt.exe", "--models-dir", str(evil_models_dir)]) != 0
+    out, err = capsys.readouterr()
+    assert raw_controls(out + err) == [] and "model not found: bidi\ufffdtxt.exe" in err
+    assert f"tiny{inert(NAME_PAYLOAD)}.gguf" in err  # the models it lists

@@ -190,3 +190,17 @@ def test_cache_lists_and_clears(capsys, monkeypatch):
     assert main(["cache", "clear"]) == 0
     assert "removed 1 saved prefix (" in capsys.readouterr().out
     assert main(["cache"]) == 0 and "no saved prefixes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["cache"], ["cache", "--json"], ["cache", "clear"]])
+@pytest.mark.parametrize("where", ["store", "parent"])
+def test_cache_says_when_the_stores_path_is_not_a_folder(capsys, argv, where):
+    """A plain file where the store's folder (or a folder above it) should be: one line, exit 1 — not 'no saved
+    prefixes … the store is on' and 'removed 0'."""
+    blocked = store_dir() if where == "store" else store_dir().parent
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("not a folder\n")
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"the prefix store's path {blocked} is not a folder" in err and blocked.read_text() == "not a folder\n"

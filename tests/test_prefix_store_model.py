@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from conftest import own_cache_dir
@@ -337,3 +338,85 @@ def test_a_resumed_overflowed_chat_restores_its_prefix_and_reprefills_nothing(de
         and started.cached_tokens == started.restored_tokens
     )
     assert started.overflow_reprefill_tokens == 0 and finished.metrics.overflow_reprefill_tokens == 0
+
+
+def test_a_store_folder_that_cannot_be_written_is_said_once_at_the_first_turn(default_model_info, monkeypatch):
+    """A read-only store folder (faked: root writes through a chmod): the first turn's notice says so, once —
+    only the engine log did, and the next run prefilled cold without a word."""
+    import errno
+
+    from chatphase.engine.local import prefix_store
+
+    real_open = open
+    folder = store_dir()
+
+    def read_only(path, mode="r", *args, **kwargs):
+        if "w" in mode and Path(path).parent == folder:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(prefix_store, "open", read_only, raising=False)  # the store's writes: probe and saves
+    engine = _engine(default_model_info)
+    try:
+        started, _ = _turn(engine, (Message("user", "Hi"),))
+        assert started.restore_note == (
+            f"prefix store: cannot save in {folder} (Read-only file system); a later run or restart prefills this"
+            " prompt cold"
+        )
+        again, _ = _turn(engine, (Message("user", "Hello"),), 2)
+        assert again.restore_note is None
+    finally:
+        engine.close()
+    assert list_files(folder) == []
+
+
+def test_a_save_that_fails_later_is_said_at_the_next_turn(default_model_info, monkeypatch):
+    """The disk fills after the store opened: the idle save fails (ENOSPC, faked) and the next turn says so, once."""
+    import errno
+
+    from chatphase.engine.local import prefix_keeper
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prefix_keeper, "SAVE_IDLE_S", 0.0)
+    monkeypatch.setattr(prefix_keeper, "SAVE_MIN_TOKENS", 1)  # short turns: quick, and saved all the same
+    monkeypatch.setattr(prefix_keeper, "SAVE_GROWTH_TOKENS", 1)
+    monkeypatch.setattr(prefix_keeper, "write_entry", full)
+    engine = _engine(default_model_info)
+    try:
+        first, _ = _turn(engine, (Message("user", "Hi"),))
+        assert first.restore_note is None  # the store could save when it opened
+        engine.idle()
+        engine._keeper._writer.join(30)
+        second, _ = _turn(engine, (Message("user", "Hello"),), 2)
+        assert second.restore_note is not None and "(No space left on device)" in second.restore_note
+        engine.idle()  # fails again: in the engine log, not said again
+        engine._keeper._writer.join(30)
+        third, _ = _turn(engine, (Message("user", "Hi there"),), 3)
+        assert third.restore_note is None
+    finally:
+        engine._keeper = None  # no save at close
+        engine.close()
+
+
+def test_ask_says_when_the_store_cannot_save(tmp_path, monkeypatch):
+    """`ask` saves only at close, too late to be heard: its turn says that the store cannot save (here a plain
+    file where the store's folder should be, which stops root as well)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("CHATPHASE_PREFIX_CACHE", "on")
+    store_dir().parent.mkdir(parents=True, exist_ok=True)
+    store_dir().write_text("not a folder\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "chatphase", "ask", "--no-save", "--max-tokens", "4", "Hi"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    line = f"chatphase: prefix store: cannot save in {store_dir()} ({store_dir()} is not a folder)"
+    assert [x for x in done.stderr.splitlines() if x.startswith("chatphase: prefix store")] == [
+        f"{line}; a later run or restart prefills this prompt cold"
+    ]

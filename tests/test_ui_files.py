@@ -311,9 +311,15 @@ async def test_while_a_reply_runs_the_draft_waits_and_is_counted_after_it(tmp_pa
         await wait_for(pilot, lambda: line(app).startswith("+") and "(not enough turns yet: 1)" in line(app))
 
 
-async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("name", "drawn"),
+    [("evil\x1b]52;c;aGk=\x07.txt", "evil␛]52;c;aGk=␇.txt"), ("evil\u202etxt.exe", "evil\ufffdtxt.exe")],
+    ids=["escape sequence", "bidi override"],
+)
+async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_path, monkeypatch, name, drawn):
+    """An escape sequence is shown, not obeyed; a right-to-left override (U+202E) too: ``evil<U+202E>txt.exe``
+    would be drawn ``evilexe.txt``."""
     monkeypatch.chdir(tmp_path)
-    name = "evil\x1b]52;c;aGk=\x07.txt"
     (tmp_path / name).write_text("plain text\n")
     app, _engines = make_app()
     async with app.run_test(size=(130, 40), notifications=True) as pilot:
@@ -326,8 +332,8 @@ async def test_a_file_name_with_control_characters_reaches_the_screen_inert(tmp_
         await send(pilot, "What is in it?")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         shown = [str(app.query_one(UserMessage).render()), budget, *toasts]
-        assert [s for s in shown if "\x1b" in s or "\x07" in s] == []
-        assert "evil␛]52;c;aGk=␇.txt" in shown[0] and "evil␛]52" in budget
+        assert [s for s in shown if {"\x1b", "\x07", "\u202e"} & set(s)] == []
+        assert drawn in shown[0] and drawn in budget and any(f"Attached {drawn}" in t for t in toasts)
         assert name in app.chat.conversation[0].content  # the model gets the name as it is
 
 

@@ -2,7 +2,7 @@
 
 ``chatphase cache`` lists the saved prefixes (model, tokens, size, last use; a file that would be refused says
 why) and the totals against the cap; ``--json`` for scripts; ``chatphase cache clear`` removes them all.
-Exit codes: 0 ok; 2 bad usage.
+Exit codes: 0 ok; 1 the store's path is not a folder (a file in its place); 2 bad usage.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from chatphase.engine.local.prefix_store import clear, default_cap_bytes, list_files, store_dir
+from chatphase.engine.local.prefix_store import clear, default_cap_bytes, list_files, not_a_folder, store_dir
 from chatphase.engine.text import inert, json_inert
+from chatphase.errors import ChatPhaseError
 from chatphase.sessions.store import local_minute
 from chatphase.settings.file import load_settings
 from chatphase.units import fmt_bytes
@@ -38,6 +39,13 @@ def _when(mtime: float) -> str:
 def run(args: argparse.Namespace) -> int:
     """List or clear; see the module docstring."""
     directory = store_dir()
+    blocked = not_a_folder(directory)
+    if blocked is not None:  # listing nothing, or removing nothing, would read as an empty store
+        where = "" if blocked == directory else f" ({directory} is inside it)"
+        raise ChatPhaseError(
+            f"the prefix store's path {blocked} is not a folder{where}: no prefix is saved or restored until it is"
+            " moved away"
+        )
     if args.action == "clear":
         n, size = clear(directory)
         print(f"removed {_prefixes(n)} ({fmt_bytes(size)}) from {directory}")

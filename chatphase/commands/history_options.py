@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+import sys
 
-from chatphase.history.db import HistoryError, connect
+from chatphase.engine.text import inert
+from chatphase.history.db import HistoryError, HistoryUnwritable, connect, connect_read_only, db_path
 from chatphase.history.index import catch_up
 from chatphase.history.query import Filters
 
@@ -31,15 +33,30 @@ def filters_of(args: argparse.Namespace) -> Filters:
 
 
 def open_history() -> sqlite3.Connection:
-    """The history database, caught up with the session files.
+    """The history database, caught up with the session files. A history that cannot be written (read-only, the
+    disk full) is read as it is, and one line on stderr says that new turns are not being indexed.
 
     Raises:
-        HistoryError: it cannot be opened or written.
+        HistoryError: it cannot be opened or read.
     """
-    conn = connect()
+    try:
+        conn = connect()
+    except HistoryUnwritable as exc:  # read-only: not even opened for writing
+        conn = connect_read_only()
+        _not_indexed(exc)
+        return conn
     try:
         catch_up(conn)
+    except HistoryUnwritable as exc:
+        _not_indexed(exc)
     except HistoryError:
         conn.close()
         raise
     return conn
+
+
+def _not_indexed(exc: HistoryUnwritable) -> None:
+    print(
+        inert(f"chatphase: {exc}; showing the turns {db_path()} already holds (new turns are not being indexed)"),
+        file=sys.stderr,
+    )

@@ -3,8 +3,9 @@
 
 Newest first, ``-n`` of them (default 20); filters by model, session, backend, machine, time and text (``-q``);
 ``--json`` (every figure, ``metrics`` with every field measured) or ``--csv``. Text from outside (messages,
-replies, model and host names) is made inert. Exit codes: 0 ok (also when no turn matches); 1 the history cannot
-be read; 2 bad usage.
+replies, model and host names) is made inert. Exit codes: 0 ok (also when no turn matches, and when the history
+cannot be written: what it holds is shown, and one line on stderr says new turns are not being indexed); 1 the
+history cannot be read; 2 bad usage.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ class PrefillStarted:
     Prefix store (:mod:`chatphase.engine.local.prefix_keeper`): ``restored_tokens`` of the ``cached_tokens``
     were read from disk in ``restore_ms`` (``restore_bytes`` of state) before this event, where a prefill of
     them was predicted to take ``restore_prefill_ms``; ``restore_note`` one line when the store was looked at
-    and not used (the rule chose prefill, or a file was refused). ``None``: no restore. A remote server's slot
+    and not used (the rule chose prefill, or a file was refused), or cannot save (said once). ``None``: no restore. A remote server's slot
     restore (:mod:`chatphase.engine.remote.slots`) is done before this event too, and its line (restored, or not
     and why) is its ``restore_note``; its figures come with the turn's metrics.
     """

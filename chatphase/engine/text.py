@@ -9,7 +9,8 @@ UTF-8 with the byte offset of the first bad byte.
 
 :func:`inert` makes text from outside the program (a model's reply, a server's error, a GGUF's name, a
 file name) safe to show on a terminal or in a file for people: its control characters are shown, not
-obeyed, so an escape sequence cannot write the clipboard, clear the screen or retitle the window.
+obeyed, so an escape sequence cannot write the clipboard, clear the screen or retitle the window, and a
+bidirectional control cannot reorder what is drawn (``bidi\u202etxt.exe`` would read ``bidiexe.txt``).
 """
 
 from __future__ import annotations
@@ -32,20 +33,27 @@ def clean_text(text: str) -> tuple[str, int | None]:
     return _SURROGATE.sub(REPLACEMENT, text), m.start()
 
 
+#: the bidirectional controls: the embeddings and overrides (U+202A–U+202E), the isolates (U+2066–U+2069)
+#: and the marks (LRM U+200E, RLM U+200F, ALM U+061C). Drawn, they reorder the text around them.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
 #: what :func:`inert` shows for each control character: a C0 control (U+0000–U+001F, except newline
-#: and tab) as its Unicode Control Picture (ESC as ␛ U+241B, CR as ␍), DEL as ␡ (U+2421), a C1 control
-#: (U+0080–U+009F, which has no picture) as U+FFFD. One character for one, so offsets into a text hold
-#: for its inert form (the transcript's streaming offsets), and ``inert(a + b) == inert(a) + inert(b)``.
+#: and tab) as its Unicode Control Picture (ESC as ␛ U+241B, CR as ␍), DEL as ␡ (U+2421); a C1 control
+#: (U+0080–U+009F) and a bidirectional control (:data:`BIDI_CONTROLS`), which have no picture, as U+FFFD
+#: (�). One character for one, so offsets into a text hold for its inert form (the transcript's
+#: streaming offsets), and ``inert(a + b) == inert(a) + inert(b)``.
 INERT_TABLE = {
     **{c: 0x2400 + c for c in range(0x20) if chr(c) not in "\n\t"},
     0x7F: 0x2421,
     **dict.fromkeys(range(0x80, 0xA0), ord(REPLACEMENT)),
+    **dict.fromkeys(map(ord, BIDI_CONTROLS), ord(REPLACEMENT)),
 }
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
 
 
 def inert(text: str) -> str:
-    """``text`` with every control character but newline and tab shown visibly (:data:`INERT_TABLE`).
+    """``text`` with every control character but newline and tab, and every bidirectional control, shown
+    visibly (:data:`INERT_TABLE`).
 
     The one rule for text from outside the program (model output, server replies, GGUF metadata, file
     names, session titles, log lines) on its way to a terminal or a file for people. Text without a
@@ -54,15 +62,17 @@ def inert(text: str) -> str:
     return text.translate(INERT_TABLE) if _CONTROL.search(text) else text
 
 
-#: JSON's own escapes for the controls ``json.dumps(..., ensure_ascii=False)`` leaves raw: DEL and C1.
-_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)}
-_JSON_RAW = re.compile("[\x7f-\x9f]")
+#: JSON's own escapes for the controls ``json.dumps(..., ensure_ascii=False)`` leaves raw: DEL, C1 and the
+#: bidirectional controls.
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *map(ord, BIDI_CONTROLS))}
+_JSON_RAW = re.compile(f"[\x7f-\x9f{BIDI_CONTROLS}]")
 
 
 def json_inert(json_text: str) -> str:
-    """``json.dumps(..., ensure_ascii=False)`` output with DEL and the C1 controls escaped (``\\u009b``), as
-    it already escapes C0: the same JSON value, and no control character for a terminal that shows the file.
-    (These characters can only be inside strings, where the escape means the same.)"""
+    """``json.dumps(..., ensure_ascii=False)`` output with DEL, the C1 controls and the bidirectional controls
+    escaped (``\\u009b``, ``\\u202e``), as it already escapes C0: the same JSON value, and no control
+    character for a terminal that shows the file. (These characters can only be inside strings, where the
+    escape means the same.)"""
     return json_text.translate(_JSON_ESCAPES) if _JSON_RAW.search(json_text) else json_text
 
 

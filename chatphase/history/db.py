@@ -140,6 +140,34 @@ class HistoryError(ChatPhaseError):
     """The history database cannot be opened, read or migrated (exit code 1)."""
 
 
+class HistoryUnwritable(HistoryError):
+    """The history database can be read but not written now: a read-only file or folder, an immutable file, the
+    disk full, another writer holding it past the busy timeout. ``read_only``: SQLite said read-only."""
+
+    def __init__(self, message: str, read_only: bool) -> None:
+        super().__init__(message)
+        self.read_only = read_only
+
+
+#: SQLite's primary result codes that refuse a write, not a damaged database: BUSY, LOCKED, READONLY, FULL.
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_FULL = 5, 6, 8, 13
+#: their messages, for Python 3.10 (whose sqlite3 errors carry no code).
+_REFUSAL_WORDS = {_SQLITE_READONLY: "readonly", _SQLITE_FULL: "is full", _SQLITE_BUSY: "is locked"}
+
+
+def write_refusal(exc: sqlite3.Error, message: str) -> HistoryError:
+    """``message`` as a :class:`HistoryUnwritable` when ``exc`` refused a write (the codes above), else as a
+    :class:`HistoryError`."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        primary = code & 0xFF
+    else:
+        primary = next((c for c, words in _REFUSAL_WORDS.items() if words in str(exc)), 0)
+    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_FULL):
+        return HistoryUnwritable(message, read_only=primary == _SQLITE_READONLY)
+    return HistoryError(message)
+
+
 def db_path() -> Path:
     """``data_dir() / "history.db"``."""
     return data_dir() / DB_NAME
@@ -165,12 +193,38 @@ def connect(path: Path | None = None, *, timeout_s: float = 30.0) -> sqlite3.Con
         migrate(conn)
     except sqlite3.Error as exc:
         conn.close()
+        error = write_refusal(exc, f"cannot update the history: {exc}")
+        if isinstance(error, HistoryUnwritable) and error.read_only:
+            raise error from None
         raise HistoryError(
             f"cannot use the history {p}: {exc} (it only indexes the session files: delete it to rebuild it)"
         ) from None
     except HistoryError:
         conn.close()
         raise
+    return conn
+
+
+def connect_read_only(path: Path | None = None) -> sqlite3.Connection:
+    """The history as it is in its file, for reading only, where this process cannot write it (:func:`connect`
+    raised a read-only :class:`HistoryUnwritable`: SQLite in WAL mode cannot even read a database in a read-only
+    folder without its ``-shm`` file). Opened ``immutable``: no lock and no ``-shm``, and what a ``-wal`` file
+    holds beyond the database file is not read.
+
+    Raises:
+        HistoryError: it cannot be read, or its schema is not this chatphase's.
+    """
+    p = path or db_path()
+    try:
+        conn = sqlite3.connect(
+            f"{p.resolve().as_uri()}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
+        found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise HistoryError(f"cannot read the history {p}: {exc}") from None
+    if found != SCHEMA_VERSION:
+        conn.close()
+        raise HistoryError(f"cannot read the history {p}: it is version {found}, this chatphase reads {SCHEMA_VERSION}")
     return conn
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chatphase.history.context import context_row
-from chatphase.history.db import CONTEXT_COLUMNS, METRIC_COLUMNS, HistoryError, connect
+from chatphase.history.db import CONTEXT_COLUMNS, METRIC_COLUMNS, HistoryError, connect, write_refusal
 from chatphase.sessions.store import (
     DAMAGED,
     SUFFIX,
@@ -208,7 +208,9 @@ def catch_up(conn: sqlite3.Connection, directory: Path | None = None) -> CatchUp
     were indexed, and drop the rows of those deleted (see the module docstring).
 
     Raises:
-        HistoryError: the database could not be written.
+        HistoryUnwritable: the database refused the writes (read-only, the disk full, locked); what it holds
+            can still be read.
+        HistoryError: the database could not be written otherwise.
     """
     d = directory or sessions_dir()
     on_disk: dict[str, os.stat_result] = {}
@@ -229,7 +231,7 @@ def catch_up(conn: sqlite3.Connection, directory: Path | None = None) -> CatchUp
         if gone:
             _write(conn, lambda: conn.executemany("DELETE FROM sessions WHERE path = ?", [(p,) for p in gone]))
     except sqlite3.Error as exc:
-        raise HistoryError(f"cannot update the history: {exc}") from None
+        raise write_refusal(exc, f"cannot update the history: {exc}") from None
     return CatchUp(len(stale), len(gone))
 
 

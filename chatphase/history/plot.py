@@ -26,7 +26,7 @@ def plot_history(groups: Sequence[GroupStats], ax1, ax2) -> None:
             ax.scatter(xs, ys, s=6, alpha=0.35, color=color, label=f"{g.group} ({fmt_count(len(points), 'turn')})")
             if fit is not None:
                 lo, hi = min(xs), max(xs)
-                r2 = "" if fit.r2 is None else f", r² {fit.r2:.2f}"
+                r2 = ("" if fit.r2 is None else f", r² {fit.r2:.2f}") + (", through 0" if fit.through_origin else "")
                 ax.plot(
                     [lo, hi], [fit.predict(lo), fit.predict(hi)], "-", color=color, label=f"{fit.slope:.3g} {unit}{r2}"
                 )

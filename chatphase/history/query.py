@@ -7,10 +7,12 @@ build, the server's address or its model; machine: host name, CPU or GPU), a ses
 the thinking; each word is matched as a literal token, so any text is safe to pass).
 
 Stats (:func:`group_stats`): per group, the turn count, the medians of TTFT, prefill and decode tokens/s
-(:func:`statistics.median`), and two least-squares lines (:func:`chatphase.bench.core.fits.linear_fit`):
-``ttft_ms = a + b × prompt tokens evaluated`` (the prompt's tokens not served from the KV cache: all of them for a
-cold turn; a turn that reused a cached prefix pays prefill for the rest only) and ``decode_tokens_per_s = a + b ×
-depth`` (``kv_cache_tokens`` after the turn).
+(:func:`statistics.median`), and two least-squares lines: ``ttft_ms = a + b × prompt tokens evaluated`` (the
+prompt's tokens not served from the KV cache: all of them for a cold turn; a turn that reused a cached prefix pays
+prefill for the rest only), a cost whose fixed part ``a`` is not negative (:func:`chatphase.bench.core.fits.cost_fit`:
+through the origin when the free line's ``a`` comes out below 0), and ``decode_tokens_per_s = a + b × depth``
+(``kv_cache_tokens`` after the turn; :func:`chatphase.bench.core.fits.linear_fit`). Each needs
+:data:`MIN_FIT_X` distinct x values: through two, any law fits a line exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from chatphase.bench.core.fits import LinearFit, linear_fit
+from chatphase.bench.core.fits import LinearFit, cost_fit, linear_fit
 from chatphase.errors import UsageError
 from chatphase.history.db import METRIC_COLUMNS
 
@@ -67,6 +69,8 @@ LOG_COLUMNS: tuple[str, ...] = (
     "user",
     "reply",
 )
+#: the distinct prompt sizes (depths) a line is fitted through, at least: two fit any law exactly (r² 1.00).
+MIN_FIT_X = 3
 _SPAN = re.compile(r"^(\d+)\s*([mhdw])$")
 _SPAN_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -170,7 +174,7 @@ class GroupStats:
     """One group's turns (with metrics) and what they say; times in ms, rates in tokens/s.
 
     ``points_ttft``: ``(prompt tokens evaluated, ttft_ms)``; ``points_decode``: ``(depth, decode tokens/s)`` — for
-    the plot. ``ttft_fit`` / ``decode_fit`` ``None`` when fewer than two distinct x values.
+    the plot. ``ttft_fit`` / ``decode_fit`` ``None`` when fewer than :data:`MIN_FIT_X` distinct x values.
     """
 
     group: str
@@ -183,8 +187,13 @@ class GroupStats:
     points_ttft: list[tuple[float, float]] = field(default_factory=list, repr=False)
     points_decode: list[tuple[float, float]] = field(default_factory=list, repr=False)
 
+    def distinct_x(self) -> tuple[int, int]:
+        """How many distinct prompt sizes and depths the turns have: the fits need :data:`MIN_FIT_X` of each."""
+        return len({x for x, _ in self.points_ttft}), len({x for x, _ in self.points_decode})
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (no points): the figures, the fits as ``{"intercept", "slope", "r2", "n"}`` with their units."""
+        """JSON-ready (no points): the figures, the fits as ``{"intercept", "slope", "r2", "n", "through_origin"}``
+        with their units (``None`` below :data:`MIN_FIT_X` distinct x values)."""
         return {
             "group": self.group,
             "turns": self.turns,
@@ -237,8 +246,8 @@ def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] 
                 median_ttft_ms=_median(r[4] for r in rs),
                 median_prefill_tokens_per_s=_median(r[5] for r in rs),
                 median_decode_tokens_per_s=_median(r[6] for r in rs),
-                ttft_fit=linear_fit([p[0] for p in ttft], [p[1] for p in ttft]),
-                decode_fit=linear_fit([p[0] for p in decode], [p[1] for p in decode]),
+                ttft_fit=cost_fit([p[0] for p in ttft], [p[1] for p in ttft], MIN_FIT_X),
+                decode_fit=linear_fit([p[0] for p in decode], [p[1] for p in decode], MIN_FIT_X),
                 points_ttft=ttft,
                 points_decode=decode,
             )

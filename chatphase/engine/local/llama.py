@@ -581,6 +581,9 @@ class LlamaEngine:
         cached = self._reuse_prefix(p.tokens, req.reset_cache)
         p.t_restore_ns = time.perf_counter_ns()
         restored, p.restore_note, cleared = self._restore(keeper, p.tokens, cached) if keeper else (None, None, False)
+        unsaved = keeper.take_unsaved() if keeper else None
+        if unsaved is not None:  # said once, before the turn it may leave cold next time
+            p.restore_note = f"{p.restore_note}; {unsaved}" if p.restore_note else unsaved
         if restored is not None:
             cached = restored.tokens
             self._cache[:] = p.tokens[:cached]

@@ -17,6 +17,12 @@ saves again). When: :data:`SAVE_IDLE_S` after a turn, once the cache holds :data
 tokens than the last state saved or restored (a 4,000-token state of the default model is 88 MiB: a
 write per turn would be ~90 MiB of I/O per message), and at close whatever grew by
 :data:`~chatphase.engine.restore_policy.MIN_RESTORE_TOKENS`, within :data:`CLOSE_SAVE_S`.
+
+**A store that cannot save** (a read-only folder, a full disk, a file in the folder's place) is said once to the
+user, not only in the engine log (:meth:`PrefixKeeper.take_unsaved`, which the engine puts in the next turn's
+``restore_note``): the keeper tries a small write when it opens (:func:`~chatphase.engine.local.prefix_store.
+save_problem`), so that a run whose only save would come at close (``ask``) hears it at its turn, and a save that
+fails later is said at the next turn.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from chatphase.engine.local.prefix_store import (
     default_cap_bytes,
     file_identity,
     mapped_state,
+    save_problem,
     store_dir,
     store_key,
     write_entry,
@@ -147,6 +154,11 @@ class PrefixKeeper:
         self.last_save: tuple[int, float, float] | None = None  # (bytes, copy ms, write ms) of the last save
         self.lines: list[str] = []  # one line per event worth the engine log
         self.refused_now: list[str] = []  # files refused at the last lookup, for the user
+        self._unsaved: str | None = None  # why the store cannot save, for the user (said once: :meth:`take_unsaved`)
+        self._unsaved_said = False
+        problem = save_problem(self.directory)
+        if problem is not None:
+            self._cannot_save(problem)
 
     # -- restore ----------------------------------------------------------------------------------
     def alternatives(self) -> list[tuple[Sequence[int], CacheText]]:
@@ -226,6 +238,22 @@ class PrefixKeeper:
         return f"prefix store: {lines[0]}{more}; not used"
 
     # -- save ---------------------------------------------------------------------------------------
+    def _cannot_save(self, why: str) -> None:
+        line = (
+            f"prefix store: cannot save in {self.directory} ({why}); a later run or restart prefills this prompt cold"
+        )
+        self.lines.append(line)
+        if not self._unsaved_said:
+            self._unsaved = line
+
+    def take_unsaved(self) -> str | None:
+        """The one line saying that the store cannot save, the first time it is asked after that was found; then
+        ``None`` for the keeper's life (the engine log keeps every failure)."""
+        line, self._unsaved = self._unsaved, None
+        if line is not None:
+            self._unsaved_said = True
+        return line
+
     def turn_started(self) -> None:
         """A turn starts: a save being written gives way (its ``.part`` is removed)."""
         self._abort.set()
@@ -303,7 +331,7 @@ class PrefixKeeper:
                     self.directory, self.key, self.model_name, tokens, ntok, nbytes, record.text, buf, aborted
                 )
             except OSError as exc:
-                self.lines.append(f"prefix store: not saved ({exc.strerror or exc})")
+                self._cannot_save(exc.strerror or str(exc))
                 self._covered = 0
                 return
             if path is None:

@@ -35,7 +35,7 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ CAP_CEILING_BYTES = 4 << 30
 STALE_PART_S = 3600.0
 #: prefill samples kept per key for the decision rule.
 MAX_PREFILL_SAMPLES = 32
+#: bytes :func:`save_problem` writes to learn whether a store can save (a block: a full disk refuses it).
+PROBE_BYTES = 4096
 
 
 class StoreRefused(EngineError):
@@ -66,6 +68,40 @@ class StoreRefused(EngineError):
 def store_dir() -> Path:
     """``$CHATPHASE_CACHE_DIR/prefix``, else ``prefix`` in the platform's user cache directory (platformdirs)."""
     return cache_dir() / "prefix"
+
+
+def not_a_folder(directory: Path) -> Path | None:
+    """The path that keeps ``directory`` from being a folder: itself, or the nearest existing parent, when that
+    is not a folder (a plain file in its place); ``None`` when it is one, or can be made."""
+    probe = directory
+    while not probe.is_dir():
+        if probe.exists() or probe.is_symlink():
+            return probe
+        if probe == probe.parent:
+            return None
+        probe = probe.parent
+    return None
+
+
+def save_problem(directory: Path) -> str | None:
+    """Why no prefix can be saved in ``directory`` (the OS's reason, or the path that is not a folder), ``None``
+    when one can: the folder is made if missing and a probe file of :data:`PROBE_BYTES` written there and removed.
+    """
+    blocked = not_a_folder(directory)
+    if blocked is not None:
+        return f"{blocked} is not a folder"
+    probe = directory / f".probe.{os.getpid()}{PART}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(bytes(PROBE_BYTES))
+    except OSError as exc:
+        with suppress(OSError):
+            probe.unlink(missing_ok=True)
+        return exc.strerror or str(exc)
+    with suppress(OSError):
+        probe.unlink()
+    return None
 
 
 def default_cap_bytes(directory: Path) -> int:

@@ -384,7 +384,7 @@ class ReplyView(Widget):
 
 def metrics_line(m: TurnMetrics) -> str:
     """``TTFT 412 ms · 57 tok · 48.2 tok/s`` (plus cached/dropped when non-zero, an overflow's cost, and how the
-    reply ended unless the model ended it: ``max_tokens``, ``cancelled``)."""
+    reply ended unless the model ended it: ``length``, ``cancelled``)."""
     parts = [
         f"TTFT {fmt_ms(m.ttft_ms)}",
         f"prefill {fmt_int(m.prefill_tokens)} tok",
