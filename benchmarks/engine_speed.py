@@ -6,7 +6,9 @@ Variants, all on the same model and the same prompt tokens, run interleaved (rep
 then rep 2, ..., the order rotating each rep so that no variant always runs first on a warm machine):
 
 (a) ``llama-cpp-python defaults`` — ``Llama(model_path, n_ctx=...)`` as its README shows (threads = half
-    the cores, flash attention off), streaming ``create_completion``;
+    the cores, flash attention off), streaming ``create_completion``; llama.cpp's extra buffer types as chatphase
+    chooses them for this CPU (:func:`benchmarks.harness.llama_cpp_python_as_chatphase`: the defaults fault on an
+    AMX CPU whose llama.cpp build fails chatphase's probe), as for every arm;
 (b) ``llama-cpp-python tuned`` — the same calls with threads = physical cores and flash attention on;
 (c) ``chatphase EngineHost`` — chatphase's engine in its child process with chatphase's default settings,
     driven by ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``
@@ -34,7 +36,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.harness import EngineTurns, greedy, llama_bench, load_note, machine_line, pp_tg, rotation, tool
+from benchmarks.harness import (
+    EngineTurns,
+    greedy,
+    llama_bench,
+    llama_cpp_python_as_chatphase,
+    load_note,
+    machine_line,
+    pp_tg,
+    rotation,
+    tool,
+)
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
@@ -59,6 +71,7 @@ class LlamaCppPython:
     def __init__(self, path: str, n_ctx: int, **kwargs) -> None:
         import llama_cpp
 
+        llama_cpp_python_as_chatphase()  # its defaults fault on an AMX CPU whose build fails chatphase's probe
         self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, verbose=False, **kwargs)
         self.ban_eos = {self.llm.token_eos(): -float("inf")}
 

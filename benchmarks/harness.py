@@ -83,6 +83,20 @@ def repack() -> bool:
     return cpu_auto_plan().use_extra_bufts
 
 
+def llama_cpp_python_as_chatphase() -> None:
+    """Make llama-cpp-python's own ``Llama`` (built in this process from now on) keep or drop llama.cpp's extra
+    buffer types as chatphase does on this CPU and build (:func:`repack`): on an AMX CPU whose build fails the
+    probe, its defaults fault at the first batched prompt. ``Llama`` reads the submodule's
+    ``llama_model_default_params``, so that is the one patched (once)."""
+    import llama_cpp.llama_cpp as low
+
+    from chatphase.engine.local.llama_params import cpu_safe_model_defaults
+
+    if not getattr(low.llama_model_default_params, "_chatphase_cpu_safe", False):
+        low.llama_model_default_params = cpu_safe_model_defaults(low.llama_model_default_params)
+        low.llama_model_default_params._chatphase_cpu_safe = True  # type: ignore[attr-defined]
+
+
 def repack_args(name: str, on: bool) -> list[str]:
     """The flags that make tool ``name`` repack weights as ``on`` says."""
     if name == "llama-bench":
