@@ -93,16 +93,19 @@ def default_reply(request: TurnRequest) -> str:
 @dataclass
 class FakeTiming:
     """Virtual per-phase costs in ms that the scripted timestamps advance by. A prefill of ``n`` tokens on
-    ``depth`` cached ones takes ``prefill_once_ms + prefill_ms_per_token·n + prefill_ms_per_token_context·n·(depth
-    + n/2)`` (a fixed cost, the weights', the attention's); a restore of ``n`` tokens from the fake prefix store
-    ``restore_once_ms + restore_ms_per_token·n``, which the count estimates as ``restore_estimate_ms_per_token·n``."""
+    ``depth`` cached ones takes ``prefill_once_ms + prefill_ms_per_token·n + prefill_ms_per_context·Σ (start +
+    u/2)`` over its chunks of ``chunk_tokens`` (a fixed cost, the weights', the attention's: each chunk reads the
+    KV context it sits on, as llama.cpp's CPU prefill measures); a restore of ``n`` tokens from the fake prefix
+    store ``restore_once_ms + restore_ms_per_token·n``, which the count estimates as
+    ``restore_estimate_ms_per_token·n``."""
 
     load_ms: float = 120.0
     tokenize_ms: float = 1.0
     prefill_ms_per_token: float = 2.0
     decode_ms_per_token: float = 20.0
     prefill_once_ms: float = 0.0
-    prefill_ms_per_token_context: float = 0.0
+    prefill_ms_per_context: float = 0.0
+    chunk_tokens: int = 256
     restore_once_ms: float = 0.0
     restore_ms_per_token: float = 0.0
     restore_estimate_ms_per_token: float = 0.0
@@ -111,11 +114,8 @@ class FakeTiming:
         """The scripted prefill time of ``n`` tokens evaluated on ``depth`` cached ones."""
         if n <= 0:
             return 0.0
-        return (
-            self.prefill_once_ms
-            + self.prefill_ms_per_token * n
-            + self.prefill_ms_per_token_context * n * (depth + n / 2)
-        )
+        context = sum(depth + start + min(self.chunk_tokens, n - start) / 2 for start in range(0, n, self.chunk_tokens))
+        return self.prefill_once_ms + self.prefill_ms_per_token * n + self.prefill_ms_per_context * context
 
     def restore_ms(self, n: int) -> float:
         """The scripted restore time of ``n`` tokens."""

@@ -26,9 +26,14 @@ from chatphase.engine.ttft_prediction import (
 )
 
 
-def law(n: int, depth: int, a=20.0, p0=15.0, b=2.0, c=3e-3, origin="this chat") -> PrefillPoint:
-    """A prefill timed by the model's own law: ``p0 + b·n + c·n·(depth + n/2)``, TTFT ``a`` more."""
-    prefill = p0 + b * n + c * n * (depth + n / 2)
+def chunked_context(n: int, depth: int, chunk: int = 256) -> float:
+    """``Σ (start + u/2)`` over the prefill's chunks of ``chunk`` tokens: the KV context each one reads."""
+    return sum(depth + start + min(chunk, n - start) / 2 for start in range(0, n, chunk))
+
+
+def law(n: int, depth: int, a=20.0, p0=15.0, b=2.0, c=0.05, origin="this chat") -> PrefillPoint:
+    """A prefill timed by the model's own law: ``p0 + b·n + c·Σ chunk context``, TTFT ``a`` more."""
+    prefill = p0 + b * n + c * chunked_context(n, depth)
     return PrefillPoint(n, depth, prefill, a + prefill, origin=origin)
 
 
@@ -38,7 +43,7 @@ def test_the_fit_recovers_the_fixed_cost_the_weights_and_the_attention_of_prefil
     model = fit(points, 0.0)
     assert model is not None and model.free == (True, True) and model.source == "this chat, 5 turns"
     assert (model.a_ms, model.p0_ms, model.b_ms_per_token) == pytest.approx((20.0, 15.0, 2.0))
-    assert model.c_ms_per_token2 == pytest.approx(3e-3)
+    assert model.c_ms_per_token2 == pytest.approx(0.05)
     p = predict(model, points, 18, 2500)
     assert p.ttft_ms == pytest.approx(law(18, 2500).ttft_ms) and p.withheld is None
     # exact points: the narrowest range, ±5 %
@@ -49,7 +54,8 @@ def test_the_fit_recovers_the_fixed_cost_the_weights_and_the_attention_of_prefil
 
 def test_points_of_one_size_and_one_context_tie_the_attention_to_the_shape_and_have_no_fixed_cost():
     k = 1e-4
-    points = [law(n, d, p0=0.0, c=2.0 * k) for n, d in ((30, 100), (42, 110), (38, 120))]
+    tied = [(n, d, 2.0 * n * (1 + k * (d + n / 2))) for n, d in ((30, 100), (42, 110), (38, 120))]
+    points = [PrefillPoint(n, d, ms, ms + 20.0) for n, d, ms in tied]  # b·n·(1 + k·ctx): the FLOPs' shape
     model = fit(points, k)
     assert model is not None and model.free == (False, False)
     assert model.b_ms_per_token == pytest.approx(2.0) and model.c_ms_per_token2 == pytest.approx(2.0 * k)
@@ -127,7 +133,7 @@ def test_a_restore_adds_its_read_and_a_fixed_part_and_its_slow_prefill_does_not_
     points = plain + [restored(t) for t in (1000, 3000)]
     model = fit(points, 0.0)
     assert model is not None and model.restore is not None and model.n_points == 5
-    assert (model.p0_ms, model.b_ms_per_token, model.c_ms_per_token2) == pytest.approx((15.0, 2.0, 3e-3))
+    assert (model.p0_ms, model.b_ms_per_token, model.c_ms_per_token2) == pytest.approx((15.0, 2.0, 0.05))
     assert (model.restore.once_ms, model.restore.ms_per_token) == (pytest.approx(120.0), pytest.approx(0.01))
     p = predict(model, points, 17, 2000, restore_tokens=2000, restore_estimate_ms=5.0)
     assert p.restore_ms == pytest.approx(140.0) and p.ttft_ms == pytest.approx(law(17, 2000).ttft_ms + 140.0)
@@ -225,7 +231,7 @@ def test_a_prefix_the_store_would_restore_is_predicted_as_a_restore_not_a_prefil
     )
     budget = budget_of(count, TtftPredictor(0.0, plain + [restored(1000), restored(2000)]))
     assert budget.ttft_ms == pytest.approx(120.0 + 0.01 * 2855 + law(17, 2855).ttft_ms)
-    assert budget.line().startswith("+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 364 ms (")
+    assert budget.line().startswith("+17 tok · 2,855 restored from disk · context 0 % → 70 % · TTFT ≈ 361 ms (")
 
 
 def test_a_message_that_does_not_fit_says_so_with_the_numbers():
@@ -336,7 +342,7 @@ def test_the_turn_detail_shows_the_prediction_its_range_or_why_it_was_withheld()
 def test_the_words_of_a_withheld_prediction():
     points = [law(n, d) for n, d in ((40, 0), (120, 30), (200, 100), (60, 400))]
     model = fit(points, 0.0)
-    assert ttft_text(predict(model, points, 900, 0)) == "TTFT ≥ 117 ms (beyond the prompts measured: up to 200 tok)"
+    assert ttft_text(predict(model, points, 900, 0)) == "TTFT ≥ 116 ms (beyond the prompts measured: up to 200 tok)"
     assert ttft_text(predict(model, points, 20, 5000)) == "TTFT: deeper than the context measured (up to 460 tok)"
     assert ttft_text(predict(None, [], 20, 0)) == "TTFT: not enough turns yet (0)"
 

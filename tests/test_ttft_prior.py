@@ -238,8 +238,8 @@ TWO_THREADS = EngineConfig(n_threads=2, n_threads_batch=2)
 @pytest.mark.parametrize(
     ("history", "sweep", "peak", "says", "then"),
     [
-        (True, True, True, "TTFT ≈ 1.0 s (952 ms–1.1 s; earlier chats + bench results smol.json, 5 prefills)",
-         "TTFT ≈ 1.0 s (952 ms–1.1 s; this chat + earlier chats + bench results smol.json, 6 prefills)"),
+        (True, True, True, "TTFT ≈ 1.0 s (952 ms–1.0 s; earlier chats + bench results smol.json, 5 prefills)",
+         "TTFT ≈ 1.0 s (952 ms–1.0 s; this chat + earlier chats + bench results smol.json, 6 prefills)"),
         (False, True, True, "TTFT ≈ 1.0 s (952 ms–1.1 s; bench results smol.json, 2 prefills)",
          "TTFT ≈ 1.0 s (952 ms–1.1 s; this chat + bench results smol.json, 3 prefills)"),
         (False, False, True, "TTFT ≥ 2.1 s (roofline)", "TTFT ≥ 2.1 s (not enough turns yet: 1)"),

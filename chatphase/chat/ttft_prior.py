@@ -80,7 +80,8 @@ def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
 def _predictor(info: ModelInfo, settings: Mapping[str, Any]) -> TtftPredictor:
     k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
     prior = [*history_points(info.path, settings), *saved_points(info.path, results_dir())]
-    return TtftPredictor(k, prior, roofline_bound(info, settings["n_threads_batch"]))
+    chunk = min(int(settings["n_batch"]), int(settings["n_ctx"]))  # llama.cpp clamps n_batch to n_ctx
+    return TtftPredictor(k, prior, roofline_bound(info, settings["n_threads_batch"]), chunk=chunk)
 
 
 def ttft_predictor(info: ModelInfo, engine: EngineConfig) -> TtftPredictor:

@@ -63,6 +63,8 @@ from typing import Any, Literal
 
 #: the largest ``n`` (or ``depth + n/2``) must be this many times the smallest for ``p0`` (or ``c``) to be fitted.
 SPAN = 2.5
+#: prompt tokens per prefill chunk (``llama_decode`` call) where the caller does not say: the engine's default n_batch.
+DEFAULT_CHUNK_TOKENS = 256
 #: how far past the measured ``n`` and ``depth + n/2`` a prediction reaches (times the largest; see the docstring).
 REACH = 2.0
 #: a range reaching past ``÷ MAX_RATIO`` or ``× MAX_RATIO`` is no prediction (module docstring).
@@ -167,6 +169,8 @@ class TtftModel:
     #: the inverse of the weighted normal matrix over the free columns (scaled), for a new turn's leverage
     inverse: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
     scales: tuple[float, ...] = field(default=(), repr=False)
+    #: prompt tokens per prefill chunk (the attention term's unit: :func:`chunk_context`)
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
 
     @property
     def n_params(self) -> int:
@@ -175,7 +179,8 @@ class TtftModel:
 
     def prefill_ms(self, n: float, depth: float) -> float:
         """Predicted prefill time (ms) of ``n`` tokens evaluated at ``depth``."""
-        return self.p0_ms + self.b_ms_per_token * n + self.c_ms_per_token2 * n * (depth + n / 2.0)
+        return _prefill(self.p0_ms, self.b_ms_per_token, self.c_ms_per_token2, self.free, self.k, self.chunk_tokens,
+                        n, depth)  # fmt: skip
 
     def ttft_ms(self, n: int, depth: int, restore_ms: float = 0.0) -> float:
         """Predicted TTFT (ms) of ``n`` tokens evaluated at ``depth`` after a restore of ``restore_ms``."""
@@ -186,15 +191,26 @@ class TtftModel:
         y = self.prefill_ms(n, depth)
         if y <= 0 or not self.inverse:
             return 0.0
-        u = [v / s / y for v, s in zip(_row(n, depth, self.free, self.k), self.scales, strict=True)]
+        u = [v / s / y for v, s in zip(_row(n, depth, self.free, self.k, self.chunk_tokens), self.scales, strict=True)]
         return max(_quad(self.inverse, u), 0.0)
 
 
-def _row(n: float, depth: float, free: Free, k: float) -> list[float]:
-    """The design row of a prefill over the free columns: ``[1?, n (·(1 + k·ctx) when c is tied), n·ctx?]``."""
+def chunk_context(n: float, depth: float, chunk: int) -> float:
+    """``Σ (start + u/2)`` over the chunks of ``chunk`` tokens that evaluate ``n`` tokens on top of ``depth``:
+    the KV context each ``llama_decode`` call attends over, summed (tokens)."""
+    total, done = 0.0, 0.0
+    while done < n:
+        u = min(float(chunk), n - done)
+        total += depth + done + u / 2.0
+        done += u
+    return total
+
+
+def _row(n: float, depth: float, free: Free, k: float, chunk: int) -> list[float]:
+    """The design row of a prefill over the free columns: ``[1?, n (·(1 + k·ctx) when c is tied), chunk context?]``."""
     ctx = depth + n / 2.0
     once, attention = free
-    return [1.0] * once + [n if attention else n * (1.0 + k * ctx)] + [n * ctx] * attention
+    return [1.0] * once + [n if attention else n * (1.0 + k * ctx)] + [chunk_context(n, depth, chunk)] * attention
 
 
 def _quad(m: Sequence[Sequence[float]], u: Sequence[float]) -> float:
@@ -315,7 +331,17 @@ def _candidates(pts: Sequence[PrefillPoint]) -> list[Free]:
     return [f for f in wanted if (spans_n or not f[0]) and (spans_ctx or not f[1]) and len(pts) >= 2 + sum(f)]
 
 
-def fit(points: Iterable[PrefillPoint], k: float, source: str | None = None) -> TtftModel | None:
+def _prefill(p0: float, b: float, c: float, free: Free, k: float, chunk: int, n: float, depth: float) -> float:
+    """A prefill's time (ms) under the fitted terms: with ``c`` free, ``c`` ms per token of :func:`chunk_context`;
+    tied, ``c = k·b`` per token × context (the attention's FLOPs)."""
+    if free[1]:
+        return p0 + b * n + c * chunk_context(n, depth, chunk)
+    return p0 + b * n + c * n * (depth + n / 2.0)
+
+
+def fit(
+    points: Iterable[PrefillPoint], k: float, source: str | None = None, chunk: int = DEFAULT_CHUNK_TOKENS
+) -> TtftModel | None:
     """The model fitted to ``points`` (module docstring); ``k`` the shape's attention ratio (:func:`attention_ratio`);
     ``source`` names the points (default :func:`source_of`). ``None`` with fewer than two usable points without a
     restore, or when no set of parameters fits them with every coefficient ≥ 0."""
@@ -327,7 +353,7 @@ def fit(points: Iterable[PrefillPoint], k: float, source: str | None = None) -> 
     ys = [p.prefill_ms for p in pts]
     best: tuple[float, Free, _Line] | None = None
     for free in _candidates(pts):
-        line = _relative_fit([_row(p.tokens, p.depth, free, k) for p in pts], ys)
+        line = _relative_fit([_row(p.tokens, p.depth, free, k, chunk) for p in pts], ys)
         if line is None or any(c < 0 for c in line.coef) or line.coef[1 if free[0] else 0] <= 0:
             continue
         spread = _loo_spread(pts, line, a)
@@ -342,14 +368,14 @@ def fit(points: Iterable[PrefillPoint], k: float, source: str | None = None) -> 
     c = coef.pop(0) if free[1] else b * k
 
     def prefill(n: float, depth: float) -> float:
-        return p0 + b * n + c * n * (depth + n / 2.0)
+        return _prefill(p0, b, c, free, k, chunk, n, depth)
 
     restore = _fit_restore([p for p in everything if p.restored_tokens], a, prefill)
     return TtftModel(
         a, p0, b, c, k, free, len(pts), source or source_of(everything), spread,
         min(p.tokens for p in pts), max(p.tokens for p in pts), max(p.context for p in pts),
         max(p.depth + p.tokens for p in pts), restore,
-        tuple(tuple(r) for r in line.inverse), tuple(line.scales),
+        tuple(tuple(r) for r in line.inverse), tuple(line.scales), chunk,
     )  # fmt: skip
 
 
@@ -526,10 +552,18 @@ class TtftPredictor:
         k: :func:`attention_ratio` of the model.
         prior: points measured before this chat (the history database, bench sweeps).
         bound: the roofline's least TTFT, or ``None``.
+        chunk: prompt tokens per prefill chunk (the engine's n_batch).
     """
 
-    def __init__(self, k: float = 0.0, prior: Sequence[PrefillPoint] = (), bound: TtftBound | None = None) -> None:
+    def __init__(
+        self,
+        k: float = 0.0,
+        prior: Sequence[PrefillPoint] = (),
+        bound: TtftBound | None = None,
+        chunk: int = DEFAULT_CHUNK_TOKENS,
+    ) -> None:
         self.k = k
+        self.chunk = chunk
         self._prior: list[PrefillPoint] = list(prior)
         self.bound = bound
         self.points: list[PrefillPoint] = []
@@ -572,7 +606,7 @@ class TtftPredictor:
     def _fit(self) -> tuple[TtftModel | None, list[PrefillPoint]]:
         if self._fitted is None or self._fitted[0] != self._version:
             pts = usable_points([*self.points, *self._prior])  # the chat's own first: its copy is kept
-            self._fitted = (self._version, fit(pts, self.k), pts)
+            self._fitted = (self._version, fit(pts, self.k, chunk=self.chunk), pts)
         return self._fitted[1], self._fitted[2]
 
     @property
