@@ -217,7 +217,9 @@ async def test_at_60x20_the_turn_block_below_the_chat_shows_its_values():
         await send(pilot, "hello there")
         await wait_for(pilot, lambda: len(app.chat.conversation) == 2 and idle(app))
         await pilot.press("ctrl+b")
-        await pilot.pause(0.3)
+        # laid out: the side alone (a condition, not a fixed pause: the layout's time depends on the machine)
+        await wait_for(pilot, lambda: app.query_one("#side").region.right <= 60 and app.panel.region.width >= 55)
+        await pilot.pause()
         shown = "\n".join(screen_lines(app))
         m = app.dashboard.turns[1]
         for label, value in [
@@ -229,5 +231,4 @@ async def test_at_60x20_the_turn_block_below_the_chat_shows_its_values():
             assert any(line.strip().startswith(label) and value in line for line in shown.splitlines()), (label, shown)
         assert app.query_one("#side").region.right <= 60 and app.panel.region.width >= 55  # the side, alone
         await pilot.resize_terminal(100, 30)  # room again: the dashboard beside the panel
-        await pilot.pause(0.3)
-        assert app.dashboard.region.width >= 50 and app.panel.region.width >= 25
+        await wait_for(pilot, lambda: app.dashboard.region.width >= 50 and app.panel.region.width >= 25)
