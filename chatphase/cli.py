@@ -40,8 +40,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+def build_parser(commands: tuple[str, ...] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The argument parser with ``commands`` registered (default: every subcommand). A run registers only the
+    command it runs (:func:`command_of`): registering one imports its module, and importing all of them would
+    cost every command the start-up of the heaviest (the TUI's controller, every experiment)."""
     parser = OneLineParser(
         prog="chatphase",
         description="Chat with a local GGUF model and watch prefill and decode happen.",
@@ -51,9 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="before the command: print the details behind one-line errors"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in commands:
         importlib.import_module(f"chatphase.commands.{name}").register(sub)
     return parser
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` runs (``chat`` when it names none), or ``None`` where the whole parser is needed:
+    the top-level ``--help`` or ``--version``, or a first word that is no command (:func:`main` says so)."""
+    words = argv[1:] if argv[:1] == ["--verbose"] else argv
+    if not words:
+        return COMMAND_MODULES[0]
+    if words[0] in COMMAND_MODULES:
+        return words[0]
+    if words[0].startswith("-") and words[0] not in ("-h", "--help", "--version"):
+        return COMMAND_MODULES[0]
+    return None
 
 
 def clean_argv(argv: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[list[str], list[str]]:
@@ -110,12 +125,14 @@ def _value_options(parser: argparse.ArgumentParser) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    parser = build_parser()
-    argv, input_notices = clean_argv(list(sys.argv[1:] if argv is None else argv), parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = command_of(argv)
+    parser = build_parser(COMMAND_MODULES if command is None else (command,))
+    argv, input_notices = clean_argv(argv, parser)
     if argv[:1] == ["--verbose"]:  # before the command: the details behind one-line errors, on stderr
         argv = argv[1:]
         logging.basicConfig(level=logging.DEBUG, format="chatphase: debug: %(name)s: %(message)s")
-    commands = set(parser._subparsers._group_actions[0].choices or ())  # type: ignore[union-attr]  # argparse keeps its subcommands private
+    commands = set(COMMAND_MODULES)
     if argv and not argv[0].startswith("-") and argv[0] not in commands:  # chat takes no positional argument
         print(f"chatphase: unknown command {argv[0]!r} (commands: {', '.join(COMMAND_MODULES)})", file=sys.stderr)
         return 2

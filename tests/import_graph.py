@@ -8,6 +8,7 @@ a module, else to ``chatphase.models``.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "chatphase"
@@ -28,6 +29,13 @@ def modules() -> dict[str, Path]:
 
 def _imports(path: Path, name: str, is_package: bool) -> list[str]:
     """Dotted names ``path`` imports (absolute, relative ones resolved)."""
+    return list(_parsed_imports(path, path.stat().st_mtime_ns, name, is_package))
+
+
+@functools.cache
+def _parsed_imports(path: Path, mtime_ns: int, name: str, is_package: bool) -> tuple[str, ...]:
+    """Each file is parsed once per test run (keyed on its mtime, so an edited file is read again): the
+    architecture tests ask for the graph dozens of times."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     out: list[str] = []
     base = name.split(".") if is_package else name.split(".")[:-1]
@@ -41,7 +49,7 @@ def _imports(path: Path, name: str, is_package: bool) -> list[str]:
             else:
                 mod = node.module or ""
             out += [f"{mod}.{a.name}" for a in node.names] + [mod]
-    return out
+    return tuple(out)
 
 
 def graph() -> dict[str, set[str]]:

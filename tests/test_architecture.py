@@ -257,6 +257,41 @@ def test_parsing_the_command_line_loads_neither_llama_cpp_nor_numpy():
     assert out.stdout.split() == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        ([], "chat"),
+        (["--model", "x.gguf"], "chat"),
+        (["--verbose", "stats", "--by", "model"], "stats"),
+        (["ask", "hi"], "ask"),
+        (["--help"], None),
+        (["--version"], None),
+        (["bogus"], None),
+    ],
+)
+def test_a_run_registers_the_command_it_runs(argv, command):
+    from chatphase.cli import command_of
+
+    assert command_of(argv) == command
+
+
+def test_a_command_loads_no_other_command():
+    """``stats`` paid for the TUI's controller and every experiment's module (a third of its 1.2 s on the Intel
+    kind) when the parser registered every subcommand."""
+    code = (
+        "import sys\nfrom chatphase import cli\n"
+        "try:\n    cli.main(['stats', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(m for m in sys.modules if m.startswith(('chatphase.commands.', 'chatphase.chat', "
+        "'chatphase.bench', 'chatphase.ui'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(g.PACKAGE_DIR.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    commands = {m.rsplit(".", 1)[1] for m in out.stdout.split() if m.startswith("chatphase.commands.")}
+    assert commands & set(__import__("chatphase.cli").cli.COMMAND_MODULES) == {"stats"}
+    assert not [m for m in out.stdout.split() if m.startswith(("chatphase.chat", "chatphase.ui"))]
+
+
 def test_only_the_engine_loads_llama_cpp_models():
     """A model or vocabulary loaded anywhere else would print llama.cpp's log on the terminal: the engine's
     loaders (``LlamaEngine``, ``BatchedEngine``, ``VocabFile``) send it to the engine log."""

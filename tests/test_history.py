@@ -126,6 +126,33 @@ def test_sessions_on_disk_are_taken_over_once_with_nothing_lost():
     assert [r[1:] for r in models] == [("TestModel-1M", 512)] * 3 + [("Other-2M", 1024)]
 
 
+def test_a_catch_up_in_batches_takes_every_file_and_a_refused_batch_leaves_the_rest_stale(monkeypatch):
+    from chatphase.history import index
+
+    monkeypatch.setattr(index, "CATCH_UP_BATCH_FILES", 2)
+    for i in range(5):
+        write_session([(f"q{i}", f"a{i}", metrics(10 + i, 5.0))])
+    conn = connect()
+    real = index.index_file
+    calls = []
+
+    def failing_third(c, path):
+        calls.append(path)
+        if len(calls) == 3:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(c, path)
+
+    monkeypatch.setattr(index, "index_file", failing_third)
+    with pytest.raises(HistoryError):
+        catch_up(conn)
+    # the first batch (two files) landed; the refused one left nothing behind (its first file rolled back too)
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 2
+    assert not conn.in_transaction
+    monkeypatch.setattr(index, "index_file", real)
+    assert catch_up(conn).indexed == 3
+    assert {r[0] for r in conn.execute("SELECT user FROM turns")} == {f"q{i}" for i in range(5)}
+
+
 def test_a_changed_or_deleted_session_is_caught_up():
     w = write_session([("one", "1", metrics(10, 5.0))])
     conn = connect()

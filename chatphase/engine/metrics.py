@@ -162,8 +162,12 @@ class TurnMetrics:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TurnMetrics:
         """Inverse of :meth:`to_dict`; unknown keys are ignored (forward compatible)."""
-        names = {f.name for f in fields(cls)}
+        names = _FIELD_NAMES if cls is TurnMetrics else {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+#: computed once: reading a history of 100,000 turns asks for them 100,000 times
+_FIELD_NAMES = frozenset(f.name for f in fields(TurnMetrics))
 
 
 def ns_to_ms(ns: int) -> float:
