@@ -24,7 +24,7 @@ around the stream (what a caller sees); for (c) they are the engine's own TTFT a
 (``TurnMetrics.ttft_ms`` / ``decode_ms``, taken inside the child, before the process hop); (d) reports
 its own. Prints mean ± sample sd and the median per variant, and the ratios of medians to (d), or to
 (b) without it (medians, because on a shared machine other processes' bursts hit single reps).
-Timing numbers belong here, never in unit tests (README, Development).
+Timing numbers belong here, never in unit tests (docs/development.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``bench --server`` builds its exact-length prompts from the local GGUF's vocabulary: that load's
-llama.cpp log goes to the engine log, never to the terminal (``README``: the log never prints over the
+llama.cpp log goes to the engine log, never to the terminal (``docs/engine-settings.md``: the log never prints over the
 screen). Run in a fresh process, where no log capture is installed yet, as on the command line."""
 
 from __future__ import annotations

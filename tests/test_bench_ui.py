@@ -454,7 +454,7 @@ async def test_plots_draw_even_y_ticks():
     [("sweep", True), ("parallel", True), ("levers", False), ("spec", False), ("interference", False)],
 )
 async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overlays):
-    """The README: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay
+    """docs/levers.md: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay
     buttons and no Load key in the footer."""
     from textual.widgets import Button
 

@@ -374,8 +374,8 @@ async def test_shift_and_alt_enter_break_the_line_where_the_terminal_reports_the
 
 def test_esc_then_cr_reads_as_a_plain_enter_in_this_textual():
     """xterm-style terminals and tmux send Alt+Enter as ESC CR, which Textual 8 reads as ``enter``
-    (Textual issue #6663), so the prompt cannot tell it from Enter and the README promises Alt+Enter only
-    where the terminal reports it. If this fails, Textual now says ``alt+enter``: the README can say more."""
+    (Textual issue #6663), so the prompt cannot tell it from Enter and docs/chat.md promises Alt+Enter only
+    where the terminal reports it. If this fails, Textual now says ``alt+enter``: docs/chat.md can say more."""
     from textual._xterm_parser import XTermParser
 
     parser = XTermParser(False)

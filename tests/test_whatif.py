@@ -90,7 +90,7 @@ def test_whatif_needs_a_roofline(tmp_path, capsys):
 
 
 def test_the_readmes_form_takes_the_model_as_its_positional_argument(monkeypatch, capsys):
-    """``chatphase whatif MODEL --device ...`` (README): MODEL is the model to measure here, not --spec's value
+    """``chatphase whatif MODEL --device ...`` (docs/levers.md): MODEL is the model to measure here, not --spec's value
     (the positional's dest was "spec", which settings_from_args read as the speculative mode)."""
     import chatphase.bench.sweep.run as sweep_run
     import chatphase.models.gguf_meta as gguf_meta

@@ -40,8 +40,8 @@ def check_choices(settings: Any) -> None:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine settings, with chatphase's own defaults (llama-cpp-python's cost speed; see the README's
-    "Engine settings chatphase chooses").
+    """Engine settings, with chatphase's own defaults (llama-cpp-python's cost speed; see
+    docs/engine-settings.md).
 
     ``n_ctx`` tokens of context; ``n_batch`` prompt tokens per prefill chunk (also the step of the live
     prefill progress); ``n_ubatch`` the physical batch; ``n_threads`` / ``n_threads_batch`` decode and

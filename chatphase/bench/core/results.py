@@ -3,7 +3,7 @@
 - :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
 - :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
 - :class:`BenchResult` — one whole sweep: ``{"kind": "sweep", "version", "model", "settings", "system",
-  "results", "fits", "roofline", "samples"}`` in JSON (README, "Prompt-length experiments"); the CSV form holds
+  "results", "fits", "roofline", "samples"}`` in JSON (docs/bench.md); the CSV form holds
   the cells only, one row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...). The
   parallel-decode sweep has its own result (:mod:`chatphase.bench.parallel.result`); :func:`read_csv` reads both
   kinds' rows (a parallel cell is a row of kind ``"parallel"``).

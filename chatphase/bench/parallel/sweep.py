@@ -1,6 +1,6 @@
 """The parallel-decode sweep: N sequences decoded together, for each N of a list (llama-batched-bench's method).
 
-Why (README, "Parallel decoding"): a decode step reads every weight once whatever the number of sequences it
+Why (docs/bench-parallel.md): a decode step reads every weight once whatever the number of sequences it
 advances, so while memory bandwidth bounds the step, N sequences cost barely more than one and the
 aggregate tokens/s grows almost N-fold, until the arithmetic (2 × parameters FLOPs per token) catches up.
 
