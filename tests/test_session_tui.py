@@ -1,5 +1,5 @@
 """Sessions and settings in the TUI (FakeEngine + Pilot): recording, resume, export, sessions list,
-settings screen. Screenshots of the three screens are saved under ``docs/screenshots/`` when
+settings screen. Screenshots of the three screens are saved under ``screenshots/`` when
 ``CHATPHASE_SCREENSHOTS=1``."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Checks what a user sees against the engine's own numbers, and that regenerate and edit-and-resend reuse
 the KV cache up to the change. With ``CHATPHASE_SCREENSHOTS=1`` it also saves SVG screenshots of the
-real conversation to ``docs/screenshots/`` (``chat-finished.svg``, ``chat-narrow.svg``)
+real conversation to ``screenshots/`` (``chat-finished.svg``, ``chat-narrow.svg``)
 for the README.
 """
 

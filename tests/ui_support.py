@@ -48,12 +48,13 @@ def streaming_reply(log: ChatLog) -> tuple[ReplyView, Callable[[str], None]]:
     return log.start_reply(turn), feed
 
 
-#: where the README's and the docs' screenshots live (written by the tests when ``CHATPHASE_SCREENSHOTS`` is set).
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+#: where the README's screenshots live (written by the tests when ``CHATPHASE_SCREENSHOTS`` is set; docs/screenshots is a
+#: link to it, so the documentation site shows the same files)
+SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 
 
 def shot(app, name: str) -> None:
-    """Save ``docs/screenshots/{name}.svg`` when ``CHATPHASE_SCREENSHOTS`` is set."""
+    """Save ``screenshots/{name}.svg`` when ``CHATPHASE_SCREENSHOTS`` is set."""
     if os.environ.get("CHATPHASE_SCREENSHOTS"):
         SHOTS.mkdir(exist_ok=True)
         app.save_screenshot(str(SHOTS / f"{name}.svg"))
