@@ -59,7 +59,7 @@ def test_without_the_device_bandwidth_the_bound_is_unknown_and_it_says_so():
 
 
 def st(v):
-    from chatphase.bench.core.stats import Stats
+    from chatphase.timing.stats import Stats
 
     return Stats(mean=v, sd=None, median=v, min=v, max=v, n=1)
 

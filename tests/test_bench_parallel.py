@@ -17,7 +17,6 @@ from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import render
 from chatphase.bench.core.results import read_csv, save_result
 from chatphase.bench.core.runner import SweepProgress
-from chatphase.bench.core.stats import summarize
 from chatphase.bench.experiments import load_bench_result, load_result
 from chatphase.bench.parallel.plot import write_parallel_plot
 from chatphase.bench.parallel.result import ParallelResult
@@ -27,6 +26,7 @@ from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_p
 from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
+from chatphase.timing.stats import summarize
 from tests.bench_support import MS, CharTokenizer, ScriptedBatchEngine
 
 PEAKS = MachinePeaks(20e9, "scripted copy", 100e9, "scripted matmul")  # machine balance 5 FLOP/byte

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from chatphase.bench.core.parallel_results import ParallelSample
-from chatphase.bench.core.plot import check_plot_path, write_plot
+from chatphase.bench.core.plot import write_plot
 from chatphase.bench.core.report import FORMATS, render, sample_progress
 from chatphase.bench.core.results import (
     CSV_COLUMNS,
@@ -17,9 +17,10 @@ from chatphase.bench.core.results import (
     parse_csv,
     save_result,
 )
-from chatphase.bench.core.stats import summarize
 from chatphase.bench.experiments import load_result
 from chatphase.errors import UsageError
+from chatphase.plotting import check_plot_path
+from chatphase.timing.stats import summarize
 
 
 def make_cell(

@@ -266,7 +266,7 @@ async def test_narrow_terminal_keeps_everything_reachable(app):
 
 
 def test_forecast_text_states():
-    from chatphase.forecast import forecast_kv
+    from chatphase.timing.forecast import forecast_kv
     from chatphase.ui.dashboard.kv_forecast import forecast_text
 
     cap = 2048 * 23_040

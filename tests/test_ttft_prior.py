@@ -18,7 +18,6 @@ from chatphase.chat.budget import budget_of
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import PromptCount
 from chatphase.engine.metrics import TurnMetrics, compute_turn_metrics
-from chatphase.engine.ttft_prediction import PrefillPoint, TtftBound, TtftPredictor, fit
 from chatphase.history import ttft_prior as history_ttft
 from chatphase.history.context import model_hash
 from chatphase.history.db import connect, db_path
@@ -26,6 +25,8 @@ from chatphase.history.index import catch_up
 from chatphase.models.roofline import prefill_flops
 from chatphase.sessions.writer import SessionWriter
 from chatphase.system import machine_peaks
+from chatphase.timing.ttft_model import PrefillPoint, fit
+from chatphase.timing.ttft_prediction import TtftBound, TtftPredictor
 
 HERE = {"machine": "box", "cpu": "AMD EPYC 9454"}
 COUNT = PromptCount(prompt_tokens=1000, cached_tokens=0, kv_cache_tokens=0, n_ctx=4096)

@@ -13,7 +13,7 @@ from fake_engine import FakeEngine, FakeTiming, fake_model_info, template_tokens
 
 from chatphase.chat.budget import budget_of
 from chatphase.engine.events import Message
-from chatphase.engine.ttft_prediction import PrefillPoint
+from chatphase.timing.ttft_model import PrefillPoint
 
 
 def words(n: int, tag: str = "w") -> str:

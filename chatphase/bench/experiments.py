@@ -118,7 +118,7 @@ def check_outputs(kind: str, fmt: str, plot: str | None, output: str | None) -> 
     if plot:
         if not experiment.plots:
             raise UsageError(f"--plot: {experiment.title} ({experiment.flag}) draws no plot: {experiment.plot_note}")
-        from chatphase.bench.core.plot import check_plot_path
+        from chatphase.plotting import check_plot_path
 
         check_plot_path(plot)
     if output and not Path(output).expanduser().parent.is_dir():

@@ -4,7 +4,7 @@ One line, shown live by the prompt box and by ``ask -f`` (``+3,412 tok · contex
 (7.9–9.1 s; this chat, 3 turns)``; when the prediction is withheld, at most a bound and why: ``TTFT ≥ 2.1 s (not
 enough turns yet: 1)``, ``TTFT ≥ 400 ms (roofline)``, ``TTFT: not enough turns yet (0)``), or, for a message that
 would not fit, the refusal with the numbers. The counts are the model's own tokenizer's
-(:class:`~chatphase.engine.events.PromptCount`); the prediction is :mod:`chatphase.engine.ttft_prediction`'s, the
+(:class:`~chatphase.engine.events.PromptCount`); the prediction is :mod:`chatphase.timing.ttft_prediction`'s, the
 same object the turn then carries (:meth:`~chatphase.chat.controller.ChatController.count`). The words of a
 prediction (:func:`ttft_text`, :func:`withheld_text`) are said here for every view.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from chatphase.engine.events import PromptCount
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.engine.ttft_prediction import TtftPrediction, TtftPredictor, Withheld
+from chatphase.timing.ttft_prediction import TtftPrediction, TtftPredictor, Withheld
 from chatphase.units import fmt_count, fmt_duration_ms, fmt_int
 
 

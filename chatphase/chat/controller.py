@@ -50,10 +50,10 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
-from chatphase.engine.ttft_prediction import TtftPrediction
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
+from chatphase.timing.ttft_prediction import TtftPrediction
 
 if TYPE_CHECKING:
     from chatphase.sessions.store import Session

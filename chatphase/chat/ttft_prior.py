@@ -1,20 +1,19 @@
-"""The TTFT prediction's prior (:mod:`chatphase.engine.ttft_prediction`): the prefills measured before this chat,
+"""The TTFT prediction's prior (:mod:`chatphase.timing.ttft_prediction`): the prefills measured before this chat,
 fitted together with the chat's own (:func:`ttft_predictor`, again with the loaded engine's settings by
 :func:`prior_after_load`): the turns this model file ran on this machine with the same prefill settings in earlier
 chats (the history database, :mod:`chatphase.history.ttft_prior`) and the samples of the model's newest saved
-prompt-length sweep (``chatphase bench -o FILE.json``) in :func:`results_dir`; and the roofline's least TTFT
+prompt-length sweep (``chatphase bench -o FILE.json``) in :func:`results_dir`
+(:func:`chatphase.timing.saved_sweeps.saved_points`); and the roofline's least TTFT
 (:func:`roofline_bound`), when this machine's matmul peak is known and bounds the model's weights, as a bound where
 the prediction is withheld.
 
 The newest sweep JSON of the same model file (by its ``model.path``, else its file name) gives its samples as
-points named by it (``bench results smollm.json``). A file that is not a sweep, not JSON or unreadable is passed
-over: a prior is a help, not a requirement.
+points named by it (``bench results smollm.json``); a file that is not a sweep, not JSON or unreadable is passed
+over (:mod:`chatphase.timing.saved_sweeps`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -22,44 +21,19 @@ from typing import Any
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedSettings
-from chatphase.engine.ttft_prediction import PrefillPoint, TtftBound, TtftPredictor, attention_ratio, points_from_sweep
 from chatphase.history.ttft_prior import history_points
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import attention_flops_per_context_token, float32_peak_bounds, prefill_flops
 from chatphase.sessions.store import data_dir
 from chatphase.system.machine_peaks import flops_peak
+from chatphase.timing.saved_sweeps import saved_points
+from chatphase.timing.ttft_model import attention_ratio
+from chatphase.timing.ttft_prediction import TtftBound, TtftPredictor
 
 
 def results_dir() -> Path:
     """Where saved bench results are looked for: ``data_dir() / "results"`` (not created here)."""
     return data_dir() / "results"
-
-
-def saved_points(model_path: str, folder: str | os.PathLike[str]) -> list[PrefillPoint]:
-    """The points of the newest sweep of ``model_path`` in ``folder`` that has any (none: ``[]``)."""
-    try:
-        files = sorted(Path(folder).glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        return []
-    for path in files:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            continue
-        if (
-            not isinstance(data, dict)
-            or data.get("kind", "sweep") != "sweep"
-            or not isinstance(data.get("samples"), list)
-        ):
-            continue
-        saved = str((data.get("model") or {}).get("path") or "")
-        if saved != model_path and Path(saved).name != Path(model_path).name:
-            continue
-        samples = [s for s in data["samples"] if isinstance(s, dict)]
-        points = points_from_sweep(samples, f"bench results {path.name}")
-        if points:
-            return points
-    return []
 
 
 def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
@@ -86,7 +60,7 @@ def _predictor(info: ModelInfo, settings: Mapping[str, Any]) -> TtftPredictor:
 
 def ttft_predictor(info: ModelInfo, engine: EngineConfig) -> TtftPredictor:
     """A TTFT predictor for ``info`` run with ``engine``'s settings: its ``k`` from the model's shape
-    (:func:`~chatphase.engine.ttft_prediction.attention_ratio`), its prior the prefills of earlier chats on this
+    (:func:`~chatphase.timing.ttft_model.attention_ratio`), its prior the prefills of earlier chats on this
     machine with the same prefill settings (:func:`~chatphase.history.ttft_prior.recent_points`; before the load,
     an automatic value only the load resolves is not compared) and of the saved bench results; its bound from the
     roofline (module docstring)."""

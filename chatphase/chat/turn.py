@@ -24,7 +24,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.metrics import NS_PER_MS, NS_PER_S, TurnMetrics, decode_rates, rate_per_s
-from chatphase.engine.ttft_prediction import TtftPrediction, remaining_ms
+from chatphase.timing.ttft_prediction import TtftPrediction, remaining_ms
 
 TurnKind = Literal["send", "regenerate", "resend"]
 """``send``: a new user message; ``regenerate``: the last reply again; ``resend``: an edited last message."""
@@ -67,7 +67,7 @@ class Turn:
     _thought: list[str] = field(default_factory=list, repr=False)
 
     def ttft_left_ms(self) -> float | None:
-        """Time left to the first token while the prefill runs (:func:`~chatphase.engine.ttft_prediction.
+        """Time left to the first token while the prefill runs (:func:`~chatphase.timing.ttft_prediction.
         remaining_ms`: the turn's prediction corrected by the chunks done); ``None`` before the prefill or
         without a prediction."""
         if self.prefill is None:

@@ -15,11 +15,11 @@ import json
 import sys
 from contextlib import closing
 
-from chatphase.bench.core.fits import LinearFit
-from chatphase.bench.core.plot import check_plot_path
 from chatphase.commands.history_options import add_filter_options, filters_of, open_history
 from chatphase.engine.text import inert, json_inert
 from chatphase.history.query import GROUP_BY, MIN_FIT_X, GroupStats, group_stats, parse_by
+from chatphase.plotting import check_plot_path
+from chatphase.timing.fits import LinearFit
 from chatphase.units import fmt_count, fmt_term
 
 

@@ -72,7 +72,7 @@ class TurnMetrics:
     Speculative decoding: the ``spec_*`` and ``step_ms_*`` fields (the module docstring); ``spec_mode`` is
     ``lookup``, ``auto`` or ``draft``, ``None`` for plain decode.
 
-    ``ttft_predicted_ms``: the turn's one TTFT prediction (:mod:`chatphase.engine.ttft_prediction`; made when the
+    ``ttft_predicted_ms``: the turn's one TTFT prediction (:mod:`chatphase.timing.ttft_prediction`; made when the
     message was counted, else when the prefill began), ``ttft_predicted_low_ms`` / ``ttft_predicted_high_ms`` its
     range, ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE, 12 prefills``); a
     prediction withheld has ``ttft_predicted_ms = None``, its bounds (if any) as low / high and

@@ -1,5 +1,5 @@
 """``chatphase stats --plot``: every recorded turn, one colour per group, with each group's least-squares line —
-drawn by the bench's plot helpers (:func:`chatphase.bench.core.plot.write_rows`)."""
+drawn by :func:`chatphase.plotting.write_rows`, as the bench's plots are."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from chatphase.bench.core.plot import write_rows
 from chatphase.history.query import GroupStats
+from chatphase.plotting import write_rows
 from chatphase.units import fmt_count
 
 
@@ -38,6 +38,6 @@ def write_history_plot(groups: Sequence[GroupStats], path: str | os.PathLike) ->
     """Draw :func:`plot_history` to ``path`` (.svg or .png).
 
     Raises:
-        UsageError: as :func:`chatphase.bench.core.plot.write_rows`.
+        UsageError: as :func:`chatphase.plotting.write_rows`.
     """
     return write_rows([(plot_history, groups)], path)

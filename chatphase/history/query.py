@@ -9,9 +9,9 @@ the thinking; each word is matched as a literal token, so any text is safe to pa
 Stats (:func:`group_stats`): per group, the turn count, the medians of TTFT, prefill and decode tokens/s
 (:func:`statistics.median`), and two least-squares lines: ``ttft_ms = a + b × prompt tokens evaluated`` (the
 prompt's tokens not served from the KV cache: all of them for a cold turn; a turn that reused a cached prefix pays
-prefill for the rest only), a cost whose fixed part ``a`` is not negative (:func:`chatphase.bench.core.fits.cost_fit`:
+prefill for the rest only), a cost whose fixed part ``a`` is not negative (:func:`chatphase.timing.fits.cost_fit`:
 through the origin when the free line's ``a`` comes out below 0), and ``decode_tokens_per_s = a + b × depth``
-(``kv_cache_tokens`` after the turn; :func:`chatphase.bench.core.fits.linear_fit`). Each needs
+(``kv_cache_tokens`` after the turn; :func:`chatphase.timing.fits.linear_fit`). Each needs
 :data:`MIN_FIT_X` distinct x values: through two, any law fits a line exactly.
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from chatphase.bench.core.fits import LinearFit, cost_fit, linear_fit
 from chatphase.errors import UsageError
 from chatphase.history.db import METRIC_COLUMNS
+from chatphase.timing.fits import LinearFit, cost_fit, linear_fit
 
 #: how ``--by`` names a dimension -> its SQL expression over ``turn_log``.
 GROUP_BY = {
@@ -258,7 +258,7 @@ def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] 
 
 def _median(values: Iterable[float | None]) -> float | None:
     """The median of the defined values (``None`` when none): :func:`statistics.median`, as
-    :func:`chatphase.bench.core.stats.summarize` takes it (without its standard deviation, slow over 100,000)."""
+    :func:`chatphase.timing.stats.summarize` takes it (without its standard deviation, slow over 100,000)."""
     xs = [v for v in values if v is not None]
     return float(statistics.median(xs)) if xs else None
 

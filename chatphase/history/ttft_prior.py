@@ -7,7 +7,7 @@ name and CPU (:func:`chatphase.system.machine_peaks.machine_identity`) and the s
 speed (:data:`PREFILL_SETTINGS`, those given: two threads prefill at about half the rate of four, and a GPU many
 times the CPU's), that evaluated tokens and completed their prefill (a first token came; a turn stopped during
 decode counts, a failed one does not): the newest :data:`RECENT_TURNS` of them, with their restores, as points
-of origin ``earlier chats`` (:class:`chatphase.engine.ttft_prediction.PrefillPoint`). A context that did not
+of origin ``earlier chats`` (:class:`chatphase.timing.ttft_model.PrefillPoint`). A context that did not
 record a setting (an older session file) matches any value of it.
 
 The database is read as it is, without a catch-up of the session files (which can read many files): the chat's
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chatphase.engine.ttft_prediction import PrefillPoint
 from chatphase.history.context import model_hash
 from chatphase.history.db import HistoryError, connect, db_path
 from chatphase.system.machine_peaks import machine_identity
+from chatphase.timing.ttft_model import PrefillPoint
 
 #: the newest turns a prior is fitted on: enough to outweigh one odd turn, recent enough to follow a new build.
 RECENT_TURNS = 50

@@ -1,2 +1,3 @@
-"""What every experiment shares: the contract, events, the child-process job, stats, peaks, the roofline's use,
-the sweep's measuring loop and records, and the common report and plot helpers. Imports no experiment."""
+"""What every experiment shares: the contract, events, the child-process job, peaks, the roofline's use, the
+sweep's measuring loop, records and fits, the common report helper and the sweep's plot (statistics and line fits
+are :mod:`chatphase.timing`'s, plot files :mod:`chatphase.plotting`'s). Imports no experiment."""

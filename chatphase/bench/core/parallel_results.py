@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from chatphase.bench.core.stats import Stats, stat_columns, stats_of_row, stats_row
+from chatphase.timing.stats import Stats, stat_columns, stats_of_row, stats_row
 
 #: per-cell metrics summarised as :class:`Stats`.
 PARALLEL_STAT_METRICS: tuple[str, ...] = (

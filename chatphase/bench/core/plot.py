@@ -8,29 +8,11 @@ results overlay for comparison (one colour each).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from chatphase.bench.core.results import BenchResult
-from chatphase.errors import UsageError
-
-PLOT_SUFFIXES = (".svg", ".png")
-
-
-def check_plot_path(path: str | os.PathLike) -> Path:
-    """Validate a ``--plot`` path before any work: suffix .svg/.png and matplotlib installed.
-
-    Raises:
-        UsageError: otherwise.
-    """
-    p = Path(path)
-    if p.suffix.lower() not in PLOT_SUFFIXES:
-        raise UsageError(f"--plot needs a .svg or .png file name (got {p.name!r})")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'chatphase[plot]'") from None
-    return p
+from chatphase.plotting import write_rows
 
 
 def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
@@ -38,50 +20,9 @@ def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
     fitted line, decode tok/s vs depth (:func:`plot_sweep`); format from the suffix (SVG or PNG). Returns the path.
 
     Raises:
-        UsageError: as :func:`check_plot_path`, or when the file cannot be written.
+        UsageError: as :func:`chatphase.plotting.write_rows`.
     """
     return write_rows([(plot_sweep, results)], path)
-
-
-def write_rows(rows: Sequence[tuple[Callable[[Sequence, object, object], None], Sequence]], path) -> Path:
-    """A figure of one row of two axes per ``(draw, results)``: ``draw(results, ax1, ax2)`` fills them (each
-    experiment that plots has its own ``draw``); a grid, y from 0 and legends added. Returns the path.
-
-    Raises:
-        UsageError: as :func:`check_plot_path`, or when the file cannot be written.
-    """
-    p = check_plot_path(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 4.2 * len(rows)), layout="constrained", squeeze=False)
-    for (draw, results), (ax1, ax2) in zip(rows, axes, strict=True):
-        draw(results, ax1, ax2)
-        for ax in (ax1, ax2):
-            ax.grid(alpha=0.3)
-            ax.set_ylim(bottom=0)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize="small")
-    return save_figure(fig, p)
-
-
-def save_figure(fig, path: Path) -> Path:
-    """Write ``fig`` to ``path`` and close it; returns the path.
-
-    Raises:
-        UsageError: when the file cannot be written.
-    """
-    import matplotlib.pyplot as plt
-
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise UsageError(f"cannot write plot {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-    return path
 
 
 def plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:

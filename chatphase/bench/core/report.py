@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
 from chatphase.bench.core.results import BenchResult, CellResult, Sample
-from chatphase.bench.core.stats import Stats
 from chatphase.errors import UsageError
+from chatphase.timing.stats import Stats
 from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate, fmt_term
 
 FORMATS = ("table", "csv", "json", "md")

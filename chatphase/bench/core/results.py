@@ -26,8 +26,8 @@ from typing import Literal
 
 from chatphase.bench.core.contract import saved_version, stamp
 from chatphase.bench.core.parallel_results import ParallelCell
-from chatphase.bench.core.stats import Stats, stat_columns, stats_of_row, stats_row
 from chatphase.errors import UsageError
+from chatphase.timing.stats import Stats, stat_columns, stats_of_row, stats_row
 
 CellKind = Literal["prompt", "depth"]
 

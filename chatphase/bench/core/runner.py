@@ -26,7 +26,6 @@ from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.results import STAT_METRICS, CellKind, CellResult, Sample
-from chatphase.bench.core.stats import group_cells, summarize_metrics
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (
     EngineFailed,
@@ -36,6 +35,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import EngineError, UsageError
+from chatphase.timing.stats import group_cells, summarize_metrics
 
 DEFAULT_PROMPT_LENGTHS = (64, 256, 1024)
 DEFAULT_DEPTHS = (0, 1024)

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
-from chatphase.bench.core.stats import Stats, summarize
 from chatphase.engine.interference import InterferenceOutcome
 from chatphase.engine.metrics import gap_percentiles_ms, ns_to_ms, rate_per_s
+from chatphase.timing.stats import Stats, summarize
 
 
 @dataclass(frozen=True)

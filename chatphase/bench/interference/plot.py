@@ -10,10 +10,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from chatphase.bench.core.plot import write_rows
 from chatphase.bench.interference.analysis import Timeline
 from chatphase.bench.interference.plan import policy_name
 from chatphase.bench.interference.result import InterferenceResult
+from chatphase.plotting import write_rows
 
 
 def write_interference_plot(results: Sequence[InterferenceResult], path: str | os.PathLike) -> Path:

@@ -38,13 +38,13 @@ from typing import Any
 from chatphase.bench.core.contract import Done, check_format, saved_version, stamp
 from chatphase.bench.core.events import BenchDone, BenchEvent, BenchStatus
 from chatphase.bench.core.peaks import MachinePeaks
-from chatphase.bench.core.plot import check_plot_path, save_figure
 from chatphase.bench.core.results import BenchResult
 from chatphase.bench.core.run import acquire_peaks
 from chatphase.bench.core.runner import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
+from chatphase.plotting import check_plot_path, save_figure
 from chatphase.units import fmt_bytes
 
 

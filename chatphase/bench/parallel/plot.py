@@ -7,8 +7,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from chatphase.bench.core.plot import write_rows
 from chatphase.bench.parallel.result import ParallelResult
+from chatphase.plotting import write_rows
 
 
 def write_parallel_plot(results: Sequence[ParallelResult], path: str | os.PathLike) -> Path:

@@ -32,12 +32,12 @@ from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.runner import SweepProgress
-from chatphase.bench.core.stats import group_cells, summarize_metrics
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
 from chatphase.errors import EngineError, UsageError
 from chatphase.models.roofline import step_bytes, step_flops
+from chatphase.timing.stats import group_cells, summarize_metrics
 
 DEFAULT_N_SEQS = (1, 2, 4, 8)
 DEFAULT_PARALLEL_PROMPT_LENGTHS = (128,)

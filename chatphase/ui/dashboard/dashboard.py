@@ -26,7 +26,7 @@ from textual.widgets import Checkbox, TabbedContent, TabPane
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.overflow import DEFAULT_OVERFLOW
-from chatphase.forecast import forecast_kv
+from chatphase.timing.forecast import forecast_kv
 from chatphase.ui.dashboard.history_table import TurnHistoryTable
 from chatphase.ui.dashboard.kv_forecast import KvGauge
 from chatphase.ui.dashboard.live_rate import LiveRate
@@ -107,7 +107,7 @@ class Dashboard(Widget):
         """Record a finished turn: history row (updated in place if the number is shown), plots, KV forecast,
         and show it in the detail view. ``turns_held``: the conversation's turns the KV cache holds after it
         (this one included; default: the turns of this engine), so that a resumed chat's cold prefill of its
-        earlier turns is not taken for one turn's growth (:func:`~chatphase.forecast.forecast_kv`)."""
+        earlier turns is not taken for one turn's growth (:func:`~chatphase.timing.forecast.forecast_kv`)."""
         self.turns[number] = metrics
         if metrics.kv_cache_tokens is not None:
             self._kv_tokens.pop(number, None)  # the latest last

@@ -1,6 +1,6 @@
 """KV cache gauge: tokens and bytes used against n_ctx, and when the conversation will fill it.
 
-The forecast itself is pure (:func:`chatphase.forecast.forecast_kv`); this widget shows it with Textual's
+The forecast itself is pure (:func:`chatphase.timing.forecast.forecast_kv`); this widget shows it with Textual's
 ``ProgressBar`` and one line of text.
 """
 
@@ -11,7 +11,7 @@ from textual.widget import Widget
 from textual.widgets import Label, ProgressBar
 
 from chatphase.engine.overflow import DEFAULT_OVERFLOW, OVERFLOW_AHEAD
-from chatphase.forecast import KvForecast
+from chatphase.timing.forecast import KvForecast
 from chatphase.units import fmt_bytes
 
 

@@ -132,7 +132,7 @@ class PhaseIndicator(Horizontal):
 
     def prefill_started(self, event: PrefillStarted, left_ms: float | None = None) -> None:
         """Prefill of ``event.prefill_tokens`` begins (``event.cached_tokens`` reused from the KV cache);
-        ``left_ms``: the time to the first token predicted (:mod:`chatphase.engine.ttft_prediction`)."""
+        ``left_ms``: the time to the first token predicted (:mod:`chatphase.timing.ttft_prediction`)."""
         self._bar.update(total=max(event.prefill_tokens or 0, 1), progress=0)
         restored = event.restored_tokens or 0
         in_memory = (event.cached_tokens or 0) - restored

@@ -1,5 +1,6 @@
-"""TTFT predicted before a turn is sent, from this machine's measured prefills. Pure Python, no model, no
-import from chatphase (so that it can move to a bottom layer as it is).
+"""The TTFT model: a prefill's time fitted from this machine's measured prefills (:func:`fit`). Pure Python, no
+model, no numpy (the chat's UI process does not load it); what is shown from it (the range, the bounds, a
+withheld prediction) is :mod:`chatphase.timing.ttft_prediction`.
 
 The model, for ``n`` tokens evaluated on top of ``depth`` tokens already in the KV cache::
 
@@ -33,28 +34,11 @@ restore's term on what their TTFT holds beyond ``a`` and the prefill the model p
 relative least squares when three or more span sizes (2.5×), else ``r1`` from their measured restore times (through
 the origin) and ``r0`` the median of the rest.
 
-The range: each point's leave-one-out prediction (the fit without it: for least squares, the residual over
+The fit's spread: each point's leave-one-out prediction (the fit without it: for least squares, the residual over
 ``1 − h``, ``h`` the point's leverage) gives a log-ratio ``ln(measured / predicted)``; their root mean square
-``s`` is the fit's spread, and a new prediction's range is ``× e^(±t·s·√((1 + h₀)/(1 + P/N)))`` with ``t``
-Student's 95 % quantile at ``N − P`` degrees of freedom (a 90 % two-sided interval) and ``h₀`` the leverage of the
-new turn (wider away from the points), never narrower than ±:data:`MIN_HALF_WIDTH`; after a restore, the restore
-term's own spread (over the restores, Student's t at its degrees of freedom) is added in quadrature.
-
-The prediction is withheld (:class:`Withheld`: at most a bound, never a number that may be several times off)
-when the points are too few for the parameters (``N < P + 1``; ``N = 1`` always), for a restore with fewer than
-two restores measured, when the range would reach past ÷1.5 or ×1.5 (:data:`MAX_RATIO`: so that a turn outside
-the 90 % range is still within ½×–2× but for about one in 200), or when the turn is *far* beyond what was
-measured: more than :data:`REACH` times the largest measured ``n`` or attention context ``depth + n/2``, or
-(without a fitted ``p0``) under the smallest ``n`` ÷ :data:`REACH`. Two, because for points spread over a range
-the prediction's own uncertainty (its leverage) at twice the range's end is already about twice what it is
-inside, and grows in proportion to the distance beyond — on terms never checked there. A withheld prediction
-carries bounds from the points without a restore (prefill time does not fall with more tokens or more depth): at
-least the prefill of any point with no more tokens and no more depth, at most that of any with no fewer of both
-(plus the largest outside cost; none after a restore, nor when the two cross), and the roofline's least TTFT
-(:class:`TtftBound`).
-
-During a prefill, :func:`remaining_ms` corrects the prediction by the chunks already done: the time predicted for
-the rest, scaled by measured ÷ predicted for the part done.
+``s`` is the fit's spread (:attr:`TtftModel.log_spread`), and a new turn's leverage ``h₀``
+(:meth:`TtftModel.leverage`) says how far it lies from the points. The restore's term has its own spread, over the
+restores.
 """
 
 from __future__ import annotations
@@ -63,26 +47,13 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
 #: the largest ``n`` (or ``depth + n/2``) must be this many times the smallest for ``p0`` (or ``c``) to be fitted.
 SPAN = 2.5
 #: prompt tokens per prefill chunk (``llama_decode`` call) where the caller does not say: the engine's default n_batch.
 DEFAULT_CHUNK_TOKENS = 256
-#: how far past the measured ``n`` and ``depth + n/2`` a prediction reaches (times the largest; see the docstring).
-REACH = 2.0
-#: a range reaching past ``÷ MAX_RATIO`` or ``× MAX_RATIO`` is no prediction (module docstring).
-MAX_RATIO = 1.5
-#: the narrowest range, ± this fraction (a prefill's time varies by a few % from run to run on a quiet machine).
-MIN_HALF_WIDTH = 0.05
 #: a leave-one-out prediction off by more than this factor counts as this factor (a point alone fixing a term).
 _LOO_CAP = math.log(100.0)
-#: Student's t, one-sided 95 %, by degrees of freedom (the largest tabulated ≤ the dof is used: conservative).
-_T95 = (
-    (1, 6.314), (2, 2.920), (3, 2.353), (4, 2.132), (5, 2.015), (6, 1.943), (7, 1.895), (8, 1.860), (9, 1.833),
-    (10, 1.812), (12, 1.782), (15, 1.753), (20, 1.725), (30, 1.697), (60, 1.671), (120, 1.658),
-)  # fmt: skip
-_Z95 = 1.645
 
 
 @dataclass(frozen=True)
@@ -268,16 +239,6 @@ def _relative_fit(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> _Line
     return _Line(coef, inv, scales, leverages, residuals)
 
 
-def t95(dof: int) -> float:
-    """Student's t one-sided 95 % quantile at ``dof`` degrees of freedom (the table's row at or under ``dof``:
-    conservative between rows; the normal's 1.645 from 1,000 on); infinite under 1."""
-    if dof < 1:
-        return math.inf
-    if dof >= 1000:
-        return _Z95
-    return next(t for d, t in reversed(_T95) if dof >= d)
-
-
 #: a prefill's predicted time (ms) by ``(n, depth)``.
 _Prefill = Callable[[float, float], float]
 
@@ -395,258 +356,3 @@ def _loo_spread(pts: Sequence[PrefillPoint], line: _Line, a: float) -> float:
         err = _LOO_CAP if predicted <= 0 else min(abs(math.log(p.ttft_ms / predicted)), _LOO_CAP)
         total += err * err
     return math.sqrt(total / len(pts))
-
-
-WithheldWhy = Literal["turns", "uneven", "tokens_above", "tokens_below", "context", "restores"]
-
-
-@dataclass(frozen=True)
-class Withheld:
-    """Why a prediction was withheld: ``turns`` too few points (``n_points``), ``uneven`` their range reaches
-    past ÷1.5–×1.5, ``tokens_above``/``tokens_below`` the turn's tokens far from the measured (``limit``: the largest
-    or smallest measured), ``context`` deeper than measured (``limit``: the deepest ``depth + n``), ``restores`` a
-    restore when fewer than two were measured (``n_points``: the restores), ones that disagree too much, or, with
-    ``limit`` (the largest measured), one far larger and no estimate of its read."""
-
-    why: WithheldWhy
-    n_points: int
-    limit: int = 0
-
-
-@dataclass(frozen=True)
-class TtftPrediction:
-    """The one TTFT prediction of a turn: ``tokens`` evaluated at ``depth`` (restored tokens included) after
-    ``restore_tokens`` read from the prefix store.
-
-    A prediction: ``ttft_ms`` within ``low_ms``–``high_ms`` (the range), with its parts ``a_ms``, ``restore_ms``
-    and ``prefill_ms``, fitted on ``source``. Withheld (``withheld`` says why): ``ttft_ms`` is ``None`` and
-    ``low_ms``/``high_ms`` are bounds where known (``None``: none); ``bound_source`` names a lower bound that
-    came from the roofline."""
-
-    tokens: int
-    depth: int
-    restore_tokens: int
-    ttft_ms: float | None
-    low_ms: float | None
-    high_ms: float | None
-    source: str | None
-    withheld: Withheld | None = None
-    a_ms: float = 0.0
-    restore_ms: float = 0.0
-    prefill_ms: float = 0.0
-    model: TtftModel | None = field(default=None, repr=False, compare=False)
-    bound_source: str | None = None
-
-
-@dataclass(frozen=True)
-class TtftBound:
-    """A least TTFT, not a prediction: the prefill's weight-matmul FLOPs (``flops_of(n)``) at this machine's
-    measured peak ``flops_per_s``; ``source`` names it (``roofline``). Shown as ``TTFT ≥ …``, never ``≈``."""
-
-    flops_per_s: float
-    flops_per_token: float
-    flops_once: float
-    source: str = "roofline"
-
-    def ttft_ms(self, n: int) -> float:
-        """The least TTFT (ms) of ``n`` evaluated tokens: ``(flops_per_token × n + flops_once) / flops_per_s``."""
-        return 1000.0 * (self.flops_per_token * n + self.flops_once) / self.flops_per_s
-
-
-def predict(
-    model: TtftModel | None,
-    points: Sequence[PrefillPoint],
-    tokens: int,
-    depth: int,
-    restore_tokens: int = 0,
-    restore_estimate_ms: float | None = None,
-    bound: TtftBound | None = None,
-) -> TtftPrediction:
-    """The prediction for ``tokens`` at ``depth`` after ``restore_tokens`` restored (``restore_estimate_ms``: the
-    engine's own estimate of that restore's read, used for a restore larger than those measured), or why not
-    (module docstring). ``points``: the points ``model`` was fitted on (for the bounds)."""
-    everything = usable_points(points)
-    pts = [p for p in everything if not p.restored_tokens]
-    why = _why_withheld(model, len(pts), tokens, depth)
-    restore, restore_half = 0.0, 0.0
-    if why is None and model is not None and restore_tokens > 0:
-        term = model.restore
-        if term is None or term.n_points < 2:
-            why = Withheld("restores", term.n_points if term is not None else 0)
-        elif restore_tokens <= REACH * term.max_tokens or restore_estimate_ms is not None:
-            near = restore_tokens <= REACH * term.max_tokens
-            restore = term.ms(restore_tokens, None if near else restore_estimate_ms)
-            restore_half = t95(term.dof) * term.log_spread
-        else:
-            why = Withheld("restores", term.n_points, term.max_tokens)
-    if why is None and model is not None:
-        prefill = model.prefill_ms(tokens, depth)
-        value = model.a_ms + restore + prefill
-        dof = len(pts) - model.n_params
-        h0 = model.leverage(tokens, depth)
-        prefill_half = t95(dof) * model.log_spread * math.sqrt((1.0 + h0) / (1.0 + model.n_params / len(pts)))
-        half = max(math.hypot(prefill_half, restore_half), math.log1p(MIN_HALF_WIDTH))
-        if half <= math.log(MAX_RATIO):
-            low, high = value * math.exp(-half), value * math.exp(half)
-            return TtftPrediction(
-                tokens, depth, restore_tokens, value, low, high, model.source, None, model.a_ms, restore, prefill,
-                model,
-            )  # fmt: skip
-        if restore_half > prefill_half and model.restore is not None:  # the restores are what disagree
-            why = Withheld("restores", model.restore.n_points)
-        else:
-            why = Withheld("turns" if dof < 8 else "uneven", len(pts))
-    assert why is not None
-    least, most = _bounds(everything, tokens, depth, restore_tokens)
-    bound_source = None
-    if bound is not None and (least is None or bound.ttft_ms(tokens) > least):
-        least, bound_source = bound.ttft_ms(tokens), bound.source
-    return TtftPrediction(tokens, depth, restore_tokens, None, least, most, None, why, bound_source=bound_source)
-
-
-def _why_withheld(model: TtftModel | None, n_points: int, tokens: int, depth: int) -> Withheld | None:
-    if model is None or n_points < model.n_params + 1:
-        return Withheld("turns", n_points)
-    if tokens > REACH * model.max_tokens:
-        return Withheld("tokens_above", n_points, model.max_tokens)
-    if not model.free[0] and tokens * REACH < model.min_tokens:
-        return Withheld("tokens_below", n_points, model.min_tokens)
-    if depth + tokens / 2.0 > REACH * model.max_context:
-        return Withheld("context", n_points, model.max_reach)
-    return None
-
-
-def _bounds(
-    pts: Sequence[PrefillPoint], tokens: int, depth: int, restore_tokens: int
-) -> tuple[float | None, float | None]:
-    """Least and most TTFT the points without a restore allow (module docstring), ``None`` where none does."""
-    pts = [p for p in pts if not p.restored_tokens]
-    if not pts:
-        return None, None
-    outside = [max(p.outside_ms, 0.0) for p in pts]
-    below = [p.prefill_ms for p in pts if p.tokens <= tokens and p.depth <= depth]
-    above = [p.prefill_ms for p in pts if p.tokens >= tokens and p.depth >= depth]
-    low = max(below) + min(outside) if below else None
-    high = min(above) + max(outside) if above and not restore_tokens else None  # a restore's cost: unknown here
-    if low is not None and high is not None and low > high:  # noise: the points contradict each other here
-        return None, None
-    return low, high
-
-
-def remaining_ms(prediction: TtftPrediction | None, done: int, elapsed_ms: float) -> float | None:
-    """Time left (ms) to the first token of the predicted prefill with ``done`` of its tokens evaluated in
-    ``elapsed_ms`` (the restore is over by then): the prediction for the rest, scaled by measured ÷ predicted
-    for the part done (no scaling before a chunk is done). Never negative; ``None`` without a prediction."""
-    if prediction is None or prediction.ttft_ms is None or prediction.model is None:
-        return None
-    whole = prediction.a_ms + prediction.prefill_ms
-    if done <= 0 or elapsed_ms <= 0:
-        return max(whole - max(elapsed_ms, 0.0), 0.0)
-    part = prediction.model.prefill_ms(done, prediction.depth)  # the fixed cost is spent with the first chunk
-    rest = prediction.prefill_ms - part
-    scale = elapsed_ms / part if part > 0 else 1.0
-    return max(rest * scale + prediction.a_ms, 0.0)
-
-
-class TtftPredictor:
-    """A chat's TTFT predictions, fitted on ``prior`` (earlier chats', bench sweeps' points) and the chat's own
-    turns (:meth:`add`); ``bound`` (the roofline's least TTFT) is a bound when the prediction is withheld.
-
-    Args:
-        k: :func:`attention_ratio` of the model.
-        prior: points measured before this chat (the history database, bench sweeps).
-        bound: the roofline's least TTFT, or ``None``.
-        chunk: prompt tokens per prefill chunk (the engine's n_batch).
-    """
-
-    def __init__(
-        self,
-        k: float = 0.0,
-        prior: Sequence[PrefillPoint] = (),
-        bound: TtftBound | None = None,
-        chunk: int = DEFAULT_CHUNK_TOKENS,
-    ) -> None:
-        self.k = k
-        self.chunk = chunk
-        self._prior: list[PrefillPoint] = list(prior)
-        self.bound = bound
-        self.points: list[PrefillPoint] = []
-        self._fitted: tuple[int, TtftModel | None, list[PrefillPoint]] | None = None
-        self._version = 0
-        self._last: tuple[tuple[Any, ...], TtftPrediction] | None = None
-
-    @property
-    def prior(self) -> list[PrefillPoint]:
-        """The points measured before this chat (setting them refits)."""
-        return self._prior
-
-    @prior.setter
-    def prior(self, points: Sequence[PrefillPoint]) -> None:
-        self._prior = list(points)
-        self._version += 1
-
-    def add(
-        self,
-        tokens: int | None,
-        depth: int | None,
-        prefill_ms: float | None,
-        ttft_ms: float | None,
-        restored_tokens: int | None = None,
-        restore_ms: float | None = None,
-    ) -> None:
-        """Count one completed prefill of this chat (skipped when a figure is unknown or nothing was evaluated)."""
-        if tokens and prefill_ms and ttft_ms and depth is not None:
-            restored = restored_tokens or 0
-            self.points.append(
-                PrefillPoint(tokens, depth, prefill_ms, ttft_ms, restored, (restore_ms or 0.0) if restored else 0.0)
-            )
-            self._version += 1
-
-    def clear(self) -> None:
-        """Forget the chat's turns (a new chat, another model); the prior stays."""
-        self.points.clear()
-        self._version += 1
-
-    def _fit(self) -> tuple[TtftModel | None, list[PrefillPoint]]:
-        if self._fitted is None or self._fitted[0] != self._version:
-            pts = usable_points([*self.points, *self._prior])  # the chat's own first: its copy is kept
-            self._fitted = (self._version, fit(pts, self.k, chunk=self.chunk), pts)
-        return self._fitted[1], self._fitted[2]
-
-    @property
-    def model(self) -> TtftModel | None:
-        """The fit over the prior and the chat's turns (``None``: fewer than two points)."""
-        return self._fit()[0]
-
-    @property
-    def n_points(self) -> int:
-        """The usable points, the chat's and the prior's."""
-        return len(self._fit()[1])
-
-    def predict(
-        self, tokens: int, depth: int, restore_tokens: int = 0, restore_estimate_ms: float | None = None
-    ) -> TtftPrediction:
-        """:func:`predict` on the current fit; the same object again for the same question on the same fit."""
-        key = (self._version, tokens, depth, restore_tokens, restore_estimate_ms, self.bound)
-        if self._last is not None and self._last[0] == key:
-            return self._last[1]
-        model, pts = self._fit()
-        prediction = predict(model, pts, tokens, depth, restore_tokens, restore_estimate_ms, self.bound)
-        self._last = (key, prediction)
-        return prediction
-
-
-def points_from_sweep(samples: Iterable[dict[str, Any]], origin: str) -> list[PrefillPoint]:
-    """The points of a bench sweep's JSON ``samples`` (``prompt_tokens``, ``depth``, ``ttft_ms``,
-    ``prefill_tokens_per_s``, ``warmup``; ``prefill_tokens`` and ``cached_tokens`` where the engine reported
-    them); warm-ups and samples without a TTFT or a prefill rate are left out."""
-    points = []
-    for s in samples:
-        if s.get("warmup") or not s.get("ttft_ms") or not s.get("prefill_tokens_per_s"):
-            continue
-        tokens = s.get("prefill_tokens") or s.get("prompt_tokens")
-        depth = s.get("cached_tokens") if s.get("cached_tokens") is not None else s.get("depth", 0)
-        if tokens:
-            prefill_ms = 1000.0 * tokens / s["prefill_tokens_per_s"]
-            points.append(PrefillPoint(int(tokens), int(depth or 0), prefill_ms, float(s["ttft_ms"]), origin=origin))
-    return points

@@ -1,10 +1,10 @@
-"""forecast.py: when the conversation will fill n_ctx, from the KV size after each turn."""
+"""chatphase.timing.forecast: when the conversation will fill n_ctx, from the KV size after each turn."""
 
 from __future__ import annotations
 
 import pytest
 
-from chatphase.forecast import KvForecast, forecast_kv
+from chatphase.timing.forecast import KvForecast, forecast_kv
 
 
 def test_no_turns_yet():

@@ -3,11 +3,13 @@
 The same summary llama-bench prints (mean ± sd over repetitions, ``docs/metrics.md``), computed with the
 standard library's :mod:`statistics`: ``sd`` is the *sample* standard deviation (divisor ``n - 1``,
 ``statistics.stdev``), undefined (``None``) for a single value; ``median`` averages the two middle
-values for an even count.
+values for an even count. :func:`t95` is Student's t quantile that the TTFT prediction's range is drawn with
+(:mod:`chatphase.timing.ttft_prediction`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -15,6 +17,13 @@ from typing import TypeVar
 
 T = TypeVar("T")
 K = TypeVar("K")
+
+#: Student's t, one-sided 95 %, by degrees of freedom (the largest tabulated ≤ the dof is used: conservative).
+_T95 = (
+    (1, 6.314), (2, 2.920), (3, 2.353), (4, 2.132), (5, 2.015), (6, 1.943), (7, 1.895), (8, 1.860), (9, 1.833),
+    (10, 1.812), (12, 1.782), (15, 1.753), (20, 1.725), (30, 1.697), (60, 1.671), (120, 1.658),
+)  # fmt: skip
+_Z95 = 1.645
 
 
 @dataclass(frozen=True)
@@ -99,3 +108,13 @@ def stats_row(cell: object, metrics: Sequence[str]) -> dict:
 def stats_of_row(row: dict, metrics: Sequence[str]) -> dict[str, dict]:
     """Inverse of :func:`stats_row`: each metric's ``{"mean", ...}`` object (values as the CSV's strings)."""
     return {m: {k: row.get(f"{m}_{k}") for k in STAT_KEYS} for m in metrics}
+
+
+def t95(dof: int) -> float:
+    """Student's t one-sided 95 % quantile at ``dof`` degrees of freedom (the table's row at or under ``dof``:
+    conservative between rows; the normal's 1.645 from 1,000 on); infinite under 1."""
+    if dof < 1:
+        return math.inf
+    if dof >= 1000:
+        return _Z95
+    return next(t for d, t in reversed(_T95) if dof >= d)
