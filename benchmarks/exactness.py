@@ -1,4 +1,4 @@
-""""The same reply": where a restored or speculative turn parts from a cold one at temperature 0, and why.
+""" "The same reply": where a restored or speculative turn parts from a cold one at temperature 0, and why.
 
 Run: ``python -m benchmarks.exactness [--model SPEC] [--lengths 1500,4400] [--prompts 4] [--gen 48]
 [--threads 2] [--n-batch 256] [--out FILE.md] [--json FILE.json]``
@@ -69,7 +69,7 @@ def document(n_words: int, seed: int) -> str:
         lines.append(f"Note {note}: " + " ".join(rng.choice(WORDS) for _ in range(k)) + ".")
         words, note = words + k + 2, note + 1
     target = rng.choice(WORDS)
-    return "\n".join(lines) + f"\n\nQuestion: in which note does the word \"{target}\" appear first? Answer:"
+    return "\n".join(lines) + f'\n\nQuestion: in which note does the word "{target}" appear first? Answer:'
 
 
 class Context:
@@ -169,7 +169,7 @@ def gap(logits) -> float:
 def compare(arm, n, cold, first, toks, extra=None) -> Case:
     """``arm``'s first-reply-token logits and greedy tokens against the cold run's."""
     cold_toks, cold_steps = cold
-    diff = next((k for k, (a, b) in enumerate(zip(cold_toks, toks)) if a != b), None)
+    diff = next((k for k, (a, b) in enumerate(zip(cold_toks, toks, strict=True)) if a != b), None)
     gaps = [gap(s) for s in cold_steps]
     return Case(
         arm,
@@ -211,8 +211,8 @@ def run_prompt(c: Context, tokens: list[int], gen: int) -> list[Case]:
     c.drop_from(n)
     verify = c.eval(cold[0][:4], n, all_logits=True)
     steps = cold[1][1:5]
-    dl = [float(abs(v - s).max()) for v, s in zip(verify, steps)]
-    agree = [int(v.argmax()) == int(s.argmax()) for v, s in zip(verify, steps)]
+    dl = [float(abs(v - s).max()) for v, s in zip(verify, steps, strict=True)]
+    agree = [int(v.argmax()) == int(s.argmax()) for v, s in zip(verify, steps, strict=True)]
     parted = next((k for k, a in enumerate(agree) if not a), None)
     cases.append(
         Case(
