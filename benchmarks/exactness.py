@@ -75,7 +75,7 @@ def document(n_words: int, seed: int) -> str:
 class Context:
     """A model and one context on llama.cpp's C API, with chatphase's parameters for this CPU."""
 
-    def __init__(self, path: str, n_ctx: int, n_batch: int, threads: int) -> None:
+    def __init__(self, path: str, n_ctx: int, n_batch: int, threads: int, flash_attn: str) -> None:
         import llama_cpp as lc
         import numpy as np
 
@@ -91,7 +91,14 @@ class Context:
         self.model = lc.llama_model_load_from_file(path.encode(), model_params(self.plan))
         if not self.model:
             raise SystemExit(f"benchmarks: llama.cpp could not load {path}")
-        cfg = EngineConfig(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads, n_threads_batch=threads)
+        cfg = EngineConfig(
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_batch,
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=flash_attn,
+        )
         self.settings = cfg.resolved()
         self.ctx = lc.llama_init_from_model(self.model, context_params(self.settings))
         self.threads = threads
@@ -281,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen", type=int, default=48, help="greedy reply tokens a run (default 48)")
     ap.add_argument("--threads", type=int, default=2, help="threads (default 2)")
     ap.add_argument("--n-batch", type=int, default=None, help="prefill chunk (default: chatphase's)")
+    ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="as chatphase's (default auto)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
     ap.add_argument("--json", metavar="FILE", help="also write every case as JSON here")
     args = ap.parse_args(argv)
@@ -296,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--lengths >= 16, --prompts >= 1, --gen >= 6, --threads >= 1")
     info = read_model_info(resolve_model(args.model))
     n_batch = args.n_batch or EngineConfig().n_batch
-    c = Context(str(info.path), max(lengths) + args.gen + 64, n_batch, args.threads)
+    c = Context(str(info.path), max(lengths) + args.gen + 64, n_batch, args.threads, args.flash_attn)
     t0 = time.perf_counter()
     cases: list[Case] = []
     try:
