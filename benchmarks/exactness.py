@@ -72,6 +72,17 @@ def document(n_words: int, seed: int) -> str:
     return "\n".join(lines) + f'\n\nQuestion: in which note does the word "{target}" appear first? Answer:'
 
 
+def prompt_of(c: Context, n: int, seed: int) -> list[int]:
+    """A document of at most ``n`` tokens (and at least 90 % of it): words scaled by the tokens a word took."""
+    words = n
+    for _ in range(8):
+        tokens = c.tokenize(document(words, seed))
+        if 0.9 * n <= len(tokens) <= n:
+            return tokens
+        words = max(8, int(words * n / len(tokens) * (0.97 if len(tokens) > n else 1.0)))
+    return tokens[:n]
+
+
 class Context:
     """A model and one context on llama.cpp's C API, with chatphase's parameters for this CPU."""
 
@@ -310,12 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in lengths:
             for i in range(args.prompts):
-                tokens = []
-                words = n
-                while len(tokens) < n:  # grow the document until it reaches about n tokens
-                    tokens = c.tokenize(document(words, seed=1000 * i + n))
-                    words = int(words * 1.2) + 8
-                tokens = c.tokenize(document(int(words / 1.2), seed=1000 * i + n))
+                tokens = prompt_of(c, n, seed=1000 * i + n)
                 print(f"prompt {i + 1}/{args.prompts} at {len(tokens):,} tokens", file=sys.stderr, flush=True)
                 cases += run_prompt(c, tokens, args.gen)
         text = report(args, c, info.name, cases, time.perf_counter() - t0)
