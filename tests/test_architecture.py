@@ -24,7 +24,7 @@ LAYERS = {
     "units": set(),
     "forecast": set(),
     "system": set(),
-    "models": {"errors", "units"},
+    "models": {"errors", "system", "units"},
     # the engine: its contract, then prompting, the backends, the child-process host and the factory
     "engine": {"errors", "models", "system"},
     "engine.threads": {"engine", "system"},
@@ -35,8 +35,8 @@ LAYERS = {
     "engine.factory": {"engine", "engine.process", "engine.remote", "errors", "models"},
     # beside the engine's users
     "explain": {"engine", "models", "units"},
-    "settings": {"engine", "errors"},
-    "sessions": {"engine", "errors", "units"},
+    "settings": {"engine", "errors", "system"},
+    "sessions": {"engine", "errors", "system", "units"},
     "history": {"bench.core", "engine", "errors", "sessions", "system", "units"},
     # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
     "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
@@ -66,7 +66,17 @@ LAYERS = {
     "ui.transcript": {"chat", "engine", "models", "units"},
     "ui.dashboard": {"engine", "explain", "forecast", "system", "units"},
     "ui.phases": {"engine", "models", "ui.dashboard", "ui.transcript", "units"},
-    "ui.screens": {"chat", "engine", "engine.prompting", "errors", "models", "sessions", "settings", "units"},
+    "ui.screens": {
+        "chat",
+        "engine",
+        "engine.prompting",
+        "errors",
+        "models",
+        "sessions",
+        "settings",
+        "system",
+        "units",
+    },
     "ui.experiments": {
         "bench",
         "bench.core",

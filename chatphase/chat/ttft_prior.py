@@ -26,8 +26,8 @@ from chatphase.engine.ttft_prediction import PrefillPoint, TtftBound, TtftPredic
 from chatphase.history.ttft_prior import history_points
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import attention_flops_per_context_token, float32_peak_bounds, prefill_flops
-from chatphase.sessions.store import data_dir
 from chatphase.system.machine_peaks import flops_peak
+from chatphase.system.paths import data_dir
 
 
 def results_dir() -> Path:
