@@ -64,7 +64,7 @@ LAYERS = {
     "chat": {"engine", "engine.process", "errors", "history", "models", "sessions", "settings", "system", "units"},
     # the TUI: its parts, then the app shell
     "ui.transcript": {"chat", "engine", "models", "units"},
-    "ui.dashboard": {"engine", "explain", "forecast", "system", "units"},
+    "ui.dashboard": {"chat", "engine", "explain", "forecast", "system", "units"},
     "ui.phases": {"engine", "models", "ui.dashboard", "ui.transcript", "units"},
     "ui.screens": {
         "chat",

@@ -39,9 +39,9 @@ from rich.style import Style
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
+from chatphase.chat.overflow import overflow_cost
 from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.engine.overflow import overflow_cost
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.ui.transcript.folded_reply import FoldedReply
