@@ -63,7 +63,8 @@ LAYERS = {
     # the turn
     "chat": {"engine", "engine.process", "errors", "history", "models", "sessions", "settings", "system", "units"},
     # the TUI: its parts, then the app shell
-    "ui.transcript": {"chat", "engine", "models", "units"},
+    "ui.compat": set(),  # Textual's private API, in one place
+    "ui.transcript": {"chat", "engine", "models", "ui.compat", "units"},
     "ui.dashboard": {"chat", "engine", "explain", "forecast", "system", "units"},
     "ui.phases": {"engine", "models", "ui.dashboard", "ui.transcript", "units"},
     "ui.screens": {
@@ -100,6 +101,7 @@ LAYERS = {
         "sessions",
         "settings",
         "units",
+        "ui.compat",
         "ui.dashboard",
         "ui.experiments",
         "ui.phases",
