@@ -14,7 +14,7 @@ ITL) and reports its per-request mean ("inter token latency") beside it, both pe
 mooncake-trace``, ``payload`` and ``timestamp``: a fixed schedule), so both tools send the *same token ids at the same
 instants*. GuideLLM (0.8.1) reports only a per-request mean as "ITL" (no stall can show) and generates its
 own text prompts; ``vllm bench serve`` needs the ``vllm`` wheel, which pulls a CUDA build of PyTorch (several GB) and
-is made to run with a GPU. AIPerf goes into ``~/.cache/chatphase/venv-aiperf`` (``--install``), never into the
+is made to run with a GPU. AIPerf goes into ``venv-aiperf`` in the cache folder (:func:`chatphase.system.paths.cache_dir`, ``--install``), never into the
 site-packages chatphase runs from (its pins could break ours). With no network for the Hugging Face Hub, AIPerf's
 tokenizer is written from the GGUF's own vocabulary (GPT-2-style BPE vocabularies, else a stand-in; ``tokenizers``
 and ``gguf`` in that virtualenv); it counts nothing here: ``--use-server-token-count`` takes the server's ``usage``.
@@ -58,9 +58,10 @@ from benchmarks.harness import ROOT, free_port, machine_line, ratio, repack, rep
 from chatphase.bench.load.accounting import arrival_times_s
 from chatphase.engine.metrics import gap_percentiles_ms
 from chatphase.system.cpu_features import physical_cores
+from chatphase.system.paths import cache_dir
 
 AIPERF_VERSION = "0.13.0"
-VENV = Path.home() / ".cache" / "chatphase" / "venv-aiperf"
+VENV = cache_dir() / "venv-aiperf"
 PERCENTS = (50, 90, 99)
 TOLERANCE = 0.05
 TOOLS = ("chatphase", "aiperf")

@@ -25,7 +25,7 @@ LAYERS = {
     "timing": set(),
     "plotting": {"errors"},
     "system": set(),
-    "models": {"errors", "units"},
+    "models": {"errors", "system", "units"},
     # the engine: its contract, then prompting, the backends, the child-process host and the factory
     "engine": {"errors", "models", "system"},
     "engine.threads": {"engine", "system"},
@@ -36,8 +36,8 @@ LAYERS = {
     "engine.factory": {"engine", "engine.process", "engine.remote", "errors", "models"},
     # beside the engine's users
     "explain": {"engine", "models", "units"},
-    "settings": {"engine", "errors"},
-    "sessions": {"engine", "errors", "units"},
+    "settings": {"engine", "errors", "system"},
+    "sessions": {"engine", "errors", "system", "units"},
     "history": {"engine", "errors", "plotting", "sessions", "system", "timing", "units"},
     # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
     "bench.core": {
@@ -86,10 +86,21 @@ LAYERS = {
         "units",
     },
     # the TUI: its parts, then the app shell
-    "ui.transcript": {"chat", "engine", "models", "units"},
-    "ui.dashboard": {"engine", "explain", "system", "timing", "units"},
+    "ui.compat": set(),  # Textual's private API, in one place
+    "ui.transcript": {"chat", "engine", "models", "ui.compat", "units"},
+    "ui.dashboard": {"chat", "engine", "explain", "system", "timing", "units"},
     "ui.phases": {"engine", "models", "ui.dashboard", "ui.transcript", "units"},
-    "ui.screens": {"chat", "engine", "engine.prompting", "errors", "models", "sessions", "settings", "units"},
+    "ui.screens": {
+        "chat",
+        "engine",
+        "engine.prompting",
+        "errors",
+        "models",
+        "sessions",
+        "settings",
+        "system",
+        "units",
+    },
     "ui.experiments": {
         "bench",
         "bench.core",
@@ -113,6 +124,7 @@ LAYERS = {
         "sessions",
         "settings",
         "units",
+        "ui.compat",
         "ui.dashboard",
         "ui.experiments",
         "ui.phases",

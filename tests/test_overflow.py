@@ -8,10 +8,24 @@ from chat_support import make_chat
 from fake_engine import fake_model_info
 
 from chatphase.chat.dispatch import InlineDispatcher
-from chatphase.chat.overflow import overflow_text, shift_refusal, unseen_exchanges
+from chatphase.chat.overflow import (
+    MISS_REASONS,
+    OVERFLOW_AHEAD,
+    overflow_cost,
+    overflow_pairs,
+    overflow_text,
+    shift_refusal,
+    unseen_exchanges,
+)
 from chatphase.engine.events import LoadedModel, LoadedSettings, Message, PrefillStarted
 from chatphase.engine.local.kv_shift import locate_cut, reprefill_tokens, token_offsets
-from chatphase.engine.overflow import low_water, miss_reason, overflow_cost, overflow_pairs, reply_room
+from chatphase.engine.overflow import (
+    CACHE_MISS_REASONS,
+    OVERFLOW_POLICIES,
+    low_water,
+    miss_reason,
+    reply_room,
+)
 from chatphase.engine.prompting.prompt import ChatTemplate, PromptTooLong
 from chatphase.settings.schema import Settings
 
@@ -135,6 +149,11 @@ def test_the_words_of_an_overflow():
     assert "oldest 4 messages (612 tok) dropped" in overflow_text(ev) and "re-prefill 2,310 tok" in overflow_text(ev)
     assert overflow_cost("shift", 0) == "KV shift · 0 tok re-prefilled"
     assert overflow_cost("drop-oldest", 2310, 5100.0) == "re-prefill 2,310 tok · 5.1 s"
+
+
+def test_every_policy_and_every_miss_reason_the_engine_names_has_words():
+    assert set(OVERFLOW_AHEAD) == set(OVERFLOW_POLICIES)
+    assert set(MISS_REASONS) == set(CACHE_MISS_REASONS)
 
 
 def test_turn_detail_rows_only_for_an_overflow_or_a_miss():

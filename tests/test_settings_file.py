@@ -13,7 +13,6 @@ from chatphase.engine.config import MAX_THREADS_PER_CPU
 from chatphase.errors import UsageError
 from chatphase.settings.file import (
     SETTING_KEYS,
-    config_path,
     key_line,
     load_config,
     load_settings,
@@ -22,6 +21,7 @@ from chatphase.settings.file import (
     toml_error_place,
 )
 from chatphase.settings.schema import Settings
+from chatphase.system.paths import config_file
 
 
 def parse_cli(*argv: str) -> argparse.Namespace:
@@ -43,7 +43,7 @@ def effective(path, *argv: str, environ=None) -> Settings:
 
 
 def test_config_path_from_env(cfg):
-    assert config_path() == cfg
+    assert config_file() == cfg
 
 
 def test_precedence_cli_over_env_over_file_over_default(cfg):

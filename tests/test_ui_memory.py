@@ -269,7 +269,7 @@ async def test_old_turns_out_of_view_keep_no_drawn_lines_and_redraw_when_scrolle
 async def test_removed_widgets_drawn_lines_are_let_go_of():
     """Textual 8's ``StylesCache.get_inner_outer`` (an ``lru_cache`` on a method) keeps every widget's styles
     cache, with its drawn lines, after the widget is gone: the chat log empties it once a turn
-    (``chatphase.ui.transcript.styles_cache_fix``), so no styles cache of a removed widget keeps lines."""
+    (``chatphase.ui.compat.textual_private``), so no styles cache of a removed widget keeps lines."""
     from textual._styles_cache import StylesCache  # Textual's: no public view of it
 
     app, _ = make_app()

@@ -24,8 +24,8 @@ from chatphase.engine.events import LoadedSettings
 from chatphase.history.ttft_prior import history_points
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import attention_flops_per_context_token, float32_peak_bounds, prefill_flops
-from chatphase.sessions.store import data_dir
 from chatphase.system.machine_peaks import flops_peak
+from chatphase.system.paths import data_dir
 from chatphase.timing.saved_sweeps import saved_points
 from chatphase.timing.ttft_model import attention_ratio
 from chatphase.timing.ttft_prediction import TtftBound, TtftPredictor

@@ -22,8 +22,8 @@ from chatphase.models.kv import kv_bytes_per_token
 from chatphase.models.memory import assess, estimate
 from chatphase.models.resolve import resolve_model
 from chatphase.sessions.store import sessions_dir
-from chatphase.settings.file import config_path
 from chatphase.system.cpu_features import enabled_features
+from chatphase.system.paths import config_file
 from chatphase.units import fmt_bytes, fmt_device_memory, fmt_params
 
 GPU_BUILD_HINT = (
@@ -108,9 +108,9 @@ def build_report(args) -> dict:
             tuple(system["backends"]), tuple(DeviceInfo(**d) for d in system["devices"]), settings.engine.n_gpu_layers
         ),
         "paths": {
-            "config_file": str(config_path()),
+            "config_file": str(config_file()),
             "sessions_dir": str(sessions_dir()),
-            "config_file_exists": config_path().is_file(),
+            "config_file_exists": config_file().is_file(),
         },
     }
 

@@ -16,8 +16,9 @@ from chatphase.commands.options import add_setting_flag
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
-from chatphase.models.resolve import FIGURE_COLUMNS, default_models_dir, list_models
+from chatphase.models.resolve import FIGURE_COLUMNS, list_models
 from chatphase.models.synth_shapes import QUANTS, SHAPES
+from chatphase.system.paths import models_dir
 
 
 def register(sub) -> None:
@@ -83,7 +84,7 @@ def run_synth(args) -> int:
         target = Path(args.output).expanduser()
     else:
         chosen = args.synth_models_dir or args.models_dir
-        folder = Path(chosen).expanduser() if chosen else default_models_dir()
+        folder = Path(chosen).expanduser() if chosen else models_dir()
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / default_file_name(shape, quant)
     if target.suffix.lower() != ".gguf":

@@ -16,7 +16,7 @@ from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models import hub
 from chatphase.models.gguf_meta import read_model_info
-from chatphase.models.resolve import default_models_dir
+from chatphase.system import paths
 from chatphase.units import fmt_bytes
 
 
@@ -47,7 +47,7 @@ def run(args) -> int:
         if spec.quant or spec.filename:
             raise UsageError("give the quant or file either after ':' or with --quant/--file, not both")
         spec = hub.RepoSpec(spec.repo_id, filename=args.file, quant=args.quant, revision=args.revision)
-    models_dir = Path(args.models_dir) if args.models_dir else default_models_dir()
+    models_dir = Path(args.models_dir) if args.models_dir else paths.models_dir()
     result = hub.pull(spec, models_dir)
     try:
         info = read_model_info(result.path)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from chatphase.system.paths import log_dir
+
 #: a log file larger than this is rotated when the next engine process starts (bytes).
 LOG_CAP_BYTES = 2 * 2**20
 #: rotated files kept beside the log (``engine.log.1`` … ``.N``).
@@ -18,13 +20,8 @@ LOG_KEEP = 2
 
 
 def default_log_path() -> Path:
-    """``engine.log`` in ``$CHATPHASE_LOG_DIR`` or the platform's user log directory (platformdirs)."""
-    env = os.environ.get("CHATPHASE_LOG_DIR")
-    if env:
-        return Path(env) / "engine.log"
-    import platformdirs
-
-    return Path(platformdirs.user_log_dir("chatphase")) / "engine.log"
+    """``engine.log`` in :func:`chatphase.system.paths.log_dir` (``$CHATPHASE_LOG_DIR``)."""
+    return log_dir() / "engine.log"
 
 
 def rotate_log(path: str | os.PathLike[str], cap_bytes: int = LOG_CAP_BYTES, keep: int = LOG_KEEP) -> bool:

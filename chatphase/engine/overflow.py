@@ -1,4 +1,6 @@
-"""The context-overflow policies and the cache-miss reasons: names, words and the one decision of a miss's reason.
+"""The context-overflow policies and the cache-miss reasons: their names, the fitting numbers and the one decision
+of a miss's reason. The words for them are :mod:`chatphase.chat.overflow`'s (the engine hands over names and
+numbers, typed; the chat and the UI say them).
 
 Overflow (the conversation no longer fits ``n_ctx`` with room for the reply):
 
@@ -23,23 +25,10 @@ starts on an empty cache. :func:`miss_reason` decides why, in the engine, from w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from chatphase.engine.metrics import TurnMetrics
-
 OVERFLOW_POLICIES: tuple[str, ...] = ("drop-oldest", "shift", "stop")
 #: drop-oldest works on every model and server the engine templates for, and what the model sees is
 #: exactly the turns the transcript does not mark; its cost (one re-prefill every few turns) is shown.
 DEFAULT_OVERFLOW = "drop-oldest"
-
-#: what the chosen overflow policy will do when the next turn does not fit (the KV forecast's words).
-OVERFLOW_AHEAD: dict[str, str] = {
-    "drop-oldest": "the oldest messages will then be dropped and what follows them read again",
-    "shift": "the oldest messages will then be shifted out of the KV cache",
-    "stop": "it will then be refused (overflow policy stop: nothing is dropped)",
-}
-
 
 #: what the controller knows changed since the engine's last turn (``TurnRequest.history_change``).
 HISTORY_CHANGES: tuple[str, ...] = ("edited", "regenerated", "restarted", "model_switch", "resumed", "restored")
@@ -48,20 +37,21 @@ HISTORY_CHANGES: tuple[str, ...] = ("edited", "regenerated", "restarted", "model
 #: conversation (no miss) or less of it (``restored``); other reasons (an overflow, an edit) stand as they are.
 EMPTIED_BY_CHANGE: tuple[str, ...] = ("resumed", "restarted", "model_switch")
 
-#: every cache-miss reason, with the words a notice and the turn detail use.
-MISS_REASONS: dict[str, str] = {
-    "edited": "the last message was edited",
-    "regenerated": "the reply was regenerated",
-    "template": "the template renders an earlier turn differently (e.g. thinking left out of the history)",
-    "overflow_drop": "the oldest messages were dropped to fit n_ctx",
-    "overflow_shift": "the oldest messages were shifted out of the KV cache",
-    "restarted": "the engine was restarted",
-    "model_switch": "the model was switched",
-    "resumed": "a saved session was resumed (its KV cache was not kept)",
-    "restored": "the KV cache restored from disk holds less of the conversation",
-    "swa": "the sliding-window KV cache no longer holds the window the kept prefix needs",
-    "recurrent": "this model's memory cannot drop a tail (recurrent or hybrid)",
-}
+#: every cache-miss reason :func:`miss_reason` and :func:`restore_miss` can give
+#: (:attr:`~chatphase.engine.metrics.TurnMetrics.cache_miss_reason`).
+CACHE_MISS_REASONS: tuple[str, ...] = (
+    "edited",
+    "regenerated",
+    "template",
+    "overflow_drop",
+    "overflow_shift",
+    "restarted",
+    "model_switch",
+    "resumed",
+    "restored",
+    "swa",
+    "recurrent",
+)
 
 
 def reply_room(max_tokens: int, n_ctx: int) -> int:
@@ -125,29 +115,3 @@ def restore_miss(text: bytes | None, restored_text_bytes: int, earlier: str, new
     earlier_bytes = earlier.encode("utf-8")
     at = text.rfind(earlier_bytes, 0, newest_at if newest_at >= 0 else len(text))
     return None if at >= 0 and at + len(earlier_bytes) <= restored_text_bytes else "restored"
-
-
-def miss_words(reason: str | None) -> str:
-    """A miss reason in words (the reason itself when unknown)."""
-    return MISS_REASONS.get(reason or "", reason or "")
-
-
-def overflow_cost(policy: str | None, reprefill_tokens: int | None, reprefill_ms: float | None = None) -> str:
-    """``re-prefill 2,310 tok · 5.1 s`` or ``KV shift · 0 tok re-prefilled`` (the time once the turn is over)."""
-    if policy == "shift" and not reprefill_tokens:
-        return "KV shift · 0 tok re-prefilled"
-    cost = f"re-prefill {reprefill_tokens or 0:,} tok"
-    return cost + (f" · {reprefill_ms / 1000:.1f} s" if reprefill_ms is not None else "")
-
-
-def overflow_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
-    """The turn detail's rows for an overflow and a cache miss (none when the turn had neither)."""
-    out = []
-    if m.overflow is not None:
-        n = m.overflow_dropped_messages
-        tokens = f", {m.overflow_dropped_tokens:,} tok" if m.overflow_dropped_tokens is not None else ""
-        out.append(("overflow", f"{m.overflow}: {n} message{'s' if n != 1 else ''}{tokens}"))
-        out.append(("overflow cost", overflow_cost(m.overflow, m.overflow_reprefill_tokens, m.overflow_reprefill_ms)))
-    if m.cache_miss_reason:
-        out.append(("cache miss", m.cache_miss_reason))
-    return out

@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 
 from chatphase.errors import ChatPhaseError
-from chatphase.sessions.store import data_dir
+from chatphase.system.paths import data_dir
 
 DB_NAME = "history.db"
 #: the typed metric columns of ``turns`` (every metric is in its ``metrics`` JSON too).

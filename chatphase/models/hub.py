@@ -27,6 +27,7 @@ from pathlib import Path
 
 from chatphase.errors import ChatPhaseError, ModelError, UsageError
 from chatphase.models.gguf_meta import SPLIT_RE
+from chatphase.system.paths import hf_cache_dir
 
 #: ``owner/name`` with an optional ``:FILE`` or ``:QUANT`` (the Hub's repo id characters).
 REPO_SPEC_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<sel>[^:]+))?$")
@@ -156,15 +157,6 @@ def is_offline() -> bool:
     """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) set to a true value, read now (not at import)."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``
-    (the rules of ``huggingface_hub.constants``, read now so a changed environment is honoured)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
 
 
 def endpoint() -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatphase.errors import ModelError
+from chatphase.system import paths
 from chatphase.units import fmt_bytes, fmt_params
 
 if TYPE_CHECKING:
@@ -43,20 +44,6 @@ def default_model_path() -> Path:
     return path
 
 
-def default_models_dir() -> Path:
-    """Where the user's GGUF files live: ``$CHATPHASE_MODELS_DIR``, else ``./models`` when it exists,
-    else ``models`` in the platform's user data directory (platformdirs)."""
-    env = os.environ.get("CHATPHASE_MODELS_DIR")
-    if env:
-        return Path(env).expanduser()
-    local = Path.cwd() / "models"
-    if local.is_dir():
-        return local
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("chatphase")) / "models"
-
-
 def resolve_model(
     spec: str | None,
     models_dir: str | os.PathLike[str] | None = None,
@@ -80,7 +67,7 @@ def resolve_model(
     path = Path(spec).expanduser()
     if path.exists() or path.is_symlink():  # a broken symlink: read_model_info says why
         return path
-    mdir = Path(models_dir) if models_dir else default_models_dir()
+    mdir = Path(models_dir) if models_dir else paths.models_dir()
     for candidate in (mdir / spec, mdir / f"{spec}.gguf"):
         if candidate.exists() or candidate.is_symlink():
             return candidate
@@ -92,7 +79,7 @@ def resolve_model(
         if found is not None:
             return found
         if hub.is_offline():  # said before a download is offered that cannot happen
-            raise ModelError(f"offline (HF_HUB_OFFLINE is set) and {spec} is not in {mdir} or {hub.hf_cache_dir()}")
+            raise ModelError(f"offline (HF_HUB_OFFLINE is set) and {spec} is not in {mdir} or {paths.hf_cache_dir()}")
         if pull or (
             confirm is not None and confirm(f"{spec} is not downloaded. Download it from Hugging Face into {mdir}?")
         ):
@@ -178,8 +165,8 @@ def list_models(
     from chatphase.models import hub
     from chatphase.models.gguf_meta import read_model_info
 
-    mdir = Path(models_dir) if models_dir else default_models_dir()
-    cdir = Path(cache_dir) if cache_dir else hub.hf_cache_dir()
+    mdir = Path(models_dir) if models_dir else paths.models_dir()
+    cdir = Path(cache_dir) if cache_dir else paths.hf_cache_dir()
     candidates: list[tuple[str, Path, str, bool]] = []
     try:
         candidates.append(("", default_model_path(), "default", True))

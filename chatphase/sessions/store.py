@@ -1,7 +1,7 @@
 """Crash-safe session files: every conversation and its per-turn metrics, append-only JSON lines.
 
-One file per session, ``<data dir>/sessions/<id>.jsonl``, where the data directory is
-``$CHATPHASE_DATA_DIR`` or ``platformdirs.user_data_dir("chatphase")``. Each line is one JSON record
+One file per session, ``<id>.jsonl`` in :func:`chatphase.system.paths.sessions_dir` (``sessions`` in the data
+directory, ``$CHATPHASE_DATA_DIR``). Each line is one JSON record
 with a ``type``:
 
 - ``session`` (first line): ``id``, ``title``, ``created`` (ISO 8601 UTC), ``model`` (``ModelInfo``
@@ -52,6 +52,7 @@ from chatphase.engine.events import Message
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import ChatPhaseError
 from chatphase.sessions.message_files import message_preview, title_before_block
+from chatphase.system.paths import data_dir
 
 FORMAT_VERSION = 1
 SUFFIX = ".jsonl"
@@ -64,18 +65,8 @@ class SessionError(ChatPhaseError):
     """A session that does not exist, is ambiguous, or cannot be read (exit code 1)."""
 
 
-def data_dir() -> Path:
-    """chatphase's user data directory: ``$CHATPHASE_DATA_DIR`` or the platform's (platformdirs)."""
-    env = os.environ.get("CHATPHASE_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("chatphase"))
-
-
 def sessions_dir() -> Path:
-    """Where session files live: ``data_dir() / "sessions"`` (not created here)."""
+    """Where session files live: ``sessions`` in :func:`chatphase.system.paths.data_dir` (not created here)."""
     return data_dir() / "sessions"
 
 

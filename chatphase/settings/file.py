@@ -2,7 +2,7 @@
 
 Precedence, highest first: CLI flag > environment > config file > built-in default.
 
-- File: TOML at ``$CHATPHASE_CONFIG`` or ``platformdirs.user_config_dir("chatphase")/config.toml``.
+- File: TOML at :func:`chatphase.system.paths.config_file` (``$CHATPHASE_CONFIG``, else the platform's).
   Keys are the settings' keys (:data:`chatphase.settings.schema.FIELDS`); the sampling ones go in a
   ``[sampling]`` table::
 
@@ -42,6 +42,7 @@ from pathlib import Path
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError
 from chatphase.settings.schema import BY_KEY, FIELDS, SAMPLING_TABLE, SETTING_KEYS, Settings, with_values
+from chatphase.system.paths import config_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,16 +90,6 @@ class ConfigReport:
     path: Path
     problems: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
-
-
-def config_path(environ: typing.Mapping[str, str] | None = None) -> Path:
-    """The config file path: ``$CHATPHASE_CONFIG`` or the platform config dir's ``config.toml``."""
-    env = os.environ if environ is None else environ
-    if env.get("CHATPHASE_CONFIG"):
-        return Path(env["CHATPHASE_CONFIG"]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("chatphase")) / "config.toml"
 
 
 def _is_auto(base: type, text: str) -> bool:
@@ -276,14 +267,14 @@ def _apply(settings: Settings, values: dict) -> Settings:
 def load_config(path: Path | None = None, environ: typing.Mapping[str, str] | None = None) -> ConfigReport:
     """Built-in defaults, then the config file (if valid), then the environment.
 
-    ``path`` defaults to :func:`config_path` (``$CHATPHASE_CONFIG`` of the process); ``environ`` (default
-    ``os.environ``) supplies the ``CHATPHASE_<KEY>`` values. A missing file is fine; an unreadable or
+    ``path`` defaults to :func:`~chatphase.system.paths.config_file` (``$CHATPHASE_CONFIG`` of the process);
+    ``environ`` (default ``os.environ``) supplies the ``CHATPHASE_<KEY>`` values. A missing file is fine; an unreadable or
     invalid one adds a problem message and is ignored.
 
     Raises:
         UsageError: a bad ``CHATPHASE_<KEY>`` environment value.
     """
-    path = path or config_path()
+    path = path or config_file()
     report = ConfigReport(Settings(), path, sources={k: "default" for k in SETTING_KEYS})
     file_values: dict = {}
     if path.exists():
@@ -355,7 +346,7 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
         UsageError: the settings are invalid or the file cannot be written.
     """
     settings.validate()
-    path = path or config_path()
+    path = path or config_file()
     text = "# chatphase settings ; only values that differ from the defaults\n"
     text += settings_to_toml(settings)
     try:

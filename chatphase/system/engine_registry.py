@@ -2,8 +2,7 @@
 wait for them (an engine's OpenMP workers spin after each turn and halve a bandwidth test beside them).
 
 Each process that holds a loaded llama.cpp engine writes a file named after its pid, holding the
-process's start time, into :func:`registry_dir` (``$CHATPHASE_RUNTIME_DIR`` or the platform's user
-runtime directory), and removes it on close. A file whose process is gone (a SIGKILL leaves one) or
+process's start time, into :func:`registry_dir` (in :func:`chatphase.system.paths.runtime_dir`), and removes it on close. A file whose process is gone (a SIGKILL leaves one) or
 whose pid now belongs to another process (the start time differs) is ignored and removed.
 
 Only a *busy* engine matters to a measurement: one that uses at least :data:`IDLE_CORES` of CPU (its
@@ -15,27 +14,18 @@ waited for nor named.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
 
+from chatphase.system.paths import runtime_dir
+
 
 def registry_dir() -> Path:
-    """``$CHATPHASE_RUNTIME_DIR/engines`` or ``<user runtime dir>/chatphase/engines`` (platformdirs;
-    the temporary directory where the platform has none)."""
-    env = os.environ.get("CHATPHASE_RUNTIME_DIR")
-    if env:
-        return Path(env).expanduser() / "engines"
-    import platformdirs
-
-    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset, then falls back
-        warnings.simplefilter("ignore")
-        base = platformdirs.user_runtime_dir("chatphase")
-    return Path(base or tempfile.gettempdir()) / "engines"
+    """``engines`` in :func:`chatphase.system.paths.runtime_dir` (``$CHATPHASE_RUNTIME_DIR``)."""
+    return runtime_dir() / "engines"
 
 
 def _start_time(pid: int) -> float | None:

@@ -4,7 +4,7 @@ a TTFT before any turn ran (:mod:`chatphase.chat.ttft_prior`).
 Why a file of its own and not the saved bench results: results are saved only where the user asks (``-o``),
 and the Experiments screen and the lever grid measure peaks without saving a result; every measurement goes
 through :func:`chatphase.bench.core.peaks.measure_peaks`, which records here. A peak is a fact of the machine,
-remeasurable, so it belongs in the cache (``$CHATPHASE_CACHE_DIR`` or the platform's user cache directory).
+remeasurable, so it belongs in the cache (:func:`chatphase.system.paths.cache_dir`).
 
 ``machine-peaks.json``: ``{"version": 1, "machines": {KEY: {"machine", "cpu", "flops": {THREADS: {...}}}}}``
 with ``KEY`` :func:`machine_key` (host name and CPU: a home directory shared between machines keeps each
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chatphase.system.cpu_features import cpu_name
+from chatphase.system.paths import cache_dir
 
 FILE_NAME = "machine-peaks.json"
 VERSION = 1
@@ -52,11 +53,8 @@ def machine_key() -> str:
 
 
 def peaks_file() -> Path:
-    """``$CHATPHASE_CACHE_DIR/machine-peaks.json``, else in the platform's user cache directory."""
-    import platformdirs
-
-    base = os.environ.get("CHATPHASE_CACHE_DIR") or platformdirs.user_cache_dir("chatphase")
-    return Path(base) / FILE_NAME
+    """``machine-peaks.json`` in :func:`chatphase.system.paths.cache_dir` (``$CHATPHASE_CACHE_DIR``)."""
+    return cache_dir() / FILE_NAME
 
 
 def _read(path: Path) -> dict[str, Any]:

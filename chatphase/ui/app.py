@@ -37,13 +37,13 @@ from chatphase.settings.schema import Settings
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_display, key_labels
 from chatphase.ui.chat_view import ChatView
+from chatphase.ui.compat.textual_private import input_parser_ok
 from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.draft_budget import DraftBudget, RecountAfterTurns
 from chatphase.ui.engine_link import TextualDispatcher
 from chatphase.ui.history_source import EarlierTurns
 from chatphase.ui.inert_lines import InertLines
 from chatphase.ui.keymap import check_keymap, reserved_keys, show_keymap_notices
-from chatphase.ui.paste_input import PasteKeepingDriver
 from chatphase.ui.phases.indicator import PhaseIndicator
 from chatphase.ui.phases.panel import PhasePanel
 from chatphase.ui.prompt_input import PromptInput
@@ -117,9 +117,14 @@ class ChatPhaseApp(App[None]):
     # -- the terminal --------------------------------------------------------------------------------
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver for this platform; on Linux and macOS its input parser keeps a bracketed paste whole
-        (:mod:`chatphase.ui.paste_input`: Textual's own splits one that holds an ESC into key presses)."""
+        (:mod:`chatphase.ui.paste_input`: Textual's own splits one that holds an ESC into key presses), where this
+        Textual still has the parser's private names it needs."""
         driver = super().get_driver_class()
-        return PasteKeepingDriver if driver is LinuxDriver else driver
+        if driver is not LinuxDriver or not input_parser_ok():
+            return driver
+        from chatphase.ui.paste_input import PasteKeepingDriver  # imports those names
+
+        return PasteKeepingDriver
 
     _inert_lines = InertLines()
 

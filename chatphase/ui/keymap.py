@@ -3,7 +3,7 @@
 Each entry maps an action id of :data:`~chatphase.ui.actions.ACTIONS` to keys (``"ctrl+s"`` or
 ``"ctrl+s,f6"``). :func:`check_keymap` keeps what can work and says why it drops the rest, one notice
 each: an id that names no action; a key that is not one of Textual's key names (its ``Keys`` and its
-names for characters, :func:`textual.keys._character_to_key`, with Textual's modifiers); a key the app
+names for characters, :func:`~chatphase.ui.compat.textual_private.character_to_key`, with Textual's modifiers); a key the app
 keeps for itself (:func:`reserved_keys`: Ctrl+Q quit, Ctrl+C, the command palette's Ctrl+P, and the
 prompt box's Enter, new-line and editing keys, which it handles before any app binding); a key that
 types a character in the prompt box; and a key another action already has (the other action's default or
@@ -19,9 +19,10 @@ from functools import lru_cache
 
 from textual.app import App
 from textual.binding import Binding
-from textual.keys import Keys, _character_to_key, key_to_character
+from textual.keys import Keys, key_to_character
 
 from chatphase.ui.actions import ACTIONS, key_display
+from chatphase.ui.compat.textual_private import character_to_key
 from chatphase.ui.prompt_input import PromptInput
 from chatphase.ui.transcript.chat_log import ChatLog
 
@@ -41,7 +42,7 @@ class Owner:
 def _named_keys() -> frozenset[str]:
     """Textual's names of keys that are not a letter or digit: ``escape``, ``f5``, ``pageup``, ``plus``…"""
     names = {key.value.rpartition("+")[2] for key in Keys if not key.value.startswith("<")}
-    names |= {_character_to_key(chr(code)) for code in range(0x20, 0x7F)}
+    names |= {character_to_key(chr(code)) for code in range(0x20, 0x7F)}
     return frozenset(name for name in names if len(name) > 1)
 
 
@@ -50,7 +51,7 @@ def key_name(key: str) -> str | None:
     such key (``notakey+++``, ``ctrl+``, ``hyperctrl+s``)."""
     *mods, base = key.split("+")
     if len(base) == 1:
-        base = _character_to_key(base.lower() if mods else base)
+        base = character_to_key(base.lower() if mods else base)
     else:
         base = base.lower()
     mods = [m.lower() for m in mods]

@@ -12,6 +12,8 @@ characters to Alt keys.
 and emits one Paste of them, control characters included (the prompt box shows them as their pictures and says so);
 every other input is Textual's parser's, timeouts included. :class:`PasteKeepingDriver` is Textual's own terminal
 driver reading with it (the app's on Linux and macOS). Without bracketed paste a terminal's paste is typing, which this cannot tell apart.
+The parser's names are Textual's private API, taken from :mod:`chatphase.ui.compat.textual_private` (the app keeps
+Textual's own driver where they are gone).
 """
 
 from __future__ import annotations
@@ -19,11 +21,20 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from textual import events
-from textual._parser import ParseEOF, ParseError, Peek1, Read1, TokenCallback
-from textual._xterm_parser import BRACKETED_PASTE_END, BRACKETED_PASTE_START, XTermParser
-from textual.drivers import linux_driver
 from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
+
+from chatphase.ui.compat.textual_private import (
+    BRACKETED_PASTE_END,
+    BRACKETED_PASTE_START,
+    ParseEOF,
+    ParseError,
+    Peek1,
+    Read1,
+    TokenCallback,
+    XTermParser,
+    linux_driver_parser,
+)
 
 
 class PasteParser(XTermParser):
@@ -83,10 +94,6 @@ class PasteKeepingDriver(LinuxDriver):
     PARSER = PasteParser
 
     def run_input_thread(self) -> None:
-        # LinuxDriver.run_input_thread makes its parser from the module's name XTermParser; Textual has no hook for
-        # it. The input thread runs for the app's whole life, and the one app of this process is this one.
-        textual_parser, linux_driver.XTermParser = linux_driver.XTermParser, self.PARSER  # type: ignore[misc]
-        try:
+        # The input thread runs for the app's whole life, and the one app of this process is this one.
+        with linux_driver_parser(self.PARSER):
             super().run_input_thread()
-        finally:
-            linux_driver.XTermParser = textual_parser  # type: ignore[misc]

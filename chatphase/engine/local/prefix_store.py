@@ -1,7 +1,7 @@
 """The prefix store's files: saved KV states of token prefixes, in the user cache directory.
 
-One file per saved prefix, ``<dir>/<key[:16]>-<tokens hash>.kvs`` (``dir``: ``$CHATPHASE_CACHE_DIR/prefix``
-or the platform's user cache directory, platformdirs), laid out as::
+One file per saved prefix, ``<dir>/<key[:16]>-<tokens hash>.kvs`` (``dir``: :func:`store_dir`, ``prefix`` in
+the cache folder of :mod:`chatphase.system.paths`), laid out as::
 
     b"CPKVSEQ1" · u32 header length · header (JSON, UTF-8) · tokens (int32 LE × n_tokens)
     · boundaries (int32 × n_bounds token counts, then int32 × n_bounds byte counts) · text (UTF-8)
@@ -66,7 +66,7 @@ class StoreRefused(EngineError):
 
 
 def store_dir() -> Path:
-    """``$CHATPHASE_CACHE_DIR/prefix``, else ``prefix`` in the platform's user cache directory (platformdirs)."""
+    """``prefix`` in :func:`chatphase.system.paths.cache_dir` (``$CHATPHASE_CACHE_DIR``)."""
     return cache_dir() / "prefix"
 
 

@@ -72,7 +72,7 @@ NO_SLOT_SAVE_NOTE = (
 
 
 def index_path() -> Path:
-    """``remote-slots.json`` in ``$CHATPHASE_CACHE_DIR`` or the platform's user cache directory."""
+    """``remote-slots.json`` in :func:`chatphase.system.paths.cache_dir` (``$CHATPHASE_CACHE_DIR``)."""
     return cache_dir() / "remote-slots.json"
 
 

@@ -10,7 +10,8 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, ProgressBar
 
-from chatphase.engine.overflow import DEFAULT_OVERFLOW, OVERFLOW_AHEAD
+from chatphase.chat.overflow import OVERFLOW_AHEAD
+from chatphase.engine.overflow import DEFAULT_OVERFLOW
 from chatphase.timing.forecast import KvForecast
 from chatphase.units import fmt_bytes
 
@@ -23,7 +24,7 @@ def forecast_text(
     overflow: str = DEFAULT_OVERFLOW,
 ) -> str:
     """``KV 1,234/4,096 tok · 27.1 MiB/90.0 MiB · ~9 turns left at +137 tok/turn``; when the next turn may not
-    fit, what the ``overflow`` policy will then do (:data:`chatphase.engine.overflow.OVERFLOW_AHEAD`).
+    fit, what the ``overflow`` policy will then do (:data:`chatphase.chat.overflow.OVERFLOW_AHEAD`).
 
     Used bytes = used tokens × ``kv_bytes_per_token``; capacity = ``kv_capacity_bytes``, the cache llama.cpp
     allocated (n_ctx padded to 256 cells, :func:`chatphase.models.kv.kv_capacity_bytes`). With

@@ -9,9 +9,9 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
+from chatphase.chat.overflow import overflow_pairs
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.engine.overflow import overflow_pairs
 from chatphase.explain import explain_turn
 from chatphase.ui.dashboard.timeline import TurnTimeline
 from chatphase.units import DASH, fmt_at_threads, fmt_bytes, fmt_int, fmt_stop_reason

@@ -19,8 +19,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from chatphase.errors import UsageError
-from chatphase.settings.file import config_path, parse_env_value, save_settings
+from chatphase.settings.file import parse_env_value, save_settings
 from chatphase.settings.schema import BY_KEY, FIELDS, SettingField, Settings, reload_keys, with_values
+from chatphase.system.paths import config_file
 
 #: the settings the screen shows (a ``label`` in their field's metadata), in declaration order; each is an
 #: Input, a Select (a field with ``choices``, or the theme) or a Checkbox (a switch), and its id ``set-<key>``.
@@ -98,7 +99,7 @@ class SettingsScreen(ModalScreen[SettingsChange | None]):
                             yield from self._row(f, kind)
             yield Static("", id="settings-reload", markup=False)
             yield Static("", id="settings-error", markup=False)  # errors quote the values typed
-            yield Checkbox(f"Save as defaults in {config_path()}", id="settings-save", compact=True)
+            yield Checkbox(f"Save as defaults in {config_file()}", id="settings-save", compact=True)
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply", compact=True)
                 yield Button("Cancel", id="settings-cancel", compact=True)

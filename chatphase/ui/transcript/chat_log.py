@@ -17,11 +17,11 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from chatphase.chat.turn import Turn
+from chatphase.ui.compat.textual_private import free_drawn_lines, release_removed_styles_caches
 from chatphase.ui.transcript.folded_turn import USER_BACKGROUND, USER_BORDER_COLOR
 from chatphase.ui.transcript.notice import Notice
 from chatphase.ui.transcript.reply_markdown import MarkdownSegment
 from chatphase.ui.transcript.reply_view import ReplyView
-from chatphase.ui.transcript.styles_cache_fix import release_removed_styles_caches
 from chatphase.ui.transcript.user_message import UserMessage
 
 
@@ -128,18 +128,17 @@ class ChatLog(VerticalScroll):
         anew (its lines, and the padded ones of its styles cache, are made again) and let go at the next turn.
 
         ``Widget.refresh`` frees the styles cache's lines and marks the widget dirty, so it renders again
-        when next drawn; the rendered content lines it keeps until then (``Widget._render_cache``, no public
-        way to free them in Textual 8), so they are emptied here in place. The drawn lines of the widgets
-        removed since the last turn are let go of too (:func:`release_removed_styles_caches`)."""
+        when next drawn; the rendered content lines it keeps until then (no public way to free them in
+        Textual 8: :func:`~chatphase.ui.compat.textual_private.free_drawn_lines`). The drawn lines of the
+        widgets removed since the last turn are let go of too
+        (:func:`~chatphase.ui.compat.textual_private.release_removed_styles_caches`)."""
         release_removed_styles_caches()
         window = self.region
         for entry in self.children:
             if entry.region.overlaps(window):
                 continue
             for widget in (entry, *entry.walk_children(Widget)):
-                lines = widget._render_cache.lines
-                if lines:
-                    lines.clear()
+                if free_drawn_lines(widget):
                     widget.refresh()
 
     def mark_left_out(self, n_turns: int) -> None:

@@ -39,11 +39,12 @@ from rich.style import Style
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
+from chatphase.chat.overflow import overflow_cost
 from chatphase.chat.turn import Turn
 from chatphase.engine.metrics import TurnMetrics
-from chatphase.engine.overflow import overflow_cost
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
+from chatphase.ui.compat.textual_private import clear_arrangement_cache
 from chatphase.ui.transcript.folded_reply import FoldedReply
 from chatphase.ui.transcript.folded_turn import USER_BORDER, USER_BORDER_LEFT_OUT, FoldedTurn
 from chatphase.ui.transcript.md_blocks import complete_blocks_end, last_block_start
@@ -233,7 +234,7 @@ class ReplyView(Widget):
             if user is not None:
                 await user.remove()
             # What Textual cached of the removed children would keep them alive, as a leaf never asks again:
-            self._clear_arrangement_cache()  # their placements
+            clear_arrangement_cache(self)  # their placements (no public way in Textual 8)
             _ = self.displayed_children  # their list (kept by the child list until next asked)
             self.set_class(not self._above and self.user is None, "-folded")
             self.set_class(self.user is not None, "-turn")
