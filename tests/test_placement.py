@@ -273,3 +273,13 @@ def test_the_device_line_says_what_the_engine_holds_and_whether_the_device_count
     assert device_lines(no_buffers) == [
         "Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 2.0 GiB · reports no usage (free = total)"
     ]
+
+
+def test_how_flash_attention_auto_resolved_is_read_from_the_log(capture):
+    assert capture.flash_attn_enabled is None
+    feed(capture, "llama_context: flash_attn            = auto\n")
+    assert capture.flash_attn_enabled is None
+    feed(capture, "resolve_fused_ops: Flash Attention enabled\n")
+    assert capture.flash_attn_enabled is True
+    feed(capture, "resolve_fused_ops: Flash Attention not supported, set to disabled\n")
+    assert capture.flash_attn_enabled is False

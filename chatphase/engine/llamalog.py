@@ -39,6 +39,8 @@ _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
 _BUFFER = re.compile(r"^\w+:\s+(\S+)\s+(model|KV|compute|output|RS) buffer size =\s*([\d.]+) MiB")
 _ALLOC_FAILED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 _FA_MISMATCH = re.compile(r"layer \d+ is assigned to device (\S+) but Flash Attention is assigned to device (\S+)")
+#: how llama.cpp resolved ``flash_attn = auto`` for the context (``resolve_fused_ops``, llama-context.cpp)
+_FA_AUTO = re.compile(r"resolve_fused_ops: Flash Attention (enabled|not supported, set to disabled)")
 
 
 def model_buffers(log_text: str) -> list[str]:
@@ -80,7 +82,8 @@ class LlamaLogCapture:
     Attributes filled as lines arrive: ``layers_offloaded``, ``layers_total`` (ints or ``None``),
     ``kv_cache_mib`` (float, as printed, 2 decimals) and ``kv_cache_cells`` (int); ``buffers``, a list of
     ``(kind, buffer type name, MiB)`` in log order; ``flash_attn_mismatch`` (``(layer device, flash-attention device)`` when it turned
-    it off for want of a kernel on the layer's device); ``failed_allocation`` (``(buffer type name, bytes)``
+    it off for want of a kernel on the layer's device); ``flash_attn_enabled`` (how ``auto`` resolved: ``True`` /
+    ``False``, ``None`` before the context or when it was not ``auto``); ``failed_allocation`` (``(buffer type name, bytes)``
     of the last buffer ggml could not allocate: ``failed to allocate Vulkan0 buffer of size …``).
     One capture is active per process: a new one replaces the previous one. llama.cpp keeps calling
     the C callback for the life of the process (llama.cpp objects log when freed, after ``close()``),
@@ -103,6 +106,7 @@ class LlamaLogCapture:
         self.kv_cache_cells: int | None = None
         self.buffers: list[tuple[str, str, float]] = []
         self.flash_attn_mismatch: tuple[str, str] | None = None
+        self.flash_attn_enabled: bool | None = None
         self.failed_allocation: tuple[str, int] | None = None
         _install(self)
 
@@ -144,6 +148,8 @@ class LlamaLogCapture:
             self.failed_allocation = (m.group(1), int(m.group(2)))
         elif m := _FA_MISMATCH.search(line):
             self.flash_attn_mismatch = (m.group(1), m.group(2))
+        elif m := _FA_AUTO.search(line):
+            self.flash_attn_enabled = m.group(1) == "enabled"
 
     def buffer_mib(self) -> dict[tuple[str, str], float]:
         """MiB per ``(kind, buffer type name)`` so far: model, KV and output buffers summed (an iSWA model
