@@ -238,7 +238,7 @@ def test_a_sliding_window_cache_that_evicted_the_window_is_swa(gemma_model_info,
         sp = SamplingParams(max_tokens=2, temperature=0)
         hello = (Message("user", "Hi"), Message("assistant", "Hello!"))
         first = list(engine.run_turn(TurnRequest(1, (*hello, Message("user", "A: " + long)), sp)))[-1]
-        assert first.metrics.prompt_tokens > 1100 and lc.llama_memory_seq_pos_min(engine._mem, 0) > 0
+        assert first.metrics.prompt_tokens > 1100 and lc.llama_memory_seq_pos_min(engine._kv.mem, 0) > 0
         edited = list(engine.run_turn(TurnRequest(2, (*hello, Message("user", "A: " + long[:200])), sp)))[-1]
         assert not isinstance(edited, EngineFailed)
         assert (edited.metrics.cached_tokens, edited.metrics.cache_miss_reason) == (0, "swa")

@@ -17,8 +17,10 @@ from chatphase.engine.events import SamplingParams, TurnRequest
 from chatphase.engine.local import speculative
 from chatphase.engine.local.drafters import JUDGE_STEPS, PROBE_EVERY, AutoPolicy, draft_wont_pay
 from chatphase.engine.local.generation import Model
+from chatphase.engine.local.kv_context import KvContext
 from chatphase.engine.local.llama_params import batch_positions
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative
+from chatphase.engine.prompting.vocab import Vocab
 from chatphase.engine.spec_modes import SPEC_WARNING
 from chatphase.engine.threads.governor import ThreadGovernor
 
@@ -88,12 +90,13 @@ def run_turn(monkeypatch, kind, seq, on_token, n_prompt=48, max_tokens=240, cost
         on_token = gov.on_token
     elif callable(on_token) and hasattr(on_token, "bind"):
         on_token = on_token.bind(fake)
-    m = Model(None, None, fake.cache, 100_000, threading.Event(), lambda t: b"a", lambda s: [], None, on_token)
+    kv = KvContext(None, None, None, Vocab(None), 100_000, 512, tokens=fake.cache)
+    m = Model(kv, threading.Event(), lambda t: b"a", lambda s: [], on_token)
     spec = Speculator(kind)
     out = SpecGenerated()
     req = TurnRequest(1, (), SamplingParams(max_tokens=max_tokens, temperature=0))
     try:
-        list(generate_speculative(m, None, spec, req, 0, (), None, False, out))
+        list(generate_speculative(m, spec, req, 0, (), None, False, out))
     finally:
         spec.close()
     assert out.spec is not None

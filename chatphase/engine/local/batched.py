@@ -46,10 +46,11 @@ class BatchedEngine(LlamaEngine):
 
     def _load(self) -> LoadedModel:
         loaded = super()._load()
-        self._n_seq_max: int = lc.llama_n_seq_max(self._ctx)
-        self._n_ctx_seq: int = lc.llama_n_ctx_seq(self._ctx)
+        ctx = self._loaded_kv().ptr
+        self._n_seq_max: int = lc.llama_n_seq_max(ctx)
+        self._n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)
         self._n_vocab: int = lc.llama_vocab_n_tokens(self._vocab.ptr)
-        self._batch = lc.llama_batch_init(max(self._n_batch, self._n_seq_max), 0, 1)
+        self._batch = lc.llama_batch_init(max(self._loaded_kv().n_batch, self._n_seq_max), 0, 1)
         return loaded
 
     def close(self) -> None:
@@ -74,19 +75,16 @@ class BatchedEngine(LlamaEngine):
             ValueError: no prompts, an empty prompt, more sequences than ``n_seq_max`` or ``n_batch``, or a prompt plus
                 ``gen_steps`` that does not fit a sequence's ``n_ctx_seq`` cells.
         """
-        if self._ctx is None:
-            raise RuntimeError("the model is not loaded")
+        kv = self._loaded_kv()
         prompts, steps = request.prompts, request.gen_steps
         n = len(prompts)
-        if not 1 <= n <= min(self._n_seq_max, self._n_batch):
+        if not 1 <= n <= min(self._n_seq_max, kv.n_batch):
             raise ValueError(
-                f"{n} sequences: this context takes 1 to {min(self._n_seq_max, self._n_batch)} (n_seq_max, n_batch)"
+                f"{n} sequences: this context takes 1 to {min(self._n_seq_max, kv.n_batch)} (n_seq_max, n_batch)"
             )
         if steps < 0 or any(not p or len(p) + steps > self._n_ctx_seq for p in prompts):
             raise ValueError(f"each prompt (>= 1 token) + {steps} steps must fit {self._n_ctx_seq} cells a sequence")
-        lc.llama_memory_clear(self._mem, False)  # as llama-batched-bench, before each run
-        self._cache.clear()
-        self._known.clear()
+        kv.clear(data=False)  # as llama-batched-bench, before each run
         out = _Run(n, steps)
         out.t_prefill_start = time.perf_counter_ns()
         try:
@@ -98,18 +96,20 @@ class BatchedEngine(LlamaEngine):
 
     def sequence_lengths(self) -> list[int]:
         """Tokens each sequence holds in the KV cache, by llama.cpp's own count (its last position + 1)."""
-        return [lc.llama_memory_seq_pos_max(self._mem, j) + 1 for j in range(self._n_seq_max)]
+        mem = self._loaded_kv().mem
+        return [lc.llama_memory_seq_pos_max(mem, j) + 1 for j in range(self._n_seq_max)]
 
     def _prefill(self, prompts: Sequence[Sequence[int]], run: _Run) -> bool:
         """All prompts in ``n_batch`` chunks; samples each sequence's first token after its chunk."""
         flat = [(tok, pos, j, pos == len(p) - 1) for j, p in enumerate(prompts) for pos, tok in enumerate(p)]
-        b, ctx = self._loaded_batch(), self._ctx
+        b, kv = self._loaded_batch(), self._loaded_kv()
+        ctx, n_batch = kv.ptr, kv.n_batch
         positions = batch_positions(b)
-        for start in range(0, len(flat), self._n_batch):
+        for start in range(0, len(flat), n_batch):
             if self._cancel.is_set():
                 run.stop = "cancelled"
                 break
-            chunk = flat[start : start + self._n_batch]
+            chunk = flat[start : start + n_batch]
             outputs = []
             for i, (tok, pos, seq, last) in enumerate(chunk):
                 b.token[i], positions[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, last
@@ -133,7 +133,7 @@ class BatchedEngine(LlamaEngine):
 
     def _decode_steps(self, prompts: Sequence[Sequence[int]], run: _Run) -> None:
         """``run.steps`` steps; each one ``llama_decode`` of one token per sequence, then N samples."""
-        b, ctx, n = self._loaded_batch(), self._ctx, run.n
+        b, ctx, n = self._loaded_batch(), self._loaded_kv().ptr, run.n
         token, pos = b.token, batch_positions(b)
         for j, p in enumerate(prompts):
             pos[j], b.n_seq_id[j], b.seq_id[j][0], b.logits[j] = len(p) - 1, 1, j, 1
@@ -174,7 +174,7 @@ class BatchedEngine(LlamaEngine):
 
     def _argmax(self, rows: int) -> list[int]:
         """The greedy token of each of the last decode's ``rows`` outputs (in batch order)."""
-        logits = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx), shape=(rows, self._n_vocab))
+        logits = np.ctypeslib.as_array(lc.llama_get_logits(self._loaded_kv().ptr), shape=(rows, self._n_vocab))
         picked: list[int] = logits.argmax(axis=1).tolist()
         return picked
 

@@ -20,6 +20,7 @@ import llama_cpp as lc
 from chatphase.engine.base import CancelEvent
 from chatphase.engine.events import Event, FirstToken, SpecLive, ThinkingEnded, TokensDecoded, TurnRequest
 from chatphase.engine.local.detok import IncrementalDetokenizer
+from chatphase.engine.local.kv_context import KvContext
 from chatphase.engine.local.sampling import sampler_chain
 from chatphase.engine.metrics import StopReason, ns_to_ms
 from chatphase.engine.prompting.stops import StopText
@@ -40,19 +41,15 @@ class Generated:
 
 @dataclass(frozen=True)
 class Model:
-    """The llama.cpp handles and callbacks the loop needs: ``piece(token)`` the bytes to show (markers of a
-    thinking model as their text), ``tokenize(text)``, ``decode(tokens)`` (evaluate, ``False`` on error),
-    ``on_token(t_ns)`` the thread policy's per-token check (``on_token(t_ns, width)`` once per step in
-    speculative decoding)."""
+    """What the loop needs beside the request: ``kv`` the context and the record of its KV cache (the loop appends
+    each evaluated token to ``kv.tokens``), ``cancel``, ``piece(token)`` the bytes to show (markers of a thinking
+    model as their text), ``tokenize(text)``, ``on_token(t_ns)`` the thread policy's per-token check
+    (``on_token(t_ns, width)`` once per step in speculative decoding)."""
 
-    ctx: lc.llama_context_p
-    vocab: lc.llama_vocab_p
-    cache: list[int]
-    n_ctx: int
+    kv: KvContext
     cancel: CancelEvent
     piece: Callable[[int], bytes]
     tokenize: Callable[[str], list[int]]
-    decode: Callable[[list[int]], bool]
     on_token: Callable[..., None]
     make_room: Callable[[], bool] | None = None  # a full cache: free some (KV shift) and go on; False: cannot
 
@@ -75,6 +72,7 @@ class TokenStep:
     ) -> None:
         sp = req.sampling
         self._m, self._req, self._t_submit, self._max_tokens = m, req, t_submit, sp.max_tokens
+        self._vocab, self._n_ctx = m.kv.vocab.ptr, m.kv.n_ctx
         self._detok = IncrementalDetokenizer()
         self._stop_text = StopText(() if req.ignore_eos else stops)
         self._filtered = bool(self._stop_text.stops)
@@ -87,7 +85,7 @@ class TokenStep:
         events are in :attr:`events`; ask :meth:`limits` next). ``drafted`` / ``live``: speculative decoding's
         tint span and figures so far."""
         m, req, out, track = self._m, self._req, self._out, self.track
-        if not req.ignore_eos and lc.llama_vocab_is_eog(m.vocab, token):
+        if not req.ignore_eos and lc.llama_vocab_is_eog(self._vocab, token):
             return "stop"
         text = self._detok.feed(m.piece(token))
         stop_text = self._stop_text
@@ -123,7 +121,7 @@ class TokenStep:
             return "stop"
         if len(self._out.times) >= self._max_tokens:
             return "length"
-        if n_cached >= self._m.n_ctx:
+        if n_cached >= self._n_ctx:
             return "context_full"
         if self._m.cancel.is_set():
             return "cancelled"
@@ -157,7 +155,8 @@ def generate(
     one = (lc.llama_token * 1)()
     batch = lc.llama_batch_get_one(one, 1)
     sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
-    ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
+    kv = m.kv
+    ctx, cache, times, turn_id = kv.ptr, kv.tokens, out.times, req.turn_id
     try:
         while True:
             token = sample(sampler, ctx, -1)
@@ -179,10 +178,10 @@ def generate(
             cache.append(token)
             if track is not None and thinking is not None and track.over_budget():
                 closing = m.tokenize(thinking.forced_close)
-                if len(cache) + len(closing) >= m.n_ctx:
+                if len(cache) + len(closing) >= kv.n_ctx:
                     out.stop = "context_full"
                     break
-                if not m.decode(closing):
+                if not kv.decode(closing):
                     out.stop = "error"
                     break
                 cache.extend(closing)

@@ -41,21 +41,22 @@ class InterferenceEngine(BatchedEngine):
 
     def _load(self) -> LoadedModel:
         loaded = super()._load()
-        self._n_ubatch: int = lc.llama_n_ubatch(self._ctx)
+        self._n_ubatch: int = lc.llama_n_ubatch(self._loaded_kv().ptr)
         return loaded
 
     def check_request(self, request: InterferenceRequest) -> None:
         """Raise ``ValueError`` when ``request`` does not fit this context (the plan checks it first, in words)."""
         n = len(request.prompts)
         chunk = request.chunk or 0
-        if n < 1 or n + 1 > self._n_seq_max or n + max(chunk, 1) > self._n_batch:
+        kv = self._loaded_kv()
+        if n < 1 or n + 1 > self._n_seq_max or n + max(chunk, 1) > kv.n_batch:
             raise ValueError(f"{n} running + 1 newcomer with chunk {chunk}: over n_seq_max or n_batch")
         if not request.newcomer or any(not p for p in request.prompts):
             raise ValueError("every prompt needs at least one token")
         need = sum(len(p) for p in request.prompts) + len(request.newcomer)
         need += (n + 1) * (request.before_steps + request.after_steps + 2)
-        if need > self._n_ctx:
-            raise ValueError(f"the run needs {need} KV cells; the context has {self._n_ctx}")
+        if need > kv.n_ctx:
+            raise ValueError(f"the run needs {need} KV cells; the context has {kv.n_ctx}")
 
     def iter_interference(self, request: InterferenceRequest) -> Iterator[StepRecord | InterferenceOutcome]:
         """Run ``request`` (blocking): yields each :class:`StepRecord` as it ends, then the outcome.
@@ -65,12 +66,9 @@ class InterferenceEngine(BatchedEngine):
         Raises:
             RuntimeError: the model is not loaded. ValueError: as :meth:`check_request`.
         """
-        if self._ctx is None:
-            raise RuntimeError("the model is not loaded")
+        kv = self._loaded_kv()
         self.check_request(request)
-        lc.llama_memory_clear(self._mem, False)
-        self._cache.clear()
-        self._known.clear()
+        kv.clear(data=False)
         n = len(request.prompts)
         run = _Run(n, 0)
         run.t_prefill_start = time.perf_counter_ns()
@@ -105,7 +103,7 @@ class InterferenceEngine(BatchedEngine):
                 return
             state.arrival = step.t_end_ns
             yield step
-        piece = request.chunk or self._n_batch
+        piece = request.chunk or self._loaded_kv().n_batch
         while state.fed < len(request.newcomer):
             if not (step := self._step(state, running if request.chunk else [], piece)):
                 return
@@ -120,7 +118,7 @@ class InterferenceEngine(BatchedEngine):
         """One ``llama_decode``: a token for each lane of ``decoding`` first, then up to ``prompt_piece`` of the
         newcomer's prompt tokens; synchronised and sampled. ``None`` (the run's stop reason set) when cancelled or
         refused."""
-        run, b, ctx = state.run, self._loaded_batch(), self._ctx
+        run, b, ctx = state.run, self._loaded_batch(), self._loaded_kv().ptr
         if self._cancel.is_set():
             run.stop = "cancelled"
             return None

@@ -1,7 +1,8 @@
-"""What an overflow did in one turn of :class:`~chatphase.engine.local.llama.LlamaEngine`, and the sliding-window check.
+"""What an overflow did in one turn of :class:`~chatphase.engine.local.llama.LlamaEngine`, and the room a reply makes.
 
-The engine fills an :class:`Overflow` while it fits the prompt (``_overflow_cut``) and after it keeps the cache's
-prefix; its figures go into ``PrefillStarted`` and the turn's ``TurnMetrics`` (``overflow_*``).
+The engine fills an :class:`Overflow` while it fits the prompt (:func:`overflow_cut`), after it keeps the cache's
+prefix and after a reply that made room (:class:`ReplyShift`); its figures go into ``PrefillStarted`` and the
+turn's ``TurnMetrics`` (``overflow_*``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import llama_cpp as lc
-
-from chatphase.engine.events import CountRequest, LoadedModel, Message, TurnRequest
+from chatphase.engine.events import CountRequest, Message, TurnRequest
 from chatphase.engine.local import kv_shift
-from chatphase.engine.local.prefix import CacheText
+from chatphase.engine.local.kv_context import KvContext
 from chatphase.engine.metrics import TurnMetrics, ns_to_ms
 from chatphase.engine.prompting.prompt import FittedPrompt
 
@@ -52,6 +51,13 @@ class Overflow:
         else:
             self.reprefill = kv_shift.reprefill_tokens(prompt, render, text, cached, self.kept_bytes)
 
+    def add_reply_room(self, room: ReplyShift) -> None:
+        """Count what a reply that went on past n_ctx dropped (``room``, :class:`ReplyShift`) and evaluated again."""
+        self.dropped_messages += room.dropped_messages
+        self.dropped_tokens += room.dropped_tokens
+        self.reprefill += room.reprefill_tokens
+        self.reply_reprefill_tokens, self.reply_reprefill_ms = room.reprefill_tokens, room.reprefill_ms
+
     def fields(self) -> dict[str, Any]:
         """``PrefillStarted``'s overflow fields."""
         return {
@@ -68,84 +74,60 @@ class Overflow:
         return self.fields() | {"overflow_reprefill_ms": (m.prefill_ms or 0.0) * share + self.reply_reprefill_ms}
 
 
-def overflow_cut(
-    req: TurnRequest | CountRequest,
-    fitted: FittedPrompt,
-    n_messages: int,
-    mem: lc.llama_memory_t | None,
-    cache: list[int],
-    known: CacheText,
-    render: Callable[[int], bytes],
-) -> Overflow:
+def overflow_cut(req: TurnRequest | CountRequest, fitted: FittedPrompt, n_messages: int, kv: KvContext) -> Overflow:
     """An overflow at the start of a turn (``fitted`` dropped messages from the ``n_messages`` non-system ones):
-    where the dropped messages lie in the cache (``cache``, its text record ``known``) and, under ``shift``, take
-    them out of it in place (:mod:`chatphase.engine.local.kv_shift`; ``cache`` and ``known`` follow). ``mem=None``
-    and copies of ``cache`` and ``known``: a count of what the turn's cut would leave, llama.cpp untouched."""
+    where the dropped messages lie in the cache (``kv``'s tokens and text record) and, under ``shift``, take them
+    out of it in place (:meth:`~chatphase.engine.local.kv_context.KvContext.shift_out`). A
+    :meth:`~chatphase.engine.local.kv_context.KvContext.what_if` copy: a count of what the turn's cut would
+    leave, llama.cpp untouched."""
     ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.overflow_from, n_messages - 1))
     ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
-    ovf.cache_before = len(cache)
+    ovf.cache_before = len(kv.tokens)
     cut = None
-    if known.n_tokens == len(cache):
-        cut = kv_shift.plan_cut(cache, known.text, render, fitted.text.encode("utf-8"))
+    if kv.known.n_tokens == len(kv.tokens):
+        cut = kv_shift.plan_cut(kv.tokens, kv.known.text, kv.vocab.render, fitted.text.encode("utf-8"))
     if cut is None:
         return ovf
     ovf.kept_bytes = len(cut.text)
     if req.overflow == "shift":
         t0 = time.perf_counter_ns()
-        if kv_shift.shift_out(mem, cache, cut.start, cut.end):
+        if kv.shift_out(cut.start, cut.end):
             ovf.shifted, ovf.shift_ms = True, ns_to_ms(time.perf_counter_ns() - t0)
-            known.clear()
-            if cache:
-                known.add_prompt(len(cache), cut.text)
+            kv.known.clear()
+            if kv.tokens:
+                kv.known.add_prompt(len(kv.tokens), cut.text)
     return ovf
-
-
-def swa_trim_refusal(mem: lc.llama_memory_t, model: lc.llama_model_p | None, keep: int) -> str | None:
-    """``"swa"`` when a sliding-window cache no longer holds the cells that tokens after ``keep`` would attend
-    to (its oldest position is past ``keep - n_swa``, llama-server's test), else ``None``. With llama.cpp's
-    default full-size SWA cache (``swa_full``) nothing is evicted and this never refuses."""
-    n_swa = lc.llama_model_n_swa(model) if model else 0
-    if n_swa <= 0:
-        return None
-    pos_min = lc.llama_memory_seq_pos_min(mem, 0)
-    return "swa" if pos_min > max(0, keep - n_swa) else None
 
 
 class ReplyShift:
     """Room for a reply that reached ``n_ctx``: the oldest whole exchanges before the newest message leave the
     KV cache (:func:`~chatphase.engine.local.kv_shift.locate_cut` on the prompt's text), so the reply goes on;
     the newest message and the reply so far stay. Under ``shift`` the rest moves down in place
-    (:func:`~chatphase.engine.local.kv_shift.shift_out`); under ``drop-oldest`` (``decode`` given) everything
-    after the cut is evaluated again, ``n_batch`` at a time (``reprefill_tokens``, ``reprefill_ms``). Call it when
-    the cache is full; ``False``: nothing is left to drop (the reply stops at ``context_full``).
+    (:meth:`~chatphase.engine.local.kv_context.KvContext.shift_out`); under ``drop-oldest`` everything after the
+    cut is evaluated again, ``n_batch`` at a time (``reprefill_tokens``, ``reprefill_ms``). Call it when the cache
+    is full; ``False``: nothing is left to drop (the reply stops at ``context_full``).
 
     Args:
-        mem / cache: llama.cpp's memory and the engine's token list mirroring it (cut in place).
-        render_token: a token's bytes (control tokens as text).
+        kv: the context and its record (cut in place).
         render_prompt: ``messages -> templated text`` with the generation prompt (the engine's template).
         messages: the prompt's messages (a leading system message kept); text: the prompt's templated text.
-        prompt_len: the prompt's tokens at the start of ``cache``; n_ctx: the context's size.
-        decode: ``tokens -> ok`` evaluating after the cache (drop-oldest), ``None`` for a shift; n_batch its chunk.
+        prompt_len: the prompt's tokens at the start of the cache.
+        reprefill: drop-oldest (evaluate the kept tokens again), not a shift.
     """
 
     def __init__(
         self,
-        mem: lc.llama_memory_t,
-        cache: list[int],
-        render_token: Callable[[int], bytes],
+        kv: KvContext,
         render_prompt: Callable[[Sequence[Message]], str],
         messages: Sequence[Message],
         text: bytes,
         prompt_len: int,
-        n_ctx: int,
-        decode: Callable[[list[int]], bool] | None = None,
-        n_batch: int = 512,
+        reprefill: bool,
     ) -> None:
-        self._mem, self._cache, self._render_token, self._render_prompt = mem, cache, render_token, render_prompt
+        self._kv, self._render_prompt, self._reprefills = kv, render_prompt, reprefill
         self._system = list(messages[:1]) if messages and messages[0].role == "system" else []
         self._rest = list(messages[len(self._system) :])
-        self.text, self.prompt_len, self._n_ctx = text, prompt_len, n_ctx
-        self._decode, self._n_batch = decode, n_batch
+        self.text, self.prompt_len = text, prompt_len
         self.dropped_messages = self.dropped_tokens = self.reprefill_tokens = 0
         self.shift_ms = self.reprefill_ms = 0.0
 
@@ -153,30 +135,24 @@ class ReplyShift:
     def for_turn(
         cls,
         req: TurnRequest,
-        loaded: LoadedModel,
+        kv: KvContext,
         messages: Sequence[Message],
         dropped: int,
         render_prompt: Callable[[Sequence[Message]], str],
         text: bytes,
-        mem: lc.llama_memory_t,
-        cache: list[int],
-        render_token: Callable[[int], bytes],
-        prompt_len: int,
-        n_ctx: int,
-        decode: Callable[[list[int]], bool],
-        n_batch: int,
     ) -> ReplyShift | None:
-        """The one for this turn (its ``dropped`` oldest non-system ``messages`` left out), or ``None`` under
-        ``stop`` and under ``shift`` on a model that cannot shift (the reply then stops at ``context_full``)."""
-        if req.overflow == "stop" or (req.overflow == "shift" and loaded.kv_shift_refusal is not None):
+        """The one for this turn, whose prompt (spelling ``text``) the cache holds whole (its ``dropped`` oldest
+        non-system ``messages`` left out), or ``None`` under ``stop`` and under ``shift`` on a model that cannot
+        shift (the reply then stops at ``context_full``)."""
+        if req.overflow == "stop" or (req.overflow == "shift" and kv.shift_refusal is not None):
             return None
         system = list(messages[:1]) if messages and messages[0].role == "system" else []
         kept = system + list(messages[len(system) :])[dropped:]
-        step = None if req.overflow == "shift" else decode
-        return cls(mem, cache, render_token, render_prompt, kept, text, prompt_len, n_ctx, step, n_batch)
+        return cls(kv, render_prompt, kept, text, len(kv.tokens), req.overflow != "shift")
 
     def __call__(self) -> bool:
-        offsets = kv_shift.token_offsets(self._cache[: self.prompt_len], self._render_token, self.text)
+        kv = self._kv
+        offsets = kv_shift.token_offsets(kv.tokens[: self.prompt_len], kv.vocab.render, self.text)
         if offsets is None:
             return False
         users = [j for j, m in enumerate(self._rest) if m.role == "user" and j > 0]
@@ -187,17 +163,17 @@ class ReplyShift:
             if cut is None:
                 continue
             best = (j, cut)
-            if cut.end - cut.start >= self._n_ctx // 4:
+            if cut.end - cut.start >= kv.n_ctx // 4:
                 break
         if best is None:
             return False
         j, cut = best
         t0 = time.perf_counter_ns()
-        if self._decode is not None:
+        if self._reprefills:
             if not self._reprefill(cut.start, cut.end):
                 return False
             self.reprefill_ms += (time.perf_counter_ns() - t0) / 1e6
-        elif not kv_shift.shift_out(self._mem, self._cache, cut.start, cut.end):
+        elif not kv.shift_out(cut.start, cut.end):
             return False
         else:
             self.shift_ms += (time.perf_counter_ns() - t0) / 1e6
@@ -211,15 +187,14 @@ class ReplyShift:
 
     def _reprefill(self, start: int, end: int) -> bool:
         """Drop cache tokens from ``start`` on and evaluate those after ``end`` again (drop-oldest)."""
-        assert self._decode is not None
-        tail = self._cache[end:]
-        if not lc.llama_memory_seq_rm(self._mem, 0, start, -1):
+        kv = self._kv
+        tail = kv.tokens[end:]
+        if not kv.drop_after(start):
             return False
-        del self._cache[start:]
-        for i in range(0, len(tail), self._n_batch):
-            chunk = tail[i : i + self._n_batch]
-            if not self._decode(chunk):
+        for i in range(0, len(tail), kv.n_batch):
+            chunk = tail[i : i + kv.n_batch]
+            if not kv.decode(chunk):
                 return False
-            self._cache.extend(chunk)
+            kv.tokens.extend(chunk)
         self.reprefill_tokens += len(tail)
         return True

@@ -39,6 +39,7 @@ from typing import Any
 import llama_cpp as lc
 
 from chatphase.engine.local.amx_probe import library_key
+from chatphase.engine.local.kv_context import KvContext
 from chatphase.engine.local.prefix import CacheText
 from chatphase.engine.local.prefix_store import (
     FORMAT_VERSION,
@@ -109,25 +110,23 @@ class PrefixKeeper:
     """The prefix store of one loaded model and context (made by the engine when the store is on).
 
     Args:
-        ctx / mem / model: the engine's llama.cpp context, its memory and model.
-        parts: :func:`key_parts`; model_name: shown by ``chatphase cache``; n_ctx: the context's cells.
+        kv: the engine's context and the record of its KV cache (the keeper saves sequence 0's state from it and
+            restores into it).
+        parts: :func:`key_parts`; model_name: shown by ``chatphase cache``.
         cap_bytes: the store's size cap (``None``: :func:`~chatphase.engine.local.prefix_store.default_cap_bytes`).
         directory: the store (default :func:`~chatphase.engine.local.prefix_store.store_dir`).
     """
 
     def __init__(
         self,
-        ctx: lc.llama_context_p,
-        mem: lc.llama_memory_t,
-        model: lc.llama_model_p,
+        kv: KvContext,
         parts: dict[str, Any],
         model_name: str,
-        n_ctx: int,
         cap_bytes: int | None = None,
         directory: Path | None = None,
     ) -> None:
-        self._ctx, self._mem = ctx, mem
-        self.model_name, self.n_ctx = model_name, n_ctx
+        self._kv, model = kv, kv.model
+        self.model_name, self.n_ctx = model_name, kv.n_ctx
         self.directory = directory or store_dir()
         self.key = store_key(parts)
         recurrent = bool(lc.llama_model_is_recurrent(model)) or bool(lc.llama_model_is_hybrid(model))
@@ -191,24 +190,27 @@ class PrefixKeeper:
         return decide_restore(entry.state_bytes, tokens, self.rates.restore_bytes_per_s, rate)
 
     def restore(self, entry: Entry, n: int, decision: RestoreDecision) -> Restored | str:
-        """Put ``entry``'s first ``n`` tokens' KV state into sequence 0 (cleared first). Returns the restore, or
-        the one line saying why the file was refused (sequence 0 is then empty: the prompt is recomputed)."""
+        """Put ``entry``'s first ``n`` tokens' KV state into sequence 0 (cleared first); the context's record
+        follows. Returns the restore, or the one line saying why the file was refused (sequence 0 and the record
+        are then empty: the prompt is recomputed)."""
         t0 = time.perf_counter_ns()
-        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        kv = self._kv
+        lc.llama_memory_seq_rm(kv.mem, 0, -1, -1)
         try:
             with mapped_state(entry) as view:
                 arr = (ctypes.c_uint8 * len(view)).from_buffer(view)
                 try:
-                    if lc.llama_state_seq_set_data(self._ctx, arr, len(view), 0) != len(view):
+                    if lc.llama_state_seq_set_data(kv.ptr, arr, len(view), 0) != len(view):
                         raise StoreRefused(f"{entry.path.name}: llama.cpp refused its state (see the engine log)")
                 finally:
                     del arr  # the mapping closes at the end of the with: no pointer into it may remain
-            if n < entry.n_tokens and not lc.llama_memory_seq_rm(self._mem, 0, n, -1):
+            if n < entry.n_tokens and not lc.llama_memory_seq_rm(kv.mem, 0, n, -1):
                 raise StoreRefused(f"{entry.path.name}: its state cannot be cut at {n:,} tokens")
-            if lc.llama_memory_seq_pos_max(self._mem, 0) != n - 1:
+            if lc.llama_memory_seq_pos_max(kv.mem, 0) != n - 1:
                 raise StoreRefused(f"{entry.path.name}: its state does not end at position {n - 1:,}")
         except StoreRefused as exc:
-            lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            lc.llama_memory_seq_rm(kv.mem, 0, -1, -1)
+            kv.restored((), CacheText())
             with self._lock:
                 self.store.refuse(entry.path, str(exc))
             line = f"prefix store: {exc}; recomputing the prompt"
@@ -221,6 +223,7 @@ class PrefixKeeper:
         self._covered = n
         known = CacheText.of(entry.text, entry.ntok, entry.nbytes)
         known.truncate(n)
+        kv.restored(entry.tokens[:n], known)
         return Restored(n, ms, entry.state_bytes, decision, known)
 
     def _log_refused(self) -> None:
@@ -273,22 +276,24 @@ class PrefixKeeper:
         self._pending = self._savable = False
         self._covered = 0
 
-    def idle(self, cache: Sequence[int], known: CacheText) -> None:
+    def idle(self) -> None:
         """The engine waits for a turn: save the cache when the save policy says so (module docstring)."""
+        cache = self._kv.tokens
         if not (self._pending and self._savable) or time.monotonic() - self._turn_end < SAVE_IDLE_S:
             return
         self._pending = False
         if len(cache) >= SAVE_MIN_TOKENS and len(cache) - self._covered >= SAVE_GROWTH_TOKENS:
-            self._save(cache, known, deadline=None)
+            self._save(deadline=None)
         self.rates.save()
 
-    def flush(self, cache: Sequence[int], known: CacheText, within_s: float = CLOSE_SAVE_S) -> None:
+    def flush(self, within_s: float = CLOSE_SAVE_S) -> None:
         """Before the engine closes: save what is not saved yet, waiting at most ``within_s`` seconds in all
         (a write that runs over is abandoned; its ``.part`` removed)."""
         deadline = time.monotonic() + within_s
         self._wait_writer(deadline)
+        cache = self._kv.tokens
         if self._savable and len(cache) >= SAVE_MIN_TOKENS and len(cache) - self._covered >= MIN_RESTORE_TOKENS:
-            self._save(cache, known, deadline=deadline)
+            self._save(deadline=deadline)
             self._wait_writer(deadline)
         self.rates.save()
 
@@ -300,21 +305,23 @@ class PrefixKeeper:
                 self._abort.set()
                 writer.join(0.2)  # it stops at its next 8 MiB step
 
-    def _save(self, cache: Sequence[int], known: CacheText, deadline: float | None) -> None:
+    def _save(self, deadline: float | None) -> None:
+        """Copy sequence 0's state and its record out of the context; a thread writes them."""
         if self._writer is not None and self._writer.is_alive():
             return  # one save at a time; the next idle or the close saves the rest
         t0 = time.perf_counter_ns()
-        size = int(lc.llama_state_seq_get_size(self._ctx, 0))
+        kv = self._kv
+        size = int(lc.llama_state_seq_get_size(kv.ptr, 0))
         buf = bytearray(size)
         arr = (ctypes.c_uint8 * size).from_buffer(buf)
-        got = int(lc.llama_state_seq_get_data(self._ctx, arr, size, 0))
+        got = int(lc.llama_state_seq_get_data(kv.ptr, arr, size, 0))
         del arr
         if got != size:
             self.lines.append(f"prefix store: llama.cpp gave {got:,} of {size:,} state bytes; not saved")
             return
         copy_ms = (time.perf_counter_ns() - t0) / 1e6
-        tokens = list(cache)
-        record = known.copy()
+        tokens = list(kv.tokens)
+        record = kv.known.copy()
         record.truncate(len(tokens))
         ntok, nbytes = record.boundaries
         self._covered = len(tokens)

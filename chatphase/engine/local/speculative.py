@@ -115,7 +115,7 @@ class Speculator:
         self.batch: lc.llama_batch | None = lc.llama_batch_init(K_MAX + 1, 0, 1)
         self._threads: tuple[int, int] | None = None
 
-    def sync_threads(self, ctx: lc.llama_context_p) -> int:
+    def sync_threads(self, ctx: lc.llama_context_p | None) -> int:
         """The target's decode threads now; a draft model gets the target's thread counts (the thread policy
         changes them between steps)."""
         n = lc.llama_n_threads(ctx)
@@ -192,7 +192,6 @@ class _Steps:
 
 def generate_speculative(
     m: Model,
-    mem: lc.llama_memory_t,
     spec: Speculator,
     req: TurnRequest,
     t_submit: int,
@@ -202,15 +201,16 @@ def generate_speculative(
     out: SpecGenerated,
 ) -> Iterator[Event]:
     """As :func:`chatphase.engine.local.generation.generate` (the same events, ``out`` filled the same way), with
-    drafted steps (the module docstring); ``out.spec`` gets the turn's ``spec_*`` figures. ``mem`` is the
-    target context's ``llama_memory``; ``m.cache`` and the KV cache hold the same tokens after each step."""
+    drafted steps (the module docstring); ``out.spec`` gets the turn's ``spec_*`` figures. ``m.kv.tokens`` and the KV
+    cache hold the same tokens after each step."""
     sp = req.sampling
     sampler = sampler_chain(sp)
     policy = m.on_token  # the thread policy sees one gap per step (the module docstring), not one per token
     step = TokenStep(replace(m, on_token=_no_policy), req, t_submit, stops, thinking, preopened, out)
     track, pending = step.track, step.events
     sample, decode, perf_ns = lc.llama_sampler_sample, lc.llama_decode, time.perf_counter_ns
-    ctx, cache, times, turn_id = m.ctx, m.cache, out.times, req.turn_id
+    kv = m.kv
+    ctx, cache, times, turn_id = kv.ptr, kv.tokens, out.times, req.turn_id
     b = spec.batch
     if b is None:
         raise RuntimeError("the speculator is closed")
@@ -249,7 +249,7 @@ def generate_speculative(
                         steps.snapshot()
                 continue
             n_step += 1
-            room = min(m.n_ctx - len(cache) - 1, sp.max_tokens - len(times) - 1, K_MAX)
+            room = min(kv.n_ctx - len(cache) - 1, sp.max_tokens - len(times) - 1, K_MAX)
             k = auto.choose() if auto is not None else (0 if n_step % PROBE_EVERY == 1 else spec.k)
             k = min(k, room)
             n_threads = spec.sync_threads(ctx)
@@ -278,7 +278,7 @@ def generate_speculative(
             # draft[:i] stay: each equals the token sampled before it; s is the next token, not evaluated
             cache.extend(draft[:i])
             if i < nd:
-                lc.llama_memory_seq_rm(mem, 0, len(cache), -1)
+                kv.drop_after(len(cache))  # the rejected drafts
             token = s
             made = len(times) - n_before
             if made:
@@ -313,17 +313,18 @@ def _force_close(
 ) -> Generator[Event, None, StopReason | None]:
     """Evaluate ``token`` and the thinking format's closing marker (the budget is spent), as plain decode does;
     a stop reason or ``None``."""
-    if len(m.cache) + 1 >= m.n_ctx:
+    kv = m.kv
+    if len(kv.tokens) + 1 >= kv.n_ctx:
         return "context_full"
-    if not m.decode([token]):
+    if not kv.decode([token]):
         return "error"
-    m.cache.append(token)
+    kv.tokens.append(token)
     closing = m.tokenize(forced_close)
-    if len(m.cache) + len(closing) >= m.n_ctx:
+    if len(kv.tokens) + len(closing) >= kv.n_ctx:
         return "context_full"
-    if not m.decode(closing):
+    if not kv.decode(closing):
         return "error"
-    m.cache.extend(closing)
+    kv.tokens.extend(closing)
     t_end = perf_ns()
     track.force_close(t_end)
     yield ThinkingEnded(turn_id, track.thinking_tokens, ns_to_ms(t_end - times[0]), t_end, forced=True)
