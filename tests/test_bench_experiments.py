@@ -15,10 +15,10 @@ from chatphase.bench.grid.levers import Prediction
 from chatphase.bench.grid.result import GridCell, GridResult
 from chatphase.bench.interference.analysis import analyse
 from chatphase.bench.interference.result import InterferenceResult
-from chatphase.bench.load.accounting import Slo, summarise
-from chatphase.bench.load.result import RateResult
 from chatphase.bench.offload.run import OffloadDone, Placement
 from chatphase.bench.parallel.result import ParallelResult
+from chatphase.bench.rates.accounting import Slo, summarise
+from chatphase.bench.rates.result import RateResult
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError

@@ -11,9 +11,9 @@ from chatphase.bench.core.plot import check_plot_path, write_plot
 from chatphase.bench.core.report import FORMATS, render, sample_progress
 from chatphase.bench.core.results import (
     CSV_COLUMNS,
-    BenchResult,
     CellResult,
     Sample,
+    SweepResult,
     parse_csv,
     save_result,
 )
@@ -39,8 +39,8 @@ def make_cell(
     )
 
 
-def make_result() -> BenchResult:
-    return BenchResult(
+def make_result() -> SweepResult:
+    return SweepResult(
         model={"name": "Tiny", "quantization": "Q4_1", "n_params": 135_000_000},
         settings={"engine": {"n_ctx": 1024, "n_threads": 2}, "plan": {"gen_tokens": 16, "reps": 2, "warmup": 1}},
         system={"cpu": "test"},
@@ -56,7 +56,7 @@ def make_result() -> BenchResult:
 
 def test_json_round_trip_keeps_everything():
     res = make_result()
-    back = BenchResult.from_dict(json.loads(res.to_json()))
+    back = SweepResult.from_dict(json.loads(res.to_json()))
     assert back == res
     data = json.loads(res.to_json())
     assert set(data) >= {"model", "settings", "system", "results", "fits", "roofline"}

@@ -21,7 +21,7 @@ from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ParallelPlan
-from chatphase.bench.sweep.run import BenchRun
+from chatphase.bench.sweep.run import SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot, y_axis
@@ -30,12 +30,12 @@ from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedToke
 
 
 class ScriptedJob:
-    """A :class:`~chatphase.bench.core.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process
+    """A :class:`~chatphase.bench.core.job.job_for` stand-in: the real SweepRun on a scripted engine, in-process
     (a scripted batched engine and scripted machine peaks for the parallel sweep)."""
 
     def __init__(self, info, settings, plan):
         parallel = isinstance(plan, ParallelPlan)
-        self.run = (ParallelRun if parallel else BenchRun)(
+        self.run = (ParallelRun if parallel else SweepRun)(
             info,
             settings,
             plan,
@@ -162,7 +162,7 @@ def _other_result(path):
     plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
     engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)
     res = list(
-        BenchRun(
+        SweepRun(
             fake_model_info(),
             EngineConfig(n_ctx=2048),
             plan,
@@ -218,7 +218,7 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
 async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypatch):
     from ui_support import make_app, wait_for
 
-    monkeypatch.setattr("chatphase.ui.experiments.panes.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments.panes.job_for", ScriptedJob)
     app, _ = make_app()
 
     def open_screens():
@@ -240,7 +240,7 @@ async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypa
 async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
     from ui_support import make_app, notifications, send, wait_for, wait_thread
 
-    monkeypatch.setattr("chatphase.ui.experiments.panes.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments.panes.job_for", ScriptedJob)
     app, engines = make_app(hold="decode", hold_after_tokens=2)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: app.chat.ready)

@@ -50,6 +50,20 @@ class Result(Protocol):
     def to_csv(self) -> str: ...
 
 
+@runtime_checkable
+class Progress(Protocol):
+    """A run ended: the ``done_runs``-th of ``total_runs``; ``line()`` says it as ``(label, figures)``;
+    ``counted``: not a warm-up."""
+
+    done_runs: int
+    total_runs: int
+
+    @property
+    def counted(self) -> bool: ...
+
+    def line(self) -> tuple[str, str]: ...
+
+
 class Run(Protocol):
     """One experiment running: iterate for its events (blocking); :meth:`cancel` from any thread."""
 

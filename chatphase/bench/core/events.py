@@ -33,14 +33,14 @@ class BenchNotice:
 
 
 @dataclass(frozen=True)
-class BenchDone(Done):
+class RunDone(Done):
     """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early): the
-    sweep's :class:`~chatphase.bench.core.results.BenchResult` or the parallel sweep's result."""
+    sweep's :class:`~chatphase.bench.core.results.SweepResult` or the parallel sweep's result."""
 
     result: Any
 
 
-BenchEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone
+BenchEvent = BenchStatus | BenchNotice | SweepProgress | RunDone
 
 
 def system_facts(loaded: LoadedModel | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""Text output of a :class:`~chatphase.bench.core.results.BenchResult`: table, Markdown, CSV and JSON, and the
+"""Text output of a :class:`~chatphase.bench.core.results.SweepResult`: table, Markdown, CSV and JSON, and the
 helpers the parallel sweep's result renders with (:func:`render_report`, :func:`setup_line`, :func:`peak_lines`).
 
 ``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) of the cells, then the fits and
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
-from chatphase.bench.core.results import BenchResult, CellResult, Sample
+from chatphase.bench.core.results import CellResult, Sample, SweepResult
 from chatphase.bench.core.stats import Stats
 from chatphase.errors import UsageError
 from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate, fmt_term
@@ -116,7 +116,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in [headers, align, *rows])
 
 
-def fit_lines(result: BenchResult) -> list[str]:
+def fit_lines(result: SweepResult) -> list[str]:
     """The least-squares fits (TTFT against prompt tokens, decode rate against depth) as sentences."""
     fits, lines = result.fits or {}, []
     if f := fits.get("ttft_ms_vs_prompt_tokens"):
@@ -155,7 +155,7 @@ def peak_lines(roofline: dict) -> list[str]:
     return lines
 
 
-def summary_lines(result: BenchResult) -> list[str]:
+def summary_lines(result: SweepResult) -> list[str]:
     """Header, fits and roofline of a sweep as plain sentences (shared by the table and Markdown forms)."""
     lines = [setup_line(result)]
     if result.cancelled:
@@ -183,16 +183,16 @@ def summary_lines(result: BenchResult) -> list[str]:
 
 
 def render(result, fmt: str) -> str:
-    """The sweep's :class:`BenchResult` (:func:`render_sweep`) or the parallel sweep's result (its own
+    """The sweep's :class:`SweepResult` (:func:`render_sweep`) or the parallel sweep's result (its own
     ``render``) as text in ``fmt``.
 
     Raises:
         UsageError: for an unknown format.
     """
-    return render_sweep(result, fmt) if isinstance(result, BenchResult) else result.render(fmt)
+    return render_sweep(result, fmt) if isinstance(result, SweepResult) else result.render(fmt)
 
 
-def render_sweep(result: BenchResult, fmt: str) -> str:
+def render_sweep(result: SweepResult, fmt: str) -> str:
     """The sweep's result as text in ``fmt`` (one of :data:`FORMATS`): two tables of its cells, then
     :func:`summary_lines`.
 

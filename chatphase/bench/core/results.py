@@ -2,7 +2,7 @@
 
 - :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
 - :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
-- :class:`BenchResult` — one whole sweep: ``{"kind": "sweep", "version", "model", "settings", "system",
+- :class:`SweepResult` — one whole sweep: ``{"kind": "sweep", "version", "model", "settings", "system",
   "results", "fits", "roofline", "samples"}`` in JSON (README, "Prompt-length experiments"); the CSV form holds
   the cells only, one row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...). The
   parallel-decode sweep has its own result (:mod:`chatphase.bench.parallel.result`); :func:`read_csv` reads both
@@ -141,7 +141,7 @@ class Labelled:
 
 
 @dataclass
-class BenchResult(Labelled):
+class SweepResult(Labelled):
     """One prompt-length and depth sweep. ``label`` names it in overlays (the model name by default)."""
 
     model: dict = field(default_factory=dict)
@@ -174,7 +174,7 @@ class BenchResult(Labelled):
         )
 
     @classmethod
-    def from_dict(cls, data: dict) -> BenchResult:
+    def from_dict(cls, data: dict) -> SweepResult:
         """Inverse of :meth:`to_dict`.
 
         Raises:
@@ -254,7 +254,7 @@ def rows_csv(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 
 def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
-    """Prompt/depth cells and parallel cells from CSV text written by :meth:`BenchResult.to_csv` or the parallel
+    """Prompt/depth cells and parallel cells from CSV text written by :meth:`SweepResult.to_csv` or the parallel
     sweep's result (older files may hold both kinds' rows).
 
     Raises:
@@ -278,7 +278,7 @@ def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
 
 
 def parse_csv(text: str) -> list[CellResult]:
-    """The prompt/depth cells of CSV text written by :meth:`BenchResult.to_csv` (see :func:`read_csv`)."""
+    """The prompt/depth cells of CSV text written by :meth:`SweepResult.to_csv` (see :func:`read_csv`)."""
     return read_csv(text)[0]
 
 

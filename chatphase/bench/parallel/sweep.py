@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from chatphase.bench.core.contract import check_repetitions
+from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field
 from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.runner import SweepProgress
@@ -48,11 +49,20 @@ class ParallelPlan:
     """What to measure: ``n_seqs`` (the N values), ``prompt_lengths`` (tokens per sequence), ``gen_tokens``
     decode steps per run, ``reps`` counted and ``warmup`` uncounted runs per cell."""
 
-    n_seqs: tuple[int, ...] = DEFAULT_N_SEQS
-    prompt_lengths: tuple[int, ...] = DEFAULT_PARALLEL_PROMPT_LENGTHS
-    gen_tokens: int = 32
-    reps: int = 3
-    warmup: int = 1
+    FORM = ("n_seqs", "prompt_lengths", "reps", "gen_tokens")
+
+    n_seqs: tuple[int, ...] = plan_field(
+        DEFAULT_N_SEQS, flag="--parallel", metavar="N,N,...", parse=count_list, label="Sequences (N)",
+        help="instead: decode N sequences together for each N, e.g. 1,2,4,8,16 (each its own prompt of "
+        "--prompt-lengths tokens; over --server N concurrent streams)",
+    )  # fmt: skip
+    prompt_lengths: tuple[int, ...] = plan_field(
+        DEFAULT_PARALLEL_PROMPT_LENGTHS, flag="--prompt-lengths", metavar="N,N,...", parse=count_list,
+        label="Prompt tokens", help="prompt lengths in tokens",
+    )  # fmt: skip
+    gen_tokens: int = gen_field(label="Gen steps")
+    reps: int = reps_field()
+    warmup: int = warmup_field()
 
     def validate(self, n_ctx: int | None, n_batch: int | None = None) -> ParallelPlan:
         """Check the plan before any work (``n_ctx=None`` skips the context check: a server's comes later);

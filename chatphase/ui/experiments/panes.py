@@ -21,9 +21,9 @@ from textual.widgets import Input, Label, TabPane
 
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
-from chatphase.bench.core.results import BenchResult, Sample
+from chatphase.bench.core.results import Sample, SweepResult
 from chatphase.bench.core.runner import SweepPlan, SweepProgress, aggregate
-from chatphase.bench.experiments import EXPERIMENTS, BenchJob
+from chatphase.bench.experiments import EXPERIMENTS, job_for
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
 from chatphase.engine.config import EngineConfig
@@ -91,7 +91,7 @@ class ExperimentPane(TabPane):
 
     def make_job(self, info: ModelInfo, config: EngineConfig, plan):
         """The job that runs ``plan`` (in a child process)."""
-        return BenchJob(info, config, plan)
+        return job_for(info, config, plan)
 
     def plots(self):
         raise NotImplementedError
@@ -122,7 +122,7 @@ class ExperimentPane(TabPane):
         for plot in self.plots():
             plot.end_live()
 
-    def show_results(self, current, overlays: list[BenchResult | ParallelResult]) -> None:
+    def show_results(self, current, overlays: list[SweepResult | ParallelResult]) -> None:
         """Draw ``current`` (this tab's last result, or ``None``) and the loaded overlays."""
         for plot in self.plots():
             plot.end_live()
@@ -166,7 +166,7 @@ class SweepPane(ExperimentPane):
         return self.query(BenchPlot)
 
     @staticmethod
-    def rows(result: BenchResult) -> list[list[str]]:
+    def rows(result: SweepResult) -> list[list[str]]:
         return sweep_rows(result.results)
 
     @staticmethod
@@ -175,7 +175,7 @@ class SweepPane(ExperimentPane):
         return sweep_rows(aggregate([e.sample for e in progress if isinstance(e.sample, Sample)], plan.gen_tokens))
 
     @staticmethod
-    def summary(result: BenchResult) -> str:
+    def summary(result: SweepResult) -> str:
         lines = fit_lines(result)
         if result.roofline and "decode_verdict" in result.roofline:
             lines.append(result.roofline["decode_verdict"])

@@ -42,7 +42,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar
 from chatphase.bench.core.contract import Done
 from chatphase.bench.core.job import BenchFailed, ExperimentJob
 from chatphase.bench.core.report import sample_progress
-from chatphase.bench.core.results import BenchResult, save_result
+from chatphase.bench.core.results import SweepResult, save_result
 from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.experiments import load_bench_result
 from chatphase.bench.interference.plan import InterferencePlan
@@ -109,7 +109,7 @@ class ExperimentsScreen(Screen[None]):
         self.job_pane: ExperimentPane | None = None
         self.job_plan = None
         self.results: dict[str, object] = {}  # tab kind -> its last result
-        self.overlays: list[BenchResult | ParallelResult] = []
+        self.overlays: list[SweepResult | ParallelResult] = []
         self.progress: list[
             SweepProgress | SpecProgress | InterferenceProgress
         ] = []  # the running sweep's counted runs, for the table's live rows
