@@ -141,6 +141,6 @@ def test_every_experiments_tab_is_a_registered_experiment():
     from chatphase.ui.experiments.panes import ParallelPane, SweepPane
     from chatphase.ui.experiments.spec import SpecPane
 
-    tabs = [tab.experiment for tab in (SweepPane, ParallelPane, LeversPane, SpecPane)]
+    tabs = [tab.kind for tab in (SweepPane, ParallelPane, LeversPane, SpecPane)]
     assert tabs == ["sweep", "parallel", "grid", "spec"] and set(tabs) <= set(EXPERIMENTS)
     assert [kind for kind, e in EXPERIMENTS.items() if e.overlays] == ["sweep", "parallel"]

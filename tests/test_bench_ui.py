@@ -64,7 +64,12 @@ class ExperimentsApp(App):
 
 
 async def _fill(pilot, screen, lengths="16,64,128", depths="0,256", reps="2", gen="8"):
-    for id_, value in (("exp-lengths", lengths), ("exp-depths", depths), ("exp-reps", reps), ("exp-gen", gen)):
+    for id_, value in (
+        ("exp-sweep-prompt_lengths", lengths),
+        ("exp-sweep-depths", depths),
+        ("exp-sweep-reps", reps),
+        ("exp-sweep-gen_tokens", gen),
+    ):
         screen.query_one(f"#{id_}", Input).value = value
     await pilot.pause()
 
@@ -262,7 +267,12 @@ async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
 async def _parallel_tab(pilot, screen, n_seqs="1,2,4", length="16", reps="2", gen="8"):
     await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-parallel")
     await pilot.pause()
-    for id_, value in (("exp-nseqs", n_seqs), ("exp-plength", length), ("exp-preps", reps), ("exp-pgen", gen)):
+    for id_, value in (
+        ("exp-parallel-n_seqs", n_seqs),
+        ("exp-parallel-prompt_lengths", length),
+        ("exp-parallel-reps", reps),
+        ("exp-parallel-gen_tokens", gen),
+    ):
         screen.query_one(f"#{id_}", Input).value = value
     await pilot.pause()
 
@@ -325,7 +335,7 @@ async def test_parallel_form_errors_are_notices():
         cases = (
             ("0", "16", "N must be 1 to 256"),
             ("8", "60", "n_ctx 512 holds 7 such"),
-            ("2,x", "16", "Sequences: expected"),
+            ("2,x", "16", "Sequences (N): expected"),
         )
         for n_seqs, length, message in cases:
             await _parallel_tab(pilot, screen, n_seqs=n_seqs, length=length, gen="8")
@@ -335,7 +345,7 @@ async def test_parallel_form_errors_are_notices():
 
 
 @pytest.mark.parametrize(
-    ("tab", "fields"), [("sweep", 4), ("parallel", 4), ("levers", 6), ("spec", 3), ("interference", 5)]
+    ("tab", "fields"), [("sweep", 4), ("parallel", 4), ("grid", 6), ("spec", 3), ("interference", 5)]
 )
 async def test_at_80x24_every_tab_fits_its_labels_and_the_screen(tab, fields):
     """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths"),
@@ -451,7 +461,7 @@ async def test_plots_draw_even_y_ticks():
 
 @pytest.mark.parametrize(
     ("tab", "overlays"),
-    [("sweep", True), ("parallel", True), ("levers", False), ("spec", False), ("interference", False)],
+    [("sweep", True), ("parallel", True), ("grid", False), ("spec", False), ("interference", False)],
 )
 async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overlays):
     """The README: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay

@@ -157,7 +157,7 @@ def csv_rows(result: Any) -> list[dict[str, Any]]:
     import io
 
     rows = []
-    for row in csv.DictReader(io.StringIO(result.render("csv"))):
+    for row in csv.DictReader(io.StringIO(result.to_csv())):
         rows.append({k: _number(v) for k, v in row.items()})
     return rows
 

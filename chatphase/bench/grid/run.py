@@ -287,6 +287,12 @@ class GridPlan:
         return self.sweep.reps
 
     @property
+    def synthetic(self) -> dict[str, bool]:
+        """Which points (by label) run a synthetic model (as far as :attr:`infos` knows)."""
+        infos = self.infos
+        return {p.label(): bool((m := infos.get(p.values.get("model"))) and m.synthetic) for p in self.points}
+
+    @property
     def warmup(self) -> int:
         return self.sweep.warmup
 
