@@ -189,14 +189,14 @@ def plan_from_args(args: argparse.Namespace, experiment: Experiment, levers: dic
     """
     values = {}
     for f in experiment.fields():
-        given = f.flag is not None and _given(args, f.flag)
-        if given and settings.server and f.local:
+        if f.flag is None or not _given(args, f.flag):
+            continue
+        if settings.server and f.local:
             raise UsageError(f"{f.flag} does not apply over --server: {f.local}")
-        if given:
-            raw = getattr(args, _dest(f.flag))
-            if isinstance(raw, str) and f.parse:  # a setting's flag too (--spec): argparse kept its text
-                raw = f.parse(raw)
-            values[f.name] = f.value(raw)
+        raw = getattr(args, _dest(f.flag))
+        if isinstance(raw, str) and f.parse:  # a setting's flag too (--spec): argparse kept its text
+            raw = f.parse(raw)
+        values[f.name] = f.value(raw)
     plan = experiment.make_plan(values, levers, resolve)
     return validate_bench_plan(plan, settings)
 
@@ -226,7 +226,6 @@ def _settings(args: argparse.Namespace, experiment: Experiment):
     """
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
-
     from chatphase.settings.schema import FIELDS
 
     # a plan's flag that is also a setting's (--spec: the decode mode) is the plan's here
@@ -291,8 +290,8 @@ def rerun(args: argparse.Namespace) -> int:
     check_format(args.format, FORMATS)
     if args.plot and experiment.plot is None:
         raise UsageError(f"--plot: {experiment.title} draws no plot: {experiment.plot_note}")
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    if args.model is None and model.get("path") and Path(model["path"]).is_file():
+    model = data.get("model")
+    if args.model is None and isinstance(model, dict) and model.get("path") and Path(model["path"]).is_file():
         args.model = model["path"]
     settings, resolve = _settings(args, experiment)
     plan = validate_bench_plan(experiment.plan_from_dict(saved), settings)

@@ -140,7 +140,7 @@ def plan_from_dict(plan_type: type, data: dict) -> Any:
         default = f.default_factory() if f.default_factory is not MISSING else f.default
         if isinstance(value, list):
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        elif isinstance(value, dict) and dataclasses.is_dataclass(default):
+        elif isinstance(value, dict) and dataclasses.is_dataclass(default) and not isinstance(default, type):
             value = type(default)(**value)
         elif isinstance(value, dict):
             value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}

@@ -129,9 +129,9 @@ class ExperimentPane(TabPane):
             plot.start_live(label)
 
     def add_progress(self, event: Progress) -> None:
-        """One measured run (warm-ups too): onto the live plots."""
+        """One measured run (warm-ups too): its sample onto the live plots."""
         for plot in self.plots():
-            plot.add_sample(event.sample)
+            plot.add_sample(getattr(event, "sample", None))
 
     def take_event(self, event: object, plan: Any) -> str | None:
         """An event of this experiment's own (not status, notice, progress or its end); the status line's new text,

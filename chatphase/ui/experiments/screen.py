@@ -66,6 +66,7 @@ def pane_for(kind: str, info: ModelInfo, settings: Settings) -> ExperimentPane:
     make = PANES.get(kind)
     return make(info, settings) if make is not None else ExperimentPane(kind)
 
+
 #: a tab's status line before its first run.
 IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 
+from chatphase.bench.core.contract import Progress
 from chatphase.bench.spec.arms import HEADERS, collect, row_cells, summary_rows
 from chatphase.bench.spec.run import SpecPlan, SpecProgress, SpecResult
 from chatphase.ui.experiments.panes import ExperimentPane
@@ -67,7 +68,7 @@ class SpecPane(ExperimentPane):
         with Horizontal(id="exp-splots", classes="exp-plots"):
             yield VerifyCostPlot(id="exp-plot-verify")
 
-    def add_progress(self, event: SpecProgress) -> None:
+    def add_progress(self, event: Progress) -> None:
         """The arms' runs draw nothing live (the verify-cost sweep runs after them, all at once)."""
 
     def plots(self):
