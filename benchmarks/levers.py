@@ -53,10 +53,10 @@ from benchmarks.harness import (
 )
 from chatphase.bench.core.events import RunDone
 from chatphase.bench.core.peaks import measure_peaks
-from chatphase.bench.core.runner import SweepPlan
 from chatphase.bench.grid.levers import LeverGrid
 from chatphase.bench.grid.result import lever_lines
 from chatphase.bench.grid.run import GridDone, GridRun
+from chatphase.bench.sweep.loop import SweepPlan
 from chatphase.bench.sweep.run import SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info

@@ -38,13 +38,14 @@ LAYERS = {
     "settings": {"engine", "errors"},
     "sessions": {"engine", "errors", "units"},
     "history": {"bench.core", "engine", "errors", "sessions", "system", "units"},
-    # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
+    # the experiments: their contract and shared parts, one subpackage each (importing only the core, and the sweep
+    # for those built on its loop), the registry
     "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
-    "bench.sweep": {"bench.core", "engine", "models"},
-    "bench.parallel": {"bench.core", "engine", "errors", "models"},
-    "bench.grid": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
+    "bench.sweep": {"bench.core", "engine", "errors", "models"},
+    "bench.parallel": {"bench.core", "bench.sweep", "engine", "errors", "models"},
+    "bench.grid": {"bench.core", "bench.sweep", "engine", "engine.local", "errors", "models", "units"},
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
-    "bench.offload": {"bench.core", "engine", "errors", "models", "units"},
+    "bench.offload": {"bench.core", "bench.sweep", "engine", "errors", "models", "units"},
     "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
     "bench.rates": {"bench.core", "engine", "errors", "units"},
     "bench": {
@@ -101,11 +102,6 @@ LAYERS = {
         "bench",
         "bench.core",
         "bench.grid",
-        "bench.interference",
-        "bench.rates",
-        "bench.offload",
-        "bench.parallel",
-        "bench.spec",
         "bench.sweep",
         "chat",
         "engine",
@@ -192,10 +188,14 @@ def test_every_bench_subpackage_is_the_core_or_an_experiment():
     assert packages == {"bench.core", *EXPERIMENTS}
 
 
+#: the experiments built on the sweep: they run its measuring loop (``bench/sweep/loop.py``) or its run.
+ON_THE_SWEEP = ("bench.grid", "bench.offload", "bench.parallel")
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_an_experiment_imports_the_core_and_no_other_experiment(experiment):
+def test_an_experiment_imports_the_core_and_no_other_experiment_but_the_sweep(experiment):
     bench_units = {u for u in unit_edges()[experiment] if u.startswith("bench")}
-    assert bench_units == {"bench.core"}
+    assert bench_units == {"bench.core", *(("bench.sweep",) if experiment in ON_THE_SWEEP else ())}
 
 
 def test_the_bench_core_imports_no_experiment():

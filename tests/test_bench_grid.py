@@ -11,9 +11,9 @@ from fake_engine import fake_model_info
 
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepPlan, SweepProgress
 from chatphase.bench.grid.levers import GridPoint, LeverGrid, parse_lever, predict, ratio
 from chatphase.bench.grid.run import GridDone, GridRun
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
 from chatphase.cli import main
 from chatphase.commands.bench import split_levers
 from chatphase.engine.config import EngineConfig

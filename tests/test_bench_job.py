@@ -6,9 +6,9 @@ import pytest
 
 from chatphase.bench.core.job import BenchFailed
 from chatphase.bench.core.parallel_results import ParallelSample
-from chatphase.bench.core.runner import SweepPlan, SweepProgress
 from chatphase.bench.experiments import job_for
 from chatphase.bench.parallel.sweep import ParallelPlan
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
 from chatphase.bench.sweep.run import BenchStatus, RunDone
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError

@@ -136,7 +136,7 @@ class FakeBenchRun:
 
     def __iter__(self):
         from chatphase.bench.core.events import RunDone
-        from chatphase.bench.core.runner import SweepProgress
+        from chatphase.bench.sweep.loop import SweepProgress
 
         for i in range(self.runs):
             self.measured.append(sample(64 * (i + 1)))
@@ -149,8 +149,8 @@ class FakeBenchRun:
 def offload_run(runs_by_layers, stuck=None):
     from fake_engine import fake_model_info
 
-    from chatphase.bench.core.runner import SweepPlan
     from chatphase.bench.offload.run import OffloadRun
+    from chatphase.bench.sweep.loop import SweepPlan
     from chatphase.engine.config import EngineConfig
 
     plan = SweepPlan(prompt_lengths=(64, 128, 192, 256), depths=(), reps=1, warmup=0)
@@ -162,7 +162,7 @@ def offload_run(runs_by_layers, stuck=None):
 
 
 def test_progress_is_numbered_across_placements_and_partial_keeps_what_ran():
-    from chatphase.bench.core.runner import SweepProgress
+    from chatphase.bench.sweep.loop import SweepProgress
 
     sweep = offload_run({0: 4, 8: 2})
     events = iter(sweep)

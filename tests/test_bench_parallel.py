@@ -16,7 +16,6 @@ from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import render
 from chatphase.bench.core.results import read_csv, save_result
-from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.core.stats import summarize
 from chatphase.bench.experiments import load_bench_result, load_result
 from chatphase.bench.parallel.plot import write_parallel_plot
@@ -24,6 +23,7 @@ from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.roofline import build_parallel_roofline, crossover_n_seq
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
+from chatphase.bench.sweep.loop import SweepProgress
 from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError

@@ -15,10 +15,10 @@ from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import summary_lines
 from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.roofline import build_roofline
-from chatphase.bench.core.runner import SweepPlan
 from chatphase.bench.grid.levers import LeverGrid
 from chatphase.bench.grid.result import GridResult
 from chatphase.bench.grid.run import GridDone, GridRun
+from chatphase.bench.sweep.loop import SweepPlan
 from chatphase.bench.whatif import assumptions, device_rows, efficiency_from, find_device
 from chatphase.cli import main
 from chatphase.engine.config import EngineConfig

@@ -185,9 +185,9 @@ def test_a_file_saved_without_its_plan_cannot_rerun(echo, tmp_path, capsys):
 
 
 def test_plans_come_back_from_their_dicts():
-    from chatphase.bench.core.runner import SweepPlan
     from chatphase.bench.rates.accounting import Slo
     from chatphase.bench.rates.run import RatePlan
+    from chatphase.bench.sweep.loop import SweepPlan
 
     rates = RatePlan((1.0, 2.0), slo=Slo(ttft_ms=500.0))
     assert plan_from_dict(RatePlan, rates.to_dict()) == rates

@@ -9,7 +9,7 @@ from fake_engine import fake_model_info
 
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.results import SweepResult
-from chatphase.bench.core.runner import Sweep, SweepDone, SweepPlan, SweepProgress
+from chatphase.bench.sweep.loop import Sweep, SweepDone, SweepPlan, SweepProgress
 from chatphase.bench.sweep.run import BenchStatus, RunDone, SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError

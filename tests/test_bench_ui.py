@@ -18,9 +18,9 @@ from ui_support import wait_for
 
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ParallelPlan
+from chatphase.bench.sweep.loop import SweepProgress
 from chatphase.bench.sweep.run import SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.settings.schema import Settings
@@ -162,7 +162,7 @@ def test_ui_module_does_not_import_llama_cpp():
 def _other_result(path):
     """A second scripted run (half the prefill cost, slower decode) saved as JSON, to overlay."""
     from chatphase.bench.core.results import save_result
-    from chatphase.bench.core.runner import SweepPlan
+    from chatphase.bench.sweep.loop import SweepPlan
 
     plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
     engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)

@@ -15,7 +15,7 @@ from fake_engine import fake_model_info
 
 from chatphase.bench.core.peaks import measure_peaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepPlan
+from chatphase.bench.sweep.loop import SweepPlan
 from chatphase.bench.sweep.run import BenchStatus, SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded

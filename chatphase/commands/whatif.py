@@ -167,7 +167,7 @@ def _measure_here(args: argparse.Namespace):
     """A short bench of the model on this machine (peaks, a 256-token prompt, depth 0 and ``--check-depth``;
     one warm-up and one counted run each) with progress lines on stderr; returns ``(SweepResult, synthetic)``."""
     from chatphase.bench.core.events import BenchStatus, RunDone
-    from chatphase.bench.core.runner import SweepPlan, SweepProgress
+    from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
     from chatphase.bench.sweep.run import SweepRun
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model

@@ -55,8 +55,11 @@ class Progress(Protocol):
     """A run ended: the ``done_runs``-th of ``total_runs``; ``line()`` says it as ``(label, figures)``;
     ``counted``: not a warm-up."""
 
-    done_runs: int
-    total_runs: int
+    @property
+    def done_runs(self) -> int: ...
+
+    @property
+    def total_runs(self) -> int: ...
 
     @property
     def counted(self) -> bool: ...

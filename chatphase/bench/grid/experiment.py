@@ -1,14 +1,14 @@
 """The lever grid's record (:class:`~chatphase.bench.core.experiment.Experiment`): picked by comma lists in the model
-and engine flags (its levers); its knobs are the sweep's cells (:class:`~chatphase.bench.core.runner.SweepPlan`)."""
+and engine flags (its levers); its knobs are the sweep's cells (:class:`~chatphase.bench.sweep.loop.SweepPlan`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from chatphase.bench.core.experiment import LEVERS, Experiment
-from chatphase.bench.core.runner import SweepPlan
 from chatphase.bench.grid.result import GridResult
 from chatphase.bench.grid.run import GridPlan, make_run
+from chatphase.bench.sweep.loop import SweepPlan
 from chatphase.models.gguf_meta import ModelInfo
 
 

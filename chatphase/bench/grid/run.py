@@ -21,9 +21,9 @@ from chatphase.bench.core.experiment import plan_from_dict
 from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.core.runner import Sweep, SweepPlan, SweepProgress, aggregate
 from chatphase.bench.grid.levers import GridPoint, LeverGrid, predict
 from chatphase.bench.grid.result import GridCell, GridResult
+from chatphase.bench.sweep.loop import Sweep, SweepPlan, SweepProgress, aggregate
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel

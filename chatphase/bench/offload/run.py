@@ -42,7 +42,7 @@ from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.plot import check_plot_path, save_figure
 from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.run import acquire_peaks
-from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo

@@ -32,8 +32,8 @@ from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field
 from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.core.stats import group_cells, summarize_metrics
+from chatphase.bench.sweep.loop import SweepProgress
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
@@ -206,7 +206,7 @@ class ModelFacts:
 
 class ParallelSweep:
     """Run a validated :class:`ParallelPlan` through ``runner``; iterate to drive it (yields
-    :class:`~chatphase.bench.core.runner.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
+    :class:`~chatphase.bench.sweep.loop.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
 
     Args:
         runner: measures one repetition; builder: prompts on the model's vocabulary; facts: for step

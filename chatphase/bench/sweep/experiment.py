@@ -5,7 +5,7 @@ from __future__ import annotations
 from chatphase.bench.core.experiment import Experiment
 from chatphase.bench.core.plot import write_plot
 from chatphase.bench.core.results import SweepResult
-from chatphase.bench.core.runner import SweepPlan
+from chatphase.bench.sweep.loop import SweepPlan
 from chatphase.bench.sweep.run import make_run
 
 EXPERIMENT = Experiment(

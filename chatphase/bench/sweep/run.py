@@ -4,7 +4,7 @@ and the Experiments screen (which runs it in a child process, :mod:`chatphase.be
 Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline; before
 loading, after other chatphase engines stopped: :func:`chatphase.bench.core.run.acquire_peaks`), load the model
 into an in-process :class:`~chatphase.engine.local.llama.LlamaEngine` and its vocabulary into a tokenizer, run
-the :class:`~chatphase.bench.core.runner.Sweep`, then assemble a :class:`~chatphase.bench.core.results.SweepResult`
+the :class:`~chatphase.bench.sweep.loop.Sweep`, then assemble a :class:`~chatphase.bench.core.results.SweepResult`
 with fits and roofline.
 """
 
@@ -20,7 +20,7 @@ from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.roofline import build_roofline
 from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
-from chatphase.bench.core.runner import Sweep, SweepDone, SweepPlan
+from chatphase.bench.sweep.loop import Sweep, SweepDone, SweepPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo

@@ -23,11 +23,11 @@ from textual.widgets import Input, Label, Select, SelectionList
 
 from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.roofline import cell_context_tokens
-from chatphase.bench.core.runner import SweepPlan, aggregate
 from chatphase.bench.experiments import job_for
 from chatphase.bench.grid.levers import check_values, parse_lever
 from chatphase.bench.grid.result import GRID_HEADERS, GridCell, GridResult, grid_row
 from chatphase.bench.grid.run import GridPlan, GridProgress
+from chatphase.bench.sweep.loop import SweepPlan, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError

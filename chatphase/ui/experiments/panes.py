@@ -27,10 +27,10 @@ from chatphase.bench.core.experiment import Experiment
 from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
 from chatphase.bench.core.results import Sample, SweepResult
-from chatphase.bench.core.runner import SweepPlan, SweepProgress, aggregate
 from chatphase.bench.experiments import EXPERIMENTS, job_for
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo

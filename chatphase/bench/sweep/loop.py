@@ -1,4 +1,4 @@
-"""The sweep over prompt lengths and context depths, measured through an engine (llama-bench's method).
+"""The sweep's measuring loop over prompt lengths and context depths, through an engine (llama-bench's method).
 
 For each prompt length ``L`` (a ``"prompt"`` cell): ``warmup`` uncounted runs, then ``reps`` runs, each
 one turn ``TurnRequest(prompt_token_ids=<exactly L tokens>, reset_cache=True, ignore_eos=True,
