@@ -170,7 +170,7 @@ def refuse_others(args: argparse.Namespace, experiment: Experiment, levers: dict
     own = {f.flag for f in experiment.fields()} | ({experiment.pick} if experiment.pick != LEVERS else set())
     picks = {e.pick for e in EXPERIMENTS.values() if e.pick}
     for flag, knobs in plan_flags().items():
-        if flag in own or not _given(args, flag) or (flag == "--spec" and "--spec" not in picks):
+        if flag in own or not _given(args, flag):
             continue
         users = [e for e, _ in knobs]
         if flag not in picks and all(e.pick and e.pick != LEVERS for e in users):
@@ -285,22 +285,21 @@ def rerun(args: argparse.Namespace) -> int:
     if saved is None:
         raise UsageError(f"{Path(args.rerun).name} was saved without its plan: it cannot run again")
     for flag in plan_flags():
-        if _given(args, flag) and flag != "--spec":
+        if _given(args, flag):
             raise UsageError(f"{flag} does not apply to --rerun: the plan is the file's")
-    check_format(args.format, FORMATS)
-    if args.plot and experiment.plot is None:
-        raise UsageError(f"--plot: {experiment.title} draws no plot: {experiment.plot_note}")
+    if split_levers(args).is_sweep:
+        raise UsageError(f"{LEVERS} does not apply to --rerun: the plan is the file's")
+    check_format(args.format, FORMATS)  # the comparison's forms, whichever the experiment's are
+    check_outputs(experiment.kind, experiment.formats[0], args.plot, args.output)
     model = data.get("model")
     if args.model is None and isinstance(model, dict) and model.get("path") and Path(model["path"]).is_file():
         args.model = model["path"]
     settings, resolve = _settings(args, experiment)
     plan = validate_bench_plan(experiment.plan_from_dict(saved), settings)
     run = _make_run(args, experiment, plan, settings, resolve(None))
-    text = {}
 
     def compare(done) -> str:
         rows = compare_rows(experiment.rows(old), experiment.rows(done.result), experiment.key, experiment.figures)
-        text["rows"] = rows
         return render_comparison(rows, args.format, experiment, args.rerun, plan, old, done.result)
 
     return execute(
