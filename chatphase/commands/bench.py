@@ -257,6 +257,7 @@ def run_plan(args: argparse.Namespace, experiment: Experiment, plan, settings, i
         run,
         plan.total_runs,
         Done,
+        text_of=lambda done: experiment.text(done.result, args.format),
         plot=(lambda done, path: experiment.plot([done.result], path)) if experiment.plot else None,
         partial=run.partial_done,
     )

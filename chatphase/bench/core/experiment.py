@@ -162,6 +162,11 @@ def csv_rows(result: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def render_result(result: Any, fmt: str) -> str:
+    """``result.render(fmt)`` (the default :attr:`Experiment.text`)."""
+    return result.render(fmt)
+
+
 def _number(text: str | None) -> Any:
     if text is None or text == "":
         return None
@@ -179,7 +184,8 @@ class Experiment:
     - ``plan``: the plan's dataclass (its knobs: :func:`plan_field`; ``from_dict``: :func:`plan_from_dict`).
     - ``make_run(info, config, plan, roofline, log_path, **options)``: its run (a module-level function: a child
       process gets it by name); ``options`` are the run's own (``--server``'s engine factory and prompt builder).
-    - ``read``: a saved JSON object back into its result; ``formats``: the text forms it renders.
+    - ``read``: a saved JSON object back into its result; ``formats``: the text forms it renders, ``text(result,
+      fmt)`` renders them (default: the result's own ``render``).
     - ``plot(results, path)``: draws ``--plot`` (``None``: none; ``plot_note`` says why).
     - ``pick``: the flag that picks it on the command line (``""``: the default experiment; :data:`LEVERS`: comma
       lists in the levers).
@@ -209,6 +215,7 @@ class Experiment:
     knobs: type | None = None
     build: Callable[..., Any] | None = None
     rows: Callable[[Any], list[dict[str, Any]]] = csv_rows
+    text: Callable[[Any, str], str] = render_result
     key: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()
 

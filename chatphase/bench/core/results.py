@@ -198,12 +198,6 @@ class SweepResult(Labelled):
         """CSV text, one row per cell, the columns :data:`CSV_COLUMNS`."""
         return cells_csv(CSV_COLUMNS, self.results)
 
-    def render(self, fmt: str) -> str:
-        """Text in ``fmt`` (:func:`chatphase.bench.core.report.render`). Raises UsageError for another format."""
-        from chatphase.bench.core.report import render
-
-        return render(self, fmt)
-
 
 def check_saved(data: object, list_key: str, what: str) -> None:
     """Check that ``data`` is a saved result holding a ``list_key`` list and a version this chatphase reads.
