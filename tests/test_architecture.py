@@ -42,7 +42,7 @@ LAYERS = {
     # for those built on its loop), the registry
     "bench.core": {"engine", "engine.local", "engine.process", "errors", "models", "system", "units"},
     "bench.sweep": {"bench.core", "engine", "errors", "models"},
-    "bench.parallel": {"bench.core", "bench.sweep", "engine", "errors", "models"},
+    "bench.parallel": {"bench.core", "bench.sweep", "engine", "errors", "models", "units"},
     "bench.grid": {"bench.core", "bench.sweep", "engine", "engine.local", "errors", "models", "units"},
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
     "bench.offload": {"bench.core", "bench.sweep", "engine", "errors", "models", "units"},

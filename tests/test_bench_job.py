@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from chatphase.bench.core.job import BenchFailed
-from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.experiments import job_for
+from chatphase.bench.parallel.records import ParallelSample
 from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
 from chatphase.bench.sweep.run import BenchStatus, RunDone

@@ -11,14 +11,14 @@ from fake_engine import fake_model_info
 
 from chatphase.bench.core.contract import SCHEMA_VERSION
 from chatphase.bench.core.events import RunDone
-from chatphase.bench.core.parallel_results import ParallelCell
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import render
-from chatphase.bench.core.results import read_csv, save_result
+from chatphase.bench.core.results import save_result
 from chatphase.bench.core.stats import summarize
-from chatphase.bench.experiments import load_bench_result, load_result
+from chatphase.bench.experiments import load_bench_result, load_result, read_csv
 from chatphase.bench.parallel.plot import write_parallel_plot
+from chatphase.bench.parallel.records import ParallelCell
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.roofline import build_parallel_roofline, crossover_n_seq
 from chatphase.bench.parallel.run import ParallelRun

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.plot import check_plot_path, write_plot
 from chatphase.bench.core.report import FORMATS, render, sample_progress
 from chatphase.bench.core.results import (
@@ -19,6 +18,8 @@ from chatphase.bench.core.results import (
 )
 from chatphase.bench.core.stats import summarize
 from chatphase.bench.experiments import load_result
+from chatphase.bench.parallel.records import ParallelSample
+from chatphase.bench.parallel.report import parallel_progress
 from chatphase.errors import UsageError
 
 
@@ -128,7 +129,7 @@ def test_progress_lines_of_both_kinds_of_run():
     sweep = Sample("depth", 4, 256, 1, False, 41.04, 300.0, None, None, 4, 256, 1, 1000, "length")
     assert sample_progress(sweep) == ("depth 256 rep 2", "TTFT 41.0 ms, decode –")
     par = ParallelSample(64, 4, 16, 0, True, 21.0, 47.55, 190.2, 900.0, (5.0,), 20.0, 22.0, 64, None, "length")
-    assert sample_progress(par) == ("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.5 tok/s")
+    assert parallel_progress(par) == ("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.5 tok/s")
 
 
 @pytest.mark.parametrize("suffix,magic", [(".svg", b"<svg"), (".png", b"\x89PNG")])

@@ -18,11 +18,12 @@ from pathlib import Path
 from chatphase.bench.core.contract import check_format, saved_version
 from chatphase.bench.core.experiment import Experiment
 from chatphase.bench.core.job import ExperimentJob
-from chatphase.bench.core.results import SweepResult, read_csv, save_result
+from chatphase.bench.core.results import CellResult, SweepResult, csv_rows, malformed_row, save_result
 from chatphase.bench.grid.experiment import EXPERIMENT as GRID
 from chatphase.bench.interference.experiment import EXPERIMENT as INTERFERENCE
 from chatphase.bench.offload.experiment import EXPERIMENT as OFFLOAD
 from chatphase.bench.parallel.experiment import EXPERIMENT as PARALLEL
+from chatphase.bench.parallel.records import ParallelCell
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.rates.experiment import EXPERIMENT as RATES
 from chatphase.bench.spec.experiment import EXPERIMENT as SPEC
@@ -39,6 +40,7 @@ __all__ = [
     "job_for",
     "load_bench_result",
     "load_result",
+    "read_csv",
     "read_saved",
     "register",
     "save_result",
@@ -133,6 +135,26 @@ def kind_of(data: dict) -> str:
     if kind not in EXPERIMENTS:
         raise UsageError(f"unknown bench result kind {kind!r}: this chatphase reads {', '.join(EXPERIMENTS)}")
     return str(kind)
+
+
+def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
+    """Prompt/depth cells and parallel cells from CSV text written by :meth:`SweepResult.to_csv` or the parallel
+    sweep's result (older files may hold both kinds' rows).
+
+    Raises:
+        UsageError: when the header lacks the expected columns or a row is malformed.
+    """
+    cells: list[CellResult] = []
+    parallel: list[ParallelCell] = []
+    try:
+        for row in csv_rows(text):
+            if row["kind"] == "parallel":
+                parallel.append(ParallelCell.from_csv_row(row))
+            else:
+                cells.append(CellResult.from_csv_row(row))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed_row(exc) from None
+    return cells, parallel
 
 
 def read_saved(path: str | os.PathLike) -> dict:

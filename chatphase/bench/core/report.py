@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
 from chatphase.bench.core.results import CellResult, Sample, SweepResult
 from chatphase.bench.core.stats import Stats
 from chatphase.errors import UsageError
@@ -18,13 +17,6 @@ from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate, fmt_term
 
 FORMATS = ("table", "csv", "json", "md")
 _METRICS = (("ttft_ms", "TTFT ms"), ("prefill_tokens_per_s", "prefill tok/s"), ("decode_tokens_per_s", "decode tok/s"))
-_PARALLEL_METRICS = (
-    ("step_ms", "step ms"),
-    ("decode_tokens_per_s", "per-seq tok/s"),
-    ("aggregate_decode_tokens_per_s", "aggregate tok/s"),
-    ("prefill_tokens_per_s", "prefill tok/s"),
-    ("ttft_ms", "TTFT ms"),
-)
 
 
 def num(x: float | None, digits: int = 1) -> str:
@@ -66,35 +58,10 @@ def sweep_headers(what: str = "") -> list[str]:
     return ["kind", "prompt tok", "depth", "reps", *(f"{label} {what}".rstrip() for _, label in _METRICS), "KV MiB"]
 
 
-def parallel_rows(cells: Sequence[ParallelCell], fmt=mean_sd) -> list[list[str]]:
-    """Table cells of parallel-decode cells, in :func:`parallel_headers` order."""
-    return [
-        [
-            str(c.prompt_tokens),
-            str(c.n_seq),
-            str(c.reps),
-            *(fmt(getattr(c, m)) for m, _ in _PARALLEL_METRICS),
-            fmt_mib(c.kv_cache_bytes),
-            fmt_mib(c.step_bytes),
-            DASH if c.step_flops is None else f"{c.step_flops / 1e9:.2f}",
-        ]
-        for c in cells
-    ]
-
-
-def parallel_headers(what: str = "") -> list[str]:
-    """Column headers of :func:`parallel_rows`."""
-    labels = (f"{label} {what}".rstrip() for _, label in _PARALLEL_METRICS)
-    return ["prompt tok", "N", "reps", *labels, "KV MiB", "step MiB", "step GFLOP"]
-
-
-def sample_progress(s: Sample | ParallelSample) -> tuple[str, str]:
-    """One run's progress line as ``(label, figures)``: ``("prompt 256 rep 2", "TTFT 41.0 ms, decode 80.3 tok/s")``,
-    ``("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.6 tok/s")``."""
+def sample_progress(s: Sample) -> tuple[str, str]:
+    """One run's progress line as ``(label, figures)``: ``("prompt 256 rep 2", "TTFT 41.0 ms, decode 80.3 tok/s")``
+    (a parallel sample's: :func:`chatphase.bench.parallel.report.parallel_progress`)."""
     rep = "warm-up" if s.warmup else f"rep {s.rep + 1}"
-    if isinstance(s, ParallelSample):
-        aggregate, per_seq = fmt_rate(s.aggregate_decode_tokens_per_s), fmt_rate(s.decode_tokens_per_s)
-        return f"N={s.n_seq} prompt {s.prompt_tokens} {rep}", f"aggregate {aggregate}, per sequence {per_seq}"
     what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
     return f"{what} {rep}", f"TTFT {fmt_ms(s.ttft_ms)}, decode {fmt_rate(s.decode_tokens_per_s)}"
 

@@ -30,9 +30,9 @@ from typing import Protocol
 
 from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field
-from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.stats import group_cells, summarize_metrics
+from chatphase.bench.parallel.records import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
 from chatphase.bench.sweep.loop import SweepProgress
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
@@ -186,6 +186,19 @@ def batch_sample(
 
 
 @dataclass(frozen=True)
+class ParallelProgress(SweepProgress):
+    """A :class:`SweepProgress` of the parallel sweep: ``sample`` is a :class:`ParallelSample`."""
+
+    sample: ParallelSample  # type: ignore[assignment]  # the parallel sweep's own sample
+
+    def line(self) -> tuple[str, str]:
+        """The run as ``(label, figures)`` (:func:`~chatphase.bench.parallel.report.parallel_progress`)."""
+        from chatphase.bench.parallel.report import parallel_progress
+
+        return parallel_progress(self.sample)
+
+
+@dataclass(frozen=True)
 class ParallelDone:
     """The sweep is over: cells from the counted samples (those measured so far when ``cancelled``)."""
 
@@ -206,7 +219,7 @@ class ModelFacts:
 
 class ParallelSweep:
     """Run a validated :class:`ParallelPlan` through ``runner``; iterate to drive it (yields
-    :class:`~chatphase.bench.sweep.loop.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
+    :class:`ParallelProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
 
     Args:
         runner: measures one repetition; builder: prompts on the model's vocabulary; facts: for step
@@ -230,7 +243,7 @@ class ParallelSweep:
         self._cancel.set()
         self.runner.cancel()
 
-    def __iter__(self) -> Iterator[SweepProgress | ParallelDone]:
+    def __iter__(self) -> Iterator[ParallelProgress | ParallelDone]:
         plan, samples, done = self.plan, [], 0
         for length, n in plan.cells():
             prompts = [self.builder.tokens(length, variant=j) for j in range(n)]
@@ -245,7 +258,7 @@ class ParallelSweep:
                 sample = replace(sample, rep=i if warm else i - plan.warmup, warmup=warm)
                 samples.append(sample)
                 done += 1
-                yield SweepProgress(done, plan.total_runs, sample)
+                yield ParallelProgress(done, plan.total_runs, sample)
             if self._cancel.is_set():
                 break
         counted = [s for s in samples if not s.warmup]

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import check_repetitions
 from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field
-from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.results import STAT_METRICS, CellKind, CellResult, Sample
 from chatphase.bench.core.stats import group_cells, summarize_metrics
@@ -120,11 +119,11 @@ class SweepPlan:
 @dataclass(frozen=True)
 class SweepProgress:
     """``done_runs`` of ``total_runs`` finished; ``sample`` is the run just measured (``warmup`` flagged): a
-    :class:`Sample`, or a :class:`~chatphase.bench.core.parallel_results.ParallelSample` in the parallel sweep."""
+    :class:`Sample` (the parallel sweep's :class:`~chatphase.bench.parallel.sweep.ParallelProgress` holds its own)."""
 
     done_runs: int
     total_runs: int
-    sample: Sample | ParallelSample
+    sample: Sample
 
     @property
     def counted(self) -> bool:

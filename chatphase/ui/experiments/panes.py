@@ -24,12 +24,12 @@ from textual.widgets import Input, TabPane
 
 from chatphase.bench.core.contract import Progress
 from chatphase.bench.core.experiment import Experiment
-from chatphase.bench.core.parallel_results import ParallelSample
-from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
+from chatphase.bench.core.report import fit_lines, sweep_headers, sweep_rows
 from chatphase.bench.core.results import Sample, SweepResult
 from chatphase.bench.experiments import EXPERIMENTS, job_for
+from chatphase.bench.parallel.report import parallel_headers, parallel_rows
 from chatphase.bench.parallel.result import ParallelResult
-from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
+from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, ParallelProgress, aggregate_parallel
 from chatphase.bench.sweep.loop import SweepPlan, SweepProgress, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
@@ -215,10 +215,10 @@ class ParallelPane(ExperimentPane):
         return _parallel_table(result.parallel)
 
     @staticmethod
-    def live_rows(progress: list[SweepProgress], plan: ParallelPlan) -> list[list[str]]:
+    def live_rows(progress: list[ParallelProgress], plan: ParallelPlan) -> list[list[str]]:
         """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
         and FLOPs, which need the model's facts, are not in the table)."""
-        samples = [e.sample for e in progress if isinstance(e.sample, ParallelSample)]
+        samples = [e.sample for e in progress if isinstance(e, ParallelProgress)]
         return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
 
     @staticmethod

@@ -18,8 +18,8 @@ from typing import ClassVar, Literal
 
 from textual_plotext import PlotextPlot
 
-from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.results import CellResult, Sample, SweepResult
+from chatphase.bench.parallel.records import ParallelSample
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.engine.text import inert
 
