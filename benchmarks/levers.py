@@ -14,7 +14,7 @@ Parts:
 - ``decode``: for each synthetic shape (Q4_0): llama-bench ``-p 0 -n GEN -d 0,DEPTH -r 1 --repack R -fa on
   -t THREADS`` (``R``: weight repacking as chatphase itself decides it on this CPU and build,
   :func:`chatphase.engine.local.llama_params.cpu_auto_plan` — off only on an AMX CPU whose build fails the
-  AMX probe; without it llama.cpp decodes Q4_0 1.4× slower on a Zen 5) and chatphase's ``BenchRun`` (depths 0 and DEPTH, GEN tokens, the same threads and flash
+  AMX probe; without it llama.cpp decodes Q4_0 1.4× slower on a Zen 5) and chatphase's ``SweepRun`` (depths 0 and DEPTH, GEN tokens, the same threads and flash
   attention, one counted run each) **interleaved rep by rep**; ratios of medians (target ≥ 0.97×), and
   chatphase's roofline (peaks measured once, before, with no engine running) predicted vs measured at both
   depths (target ±20 %). measured ÷ roofline is printed as a number only up to 1.0: above it the line says
@@ -51,13 +51,13 @@ from benchmarks.harness import (
     synthetic_model,
     tool,
 )
-from chatphase.bench.core.events import BenchDone
+from chatphase.bench.core.events import RunDone
 from chatphase.bench.core.peaks import measure_peaks
-from chatphase.bench.core.runner import SweepPlan
 from chatphase.bench.grid.levers import LeverGrid
 from chatphase.bench.grid.result import lever_lines
 from chatphase.bench.grid.run import GridDone, GridRun
-from chatphase.bench.sweep.run import BenchRun
+from chatphase.bench.sweep.loop import SweepPlan
+from chatphase.bench.sweep.run import SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.models.gguf_meta import read_model_info
 from chatphase.models.roofline import share_of_bound
@@ -116,8 +116,8 @@ def chatphase_decode(model: Path, gen: int, depth: int, threads: int, peaks, war
     # a 128-token prompt too: whatif --from takes the prefill efficiency from it
     sweep = SweepPlan(prompt_lengths=(128,), depths=(0, depth), gen_tokens=gen, reps=1, warmup=warmup, extend_tokens=1)
     result = None
-    for event in BenchRun(info, cfg, sweep, peaks=peaks):
-        if isinstance(event, BenchDone):
+    for event in SweepRun(info, cfg, sweep, peaks=peaks):
+        if isinstance(event, RunDone):
             result = event.result
     assert result is not None
     got = {c.depth: c.decode_tokens_per_s.mean for c in result.results if c.kind == "depth"}

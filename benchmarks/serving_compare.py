@@ -25,7 +25,7 @@ of exactly ``prompt-tokens`` token ids, built by chatphase's prompt builder from
 rate sweep sends: variant i for request i), ``max_tokens`` = ``gen`` with ``ignore_eos``, greedy, ``cache_prompt``
 false, the same body fields chatphase sends (``return_progress`` included), to ``/v1/completions`` streamed. Arrivals
 open loop, Poisson at ``rate``: the send times chatphase's sweep draws (Gamma shape 1, its seed 0:
-:func:`~chatphase.bench.load.accounting.arrival_times_s`), given to AIPerf as the trace's timestamps, so both replay
+:func:`~chatphase.bench.rates.accounting.arrival_times_s`), given to AIPerf as the trace's timestamps, so both replay
 one schedule; no cap on requests in flight (chatphase's ``--max-concurrency`` = requests). Reps alternate which tool
 runs first.
 
@@ -55,7 +55,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from benchmarks.harness import ROOT, free_port, machine_line, ratio, repack, repack_args, rotation, tool, wait_ready
-from chatphase.bench.load.accounting import arrival_times_s
+from chatphase.bench.rates.accounting import arrival_times_s
 from chatphase.engine.metrics import gap_percentiles_ms
 from chatphase.system.cpu_features import physical_cores
 from chatphase.system.paths import cache_dir

@@ -39,7 +39,8 @@ LAYERS = {
     "settings": {"engine", "errors", "system"},
     "sessions": {"engine", "errors", "system", "units"},
     "history": {"engine", "errors", "plotting", "sessions", "system", "timing", "units"},
-    # the experiments: their contract and shared parts, one subpackage each (importing only the core), the registry
+    # the experiments: their contract and shared parts, one subpackage each (importing only the core, and the sweep
+    # for those built on its loop), the registry
     "bench.core": {
         "engine",
         "engine.local",
@@ -51,18 +52,18 @@ LAYERS = {
         "timing",
         "units",
     },
-    "bench.sweep": {"bench.core", "engine", "models"},
-    "bench.parallel": {"bench.core", "engine", "errors", "models", "plotting", "timing"},
-    "bench.grid": {"bench.core", "engine", "engine.local", "errors", "models", "units"},
+    "bench.sweep": {"bench.core", "engine", "errors", "models", "timing"},
+    "bench.parallel": {"bench.core", "bench.sweep", "engine", "errors", "models", "plotting", "timing", "units"},
+    "bench.grid": {"bench.core", "bench.sweep", "engine", "engine.local", "errors", "models", "units"},
     "bench.spec": {"bench.core", "engine", "engine.local", "errors", "models"},
-    "bench.offload": {"bench.core", "engine", "errors", "models", "plotting", "units"},
+    "bench.offload": {"bench.core", "bench.sweep", "engine", "errors", "models", "plotting", "units"},
     "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "plotting", "timing", "units"},
-    "bench.load": {"bench.core", "engine", "errors", "units"},
+    "bench.rates": {"bench.core", "engine", "errors", "units"},
     "bench": {
         "bench.core",
         "bench.grid",
         "bench.interference",
-        "bench.load",
+        "bench.rates",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -136,11 +137,6 @@ LAYERS = {
         "bench",
         "bench.core",
         "bench.grid",
-        "bench.interference",
-        "bench.load",
-        "bench.offload",
-        "bench.parallel",
-        "bench.spec",
         "bench.sweep",
         "chat",
         "engine",
@@ -216,7 +212,7 @@ def test_the_layer_table_has_no_unused_edge():
 EXPERIMENTS = (
     "bench.grid",
     "bench.interference",
-    "bench.load",
+    "bench.rates",
     "bench.offload",
     "bench.parallel",
     "bench.spec",
@@ -229,10 +225,14 @@ def test_every_bench_subpackage_is_the_core_or_an_experiment():
     assert packages == {"bench.core", *EXPERIMENTS}
 
 
+#: the experiments built on the sweep: they run its measuring loop (``bench/sweep/loop.py``) or its run.
+ON_THE_SWEEP = ("bench.grid", "bench.offload", "bench.parallel")
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_an_experiment_imports_the_core_and_no_other_experiment(experiment):
+def test_an_experiment_imports_the_core_and_no_other_experiment_but_the_sweep(experiment):
     bench_units = {u for u in unit_edges()[experiment] if u.startswith("bench")}
-    assert bench_units == {"bench.core"}
+    assert bench_units == {"bench.core", *(("bench.sweep",) if experiment in ON_THE_SWEEP else ())}
 
 
 def test_the_bench_core_imports_no_experiment():

@@ -15,10 +15,10 @@ from chatphase.bench.grid.levers import Prediction
 from chatphase.bench.grid.result import GridCell, GridResult
 from chatphase.bench.interference.analysis import analyse
 from chatphase.bench.interference.result import InterferenceResult
-from chatphase.bench.load.accounting import Slo, summarise
-from chatphase.bench.load.result import RateResult
 from chatphase.bench.offload.run import OffloadDone, Placement
 from chatphase.bench.parallel.result import ParallelResult
+from chatphase.bench.rates.accounting import Slo, summarise
+from chatphase.bench.rates.result import RateResult
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError
@@ -141,6 +141,6 @@ def test_every_experiments_tab_is_a_registered_experiment():
     from chatphase.ui.experiments.panes import ParallelPane, SweepPane
     from chatphase.ui.experiments.spec import SpecPane
 
-    tabs = [tab.experiment for tab in (SweepPane, ParallelPane, LeversPane, SpecPane)]
+    tabs = [tab.kind for tab in (SweepPane, ParallelPane, LeversPane, SpecPane)]
     assert tabs == ["sweep", "parallel", "grid", "spec"] and set(tabs) <= set(EXPERIMENTS)
     assert [kind for kind, e in EXPERIMENTS.items() if e.overlays] == ["sweep", "parallel"]

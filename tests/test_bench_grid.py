@@ -11,11 +11,11 @@ from fake_engine import fake_model_info
 
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepPlan, SweepProgress
 from chatphase.bench.grid.levers import GridPoint, LeverGrid, parse_lever, predict, ratio
 from chatphase.bench.grid.run import GridDone, GridRun
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
 from chatphase.cli import main
-from chatphase.commands.bench_grid import split_levers
+from chatphase.commands.bench import split_levers
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
@@ -142,7 +142,7 @@ def test_split_levers_puts_single_values_back_for_the_plain_bench(tmp_path):
 def test_cli_refuses_a_grid_with_parallel_in_one_line(capsys):
     assert main(["bench", "--threads", "1,2", "--parallel", "1,2"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "chatphase: --parallel does not combine with a lever grid (comma lists in the levers)"
+        "chatphase: --parallel does not apply to a lever grid (comma lists in the levers)"
     )
     assert main(["bench", "--cache-type-k", "f16,nope"]) == 2
     assert "choose from" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from fake_engine import fake_model_info
 
-from chatphase.bench.core.events import BenchDone
+from chatphase.bench.core.events import RunDone
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.experiments import EXPERIMENTS, load_result
@@ -100,7 +100,7 @@ def test_result_round_trips_through_the_registry(tmp_path):
     path.write_text(result.to_json())
     back = load_result(path)
     assert isinstance(back, InterferenceResult) and back.samples == samples
-    assert json.loads(path.read_text())["kind"] == "interference" and EXPERIMENTS["interference"].plots
+    assert json.loads(path.read_text())["kind"] == "interference" and EXPERIMENTS["interference"].plot is not None
     assert back.to_csv().splitlines()[0].split(",") == list(CSV_COLUMNS)
     table = back.render("table")
     assert "whole" in table and "chunk 16" in table and "trade-off" in table
@@ -187,7 +187,7 @@ def test_the_run_interleaves_the_policies_and_ends_with_the_roofline():
     assert len(lanes) == 9 and all(u.first for u in lanes)  # scripted runs are instant: one update per run
     assert sum(len(u.steps) for u in lanes[:1]) == 3 + 2 + 2  # before, the whole prompt's 2 pieces, after
     result = events[-1].result
-    assert isinstance(events[-1], BenchDone) and not result.cancelled
+    assert isinstance(events[-1], RunDone) and not result.cancelled
     assert [r.runs for r in result.rows()] == [2, 2, 2]
     roof = result.roofline
     # C* = F × bytes / (B × 2 × params) − N: the weights + 2 streams × 100 B × (64 prompt + 3 steps) of KV

@@ -85,8 +85,8 @@ def test_a_rate_sweep_on_a_real_llama_server(llama_server, default_model_path, t
 def test_cancel_keeps_the_rates_measured_so_far(llama_server, default_model_path):
     import threading
 
-    from chatphase.bench.core.events import BenchDone
-    from chatphase.bench.load.run import RatePlan, RateProgress, RateRun
+    from chatphase.bench.core.events import RunDone
+    from chatphase.bench.rates.run import RatePlan, RateProgress, RateRun
     from chatphase.commands.server_options import remote_bench_options
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.settings.schema import Settings
@@ -101,5 +101,5 @@ def test_cancel_keeps_the_rates_measured_so_far(llama_server, default_model_path
         if isinstance(event, RateProgress):  # the second rate waits 20 s for its first request: cancel it
             threading.Timer(0.3, run.cancel).start()
     done = events[-1]
-    assert isinstance(done, BenchDone) and done.result.cancelled
+    assert isinstance(done, RunDone) and done.result.cancelled
     assert [s.rate for s in done.result.summaries] == [8.0, 0.05] and done.result.summaries[0].completed == 2

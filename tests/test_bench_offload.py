@@ -3,7 +3,7 @@
 
 import pytest
 
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.bench.offload.run import (
     OffloadDone,
     Placement,
@@ -53,7 +53,7 @@ def test_without_the_device_bandwidth_the_bound_is_unknown_and_it_says_so():
     assert all_on_device["decode_bound_tokens_per_s"] == pytest.approx(1e11 / (90 * MiB))
     no_peaks = placement_roofline(system({}, {"weights": 90 * MiB}), 90 * MiB, 0, 0, host_bw=None, device_bw=None)
     assert no_peaks["decode_bound_tokens_per_s"] is None and no_peaks["bound_by"].startswith("unknown")
-    table = render_offload(OffloadDone([Placement(-1, BenchResult(system={}), r)]))
+    table = render_offload(OffloadDone([Placement(-1, SweepResult(system={}), r)]))
     row = table.splitlines()[1]
     assert "20,580" not in row and "–  unknown: device bandwidth unknown, give --device-bandwidth" in row
 
@@ -72,7 +72,7 @@ def cell(kind, prompt, depth, ttft_ms, prefill, decode):
 
 def _placement(n, offloaded, prefill, decode, cells=None):
     cells = cells or [cell("prompt", 32, 0, 32 / prefill * 1000 + 5, prefill, decode)]
-    result = BenchResult(system={"layers_offloaded": offloaded, "layers_total": 31}, results=cells)
+    result = SweepResult(system={"layers_offloaded": offloaded, "layers_total": 31}, results=cells)
     s = system({"weights": offloaded * MiB}, {"weights": (31 - offloaded) * MiB})
     return Placement(n, result, placement_roofline(s, 31 * MiB, 0, 34, host_bw=10e9, device_bw=None))
 
@@ -129,28 +129,28 @@ class FakeBenchRun:
 
     def _result(self, cancelled):
         cells = [cell("prompt", s.prompt_tokens, 0, s.ttft_ms, s.prefill_tokens_per_s, 2.8) for s in self.measured]
-        return BenchResult(system={"layers_offloaded": self.n, "layers_total": 31}, results=cells, cancelled=cancelled)
+        return SweepResult(system={"layers_offloaded": self.n, "layers_total": 31}, results=cells, cancelled=cancelled)
 
     def partial(self):
         return self._result(True) if self.measured else None
 
     def __iter__(self):
-        from chatphase.bench.core.events import BenchDone
-        from chatphase.bench.core.runner import SweepProgress
+        from chatphase.bench.core.events import RunDone
+        from chatphase.bench.sweep.loop import SweepProgress
 
         for i in range(self.runs):
             self.measured.append(sample(64 * (i + 1)))
             yield SweepProgress(i + 1, 4, self.measured[-1])
         if self.stuck is not None:
             self.stuck.wait(30)
-        yield BenchDone(self._result(self.cancelled))
+        yield RunDone(self._result(self.cancelled))
 
 
 def offload_run(runs_by_layers, stuck=None):
     from fake_engine import fake_model_info
 
-    from chatphase.bench.core.runner import SweepPlan
     from chatphase.bench.offload.run import OffloadRun
+    from chatphase.bench.sweep.loop import SweepPlan
     from chatphase.engine.config import EngineConfig
 
     plan = SweepPlan(prompt_lengths=(64, 128, 192, 256), depths=(), reps=1, warmup=0)
@@ -162,7 +162,7 @@ def offload_run(runs_by_layers, stuck=None):
 
 
 def test_progress_is_numbered_across_placements_and_partial_keeps_what_ran():
-    from chatphase.bench.core.runner import SweepProgress
+    from chatphase.bench.sweep.loop import SweepProgress
 
     sweep = offload_run({0: 4, 8: 2})
     events = iter(sweep)

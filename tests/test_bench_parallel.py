@@ -10,19 +10,19 @@ import pytest
 from fake_engine import fake_model_info
 
 from chatphase.bench.core.contract import SCHEMA_VERSION
-from chatphase.bench.core.events import BenchDone
-from chatphase.bench.core.parallel_results import ParallelCell
+from chatphase.bench.core.events import RunDone
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import render
-from chatphase.bench.core.results import read_csv, save_result
-from chatphase.bench.core.runner import SweepProgress
-from chatphase.bench.experiments import load_bench_result, load_result
+from chatphase.bench.core.results import save_result
+from chatphase.bench.experiments import load_bench_result, load_result, read_csv
 from chatphase.bench.parallel.plot import write_parallel_plot
+from chatphase.bench.parallel.records import ParallelCell
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.parallel.roofline import build_parallel_roofline, crossover_n_seq
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel, batch_sample
+from chatphase.bench.sweep.loop import SweepProgress
 from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
@@ -145,7 +145,7 @@ def test_sweep_through_bench_run_measures_every_cell_with_distinct_prompts():
             req.gen_steps == 8 and all(len(p) == 10 for p in req.prompts) and len(set(req.prompts)) == len(req.prompts)
         )
     result = events[-1].result
-    assert isinstance(events[-1], BenchDone) and not result.cancelled and isinstance(result, ParallelResult)
+    assert isinstance(events[-1], RunDone) and not result.cancelled and isinstance(result, ParallelResult)
     assert [(c.n_seq, c.reps) for c in result.parallel] == [(1, 2), (2, 2), (4, 2)]
     for c in result.parallel:  # step = 10 + 1 × N ms; prefill 0.5 ms per token
         assert c.step_ms.mean == pytest.approx(10 + c.n_seq)
@@ -242,7 +242,7 @@ def test_csv_with_both_kinds_of_cells(tmp_path):
 
 def test_a_parallel_file_from_before_it_had_its_own_result_loads_as_one():
     """``tests/data/bench_parallel_before_kind.json`` was written by chatphase at f0d4e74 (a sweep's
-    ``BenchResult`` holding parallel cells, no ``kind``, no ``version``), ``….table.txt`` and ``….md`` are that
+    ``SweepResult`` holding parallel cells, no ``kind``, no ``version``), ``….table.txt`` and ``….md`` are that
     chatphase's table and Markdown of it: it loads as the parallel sweep's result, overlays, renders the same
     text, and saves again with its kind and version."""
     data = Path(__file__).parent / "data"

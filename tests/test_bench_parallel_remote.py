@@ -14,7 +14,7 @@ import pytest
 from fake_engine import fake_model_info
 from remote_support import SlotServer
 
-from chatphase.bench.core.events import BenchDone, BenchNotice
+from chatphase.bench.core.events import BenchNotice, RunDone
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ParallelPlan
@@ -42,7 +42,7 @@ def test_n_concurrent_streams_with_per_stream_ttft_itl_and_the_aggregate():
     with SlotServer(total_slots=4) as srv:
         events = list(_bench(srv.url, plan))
     result = events[-1].result
-    assert isinstance(events[-1], BenchDone) and not result.cancelled
+    assert isinstance(events[-1], RunDone) and not result.cancelled
     assert len(srv.bodies) == 2 * 1 + 2 * 4 and srv.max_active == 4  # the four streams of a rep overlap
     assert all(len(b["prompt"]) == 12 and b["max_tokens"] == 7 and b["ignore_eos"] is True for b in srv.bodies)
     assert len({tuple(b["prompt"]) for b in srv.bodies[2:6]}) == 4  # each stream its own prompt

@@ -13,12 +13,12 @@ from fake_engine import fake_model_info
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.report import summary_lines
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.roofline import build_roofline
-from chatphase.bench.core.runner import SweepPlan
 from chatphase.bench.grid.levers import LeverGrid
 from chatphase.bench.grid.result import GridResult
 from chatphase.bench.grid.run import GridDone, GridRun
+from chatphase.bench.sweep.loop import SweepPlan
 from chatphase.bench.whatif import assumptions, device_rows, efficiency_from, find_device
 from chatphase.cli import main
 from chatphase.engine.config import EngineConfig
@@ -52,8 +52,8 @@ def test_bench_roofline_has_no_prefill_bound_for_quantised_weights():
 
 def test_the_report_says_why_instead_of_a_prefill_bound_and_reads_older_files():
     def lines(roofline: dict, quantization: str) -> list[str]:
-        result = BenchResult(model={"name": "m", "quantization": quantization}, roofline=roofline)
-        return summary_lines(BenchResult.from_dict(json.loads(result.to_json())))
+        result = SweepResult(model={"name": "m", "quantization": quantization}, roofline=roofline)
+        return summary_lines(SweepResult.from_dict(json.loads(result.to_json())))
 
     q = lines(_roofline("Q4_0"), "Q4_0")
     assert NOTE in q and not any("prefill bound" in x or "FLOP/s / (2 ×" in x for x in q)
@@ -105,7 +105,7 @@ def test_an_older_grid_file_without_a_weight_type_still_loads():
     assert loaded.cells[0].weight_type is None and loaded.cells[0].prediction.ttft_ms > 0
 
 
-def _bench(quantization: str) -> BenchResult:
+def _bench(quantization: str) -> SweepResult:
     # prefill 1,330 tok/s against the float32 figure 1e11 / (2 × 1e9) = 50 tok/s: 26.6×
     cells = [
         make_cell("prompt", 256, 0, gen=16, ttft=[200.0], prefill=[1330.0], decode=[9.0]),
@@ -114,7 +114,7 @@ def _bench(quantization: str) -> BenchResult:
     roofline = {"bandwidth_bytes_per_s": 20e9, "flops_per_s": 1e11, "weight_bytes": 1_000_000_000,
                 "n_params": 1_000_000_000, "kv_bytes_per_token": 100_000}  # fmt: skip
     model = {"name": "m", "quantization": quantization}
-    return BenchResult(model=model, results=cells, roofline=roofline, system={"cpu": "X"})
+    return SweepResult(model=model, results=cells, roofline=roofline, system={"cpu": "X"})
 
 
 def test_whatif_scales_a_quantised_prefill_without_calling_it_a_bound():

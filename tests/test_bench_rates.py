@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from chatphase.bench.load.accounting import RequestRecord, Slo, arrival_times_s, summarise
-from chatphase.bench.load.result import RateResult
+from chatphase.bench.rates.accounting import RequestRecord, Slo, arrival_times_s, summarise
+from chatphase.bench.rates.result import RateResult
 from chatphase.cli import main
 
 

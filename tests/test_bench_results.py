@@ -6,18 +6,19 @@ import json
 
 import pytest
 
-from chatphase.bench.core.parallel_results import ParallelSample
 from chatphase.bench.core.plot import write_plot
 from chatphase.bench.core.report import FORMATS, render, sample_progress
 from chatphase.bench.core.results import (
     CSV_COLUMNS,
-    BenchResult,
     CellResult,
     Sample,
+    SweepResult,
     parse_csv,
     save_result,
 )
 from chatphase.bench.experiments import load_result
+from chatphase.bench.parallel.records import ParallelSample
+from chatphase.bench.parallel.report import parallel_progress
 from chatphase.errors import UsageError
 from chatphase.plotting import check_plot_path
 from chatphase.timing.stats import summarize
@@ -40,8 +41,8 @@ def make_cell(
     )
 
 
-def make_result() -> BenchResult:
-    return BenchResult(
+def make_result() -> SweepResult:
+    return SweepResult(
         model={"name": "Tiny", "quantization": "Q4_1", "n_params": 135_000_000},
         settings={"engine": {"n_ctx": 1024, "n_threads": 2}, "plan": {"gen_tokens": 16, "reps": 2, "warmup": 1}},
         system={"cpu": "test"},
@@ -57,7 +58,7 @@ def make_result() -> BenchResult:
 
 def test_json_round_trip_keeps_everything():
     res = make_result()
-    back = BenchResult.from_dict(json.loads(res.to_json()))
+    back = SweepResult.from_dict(json.loads(res.to_json()))
     assert back == res
     data = json.loads(res.to_json())
     assert set(data) >= {"model", "settings", "system", "results", "fits", "roofline"}
@@ -129,7 +130,7 @@ def test_progress_lines_of_both_kinds_of_run():
     sweep = Sample("depth", 4, 256, 1, False, 41.04, 300.0, None, None, 4, 256, 1, 1000, "length")
     assert sample_progress(sweep) == ("depth 256 rep 2", "TTFT 41.0 ms, decode –")
     par = ParallelSample(64, 4, 16, 0, True, 21.0, 47.55, 190.2, 900.0, (5.0,), 20.0, 22.0, 64, None, "length")
-    assert sample_progress(par) == ("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.5 tok/s")
+    assert parallel_progress(par) == ("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.5 tok/s")
 
 
 @pytest.mark.parametrize("suffix,magic", [(".svg", b"<svg"), (".png", b"\x89PNG")])

@@ -8,9 +8,9 @@ import pytest
 from fake_engine import fake_model_info
 
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.results import BenchResult
-from chatphase.bench.core.runner import Sweep, SweepDone, SweepPlan, SweepProgress
-from chatphase.bench.sweep.run import BenchDone, BenchRun, BenchStatus
+from chatphase.bench.core.results import SweepResult
+from chatphase.bench.sweep.loop import Sweep, SweepDone, SweepPlan, SweepProgress
+from chatphase.bench.sweep.run import BenchStatus, RunDone, SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
 from tests.bench_support import CharTokenizer, ScriptedTokenEngine
@@ -118,7 +118,7 @@ def test_plan_validation(plan, match):
 def test_bench_run_with_a_fake_engine_builds_the_result():
     plan = SweepPlan(prompt_lengths=(10, 20, 40), depths=(0, 50), gen_tokens=3, reps=2, warmup=0)
     engine = ScriptedTokenEngine()
-    run_ = BenchRun(
+    run_ = SweepRun(
         fake_model_info(),
         EngineConfig(n_ctx=256),
         plan,
@@ -127,14 +127,14 @@ def test_bench_run_with_a_fake_engine_builds_the_result():
         builder=PromptBuilder(CharTokenizer()),
     )
     events = list(run_)
-    assert isinstance(events[0], BenchStatus) and isinstance(events[-1], BenchDone)
+    assert isinstance(events[0], BenchStatus) and isinstance(events[-1], RunDone)
     res = events[-1].result
     assert engine.closed
     fit = res.fits["ttft_ms_vs_prompt_tokens"]
     assert fit["intercept"] == pytest.approx(5) and fit["slope"] == pytest.approx(1) and fit["r2"] == pytest.approx(1)
     assert res.fits["decode_tokens_per_s_vs_depth"]["slope"] < 0
     assert res.settings["plan"]["reps"] == 2 and res.settings["engine"]["n_ctx"] == 4096
-    assert BenchResult.from_dict(json.loads(res.to_json())) == res
+    assert SweepResult.from_dict(json.loads(res.to_json())) == res
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_bench_run_roofline_verdicts(offloaded, quantization, expect, prefill):
     plan = SweepPlan(prompt_lengths=(10, 20), depths=(0,), gen_tokens=3, reps=1, warmup=0)
     engine = ScriptedTokenEngine(layers_offloaded=offloaded)
     res = list(
-        BenchRun(
+        SweepRun(
             fake_model_info(quantization=quantization),
             EngineConfig(n_ctx=256),
             plan,
@@ -167,7 +167,7 @@ def test_bench_run_roofline_verdicts(offloaded, quantization, expect, prefill):
 
 def test_bench_run_validates_before_any_work():
     engine = ScriptedTokenEngine()
-    run_ = BenchRun(
+    run_ = SweepRun(
         fake_model_info(),
         EngineConfig(n_ctx=64),
         SweepPlan(prompt_lengths=(64,)),
@@ -182,7 +182,7 @@ def test_bench_run_validates_before_any_work():
 def test_real_sweep_ttft_grows_with_the_prompt(default_model_info):
     """A small real sweep on the bundled model: 32 and 256 tokens, 2 reps, and a depth run reusing the cache."""
     plan = SweepPlan(prompt_lengths=(32, 256), depths=(128,), gen_tokens=4, reps=2, warmup=0)
-    events = list(BenchRun(default_model_info, EngineConfig(n_ctx=512, n_threads=1), plan, roofline=False))
+    events = list(SweepRun(default_model_info, EngineConfig(n_ctx=512, n_threads=1), plan, roofline=False))
     res = events[-1].result
     cells = {(c.kind, c.prompt_tokens): c for c in res.results}
     short, long_ = cells[("prompt", 32)], cells[("prompt", 256)]

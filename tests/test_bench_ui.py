@@ -18,10 +18,10 @@ from ui_support import wait_for
 
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepProgress
 from chatphase.bench.parallel.run import ParallelRun
 from chatphase.bench.parallel.sweep import ParallelPlan
-from chatphase.bench.sweep.run import BenchRun
+from chatphase.bench.sweep.loop import SweepProgress
+from chatphase.bench.sweep.run import SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot, y_axis
@@ -30,12 +30,12 @@ from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedToke
 
 
 class ScriptedJob:
-    """A :class:`~chatphase.bench.core.job.BenchJob` stand-in: the real BenchRun on a scripted engine, in-process
+    """A :class:`~chatphase.bench.core.job.job_for` stand-in: the real SweepRun on a scripted engine, in-process
     (a scripted batched engine and scripted machine peaks for the parallel sweep)."""
 
     def __init__(self, info, settings, plan):
         parallel = isinstance(plan, ParallelPlan)
-        self.run = (ParallelRun if parallel else BenchRun)(
+        self.run = (ParallelRun if parallel else SweepRun)(
             info,
             settings,
             plan,
@@ -64,7 +64,12 @@ class ExperimentsApp(App):
 
 
 async def _fill(pilot, screen, lengths="16,64,128", depths="0,256", reps="2", gen="8"):
-    for id_, value in (("exp-lengths", lengths), ("exp-depths", depths), ("exp-reps", reps), ("exp-gen", gen)):
+    for id_, value in (
+        ("exp-sweep-prompt_lengths", lengths),
+        ("exp-sweep-depths", depths),
+        ("exp-sweep-reps", reps),
+        ("exp-sweep-gen_tokens", gen),
+    ):
         screen.query_one(f"#{id_}", Input).value = value
     await pilot.pause()
 
@@ -157,12 +162,12 @@ def test_ui_module_does_not_import_llama_cpp():
 def _other_result(path):
     """A second scripted run (half the prefill cost, slower decode) saved as JSON, to overlay."""
     from chatphase.bench.core.results import save_result
-    from chatphase.bench.core.runner import SweepPlan
+    from chatphase.bench.sweep.loop import SweepPlan
 
     plan = SweepPlan(prompt_lengths=(16, 64, 128), depths=(0, 256, 512), gen_tokens=8, reps=2, warmup=0)
     engine = ScriptedTokenEngine(prefill_ms_per_token=0.5, decode_ms=14.0)
     res = list(
-        BenchRun(
+        SweepRun(
             fake_model_info(),
             EngineConfig(n_ctx=2048),
             plan,
@@ -218,7 +223,7 @@ async def test_ctrl_t_and_the_palette_open_experiments_in_the_chat_app():
 async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypatch):
     from ui_support import make_app, wait_for
 
-    monkeypatch.setattr("chatphase.ui.experiments.panes.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments.panes.job_for", ScriptedJob)
     app, _ = make_app()
 
     def open_screens():
@@ -240,7 +245,7 @@ async def test_ctrl_t_inside_experiments_keeps_one_screen_and_one_sweep(monkeypa
 async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
     from ui_support import make_app, notifications, send, wait_for, wait_thread
 
-    monkeypatch.setattr("chatphase.ui.experiments.panes.BenchJob", ScriptedJob)
+    monkeypatch.setattr("chatphase.ui.experiments.panes.job_for", ScriptedJob)
     app, engines = make_app(hold="decode", hold_after_tokens=2)
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: app.chat.ready)
@@ -262,7 +267,12 @@ async def test_run_refuses_while_the_chat_reply_streams(monkeypatch):
 async def _parallel_tab(pilot, screen, n_seqs="1,2,4", length="16", reps="2", gen="8"):
     await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-parallel")
     await pilot.pause()
-    for id_, value in (("exp-nseqs", n_seqs), ("exp-plength", length), ("exp-preps", reps), ("exp-pgen", gen)):
+    for id_, value in (
+        ("exp-parallel-n_seqs", n_seqs),
+        ("exp-parallel-prompt_lengths", length),
+        ("exp-parallel-reps", reps),
+        ("exp-parallel-gen_tokens", gen),
+    ):
         screen.query_one(f"#{id_}", Input).value = value
     await pilot.pause()
 
@@ -325,7 +335,7 @@ async def test_parallel_form_errors_are_notices():
         cases = (
             ("0", "16", "N must be 1 to 256"),
             ("8", "60", "n_ctx 512 holds 7 such"),
-            ("2,x", "16", "Sequences: expected"),
+            ("2,x", "16", "Sequences (N): expected"),
         )
         for n_seqs, length, message in cases:
             await _parallel_tab(pilot, screen, n_seqs=n_seqs, length=length, gen="8")
@@ -335,7 +345,7 @@ async def test_parallel_form_errors_are_notices():
 
 
 @pytest.mark.parametrize(
-    ("tab", "fields"), [("sweep", 4), ("parallel", 4), ("levers", 6), ("spec", 3), ("interference", 5)]
+    ("tab", "fields"), [("sweep", 4), ("parallel", 4), ("grid", 6), ("spec", 3), ("interference", 5)]
 )
 async def test_at_80x24_every_tab_fits_its_labels_and_the_screen(tab, fields):
     """At 80×24 every field's label is shown whole, with a gap before the next field ("Prompt lengthsDepths"),
@@ -451,7 +461,7 @@ async def test_plots_draw_even_y_ticks():
 
 @pytest.mark.parametrize(
     ("tab", "overlays"),
-    [("sweep", True), ("parallel", True), ("levers", False), ("spec", False), ("interference", False)],
+    [("sweep", True), ("parallel", True), ("grid", False), ("spec", False), ("interference", False)],
 )
 async def test_only_the_tabs_that_draw_overlays_offer_load_and_clear(tab, overlays):
     """docs/levers.md: the Levers and Speculative tabs draw no overlays of loaded files, so they show no overlay

@@ -92,7 +92,15 @@ async def test_a_run_fills_the_table_the_summary_and_the_swim_lanes():
     app = ExperimentsApp()
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen_obj
-        await _open_tab(pilot, screen, **{"exp-irunning": "2", "exp-inew": "128", "exp-ichunks": "16,64"})
+        await _open_tab(
+            pilot,
+            screen,
+            **{
+                "exp-interference-n_running": "2",
+                "exp-interference-newcomer_tokens": "128",
+                "exp-interference-chunks": "16,64",
+            },
+        )
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -133,11 +141,11 @@ async def test_a_bad_form_is_a_notice_and_starts_nothing():
     app = ExperimentsApp()
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen_obj
-        await _open_tab(pilot, screen, **{"exp-ichunks": "16,x"})
+        await _open_tab(pilot, screen, **{"exp-interference-chunks": "16,x"})
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert screen.job is None and "Chunks:" in str(screen.query_one("#exp-status", Static).render())
-        await _open_tab(pilot, screen, **{"exp-ichunks": "300"})
+        await _open_tab(pilot, screen, **{"exp-interference-chunks": "300"})
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert screen.job is None and "over n_batch" in str(screen.query_one("#exp-status", Static).render())
@@ -149,7 +157,15 @@ async def test_the_status_says_measuring_once_the_lanes_draw_and_a_cancel_before
     app = ExperimentsApp(PausingInterferenceJob)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen_obj
-        await _open_tab(pilot, screen, **{"exp-irunning": "2", "exp-inew": "128", "exp-ichunks": "64"})
+        await _open_tab(
+            pilot,
+            screen,
+            **{
+                "exp-interference-n_running": "2",
+                "exp-interference-newcomer_tokens": "128",
+                "exp-interference-chunks": "64",
+            },
+        )
         status = screen.query_one("#exp-status", Static)
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: hasattr(PausingInterferenceJob, "last") and screen.job is not None)

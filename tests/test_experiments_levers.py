@@ -60,11 +60,16 @@ class LeversApp(App):
 
 
 async def _levers_tab(pilot, screen, lever="type_k", values=None, lengths="16,64", depths="0,128", reps="2"):
-    await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-levers")
+    await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-grid")
     await pilot.pause()
     screen.query_one("#exp-lever", Select).value = lever
     await pilot.pause()
-    fields = {"exp-llengths": lengths, "exp-ldepths": depths, "exp-lreps": reps, "exp-lgen": "8"}
+    fields = {
+        "exp-grid-prompt_lengths": lengths,
+        "exp-grid-depths": depths,
+        "exp-grid-reps": reps,
+        "exp-grid-gen_tokens": "8",
+    }
     if values is not None:
         fields["exp-lvalues"] = values
     for id_, value in fields.items():
@@ -115,7 +120,7 @@ async def test_a_kv_type_grid_runs_interleaved_and_fills_table_plots_and_saves(t
         assert decode.legend_lines == 3 + 2  # a line per point, and a bandwidth bound per thread count in the peaks
 
         path = tmp_path / "levers.json"
-        assert screen.query_one("#exp-path", Input).value.startswith("bench-levers-")
+        assert screen.query_one("#exp-path", Input).value.startswith("bench-grid-")
         screen.query_one("#exp-path", Input).value = str(path)
         await pilot.press("ctrl+s")
         data = json.loads(path.read_text())
@@ -145,7 +150,7 @@ async def test_the_table_fills_while_running_and_the_tab_keeps_its_own_status():
             ScriptedGridJob.last.gate.set()
             screen.action_cancel()
             await app.workers.wait_for_complete()
-            await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-levers")
+            await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-grid")
             await pilot.pause()
             assert "Cancelled" in _status(screen)
             assert table.row_count >= 1 and screen.result.cancelled

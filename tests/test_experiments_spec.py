@@ -80,7 +80,7 @@ class SpecApp(App):
 async def _spec_tab(pilot, screen, modes="lookup", reps="2", gen="40"):
     await pilot.click("#exp-tabs Tab#--content-tab-exp-tab-spec")
     await pilot.pause()
-    for id_, value in {"exp-smodes": modes, "exp-sreps": reps, "exp-sgen": gen}.items():
+    for id_, value in {"exp-spec-specs": modes, "exp-spec-reps": reps, "exp-spec-max_tokens": gen}.items():
         screen.query_one(f"#{id_}", Input).value = value
     await pilot.pause()
 
@@ -258,12 +258,17 @@ class _CancellingSpecRun(SpecRun):
 
 
 def _bench_spec(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
-    from chatphase.cli import main
-    from chatphase.commands import bench_spec
+    import dataclasses
 
-    monkeypatch.setattr(bench_spec, "SpecRun", _CancellingSpecRun)
-    monkeypatch.setattr(bench_spec, "resolve_model", lambda model, models_dir: model)
-    monkeypatch.setattr(bench_spec, "read_model_info", lambda path: fake_model_info())
+    from chatphase.bench.experiments import EXPERIMENTS
+    from chatphase.cli import main
+
+    def make_run(info, config, plan, roofline, log_path, **options):
+        return _CancellingSpecRun(info, config, plan)
+
+    monkeypatch.setitem(EXPERIMENTS, "spec", dataclasses.replace(EXPERIMENTS["spec"], make_run=make_run))
+    monkeypatch.setattr("chatphase.models.resolve.resolve_model", lambda model, models_dir: model)
+    monkeypatch.setattr("chatphase.models.gguf_meta.read_model_info", lambda path: fake_model_info())
     rc = main(["bench", "--spec", "lookup", "--reps", "1", "--model", "/scripted/model.gguf", *argv])
     out, err = capsys.readouterr()
     return rc, out, err

@@ -12,7 +12,7 @@ import pytest
 
 from chatphase.bench.core import peaks as peaks_mod
 from chatphase.bench.core.peaks import MachinePeaks, Repeated, measure_read
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.roofline import bound_class, build_roofline, verdict
 from chatphase.bench.grid.levers import Prediction, bound_share, predict
 from chatphase.bench.grid.result import GridCell, GridResult, grid_row, lever_lines
@@ -271,7 +271,7 @@ def _above_bound_result():
     ]
     roofline = {"bandwidth_bytes_per_s": bw, "flops_per_s": flops, "weight_bytes": MODEL.weight_bytes,
                 "n_params": MODEL.n_params, "kv_bytes_per_token": MODEL.kv_bytes_per_token}  # fmt: skip
-    return BenchResult(
+    return SweepResult(
         model={"name": "m", "quantization": "F32"}, results=cells, roofline=roofline, system={"cpu": "X"}
     )
 

@@ -15,8 +15,8 @@ from fake_engine import fake_model_info
 
 from chatphase.bench.core.peaks import measure_peaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepPlan
-from chatphase.bench.sweep.run import BenchRun, BenchStatus
+from chatphase.bench.sweep.loop import SweepPlan
+from chatphase.bench.sweep.run import BenchStatus, SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import ModelLoaded
 from chatphase.system.engine_registry import busy_engines, engine_cpu_s, register, running_engines, unregister
@@ -98,7 +98,7 @@ def test_an_engine_busy_during_the_measurement_or_started_since_counts(busy_engi
 
 def _bench(engine_factory, quiet_wait_s=0.3):
     plan = SweepPlan(prompt_lengths=(8,), depths=(0,), gen_tokens=2, reps=1, warmup=0)
-    return BenchRun(
+    return SweepRun(
         fake_model_info(),
         EngineConfig(n_ctx=256, n_threads=1),
         plan,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from chatphase.bench.core.results import BenchResult, Sample, save_result
+from chatphase.bench.core.results import Sample, SweepResult, save_result
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.timing.saved_sweeps import points_from_sweep, saved_points, sweep_points
 from chatphase.timing.ttft_model import PrefillPoint
@@ -37,7 +37,7 @@ def test_what_the_bench_saves_is_what_the_prior_reads(tmp_path):
     """A sweep saved by the bench's own records: its measured samples are the points, each prefill the evaluated
     tokens at the measured rate on top of the cached ones; a warm-up is none."""
     model = {"path": "/models/smol.gguf", "name": "smol"}
-    result = BenchResult(model=model, samples=[sample(64, 0, 200.0, warmup=True), sample(64, 0, 150.0),
+    result = SweepResult(model=model, samples=[sample(64, 0, 200.0, warmup=True), sample(64, 0, 150.0),
                                                sample(1064, 1000, 180.0)])  # fmt: skip
     save_result(result, tmp_path / "smol.json")
     assert saved_points("/elsewhere/smol.gguf", tmp_path) == [
@@ -48,8 +48,8 @@ def test_what_the_bench_saves_is_what_the_prior_reads(tmp_path):
 
 
 def test_only_the_newest_sweep_of_the_model_is_read_and_anything_else_is_passed_over(tmp_path):
-    old = BenchResult(model={"path": "/m/a.gguf"}, samples=[sample(32, 0, 90.0)])
-    new = BenchResult(model={"path": "/m/a.gguf"}, samples=[sample(16, 0, 60.0)])
+    old = SweepResult(model={"path": "/m/a.gguf"}, samples=[sample(32, 0, 90.0)])
+    new = SweepResult(model={"path": "/m/a.gguf"}, samples=[sample(16, 0, 60.0)])
     os.utime(save_result(old, tmp_path / "old.json"), (1, 1))
     save_result(new, tmp_path / "new.json")
     save_result(ParallelResult(model={"path": "/m/a.gguf"}), tmp_path / "parallel.json")

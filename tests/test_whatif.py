@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.bench.whatif import (
     DEVICES,
     Efficiency,
@@ -34,7 +34,7 @@ def _result():
     roofline = {"bandwidth_bytes_per_s": 20e9, "flops_per_s": 2e12, "weight_bytes": MODEL.weight_bytes,
                 "n_params": MODEL.n_params, "kv_bytes_per_token": MODEL.kv_bytes_per_token}  # fmt: skip
     model = {"name": "m", "synthetic": True, "quantization": "F32"}
-    return BenchResult(model=model, results=cells, roofline=roofline, system={"cpu": "X"})
+    return SweepResult(model=model, results=cells, roofline=roofline, system={"cpu": "X"})
 
 
 def test_efficiency_from_a_result_by_hand():
@@ -95,12 +95,12 @@ def test_the_readmes_form_takes_the_model_as_its_positional_argument(monkeypatch
     import chatphase.bench.sweep.run as sweep_run
     import chatphase.models.gguf_meta as gguf_meta
     import chatphase.models.resolve as resolve
-    from chatphase.bench.core.events import BenchDone
+    from chatphase.bench.core.events import RunDone
 
     asked: list[str] = []
     monkeypatch.setattr(resolve, "resolve_model", lambda spec, models_dir=None: asked.append(spec) or spec)
     monkeypatch.setattr(gguf_meta, "read_model_info", lambda path: type("Info", (), {"synthetic": True})())
-    monkeypatch.setattr(sweep_run, "BenchRun", lambda info, engine, plan: iter([BenchDone(_result())]))
+    monkeypatch.setattr(sweep_run, "SweepRun", lambda info, engine, plan: iter([RunDone(_result())]))
     argv = "whatif synthetic-llama-3.1-8b-Q4_0.gguf --device rtx-4090,m2,rpi5 --depths 0,4096,16384".split()
     assert main(argv) == 0
     assert asked == ["synthetic-llama-3.1-8b-Q4_0.gguf"]

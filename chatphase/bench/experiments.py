@@ -1,108 +1,80 @@
-"""The registry of experiments: each kind's result type, text forms, plot, child-process run and CLI flag.
+"""The registry of experiments: one line per experiment, each record defined in its own package.
 
-The one place that knows every experiment (each imports only :mod:`chatphase.bench.core`): ``chatphase bench``
-(:mod:`chatphase.commands.bench`) picks the kind from its flags and checks ``--format``/``--plot`` here before
-any work; the Experiments screen's tabs build their jobs with :func:`job_for`; :func:`load_result` reads back any
+A record (:class:`~chatphase.bench.core.experiment.Experiment`) holds the kind, title, plan type, run, reader, text
+forms and plot of its experiment; the plan's fields hold its knobs (flag, label, default, help). ``chatphase bench``
+(:mod:`chatphase.commands.bench`) makes its flags from them and picks the experiment by its flag; the Experiments
+screen makes its tabs' forms from them and runs any plan with :func:`job_for`; :func:`load_result` reads back any
 saved result by its ``kind`` (files written before results carried one are recognised by their keys, as the
-version 1 they are) and refuses a ``version`` newer than this chatphase knows.
-
-=========  ============================  ====================  ==========================
-kind       flag                          formats               plot
-=========  ============================  ====================  ==========================
-sweep      (none)                        table, csv, json, md  TTFT, decode vs depth
-parallel   ``--parallel N,N``            table, csv, json, md  aggregate, per-seq, step
-grid       comma lists in a lever        table, csv, json, md  none
-spec       ``--spec off,lookup,...``     table, csv, json      none
-offload    ``--gpu-layers 0,8,all``      table, json           prefill, decode vs layers
-interf.    ``--interference N``          table, csv, json, md  stall vs TTFT, swim lanes
-rates      ``--server URL --rates R,R``  table, csv, json, md  none
-=========  ============================  ====================  ==========================
+version 1 they are) and refuses a ``version`` newer than this chatphase knows. :func:`register` adds one more
+(each experiment's package, or a test's).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from chatphase.bench.core.contract import FORMATS, check_format, saved_version
-from chatphase.bench.core.job import ExperimentJob, RunBuilder
-from chatphase.bench.core.results import BenchResult, read_csv, save_result
-from chatphase.bench.grid.result import GridResult
-from chatphase.bench.interference.plan import InterferencePlan
-from chatphase.bench.interference.result import InterferenceResult
-from chatphase.bench.load.result import RateResult
-from chatphase.bench.offload.run import OFFLOAD_FORMATS, offload_from_dict
+from chatphase.bench.core.contract import check_format, saved_version
+from chatphase.bench.core.experiment import Experiment
+from chatphase.bench.core.job import ExperimentJob
+from chatphase.bench.core.results import CellResult, SweepResult, csv_rows, malformed_row, save_result
+from chatphase.bench.grid.experiment import EXPERIMENT as GRID
+from chatphase.bench.interference.experiment import EXPERIMENT as INTERFERENCE
+from chatphase.bench.offload.experiment import EXPERIMENT as OFFLOAD
+from chatphase.bench.parallel.experiment import EXPERIMENT as PARALLEL
+from chatphase.bench.parallel.records import ParallelCell
 from chatphase.bench.parallel.result import ParallelResult
-from chatphase.bench.parallel.sweep import ParallelPlan
-from chatphase.bench.spec.run import SPEC_FORMATS, SpecPlan, SpecResult
+from chatphase.bench.rates.experiment import EXPERIMENT as RATES
+from chatphase.bench.spec.experiment import EXPERIMENT as SPEC
+from chatphase.bench.sweep.experiment import EXPERIMENT as SWEEP
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 
 __all__ = [
     "EXPERIMENTS",
-    "BenchJob",
     "Experiment",
     "check_outputs",
+    "experiment_of",
     "job_for",
     "load_bench_result",
     "load_result",
+    "read_csv",
+    "read_saved",
+    "register",
     "save_result",
 ]
 
-
-@dataclass(frozen=True)
-class Experiment:
-    """One experiment: its ``kind``, what it is (``title``), the ``flag`` that picks it on the command line,
-    the text ``formats`` its result renders, whether it draws a ``--plot`` (``plot_note`` says why not),
-    ``read`` (a saved JSON object back into its result), and whether its results loaded from a file are drawn
-    over the Experiments screen's plots (``overlays``)."""
-
-    kind: str
-    title: str
-    flag: str
-    formats: tuple[str, ...]
-    plots: bool
-    read: Callable[[dict], object]
-    plot_note: str = ""
-    overlays: bool = False
+#: every experiment by its kind, in the order of the Experiments screen's tabs and ``chatphase bench --help``.
+EXPERIMENTS: dict[str, Experiment] = {}
 
 
-EXPERIMENTS: dict[str, Experiment] = {
-    e.kind: e
-    for e in (
-        Experiment("sweep", "prompt length & depth", "", FORMATS, True, BenchResult.from_dict, overlays=True),
-        Experiment("parallel", "parallel decode", "--parallel", FORMATS, True, ParallelResult.from_dict, overlays=True),
-        Experiment(
-            "grid",
-            "lever grid",
-            "comma lists in a lever",
-            FORMATS,
-            False,
-            GridResult.from_dict,
-            "a lever grid compares its points in its table",
-        ),
-        Experiment(
-            "spec",
-            "decode modes",
-            "--spec",
-            SPEC_FORMATS,
-            False,
-            SpecResult.from_dict,
-            "the decode modes compare in their table",
-        ),
-        Experiment("offload", "offload sweep", "--gpu-layers", OFFLOAD_FORMATS, True, offload_from_dict),
-        Experiment(
-            "interference", "prefill meets decode", "--interference", FORMATS, True, InterferenceResult.from_dict
-        ),
-        Experiment(
-            "rates", "rate sweep", "--rates", FORMATS, False, RateResult.from_dict, "the rates compare in their table"
-        ),
-    )
-}
+def register(experiment: Experiment) -> Experiment:
+    """Add ``experiment`` (replacing one of its kind); returns it."""
+    EXPERIMENTS[experiment.kind] = experiment
+    return experiment
+
+
+register(SWEEP)
+register(PARALLEL)
+register(GRID)
+register(SPEC)
+register(OFFLOAD)
+register(INTERFERENCE)
+register(RATES)
+
+
+def experiment_of(plan) -> Experiment:
+    """The experiment whose plan ``plan`` is.
+
+    Raises:
+        UsageError: a plan of no registered experiment.
+    """
+    for experiment in EXPERIMENTS.values():
+        if type(plan) is experiment.plan:
+            return experiment
+    raise UsageError(f"no experiment runs a {type(plan).__name__}")
 
 
 def check_outputs(kind: str, fmt: str, plot: str | None, output: str | None) -> None:
@@ -116,32 +88,14 @@ def check_outputs(kind: str, fmt: str, plot: str | None, output: str | None) -> 
     experiment = EXPERIMENTS[kind]
     check_format(fmt, experiment.formats)
     if plot:
-        if not experiment.plots:
-            raise UsageError(f"--plot: {experiment.title} ({experiment.flag}) draws no plot: {experiment.plot_note}")
+        if experiment.plot is None:
+            picked = f" ({experiment.pick})" if experiment.pick else ""
+            raise UsageError(f"--plot: {experiment.title}{picked} draws no plot: {experiment.plot_note}")
         from chatphase.plotting import check_plot_path
 
         check_plot_path(plot)
     if output and not Path(output).expanduser().parent.is_dir():
         raise UsageError(f"--output directory does not exist: {Path(output).parent}")
-
-
-def _builder(plan) -> RunBuilder:
-    """The run builder of ``plan``'s experiment (the plans a one-model job takes)."""
-    if isinstance(plan, ParallelPlan):
-        from chatphase.bench.parallel.run import make_run as parallel_run
-
-        return parallel_run
-    if isinstance(plan, InterferencePlan):
-        from chatphase.bench.interference.run import make_run as interference_run
-
-        return interference_run
-    if isinstance(plan, SpecPlan):
-        from chatphase.bench.spec.run import make_run as spec_run
-
-        return spec_run
-    from chatphase.bench.sweep.run import make_run as sweep_run
-
-    return sweep_run
 
 
 def job_for(
@@ -150,13 +104,9 @@ def job_for(
     """``plan``'s experiment in a child process (:class:`~chatphase.bench.core.job.ExperimentJob`).
 
     Raises:
-        UsageError: the plan does not fit ``config``'s n_ctx and n_batch.
+        UsageError: the plan does not fit ``config``'s n_ctx and n_batch, or no experiment runs it.
     """
-    return ExperimentJob(info, config, plan, _builder(plan), roofline, log_path)
-
-
-#: the one-model job by its old name (a sweep's or a parallel plan's).
-BenchJob = job_for
+    return ExperimentJob(info, config, plan, experiment_of(plan).make_run, roofline, log_path)
 
 
 def kind_of(data: dict) -> str:
@@ -187,9 +137,51 @@ def kind_of(data: dict) -> str:
     return str(kind)
 
 
+def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
+    """Prompt/depth cells and parallel cells from CSV text written by :meth:`SweepResult.to_csv` or the parallel
+    sweep's result (older files may hold both kinds' rows).
+
+    Raises:
+        UsageError: when the header lacks the expected columns or a row is malformed.
+    """
+    cells: list[CellResult] = []
+    parallel: list[ParallelCell] = []
+    try:
+        for row in csv_rows(text):
+            if row["kind"] == "parallel":
+                parallel.append(ParallelCell.from_csv_row(row))
+            else:
+                cells.append(CellResult.from_csv_row(row))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed_row(exc) from None
+    return cells, parallel
+
+
+def read_saved(path: str | os.PathLike) -> dict:
+    """A saved JSON result as its object, its ``kind`` set (:func:`kind_of`; a ``version`` newer than this chatphase
+    reads is refused).
+
+    Raises:
+        UsageError: a missing/unreadable file or one that is not UTF-8 or not JSON, a future version, or content
+            that is not a result (one line each).
+    """
+    from chatphase.engine.text import read_utf8
+
+    p = Path(path)
+    text = read_utf8(p, "result file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{p} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg.lower()})") from None
+    if not isinstance(data, dict):
+        raise UsageError('not a chatphase bench result (no "results" list)')
+    saved_version(data)
+    return {**data, "kind": kind_of(data)}
+
+
 def load_result(path: str | os.PathLike):
-    """Read any saved result: ``.json`` by its ``kind`` (:func:`kind_of`; a ``version`` newer than this
-    chatphase reads is refused) or ``.csv`` (a sweep's or a parallel sweep's cells, labelled by file name).
+    """Read any saved result: ``.json`` by its ``kind`` (:func:`read_saved`) or ``.csv`` (a sweep's or a parallel
+    sweep's cells, labelled by file name).
 
     Raises:
         UsageError: a missing/unreadable file or one that is not UTF-8, an unknown suffix, a future version,
@@ -198,28 +190,22 @@ def load_result(path: str | os.PathLike):
     from chatphase.engine.text import read_utf8
 
     p = Path(path)
-    text = read_utf8(p, "result file")
     suffix = p.suffix.lower()
     if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{p} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg.lower()})") from None
-        if not isinstance(data, dict):
-            raise UsageError('not a chatphase bench result (no "results" list)')
-        saved_version(data)
-        return EXPERIMENTS[kind_of(data)].read(data)
+        data = read_saved(p)
+        return EXPERIMENTS[data["kind"]].read(data)
+    text = read_utf8(p, "result file")
     if suffix == ".csv":
         cells, parallel = read_csv(text)
         if parallel and cells:
             raise UsageError(f"{p.name} holds both sweep and parallel cells: save each kind's result on its own")
         if parallel:
             return ParallelResult(parallel=parallel, label=p.stem)
-        return BenchResult(results=cells, label=p.stem)
+        return SweepResult(results=cells, label=p.stem)
     raise UsageError(f"unknown result file type {suffix or '(none)'!r}: use .json or .csv")
 
 
-def load_bench_result(path: str | os.PathLike) -> BenchResult | ParallelResult:
+def load_bench_result(path: str | os.PathLike) -> SweepResult | ParallelResult:
     """:func:`load_result` for a result that overlays on the sweep's and parallel sweep's plots.
 
     Raises:
@@ -227,7 +213,7 @@ def load_bench_result(path: str | os.PathLike) -> BenchResult | ParallelResult:
     """
     result = load_result(path)
     experiment = EXPERIMENTS[getattr(result, "kind", "offload")]
-    if not experiment.overlays or not isinstance(result, BenchResult | ParallelResult):
+    if not experiment.overlays or not isinstance(result, SweepResult | ParallelResult):
         drawn = " and ".join(e.kind for e in EXPERIMENTS.values() if e.overlays)
         raise UsageError(f"{Path(path).name} is a {experiment.title} result: only {drawn} results overlay here")
     return result

@@ -230,7 +230,7 @@ def assumptions(eff: Efficiency, model: ModelFacts) -> list[str]:
 
 
 def efficiency_from(result) -> tuple[Efficiency, ModelFacts, dict]:
-    """The efficiency of a bench :class:`~chatphase.bench.core.results.BenchResult` with a roofline: decode from
+    """The efficiency of a bench :class:`~chatphase.bench.core.results.SweepResult` with a roofline: decode from
     its depth-0 cell (else its shallowest), prefill from its longest prompt cell. Also returns the model's
     facts and ``measured``: ``{"decode": {depth: tok/s}, "ttft_ms": {prompt_tokens: ms}}``.
 

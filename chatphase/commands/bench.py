@@ -1,16 +1,12 @@
-"""``chatphase bench``: how TTFT grows with the prompt and decode speed with context depth, on this machine.
+"""``chatphase bench``: run any registered experiment (:mod:`chatphase.bench.experiments`) on this machine or a server.
 
-For each prompt length a prompt of exactly that many tokens (cut on token boundaries), the KV cache
-cleared before each repetition, warm-up runs not counted; for each depth, decode speed with that many
-tokens already cached. Prints mean ± sample sd, median, min and max per cell, a least-squares fit of
-TTFT against prompt length, and the roofline (measured memory bandwidth and matmul FLOP/s).
-``--spec off,lookup,auto,draft:MODEL`` compares decode modes instead (:mod:`chatphase.commands.bench_spec`).
-``--interference N`` runs N streams while a new prompt arrives (:mod:`chatphase.commands.bench_interference`).
-``--server URL --rates R,R`` loads a served model at rising request rates (:mod:`chatphase.commands.bench_rates`).
-``--parallel N,N,...`` runs the parallel-decode sweep instead: N sequences prefilled and decoded together
-in one context (over ``--server``: N concurrent streams), with the step's roofline per N.
-A comma list in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or ``--threads`` runs a
-lever grid instead (:mod:`chatphase.commands.bench_grid`): every combination, interleaved, beside the roofline.
+The flags are made from the experiments' plans (each field's flag, help and default,
+:mod:`chatphase.bench.core.experiment`); the flag that picks an experiment (``--parallel``, ``--spec``, ``--gpu-layers``,
+``--interference``, ``--rates``; comma lists in ``--model``, ``--cache-type-k/-v``, ``--flash-attn``, ``--n-ubatch`` or
+``--threads``: the lever grid) chooses it, else the prompt-length and depth sweep runs: TTFT against prompt length and
+decode speed against context depth, with the roofline (measured memory bandwidth and matmul FLOP/s). A flag the chosen
+experiment does not take is refused (it would be ignored silently). ``--rerun FILE`` runs a saved result's plan again
+and sets the two side by side (old, new and new/old per row and figure).
 Exit codes: 0 ok; 130 cancelled by Ctrl+C (the first lets the current run end, the second stops at once;
 either way the results so far are written); 2 bad usage or unusable model; 1 engine failure.
 """
@@ -18,32 +14,20 @@ either way the results so far are written); 2 bad usage or unusable model; 1 eng
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
-from chatphase.bench.core.contract import FORMATS, validate_plan
-from chatphase.bench.core.plot import write_plot
-from chatphase.bench.core.report import render, sample_progress
-from chatphase.bench.core.runner import (
-    DEFAULT_DEPTHS,
-    DEFAULT_PROMPT_LENGTHS,
-    SweepPlan,
-    SweepProgress,
-)
-from chatphase.bench.experiments import check_outputs
-from chatphase.bench.parallel.sweep import DEFAULT_PARALLEL_PROMPT_LENGTHS, ParallelPlan
-from chatphase.commands.bench_interference import add_interference_options
-from chatphase.commands.bench_offload import add_offload_options, run_offload
-from chatphase.commands.bench_rates import add_rate_options
-from chatphase.commands.options import add_model_options, settings_from_args
+from chatphase.bench.core.contract import FORMATS, Done, Progress, check_format
+from chatphase.bench.core.experiment import LEVERS, Experiment, PlanField, compare_rows, show
+from chatphase.bench.experiments import EXPERIMENTS, check_outputs
+from chatphase.commands.options import add_model_options, count_or_auto, settings_from_args
 from chatphase.commands.server_options import add_server_options, remote_bench_options, validate_bench_plan
 from chatphase.engine.text import inert
 from chatphase.errors import UsageError
-from chatphase.models.gguf_meta import read_model_info
-from chatphase.models.resolve import resolve_model
 from chatphase.units import parse_counts
 
 
@@ -59,6 +43,51 @@ def count_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _flag_type(parse):
+    """``parse`` for argparse: its ValueError or UsageError as argparse's one-line error."""
+
+    def parse_flag(text: str):
+        try:
+            return parse(text)
+        except (ValueError, UsageError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse_flag.__name__ = getattr(parse, "__name__", "value")
+    return parse_flag
+
+
+def plan_flags() -> dict[str, list[tuple[Experiment, PlanField]]]:
+    """Every experiment's knobs by flag, in the order first registered."""
+    flags: dict[str, list[tuple[Experiment, PlanField]]] = {}
+    for experiment in EXPERIMENTS.values():
+        for f in experiment.fields():
+            if f.flag:
+                flags.setdefault(f.flag, []).append((experiment, f))
+    return flags
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _help(flag: str, knobs: list[tuple[Experiment, PlanField]]) -> str:
+    """The first knob's help and its default: the most experiments' first, then each other experiment's (the
+    picking flag has none)."""
+    from collections import Counter
+
+    defaults = {
+        e.kind: show(f.default)
+        for e, f in knobs
+        if e.pick != flag and isinstance(f.default, int | float | str | tuple) and show(f.default)
+    }
+    text = knobs[0][1].help
+    if not defaults:
+        return text
+    common = Counter(defaults.values()).most_common(1)[0][0]
+    others = [f"with {_words(EXPERIMENTS[k])} {v}" for k, v in defaults.items() if v != common]
+    return f"{text} (default {'; '.join([common, *others])})"
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "bench",
@@ -67,140 +96,256 @@ def register(sub) -> None:
     )
     add_model_options(p, lists=True)
     add_server_options(p)
-    g = p.add_argument_group("sweep")
+    taken = {s for action in p._actions for s in action.option_strings}  # --spec is the engine's decode mode too
+    g = p.add_argument_group("experiments")
+    for flag, knobs in plan_flags().items():
+        if flag in taken:
+            continue
+        f = knobs[0][1]
+        parse = _flag_type(f.parse) if f.parse else str
+        g.add_argument(flag, dest=_dest(flag), type=parse, metavar=f.metavar, help=_help(flag, knobs))
     g.add_argument(
-        "--prompt-lengths",
-        type=count_list,
-        metavar="N,N,...",
-        help=f"prompt lengths in tokens (default {','.join(map(str, DEFAULT_PROMPT_LENGTHS))}, with --parallel "
-        f"{','.join(map(str, DEFAULT_PARALLEL_PROMPT_LENGTHS))}; 'none' to skip)",
+        "--rerun", metavar="FILE", help="run a saved result's plan again and show the two side by side (.json)"
     )
-    g.add_argument(
-        "--depths",
-        type=count_list,
-        metavar="N,N,...",
-        help=f"KV cache depths in tokens for decode speed (default {','.join(map(str, DEFAULT_DEPTHS))}; 'none' to skip)",
-    )
-    g.add_argument(
-        "--parallel",
-        type=count_list,
-        metavar="N,N,...",
-        help="instead: decode N sequences together for each N, e.g. 1,2,4,8,16 (each its own prompt of "
-        "--prompt-lengths tokens; over --server N concurrent streams)",
-    )
-    g.add_argument(
-        "--gen",
-        type=int,
-        default=32,
-        metavar="N",
-        help="tokens decoded per run; with --parallel decode steps (default 32)",
-    )
-    g.add_argument("--reps", type=int, default=3, metavar="R", help="counted repetitions per cell (default 3)")
-    g.add_argument("--warmup", type=int, default=1, metavar="W", help="uncounted warm-up runs per cell (default 1)")
-    add_offload_options(g)
-    add_interference_options(g, count_list)
-    add_rate_options(g)
     g.add_argument("--no-roofline", dest="roofline", action="store_false", help="skip the bandwidth/FLOP/s measurement")
     out = p.add_argument_group("output")
     out.add_argument("--format", default="table", metavar="|".join(FORMATS), help="output format (default table)")
     out.add_argument("--output", "-o", metavar="FILE", help="write the output here instead of stdout")
-    out.add_argument(
-        "--plot", metavar="FILE", help="draw TTFT and decode-vs-depth plots (.svg or .png; needs chatphase[plot])"
-    )
+    out.add_argument("--plot", metavar="FILE", help="draw the experiment's plots (.svg or .png; needs chatphase[plot])")
     p.set_defaults(func=run)
 
 
-def experiment_kind(args: argparse.Namespace, grid=None) -> str:
-    """Which experiment the flags ask for (a kind of :data:`~chatphase.bench.experiments.EXPERIMENTS`)."""
-    if args.spec:
-        return "spec"
-    if args.interference is not None:
-        return "interference"
-    if args.rates is not None:
-        return "rates"
-    if grid is not None and grid.is_sweep:
-        return "grid"
-    if args.gpu_layers is not None:
-        return "offload"
-    return "parallel" if args.parallel is not None else "sweep"
+def split_levers(args: argparse.Namespace):
+    """The :class:`~chatphase.bench.grid.levers.LeverGrid` of the lever flags in ``args`` (kept as text by
+    ``add_model_options(lists=True)``); single values are written back into ``args`` as the settings read them
+    (``--n-ubatch`` an int, ``--threads`` an int or ``auto``), lists set to ``None``.
+
+    Raises:
+        UsageError: a value a lever does not take (one line naming the flag and the choices).
+    """
+    from chatphase.bench.grid.levers import LEVERS as LEVER_FLAGS
+    from chatphase.bench.grid.levers import LeverGrid, check_values, parse_lever
+
+    values: dict[str, tuple] = {}
+    for lever in LEVER_FLAGS:  # each lever's flag fills the ``args`` attribute of its name (the setting's key)
+        text = getattr(args, lever, None)
+        if text is None:
+            continue
+        # a model file whose name holds a comma is one model, not a list
+        items = (text,) if lever == "model" and Path(text).expanduser().is_file() else parse_lever(lever, text)
+        values[lever] = check_values(lever, items)
+        single = items[0] if len(items) == 1 else None
+        if lever == "n_threads" and single is not None:
+            single = count_or_auto(str(single))
+        setattr(args, lever, single)
+    return LeverGrid(values)
+
+
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    return getattr(args, _dest(flag), None) is not None
+
+
+def pick(args: argparse.Namespace, levers: dict[str, tuple]) -> Experiment:
+    """The experiment the flags ask for: the last registered whose picking flag is given (comma lists in a lever
+    pick the lever grid), else the one picked by no flag (the sweep)."""
+    for experiment in reversed(EXPERIMENTS.values()):
+        if experiment.pick == LEVERS and levers:
+            return experiment
+        if experiment.pick and experiment.pick != LEVERS and _given(args, experiment.pick):
+            return experiment
+    return next(e for e in EXPERIMENTS.values() if not e.pick)
+
+
+def _words(experiment: Experiment) -> str:
+    """How a line names ``experiment``: its picking flag."""
+    return "a lever grid (comma lists in the levers)" if experiment.pick == LEVERS else experiment.pick or "the sweep"
+
+
+def refuse_others(args: argparse.Namespace, experiment: Experiment, levers: dict[str, tuple]) -> None:
+    """Refuse a flag the chosen experiment does not take (it would be ignored silently), and levers it has none of.
+
+    Raises:
+        UsageError: one line naming the flag and where it applies.
+    """
+    own = {f.flag for f in experiment.fields()} | ({experiment.pick} if experiment.pick != LEVERS else set())
+    picks = {e.pick for e in EXPERIMENTS.values() if e.pick}
+    for flag, knobs in plan_flags().items():
+        if flag in own or not _given(args, flag):
+            continue
+        users = [e for e, _ in knobs]
+        if flag not in picks and all(e.pick and e.pick != LEVERS for e in users):
+            raise UsageError(f"{flag} applies to {', '.join(dict.fromkeys(_words(e) for e in users))}")
+        raise UsageError(f"{flag} does not apply to {_words(experiment)}")
+    if levers and experiment.pick != LEVERS:
+        raise UsageError(f"{LEVERS} does not apply to {_words(experiment)}")
+
+
+def plan_from_args(args: argparse.Namespace, experiment: Experiment, levers: dict[str, tuple], settings, resolve):
+    """The chosen experiment's plan from its flags (each not given: its default), validated before any work
+    (against ``--n-ctx`` and ``--n-batch``; over ``--server`` the server's are checked after connecting).
+
+    Raises:
+        UsageError: a flag that does not apply (over ``--server`` too) or a plan that does not fit (one line).
+    """
+    values = {}
+    for f in experiment.fields():
+        if f.flag is None or not _given(args, f.flag):
+            continue
+        if settings.server and f.local:
+            raise UsageError(f"{f.flag} does not apply over --server: {f.local}")
+        raw = getattr(args, _dest(f.flag))
+        if isinstance(raw, str) and f.parse:  # a setting's flag too (--spec): argparse kept its text
+            raw = f.parse(raw)
+        values[f.name] = f.value(raw)
+    plan = experiment.make_plan(values, levers, resolve)
+    return validate_bench_plan(plan, settings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate everything (the output flags the same way for every experiment: :func:`check_outputs`), run the
     experiment with a progress bar on stderr, write the outputs."""
-    check_experiment_flags(args)
-    from chatphase.commands.bench_grid import run_grid, split_levers
-
-    # comma lists in --model, --cache-type-k/-v, --flash-attn, --n-ubatch, --threads; single values are written back
-    # as the settings read them, for every experiment (a --threads of "1" left a string broke --spec)
+    if args.rerun:
+        return rerun(args)
+    # comma lists in the levers; single values are written back as the settings read them, for every experiment
     grid = split_levers(args)
-    if grid.is_sweep and (args.spec or args.interference is not None or args.rates is not None):
-        raise UsageError("a comma list in a lever (a lever grid) does not apply to --spec, --interference or --rates")
-    if args.spec:  # decode modes side by side (chatphase.commands.bench_spec)
-        from chatphase.commands.bench_spec import run_spec
-
-        check_outputs("spec", args.format, args.plot, args.output)
-        return run_spec(args, execute)
-    if args.interference is not None:  # prefill meets decode (chatphase.commands.bench_interference)
-        from chatphase.commands.bench_interference import run_interference
-
-        check_outputs("interference", args.format, args.plot, args.output)
-        return run_interference(args, execute)
-    if args.rates is not None:  # a served model under rising load (chatphase.commands.bench_rates)
-        from chatphase.commands.bench_rates import run_rates
-
-        check_outputs("rates", args.format, args.plot, args.output)
-        return run_rates(args, execute)
-    check_outputs(experiment_kind(args, grid), args.format, args.plot, args.output)
-    settings = settings_from_args(args)
-    plan = _plan(args, settings)
-    if grid.is_sweep:
-        return run_grid(args, grid, settings, plan, execute)
-    info = read_model_info(resolve_model(settings.model, settings.models_dir))
-    if args.gpu_layers is not None:  # the offload sweep (chatphase.commands.bench_offload)
-        return run_offload(args, settings, info, plan, execute)
-
-    from chatphase.bench.core.events import BenchDone
-    from chatphase.bench.core.run import ModelRun
-    from chatphase.bench.parallel.plot import write_parallel_plot
-    from chatphase.bench.parallel.run import ParallelRun
-    from chatphase.bench.sweep.run import BenchRun
-
-    # --server: the sweep runs on the server; --model names its GGUF (the vocabulary); this machine's peaks
-    # do not bound a remote server, so no roofline
-    kind: type[ModelRun] = ParallelRun if isinstance(plan, ParallelPlan) else BenchRun
-    bench = kind(
-        info,
-        settings.engine,
-        plan,
-        roofline=args.roofline and not settings.server,
-        **remote_bench_options(settings, info),
-    )
-    return execute(
-        args,
-        bench,
-        plan.total_runs,
-        BenchDone,
-        text_of=lambda done: render(done.result, args.format),
-        plot=lambda done, path: (write_parallel_plot if kind is ParallelRun else write_plot)([done.result], path),
-        cancelled=lambda done: done.result.cancelled,
-        partial=lambda: BenchDone(result) if (result := bench.partial()) is not None else None,
-    )
+    levers = grid.values if grid.is_sweep else {}
+    experiment = pick(args, levers)
+    refuse_others(args, experiment, levers)
+    check_outputs(experiment.kind, args.format, args.plot, args.output)
+    settings, resolve = _settings(args, experiment)
+    plan = plan_from_args(args, experiment, levers, settings, resolve)
+    return run_plan(args, experiment, plan, settings, resolve(levers["model"][0] if "model" in levers else None))
 
 
-def check_experiment_flags(args: argparse.Namespace) -> None:
-    """Refuse an experiment's flag given without the flag that picks it (``--chunks`` without ``--interference``,
-    ``--slo`` without ``--rates``…): it would be ignored silently.
+def _settings(args: argparse.Namespace, experiment: Experiment):
+    """The settings of the flags (a plan's flag that is a setting's too, ``--spec``, left to the plan) and the model
+    resolver (``None``: the settings' model).
 
     Raises:
-        UsageError: one line naming both flags.
+        UsageError: a bad setting, or the experiment's ``--server`` rule broken.
     """
-    from chatphase.commands.bench_rates import rate_flags_given
+    from chatphase.models.gguf_meta import read_model_info
+    from chatphase.models.resolve import resolve_model
+    from chatphase.settings.schema import FIELDS
 
-    if args.chunks is not None and args.interference is None:
-        raise UsageError("--chunks applies to --interference N (the prompt tokens of a mixed step)")
-    if args.rates is None and (given := rate_flags_given(args)):
-        raise UsageError(f"{given[0]} applies to --rates (with --server URL)")
+    # a plan's flag that is also a setting's (--spec: the decode mode) is the plan's here
+    shared = {f.key for f in FIELDS if set(f.metadata.get("flags") or ()) & {k.flag for k in experiment.fields()}}
+    settings = settings_from_args(argparse.Namespace(**{**vars(args), **dict.fromkeys(shared)}))
+    if experiment.server == "local" and settings.server:
+        raise UsageError(experiment.server_note)
+    if experiment.server == "only" and not settings.server:
+        raise UsageError(experiment.server_note)
+    infos: dict = {}
+
+    def resolve(spec: str | None):
+        if spec not in infos:
+            infos[spec] = read_model_info(resolve_model(spec or settings.model, settings.models_dir))
+        return infos[spec]
+
+    return settings, resolve
+
+
+def run_plan(args: argparse.Namespace, experiment: Experiment, plan, settings, info) -> int:
+    """Run ``plan`` (validated) through :func:`execute` (progress, Ctrl+C, output, plot, exit code). Over
+    ``--server`` the run talks to the server (``--model`` names its GGUF, the vocabulary); this machine's peaks do
+    not bound a server, so no roofline there."""
+    run = _make_run(args, experiment, plan, settings, info)
+    for note in getattr(plan, "notes", ()):  # a lever grid's left-out points
+        print(inert(f"chatphase: {note}"), file=sys.stderr)
+    return execute(
+        args,
+        run,
+        plan.total_runs,
+        Done,
+        text_of=lambda done: experiment.text(done.result, args.format),
+        plot=(lambda done, path: experiment.plot([done.result], path)) if experiment.plot else None,
+        partial=run.partial_done,
+    )
+
+
+def _make_run(args: argparse.Namespace, experiment: Experiment, plan, settings, info):
+    options = remote_bench_options(settings, info)
+    return experiment.make_run(info, settings.engine, plan, args.roofline and not settings.server, None, **options)
+
+
+def rerun(args: argparse.Namespace) -> int:
+    """``--rerun FILE``: the saved result's plan run again (the model: ``--model``, else the saved one where its file
+    is still there), then the two side by side: per row and figure the old value, the new one and new / old
+    (``--format`` table, md, csv or json; ``--plot`` draws both).
+
+    Raises:
+        UsageError: a file that is not a saved result, one saved without its plan, a flag of a plan (the plan is
+            the file's), or a plan that does not fit.
+    """
+    from chatphase.bench.experiments import load_result, read_saved
+
+    data = read_saved(args.rerun)
+    old = load_result(args.rerun)
+    experiment = EXPERIMENTS[data["kind"]]
+    saved = experiment.saved_plan(data)
+    if saved is None:
+        raise UsageError(f"{Path(args.rerun).name} was saved without its plan: it cannot run again")
+    for flag in plan_flags():
+        if _given(args, flag):
+            raise UsageError(f"{flag} does not apply to --rerun: the plan is the file's")
+    if split_levers(args).is_sweep:
+        raise UsageError(f"{LEVERS} does not apply to --rerun: the plan is the file's")
+    check_format(args.format, FORMATS)  # the comparison's forms, whichever the experiment's are
+    check_outputs(experiment.kind, experiment.formats[0], args.plot, args.output)
+    model = data.get("model")
+    if args.model is None and isinstance(model, dict) and model.get("path") and Path(model["path"]).is_file():
+        args.model = model["path"]
+    settings, resolve = _settings(args, experiment)
+    plan = validate_bench_plan(experiment.plan_from_dict(saved), settings)
+    run = _make_run(args, experiment, plan, settings, resolve(None))
+
+    def compare(done) -> str:
+        rows = compare_rows(experiment.rows(old), experiment.rows(done.result), experiment.key, experiment.figures)
+        return render_comparison(rows, args.format, experiment, args.rerun, plan, old, done.result)
+
+    return execute(
+        args,
+        run,
+        plan.total_runs,
+        Done,
+        text_of=compare,
+        plot=(lambda done, path: experiment.plot([done.result, old], path)) if experiment.plot else None,
+        partial=run.partial_done,
+    )
+
+
+def render_comparison(rows: list[dict], fmt: str, experiment: Experiment, path: str, plan, old, new) -> str:
+    """The rerun's comparison in ``fmt``: ``table``/``md`` (row, figure, old, new, new/old), ``csv`` (the same
+    columns) or ``json`` (``{"kind", "rerun_of", "plan", "compare": [rows], "old", "new"}``)."""
+    if fmt == "json":
+        data = {"kind": experiment.kind, "rerun_of": str(path), "plan": plan.to_dict(), "compare": rows,
+                "old": json.loads(old.to_json()), "new": json.loads(new.to_json())}  # fmt: skip
+        return json.dumps(data, indent=2) + "\n"
+
+    def cell(v) -> str:
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    header = ["row", "figure", "old", "new", "new/old"]
+    body = [[r["row"], r["figure"], cell(r["old"]), cell(r["new"]),
+             "" if r["ratio"] is None else f"{r['ratio']:.2f}x"] for r in rows]  # fmt: skip
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["row", "figure", "old", "new", "ratio"])
+        writer.writerows([r["row"], r["figure"], r["old"], r["new"], r["ratio"]] for r in rows)
+        return buf.getvalue()
+    if fmt == "md":
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in body)]) + "\n"
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=False)]
+    title = f"{experiment.title}: {Path(path).name} (old) against this run (new)"
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+              for r in body]  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 #: seconds without a finished run after which a progress line says the run is still going.
@@ -256,39 +401,9 @@ def write_output(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
-def _plan(args: argparse.Namespace, settings) -> SweepPlan | ParallelPlan:
-    """The sweep the arguments ask for, validated before any work (a server's context is checked later).
-
-    Raises:
-        UsageError: a plan that does not fit, or ``--depths`` with ``--parallel``.
-    """
-    if args.parallel is None:
-        sweep = SweepPlan(
-            prompt_lengths=DEFAULT_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
-            depths=DEFAULT_DEPTHS if args.depths is None else args.depths,
-            gen_tokens=args.gen,
-            reps=args.reps,
-            warmup=args.warmup,
-        )
-        return validate_plan(sweep, settings.engine.n_ctx)
-    if args.depths is not None:
-        raise UsageError("--depths does not apply to --parallel: each sequence decodes from its own prompt")
-    parallel = ParallelPlan(
-        n_seqs=args.parallel,
-        prompt_lengths=DEFAULT_PARALLEL_PROMPT_LENGTHS if args.prompt_lengths is None else args.prompt_lengths,
-        gen_tokens=args.gen,
-        reps=args.reps,
-        warmup=args.warmup,
-    )
-    return validate_bench_plan(parallel, settings)
-
-
 def follow(events, progress: _Progress, done_type: type):
     """Show a run's status, notices and progress on ``progress``; returns its final ``done_type`` event."""
     from chatphase.bench.core.events import BenchNotice, BenchStatus
-    from chatphase.bench.interference.run import InterferenceProgress
-    from chatphase.bench.load.run import RateProgress
-    from chatphase.bench.spec.run import SpecProgress
 
     done = None
     for event in events:
@@ -296,15 +411,8 @@ def follow(events, progress: _Progress, done_type: type):
             progress.status(event.text)
         elif isinstance(event, BenchNotice):
             progress.notice(event.text)
-        elif isinstance(event, SweepProgress):
-            label, figures = sample_progress(event.sample)
-            progress.advance(event.done_runs, event.total_runs, label, figures, counted=not event.sample.warmup)
-        elif isinstance(event, SpecProgress):
-            progress.advance(event.done_runs, event.total_runs, *event.line())
-        elif isinstance(event, RateProgress):
-            progress.advance(event.done_runs, event.total_runs, *event.line())
-        elif isinstance(event, InterferenceProgress):
-            progress.advance(event.done_runs, event.total_runs, *event.line(), counted=not event.sample.warmup)
+        elif isinstance(event, Progress):  # any experiment's
+            progress.advance(event.done_runs, event.total_runs, *event.line(), counted=event.counted)
         elif isinstance(event, done_type):
             done = event
     assert done is not None

@@ -81,7 +81,7 @@ def engine_for(settings: Settings, info: ModelInfo | None) -> Engine:
 
 
 def remote_bench_options(settings: Settings, info: ModelInfo) -> dict:
-    """Extra :class:`~chatphase.bench.sweep.run.BenchRun` arguments for ``bench --server`` (``{}`` without one).
+    """Extra :class:`~chatphase.bench.sweep.run.SweepRun` arguments for ``bench --server`` (``{}`` without one).
 
     The sweep sends exact-length token-id prompts, so it needs the served model's vocabulary: it is read
     (vocabulary only) from the local GGUF ``info`` — pass ``--model`` naming the file the server runs.

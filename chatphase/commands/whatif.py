@@ -72,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--check-depth must be at least 1")
     synthetic = False
     if args.from_file:
-        from chatphase.bench.core.results import BenchResult
+        from chatphase.bench.core.results import SweepResult
         from chatphase.bench.experiments import load_result
 
         result = load_result(args.from_file)
-        if not isinstance(result, BenchResult):
+        if not isinstance(result, SweepResult):
             raise UsageError(
                 f"--from-file needs a prompt-length sweep's result (chatphase bench); this is a {result.kind} result"
             )
@@ -165,10 +165,10 @@ def _ms(ms: float) -> str:
 
 def _measure_here(args: argparse.Namespace):
     """A short bench of the model on this machine (peaks, a 256-token prompt, depth 0 and ``--check-depth``;
-    one warm-up and one counted run each) with progress lines on stderr; returns ``(BenchResult, synthetic)``."""
-    from chatphase.bench.core.events import BenchDone, BenchStatus
-    from chatphase.bench.core.runner import SweepPlan, SweepProgress
-    from chatphase.bench.sweep.run import BenchRun
+    one warm-up and one counted run each) with progress lines on stderr; returns ``(SweepResult, synthetic)``."""
+    from chatphase.bench.core.events import BenchStatus, RunDone
+    from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
+    from chatphase.bench.sweep.run import SweepRun
     from chatphase.models.gguf_meta import read_model_info
     from chatphase.models.resolve import resolve_model
 
@@ -177,12 +177,12 @@ def _measure_here(args: argparse.Namespace):
     plan = SweepPlan(prompt_lengths=(256,), depths=(0, args.check_depth), gen_tokens=16, reps=1, warmup=1)
     plan.validate(settings.engine.n_ctx)
     result = None
-    for event in BenchRun(info, settings.engine, plan):
+    for event in SweepRun(info, settings.engine, plan):
         if isinstance(event, BenchStatus):
             print(f"chatphase whatif: {event.text}", file=sys.stderr, flush=True)
         elif isinstance(event, SweepProgress) and not event.sample.warmup:
             print(f"chatphase whatif: measured {event.done_runs}/{event.total_runs}", file=sys.stderr, flush=True)
-        elif isinstance(event, BenchDone):
+        elif isinstance(event, RunDone):
             result = event.result
     assert result is not None
     return result, info.synthetic

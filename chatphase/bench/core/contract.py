@@ -1,4 +1,4 @@
-"""The experiment contract: what every experiment (sweep, parallel, grid, spec, offload) is made of.
+"""The experiment contract: what every registered experiment (:mod:`chatphase.bench.experiments`) is made of.
 
 - a **plan** (:class:`Plan`): what to measure, validated once, the same way for every experiment
   (:func:`validate_plan`, before any work);
@@ -7,8 +7,8 @@
 - a **result** (:class:`Result`): renders as ``table``/``md``/``csv``/``json`` (:data:`FORMATS`), records its
   ``kind`` and the schema ``version`` of its saved form (:func:`stamp`, :func:`saved_version`).
 
-The experiments' registry (:mod:`chatphase.bench.experiments`) maps each kind to these types, its CLI flags and
-its Experiments-screen tab; :mod:`chatphase.bench.core.job` runs any plan in a child process.
+Each experiment's record (:mod:`chatphase.bench.core.experiment`) names these types, its plan's knobs (the CLI's flags
+and the Experiments screen's form) and its tab; :mod:`chatphase.bench.core.job` runs any plan in a child process.
 """
 
 from __future__ import annotations
@@ -48,6 +48,23 @@ class Result(Protocol):
     def to_json(self) -> str: ...
 
     def to_csv(self) -> str: ...
+
+
+@runtime_checkable
+class Progress(Protocol):
+    """A run ended: the ``done_runs``-th of ``total_runs``; ``line()`` says it as ``(label, figures)``;
+    ``counted``: not a warm-up."""
+
+    @property
+    def done_runs(self) -> int: ...
+
+    @property
+    def total_runs(self) -> int: ...
+
+    @property
+    def counted(self) -> bool: ...
+
+    def line(self) -> tuple[str, str]: ...
 
 
 class Run(Protocol):

@@ -10,8 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from chatphase import __version__
-from chatphase.bench.core.contract import Done
-from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.core.contract import Done, Progress
 from chatphase.engine.base import Engine
 from chatphase.engine.events import EngineFailed, LoadedModel, ModelLoaded, memory_by_place
 from chatphase.errors import EngineError
@@ -33,14 +32,14 @@ class BenchNotice:
 
 
 @dataclass(frozen=True)
-class BenchDone(Done):
-    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early): the
-    sweep's :class:`~chatphase.bench.core.results.BenchResult` or the parallel sweep's result."""
+class RunDone(Done):
+    """The run is over; ``result`` holds everything measured (``result.cancelled`` when stopped early): the result of
+    the experiment whose run it ends (the sweep's, the parallel sweep's, the interference or rate sweep's)."""
 
     result: Any
 
 
-BenchEvent = BenchStatus | BenchNotice | SweepProgress | BenchDone
+BenchEvent = BenchStatus | BenchNotice | Progress | RunDone
 
 
 def system_facts(loaded: LoadedModel | None = None) -> dict:

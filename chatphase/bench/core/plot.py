@@ -1,4 +1,4 @@
-"""Plots of :class:`~chatphase.bench.core.results.BenchResult` s with matplotlib (the optional extra ``chatphase[plot]``).
+"""Plots of :class:`~chatphase.bench.core.results.SweepResult` s with matplotlib (the optional extra ``chatphase[plot]``).
 
 :func:`write_plot` draws TTFT vs prompt tokens and decode tokens/s vs depth with ±1 sd error bars, and, for
 parallel-decode cells, aggregate and per-sequence decode tokens/s and the step time against N; several
@@ -11,11 +11,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.plotting import write_rows
 
 
-def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
+def write_plot(results: Sequence[SweepResult], path: str | os.PathLike) -> Path:
     """Draw the sweep results' plots, one series per result (±1 sd error bars): TTFT vs prompt tokens with the
     fitted line, decode tok/s vs depth (:func:`plot_sweep`); format from the suffix (SVG or PNG). Returns the path.
 
@@ -25,7 +25,7 @@ def write_plot(results: Sequence[BenchResult], path: str | os.PathLike) -> Path:
     return write_rows([(plot_sweep, results)], path)
 
 
-def plot_sweep(results: Sequence[BenchResult], ax1, ax2) -> None:
+def plot_sweep(results: Sequence[SweepResult], ax1, ax2) -> None:
     """TTFT vs prompt tokens (with the fitted line) and decode tok/s vs depth."""
     for i, res in enumerate(results):
         color = f"C{i}"

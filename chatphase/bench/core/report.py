@@ -1,4 +1,4 @@
-"""Text output of a :class:`~chatphase.bench.core.results.BenchResult`: table, Markdown, CSV and JSON, and the
+"""Text output of a :class:`~chatphase.bench.core.results.SweepResult`: table, Markdown, CSV and JSON, and the
 helpers the parallel sweep's result renders with (:func:`render_report`, :func:`setup_line`, :func:`peak_lines`).
 
 ``table`` and ``md`` show two tables (mean ± sample sd; median and min–max) of the cells, then the fits and
@@ -10,21 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatphase.bench.core.parallel_results import ParallelCell, ParallelSample
-from chatphase.bench.core.results import BenchResult, CellResult, Sample
+from chatphase.bench.core.results import CellResult, Sample, SweepResult
 from chatphase.errors import UsageError
 from chatphase.timing.stats import Stats
 from chatphase.units import DASH, fmt_mib, fmt_ms, fmt_rate, fmt_term
 
 FORMATS = ("table", "csv", "json", "md")
 _METRICS = (("ttft_ms", "TTFT ms"), ("prefill_tokens_per_s", "prefill tok/s"), ("decode_tokens_per_s", "decode tok/s"))
-_PARALLEL_METRICS = (
-    ("step_ms", "step ms"),
-    ("decode_tokens_per_s", "per-seq tok/s"),
-    ("aggregate_decode_tokens_per_s", "aggregate tok/s"),
-    ("prefill_tokens_per_s", "prefill tok/s"),
-    ("ttft_ms", "TTFT ms"),
-)
 
 
 def num(x: float | None, digits: int = 1) -> str:
@@ -66,35 +58,10 @@ def sweep_headers(what: str = "") -> list[str]:
     return ["kind", "prompt tok", "depth", "reps", *(f"{label} {what}".rstrip() for _, label in _METRICS), "KV MiB"]
 
 
-def parallel_rows(cells: Sequence[ParallelCell], fmt=mean_sd) -> list[list[str]]:
-    """Table cells of parallel-decode cells, in :func:`parallel_headers` order."""
-    return [
-        [
-            str(c.prompt_tokens),
-            str(c.n_seq),
-            str(c.reps),
-            *(fmt(getattr(c, m)) for m, _ in _PARALLEL_METRICS),
-            fmt_mib(c.kv_cache_bytes),
-            fmt_mib(c.step_bytes),
-            DASH if c.step_flops is None else f"{c.step_flops / 1e9:.2f}",
-        ]
-        for c in cells
-    ]
-
-
-def parallel_headers(what: str = "") -> list[str]:
-    """Column headers of :func:`parallel_rows`."""
-    labels = (f"{label} {what}".rstrip() for _, label in _PARALLEL_METRICS)
-    return ["prompt tok", "N", "reps", *labels, "KV MiB", "step MiB", "step GFLOP"]
-
-
-def sample_progress(s: Sample | ParallelSample) -> tuple[str, str]:
-    """One run's progress line as ``(label, figures)``: ``("prompt 256 rep 2", "TTFT 41.0 ms, decode 80.3 tok/s")``,
-    ``("N=4 prompt 64 warm-up", "aggregate 190.2 tok/s, per sequence 47.6 tok/s")``."""
+def sample_progress(s: Sample) -> tuple[str, str]:
+    """One run's progress line as ``(label, figures)``: ``("prompt 256 rep 2", "TTFT 41.0 ms, decode 80.3 tok/s")``
+    (a parallel sample's: :func:`chatphase.bench.parallel.report.parallel_progress`)."""
     rep = "warm-up" if s.warmup else f"rep {s.rep + 1}"
-    if isinstance(s, ParallelSample):
-        aggregate, per_seq = fmt_rate(s.aggregate_decode_tokens_per_s), fmt_rate(s.decode_tokens_per_s)
-        return f"N={s.n_seq} prompt {s.prompt_tokens} {rep}", f"aggregate {aggregate}, per sequence {per_seq}"
     what = f"prompt {s.prompt_tokens}" if s.kind == "prompt" else f"depth {s.depth}"
     return f"{what} {rep}", f"TTFT {fmt_ms(s.ttft_ms)}, decode {fmt_rate(s.decode_tokens_per_s)}"
 
@@ -116,7 +83,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in [headers, align, *rows])
 
 
-def fit_lines(result: BenchResult) -> list[str]:
+def fit_lines(result: SweepResult) -> list[str]:
     """The least-squares fits (TTFT against prompt tokens, decode rate against depth) as sentences."""
     fits, lines = result.fits or {}, []
     if f := fits.get("ttft_ms_vs_prompt_tokens"):
@@ -155,7 +122,7 @@ def peak_lines(roofline: dict) -> list[str]:
     return lines
 
 
-def summary_lines(result: BenchResult) -> list[str]:
+def summary_lines(result: SweepResult) -> list[str]:
     """Header, fits and roofline of a sweep as plain sentences (shared by the table and Markdown forms)."""
     lines = [setup_line(result)]
     if result.cancelled:
@@ -183,16 +150,16 @@ def summary_lines(result: BenchResult) -> list[str]:
 
 
 def render(result, fmt: str) -> str:
-    """The sweep's :class:`BenchResult` (:func:`render_sweep`) or the parallel sweep's result (its own
+    """The sweep's :class:`SweepResult` (:func:`render_sweep`) or the parallel sweep's result (its own
     ``render``) as text in ``fmt``.
 
     Raises:
         UsageError: for an unknown format.
     """
-    return render_sweep(result, fmt) if isinstance(result, BenchResult) else result.render(fmt)
+    return render_sweep(result, fmt) if isinstance(result, SweepResult) else result.render(fmt)
 
 
-def render_sweep(result: BenchResult, fmt: str) -> str:
+def render_sweep(result: SweepResult, fmt: str) -> str:
     """The sweep's result as text in ``fmt`` (one of :data:`FORMATS`): two tables of its cells, then
     :func:`summary_lines`.
 

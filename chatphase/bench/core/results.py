@@ -2,11 +2,12 @@
 
 - :class:`Sample` — one measured repetition (one turn, or the measured turn of a depth run).
 - :class:`CellResult` — the summary of the repetitions of one (kind, prompt_tokens, depth) cell.
-- :class:`BenchResult` — one whole sweep: ``{"kind": "sweep", "version", "model", "settings", "system",
+- :class:`SweepResult` — one whole sweep: ``{"kind": "sweep", "version", "model", "settings", "system",
   "results", "fits", "roofline", "samples"}`` in JSON (docs/bench.md); the CSV form holds
   the cells only, one row each and one column per statistic (``ttft_ms_mean``, ``ttft_ms_sd``, ...). The
-  parallel-decode sweep has its own result (:mod:`chatphase.bench.parallel.result`); :func:`read_csv` reads both
-  kinds' rows (a parallel cell is a row of kind ``"parallel"``).
+  parallel-decode sweep has its own result (:mod:`chatphase.bench.parallel.result`);
+  :func:`chatphase.bench.experiments.read_csv` reads both kinds' rows (a parallel cell is a row of kind
+  ``"parallel"``).
 
 Cell kinds: ``"prompt"`` cells start from an empty KV cache with a prompt of ``prompt_tokens`` tokens
 (``depth`` 0); ``"depth"`` cells first fill the cache with ``depth`` tokens, then send a prompt of
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Literal
 
 from chatphase.bench.core.contract import saved_version, stamp
-from chatphase.bench.core.parallel_results import ParallelCell
 from chatphase.errors import UsageError
 from chatphase.timing.stats import Stats, stat_columns, stats_of_row, stats_row
 
@@ -141,7 +141,7 @@ class Labelled:
 
 
 @dataclass
-class BenchResult(Labelled):
+class SweepResult(Labelled):
     """One prompt-length and depth sweep. ``label`` names it in overlays (the model name by default)."""
 
     model: dict = field(default_factory=dict)
@@ -174,7 +174,7 @@ class BenchResult(Labelled):
         )
 
     @classmethod
-    def from_dict(cls, data: dict) -> BenchResult:
+    def from_dict(cls, data: dict) -> SweepResult:
         """Inverse of :meth:`to_dict`.
 
         Raises:
@@ -234,7 +234,7 @@ def malformed(exc: Exception) -> UsageError:
     return UsageError(f"malformed bench result: an entry {what} (is it a chatphase bench file?)")
 
 
-def cells_csv(columns: Iterable[str], cells: Iterable[CellResult] | Iterable[ParallelCell]) -> str:
+def cells_csv(columns: Iterable[str], cells: Iterable) -> str:
     """CSV text, a header of ``columns`` and one row per cell (its ``csv_row()``)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", restval="")
@@ -253,33 +253,32 @@ def rows_csv(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return buf.getvalue()
 
 
-def read_csv(text: str) -> tuple[list[CellResult], list[ParallelCell]]:
-    """Prompt/depth cells and parallel cells from CSV text written by :meth:`BenchResult.to_csv` or the parallel
-    sweep's result (older files may hold both kinds' rows).
+def parse_csv(text: str) -> list[CellResult]:
+    """The prompt/depth cells of CSV text written by :meth:`SweepResult.to_csv` (rows of another kind are skipped;
+    :func:`chatphase.bench.experiments.read_csv` reads the parallel ones too).
 
     Raises:
         UsageError: when the header lacks the expected columns or a row is malformed.
+    """
+    return [CellResult.from_csv_row(row) for row in csv_rows(text) if row["kind"] != "parallel"]
+
+
+def csv_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a bench CSV (a sweep's or a parallel sweep's cells), checked for the columns every cell has.
+
+    Raises:
+        UsageError: when the header lacks the expected columns.
     """
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in ("kind", "prompt_tokens", "gen_tokens", "reps") if c not in (reader.fieldnames or [])]
     if missing:
         raise UsageError(f"not a chatphase bench CSV (missing columns: {', '.join(missing)})")
-    cells: list[CellResult] = []
-    parallel: list[ParallelCell] = []
-    try:
-        for row in reader:
-            if row["kind"] == "parallel":
-                parallel.append(ParallelCell.from_csv_row(row))
-            else:
-                cells.append(CellResult.from_csv_row(row))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"malformed bench CSV row: {exc}") from None
-    return cells, parallel
+    return list(reader)
 
 
-def parse_csv(text: str) -> list[CellResult]:
-    """The prompt/depth cells of CSV text written by :meth:`BenchResult.to_csv` (see :func:`read_csv`)."""
-    return read_csv(text)[0]
+def malformed_row(exc: Exception) -> UsageError:
+    """The one line for a CSV row that does not read."""
+    return UsageError(f"malformed bench CSV row: {exc}")
 
 
 def save_result(result, path: str | os.PathLike) -> Path:

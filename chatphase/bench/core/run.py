@@ -1,7 +1,7 @@
 """What a one-model experiment run shares (the sweep, parallel and offload runs): the machine's peaks measured
 before the model loads, the engine it measures through, cancelling, and the facts every result records.
 
-:class:`ModelRun` is the base of :class:`~chatphase.bench.sweep.run.BenchRun` and
+:class:`ModelRun` is the base of :class:`~chatphase.bench.sweep.run.SweepRun` and
 :class:`~chatphase.bench.parallel.run.ParallelRun`; :func:`acquire_peaks` is the peaks step alone (the offload
 sweep measures them once for all its placements).
 """
@@ -13,10 +13,10 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
-from chatphase.bench.core.events import BenchEvent, BenchStatus
+from chatphase.bench.core.events import BenchEvent, BenchStatus, RunDone
 from chatphase.bench.core.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
@@ -133,10 +133,15 @@ class ModelRun:
 
         return LlamaEngine(self.info, config, log_path=self._log_path)
 
-    def partial(self) -> BenchResult | None:
+    def partial(self) -> SweepResult | None:
         """The runs measured so far, while the run may still go on in another thread; ``None`` where a run has
         no partial result before its cancelled last event."""
         return None
+
+    def partial_done(self) -> RunDone | None:
+        """:meth:`partial` as the run's last event (``None``: nothing to give yet)."""
+        result = self.partial()
+        return RunDone(result) if result is not None else None
 
     @property
     def builder(self) -> PromptBuilder | None:

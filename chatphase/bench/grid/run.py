@@ -17,18 +17,20 @@ from dataclasses import dataclass, field, replace
 
 from chatphase.bench.core.contract import Done, validate_plan
 from chatphase.bench.core.events import BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.experiment import plan_from_dict
 from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.peaks import QUIET_WAIT_S, MachinePeaks, measure_peaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.core.runner import Sweep, SweepPlan, SweepProgress, aggregate
-from chatphase.bench.grid.levers import GridPoint, predict
+from chatphase.bench.grid.levers import GridPoint, LeverGrid, predict
 from chatphase.bench.grid.result import GridCell, GridResult
+from chatphase.bench.sweep.loop import Sweep, SweepPlan, SweepProgress, aggregate
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.errors import UsageError
-from chatphase.models.gguf_meta import ModelInfo
+from chatphase.models.gguf_meta import ModelInfo, read_model_info
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
+from chatphase.models.resolve import resolve_model
 from chatphase.models.roofline import (
     attention_flops_per_context_token,
     float32_peak_bounds,
@@ -78,8 +80,10 @@ class GridRun:
         log_path: str | None = None,
         quiet_wait_s: float = QUIET_WAIT_S,
         builder: PromptBuilder | None = None,
+        levers: dict[str, tuple] | None = None,
     ) -> None:
         self.points, self.infos, self.config, self.plan = points, infos, config, plan
+        self.levers = dict(levers or {})  # saved with the plan, so that the grid can run again
         self._builder = builder
         self._notes = list(notes or [])
         self._factory = engine_factory
@@ -96,6 +100,10 @@ class GridRun:
         self._cancel.set()
         for sweep in self._sweeps:
             sweep.cancel()
+
+    def partial_done(self) -> GridDone | None:
+        """:meth:`partial` (the name every run's partial result has)."""
+        return self.partial()
 
     def partial(self) -> GridDone | None:
         """The runs measured so far as a cancelled result, while the grid may still run in another thread;
@@ -197,7 +205,10 @@ class GridRun:
         """The grid's result from each point's samples (warm-ups left out) and its loaded engine's facts."""
         result = GridResult(
             peaks=peaks,
-            plan=plan.to_dict(),
+            plan={
+                **plan.to_dict(),
+                **({"levers": {k: list(v) for k, v in self.levers.items()}} if self.levers else {}),
+            },
             notes=list(dict.fromkeys(notes)),
             system=system_facts(loaded[0] if loaded else None),
             cancelled=cancelled,
@@ -245,29 +256,78 @@ class GridRun:
 
 @dataclass(frozen=True)
 class GridPlan:
-    """A lever grid for the child-process job: ``points`` and ``notes`` (:meth:`LeverGrid.points`), each point's
-    model spec to its validated model (``infos``), and ``sweep``, the cells every point runs."""
+    """A lever grid: ``points`` and ``notes`` (:meth:`LeverGrid.points` of ``levers``, the values given per lever),
+    each point's model spec to its validated model (``infos``; empty: resolved by :func:`make_run`), and ``sweep``,
+    the cells every point runs."""
 
     points: list[GridPoint]
     infos: dict[str | None, ModelInfo]
     sweep: SweepPlan
     notes: list[str] = field(default_factory=list)
+    levers: dict[str, tuple] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, levers: dict[str, tuple], sweep: SweepPlan, infos: dict[str | None, ModelInfo] | None = None
+    ) -> GridPlan:
+        """The grid of ``levers`` on ``sweep``.
+
+        Raises:
+            UsageError: too many points, or none valid (:meth:`LeverGrid.points`).
+        """
+        points, notes = LeverGrid(levers).points()
+        return cls(points, dict(infos or {}), sweep, notes, dict(levers))
 
     @property
     def total_runs(self) -> int:
         return len(self.points) * self.sweep.total_runs
+
+    @property
+    def reps(self) -> int:
+        return self.sweep.reps
+
+    @property
+    def synthetic(self) -> dict[str, bool]:
+        """Which points (by label) run a synthetic model (as far as :attr:`infos` knows)."""
+        infos = self.infos
+        return {p.label(): bool((m := infos.get(p.values.get("model"))) and m.synthetic) for p in self.points}
+
+    @property
+    def warmup(self) -> int:
+        return self.sweep.warmup
 
     def validate(self, n_ctx: int | None, n_batch: int | None = None) -> GridPlan:
         """``self`` with its cells checked (:meth:`SweepPlan.validate`). Raises UsageError."""
         return replace(self, sweep=validate_plan(self.sweep, n_ctx, n_batch))
 
     def to_dict(self) -> dict:
-        return {"points": [p.label() for p in self.points], **self.sweep.to_dict()}
+        levers = {"levers": {k: list(v) for k, v in self.levers.items()}} if self.levers else {}
+        return {"points": [p.label() for p in self.points], **self.sweep.to_dict(), **levers}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GridPlan:
+        """A saved grid's plan (its ``levers`` and the sweep's cells); the models are resolved when it runs.
+
+        Raises:
+            UsageError: a plan saved without its levers (before they were saved), or one that makes no grid.
+        """
+        if not isinstance(data.get("levers"), dict):
+            raise UsageError("this lever grid was saved without its levers: run it again with the lever flags")
+        levers = {k: tuple(v) for k, v in data["levers"].items()}
+        return cls.of(levers, plan_from_dict(SweepPlan, data))
 
 
-def make_run(info: ModelInfo, config: EngineConfig, plan: GridPlan, roofline: bool, log_path: str) -> GridRun:
-    """The child's run of a :func:`GridJob`."""
-    return GridRun(plan.points, plan.infos, config, plan.sweep, notes=plan.notes, roofline=roofline, log_path=log_path)
+def make_run(
+    info: ModelInfo, config: EngineConfig, plan: GridPlan, roofline: bool, log_path: str | None, **options
+) -> GridRun:
+    """The run of a :class:`GridPlan` (the child's, and the CLI's); models of ``plan.levers`` not in ``plan.infos``
+    are resolved here (``None``: ``info``)."""
+    infos = dict(plan.infos)
+    for spec in plan.levers.get("model", (None,)):
+        if spec not in infos:
+            infos[spec] = info if spec is None else read_model_info(resolve_model(spec))
+    return GridRun(plan.points, infos, config, plan.sweep, notes=plan.notes, roofline=roofline, log_path=log_path,
+                   levers=plan.levers, **options)  # fmt: skip
 
 
 def GridJob(

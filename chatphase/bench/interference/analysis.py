@@ -167,7 +167,7 @@ def analyse(outcome: InterferenceOutcome, rep: int = 0, warmup: bool = False) ->
 @dataclass(frozen=True)
 class PolicyRow:
     """One policy over its counted runs: every run's gaps pooled (p50/p99/max, the stall), the newcomer's TTFT and
-    the aggregate rate as mean ± sd (:func:`~chatphase.bench.core.stats.summarize`)."""
+    the aggregate rate as mean ± sd (:func:`~chatphase.timing.stats.summarize`)."""
 
     chunk: int | None
     runs: int

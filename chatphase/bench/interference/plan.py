@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatphase.bench.core.contract import check_repetitions
+from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field, whole_number
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.errors import UsageError
 
@@ -26,12 +27,23 @@ class InterferencePlan:
     runs by each policy: the whole prompt first, and chunked-mixed with each chunk size of ``chunks``; after its first
     token, ``gen_tokens`` steps of all. ``reps`` counted and ``warmup`` uncounted runs of every policy, interleaved."""
 
-    n_running: int = 4
-    newcomer_tokens: int = DEFAULT_NEWCOMER_TOKENS
-    chunks: tuple[int, ...] = DEFAULT_CHUNKS
-    gen_tokens: int = 16
-    reps: int = 3
-    warmup: int = 1
+    n_running: int = plan_field(
+        4, flag="--interference", metavar="N", parse=whole_number, label="Streams (N)",
+        help="instead: N streams decode in one context while a new prompt (--prompt-lengths P) arrives, run whole "
+        "first and chunked with each of --chunks",
+    )  # fmt: skip
+    newcomer_tokens: int = plan_field(
+        DEFAULT_NEWCOMER_TOKENS, flag="--prompt-lengths", metavar="N,N,...", parse=count_list, single=True,
+        label="Newcomer tokens", help="the newcomer's prompt tokens",
+    )  # fmt: skip
+    chunks: tuple[int, ...] = plan_field(
+        DEFAULT_CHUNKS, flag="--chunks", metavar="C,C,...", parse=count_list, label="Chunks",
+        help="with --interference: prompt tokens per mixed step",
+        local="the server's own batching (its -b) sets the chunk",
+    )  # fmt: skip
+    gen_tokens: int = gen_field(32, label="Gen steps", form=16, width="exp-w10")
+    reps: int = reps_field(3, form=2, width="exp-w6")
+    warmup: int = warmup_field()
     running_prompt_tokens: int = RUNNING_PROMPT_TOKENS
 
     def policies(self) -> list[int | None]:

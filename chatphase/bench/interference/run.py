@@ -7,7 +7,7 @@ interleaved within each repetition, and assemble the :class:`~chatphase.bench.in
 
 Events: :class:`~chatphase.bench.core.events.BenchStatus`, a :class:`LaneUpdate` at most every
 :data:`LANE_UPDATE_S` seconds while a run goes (its steps since the last one: the live swim lanes, never one message
-per token), an :class:`InterferenceProgress` per run, then one :class:`~chatphase.bench.core.events.BenchDone`.
+per token), an :class:`InterferenceProgress` per run, then one :class:`~chatphase.bench.core.events.RunDone`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from chatphase.bench.core.contract import validate_plan
-from chatphase.bench.core.events import BenchDone, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.events import BenchStatus, RunDone, load_engine, system_facts
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
@@ -65,6 +65,11 @@ class InterferenceProgress:
     total_runs: int
     sample: InterferenceSample
 
+    @property
+    def counted(self) -> bool:
+        """Not a warm-up."""
+        return not self.sample.warmup
+
     def line(self) -> tuple[str, str]:
         """``(label, figures)`` for the CLI's progress and the tab's status line."""
         s = self.sample
@@ -76,10 +81,10 @@ class InterferenceProgress:
 
 
 def make_run(
-    info: ModelInfo, config: EngineConfig, plan: InterferencePlan, roofline: bool, log_path: str
+    info: ModelInfo, config: EngineConfig, plan: InterferencePlan, roofline: bool, log_path: str | None, **options
 ) -> InterferenceRun:
     """The child's run of an interference job (:class:`~chatphase.bench.core.job.ExperimentJob`)."""
-    return InterferenceRun(info, config, plan, roofline=roofline, log_path=log_path)
+    return InterferenceRun(info, config, plan, roofline=roofline, log_path=log_path, **options)
 
 
 class InterferenceRun(ModelRun):
@@ -109,14 +114,14 @@ class InterferenceRun(ModelRun):
 
         return InterferenceEngine(self.info, config, log_path=self._log_path)
 
-    def partial_done(self) -> BenchDone | None:
+    def partial_done(self) -> RunDone | None:
         """The runs measured so far as a cancelled result, while the run may go on in another thread; ``None`` before
         the model loaded."""
         if self._record is None:
             return None
         loaded, peaks = self._record
         samples = list(self._samples)
-        return BenchDone(interference_result(loaded, self.plan, samples, peaks, cancelled=True, server=self._server))
+        return RunDone(interference_result(loaded, self.plan, samples, peaks, cancelled=True, server=self._server))
 
     def __iter__(self) -> Iterator[object]:
         config = self.engine_config()
@@ -147,7 +152,7 @@ class InterferenceRun(ModelRun):
         finally:
             for e in engines:
                 e.close()
-        yield BenchDone(interference_result(loaded, plan, self._samples, peaks, self._cancel.is_set(), self._server))
+        yield RunDone(interference_result(loaded, plan, self._samples, peaks, self._cancel.is_set(), self._server))
 
     def _local_runs(self, engine, plan: InterferencePlan, prompts, newcomer) -> Iterator[object]:
         """Every policy, interleaved within each repetition, on the local engine."""

@@ -31,16 +31,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from chatphase.bench.core.contract import Done, check_format, saved_version, stamp
-from chatphase.bench.core.events import BenchDone, BenchEvent, BenchStatus
+from chatphase.bench.core.events import BenchEvent, BenchStatus, RunDone
+from chatphase.bench.core.experiment import number, plan_field
 from chatphase.bench.core.peaks import MachinePeaks
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.run import acquire_peaks
-from chatphase.bench.core.runner import SweepPlan, SweepProgress
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
@@ -65,6 +66,42 @@ def parse_gpu_layers(text: str) -> tuple[int, ...]:
     if not out:
         raise ValueError("--gpu-layers needs at least one layer count")
     return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class OffloadPlan(SweepPlan):
+    """The sweep (:class:`SweepPlan`) at each layer count of ``gpu_layers`` (-1: all), with the device's memory
+    bandwidth in GB/s for the roofline (``None``: see the module docstring)."""
+
+    gpu_layers: tuple[int, ...] = plan_field(
+        (0, -1), flag="--gpu-layers", metavar="N,N,...|all", parse=parse_gpu_layers,
+        help="instead: the offload sweep, one load per layer count on the GPU (e.g. 0,8,16,all), prefill and "
+        "decode with the roofline of each placement",
+    )  # fmt: skip
+    device_bandwidth_gbps: float | None = plan_field(
+        None, flag="--device-bandwidth", metavar="GB/s", parse=number,
+        help="with --gpu-layers: the GPU's memory bandwidth for the roofline (not measurable from the host)",
+    )  # fmt: skip
+
+    @property
+    def sweep(self) -> SweepPlan:
+        """Each placement's sweep."""
+        return SweepPlan(**{f.name: getattr(self, f.name) for f in fields(SweepPlan)})
+
+    @property
+    def total_runs(self) -> int:
+        return self.sweep.total_runs * len(self.gpu_layers)
+
+    def validate(self, n_ctx: int | None, n_batch: int | None = None) -> OffloadPlan:
+        """``self`` when its sweep fits (:meth:`SweepPlan.validate`) and it names a layer count. Raises UsageError."""
+        self.sweep.validate(n_ctx, n_batch)
+        if not self.gpu_layers:
+            raise UsageError("--gpu-layers needs at least one layer count")
+        return self
+
+    def to_dict(self) -> dict:
+        bandwidth = self.device_bandwidth_gbps
+        return {**self.sweep.to_dict(), "gpu_layers": list(self.gpu_layers), "device_bandwidth_gbps": bandwidth}
 
 
 def placement_roofline(
@@ -115,10 +152,10 @@ def placement_roofline(
 
 @dataclass
 class Placement:
-    """One layer count's run: the ``n_gpu_layers`` asked, its :class:`BenchResult` and its roofline."""
+    """One layer count's run: the ``n_gpu_layers`` asked, its :class:`SweepResult` and its roofline."""
 
     n_gpu_layers: int
-    result: BenchResult
+    result: SweepResult
     roofline: dict = field(default_factory=dict)
 
     @property
@@ -168,6 +205,7 @@ class OffloadDone(Done):
 
     placements: list[Placement]
     cancelled: bool = False
+    plan: dict = field(default_factory=dict)
 
     @property
     def result(self) -> OffloadDone:
@@ -193,7 +231,7 @@ PlacementRun = Callable[[ModelInfo, EngineConfig, SweepPlan, MachinePeaks | None
 
 
 class OffloadRun:
-    """The offload sweep; iterate to run it (blocking). Events: those of each :class:`BenchRun`, then one
+    """The offload sweep; iterate to run it (blocking). Events: those of each :class:`SweepRun`, then one
     :class:`OffloadDone`. ``device_bandwidth`` in bytes/s (see the module docstring)."""
 
     def __init__(
@@ -238,7 +276,7 @@ class OffloadRun:
             run = self._current = self.make_run(n, peaks)
             self._current_n = n
             for event in run:
-                if isinstance(event, BenchDone):
+                if isinstance(event, RunDone):
                     placements.append(self._placement(n, event.result, peaks))
                     self._cancelled |= event.result.cancelled
                 elif isinstance(event, SweepProgress):  # numbered across the placements
@@ -246,7 +284,7 @@ class OffloadRun:
                 else:
                     yield event
             self._current = self._current_n = None
-        yield OffloadDone(list(placements), cancelled=self._cancelled)
+        yield OffloadDone(list(placements), cancelled=self._cancelled, plan=self.plan_record())
 
     def partial(self) -> OffloadDone:
         """What ran so far, while the sweep may still be running (another thread): the finished placements and
@@ -256,9 +294,18 @@ class OffloadRun:
         result = run.partial() if run is not None else None
         if result is not None and n is not None and result.results:
             placements.append(self._placement(n, result, self._peaks))
-        return OffloadDone(placements, cancelled=True)
+        return OffloadDone(placements, cancelled=True, plan=self.plan_record())
 
-    def _placement(self, n: int, result: BenchResult, peaks: MachinePeaks | None) -> Placement:
+    def partial_done(self) -> OffloadDone:
+        """:meth:`partial` (the name every run's partial result has)."""
+        return self.partial()
+
+    def plan_record(self) -> dict:
+        """The plan as saved: the sweep's, the layer counts and the device bandwidth (GB/s)."""
+        bandwidth = self.device_bandwidth / 1e9 if self.device_bandwidth else None
+        return {**self.plan.to_dict(), "gpu_layers": list(self.gpu_layers), "device_bandwidth_gbps": bandwidth}
+
+    def _placement(self, n: int, result: SweepResult, peaks: MachinePeaks | None) -> Placement:
         host_bw = peaks.bandwidth_bytes_per_s if peaks else None
         device_bw = self.device_bandwidth
         if device_bw is None and any(d.get("type") == "igpu" for d in result.system.get("devices", ())):
@@ -304,7 +351,8 @@ def render_offload(done: OffloadDone) -> str:
 def offload_json(done: OffloadDone) -> dict:
     """The JSON object: ``{"kind": "offload", "version", "offload": [placement…], "cancelled": bool}`` (each
     placement with its whole result)."""
-    return stamp("offload", {"offload": [p.to_dict() for p in done.placements], "cancelled": done.cancelled})
+    plan = {"plan": done.plan} if done.plan else {}
+    return stamp("offload", {"offload": [p.to_dict() for p in done.placements], "cancelled": done.cancelled, **plan})
 
 
 def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
@@ -346,9 +394,37 @@ def offload_from_dict(data: dict) -> OffloadDone:
     saved_version(data)
     try:
         placements = [
-            Placement(int(p["n_gpu_layers"]), BenchResult.from_dict(p["result"]), dict(p.get("roofline") or {}))
+            Placement(int(p["n_gpu_layers"]), SweepResult.from_dict(p["result"]), dict(p.get("roofline") or {}))
             for p in data["offload"]
         ]
     except (KeyError, TypeError, ValueError, AttributeError):
         raise UsageError("malformed offload result (is it a chatphase bench --gpu-layers file?)") from None
-    return OffloadDone(placements, cancelled=bool(data.get("cancelled", False)))
+    return OffloadDone(placements, cancelled=bool(data.get("cancelled", False)), plan=dict(data.get("plan") or {}))
+
+
+def make_run(
+    info: ModelInfo, config: EngineConfig, plan: OffloadPlan, roofline: bool, log_path: str | None, **options
+) -> OffloadRun:
+    """The run of an :class:`OffloadPlan`: each placement runs the sweep's run
+    (:func:`chatphase.bench.sweep.run.placement_run`)."""
+    from chatphase.bench.sweep.run import placement_run
+
+    bandwidth = plan.device_bandwidth_gbps * 1e9 if plan.device_bandwidth_gbps else None
+    return OffloadRun(info, config, plan.sweep, plan.gpu_layers, roofline, bandwidth, placement_run)
+
+
+def write_offload_plots(results: list[OffloadDone], path: str | os.PathLike) -> Path:
+    """:func:`write_offload_plot` of the one result (the registry's ``plot(results, path)``)."""
+    return write_offload_plot(results[0], path)
+
+
+def offload_rows(done: OffloadDone) -> list[dict]:
+    """One row per placement: layers on the device, prefill (longest prompt) and mean decode tokens/s, and the
+    decode bound."""
+    rows = []
+    for p in done.placements:
+        _, _, prefill = p.prefill()
+        rows.append({"n_gpu_layers": float(p.n_gpu_layers), "prefill_tokens_per_s": prefill,
+                     "decode_tokens_per_s": p.mean("decode_tokens_per_s"),
+                     "decode_bound_tokens_per_s": p.roofline.get("decode_bound_tokens_per_s")})  # fmt: skip
+    return rows

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.parallel.records import ParallelSample
 from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.engine.base import Engine
 from chatphase.engine.events import (

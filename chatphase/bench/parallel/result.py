@@ -5,7 +5,7 @@ JSON: ``{"kind": "parallel", "version", "model", "settings", "system", "roofline
 "parallel": [cells], "parallel_samples": [samples], "results": []}`` (the empty ``results`` keeps the file
 readable by a chatphase from before results carried a ``kind``, which read it as a sweep's). Files written before results carried a ``kind`` were a
 sweep's result whose ``results`` list was empty and whose ``parallel`` list held the cells: :meth:`from_dict`
-reads those too. CSV: one row per cell, :data:`~chatphase.bench.core.parallel_results.PARALLEL_CSV_COLUMNS`
+reads those too. CSV: one row per cell, :data:`~chatphase.bench.parallel.records.PARALLEL_CSV_COLUMNS`
 (each row of kind ``"parallel"``).
 """
 
@@ -15,17 +15,10 @@ import json
 from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import stamp
-from chatphase.bench.core.parallel_results import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
-from chatphase.bench.core.report import (
-    mean_sd,
-    median_range,
-    parallel_headers,
-    parallel_rows,
-    peak_lines,
-    render_report,
-    setup_line,
-)
+from chatphase.bench.core.report import mean_sd, median_range, peak_lines, render_report, setup_line
 from chatphase.bench.core.results import Labelled, cells_csv, check_saved, header_fields, header_of, malformed
+from chatphase.bench.parallel.records import PARALLEL_CSV_COLUMNS, ParallelCell, ParallelSample
+from chatphase.bench.parallel.report import parallel_headers, parallel_rows
 
 
 @dataclass

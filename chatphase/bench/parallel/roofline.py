@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatphase.bench.core.parallel_results import ParallelCell
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.roofline import bound_class
+from chatphase.bench.parallel.records import ParallelCell
 from chatphase.models.roofline import BoundShare, float32_weight_type, no_prefill_bound_text, step_bytes, step_flops
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from chatphase.bench.core.contract import validate_plan
-from chatphase.bench.core.events import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.events import BenchEvent, BenchNotice, BenchStatus, RunDone, load_engine, system_facts
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
@@ -31,9 +31,11 @@ from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import weight_bytes_per_token
 
 
-def make_run(info: ModelInfo, config: EngineConfig, plan: ParallelPlan, roofline: bool, log_path: str) -> ParallelRun:
-    """The child's run of a parallel job (:class:`~chatphase.bench.core.job.BenchJob`)."""
-    return ParallelRun(info, config, plan, roofline=roofline, log_path=log_path)
+def make_run(
+    info: ModelInfo, config: EngineConfig, plan: ParallelPlan, roofline: bool, log_path: str | None, **options
+) -> ParallelRun:
+    """The child's run of a parallel job (:func:`~chatphase.bench.experiments.job_for`)."""
+    return ParallelRun(info, config, plan, roofline=roofline, log_path=log_path, **options)
 
 
 class ParallelRun(ModelRun):
@@ -98,7 +100,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
         for e in engines:
             e.close()
     assert done is not None
-    yield BenchDone(parallel_result(loaded, plan, done, peaks))
+    yield RunDone(parallel_result(loaded, plan, done, peaks))
 
 
 def parallel_result(

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from chatphase.bench.core.contract import check_repetitions
-from chatphase.bench.core.parallel_results import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
+from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field
 from chatphase.bench.core.prompts import PromptBuilder
-from chatphase.bench.core.runner import SweepProgress
+from chatphase.bench.parallel.records import PARALLEL_STAT_METRICS, ParallelCell, ParallelSample
+from chatphase.bench.sweep.loop import SweepProgress
 from chatphase.engine.batching import BatchOutcome, BatchRequest
 from chatphase.engine.config import MAX_SEQUENCES
 from chatphase.engine.metrics import itl_stats_ms, ns_to_ms, rate_per_s
@@ -48,11 +49,20 @@ class ParallelPlan:
     """What to measure: ``n_seqs`` (the N values), ``prompt_lengths`` (tokens per sequence), ``gen_tokens``
     decode steps per run, ``reps`` counted and ``warmup`` uncounted runs per cell."""
 
-    n_seqs: tuple[int, ...] = DEFAULT_N_SEQS
-    prompt_lengths: tuple[int, ...] = DEFAULT_PARALLEL_PROMPT_LENGTHS
-    gen_tokens: int = 32
-    reps: int = 3
-    warmup: int = 1
+    FORM = ("n_seqs", "prompt_lengths", "reps", "gen_tokens")
+
+    n_seqs: tuple[int, ...] = plan_field(
+        DEFAULT_N_SEQS, flag="--parallel", metavar="N,N,...", parse=count_list, label="Sequences (N)",
+        help="instead: decode N sequences together for each N, e.g. 1,2,4,8,16 (each its own prompt of "
+        "--prompt-lengths tokens; over --server N concurrent streams)",
+    )  # fmt: skip
+    prompt_lengths: tuple[int, ...] = plan_field(
+        DEFAULT_PARALLEL_PROMPT_LENGTHS, flag="--prompt-lengths", metavar="N,N,...", parse=count_list,
+        label="Prompt tokens", help="prompt lengths in tokens",
+    )  # fmt: skip
+    gen_tokens: int = gen_field(label="Gen steps")
+    reps: int = reps_field()
+    warmup: int = warmup_field()
 
     def validate(self, n_ctx: int | None, n_batch: int | None = None) -> ParallelPlan:
         """Check the plan before any work (``n_ctx=None`` skips the context check: a server's comes later);
@@ -176,6 +186,19 @@ def batch_sample(
 
 
 @dataclass(frozen=True)
+class ParallelProgress(SweepProgress):
+    """A :class:`SweepProgress` of the parallel sweep: ``sample`` is a :class:`ParallelSample`."""
+
+    sample: ParallelSample  # type: ignore[assignment]  # the parallel sweep's own sample
+
+    def line(self) -> tuple[str, str]:
+        """The run as ``(label, figures)`` (:func:`~chatphase.bench.parallel.report.parallel_progress`)."""
+        from chatphase.bench.parallel.report import parallel_progress
+
+        return parallel_progress(self.sample)
+
+
+@dataclass(frozen=True)
 class ParallelDone:
     """The sweep is over: cells from the counted samples (those measured so far when ``cancelled``)."""
 
@@ -196,7 +219,7 @@ class ModelFacts:
 
 class ParallelSweep:
     """Run a validated :class:`ParallelPlan` through ``runner``; iterate to drive it (yields
-    :class:`~chatphase.bench.core.runner.SweepProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
+    :class:`ParallelProgress` with a :class:`ParallelSample`, then one :class:`ParallelDone`).
 
     Args:
         runner: measures one repetition; builder: prompts on the model's vocabulary; facts: for step
@@ -220,7 +243,7 @@ class ParallelSweep:
         self._cancel.set()
         self.runner.cancel()
 
-    def __iter__(self) -> Iterator[SweepProgress | ParallelDone]:
+    def __iter__(self) -> Iterator[ParallelProgress | ParallelDone]:
         plan, samples, done = self.plan, [], 0
         for length, n in plan.cells():
             prompts = [self.builder.tokens(length, variant=j) for j in range(n)]
@@ -235,7 +258,7 @@ class ParallelSweep:
                 sample = replace(sample, rep=i if warm else i - plan.warmup, warmup=warm)
                 samples.append(sample)
                 done += 1
-                yield SweepProgress(done, plan.total_runs, sample)
+                yield ParallelProgress(done, plan.total_runs, sample)
             if self._cancel.is_set():
                 break
         counted = [s for s in samples if not s.warmup]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from chatphase.bench.core.contract import Done, check_format, saved_version, stamp
 from chatphase.bench.core.events import BenchStatus
+from chatphase.bench.core.experiment import gen_field, plan_field, reps_field
 from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.spec.arms import (
     PROMPTS,
@@ -21,8 +22,10 @@ from chatphase.bench.spec.arms import (
     format_costs,
     format_rows,
     iter_runs,
+    parse_arms,
     summary_rows,
     verify_cost,
+    with_off,
 )
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
@@ -32,14 +35,23 @@ from chatphase.models.gguf_meta import ModelInfo
 SPEC_FORMATS = ("table", "csv", "json")
 
 
+def mode_list(text: str) -> tuple[str, ...]:
+    """``"off,lookup"`` -> ``("off", "lookup")`` (each mode is checked by :meth:`SpecPlan.validate`)."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 @dataclass(frozen=True)
 class SpecPlan:
     """What the Experiments screen's Speculative tab runs: the arms (:func:`with_off`), ``reps`` over
     :data:`PROMPTS`, ``max_tokens`` per reply, then the verify-cost sweep for k in ``ks`` at ``depth``."""
 
-    specs: tuple[str, ...]
-    reps: int = 2
-    max_tokens: int = 160
+    specs: tuple[str, ...] = plan_field(
+        flag="--spec", metavar="off,lookup,auto,draft:MODEL", parse=mode_list, label="Modes",
+        form=("off", "lookup", "auto"), width="exp-smodes-field",
+        help="instead: decode modes side by side (off is always one: the ratios are to it)",
+    )  # fmt: skip
+    reps: int = reps_field(3, form=2)
+    max_tokens: int = gen_field(160, label="Reply tokens")
     depth: int = 256
     ks: tuple[int, ...] = tuple(range(1, 17))
     warmup: int = 0
@@ -56,6 +68,7 @@ class SpecPlan:
         """
         if not self.specs:
             raise UsageError("Modes: list one or more of off, lookup, auto, draft:MODEL")
+        self = replace(self, specs=tuple(with_off(parse_arms(",".join(self.specs)))))
         if self.reps < 1 or self.max_tokens < 1:
             raise UsageError("Reps and Reply tokens must be 1 or more")
         if (n_ctx is not None and self.depth + max(self.ks) > n_ctx) or max(self.ks) > (n_batch or max(self.ks)):
@@ -75,6 +88,9 @@ class SpecProgress:
     done_runs: int
     total_runs: int
     sample: SpecSample
+
+    #: every run counts (no warm-ups)
+    counted = True
 
     def line(self) -> tuple[str, str]:
         """The run as ``(label, figures)``: ``("lookup · input-grounded prompt 2/4 · rep 1", "41.0 tok/s · 60%
@@ -171,6 +187,10 @@ class SpecRun:
     def cancel(self) -> None:
         self._cancel.set()
 
+    def partial_done(self) -> SpecDone | None:
+        """:meth:`partial` (the name every run's partial result has)."""
+        return self.partial()
+
     def partial(self) -> SpecDone | None:
         """The runs so far as a cancelled result (no verify cost), while the run may still go on in another
         thread; ``None`` before the first run ended."""
@@ -196,9 +216,11 @@ class SpecRun:
         yield SpecDone(result)
 
 
-def make_run(info: ModelInfo, config: EngineConfig, plan: SpecPlan, roofline: bool, log_path: str) -> SpecRun:
+def make_run(
+    info: ModelInfo, config: EngineConfig, plan: SpecPlan, roofline: bool, log_path: str | None, **options
+) -> SpecRun:
     """The child's run of a :func:`SpecJob` (no roofline: the arms are compared with each other)."""
-    return SpecRun(info, config, plan)
+    return SpecRun(info, config, plan, **options)
 
 
 def SpecJob(info: ModelInfo, config: EngineConfig, plan: SpecPlan, log_path: str | None = None) -> ExperimentJob:

@@ -4,7 +4,7 @@ and the Experiments screen (which runs it in a child process, :mod:`chatphase.be
 Steps: validate the plan against ``n_ctx`` (before any work), measure the machine's peaks (roofline; before
 loading, after other chatphase engines stopped: :func:`chatphase.bench.core.run.acquire_peaks`), load the model
 into an in-process :class:`~chatphase.engine.local.llama.LlamaEngine` and its vocabulary into a tokenizer, run
-the :class:`~chatphase.bench.core.runner.Sweep`, then assemble a :class:`~chatphase.bench.core.results.BenchResult`
+the :class:`~chatphase.bench.sweep.loop.Sweep`, then assemble a :class:`~chatphase.bench.core.results.SweepResult`
 with fits and roofline.
 """
 
@@ -13,34 +13,36 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from chatphase.bench.core.contract import validate_plan
-from chatphase.bench.core.events import BenchDone, BenchEvent, BenchNotice, BenchStatus, load_engine, system_facts
+from chatphase.bench.core.events import BenchEvent, BenchNotice, BenchStatus, RunDone, load_engine, system_facts
 from chatphase.bench.core.fits import sweep_fits
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
-from chatphase.bench.core.results import BenchResult
+from chatphase.bench.core.results import SweepResult
 from chatphase.bench.core.roofline import build_roofline
 from chatphase.bench.core.run import ModelRun, gpu_note, model_record, roofline_inputs, settings_record
-from chatphase.bench.core.runner import Sweep, SweepDone, SweepPlan
+from chatphase.bench.sweep.loop import Sweep, SweepDone, SweepPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import LoadedModel
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.roofline import attention_flops_per_context_token, prefill_params
 
-__all__ = ["BenchDone", "BenchEvent", "BenchNotice", "BenchRun", "BenchStatus", "make_run", "system_facts"]
+__all__ = ["BenchEvent", "BenchNotice", "BenchStatus", "RunDone", "SweepRun", "make_run", "system_facts"]
 
 
-def make_run(info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool, log_path: str) -> BenchRun:
-    """The child's run of a sweep job (:class:`~chatphase.bench.core.job.BenchJob`)."""
-    return BenchRun(info, config, plan, roofline=roofline, log_path=log_path)
+def make_run(
+    info: ModelInfo, config: EngineConfig, plan: SweepPlan, roofline: bool, log_path: str | None, **options
+) -> SweepRun:
+    """The child's run of a sweep job (:func:`~chatphase.bench.experiments.job_for`)."""
+    return SweepRun(info, config, plan, roofline=roofline, log_path=log_path, **options)
 
 
-def placement_run(info: ModelInfo, config: EngineConfig, plan: SweepPlan, peaks: MachinePeaks | None) -> BenchRun:
+def placement_run(info: ModelInfo, config: EngineConfig, plan: SweepPlan, peaks: MachinePeaks | None) -> SweepRun:
     """One placement's sweep for the offload sweep (:class:`~chatphase.bench.offload.run.OffloadRun`): these
     peaks (measured once for all placements), no roofline without them."""
-    return BenchRun(info, config, plan, roofline=peaks is not None, peaks=peaks)
+    return SweepRun(info, config, plan, roofline=peaks is not None, peaks=peaks)
 
 
-class BenchRun(ModelRun):
+class SweepRun(ModelRun):
     """A whole prompt-length and depth sweep; iterate to run it (blocking), :meth:`cancel` from any thread.
     Arguments as :class:`~chatphase.bench.core.run.ModelRun`'s, ``plan`` a :class:`SweepPlan`.
 
@@ -73,10 +75,10 @@ class BenchRun(ModelRun):
         finally:
             engine.close()
         assert done is not None
-        yield BenchDone(self._result(loaded, plan, done, peaks))
+        yield RunDone(self._result(loaded, plan, done, peaks))
 
-    def partial(self) -> BenchResult | None:
-        """The runs measured so far as a cancelled :class:`BenchResult`, while the sweep may still be running in
+    def partial(self) -> SweepResult | None:
+        """The runs measured so far as a cancelled :class:`SweepResult`, while the sweep may still be running in
         another thread; ``None`` before the model was loaded."""
         sweep, running = self._sweep, self._running
         if not isinstance(sweep, Sweep) or running is None:
@@ -84,7 +86,7 @@ class BenchRun(ModelRun):
         loaded, plan, peaks = running
         return self._result(loaded, plan, sweep.partial(), peaks)
 
-    def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> BenchResult:
+    def _result(self, loaded: LoadedModel, plan: SweepPlan, done: SweepDone, peaks: MachinePeaks | None) -> SweepResult:
         counted = [s for s in done.samples if not s.warmup]
         roofline = {}
         inputs = roofline_inputs(self.info, loaded, peaks)
@@ -105,7 +107,7 @@ class BenchRun(ModelRun):
                 roofline.update(
                     decode_verdict=f"decode: {note}", prefill_verdict=f"prefill: {note}", attention_line=None
                 )
-        return BenchResult(
+        return SweepResult(
             model=model_record(self.info),
             settings=settings_record(loaded, plan.to_dict(), done.notes),
             system=system_facts(loaded),

@@ -2,7 +2,7 @@
 ``chatphase bench --interference``.
 
 The form sets N (running streams), the newcomer's prompt tokens, the chunk sizes, the repetitions and the decode
-steps. Run starts the experiment in a child process (:func:`~chatphase.bench.experiments.job_for`). Two swim-lane
+steps (the plan's knobs). Run starts the experiment in a child process (:func:`~chatphase.bench.experiments.job_for`). Two swim-lane
 views (:class:`SwimLanes`) draw the runs as they go, from the run's :class:`~chatphase.bench.interference.run.LaneUpdate`
 messages (a few a second, never one per token): the *whole prompt first* runs in the first, the chunked runs in the
 second. One lane per sequence (the newcomer last), a tick per token, a block per step that held prompt tokens, shaded
@@ -19,15 +19,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widget import Widget
 
-from chatphase.bench.experiments import job_for
 from chatphase.bench.interference.analysis import Timeline, policy_rows
-from chatphase.bench.interference.plan import DEFAULT_CHUNKS, InterferencePlan, policy_name
+from chatphase.bench.interference.plan import InterferencePlan, policy_name
 from chatphase.bench.interference.result import HEADERS, InterferenceResult, row_cells, tradeoff_lines
 from chatphase.bench.interference.run import InterferenceProgress, LaneUpdate
-from chatphase.engine.config import EngineConfig
-from chatphase.models.gguf_meta import ModelInfo
-from chatphase.settings.schema import Settings
-from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count, parse_list
+from chatphase.ui.experiments.panes import ExperimentPane
 
 #: the most repaints a second of a swim-lane view while a run goes.
 REPAINT_HZ = 4
@@ -128,43 +124,14 @@ class InterferencePane(ExperimentPane):
     """Prefill meets decode: the whole prompt first against chunked-mixed steps (module docstring)."""
 
     kind = "interference"
-    experiment = "interference"
+    TITLE = "Interference"
     COLUMNS = tuple(HEADERS)
 
-    def __init__(self) -> None:
-        super().__init__("Interference", id="exp-tab-interference")
-
     def compose(self) -> ComposeResult:
-        with Horizontal(id="exp-iform", classes="exp-form"):
-            yield form_field("Streams (N)", "exp-irunning", "4")
-            yield form_field("Newcomer tokens", "exp-inew", "512")
-            yield form_field("Chunks", "exp-ichunks", ",".join(map(str, DEFAULT_CHUNKS)))
-            yield form_field("Reps", "exp-ireps", "2").add_class("exp-w6")
-            yield form_field("Gen steps", "exp-igen", "16").add_class("exp-w10")
+        yield self.form()
         with Horizontal(id="exp-ilanes", classes="exp-plots"):
             yield SwimLanes("whole prompt first", id="exp-lanes-whole")
             yield SwimLanes("chunked", id="exp-lanes-chunked")
-
-    def plan(self, settings: Settings) -> InterferencePlan:
-        """The plan the form describes, validated against n_ctx and n_batch.
-
-        Raises:
-            UsageError: for a malformed field or a plan that does not fit.
-        """
-        return InterferencePlan(
-            n_running=parse_count(self._value("exp-irunning"), "Streams"),
-            newcomer_tokens=parse_count(self._value("exp-inew"), "Newcomer tokens"),
-            chunks=parse_list(self._value("exp-ichunks"), "Chunks"),
-            reps=parse_count(self._value("exp-ireps"), "Reps"),
-            gen_tokens=parse_count(self._value("exp-igen"), "Gen steps"),
-            warmup=1,
-        ).validate(settings.engine.n_ctx, settings.engine.n_batch)
-
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: InterferencePlan):
-        return job_for(info, config, plan)
-
-    def plots(self):
-        return []
 
     def lanes(self, policy: int | None) -> SwimLanes:
         return self.query_one("#exp-lanes-whole" if policy is None else "#exp-lanes-chunked", SwimLanes)
@@ -172,6 +139,14 @@ class InterferencePane(ExperimentPane):
     def add_lanes(self, update: LaneUpdate) -> None:
         """A running run's steps onto its view (the whole prompt's or the chunked runs')."""
         self.lanes(update.policy).add_update(update)
+
+    def take_event(self, event: object, plan: InterferencePlan) -> str | None:
+        """A :class:`LaneUpdate` (a few a second while a run goes) onto the live swim lanes; a run's first says
+        the run in the status line (no 'Loading…' while the lanes draw)."""
+        if not isinstance(event, LaneUpdate):
+            return None
+        self.add_lanes(event)
+        return f"{self.lane_text(event, plan)}…" if event.first and isinstance(plan, InterferencePlan) else None
 
     def show_results(self, current: InterferenceResult | None, overlays) -> None:
         chunks = sorted({s.chunk for s in current.samples if s.chunk is not None}) if current else []
@@ -188,11 +163,6 @@ class InterferencePane(ExperimentPane):
         warm = update.rep < plan.warmup
         rep = f"warm-up {update.rep + 1}" if warm else f"rep {update.rep - plan.warmup + 1}"
         return f"measuring {policy_name(update.policy)} {rep}"
-
-    @staticmethod
-    def progress_text(event: InterferenceProgress) -> str:
-        label, figures = event.line()
-        return f"{label}: {figures}"
 
     @staticmethod
     def rows(result: InterferenceResult) -> list[list[str]]:

@@ -4,7 +4,7 @@ Pick a lever — the model (a list of the models chatphase finds, synthetic ones
 type of K or V, flash attention, n_ubatch or the thread count — and its values (a comma list, as for
 ``chatphase bench --cache-type-k f16,q8_0``), plus the cells every point runs (prompt lengths, depths,
 reps, generated tokens). Run measures each cell of every point interleaved, round by round
-(:class:`~chatphase.bench.grid.run.GridRun` in a child process, :class:`~chatphase.bench.core.job.GridJob`).
+(:class:`~chatphase.bench.grid.run.GridRun` in a child process, :func:`~chatphase.bench.experiments.job_for`).
 The table shows each cell's measured TTFT / prefill / decode beside the roofline's prediction and their
 ratio (:func:`~chatphase.bench.grid.result.grid_row`); the plots show decode tok/s against the bytes one
 decode step reads, with the bandwidth bound (peak read bandwidth / bytes) as a line per thread count,
@@ -13,7 +13,6 @@ and TTFT against prompt tokens, one line per point (per n_ubatch when that is th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from rich.text import Text
@@ -24,17 +23,19 @@ from textual.widgets import Input, Label, Select, SelectionList
 
 from chatphase.bench.core.job import ExperimentJob
 from chatphase.bench.core.roofline import cell_context_tokens
-from chatphase.bench.core.runner import SweepPlan, aggregate
-from chatphase.bench.grid.levers import GridPoint, LeverGrid, check_values, parse_lever
+from chatphase.bench.experiments import job_for
+from chatphase.bench.grid.levers import check_values, parse_lever
 from chatphase.bench.grid.result import GRID_HEADERS, GridCell, GridResult, grid_row
-from chatphase.bench.grid.run import GridJob, GridProgress
+from chatphase.bench.grid.run import GridPlan, GridProgress
+from chatphase.bench.sweep.loop import SweepPlan, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError, UsageError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
 from chatphase.models.roofline import step_bytes
 from chatphase.settings.schema import Settings
-from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count, parse_list
+from chatphase.ui.experiments.form import PlanForm, form_field
+from chatphase.ui.experiments.panes import ExperimentPane
 from chatphase.ui.experiments.plot import COLORS, SeriesPlot
 
 #: (label, lever) in the picker, and each lever's values when it is picked (models: a list of files).
@@ -48,31 +49,9 @@ LEVER_OPTIONS = [
 ]
 DEFAULT_VALUES = {"type_k": "f16,q8_0,q4_0", "type_v": "f16,q8_0", "flash_attn": "on,off",
                   "n_ubatch": "64,256,512", "n_threads": "1,2"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class LeversPlan:
-    """A lever grid to run: its points and left-out notes (:meth:`LeverGrid.points`), each model spec's
-    validated model (``None``: the chat's model), ``sweep`` the cells every point runs, and which points are
-    synthetic models (by label)."""
-
-    points: list[GridPoint]
-    notes: list[str]
-    infos: dict[str | None, ModelInfo]
-    sweep: SweepPlan
-    synthetic: dict[str, bool]
-
-    @property
-    def total_runs(self) -> int:
-        return len(self.points) * self.sweep.total_runs
-
-    @property
-    def warmup(self) -> int:
-        return self.sweep.warmup
-
-    @property
-    def reps(self) -> int:
-        return self.sweep.reps
+#: the cells every point runs, smaller than the command line's sweep (a grid runs them once per point).
+FORM_DEFAULTS = {"prompt_lengths": (64, 256), "depths": (0, 512), "reps": 2, "gen_tokens": 16}
+FORM_WIDTHS = {"prompt_lengths": "exp-w14", "depths": "exp-w9", "reps": "exp-w6", "gen_tokens": "exp-w10"}
 
 
 PlotKind = Literal["decode", "ttft"]
@@ -163,27 +142,24 @@ class LeverPlot(SeriesPlot):
 class LeversPane(ExperimentPane):
     """One lever's values as a lever grid (see the module docstring)."""
 
-    kind = "levers"
-    experiment = "grid"
+    kind = "grid"
+    TITLE = "Levers"
     COLUMNS = tuple(GRID_HEADERS)
 
     def __init__(self, model_info: ModelInfo, settings: Settings) -> None:
-        super().__init__("Levers", id="exp-tab-levers")
+        super().__init__()
         self.model_info, self.settings = model_info, settings
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="exp-lform", classes="exp-form"):
-            yield Vertical(
-                Label("Lever"),
-                Select(LEVER_OPTIONS, value="type_k", allow_blank=False, compact=True, id="exp-lever"),
-                classes="exp-field exp-lever-field",
-            )
-            yield form_field("Values", "exp-lvalues", DEFAULT_VALUES["type_k"]).add_class("exp-lvalues-field")
-            # widths for their labels (experiments.tcss), so that the values field takes the rest
-            yield form_field("Prompt lengths", "exp-llengths", "64,256").add_class("exp-w14")
-            yield form_field("Depths", "exp-ldepths", "0,512").add_class("exp-w9")
-            yield form_field("Reps", "exp-lreps", "2").add_class("exp-w6")
-            yield form_field("Gen tokens", "exp-lgen", "16").add_class("exp-w10")
+        lever = Vertical(
+            Label("Lever"),
+            Select(LEVER_OPTIONS, value="type_k", allow_blank=False, compact=True, id="exp-lever"),
+            classes="exp-field exp-lever-field",
+        )
+        values = form_field("Values", "exp-lvalues", DEFAULT_VALUES["type_k"]).add_class("exp-lvalues-field")
+        # a smaller grid than the command line's default, and widths for the labels (experiments.tcss), so that the
+        # values field takes the rest
+        yield PlanForm(self.experiment, FORM_DEFAULTS, FORM_WIDTHS, before=(lever, values))
         yield SelectionList[str](id="exp-lmodels")
         with Horizontal(id="exp-lplots", classes="exp-plots"):
             yield LeverPlot("decode", id="exp-plot-lbytes")
@@ -221,7 +197,7 @@ class LeversPane(ExperimentPane):
         values.disabled = model
         self.query_one("#exp-lmodels").display = event.value == "model"
 
-    def plan(self, settings: Settings) -> LeversPlan:
+    def plan(self, settings: Settings) -> GridPlan:
         """The grid the form describes (models validated, cells against ``settings.engine.n_ctx``).
 
         Raises:
@@ -239,22 +215,14 @@ class LeversPane(ExperimentPane):
         else:
             items = check_values(lever, parse_lever(lever, self._value("exp-lvalues")))
             infos = {None: self.model_info}
-        values = {lever: items}
+        levers = {lever: items}
         if lever in ("type_k", "type_v"):  # so that a V type the settings' flash attention refuses is left out
-            values["flash_attn"] = (settings.engine.flash_attn,)
-        points, notes = LeverGrid(values).points()
-        sweep = SweepPlan(
-            prompt_lengths=parse_list(self._value("exp-llengths"), "Prompt lengths"),
-            depths=parse_list(self._value("exp-ldepths"), "Depths"),
-            reps=parse_count(self._value("exp-lreps"), "Reps"),
-            gen_tokens=parse_count(self._value("exp-lgen"), "Gen tokens"),
-            warmup=1,
-        ).validate(settings.engine.n_ctx)
-        synthetic = {p.label(): infos[p.values.get("model")].synthetic for p in points}
-        return LeversPlan(points, notes, infos, sweep, synthetic)
+            levers["flash_attn"] = (settings.engine.flash_attn,)
+        sweep = SweepPlan(**self.query_one(PlanForm).values())
+        return GridPlan.of(levers, sweep, infos).validate(settings.engine.n_ctx)
 
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: LeversPlan) -> ExperimentJob:
-        return GridJob(plan.points, plan.infos, config, plan.sweep, plan.notes)
+    def make_job(self, info: ModelInfo, config: EngineConfig, plan: GridPlan) -> ExperimentJob:
+        return job_for(plan.infos[plan.points[0].values.get("model")], config, plan)
 
     def plots(self):
         return self.query(LeverPlot)
@@ -269,7 +237,7 @@ class LeversPane(ExperimentPane):
         return [c.row() for c in result.cells]
 
     @staticmethod
-    def live_rows(progress: list[GridProgress], plan: LeversPlan) -> list[list[str]]:
+    def live_rows(progress: list[GridProgress], plan: GridPlan) -> list[list[str]]:
         """Rows of the cells measured so far, per point in run order (predictions come with the result)."""
         by_point: dict[str, list] = {}
         for e in progress:
@@ -285,4 +253,4 @@ class LeversPane(ExperimentPane):
         return "\n".join(result.footnotes())
 
 
-__all__ = ["LeverPlot", "LeversPane", "LeversPlan"]
+__all__ = ["LeverPlot", "LeversPane"]

@@ -1,9 +1,12 @@
-"""The Experiments screen's sweeps, one tab each: the form that describes a plan, its plots, and how its
-results read in the table and the summary.
+"""The Experiments screen's tabs, one per registered experiment that has one: the form that describes a plan (made
+from the plan's knobs, :mod:`chatphase.ui.experiments.form`), its plots, and how its results read in the table and
+the summary.
 
+- :class:`ExperimentPane` — any experiment's tab: its form, and its rows in the table (no plots).
 - :class:`SweepPane` — prompt lengths and context depths (TTFT and decode tok/s plots).
 - :class:`ParallelPane` — N sequences decoded together (aggregate and per-sequence tok/s against N).
-- the lever grid's tab is in :mod:`chatphase.ui.experiments.levers`.
+- the lever grid's, decode modes' and interference tabs are in :mod:`~chatphase.ui.experiments.levers`,
+  :mod:`~chatphase.ui.experiments.spec` and :mod:`~chatphase.ui.experiments.interference`.
 
 The screen (:mod:`chatphase.ui.experiments.screen`) runs whichever tab is active and talks to each through
 :class:`ExperimentPane`'s methods: :meth:`~ExperimentPane.plan`, :meth:`~ExperimentPane.make_job`, the live
@@ -16,20 +19,23 @@ from __future__ import annotations
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Input, Label, TabPane
+from textual.containers import Horizontal
+from textual.widgets import Input, TabPane
 
-from chatphase.bench.core.parallel_results import ParallelSample
-from chatphase.bench.core.report import fit_lines, parallel_headers, parallel_rows, sweep_headers, sweep_rows
-from chatphase.bench.core.results import BenchResult, Sample
-from chatphase.bench.core.runner import SweepPlan, SweepProgress, aggregate
-from chatphase.bench.experiments import EXPERIMENTS, BenchJob
+from chatphase.bench.core.contract import Progress
+from chatphase.bench.core.experiment import Experiment
+from chatphase.bench.core.report import fit_lines, sweep_headers, sweep_rows
+from chatphase.bench.core.results import Sample, SweepResult
+from chatphase.bench.experiments import EXPERIMENTS, job_for
+from chatphase.bench.parallel.report import parallel_headers, parallel_rows
 from chatphase.bench.parallel.result import ParallelResult
-from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, aggregate_parallel
+from chatphase.bench.parallel.sweep import ModelFacts, ParallelPlan, ParallelProgress, aggregate_parallel
+from chatphase.bench.sweep.loop import SweepPlan, SweepProgress, aggregate
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.form import PlanForm
 from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot
 from chatphase.units import parse_counts
 
@@ -46,44 +52,51 @@ def parse_list(text: str, what: str) -> tuple[int, ...]:
         raise UsageError(f"{what}: {exc}") from None
 
 
-def parse_count(text: str, what: str) -> int:
-    """A whole number from an input field.
-
-    Raises:
-        UsageError: naming the field.
-    """
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise UsageError(f"{what}: expected a whole number (got {text.strip()!r})") from None
-
-
-def form_field(label: str, id_: str, value: str) -> Vertical:
-    return Vertical(Label(label), Input(value=value, id=id_), classes="exp-field")
-
-
 class ExperimentPane(TabPane):
-    """What the screen asks of a tab. ``kind`` names its result (and its default file name); ``experiment``
-    its kind in the registry (:data:`~chatphase.bench.experiments.EXPERIMENTS`), which says whether results
-    loaded from files are drawn on its plots (:attr:`overlays`). Defaults are those of a one-model sweep
-    (:func:`~chatphase.bench.experiments.job_for`, plots that take samples)."""
+    """What the screen asks of a tab: the registered experiment of its ``kind``
+    (:data:`~chatphase.bench.experiments.EXPERIMENTS`, which says whether results loaded from files are drawn on its
+    plots: :attr:`overlays`), its form (:class:`~chatphase.ui.experiments.form.PlanForm`, made from the plan's
+    knobs), its job (:func:`~chatphase.bench.experiments.job_for`), and how its results and progress read. The
+    defaults are a tab with no plots whose table shows the experiment's rows (a registered experiment with no tab
+    of its own gets this one)."""
 
     kind = ""
-    experiment = "sweep"
-    COLUMNS: tuple[str, ...] = ()
+    TITLE = ""
+
+    def __init__(self, kind: str | None = None, **kwargs) -> None:
+        self.kind = kind or self.kind
+        super().__init__(self.TITLE or self.experiment.title.capitalize(), id=f"exp-tab-{self.kind}", **kwargs)
+
+    @property
+    def experiment(self) -> Experiment:
+        return EXPERIMENTS[self.kind]
+
+    @property
+    def COLUMNS(self) -> tuple[str, ...]:  # the panes' own are class constants
+        return self._columns
+
+    _columns: tuple[str, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        yield self.form()
+
+    def form(self) -> PlanForm:
+        """The plan's form (a tab may pass its own defaults)."""
+        return PlanForm(self.experiment)
 
     def plan(self, settings: Settings):
-        """The plan the form describes.
+        """The plan the form describes, validated against ``settings``' n_ctx and n_batch.
 
         Raises:
             UsageError: for a malformed field or a plan that does not fit.
         """
-        raise NotImplementedError
+        values = self.query_one(PlanForm).values()
+        return self.experiment.make_plan(values).validate(settings.engine.n_ctx, settings.engine.n_batch)
 
     @property
     def overlays(self) -> bool:
         """Whether results loaded from files are drawn on this tab's plots (the registry's word)."""
-        return EXPERIMENTS[self.experiment].overlays
+        return self.experiment.overlays
 
     def _value(self, id_: str) -> str:
         """The text of the form's input ``id_``."""
@@ -91,38 +104,45 @@ class ExperimentPane(TabPane):
 
     def make_job(self, info: ModelInfo, config: EngineConfig, plan):
         """The job that runs ``plan`` (in a child process)."""
-        return BenchJob(info, config, plan)
+        return job_for(info, config, plan)
 
     def plots(self):
-        raise NotImplementedError
+        return []
 
     # the table and the status line: each pane's own, for its own result and progress events
     def rows(self, result: Any) -> list[list[str]]:
-        raise NotImplementedError
+        """The result's rows (the experiment's :attr:`~chatphase.bench.core.experiment.Experiment.rows`)."""
+        rows = self.experiment.rows(result)
+        self._columns = tuple(rows[0]) if rows else self._columns
+        return [["" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in r.values()] for r in rows]
 
     def live_rows(self, progress: list[Any], plan: Any) -> list[list[str]]:
-        raise NotImplementedError
+        """The runs so far, one line each."""
+        self._columns = self._columns or ("run", "figures")
+        return [list(e.line()) for e in progress]
 
     def summary(self, result: Any) -> str:
-        raise NotImplementedError
-
-    def progress_text(self, event: Any) -> str:
-        raise NotImplementedError
+        return ""
 
     def start_live(self, label: str) -> None:
         for plot in self.plots():
             plot.start_live(label)
 
-    def add_progress(self, event: SweepProgress) -> None:
-        """One measured run (warm-ups too): onto the live plots."""
+    def add_progress(self, event: Progress) -> None:
+        """One measured run (warm-ups too): its sample onto the live plots."""
         for plot in self.plots():
-            plot.add_sample(event.sample)
+            plot.add_sample(getattr(event, "sample", None))
+
+    def take_event(self, event: object, plan: Any) -> str | None:
+        """An event of this experiment's own (not status, notice, progress or its end); the status line's new text,
+        or ``None``."""
+        return None
 
     def end_live(self) -> None:
         for plot in self.plots():
             plot.end_live()
 
-    def show_results(self, current, overlays: list[BenchResult | ParallelResult]) -> None:
+    def show_results(self, current, overlays: list) -> None:
         """Draw ``current`` (this tab's last result, or ``None``) and the loaded overlays."""
         for plot in self.plots():
             plot.end_live()
@@ -133,40 +153,20 @@ class SweepPane(ExperimentPane):
     """Prompt lengths × depths: TTFT against prompt tokens and decode tok/s against depth."""
 
     kind = "sweep"
+    TITLE = "Prompt length & depth"
     COLUMNS = tuple(sweep_headers())
 
-    def __init__(self) -> None:
-        super().__init__("Prompt length & depth", id="exp-tab-sweep")
-
     def compose(self) -> ComposeResult:
-        with Horizontal(id="exp-form", classes="exp-form"):
-            yield form_field("Prompt lengths", "exp-lengths", "64,256,1024")
-            yield form_field("Depths", "exp-depths", "0,1024")
-            yield form_field("Reps", "exp-reps", "3")
-            yield form_field("Gen tokens", "exp-gen", "32")
+        yield self.form()
         with Horizontal(id="exp-plots", classes="exp-plots"):
             yield BenchPlot("ttft", id="exp-plot-ttft")
             yield BenchPlot("decode", id="exp-plot-decode")
-
-    def plan(self, settings: Settings) -> SweepPlan:
-        """The plan the form describes, validated against ``settings.engine.n_ctx``.
-
-        Raises:
-            UsageError: for a malformed field or a plan that does not fit.
-        """
-        return SweepPlan(
-            prompt_lengths=parse_list(self._value("exp-lengths"), "Prompt lengths"),
-            depths=parse_list(self._value("exp-depths"), "Depths"),
-            reps=parse_count(self._value("exp-reps"), "Reps"),
-            gen_tokens=parse_count(self._value("exp-gen"), "Gen tokens"),
-            warmup=1,
-        ).validate(settings.engine.n_ctx)
 
     def plots(self):
         return self.query(BenchPlot)
 
     @staticmethod
-    def rows(result: BenchResult) -> list[list[str]]:
+    def rows(result: SweepResult) -> list[list[str]]:
         return sweep_rows(result.results)
 
     @staticmethod
@@ -175,7 +175,7 @@ class SweepPane(ExperimentPane):
         return sweep_rows(aggregate([e.sample for e in progress if isinstance(e.sample, Sample)], plan.gen_tokens))
 
     @staticmethod
-    def summary(result: BenchResult) -> str:
+    def summary(result: SweepResult) -> str:
         lines = fit_lines(result)
         if result.roofline and "decode_verdict" in result.roofline:
             lines.append(result.roofline["decode_verdict"])
@@ -199,35 +199,13 @@ class ParallelPane(ExperimentPane):
     """N sequences decoded together: aggregate and per-sequence decode tok/s against N."""
 
     kind = "parallel"
-    experiment = "parallel"
+    TITLE = "Parallel"
     COLUMNS = tuple(parallel_headers()[i] for i in _PARALLEL_KEEP)
 
-    def __init__(self) -> None:
-        super().__init__("Parallel", id="exp-tab-parallel")
-
     def compose(self) -> ComposeResult:
-        with Horizontal(id="exp-pform", classes="exp-form"):
-            yield form_field("Sequences (N)", "exp-nseqs", "1,2,4,8")
-            yield form_field("Prompt tokens", "exp-plength", "128")
-            yield form_field("Reps", "exp-preps", "3")
-            yield form_field("Gen steps", "exp-pgen", "32")
+        yield self.form()
         with Horizontal(id="exp-pplots", classes="exp-plots"):
             yield ParallelPlot(id="exp-plot-parallel")
-
-    def plan(self, settings: Settings) -> ParallelPlan:
-        """The plan the form describes, validated against ``settings`` (N sequences of prompt + steps must fit
-        n_ctx; a step of N tokens n_batch).
-
-        Raises:
-            UsageError: for a malformed field or a plan that does not fit.
-        """
-        return ParallelPlan(
-            n_seqs=parse_list(self._value("exp-nseqs"), "Sequences"),
-            prompt_lengths=parse_list(self._value("exp-plength"), "Prompt tokens"),
-            reps=parse_count(self._value("exp-preps"), "Reps"),
-            gen_tokens=parse_count(self._value("exp-pgen"), "Gen steps"),
-            warmup=1,
-        ).validate(settings.engine.n_ctx, settings.engine.n_batch)
 
     def plots(self):
         return self.query(ParallelPlot)
@@ -237,10 +215,10 @@ class ParallelPane(ExperimentPane):
         return _parallel_table(result.parallel)
 
     @staticmethod
-    def live_rows(progress: list[SweepProgress], plan: ParallelPlan) -> list[list[str]]:
+    def live_rows(progress: list[ParallelProgress], plan: ParallelPlan) -> list[list[str]]:
         """Rows of the cells measured so far (``plan`` unused: a sample knows its cell; the step's bytes
         and FLOPs, which need the model's facts, are not in the table)."""
-        samples = [e.sample for e in progress if isinstance(e.sample, ParallelSample)]
+        samples = [e.sample for e in progress if isinstance(e, ParallelProgress)]
         return _parallel_table(aggregate_parallel(samples, ModelFacts(None, None, None)))
 
     @staticmethod

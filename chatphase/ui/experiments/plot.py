@@ -18,8 +18,8 @@ from typing import ClassVar, Literal
 
 from textual_plotext import PlotextPlot
 
-from chatphase.bench.core.parallel_results import ParallelSample
-from chatphase.bench.core.results import BenchResult, CellResult, Sample
+from chatphase.bench.core.results import CellResult, Sample, SweepResult
+from chatphase.bench.parallel.records import ParallelSample
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.engine.text import inert
 
@@ -74,7 +74,7 @@ class SeriesPlot(PlotextPlot):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.results: list[BenchResult | ParallelResult] = []
+        self.results: list[SweepResult | ParallelResult] = []
         self.live: list[tuple[float, ...]] = []
         self.live_label = ""
         self.y_top = 0.0  # the highest point drawn (error bars included), set by replot
@@ -91,7 +91,7 @@ class SeriesPlot(PlotextPlot):
         # no super().on_mount(): Textual dispatches PlotextPlot's own handler itself
         self.replot()
 
-    def set_results(self, results: list[BenchResult | ParallelResult]) -> None:
+    def set_results(self, results: list[SweepResult | ParallelResult]) -> None:
         """Show these finished results (overlays; the current run's result included when done)."""
         self.results = list(results)
         self.replot()
@@ -160,7 +160,7 @@ class BenchPlot(SeriesPlot):
     def series_count(self) -> int:
         """How many series have points on this plot (for tests and the empty-state hint)."""
         drawn = sum(
-            1 for r in self.results if isinstance(r, BenchResult) and any(cell_point(self.kind, c) for c in r.results)
+            1 for r in self.results if isinstance(r, SweepResult) and any(cell_point(self.kind, c) for c in r.results)
         )
         return drawn + (1 if self.live else 0)
 
@@ -168,7 +168,7 @@ class BenchPlot(SeriesPlot):
         """Rebuild the plotext figure and schedule a repaint."""
         plt = self.begin_figure(*self.TITLES[self.kind])
         for i, res in enumerate(self.results):
-            if not isinstance(res, BenchResult):  # a parallel sweep's: drawn on the Parallel tab
+            if not isinstance(res, SweepResult):  # a parallel sweep's: drawn on the Parallel tab
                 continue
             pts = sorted(p for p in (cell_point(self.kind, c) for c in res.results) if p)
             if not pts:

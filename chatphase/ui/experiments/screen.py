@@ -1,25 +1,22 @@
-"""The Experiments screen: the benchmark sweeps from the TUI, plotted as they run.
+"""The Experiments screen: the registered experiments (:mod:`chatphase.bench.experiments`) from the TUI, plotted as
+they run.
 
-Five tabs (:mod:`chatphase.ui.experiments.panes`): **Prompt length & depth** (prompt lengths, depths, reps,
-generated tokens), **Parallel** (N sequences decoded together, prompt tokens, reps, decode steps),
-**Levers** (:mod:`chatphase.ui.experiments.levers`: one lever's values — models, KV cache types, flash
-attention, n_ubatch, threads — as an interleaved lever grid) and **Speculative**
-(:mod:`chatphase.ui.experiments.spec`: decode modes side by side and the verify-step cost) and **Interference**
-(:mod:`chatphase.ui.experiments.interference`: streams decoding while a new prompt arrives, live swim lanes). Run (Ctrl+R)
-starts the active tab's sweep, the same benchmark as ``chatphase bench`` (``--parallel`` for the second,
-comma lists in a lever for the third, ``--spec`` for the fourth, ``--interference`` for the fifth), in a child process
-(:class:`chatphase.bench.core.job.ExperimentJob`, built by each tab from the registry, driven from a thread
-worker — this module never imports llama.cpp). A progress bar counts the runs, the tab's plots fill in
-with every measured repetition, the table shows mean ± sd of the cells measured so far, and Esc cancels
-(partial results are kept; the status line says when nothing was measured yet, the warm-ups not counting). When the run ends the summary adds the fit and the roofline verdicts (per N for the
-parallel sweep). Each tab has its own status line.
+One tab per experiment that has one (its record's ``tab``): **Prompt length & depth**, **Parallel**, **Levers**
+(:mod:`chatphase.ui.experiments.levers`: one lever's values as an interleaved lever grid), **Speculative**
+(:mod:`chatphase.ui.experiments.spec`) and **Interference** (:mod:`chatphase.ui.experiments.interference`: live
+swim lanes); an experiment with no tab of its own gets the plain one (:class:`~chatphase.ui.experiments.panes.ExperimentPane`:
+its form and its rows). Each tab's form is made from its plan's knobs (:mod:`chatphase.ui.experiments.form`), the
+same as ``chatphase bench``'s flags. Run (Ctrl+R) starts the active tab's experiment, the same run as
+``chatphase bench``, in a child process (:class:`chatphase.bench.core.job.ExperimentJob`, built by each tab from
+the registry, driven from a thread worker — this module never imports llama.cpp). A progress bar counts the runs,
+the tab's plots fill in with every measured repetition, the table shows the cells measured so far, and Esc cancels
+(partial results are kept; the status line says when nothing was measured yet, the warm-ups not counting). When the
+run ends the summary adds the fit and the roofline verdicts. Each tab has its own status line.
 Save (Ctrl+S) writes the active tab's result as JSON or CSV by the file name (relative to the current
 directory; the notice names the whole path). Each tab has its own file name and progress bar (the field and
 the bar show the active tab's), and Save never replaces a file at once: it asks, and a second Save replaces
-it. Load (Ctrl+O) reads an
-earlier result and overlays it on every plot it has cells for, to compare two models or two settings (the
-Levers and Speculative tabs compare within their own run and draw no overlays: they show neither Load nor
-the overlay buttons).
+it. Load (Ctrl+O) reads an earlier result and overlays it on every plot it has cells for, to compare two models or
+two settings (only the experiments whose record says ``overlays`` show Load and the overlay buttons).
 Esc with nothing running closes the screen. Run refuses, with a notice, while the chat's reply streams
 (each would skew the other's figures); the app opens one such screen at most, so one sweep runs at a time.
 """
@@ -39,17 +36,11 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Static, TabbedContent
 
-from chatphase.bench.core.contract import Done
+from chatphase.bench.core.contract import Done, Progress
+from chatphase.bench.core.events import BenchNotice, BenchStatus
 from chatphase.bench.core.job import BenchFailed, ExperimentJob
-from chatphase.bench.core.report import sample_progress
-from chatphase.bench.core.results import BenchResult, save_result
-from chatphase.bench.core.runner import SweepProgress
-from chatphase.bench.experiments import load_bench_result
-from chatphase.bench.interference.plan import InterferencePlan
-from chatphase.bench.interference.run import InterferenceProgress, LaneUpdate
-from chatphase.bench.parallel.result import ParallelResult
-from chatphase.bench.spec.run import SpecProgress
-from chatphase.bench.sweep.run import BenchNotice, BenchStatus
+from chatphase.bench.core.results import save_result
+from chatphase.bench.experiments import EXPERIMENTS, load_bench_result
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
@@ -59,6 +50,22 @@ from chatphase.ui.experiments.interference import InterferencePane
 from chatphase.ui.experiments.levers import LeversPane
 from chatphase.ui.experiments.panes import ExperimentPane, ParallelPane, SweepPane
 from chatphase.ui.experiments.spec import SpecPane
+
+#: the tabs of their own, by experiment; another registered experiment with a tab gets :class:`ExperimentPane`.
+PANES: dict[str, Callable[[ModelInfo, Settings], ExperimentPane]] = {
+    "sweep": lambda info, settings: SweepPane(),
+    "parallel": lambda info, settings: ParallelPane(),
+    "grid": LeversPane,
+    "spec": lambda info, settings: SpecPane(),
+    "interference": lambda info, settings: InterferencePane(),
+}
+
+
+def pane_for(kind: str, info: ModelInfo, settings: Settings) -> ExperimentPane:
+    """The tab of the experiment ``kind``."""
+    make = PANES.get(kind)
+    return make(info, settings) if make is not None else ExperimentPane(kind)
+
 
 #: a tab's status line before its first run.
 IDLE_STATUS = "Set the sweep and press Run (Ctrl+R)."
@@ -109,10 +116,8 @@ class ExperimentsScreen(Screen[None]):
         self.job_pane: ExperimentPane | None = None
         self.job_plan = None
         self.results: dict[str, object] = {}  # tab kind -> its last result
-        self.overlays: list[BenchResult | ParallelResult] = []
-        self.progress: list[
-            SweepProgress | SpecProgress | InterferenceProgress
-        ] = []  # the running sweep's counted runs, for the table's live rows
+        self.overlays: list = []  # results loaded from files (of the experiments that overlay)
+        self.progress: list[Progress] = []  # the running experiment's counted runs, for the table's live rows
         #: each tab's status line (text, class): a tab never shows the other's
         self.statuses: dict[str, tuple[str, str]] = {}
         #: each tab's file name and progress bar ``(total, done)``: the path field and the bar show the active
@@ -130,11 +135,9 @@ class ExperimentsScreen(Screen[None]):
                 markup=False,
             )
             with TabbedContent(id="exp-tabs"):
-                yield SweepPane()
-                yield ParallelPane()
-                yield LeversPane(self.model_info, self.settings)
-                yield SpecPane()
-                yield InterferencePane()
+                for kind, experiment in EXPERIMENTS.items():
+                    if experiment.tab:
+                        yield pane_for(kind, self.model_info, self.settings)
             with Horizontal(id="exp-progress-row"):
                 yield Button("Run", id="exp-run", variant="primary", compact=True)
                 yield Button("Cancel", id="exp-cancel", disabled=True, compact=True)
@@ -157,7 +160,7 @@ class ExperimentsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.paths = {p.kind: self._default_path(p.kind) for p in self.query(ExperimentPane)}
         self._fill_table()
-        self.query_one("#exp-lengths", Input).focus()
+        self.query_one("#exp-tabs").query(Input).first().focus()
 
     @property
     def pane(self) -> ExperimentPane:
@@ -227,7 +230,10 @@ class ExperimentsScreen(Screen[None]):
         self._set_bar(pane, plan.total_runs, 0)
         pane.start_live(self.model_info.name)
         self._set_running(True)
-        self._status(f"Starting: {plan.total_runs} runs ({plan.warmup} warm-up + {plan.reps} reps per cell)…")
+        self._status(
+            f"Starting: {plan.total_runs} runs ({getattr(plan, 'warmup', 0)} warm-up + {getattr(plan, 'reps', 1)} reps "
+            "per cell)…"
+        )
         self._run_job(self.job)
 
     def action_cancel(self) -> None:
@@ -286,7 +292,7 @@ class ExperimentsScreen(Screen[None]):
             loaded.label = f"{loaded.display_label()} ({path.name})"
         self.overlays.append(loaded)
         self._show_results()
-        cells = loaded.parallel if isinstance(loaded, ParallelResult) else loaded.results
+        cells = EXPERIMENTS[loaded.kind].rows(loaded)
         self.notify(f"Loaded {path.name}: {len(cells)} cells overlaid")
 
     def action_clear_overlays(self) -> None:
@@ -313,25 +319,14 @@ class ExperimentsScreen(Screen[None]):
             self._status(event.text[:1].upper() + event.text[1:] + "…", pane=pane)
         elif isinstance(event, BenchNotice):
             self.notify(event.text, severity="warning", timeout=10)
-        elif isinstance(event, SweepProgress):
+        elif isinstance(event, Progress):  # any experiment's
             self._set_bar(pane, event.total_runs, event.done_runs)
-            label, figures = sample_progress(event.sample)
+            label, figures = event.line()
             self._status(f"[{event.done_runs}/{event.total_runs}] {label}: {figures}", pane=pane)
             pane.add_progress(event)
-            if not event.sample.warmup:
+            if event.counted:
                 self.progress.append(event)
                 self._fill_table()
-        elif isinstance(event, SpecProgress | InterferenceProgress):
-            self._set_bar(pane, event.total_runs, event.done_runs)
-            self._status(f"[{event.done_runs}/{event.total_runs}] {pane.progress_text(event)}", pane=pane)
-            if not (isinstance(event, InterferenceProgress) and event.sample.warmup):
-                self.progress.append(event)
-                self._fill_table()
-        elif isinstance(event, LaneUpdate) and isinstance(pane, InterferencePane):
-            pane.add_lanes(event)  # a few a second while a run goes: the live swim lanes
-            if event.first and isinstance(plan := self.job_plan, InterferencePlan):  # a run starts: the line
-                total, done = self.bars.get(pane.kind, (0, 0))  # says it (no 'Loading…' while the lanes draw)
-                self._status(f"[{done}/{total}] {pane.lane_text(event, plan)}…", pane=pane)
         elif isinstance(event, Done):  # any experiment's last event
             self.job = None
             self._set_running(False)
@@ -345,6 +340,9 @@ class ExperimentsScreen(Screen[None]):
             pane.end_live()
             self._status(event.message, "-error", pane)
             self.notify(event.message, severity="error")
+        elif (text := pane.take_event(event, self.job_plan)) is not None:  # the experiment's own (swim lanes)
+            total, done = self.bars.get(pane.kind, (0, 0))
+            self._status(f"[{done}/{total}] {text}", pane=pane)
 
     # -- helpers -----------------------------------------------------------------------------------
     @staticmethod
@@ -367,12 +365,12 @@ class ExperimentsScreen(Screen[None]):
         pane, result = self.pane, self.result
         table = self.query_one("#exp-table", DataTable)
         table.clear(columns=True)
-        table.add_columns(*pane.COLUMNS)
         running = self.job is not None and pane is self.job_pane
         if running:
             rows = pane.live_rows(self.progress, self.job_plan)
         else:
             rows = pane.rows(result) if result is not None else []
+        table.add_columns(*pane.COLUMNS)  # after the rows: a plain tab's columns are its rows' keys
         for row in rows:  # a lever's values name models; a loaded file's cells are its text: plain, inert
             table.add_row(*(Text(inert(c)) if isinstance(c, str) else c for c in row))
         summary = inert(pane.summary(result)) if result and not running else ""

@@ -13,13 +13,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 
-from chatphase.bench.core.job import ExperimentJob
-from chatphase.bench.spec.arms import HEADERS, collect, parse_arms, row_cells, summary_rows, with_off
-from chatphase.bench.spec.run import SpecJob, SpecPlan, SpecProgress, SpecResult
-from chatphase.engine.config import EngineConfig
-from chatphase.models.gguf_meta import ModelInfo
-from chatphase.settings.schema import Settings
-from chatphase.ui.experiments.panes import ExperimentPane, form_field, parse_count
+from chatphase.bench.core.contract import Progress
+from chatphase.bench.spec.arms import HEADERS, collect, row_cells, summary_rows
+from chatphase.bench.spec.run import SpecPlan, SpecProgress, SpecResult
+from chatphase.ui.experiments.panes import ExperimentPane
 from chatphase.ui.experiments.plot import COLORS, SeriesPlot
 from chatphase.units import DASH
 
@@ -63,42 +60,19 @@ class SpecPane(ExperimentPane):
     """Decode modes as arms, interleaved, and the verify-step cost (see the module docstring)."""
 
     kind = "spec"
-    experiment = "spec"
+    TITLE = "Speculative"
     COLUMNS = HEADERS
 
-    def __init__(self) -> None:
-        super().__init__("Speculative", id="exp-tab-spec")
-
     def compose(self) -> ComposeResult:
-        with Horizontal(id="exp-sform", classes="exp-form"):
-            yield form_field("Modes", "exp-smodes", "off,lookup,auto").add_class("exp-smodes-field")
-            yield form_field("Reps", "exp-sreps", "2")
-            yield form_field("Reply tokens", "exp-sgen", "160")
+        yield self.form()
         with Horizontal(id="exp-splots", classes="exp-plots"):
             yield VerifyCostPlot(id="exp-plot-verify")
 
-    def plan(self, settings: Settings) -> SpecPlan:
-        """The arms the form lists (``off`` added first), validated against n_ctx and n_batch.
-
-        Raises:
-            UsageError: an unknown mode, a malformed number, or a verify step that does not fit.
-        """
-        return SpecPlan(
-            specs=tuple(with_off(parse_arms(self._value("exp-smodes")))),
-            reps=parse_count(self._value("exp-sreps"), "Reps"),
-            max_tokens=parse_count(self._value("exp-sgen"), "Reply tokens"),
-        ).validate(settings.engine.n_ctx, settings.engine.n_batch)
-
-    def make_job(self, info: ModelInfo, config: EngineConfig, plan: SpecPlan) -> ExperimentJob:
-        return SpecJob(info, config, plan)
+    def add_progress(self, event: Progress) -> None:
+        """The arms' runs draw nothing live (the verify-cost sweep runs after them, all at once)."""
 
     def plots(self):
         return self.query(VerifyCostPlot)
-
-    @staticmethod
-    def progress_text(event: SpecProgress) -> str:
-        label, figures = event.line()
-        return f"{label}: {figures}"
 
     def show_results(self, current: SpecResult | None, overlays) -> None:
         plot = self.query_one(VerifyCostPlot)

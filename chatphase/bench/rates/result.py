@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import num, render_report
 from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
-from chatphase.bench.load.accounting import RateSummary, RequestRecord
+from chatphase.bench.rates.accounting import RateSummary, RequestRecord
 
 HEADERS = [
     "rate/s",

@@ -1,4 +1,4 @@
-"""The sweep over prompt lengths and context depths, measured through an engine (llama-bench's method).
+"""The sweep's measuring loop over prompt lengths and context depths, through an engine (llama-bench's method).
 
 For each prompt length ``L`` (a ``"prompt"`` cell): ``warmup`` uncounted runs, then ``reps`` runs, each
 one turn ``TurnRequest(prompt_token_ids=<exactly L tokens>, reset_cache=True, ignore_eos=True,
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from chatphase.bench.core.contract import check_repetitions
-from chatphase.bench.core.parallel_results import ParallelSample
+from chatphase.bench.core.experiment import count_list, gen_field, plan_field, reps_field, warmup_field
 from chatphase.bench.core.prompts import PromptBuilder
 from chatphase.bench.core.results import STAT_METRICS, CellKind, CellResult, Sample
 from chatphase.engine.base import Engine
@@ -46,11 +46,20 @@ class SweepPlan:
     """What to measure: prompt lengths and depths (tokens), ``gen_tokens`` decoded per run, ``reps``
     counted runs and ``warmup`` uncounted runs per cell, ``extend_tokens`` evaluated on top of a depth."""
 
-    prompt_lengths: tuple[int, ...] = DEFAULT_PROMPT_LENGTHS
-    depths: tuple[int, ...] = DEFAULT_DEPTHS
-    gen_tokens: int = 32
-    reps: int = 3
-    warmup: int = 1
+    #: the form's order of the knobs
+    FORM = ("prompt_lengths", "depths", "reps", "gen_tokens")
+
+    prompt_lengths: tuple[int, ...] = plan_field(
+        DEFAULT_PROMPT_LENGTHS, flag="--prompt-lengths", metavar="N,N,...", parse=count_list, label="Prompt lengths",
+        help="prompt lengths in tokens ('none' to skip)",
+    )  # fmt: skip
+    depths: tuple[int, ...] = plan_field(
+        DEFAULT_DEPTHS, flag="--depths", metavar="N,N,...", parse=count_list, label="Depths",
+        help="KV cache depths in tokens for decode speed ('none' to skip)",
+    )  # fmt: skip
+    gen_tokens: int = gen_field()
+    reps: int = reps_field()
+    warmup: int = warmup_field()
     extend_tokens: int = 4
 
     def validate(self, n_ctx: int | None, n_batch: int | None = None) -> SweepPlan:
@@ -110,11 +119,22 @@ class SweepPlan:
 @dataclass(frozen=True)
 class SweepProgress:
     """``done_runs`` of ``total_runs`` finished; ``sample`` is the run just measured (``warmup`` flagged): a
-    :class:`Sample`, or a :class:`~chatphase.bench.core.parallel_results.ParallelSample` in the parallel sweep."""
+    :class:`Sample` (the parallel sweep's :class:`~chatphase.bench.parallel.sweep.ParallelProgress` holds its own)."""
 
     done_runs: int
     total_runs: int
-    sample: Sample | ParallelSample
+    sample: Sample
+
+    @property
+    def counted(self) -> bool:
+        """Not a warm-up."""
+        return not self.sample.warmup
+
+    def line(self) -> tuple[str, str]:
+        """The run as ``(label, figures)`` (:func:`~chatphase.bench.core.report.sample_progress`)."""
+        from chatphase.bench.core.report import sample_progress
+
+        return sample_progress(self.sample)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The rate sweep as one run (``chatphase bench --server URL --rates R,R``): per rate, open-loop arrivals for at most
-``requests`` requests or ``duration_s`` seconds, then :func:`~chatphase.bench.load.accounting.summarise`.
+``requests`` requests or ``duration_s`` seconds, then :func:`~chatphase.bench.rates.accounting.summarise`.
 
 Each request in flight holds one of ``max_concurrency`` loaded engines (own connection); a request that arrives while
 all are busy is counted ``over_capacity`` and not sent. A token-id prompt of the rate's next length (distinct prompts,
@@ -15,14 +15,15 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from chatphase.bench.core.contract import check_repetitions
-from chatphase.bench.core.events import BenchDone, BenchNotice, BenchStatus, load_engine
+from chatphase.bench.core.events import BenchNotice, BenchStatus, RunDone, load_engine
+from chatphase.bench.core.experiment import count_list, gen_field, number, plan_field, whole_number
 from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
 from chatphase.bench.core.run import ModelRun, model_record, settings_record
-from chatphase.bench.load.accounting import RateSummary, RequestRecord, Slo, arrival_times_s, summarise
-from chatphase.bench.load.result import RateResult
+from chatphase.bench.rates.accounting import RateSummary, RequestRecord, Slo, arrival_times_s, summarise
+from chatphase.bench.rates.result import RateResult
 from chatphase.engine.events import (
     EngineFailed,
     FirstToken,
@@ -39,6 +40,38 @@ from chatphase.units import DASH
 MAX_RATES, MAX_REQUESTS, MAX_CONCURRENCY = 16, 1000, 256
 
 
+def rate_list(text: str) -> tuple[float, ...]:
+    """``0.5,1,2,4`` -> rates.
+
+    Raises:
+        ValueError: anything but comma-separated numbers (its message says so).
+    """
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected comma-separated requests/s like 0.5,1,2,4 (got {text!r})") from None
+
+
+def parse_slo(text: str) -> Slo:
+    """``ttft=500,tpot=50`` (ms) -> :class:`Slo`.
+
+    Raises:
+        ValueError: an unknown key or a value that is not a positive number (its message says so).
+    """
+    values: dict[str, float] = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        key = key.strip().lower()
+        try:
+            figure = float(value)
+        except ValueError:
+            figure = -1.0
+        if key not in ("ttft", "tpot") or figure <= 0:
+            raise ValueError(f"expected ttft=MS,tpot=MS with positive milliseconds (got {text!r})")
+        values[key] = figure
+    return Slo(ttft_ms=values.get("ttft"), tpot_ms=values.get("tpot"))
+
+
 @dataclass(frozen=True)
 class RatePlan:
     """``rates`` (requests/s), for each at most ``requests`` requests or ``duration_s`` seconds of sends; prompts of
@@ -46,14 +79,30 @@ class RatePlan:
     Poisson); ``slo`` for goodput; ``max_concurrency`` requests in flight at most (``None``: twice the server's
     slots, else 8)."""
 
-    rates: tuple[float, ...]
-    prompt_lengths: tuple[int, ...] = (128,)
-    gen_tokens: int = 32
-    requests: int = 16
-    duration_s: float = 60.0
-    burstiness: float = 1.0
-    slo: Slo = field(default_factory=Slo)
-    max_concurrency: int | None = None
+    rates: tuple[float, ...] = plan_field(
+        flag="--rates", metavar="R,R,...", parse=rate_list,
+        help="instead, over --server: open-loop arrivals at each rate (requests/s), e.g. 0.5,1,2,4",
+    )  # fmt: skip
+    prompt_lengths: tuple[int, ...] = plan_field(
+        (128,), flag="--prompt-lengths", metavar="N,N,...", parse=count_list, help="prompt lengths in tokens"
+    )
+    gen_tokens: int = gen_field()
+    requests: int = plan_field(16, flag="--requests", metavar="N", parse=whole_number, help="requests per rate")
+    duration_s: float = plan_field(
+        60.0, flag="--duration", metavar="S", parse=number, help="seconds of arrivals per rate at most"
+    )
+    burstiness: float = plan_field(
+        1.0, flag="--burstiness", metavar="B", parse=number,
+        help="Gamma shape of the gaps between requests (1 = Poisson)",
+    )  # fmt: skip
+    slo: Slo = plan_field(  # noqa: RUF009  # a frozen Slo: immutable
+        Slo(), flag="--slo", metavar="ttft=MS,tpot=MS", parse=parse_slo,
+        help="the SLO goodput counts",
+    )  # fmt: skip
+    max_concurrency: int | None = plan_field(
+        None, flag="--max-concurrency", metavar="N", parse=whole_number,
+        help="requests in flight at most (none: twice the server's slots)",
+    )  # fmt: skip
     seed: int = 0
     reps: int = 1
     warmup: int = 0
@@ -101,6 +150,9 @@ class RateProgress:
     total_runs: int
     summary: RateSummary
 
+    #: every run counts (no warm-ups)
+    counted = True
+
     def line(self) -> tuple[str, str]:
         s = self.summary
         ttft = DASH if s.ttft_ms[0] is None else f"{s.ttft_ms[0]:.0f}/{s.ttft_ms[2]:.0f} ms"
@@ -110,9 +162,9 @@ class RateProgress:
         )
 
 
-def make_run(info, config, plan: RatePlan, roofline: bool, log_path: str) -> RateRun:
+def make_run(info, config, plan: RatePlan, roofline: bool, log_path: str | None, **options) -> RateRun:
     """The child's run of a rate sweep."""
-    return RateRun(info, config, plan, roofline=False, log_path=log_path)
+    return RateRun(info, config, plan, roofline=False, log_path=log_path, **options)
 
 
 class RateRun(ModelRun):
@@ -135,9 +187,9 @@ class RateRun(ModelRun):
         self._stop.set()
         super().cancel()
 
-    def partial_done(self) -> BenchDone | None:
+    def partial_done(self) -> RunDone | None:
         """The rates measured so far as a cancelled result (``None`` before the server answered)."""
-        return None if self._loaded is None else BenchDone(self._result(cancelled=True))
+        return None if self._loaded is None else RunDone(self._result(cancelled=True))
 
     def _result(self, cancelled: bool) -> RateResult:
         loaded = self._loaded
@@ -189,7 +241,7 @@ class RateRun(ModelRun):
         finally:
             for e in engines:
                 e.close()
-        yield BenchDone(self._result(cancelled=self._stop.is_set()))
+        yield RunDone(self._result(cancelled=self._stop.is_set()))
 
 
 class _Rate:
