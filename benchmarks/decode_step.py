@@ -1,6 +1,7 @@
 """Decode per token, broken down and compared fairly: chatphase against llama.cpp's own tools, in one run.
 
-Run: ``python -m benchmarks.decode_step [--llama-bench PATH] [--llama-completion PATH] [--reps 4] [--gen 128] [--pp 512] [--output FILE]``
+Run: ``python -m benchmarks.decode_step [--llama-bench PATH] [--llama-completion PATH] [--llama-batched-bench PATH]
+[--reps 4] [--depths 1024,4096] [--gen 128] [--pp 512] [--output FILE]``
 (the tools: by default ``scripts/llama_tools_build.sh``'s build, :func:`benchmarks.harness.tool`)
 
 Arms, interleaved rep by rep (the order rotating), all with 2 threads (``--threads``) on the same model:
@@ -8,16 +9,21 @@ Arms, interleaved rep by rep (the order rotating), all with 2 threads (``--threa
 - ``chatphase`` — the engine in its child process (:class:`benchmarks.harness.EngineTurns`, chatphase's
   defaults otherwise), ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``; decode rate
   = (tokens − 1) / (t_last − t_first), the engine's own clock. Greedy and with chatphase's default sampler
-  chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.7, seeded), at depth 0 and at ``--depth``.
-  At ``--depth`` also with ``n_ctx`` = depth + ``--gen``, as llama-bench sizes its context (llama.cpp attends
-  over the used cells rounded up to 256, at most ``n_ctx``: the same cells a step as llama-bench).
+  chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.7, seeded), at depth 0 and at each of ``--depths``
+  (one engine whose ``n_ctx`` holds the deepest with room, as a chat's context has). At each depth also with
+  ``n_ctx`` = depth + ``--gen``, as llama-bench sizes its context: llama.cpp attends over the used cells rounded
+  up to 256 (``llama_kv_cache::get_n_kv``, so that a step's graph stays the same and is reused), at most
+  ``n_ctx``, so only an engine sized as llama-bench's attends over the same cells a step.
 - ``llama-completion`` — llama.cpp's completion tool with the same sampler chain in the same order
   (``--samplers top_k;top_p;min_p;temperature``) or greedy (``--temp 0``), ``--ignore-eos``. It samples
   every token as chatphase does, so it is the fair reference for decode at depth 0. Its rate is taken
   from its own perf lines: (n_eval) / (total − prompt-eval time), i.e. llama_decode + sampling + the
   rest of its loop, as chatphase's clock counts.
-- ``llama-bench`` — ``pp512`` and ``tg128`` at depth 0 and ``--depth`` (no sampling at all: a bound);
+- ``llama-bench`` — ``pp512`` and ``tg128`` at depth 0 and each depth (no sampling at all: a bound);
   ``--pp`` and ``--gen`` change the 512 and 128 (and every arm's 128 tokens).
+- ``llama-batched-bench`` — one sequence (``-npl 1``) after a prompt of each depth, with the ``n_ctx`` of
+  chatphase's deep engine: llama.cpp's own decode over the same padded cells as that engine (its TG speed, no
+  sampling).
 
 The breakdown (``--breakdown``, default on): chatphase's engine in this process, its turn timed by the
 engine's clock, llama.cpp's own counters read after it: ``llama_perf_context`` (time inside
@@ -43,6 +49,7 @@ from pathlib import Path
 
 from benchmarks.harness import (
     EngineTurns,
+    batched_bench,
     greedy,
     llama_bench,
     llama_completion,
@@ -136,31 +143,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-completion", metavar="PATH", help="default: scripts/llama_tools_build.sh's build")
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--depth", type=int, default=1024, help="the deep arm's context depth (default 1024)")
+    ap.add_argument("--llama-batched-bench", metavar="PATH", help="default: scripts/llama_tools_build.sh's build")
+    ap.add_argument("--depths", default="1024,4096", help="the deep arms' context depths (default 1024,4096)")
     ap.add_argument("--gen", type=int, default=128, help="decoded tokens a turn (default 128: tg128)")
     ap.add_argument("--pp", type=int, default=512, help="prompt tokens of the prefill arm (default 512: pp512)")
     ap.add_argument("--output", metavar="FILE", help="write the results as Markdown")
     args = ap.parse_args(argv)
-    if args.reps < 1 or args.depth < 1 or args.pp < 1 or args.gen < 2:
-        ap.error("--reps, --depth and --pp must be >= 1 and --gen >= 2")
+    if args.reps < 1 or args.pp < 1 or args.gen < 2:
+        ap.error("--reps and --pp must be >= 1 and --gen >= 2")
     gen, n_pp = args.gen, args.pp
     GREEDY, SAMPLED, tg, pp = greedy(gen), sampled(gen), f"tg{gen}", f"pp{n_pp}"
     bench_exe = tool("llama-bench", args.llama_bench)
     completion_exe = tool("llama-completion", args.llama_completion)
+    batched_exe = tool("llama-batched-bench", args.llama_batched_bench)
+    try:
+        depths = sorted({int(x) for x in args.depths.split(",")})
+    except ValueError:
+        ap.error(f"--depths: comma-separated token counts (got {args.depths!r})")
+    if not depths or depths[0] < 1:
+        ap.error("--depths must be >= 1")
 
     info = read_model_info(resolve_model(args.model))
     with VocabFile(info.path, default_log_path()) as vocab:
         builder = PromptBuilder(EngineTokenizer(vocab))
-        short, deep, prompt = (list(builder.tokens(n)) for n in (16, args.depth, n_pp))
+        short, prompt = (list(builder.tokens(n)) for n in (16, n_pp))
+        deep = {d: list(builder.tokens(d)) for d in depths}
         text = builder.text(short[len(builder.prefix) :])
-    full = host(info, 2048, args.threads)
+    # a chat's context: room past the deepest arm (a multiple of 1024, at least 2048)
+    n_ctx = max(2048, -(-(depths[-1] + gen + 256) // 1024) * 1024)
+    full = host(info, n_ctx, args.threads)
     # llama-bench sizes its context to depth + n_gen; llama.cpp attends over the used cells rounded up to 256
-    # (at most n_ctx), so at depth 1024 it reads 1152 cells a step where n_ctx 2048 reads 1280: an arm sized
-    # as llama-bench's compares the same work
-    tight = host(info, args.depth + gen, args.threads)
+    # (at most n_ctx), so at depth 1024 it reads 1152 cells a step where a larger n_ctx reads 1280: an arm
+    # sized as llama-bench's compares the same work, and llama-batched-bench at chatphase's n_ctx the other way
+    tight = {d: host(info, d + gen, args.threads) for d in depths}
+    n_batch = full.loaded.settings.n_batch if full.loaded else 512
+    n_ubatch = full.loaded.settings.n_ubatch if full.loaded else 512
     head = (
         f"model {info.name} ({info.quantization}); {args.threads} threads; {args.reps} interleaved reps; "
-        f"{machine_line()}"
+        f"chatphase's deep engine n_ctx {n_ctx}; {machine_line()}"
     )
     print(head, flush=True)
     arms: dict[str, list[float]] = {}
@@ -169,14 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     def add(key, value):
         arms.setdefault(key, []).append(value)
 
+    def batched_tg(d: int) -> float:
+        got = batched_bench(batched_exe, str(info.path), args.threads, n_ctx, n_batch, n_ubatch, d, gen, (1,), 900)
+        return got[1]["speed_tg"]
+
     steps = [
         ("chatphase greedy d0", lambda: full.turn(short, GREEDY).decode_tokens_per_s),
         ("chatphase sampled d0", lambda: full.turn(short, SAMPLED).decode_tokens_per_s),
-        (f"chatphase greedy d{args.depth}", lambda: full.turn(deep, GREEDY).decode_tokens_per_s),
-        (
-            f"chatphase greedy d{args.depth} n_ctx {args.depth + gen}",
-            lambda: tight.turn(deep, GREEDY).decode_tokens_per_s,
-        ),
         (f"chatphase {pp}", lambda: n_pp / (full.turn(prompt, FIRST_TOKEN).ttft_ms / 1000)),
         (
             "llama-completion greedy d0",
@@ -187,14 +206,21 @@ def main(argv: list[str] | None = None) -> int:
             lambda: llama_completion(completion_exe, str(info.path), args.threads, text, SAMPLED)["tok_s"],
         ),
     ]
+    for d in depths:
+        steps += [
+            (f"chatphase greedy d{d}", lambda d=d: full.turn(deep[d], GREEDY).decode_tokens_per_s),
+            (f"chatphase greedy d{d} n_ctx {d + gen}", lambda d=d: tight[d].turn(deep[d], GREEDY).decode_tokens_per_s),
+            (f"llama-batched-bench tg{gen} d{d} n_ctx {n_ctx}", lambda d=d: batched_tg(d)),
+        ]
     try:
         full.turn(short, GREEDY)  # warm-up
-        tight.turn(short, GREEDY)
+        for engine in tight.values():
+            engine.turn(short, GREEDY)
         for rep in range(args.reps):
             loads.append(os.getloadavg()[0])
             for key, fn in rotation(steps, rep):
                 add(key, fn())
-            for depth in (0, args.depth):
+            for depth in (0, *depths):
                 pp_rate, tg_rate = bench_d(bench_exe, str(info.path), args.threads, depth, n_pp, gen)
                 add(f"llama-bench {tg} d{depth}", tg_rate)
                 if depth == 0:
@@ -202,21 +228,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rep {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in arms.items()), flush=True)
     finally:
         full.close()
-        tight.close()
+        for engine in tight.values():
+            engine.close()
     parts = {k: breakdown(info, args.threads, short, sp, 3) for k, sp in (("greedy", GREEDY), ("sampled", SAMPLED))}
 
     med = {k: statistics.median(v) for k, v in arms.items()}
-    d = args.depth
     ratios = [
         ("decode d0, greedy", "chatphase greedy d0", "llama-completion greedy d0", 0.97),
         ("decode d0, sampled", "chatphase sampled d0", "llama-completion sampled d0", 0.97),
-        (f"decode d{d}", f"chatphase greedy d{d}", f"llama-bench {tg} d{d}", 0.97),
-        (
-            f"decode d{d}, n_ctx as llama-bench's",
-            f"chatphase greedy d{d} n_ctx {d + gen}",
-            f"llama-bench {tg} d{d}",
-            0.97,
-        ),
+    ]
+    for d in depths:
+        ratios += [
+            (f"decode d{d}, n_ctx {n_ctx} (more cells than llama-bench's)", f"chatphase greedy d{d}",
+             f"llama-bench {tg} d{d}", None),
+            (f"decode d{d}, n_ctx as llama-bench's", f"chatphase greedy d{d} n_ctx {d + gen}", f"llama-bench {tg} d{d}",
+             0.97),
+            (f"decode d{d}, n_ctx as llama-batched-bench's", f"chatphase greedy d{d}",
+             f"llama-batched-bench tg{gen} d{d} n_ctx {n_ctx}", 0.97),
+        ]  # fmt: skip
+    ratios += [
         (f"prefill {pp}", f"chatphase {pp}", f"llama-bench {pp}", 0.97),
         ("decode d0 against llama-bench (no sampling: a bound)", "chatphase greedy d0", f"llama-bench {tg} d0", None),
     ]

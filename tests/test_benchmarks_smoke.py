@@ -152,7 +152,7 @@ def test_engine_speed_smallest(tools, tmp_path):
 @pytest.mark.model
 def test_decode_step_smallest(tools, tmp_path):
     done = run(
-        "decode_step", "--reps", "1", "--depth", "32", "--gen", "8", "--pp", "32", "--output", str(tmp_path / "d.md")
+        "decode_step", "--reps", "1", "--depths", "32", "--gen", "8", "--pp", "32", "--output", str(tmp_path / "d.md")
     )
     ok(done)
     assert "llama-completion sampled d0" in (tmp_path / "d.md").read_text()
