@@ -129,11 +129,13 @@ def test_one_wording_of_gpu_offload_for_every_case():
 
 
 @pytest.mark.parametrize(
-    ("offloaded", "shown"), [(31, "on (30/30 layers + output)"), (30, "on (30/30 layers)"), (12, "on (12/30 layers)")]
+    ("offloaded", "shown"),
+    [(31, "on (30/30 layers + output)"), (30, "on (29/30 layers + output)"), (12, "on (11/30 layers + output)")],
 )
 async def test_the_offload_counts_the_layers_the_panel_counts(offloaded, shown):
     """The panel says ``layers 30`` (the model's n_layer blocks); llama.cpp's log counts n_layer + 1 (its output
-    layer too: ``offloaded 31/31 layers``). The offload is said in the panel's count, the output layer apart."""
+    layer too: ``offloaded 31/31 layers``), the output layer offloaded first. The offload is said in the panel's
+    count, the output layer apart."""
     from dataclasses import replace
 
     from textual.app import App

@@ -221,11 +221,12 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     assert device_lines(loaded) == [
         "Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB · engine holds 84.0 MiB"
     ]
-    assert gpu_offload_text(loaded) == "on (20/30 layers)"  # the model's count of layers (llama.cpp's 31: + output)
+    # the model's count of layers (llama.cpp's 31: + output, offloaded first)
+    assert gpu_offload_text(loaded) == "on (19/30 layers + output)"
     from chatphase.ui.dashboard.system_figures import system_lines
 
     lines = system_lines(loaded, None)
-    assert "GPU offload on (20/30 layers) · GPU memory – · backends Vulkan, CPU" in lines
+    assert "GPU offload on (19/30 layers + output) · GPU memory – · backends Vulkan, CPU" in lines
     assert f"device {device_lines(loaded)[0]}" in lines and f"memory {memory_text(loaded)}" in lines
     hidden = LoadedModel(default_model_info, LoadedSettings(gpu_offload_supported=False), 1.0, 1, 1, 0, 31,
                          backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip

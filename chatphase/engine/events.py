@@ -164,8 +164,10 @@ class LoadedSettings:
     """The engine settings a loaded model runs with, automatic values resolved.
 
     The local engine fills the :class:`~chatphase.engine.config.EngineConfig` fields as resolved (threads
-    counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it), plus what the load found:
-    ``use_extra_bufts``, ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
+    counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it, ``n_gpu_layers`` the count
+    loaded, -1 for all), plus what the load found: ``n_gpu_layers_why`` (how ``auto`` chose the count, or why a
+    count given is short of the margin: :mod:`chatphase.engine.local.projection`), ``use_extra_bufts``,
+    ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
     (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``
     (``llama-server`` or ``OpenAI-compatible server``), the ``remote_model`` asked for, and ``n_ctx`` /
     ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown.
@@ -179,6 +181,8 @@ class LoadedSettings:
     n_threads_batch: int | None = None
     threads_policy: str | None = None
     n_gpu_layers: int | None = None
+    n_gpu_layers_why: str | None = None
+    gpu_margin_mib: int | None = None
     flash_attn: str | None = None
     type_k: str | None = None
     type_v: str | None = None

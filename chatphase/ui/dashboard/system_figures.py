@@ -15,6 +15,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
+from chatphase.engine.memory_plan import offloaded_text
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.slow_paths import why_no_offload
 from chatphase.engine.text import inert
@@ -28,10 +29,11 @@ REFRESH_S = 1.0
 
 def offloaded_layers(offloaded: int, total: int) -> str:
     """llama.cpp's ``offloaded X/Y layers`` in the model's own count of layers (n_layer, as the panel says
-    it): llama.cpp counts n_layer + 1, its output layer last (``Y = n_layer + 1``; it goes to the GPU only
-    once every block has): ``31/31`` -> ``30/30 layers + output``, ``12/31`` -> ``12/30 layers``."""
-    blocks = max(0, total - 1)
-    return f"{min(offloaded, blocks)}/{blocks} layers" + (" + output" if offloaded > blocks else "")
+    it): llama.cpp counts n_layer + 1 (``Y``), and its first offloaded layer is the output layer, then the
+    last blocks (llama-model.cpp: layers from ``n_layer + 1 - n_gpu_layers`` up, the output layer numbered
+    n_layer; "offloading output layer to GPU" comes with any count): ``31/31`` -> ``30/30 layers + output``,
+    ``12/31`` -> ``11/30 layers + output``, ``0/31`` -> ``0/30 layers`` (:func:`offloaded_text`)."""
+    return offloaded_text(offloaded, max(0, total - 1))
 
 
 def gpu_offload_text(model: LoadedModel) -> str:
