@@ -153,3 +153,21 @@ async def test_the_offload_counts_the_layers_the_panel_counts(offloaded, shown):
         await pilot.pause()
         lines = text_of(panel.query_one("#model-figures", Static)).splitlines()
     assert f"layers 30 · GPU offload {shown}" in [line.strip() for line in lines]
+
+
+def test_auto_chose_no_layer_on_a_gpu_build_says_its_reason():
+    """``n_gpu_layers auto`` at 0 on a machine with a GPU device: the panel says auto's reason, not "n_gpu_layers
+    is 0", which reads as the user's own setting; a CPU-only build still says the build."""
+    from dataclasses import replace
+
+    from chatphase.engine.events import DeviceInfo
+
+    vulkan = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * GiB, 2 * GiB)
+    gpu = replace(loaded_model(gpu=True), layers_offloaded=0, backends=("Vulkan", "CPU"), devices=(vulkan,))
+    why = "auto: no layer fits: Vulkan0 keeps 900.0 MiB with none, under the 1.0 GiB margin (--gpu-margin-mib)"
+    chosen = replace(gpu, settings=replace(gpu.settings, n_gpu_layers=0, n_gpu_layers_why=why))
+    assert gpu_offload_text(chosen) == f"off ({why})"
+    given = replace(gpu, settings=replace(gpu.settings, n_gpu_layers=0))
+    assert gpu_offload_text(given) == "off (n_gpu_layers is 0 (--n-gpu-layers))"
+    cpu_only = replace(chosen, backends=("CPU",), devices=())
+    assert gpu_offload_text(cpu_only) == "off (CPU-only build: no GPU support in this llama.cpp)"

@@ -29,6 +29,8 @@ from chatphase.units import fmt_bytes
 
 #: the name of the host's entry in a plan.
 HOST = "host"
+#: how a load's note on its layer count starts (``n_gpu_layers auto: …``; the TUI shows such notes as notices).
+LAYERS_NOTE = "n_gpu_layers "
 #: ``gpu_margin_mib``'s default: llama.cpp's ``--fit-target`` (1024 MiB per device, common/common.h).
 DEFAULT_MARGIN_MIB = 1024
 
@@ -324,3 +326,44 @@ def _left_text(plan: MemoryPlan) -> str:
         f"{d.name} {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {fmt_bytes(d.left_bytes)} left"
         for d in plan.gpus
     )
+
+
+def device_line(d: DevicePlan, margin_bytes: int) -> str:
+    """One device's plan: ``weights 68.1 MiB (layers 12-29 + output) · KV 60.0 MiB · compute 10.0 MiB = 138.1 MiB
+    of 2.0 GiB, 1.9 GiB left`` (the margin where a GPU device keeps less; the host's mapped weights)."""
+    where = [f"layers {layer_ranges(d.layers)}"] if d.layers else []
+    if d.output_layer:
+        where.append("output")
+    placed = f" ({' + '.join(where)})" if where else ""
+    mapped = f", {fmt_bytes(d.mapped_bytes)} mapped from the file" if d.mapped_bytes else ""
+    parts = [f"weights {fmt_bytes(d.weights_bytes)}{placed}{mapped}"]
+    parts += [f"KV {fmt_bytes(d.kv_cache_bytes)}", f"compute {fmt_bytes(d.compute_bytes)}"]
+    if d.output_bytes:
+        parts.append(f"output {fmt_bytes(d.output_bytes)}")
+    left = f"{fmt_bytes(d.left_bytes)} left" if d.left_bytes >= 0 else f"{fmt_bytes(-d.left_bytes)} short"
+    if not d.is_host and 0 <= d.left_bytes < margin_bytes:
+        left += f", under the {fmt_bytes(margin_bytes)} margin"
+    return f"{' · '.join(parts)} = {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {left}"
+
+
+def plan_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
+    """The plan as ``(label, text)`` rows for people: one per device (its name, :func:`device_line`, and where its
+    budget is not the device's own free figure, why), the KV caches, the output layer, the assumptions."""
+    rows = [
+        ("memory plan", f"{plan.n_gpu_layers_text()} · n_ctx {plan.n_ctx:,} · projected in {plan.projection_ms:.0f} ms")
+    ]
+    for d in plan.devices:
+        rows.append((d.name, device_line(d, plan.margin_bytes)))
+        if not d.budget_note.startswith("free as"):
+            rows.append(("", d.budget_note))
+    kv = " · ".join(
+        f"{c.kind} {fmt_bytes(c.bytes)} ({c.cells:,} cells × {c.layers} layers, K {c.type_k} / V {c.type_v})"
+        for c in plan.kv_caches
+    )
+    if kv:
+        rows.append(("KV caches", kv))
+    if plan.output_layer_bytes is not None:
+        where = next((d.name for d in plan.devices if d.output_layer), "?")
+        rows.append(("output layer", f"{fmt_bytes(plan.output_layer_bytes)} on {where}"))
+    rows += [("", note) for note in plan.notes]
+    return rows

@@ -55,6 +55,7 @@ from chatphase.engine.local.prefix_keeper import PrefixKeeper, Restored, cap_byt
 from chatphase.engine.local.projection import fit_layers
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
+from chatphase.engine.memory_plan import LAYERS_NOTE
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
 from chatphase.engine.overflow import EMPTIED_BY_CHANGE, low_water, miss_reason, reply_room, restore_miss
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
@@ -426,7 +427,7 @@ class LlamaEngine:
             n = ALL_LAYERS if fit.n_gpu_layers > (self.info.n_layer or 0) else fit.n_gpu_layers
             plan = replace(plan, n_gpu_layers=n)
         if fit.why:
-            notes.append(f"n_gpu_layers {fit.why}")
+            notes.append(fit.why if fit.why.startswith(LAYERS_NOTE) else LAYERS_NOTE + fit.why)
         return plan, fit.why
 
     def _open_prefix_store(

@@ -161,7 +161,8 @@ def memory_breakdown(ctx: Any) -> tuple[BufferUse, ...]:
     cpu = lib.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
     cpu_default = lib.ggml_backend_dev_buffer_type(cpu) if cpu else None
     out: list[BufferUse] = []
-    stack, node = [], root
+    stack: list[int] = []
+    node = root
     while stack or node:  # in order: the map's order
         while node:
             if len(stack) + len(out) >= count:

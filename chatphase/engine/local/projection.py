@@ -178,10 +178,7 @@ def project(
         )
 
     kv = tuple(KvCachePlan(c.kind, c.cells, c.layers, c.type_k, c.type_v, round(c.mib * 2**20)) for c in log.kv_caches)
-    notes = [
-        "the host's weights in the CPU's own buffer type are mapped from the file at load (page cache), not "
-        "allocated; llama.cpp's CPU_Mapped buffer line after the load spans the file's whole tensor range"
-    ]
+    notes = ["the host's weights in the CPU's own buffer type are mapped from the file (page cache), not allocated"]
     return MemoryPlan(
         model=name,
         n_layer=n_layer,

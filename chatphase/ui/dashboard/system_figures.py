@@ -45,7 +45,9 @@ def gpu_offload_text(model: LoadedModel) -> str:
         return "the server's (not reported)"
     total = model.layers_total
     if model.backends and not model.layers_offloaded:  # the engine said what it has: say why nothing runs there
-        why = why_no_offload(model.backends, model.devices, s.n_gpu_layers)
+        why = why_no_offload(model.backends, model.devices, None)
+        if not why:  # a device is there: n_gpu_layers 0, given or chosen by auto (its reason)
+            why = s.n_gpu_layers_why or why_no_offload(model.backends, model.devices, s.n_gpu_layers)
         return f"off ({why or (offloaded_layers(0, total) if total else 'no layers')})"
     if not s.gpu_offload_supported:
         return "off (CPU-only build)"
