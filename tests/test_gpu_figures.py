@@ -171,3 +171,30 @@ def test_auto_chose_no_layer_on_a_gpu_build_says_its_reason():
     assert gpu_offload_text(given) == "off (n_gpu_layers is 0 (--n-gpu-layers))"
     cpu_only = replace(chosen, backends=("CPU",), devices=())
     assert gpu_offload_text(cpu_only) == "off (CPU-only build: no GPU support in this llama.cpp)"
+
+
+async def test_the_panel_shows_where_each_layer_lives_once_some_are_offloaded():
+    from dataclasses import replace
+
+    from textual.app import App
+    from textual.widgets import Static
+
+    from chatphase.engine.events import DeviceInfo, LayerPlacement
+    from chatphase.ui.phases.panel import PhasePanel
+
+    vulkan = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * GiB, 2 * GiB)
+    places = (LayerPlacement("CPU", tuple(range(11)), False), LayerPlacement("Vulkan0", tuple(range(11, 30)), True))
+    partial = replace(loaded_model(gpu=True), layers_offloaded=20, devices=(vulkan,), placement=places)
+    none = replace(loaded_model(), placement=(LayerPlacement("CPU", tuple(range(30)), True),))
+    shown = []
+    app = App()
+    async with app.run_test(size=(150, 40)) as pilot:
+        for model in (partial, none):
+            panel = PhasePanel()
+            await app.mount(panel)
+            panel.set_model(model)
+            await pilot.pause()
+            shown.append([line.strip() for line in text_of(panel.query_one("#model-figures", Static)).splitlines()])
+    rows = [" ".join(line.split()) for line in shown[0]]
+    assert "on Vulkan0 · layers 11-29 + output" in rows and "on host · layers 0-10" in rows
+    assert not any(line.startswith("on ") for line in shown[1])  # a CPU-only load: all on the host, said elsewhere

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import ModelLoaded
+from chatphase.engine.events import LayerPlacement, ModelLoaded
 from chatphase.engine.local import llama_ext
 from chatphase.engine.local.llama import LlamaEngine
 from chatphase.engine.local.llama_ext import ProjectionUnavailable
@@ -84,6 +84,7 @@ def check_against_real_load(info, tmp_path, extra_bufts: str):
         assert host.planned_bytes == pytest.approx(sum(by_kind.values()), rel=0.03)
         assert host.mapped_bytes == pytest.approx(mapped, rel=0.03)
     assert host.layers == tuple(range(info.n_layer)) and host.output_layer
+    assert loaded.placement == (LayerPlacement("CPU", host.layers, True),)  # where the load put them: the plan's
     assert sum(c.bytes for c in plan.kv_caches) == host.kv_cache_bytes
     assert plan.n_ctx == loaded.settings.n_ctx
     return plan

@@ -155,6 +155,17 @@ def memory_by_place(buffers: tuple[BufferSize, ...]) -> dict[str, dict[str, int]
     return out
 
 
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where llama.cpp put a model's layers on one device, from its own lines at the load (``load_tensors: layer
+    12 assigned to device Vulkan0``): ``device`` ggml's device name (``CPU`` for the host), ``layers`` the
+    repeating layers there, ``output_layer`` the output layer too."""
+
+    device: str
+    layers: tuple[int, ...]
+    output_layer: bool = False
+
+
 #: the :class:`LoadedSettings` fields a remote server's engine fills (the others stay ``None``).
 REMOTE_SETTING_KEYS = ("backend", "server", "server_kind", "remote_model", "n_ctx", "total_slots")
 
@@ -230,7 +241,9 @@ class LoadedModel:
     the decode mode in use (``off``, ``lookup``, ``auto``, ``draft``; ``off`` where the model cannot take one).
     ``backends`` the ggml backends of the build (``("Vulkan", "CPU")``); ``devices`` the devices it sees,
     memory read after the context was created; ``buffers`` what llama.cpp allocated where (its log lines);
-    ``slow_paths`` one line per silent slow path of this load (:mod:`chatphase.engine.slow_paths`).
+    ``slow_paths`` one line per silent slow path of this load (:mod:`chatphase.engine.slow_paths`); ``placement``
+    where each layer lives, per device (:class:`LayerPlacement`, in the order llama.cpp named them; empty where
+    the engine does not say).
     """
 
     info: ModelInfo
@@ -254,6 +267,7 @@ class LoadedModel:
     buffers: tuple[BufferSize, ...] = ()
     slow_paths: tuple[str, ...] = ()
     kv_shift_refusal: str | None = None  # why the ``shift`` overflow policy cannot work here (None: it can)
+    placement: tuple[LayerPlacement, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from chatphase.engine.events import (
     CountRequest,
     EngineFailed,
     Event,
+    LayerPlacement,
     LoadedModel,
     LoadedSettings,
     Message,
@@ -98,6 +99,21 @@ class CacheStart:
     restore_note: str | None
     t_restore_ns: int
     miss: str | None
+
+
+def placement(layer_devices: dict[int, str], n_layer: int) -> tuple[LayerPlacement, ...]:
+    """llama.cpp's layer assignment (``{layer: device}``, the output layer numbered ``n_layer``;
+    :attr:`chatphase.engine.llamalog.LlamaLogCapture.layer_devices`) per device, in the order the devices first
+    appear."""
+    devices = list(dict.fromkeys(layer_devices.values()))
+    return tuple(
+        LayerPlacement(
+            dev,
+            tuple(sorted(i for i, d in layer_devices.items() if d == dev and i < n_layer)),
+            layer_devices.get(n_layer) == dev,
+        )
+        for dev in devices
+    )
 
 
 class LlamaEngine:
@@ -395,6 +411,7 @@ class LlamaEngine:
             buffers=buffers,
             slow_paths=slow,
             kv_shift_refusal=kv.shift_refusal,
+            placement=placement(self._log.layer_devices, lc.llama_model_n_layer(self._model)),
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")

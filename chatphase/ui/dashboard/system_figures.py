@@ -15,7 +15,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
-from chatphase.engine.memory_plan import offloaded_text
+from chatphase.engine.memory_plan import layer_ranges, offloaded_text
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.slow_paths import why_no_offload
 from chatphase.engine.text import inert
@@ -90,6 +90,27 @@ def device_lines(model: LoadedModel) -> list[str]:
     ]
 
 
+def placement_lines(model: LoadedModel) -> list[str]:
+    """Where each layer lives, one line per place, from llama.cpp's own lines at the load: each GPU device, then
+    the host, with its layers and what llama.cpp allocated there (:func:`memory_text`'s kinds): ``Vulkan0 ·
+    layers 19-29 + output · weights 68.1 MiB · KV 60.0 MiB · compute 10.0 MiB``, ``host · layers 0-18 · …``.
+    Empty where the engine did not say (a server's)."""
+    gpus = {d.name for d in model.devices if d.type in OFFLOAD_TYPES}
+    lines = []
+    for p in sorted(model.placement, key=lambda p: p.device not in gpus):  # the GPU devices first, as ggml lists
+        on_gpu = p.device in gpus
+        where = [f"layers {layer_ranges(p.layers)}"] if p.layers else []
+        if p.output_layer:
+            where.append("output")
+        mine = [b for b in model.buffers if (b.on_device and b.buffer == p.device) or (not on_gpu and not b.on_device)]
+        kinds = memory_by_place(tuple(mine))["device" if on_gpu else "host"]
+        order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
+        parts = [p.device if on_gpu else "host", " + ".join(where) or "no layers"]
+        parts += [f"{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}" for k in order]
+        lines.append(" · ".join(parts))
+    return lines
+
+
 def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
     """The threads figure (``threads 1 decode / 1 prefill, auto``) and, after a turn of an engine with a
     thread policy, its reason (``threads: 2 → 1: one core busy elsewhere (other load 1.00 cores)``)."""
@@ -137,6 +158,7 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
         gpu_line += f" · backends {', '.join(model.backends)}"
     lines.append(gpu_line)
     lines += [f"device {line}" for line in device_lines(model)]
+    lines += [f"layers on {line}" for line in placement_lines(model)]
     if memory := memory_text(model):
         lines.append(f"memory {memory}")
     lines += [f"slow path: {line}" for line in model.slow_paths]
