@@ -211,3 +211,23 @@ def test_info_plan_refusal_is_one_line_and_exit_2(capsys, monkeypatch):
     assert err == f"chatphase: {plan.overflow_line()}\n"
     assert err.startswith("chatphase: n_gpu_layers 31 (30/30 layers + output) would not fit Vulkan0: it needs 3.8 GiB")
     assert f"refused        {plan.overflow_line()}\n" in out
+
+
+def test_info_plan_child_that_dies_is_one_line_after_the_report(capsys, monkeypatch):
+    """The projection's child crashing (a native fault in llama.cpp) leaves the rest of the report and exit 2."""
+    import subprocess
+
+    from chatphase.engine.local import projection
+
+    real_run = subprocess.run
+
+    def crashed(cmd, *args, **kwargs):  # only the projection's child dies (the AMX probe, say, runs as it does)
+        if "chatphase.engine.local.projection" in cmd:
+            return subprocess.CompletedProcess(cmd, -11, stdout="", stderr="")
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(projection.subprocess, "run", crashed)
+    code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan")
+    assert code == 2 and err == "chatphase: llama.cpp's memory plan failed (signal 11); see the engine log\n"
+    assert "memory plan    failed: llama.cpp's memory plan failed (signal 11); see the engine log\n" in out
+    assert "KV cache       22.5 KiB per token" in out

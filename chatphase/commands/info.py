@@ -99,7 +99,10 @@ def build_report(args) -> dict:
     if getattr(args, "plan", False):
         from chatphase.engine.local.projection import plan_in_child
 
-        plan = plan_in_child(str(path), settings.engine.to_dict()).to_dict()
+        try:
+            plan = plan_in_child(str(path), settings.engine.to_dict()).to_dict()
+        except ModelError as exc:  # the child failed: the rest of the report stands, the exit says it
+            plan = {"error": str(exc)}
     return {
         **({"plan": plan} if plan is not None else {}),
         "chat_format": chat_format,
@@ -155,8 +158,8 @@ def run(args) -> int:
         print(inert(render(report)))  # the model's name and path, its metadata: the file's text
     if report["memory"]["verdict"] == "refuse":
         raise ModelError(report["memory"]["message"])
-    if (report.get("plan") or {}).get("refusal"):
-        raise ModelError(report["plan"]["refusal"])
+    if (report.get("plan") or {}).get("refusal") or (report.get("plan") or {}).get("error"):
+        raise ModelError(report["plan"].get("refusal") or report["plan"]["error"])
     if "error" in report["chat_format"]:
         raise ModelError(report["chat_format"]["error"])
     return 0
@@ -167,6 +170,8 @@ def _plan_lines(fit: dict) -> list[str]:
     from chatphase.engine.memory_plan import MemoryPlan, plan_lines
 
     lines = []
+    if fit.get("error"):
+        return [f"memory plan    failed: {fit['error']}"]
     if fit.get("why"):
         lines.append(f"n_gpu_layers   {fit['why']}")
     if fit.get("unavailable"):
