@@ -198,3 +198,19 @@ async def test_the_panel_shows_where_each_layer_lives_once_some_are_offloaded():
     rows = [" ".join(line.split()) for line in shown[0]]
     assert "on Vulkan0 · layers 11-29 + output" in rows and "on host · layers 0-10" in rows
     assert not any(line.startswith("on ") for line in shown[1])  # a CPU-only load: all on the host, said elsewhere
+
+
+async def test_the_layer_count_auto_chose_is_a_notice_at_load():
+    """The load notice of ``n_gpu_layers auto`` (a note starting ``n_gpu_layers``) is said in the chat; other notes
+    stay in the panel."""
+    from ui_support import idle, make_app, wait_for
+
+    from chatphase.ui.transcript.notice import Notice as ChatNotice
+
+    note = "n_gpu_layers auto: 12 (11/30 layers + output) fit: Vulkan0 1.0 GiB of 2.0 GiB, 1.0 GiB left; …"
+    app, _ = make_app(notes=(note, "fake engine: scripted events"))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        shown = [str(n.render()) for n in app.query(ChatNotice)]
+    assert any(note in text for text in shown)
+    assert not any("fake engine" in text for text in shown)
