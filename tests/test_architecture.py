@@ -27,7 +27,7 @@ LAYERS = {
     "system": set(),
     "models": {"errors", "system", "units"},
     # the engine: its contract, then prompting, the backends, the child-process host and the factory
-    "engine": {"errors", "models", "system"},
+    "engine": {"errors", "models", "system", "units"},  # units: the memory plan's words (engine/memory_plan.py)
     "engine.threads": {"engine", "system"},
     "engine.prompting": {"engine", "errors", "models"},
     "engine.local": {"engine", "engine.prompting", "engine.threads", "errors", "models", "system", "units"},

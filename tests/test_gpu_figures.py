@@ -129,11 +129,13 @@ def test_one_wording_of_gpu_offload_for_every_case():
 
 
 @pytest.mark.parametrize(
-    ("offloaded", "shown"), [(31, "on (30/30 layers + output)"), (30, "on (30/30 layers)"), (12, "on (12/30 layers)")]
+    ("offloaded", "shown"),
+    [(31, "on (30/30 layers + output)"), (30, "on (29/30 layers + output)"), (12, "on (11/30 layers + output)")],
 )
 async def test_the_offload_counts_the_layers_the_panel_counts(offloaded, shown):
     """The panel says ``layers 30`` (the model's n_layer blocks); llama.cpp's log counts n_layer + 1 (its output
-    layer too: ``offloaded 31/31 layers``). The offload is said in the panel's count, the output layer apart."""
+    layer too: ``offloaded 31/31 layers``), the output layer offloaded first. The offload is said in the panel's
+    count, the output layer apart."""
     from dataclasses import replace
 
     from textual.app import App
@@ -151,3 +153,64 @@ async def test_the_offload_counts_the_layers_the_panel_counts(offloaded, shown):
         await pilot.pause()
         lines = text_of(panel.query_one("#model-figures", Static)).splitlines()
     assert f"layers 30 · GPU offload {shown}" in [line.strip() for line in lines]
+
+
+def test_auto_chose_no_layer_on_a_gpu_build_says_its_reason():
+    """``n_gpu_layers auto`` at 0 on a machine with a GPU device: the panel says auto's reason, not "n_gpu_layers
+    is 0", which reads as the user's own setting; a CPU-only build still says the build."""
+    from dataclasses import replace
+
+    from chatphase.engine.events import DeviceInfo
+
+    vulkan = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * GiB, 2 * GiB)
+    gpu = replace(loaded_model(gpu=True), layers_offloaded=0, backends=("Vulkan", "CPU"), devices=(vulkan,))
+    why = "auto: no layer fits: Vulkan0 keeps 900.0 MiB with none, under the 1.0 GiB margin (--gpu-margin-mib)"
+    chosen = replace(gpu, settings=replace(gpu.settings, n_gpu_layers=0, n_gpu_layers_why=why))
+    assert gpu_offload_text(chosen) == f"off ({why})"
+    given = replace(gpu, settings=replace(gpu.settings, n_gpu_layers=0))
+    assert gpu_offload_text(given) == "off (n_gpu_layers is 0 (--n-gpu-layers))"
+    cpu_only = replace(chosen, backends=("CPU",), devices=())
+    assert gpu_offload_text(cpu_only) == "off (CPU-only build: no GPU support in this llama.cpp)"
+
+
+async def test_the_panel_shows_where_each_layer_lives_once_some_are_offloaded():
+    from dataclasses import replace
+
+    from textual.app import App
+    from textual.widgets import Static
+
+    from chatphase.engine.events import DeviceInfo, LayerPlacement
+    from chatphase.ui.phases.panel import PhasePanel
+
+    vulkan = DeviceInfo("Vulkan0", "llvmpipe", "gpu", 2 * GiB, 2 * GiB)
+    places = (LayerPlacement("CPU", tuple(range(11)), False), LayerPlacement("Vulkan0", tuple(range(11, 30)), True))
+    partial = replace(loaded_model(gpu=True), layers_offloaded=20, devices=(vulkan,), placement=places)
+    none = replace(loaded_model(), placement=(LayerPlacement("CPU", tuple(range(30)), True),))
+    shown = []
+    app = App()
+    async with app.run_test(size=(150, 40)) as pilot:
+        for model in (partial, none):
+            panel = PhasePanel()
+            await app.mount(panel)
+            panel.set_model(model)
+            await pilot.pause()
+            shown.append([line.strip() for line in text_of(panel.query_one("#model-figures", Static)).splitlines()])
+    rows = [" ".join(line.split()) for line in shown[0]]
+    assert "on Vulkan0 · layers 11-29 + output" in rows and "on host · layers 0-10" in rows
+    assert not any(line.startswith("on ") for line in shown[1])  # a CPU-only load: all on the host, said elsewhere
+
+
+async def test_the_layer_count_auto_chose_is_a_notice_at_load():
+    """The load notice of ``n_gpu_layers auto`` (a note starting ``n_gpu_layers``) is said in the chat; other notes
+    stay in the panel."""
+    from ui_support import idle, make_app, wait_for
+
+    from chatphase.ui.transcript.notice import Notice as ChatNotice
+
+    note = "n_gpu_layers auto: 12 (11/30 layers + output) fit: Vulkan0 1.0 GiB of 2.0 GiB, 1.0 GiB left; …"
+    app, _ = make_app(notes=(note, "fake engine: scripted events"))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        shown = [str(n.render()) for n in app.query(ChatNotice)]
+    assert any(note in text for text in shown)
+    assert not any("fake engine" in text for text in shown)

@@ -167,3 +167,67 @@ def test_the_pre_start_memory_check_uses_the_physical_batch_llama_cpp_runs(defau
     settings = Settings().with_overrides(n_ctx=512, n_batch=64, n_ubatch=100_000_000)
     assert settings.engine.n_ubatch_used == settings.engine.resolved()["n_ubatch"] == 64
     assert model_info_for(settings).path == default_model_info.path  # no "model will not fit"
+
+
+def test_info_plan_is_llama_cpps_projection_per_device(capsys, default_model_info):
+    """``--plan`` asks a child process for llama.cpp's own projection: on this CPU-only build, the host alone,
+    every layer and the output layer there, the KV cache llama.cpp prints at n_ctx 512 (11.25 MiB), and auto's 0."""
+    code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan", "--json")
+    assert code == 0, err
+    fit = json.loads(out)["plan"]
+    if json.loads(out)["system"]["gpu_offload_supported"]:
+        pytest.skip("a GPU build: the plan has its devices (tests/test_gpu_vulkan.py)")
+    assert fit["n_gpu_layers"] == 0 and fit["why"] == "auto: 0 layers, CPU-only build: no GPU support in this llama.cpp"
+    plan = fit["plan"]
+    [host] = plan["devices"]
+    assert host["name"] == "host" and host["layers"] == "0-29" and host["output_layer"]
+    assert host["kv_cache_bytes"] == 11.25 * MIB == sum(c["bytes"] for c in plan["kv_caches"])
+    assert host["planned_bytes"] == sum(
+        host[k] for k in ("weights_bytes", "kv_cache_bytes", "compute_bytes", "output_bytes")
+    )
+    assert host["left_bytes"] == host["budget_bytes"] - host["planned_bytes"]
+    assert plan["n_ctx"] == 512 and plan["n_layer"] == 30 and fit["refusal"] is None
+    code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan")
+    assert code == 0, err
+    assert "n_gpu_layers   auto: 0 layers, CPU-only build: no GPU support in this llama.cpp\n" in out
+    assert "memory plan    n_gpu_layers 0 (0/30 layers) · n_ctx 512 · projected in " in out
+    assert "host           weights 92.1 MiB (layers 0-29 + output), 92.1 MiB mapped from the file · KV 11.2 MiB" in out
+    assert "KV caches      full 11.2 MiB (512 cells × 30 layers, K f16 / V f16)\n" in out
+
+
+def test_info_plan_refusal_is_one_line_and_exit_2(capsys, monkeypatch):
+    """A count a GPU device cannot hold is refused as a load would refuse it: the report, then the plan's line."""
+    from chatphase.engine.local import projection
+    from chatphase.engine.memory_plan import DevicePlan, MemoryPlan
+
+    gpu = DevicePlan("Vulkan0", "llvmpipe", "gpu", 3 * 2**30, 2**29, 2**28, layers=tuple(range(30)),
+                     output_layer=True, free_bytes=2**31, total_bytes=2**31, budget_bytes=2**31,
+                     budget_note="free as the device reports it")  # fmt: skip
+    plan = MemoryPlan("m.gguf", 30, 31, 512, (gpu,))
+    fit = projection.FitResult(31, None, plan, refusal=plan.overflow_line())
+    monkeypatch.setattr(projection, "plan_in_child", lambda path, engine: fit)
+    code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan", "-ngl", "-1")
+    assert code == 2 and err.count("\n") == 1
+    assert err == f"chatphase: {plan.overflow_line()}\n"
+    assert err.startswith("chatphase: n_gpu_layers 31 (30/30 layers + output) would not fit Vulkan0: it needs 3.8 GiB")
+    assert f"refused        {plan.overflow_line()}\n" in out
+
+
+def test_info_plan_child_that_dies_is_one_line_after_the_report(capsys, monkeypatch):
+    """The projection's child crashing (a native fault in llama.cpp) leaves the rest of the report and exit 2."""
+    import subprocess
+
+    from chatphase.engine.local import projection
+
+    real_run = subprocess.run
+
+    def crashed(cmd, *args, **kwargs):  # only the projection's child dies (the AMX probe, say, runs as it does)
+        if "chatphase.engine.local.projection" in cmd:
+            return subprocess.CompletedProcess(cmd, -11, stdout="", stderr="")
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(projection.subprocess, "run", crashed)
+    code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan")
+    assert code == 2 and err == "chatphase: llama.cpp's memory plan failed (signal 11); see the engine log\n"
+    assert "memory plan    failed: llama.cpp's memory plan failed (signal 11); see the engine log\n" in out
+    assert "KV cache       22.5 KiB per token" in out

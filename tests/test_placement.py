@@ -221,15 +221,54 @@ def test_the_panel_texts_of_a_partial_offload(default_model_info):
     assert device_lines(loaded) == [
         "Vulkan0 · llvmpipe (LLVM 15.0.6, 256 bits) · gpu · 20.0 GiB free of 24.0 GiB · engine holds 84.0 MiB"
     ]
-    assert gpu_offload_text(loaded) == "on (20/30 layers)"  # the model's count of layers (llama.cpp's 31: + output)
+    # the model's count of layers (llama.cpp's 31: + output, offloaded first)
+    assert gpu_offload_text(loaded) == "on (19/30 layers + output)"
     from chatphase.ui.dashboard.system_figures import system_lines
 
     lines = system_lines(loaded, None)
-    assert "GPU offload on (20/30 layers) · GPU memory – · backends Vulkan, CPU" in lines
+    assert "GPU offload on (19/30 layers + output) · GPU memory – · backends Vulkan, CPU" in lines
     assert f"device {device_lines(loaded)[0]}" in lines and f"memory {memory_text(loaded)}" in lines
     hidden = LoadedModel(default_model_info, LoadedSettings(gpu_offload_supported=False), 1.0, 1, 1, 0, 31,
                          backends=("Vulkan", "CPU"), devices=(CPU,))  # fmt: skip
     assert gpu_offload_text(hidden).startswith("off (the Vulkan backend found no GPU device")
+
+
+def test_where_each_layer_lives(default_model_info):
+    """n_gpu_layers 20 of a 30-layer model, as llama.cpp assigns them (the output layer, then blocks 11-29, on the
+    GPU): one line per place with its layers and its buffers, the GPU first; the panel shows them once a layer is
+    offloaded, the System tab always."""
+    from dataclasses import replace
+
+    from chatphase.engine.events import LayerPlacement, LoadedModel, LoadedSettings
+    from chatphase.engine.local.llama import placement
+    from chatphase.ui.dashboard.system_figures import placement_lines, system_lines
+
+    assigned = {i: "CPU" for i in range(11)} | {i: "Vulkan0" for i in range(11, 31)}  # 30 = the output layer
+    places = placement(assigned, 30)
+    assert places == (
+        LayerPlacement("CPU", tuple(range(11)), False),
+        LayerPlacement("Vulkan0", tuple(range(11, 30)), True),
+    )
+    buffers = (
+        BufferSize("model", "CPU_Mapped", 30 * 2**20, False),
+        BufferSize("model", "Vulkan0", 68 * 2**20, True),
+        BufferSize("KV", "Vulkan0", 6 * 2**20, True),
+        BufferSize("KV", "CPU", 3 * 2**20, False),
+        BufferSize("compute", "Vulkan0", 10 * 2**20, True),
+        BufferSize("output", "Vulkan_Host", 2**19, False),
+    )
+    loaded = LoadedModel(
+        default_model_info, LoadedSettings(gpu_offload_supported=True), 1.0, 1, 1, 20, 31,
+        backends=("Vulkan", "CPU"), devices=(VULKAN, CPU), buffers=buffers, placement=places,
+    )  # fmt: skip
+    assert placement_lines(loaded) == [
+        "Vulkan0 · layers 11-29 + output · weights 68.0 MiB · KV 6.0 MiB · compute 10.0 MiB",
+        "host · layers 0-10 · weights 30.0 MiB · KV 3.0 MiB · output 512.0 KiB",
+    ]
+    assert [line for line in system_lines(loaded, None) if line.startswith("layers on ")] == [
+        f"layers on {line}" for line in placement_lines(loaded)
+    ]
+    assert placement_lines(replace(loaded, placement=())) == []
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,9 @@ def test_auto_resets_optional_values(cfg):
     assert (s.engine.n_threads, s.engine.n_gpu_layers) == (None, 0)
     cfg.write_text('n_gpu_layers = "auto"\n')
     assert load_settings(cfg, environ={}).engine.n_gpu_layers is None
+    cfg.write_text("n_gpu_layers = 12\ngpu_margin_mib = 256\n")
+    s = load_settings(cfg, environ={"CHATPHASE_N_GPU_LAYERS": "auto"})
+    assert (s.engine.n_gpu_layers, s.engine.gpu_margin_mib) == (None, 256)
 
 
 @pytest.mark.parametrize(

@@ -61,16 +61,19 @@ def test_a_flag_over_a_configured_value_for_every_kind_of_setting(tmp_path):
         (["--spec", "auto"], "spec", "auto"),
         (["--thinking", "auto"], "thinking", "auto"),
         (["--threads", "auto"], "n_threads", None),
+        (["-ngl", "auto"], "n_gpu_layers", None),
+        (["--n-gpu-layers", "AUTO"], "n_gpu_layers", None),
+        (["--gpu-margin-mib", "512"], "gpu_margin_mib", 512),
     ],
 )
 def test_auto_on_a_flag_is_the_value_auto_unless_the_setting_takes_auto_for_chatphase_chooses(
     tmp_path, argv, key, value
 ):
     """``--flash-attn auto`` over ``flash_attn = "off"`` is auto (it used to be refused as ``None``), and
-    ``--spec auto`` is the auto decode mode (it used to be off); only ``--threads``/``--threads-batch`` take
-    ``auto`` for "chatphase chooses" (``None``)."""
+    ``--spec auto`` is the auto decode mode (it used to be off); only ``--threads``/``--threads-batch`` and
+    ``--n-gpu-layers`` take ``auto`` for "chatphase chooses" (``None``)."""
     cfg = tmp_path / "config.toml"
-    cfg.write_text('flash_attn = "off"\nthinking = "off"\nspec = "lookup"\nn_threads = 3\n')
+    cfg.write_text('flash_attn = "off"\nthinking = "off"\nspec = "lookup"\nn_threads = 3\nn_gpu_layers = 8\n')
     s = settings_from_args(parser().parse_args(argv), base=load_settings(cfg, environ={}))
     assert BY_KEY[key].get(s) == value
 

@@ -89,6 +89,23 @@ def test_written_file_reads_back_with_its_shapes_and_label(tmp_path, arch, quant
         assert by_name[t.name].tensor_type.name == t.ggml_type and int(by_name[t.name].n_bytes) == tensor_bytes(t)
 
 
+def test_layout_only_file_is_the_full_files_header_and_size_with_zeros_for_data(tmp_path):
+    """For what reads no weights (llama.cpp's memory projection): the same bytes up to the data, the same size, the
+    data zeros (a hole where the file system has them)."""
+    synth = plan(SHAPES["tiny-llama"], "Q4_0")
+    full = write_synthetic(synth, tmp_path / "full.gguf")
+    hole = write_synthetic(synth, tmp_path / "hole.gguf", layout_only=True)
+    a, b = full.read_bytes(), hole.read_bytes()
+    assert len(a) == len(b)
+    start = len(a) - synth.data_bytes - 4096  # the header ends before the data (some padding aside)
+    assert b[:start] == a[:start] and not any(b[len(b) - synth.data_bytes :])
+    from gguf import GGUFReader
+
+    assert [(t.name, int(t.data_offset)) for t in GGUFReader(hole).tensors] == [
+        (t.name, int(t.data_offset)) for t in GGUFReader(full).tensors
+    ]
+
+
 def test_check_room_refuses_a_disk_too_small(tmp_path, monkeypatch):
     import shutil
 

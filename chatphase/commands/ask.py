@@ -42,6 +42,7 @@ from chatphase.engine.events import (
     TurnFinished,
     memory_by_place,
 )
+from chatphase.engine.memory_plan import layer_ranges
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.spec_modes import spec_figures_text
 from chatphase.engine.text import inert, json_inert
@@ -249,6 +250,10 @@ class _Printer(ChatListener):
             devices=[asdict(d) for d in loaded.devices],
             memory=memory_by_place(loaded.buffers),
             buffers=[asdict(b) for b in loaded.buffers],
+            placement=[
+                {"device": p.device, "layers": layer_ranges(p.layers), "output_layer": p.output_layer}
+                for p in loaded.placement
+            ],
         )
         doc = {"model": model, "settings": loaded.settings.to_dict(), "turns": self.turns}
         sys.stdout.write(json_inert(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n")

@@ -1,10 +1,15 @@
-"""``chatphase info [--model SPEC] [--n-ctx N] [--json]``: what loading a model would take, before loading it.
+"""``chatphase info [--model SPEC] [--n-ctx N] [--plan] [--json]``: what loading a model would take, before loading it.
 
 Metadata from the GGUF header, KV-cache bytes per token and at n_ctx (for the chosen cache types),
 the memory estimate (weights + KV + compute) against memory available, the CPU features llama.cpp
 sees and the AMX decision, and whether this llama-cpp-python build can offload to a GPU.
 A model that will not fit is reported with figures (exit 0), and refused only when even its KV cache
 and compute buffers cannot be allocated (exit 2).
+
+``--plan`` adds llama.cpp's own projection of the load per device (:mod:`chatphase.engine.local.projection`,
+made in a child process): the layers and weights, KV cache, compute and output buffers each device gets at the
+chosen settings, against its free memory, and the layer count ``--n-gpu-layers auto`` chooses. A count that would
+not fit a GPU device is refused after the report, with the plan's line (exit 2), as a load would refuse it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ def register(sub) -> None:
         description=__doc__.split("\n\n")[0],
     )
     add_model_options(p)
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="add llama.cpp's own memory plan of the load per device (a projection, no weights read; about a second)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -85,7 +95,16 @@ def build_report(args) -> dict:
 
     with llama_quiet():
         chat_format, system = chat_format_report(info, settings.engine.chat_template), system_report()
+    plan = None
+    if getattr(args, "plan", False):
+        from chatphase.engine.local.projection import plan_in_child
+
+        try:
+            plan = plan_in_child(str(path), settings.engine.to_dict()).to_dict()
+        except ModelError as exc:  # the child failed: the rest of the report stands, the exit says it
+            plan = {"error": str(exc)}
     return {
+        **({"plan": plan} if plan is not None else {}),
         "chat_format": chat_format,
         "model": info.to_dict(),
         "kv": {
@@ -139,9 +158,29 @@ def run(args) -> int:
         print(inert(render(report)))  # the model's name and path, its metadata: the file's text
     if report["memory"]["verdict"] == "refuse":
         raise ModelError(report["memory"]["message"])
+    if (report.get("plan") or {}).get("refusal") or (report.get("plan") or {}).get("error"):
+        raise ModelError(report["plan"].get("refusal") or report["plan"]["error"])
     if "error" in report["chat_format"]:
         raise ModelError(report["chat_format"]["error"])
     return 0
+
+
+def _plan_lines(fit: dict) -> list[str]:
+    """The ``--plan`` rows: the layer count and why, then :func:`chatphase.engine.memory_plan.plan_lines`."""
+    from chatphase.engine.memory_plan import MemoryPlan, plan_lines
+
+    lines = []
+    if fit.get("error"):
+        return [f"memory plan    failed: {fit['error']}"]
+    if fit.get("why"):
+        lines.append(f"n_gpu_layers   {fit['why']}")
+    if fit.get("unavailable"):
+        lines.append(f"memory plan    none: {fit['unavailable']}")
+    if fit.get("plan"):
+        lines += [f"{label or '':<14} {text}" for label, text in plan_lines(MemoryPlan.from_dict(fit["plan"]))]
+    if fit.get("refusal"):
+        lines.append(f"refused        {fit['refusal']}")
+    return lines
 
 
 def _chat_format_line(fmt: dict) -> str:
@@ -188,8 +227,9 @@ def render(r: dict) -> str:
         + (
             f"none: {GPU_BUILD_HINT if sysr['backends'] == ['CPU'] else r['gpu_offload_off_because']}"
             if r["gpu_offload_off_because"]
-            else "supported by this build (--n-gpu-layers; default all)"
+            else "supported by this build (--n-gpu-layers; default auto: the most layers that fit)"
         ),
+        *(_plan_lines(r["plan"]) if r.get("plan") else []),
         f"config file    {r['paths']['config_file']} ("
         + ("" if r["paths"]["config_file_exists"] else "none yet: defaults apply; ")
         + f"sessions: {r['paths']['sessions_dir']})",

@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from chatphase.engine.memory_plan import DEFAULT_MARGIN_MIB
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import UsageError
@@ -48,8 +49,9 @@ class EngineConfig:
     prefill threads (``None`` = auto: chosen before each turn from the cores other processes leave free,
     and decode's changed between tokens when the engine is preempted, :mod:`chatphase.engine.threads.policy`; a
     number pins it, and a pinned ``n_threads`` pins prefill too unless ``n_threads_batch`` is given);
-    ``n_gpu_layers`` (``None`` = all layers when the build supports GPU offload, else
-    0; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
+    ``n_gpu_layers`` (``None`` = auto: the most layers whose plan leaves each GPU device ``gpu_margin_mib`` free,
+    from llama.cpp's own memory projection, :mod:`chatphase.engine.local.projection`; 0 on a build or machine
+    without a GPU device; -1 = all); ``flash_attn`` (auto lets llama.cpp enable it where the backend supports it);
     ``type_k`` / ``type_v`` KV cache element types; ``extra_bufts`` llama.cpp's extra weight buffer types
     (AMX, repacking: auto turns them off on CPUs with AMX, whose batched prefill crashes, llama.cpp #20824);
     ``offload_kqv`` keep the KV cache (and attention) on the device of each offloaded layer (llama.cpp's
@@ -98,9 +100,19 @@ class EngineConfig:
     )  # fmt: skip
     n_gpu_layers: int | None = field(
         default=None,
-        metadata={"flags": ("--n-gpu-layers", "-ngl"), "metavar": "N",
-                  "help": "layers to offload to the GPU; -1 = all (default: all when the build supports it)",
-                  "label": "n_gpu_layers", "hint": "empty = all when the build supports GPU offload; -1 = all"},
+        metadata={"flags": ("--n-gpu-layers", "-ngl"), "metavar": "N|auto", "auto": True,
+                  "help": "layers to offload to the GPU: auto (the default) = the most that fit the GPU's free memory "
+                  "at --n-ctx with --gpu-margin-mib left, by llama.cpp's own memory projection (0 without a GPU); "
+                  "-1 = all; a number",
+                  "label": "n_gpu_layers",
+                  "hint": "auto or empty = the most that fit the free GPU memory with the margin; -1 = all"},
+    )  # fmt: skip
+    gpu_margin_mib: int = field(
+        default=DEFAULT_MARGIN_MIB,
+        metadata={"flags": ("--gpu-margin-mib",), "metavar": "MIB",
+                  "help": "GPU memory --n-gpu-layers auto leaves free on each device, MiB (default {default}, "
+                  "llama.cpp's --fit-target)",
+                  "label": "GPU margin (MiB)", "hint": "memory n_gpu_layers auto leaves free on each GPU"},
     )  # fmt: skip
     flash_attn: str = field(
         default="auto",
@@ -195,7 +207,9 @@ class EngineConfig:
         if self.prefix_cache_mib is not None and self.prefix_cache_mib < 0:
             raise UsageError(f"prefix_cache_mib must be >= 0 (got {self.prefix_cache_mib})")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
-            raise UsageError(f"n_gpu_layers must be -1 (all) or >= 0 (got {self.n_gpu_layers})")
+            raise UsageError(f"n_gpu_layers must be auto, -1 (all) or >= 0 (got {self.n_gpu_layers})")
+        if self.gpu_margin_mib < 0:
+            raise UsageError(f"gpu_margin_mib must be >= 0 (got {self.gpu_margin_mib})")
         check_choices(self)
         if refusal := quantised_v_without_flash_attn(self.type_v, self.flash_attn):
             raise UsageError(refusal)
@@ -226,6 +240,7 @@ class EngineConfig:
             "n_threads_batch": self.n_threads_batch or self.n_threads or cores,
             "threads_policy": self.threads_policy(),
             "n_gpu_layers": self.n_gpu_layers,
+            "gpu_margin_mib": self.gpu_margin_mib,
             "flash_attn": self.flash_attn,
             "type_k": self.type_k,
             "type_v": self.type_v,

@@ -155,6 +155,17 @@ def memory_by_place(buffers: tuple[BufferSize, ...]) -> dict[str, dict[str, int]
     return out
 
 
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where llama.cpp put a model's layers on one device, from its own lines at the load (``load_tensors: layer
+    12 assigned to device Vulkan0``): ``device`` ggml's device name (``CPU`` for the host), ``layers`` the
+    repeating layers there, ``output_layer`` the output layer too."""
+
+    device: str
+    layers: tuple[int, ...]
+    output_layer: bool = False
+
+
 #: the :class:`LoadedSettings` fields a remote server's engine fills (the others stay ``None``).
 REMOTE_SETTING_KEYS = ("backend", "server", "server_kind", "remote_model", "n_ctx", "total_slots")
 
@@ -164,8 +175,10 @@ class LoadedSettings:
     """The engine settings a loaded model runs with, automatic values resolved.
 
     The local engine fills the :class:`~chatphase.engine.config.EngineConfig` fields as resolved (threads
-    counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it), plus what the load found:
-    ``use_extra_bufts``, ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
+    counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it, ``n_gpu_layers`` the count
+    loaded, -1 for all), plus what the load found: ``n_gpu_layers_why`` (how ``auto`` chose the count, or why a
+    count given is short of the margin: :mod:`chatphase.engine.local.projection`), ``use_extra_bufts``,
+    ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
     (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``
     (``llama-server`` or ``OpenAI-compatible server``), the ``remote_model`` asked for, and ``n_ctx`` /
     ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown.
@@ -179,6 +192,8 @@ class LoadedSettings:
     n_threads_batch: int | None = None
     threads_policy: str | None = None
     n_gpu_layers: int | None = None
+    n_gpu_layers_why: str | None = None
+    gpu_margin_mib: int | None = None
     flash_attn: str | None = None
     type_k: str | None = None
     type_v: str | None = None
@@ -226,7 +241,9 @@ class LoadedModel:
     the decode mode in use (``off``, ``lookup``, ``auto``, ``draft``; ``off`` where the model cannot take one).
     ``backends`` the ggml backends of the build (``("Vulkan", "CPU")``); ``devices`` the devices it sees,
     memory read after the context was created; ``buffers`` what llama.cpp allocated where (its log lines);
-    ``slow_paths`` one line per silent slow path of this load (:mod:`chatphase.engine.slow_paths`).
+    ``slow_paths`` one line per silent slow path of this load (:mod:`chatphase.engine.slow_paths`); ``placement``
+    where each layer lives, per device (:class:`LayerPlacement`, in the order llama.cpp named them; empty where
+    the engine does not say).
     """
 
     info: ModelInfo
@@ -250,6 +267,7 @@ class LoadedModel:
     buffers: tuple[BufferSize, ...] = ()
     slow_paths: tuple[str, ...] = ()
     kv_shift_refusal: str | None = None  # why the ``shift`` overflow policy cannot work here (None: it can)
+    placement: tuple[LayerPlacement, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import llama_cpp
 
@@ -41,6 +43,31 @@ _ALLOC_FAILED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 _FA_MISMATCH = re.compile(r"layer \d+ is assigned to device (\S+) but Flash Attention is assigned to device (\S+)")
 #: how llama.cpp resolved ``flash_attn = auto`` for the context (``resolve_fused_ops``, llama-context.cpp)
 _FA_AUTO = re.compile(r"resolve_fused_ops: Flash Attention (enabled|not supported, set to disabled)")
+#: a layer's device, at debug level (``load_tensors: layer  12 assigned to device Vulkan0, is_swa = 1``; the layer
+#: numbered n_layer is the output layer), llama-model.cpp
+_LAYER_DEVICE = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+), is_swa = (\d)")
+#: each KV cache's own line (an iSWA model has two, each after ``creating (non-SWA|SWA) KV cache``), llama-kv-cache.cpp
+_KV_LINE = re.compile(
+    r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers.*K \((\w+)\):\s*([\d.]+) MiB, "
+    r"V \((\w+)\):\s*([\d.]+) MiB"
+)
+_KV_KIND = re.compile(r"llama_kv_cache_iswa: creating\s+(non-SWA|SWA) KV cache")
+
+
+@dataclass(frozen=True)
+class KvCacheLine:
+    """One KV cache as llama.cpp printed it (``llama_kv_cache: size = 60.00 MiB (4096 cells, 15 layers, …), K (f16):
+    30.00 MiB, V (f16): 30.00 MiB``): ``kind`` ``swa`` or ``full`` (an iSWA model's two caches; ``full`` for a
+    model with one), ``cells``, ``layers``, the K and V types and MiB as printed (2 decimals)."""
+
+    kind: str
+    mib: float
+    cells: int
+    layers: int
+    type_k: str
+    k_mib: float
+    type_v: str
+    v_mib: float
 
 
 def model_buffers(log_text: str) -> list[str]:
@@ -61,10 +88,11 @@ def llama_quiet(path: str | os.PathLike[str] | None = None) -> Iterator[LlamaLog
     and CUDA print some lines with ``std::cerr``) go to the log ``path`` (default :func:`default_log_path`)
     instead of the terminal; for commands that call llama.cpp in their own process (``info``). Yields the
     :class:`LlamaLogCapture`."""
-    capture = LlamaLogCapture(path or default_log_path())
+    log = Path(path or default_log_path())
+    capture = LlamaLogCapture(log)
     sys.stderr.flush()
     saved = os.dup(2)
-    fd = os.open(capture.path, os.O_WRONLY | os.O_APPEND)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     try:
         os.dup2(fd, 2)
         yield capture
@@ -84,19 +112,26 @@ class LlamaLogCapture:
     ``(kind, buffer type name, MiB)`` in log order; ``flash_attn_mismatch`` (``(layer device, flash-attention device)`` when it turned
     it off for want of a kernel on the layer's device); ``flash_attn_enabled`` (how ``auto`` resolved: ``True`` /
     ``False``, ``None`` before the context or when it was not ``auto``); ``failed_allocation`` (``(buffer type name, bytes)``
-    of the last buffer ggml could not allocate: ``failed to allocate Vulkan0 buffer of size …``).
+    of the last buffer ggml could not allocate: ``failed to allocate Vulkan0 buffer of size …``);
+    ``kv_caches``, each KV cache's line (:class:`KvCacheLine`); ``layer_devices``, the device of each layer
+    (``{layer: device name}``, the output layer numbered n_layer) and ``swa_layers``, from llama.cpp's debug lines,
+    read whatever ``min_level`` (they are not written below it); ``errors``, the error lines.
+    ``path=None`` captures without a file (what :func:`parse_only` installs).
     One capture is active per process: a new one replaces the previous one. llama.cpp keeps calling
     the C callback for the life of the process (llama.cpp objects log when freed, after ``close()``),
     so the ctypes callback is one module-level object that is never freed, and it forwards to the
     active capture, if any.
     """
 
-    def __init__(self, path: str | os.PathLike[str], min_level: int | None = None):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        rotate_log(self.path)
+    def __init__(self, path: str | os.PathLike[str] | None, min_level: int | None = None):
+        self.path = Path(path) if path is not None else None
         self.min_level = log_level() if min_level is None else min_level
-        self._file = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
+        self._file: TextIO | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            rotate_log(self.path)
+            self._file = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
+        self._closed = False
         self._lock = threading.Lock()
         self._partial = ""
         self._last_level = 0
@@ -108,12 +143,17 @@ class LlamaLogCapture:
         self.flash_attn_mismatch: tuple[str, str] | None = None
         self.flash_attn_enabled: bool | None = None
         self.failed_allocation: tuple[str, int] | None = None
+        self.kv_caches: list[KvCacheLine] = []
+        self.layer_devices: dict[int, str] = {}
+        self.swa_layers: set[int] = set()
+        self.errors: list[str] = []
+        self._kv_kind = "full"
         _install(self)
 
     def write(self, text: str) -> None:
-        """Append chatphase's own line to the same log."""
+        """Append chatphase's own line to the same log (nothing without a file)."""
         with self._lock:
-            if not self._file.closed:
+            if self._file is not None and not self._closed:
                 self._file.write(text if text.endswith("\n") else text + "\n")
 
     def on_log(self, level: int, text: bytes, user_data: object) -> None:
@@ -121,13 +161,17 @@ class LlamaLogCapture:
         if level != _CONT:
             self._last_level = level
         if self._last_level < self.min_level:
-            return  # per-graph debug chatter would bury what a user looks for in the log
+            # per-graph debug chatter would bury what a user looks for in the log; a layer's device is read from it
+            if b"assigned to device" in text and (m := _LAYER_DEVICE.search(text.decode("utf-8", "replace"))):
+                self._layer(m)
+            return
         try:
             chunk = text.decode("utf-8", errors="replace")
             with self._lock:
-                if self._file.closed:
+                if self._closed:
                     return
-                self._file.write(chunk)
+                if self._file is not None:
+                    self._file.write(chunk)
                 self._partial += chunk
                 if "\n" not in self._partial:
                     return
@@ -137,11 +181,28 @@ class LlamaLogCapture:
         except Exception:  # a logging failure must never reach C
             pass
 
+    def _layer(self, m: re.Match[str]) -> None:
+        layer = int(m.group(1))
+        self.layer_devices[layer] = m.group(2)
+        if m.group(3) == "1":
+            self.swa_layers.add(layer)
+
     def _parse(self, line: str) -> None:
         if m := _OFFLOADED.search(line):
             self.layers_offloaded, self.layers_total = int(m.group(1)), int(m.group(2))
         elif m := _KV_SIZE.search(line):
             self.kv_cache_mib, self.kv_cache_cells = float(m.group(1)), int(m.group(2))
+            if k := _KV_LINE.search(line):
+                mib, cells, layers, type_k, k_mib, type_v, v_mib = k.groups()
+                self.kv_caches.append(
+                    KvCacheLine(
+                        self._kv_kind, float(mib), int(cells), int(layers), type_k, float(k_mib), type_v, float(v_mib)
+                    )
+                )
+        elif m := _KV_KIND.search(line):
+            self._kv_kind = "full" if m.group(1) == "non-SWA" else "swa"
+        elif m := _LAYER_DEVICE.search(line):
+            self._layer(m)
         elif m := _BUFFER.search(line):
             self.buffers.append((m.group(2), m.group(1), float(m.group(3))))
         elif m := _ALLOC_FAILED.search(line):
@@ -150,6 +211,8 @@ class LlamaLogCapture:
             self.flash_attn_mismatch = (m.group(1), m.group(2))
         elif m := _FA_AUTO.search(line):
             self.flash_attn_enabled = m.group(1) == "enabled"
+        if self._last_level == LEVELS["error"]:
+            self.errors.append(line.strip())
 
     def buffer_mib(self) -> dict[tuple[str, str], float]:
         """MiB per ``(kind, buffer type name)`` so far: model, KV and output buffers summed (an iSWA model
@@ -167,8 +230,24 @@ class LlamaLogCapture:
         if _active is self:
             _active = None
         with self._lock:
-            if not self._file.closed:
+            self._closed = True
+            if self._file is not None and not self._file.closed:
                 self._file.close()
+
+
+@contextlib.contextmanager
+def parse_only() -> Iterator[LlamaLogCapture]:
+    """Within the block, llama.cpp's lines are read (every level) but written nowhere, and the capture active
+    before (the engine's log) is back after it: for llama.cpp calls whose ~200 load lines each would bury the
+    engine log (the memory projection, :mod:`chatphase.engine.local.projection`). Yields the capture."""
+    before = _active
+    capture = LlamaLogCapture(None, min_level=LEVELS["debug"])
+    try:
+        yield capture
+    finally:
+        capture.close()
+        if before is not None and not before._closed:
+            _install(before)
 
 
 _active: LlamaLogCapture | None = None

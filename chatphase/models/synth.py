@@ -251,9 +251,15 @@ def write_synthetic(
     target: Path,
     progress: Callable[[int, int, str], None] | None = None,
     seed: int = 0,
+    layout_only: bool = False,
 ) -> Path:
     """Write ``synth`` to ``target`` (via ``target.part``, renamed at the end); ``progress(done_bytes,
     total_bytes, tensor_name)`` after each chunk. Returns ``target``.
+
+    ``layout_only``: the header and tensor infos only, the tensor data left a hole of zeros (sparse where
+    the file system allows: an 8B file in milliseconds, no disk used): a file of the right size and layout for
+    what reads no weights (llama.cpp's memory projection, :mod:`chatphase.engine.local.projection`) or reads
+    zeros harmlessly (a load timed without decoding).
 
     Raises:
         UsageError: a write error (a full disk, ...; :func:`check_room` checks before); the partial file is
@@ -275,7 +281,11 @@ def write_synthetic(
             # the gguf writer's write_tensor_data, in chunks: pad to the alignment, the data, pad after it
             writer.write_padding(fout, fout.tell())
             start = fout.tell()
-            for chunk in _chunks(rng, t):
+            if layout_only:
+                fout.seek(tensor_bytes(t), os.SEEK_CUR)
+                fout.truncate()  # the hole up to here: the file has its full size even if nothing follows
+                done += tensor_bytes(t)
+            for chunk in () if layout_only else _chunks(rng, t):
                 chunk.tofile(fout)
                 done += chunk.nbytes
                 del chunk  # before the next one is made: one chunk in memory at a time

@@ -46,6 +46,7 @@ from chatphase.engine.events import (
     TurnFinished,
 )
 from chatphase.engine.fit_hints import for_tui
+from chatphase.engine.memory_plan import LAYERS_NOTE
 from chatphase.engine.spec_modes import SPEC_WARNING
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import ModelInfo
@@ -141,8 +142,9 @@ class ChatView(ChatListener):
         self.indicator.show_ready(loaded)
         self.dashboard.set_model(loaded)
         for note in loaded.notes:
-            # a model without its own template: say which format it gets; a draft model that cannot pay
-            if note.startswith(("chat format:", SPEC_WARNING)):
+            # a model without its own template: say which format it gets; a draft model that cannot pay; the layers
+            # n_gpu_layers auto chose on a GPU, and why
+            if note.startswith(("chat format:", SPEC_WARNING, LAYERS_NOTE)):
                 self.chat_log.add_notice(note)
         for line in loaded.slow_paths:  # correct but far slower than the user may expect: say so at load
             self.chat_log.add_notice(f"slow path: {line}")

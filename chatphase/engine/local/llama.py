@@ -35,6 +35,7 @@ from chatphase.engine.events import (
     CountRequest,
     EngineFailed,
     Event,
+    LayerPlacement,
     LoadedModel,
     LoadedSettings,
     Message,
@@ -49,11 +50,13 @@ from chatphase.engine.llamalog import LlamaLogCapture
 from chatphase.engine.local import ggml_devices, llama_params
 from chatphase.engine.local.generation import Generated, Model, generate
 from chatphase.engine.local.kv_context import Alternatives, KvContext
-from chatphase.engine.local.llama_params import context_params, model_params, offload_plan
+from chatphase.engine.local.llama_params import ALL_LAYERS, OffloadPlan, context_params, model_params, offload_plan
 from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, overflow_cut
 from chatphase.engine.local.prefix_keeper import PrefixKeeper, Restored, cap_bytes_of, key_parts
+from chatphase.engine.local.projection import fit_layers
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
+from chatphase.engine.memory_plan import LAYERS_NOTE
 from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
 from chatphase.engine.overflow import EMPTIED_BY_CHANGE, low_water, miss_reason, reply_room, restore_miss
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
@@ -96,6 +99,21 @@ class CacheStart:
     restore_note: str | None
     t_restore_ns: int
     miss: str | None
+
+
+def placement(layer_devices: dict[int, str], n_layer: int) -> tuple[LayerPlacement, ...]:
+    """llama.cpp's layer assignment (``{layer: device}``, the output layer numbered ``n_layer``;
+    :attr:`chatphase.engine.llamalog.LlamaLogCapture.layer_devices`) per device, in the order the devices first
+    appear."""
+    devices = list(dict.fromkeys(layer_devices.values()))
+    return tuple(
+        LayerPlacement(
+            dev,
+            tuple(sorted(i for i, d in layer_devices.items() if d == dev and i < n_layer)),
+            layer_devices.get(n_layer) == dev,
+        )
+        for dev in devices
+    )
 
 
 class LlamaEngine:
@@ -312,11 +330,10 @@ class LlamaEngine:
         self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
         system_info = llama_params.cpu_system_info()  # the module attribute: tests fake the CPU there
         gpu_ok = bool(lc.llama_supports_gpu_offload())
-        why_not = None if gpu_ok else why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
-        plan = offload_plan(s, system_info, gpu_ok, why_not)
+        why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
+        plan = offload_plan(s, system_info, gpu_ok, None if gpu_ok else why_not)
         notes = list(plan.notes)
-        if gpu_ok and (refusal := ggml_devices.kv_too_big_for_device(self.info, s, plan.n_gpu_layers)):
-            raise UsageError(refusal)
+        plan, layers_why = self._fit_layers(s, plan, gpu_ok, why_not, notes)
         self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
         if not self._model:
             raise RuntimeError(
@@ -347,6 +364,7 @@ class LlamaEngine:
         found = {
             "n_ctx": kv.n_ctx,
             "n_gpu_layers": plan.n_gpu_layers_setting,
+            "n_gpu_layers_why": layers_why,
             "use_extra_bufts": plan.use_extra_bufts,
         }
         resolved = LoadedSettings(**{**s, **found, "gpu_offload_supported": gpu_ok, "amx_detected": plan.amx})
@@ -393,6 +411,7 @@ class LlamaEngine:
             buffers=buffers,
             slow_paths=slow,
             kv_shift_refusal=kv.shift_refusal,
+            placement=placement(self._log.layer_devices, lc.llama_model_n_layer(self._model)),
         )
         for note in notes:
             self._log.write(f"chatphase: {note}")
@@ -401,6 +420,32 @@ class LlamaEngine:
         self._keeper = self._open_prefix_store(kv, s, plan.use_extra_bufts, plan.n_gpu_layers)
         self._registered = engine_registry.register() is not None  # peak measurements wait while we are busy
         return self.loaded
+
+    def _fit_layers(
+        self, s: dict[str, Any], plan: OffloadPlan, gpu_ok: bool, why_not: str | None, notes: list[str]
+    ) -> tuple[OffloadPlan, str | None]:
+        """The layer count to load, from llama.cpp's memory projection (:func:`fit_layers`), and why it is that:
+        ``auto`` resolved (0 and the reason where nothing can be offloaded, with no projection); a count given
+        refused when a GPU device cannot hold its share, and said when it leaves less than the margin.
+
+        Raises:
+            UsageError: the count given would not fit (the plan's one line).
+        """
+        if not gpu_ok:
+            return plan, (f"auto: 0 layers, {why_not}" if s["n_gpu_layers"] is None and why_not else None)
+        fit = fit_layers(str(self.info.path), s, self.info.n_layer or 0, plan.use_extra_bufts, gpu_ok, why_not)
+        if fit.refusal:
+            raise UsageError(fit.refusal)
+        if fit.unavailable:
+            notes.append(f"no memory plan before the load: {fit.unavailable}")
+            if fit.plan is None and (refusal := ggml_devices.kv_too_big_for_device(self.info, s, plan.n_gpu_layers)):
+                raise UsageError(refusal)
+        if s["n_gpu_layers"] is None:
+            n = ALL_LAYERS if fit.n_gpu_layers > (self.info.n_layer or 0) else fit.n_gpu_layers
+            plan = replace(plan, n_gpu_layers=n)
+        if fit.why:
+            notes.append(fit.why if fit.why.startswith(LAYERS_NOTE) else LAYERS_NOTE + fit.why)
+        return plan, fit.why
 
     def _open_prefix_store(
         self, kv: KvContext, s: dict[str, Any], use_extra_bufts: bool, n_gpu_layers: int

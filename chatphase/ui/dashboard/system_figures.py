@@ -15,6 +15,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
+from chatphase.engine.memory_plan import layer_ranges, offloaded_text
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.slow_paths import why_no_offload
 from chatphase.engine.text import inert
@@ -28,10 +29,11 @@ REFRESH_S = 1.0
 
 def offloaded_layers(offloaded: int, total: int) -> str:
     """llama.cpp's ``offloaded X/Y layers`` in the model's own count of layers (n_layer, as the panel says
-    it): llama.cpp counts n_layer + 1, its output layer last (``Y = n_layer + 1``; it goes to the GPU only
-    once every block has): ``31/31`` -> ``30/30 layers + output``, ``12/31`` -> ``12/30 layers``."""
-    blocks = max(0, total - 1)
-    return f"{min(offloaded, blocks)}/{blocks} layers" + (" + output" if offloaded > blocks else "")
+    it): llama.cpp counts n_layer + 1 (``Y``), and its first offloaded layer is the output layer, then the
+    last blocks (llama-model.cpp: layers from ``n_layer + 1 - n_gpu_layers`` up, the output layer numbered
+    n_layer; "offloading output layer to GPU" comes with any count): ``31/31`` -> ``30/30 layers + output``,
+    ``12/31`` -> ``11/30 layers + output``, ``0/31`` -> ``0/30 layers`` (:func:`offloaded_text`)."""
+    return offloaded_text(offloaded, max(0, total - 1))
 
 
 def gpu_offload_text(model: LoadedModel) -> str:
@@ -43,7 +45,9 @@ def gpu_offload_text(model: LoadedModel) -> str:
         return "the server's (not reported)"
     total = model.layers_total
     if model.backends and not model.layers_offloaded:  # the engine said what it has: say why nothing runs there
-        why = why_no_offload(model.backends, model.devices, s.n_gpu_layers)
+        why = why_no_offload(model.backends, model.devices, None)
+        if not why:  # a device is there: n_gpu_layers 0, given or chosen by auto (its reason)
+            why = s.n_gpu_layers_why or why_no_offload(model.backends, model.devices, s.n_gpu_layers)
         return f"off ({why or (offloaded_layers(0, total) if total else 'no layers')})"
     if not s.gpu_offload_supported:
         return "off (CPU-only build)"
@@ -84,6 +88,27 @@ def device_lines(model: LoadedModel) -> list[str]:
         for d in model.devices
         if d.type in OFFLOAD_TYPES
     ]
+
+
+def placement_lines(model: LoadedModel) -> list[str]:
+    """Where each layer lives, one line per place, from llama.cpp's own lines at the load: each GPU device, then
+    the host, with its layers and what llama.cpp allocated there (:func:`memory_text`'s kinds): ``Vulkan0 ·
+    layers 19-29 + output · weights 68.1 MiB · KV 60.0 MiB · compute 10.0 MiB``, ``host · layers 0-18 · …``.
+    Empty where the engine did not say (a server's)."""
+    gpus = {d.name for d in model.devices if d.type in OFFLOAD_TYPES}
+    lines = []
+    for p in sorted(model.placement, key=lambda p: p.device not in gpus):  # the GPU devices first, as ggml lists
+        on_gpu = p.device in gpus
+        where = [f"layers {layer_ranges(p.layers)}"] if p.layers else []
+        if p.output_layer:
+            where.append("output")
+        mine = [b for b in model.buffers if (b.on_device and b.buffer == p.device) or (not on_gpu and not b.on_device)]
+        kinds = memory_by_place(tuple(mine))["device" if on_gpu else "host"]
+        order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
+        parts = [p.device if on_gpu else "host", " + ".join(where) or "no layers"]
+        parts += [f"{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}" for k in order]
+        lines.append(" · ".join(parts))
+    return lines
 
 
 def threads_lines(model: LoadedModel, turn: TurnMetrics | None = None) -> tuple[str, str | None]:
@@ -133,6 +158,7 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
         gpu_line += f" · backends {', '.join(model.backends)}"
     lines.append(gpu_line)
     lines += [f"device {line}" for line in device_lines(model)]
+    lines += [f"layers on {line}" for line in placement_lines(model)]
     if memory := memory_text(model):
         lines.append(f"memory {memory}")
     lines += [f"slow path: {line}" for line in model.slow_paths]

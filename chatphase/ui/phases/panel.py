@@ -31,7 +31,7 @@ from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL
 from chatphase.models.kv import KV_CELL_PAD
-from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text
+from chatphase.ui.dashboard.system_figures import device_lines, gpu_offload_text, memory_text, placement_lines
 from chatphase.ui.transcript.thinking_block import thinking_live
 from chatphase.units import (
     DASH,
@@ -142,6 +142,8 @@ class PhasePanel(VerticalScroll):
         if policy:  # the threads row says what they are
             rows.append(("threads", self._threads or f"{policy}, up to {fmt_value(s.n_threads)} cores"))
         rows += [("device", line) for line in device_lines(model)]
+        if model.layers_offloaded:  # where each layer lives, once some live on a GPU
+            rows += [("on", line) for line in placement_lines(model)]
         if memory := memory_text(model):
             rows.append(("memory", memory))
         rows += [("note", note) for note in model.notes]

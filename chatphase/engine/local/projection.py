@@ -1,0 +1,328 @@
+"""llama.cpp's own projection of a load's memory, per device, before the load: the :class:`MemoryPlan`, and the
+layer count ``n_gpu_layers auto`` chooses from such plans.
+
+:func:`project` loads the model with ``llama_model_params.no_alloc`` ("only load metadata and simulate memory
+allocations"; ``load_mode`` NONE, as llama.cpp's fit does: a memory-mapped no_alloc load asserts) and creates the
+context on it with the engine's own parameters (:mod:`chatphase.engine.local.llama_params`): llama.cpp assigns
+each layer to a device, sizes the KV cache and reserves the compute graphs, allocating nothing and reading no
+weights. ``llama_get_memory_breakdown`` then gives the bytes per buffer type (:mod:`chatphase.engine.local.llama_ext`),
+and llama.cpp's own lines, read and not written (:func:`chatphase.engine.llamalog.parse_only`), give each layer's
+device, each KV cache and the output buffer. The plan is llama.cpp's figures laid out per device; no second formula.
+
+:func:`fit_layers` is what a load does before it starts (the engine, in its own process, and ``chatphase info
+--plan``): resolve ``n_gpu_layers auto`` (:func:`chatphase.engine.memory_plan.choose_layers`; 0 with the reason on a
+build or machine without a GPU device) or project the count asked, whose plan refuses a load that would not fit.
+
+The projection runs where llama.cpp may run: in the engine's process, or in a child of its own for the command
+line (:func:`plan_in_child`, ``python -m chatphase.engine.local.projection``), never in the UI's process. A
+projection llama.cpp cannot make here (:class:`~chatphase.engine.local.llama_ext.ProjectionUnavailable`, a file
+it refuses) is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chatphase.engine.events import OFFLOAD_TYPES, DeviceInfo
+from chatphase.engine.memory_plan import (
+    HOST,
+    DevicePlan,
+    KvCachePlan,
+    LayerChoice,
+    MemoryPlan,
+    budget,
+    choose_layers,
+)
+from chatphase.errors import ModelError
+
+#: the most seconds the projection's child may take (its imports, a few projections).
+CHILD_TIMEOUT_S = 120.0
+#: ``llama_model_params.n_gpu_layers`` for every layer (llama.cpp clamps it), as llama_params' ALL_LAYERS.
+_ALL = 0x7FFFFFFF
+
+
+class ProjectionFailed(RuntimeError):
+    """llama.cpp could not project this load (one line: why)."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`fit_layers` found: ``n_gpu_layers`` for llama.cpp (0 to n_layer + 1), ``why`` it is that
+    (``None`` for a count the user gave that the plan does not question), ``plan`` of that count (``None`` where
+    none was made), ``refusal`` the one line refusing the load (a count that would not fit), ``unavailable`` why
+    there is no plan (one line)."""
+
+    n_gpu_layers: int
+    why: str | None
+    plan: MemoryPlan | None
+    refusal: str | None = None
+    unavailable: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_gpu_layers": self.n_gpu_layers,
+            "why": self.why,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "refusal": self.refusal,
+            "unavailable": self.unavailable,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FitResult:
+        plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
+        return cls(d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"))
+
+
+def _output_layer_bytes(path: str) -> int | None:
+    """The output layer's weights in the file: ``output.weight`` (or the token embedding llama.cpp duplicates into
+    it when the model ties them) and ``output_norm``; ``None`` where the file (a split model's first part) lacks
+    them."""
+    from chatphase.models.gguf_meta import read_metadata
+
+    tensors = {t.name: int(t.n_bytes) for t in read_metadata(path)[1].tensors}
+    matrix = tensors.get("output.weight", tensors.get("token_embd.weight"))
+    if matrix is None:
+        return None
+    return matrix + sum(n for name, n in tensors.items() if name.startswith("output_norm."))
+
+
+def project(
+    path: str,
+    settings: dict[str, Any],
+    n_gpu_layers: int,
+    use_extra_bufts: bool,
+    margin_bytes: int,
+    held_bytes: dict[str, int] | None = None,
+) -> MemoryPlan:
+    """llama.cpp's projection of loading ``path`` with ``n_gpu_layers`` (:data:`_ALL`-like counts are clamped)
+    and the resolved engine ``settings`` (:meth:`chatphase.engine.config.EngineConfig.resolved`), per device.
+    ``held_bytes``: what this process already holds per device (for a device that reports free = total).
+
+    Raises:
+        ProjectionUnavailable: the projection cannot be read in this build (one line).
+        ProjectionFailed: llama.cpp refused the file or the context (one line, its last error).
+    """
+    import llama_cpp as lc
+    import psutil
+
+    from chatphase.engine.llamalog import parse_only
+    from chatphase.engine.local import ggml_devices
+    from chatphase.engine.local.llama_ext import memory_breakdown
+    from chatphase.engine.local.llama_params import OffloadPlan, context_params, model_params
+
+    t0 = time.perf_counter_ns()
+    lc.llama_backend_init()
+    name = Path(path).name
+    with parse_only() as log:
+        params = model_params(OffloadPlan(n_gpu_layers, use_extra_bufts, False, ()))
+        params.no_alloc = True
+        params.load_mode = lc.LLAMA_LOAD_MODE_NONE
+        model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not model:
+            raise ProjectionFailed(f"llama.cpp could not read {name} for its memory plan{_last(log.errors)}")
+        try:
+            ctx = lc.llama_init_from_model(model, context_params(settings))
+            if not ctx:
+                raise ProjectionFailed(
+                    f"llama.cpp could not plan a context of {settings['n_ctx']:,} tokens for {name}{_last(log.errors)}"
+                )
+            try:
+                uses = memory_breakdown(ctx)
+                n_ctx = int(lc.llama_n_ctx(ctx))
+            finally:
+                lc.llama_free(ctx)
+            n_layer = int(lc.llama_model_n_layer(model))
+        finally:
+            lc.llama_model_free(model)
+    devices = ggml_devices.devices()
+    held = held_bytes or {}
+    gpus = [d for d in devices if d.type in OFFLOAD_TYPES]
+    gpu_names = {d.name for d in gpus}
+    output = {b: round(mib * 2**20) for (kind, b), mib in log.buffer_mib().items() if kind == "output"}
+
+    def place(device: str | None) -> str:
+        return device if device in gpu_names else HOST
+
+    def entry(d: DeviceInfo | None) -> DevicePlan:
+        key = d.name if d else HOST
+        mine = [u for u in uses if place(u.device) == key]
+        layers = tuple(sorted(i for i, dev in log.layer_devices.items() if place(dev) == key and i < n_layer))
+        if d is None:
+            cpu = next((x for x in devices if x.type == "cpu"), None)
+            free, total = (cpu.free_bytes, cpu.total_bytes) if cpu else (0, 0)
+            limit, note = budget(free, total, available_bytes=psutil.virtual_memory().available)
+        else:
+            free, total = d.free_bytes, d.total_bytes
+            limit, note = budget(free, total, held.get(d.name, 0), d.name)
+        return DevicePlan(
+            name=key,
+            description=d.description if d else "host memory",
+            type=d.type if d else HOST,
+            weights_bytes=sum(u.model_bytes for u in mine),
+            kv_cache_bytes=sum(u.context_bytes for u in mine),
+            compute_bytes=sum(u.compute_bytes for u in mine),
+            output_bytes=sum(n for b, n in output.items() if place(b) == key),
+            mapped_bytes=sum(u.model_bytes for u in mine if u.mappable),
+            layers=layers,
+            output_layer=place(log.layer_devices.get(n_layer)) == key,
+            free_bytes=free,
+            total_bytes=total,
+            budget_bytes=limit,
+            budget_note=note,
+        )
+
+    kv = tuple(KvCachePlan(c.kind, c.cells, c.layers, c.type_k, c.type_v, round(c.mib * 2**20)) for c in log.kv_caches)
+    notes = ["the host's weights in the CPU's own buffer type are mapped from the file (page cache), not allocated"]
+    return MemoryPlan(
+        model=name,
+        n_layer=n_layer,
+        n_gpu_layers=max(0, min(n_gpu_layers, n_layer + 1)),
+        n_ctx=n_ctx,
+        devices=(*(entry(d) for d in gpus), entry(None)),
+        kv_caches=kv,
+        output_layer_bytes=_output_layer_bytes(path),
+        margin_bytes=margin_bytes,
+        projection_ms=(time.perf_counter_ns() - t0) / 1e6,
+        notes=tuple(notes),
+    )
+
+
+def _last(errors: list[str]) -> str:
+    return f": {errors[-1]}" if errors else ""
+
+
+def fit_layers(
+    path: str,
+    settings: dict[str, Any],
+    n_layer: int,
+    use_extra_bufts: bool,
+    gpu_ok: bool,
+    why_not: str | None,
+    *,
+    plan_always: bool = False,
+) -> FitResult:
+    """Resolve ``settings["n_gpu_layers"]`` before a load (``None`` = auto), from llama.cpp's projection.
+
+    auto: on a build without GPU offload, or with no GPU device, 0 and ``why_not`` (no projection unless
+    ``plan_always``); else :func:`~chatphase.engine.memory_plan.choose_layers` (a plan that cannot be made: every
+    layer, as before auto, and why). A count given (-1 = all): its plan, and the refusal line when a GPU device
+    cannot hold its share. ``plan_always``: make the plan of the count even where the load would not need it
+    (``info --plan``: the host's plan on a CPU-only build). ``n_layer``: the model's repeating layers.
+    """
+    from chatphase.engine.local.llama_ext import ProjectionUnavailable
+
+    margin = int(settings.get("gpu_margin_mib") or 0) * 2**20
+    requested = settings["n_gpu_layers"]
+    offload = gpu_ok and why_not is None
+
+    def plan_of(n: int) -> MemoryPlan:
+        return project(path, settings, n, use_extra_bufts, margin)
+
+    if requested is None and not offload:
+        why = f"auto: 0 layers, {why_not or 'no GPU offload in this llama.cpp build'}"
+        if not plan_always:
+            return FitResult(0, why, None)
+        try:
+            return FitResult(0, why, plan_of(0))
+        except (ProjectionUnavailable, ProjectionFailed) as exc:
+            return FitResult(0, why, None, unavailable=str(exc))
+    try:
+        if requested is None:
+            choice: LayerChoice = choose_layers(plan_of, n_layer)
+            return FitResult(choice.n_gpu_layers, f"auto: {choice.why}", choice.plan)
+        count = _ALL if requested == -1 else requested
+        if not offload:
+            count = 0
+        if not offload and not plan_always:
+            return FitResult(0, None, None)
+        plan = plan_of(count)
+        return FitResult(plan.n_gpu_layers, _margin_note(plan), plan, refusal=plan.overflow_line())
+    except (ProjectionUnavailable, ProjectionFailed) as exc:
+        if requested is None:
+            return FitResult(n_layer + 1, f"auto: every layer, as without a plan ({exc})", None, unavailable=str(exc))
+        return FitResult(n_layer + 1 if requested == -1 else requested, None, None, unavailable=str(exc))
+
+
+def _margin_note(plan: MemoryPlan) -> str | None:
+    """Where a count the user gave fits but leaves a GPU device less than the margin auto keeps: say so."""
+    from chatphase.units import fmt_bytes
+
+    short = [d for d in plan.gpus if 0 <= d.left_bytes < plan.margin_bytes]
+    if not short:
+        return None
+    d = short[0]
+    return (
+        f"{plan.n_gpu_layers_text()} leaves {d.name} {fmt_bytes(d.left_bytes)}, under the "
+        f"{fmt_bytes(plan.margin_bytes)} margin auto keeps (--gpu-margin-mib)"
+    )
+
+
+# -- the child process: ``chatphase info --plan`` -------------------------------------------------------------
+def plan_in_child(path: str, engine: dict[str, Any], timeout_s: float = CHILD_TIMEOUT_S) -> FitResult:
+    """:func:`fit_layers` for ``path`` with the engine settings ``engine`` (``EngineConfig.to_dict()``) in a child
+    process (``python -m chatphase.engine.local.projection``), with ``plan_always``: llama.cpp's lines go to the
+    engine log, and a crash there is one line here.
+
+    Raises:
+        ModelError: the child failed (its one line) or printed no plan.
+    """
+    request = json.dumps({"path": str(path), "engine": engine})
+    cmd = [sys.executable, "-m", "chatphase.engine.local.projection"]
+    try:
+        done = subprocess.run(
+            cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"llama.cpp's memory plan took more than {timeout_s:.0f} s") from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
+        raise ModelError(f"llama.cpp's memory plan failed ({how}); see the engine log")
+    out = json.loads(lines[-1])
+    if "error" in out:
+        raise ModelError(out["error"])
+    return FitResult.from_dict(out)
+
+
+def _child_main() -> int:
+    """Read ``{"path", "engine"}`` on stdin, print one JSON line: :meth:`FitResult.to_dict` or ``{"error"}``."""
+    import os
+
+    from chatphase.engine.config import EngineConfig
+    from chatphase.engine.logfile import default_log_path, redirect_stdio
+    from chatphase.engine.slow_paths import why_no_offload
+
+    request = json.loads(sys.stdin.read())
+    out = os.fdopen(os.dup(1), "w")  # the plan's line; llama.cpp's fds 1/2 go to the engine log
+    redirect_stdio(default_log_path())
+    try:
+        import llama_cpp as lc
+
+        from chatphase.engine.local import ggml_devices
+        from chatphase.engine.local.llama_params import cpu_system_info, offload_plan
+        from chatphase.models.gguf_meta import read_model_info
+
+        info = read_model_info(request["path"])
+        s = EngineConfig(**request["engine"]).validate().resolved()
+        gpu_ok = bool(lc.llama_supports_gpu_offload())
+        why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), s["n_gpu_layers"])
+        extra = offload_plan({**s, "n_gpu_layers": 0}, cpu_system_info(), gpu_ok).use_extra_bufts
+        result = fit_layers(str(info.path), s, info.n_layer or 0, extra, gpu_ok, why_not, plan_always=True)
+        out.write(json.dumps(result.to_dict()) + "\n")
+    except Exception as exc:  # one line for the parent; the traceback to the engine log
+        import traceback
+
+        traceback.print_exc()
+        out.write(json.dumps({"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

@@ -1,0 +1,369 @@
+"""The memory plan of a load, per device, before it happens; and ``n_gpu_layers auto``'s choice from such plans.
+
+A :class:`MemoryPlan` holds llama.cpp's own projection of one load (made by
+:mod:`chatphase.engine.local.projection`: the model and a context created with ``no_alloc``, read with
+``llama_get_memory_breakdown``), laid out per device: for each GPU device ggml reports, and for the host, the
+weights llama.cpp places there (the layers it assigned there, the output layer where it is), the KV cache at the
+chosen n_ctx with its K/V types (an iSWA model's sliding-window cache as llama.cpp sizes it), the compute buffers,
+and the memory the device has free against the margin left. Plain data, with no llama.cpp import: the command line,
+the engine and the UI read it.
+
+What a device is planned against (:func:`budget`): the free memory it reports; where it reports free = total
+(it counts no usage: a Vulkan driver without ``VK_EXT_memory_budget`` such as Mesa's llvmpipe), its total less what
+this process holds there, which the plan says; the host against the OS's available memory (ggml's CPU device
+reports free = total by design, and the OS knows better).
+
+:func:`choose_layers` is ``n_gpu_layers auto``: the most layers whose plan leaves every GPU device at least the
+margin (``gpu_margin_mib``), searched as llama.cpp's fit searches (``common/fit.cpp``, step 3): a plan with
+every layer, one with none, then the method of false position on the plans' device bytes until one layer
+separates what fits from what does not. Each plan is a projection (a fraction of a second, no weights read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from chatphase.units import fmt_bytes
+
+#: the name of the host's entry in a plan.
+HOST = "host"
+#: how a load's note on its layer count starts (``n_gpu_layers auto: …``; the TUI shows such notes as notices).
+LAYERS_NOTE = "n_gpu_layers "
+#: ``gpu_margin_mib``'s default: llama.cpp's ``--fit-target`` (1024 MiB per device, common/common.h).
+DEFAULT_MARGIN_MIB = 1024
+
+
+@dataclass(frozen=True)
+class KvCachePlan:
+    """One KV cache as llama.cpp sizes it: ``kind`` ``full`` or ``swa`` (an iSWA model's sliding-window layers),
+    ``cells``, ``layers``, the K and V types, ``bytes`` (llama.cpp's printed MiB × 2**20, within 5 KiB)."""
+
+    kind: str
+    cells: int
+    layers: int
+    type_k: str
+    type_v: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """One device's share of a load, in bytes, as llama.cpp projects it.
+
+    ``name`` ggml's device name (``Vulkan0``) or :data:`HOST`; ``type`` ggml's (``gpu``, ``igpu``) or ``host``;
+    ``weights_bytes``, ``kv_cache_bytes``, ``compute_bytes`` from ``llama_get_memory_breakdown`` (model, context,
+    compute) summed over the device's buffer types; ``output_bytes`` the output (logits) buffer llama.cpp makes in
+    host memory with the context (its log line: the breakdown leaves it out); ``mapped_bytes`` the part of the
+    host's weights a load maps from the file (page cache the OS can drop and read again) rather than allocates:
+    those in the CPU's own buffer type, not repacked ones nor a GPU backend's pinned host buffers. ``layers``: the repeating layers
+    llama.cpp assigned here; ``output_layer``: the output layer too. ``free_bytes`` / ``total_bytes`` as the
+    device reports them; ``budget_bytes`` what the plan is made against and ``budget_note`` why
+    (:func:`budget`)."""
+
+    name: str
+    description: str
+    type: str
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    output_bytes: int = 0
+    mapped_bytes: int = 0
+    layers: tuple[int, ...] = ()
+    output_layer: bool = False
+    free_bytes: int = 0
+    total_bytes: int = 0
+    budget_bytes: int = 0
+    budget_note: str = ""
+
+    @property
+    def planned_bytes(self) -> int:
+        """Everything the load puts here: weights + KV cache + compute + output buffer."""
+        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.output_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """What the load allocates here: all but the weights mapped from the file."""
+        return self.planned_bytes - self.mapped_bytes
+
+    @property
+    def left_bytes(self) -> int:
+        """What the budget keeps after the load (negative: it would not fit)."""
+        return self.budget_bytes - self.planned_bytes
+
+    @property
+    def is_host(self) -> bool:
+        return self.name == HOST
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with ``planned_bytes``, ``left_bytes`` and ``layers`` as ranges (``"0-11"``)."""
+        out = asdict(self)
+        out.update(
+            layers=layer_ranges(self.layers),
+            planned_bytes=self.planned_bytes,
+            allocated_bytes=self.allocated_bytes,
+            left_bytes=self.left_bytes,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """llama.cpp's projection of one load, per device (:class:`DevicePlan`: the GPU devices in ggml's order, the
+    host last).
+
+    ``model`` the file's name, ``n_layer`` its repeating layers; ``n_gpu_layers`` the count asked of llama.cpp
+    (0 to ``n_layer + 1``: llama.cpp counts the output layer as the last); ``n_ctx`` the context's cells as
+    llama.cpp sizes them; ``kv_caches`` each cache llama.cpp made; ``output_layer_bytes`` the output layer's weights
+    (the file's ``output`` tensors, or the token embedding it shares); ``margin_bytes`` what each GPU device must
+    keep free (``gpu_margin_mib``); ``projection_ms`` what the projection took; ``notes`` what the plan assumes.
+    """
+
+    model: str
+    n_layer: int
+    n_gpu_layers: int
+    n_ctx: int
+    devices: tuple[DevicePlan, ...]
+    kv_caches: tuple[KvCachePlan, ...] = ()
+    output_layer_bytes: int | None = None
+    margin_bytes: int = DEFAULT_MARGIN_MIB * 2**20
+    projection_ms: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> tuple[DevicePlan, ...]:
+        """The GPU devices' entries."""
+        return tuple(d for d in self.devices if not d.is_host)
+
+    @property
+    def host(self) -> DevicePlan | None:
+        return next((d for d in self.devices if d.is_host), None)
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything the load allocates, every device and the host."""
+        return sum(d.planned_bytes for d in self.devices)
+
+    def over(self) -> tuple[DevicePlan, ...]:
+        """The GPU devices the load would not fit (planned above the budget)."""
+        return tuple(d for d in self.gpus if d.left_bytes < 0)
+
+    def within_margin(self) -> bool:
+        """Every GPU device keeps at least the margin."""
+        return all(d.left_bytes >= self.margin_bytes for d in self.gpus)
+
+    def overflow_line(self) -> str | None:
+        """The one line refusing this load before it starts, with the plan's numbers (``None`` when every
+        GPU device holds its share)."""
+        over = self.over()
+        if not over:
+            return None
+        d = over[0]
+        return (
+            f"{self.n_gpu_layers_text()} would not fit {d.name}: it needs {fmt_bytes(d.planned_bytes)} there "
+            f"({parts_text(d)}) and has {fmt_bytes(d.budget_bytes)}{budget_suffix(d)}; use fewer --n-gpu-layers "
+            "(auto chooses), a smaller --n-ctx, or --no-kv-offload"
+        )
+
+    def n_gpu_layers_text(self) -> str:
+        """``n_gpu_layers 12 (11/30 layers + output)``: llama.cpp offloads the output layer first, then the last
+        blocks (llama-model.cpp), so a count of k ≥ 1 is the output layer and k - 1 blocks."""
+        return f"n_gpu_layers {self.n_gpu_layers} ({offloaded_text(self.n_gpu_layers, self.n_layer)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``devices`` as :meth:`DevicePlan.to_dict`)."""
+        out = asdict(self)
+        out["devices"] = [d.to_dict() for d in self.devices]
+        out["total_bytes"] = self.total_bytes
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MemoryPlan:
+        """The plan :meth:`to_dict` wrote (what the projection's child process prints).
+
+        Raises:
+            KeyError, TypeError, ValueError: not such a dict.
+        """
+        derived = ("planned_bytes", "allocated_bytes", "left_bytes")
+        devices = tuple(
+            DevicePlan(
+                **{k: v for k, v in x.items() if k not in (*derived, "layers")},
+                layers=parse_layer_ranges(x.get("layers", "")),
+            )
+            for x in d["devices"]
+        )
+        kv = tuple(KvCachePlan(**k) for k in d.get("kv_caches", ()))
+        rest = {k: v for k, v in d.items() if k not in ("devices", "kv_caches", "total_bytes", "notes")}
+        return cls(devices=devices, kv_caches=kv, notes=tuple(d.get("notes", ())), **rest)
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """``n_gpu_layers auto``'s answer: ``n_gpu_layers`` (0 to n_layer + 1), ``why`` in one line, and the
+    ``plan`` of that count (``None`` where no projection was made: no GPU device, or none available)."""
+
+    n_gpu_layers: int
+    why: str
+    plan: MemoryPlan | None = field(default=None, compare=False)
+
+
+def budget(
+    free_bytes: int, total_bytes: int, held_bytes: int = 0, name: str = "", available_bytes: int | None = None
+) -> tuple[int, str]:
+    """What a device is planned against, and why, in words: its reported free memory; where it reports free =
+    total (no usage counted), its total less ``held_bytes`` (what this process already holds there); for the
+    host (``available_bytes`` given: the OS's available memory), that figure."""
+    if available_bytes is not None:
+        return available_bytes, "the OS's available memory (ggml's CPU device reports free = total)"
+    if total_bytes > 0 and free_bytes >= total_bytes:
+        return max(0, total_bytes - held_bytes), (
+            f"{name or 'the device'} reports free = total (it counts no usage): planned against its total less the "
+            f"{fmt_bytes(held_bytes)} this process holds there; other processes' use is not seen"
+        )
+    return free_bytes, "free as the device reports it"
+
+
+def budget_suffix(d: DevicePlan) -> str:
+    """`` (its total; it reports no usage)`` where the budget is not the device's own free figure."""
+    return "" if d.budget_note.startswith("free as") else f" ({d.budget_note.split(':')[0]})"
+
+
+def parts_text(d: DevicePlan) -> str:
+    """``weights 92.1 MiB + KV 90.0 MiB + compute 49.1 MiB`` (the output buffer where there is one)."""
+    parts = [("weights", d.weights_bytes), ("KV", d.kv_cache_bytes), ("compute", d.compute_bytes)]
+    if d.output_bytes:
+        parts.append(("output", d.output_bytes))
+    return " + ".join(f"{label} {fmt_bytes(n)}" for label, n in parts)
+
+
+def offloaded_text(n_gpu_layers: int, n_layer: int) -> str:
+    """What ``n_gpu_layers`` puts on the GPU in the model's count of layers: ``0/30 layers``, ``11/30 layers +
+    output`` (12), ``30/30 layers + output`` (31)."""
+    if n_gpu_layers <= 0:
+        return f"0/{n_layer} layers"
+    return f"{min(n_gpu_layers - 1, n_layer)}/{n_layer} layers + output"
+
+
+def layer_ranges(layers: tuple[int, ...]) -> str:
+    """``(0, 1, 2, 5)`` -> ``"0-2,5"``; ``()`` -> ``""``."""
+    out: list[str] = []
+    for i in sorted(layers):
+        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == i - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        elif out and "-" not in out[-1] and int(out[-1]) == i - 1:
+            out[-1] = f"{out[-1]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+def parse_layer_ranges(text: str) -> tuple[int, ...]:
+    """:func:`layer_ranges`'s text back to layers: ``"0-2,5"`` -> ``(0, 1, 2, 5)``."""
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return tuple(out)
+
+
+def choose_layers(project: Callable[[int], MemoryPlan], n_layer: int) -> LayerChoice:
+    """The most layers (0 to ``n_layer + 1``, the output layer last as llama.cpp counts) whose plan leaves every
+    GPU device its margin; ``project(n_gpu_layers)`` makes a plan. Every layer when they all fit, none when even
+    none leave the margin (the compute buffers a GPU device gets anyway), else llama.cpp's false-position search
+    between the largest count that fits and the smallest that does not (``common/fit.cpp``), assuming a device's
+    bytes grow with the count. ``why`` names the device that bounds the count and its figures."""
+    top = n_layer + 1
+    high = project(top)
+    if not high.gpus:
+        return LayerChoice(0, "no GPU device in llama.cpp's plan", high)
+    if high.within_margin():
+        return LayerChoice(top, f"all {n_layer} layers + output fit: {_left_text(high)}", high)
+    low = project(0)
+    if not low.within_margin():
+        d = _tightest(low)
+        return LayerChoice(
+            0,
+            f"no layer fits: {d.name} keeps {fmt_bytes(d.left_bytes)} with none, under the "
+            f"{fmt_bytes(low.margin_bytes)} margin (--gpu-margin-mib)",
+            low,
+        )
+    while high.n_gpu_layers - low.n_gpu_layers > 1:
+        step = _false_position_step(low, high)
+        test = project(low.n_gpu_layers + step)
+        if test.within_margin():
+            low = test
+        else:
+            high = test
+    d = _tightest(high)
+    return LayerChoice(
+        low.n_gpu_layers,
+        f"{low.n_gpu_layers} ({offloaded_text(low.n_gpu_layers, n_layer)}) fit: {_left_text(low)}; one more would leave "
+        f"{d.name} {fmt_bytes(d.left_bytes)}, under the {fmt_bytes(high.margin_bytes)} margin (--gpu-margin-mib)",
+        low,
+    )
+
+
+def _false_position_step(low: MemoryPlan, high: MemoryPlan) -> int:
+    """Layers to add to ``low``'s count: where the line between the two plans' bytes meets the margin on the
+    device that binds first, at least 1 and short of ``high``'s count (``common/fit.cpp``'s step)."""
+    delta = high.n_gpu_layers - low.n_gpu_layers
+    steps = []
+    for lo, hi in zip(low.gpus, high.gpus, strict=True):
+        grow = hi.planned_bytes - lo.planned_bytes
+        room = lo.budget_bytes - high.margin_bytes - lo.planned_bytes
+        if grow > 0:
+            steps.append(delta * room // grow)
+    return max(1, min(min(steps, default=1), delta - 1))
+
+
+def _tightest(plan: MemoryPlan) -> DevicePlan:
+    return min(plan.gpus, key=lambda d: d.left_bytes - plan.margin_bytes)
+
+
+def _left_text(plan: MemoryPlan) -> str:
+    return ", ".join(
+        f"{d.name} {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {fmt_bytes(d.left_bytes)} left"
+        for d in plan.gpus
+    )
+
+
+def device_line(d: DevicePlan, margin_bytes: int) -> str:
+    """One device's plan: ``weights 68.1 MiB (layers 12-29 + output) · KV 60.0 MiB · compute 10.0 MiB = 138.1 MiB
+    of 2.0 GiB, 1.9 GiB left`` (the margin where a GPU device keeps less; the host's mapped weights)."""
+    where = [f"layers {layer_ranges(d.layers)}"] if d.layers else []
+    if d.output_layer:
+        where.append("output")
+    placed = f" ({' + '.join(where)})" if where else ""
+    mapped = f", {fmt_bytes(d.mapped_bytes)} mapped from the file" if d.mapped_bytes else ""
+    parts = [f"weights {fmt_bytes(d.weights_bytes)}{placed}{mapped}"]
+    parts += [f"KV {fmt_bytes(d.kv_cache_bytes)}", f"compute {fmt_bytes(d.compute_bytes)}"]
+    if d.output_bytes:
+        parts.append(f"output {fmt_bytes(d.output_bytes)}")
+    left = f"{fmt_bytes(d.left_bytes)} left" if d.left_bytes >= 0 else f"{fmt_bytes(-d.left_bytes)} short"
+    if not d.is_host and 0 <= d.left_bytes < margin_bytes:
+        left += f", under the {fmt_bytes(margin_bytes)} margin"
+    return f"{' · '.join(parts)} = {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {left}"
+
+
+def plan_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
+    """The plan as ``(label, text)`` rows for people: one per device (its name, :func:`device_line`, and where its
+    budget is not the device's own free figure, why), the KV caches, the output layer, the assumptions."""
+    rows = [
+        ("memory plan", f"{plan.n_gpu_layers_text()} · n_ctx {plan.n_ctx:,} · projected in {plan.projection_ms:.0f} ms")
+    ]
+    for d in plan.devices:
+        rows.append((d.name, device_line(d, plan.margin_bytes)))
+        if not d.budget_note.startswith("free as"):
+            rows.append(("", d.budget_note))
+    kv = " · ".join(
+        f"{c.kind} {fmt_bytes(c.bytes)} ({c.cells:,} cells × {c.layers} layers, K {c.type_k} / V {c.type_v})"
+        for c in plan.kv_caches
+    )
+    if kv:
+        rows.append(("KV caches", kv))
+    if plan.output_layer_bytes is not None:
+        where = next((d.name for d in plan.devices if d.output_layer), "?")
+        rows.append(("output layer", f"{fmt_bytes(plan.output_layer_bytes)} on {where}"))
+    rows += [("", note) for note in plan.notes]
+    return rows

@@ -1,0 +1,170 @@
+"""The memory plan's arithmetic and ``n_gpu_layers auto``'s choice, on faked projections (no llama.cpp, no GPU):
+every layer fits, some do, none do, over one device and two; the budget of a device that reports free = total;
+the refusal line; the plan's JSON round trip; llama.cpp's debug lines that place layers and KV caches."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from chatphase.engine.llamalog import LlamaLogCapture, parse_only
+from chatphase.engine.memory_plan import (
+    HOST,
+    DevicePlan,
+    MemoryPlan,
+    budget,
+    choose_layers,
+    layer_ranges,
+    parse_layer_ranges,
+)
+
+MIB = 2**20
+N_LAYER = 32
+LAYER = 100 * MIB  # one repeating layer's weights and KV
+OUTPUT = 300 * MIB  # the output layer
+COMPUTE = 200 * MIB  # a GPU's compute buffer, with any layer on it or none (op_offload)
+
+
+def fake_projector(free_mib: tuple[int, ...], margin_mib: int = 1024, calls: list[int] | None = None):
+    """``project(n)`` over GPUs of ``free_mib`` free each, llama.cpp's split by free memory, layers as above."""
+    n_dev = len(free_mib)
+
+    def project(n: int) -> MemoryPlan:
+        if calls is not None:
+            calls.append(n)
+        n = min(n, N_LAYER + 1)
+        first = N_LAYER + 1 - n  # llama.cpp offloads the last layers (the output layer last)
+        on = list(range(first, N_LAYER + 1))
+        total_free = sum(free_mib)
+        devices = []
+        start = 0
+        for i, free in enumerate(free_mib):  # a contiguous share per device, in proportion to its free memory
+            share = round(len(on) * sum(free_mib[: i + 1]) / total_free) - start
+            mine = on[start : start + share]
+            start += share
+            weights = sum(OUTPUT if il == N_LAYER else LAYER for il in mine)
+            devices.append(
+                DevicePlan(
+                    f"GPU{i}", "fake", "gpu", weights, 0, COMPUTE, layers=tuple(il for il in mine if il < N_LAYER),
+                    output_layer=N_LAYER in mine, free_bytes=free * MIB, total_bytes=2 * free * MIB,
+                    budget_bytes=free * MIB, budget_note="free as the device reports it",
+                )
+            )  # fmt: skip
+        host_layers = tuple(range(first))
+        host = DevicePlan(HOST, "host memory", HOST, LAYER * len(host_layers), 0, COMPUTE, budget_bytes=2**40)
+        return MemoryPlan("fake.gguf", N_LAYER, n, 4096, (*devices, host), margin_bytes=margin_mib * MIB)
+
+    assert n_dev >= 1
+    return project
+
+
+def best_by_brute_force(project) -> int:
+    return max(n for n in range(N_LAYER + 2) if project(n).within_margin())
+
+
+def test_every_layer_fits_a_large_gpu_in_one_projection():
+    calls: list[int] = []
+    choice = choose_layers(fake_projector((80_000,), calls=calls), N_LAYER)
+    assert choice.n_gpu_layers == N_LAYER + 1 and calls == [N_LAYER + 1]
+    assert choice.why.startswith("all 32 layers + output fit: GPU0")
+    assert choice.plan is not None and choice.plan.n_gpu_layers == N_LAYER + 1
+
+
+@pytest.mark.parametrize("free_mib", [(2_048,), (3_000,), (1_900, 1_500), (4_000, 2_000)])
+def test_some_layers_fit_the_most_that_leave_the_margin(free_mib):
+    calls: list[int] = []
+    project = fake_projector(free_mib, calls=calls)
+    choice = choose_layers(project, N_LAYER)
+    expected = best_by_brute_force(fake_projector(free_mib))
+    assert 0 < expected < N_LAYER + 1
+    assert choice.n_gpu_layers == expected
+    assert choice.plan is not None and choice.plan.within_margin()
+    assert not fake_projector(free_mib)(expected + 1).within_margin()
+    assert len(calls) <= 8  # false position, not a walk over every count
+    assert "one more would leave" in choice.why and "under the 1.0 GiB margin" in choice.why
+
+
+def test_no_layer_fits_when_the_compute_buffer_alone_eats_the_margin():
+    choice = choose_layers(fake_projector((1_100,)), N_LAYER)
+    assert choice.n_gpu_layers == 0
+    assert choice.why.startswith("no layer fits: GPU0 keeps 900.0 MiB with none, under the 1.0 GiB margin")
+
+
+def test_a_smaller_margin_fits_more_layers():
+    wide = choose_layers(fake_projector((3_000,), margin_mib=1024), N_LAYER).n_gpu_layers
+    narrow = choose_layers(fake_projector((3_000,), margin_mib=0), N_LAYER).n_gpu_layers
+    assert narrow == best_by_brute_force(fake_projector((3_000,), margin_mib=0)) > wide
+
+
+def test_no_gpu_in_the_plan_chooses_none():
+    def project(n: int) -> MemoryPlan:
+        host = DevicePlan(HOST, "host memory", HOST, LAYER * N_LAYER, 0, COMPUTE, budget_bytes=2**40)
+        return MemoryPlan("fake.gguf", N_LAYER, n, 4096, (host,))
+
+    choice = choose_layers(project, N_LAYER)
+    assert choice.n_gpu_layers == 0 and "no GPU device" in choice.why
+
+
+def test_budget_of_a_device_that_reports_free_equal_to_total():
+    assert budget(1_500 * MIB, 2_048 * MIB, 100 * MIB, "CUDA0") == (1_500 * MIB, "free as the device reports it")
+    limit, note = budget(2_048 * MIB, 2_048 * MIB, 300 * MIB, "Vulkan0")
+    assert limit == 1_748 * MIB
+    assert note.startswith("Vulkan0 reports free = total (it counts no usage): planned against its total less the")
+    assert budget(24 * 2**30, 24 * 2**30, available_bytes=20 * 2**30)[0] == 20 * 2**30  # the host: the OS's figure
+
+
+def test_overflow_line_has_the_plans_numbers():
+    plan = fake_projector((2_048,))(N_LAYER + 1)
+    line = plan.overflow_line()
+    assert line is not None and "\n" not in line
+    assert line.startswith("n_gpu_layers 33 (32/32 layers + output) would not fit GPU0: it needs 3.6 GiB there")
+    assert "weights 3.4 GiB + KV 0 B + compute 200.0 MiB" in line and "has 2.0 GiB" in line
+    assert fake_projector((80_000,))(N_LAYER + 1).overflow_line() is None
+
+
+def test_plan_round_trips_through_json():
+    import json
+
+    plan = fake_projector((1_900, 1_500))(20)
+    again = MemoryPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan
+    assert plan.to_dict()["devices"][0]["layers"] == layer_ranges(plan.devices[0].layers)
+
+
+def test_layer_ranges():
+    assert layer_ranges((0, 1, 2, 5, 7, 8)) == "0-2,5,7-8"
+    assert layer_ranges(()) == ""
+    assert parse_layer_ranges("0-2,5,7-8") == (0, 1, 2, 5, 7, 8)
+
+
+def feed(capture: LlamaLogCapture, level: int, text: str) -> None:
+    for line in text.splitlines(keepends=True):
+        capture.on_log(level, line.encode(), ctypes.c_void_p(0))
+
+
+def test_layer_devices_are_read_from_debug_lines_that_are_not_written(tmp_path):
+    # llama.cpp's own debug lines (src/llama-model.cpp, load_tensors), layer 26 being the output layer
+    cap = LlamaLogCapture(tmp_path / "engine.log", min_level=2)
+    feed(cap, 1, "load_tensors: layer   0 assigned to device CPU, is_swa = 1\n")
+    feed(cap, 1, "load_tensors: layer  25 assigned to device Vulkan0, is_swa = 0\n")
+    feed(cap, 1, "load_tensors: layer  26 assigned to device Vulkan0, is_swa = 0\n")
+    cap.close()
+    assert cap.layer_devices == {0: "CPU", 25: "Vulkan0", 26: "Vulkan0"} and cap.swa_layers == {0}
+    assert "assigned" not in (tmp_path / "engine.log").read_text()
+
+
+def test_iswa_kv_cache_lines_are_labelled(tmp_path):
+    # Gemma 3's two caches, as llama-kv-cache-iswa.cpp and llama-kv-cache.cpp print them
+    lines = """llama_kv_cache_iswa: creating non-SWA KV cache, size = 4096 cells
+llama_kv_cache: size =   12.00 MiB (  4096 cells,   3 layers,  1/1 seqs), K (f16):    6.00 MiB, V (f16):    6.00 MiB
+llama_kv_cache_iswa: creating     SWA KV cache, size = 4096 cells
+llama_kv_cache: size =   60.00 MiB (  4096 cells,  15 layers,  1/1 seqs), K (q8_0):   30.00 MiB, V (f16):   30.00 MiB
+"""
+    with parse_only() as cap:
+        feed(cap, 2, lines)
+    assert [(c.kind, c.layers, c.type_k, c.mib) for c in cap.kv_caches] == [
+        ("full", 3, "f16", 12.0),
+        ("swa", 15, "q8_0", 60.0),
+    ]
+    assert cap.kv_cache_mib == 60.0  # the last line, as before
