@@ -30,6 +30,7 @@ BENCHMARKS = (
     "gpu_summary",
     "history_db",
     "levers",
+    "memory_plan",
     "parallel_decode",
     "prefix_restore",
     "roofline_vs_stream",
@@ -205,6 +206,12 @@ def test_exactness_smallest(tmp_path):
         "cold again",
         "restore (last token alone)",
     }
+
+
+def test_memory_plan_smallest():
+    done = run("memory_plan", "--repeats", "1")
+    ok(done)
+    assert "projection" in done.stdout
 
 
 @pytest.mark.model
