@@ -125,7 +125,8 @@ def test_the_panel_shows_the_device_and_its_memory(vk_env):
     vk_model_mib = float(re.findall(r"Vulkan0 model buffer size =\s*([\d.]+) MiB", log)[-1])
     assert shown["memory"].startswith("device: weights ") and f"{vk_model_mib:.1f} MiB" in shown["memory"]
     assert "; host: weights " in shown["memory"]
-    assert shown["offload"].startswith("on (8/")
+    # n_gpu_layers counts the output layer, which llama.cpp offloads first: 8 = 7 repeating layers + output
+    assert shown["offload"].startswith("on (7/30 layers + output)")
     assert any(p.startswith("partial offload: 8/") for p in shown["slow_paths"])
 
 
@@ -156,19 +157,29 @@ def test_the_device_memory_shown_is_read_after_the_load_beside_what_the_engine_h
 
 def test_a_request_the_device_cannot_hold_is_one_plain_line(vk_env):
     """A KV cache larger than the device's memory (llvmpipe reports 2 GiB and would over-commit into host
-    memory): refused before llama.cpp allocates it, in one line, with the device's figure."""
+    memory), every layer asked for: refused before llama.cpp allocates it, in one line, with the device's figure.
+    With n_gpu_layers auto (the default) the same context loads, with the layers that fit on the device."""
     done = run(vk_env, "-m", "chatphase", "ask", "--no-save", "--max-tokens", "2", "--n-ctx", "262144",
-               "--n-batch", "64", "Hi")  # fmt: skip
+               "--n-batch", "64", "--n-gpu-layers", "-1", "Hi")  # fmt: skip
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0
     assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
+    # the memory plan's refusal (llama.cpp's own projection), before any weight is read
     assert re.search(
-        r"the KV cache on Vulkan0 would take 5\.6 GiB at n_ctx 262,144, more than its [\d.]+ \w+", lines[0]
+        r"n_gpu_layers \d+ \(30/30 layers \+ output\) would not fit Vulkan0: it needs [\d.]+ GiB", lines[0]
     )
+    assert "use fewer --n-gpu-layers (auto chooses)" in lines[0]
     assert "slow path" not in done.stderr  # nothing was loaded
     fits = run(vk_env, "-m", "chatphase", "ask", "--no-save", "--max-tokens", "2", "--n-ctx", "262144",
                "--n-batch", "64", "--no-kv-offload", "--n-gpu-layers", "0", "--json", "Hi")  # fmt: skip
     assert fits.returncode == 0, fits.stderr  # on the host it fits
+    auto = run(vk_env, "-m", "chatphase", "ask", "--no-save", "--max-tokens", "2", "--n-ctx", "262144",
+               "--n-batch", "64", "--json", "Hi")  # fmt: skip
+    assert auto.returncode == 0, auto.stderr
+    settings, model = json.loads(auto.stdout)["settings"], json.loads(auto.stdout)["model"]
+    assert 0 < settings["n_gpu_layers"] < model["layers_total"], settings
+    assert settings["n_gpu_layers_why"].startswith(f"auto: {settings['n_gpu_layers']} ")
+    assert f"n_gpu_layers auto: {settings['n_gpu_layers']} " in auto.stderr
 
 
 def test_info_lists_the_vulkan_device_and_keeps_llama_cpp_off_stderr(vk_env):
