@@ -663,6 +663,11 @@ class LlamaEngine:
             note = f"{note}; {unsaved}" if note else unsaved
         cached = len(kv.tokens)  # kept or restored (a refused file emptied the sequence: the prompt is recomputed)
         kv.known.truncate(cached, p.text)
+        if restored is not None and kv.known.n_tokens < cached:
+            # the entry's record ends past the restored tokens (its boundaries are its prompt's end and its reply's
+            # tokens): the restored tokens are the prompt's own, so their pieces spell the prompt's text
+            kv.known.add_pieces(kv.vocab.render(t) for t in kv.tokens[kv.known.n_tokens : cached])
+            kv.known.truncate(cached, p.text)
         if p.ovf is not None:
             p.ovf.count_reprefill(p.tokens, kv.vocab.render, p.text or b"", cached, restored is not None)
         miss = miss_reason(
