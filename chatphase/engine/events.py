@@ -165,7 +165,8 @@ class LoadedSettings:
 
     The local engine fills the :class:`~chatphase.engine.config.EngineConfig` fields as resolved (threads
     counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it), plus what the load found:
-    ``use_extra_bufts``, ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
+    ``use_extra_bufts``, ``gpu_offload_supported``, ``amx_detected``, ``flash_attn_enabled`` (how ``flash_attn``
+    resolved: ``on`` / ``off`` as set, ``auto`` as llama.cpp's log says it chose; ``None``: not said). A remote server's engine
     (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``
     (``llama-server`` or ``OpenAI-compatible server``), the ``remote_model`` asked for, and ``n_ctx`` /
     ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown.
@@ -196,6 +197,7 @@ class LoadedSettings:
     remote_model: str | None = None
     total_slots: int | None = None
     kv_unified: bool | None = None
+    flash_attn_enabled: bool | None = None
 
     @property
     def remote(self) -> bool:
