@@ -164,9 +164,8 @@ def test_with_flash_attention_off_a_restored_reply_is_the_cold_one_every_time(de
         assert (m.logits_exact, m.logits_exact_reason) == (True, ex.FLASH_ATTN_OFF)
 
 
-GROUNDED = (
-    "Copy this list exactly, line by line:\n"
-    + "\n".join(f"{i}. the {w} lamp is on shelf {i % 7}" for i, w in enumerate(["red", "blue", "green"] * 4))
+GROUNDED = "Copy this list exactly, line by line:\n" + "\n".join(
+    f"{i}. the {w} lamp is on shelf {i % 7}" for i, w in enumerate(["red", "blue", "green"] * 4)
 )
 
 
