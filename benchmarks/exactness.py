@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import load_note, machine_line
+from benchmarks.harness import load_note, machine_line, ratio, rotation
 
 WORDS = (
     "amber lumin lumen luminance harbor cinder quartz meadow falcon ember tundra willow prism nectar glacier "
@@ -310,8 +310,6 @@ def cost_rep(c: Context, tokens: list[int], gen: int, rep: int) -> dict[str, flo
         c.restore(state, last_chunk)
         c.prefill(tokens, last_chunk)
 
-    from benchmarks.harness import rotation
-
     for name, arm in rotation([("fast restore ms", fast), ("exact restore ms", exact)], rep):
         t0 = time.perf_counter_ns()
         arm()
@@ -325,8 +323,6 @@ def cost_report(
     """The ``--cost`` tables: per prompt length, each arm's median ms under each flash-attention setting, off ÷ auto,
     and exact ÷ fast per setting (medians of per-rep ratios)."""
     from chatphase import __version__
-
-    from benchmarks.harness import ratio
 
     c = contexts["auto"]
     fa_auto = "on" if c.fa_enabled else "off" if c.fa_enabled is False else "not said"
@@ -361,11 +357,10 @@ def cost_report(
     return "\n".join(lines)
 
 
-def run_cost(args, info, lengths: list[int]) -> int:
+def run_cost(args, info, lengths: list[int], n_batch: int) -> int:
     """``--cost``: both contexts, every prompt, ``--reps`` reps each, settings rotated by rep."""
     contexts = {
-        fa: Context(str(info.path), max(lengths) + args.gen + 64, args.n_batch_used, args.threads, fa)
-        for fa in ("auto", "off")
+        fa: Context(str(info.path), max(lengths) + args.gen + 64, n_batch, args.threads, fa) for fa in ("auto", "off")
     }
     times: dict[tuple[int, str], dict[str, list[float]]] = {}
     t0 = time.perf_counter()
@@ -375,8 +370,6 @@ def run_cost(args, info, lengths: list[int]) -> int:
                 tokens = prompt_of(contexts["auto"], n, seed=1000 * i + n)
                 print(f"cost: prompt {i + 1}/{args.prompts} at {len(tokens):,} tokens", file=sys.stderr, flush=True)
                 for rep in range(args.reps):
-                    from benchmarks.harness import rotation
-
                     for fa in rotation(["auto", "off"], rep):
                         got = cost_rep(contexts[fa], tokens, args.gen, rep)
                         arms = times.setdefault((n, fa), {arm: [] for arm in COST_ARMS})
@@ -466,8 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     info = read_model_info(resolve_model(args.model))
     n_batch = args.n_batch or EngineConfig().n_batch
     if args.cost:
-        args.n_batch_used = n_batch
-        return run_cost(args, info, lengths)
+        return run_cost(args, info, lengths, n_batch)
     c = Context(str(info.path), max(lengths) + args.gen + 64, n_batch, args.threads, args.flash_attn)
     t0 = time.perf_counter()
     cases: list[Case] = []

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = (
     "decode_step",
     "engine_speed",
+    "exactness",
     "gguf_reader",
     "gpu_summary",
     "history_db",
@@ -168,6 +169,16 @@ def test_prefix_restore_smallest(tmp_path):
     done = run("prefix_restore", "--models", "default", "--depths", "96,160", "--reps", "1", "--gen", "2")
     ok(done)
     assert "| 96 |" in done.stdout and "Disk sequential read" in done.stdout
+
+
+@pytest.mark.model
+def test_exactness_smallest(tmp_path):
+    done = run("exactness", "--lengths", "100", "--prompts", "1", "--gen", "6")
+    ok(done)
+    assert "| exact (last chunk again) |" in done.stdout
+    done = run("exactness", "--cost", "--lengths", "100", "--prompts", "1", "--gen", "6", "--reps", "1")
+    ok(done)
+    assert "| exact restore ms |" in done.stdout and "exact ÷ fast restore" in done.stdout
 
 
 @pytest.mark.model

@@ -153,11 +153,11 @@ def test_a_resumed_chats_restored_turn_computes_what_the_chat_in_memory_did(defa
 
 def test_with_flash_attention_off_a_restored_reply_is_the_cold_one_every_time(default_model_info):
     config = replace(CONFIG, flash_attn="off", prefix_cache="on")
-    cold = _run(default_model_info, config, max_tokens=24)
+    cold = _run(default_model_info, config, max_tokens=16)
     assert cold.flash_attn_enabled is False and cold.started.cached_tokens == 0
     n = cold.finished.metrics.prompt_tokens
     for _ in range(3):
-        restored = _run(default_model_info, config, max_tokens=24)
+        restored = _run(default_model_info, config, max_tokens=16)
         assert restored.started.restored_tokens == (n or 0) - 1
         assert restored.finished.reply == cold.finished.reply
         m = restored.finished.metrics
@@ -172,7 +172,7 @@ GROUNDED = "Copy this list exactly, line by line:\n" + "\n".join(
 def _reply(info, config: EngineConfig) -> TurnFinished:
     engine = _engine(info, replace(config, prefix_cache="off"))
     try:
-        return _turn(engine, (Message("user", GROUNDED),), max_tokens=48).finished
+        return _turn(engine, (Message("user", GROUNDED),), max_tokens=32).finished
     finally:
         engine.close()
 

@@ -67,8 +67,8 @@ class KvContext:
         # ``None``: unknown (cells restored from a prefix saved without the record)
         self._starts: list[int] | None = []
         self._starts_end = 0
-        # the first cell whose keys were moved by a shift rather than computed at their position (None: none);
-        # (``shift_unknown``: not known, a prefix restored from a file that does not say)
+        # the first cell whose keys a KV shift moved rather than computed at their position (None: none);
+        # ``shift_unknown``: not known (a prefix restored from a file that does not say)
         self.shifted_from: int | None = None
         self.shift_unknown = False
 

@@ -701,6 +701,8 @@ class LlamaEngine:
             upto, exact = cut, note is None
         else:  # all n: exact only where the saving run began a batch there (the end of its cells, a decode step)
             upto, exact, note = n, cut == n and note is None, None
+        if upto <= cached:  # the cache already holds all an exact restore would give
+            return None
         decision = keeper.decide(entry, upto - cached, n, reprefill_tokens=n - upto)
         return RestorePlan(entry, n, upto, exact, decision, note)
 
