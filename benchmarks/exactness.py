@@ -1,7 +1,8 @@
 """ "The same reply": where a restored or speculative turn parts from a cold one at temperature 0, and why.
 
 Run: ``python -m benchmarks.exactness [--model SPEC] [--lengths 1500,4400] [--prompts 4] [--gen 48]
-[--threads 2] [--n-batch 256] [--out FILE.md] [--json FILE.json]``
+[--threads 2] [--n-batch 256] [--out FILE.md] [--json FILE.json]``; ``--cost [--reps 3]`` times what exactness
+costs instead (below).
 
 One llama.cpp context, driven on its C API with chatphase's model and context parameters for this CPU
 (:func:`chatphase.engine.local.llama_params.cpu_auto_plan`, :func:`~chatphase.engine.local.llama_params.context_params`
@@ -17,6 +18,14 @@ from :class:`chatphase.engine.config.EngineConfig`'s defaults), so the kernels a
 - ``threads``: the cold prefill with one thread instead of ``--threads``;
 - ``verify``: the cold run's first four reply tokens evaluated as one batch of four (a speculative verify step),
   each position's logits against the cold run's one-token steps.
+
+``--cost``: what the two ways to the same reply cost, timed in two contexts side by side (flash attention ``auto`` as
+chatphase resolves it, and ``off``), their arms rotated by rep: a cold prefill of the prompt (ms), a decode step
+(ms a token, over ``--gen`` greedy steps), a fast restore (the cold run's KV state put back from memory with
+``llama_state_seq_set_data``, cut to n − 1 cells, the last prompt token evaluated: ``prefix_cache = on``) and an
+exact restore (the same state cut at the start of the cold run's last chunk, that chunk evaluated again:
+``prefix_cache = exact``). The disk read of a real restore is the same for both and left out. Ratios are medians of
+the per-rep ratios (:func:`benchmarks.harness.ratio`): exact ÷ fast per setting, off ÷ auto per arm.
 
 Reported per case: the largest |Δlogit| against the cold run at the first reply token, whether the argmax agrees,
 the first reply token where the greedy continuations part (if they do within ``--gen``) and the cold run's gap
@@ -37,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import load_note, machine_line
+from benchmarks.harness import load_note, machine_line, ratio, rotation
 
 WORDS = (
     "amber lumin lumen luminance harbor cinder quartz meadow falcon ember tundra willow prism nectar glacier "
@@ -94,7 +103,14 @@ class Context:
         from chatphase.engine.local.llama_params import context_params, cpu_auto_plan, model_params
 
         self.lc, self.np = lc, np
-        sink = lc.llama_log_callback(lambda level, text, user_data: None)
+        self.fa_enabled: bool | None = {"on": True, "off": False}.get(flash_attn)
+
+        def log(level: int, text: bytes, user_data: object) -> None:
+            line = text.decode("utf-8", "replace")
+            if "resolve_fused_ops: Flash Attention" in line:
+                self.fa_enabled = "enabled" in line
+
+        sink = lc.llama_log_callback(log)
         self._sink = sink  # kept alive: llama.cpp calls it
         lc.llama_log_set(sink, None)
         lc.llama_backend_init()
@@ -172,6 +188,22 @@ class Context:
 
     def set_threads(self, n: int) -> None:
         self.lc.llama_set_n_threads(self.ctx, n, n)
+
+    def state(self) -> bytes:
+        """A copy of sequence 0's state (its KV cells), as the prefix store saves it."""
+        size = self.lc.llama_state_seq_get_size(self.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        if self.lc.llama_state_seq_get_data(self.ctx, buf, size, 0) != size:
+            raise SystemExit("benchmarks: llama.cpp gave a short state")
+        return bytes(buf)
+
+    def restore(self, state: bytes, keep: int) -> None:
+        """``state`` put back into sequence 0 (cleared first), then cut to its first ``keep`` cells."""
+        self.lc.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if self.lc.llama_state_seq_set_data(self.ctx, buf, len(state), 0) != len(state):
+            raise SystemExit("benchmarks: llama.cpp refused the state")
+        self.lc.llama_memory_seq_rm(self.mem, 0, keep, -1)
 
     def close(self) -> None:
         self.lc.llama_batch_free(self.batch)
@@ -252,6 +284,110 @@ def run_prompt(c: Context, tokens: list[int], gen: int) -> list[Case]:
     return cases
 
 
+#: the timed arms of ``--cost``, in the order they are reported.
+COST_ARMS = ("prefill ms", "decode ms/token", "fast restore ms", "exact restore ms")
+
+
+def cost_rep(c: Context, tokens: list[int], gen: int, rep: int) -> dict[str, float]:
+    """One rep of ``--cost`` on context ``c``: each arm's ms (the module docstring), the restores in rotated order."""
+    n = len(tokens)
+    c.drop_from(0)
+    t0 = time.perf_counter_ns()
+    first = c.prefill(tokens)
+    prefill_ms = (time.perf_counter_ns() - t0) / 1e6
+    t0 = time.perf_counter_ns()
+    c.greedy(first, n, gen)
+    decode_ms = (time.perf_counter_ns() - t0) / 1e6 / max(1, gen - 1)
+    state = c.state()
+    last_chunk = ((n - 1) // c.n_batch) * c.n_batch
+    out = {"prefill ms": prefill_ms, "decode ms/token": decode_ms}
+
+    def fast() -> None:
+        c.restore(state, n - 1)
+        c.eval([tokens[-1]], n - 1)
+
+    def exact() -> None:
+        c.restore(state, last_chunk)
+        c.prefill(tokens, last_chunk)
+
+    for name, arm in rotation([("fast restore ms", fast), ("exact restore ms", exact)], rep):
+        t0 = time.perf_counter_ns()
+        arm()
+        out[name] = (time.perf_counter_ns() - t0) / 1e6
+    return out
+
+
+def cost_report(
+    args, contexts: dict[str, Context], model: str, times: dict[tuple[int, str], dict[str, list[float]]], seconds: float
+) -> str:
+    """The ``--cost`` tables: per prompt length, each arm's median ms under each flash-attention setting, off ÷ auto,
+    and exact ÷ fast per setting (medians of per-rep ratios)."""
+    from chatphase import __version__
+
+    c = contexts["auto"]
+    fa_auto = "on" if c.fa_enabled else "off" if c.fa_enabled is False else "not said"
+    lines = [
+        "# What the same reply costs: exact restore against fast, flash attention off against auto",
+        "",
+        f"`python -m benchmarks.exactness {' '.join(sys.argv[1:])}`",
+        "",
+        f"Machine: {machine_line()}; chatphase {__version__}; model {model}; n_batch {c.n_batch}, threads "
+        f"{c.threads}; flash_attn auto resolved {fa_auto}; {args.reps} reps; {seconds:.0f} s. Restores from memory "
+        "(the disk read, the same for both, left out).",
+        "",
+    ]
+    for n in sorted({k[0] for k in times}):
+        auto, off = times[(n, "auto")], times[(n, "off")]
+        lines += [
+            f"## {n:,}-token prompts",
+            "",
+            "| arm | flash_attn auto | flash_attn off | off ÷ auto |",
+            "|---|---:|---:|---:|",
+        ]
+        for arm in COST_ARMS:
+            r = ratio(off[arm], auto[arm])
+            lines.append(
+                f"| {arm} | {statistics.median(auto[arm]):,.2f} | {statistics.median(off[arm]):,.2f} | "
+                f"{r.median_of_ratios:.2f} |"
+            )
+        exact_auto = ratio(auto["exact restore ms"], auto["fast restore ms"]).median_of_ratios
+        exact_off = ratio(off["exact restore ms"], off["fast restore ms"]).median_of_ratios
+        lines += ["", f"exact ÷ fast restore: {exact_auto:.2f} (flash_attn auto), {exact_off:.2f} (off)", ""]
+    lines += [load_note(), ""]
+    return "\n".join(lines)
+
+
+def run_cost(args, info, lengths: list[int], n_batch: int) -> int:
+    """``--cost``: both contexts, every prompt, ``--reps`` reps each, settings rotated by rep."""
+    contexts = {
+        fa: Context(str(info.path), max(lengths) + args.gen + 64, n_batch, args.threads, fa) for fa in ("auto", "off")
+    }
+    times: dict[tuple[int, str], dict[str, list[float]]] = {}
+    t0 = time.perf_counter()
+    try:
+        for n in lengths:
+            for i in range(args.prompts):
+                tokens = prompt_of(contexts["auto"], n, seed=1000 * i + n)
+                print(f"cost: prompt {i + 1}/{args.prompts} at {len(tokens):,} tokens", file=sys.stderr, flush=True)
+                for rep in range(args.reps):
+                    for fa in rotation(["auto", "off"], rep):
+                        got = cost_rep(contexts[fa], tokens, args.gen, rep)
+                        arms = times.setdefault((n, fa), {arm: [] for arm in COST_ARMS})
+                        for arm in COST_ARMS:
+                            arms[arm].append(got[arm])
+        text = cost_report(args, contexts, info.name, times, time.perf_counter() - t0)
+    finally:
+        for c in contexts.values():
+            c.close()
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    if args.json:
+        rows = [{"prompt_tokens": n, "flash_attn": fa, **arms} for (n, fa), arms in sorted(times.items())]
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
 def _fmt(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}g}"
 
@@ -302,6 +438,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="as chatphase's (default auto)")
     ap.add_argument("--out", metavar="FILE", help="also write the Markdown report here")
     ap.add_argument("--json", metavar="FILE", help="also write every case as JSON here")
+    ap.add_argument(
+        "--cost",
+        action="store_true",
+        help="time what exactness costs instead: exact restore against fast, flash_attn off against auto, "
+        "for prefill, decode and both restores, ratios side by side",
+    )
+    ap.add_argument("--reps", type=int, default=3, help="reps of each --cost arm (default 3)")
     args = ap.parse_args(argv)
     from chatphase.engine.config import EngineConfig
     from chatphase.models.gguf_meta import read_model_info
@@ -311,10 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [int(x) for x in args.lengths.split(",")]
     except ValueError:
         ap.error("--lengths takes numbers separated by commas")
-    if min(lengths) < 16 or args.prompts < 1 or args.gen < 6 or args.threads < 1:
-        ap.error("--lengths >= 16, --prompts >= 1, --gen >= 6, --threads >= 1")
+    if min(lengths) < 16 or args.prompts < 1 or args.gen < 6 or args.threads < 1 or args.reps < 1:
+        ap.error("--lengths >= 16, --prompts >= 1, --gen >= 6, --threads >= 1, --reps >= 1")
     info = read_model_info(resolve_model(args.model))
     n_batch = args.n_batch or EngineConfig().n_batch
+    if args.cost:
+        return run_cost(args, info, lengths, n_batch)
     c = Context(str(info.path), max(lengths) + args.gen + 64, n_batch, args.threads, args.flash_attn)
     t0 = time.perf_counter()
     cases: list[Case] = []

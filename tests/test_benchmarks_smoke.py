@@ -174,6 +174,16 @@ def test_prefix_restore_smallest(tmp_path):
 
 
 @pytest.mark.model
+def test_exactness_smallest(tmp_path):
+    done = run("exactness", "--lengths", "100", "--prompts", "1", "--gen", "6")
+    ok(done)
+    assert "| exact (last chunk again) |" in done.stdout
+    done = run("exactness", "--cost", "--lengths", "100", "--prompts", "1", "--gen", "6", "--reps", "1")
+    ok(done)
+    assert "| exact restore ms |" in done.stdout and "exact ÷ fast restore" in done.stdout
+
+
+@pytest.mark.model
 def test_shared_cpu_smallest(tools, tmp_path):
     args = ["--reps", "1", "--pp", "16", "--tg", "4", "--conditions", "quiet", "--settle-s", "0", "--spin-s", "60"]
     done = run("shared_cpu", *args, "--llama-bench", "--output", str(tmp_path / "s.md"))

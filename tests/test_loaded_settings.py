@@ -25,6 +25,7 @@ def test_to_dict_keeps_the_keys_results_had():
         "use_extra_bufts",
         "gpu_offload_supported",
         "amx_detected",
+        "flash_attn_enabled",
     }
     assert local.to_dict()["n_ctx"] == 1024 and not local.remote
     remote = LoadedSettings(backend="remote", server="http://h:8080", n_ctx=None, total_slots=4)

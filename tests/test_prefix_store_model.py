@@ -1,5 +1,6 @@
-"""The prefix store with real models: a restored prefix answers as a full prefill does (temperature 0),
-and a bad file is refused in one line and recomputed."""
+"""The prefix store with real models: a restored prefix answers as a full prefill does (temperature 0, flash
+attention off: with it on, only an exact restore of the same prompt is bit-identical to a cold run,
+tests/test_exactness_model.py), and a bad file is refused in one line and recomputed."""
 
 from __future__ import annotations
 
@@ -71,12 +72,17 @@ def _cold_reply(info, messages, config: EngineConfig = CONFIG) -> str:
 
 @pytest.mark.parametrize("which", ["default", "gemma"])
 def test_a_restored_prefix_answers_as_a_full_prefill(which, request):
+    """A resumed chat restores its whole conversation and prefills the new message: bit for bit a cold prefill of
+    the whole conversation where flash attention is off (with it on, llama.cpp's CPU kernel sums a batch by its
+    shape, and the conversation's turns were cut into other batches than one cold prefill cuts: the turn says
+    so, ``logits_exact`` false)."""
     info = request.getfixturevalue("default_model_info" if which == "default" else "gemma_model_info")
-    messages = _first_chat(info)
+    config = replace(CONFIG, flash_attn="off")
+    messages = _first_chat(info, config)
     (saved,) = [e for _, _, _, e, _ in list_files(store_dir())]
     assert saved is not None, "closing the engine saved its prefix"
 
-    engine = _engine(info)
+    engine = _engine(info, config)
     try:
         started, done = _turn(engine, messages)
         m = done.metrics
@@ -87,7 +93,8 @@ def test_a_restored_prefix_answers_as_a_full_prefill(which, request):
     assert m.restored_tokens == started.restored_tokens and m.restore_bytes and m.restore_ms is not None
     assert m.cached_tokens == m.restored_tokens and m.prefill_tokens == m.prompt_tokens - m.cached_tokens
     assert m.ttft_ms is not None and m.ttft_ms >= m.restore_ms
-    assert done.reply == _cold_reply(info, messages)
+    assert done.reply == _cold_reply(info, messages, config)
+    assert (m.logits_exact, m.logits_exact_reason) == (True, "flash_attn_off")
 
 
 def test_a_state_restored_for_other_tokens_answers_otherwise(default_model_info):

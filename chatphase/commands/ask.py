@@ -29,6 +29,7 @@ from chatphase.chat.attachments import Attachment, byte_limit, message_text, rea
 from chatphase.chat.budget import budget_of
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
+from chatphase.chat.exactness import logits_words
 from chatphase.chat.listener import ChatListener, Notice
 from chatphase.chat.recording import SessionRecording
 from chatphase.chat.turn import Turn
@@ -85,8 +86,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def metrics_line(turn: int, m: TurnMetrics) -> str:
-    """One human-readable line of a turn's phase metrics (for stderr)."""
+def metrics_line(turn: int, m: TurnMetrics, flash_attn_enabled: bool | None = None) -> str:
+    """One human-readable line of a turn's phase metrics (for stderr); a turn whose logits a cold run might not
+    compute says so, beside how flash attention resolved (``flash_attn_enabled``)."""
     itl = "–" if m.itl_ms_p50 is None else f"{m.itl_ms_p50:.1f}/{m.itl_ms_p95:.1f} ms"
     n = lambda count: "–" if count is None else count  # noqa: E731 - a count a remote server did not report
     src = " (server tokenizer)" if m.decode_tokens_source == "tokenizer" else ""
@@ -115,11 +117,15 @@ def metrics_line(turn: int, m: TurnMetrics) -> str:
     restore = ""
     if m.restored_tokens:
         restore = f"restored {n(m.restored_tokens)} tok ({fmt_bytes(m.restore_bytes)}) in {fmt_ms(m.restore_ms)} · "
+    logits = ""
+    if m.logits_exact is False:  # said only where it is not a cold run's
+        logits = f"logits: {logits_words(m, flash_attn_enabled)} · "
     return (
         f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · {restore}TTFT {fmt_ms(m.ttft_ms)}{predicted} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
-        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{fmt_stop_reason(m.stop_reason)}"
+        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{logits}"
+        f"{fmt_stop_reason(m.stop_reason)}"
     )
 
 
@@ -206,7 +212,8 @@ class _Printer(ChatListener):
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         if not self.as_json:
             sys.stdout.write("\n")
-            say(metrics_line(turn.number, event.metrics))
+            fa = self.loaded.settings.flash_attn_enabled if self.loaded is not None else None
+            say(metrics_line(turn.number, event.metrics, fa))
         self.turns.append(
             {
                 "prompt": turn.user,

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
             "directory": str(directory),
             "total_bytes": total,
             "cap_bytes": cap,
-            "enabled": engine.prefix_cache == "on",
+            "enabled": engine.prefix_cache != "off",
+            "mode": engine.prefix_cache,
             "files": [
                 {
                     "file": p.name,
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json_inert(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
         return 0
     if not rows:
-        print(f"no saved prefixes (they are kept in {directory}; the store is {engine.prefix_cache})")
+        print(f"no saved prefixes (they are kept in {directory}; the store is {_mode(engine.prefix_cache)})")
         return 0
     head = ("MODEL", "TOKENS", "SIZE", "LAST USED")
     body = [
@@ -91,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     print(
         f"{_prefixes(len(rows))}, {fmt_bytes(total)} in {directory} (cap {fmt_bytes(cap)}: {cap_words}); "
-        f"the store is {engine.prefix_cache}"
+        f"the store is {_mode(engine.prefix_cache)}"
     )
     return 0
+
+
+def _mode(setting: str) -> str:
+    """``on``, ``off``, or ``on (exact restores)`` for ``prefix_cache = exact``."""
+    return "on (exact restores)" if setting == "exact" else setting
 
 
 def _prefixes(n: int) -> str:

@@ -19,6 +19,9 @@ from chatphase.models.kv import KV_TYPE_BYTES
 from chatphase.system.cpu_features import usable_cores
 
 TRI_STATE = ("auto", "on", "off")
+#: the prefix store: ``on`` restores n − 1 of a prompt's n tokens, ``exact`` only up to a batch start of the run
+#: that saved them (:mod:`chatphase.engine.local.prefix_keeper`), ``off``.
+PREFIX_CACHE_CHOICES = ("on", "exact", "off")
 #: llama.cpp's limit on sequences in one context (``LLAMA_MAX_SEQ`` in src/llama-cparams.h).
 MAX_SEQUENCES = 256
 
@@ -169,9 +172,14 @@ class EngineConfig:
     kv_unified: bool = field(default=False, metadata={"setting": False})
     prefix_cache: str = field(
         default="on",
-        metadata={"flags": ("--prefix-cache",), "choices": ("on", "off"),
-                  "help": "keep prompt prefixes' KV cache on disk and restore it when that beats prefill (default {default})",
-                  "label": "Prefix store", "hint": "on = KV prefixes saved to disk and restored when quicker than prefill"},
+        metadata={"flags": ("--prefix-cache",), "choices": PREFIX_CACHE_CHOICES,
+                  "help": "keep prompt prefixes' KV cache on disk and restore it when that beats prefill: {choices} "
+                  "(default {default}); exact keeps a kept or restored KV cache only up to where the run that made it "
+                  "began a batch and evaluates the rest again (up to n_batch tokens more prefill), so that with flash "
+                  "attention on the reply is the one that run gave",
+                  "label": "Prefix store",
+                  "hint": "on = saved to disk, restored when quicker than prefill; exact = the same reply, at up to "
+                  "n_batch tokens more prefill"},
     )  # fmt: skip
     prefix_cache_mib: int | None = field(
         default=None,

@@ -178,7 +178,9 @@ class LoadedSettings:
     counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it, ``n_gpu_layers`` the count
     loaded, -1 for all), plus what the load found: ``n_gpu_layers_why`` (how ``auto`` chose the count, or why a
     count given is short of the margin: :mod:`chatphase.engine.local.projection`), ``use_extra_bufts``,
-    ``gpu_offload_supported``, ``amx_detected``. A remote server's engine
+    ``gpu_offload_supported``, ``amx_detected``, ``flash_attn_enabled`` (how ``flash_attn``
+    resolved: ``on`` / ``off`` as set, ``auto`` as llama.cpp's log says it chose; ``None``: not said). A remote
+    server's engine
     (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``
     (``llama-server`` or ``OpenAI-compatible server``), the ``remote_model`` asked for, and ``n_ctx`` /
     ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown.
@@ -211,6 +213,7 @@ class LoadedSettings:
     remote_model: str | None = None
     total_slots: int | None = None
     kv_unified: bool | None = None
+    flash_attn_enabled: bool | None = None
 
     @property
     def remote(self) -> bool:

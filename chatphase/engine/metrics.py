@@ -87,6 +87,11 @@ class TurnMetrics:
     Prefix restore: ``restored_tokens`` of the ``cached_tokens`` were restored from disk (a saved KV state)
     rather than kept in memory, in ``restore_ms`` (inside TTFT, before the prefill), reading ``restore_bytes``;
     ``None`` when nothing was restored.
+
+    Exactness (:mod:`chatphase.engine.exactness`): ``logits_exact`` whether a cold run of the same prompt at the
+    same settings computes this turn's logits bit for bit (``True``), or they can differ, so a greedy reply can
+    part at a near-tie (``False``); ``logits_exact_reason`` why, one of :data:`chatphase.engine.exactness.REASONS`.
+    ``None``: unknown (a remote server) or nothing generated.
     """
 
     prompt_tokens: int | None
@@ -148,6 +153,8 @@ class TurnMetrics:
     ttft_predicted_low_ms: float | None = None
     ttft_predicted_high_ms: float | None = None
     ttft_prediction_note: str | None = None
+    logits_exact: bool | None = None
+    logits_exact_reason: str | None = None
 
     @property
     def thought(self) -> bool:

@@ -36,33 +36,44 @@ def decide_restore(
     restore_tokens: int,
     read_bytes_per_s: float | None,
     prefill_tokens_per_s: float | None,
+    reprefill_tokens: int = 0,
 ) -> RestoreDecision:
     """Restore ``restore_tokens`` tokens from a state of ``restore_bytes`` bytes, or recompute them?
 
     Args:
         restore_bytes: bytes to read for the restore (the state file's size).
-        restore_tokens: prompt tokens the restore saves from prefill.
+        restore_tokens: prompt tokens the restore puts in the KV cache, sparing their prefill.
         read_bytes_per_s: the store's measured read rate (``None``: no restore measured yet).
         prefill_tokens_per_s: this machine's measured prefill rate at that depth (``None``: not measured).
+        reprefill_tokens: stored tokens after those that an exact restore evaluates again
+            (``prefix_cache = exact``: up to ``n_batch``), which a recompute evaluates too.
 
     Returns:
-        restore when ``restore_bytes / read_bytes_per_s < restore_tokens / prefill_tokens_per_s``. A rate
-        not measured yet: restore (the measurement it gives decides the next time), except below
-        :data:`MIN_RESTORE_TOKENS`, which is always recomputed.
+        restore when reading the state and prefilling the ``reprefill_tokens`` is quicker than prefilling
+        ``restore_tokens + reprefill_tokens``: ``restore_bytes / read_bytes_per_s + reprefill_tokens /
+        prefill_tokens_per_s < (restore_tokens + reprefill_tokens) / prefill_tokens_per_s``. A rate not
+        measured yet: restore (the measurement it gives decides the next time), except below
+        :data:`MIN_RESTORE_TOKENS`, which is always recomputed. ``predicted_restore_ms`` is the read alone
+        (the re-prefilled tokens are the turn's prefill), ``predicted_prefill_ms`` the prefill it spares.
     """
     if restore_tokens < MIN_RESTORE_TOKENS:
         return RestoreDecision(False, None, None, f"{restore_tokens} tokens: recomputing is as quick")
+    rate = prefill_tokens_per_s if prefill_tokens_per_s and prefill_tokens_per_s > 0 else None
     restore_ms = restore_bytes / read_bytes_per_s * 1000 if read_bytes_per_s and read_bytes_per_s > 0 else None
-    prefill_ms = (
-        restore_tokens / prefill_tokens_per_s * 1000 if prefill_tokens_per_s and prefill_tokens_per_s > 0 else None
-    )
-    if restore_ms is None or prefill_ms is None:
+    prefill_ms = restore_tokens / rate * 1000 if rate else None
+    again = f" (+{reprefill_tokens:,} tokens evaluated again either way)" if reprefill_tokens else ""
+    if restore_ms is None or rate is None or prefill_ms is None:
         missing = "read rate" if restore_ms is None else "prefill rate"
         return RestoreDecision(True, restore_ms, prefill_ms, f"no {missing} measured yet: restoring measures it")
-    if restore_ms < prefill_ms:
+    reprefill_ms = reprefill_tokens / rate * 1000
+    with_restore, without = restore_ms + reprefill_ms, prefill_ms + reprefill_ms
+    if with_restore < without:
         return RestoreDecision(
-            True, restore_ms, prefill_ms, f"restore ≈ {restore_ms:,.0f} ms beats prefill ≈ {prefill_ms:,.0f} ms"
+            True,
+            restore_ms,
+            prefill_ms,
+            f"restore ≈ {restore_ms:,.0f} ms beats prefill ≈ {prefill_ms:,.0f} ms{again}",
         )
     return RestoreDecision(
-        False, restore_ms, prefill_ms, f"prefill ≈ {prefill_ms:,.0f} ms beats restore ≈ {restore_ms:,.0f} ms"
+        False, restore_ms, prefill_ms, f"prefill ≈ {prefill_ms:,.0f} ms beats restore ≈ {restore_ms:,.0f} ms{again}"
     )

@@ -46,6 +46,7 @@ from chatphase.engine.events import (
     TurnFinished,
     TurnRequest,
 )
+from chatphase.engine.exactness import cold_batch_starts, turn_exactness
 from chatphase.engine.llamalog import LlamaLogCapture
 from chatphase.engine.local import ggml_devices, llama_params
 from chatphase.engine.local.generation import Generated, Model, generate
@@ -53,17 +54,19 @@ from chatphase.engine.local.kv_context import Alternatives, KvContext
 from chatphase.engine.local.llama_params import ALL_LAYERS, OffloadPlan, context_params, model_params, offload_plan
 from chatphase.engine.local.overflow_turn import Overflow, ReplyShift, overflow_cut
 from chatphase.engine.local.prefix_keeper import PrefixKeeper, Restored, cap_bytes_of, key_parts
+from chatphase.engine.local.prefix_store import Entry
 from chatphase.engine.local.projection import fit_layers
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.memory_plan import LAYERS_NOTE
-from chatphase.engine.metrics import StopReason, compute_turn_metrics, ns_to_ms
+from chatphase.engine.metrics import StopReason, TurnMetrics, compute_turn_metrics, ns_to_ms
 from chatphase.engine.overflow import EMPTIED_BY_CHANGE, low_water, miss_reason, reply_room, restore_miss
 from chatphase.engine.prompting.chat_format import TemplateError, refusal
 from chatphase.engine.prompting.loaded import model_prompting
 from chatphase.engine.prompting.prompt import ChatTemplate, FittedPrompt, PromptTooLong
 from chatphase.engine.prompting.thinking import opened_by_prompt
 from chatphase.engine.prompting.vocab import Vocab
+from chatphase.engine.restore_policy import RestoreDecision
 from chatphase.engine.slow_paths import slow_paths, why_no_offload
 from chatphase.engine.text import clean_text
 from chatphase.engine.threads.governor import ThreadGovernor
@@ -116,6 +119,30 @@ def placement(layer_devices: dict[int, str], n_layer: int) -> tuple[LayerPlaceme
     )
 
 
+@dataclass(frozen=True)
+class RestorePlan:
+    """What the prefix store would do for a prompt (:meth:`LlamaEngine._restore_plan`): restore ``entry``'s first
+    ``upto`` of the ``shared`` tokens it shares with the prompt, as the rule's ``decision`` says; ``exact``: ``upto``
+    is where the run that saved it began a batch (under ``prefix_cache = exact`` it is cut there, the shared tokens
+    after it evaluated again); ``note`` one line when an exact restore cannot be exact."""
+
+    entry: Entry
+    shared: int
+    upto: int
+    exact: bool
+    decision: RestoreDecision
+    note: str | None
+
+
+@dataclass(frozen=True)
+class PromptCells:
+    """How a turn's prompt cells were computed, read when its prefill ended (:func:`~chatphase.engine.exactness.
+    turn_exactness`): their batch starts and whether a shift moved any (``None``: unknown)."""
+
+    starts: list[int] | None
+    shifted: bool | None
+
+
 class LlamaEngine:
     """In-process llama.cpp engine (implements :class:`chatphase.engine.base.Engine`).
 
@@ -146,6 +173,9 @@ class LlamaEngine:
         self._log: LlamaLogCapture | None = None
         self._spec: Speculator | None = None
         self._keeper: PrefixKeeper | None = None  # the prefix store (:mod:`chatphase.engine.local.prefix_keeper`)
+        # prefix_cache = exact: reuse the KV cache (kept or restored) only up to a batch start of the run that made it
+        self._exact = config.prefix_cache == "exact"
+        self._cpu_only = True  # no layer and no batch on a GPU (set at load)
         self.loaded: LoadedModel | None = None
 
     # -- Engine protocol -------------------------------------------------------------------------
@@ -240,15 +270,14 @@ class LlamaEngine:
         after = kv.what_if()  # what the turn's overflow cut would leave
         prompt = self._cut_overflow(request, fitted, messages, after)[1].tokens
         cached = after.reusable(prompt)
+        if self._exact:
+            cached = after.exact_keep(cached)
         dropped = max(fitted.dropped_messages - request.overflow_from, 0)
         count = PromptCount(len(prompt), cached, len(kv.tokens), kv.n_ctx, dropped, texts)
-        found = keeper.find(prompt, cached) if keeper is not None else None
-        if keeper is None or found is None:
+        plan = self._restore_plan(keeper, prompt, cached) if keeper is not None else None
+        if plan is None or not plan.decision.restore:
             return count
-        decision = keeper.decide(found[0], found[1] - cached, found[1])
-        if not decision.restore:
-            return count
-        return replace(count, restore_tokens=found[1] - cached, restore_ms=decision.predicted_restore_ms)
+        return replace(count, restore_tokens=plan.upto - cached, restore_ms=plan.decision.predicted_restore_ms)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token (special tokens render empty unless ``special``)."""
@@ -367,7 +396,13 @@ class LlamaEngine:
             "n_gpu_layers_why": layers_why,
             "use_extra_bufts": plan.use_extra_bufts,
         }
-        resolved = LoadedSettings(**{**s, **found, "gpu_offload_supported": gpu_ok, "amx_detected": plan.amx})
+        flash_attn_enabled = {"on": True, "off": False}.get(s["flash_attn"], self._log.flash_attn_enabled)
+        resolved = LoadedSettings(
+            **{**s, **found},
+            gpu_offload_supported=gpu_ok,
+            amx_detected=plan.amx,
+            flash_attn_enabled=flash_attn_enabled,
+        )
         self._spec = speculator(
             self.config.spec, self._model, self._vocab.ptr, s, system_info, gpu_ok, notes, str(self.info.path)
         )
@@ -376,6 +411,7 @@ class LlamaEngine:
         layers_total = self._log.layers_total or (self.info.n_layer or 0) + 1
         gpus = ggml_devices.offload_devices(devices) if gpu_ok and s["op_offload"] else ()
         op_device = gpus[0].name if gpus and (layers_offloaded or 0) < layers_total else None
+        self._cpu_only = not layers_offloaded and op_device is None
         slow = slow_paths(
             op_offload_device=op_device,
             layers_offloaded=layers_offloaded,
@@ -451,7 +487,7 @@ class LlamaEngine:
         self, kv: KvContext, s: dict[str, Any], use_extra_bufts: bool, n_gpu_layers: int
     ) -> PrefixKeeper | None:
         """The prefix store of ``kv`` when it is on (one sequence per context only); ``None`` when off or unusable."""
-        if self.config.prefix_cache != "on" or self.config.n_seq_max != 1 or not kv.ptr or not kv.model:
+        if self.config.prefix_cache == "off" or self.config.n_seq_max != 1 or not kv.ptr or not kv.model:
             return None
         try:
             parts = key_parts(str(self.info.path), s, use_extra_bufts, n_gpu_layers)
@@ -510,6 +546,7 @@ class LlamaEngine:
         )
         stop, done = yield from self._prefill_chunks(req.turn_id, kv, todo, t_prefill_start)
         t_prefill_end = time.perf_counter_ns()
+        cells = PromptCells(kv.starts_below(len(prompt)), kv.shifted_below(len(prompt)))
 
         out = Generated()
         dropped, ovf = p.dropped, p.ovf
@@ -545,6 +582,7 @@ class LlamaEngine:
                 restore_ms=restored.ms,
                 restore_bytes=restored.state_bytes,
             )
+        metrics = self._exactness(metrics, kv, cells, restored)
         if keeper is not None:
             sample = (len(prompt), done, ns_to_ms(t_prefill_end - t_prefill_start)) if stop != "cancelled" else None
             keeper.turn_ended(len(kv.tokens), cached, sample)
@@ -553,6 +591,24 @@ class LlamaEngine:
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
         metrics = self.threads.finish_turn(metrics)
         yield TurnFinished(req.turn_id, "".join(out.parts), metrics, thinking="".join(out.thought))
+
+    def _exactness(self, m: TurnMetrics, kv: KvContext, cells: PromptCells, restored: Restored | None) -> TurnMetrics:
+        """``m`` with the turn's statement of exactness (:func:`~chatphase.engine.exactness.turn_exactness`);
+        none for a turn that generated nothing."""
+        if not m.decode_tokens or m.prompt_tokens is None or self.loaded is None:
+            return m
+        exact, why = turn_exactness(
+            flash_attn_enabled=self.loaded.settings.flash_attn_enabled,
+            cpu_only=self._cpu_only,
+            prompt_starts=cells.starts,
+            shifted=cells.shifted,
+            cold_starts=cold_batch_starts(m.prompt_tokens, kv.n_batch, kv.n_ubatch),
+            cached_tokens=m.cached_tokens or 0,
+            restored=restored is not None,
+            exact_restore=restored is not None and restored.exact,
+            verify_batches=m.spec_drafted or 0,
+        )
+        return replace(m, logits_exact=exact, logits_exact_reason=why)
 
     def _fit(
         self, req: TurnRequest, messages: tuple[Message, ...], kv: KvContext, alternatives: Alternatives
@@ -655,7 +711,7 @@ class LlamaEngine:
     ) -> CacheStart:
         """Make the KV cache hold the longest prefix of ``p``'s tokens it can (what it holds, else a restore from
         the prefix store); what it holds then and why it missed the rest."""
-        cached, trim_failed = kv.keep_prefix(p.tokens, req.reset_cache)
+        cached, trim_failed = kv.keep_prefix(p.tokens, req.reset_cache, self._exact)
         t_restore_ns = time.perf_counter_ns()
         restored, note = self._restore(keeper, p.tokens, cached) if keeper else (None, None)
         unsaved = keeper.take_unsaved() if keeper else None
@@ -682,21 +738,37 @@ class LlamaEngine:
             miss = restore_miss(p.text, len(kv.known.text), messages[-2].content, messages[-1].content)
         return CacheStart(cached, restored, note, t_restore_ns, miss)
 
+    def _restore_plan(self, keeper: PrefixKeeper, prompt: list[int], cached: int) -> RestorePlan | None:
+        """What the prefix store would restore of ``prompt`` beyond the ``cached`` tokens (``None``: nothing it
+        holds is worth a look): under ``prefix_cache = exact`` cut at a batch start of the run that saved it
+        (:meth:`PrefixKeeper.exact_cut`), the rule's decision counting the tokens evaluated again."""
+        found = keeper.find(prompt, cached)
+        if found is None:
+            return None
+        entry, n = found
+        cut, note = keeper.exact_cut(entry, n)
+        if self._exact:
+            upto, exact = cut, note is None
+        else:  # all n: exact only where the saving run began a batch there (the end of its cells, a decode step)
+            upto, exact, note = n, cut == n and note is None, None
+        if upto <= cached:  # the cache already holds all an exact restore would give
+            return None
+        decision = keeper.decide(entry, upto - cached, n, reprefill_tokens=n - upto)
+        return RestorePlan(entry, n, upto, exact, decision, note)
+
     def _restore(self, keeper: PrefixKeeper, prompt: list[int], cached: int) -> tuple[Restored | None, str | None]:
         """Restore the stored prefix of ``prompt`` when the rule says it beats recomputing it (beyond the
         ``cached`` tokens). Returns ``(the restore or None, one line when the store was looked at and not
-        used)`` — a refused file empties the cache: the prompt is recomputed."""
-        found = keeper.find(prompt, cached)
+        used, or a restore could not be exact)`` — a refused file empties the cache: the prompt is recomputed."""
+        plan = self._restore_plan(keeper, prompt, cached)
         refused = keeper.take_refused()
-        if found is None:
+        if plan is None:
             return None, refused
-        entry, n = found
-        decision = keeper.decide(entry, n - cached, n)
-        if not decision.restore:
-            return None, f"prefix store: {n:,} tokens saved, not restored: {decision.why}"
-        out = keeper.restore(entry, n, decision)
+        if not plan.decision.restore:
+            return None, f"prefix store: {plan.shared:,} tokens saved, not restored: {plan.decision.why}"
+        out = keeper.restore(plan.entry, plan.upto, plan.decision, plan.exact)
         self._log_keeper()
-        return (out, None) if isinstance(out, Restored) else (None, out)
+        return (out, plan.note) if isinstance(out, Restored) else (None, out)
 
     def _prefill_chunks(
         self, turn_id: int, kv: KvContext, todo: list[int], t_start: int

@@ -10,6 +10,15 @@ entry that is wholly a prefix of the prompt: recurrent and hybrid models (one st
 per token) and sliding-window (iSWA) models such as Gemma 3, whose saved state holds only the window's last
 ``n_swa`` positions of the sliding-window layers (llama.cpp's ``state_write`` leaves out masked cells).
 
+**Exact restore** (``prefix_cache = exact``, :meth:`PrefixKeeper.exact_cut`): each saved file records where the
+saving run's evaluation batches began (:class:`~chatphase.engine.local.prefix_store.BatchRecord`); a restore keeps
+the cells only up to the last of those at or before the shared tokens, and the prompt's prefill evaluates the rest
+again from there, ``n_batch`` at a time as the saving run did, so the restored turn computes its last cells and its
+logits as that run did (with flash attention on, a cell's values depend on the batch that computed it,
+:mod:`chatphase.engine.exactness`). It costs the prefill of those tokens, up to ``n_batch``; the decision rule counts
+them (:func:`~chatphase.engine.restore_policy.decide_restore`'s ``reprefill_tokens``). A file written before the
+record existed is restored as ``on`` restores, with a note.
+
 **Save** (:meth:`PrefixKeeper.idle`, :meth:`PrefixKeeper.flush`): the cache's state is copied out of the
 context (``llama_state_seq_get_data``, a memory copy) on the engine's thread while it waits for a turn, and
 written by a background thread; a turn that starts aborts the write (the ``.part`` is removed; the next idle
@@ -38,11 +47,13 @@ from typing import Any
 
 import llama_cpp as lc
 
+from chatphase.engine.exactness import last_batch_start
 from chatphase.engine.local.amx_probe import library_key
 from chatphase.engine.local.kv_context import KvContext
 from chatphase.engine.local.prefix import CacheText
 from chatphase.engine.local.prefix_store import (
     FORMAT_VERSION,
+    BatchRecord,
     Entry,
     PrefixStore,
     Rates,
@@ -70,13 +81,15 @@ CLOSE_SAVE_S = 1.5
 @dataclass(frozen=True)
 class Restored:
     """A restore that happened: ``tokens`` now in the KV cache, ``ms`` it took (read, check, llama.cpp),
-    ``state_bytes`` read, the ``decision`` that chose it and the entry's ``known`` text record."""
+    ``state_bytes`` read, the ``decision`` that chose it and the entry's ``known`` text record; ``exact``: cut at
+    a batch start of the run that saved it (:meth:`PrefixKeeper.exact_cut`)."""
 
     tokens: int
     ms: float
     state_bytes: int
     decision: RestoreDecision
     known: CacheText
+    exact: bool = False
 
 
 def key_parts(model_path: str, settings: dict[str, Any], use_extra_bufts: bool, n_gpu_layers: int) -> dict[str, Any]:
@@ -183,16 +196,22 @@ class PrefixKeeper:
             return None
         return entry, n
 
-    def decide(self, entry: Entry, tokens: int, depth: int) -> RestoreDecision:
-        """The rule's verdict on restoring ``entry`` to spare the prefill of ``tokens`` tokens that end at prompt
-        depth ``depth`` (:func:`decide_restore`, with the prefill rate measured nearest that depth)."""
+    def decide(self, entry: Entry, tokens: int, depth: int, reprefill_tokens: int = 0) -> RestoreDecision:
+        """The rule's verdict on restoring ``entry`` to spare the prefill of ``tokens`` tokens, after which an exact
+        restore evaluates ``reprefill_tokens`` of the stored ones again, ending at prompt depth ``depth``
+        (:func:`decide_restore`, with the prefill rate measured nearest that depth)."""
         rate = self.rates.prefill_tokens_per_s(depth)
-        return decide_restore(entry.state_bytes, tokens, self.rates.restore_bytes_per_s, rate)
+        return decide_restore(entry.state_bytes, tokens, self.rates.restore_bytes_per_s, rate, reprefill_tokens)
 
-    def restore(self, entry: Entry, n: int, decision: RestoreDecision) -> Restored | str:
+    def exact_cut(self, entry: Entry, n: int) -> tuple[int, str | None]:
+        """:func:`exact_cut` of ``entry``'s first ``n`` tokens for this context."""
+        return exact_cut(entry, n, self._kv.n_ubatch)
+
+    def restore(self, entry: Entry, n: int, decision: RestoreDecision, exact: bool = False) -> Restored | str:
         """Put ``entry``'s first ``n`` tokens' KV state into sequence 0 (cleared first); the context's record
-        follows. Returns the restore, or the one line saying why the file was refused (sequence 0 and the record
-        are then empty: the prompt is recomputed)."""
+        follows (with the batches the entry records). ``exact``: ``n`` came from :meth:`exact_cut`. Returns the
+        restore, or the one line saying why the file was refused (sequence 0 and the record are then empty: the
+        prompt is recomputed)."""
         t0 = time.perf_counter_ns()
         kv = self._kv
         lc.llama_memory_seq_rm(kv.mem, 0, -1, -1)
@@ -223,8 +242,13 @@ class PrefixKeeper:
         self._covered = n
         known = CacheText.of(entry.text, entry.ntok, entry.nbytes)
         known.truncate(n)
-        kv.restored(entry.tokens[:n], known)
-        return Restored(n, ms, entry.state_bytes, decision, known)
+        record = entry.batches
+        if record is None:
+            kv.restored(entry.tokens[:n], known, None, None, shift_unknown=True)
+        else:
+            starts = record.starts if record.n_ubatch == kv.n_ubatch else None
+            kv.restored(entry.tokens[:n], known, starts, record.shifted_from, record.shift_unknown)
+        return Restored(n, ms, entry.state_bytes, decision, known, exact)
 
     def _log_refused(self) -> None:
         for line in self.store.refused:
@@ -324,6 +348,7 @@ class PrefixKeeper:
         record = kv.known.copy()
         record.truncate(len(tokens))
         ntok, nbytes = record.boundaries
+        batches = BatchRecord(kv.batch_starts, kv.n_ubatch, kv.shifted_from, kv.shift_unknown)
         self._covered = len(tokens)
         self._abort.clear()
         abort = self._abort
@@ -335,7 +360,16 @@ class PrefixKeeper:
             t1 = time.perf_counter_ns()
             try:
                 path = write_entry(
-                    self.directory, self.key, self.model_name, tokens, ntok, nbytes, record.text, buf, aborted
+                    self.directory,
+                    self.key,
+                    self.model_name,
+                    tokens,
+                    ntok,
+                    nbytes,
+                    record.text,
+                    buf,
+                    aborted,
+                    batches=batches,
                 )
             except OSError as exc:
                 self._cannot_save(exc.strerror or str(exc))
@@ -361,6 +395,24 @@ class PrefixKeeper:
         self._abort.set()
         if self._writer is not None:
             self._writer.join(0.2)
+
+
+def exact_cut(entry: Entry, n: int, n_ubatch: int) -> tuple[int, str | None]:
+    """Where an exact restore of ``entry``'s first ``n`` tokens cuts, in a context of sub-batch ``n_ubatch``: the
+    last batch start of the run that saved it at or before ``n`` (``n`` itself at the end of its cells: a
+    continuation begins a batch there), and ``None``; or ``n`` and one line when the file does not say (written
+    before the record, or under another ``n_ubatch``): the restore is then a fast one."""
+    record = entry.batches
+    if n >= entry.n_tokens:
+        return n, None
+    if record is None or record.starts is None or record.n_ubatch != n_ubatch:
+        why = (
+            f"it was saved under n_ubatch {record.n_ubatch}"
+            if record is not None and record.starts is not None
+            else "it does not record its batches (saved by an older chatphase, or from such a file)"
+        )
+        return n, f"prefix store: restored as prefix_cache = on restores, not exactly: {why}"
+    return last_batch_start(record.starts, n, entry.n_tokens), None
 
 
 def cap_bytes_of(setting_mib: int | None) -> int | None:

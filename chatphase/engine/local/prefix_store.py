@@ -7,8 +7,10 @@ the cache folder of :mod:`chatphase.system.paths`), laid out as::
     · boundaries (int32 × n_bounds token counts, then int32 × n_bounds byte counts) · text (UTF-8)
     · state (llama.cpp's ``llama_state_seq_get_data`` of sequence 0, ``state_bytes``)
 
-The header holds the store key (:func:`store_key`: what makes a state wrong elsewhere), the counts and a
-CRC-32 of the metadata and of the state. llama.cpp's own checks on a state (its reader, ``llama_kv_cache::
+The header holds the store key (:func:`store_key`: what makes a state wrong elsewhere), the counts, a
+CRC-32 of the metadata and of the state, and how the saving run computed the cells (``batches``,
+:class:`BatchRecord`: where its evaluation batches began, for an exact restore, ``prefix_cache = exact``; files
+written before it lack the key and are read all the same, their batches unknown). llama.cpp's own checks on a state (its reader, ``llama_kv_cache::
 state_read_data``) cover the layer count, the K and V types and row sizes and V's layout (flash attention)
 — not which weights made it: a file of another model of the same shape would load silently and answer
 wrongly, hence the key. A truncated or damaged file fails the size or CRC check (``zlib.crc32``, about
@@ -136,9 +138,44 @@ def file_identity(path: str | os.PathLike[str], sample: int = 1 << 20) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
 
 
+@dataclass(frozen=True)
+class BatchRecord:
+    """How a saved prefix's cells were computed: ``starts`` the positions where the saving run's evaluation
+    batches began (each ``llama_decode``'s start and its ``n_ubatch`` sub-batches'; every position of a decode
+    step), sorted (``None``: that run did not know, its cells restored from an older file); ``n_ubatch`` its
+    sub-batch; ``shifted_from`` the first cell whose keys a KV shift moved (``None``: none), ``shift_unknown``:
+    that is not known either."""
+
+    starts: list[int] | None
+    n_ubatch: int
+    shifted_from: int | None = None
+    shift_unknown: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "starts": self.starts,
+            "n_ubatch": self.n_ubatch,
+            "shifted_from": self.shifted_from,
+            "shift_unknown": self.shift_unknown,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> BatchRecord | None:
+        """The record from a header's ``batches`` (``None``: absent or malformed, the batches unknown)."""
+        if not isinstance(data, dict):
+            return None
+        starts, n_ubatch, shifted = data.get("starts"), data.get("n_ubatch"), data.get("shifted_from")
+        if starts is not None and not (isinstance(starts, list) and all(isinstance(x, int) for x in starts)):
+            return None
+        if not isinstance(n_ubatch, int) or n_ubatch < 1 or not (shifted is None or isinstance(shifted, int)):
+            return None
+        return cls(None if starts is None else sorted(starts), n_ubatch, shifted, bool(data.get("shift_unknown")))
+
+
 @dataclass
 class Entry:
-    """One stored prefix, as read from its file's header (the state itself is read by :func:`read_state`)."""
+    """One stored prefix, as read from its file's header (the state itself is read by :func:`read_state`);
+    ``batches``: how its cells were computed (``None``: a file written before that was recorded)."""
 
     path: Path
     key: str
@@ -154,6 +191,7 @@ class Entry:
     model: str
     created: float
     tokens_blob: bytes = field(repr=False, default=b"")  # ``tokens`` as bytes, for fast prefix comparison
+    batches: BatchRecord | None = field(repr=False, default=None)
 
     @property
     def n_tokens(self) -> int:
@@ -211,6 +249,7 @@ def read_entry(path: Path) -> Entry:
         model=str(header.get("model", "")),
         created=float(header.get("created", 0.0)),
         tokens_blob=meta[: 4 * n_tok],
+        batches=BatchRecord.from_json(header.get("batches")),
     )
 
 
@@ -266,8 +305,10 @@ def write_entry(
     text: bytes,
     state: bytes | bytearray | memoryview,
     abort: Callable[[], bool] = lambda: False,
+    batches: BatchRecord | None = None,
 ) -> Path | None:
-    """Write one stored prefix atomically (a ``.part`` file, renamed when complete).
+    """Write one stored prefix atomically (a ``.part`` file, renamed when complete); ``batches`` how its cells
+    were computed (``None``: unknown, as in a file written before it was recorded).
 
     ``abort`` is asked between :data:`WRITE_CHUNK` steps; when it says yes the ``.part`` is removed and
     ``None`` returned (a turn wants the machine). Returns the file's path.
@@ -278,20 +319,21 @@ def write_entry(
     tok = array("i", tokens)
     bounds = array("i", ntok + nbytes)
     meta = tok.tobytes() + bounds.tobytes() + text
-    header = json.dumps(
-        {
-            "version": FORMAT_VERSION,
-            "key": key,
-            "model": model,
-            "created": time.time(),
-            "n_tokens": len(tok),
-            "n_bounds": len(ntok),
-            "text_bytes": len(text),
-            "meta_crc32": zlib.crc32(meta),
-            "state_bytes": len(state),
-            "state_crc32": zlib.crc32(state),
-        }
-    ).encode("utf-8")
+    fields = {
+        "version": FORMAT_VERSION,
+        "key": key,
+        "model": model,
+        "created": time.time(),
+        "n_tokens": len(tok),
+        "n_bounds": len(ntok),
+        "text_bytes": len(text),
+        "meta_crc32": zlib.crc32(meta),
+        "state_bytes": len(state),
+        "state_crc32": zlib.crc32(state),
+    }
+    if batches is not None:  # a reader that does not know the key ignores it (the format stays 1)
+        fields["batches"] = batches.to_json()
+    header = json.dumps(fields, separators=(",", ":")).encode("utf-8")
     directory.mkdir(parents=True, exist_ok=True)
     name = f"{key[:16]}-{hashlib.sha256(tok.tobytes()).hexdigest()[:16]}{SUFFIX}"
     part = directory / f".{name}.{os.getpid()}{PART}"

@@ -266,6 +266,7 @@ def generate_speculative(
                 cache.pop()
                 stop = "error"
                 break
+            kv.batch_evaluated(len(cache) - 1, nd + 1)  # a verify batch: its cells were computed together
             base, n_before, agreed, i = len(cache), len(times), 0, 0
             while True:
                 s = sample(sampler, ctx, i)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from chatphase.chat.exactness import flash_attn_text
 from chatphase.engine.events import OFFLOAD_TYPES, LoadedModel, memory_by_place
 from chatphase.engine.memory_plan import layer_ranges, offloaded_text
 from chatphase.engine.metrics import TurnMetrics
@@ -148,7 +149,7 @@ def system_lines(model: LoadedModel, sample: SystemSample | None, turn: TurnMetr
         lines.append(why)
     lines.append(
         f"n_ctx {fmt_value(s.n_ctx)} · n_batch {fmt_value(s.n_batch)} · "
-        f"flash attn {fmt_value(s.flash_attn)} · KV {fmt_value(s.type_k)}/{fmt_value(s.type_v)}"
+        f"flash attn {flash_attn_text(s)} · KV {fmt_value(s.type_k)}/{fmt_value(s.type_v)}"
     )
     gpu_line = f"GPU offload {gpu_offload_text(model)}"
     if s.gpu_offload_supported:

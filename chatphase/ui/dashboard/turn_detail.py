@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
+from chatphase.chat.exactness import logits_pairs
 from chatphase.chat.overflow import overflow_pairs
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
@@ -98,6 +99,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         *threads,
         *predicted,
         *overflow_pairs(m),
+        *logits_pairs(m),
     ] + (
         [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
         if m.decode_tokens_source
