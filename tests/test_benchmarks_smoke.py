@@ -10,7 +10,6 @@ The llama.cpp tools: where they are not built, those cases skip, unless ``CHATPH
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -205,23 +204,6 @@ def test_levers_smallest(tools, tmp_path):
 def test_spec_decode_smallest(tmp_path):
     ok(run("spec_decode", "--reps", "1", "--max-tokens", "8", "--arms", "lookup", "--out", str(tmp_path)))
     assert list(tmp_path.glob("spec_decode-*.md"))
-
-
-@pytest.mark.model
-def test_exactness_smallest(tmp_path):
-    out, data = tmp_path / "exactness.md", tmp_path / "exactness.json"
-    ok(run("exactness", "--lengths", "200", "--prompts", "1", "--gen", "6", "--threads", "1", "--out", str(out),
-           "--json", str(data)))  # fmt: skip
-    assert out.is_file() and {case["arm"] for case in json.loads(data.read_text())} >= {
-        "cold again",
-        "restore (last token alone)",
-    }
-
-
-def test_memory_plan_smallest():
-    done = run("memory_plan", "--repeats", "1")
-    ok(done)
-    assert "projection" in done.stdout
 
 
 @pytest.mark.model
