@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_bench_interference import scripted
+from test_bench_parallel import _cell as parallel_cell
+from test_bench_results import make_cell, make_result
 
 from chatphase.bench.core.contract import SCHEMA_VERSION
 from chatphase.bench.core.peaks import MachinePeaks
@@ -22,9 +25,6 @@ from chatphase.bench.rates.result import RateResult
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError
-from tests.test_bench_interference import scripted
-from tests.test_bench_parallel import _cell as parallel_cell
-from tests.test_bench_results import make_cell, make_result
 
 #: the flags that pick each experiment (a model that does not exist: the output flags are checked first).
 PICK = {

@@ -7,7 +7,9 @@ import argparse
 from dataclasses import replace
 
 import pytest
+from bench_support import CharTokenizer, ScriptedTokenEngine
 from fake_engine import fake_model_info
+from test_bench_results import make_cell
 
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
@@ -18,8 +20,6 @@ from chatphase.cli import main
 from chatphase.commands.bench import split_levers
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import UsageError
-from tests.bench_support import CharTokenizer, ScriptedTokenEngine
-from tests.test_bench_results import make_cell
 
 PEAKS = MachinePeaks(10e9, "read", 1e11, "matmul", threads=2)
 

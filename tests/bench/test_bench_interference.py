@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from bench_support import CharTokenizer, ScriptedBatchEngine
 from fake_engine import fake_model_info
 
 from chatphase.bench.core.events import RunDone
@@ -22,7 +23,6 @@ from chatphase.engine.config import EngineConfig
 from chatphase.engine.interference import InterferenceOutcome, InterferenceRequest, StepRecord
 from chatphase.errors import UsageError
 from chatphase.models.roofline import weight_bytes_per_token
-from tests.bench_support import CharTokenizer, ScriptedBatchEngine
 
 MS = 1_000_000  # ns
 

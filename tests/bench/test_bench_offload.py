@@ -1,5 +1,5 @@
 """The offload sweep's pure parts: the layer list, the per-placement roofline, the table and the plot
-(the sweep itself runs in the GPU tier, tests/test_gpu_vulkan.py)."""
+(the sweep itself runs in the GPU tier, tests/engine/test_gpu_vulkan.py)."""
 
 import pytest
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_support import MS, CharTokenizer, ScriptedBatchEngine
 from fake_engine import fake_model_info
 
 from chatphase.bench.core.contract import SCHEMA_VERSION
@@ -27,7 +28,6 @@ from chatphase.engine.batching import BatchOutcome
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
 from chatphase.timing.stats import summarize
-from tests.bench_support import MS, CharTokenizer, ScriptedBatchEngine
 
 PEAKS = MachinePeaks(20e9, "scripted copy", 100e9, "scripted matmul")  # machine balance 5 FLOP/byte
 W, P, K = 98_000_000, 134_515_008, 100  # fake_model_info's weights and parameters; scripted KV bytes per token
@@ -218,7 +218,7 @@ def test_json_and_csv_round_trip_and_load_for_overlays(tmp_path):
 def test_csv_with_both_kinds_of_cells(tmp_path):
     """A result holds one kind of cells: the sweep's CSV its prompt/depth cells, the parallel sweep's its parallel
     cells; an older CSV holding both kinds' rows reads into both lists, and loading it is refused in one line."""
-    from tests.test_bench_results import make_result
+    from test_bench_results import make_result
 
     sweep, par = make_result(), _result()
     cells, parallel = read_csv(sweep.to_csv())
@@ -241,7 +241,7 @@ def test_csv_with_both_kinds_of_cells(tmp_path):
 
 
 def test_a_parallel_file_from_before_it_had_its_own_result_loads_as_one():
-    """``tests/data/bench_parallel_before_kind.json`` was written by chatphase at f0d4e74 (a sweep's
+    """``tests/bench/data/bench_parallel_before_kind.json`` was written by chatphase at f0d4e74 (a sweep's
     ``SweepResult`` holding parallel cells, no ``kind``, no ``version``), ``….table.txt`` and ``….md`` are that
     chatphase's table and Markdown of it: it loads as the parallel sweep's result, overlays, renders the same
     text, and saves again with its kind and version."""

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from bench_support import CharTokenizer
 from fake_engine import fake_model_info
 from remote_support import SlotServer
 
@@ -21,7 +22,6 @@ from chatphase.bench.parallel.sweep import ParallelPlan
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.remote.engine import RemoteEngine
 from chatphase.errors import UsageError
-from tests.bench_support import CharTokenizer
 
 pytestmark = pytest.mark.timeout(60)
 

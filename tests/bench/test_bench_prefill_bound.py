@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from bench_support import CharTokenizer, ScriptedTokenEngine
 from fake_engine import fake_model_info
+from test_bench_results import make_cell
 
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.prompts import PromptBuilder
@@ -23,8 +25,6 @@ from chatphase.bench.whatif import assumptions, device_rows, efficiency_from, fi
 from chatphase.cli import main
 from chatphase.engine.config import EngineConfig
 from chatphase.units import DASH
-from tests.bench_support import CharTokenizer, ScriptedTokenEngine
-from tests.test_bench_results import make_cell
 
 PEAKS = MachinePeaks(10e9, "read", 1e11, "matmul", threads=2)
 NOTE = "prefill: no bound for Q4_0 weights — their integer or 16-bit kernels are not bounded by the float32 matmul peak"
@@ -144,8 +144,9 @@ def test_whatif_command_on_a_quantised_result(tmp_path, capsys):
 
 
 def test_a_parallel_step_of_quantised_weights_is_bounded_by_its_bytes_alone():
+    from test_bench_parallel import P, W, _cell
+
     from chatphase.bench.parallel.roofline import build_parallel_roofline
-    from tests.test_bench_parallel import P, W, _cell
 
     peaks = MachinePeaks(20e9, "read", 100e9, "matmul")  # balance 5 FLOP/byte: N = 4 is past the crossover
     cells = [_cell(1, 100.0), _cell(4, 390.0)]
@@ -163,9 +164,10 @@ def test_a_parallel_step_of_quantised_weights_is_bounded_by_its_bytes_alone():
 
 
 def test_a_mixed_step_of_quantised_weights_has_no_arithmetic_crossover():
+    from test_bench_interference import ScriptedEngine
+    from test_bench_interference import _run as run_interference
+
     from chatphase.bench.interference.plan import InterferencePlan
-    from tests.test_bench_interference import ScriptedEngine
-    from tests.test_bench_interference import _run as run_interference
 
     plan = InterferencePlan(n_running=2, newcomer_tokens=128, chunks=(16, 64), gen_tokens=3, reps=1, warmup=0)
     q = run_interference(plan, ScriptedEngine(info=fake_model_info(quantization="Q4_1")))[0][-1].result.roofline

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from bench_support import CharTokenizer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +13,6 @@ from chatphase.bench.core.prompts import (
     _last_complete_utf8_boundary,
 )
 from chatphase.engine.config import EngineConfig
-from tests.bench_support import CharTokenizer
 
 
 @pytest.fixture(scope="module")

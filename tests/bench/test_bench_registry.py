@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 import pytest
+from fake_engine import fake_model_info
 
 from chatphase.bench.core.contract import Done, stamp
 from chatphase.bench.core.experiment import (
@@ -24,7 +25,6 @@ from chatphase.bench.core.experiment import (
 from chatphase.bench.experiments import EXPERIMENTS, load_result
 from chatphase.cli import main
 from chatphase.errors import UsageError
-from tests.fake_engine import fake_model_info
 
 #: what each echo measures, per step_ms: the test changes it between a run and its rerun.
 SCALE = {"factor": 1.0}
@@ -212,10 +212,10 @@ async def test_its_tab_has_the_form_of_its_plan_and_runs_in_a_child_process(echo
 
     from textual.app import App
     from textual.widgets import DataTable, Input, Static
+    from ui_support import wait_for
 
     from chatphase.settings.schema import Settings
     from chatphase.ui.experiments.screen import ExperimentsScreen
-    from tests.ui_support import wait_for
 
     class EchoApp(App):
         def __init__(self):

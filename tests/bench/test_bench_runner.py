@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from bench_support import CharTokenizer, ScriptedTokenEngine
 from fake_engine import fake_model_info
 
 from chatphase.bench.core.prompts import PromptBuilder
@@ -13,7 +14,6 @@ from chatphase.bench.sweep.loop import Sweep, SweepDone, SweepPlan, SweepProgres
 from chatphase.bench.sweep.run import BenchStatus, RunDone, SweepRun
 from chatphase.engine.config import EngineConfig
 from chatphase.errors import EngineError, UsageError
-from tests.bench_support import CharTokenizer, ScriptedTokenEngine
 
 PLAN = SweepPlan(prompt_lengths=(10, 50), depths=(0, 100), gen_tokens=5, reps=2, warmup=1, extend_tokens=4)
 

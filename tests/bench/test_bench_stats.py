@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from test_bench_results import make_cell
 
 from chatphase.bench.core.fits import sweep_fits
 from chatphase.bench.core.peaks import MachinePeaks, measure_bandwidth, measure_matmul_flops
 from chatphase.bench.core.results import Sample
 from chatphase.bench.core.roofline import BOUND_PCT, build_roofline, verdict
 from chatphase.models.roofline import decode_bound_tokens_per_s, prefill_bound_tokens_per_s
-from tests.test_bench_results import make_cell
 
 
 def _sample(kind, prompt_tokens, depth, ttft, dtps, tpot, warm=False):

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bench_results import make_cell
 
 from chatphase.bench.core import peaks as peaks_mod
 from chatphase.bench.core.peaks import MachinePeaks, Repeated, measure_read
@@ -27,7 +28,6 @@ from chatphase.models.roofline import (
     decode_bound_tokens_per_s,
     share_of_bound,
 )
-from tests.test_bench_results import make_cell
 
 #: Qwen3-0.6B's attention: 28 layers, 16 query heads, 8 KV heads, head size 128.
 QWEN3_06B = AttentionShape(28, (8,) * 28, 128, 128, n_head=16)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_bench_results import make_cell
 
 from chatphase.bench.core.results import SweepResult
 from chatphase.bench.whatif import (
@@ -20,7 +21,6 @@ from chatphase.bench.whatif import (
 )
 from chatphase.cli import main
 from chatphase.errors import UsageError
-from tests.test_bench_results import make_cell
 
 MODEL = ModelFacts("m", weight_bytes=1_000_000_000, n_params=2_000_000_000, kv_bytes_per_token=100_000)
 

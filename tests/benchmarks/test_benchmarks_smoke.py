@@ -1,7 +1,7 @@
 """Every benchmark in benchmarks/ runs, so none can rot unseen: its argument parsing (``--help``, a bad flag: one
 usage line and exit 2, no traceback) and its smallest configuration (tiny gen and reps, the bundled 135M model,
 llama.cpp's tools from ``scripts/llama_tools_build.sh``). The figures mean nothing here; only that each
-benchmark runs to its report. gpu_summary's smallest run is tests/test_gpu_check.py's (real ``ask``/``bench``
+benchmark runs to its report. gpu_summary's smallest run is tests/benchmarks/test_gpu_check.py's (real ``ask``/``bench``
 output of this CPU).
 
 The llama.cpp tools: where they are not built, those cases skip, unless ``CHATPHASE_REQUIRE_LLAMA_TOOLS=1``
@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks import harness
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = (
     "decode_step",
     "engine_speed",

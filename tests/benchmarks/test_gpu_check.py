@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks import gpu_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "benchmarks" / "gpu_check.sh"
 PREPARE = ROOT / "benchmarks" / "gpu_prepare.sh"
 

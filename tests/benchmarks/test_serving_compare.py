@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks import serving_compare as sc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 
 

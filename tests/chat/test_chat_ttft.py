@@ -1,19 +1,19 @@
 """The budget line (chatphase.chat.budget) and the turn's one TTFT prediction, with scripted timings: points made by
-a known law (:func:`test_timing_ttft.law`), and the fake engine's scripted clock (``FakeTiming``: a fixed cost, a
-cost per token, the attention's per token × context, a restore's)."""
+a known law (:func:`tests.timing.test_timing_ttft.law`), and the fake engine's scripted clock (``FakeTiming``: a
+fixed cost, a cost per token, the attention's per token × context, a restore's)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from test_timing_ttft import law, restored
 from test_ttft_trust import _chat, finished, words
 
 from chatphase.chat.budget import Budget, budget_of, duration_range, ttft_text
 from chatphase.engine.events import PromptCount
 from chatphase.timing.ttft_model import fit
 from chatphase.timing.ttft_prediction import TtftBound, TtftPredictor, predict
+from tests.timing.test_timing_ttft import law, restored
 
 
 # -- the budget line ---------------------------------------------------------------------------------------------

@@ -157,7 +157,8 @@ def reasons(calls: Calls) -> list[str | None]:
 
 
 def test_edit_regenerate_restart_model_switch_and_resume_are_the_reasons(default_model_info, tmp_path):
-    # the prefix store off: a restore after a restart, a switch or a resume is its own case (test_prefix_store_model)
+    # the prefix store off: a restore after a restart, a switch or a resume is its own case
+    # (tests/engine/test_prefix_store_model.py)
     chat, calls = chat_on(default_model_info, tmp_path)
     try:
         chat.send("Name a colour.")

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-from test_models_validation import write_tiny_gguf
 
 from chatphase.engine.config import EngineConfig
 from chatphase.engine.events import (
@@ -36,6 +35,7 @@ from chatphase.engine.prompting.chat_format import (
 )
 from chatphase.engine.prompting.stops import StopText
 from chatphase.errors import UsageError
+from tests.models.test_models_validation import write_tiny_gguf
 
 MARKERS = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>")
 #: templates that must be refused at load, each with a word of the reason the line gives.

@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu_vulkan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUFFER_LINE = re.compile(r"^\w+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s*([\d.]+) MiB", re.M)
 OFFLOADED_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 GREEDY_STEPS = 12

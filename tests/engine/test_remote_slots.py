@@ -1,5 +1,6 @@
 """Remote prefix save and restore (chatphase/engine/remote/slots.py) against scripted loopback servers, and the
-restore rule (chatphase/engine/restore_policy.py). The real llama-server tier is tests/test_remote_slots_server.py."""
+restore rule (chatphase/engine/restore_policy.py). The real llama-server tier is
+tests/engine/test_remote_slots_server.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``--slot-save-path`` in a temporary folder, one slot, a small context and no RAM prompt cache (``--cache-ram 0``:
 what the slot held is gone once erased, as after a restart). Where the tools are not built these tests skip,
 unless ``CHATPHASE_REQUIRE_LLAMA_TOOLS=1`` turns the skip into a failure. The scripted-server tests are
-tests/test_remote_slots.py."""
+tests/engine/test_remote_slots.py."""
 
 from __future__ import annotations
 

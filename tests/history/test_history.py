@@ -28,7 +28,7 @@ from chatphase.sessions.catalog import delete_session, rename_session
 from chatphase.sessions.store import load_session_file, sessions_dir
 from chatphase.sessions.writer import SessionWriter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = {
     "model_hash": "0123456789abcdef",
     "backend": "llama.cpp",

@@ -284,7 +284,7 @@ async def test_the_experiments_status_and_table_are_inert_and_not_markup(no_back
 
 
 def write_gguf(path: Path, name: str, chat_template: str | None = None) -> Path:
-    """A small GGUF (as tests/test_models_validation.py writes them) whose ``general.name`` is ``name``."""
+    """A small GGUF (as tests/models/test_models_validation.py writes them) whose ``general.name`` is ``name``."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)
     w.add_block_count(2)

@@ -22,7 +22,7 @@ from chatphase.system import paths
 from chatphase.system.engine_registry import registry_dir
 from chatphase.system.machine_peaks import peaks_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: the variables that move a folder besides FOLDER_VARIABLES: platformdirs' on Linux, and the build scripts'.
 XDG = ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR")
 SCRIPT_VARIABLES = ("CHATPHASE_TOOLS_DIR", "CHATPHASE_VULKAN_DIR")

@@ -10,6 +10,7 @@ import sys
 import threading
 
 import pytest
+from bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedTokenEngine
 from fake_engine import fake_model_info
 from rich.text import Text
 from textual.app import App
@@ -26,7 +27,6 @@ from chatphase.engine.config import EngineConfig
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.plot import BenchPlot, ParallelPlot, y_axis
 from chatphase.ui.experiments.screen import ExperimentsScreen
-from tests.bench_support import CharTokenizer, ScriptedBatchEngine, ScriptedTokenEngine
 
 
 class ScriptedJob:

@@ -1,6 +1,6 @@
 """Snapshot (pytest-textual-snapshot) of the dashboard with three turns of history.
 
-Update after an intended visual change with ``pytest tests/test_dashboard_snapshot.py --snapshot-update``
+Update after an intended visual change with ``pytest tests/ui/test_dashboard_snapshot.py --snapshot-update``
 and look at the new SVG before committing it.
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from bench_support import CharTokenizer
 from fake_engine import fake_model_info
 from textual.app import App
 from textual.widgets import DataTable, Input, Static
@@ -17,8 +18,7 @@ from chatphase.engine.interference import StepRecord
 from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.interference import REPAINT_HZ, TICK, SwimLanes
 from chatphase.ui.experiments.screen import ExperimentsScreen
-from tests.bench_support import CharTokenizer
-from tests.test_bench_interference import PEAKS, ScriptedEngine
+from tests.bench.test_bench_interference import PEAKS, ScriptedEngine
 
 
 class ScriptedInterferenceJob:

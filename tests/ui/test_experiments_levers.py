@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from bench_support import CharTokenizer, ScriptedTokenEngine
 from fake_engine import fake_model_info
 from textual.app import App
 from textual.widgets import DataTable, Input, Select, SelectionList, Static
@@ -19,7 +20,6 @@ from chatphase.settings.schema import Settings
 from chatphase.ui.experiments.levers import LeverPlot, LeversPane
 from chatphase.ui.experiments.screen import ExperimentsScreen
 from chatphase.units import DASH
-from tests.bench_support import CharTokenizer, ScriptedTokenEngine
 
 #: scripted KV bytes per token by K type (K and V of a small model, in the ratio of llama.cpp's block sizes).
 KV_BYTES = {"f16": 200_000, "q8_0": 153_125, "q4_0": 128_125}

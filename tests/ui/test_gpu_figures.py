@@ -1,5 +1,5 @@
-"""The engine process's GPU memory in the system figures: sampled with the process at the bounded rate,
-from NVML (faked here as in test_gpu.py), shown as "–" when unknown and not at all on a CPU-only build."""
+"""The engine process's GPU memory in the system figures: sampled with the process at the bounded rate, from NVML
+(faked here as in tests/system/test_gpu.py), shown as "–" when unknown and not at all on a CPU-only build."""
 
 from __future__ import annotations
 

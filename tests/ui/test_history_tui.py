@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 
 from dashboard_support import TURNS, loaded_model
-from test_history import metrics, write_session
 from textual.app import App, ComposeResult
 from textual.widgets import Checkbox, TabbedContent
 
 from chatphase.ui.dashboard.dashboard import Dashboard
 from chatphase.ui.dashboard.phase_plots import DecodeDepthPlot, TtftPlot
+from tests.history.test_history import metrics, write_session
 
 ROWS = [
     {"prompt_tokens": 100, "cached_tokens": 0, "ttft_ms": 40.0, "decode_tokens_per_s": 30.0, "kv_cache_tokens": 120},

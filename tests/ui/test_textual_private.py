@@ -13,7 +13,7 @@ from textual.widget import Widget
 
 from chatphase.ui.compat import textual_private as tp
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OWNER = ROOT / "chatphase" / "ui" / "compat" / "textual_private.py"
 
 

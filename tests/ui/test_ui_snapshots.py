@@ -2,7 +2,7 @@
 
 Each FakeEngine turn has scripted timestamps, so every figure on screen is fixed. The dashboard's live
 tokens/s sparkline is fed at wall-clock ticks, so these apps do not feed it (it stays empty) and the
-prompt's cursor does not blink. Update with ``pytest tests/test_ui_snapshots.py --snapshot-update`` and
+prompt's cursor does not blink. Update with ``pytest tests/ui/test_ui_snapshots.py --snapshot-update`` and
 look at the SVGs before committing them.
 """
 

@@ -1,6 +1,6 @@
 """Snapshot tests of a reasoning model's thinking block (FakeEngine with ``<think>`` markers): streaming,
 collapsed and expanded. The figures come from the engine's scripted clock, so they are fixed. Update with
-``pytest tests/test_ui_thinking_snapshots.py --snapshot-update`` and look at the SVGs before committing.
+``pytest tests/ui/test_ui_thinking_snapshots.py --snapshot-update`` and look at the SVGs before committing.
 With ``CHATPHASE_SCREENSHOTS=1`` the streaming and collapsed states are also saved to ``screenshots/``."""
 
 from __future__ import annotations
