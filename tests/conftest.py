@@ -21,7 +21,7 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     # one cache for the whole run: the AMX probe (chatphase/engine/local/amx_probe.py) runs once, not per test
     monkeypatch.setenv("CHATPHASE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     # the prefix store off for chats and ask (their figures stay those of the test's own turns); the tests of the
-    # store turn it on (tests/test_prefix_store_model.py)
+    # store turn it on (tests/engine/test_prefix_store_model.py)
     monkeypatch.setenv("CHATPHASE_PREFIX_CACHE", "off")
     yield
 

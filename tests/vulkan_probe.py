@@ -1,4 +1,4 @@
-"""Run in a child process by tests/test_gpu_vulkan.py, under whichever llama.cpp build its environment picks
+"""Run in a child process by tests/engine/test_gpu_vulkan.py, under whichever llama.cpp build its environment picks
 (``LLAMA_CPP_LIB_PATH``): prints one JSON object on stdout.
 
 ``greedy N_GPU_LAYERS STEPS``: greedy decoding of a fixed prompt on llama.cpp's C API directly (not the

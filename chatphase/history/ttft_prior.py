@@ -13,7 +13,7 @@ record a setting (an older session file) matches any value of it.
 The database is read as it is, without a catch-up of the session files (which can read many files): the chat's
 live index keeps it current, and a turn a killed process did not index joins at the next ``logs`` or ``stats``.
 No database, or one that cannot be read, gives no prior. Measured on a 10,000-turn database: under 1 ms warm,
-5 ms on a first open — well under the 50 ms a UI thread can spare (``tests/test_ttft_prior.py`` holds it to
+5 ms on a first open — well under the 50 ms a UI thread can spare (``tests/chat/test_ttft_prior.py`` holds it to
 that), so it runs where the chat starts and where the model is switched.
 """
 

@@ -11,7 +11,7 @@ their length, e.g. the vocabulary size); everything else is the package's own pa
 reader's internal ``_get_field_parts`` / ``_build_tensors``; if a future ``gguf`` release changes them,
 :func:`read_metadata` falls back to the plain reader (correct, only slower).
 Measured side by side with ``python benchmarks/gguf_reader.py`` on the 98 MB default model (2 shared cores):
-59 ms vs 5,542 ms, a ratio of ~94x (``tests/test_models_validation.py`` checks both readers give the same
+59 ms vs 5,542 ms, a ratio of ~94x (``tests/models/test_models_validation.py`` checks both readers give the same
 metadata and tensors).
 
 Validation order (each failure is one :class:`~chatphase.errors.ModelError` line): missing, directory,

@@ -2,7 +2,7 @@
 
 Each :class:`ModelShape` holds the hyper-parameters of a published model's text decoder (from its
 ``config.json`` on the Hugging Face Hub) and the parameter count its authors publish, which
-``tests/test_synth.py`` checks :meth:`ModelShape.n_params` against (within 1 %). :func:`tensor_plan`
+``tests/models/test_synth.py`` checks :meth:`ModelShape.n_params` against (within 1 %). :func:`tensor_plan`
 lists the GGUF tensors llama.cpp's loader expects for the architecture (``src/models/<arch>.cpp`` in
 llama.cpp: ``load_arch_tensors``), each with the ggml type llama.cpp's own quantiser would give it
 (:func:`tensor_type`, after ``llama_tensor_get_type`` in ``src/llama-quant.cpp``).

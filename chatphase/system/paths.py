@@ -13,7 +13,7 @@ and expands a leading ``~``. The platform defaults are platformdirs' (on Linux t
 The data folder holds what cannot be rebuilt (sessions, the history index, saved results); the cache what can
 (the AMX probe's verdict, the prefix store, the remote slot index, the machine's peaks); the runtime folder the
 running engines' registry. The modules that own those files name them under these folders, and compute no
-folder of their own (``tests/test_paths.py`` checks). ``CHATPHASE_MODELS_DIR`` is also the ``models_dir`` setting (flag, config file), which
+folder of their own (``tests/project/test_paths.py`` checks). ``CHATPHASE_MODELS_DIR`` is also the ``models_dir`` setting (flag, config file), which
 the commands pass explicitly; :func:`models_dir` is the default under it.
 """
 

@@ -15,9 +15,9 @@
   ``textual.drivers.linux_driver``, from which ``LinuxDriver.run_input_thread`` makes its parser (no hook):
   :mod:`chatphase.ui.paste_input` keeps a bracketed paste whole with them.
 
-Guarded: a memory helper whose name is gone does nothing (``tests/test_ui_memory.py`` sees the effect), the
+Guarded: a memory helper whose name is gone does nothing (``tests/ui/test_ui_memory.py`` sees the effect), the
 keymap check then knows a character only by itself, and the app keeps Textual's own driver when the parser's
-names are gone (:func:`input_parser_ok`). ``tests/test_textual_private.py`` fails with a sentence naming the
+names are gone (:func:`input_parser_ok`). ``tests/ui/test_textual_private.py`` fails with a sentence naming the
 Textual version and the missing name when a release changes one (:func:`missing`).
 """
 

@@ -20,7 +20,7 @@ visibly at ``FLUSH_HZ``:
   between two blocks depends on the first), so the segments read exactly as one rendering of the whole
   text: a commit re-renders only the last segment, and the screen's widget count (which every Textual
   layout pass walks) grows by one per segment, not by the ten or so widgets per block of Textual's
-  Markdown. ``tests/test_md_streaming.py`` checks this as a property over generated Markdown.
+  Markdown. ``tests/ui/test_md_streaming.py`` checks this as a property over generated Markdown.
 
 Once a newer reply starts, a finished one is *folded* (:meth:`ReplyView.fold`): its segment, tail and
 footer widgets go, and it draws its whole text and footer itself, as one renderable rebuilt at each
