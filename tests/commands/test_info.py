@@ -176,7 +176,7 @@ def test_info_plan_is_llama_cpps_projection_per_device(capsys, default_model_inf
     assert code == 0, err
     fit = json.loads(out)["plan"]
     if json.loads(out)["system"]["gpu_offload_supported"]:
-        pytest.skip("a GPU build: the plan has its devices (tests/test_gpu_vulkan.py)")
+        pytest.skip("a GPU build: the plan has its devices (tests/engine/test_gpu_vulkan.py)")
     assert fit["n_gpu_layers"] == 0 and fit["why"] == "auto: 0 layers, CPU-only build: no GPU support in this llama.cpp"
     plan = fit["plan"]
     [host] = plan["devices"]

@@ -1,6 +1,6 @@
 """The prefix store with real models: a restored prefix answers as a full prefill does (temperature 0, flash
 attention off: with it on, only an exact restore of the same prompt is bit-identical to a cold run,
-tests/test_exactness_model.py), and a bad file is refused in one line and recomputed."""
+tests/engine/test_exactness_model.py), and a bad file is refused in one line and recomputed."""
 
 from __future__ import annotations
 
