@@ -26,6 +26,7 @@ from chatphase.bench.parallel.experiment import EXPERIMENT as PARALLEL
 from chatphase.bench.parallel.records import ParallelCell
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.rates.experiment import EXPERIMENT as RATES
+from chatphase.bench.rpc.experiment import EXPERIMENT as RPC
 from chatphase.bench.spec.experiment import EXPERIMENT as SPEC
 from chatphase.bench.sweep.experiment import EXPERIMENT as SWEEP
 from chatphase.engine.config import EngineConfig
@@ -63,6 +64,7 @@ register(SPEC)
 register(OFFLOAD)
 register(INTERFERENCE)
 register(RATES)
+register(RPC)
 
 
 def experiment_of(plan) -> Experiment:
