@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import num, render_report
 from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
 from chatphase.bench.rpc.link import LinkCounters
-from chatphase.plotting import check_plot_path, save_figure
+from chatphase.plotting import write_rows
 from chatphase.units import fmt_bytes
 
 
@@ -203,19 +204,17 @@ def summary_lines(result: RpcResult) -> list[str]:
 
 
 def write_rpc_plot(results: list[RpcResult], path: str | os.PathLike) -> Path:
-    """Decode step and TTFT against the added RTT, one line per RPC device count, measured (solid) beside
-    predicted (dashed).
+    """:func:`draw_rpc` of ``results`` as a figure (:func:`chatphase.plotting.write_rows`).
 
     Raises:
         UsageError: as :func:`chatphase.plotting.check_plot_path`, or when the file cannot be written.
     """
-    p = check_plot_path(path)
-    import matplotlib
+    return write_rows([(draw_rpc, results)], path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+def draw_rpc(results: Sequence[RpcResult], ax1, ax2) -> None:
+    """Decode step (``ax1``) and TTFT (``ax2``) against the added RTT, a line per RPC device count, measured
+    (solid) beside predicted (dashed); the local load a dotted level."""
     for result in results:
         by_devices: dict[int, list[RpcRow]] = {}
         for row in result.rows:
@@ -223,27 +222,25 @@ def write_rpc_plot(results: list[RpcResult], path: str | os.PathLike) -> Path:
         for i, (devices, rows) in enumerate(sorted(by_devices.items())):
             rows = sorted(rows, key=lambda r: r.rtt_ms)
             xs = [r.rtt_ms for r in rows]
-            name = "local" if not devices else f"{devices} RPC"
             for ax, measured, predicted in (
                 (ax1, "decode_step_ms", "decode_step_predicted_ms"),
                 (ax2, "ttft_ms", "ttft_predicted_ms"),
             ):
                 ys = [getattr(r, measured) for r in rows]
-                if not devices:  # the local load has no link: a level line
+                if not devices:  # the local load has no link
                     ax.axhline(ys[0] or 0, color="grey", linestyle=":", label="local")
                     continue
-                ax.plot(xs, [y or float("nan") for y in ys], "o-", color=f"C{i}", label=f"{name} measured")
+                ax.plot(xs, [_nan(y) for y in ys], "o-", color=f"C{i}", label=f"{devices} RPC measured")
                 pred = [getattr(r, predicted) for r in rows]
                 if any(v is not None for v in pred):
-                    ax.plot(xs, [v if v is not None else float("nan") for v in pred], "--", color=f"C{i}",
-                            alpha=0.7, label=f"{name} predicted")  # fmt: skip
+                    ax.plot(xs, [_nan(v) for v in pred], "--", color=f"C{i}", alpha=0.7,
+                            label=f"{devices} RPC predicted")  # fmt: skip
     ax1.set(title="Decode step vs added RTT", xlabel="added RTT (ms)", ylabel="decode step (ms)")
     ax2.set(title="TTFT vs added RTT", xlabel="added RTT (ms)", ylabel="TTFT (ms)")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize="small")
-    return save_figure(fig, p)
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def rpc_rows(result: RpcResult) -> list[dict]:
