@@ -19,6 +19,7 @@ from chatphase.errors import ChatPhaseError
 COMMAND_MODULES = (
     "chat",
     "ask",
+    "compare",
     "models",
     "pull",
     "info",

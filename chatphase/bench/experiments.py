@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from chatphase.bench.compare.experiment import EXPERIMENT as COMPARE
 from chatphase.bench.core.contract import check_format, saved_version
 from chatphase.bench.core.experiment import Experiment
 from chatphase.bench.core.job import ExperimentJob
@@ -65,6 +66,7 @@ register(OFFLOAD)
 register(INTERFERENCE)
 register(RATES)
 register(RPC)
+register(COMPARE)
 
 
 def experiment_of(plan) -> Experiment:

@@ -362,6 +362,7 @@ def execute(
     cancelled=None,
     partial=None,
     heartbeat_s=HEARTBEAT_S,
+    prog: str = "chatphase bench",
 ) -> int:
     """Run ``run`` (an iterable of bench events ending with a ``done_type`` event) with a progress bar on
     stderr and Ctrl+C cancelling it, then write ``text_of(done)`` (to ``--output`` or stdout) and
@@ -374,8 +375,8 @@ def execute(
     took minutes). The first Ctrl+C cancels (the current turn ends at its next batch); a second stops
     waiting and writes ``partial()`` (``run``'s results so far, a ``done_type``; ``None``: nothing ran yet).
     Without ``partial`` a second Ctrl+C interrupts as before. Every ``heartbeat_s`` without a finished run, a
-    line says what is still running."""
-    with _Progress(total_runs) as progress:
+    line says what is still running. ``prog`` heads the progress lines (``chatphase compare`` runs here too)."""
+    with _Progress(total_runs, prog) as progress:
         done = _run_in_thread(run, progress, done_type, partial, heartbeat_s)
     if done is None:
         print("chatphase: stopped before any run finished: no results", file=sys.stderr)
@@ -466,7 +467,7 @@ def _run_in_thread(run, progress: _Progress, done_type: type, partial, heartbeat
 class _Progress:
     """A rich progress bar on stderr (plain lines when stderr is not a terminal)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, prog: str = "chatphase bench") -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -487,6 +488,7 @@ class _Progress:
             transient=True,
             disable=self._plain,
         )
+        self._prog = prog  # each line's head
         self._task = self._bar.add_task("starting", total=total)
         self._description = "starting"
         self._last_event = self._last_line = time.monotonic()
@@ -509,14 +511,14 @@ class _Progress:
 
     def notice_plain(self, text: str) -> None:
         """A progress line on stderr, kept above the bar."""
-        self._bar.console.print(inert(f"chatphase bench: {text}"), markup=False, highlight=False, soft_wrap=True)
+        self._bar.console.print(inert(f"{self._prog}: {text}"), markup=False, highlight=False, soft_wrap=True)
 
     def status(self, text: str) -> None:
         self._description = text
         self._last_event = self._last_line = time.monotonic()
         self._bar.update(self._task, description=text)
         if self._plain:
-            print(inert(f"chatphase bench: {text}"), file=sys.stderr, flush=True)
+            print(inert(f"{self._prog}: {text}"), file=sys.stderr, flush=True)
 
     def notice(self, text: str) -> None:
         """A line the user must see (printed above the bar, and kept)."""
@@ -530,4 +532,4 @@ class _Progress:
         self._last_event = self._last_line = time.monotonic()
         self._bar.update(self._task, completed=done_runs, total=total_runs, description=label)
         if self._plain and counted:
-            print(f"chatphase bench: [{done_runs}/{total_runs}] {label}: {figures}", file=sys.stderr, flush=True)
+            print(f"{self._prog}: [{done_runs}/{total_runs}] {label}: {figures}", file=sys.stderr, flush=True)
