@@ -59,11 +59,14 @@ LAYERS = {
     "bench.offload": {"bench.core", "bench.sweep", "engine", "errors", "models", "plotting", "units"},
     "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "plotting", "timing", "units"},
     "bench.rates": {"bench.core", "engine", "errors", "units"},
+    "bench.rpc": {"bench.core", "engine", "engine.local", "errors", "models", "plotting", "units"},
     "bench": {
+        "bench.compare",
         "bench.core",
         "bench.grid",
         "bench.interference",
         "bench.rates",
+        "bench.rpc",
         "bench.offload",
         "bench.parallel",
         "bench.spec",
@@ -86,6 +89,18 @@ LAYERS = {
         "timing",
         "units",
     },
+    # side by side: two conversations, each its own chat controller, so above the turn
+    "bench.compare": {
+        "bench.core",
+        "chat",
+        "engine",
+        "engine.factory",
+        "errors",
+        "models",
+        "plotting",
+        "settings",
+        "units",
+    },
     # the TUI: its parts, then the app shell
     "ui.compat": set(),  # Textual's private API, in one place
     "ui.transcript": {"chat", "engine", "models", "ui.compat", "units"},
@@ -104,6 +119,7 @@ LAYERS = {
     },
     "ui.experiments": {
         "bench",
+        "bench.compare",
         "bench.core",
         "bench.grid",
         "bench.interference",
@@ -135,6 +151,7 @@ LAYERS = {
     # the command line
     "commands": {
         "bench",
+        "bench.compare",
         "bench.core",
         "bench.grid",
         "bench.sweep",
@@ -210,9 +227,11 @@ def test_the_layer_table_has_no_unused_edge():
 
 #: bench/'s experiments, one subpackage each.
 EXPERIMENTS = (
+    "bench.compare",
     "bench.grid",
     "bench.interference",
     "bench.rates",
+    "bench.rpc",
     "bench.offload",
     "bench.parallel",
     "bench.spec",

@@ -16,7 +16,7 @@ def compare_rows(result: CompareResult) -> list[dict]:
 
 EXPERIMENT = Experiment(
     "compare", "side by side", ComparePlan, make_run, CompareResult.from_dict, plot=write_compare_plot,
-    pick="--compare", server="local", server_note="bench --compare loads local models: chatphase compare takes "
+    pick="--compare", tab=True, server="local", server_note="bench --compare loads local models: chatphase compare takes "
     "--server", rows=compare_rows, key=("turn", "side"),
     figures=("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "kv_cache_bytes"),
 )  # fmt: skip

@@ -50,6 +50,11 @@ def parse_side(text: str) -> dict[str, Any]:
     return out
 
 
+def split_turns(text: str) -> tuple[str, ...]:
+    """The paragraphs of ``text`` (separated by blank lines), each on one line."""
+    return tuple(" ".join(p.split()) for p in text.replace("\r\n", "\n").split("\n\n") if p.strip())
+
+
 def read_turns(path: str) -> tuple[str, ...]:
     """The user turns of a text file: paragraphs separated by blank lines (``-``: standard input).
 
@@ -62,8 +67,7 @@ def read_turns(path: str) -> tuple[str, ...]:
         text = sys.stdin.read() if path == "-" else Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read the turns of {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    turns = tuple(" ".join(p.split("\n")).strip() for p in text.replace("\r\n", "\n").split("\n\n"))
-    turns = tuple(t for t in turns if t)
+    turns = split_turns(text)
     if not turns:
         raise ValueError(f"{path} holds no turn (paragraphs separated by blank lines)")
     return turns
@@ -75,10 +79,11 @@ class ComparePlan:
     top), greedy replies of ``gen_tokens`` tokens at most; the sides take turns, never at once, the first
     alternating."""
 
-    FORM = ("turns", "b", "gen_tokens")
+    #: the Experiments tab's form (its turns are a text area of their own)
+    FORM = ("b", "gen_tokens")
 
     turns: tuple[str, ...] = plan_field(
-        flag="--compare", metavar="FILE", parse=read_turns, label="Turns file",
+        flag="--compare", metavar="FILE", parse=read_turns,
         help="instead: compare two sides (--compare-b) on the user turns of FILE (paragraphs separated by blank "
         "lines), turn by turn; chatphase compare takes the turns as arguments",
     )  # fmt: skip

@@ -46,6 +46,7 @@ from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings
+from chatphase.ui.experiments.compare import ComparePane
 from chatphase.ui.experiments.interference import InterferencePane
 from chatphase.ui.experiments.levers import LeversPane
 from chatphase.ui.experiments.panes import ExperimentPane, ParallelPane, SweepPane
@@ -58,6 +59,7 @@ PANES: dict[str, Callable[[ModelInfo, Settings], ExperimentPane]] = {
     "grid": LeversPane,
     "spec": lambda info, settings: SpecPane(),
     "interference": lambda info, settings: InterferencePane(),
+    "compare": lambda info, settings: ComparePane(),
 }
 
 
