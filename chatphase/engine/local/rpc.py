@@ -66,7 +66,7 @@ def probe(endpoint: RpcEndpoint, unauthenticated_ok: bool = False, timeout_s: fl
         UsageError: one line naming the endpoint and what failed.
     """
     try:
-        address = socket.getaddrinfo(endpoint.host, endpoint.port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        address = str(socket.getaddrinfo(endpoint.host, endpoint.port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError) as exc:
         raise UsageError(f"--rpc {endpoint}: cannot resolve {endpoint.host} ({_why(exc)})") from None
     if why := untrusted(address, unauthenticated_ok):
