@@ -184,4 +184,5 @@ def test_a_server_killed_mid_reply_ends_the_turn_in_one_line_and_keeps_the_parti
     # one line says the turn ended (notes of the load may come before it); ggml's abort stays in the engine log
     ended = [line for line in stderr.splitlines() if "engine" in line and ("died" in line or "stopped" in line)]
     assert len(ended) == 1 and "Traceback" not in stderr and "GGML" not in stderr, stderr
+    assert f"an rpc-server of --rpc {a},{b} may have gone away" in ended[0]
     assert text.strip().startswith(before) and before  # the partial reply stays printed

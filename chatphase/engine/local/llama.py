@@ -410,7 +410,12 @@ class LlamaEngine:
         kv_mib = self._log.kv_cache_mib
         layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
         layers_total = self._log.layers_total or (self.info.n_layer or 0) + 1
-        gpus = ggml_devices.offload_devices(devices) if gpu_ok and s["op_offload"] else ()
+        # an rpc-server's device takes no op offload (ggml-rpc.cpp: its offload_op is NULL)
+        gpus = (
+            tuple(d for d in ggml_devices.offload_devices(devices) if d.host is None)
+            if gpu_ok and s["op_offload"]
+            else ()
+        )
         op_device = gpus[0].name if gpus and (layers_offloaded or 0) < layers_total else None
         self._cpu_only = not layers_offloaded and op_device is None
         slow = slow_paths(
