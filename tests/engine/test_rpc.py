@@ -255,8 +255,8 @@ def test_the_placement_names_each_rpc_device_with_its_host_layers_and_bytes():
         placement=places,
     )
     assert placement_lines(model) == [
-        f"RPC0 on {A} · layers 0-14 · weights 40.0 MiB · KV 45.0 MiB · compute 3.0 MiB",
-        f"RPC1 on {B} · layers 15-29 + output · weights 41.0 MiB · KV 45.0 MiB",
+        f"RPC0 at {A} · layers 0-14 · weights 40.0 MiB · KV 45.0 MiB · compute 3.0 MiB",
+        f"RPC1 at {B} · layers 15-29 + output · weights 41.0 MiB · KV 45.0 MiB",
     ]
     assert [line.split(" · ")[:2] for line in device_lines(model)] == [["RPC0", A], ["RPC1", B]]
     assert all("engine holds" in line for line in device_lines(model))

@@ -95,7 +95,7 @@ def placement_lines(model: LoadedModel) -> list[str]:
     """Where each layer lives, one line per place, from llama.cpp's own lines at the load: each GPU device, then
     the host, with its layers and what llama.cpp allocated there (:func:`memory_text`'s kinds): ``Vulkan0 ·
     layers 19-29 + output · weights 68.1 MiB · KV 60.0 MiB · compute 10.0 MiB``, ``host · layers 0-18 · …``; an
-    rpc-server's device with its endpoint (``RPC0 on 192.168.1.20:50052 · layers 0-14 · …``). Empty where the
+    rpc-server's device with its endpoint (``RPC0 at 192.168.1.20:50052 · layers 0-14 · …``). Empty where the
     engine did not say (a server's)."""
     gpus = {d.name: d for d in model.devices if d.type in OFFLOAD_TYPES}
     lines = []
@@ -110,7 +110,7 @@ def placement_lines(model: LoadedModel) -> list[str]:
         ]
         kinds = memory_by_place(tuple(mine))["device" if dev else "host"]
         order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
-        name = "host" if dev is None else f"{p.device} on {dev.host}" if dev.host else p.device
+        name = "host" if dev is None else f"{p.device} at {dev.host}" if dev.host else p.device
         parts = [name, " + ".join(where) or "no layers"]
         parts += [f"{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}" for k in order]
         lines.append(" · ".join(parts))
