@@ -186,3 +186,13 @@ def test_a_server_killed_mid_reply_ends_the_turn_in_one_line_and_keeps_the_parti
     assert len(ended) == 1 and "Traceback" not in stderr and "GGML" not in stderr, stderr
     assert f"an rpc-server of --rpc {a},{b} may have gone away" in ended[0]
     assert text.strip().startswith(before) and before  # the partial reply stays printed
+
+
+def test_a_refusing_server_among_the_list_is_one_line_before_the_load(servers, tmp_path):
+    (_, a), _ = servers
+    closed = free_port()  # nobody listens there
+    done = _ask(tmp_path, "refused", "--max-tokens", "4", "--rpc", f"{a},127.0.0.1:{closed}", PROMPT)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"chatphase: --rpc 127.0.0.1:{closed} refused the connection: is rpc-server running there?"
+    ]
