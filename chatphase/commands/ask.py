@@ -245,6 +245,7 @@ class _Printer(ChatListener):
         model.pop("attention", None)
         from chatphase.system.gpu import gpu_memory_used_bytes
 
+        hosts = {d.name: d.host for d in loaded.devices}  # an rpc-server's devices: its HOST:PORT
         model.update(
             kv_bytes_per_token=loaded.kv_bytes_per_token,
             load_ms=loaded.load_ms,
@@ -258,7 +259,12 @@ class _Printer(ChatListener):
             memory=memory_by_place(loaded.buffers),
             buffers=[asdict(b) for b in loaded.buffers],
             placement=[
-                {"device": p.device, "layers": layer_ranges(p.layers), "output_layer": p.output_layer}
+                {
+                    "device": p.device,
+                    "host": hosts.get(p.device),
+                    "layers": layer_ranges(p.layers),
+                    "output_layer": p.output_layer,
+                }
                 for p in loaded.placement
             ],
         )

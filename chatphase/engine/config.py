@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from chatphase.engine.memory_plan import DEFAULT_MARGIN_MIB
+from chatphase.engine.rpc_endpoints import UNAUTHENTICATED_FLAG, RpcEndpoint, parse_rpc
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
 from chatphase.errors import UsageError
@@ -70,6 +71,9 @@ class EngineConfig:
     setting (``metadata["setting"]`` is false, so no flag, config key or settings-screen field names it).
     ``kv_unified`` one KV cache shared by all sequences (llama.cpp's ``kv_unified``): set by the interference
     experiment (a per-sequence cache splits a mixed batch per sequence), not a user setting either.
+    ``rpc`` llama.cpp rpc-servers (``HOST:PORT`` comma-separated, :mod:`chatphase.engine.rpc_endpoints`) whose
+    devices the local engine registers before the load (:mod:`chatphase.engine.local.rpc`);
+    ``rpc_unauthenticated_ok`` accepts servers outside loopback and private networks.
 
     Each user setting's flag, help and settings-screen label are its field's ``metadata``, read by
     :mod:`chatphase.settings.schema` (the one definition of a setting; the engine reads none of it).
@@ -168,6 +172,21 @@ class EngineConfig:
                   "pays)",
                   "label": "Decode mode", "hint": "off, lookup, auto, or draft:MODEL (speculative decoding)"},
     )  # fmt: skip
+    rpc: str | None = field(
+        default=None,
+        metadata={"flags": ("--rpc",), "metavar": "HOST:PORT,...",
+                  "help": "llama.cpp rpc-servers whose devices take a share of the layers (a comma-separated list; "
+                  "they are registered before the model loads): an RPC build of llama.cpp, on a trusted network "
+                  "only (docs/rpc.md)",
+                  "label": "RPC servers", "hint": "HOST:PORT,... of llama.cpp rpc-servers; empty = none"},
+    )  # fmt: skip
+    rpc_unauthenticated_ok: bool = field(
+        default=False,
+        metadata={"flags": (UNAUTHENTICATED_FLAG,), "const": True,
+                  "help": "accept --rpc servers outside loopback and private networks: llama.cpp's RPC protocol has "
+                  "no authentication or encryption",
+                  "label": "RPC beyond private networks (unauthenticated)"},
+    )  # fmt: skip
     n_seq_max: int = field(default=1, metadata={"setting": False})
     kv_unified: bool = field(default=False, metadata={"setting": False})
     prefix_cache: str = field(
@@ -218,10 +237,19 @@ class EngineConfig:
             raise UsageError(f"n_gpu_layers must be auto, -1 (all) or >= 0 (got {self.n_gpu_layers})")
         if self.gpu_margin_mib < 0:
             raise UsageError(f"gpu_margin_mib must be >= 0 (got {self.gpu_margin_mib})")
+        self.rpc_endpoints()
         check_choices(self)
         if refusal := quantised_v_without_flash_attn(self.type_v, self.flash_attn):
             raise UsageError(refusal)
         return self
+
+    def rpc_endpoints(self) -> tuple[RpcEndpoint, ...]:
+        """The ``rpc`` servers, parsed (``()``: none).
+
+        Raises:
+            UsageError: a bad list or an untrusted address (:func:`~chatphase.engine.rpc_endpoints.parse_rpc`).
+        """
+        return parse_rpc(self.rpc, self.rpc_unauthenticated_ok)
 
     @property
     def n_ubatch_used(self) -> int:
@@ -259,6 +287,7 @@ class EngineConfig:
             "chat_template": self.chat_template,
             "spec": self.spec,
             "kv_unified": self.kv_unified,
+            "rpc": self.rpc,
         }
 
     def to_dict(self) -> dict[str, Any]:

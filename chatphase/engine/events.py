@@ -113,13 +113,23 @@ class DeviceInfo:
     """A device llama.cpp's ggml sees: ``name`` (``Vulkan0``, ``CUDA0``, ``CPU``), ``description``
     (``llvmpipe (LLVM 15.0.6, 256 bits)``), ``type`` (``cpu``, ``gpu``, ``igpu``, ``accel``), memory
     ``free_bytes`` / ``total_bytes`` as ``ggml_backend_dev_memory`` reports it when read (free = total on a
-    device that counts no usage: ggml's CPU device, a Vulkan driver without ``VK_EXT_memory_budget``)."""
+    device that counts no usage: ggml's CPU device, a Vulkan driver without ``VK_EXT_memory_budget``); ``host``
+    the ``HOST:PORT`` of the rpc-server a remote device is on (llama.cpp's RPC backend; ``None``: this machine);
+    ``buffer_type`` its default buffer type's name where it is not the device's (an RPC device ``RPC1`` allocates
+    in ``RPC0[HOST:PORT]``, the server's device 0; ``None``: the device's own name, as ggml's other backends)."""
 
     name: str
     description: str
     type: str
     free_bytes: int
     total_bytes: int
+    host: str | None = None
+    buffer_type: str | None = None
+
+    @property
+    def buffer_name(self) -> str:
+        """The name llama.cpp's buffer lines give this device's memory (``Vulkan0``, ``RPC0[10.0.0.2:50052]``)."""
+        return self.buffer_type or self.name
 
 
 #: device types llama.cpp offloads layers to (an integrated GPU's memory is host memory it maps, still its own).
@@ -183,7 +193,8 @@ class LoadedSettings:
     server's engine
     (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``
     (``llama-server`` or ``OpenAI-compatible server``), the ``remote_model`` asked for, and ``n_ctx`` /
-    ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown.
+    ``total_slots`` where the server says (``None``: not reported); the rest is ``None``, unknown. ``rpc``: the
+    rpc-servers the local engine registered (``HOST:PORT`` comma-separated; ``None``: none).
     """
 
     backend: Literal["llama.cpp", "remote"] = "llama.cpp"
@@ -214,6 +225,7 @@ class LoadedSettings:
     total_slots: int | None = None
     kv_unified: bool | None = None
     flash_attn_enabled: bool | None = None
+    rpc: str | None = None
 
     @property
     def remote(self) -> bool:

@@ -42,7 +42,7 @@ def test_ask_json_two_turns_are_consistent():
     for key in ("n_ctx", "n_batch", "n_threads", "n_gpu_layers", "gpu_offload_supported", "gpu_margin_mib"):
         assert key in data["settings"]
     if not data["settings"]["gpu_offload_supported"]:  # n_gpu_layers auto (the default): 0, and why; all on the host
-        assert data["model"]["placement"] == [{"device": "CPU", "layers": "0-29", "output_layer": True}]
+        assert data["model"]["placement"] == [{"device": "CPU", "host": None, "layers": "0-29", "output_layer": True}]
         assert data["settings"]["n_gpu_layers"] == 0
         assert (
             data["settings"]["n_gpu_layers_why"] == "auto: 0 layers, CPU-only build: no GPU support in this llama.cpp"

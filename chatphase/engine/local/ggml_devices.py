@@ -5,6 +5,11 @@ are bound here with ctypes on ``libggml`` from the folder the bindings loaded ``
 (``LLAMA_CPP_LIB_PATH`` or the package's ``lib/``): the same library, already loaded, so the same registry.
 The first registry call initialises every compiled-in backend (Vulkan enumerates its devices then, and
 logs ``ggml_vulkan: ...`` lines through llama.cpp's log callback).
+
+llama.cpp's RPC backend (a build with ``-DGGML_RPC=ON``) enumerates no devices of its own: each rpc-server's are
+added with the ``ggml_backend_rpc_add_server`` its registry hands out and registered like a backend
+(:func:`add_rpc_server`, as llama.cpp's ``--rpc`` does in common/arg.cpp ``add_rpc_devices``), after which
+``llama_model_load`` splits the layers across them with the local devices.
 """
 
 from __future__ import annotations
@@ -19,6 +24,14 @@ from chatphase.engine.events import OFFLOAD_TYPES, BufferSize, DeviceInfo
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_bytes_per_token, kv_capacity_bytes
 from chatphase.units import fmt_bytes
+
+#: the RPC backend's registry name (ggml/src/ggml-rpc/ggml-rpc.cpp ``ggml_backend_rpc_reg_get_name``).
+RPC_BACKEND = "RPC"
+#: ``ggml_backend_reg_t ggml_backend_rpc_add_server(const char * endpoint)`` (ggml/include/ggml-rpc.h).
+_ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+#: the endpoints registered in this process (ggml's add_server hands the same registry back for an endpoint it
+#: knows, and registering it again would list its devices twice).
+_registered_rpc: dict[str, int] = {}
 
 #: ``enum ggml_backend_dev_type`` (ggml/include/ggml-backend.h), as words.
 DEVICE_TYPES = ("cpu", "gpu", "igpu", "accel", "meta")
@@ -52,6 +65,12 @@ def _libggml() -> ctypes.CDLL:
         ("ggml_backend_dev_description", ctypes.c_char_p, [vp]),
         ("ggml_backend_dev_type", ctypes.c_int, [vp]),
         ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+        ("ggml_backend_dev_backend_reg", vp, [vp]),
+        ("ggml_backend_dev_buffer_type", vp, [vp]),
+        ("ggml_backend_buft_name", ctypes.c_char_p, [vp]),
+        ("ggml_backend_reg_by_name", vp, [ctypes.c_char_p]),
+        ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
+        ("ggml_backend_register", None, [vp]),
     ):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -81,7 +100,8 @@ def built_gpu_backends(folder: Path) -> tuple[str, ...]:
 
 
 def devices() -> tuple[DeviceInfo, ...]:
-    """The devices ggml sees, in its order, with memory free/total now (``ggml_backend_dev_memory``)."""
+    """The devices ggml sees, in its order, with memory free/total now (``ggml_backend_dev_memory``); an
+    rpc-server's with its endpoint (their description, ggml-rpc.cpp) and buffer type name."""
     lib = _libggml()
     out = []
     for i in range(lib.ggml_backend_dev_count()):
@@ -89,16 +109,59 @@ def devices() -> tuple[DeviceInfo, ...]:
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         kind = lib.ggml_backend_dev_type(dev)
+        description = (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace")
+        reg = lib.ggml_backend_dev_backend_reg(dev)
+        rpc = bool(reg) and lib.ggml_backend_reg_name(reg) == RPC_BACKEND.encode()
+        buft = lib.ggml_backend_buft_name(lib.ggml_backend_dev_buffer_type(dev)) if rpc else None
         out.append(
             DeviceInfo(
                 name=lib.ggml_backend_dev_name(dev).decode(errors="replace"),
-                description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                description=description,
                 type=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else str(kind),
                 free_bytes=free.value,
                 total_bytes=total.value,
+                host=description if rpc else None,
+                buffer_type=buft.decode(errors="replace") if buft else None,
             )
         )
     return tuple(out)
+
+
+class RpcUnavailable(RuntimeError):
+    """This llama.cpp build has no RPC backend (or its registry hands out no ``ggml_backend_rpc_add_server``)."""
+
+
+def has_rpc() -> bool:
+    """Whether the loaded ggml has the RPC backend (built with ``-DGGML_RPC=ON``)."""
+    return bool(_libggml().ggml_backend_reg_by_name(RPC_BACKEND.encode()))
+
+
+def add_rpc_server(endpoint: str) -> int:
+    """Register the devices of the rpc-server at ``endpoint`` (``HOST:PORT``) with ggml's registry, before a model
+    loads; the count of devices it added (0 for an endpoint already registered in this process).
+
+    ggml connects here (a device count request), and aborts the process where it cannot connect or the
+    handshake fails (ggml-rpc.cpp ``rpc_dispatcher::start``): check the server answers first
+    (:func:`chatphase.engine.local.rpc.probe`).
+
+    Raises:
+        RpcUnavailable: no RPC backend in this build.
+        RuntimeError: the server offers no devices (one line).
+    """
+    if endpoint in _registered_rpc:
+        return 0
+    lib = _libggml()
+    reg = lib.ggml_backend_reg_by_name(RPC_BACKEND.encode())
+    address = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") if reg else None
+    if not address:
+        raise RpcUnavailable(f"this llama.cpp build ({_lib_folder()}) has no RPC backend")
+    before = lib.ggml_backend_dev_count()
+    server = _ADD_SERVER(address)(endpoint.encode())
+    if not server:
+        raise RuntimeError(f"rpc-server {endpoint} offers no devices")
+    lib.ggml_backend_register(server)
+    _registered_rpc[endpoint] = lib.ggml_backend_dev_count() - before
+    return _registered_rpc[endpoint]
 
 
 def offload_devices(all_devices: tuple[DeviceInfo, ...]) -> tuple[DeviceInfo, ...]:
@@ -109,9 +172,10 @@ def offload_devices(all_devices: tuple[DeviceInfo, ...]) -> tuple[DeviceInfo, ..
 def buffer_sizes(mib: dict[tuple[str, str], float], all_devices: tuple[DeviceInfo, ...]) -> tuple[BufferSize, ...]:
     """llama.cpp's printed buffers (``{(kind, buffer type name): MiB}``,
     :meth:`chatphase.engine.llamalog.LlamaLogCapture.buffer_mib`) as :class:`BufferSize`, each on the device
-    when its buffer type bears an offload device's name (``Vulkan0``, ``CUDA0``; a device's default buffer
-    type is named after it), else on the host."""
-    on_device = {d.name for d in offload_devices(all_devices)}
+    when its buffer type is an offload device's (:attr:`~chatphase.engine.events.DeviceInfo.buffer_name`:
+    ``Vulkan0``, ``CUDA0``, a device's default buffer type being named after it; ``RPC0[HOST:PORT]``), else on
+    the host."""
+    on_device = {d.buffer_name for d in offload_devices(all_devices)}
     return tuple(
         BufferSize(kind=kind, buffer=buffer, bytes=round(value * 2**20), on_device=buffer in on_device)
         for (kind, buffer), value in mib.items()
@@ -125,7 +189,7 @@ def allocation_failure(failed: tuple[str, int] | None, settings: dict[str, Any])
     if failed is None:
         return None
     buffer, size = failed
-    free = next((d.free_bytes for d in devices() if d.name == buffer), None)
+    free = next((d.free_bytes for d in devices() if d.buffer_name == buffer), None)
     has = f" ({fmt_bytes(free)} free)" if free is not None else ""
     return (
         f"{buffer} could not allocate {fmt_bytes(size)}{has} for a context of {settings['n_ctx']:,} tokens with "

@@ -48,7 +48,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.exactness import cold_batch_starts, turn_exactness
 from chatphase.engine.llamalog import LlamaLogCapture
-from chatphase.engine.local import ggml_devices, llama_params
+from chatphase.engine.local import ggml_devices, llama_params, rpc
 from chatphase.engine.local.generation import Generated, Model, generate
 from chatphase.engine.local.kv_context import Alternatives, KvContext
 from chatphase.engine.local.llama_params import ALL_LAYERS, OffloadPlan, context_params, model_params, offload_plan
@@ -355,6 +355,7 @@ class LlamaEngine:
         self._log = LlamaLogCapture(self.log_path)
         self._log.write(f"--- chatphase: loading {self.info.path} (pid {os.getpid()})")
         lc.llama_backend_init()
+        rpc.register(self.config.rpc_endpoints(), self.config.rpc_unauthenticated_ok)  # devices before the load
         s = self.config.resolved()
         self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
         system_info = llama_params.cpu_system_info()  # the module attribute: tests fake the CPU there
@@ -409,7 +410,12 @@ class LlamaEngine:
         kv_mib = self._log.kv_cache_mib
         layers_offloaded = self._log.layers_offloaded if gpu_ok else 0
         layers_total = self._log.layers_total or (self.info.n_layer or 0) + 1
-        gpus = ggml_devices.offload_devices(devices) if gpu_ok and s["op_offload"] else ()
+        # an rpc-server's device takes no op offload (ggml-rpc.cpp: its offload_op is NULL)
+        gpus = (
+            tuple(d for d in ggml_devices.offload_devices(devices) if d.host is None)
+            if gpu_ok and s["op_offload"]
+            else ()
+        )
         op_device = gpus[0].name if gpus and (layers_offloaded or 0) < layers_total else None
         self._cpu_only = not layers_offloaded and op_device is None
         slow = slow_paths(

@@ -304,12 +304,14 @@ def _child_main() -> int:
     try:
         import llama_cpp as lc
 
-        from chatphase.engine.local import ggml_devices
+        from chatphase.engine.local import ggml_devices, rpc
         from chatphase.engine.local.llama_params import cpu_system_info, offload_plan
         from chatphase.models.gguf_meta import read_model_info
 
         info = read_model_info(request["path"])
-        s = EngineConfig(**request["engine"]).validate().resolved()
+        config = EngineConfig(**request["engine"]).validate()
+        rpc.register(config.rpc_endpoints(), config.rpc_unauthenticated_ok)  # the plan splits across them too
+        s = config.resolved()
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), s["n_gpu_layers"])
         extra = offload_plan({**s, "n_gpu_layers": 0}, cpu_system_info(), gpu_ok).use_extra_bufts

@@ -374,4 +374,10 @@ class EngineHost:
     def _death(self, turn_id: int | None) -> EngineFailed:
         why = self._child.exit_reason() if self._child is not None else exit_reason(None)
         where = f"; details in {self.log_path}" if self.log_path else ""
-        return EngineFailed(f"the engine process died ({why}{where})", turn_id, fatal=True)
+        # ggml's RPC client aborts the process when a server goes away mid-compute (ggml-rpc.cpp RPC_STATUS_ASSERT)
+        rpc = (
+            f": an rpc-server of --rpc {self.config.rpc} may have gone away"
+            if self.config.rpc and why == "SIGABRT"
+            else ""
+        )
+        return EngineFailed(f"the engine process died ({why}{where}){rpc}", turn_id, fatal=True)

@@ -84,7 +84,7 @@ def device_lines(model: LoadedModel) -> list[str]:
         + fmt_device_memory(
             d.free_bytes,
             d.total_bytes,
-            sum(b.bytes for b in model.buffers if b.on_device and b.buffer == d.name) if model.buffers else None,
+            sum(b.bytes for b in model.buffers if b.on_device and b.buffer == d.buffer_name) if model.buffers else None,
         )
         for d in model.devices
         if d.type in OFFLOAD_TYPES
@@ -94,19 +94,24 @@ def device_lines(model: LoadedModel) -> list[str]:
 def placement_lines(model: LoadedModel) -> list[str]:
     """Where each layer lives, one line per place, from llama.cpp's own lines at the load: each GPU device, then
     the host, with its layers and what llama.cpp allocated there (:func:`memory_text`'s kinds): ``Vulkan0 ·
-    layers 19-29 + output · weights 68.1 MiB · KV 60.0 MiB · compute 10.0 MiB``, ``host · layers 0-18 · …``.
-    Empty where the engine did not say (a server's)."""
-    gpus = {d.name for d in model.devices if d.type in OFFLOAD_TYPES}
+    layers 19-29 + output · weights 68.1 MiB · KV 60.0 MiB · compute 10.0 MiB``, ``host · layers 0-18 · …``; an
+    rpc-server's device with its endpoint (``RPC0 at 192.168.1.20:50052 · layers 0-14 · …``). Empty where the
+    engine did not say (a server's)."""
+    gpus = {d.name: d for d in model.devices if d.type in OFFLOAD_TYPES}
     lines = []
     for p in sorted(model.placement, key=lambda p: p.device not in gpus):  # the GPU devices first, as ggml lists
-        on_gpu = p.device in gpus
+        dev = gpus.get(p.device)
         where = [f"layers {layer_ranges(p.layers)}"] if p.layers else []
         if p.output_layer:
             where.append("output")
-        mine = [b for b in model.buffers if (b.on_device and b.buffer == p.device) or (not on_gpu and not b.on_device)]
-        kinds = memory_by_place(tuple(mine))["device" if on_gpu else "host"]
+        buffer = dev.buffer_name if dev else None  # the device's buffer type; None: the host's buffers
+        mine = [
+            b for b in model.buffers if (b.on_device and b.buffer == buffer) or (buffer is None and not b.on_device)
+        ]
+        kinds = memory_by_place(tuple(mine))["device" if dev else "host"]
         order = [k for k in _KIND_LABELS if k in kinds] + [k for k in kinds if k not in _KIND_LABELS]
-        parts = [p.device if on_gpu else "host", " + ".join(where) or "no layers"]
+        name = "host" if dev is None else f"{p.device} at {dev.host}" if dev.host else p.device
+        parts = [name, " + ".join(where) or "no layers"]
         parts += [f"{_KIND_LABELS.get(k, k)} {fmt_bytes(kinds[k])}" for k in order]
         lines.append(" · ".join(parts))
     return lines
