@@ -175,7 +175,7 @@ def test_a_gpu_backend_that_did_not_start_is_still_the_builds_and_found_no_devic
 
     (tmp_path / "libggml-cuda.so").unlink()
     monkeypatch.setattr(gd, "_libggml", Registry)
-    monkeypatch.setattr(gd, "_lib_folder", lambda: tmp_path)
+    monkeypatch.setattr(gd, "lib_folder", lambda: tmp_path)
     assert gd.backends() == ("Vulkan", "CPU")
     why = why_no_offload(gd.backends(), (CPU,), -1)
     assert why.startswith("the Vulkan backend found no GPU device; a GPU needs its Vulkan driver")

@@ -12,11 +12,9 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +22,9 @@ import pytest
 from remote_support import free_port, stop_process
 
 from benchmarks import harness
+from chatphase.bench.rpc.servers import LocalRpcServers
 from chatphase.engine.memory_plan import layer_ranges
+from chatphase.errors import UsageError
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
@@ -57,40 +57,18 @@ def _tools() -> Path:
     return folder
 
 
-def _wait_listening(proc: subprocess.Popen, port: int, timeout_s: float) -> bool:
-    """Whether the server accepts on ``port`` within ``timeout_s`` (a connection closed at once: the server
-    takes it for a client that left, and serves the next)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return True
-        except OSError:
-            time.sleep(0.1)
-    return False
-
-
 @pytest.fixture
 def servers(tmp_path) -> Iterator[list[tuple[subprocess.Popen, str]]]:
-    """Two rpc-servers on free loopback ports, one CPU thread each: ``[(process, "127.0.0.1:PORT")]``; always
-    killed."""
-    exe = str(_tools() / "ggml-rpc-server")
-    started: list[tuple[subprocess.Popen, str]] = []
+    """Two rpc-servers on free loopback ports, one CPU thread each (the RPC sweep's own starter,
+    :class:`~chatphase.bench.rpc.servers.LocalRpcServers`): ``[(process, "127.0.0.1:PORT")]``; always stopped."""
+    log = tmp_path / "rpc.log"
     try:
-        for i in range(2):
-            port = free_port()
-            with (tmp_path / f"rpc{i}.log").open("wb") as out:
-                proc = subprocess.Popen(
-                    [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                )  # fmt: skip
-            started.append((proc, f"127.0.0.1:{port}"))
-            if not _wait_listening(proc, port, 30):
-                pytest.fail(f"ggml-rpc-server did not listen: {(tmp_path / f'rpc{i}.log').read_text(errors='replace')}")
-        yield started
-    finally:
-        for proc, _ in started:
-            stop_process(proc)
+        with LocalRpcServers(2, threads=1, binary=_tools() / "ggml-rpc-server", log_path=log) as started:
+            yield [
+                (proc, f"{host}:{port}") for proc, (host, port) in zip(started.procs, started.endpoints, strict=True)
+            ]
+    except UsageError as exc:
+        pytest.fail(f"{exc}: {log.read_text(errors='replace') if log.exists() else ''}")
 
 
 def _env(tmp_path: Path, name: str) -> dict[str, str]:

@@ -45,7 +45,8 @@ _PREFIX = "" if sys.platform == "win32" else "lib"
 _SUFFIX = ".dylib" if sys.platform == "darwin" else ".dll" if sys.platform == "win32" else ".so"
 
 
-def _lib_folder() -> Path:
+def lib_folder() -> Path:
+    """The folder the bindings loaded llama.cpp's libraries from (``LLAMA_CPP_LIB_PATH`` or the package's)."""
     import llama_cpp.llama_cpp as bindings  # the folder it loaded libllama from
 
     return Path(bindings._base_path)
@@ -53,7 +54,7 @@ def _lib_folder() -> Path:
 
 @cache
 def _libggml() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(_lib_folder() / f"{_PREFIX}ggml{_SUFFIX}"))
+    lib = ctypes.CDLL(str(lib_folder() / f"{_PREFIX}ggml{_SUFFIX}"))
     vp, sz = ctypes.c_void_p, ctypes.c_size_t
     for name, res, args in (
         ("ggml_backend_reg_count", sz, []),
@@ -86,7 +87,7 @@ def backends() -> tuple[str, ...]:
     registered = tuple(
         lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())
     )
-    return tuple(b for b in built_gpu_backends(_lib_folder()) if b not in registered) + registered
+    return tuple(b for b in built_gpu_backends(lib_folder()) if b not in registered) + registered
 
 
 def built_gpu_backends(folder: Path) -> tuple[str, ...]:
@@ -154,7 +155,7 @@ def add_rpc_server(endpoint: str) -> int:
     reg = lib.ggml_backend_reg_by_name(RPC_BACKEND.encode())
     address = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") if reg else None
     if not address:
-        raise RpcUnavailable(f"this llama.cpp build ({_lib_folder()}) has no RPC backend")
+        raise RpcUnavailable(f"this llama.cpp build ({lib_folder()}) has no RPC backend")
     before = lib.ggml_backend_dev_count()
     server = _ADD_SERVER(address)(endpoint.encode())
     if not server:
