@@ -59,7 +59,7 @@ LAYERS = {
     "bench.offload": {"bench.core", "bench.sweep", "engine", "errors", "models", "plotting", "units"},
     "bench.interference": {"bench.core", "engine", "engine.local", "errors", "models", "plotting", "timing", "units"},
     "bench.rates": {"bench.core", "engine", "errors", "units"},
-    "bench.rpc": {"bench.core", "engine", "engine.local", "errors", "models", "plotting", "units"},
+    "bench.rpc": {"bench.core", "engine", "engine.factory", "engine.local", "errors", "models", "plotting", "units"},
     "bench": {
         "bench.compare",
         "bench.core",

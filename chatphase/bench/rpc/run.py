@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 
 from chatphase.bench.core.contract import check_repetitions, validate_plan
-from chatphase.bench.core.events import BenchNotice, BenchStatus, RunDone, load_engine, placement_facts, system_facts
+from chatphase.bench.core.events import BenchStatus, RunDone, load_engine, placement_facts, system_facts
 from chatphase.bench.core.experiment import (
     count_list,
     gen_field,
@@ -178,6 +178,12 @@ class RpcRun(ModelRun):
 
     def __iter__(self) -> Iterator[object]:
         plan = validate_plan(self.plan, self.config.n_ctx)
+        with ExitStack() as outer:
+            builder = self.builder or outer.enter_context(vocab_builder(self.info.path))
+            yield from self._devices(plan, builder)
+        yield RunDone(self.result(cancelled=self._cancel.is_set()))
+
+    def _devices(self, plan: RpcPlan, builder: PromptBuilder) -> Iterator[object]:
         done, total = 0, plan.total_runs
         for devices in plan.rpc_devices:
             if self._cancel.is_set():
@@ -196,7 +202,6 @@ class RpcRun(ModelRun):
                 self._facts.setdefault("system", system_facts(loaded))
                 self._facts.setdefault("settings", settings_record(loaded, plan.to_dict(), []))
                 self._facts.setdefault("placements", {})[str(devices)] = placement_facts(loaded)
-                builder = PromptBuilder(EngineTokenizer(engine))
                 for shape in plan.links if devices else (LinkShape(),):
                     for proxy in proxies:
                         proxy.shape = shape
@@ -208,9 +213,6 @@ class RpcRun(ModelRun):
                         self._samples.append(sample)
                         done += 1
                         yield RpcProgress(sample, done, total)
-            if devices and not self._cancel.is_set():
-                yield BenchNotice(f"{devices} RPC devices: done")
-        yield RunDone(self.result(cancelled=self._cancel.is_set()))
 
     def _turn(
         self,
@@ -267,6 +269,22 @@ class RpcRun(ModelRun):
         return RunDone(self.result(cancelled=True))
 
 
+@contextmanager
+def vocab_builder(path: str) -> Iterator[PromptBuilder]:
+    """A prompt builder on the model's vocabulary, loaded alone in this process (the engines run in theirs)."""
+    from chatphase.engine.logfile import default_log_path
+    from chatphase.engine.prompting.vocab import VocabFile
+
+    try:
+        vocab = VocabFile(path, default_log_path())
+    except RuntimeError as exc:
+        raise EngineError(str(exc)) from None
+    try:
+        yield PromptBuilder(EngineTokenizer(vocab.vocab))
+    finally:
+        vocab.close()
+
+
 def rows_of(samples: list[RpcSample]) -> list[RpcRow]:
     """One row per (devices, RTT, rate): medians of the counted samples, the link's carriage per turn and per
     decode step (means: it hardly varies), and the prediction from the same device count's RTT 0 row."""
@@ -312,6 +330,10 @@ def _median(values: list[float | None]) -> float | None:
 def make_run(
     info: ModelInfo, config: EngineConfig, plan: RpcPlan, roofline: bool, log_path: str | None, **options
 ) -> RpcRun:
-    """The run of an :class:`RpcPlan` (an in-process engine per device count; no roofline peaks: the
-    prediction's baseline is measured)."""
-    return RpcRun(info, config, plan, roofline=False, log_path=log_path, **options)
+    """The run of an :class:`RpcPlan`: the engine of each device count in its own child process (ggml keeps an RPC
+    device registered for the life of the process, so a process that loaded through other servers would try to
+    reach them again); no roofline peaks: the prediction's baseline is measured."""
+    from chatphase.engine.factory import make_engine
+
+    factory = options.pop("engine_factory", None) or (lambda i, c: make_engine(i, c))
+    return RpcRun(info, config, plan, engine_factory=factory, roofline=False, log_path=log_path, **options)
