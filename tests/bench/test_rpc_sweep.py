@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from chatphase.bench.experiments import EXPERIMENTS, load_result
@@ -81,14 +85,18 @@ def test_a_result_saves_renders_and_loads_back(tmp_path):
     samples = [sample(0, 0, 8.0, 0), sample(1, 0, 10.0, 2), sample(1, 5, 21.0, 2)]
     result = RpcResult(
         model={"name": "m"}, settings={"plan": RpcPlan(rpc_rtt_ms=(5.0,)).to_dict(), "engine": {"n_threads": 2}},
-        placements={"1": {"devices": [{"name": "RPC0[127.0.0.1:1]"}]}}, rows=rows_of(samples), samples=samples,
+        placements={"1": {"devices": [{"name": "CPU"}, {"name": "RPC0", "host": "127.0.0.1:1"}],
+                          "placement": [{"device": "CPU", "layers": [0, 1]},
+                                        {"device": "RPC0", "layers": [2, 3], "output_layer": True}]}},
+        rows=rows_of(samples), samples=samples,
     )  # fmt: skip
     path = tmp_path / "rpc.json"
     path.write_text(result.to_json())
     back = load_result(path)
     assert isinstance(back, RpcResult) and back.rows == result.rows and back.samples == result.samples
     table = result.render("table")
-    assert "+5 ms" in table and "RPC0[127.0.0.1:1]" in table and "-5%" in table
+    assert "+5 ms" in table and "-5%" in table
+    assert "1 RPC devices: CPU layers 0-1; RPC0 at 127.0.0.1:1 layers 2-3 + output" in table
     assert result.render("csv").splitlines()[0].startswith("devices,rtt_ms,")
     assert EXPERIMENTS["rpc"].plan_from_dict(result.settings["plan"]) == RpcPlan(rpc_rtt_ms=(5.0,))
     with pytest.raises(UsageError, match="bench --rpc-rtt"):
@@ -99,3 +107,30 @@ def test_the_plot_draws_measured_and_predicted(tmp_path):
     samples = [sample(0, 0, 8.0, 0), sample(1, 0, 10.0, 2), sample(1, 5, 21.0, 2)]
     out = EXPERIMENTS["rpc"].plot([RpcResult(rows=rows_of(samples))], tmp_path / "rpc.png")
     assert out.stat().st_size > 10_000
+
+
+@pytest.mark.model
+@pytest.mark.timeout(600)
+def test_a_real_sweep_splits_the_model_and_every_round_trip_costs_the_added_rtt(tmp_path):
+    """``bench --rpc-rtt 20`` on the default model with one local rpc-server (the tools build): the load puts the
+    layers there, each decode step waits for the server at least once, and the step at +20 ms is at least its round trips
+    times 20 ms (a lower bound the link enforces, whatever the machine's speed)."""
+    from tests.engine.test_rpc_servers import _tools
+
+    out = tmp_path / "rpc.json"
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(_tools()))
+    args = ["--rpc-rtt", "20", "--rpc-devices", "1", "--reps", "1", "--warmup", "0", "--gen", "6",
+            "--prompt-lengths", "16", "--n-ctx", "256", "--format", "json", "-o", str(out)]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "chatphase", "bench", *args], capture_output=True, text=True,
+                          env=env, timeout=540)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = load_result(out)
+    assert isinstance(result, RpcResult)
+    base, slow = result.rows
+    assert (base.rtt_ms, slow.rtt_ms) == (0, 20)
+    assert base.decode_round_trips_per_step is not None and base.decode_round_trips_per_step >= 1
+    assert slow.decode_step_ms is not None and slow.decode_step_ms >= 20 * slow.decode_round_trips_per_step
+    assert slow.decode_step_predicted_ms is not None and slow.ttft_predicted_ms is not None
+    # with a GPU-like device present llama.cpp puts no repeating layer on the CPU: all go to the one server
+    placement = {p["device"]: p for p in result.placements["1"]["placement"]}
+    assert placement["RPC0"]["output_layer"] and len(placement["RPC0"]["layers"]) == result.model["n_layer"]

@@ -45,6 +45,7 @@ LAYERS = {
         "engine",
         "engine.local",
         "engine.process",
+        "engine.prompting",
         "errors",
         "models",
         "plotting",

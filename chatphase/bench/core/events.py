@@ -65,13 +65,15 @@ def system_facts(loaded: LoadedModel | None = None) -> dict:
 
 
 def placement_facts(loaded: LoadedModel) -> dict:
-    """Where the load put the model: backends, devices (memory free/total), layers offloaded, KV bytes per
-    token and llama.cpp's buffers by place and kind (:func:`chatphase.engine.events.memory_by_place`)."""
+    """Where the load put the model: backends, devices (memory free/total, an RPC device's host), layers offloaded,
+    each device's layers as llama.cpp placed them, KV bytes per token and llama.cpp's buffers by place and kind
+    (:func:`chatphase.engine.events.memory_by_place`)."""
     return {
         "backends": list(loaded.backends),
         "devices": [asdict(d) for d in loaded.devices],
         "layers_offloaded": loaded.layers_offloaded,
         "layers_total": loaded.layers_total,
+        "placement": [asdict(p) for p in loaded.placement],
         "kv_bytes_per_token": loaded.kv_bytes_per_token,
         "memory": memory_by_place(loaded.buffers),
         "slow_paths": list(loaded.slow_paths),

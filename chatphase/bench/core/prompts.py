@@ -19,8 +19,11 @@ engine evaluates; any object with llama-cpp-python's ``tokenize``/``detokenize``
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
+
+from chatphase.errors import EngineError
 
 #: the default source text: plain prose about what is being measured, repeated as needed.
 DEFAULT_SOURCE_TEXT = (
@@ -168,3 +171,24 @@ def _last_complete_utf8_boundary(pieces: Sequence[bytes]) -> int:
         if decoder.getstate()[0] == b"":
             best = i
     return best
+
+
+@contextmanager
+def vocab_builder(path: str) -> Iterator[PromptBuilder]:
+    """A prompt builder on the vocabulary of the GGUF at ``path``, loaded without its weights in this process
+    (for a run whose engines run in other processes).
+
+    Raises:
+        EngineError: llama.cpp could not read the vocabulary.
+    """
+    from chatphase.engine.logfile import default_log_path
+    from chatphase.engine.prompting.vocab import VocabFile
+
+    try:
+        vocab = VocabFile(path, default_log_path())
+    except RuntimeError as exc:
+        raise EngineError(str(exc)) from None
+    try:
+        yield PromptBuilder(EngineTokenizer(vocab.vocab))
+    finally:
+        vocab.close()

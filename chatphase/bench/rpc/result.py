@@ -17,6 +17,7 @@ from chatphase.bench.core.contract import stamp
 from chatphase.bench.core.report import num, render_report
 from chatphase.bench.core.results import Labelled, check_saved, header_fields, header_of, malformed, rows_csv
 from chatphase.bench.rpc.link import LinkCounters
+from chatphase.engine.memory_plan import layer_ranges
 from chatphase.plotting import write_rows
 from chatphase.units import fmt_bytes
 
@@ -192,8 +193,13 @@ def summary_lines(result: RpcResult) -> list[str]:
         f"{plan.get('server_threads')} thread(s) each, client threads {engine.get('n_threads')}"
     ]
     for devices, facts in sorted(result.placements.items(), key=lambda kv: int(kv[0])):
-        names = [d.get("name", "?") for d in facts.get("devices", ())]
-        lines.append(f"{devices} RPC devices: devices {', '.join(names) or 'CPU'}")
+        hosts = {d.get("name"): d.get("host") for d in facts.get("devices", ())}
+        places = []
+        for p in facts.get("placement", ()):
+            at = f" at {hosts[p['device']]}" if hosts.get(p["device"]) else ""
+            output = " + output" if p.get("output_layer") else ""
+            places.append(f"{p['device']}{at} layers {layer_ranges(tuple(p.get('layers', ()))) or 'none'}{output}")
+        lines.append(f"{devices} RPC devices: {'; '.join(places) or 'all on the CPU'}")
     lines.append(
         "prediction: the same device count's baseline (nothing added) + round trips × RTT + bytes ÷ link rate, "
         "round trips and bytes counted on the links (RT/step: round trips per decode step)"

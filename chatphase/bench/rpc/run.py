@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 from chatphase.bench.core.contract import check_repetitions, validate_plan
@@ -34,7 +34,7 @@ from chatphase.bench.core.experiment import (
     warmup_field,
     whole_number,
 )
-from chatphase.bench.core.prompts import EngineTokenizer, PromptBuilder
+from chatphase.bench.core.prompts import PromptBuilder, vocab_builder
 from chatphase.bench.core.run import ModelRun, model_record, settings_record
 from chatphase.bench.rpc.link import LinkCounters, LinkProxy, LinkShape
 from chatphase.bench.rpc.network import predicted_ms
@@ -267,22 +267,6 @@ class RpcRun(ModelRun):
 
     def partial_done(self) -> RunDone:
         return RunDone(self.result(cancelled=True))
-
-
-@contextmanager
-def vocab_builder(path: str) -> Iterator[PromptBuilder]:
-    """A prompt builder on the model's vocabulary, loaded alone in this process (the engines run in theirs)."""
-    from chatphase.engine.logfile import default_log_path
-    from chatphase.engine.prompting.vocab import VocabFile
-
-    try:
-        vocab = VocabFile(path, default_log_path())
-    except RuntimeError as exc:
-        raise EngineError(str(exc)) from None
-    try:
-        yield PromptBuilder(EngineTokenizer(vocab.vocab))
-    finally:
-        vocab.close()
 
 
 def rows_of(samples: list[RpcSample]) -> list[RpcRow]:
