@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from fake_engine import FakeEngine, fake_model_info
@@ -16,6 +17,7 @@ from chatphase.chat.token_view import as_json
 from chatphase.cli import main
 from chatphase.commands import ask
 from chatphase.commands.ask_tokens import colour_wanted, token_lines
+from chatphase.engine.events import TurnFinished
 from chatphase.engine.tokens import Piece, TurnTokens
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -102,9 +104,17 @@ def test_the_json_has_one_object_per_token_with_its_source():
     }
 
 
+class NoTokens(FakeEngine):
+    """An engine that sends no tokens (as a remote server)."""
+
+    def run_turn(self, request):
+        for ev in super().run_turn(request):
+            yield replace(ev, tokens=None) if isinstance(ev, TurnFinished) else ev
+
+
 def test_an_engine_without_tokens_says_so_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(ask, "model_info_for", lambda settings, pull=False: fake_model_info())
-    monkeypatch.setattr(ask, "engine_for", lambda s, info: FakeEngine(info, s.engine, replies=["fine"], notes=()))
+    monkeypatch.setattr(ask, "engine_for", lambda s, info: NoTokens(info, s.engine, replies=["fine"], notes=()))
     assert main(["ask", "--no-save", "--tokens", "--json", "hello"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["turns"][0]["tokens"] is None
