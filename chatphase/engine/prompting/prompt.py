@@ -89,7 +89,8 @@ class ChatTemplate:
             rest.pop(0)
             skip += 1
         encode = encode or self._tokenize
-        dropped, target, full, full_ids = skip, budget_tokens, None, ()
+        dropped, target, full = skip, budget_tokens, None
+        full_ids: tuple[int, ...] = ()
         while True:
             text, add_special = self.render(system + rest, enable_thinking)
             tokens = encode(text, add_special)
