@@ -15,7 +15,8 @@ from conftest import own_cache_dir
 from chatphase.chat.controller import ChatController
 from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.turn import Turn
-from chatphase.engine.events import TurnFinished
+from chatphase.engine.config import EngineConfig
+from chatphase.engine.events import Message, ModelLoaded, PrefillProgress, SamplingParams, TurnFinished, TurnRequest
 from chatphase.engine.local.llama import LlamaEngine
 from chatphase.engine.tokens import TurnTokens
 from chatphase.settings.schema import Settings
@@ -154,3 +155,25 @@ def test_a_speculative_turn_shows_its_drafted_and_accepted_tokens(default_model_
         assert all(0 <= i < len(t.reply_ids) for i in t.reply_accepted)
     finally:
         chat.close()
+
+
+def test_a_turn_stopped_during_its_prefill_shows_the_tokens_it_never_evaluated(default_model_info, tmp_path):
+    """Stopped after its first chunk of 16 (the cancel is asked while the engine waits on that chunk's event, so
+    the count does not depend on speed): 16 prefilled, the rest not evaluated, no reply."""
+    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512, n_batch=16), log_path=tmp_path / "e.log")
+    assert isinstance(list(engine.load())[-1], ModelLoaded)
+    try:
+        request = TurnRequest(1, (Message("user", FILLER),), SamplingParams(max_tokens=8, temperature=0))
+        finished = None
+        for ev in engine.run_turn(request):
+            if isinstance(ev, PrefillProgress) and ev.done_tokens == 16:
+                engine.cancel()
+            if isinstance(ev, TurnFinished):
+                finished = ev
+        assert finished is not None and finished.tokens is not None
+        t, m = finished.tokens, finished.metrics
+        assert m.stop_reason == "cancelled" and t.view_counts() == TurnTokens.metric_counts(m)
+        assert t.counts()["prefilled"] == 16 and t.counts()["unevaluated"] == len(t.prompt_ids) - 16 > 0
+        assert [s for _, _, s in t.spans()] == ["prefilled", "unevaluated"] and not t.reply_ids
+    finally:
+        engine.close()
