@@ -135,3 +135,27 @@ def test_the_token_view_at_80x24(snap_compare):
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+class ScreenApp(App[None]):
+    def __init__(self, tokens: TurnTokens) -> None:
+        super().__init__()
+        self.tokens = tokens
+
+    def on_mount(self) -> None:
+        self.push_screen(TokenScreen(3, self.tokens))
+
+
+async def test_a_piece_that_holds_escape_sequences_is_drawn_inert():
+    """A token's text comes from the model's vocabulary (a GGUF from anywhere): its controls are pictures and its
+    brackets never markup, in the grid and in the detail line."""
+    hostile = "\x1b]52;c;QUFB\x07[bold]x[/bold]\u202e"
+    pieces = {1: Piece(hostile, False), 2: Piece("<|im_start|>", True)}
+    tokens = TurnTokens((2, 1), 0, 0, 2, reply_ids=(1,), reply_t_ns=(5_000_000,), pieces=pieces)
+    app = ScreenApp(tokens)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen))
+        await pilot.press("right")
+        text = "\n".join(screen_lines(app))
+        assert "␛]52;c;QUFB␇[bold]x[/bold]�" in text and "\x1b" not in text and "\u202e" not in text
+        assert detail(app) == "prompt position 1 · id 1 · prefilled · «␛]52;c;QUFB␇[bold]x[/bold]�»"
