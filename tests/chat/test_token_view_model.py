@@ -63,8 +63,8 @@ def check(done: tuple[Turn, TurnFinished], engine: LlamaEngine) -> TurnTokens:
     n = m.prompt_tokens or 0
     cache = engine.cached_tokens
     if not m.dropped_messages:
-        assert tuple(cache[:n]) == t.prompt_ids
-        assert tuple(cache[n : n + len(t.reply_ids) - 1]) == t.reply_ids[:-1]
+        assert cache[:n] == list(t.prompt_ids)
+        assert cache[n : n + len(t.reply_ids) - 1] == list(t.reply_ids[:-1])
     itls = [t.itl_ms(i) for i in range(1, len(t.reply_ids))]
     if itls:
         assert max(x for x in itls if x is not None) == pytest.approx(m.itl_ms_max)

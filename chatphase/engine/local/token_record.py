@@ -44,18 +44,18 @@ class TokenRecorder:
         """The turn whose ``prompt`` had its first ``cached`` tokens in the KV cache (``restored`` of them from the
         prefix store), ``evaluated`` of the rest evaluated, ``ovf`` its overflow and ``out`` its reply — the
         arguments its :class:`~chatphase.engine.metrics.TurnMetrics` was computed from."""
-        left = tuple(ovf.left_out_ids) if ovf is not None else ()
+        left = ovf.left_out_ids if ovf is not None else []
         pieces = {t: self.piece(t) for t in {*prompt, *left, *out.ids}}
         return TurnTokens(
-            prompt_ids=tuple(prompt),
+            prompt_ids=prompt,
             restored=restored,
             cached=cached,
             prefilled=evaluated,
             left_out_ids=left,
             left_out_how="shifted" if ovf is not None and ovf.policy == "shift" else "dropped",
-            reply_ids=tuple(out.ids),
-            reply_t_ns=tuple(t - t_submit_ns for t in out.times),
-            reply_accepted=tuple(out.accepted),
+            reply_ids=out.ids,
+            reply_t_ns=[t - t_submit_ns for t in out.times],
+            reply_accepted=out.accepted,
             spec_steps=tuple(out.steps),
             pieces=pieces,
         )
