@@ -113,7 +113,7 @@ def test_overflowed_turns_show_the_tokens_they_left_out(default_model_info, tmp_
                 assert t.counts()["shifted" if policy == "shift" else "dropped"] == len(t.left_out_ids)
                 # the oldest note left: its words are among the left-out tokens
                 left = "".join(t.text(i) for i in t.left_out_ids)
-                assert "Note" in left and "<|im_start|>" in left
+                assert left.startswith("<|im_start|>user\nNote ") and left.endswith("<|im_end|>\n"), left
             if len(overflowed) >= 2:
                 break
         assert len(overflowed) >= 2, "the chat never overflowed"

@@ -84,7 +84,10 @@ def overflow_cut(req: TurnRequest | CountRequest, fitted: FittedPrompt, n_messag
     leave, llama.cpp untouched."""
     ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.overflow_from, n_messages - 1))
     ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
-    ovf.left_out_ids = left_out(fitted.full_ids, fitted.tokens, ovf.dropped_tokens)
+    vocab = kv.vocab
+    ovf.left_out_ids = left_out(
+        fitted.full_ids, fitted.tokens, ovf.dropped_tokens, lambda t: vocab.is_special(t) and not vocab.is_eog(t)
+    )
     ovf.cache_before = len(kv.tokens)
     cut = None
     if kv.known.n_tokens == len(kv.tokens):
@@ -102,15 +105,28 @@ def overflow_cut(req: TurnRequest | CountRequest, fitted: FittedPrompt, n_messag
     return ovf
 
 
-def left_out(full: Sequence[int], fitted: Sequence[int], n: int) -> list[int]:
-    """The ``n`` tokens of the prompt before the fit (``full``) that the fitted prompt lacks: those after the
-    prefix both share (the system prompt's), as the oldest messages were the ones dropped."""
-    start = 0
+def left_out(
+    full: Sequence[int], fitted: Sequence[int], n: int, opens_message: Callable[[int], bool] = lambda token: False
+) -> list[int]:
+    """The ``n`` tokens of the prompt before the fit (``full``) that the fitted prompt lacks. Every cut that leaves
+    ``fitted`` lies between the end of the prefix both share (the system prompt, and the next message's header
+    where the dropped one has the same) and the start of the suffix both share; the first token in that range that
+    ``opens_message`` (a chat template's header token: special, not end-of-generation) starts the cut, so that the
+    dropped messages start with their header; else the earliest cut. Where no cut leaves ``fitted`` exactly (the
+    text was tokenised otherwise), the one after the shared prefix."""
+    prefix = 0
     for a, b in zip(full, fitted, strict=False):
         if a != b:
             break
-        start += 1
-    start = max(0, min(start, len(full) - n))
+        prefix += 1
+    suffix = 0
+    for a, b in zip(reversed(full), reversed(fitted), strict=False):
+        if a != b or suffix >= len(fitted):
+            break
+        suffix += 1
+    last = max(0, len(full) - n)
+    low, high = max(0, len(full) - n - suffix), min(prefix, last)
+    start = next((s for s in range(low, high + 1) if opens_message(full[s])), low) if low <= high else high
     return list(full[start : start + n])
 
 

@@ -60,6 +60,10 @@ class Vocab:
         marker or BOS/EOS rather than text."""
         return bool(lc.llama_vocab_get_attr(self.ptr, token) & _SPECIAL_ATTRS)
 
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends a generation (``llama_vocab_is_eog``: EOS, ``<|im_end|>``, ``<|eot_id|>``…)."""
+        return bool(lc.llama_vocab_is_eog(self.ptr, token))
+
     def has_special(self, text: str) -> bool:
         """Whether ``text`` is one control or user-defined token of this vocabulary (a chat marker the
         model was trained on), not plain text spelled by several tokens."""
