@@ -361,7 +361,11 @@ class ChatPhaseApp(App[None]):
         if number not in tokens:
             number = max(tokens, default=None)
         if number is None:
-            why = "no turn has finished yet" if not self.dashboard.turns else "this engine does not send its tokens"
+            why = (
+                "no turn has finished yet"
+                if not self.dashboard.turns
+                else "no turn here carries its tokens (a remote server sends none; a resumed session's are not kept)"
+            )
             self.notify(f"No token view: {why}", severity="warning")
             return
         self.push_screen(TokenScreen(number, tokens[number]))

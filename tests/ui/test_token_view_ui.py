@@ -83,6 +83,19 @@ async def test_before_any_turn_it_says_why_nothing_opens():
         assert "No token view: no turn has finished yet" in notifications(app)
 
 
+async def test_an_engine_that_sends_no_tokens_says_so(monkeypatch):
+    import fake_engine
+
+    monkeypatch.setattr(fake_engine, "fake_tokens", lambda *args: None)  # as a remote server: no tokens
+    app, _ = make_app(replies=["Fine"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await one_turn(pilot)
+        await pilot.press("f12")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, TokenScreen)
+        assert "No token view: no turn here carries its tokens (a remote server sends none" in notifications(app)[-1]
+
+
 def big_tokens(n: int) -> TurnTokens:
     pieces = {i: Piece(f"w{i} ", False) for i in range(1000)}
     return TurnTokens(tuple(i % 1000 for i in range(n)), 0, n // 2, n - n // 2, pieces=pieces)
