@@ -44,6 +44,7 @@ from chatphase.engine.events import (
 from chatphase.engine.fit_hints import fit_hint
 from chatphase.engine.metrics import NS_PER_MS, StopReason, compute_turn_metrics, spec_figures
 from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingSplitter, ThinkingTracker
+from chatphase.engine.tokens import Piece, TurnTokens
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.models.kv import kv_capacity_bytes
 
@@ -77,6 +78,25 @@ def template_tokens(messages: Sequence[Message]) -> list[str]:
     for m in messages:
         tokens += ["<|im_start|>", m.role, *m.content.split(), "<|im_end|>"]
     return tokens + ["<|im_start|>", "assistant"]
+
+
+def fake_tokens(
+    prompt: Sequence[str], restored: int, cached: int, done: int, reply: Sequence[str], t_ns: Sequence[int]
+) -> TurnTokens:
+    """The fake template's tokens as a :class:`TurnTokens`: one id per distinct piece (a word of the prompt, with
+    a space after it but for the markers and the role, with a newline; a piece of the reply)."""
+    ids: dict[str, int] = {}
+
+    def shown(word: str) -> str:
+        return word if word.startswith("<|") else f"{word}\n" if word in ("system", "user", "assistant") else word + " "
+
+    texts = [shown(w) for w in prompt]
+    prompt_ids = tuple(ids.setdefault(w, len(ids) + 1) for w in texts)
+    reply_ids = tuple(ids.setdefault(w, len(ids) + 1) for w in reply)
+    pieces = {i: Piece(w, w.startswith("<|")) for w, i in ids.items()}
+    return TurnTokens(
+        prompt_ids, min(restored, cached), cached, done, (), "dropped", reply_ids, tuple(t_ns), pieces=pieces
+    )
 
 
 def split_reply(text: str) -> list[str]:
@@ -351,7 +371,8 @@ class FakeEngine:
         if restored:
             metrics = replace(metrics, restored_tokens=restored, restore_ms=restore_ms)
         reply, thought_text = "".join(text), "".join(thought)
-        yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text)
+        tokens = fake_tokens(prompt, restored, cached, done, pieces[: len(times)], [t - t_submit for t in times])
+        yield TurnFinished(request.turn_id, reply, metrics, thinking=thought_text, tokens=tokens)
 
     def count_prompt(self, request: CountRequest) -> PromptCount | None:
         """Count as :meth:`run_turn` would template (one token a word; a text alone: its words); ``None``

@@ -5,7 +5,9 @@ and one metrics line per turn goes to stderr; with ``--json`` one object goes to
 ``{"model": {...}, "settings": {...}, "turns": [{"prompt", "reply", "thinking", "metrics": {TurnMetrics},
 "server_timings"}]}`` (``thinking``: a reasoning model's thinking text, apart from the reply;
 ``server_timings``: a remote server's own timings, else ``null``; ``--server`` runs on a remote server).
-A reasoning model's thinking goes to stderr only with ``--show-thinking``.
+A reasoning model's thinking goes to stderr only with ``--show-thinking``. ``--tokens`` prints each turn's token
+view after its reply (:mod:`chatphase.commands.ask_tokens`); with ``--json`` each turn carries ``"tokens"``
+(:func:`chatphase.chat.token_view.as_json`: the prompt's tokens with their source, the reply's with their times).
 The model's text is written inert (:func:`~chatphase.engine.text.inert`: control characters other than
 newline and tab shown as pictures, ESC as ␛), to a terminal and to a pipe alike, unless ``--raw``;
 chatphase's own lines on stderr (notes, errors, metrics) always are, and ``--json`` escapes them.
@@ -32,7 +34,9 @@ from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.exactness import logits_words
 from chatphase.chat.listener import ChatListener, Notice
 from chatphase.chat.recording import SessionRecording
+from chatphase.chat.token_view import as_json as token_json
 from chatphase.chat.turn import Turn
+from chatphase.commands.ask_tokens import colour_wanted, token_lines
 from chatphase.commands.options import add_model_options, add_sampling_options, settings_from_args
 from chatphase.commands.server_options import add_server_options, engine_for, model_info_for
 from chatphase.engine.events import (
@@ -66,6 +70,12 @@ def register(sub) -> None:
         "--no-save", action="store_true", help="do not save this conversation as a session (see `chatphase sessions`)"
     )
     p.add_argument("--show-thinking", action="store_true", help="print a reasoning model's thinking to stderr")
+    p.add_argument(
+        "--tokens",
+        action="store_true",
+        help="show each turn's tokens: the prompt's by where they came from (restored, cached, prefilled, dropped), "
+        "the reply's with their times; with --json, one object per token",
+    )
     p.add_argument(
         "--raw",
         action="store_true",
@@ -155,8 +165,9 @@ class _Printer(ChatListener):
     The model's text is written inert unless ``raw`` (each chunk as it comes: :func:`inert` is per
     character, so a sequence split across chunks is caught too)."""
 
-    def __init__(self, as_json: bool, show_thinking: bool = False, raw: bool = False) -> None:
+    def __init__(self, as_json: bool, show_thinking: bool = False, raw: bool = False, tokens: bool = False) -> None:
         self.as_json = as_json
+        self.show_tokens = tokens
         self.shown = (lambda text: text) if raw else inert
         self.show_thinking = show_thinking and not as_json
         self.loaded: LoadedModel | None = None
@@ -214,15 +225,30 @@ class _Printer(ChatListener):
             sys.stdout.write("\n")
             fa = self.loaded.settings.flash_attn_enabled if self.loaded is not None else None
             say(metrics_line(turn.number, event.metrics, fa))
-        self.turns.append(
-            {
-                "prompt": turn.user,
-                "reply": event.reply,
-                "thinking": event.thinking,
-                "metrics": event.metrics.to_dict(),
-                "server_timings": event.server_timings,
-            }
-        )
+        record = {
+            "prompt": turn.user,
+            "reply": event.reply,
+            "thinking": event.thinking,
+            "metrics": event.metrics.to_dict(),
+            "server_timings": event.server_timings,
+        }
+        if self.show_tokens:
+            self._tokens(turn, event, record)
+        self.turns.append(record)
+
+    def _tokens(self, turn: Turn, event: TurnFinished, record: dict) -> None:
+        """The turn's token view: into its JSON record, else on stdout; one line where the engine has none."""
+        if event.tokens is None:
+            say(f"chatphase: turn {turn.number}: no token view (a remote server does not send its prompt's tokens)")
+            if self.as_json:
+                record["tokens"] = None
+            return
+        if self.as_json:
+            record["tokens"] = token_json(event.tokens)
+            return
+        for line in token_lines(event.tokens, turn.number, colour_wanted(sys.stdout)):
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
     @override
     def turn_failed(self, turn: Turn, message: str) -> None:
@@ -284,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     info = model_info_for(settings, pull=args.pull)
     engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
     chat = ChatController(settings, info, lambda _info, _settings: engine, InlineDispatcher())
-    printer = _Printer(args.json, args.show_thinking, args.raw)
+    printer = _Printer(args.json, args.show_thinking, args.raw, args.tokens)
     chat.add_listener(printer)
     recording = None
     if not args.no_save:

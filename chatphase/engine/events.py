@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.engine.overflow import DEFAULT_OVERFLOW
+from chatphase.engine.tokens import TurnTokens
 from chatphase.models.gguf_meta import ModelInfo
 
 Role = Literal["system", "user", "assistant"]
@@ -415,6 +416,8 @@ class TurnFinished:
     ``server_timings``: a remote server's own figures for the turn (llama-server's ``timings``:
     ``prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n``… plus ``network_queue_ms``), ``None``
     for the local engine and for servers that send none (see :mod:`chatphase.engine.remote.wire`).
+    ``tokens``: the prompt's and the reply's tokens (:mod:`chatphase.engine.tokens`; the local engine's alone,
+    ``None`` for a remote server).
     """
 
     turn_id: int
@@ -422,6 +425,7 @@ class TurnFinished:
     metrics: TurnMetrics
     server_timings: dict[str, Any] | None = None
     thinking: str = ""
+    tokens: TurnTokens | None = None
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,16 @@ ACTIONS: tuple[ChatAction, ...] = (
         "Show or hide the phase panel and dashboard (below the chat on narrow terminals)",
     ),
     ChatAction(
+        "view.tokens",
+        "f12",
+        "show_tokens",
+        "Tokens",
+        "View: Turn tokens",
+        "The selected (or last) turn's tokens: the prompt by where each came from (restored, cached, prefilled, "
+        "dropped), the reply on a time strip",
+        show=False,
+    ),
+    ChatAction(
         "engine.log",
         "f3",
         "show_log",

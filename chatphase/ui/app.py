@@ -352,6 +352,24 @@ class ChatPhaseApp(App[None]):
         """Tint accepted draft tokens in the streaming reply (speculative decoding), or stop."""
         self.view.toggle_draft_tint()
 
+    def action_show_tokens(self) -> None:
+        """Open the token view of the turn the dashboard shows, else of the last turn."""
+        from chatphase.ui.screens.tokens import TokenScreen  # screens load when first opened (startup)
+
+        tokens = self.view.turn_tokens
+        number = self.dashboard.selected_turn
+        if number not in tokens:
+            number = max(tokens, default=None)
+        if number is None:
+            why = (
+                "no turn has finished yet"
+                if not self.dashboard.turns
+                else "no turn here carries its tokens (a remote server sends none; a resumed session's are not kept)"
+            )
+            self.notify(f"No token view: {why}", severity="warning")
+            return
+        self.push_screen(TokenScreen(number, tokens[number]))
+
     def action_show_log(self) -> None:
         """Open the engine's log file in a scrollable screen."""
         from chatphase.ui.screens.modals import LogScreen  # screens load when first opened (startup)

@@ -49,6 +49,7 @@ from chatphase.engine.fit_hints import for_tui
 from chatphase.engine.memory_plan import LAYERS_NOTE
 from chatphase.engine.spec_modes import SPEC_WARNING
 from chatphase.engine.text import inert
+from chatphase.engine.tokens import TurnTokens
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.ui.dashboard.dashboard import Dashboard
@@ -103,6 +104,8 @@ class ChatView(ChatListener):
         self.prefill = PrefillDrawing(self.indicator, self.panel)
         self.thinking = ThinkingDrawing(self.chat_log, lambda: self.chat.settings.thinking_open)
         self.tick_s = TICK_S
+        #: each finished turn's tokens by its number (the token view), this chat's alone
+        self.turn_tokens: dict[int, TurnTokens] = {}
         self.panel_s = PANEL_S  # seconds between the panel's live redraws
         self._ticks = 0
         #: when streamed text may be committed as Markdown (replaced per engine; tests may set their own)
@@ -245,6 +248,10 @@ class ChatView(ChatListener):
         self.indicator.finished(event.metrics)
         self.panel.turn_finished(turn.number, event.metrics)
         self.dashboard.turn_finished(turn.number, event.metrics, turn.position + 1)
+        if event.tokens is not None:
+            self.turn_tokens[turn.number] = event.tokens
+        else:
+            self.turn_tokens.pop(turn.number, None)
         if event.metrics.n_threads_decode is not None:  # the thread policy's choice: likely the next turn's too
             self._engine_threads(event.metrics.n_threads_decode)
 
@@ -304,6 +311,7 @@ class ChatView(ChatListener):
         self._await(lambda: removal)
         self.panel.reset()
         self.dashboard.reset()
+        self.turn_tokens.clear()
         if self.chat.loaded is not None:
             self.indicator.show_ready(self.chat.loaded)
 

@@ -17,6 +17,7 @@ from chatphase.engine.events import (
     TurnRequest,
 )
 from chatphase.engine.process.host import EngineHost, coalesced
+from chatphase.engine.tokens import TurnTokens
 
 LONG = TurnRequest(
     1, (Message("user", "Write a long story about a dragon."),), SamplingParams(max_tokens=300, temperature=0)
@@ -78,6 +79,8 @@ def test_cancel_crosses_the_process_and_every_token_arrives(default_model_info, 
         # however the messages were grouped (that depends on the machine's speed: the rule is tested with
         # scripted times below), every token and every character crossed the pipe
         assert carried == fin.metrics.decode_tokens and text == fin.reply
+        # the turn's tokens crossed too, their counts the metrics' (the token view)
+        assert fin.tokens is not None and fin.tokens.view_counts() == TurnTokens.metric_counts(fin.metrics)
         events = list(host.run_turn(TurnRequest(2, LONG.messages, SamplingParams(max_tokens=4, temperature=0))))
         assert events[-1].metrics.stop_reason == "length" and events[-1].metrics.cached_tokens > 0
     finally:

@@ -29,10 +29,15 @@ from chatphase.engine.prompting.thinking import ThinkingFormat, ThinkingTracker
 
 @dataclass
 class Generated:
-    """What a reply's generation produced: each sampled token's time (ns), the answer's and the thinking
-    block's text pieces, the thinking tracker (``None`` for a model that does not think) and why it stopped."""
+    """What a reply's generation produced: each sampled token's time (ns) and id, the answer's and the thinking
+    block's text pieces, the thinking tracker (``None`` for a model that does not think) and why it stopped;
+    ``accepted`` the indices of accepted draft tokens and ``steps`` ``(first token index, drafted, accepted)`` per
+    speculative step (the token view, :mod:`chatphase.engine.tokens`)."""
 
     times: list[int] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    steps: list[tuple[int, int, int]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     thought: list[str] = field(default_factory=list)
     tracker: ThinkingTracker | None = None
@@ -95,6 +100,9 @@ class TokenStep:
                 return "stop"
         times = out.times
         times.append(t)
+        out.ids.append(token)
+        if drafted:
+            out.accepted.append(len(times) - 1)
         m.on_token(t)  # the thread policy: may change decode threads before this token is evaluated
         thinking_text, closed = "", False
         if track is not None:

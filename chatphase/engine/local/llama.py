@@ -57,6 +57,7 @@ from chatphase.engine.local.prefix_keeper import PrefixKeeper, Restored, cap_byt
 from chatphase.engine.local.prefix_store import Entry
 from chatphase.engine.local.projection import fit_layers
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
+from chatphase.engine.local.token_record import TokenRecorder
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.memory_plan import LAYERS_NOTE
 from chatphase.engine.metrics import StopReason, TurnMetrics, compute_turn_metrics, ns_to_ms
@@ -379,6 +380,7 @@ class LlamaEngine:
         devices = ggml_devices.devices()  # memory free after the model and context were allocated
         buffers = ggml_devices.buffer_sizes(self._log.buffer_mib(), devices)
         self._vocab = Vocab(lc.llama_model_get_vocab(self._model))
+        self._tokens = TokenRecorder(self._vocab)
         kv = self._kv = KvContext.of(ctx, self._model, self._vocab)
         if kv.n_ctx != s["n_ctx"]:
             notes.append(f"n_ctx {s['n_ctx']:,} -> {kv.n_ctx:,}: llama.cpp sizes the context in blocks of 256 tokens")
@@ -596,7 +598,8 @@ class LlamaEngine:
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
         metrics = self.threads.finish_turn(metrics)
-        yield TurnFinished(req.turn_id, "".join(out.parts), metrics, thinking="".join(out.thought))
+        tokens = self._tokens.turn(prompt, restored.tokens if restored else 0, cached, done, ovf, out, t_submit)
+        yield TurnFinished(req.turn_id, "".join(out.parts), metrics, thinking="".join(out.thought), tokens=tokens)
 
     def _exactness(self, m: TurnMetrics, kv: KvContext, cells: PromptCells, restored: Restored | None) -> TurnMetrics:
         """``m`` with the turn's statement of exactness (:func:`~chatphase.engine.exactness.turn_exactness`);

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chatphase.engine.events import CountRequest, Message, TurnRequest
@@ -25,7 +25,7 @@ class Overflow:
     prompt) this turn; ``cache_before`` tokens were cached then; ``kept_bytes`` where the kept history ends in the
     new prompt's text (``None``: not located); ``shifted`` whether the cache was shifted in place (in
     ``shift_ms``); ``reprefill`` the kept history's tokens evaluated again (mid-reply ones included, timed
-    apart)."""
+    apart); ``left_out_ids`` the ``dropped_tokens`` themselves (the token view)."""
 
     policy: str
     dropped_messages: int
@@ -37,6 +37,7 @@ class Overflow:
     reprefill: int = 0
     reply_reprefill_tokens: int = 0  # of ``reprefill``, those evaluated again mid-reply (drop-oldest)
     reply_reprefill_ms: float = 0.0
+    left_out_ids: list[int] = field(default_factory=list)
 
     def count_reprefill(
         self, prompt: Sequence[int], render: kv_shift.Render, text: bytes, cached: int, restored: bool
@@ -55,6 +56,7 @@ class Overflow:
         """Count what a reply that went on past n_ctx dropped (``room``, :class:`ReplyShift`) and evaluated again."""
         self.dropped_messages += room.dropped_messages
         self.dropped_tokens += room.dropped_tokens
+        self.left_out_ids += room.dropped_ids
         self.reprefill += room.reprefill_tokens
         self.reply_reprefill_tokens, self.reply_reprefill_ms = room.reprefill_tokens, room.reprefill_ms
 
@@ -82,6 +84,10 @@ def overflow_cut(req: TurnRequest | CountRequest, fitted: FittedPrompt, n_messag
     leave, llama.cpp untouched."""
     ovf = Overflow(req.overflow, fitted.dropped_messages - min(req.overflow_from, n_messages - 1))
     ovf.dropped_tokens = max(0, (fitted.full_tokens or 0) - len(fitted.tokens))
+    vocab = kv.vocab
+    ovf.left_out_ids = left_out(
+        fitted.full_ids, fitted.tokens, ovf.dropped_tokens, lambda t: vocab.is_special(t) and not vocab.is_eog(t)
+    )
     ovf.cache_before = len(kv.tokens)
     cut = None
     if kv.known.n_tokens == len(kv.tokens):
@@ -97,6 +103,31 @@ def overflow_cut(req: TurnRequest | CountRequest, fitted: FittedPrompt, n_messag
             if kv.tokens:
                 kv.known.add_prompt(len(kv.tokens), cut.text)
     return ovf
+
+
+def left_out(
+    full: Sequence[int], fitted: Sequence[int], n: int, opens_message: Callable[[int], bool] = lambda token: False
+) -> list[int]:
+    """The ``n`` tokens of the prompt before the fit (``full``) that the fitted prompt lacks. Every cut that leaves
+    ``fitted`` lies between the end of the prefix both share (the system prompt, and the next message's header
+    where the dropped one has the same) and the start of the suffix both share; the first token in that range that
+    ``opens_message`` (a chat template's header token: special, not end-of-generation) starts the cut, so that the
+    dropped messages start with their header; else the earliest cut. Where no cut leaves ``fitted`` exactly (the
+    text was tokenised otherwise), the one after the shared prefix."""
+    prefix = 0
+    for a, b in zip(full, fitted, strict=False):
+        if a != b:
+            break
+        prefix += 1
+    suffix = 0
+    for a, b in zip(reversed(full), reversed(fitted), strict=False):
+        if a != b or suffix >= len(fitted):
+            break
+        suffix += 1
+    last = max(0, len(full) - n)
+    low, high = max(0, len(full) - n - suffix), min(prefix, last)
+    start = next((s for s in range(low, high + 1) if opens_message(full[s])), low) if low <= high else high
+    return list(full[start : start + n])
 
 
 class ReplyShift:
@@ -129,6 +160,7 @@ class ReplyShift:
         self._rest = list(messages[len(self._system) :])
         self.text, self.prompt_len = text, prompt_len
         self.dropped_messages = self.dropped_tokens = self.reprefill_tokens = 0
+        self.dropped_ids: list[int] = []  # the ``dropped_tokens`` themselves, in the order they left
         self.shift_ms = self.reprefill_ms = 0.0
 
     @classmethod
@@ -168,6 +200,7 @@ class ReplyShift:
         if best is None:
             return False
         j, cut = best
+        gone = kv.tokens[cut.start : cut.end]
         t0 = time.perf_counter_ns()
         if self._reprefills:
             if not self._reprefill(cut.start, cut.end):
@@ -183,6 +216,7 @@ class ReplyShift:
         del self._rest[:j]
         self.dropped_messages += j
         self.dropped_tokens += freed
+        self.dropped_ids += gone
         return True
 
     def _reprefill(self, start: int, end: int) -> bool:

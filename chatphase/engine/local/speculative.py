@@ -286,6 +286,7 @@ def generate_speculative(
                 if auto is not None:
                     auto.observe(k, made, ns_to_ms(times[-1] - t_prev), n_threads)
                 steps.add(t_prev, times[-1], made, nd, agreed, nd == 0, n_threads)
+                out.steps.append((n_before, nd, agreed))
                 t_prev = times[-1]
                 policy(t_prev, nd + 1)  # may change the threads before the next step
                 steps.snapshot()

@@ -29,6 +29,7 @@ class FittedPrompt:
     text: str = ""
     add_special: bool = False
     full_tokens: int | None = None  # the prompt's length before this fit dropped anything (None: none dropped)
+    full_ids: tuple[int, ...] = ()  # those ``full_tokens`` tokens (the token view's left-out ones are among them)
 
 
 Encode = Callable[[str, bool], list[int]]
@@ -89,11 +90,12 @@ class ChatTemplate:
             skip += 1
         encode = encode or self._tokenize
         dropped, target, full = skip, budget_tokens, None
+        full_ids: tuple[int, ...] = ()
         while True:
             text, add_special = self.render(system + rest, enable_thinking)
             tokens = encode(text, add_special)
             if len(tokens) <= target or (full is not None and len(tokens) <= budget_tokens and len(rest) <= 3):
-                return FittedPrompt(tokens, dropped, text, add_special, full)
+                return FittedPrompt(tokens, dropped, text, add_special, full, full_ids)
             if len(rest) <= 1 or not drop:
                 what: What = "message" if len(rest) <= 1 else "conversation"
                 raise PromptTooLong(
@@ -101,6 +103,7 @@ class ChatTemplate:
                     f"{budget_tokens:,} ({fit_hint(what)})"
                 )
             if full is None:
+                full_ids = tuple(tokens)
                 full, target = len(tokens), min(budget_tokens, low_water if low_water is not None else budget_tokens)
             rest.pop(0)
             dropped += 1

@@ -55,6 +55,15 @@ class Vocab:
         """The bytes a token stands for in templated text (control tokens such as ``<|im_end|>`` as text)."""
         return self.piece(token) or self.piece(token, special=True)
 
+    def is_special(self, token: int) -> bool:
+        """Whether ``token`` is a control or user-defined token (``llama_vocab_get_attr``): a chat template's
+        marker or BOS/EOS rather than text."""
+        return bool(lc.llama_vocab_get_attr(self.ptr, token) & _SPECIAL_ATTRS)
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends a generation (``llama_vocab_is_eog``: EOS, ``<|im_end|>``, ``<|eot_id|>``…)."""
+        return bool(lc.llama_vocab_is_eog(self.ptr, token))
+
     def has_special(self, text: str) -> bool:
         """Whether ``text`` is one control or user-defined token of this vocabulary (a chat marker the
         model was trained on), not plain text spelled by several tokens."""

@@ -1,0 +1,315 @@
+"""The token view's two widgets, both on Textual's Line API (a ``ScrollView`` that draws only the lines in view, never a
+widget per token), so a 20,000-token prompt opens and scrolls as a short one does.
+
+:class:`TokenGrid`: the turn's tokens wrapped to the width, one section each for the tokens an overflow left out,
+the prompt and the reply, each prompt token on its source's colour (:data:`~chatphase.chat.token_view.PALETTE`,
+neighbours in two shades so their edges show), special tokens bold and underlined. :class:`GapStrip`: the reply's
+tokens on a time strip, one cell each, its height the gap before it (ITL) against the turn's longest, accepted
+drafts in their own colour. Arrow keys move a selection in either; each says it with :class:`TokenSelected`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.cells import cell_len, chop_cells
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding
+from textual.color import Color
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from chatphase.chat.token_view import ACCEPTED_COLOUR, NEWLINE_MARK, PALETTE, shown
+from chatphase.engine.tokens import TurnTokens
+
+Part = Literal["left_out", "prompt", "reply"]
+BLOCKS = "▁▂▃▄▅▆▇█"
+_INK = Color.parse("#000000")
+_WHITE = Color.parse("#ffffff")
+
+
+@dataclass(frozen=True)
+class TokenRef:
+    """One token of the view: ``part`` and its index there (a prompt index is its position)."""
+
+    part: Part
+    index: int
+
+
+class TokenSelected(Message):
+    """The selection moved to ``ref``."""
+
+    def __init__(self, ref: TokenRef) -> None:
+        super().__init__()
+        self.ref = ref
+
+
+def _shades(hex_colour: str) -> tuple[Style, Style]:
+    """The source's two backgrounds (its colour, and lighter), black ink on both."""
+    base = Color.parse(hex_colour)
+    light = base.blend(_WHITE, 0.35)
+    return (
+        Style(color=_INK.rich_color, bgcolor=base.rich_color),
+        Style(color=_INK.rich_color, bgcolor=light.rich_color),
+    )
+
+
+class _Entries:
+    """The grid's tokens in order as parallel arrays: where each comes from and its index there; headers between
+    the parts. Built once per turn."""
+
+    def __init__(self, t: TurnTokens) -> None:
+        self.t = t
+        self.parts: list[tuple[Part, int, int, str]] = []  # (part, first entry, count, header)
+        n_left, n_prompt, n_reply = len(t.left_out_ids), len(t.prompt_ids), len(t.reply_ids)
+        start = 0
+        if n_left:
+            self.parts.append(("left_out", start, n_left, f"left out by the overflow ({t.left_out_how}) · {n_left:,}"))
+            start += n_left
+        self.parts.append(("prompt", start, n_prompt, f"prompt · {n_prompt:,} tok"))
+        start += n_prompt
+        if n_reply:
+            self.parts.append(("reply", start, n_reply, f"reply · {n_reply:,} tok"))
+        self.n = start + n_reply
+
+    def ref(self, entry: int) -> TokenRef:
+        for part, first, count, _ in self.parts:
+            if first <= entry < first + count:
+                return TokenRef(part, entry - first)
+        raise IndexError(entry)
+
+    def entry(self, ref: TokenRef) -> int:
+        for part, first, _, _ in self.parts:
+            if part == ref.part:
+                return first + ref.index
+        raise KeyError(ref.part)
+
+    def token(self, ref: TokenRef) -> int:
+        t = self.t
+        ids = {"left_out": t.left_out_ids, "prompt": t.prompt_ids, "reply": t.reply_ids}[ref.part]
+        return ids[ref.index]
+
+
+class TokenGrid(ScrollView, can_focus=True):
+    """The turn's tokens wrapped to the width (:mod:`module docstring <chatphase.ui.screens.token_grid>`)."""
+
+    DEFAULT_CSS = """
+    TokenGrid {
+        height: 1fr;
+        background: $surface;
+    }
+    TokenGrid:focus {
+        background-tint: $foreground 3%;
+    }
+    """
+
+    BINDINGS = [
+        Binding("left", "move(-1)", "Previous token", show=False),
+        Binding("right", "move(1)", "Next token", show=False),
+        Binding("up", "line(-1)", "Line up", show=False),
+        Binding("down", "line(1)", "Line down", show=False),
+        Binding("pageup", "line(-10)", "Page up", show=False),
+        Binding("pagedown", "line(10)", "Page down", show=False),
+        Binding("home", "ends(0)", "First token", show=False),
+        Binding("end", "ends(1)", "Last token", show=False),
+    ]
+
+    def __init__(self, tokens: TurnTokens, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.entries = _Entries(tokens)
+        self.cursor = self.entries.parts[0][1] if self.entries.n else 0
+        self._texts: list[str] | None = None
+        self._styles = self._make_styles(tokens)
+        self._width = -1
+        # the layout: each line's first entry (-1 - part for a header line) and each entry's line and column
+        self._line_first: list[int] = []
+        self._entry_line = array("i")
+        self._entry_x = array("i")
+
+    # -- layout ----------------------------------------------------------------------------------
+    def _make_styles(self, t: TurnTokens) -> list[Style]:
+        """One style per entry: the source's shade by parity (a reply token's: plain, or an accepted draft's), bold
+        and underlined for a special token."""
+        shades = {src: _shades(colour) for src, colour in PALETTE.items()}
+        accepted_shades, plain = _shades(ACCEPTED_COLOUR), (Style(), Style(dim=True))
+        accepted = frozenset(t.reply_accepted)
+        special = Style(bold=True, underline=True)
+        out = [shades[t.left_out_how][i % 2] for i in range(len(t.left_out_ids))]
+        for start, end, src in t.spans():
+            out += [shades[src][i % 2] for i in range(start, end)]
+        out += [accepted_shades[i % 2] if i in accepted else plain[i % 2] for i in range(len(t.reply_ids))]
+        ids = (*t.left_out_ids, *t.prompt_ids, *t.reply_ids)
+        return [style + special if t.special(tok) else style for style, tok in zip(out, ids, strict=True)]
+
+    def _text(self, entry: int) -> str:
+        if self._texts is None:
+            t = self.entries.t
+            self._texts = [shown(t.text(tok)) or "∅" for tok in (*t.left_out_ids, *t.prompt_ids, *t.reply_ids)]
+        return self._texts[entry]
+
+    def _layout(self, width: int) -> None:
+        """Wrap the entries to ``width`` cells: a part's header on a line of its own, a line broken after a
+        newline piece or where the next token would not fit."""
+        width = max(width, 8)
+        self._width = width
+        first: list[int] = []
+        line_of, x_of = array("i", bytes(4 * self.entries.n)), array("i", bytes(4 * self.entries.n))
+        for p, (_, start, count, _) in enumerate(self.entries.parts):
+            first.append(-1 - p)
+            x = width  # start a line at the part's first token
+            for e in range(start, start + count):
+                w = min(cell_len(self._text(e)), width)
+                if x + w > width:
+                    first.append(e)
+                    x = 0
+                line_of[e], x_of[e] = len(first) - 1, x
+                x += w
+                if self._text(e).endswith(NEWLINE_MARK):
+                    x = width
+        self._line_first, self._entry_line, self._entry_x = first, line_of, x_of
+        self.virtual_size = Size(width, len(first))
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._width:
+            self._layout(width)
+            self.scroll_to_cursor(animate=False)
+            self.refresh()
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        line = self.scroll_offset.y + y
+        width = self.scrollable_content_region.width
+        if self._width < 0 or line >= len(self._line_first):
+            return Strip.blank(width, self.rich_style)
+        first = self._line_first[line]
+        if first < 0:  # a header
+            header = self.entries.parts[-1 - first][3]
+            text = f"── {header} " + "─" * max(0, width - cell_len(header) - 4)
+            return Strip([Segment(text[:width], Style(bold=True))]).adjust_cell_length(width, self.rich_style)
+        segments, e = [], first
+        n = self.entries.n
+        while e < n and self._entry_line[e] == line:
+            text = self._text(e)
+            if cell_len(text) > width:
+                text = chop_cells(text, width)[0]
+            style = self._styles[e]
+            if e == self.cursor:
+                style = style + Style(reverse=True)
+            segments.append(Segment(text, style))
+            e += 1
+        return Strip(segments).adjust_cell_length(width, self.rich_style)
+
+    # -- selection -------------------------------------------------------------------------------
+    def select(self, ref: TokenRef, notify: bool = True) -> None:
+        """Move the selection to ``ref`` and bring it into view."""
+        self.cursor = max(0, min(self.entries.entry(ref), self.entries.n - 1))
+        self.scroll_to_cursor()
+        self.refresh()
+        if notify:
+            self.post_message(TokenSelected(self.entries.ref(self.cursor)))
+
+    @property
+    def selected(self) -> TokenRef:
+        return self.entries.ref(self.cursor)
+
+    def scroll_to_cursor(self, animate: bool = False) -> None:
+        if not self.entries.n or self._width < 0:
+            return
+        e = self.cursor
+        line = self._entry_line[e]
+        if line > 0 and self._line_first[line - 1] < 0:
+            line -= 1  # the part's header with its first line
+        self.scroll_to_region(Region(0, line, 1, 1 + self._entry_line[e] - line), animate=animate, immediate=True)
+
+    def action_move(self, delta: int) -> None:
+        if self.entries.n:
+            self.select(self.entries.ref(max(0, min(self.cursor + delta, self.entries.n - 1))))
+
+    def action_line(self, delta: int) -> None:
+        """The token under the cursor's column ``delta`` token lines away (headers skipped)."""
+        if not self.entries.n or self._width < 0:
+            return
+        lines = [i for i, f in enumerate(self._line_first) if f >= 0]
+        here = lines.index(self._entry_line[self.cursor])
+        target = lines[max(0, min(here + delta, len(lines) - 1))]
+        x = self._entry_x[self.cursor]
+        e = self._line_first[target]
+        while e + 1 < self.entries.n and self._entry_line[e + 1] == target and self._entry_x[e + 1] <= x:
+            e += 1
+        self.select(self.entries.ref(e))
+
+    def action_ends(self, last: int) -> None:
+        if self.entries.n:
+            self.select(self.entries.ref(self.entries.n - 1 if last else 0))
+
+
+class GapStrip(ScrollView, can_focus=True):
+    """The reply's tokens on a time strip: one cell each, its block's height the gap before it against the
+    turn's longest (the first token, whose time is the TTFT, a bar of its own colour); scrolls sideways."""
+
+    DEFAULT_CSS = """
+    GapStrip {
+        height: 2;
+        background: $surface;
+        scrollbar-size-horizontal: 1;
+        overflow-y: hidden;
+    }
+    GapStrip:focus {
+        background-tint: $foreground 3%;
+    }
+    """
+
+    BINDINGS = [
+        Binding("left", "move(-1)", "Previous token", show=False),
+        Binding("right", "move(1)", "Next token", show=False),
+        Binding("home", "ends(0)", "First token", show=False),
+        Binding("end", "ends(1)", "Last token", show=False),
+    ]
+
+    def __init__(self, tokens: TurnTokens, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.t = tokens
+        n = len(tokens.reply_ids)
+        gaps = [tokens.itl_ms(i) or 0.0 for i in range(n)]
+        longest = max(gaps, default=0.0)
+        self._cells = "".join(
+            "▕" if i == 0 else BLOCKS[min(7, int(8 * g / longest))] if longest > 0 else BLOCKS[0]
+            for i, g in enumerate(gaps)
+        )
+        accepted = frozenset(tokens.reply_accepted)
+        plain, draft = Style(color=PALETTE["prefilled"]), Style(color=ACCEPTED_COLOUR)
+        self._styles = [draft if i in accepted else plain for i in range(n)]
+        self.cursor = 0
+        self.virtual_size = Size(n, 1)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y != 0 or not self._cells:
+            return Strip.blank(width, self.rich_style)
+        x0 = self.scroll_offset.x
+        segments = []
+        for i in range(x0, min(x0 + width, len(self._cells))):
+            style = self._styles[i] + Style(reverse=True) if i == self.cursor else self._styles[i]
+            segments.append(Segment(self._cells[i], style))
+        return Strip(segments).adjust_cell_length(width, self.rich_style)
+
+    def select(self, index: int, notify: bool = True) -> None:
+        if not self._cells:
+            return
+        self.cursor = max(0, min(index, len(self._cells) - 1))
+        self.scroll_to_region(Region(self.cursor, 0, 1, 1), animate=False, immediate=True)
+        self.refresh()
+        if notify:
+            self.post_message(TokenSelected(TokenRef("reply", self.cursor)))
+
+    def action_move(self, delta: int) -> None:
+        self.select(self.cursor + delta)
+
+    def action_ends(self, last: int) -> None:
+        self.select(len(self._cells) - 1 if last else 0)

@@ -1,0 +1,93 @@
+"""The token view of one turn (a key and the palette open it for the selected or last turn): the counts that equal
+its metrics, a legend, the prompt's tokens coloured by where they came from, the reply's tokens on a time strip,
+and the selected token's id, position, text (inert) and time. Tab moves between the grid and the strip; Esc or q
+closes it. The data is :class:`~chatphase.engine.tokens.TurnTokens`; the words are :mod:`chatphase.chat.token_view`'s.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, Static
+
+from chatphase.chat.token_view import ACCEPTED_COLOUR, LEGEND, PALETTE, counts_line, shown, sources_present
+from chatphase.engine.tokens import TurnTokens
+from chatphase.ui.screens.modals import CloseableScreen
+from chatphase.ui.screens.token_grid import GapStrip, TokenGrid, TokenRef, TokenSelected
+from chatphase.units import fmt_ms
+
+
+def legend(t: TurnTokens) -> Text:
+    """A swatch and the words per source this turn has, then the marks for special tokens and accepted drafts."""
+    out = Text()
+    for src in sources_present(t):
+        out.append("  ", style=f"on {PALETTE[src]}")
+        out.append(f" {LEGEND[src]}  ")
+    out.append("special", style="bold underline")
+    out.append(" template token")
+    if t.reply_accepted:
+        out.append("  ")
+        out.append("  ", style=f"on {ACCEPTED_COLOUR}")
+        out.append(" accepted draft")
+    return out
+
+
+def detail(t: TurnTokens, ref: TokenRef) -> Text:
+    """The selected token in one line: where it is, its id, source, time (a reply token) and text, inert."""
+    if ref.part == "reply":
+        tok = t.reply_ids[ref.index]
+        gap = t.itl_ms(ref.index)
+        when = f"t {fmt_ms(t.t_ms(ref.index))} · " + ("TTFT" if gap is None else f"gap {fmt_ms(gap)}")
+        draft = " · accepted draft" if ref.index in t.reply_accepted else ""
+        head = f"reply #{ref.index:,} · id {tok} · {when}{draft}"
+    elif ref.part == "left_out":
+        tok = t.left_out_ids[ref.index]
+        head = f"left out #{ref.index:,} · id {tok} · {t.left_out_how}"
+    else:
+        tok = t.prompt_ids[ref.index]
+        head = f"prompt position {ref.index:,} · id {tok} · {t.source(ref.index)}"
+    special = " · special" if t.special(tok) else ""
+    return Text(f"{head}{special} · «{shown(t.text(tok))}»")
+
+
+class TokenScreen(CloseableScreen):
+    """Turn ``number``'s tokens (:mod:`module docstring <chatphase.ui.screens.tokens>`)."""
+
+    CSS_PATH = "tokens.tcss"
+
+    def __init__(self, number: int, tokens: TurnTokens) -> None:
+        super().__init__()
+        self.number, self.tokens = number, tokens
+
+    def compose(self) -> ComposeResult:
+        t = self.tokens
+        with Vertical(id="tokens-box", classes="modal-box"):
+            yield Label(self.titled(f"Turn {self.number} tokens  ·  Tab grid/strip"), classes="panel-title")
+            yield Static(Text(counts_line(t)), id="tokens-counts")
+            yield Static(legend(t), id="tokens-legend")
+            yield TokenGrid(t, id="tokens-grid")
+            if t.reply_ids:
+                yield Label("reply on a time strip: each token's height is the gap before it", id="tokens-strip-title")
+                yield GapStrip(t, id="tokens-strip")
+            yield Static(Text(""), id="tokens-detail")
+
+    def on_mount(self) -> None:
+        grid = self.query_one(TokenGrid)
+        grid.focus()
+        self._show(grid.selected)
+
+    def on_token_selected(self, message: TokenSelected) -> None:
+        message.stop()
+        ref = message.ref
+        if ref.part == "reply":  # the other widget follows, without saying it again
+            for strip in self.query(GapStrip):
+                if message.control is not strip:
+                    strip.select(ref.index, notify=False)
+        grid = self.query_one(TokenGrid)
+        if grid.selected != ref:
+            grid.select(ref, notify=False)
+        self._show(ref)
+
+    def _show(self, ref: TokenRef) -> None:
+        self.query_one("#tokens-detail", Static).update(detail(self.tokens, ref))

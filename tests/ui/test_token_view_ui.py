@@ -1,0 +1,174 @@
+"""The token view screen: F12 (and the palette's "View: Turn tokens") opens it on the last turn, or the turn the
+dashboard shows; arrows move the selection through the prompt and the reply's time strip, the detail line says the
+token; Esc closes it; a turn-less chat says why nothing opens. A snapshot at 80x24. The grid draws only the lines
+in view (a 20,000-token prompt renders a screen's worth of lines, not 20,000 widgets)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.widgets import Static
+from ui_support import idle, make_app, notifications, screen_lines, send, settle, wait_for
+
+from chatphase.engine.tokens import Piece, TurnTokens
+from chatphase.ui.screens.token_grid import GapStrip, TokenGrid, TokenRef
+from chatphase.ui.screens.tokens import TokenScreen
+
+
+async def one_turn(pilot, text: str = "Hello there") -> None:
+    await settle(pilot)
+    await send(pilot, text)
+    await wait_for(pilot, lambda: len(pilot.app.chat.conversation) == 2 and idle(pilot.app))
+
+
+def detail(app) -> str:
+    widget = app.screen.query_one("#tokens-detail", Static)
+    content = widget.content if hasattr(widget, "content") else widget.renderable
+    return str(content.plain if isinstance(content, Text) else content)
+
+
+async def test_f12_opens_the_last_turn_moves_the_selection_and_esc_closes(tmp_path):
+    app, _ = make_app(replies=["Fine thanks"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await one_turn(pilot)
+        await pilot.press("f12")
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen))
+        screen = app.screen
+        t = app.view.turn_tokens[1]
+        assert screen.number == 1 and screen.tokens is t
+        assert "prompt 7 tok: prefilled 7 · reply 2 tok" in "\n".join(screen_lines(app))
+        assert detail(app) == f"prompt position 0 · id {t.prompt_ids[0]} · prefilled · special · «<|im_start|>»"
+        await pilot.press("right")
+        assert detail(app) == f"prompt position 1 · id {t.prompt_ids[1]} · prefilled · «user↵»"
+        await pilot.press("down")  # the token under it on the next line: "Hello " and "there " are 12 cells
+        assert screen.query_one(TokenGrid).selected == TokenRef("prompt", 4)
+        await pilot.press("left")
+        assert detail(app) == f"prompt position 3 · id {t.prompt_ids[3]} · prefilled · «there »"
+        await pilot.press("end")  # the reply's last token: the strip follows
+        assert screen.query_one(TokenGrid).selected == TokenRef("reply", 1)
+        assert screen.query_one(GapStrip).cursor == 1
+        assert detail(app).startswith(f"reply #1 · id {t.reply_ids[1]} · t ") and "gap " in detail(app)
+        await pilot.press("tab")  # the strip
+        assert screen.query_one(GapStrip).has_focus
+        await pilot.press("left")
+        assert screen.query_one(TokenGrid).selected == TokenRef("reply", 0) and "TTFT" in detail(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, TokenScreen))
+
+
+async def test_the_palette_opens_it_for_the_turn_the_dashboard_shows(tmp_path):
+    app, _ = make_app(replies=["One", "Two words"])
+    async with app.run_test(size=(120, 36)) as pilot:
+        await one_turn(pilot, "First")
+        await send(pilot, "Second")
+        await wait_for(pilot, lambda: len(app.chat.conversation) == 4 and idle(app))
+        app.dashboard.show_turn(1)
+        app.action_command_palette()
+        await pilot.pause(0.2)
+        await pilot.press(*"Turn tokens")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen))
+        assert app.screen.number == 1
+        assert app.screen.tokens.view_counts() == TurnTokens.metric_counts(app.dashboard.turns[1])
+
+
+async def test_before_any_turn_it_says_why_nothing_opens():
+    app, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f12")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, TokenScreen)
+        assert "No token view: no turn has finished yet" in notifications(app)
+
+
+async def test_an_engine_that_sends_no_tokens_says_so(monkeypatch):
+    import fake_engine
+
+    monkeypatch.setattr(fake_engine, "fake_tokens", lambda *args: None)  # as a remote server: no tokens
+    app, _ = make_app(replies=["Fine"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await one_turn(pilot)
+        await pilot.press("f12")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, TokenScreen)
+        assert "No token view: no turn here carries its tokens (a remote server sends none" in notifications(app)[-1]
+
+
+def big_tokens(n: int) -> TurnTokens:
+    pieces = {i: Piece(f"w{i} ", False) for i in range(1000)}
+    return TurnTokens(tuple(i % 1000 for i in range(n)), 0, n // 2, n - n // 2, pieces=pieces)
+
+
+class GridApp(App[None]):
+    def __init__(self, tokens: TurnTokens) -> None:
+        super().__init__()
+        self.tokens = tokens
+
+    def compose(self) -> ComposeResult:
+        yield TokenGrid(self.tokens)
+
+
+async def test_a_20000_token_prompt_draws_only_the_lines_in_view(monkeypatch):
+    drawn: list[int] = []
+    original = TokenGrid.render_line
+
+    def spy(self, y):
+        drawn.append(y)
+        return original(self, y)
+
+    monkeypatch.setattr(TokenGrid, "render_line", spy)
+    app = GridApp(big_tokens(20_000))
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = app.query_one(TokenGrid)
+        await pilot.pause()
+        assert grid.virtual_size.height > 1000  # every token laid out (about 16 a line)
+        assert drawn and max(drawn) < 24
+        drawn.clear()
+        grid.focus()
+        await pilot.press("pagedown", "pagedown", "end")
+        await pilot.pause()
+        assert grid.selected == TokenRef("prompt", 19_999) and grid.scroll_offset.y > 1000
+        assert drawn and max(drawn) < 24 and len(drawn) < 24 * 6
+
+
+def test_the_token_view_at_80x24(snap_compare):
+    """Turn 2 of a two-turn chat: the counts (cached and prefilled), the legend with their swatches, the prompt's
+    cached tokens in sky blue and the new ones in orange, special tokens bold, the reply's two tokens and the
+    time strip, the first prompt token selected."""
+    app, _ = make_app(replies=["One", "Two words"])
+
+    async def run_before(pilot):
+        await one_turn(pilot, "First")
+        await send(pilot, "Second")
+        await wait_for(pilot, lambda: len(pilot.app.chat.conversation) == 4 and idle(pilot.app))
+        await pilot.press("f12")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, TokenScreen))
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+class ScreenApp(App[None]):
+    def __init__(self, tokens: TurnTokens) -> None:
+        super().__init__()
+        self.tokens = tokens
+
+    def on_mount(self) -> None:
+        self.push_screen(TokenScreen(3, self.tokens))
+
+
+async def test_a_piece_that_holds_escape_sequences_is_drawn_inert():
+    """A token's text comes from the model's vocabulary (a GGUF from anywhere): its controls are pictures and its
+    brackets never markup, in the grid and in the detail line."""
+    hostile = "\x1b]52;c;QUFB\x07[bold]x[/bold]\u202e"
+    pieces = {1: Piece(hostile, False), 2: Piece("<|im_start|>", True)}
+    tokens = TurnTokens((2, 1), 0, 0, 2, reply_ids=(1,), reply_t_ns=(5_000_000,), pieces=pieces)
+    app = ScreenApp(tokens)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen))
+        await pilot.press("right")
+        text = "\n".join(screen_lines(app))
+        assert "␛]52;c;QUFB␇[bold]x[/bold]�" in text and "\x1b" not in text and "\u202e" not in text
+        assert detail(app) == "prompt position 1 · id 1 · prefilled · «␛]52;c;QUFB␇[bold]x[/bold]�»"
