@@ -174,3 +174,24 @@ def test_a_refusing_server_among_the_list_is_one_line_before_the_load(servers, t
     assert done.stderr.strip().splitlines() == [
         f"chatphase: --rpc 127.0.0.1:{closed} refused the connection: is rpc-server running there?"
     ]
+
+
+def test_llama_server_over_rpc_behind_server_shows_its_timings(servers, tmp_path, default_model_path):
+    """Remote mode: llama-server (the same tools build) with its layers on an rpc-server, behind ``--server``: the
+    turn carries the server's own timings, and llama-server's log shows its weights on the RPC device."""
+    from tests.engine.test_remote_slots_server import _start
+
+    (_, a), _ = servers
+    log = tmp_path / "llama-server.log"
+    server, url = _start(str(default_model_path), log, "--rpc", a, "-ngl", "99", "-lv", "4")
+    try:
+        done = _ask(tmp_path, "served", "--json", "--max-tokens", "8", "--server", url, PROMPT)
+    finally:
+        stop_process(server)
+    assert done.returncode == 0, done.stderr
+    turn = json.loads(done.stdout)["turns"][0]
+    timings = turn["server_timings"]
+    assert timings and timings["prompt_n"] > 0 and timings["predicted_n"] > 0 and timings["predicted_ms"] > 0, timings
+    assert turn["metrics"]["ttft_ms"] > 0 and turn["reply"]
+    buffers = dict(BUFFER_LINE.findall(log.read_text(errors="replace")))  # its load lines at -lv 4
+    assert float(buffers[f"RPC0[{a}]"]) > 0, buffers
