@@ -28,6 +28,7 @@ from chatphase.engine.events import (
 )
 from chatphase.engine.local import llama_params
 from chatphase.engine.local.llama import LlamaEngine
+from chatphase.engine.tokens import TurnTokens
 from chatphase.settings.schema import Settings
 
 FILLER = "Here is some more of my notes about the harbour, the boats, the tides and the weather this week."
@@ -119,12 +120,19 @@ def test_a_reply_that_fills_the_context_goes_on(default_model_info, tmp_path, po
             msgs.append(Message("user", f"Write a very long story number {i} about a lighthouse keeper."))
             req = TurnRequest(i + 1, tuple(msgs), sp, ignore_eos=True, overflow=policy, first_message=first)
             fin = list(engine.run_turn(req))[-1]
-            assert isinstance(fin, TurnFinished)
-            m = fin.metrics
+            assert isinstance(fin, TurnFinished) and fin.tokens is not None
+            t, m = fin.tokens, fin.metrics
+            assert t.view_counts() == TurnTokens.metric_counts(m)  # the token view's counts are the metrics'
             first = m.dropped_messages
             msgs.append(Message("assistant", fin.reply))
         # turn 2's prompt fits, its reply does not: the first exchange leaves mid-reply and the reply goes on
         assert (m.stop_reason, m.decode_tokens, m.overflow, m.dropped_messages) == ("length", 300, policy, 2)
+        # the token view's left-out tokens are the cells that left: the first exchange less the text it shares
+        # with the second's start, as many as overflow_dropped_tokens says
+        assert len(t.left_out_ids) == m.overflow_dropped_tokens > 0
+        assert t.left_out_how == ("shifted" if policy == "shift" else "dropped")
+        left = "".join(t.text(i) for i in t.left_out_ids)
+        assert left.startswith("0 about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"), left
         assert m.kv_cache_tokens < 512
         assert (m.overflow_reprefill_tokens == 0) == (policy == "shift")
         # the cache still spells what the next prompt starts with: the next turn reuses it

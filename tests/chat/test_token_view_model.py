@@ -3,6 +3,7 @@
 Fresh, cached (a second turn), regenerated, edited, overflowed (drop-oldest and shift), restored from the disk
 prefix store in a new engine, and a speculative (lookup) turn: each ``TurnFinished.tokens`` shows the counts
 its ``metrics`` hold, its prompt spells the templated conversation, and its reply is the tokens the cache got.
+A reply that runs past n_ctx is checked where the overflow tests run it (tests/chat/test_overflow_model.py).
 Nothing here depends on how fast the machine is: the counts and ids are compared, never times.
 """
 
@@ -175,33 +176,5 @@ def test_a_turn_stopped_during_its_prefill_shows_the_tokens_it_never_evaluated(d
         assert m.stop_reason == "cancelled" and t.view_counts() == TurnTokens.metric_counts(m)
         assert t.counts()["prefilled"] == 16 and t.counts()["unevaluated"] == len(t.prompt_ids) - 16 > 0
         assert [s for _, _, s in t.spans()] == ["prefilled", "unevaluated"] and not t.reply_ids
-    finally:
-        engine.close()
-
-
-@pytest.mark.parametrize("policy", ["shift", "drop-oldest"])
-def test_a_reply_that_went_on_past_n_ctx_shows_the_exchange_it_pushed_out(default_model_info, tmp_path, policy):
-    """Turn 2's prompt fits, its reply does not: the first exchange leaves the cache mid-reply; its tokens are the
-    left-out ones, as many as ``overflow_dropped_tokens`` says."""
-    engine = LlamaEngine(default_model_info, EngineConfig(n_ctx=512), log_path=tmp_path / "engine.log")
-    assert isinstance(list(engine.load())[-1], ModelLoaded)
-    try:
-        sp = SamplingParams(max_tokens=300, temperature=0)
-        msgs = [Message("system", "You tell stories.")]
-        first = 0
-        for i in range(2):
-            msgs.append(Message("user", f"Write a very long story number {i} about a lighthouse keeper."))
-            req = TurnRequest(i + 1, tuple(msgs), sp, ignore_eos=True, overflow=policy, first_message=first)
-            fin = list(engine.run_turn(req))[-1]
-            assert isinstance(fin, TurnFinished) and fin.tokens is not None
-            t, m = fin.tokens, fin.metrics
-            assert t.view_counts() == TurnTokens.metric_counts(m)
-            first = m.dropped_messages
-            msgs.append(Message("assistant", fin.reply))
-        assert m.dropped_messages == 2 and len(t.left_out_ids) == m.overflow_dropped_tokens > 0
-        assert t.left_out_how == ("shifted" if policy == "shift" else "dropped")
-        left = "".join(t.text(i) for i in t.left_out_ids)
-        # the cells that left the cache: the first exchange less the text it shares with the second's start
-        assert left.startswith("0 about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"), left
     finally:
         engine.close()
