@@ -8,6 +8,8 @@ One palette, one legend and one counts line, so the views agree. The palette is 
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from chatphase.engine.text import inert
@@ -60,6 +62,40 @@ def sources_present(t: TurnTokens) -> list[Source]:
     return [s for s in SOURCES if c[s]]
 
 
+def file_runs(t: TurnTokens) -> list[tuple[int, int, str]]:
+    """The prompt tokens that hold a file's text, ``(start, end, name)`` per file block (the block a user message
+    carries a file in: :mod:`chatphase.sessions.message_files`), found by its head and its end in the prompt's
+    pieces (a token that holds both the head's last character and the file's first is the file's). A file that itself
+    holds the end marker is marked up to there."""
+    from chatphase.sessions.message_files import FILE_END, FILE_HEAD, file_name
+
+    starts, pieces, at = array("i"), [], 0
+    for tok in t.prompt_ids:
+        starts.append(at)
+        piece = t.text(tok)
+        pieces.append(piece)
+        at += len(piece)
+    text = "".join(pieces)
+    runs = []
+    for m in FILE_HEAD.finditer(text):
+        end = text.find(FILE_END, m.end())
+        if end < 0:
+            continue
+        first = bisect_right(starts, m.end()) - 1  # the token holding the file's first character
+        last = bisect_left(starts, end)  # the first token that starts at or after the end marker
+        if last > first:
+            runs.append((first, last, file_name(m.group(1))))
+    return runs
+
+
+def file_at(runs: list[tuple[int, int, str]], position: int) -> str | None:
+    """The file whose text prompt token ``position`` holds (``None``: none)."""
+    for start, end, name in runs:
+        if start <= position < end:
+            return name
+    return None
+
+
 def gap_bar(gap_ms: float | None, longest_ms: float, width: int = 20) -> str:
     """A bar of up to ``width`` cells for a gap, against the turn's longest; at least one cell for any gap."""
     if gap_ms is None or longest_ms <= 0:
@@ -73,14 +109,17 @@ def longest_gap_ms(t: TurnTokens) -> float:
 
 
 def as_json(t: TurnTokens) -> dict[str, Any]:
-    """``{"counts", "prompt": [{"id", "text", "source", "special"}], "left_out": [...], "reply": [{"id", "text",
-    "t_ms", "itl_ms", "accepted_draft"}], "spec_steps": [{"first", "drafted", "accepted"}]}``: the text raw (the
+    """``{"counts", "prompt": [{"id", "text", "source", "special", "file"}], "left_out": [...], "reply": [{"id",
+    "text", "t_ms", "itl_ms", "accepted_draft"}], "spec_steps": [{"first", "drafted", "accepted"}]}`` (``file``: the
+    name of the attached file whose text the token holds, :func:`file_runs`, else ``null``): the text raw (the
     caller makes the document inert)."""
     prompt = []
+    files = file_runs(t)
     for start, end, src in t.spans():
         for i in range(start, end):
             tok = t.prompt_ids[i]
-            prompt.append({"id": tok, "text": t.text(tok), "source": src, "special": t.special(tok)})
+            prompt.append({"id": tok, "text": t.text(tok), "source": src, "special": t.special(tok),
+                           "file": file_at(files, i)})  # fmt: skip
     left = [
         {"id": tok, "text": t.text(tok), "source": t.left_out_how, "special": t.special(tok)} for tok in t.left_out_ids
     ]

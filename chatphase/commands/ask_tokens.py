@@ -1,6 +1,6 @@
 """``ask --tokens``: a turn's token view in the terminal (:mod:`chatphase.chat.token_view`).
 
-The counts and the legend first, then the prompt's tokens by source (a header per run of one source, the pieces
+The counts and the legend first (with the prompt positions of each attached file's text), then the prompt's tokens by source (a header per run of one source, the pieces
 inert, separated by a dim ``│``; a newline piece as ``↵`` and a line break; special tokens bold), the tokens an
 overflow left out, then the reply's tokens one a line with their time, their gap (ITL) as a bar and whether they
 were an accepted draft. Colour (24-bit, the view's palette) only where the stream is a terminal and ``NO_COLOR`` is
@@ -19,6 +19,7 @@ from chatphase.chat.token_view import (
     NEWLINE_MARK,
     PALETTE,
     counts_line,
+    file_runs,
     gap_bar,
     longest_gap_ms,
     shown,
@@ -55,6 +56,8 @@ def token_lines(t: TurnTokens, number: int, colour: bool) -> list[str]:
     out.append(
         "  special (chat template) tokens are bold" if colour else "  <…> special tokens as the template has them"
     )
+    for start, end, name in file_runs(t):
+        out.append(f"  file {shown(name)}: prompt {start:,}–{end - 1:,} ({end - start:,} tok)")
     if t.left_out_ids:
         out += _run(st, t, t.left_out_ids, t.left_out_how, "left out")
     for start, end, src in t.spans():

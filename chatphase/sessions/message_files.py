@@ -38,7 +38,7 @@ class Attachment:
 
 
 def _block(att: Attachment) -> str:
-    return f'<file name="{_attr(att.name)}" bytes="{att.size_bytes}">\n{att.text}\n</file>'
+    return f'<file name="{_attr(att.name)}" bytes="{att.size_bytes}">\n{att.text}{FILE_END}'
 
 
 def _attr(name: str) -> str:
@@ -52,20 +52,27 @@ def message_text(text: str, attachments: list[Attachment] | tuple[Attachment, ..
     return "\n\n".join(parts)
 
 
-_HEAD = re.compile(r'<file name="((?:[^"&]|&amp;|&quot;)*)" bytes="(\d+)">\n')
+#: a file block's head (its name escaped as :func:`_attr` writes it, its size in UTF-8 bytes) and its end.
+FILE_HEAD = re.compile(r'<file name="((?:[^"&]|&amp;|&quot;)*)" bytes="(\d+)">\n')
+FILE_END = "\n</file>"
+
+
+def file_name(escaped: str) -> str:
+    """A block head's name as the user gave it (the escapes of :func:`_attr` undone)."""
+    return escaped.replace("&quot;", '"').replace("&amp;", "&")
 
 
 def split_message(content: str) -> tuple[str, list[Attachment]]:
     """``(the user's own text, the files)`` of a message built by :func:`message_text`; a message without
     well-formed blocks to its end comes back whole with no files."""
-    m = _HEAD.search(content)
+    m = FILE_HEAD.search(content)
     if m is None or not (m.start() == 0 or content.startswith("\n\n", m.start() - 2)):
         return content, []
     own = content[: m.start()].removesuffix("\n\n")
     found: list[Attachment] = []
     pos = m.start()
     while True:
-        m = _HEAD.match(content, pos)
+        m = FILE_HEAD.match(content, pos)
         if m is None:
             return content, []
         size = int(m.group(2))
@@ -74,10 +81,10 @@ def split_message(content: str) -> tuple[str, list[Attachment]]:
         except UnicodeDecodeError:  # the count ends inside a character: not a block written here
             return content, []
         end = m.end() + len(text)
-        if not content.startswith("\n</file>", end):
+        if not content.startswith(FILE_END, end):
             return content, []
-        found.append(Attachment(m.group(1).replace("&quot;", '"').replace("&amp;", "&"), text, size))
-        pos = end + len("\n</file>")
+        found.append(Attachment(file_name(m.group(1)), text, size))
+        pos = end + len(FILE_END)
         if pos == len(content):
             return own, found
         if not content.startswith("\n\n", pos):

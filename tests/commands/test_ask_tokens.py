@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from fake_engine import FakeEngine, fake_model_info
 
-from chatphase.chat.token_view import as_json
+from chatphase.chat.token_view import as_json, file_at, file_runs
 from chatphase.cli import main
 from chatphase.commands import ask
 from chatphase.commands.ask_tokens import colour_wanted, token_lines
@@ -88,7 +88,7 @@ def test_the_json_has_one_object_per_token_with_its_source():
         "prefilled",
         "unevaluated",
     ]
-    assert doc["prompt"][0] == {"id": 1, "text": "<|im_start|>", "source": "restored", "special": True}
+    assert doc["prompt"][0] == {"id": 1, "text": "<|im_start|>", "source": "restored", "special": True, "file": None}
     assert [p["source"] for p in doc["left_out"]] == ["dropped", "dropped"]
     assert [r["itl_ms"] for r in doc["reply"]] == [None, 10.0, 40.0]
     assert [r["accepted_draft"] for r in doc["reply"]] == [False, False, True]
@@ -121,13 +121,41 @@ def test_an_engine_without_tokens_says_so_in_one_line(monkeypatch, capsys):
     assert "chatphase: turn 1: no token view (a remote server does not send its prompt's tokens)" in out.err
 
 
+def test_an_attached_file_s_text_is_marked_with_its_name():
+    """The block a message carries a file in (chatphase/sessions/message_files.py), cut into tokens as a tokenizer
+    might: a token that holds the head's newline and the file's first letters is the file's; the end is not."""
+    pieces = [
+        "Hi",
+        "\n\n",
+        "<file",
+        ' name="a &quot;b&quot;.txt"',
+        ' bytes="9">',
+        "\nhel",
+        "lo ",
+        "you",
+        "\n</",
+        "file>",
+    ]
+    pieces += ['\n\n<file name="c.md" bytes="2">\n', "ok", "\n</file>", "<|im_end|>"]
+    t = TurnTokens(range(len(pieces)), 0, 0, len(pieces), pieces={i: Piece(p, False) for i, p in enumerate(pieces)})
+    assert file_runs(t) == [(5, 8, 'a "b".txt'), (11, 12, "c.md")]
+    assert [file_at(file_runs(t), i) for i in (4, 5, 7, 8, 11)] == [None, 'a "b".txt', 'a "b".txt', None, "c.md"]
+    assert [p["file"] for p in as_json(t)["prompt"]][4:9] == [None, 'a "b".txt', 'a "b".txt', 'a "b".txt', None]
+    lines = token_lines(t, 1, colour=False)
+    assert '  file a "b".txt: prompt 5–7 (3 tok)' in lines and "  file c.md: prompt 11–11 (1 tok)" in lines
+    assert file_runs(tokens()) == []  # no block, no file
+
+
 @pytest.mark.model
-def test_ask_tokens_json_counts_are_the_metrics_and_the_text_view_prints():
+def test_ask_tokens_json_counts_are_the_metrics_and_the_text_view_prints(tmp_path):
     argv = [sys.executable, "-m", "chatphase", "ask", "--no-save", "--tokens", "--temperature", "0"]
     argv += ["--max-tokens", "16", "--n-ctx", "1024", "--prefix-cache", "off"]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Apples are red. Pears are green.\n", encoding="utf-8")
     done = subprocess.run(
-        [*argv, "--json", "Name a fruit.", "Name a vegetable."], capture_output=True, text=True, timeout=120
-    )
+        [*argv, "--json", "-f", str(notes), "Name a fruit.", "Name a vegetable."],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     for turn in json.loads(done.stdout)["turns"]:
         m, t = turn["metrics"], turn["tokens"]
@@ -141,7 +169,11 @@ def test_ask_tokens_json_counts_are_the_metrics_and_the_text_view_prints():
             "text": "<|im_start|>",
             "source": t["prompt"][0]["source"],
             "special": True,
+            "file": None,
         }
+        # the attached file's text is the tokens marked with its name (in both turns: it stays in the prompt)
+        from_file = "".join(p["text"] for p in t["prompt"] if p["file"] == str(notes))
+        assert "Apples are red. Pears are green." in from_file and "</file>" not in from_file
         assert t["reply"][0]["t_ms"] == pytest.approx(m["ttft_ms"], abs=1e-3)
     text = subprocess.run([*argv, "Name a fruit."], capture_output=True, text=True, timeout=120)
     assert text.returncode == 0, text.stderr

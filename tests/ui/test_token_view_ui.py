@@ -172,3 +172,19 @@ async def test_a_piece_that_holds_escape_sequences_is_drawn_inert():
         text = "\n".join(screen_lines(app))
         assert "␛]52;c;QUFB␇[bold]x[/bold]�" in text and "\x1b" not in text and "\u202e" not in text
         assert detail(app) == "prompt position 1 · id 1 · prefilled · «␛]52;c;QUFB␇[bold]x[/bold]�»"
+
+
+async def test_an_attached_file_s_tokens_are_italic_and_the_detail_names_the_file():
+    pieces = ["<|im_start|>", "user\n", "Sum it\n\n", '<file name="notes.txt" bytes="6">\n', "cats", " fly", "\n</file>"]
+    tokens = TurnTokens(range(len(pieces)), 0, 0, len(pieces),
+                        pieces={i: Piece(p, i == 0) for i, p in enumerate(pieces)})  # fmt: skip
+    app = ScreenApp(tokens)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen))
+        assert "italic a file's text" in "\n".join(screen_lines(app))
+        await pilot.press("right", "right", "right", "right")
+        assert detail(app) == "prompt position 4 · id 4 · prefilled · from notes.txt · «cats»"
+        await pilot.press("right", "right")
+        assert detail(app) == "prompt position 6 · id 6 · prefilled · «↵</file>»"
+        grid = app.screen.query_one(TokenGrid)
+        assert [grid._styles[i].italic for i in range(len(pieces))] == [None] * 4 + [True, True] + [None]

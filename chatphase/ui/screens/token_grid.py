@@ -3,7 +3,7 @@ widget per token), so a 20,000-token prompt opens and scrolls as a short one doe
 
 :class:`TokenGrid`: the turn's tokens wrapped to the width, one section each for the tokens an overflow left out,
 the prompt and the reply, each prompt token on its source's colour (:data:`~chatphase.chat.token_view.PALETTE`,
-neighbours in two shades so their edges show), special tokens bold and underlined. :class:`GapStrip`: the reply's
+neighbours in two shades so their edges show), an attached file's text italic, special tokens bold and underlined. :class:`GapStrip`: the reply's
 tokens on a time strip, one cell each, its height the gap before it (ITL) against the turn's longest, accepted
 drafts in their own colour. Arrow keys move a selection in either; each says it with :class:`TokenSelected`.
 """
@@ -24,7 +24,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from chatphase.chat.token_view import ACCEPTED_COLOUR, NEWLINE_MARK, PALETTE, shown
+from chatphase.chat.token_view import ACCEPTED_COLOUR, NEWLINE_MARK, PALETTE, file_runs, shown
 from chatphase.engine.tokens import TurnTokens
 
 Part = Literal["left_out", "prompt", "reply"]
@@ -133,8 +133,8 @@ class TokenGrid(ScrollView, can_focus=True):
 
     # -- layout ----------------------------------------------------------------------------------
     def _make_styles(self, t: TurnTokens) -> list[Style]:
-        """One style per entry: the source's shade by parity (a reply token's: plain, or an accepted draft's), bold
-        and underlined for a special token."""
+        """One style per entry: the source's shade by parity (a reply token's: plain, or an accepted draft's), italic
+        for an attached file's text, bold and underlined for a special token."""
         shades = {src: _shades(colour) for src, colour in PALETTE.items()}
         accepted_shades, plain = _shades(ACCEPTED_COLOUR), (Style(), Style(dim=True))
         accepted = frozenset(t.reply_accepted)
@@ -143,6 +143,9 @@ class TokenGrid(ScrollView, can_focus=True):
         for start, end, src in t.spans():
             out += [shades[src][i % 2] for i in range(start, end)]
         out += [accepted_shades[i % 2] if i in accepted else plain[i % 2] for i in range(len(t.reply_ids))]
+        offset, italic = len(t.left_out_ids), Style(italic=True)
+        for start, end, _ in file_runs(t):  # an attached file's text
+            out[offset + start : offset + end] = [style + italic for style in out[offset + start : offset + end]]
         ids = (*t.left_out_ids, *t.prompt_ids, *t.reply_ids)
         return [style + special if t.special(tok) else style for style, tok in zip(out, ids, strict=True)]
 

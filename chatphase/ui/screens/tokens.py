@@ -11,7 +11,16 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Static
 
-from chatphase.chat.token_view import ACCEPTED_COLOUR, LEGEND, PALETTE, counts_line, shown, sources_present
+from chatphase.chat.token_view import (
+    ACCEPTED_COLOUR,
+    LEGEND,
+    PALETTE,
+    counts_line,
+    file_at,
+    file_runs,
+    shown,
+    sources_present,
+)
 from chatphase.engine.tokens import TurnTokens
 from chatphase.ui.screens.modals import CloseableScreen
 from chatphase.ui.screens.token_grid import GapStrip, TokenGrid, TokenRef, TokenSelected
@@ -26,6 +35,10 @@ def legend(t: TurnTokens) -> Text:
         out.append(f" {LEGEND[src]}  ")
     out.append("special", style="bold underline")
     out.append(" template token")
+    if file_runs(t):
+        out.append("  ")
+        out.append("italic", style="italic")
+        out.append(" a file's text")
     if t.reply_accepted:
         out.append("  ")
         out.append("  ", style=f"on {ACCEPTED_COLOUR}")
@@ -33,8 +46,9 @@ def legend(t: TurnTokens) -> Text:
     return out
 
 
-def detail(t: TurnTokens, ref: TokenRef) -> Text:
-    """The selected token in one line: where it is, its id, source, time (a reply token) and text, inert."""
+def detail(t: TurnTokens, ref: TokenRef, files: list[tuple[int, int, str]] | None = None) -> Text:
+    """The selected token in one line: where it is, its id, source, the file it is from (``files``: the turn's
+    :func:`~chatphase.chat.token_view.file_runs`), time (a reply token) and text, inert."""
     if ref.part == "reply":
         tok = t.reply_ids[ref.index]
         gap = t.itl_ms(ref.index)
@@ -46,7 +60,9 @@ def detail(t: TurnTokens, ref: TokenRef) -> Text:
         head = f"left out #{ref.index:,} · id {tok} · {t.left_out_how}"
     else:
         tok = t.prompt_ids[ref.index]
-        head = f"prompt position {ref.index:,} · id {tok} · {t.source(ref.index)}"
+        name = file_at(files or [], ref.index)
+        where = f" · from {shown(name)}" if name else ""
+        head = f"prompt position {ref.index:,} · id {tok} · {t.source(ref.index)}{where}"
     special = " · special" if t.special(tok) else ""
     return Text(f"{head}{special} · «{shown(t.text(tok))}»")
 
@@ -59,6 +75,7 @@ class TokenScreen(CloseableScreen):
     def __init__(self, number: int, tokens: TurnTokens) -> None:
         super().__init__()
         self.number, self.tokens = number, tokens
+        self.files = file_runs(tokens)  # once: each selection names its token's file
 
     def compose(self) -> ComposeResult:
         t = self.tokens
@@ -90,4 +107,4 @@ class TokenScreen(CloseableScreen):
         self._show(ref)
 
     def _show(self, ref: TokenRef) -> None:
-        self.query_one("#tokens-detail", Static).update(detail(self.tokens, ref))
+        self.query_one("#tokens-detail", Static).update(detail(self.tokens, ref, self.files))
