@@ -175,7 +175,15 @@ async def test_a_piece_that_holds_escape_sequences_is_drawn_inert():
 
 
 async def test_an_attached_file_s_tokens_are_italic_and_the_detail_names_the_file():
-    pieces = ["<|im_start|>", "user\n", "Sum it\n\n", '<file name="notes.txt" bytes="6">\n', "cats", " fly", "\n</file>"]
+    pieces = [
+        "<|im_start|>",
+        "user\n",
+        "Sum it\n\n",
+        '<file name="notes.txt" bytes="6">\n',
+        "cats",
+        " fly",
+        "\n</file>",
+    ]
     tokens = TurnTokens(range(len(pieces)), 0, 0, len(pieces),
                         pieces={i: Piece(p, i == 0) for i, p in enumerate(pieces)})  # fmt: skip
     app = ScreenApp(tokens)
