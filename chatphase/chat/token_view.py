@@ -32,8 +32,9 @@ LEGEND: dict[Source, str] = {
     "dropped": "dropped by the overflow (not in the prompt)",
     "shifted": "shifted out of the cache by the overflow (not in the prompt)",
 }
-#: the accepted draft tokens of a speculative reply (bluish green)
+#: the accepted draft tokens of a speculative reply (bluish green), a reasoning model's thinking (yellow)
 ACCEPTED_COLOUR = "#009E73"
+THINKING_COLOUR = "#F0E442"
 
 #: what a newline and a tab in a piece are shown as
 NEWLINE_MARK, TAB_MARK = "↵", "⇥"
@@ -51,6 +52,8 @@ def counts_line(t: TurnTokens) -> str:
     parts = [f"{src} {c[src]:,}" for src in ("restored", "cached", "prefilled") if c[src] or src == "prefilled"]
     parts += [f"{src} {c[src]:,}" for src in ("unevaluated", "dropped", "shifted") if c[src]]
     reply = f"reply {len(t.reply_ids):,} tok"
+    if t.thinking_tokens:
+        reply += f" (thinking {t.thinking_tokens:,})"
     if t.spec_steps:
         reply += f" (drafted {t.spec_drafted:,}, accepted {t.spec_accepted:,})"
     return f"prompt {len(t.prompt_ids):,} tok: {' · '.join(parts)} · {reply}"
@@ -110,7 +113,7 @@ def longest_gap_ms(t: TurnTokens) -> float:
 
 def as_json(t: TurnTokens) -> dict[str, Any]:
     """``{"counts", "prompt": [{"id", "text", "source", "special", "file"}], "left_out": [...], "reply": [{"id",
-    "text", "t_ms", "itl_ms", "accepted_draft"}], "spec_steps": [{"first", "drafted", "accepted"}]}`` (``file``: the
+    "text", "t_ms", "itl_ms", "accepted_draft", "thinking"}], "spec_steps": [{"first", "drafted", "accepted"}]}`` (``file``: the
     name of the attached file whose text the token holds, :func:`file_runs`, else ``null``): the text raw (the
     caller makes the document inert)."""
     prompt = []
@@ -131,6 +134,7 @@ def as_json(t: TurnTokens) -> dict[str, Any]:
             "t_ms": round(t.t_ms(i), 3),
             "itl_ms": None if (gap := t.itl_ms(i)) is None else round(gap, 3),
             "accepted_draft": i in accepted if t.spec_steps else None,
+            "thinking": t.thinking(i),
         }
         for i, tok in enumerate(t.reply_ids)
     ]

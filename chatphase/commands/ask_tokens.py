@@ -3,7 +3,7 @@
 The counts and the legend first (with the prompt positions of each attached file's text), then the prompt's tokens by source (a header per run of one source, the pieces
 inert, separated by a dim ``│``; a newline piece as ``↵`` and a line break; special tokens bold), the tokens an
 overflow left out, then the reply's tokens one a line with their time, their gap (ITL) as a bar and whether they
-were an accepted draft. Colour (24-bit, the view's palette) only where the stream is a terminal and ``NO_COLOR`` is
+were an accepted draft or a reasoning model's thinking. Colour (24-bit, the view's palette) only where the stream is a terminal and ``NO_COLOR`` is
 unset; without it the run headers say the source.
 """
 
@@ -18,6 +18,7 @@ from chatphase.chat.token_view import (
     LEGEND,
     NEWLINE_MARK,
     PALETTE,
+    THINKING_COLOUR,
     counts_line,
     file_runs,
     gap_bar,
@@ -94,6 +95,10 @@ def _reply(st: _Style, t: TurnTokens) -> list[str]:
         when = f"{fmt_ms(t.t_ms(i)):>10} · {'TTFT' if gap is None else fmt_ms(gap):>9}"
         bar = gap_bar(gap, longest)
         draft = " accepted draft" if i in accepted else ""
-        bar_shown = st.fg(ACCEPTED_COLOUR, bar.ljust(20)) if draft else st.dim(bar.ljust(20))
-        out.append(f"  #{i:<5} {when} {bar_shown} {shown(t.text(tok))}{draft}")
+        thinking = " thinking" if t.thinking(i) else ""
+        if draft:
+            bar_shown = st.fg(ACCEPTED_COLOUR, bar.ljust(20))
+        else:
+            bar_shown = st.fg(THINKING_COLOUR, bar.ljust(20)) if thinking else st.dim(bar.ljust(20))
+        out.append(f"  #{i:<5} {when} {bar_shown} {shown(t.text(tok))}{thinking}{draft}")
     return out

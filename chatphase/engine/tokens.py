@@ -46,7 +46,9 @@ class TurnTokens:
     ``reply_ids`` / ``reply_t_ns``: each generated token and when it was sampled, in ns since the turn was
     submitted (TTFT is the first, each ITL the gap to the one before). ``reply_accepted``: indices into
     ``reply_ids`` of accepted draft tokens; ``spec_steps``: ``(first reply index, drafted, accepted)`` per
-    speculative step (empty for plain decode). ``pieces``: every id above, rendered.
+    speculative step (empty for plain decode). ``pieces``: every id above, rendered. ``thinking_tokens``: the
+    reply's first tokens that are a reasoning model's thinking block, its markers included (the metrics'
+    ``thinking_tokens``; 0 without one).
 
     The id and time lists are given as any sequence of ints and kept as ``array`` (4 bytes a token id, 8 a
     time: a chat keeps every turn's, and a 20,000-token prompt is 80 KB, not 720 KB of ``int`` objects).
@@ -63,6 +65,7 @@ class TurnTokens:
     reply_accepted: Sequence[int] = ()
     spec_steps: tuple[tuple[int, int, int], ...] = ()
     pieces: dict[int, Piece] = field(default_factory=dict)
+    thinking_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("prompt_ids", "left_out_ids", "reply_ids", "reply_accepted"):
@@ -74,6 +77,8 @@ class TurnTokens:
             raise ValueError(f"spans out of order: {self.restored}/{self.cached}/{self.prefilled} of {n}")
         if len(self.reply_ids) != len(self.reply_t_ns):
             raise ValueError("one time per reply token")
+        if not 0 <= self.thinking_tokens <= len(self.reply_ids):
+            raise ValueError(f"{self.thinking_tokens} thinking tokens of a {len(self.reply_ids)}-token reply")
 
     # -- the prompt ------------------------------------------------------------------------------
     def spans(self) -> list[tuple[int, int, Source]]:
@@ -110,6 +115,10 @@ class TurnTokens:
     def itl_ms(self, i: int) -> float | None:
         """The gap before reply token ``i`` (``None`` for the first: its time is the TTFT)."""
         return ns_to_ms(self.reply_t_ns[i] - self.reply_t_ns[i - 1]) if i > 0 else None
+
+    def thinking(self, i: int) -> bool:
+        """Whether reply token ``i`` is in the thinking block."""
+        return i < self.thinking_tokens
 
     @property
     def spec_drafted(self) -> int:

@@ -63,6 +63,12 @@ def test_a_budget_closes_the_block_on_real_tokens_and_the_answer_follows(engine)
     assert m.ttfa_ms > m.ttft_ms and m.thinking_ms == pytest.approx(ended.thinking_ms)
     tokens = [e for e in events if isinstance(e, TokensDecoded)]
     assert tokens[-1].thinking_tokens == 6
+    # the token view: the reply's first 6 tokens are the thinking (the template opened the block, the budget's
+    # forced close is evaluated, not sampled), the rest the answer
+    record = finished.tokens
+    assert record is not None and record.thinking_tokens == 6
+    assert [record.thinking(i) for i in range(8)] == [True] * 6 + [False] * 2
+    assert "".join(record.text(t) for t in record.reply_ids[:6]).strip() == finished.thinking.strip()
 
 
 def test_the_next_prompt_leaves_the_thinking_out_and_reuses_the_cache_up_to_it(engine):

@@ -71,3 +71,10 @@ def test_the_left_out_tokens_follow_the_prefix_the_fitted_prompt_kept():
     opens = {start}.__contains__
     assert left_out(system + old + newest, system + newest, len(old), opens) == old  # whole messages, header first
     assert left_out(system + old + newest, system + newest, len(old)) == [end, *old[:-1]]  # no header known: earliest
+
+
+def test_the_thinking_block_is_the_reply_s_first_tokens():
+    t = TurnTokens((1,), 0, 0, 1, reply_ids=(1, 2, 3), reply_t_ns=(1, 2, 3), thinking_tokens=2)
+    assert [t.thinking(i) for i in range(3)] == [True, True, False]
+    with pytest.raises(ValueError, match="thinking"):
+        TurnTokens((1,), 0, 0, 1, reply_ids=(1,), reply_t_ns=(1,), thinking_tokens=2)

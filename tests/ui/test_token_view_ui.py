@@ -196,3 +196,20 @@ async def test_an_attached_file_s_tokens_are_italic_and_the_detail_names_the_fil
         assert detail(app) == "prompt position 6 · id 6 · prefilled · «↵</file>»"
         grid = app.screen.query_one(TokenGrid)
         assert [grid._styles[i].italic for i in range(len(pieces))] == [None] * 4 + [True, True] + [None]
+
+
+async def test_a_reasoning_model_s_thinking_has_its_own_colour_on_the_strip_and_in_the_detail():
+    pieces = {1: Piece("hm", False), 2: Piece("so", False), 3: Piece("Paris", False)}
+    tokens = TurnTokens((1,), 0, 0, 1, reply_ids=(1, 2, 3), reply_t_ns=(10**7, 2 * 10**7, 3 * 10**7), pieces=pieces,
+                        thinking_tokens=2)  # fmt: skip
+    app = ScreenApp(tokens)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen))
+        lines = "\n".join(screen_lines(app))
+        assert "thinking" in lines and "reply 3 tok (thinking 2)" in lines
+        strip = app.screen.query_one(GapStrip)
+        assert [s.color.triplet.hex for s in strip._styles] == ["#f0e442", "#f0e442", "#e69f00"]
+        await pilot.press("end")
+        assert "thinking" not in detail(app)
+        await pilot.press("left")
+        assert detail(app).startswith("reply #1 · id 2 · ") and " · thinking · " in detail(app)

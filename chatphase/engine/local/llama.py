@@ -598,7 +598,8 @@ class LlamaEngine:
         if stop == "error":
             yield EngineFailed("llama.cpp failed to evaluate a batch (see the engine log)", req.turn_id)
         metrics = self.threads.finish_turn(metrics)
-        tokens = self._tokens.turn(prompt, restored.tokens if restored else 0, cached, done, ovf, out, t_submit)
+        tokens = self._tokens.turn(prompt, restored.tokens if restored else 0, cached, done, ovf, out, t_submit,
+                                   metrics.thinking_tokens or 0)  # fmt: skip
         yield TurnFinished(req.turn_id, "".join(out.parts), metrics, thinking="".join(out.thought), tokens=tokens)
 
     def _exactness(self, m: TurnMetrics, kv: KvContext, cells: PromptCells, restored: Restored | None) -> TurnMetrics:

@@ -40,10 +40,12 @@ class TokenRecorder:
         ovf: Overflow | None,
         out: Generated,
         t_submit_ns: int,
+        thinking_tokens: int = 0,
     ) -> TurnTokens:
         """The turn whose ``prompt`` had its first ``cached`` tokens in the KV cache (``restored`` of them from the
-        prefix store), ``evaluated`` of the rest evaluated, ``ovf`` its overflow and ``out`` its reply — the
-        arguments its :class:`~chatphase.engine.metrics.TurnMetrics` was computed from."""
+        prefix store), ``evaluated`` of the rest evaluated, ``ovf`` its overflow and ``out`` its reply, the first
+        ``thinking_tokens`` of it a thinking block — the values its :class:`~chatphase.engine.metrics.TurnMetrics`
+        holds."""
         left = ovf.left_out_ids if ovf is not None else []
         pieces = {t: self.piece(t) for t in {*prompt, *left, *out.ids}}
         return TurnTokens(
@@ -58,4 +60,5 @@ class TokenRecorder:
             reply_accepted=out.accepted,
             spec_steps=tuple(out.steps),
             pieces=pieces,
+            thinking_tokens=min(thinking_tokens, len(out.ids)),
         )

@@ -5,7 +5,7 @@ widget per token), so a 20,000-token prompt opens and scrolls as a short one doe
 the prompt and the reply, each prompt token on its source's colour (:data:`~chatphase.chat.token_view.PALETTE`,
 neighbours in two shades so their edges show), an attached file's text italic, special tokens bold and underlined. :class:`GapStrip`: the reply's
 tokens on a time strip, one cell each, its height the gap before it (ITL) against the turn's longest, accepted
-drafts in their own colour. Arrow keys move a selection in either; each says it with :class:`TokenSelected`.
+drafts and a reasoning model's thinking in their own colours. Arrow keys move a selection in either; each says it with :class:`TokenSelected`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from chatphase.chat.token_view import ACCEPTED_COLOUR, NEWLINE_MARK, PALETTE, file_runs, shown
+from chatphase.chat.token_view import ACCEPTED_COLOUR, NEWLINE_MARK, PALETTE, THINKING_COLOUR, file_runs, shown
 from chatphase.engine.tokens import TurnTokens
 
 Part = Literal["left_out", "prompt", "reply"]
@@ -142,7 +142,11 @@ class TokenGrid(ScrollView, can_focus=True):
         out = [shades[t.left_out_how][i % 2] for i in range(len(t.left_out_ids))]
         for start, end, src in t.spans():
             out += [shades[src][i % 2] for i in range(start, end)]
-        out += [accepted_shades[i % 2] if i in accepted else plain[i % 2] for i in range(len(t.reply_ids))]
+        thinking_shades = _shades(THINKING_COLOUR)
+        out += [
+            accepted_shades[i % 2] if i in accepted else thinking_shades[i % 2] if t.thinking(i) else plain[i % 2]
+            for i in range(len(t.reply_ids))
+        ]
         offset, italic = len(t.left_out_ids), Style(italic=True)
         for start, end, _ in file_runs(t):  # an attached file's text
             out[offset + start : offset + end] = [style + italic for style in out[offset + start : offset + end]]
@@ -287,7 +291,8 @@ class GapStrip(ScrollView, can_focus=True):
         )
         accepted = frozenset(tokens.reply_accepted)
         plain, draft = Style(color=PALETTE["prefilled"]), Style(color=ACCEPTED_COLOUR)
-        self._styles = [draft if i in accepted else plain for i in range(n)]
+        thinking = Style(color=THINKING_COLOUR)
+        self._styles = [draft if i in accepted else thinking if tokens.thinking(i) else plain for i in range(n)]
         self.cursor = 0
         self.virtual_size = Size(n, 1)
 

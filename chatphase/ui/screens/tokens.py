@@ -15,6 +15,7 @@ from chatphase.chat.token_view import (
     ACCEPTED_COLOUR,
     LEGEND,
     PALETTE,
+    THINKING_COLOUR,
     counts_line,
     file_at,
     file_runs,
@@ -43,6 +44,10 @@ def legend(t: TurnTokens) -> Text:
         out.append("  ")
         out.append("  ", style=f"on {ACCEPTED_COLOUR}")
         out.append(" accepted draft")
+    if t.thinking_tokens:
+        out.append("  ")
+        out.append("  ", style=f"on {THINKING_COLOUR}")
+        out.append(" thinking")
     return out
 
 
@@ -54,6 +59,7 @@ def detail(t: TurnTokens, ref: TokenRef, files: list[tuple[int, int, str]] | Non
         gap = t.itl_ms(ref.index)
         when = f"t {fmt_ms(t.t_ms(ref.index))} · " + ("TTFT" if gap is None else f"gap {fmt_ms(gap)}")
         draft = " · accepted draft" if ref.index in t.reply_accepted else ""
+        draft += " · thinking" if t.thinking(ref.index) else ""
         head = f"reply #{ref.index:,} · id {tok} · {when}{draft}"
     elif ref.part == "left_out":
         tok = t.left_out_ids[ref.index]
