@@ -34,6 +34,7 @@ from chatphase.chat.dispatch import InlineDispatcher
 from chatphase.chat.exactness import logits_words
 from chatphase.chat.listener import ChatListener, Notice
 from chatphase.chat.recording import SessionRecording
+from chatphase.chat.remote_wait import remote_wait_words
 from chatphase.chat.token_view import as_json as token_json
 from chatphase.chat.turn import Turn
 from chatphase.commands.ask_tokens import colour_wanted, token_lines
@@ -134,7 +135,7 @@ def metrics_line(turn: int, m: TurnMetrics, flash_attn_enabled: bool | None = No
         f"[turn {turn}] prompt {n(m.prompt_tokens)} tok (cached {n(m.cached_tokens)}) · {restore}TTFT {fmt_ms(m.ttft_ms)}{predicted} · "
         f"prefill {n(m.prefill_tokens)} tok @ {fmt_rate(m.prefill_tokens_per_s)} · decode {n(m.decode_tokens)} tok{src} @ "
         f"{fmt_rate(m.decode_tokens_per_s)} · {thinking}{spec}ITL p50/p95 {itl} · KV {n(m.kv_cache_tokens)} tok "
-        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{logits}"
+        f"({fmt_bytes(m.kv_cache_bytes)} of {fmt_bytes(m.kv_capacity_bytes)}) · {threads}{remote_wait_words(m)}{logits}"
         f"{fmt_stop_reason(m.stop_reason)}"
     )
 

@@ -92,6 +92,11 @@ class TurnMetrics:
     same settings computes this turn's logits bit for bit (``True``), or they can differ, so a greedy reply can
     part at a near-tie (``False``); ``logits_exact_reason`` why, one of :data:`chatphase.engine.exactness.REASONS`.
     ``None``: unknown (a remote server) or nothing generated.
+
+    RPC devices (llama.cpp's RPC backend, ``--rpc``): ``remote_wait_prefill_ms`` / ``remote_wait_decode_ms`` the
+    time the evaluating thread was blocked in the prefill (to the first token) and the decode (first token to
+    last): waiting on the remote devices, the network's share of the phase, measured by the kernel's per-thread
+    counters (:mod:`chatphase.engine.local.thread_clock`); ``None`` without RPC devices or where not measurable.
     """
 
     prompt_tokens: int | None
@@ -155,6 +160,8 @@ class TurnMetrics:
     ttft_prediction_note: str | None = None
     logits_exact: bool | None = None
     logits_exact_reason: str | None = None
+    remote_wait_prefill_ms: float | None = None
+    remote_wait_decode_ms: float | None = None
 
     @property
     def thought(self) -> bool:

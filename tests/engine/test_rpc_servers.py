@@ -125,6 +125,10 @@ def test_ask_splits_the_layers_across_two_rpc_servers_and_replies_as_locally(ser
     local = _ask(tmp_path, "local", "--json", "--max-tokens", "16", PROMPT)
     assert local.returncode == 0, local.stderr
     assert data["turns"][0]["reply"] == json.loads(local.stdout)["turns"][0]["reply"]
+    # the network's share: the split turn waited on its devices (every layer is remote), the local one has none
+    split_m, local_m = data["turns"][0]["metrics"], json.loads(local.stdout)["turns"][0]["metrics"]
+    assert split_m["remote_wait_prefill_ms"] > 0 and split_m["remote_wait_decode_ms"] > 0
+    assert local_m["remote_wait_prefill_ms"] is None and local_m["remote_wait_decode_ms"] is None
     assert not any(p["device"].startswith("RPC") for p in json.loads(local.stdout)["model"]["placement"])
 
 

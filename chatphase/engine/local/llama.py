@@ -57,6 +57,7 @@ from chatphase.engine.local.prefix_keeper import PrefixKeeper, Restored, cap_byt
 from chatphase.engine.local.prefix_store import Entry
 from chatphase.engine.local.projection import fit_layers
 from chatphase.engine.local.speculative import SpecGenerated, Speculator, generate_speculative, speculator
+from chatphase.engine.local.thread_clock import PhaseWaits
 from chatphase.engine.local.token_record import TokenRecorder
 from chatphase.engine.logfile import default_log_path
 from chatphase.engine.memory_plan import LAYERS_NOTE
@@ -535,7 +536,10 @@ class LlamaEngine:
         prompt, cached, restored = p.tokens, start.cached, start.restored
         todo = prompt[cached:]
         threads = self.threads.start_turn()  # before the clock starts: it samples the load, sets the threads
+        waits = PhaseWaits() if self.config.rpc else None  # the time spent waiting on RPC devices
         t_prefill_start = time.perf_counter_ns()
+        if waits is not None:
+            waits.start()
         yield PrefillStarted(
             req.turn_id,
             len(prompt),
@@ -559,7 +563,7 @@ class LlamaEngine:
         out = Generated()
         dropped, ovf = p.dropped, p.ovf
         if stop is None:
-            out, room = yield from self._reply(req, messages, kv, p, t_submit)
+            out, room = yield from self._reply(req, messages, kv, p, t_submit, waits)
             stop = out.stop
             if room is not None and room.dropped_messages:  # the reply went on past n_ctx
                 dropped += room.dropped_messages
@@ -591,6 +595,10 @@ class LlamaEngine:
                 restore_bytes=restored.state_bytes,
             )
         metrics = self._exactness(metrics, kv, cells, restored)
+        if waits is not None:
+            metrics = replace(
+                metrics, remote_wait_prefill_ms=waits.prefill_ms(), remote_wait_decode_ms=waits.decode_ms()
+            )
         if keeper is not None:
             sample = (len(prompt), done, ns_to_ms(t_prefill_end - t_prefill_start)) if stop != "cancelled" else None
             keeper.turn_ended(len(kv.tokens), cached, sample)
@@ -797,11 +805,17 @@ class LlamaEngine:
         return None, done
 
     def _reply(
-        self, req: TurnRequest, messages: tuple[Message, ...], kv: KvContext, p: TurnPrompt, t_submit: int
+        self,
+        req: TurnRequest,
+        messages: tuple[Message, ...],
+        kv: KvContext,
+        p: TurnPrompt,
+        t_submit: int,
+        waits: PhaseWaits | None = None,
     ) -> Generator[Event, None, tuple[Generated, ReplyShift | None]]:
         """Generate the reply after the prefilled prompt ``p`` (plain or speculative decode); the cache's text
-        record follows. Returns what was generated and the room the reply made past n_ctx (``None``: it could
-        make none)."""
+        record follows; ``waits`` marks each token (the time waiting on RPC devices). Returns what was generated
+        and the room the reply made past n_ctx (``None``: it could make none)."""
         if p.text is not None:
             kv.known.add_prompt(len(p.tokens), p.text)
         room = None
@@ -812,9 +826,9 @@ class LlamaEngine:
             )
         preopened = p.template_text is not None and opened_by_prompt(p.template_text, self._thinking)
         piece = self._vocab.render if self._thinking else self.piece  # a thinking model's markers, as text
-        model = Model(
-            kv, self._cancel, piece, lambda text: self._vocab.tokenize(text, False), self.threads.on_token, room
-        )
+        policy = self.threads.on_token
+        on_token = policy if waits is None else waits.before(policy)  # each token marks the thread's clock too
+        model = Model(kv, self._cancel, piece, lambda text: self._vocab.tokenize(text, False), on_token, room)
         if self._spec is None:
             out = Generated()
             yield from generate(model, req, t_submit, self._stops, self._thinking, preopened, out)

@@ -11,6 +11,7 @@ from textual.widgets import Label, Static
 
 from chatphase.chat.exactness import logits_pairs
 from chatphase.chat.overflow import overflow_pairs
+from chatphase.chat.remote_wait import remote_wait_pairs
 from chatphase.engine.events import LoadedModel
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.explain import explain_turn
@@ -100,6 +101,7 @@ def metric_pairs(m: TurnMetrics) -> list[tuple[str, str]]:
         *predicted,
         *overflow_pairs(m),
         *logits_pairs(m),
+        *remote_wait_pairs(m),
     ] + (
         [("decode counted by", _COUNTED_BY.get(m.decode_tokens_source, m.decode_tokens_source))]
         if m.decode_tokens_source
