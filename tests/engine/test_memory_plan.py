@@ -5,6 +5,7 @@ the refusal line; the plan's JSON round trip; llama.cpp's debug lines that place
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,7 @@ from chatphase.engine.memory_plan import (
     layer_ranges,
     parse_layer_ranges,
 )
+from chatphase.units import fmt_bytes
 
 MIB = 2**20
 N_LAYER = 32
@@ -121,6 +123,54 @@ def test_overflow_line_has_the_plans_numbers():
     assert line.startswith("n_gpu_layers 33 (32/32 layers + output) would not fit GPU0: it needs 3.6 GiB there")
     assert "weights 3.4 GiB + KV 0 B + compute 200.0 MiB" in line and "has 2.0 GiB" in line
     assert fake_projector((80_000,))(N_LAYER + 1).overflow_line() is None
+
+
+def _fit_over(monkeypatch, free_mib: int, free_equals_total: bool):
+    """:func:`fit_layers` on :func:`fake_projector`'s plans of one GPU of ``free_mib`` (``free_equals_total``: a
+    device that counts no usage, as Mesa's llvmpipe, planned through :func:`budget`)."""
+    from chatphase.engine.local import projection
+
+    def project(path, settings, n, use_extra_bufts, margin_bytes, held_bytes=None):
+        plan = fake_projector((free_mib,), margin_mib=margin_bytes // MIB)(n)
+        if not free_equals_total:
+            return plan
+        limit, note = budget(free_mib * MIB, free_mib * MIB, 0, "GPU0")
+        gpu = replace(plan.devices[0], free_bytes=free_mib * MIB, total_bytes=free_mib * MIB)
+        return replace(plan, devices=(replace(gpu, budget_bytes=limit, budget_note=note), *plan.devices[1:]))
+
+    monkeypatch.setattr(projection, "project", project)
+
+    def fit(n_gpu_layers: int | None, margin_mib: int):
+        s = {"n_gpu_layers": n_gpu_layers, "gpu_margin_mib": margin_mib}
+        return projection.fit_layers("fake.gguf", s, N_LAYER, False, gpu_ok=True, why_not=None)
+
+    return fit
+
+
+@pytest.mark.parametrize("free_equals_total", [False, True])
+def test_a_count_past_what_fits_is_refused_before_the_load_with_the_plans_numbers(monkeypatch, free_equals_total):
+    """A count the user forces past auto's: refused (the plan's one line) where the plan overflows the device,
+    also on a device that reports free = total (it would over-commit, not refuse); a count inside the device
+    but inside the margin auto keeps loads, and says so; auto's own count is never refused."""
+    fit = _fit_over(monkeypatch, 2_048, free_equals_total)
+    edge = fit(None, 0)  # no margin: auto's count is the most the device holds
+    assert 0 < edge.n_gpu_layers < N_LAYER + 1 and edge.refusal is None
+    assert edge.n_gpu_layers == best_by_brute_force(fake_projector((2_048,), margin_mib=0))
+    forced = fit(edge.n_gpu_layers + 2, 0)
+    assert forced.refusal is not None and forced.plan is not None and forced.plan.over()
+    d = forced.plan.over()[0]
+    assert forced.refusal.startswith(
+        f"n_gpu_layers {edge.n_gpu_layers + 2} ({edge.n_gpu_layers + 1}/32 layers + output) would not fit GPU0: "
+        f"it needs {fmt_bytes(d.planned_bytes)} there (weights {fmt_bytes(d.weights_bytes)} + KV 0 B + "
+        f"compute 200.0 MiB) and has 2.0 GiB"
+    )
+    said = " (GPU0 reports free = total (it counts no usage))" if free_equals_total else ""
+    assert forced.refusal.startswith(f"and has 2.0 GiB{said}; use fewer", forced.refusal.index("and has"))
+    assert fit(edge.n_gpu_layers, 0).refusal is None  # the count auto chose, asked for by number
+    kept = fit(None, 1024)  # the default margin: auto keeps 1 GiB; two more layers fit, under the margin
+    inside = fit(kept.n_gpu_layers + 2, 1024)
+    assert inside.refusal is None and inside.n_gpu_layers == kept.n_gpu_layers + 2
+    assert inside.why is not None and "under the 1.0 GiB margin auto keeps (--gpu-margin-mib)" in inside.why
 
 
 def test_plan_round_trips_through_json():
