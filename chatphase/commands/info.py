@@ -97,7 +97,7 @@ def build_report(args) -> dict:
         chat_format, system = chat_format_report(info, settings.engine.chat_template), system_report()
     plan = None
     if getattr(args, "plan", False):
-        from chatphase.engine.local.projection import plan_in_child
+        from chatphase.engine.memory_plan import plan_in_child
 
         try:
             plan = plan_in_child(str(path), settings.engine.to_dict()).to_dict()

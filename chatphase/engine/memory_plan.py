@@ -21,16 +21,22 @@ separates what fits from what does not. Each plan is a projection (a fraction of
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from chatphase.errors import ModelError
 from chatphase.units import fmt_bytes
 
 #: the name of the host's entry in a plan.
 HOST = "host"
 #: how a load's note on its layer count starts (``n_gpu_layers auto: …``; the TUI shows such notes as notices).
 LAYERS_NOTE = "n_gpu_layers "
+#: the most seconds the projection's child may take (its imports, a few projections).
+CHILD_TIMEOUT_S = 120.0
 #: ``gpu_margin_mib``'s default: llama.cpp's ``--fit-target`` (1024 MiB per device, common/common.h).
 DEFAULT_MARGIN_MIB = 1024
 
@@ -206,6 +212,81 @@ class LayerChoice:
     n_gpu_layers: int
     why: str
     plan: MemoryPlan | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`chatphase.engine.local.projection.fit_layers` found: ``n_gpu_layers`` for llama.cpp (0 to n_layer + 1), ``why`` it is that
+    (``None`` for a count the user gave that the plan does not question), ``plan`` of that count (``None`` where
+    none was made), ``refusal`` the one line refusing the load (a count that would not fit), ``unavailable`` why
+    there is no plan (one line)."""
+
+    n_gpu_layers: int
+    why: str | None
+    plan: MemoryPlan | None
+    refusal: str | None = None
+    unavailable: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_gpu_layers": self.n_gpu_layers,
+            "why": self.why,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "refusal": self.refusal,
+            "unavailable": self.unavailable,
+        }
+
+    def summary(self) -> str:
+        """One line for a list of models (the picker): the count and where it puts the model, per device —
+        ``fit: n_gpu_layers 12 (11/30 layers + output) · Vulkan0 1.5 GiB of 2.0 GiB, 512.0 MiB left · host 300.0
+        MiB`` — or the refusal, or why there is no plan."""
+        if self.refusal:
+            return f"will not fit: {self.refusal}"
+        if self.plan is None:
+            return f"no memory plan: {self.unavailable or self.why or 'none was made'}"
+        p = self.plan
+        parts = [f"fit: n_gpu_layers {self.n_gpu_layers} ({offloaded_text(self.n_gpu_layers, p.n_layer)})"]
+        parts += [
+            f"{d.name} {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {fmt_bytes(d.left_bytes)} left"
+            for d in p.gpus
+        ]
+        if p.host is not None:
+            mapped = f" ({fmt_bytes(p.host.mapped_bytes)} mapped from the file)" if p.host.mapped_bytes else ""
+            parts.append(f"host {fmt_bytes(p.host.planned_bytes)}{mapped}")
+        if not p.gpus and self.why:
+            parts.append(self.why)
+        return " · ".join(parts)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FitResult:
+        plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
+        return cls(d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"))
+
+
+def plan_in_child(path: str, engine: dict[str, Any], timeout_s: float = CHILD_TIMEOUT_S) -> FitResult:
+    """:func:`chatphase.engine.local.projection.fit_layers` for ``path`` with the engine settings ``engine`` (``EngineConfig.to_dict()``) in a child
+    process (``python -m chatphase.engine.local.projection``), with ``plan_always``: llama.cpp's lines go to the
+    engine log, and a crash there is one line here.
+
+    Raises:
+        ModelError: the child failed (its one line) or printed no plan.
+    """
+    request = json.dumps({"path": str(path), "engine": engine})
+    cmd = [sys.executable, "-m", "chatphase.engine.local.projection"]
+    try:
+        done = subprocess.run(
+            cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"llama.cpp's memory plan took more than {timeout_s:.0f} s") from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
+        raise ModelError(f"llama.cpp's memory plan failed ({how}); see the engine log")
+    out = json.loads(lines[-1])
+    if "error" in out:
+        raise ModelError(out["error"])
+    return FitResult.from_dict(out)
 
 
 def budget(

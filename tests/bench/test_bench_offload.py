@@ -97,7 +97,9 @@ def test_the_count_auto_chose_and_one_past_it_are_marked(tmp_path):
 
     auto = _placement(None, 12, 25.0, 9.0)
     auto.result.system["n_gpu_layers_why"] = "auto: 12 (11/30 layers + output) fit: Vulkan0 …"
-    done = OffloadDone([_placement(0, 0, 20.0, 7.0), auto, _placement(13, 13, 26.0, 9.5), _placement(-1, 31, 31.9, 11.3)])
+    done = OffloadDone(
+        [_placement(0, 0, 20.0, 7.0), auto, _placement(13, 13, 26.0, 9.5), _placement(-1, 31, 31.9, 11.3)]
+    )
     table = render_offload(done).splitlines()
     assert [row.split()[0] for row in table[1:5]] == ["0", "auto", "13", "all"]
     assert [row.endswith("◀ auto") for row in table[1:5]] == [False, True, False, False]

@@ -222,7 +222,7 @@ def _fake_gpu_engine(monkeypatch, fit):
 
 
 def test_engine_loads_the_count_auto_chose_and_says_why(default_model_info, tmp_path, monkeypatch):
-    from chatphase.engine.local.projection import FitResult
+    from chatphase.engine.memory_plan import FitResult
 
     why = "auto: 12 (11/30 layers + output) fit: Vulkan0 1.0 GiB of 2.0 GiB, 1.0 GiB left; one more would leave …"
     asked = _fake_gpu_engine(monkeypatch, FitResult(12, why, None))
@@ -236,7 +236,7 @@ def test_engine_loads_the_count_auto_chose_and_says_why(default_model_info, tmp_
 
 def test_engine_refuses_a_count_that_would_not_fit_before_loading(default_model_info, tmp_path, monkeypatch):
     from chatphase.engine.events import EngineFailed
-    from chatphase.engine.local.projection import FitResult
+    from chatphase.engine.memory_plan import FitResult
 
     line = "n_gpu_layers 31 (30/30 layers + output) would not fit Vulkan0: it needs 3.8 GiB there (…)"
     _fake_gpu_engine(monkeypatch, FitResult(31, None, None, refusal=line))

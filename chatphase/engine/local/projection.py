@@ -14,7 +14,8 @@ device, each KV cache and the output buffer. The plan is llama.cpp's figures lai
 build or machine without a GPU device) or project the count asked, whose plan refuses a load that would not fit.
 
 The projection runs where llama.cpp may run: in the engine's process, or in a child of its own for the command
-line (:func:`plan_in_child`, ``python -m chatphase.engine.local.projection``), never in the UI's process. A
+line and the model picker (:func:`chatphase.engine.memory_plan.plan_in_child` runs ``python -m
+chatphase.engine.local.projection``), never in the UI's process. A
 projection llama.cpp cannot make here (:class:`~chatphase.engine.local.llama_ext.ProjectionUnavailable`, a file
 it refuses) is one line.
 """
@@ -22,10 +23,8 @@ it refuses) is one line.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,50 +32,20 @@ from chatphase.engine.events import OFFLOAD_TYPES, DeviceInfo
 from chatphase.engine.memory_plan import (
     HOST,
     DevicePlan,
+    FitResult,
     KvCachePlan,
     LayerChoice,
     MemoryPlan,
     budget,
     choose_layers,
 )
-from chatphase.errors import ModelError
 
-#: the most seconds the projection's child may take (its imports, a few projections).
-CHILD_TIMEOUT_S = 120.0
 #: ``llama_model_params.n_gpu_layers`` for every layer (llama.cpp clamps it), as llama_params' ALL_LAYERS.
 _ALL = 0x7FFFFFFF
 
 
 class ProjectionFailed(RuntimeError):
     """llama.cpp could not project this load (one line: why)."""
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """What :func:`fit_layers` found: ``n_gpu_layers`` for llama.cpp (0 to n_layer + 1), ``why`` it is that
-    (``None`` for a count the user gave that the plan does not question), ``plan`` of that count (``None`` where
-    none was made), ``refusal`` the one line refusing the load (a count that would not fit), ``unavailable`` why
-    there is no plan (one line)."""
-
-    n_gpu_layers: int
-    why: str | None
-    plan: MemoryPlan | None
-    refusal: str | None = None
-    unavailable: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "n_gpu_layers": self.n_gpu_layers,
-            "why": self.why,
-            "plan": self.plan.to_dict() if self.plan else None,
-            "refusal": self.refusal,
-            "unavailable": self.unavailable,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FitResult:
-        plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
-        return cls(d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"))
 
 
 def _output_layer_bytes(path: str) -> int | None:
@@ -263,33 +232,7 @@ def _margin_note(plan: MemoryPlan) -> str | None:
     )
 
 
-# -- the child process: ``chatphase info --plan`` -------------------------------------------------------------
-def plan_in_child(path: str, engine: dict[str, Any], timeout_s: float = CHILD_TIMEOUT_S) -> FitResult:
-    """:func:`fit_layers` for ``path`` with the engine settings ``engine`` (``EngineConfig.to_dict()``) in a child
-    process (``python -m chatphase.engine.local.projection``), with ``plan_always``: llama.cpp's lines go to the
-    engine log, and a crash there is one line here.
-
-    Raises:
-        ModelError: the child failed (its one line) or printed no plan.
-    """
-    request = json.dumps({"path": str(path), "engine": engine})
-    cmd = [sys.executable, "-m", "chatphase.engine.local.projection"]
-    try:
-        done = subprocess.run(
-            cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise ModelError(f"llama.cpp's memory plan took more than {timeout_s:.0f} s") from None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
-        raise ModelError(f"llama.cpp's memory plan failed ({how}); see the engine log")
-    out = json.loads(lines[-1])
-    if "error" in out:
-        raise ModelError(out["error"])
-    return FitResult.from_dict(out)
-
-
+# -- the child process: ``chatphase info --plan``, the model picker (:func:`~chatphase.engine.memory_plan.plan_in_child`)
 def _child_main() -> int:
     """Read ``{"path", "engine"}`` on stdin, print one JSON line: :meth:`FitResult.to_dict` or ``{"error"}``."""
     import os
