@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
-from textual.worker import get_current_worker
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
+from textual.worker import get_current_worker
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.settings_apply import naming_model
