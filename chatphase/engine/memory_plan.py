@@ -37,6 +37,11 @@ HOST = "host"
 LAYERS_NOTE = "n_gpu_layers "
 #: the most seconds the projection's child may take (its imports, a few projections).
 CHILD_TIMEOUT_S = 120.0
+#: the least context ``n_ctx auto`` chooses (llama.cpp's ``fit_params_min_ctx``, common/common.h), or the model's
+#: training context where that is smaller: before a load, the context an auto n_ctx is checked against.
+AUTO_N_CTX_MIN = 4096
+#: the step ``n_ctx auto`` rounds down to (llama.cpp's fit aligns to 256 cells, and sizes the cache in 256-cell blocks).
+N_CTX_ALIGN = 256
 #: ``gpu_margin_mib``'s default: llama.cpp's ``--fit-target`` (1024 MiB per device, common/common.h).
 DEFAULT_MARGIN_MIB = 1024
 
@@ -159,6 +164,27 @@ class MemoryPlan:
         """Every GPU device keeps at least the margin."""
         return all(d.left_bytes >= self.margin_bytes for d in self.gpus)
 
+    def fits(self) -> bool:
+        """What ``n_ctx auto`` asks of a plan: every GPU device keeps the margin; with no GPU device, the host keeps
+        it after what the load allocates there (its mapped weights are page cache, as llama.cpp's fit counts
+        the host with no device)."""
+        if self.gpus:
+            return self.within_margin()
+        host = self.host
+        return host is None or host.budget_bytes - host.allocated_bytes >= self.margin_bytes
+
+    def used_bytes(self) -> int:
+        """What the fit weighs: the GPU devices' planned bytes together, or the host's allocated bytes without one."""
+        if self.gpus:
+            return sum(d.planned_bytes for d in self.gpus)
+        return self.host.allocated_bytes if self.host else 0
+
+    def target_bytes(self) -> int:
+        """What :meth:`used_bytes` may reach: the devices' budgets less their margins (the host's, without one)."""
+        if self.gpus:
+            return sum(d.budget_bytes - self.margin_bytes for d in self.gpus)
+        return self.host.budget_bytes - self.margin_bytes if self.host else 0
+
     def overflow_line(self) -> str | None:
         """The one line refusing this load before it starts, with the plan's numbers (``None`` when every
         GPU device holds its share)."""
@@ -226,6 +252,8 @@ class FitResult:
     plan: MemoryPlan | None
     refusal: str | None = None
     unavailable: str | None = None
+    n_ctx: int | None = None
+    n_ctx_why: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -234,6 +262,8 @@ class FitResult:
             "plan": self.plan.to_dict() if self.plan else None,
             "refusal": self.refusal,
             "unavailable": self.unavailable,
+            "n_ctx": self.n_ctx,
+            "n_ctx_why": self.n_ctx_why,
         }
 
     def summary(self) -> str:
@@ -260,7 +290,10 @@ class FitResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FitResult:
         plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
-        return cls(d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"))
+        return cls(
+            d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"), d.get("n_ctx"),
+            d.get("n_ctx_why"),
+        )  # fmt: skip
 
 
 def plan_in_child(path: str, engine: dict[str, Any], timeout_s: float = CHILD_TIMEOUT_S) -> FitResult:
@@ -382,6 +415,84 @@ def choose_layers(project: Callable[[int], MemoryPlan], n_layer: int) -> LayerCh
         f"{low.n_gpu_layers} ({offloaded_text(low.n_gpu_layers, n_layer)}) fit: {_left_text(low)}; one more would leave "
         f"{d.name} {fmt_bytes(d.left_bytes)}, under the {fmt_bytes(high.margin_bytes)} margin (--gpu-margin-mib)",
         low,
+    )
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    """``n_ctx auto``'s answer: ``n_ctx`` (cells), ``why`` in one line, and the layer count at it (``layers``:
+    :func:`choose_layers`'s where the layers were auto too, else the count given, with the plan of both)."""
+
+    n_ctx: int
+    why: str
+    layers: LayerChoice
+
+
+def choose_context(
+    project: Callable[[int, int], MemoryPlan], n_layer: int, n_ctx_train: int, n_gpu_layers: int | None
+) -> ContextChoice:
+    """The largest context that fits, as llama.cpp's fit chooses it (``common/fit.cpp``, steps 1 and 2): the
+    model's training context ``n_ctx_train`` with the layers asked (``n_gpu_layers``; ``None`` = auto, tried
+    with every layer) when its plan fits (:meth:`MemoryPlan.fits`); else, where the least context
+    (:data:`AUTO_N_CTX_MIN`, or ``n_ctx_train`` where smaller) fits, the context between the two where the line
+    through their plans' bytes meets the devices' budgets less the margin, rounded down to :data:`N_CTX_ALIGN`
+    and checked (stepped down by the same line until its plan fits); else the least context, and with auto
+    layers :func:`choose_layers` at it. ``project(n_gpu_layers, n_ctx)`` makes a plan."""
+    top = n_layer + 1
+    ngl = top if n_gpu_layers is None else n_gpu_layers
+    hi_ctx = max(n_ctx_train, 1)
+    lo_ctx = min(AUTO_N_CTX_MIN, hi_ctx)
+
+    def layers_of(plan: MemoryPlan) -> LayerChoice:
+        if n_gpu_layers is not None:
+            return LayerChoice(plan.n_gpu_layers, "", plan)
+        return LayerChoice(top, f"all {n_layer} layers + output fit at n_ctx {plan.n_ctx:,}: {_left_text(plan)}", plan)
+
+    full = project(ngl, hi_ctx)
+    if full.fits():
+        return ContextChoice(
+            hi_ctx, f"auto: {hi_ctx:,}, the model's training context, fits: {_fit_text(full)}", layers_of(full)
+        )
+    low = project(ngl, lo_ctx) if lo_ctx < hi_ctx else full
+    if low.fits():
+        lo_n, hi_n, high = lo_ctx, hi_ctx, full  # the contexts asked (a plan's n_ctx is llama.cpp's, padded)
+        tries = 0
+        while hi_n - lo_n > N_CTX_ALIGN:
+            grow = high.used_bytes() - low.used_bytes()
+            room = low.target_bytes() - low.used_bytes()
+            step = (hi_n - lo_n) * room // grow if grow > 0 and tries < 4 else (hi_n - lo_n) // 2  # then bisect
+            n = min(
+                max(lo_n + N_CTX_ALIGN, (lo_n + step) // N_CTX_ALIGN * N_CTX_ALIGN),
+                (hi_n - 1) // N_CTX_ALIGN * N_CTX_ALIGN,
+            )
+            if n <= lo_n:
+                break
+            tries += 1
+            test = project(ngl, n)
+            if test.fits():
+                lo_n, low = n, test
+            else:
+                hi_n, high = n, test
+        return ContextChoice(
+            lo_n, f"auto: {lo_n:,} of the training context's {hi_ctx:,} fits: {_fit_text(low)}", layers_of(low)
+        )
+    why = f"auto: {lo_ctx:,}, the least auto chooses (llama.cpp's fit_params_min_ctx)"
+    if n_gpu_layers is not None:
+        return ContextChoice(lo_ctx, f"{why}; even it does not fit: {_fit_text(low)}", layers_of(low))
+    layers = choose_layers(lambda k: project(k, lo_ctx), n_layer)
+    return ContextChoice(lo_ctx, f"{why}, the layers fitted at it", layers)
+
+
+def _fit_text(plan: MemoryPlan) -> str:
+    """The devices' figures of a plan at its n_ctx (the host's allocation where there is no GPU device)."""
+    if plan.gpus:
+        return _left_text(plan)
+    host = plan.host
+    if host is None:
+        return "no device in the plan"
+    return (
+        f"host allocates {fmt_bytes(host.allocated_bytes)} of {fmt_bytes(host.budget_bytes)}, "
+        f"{fmt_bytes(host.budget_bytes - host.allocated_bytes)} left"
     )
 
 

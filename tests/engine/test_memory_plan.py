@@ -15,6 +15,7 @@ from chatphase.engine.memory_plan import (
     DevicePlan,
     MemoryPlan,
     budget,
+    choose_context,
     choose_layers,
     layer_ranges,
     parse_layer_ranges,
@@ -141,7 +142,7 @@ def _fit_over(monkeypatch, free_mib: int, free_equals_total: bool):
     monkeypatch.setattr(projection, "project", project)
 
     def fit(n_gpu_layers: int | None, margin_mib: int):
-        s = {"n_gpu_layers": n_gpu_layers, "gpu_margin_mib": margin_mib}
+        s = {"n_gpu_layers": n_gpu_layers, "gpu_margin_mib": margin_mib, "n_ctx": 4096}
         return projection.fit_layers("fake.gguf", s, N_LAYER, False, gpu_ok=True, why_not=None)
 
     return fit
@@ -171,6 +172,82 @@ def test_a_count_past_what_fits_is_refused_before_the_load_with_the_plans_number
     inside = fit(kept.n_gpu_layers + 2, 1024)
     assert inside.refusal is None and inside.n_gpu_layers == kept.n_gpu_layers + 2
     assert inside.why is not None and "under the 1.0 GiB margin auto keeps (--gpu-margin-mib)" in inside.why
+
+
+KV_CELL = 4 * 2**10  # one layer's K and V per context cell
+
+
+def fake_ctx_projector(free_mib: int | None, host_mib: int = 2**20, calls: list[tuple[int, int]] | None = None):
+    """``project(n_gpu_layers, n_ctx)``: :func:`fake_projector`'s layers on one GPU of ``free_mib`` (``None``: no
+    GPU), each layer's KV cache (:data:`KV_CELL` a cell) where the layer is, the host against ``host_mib``."""
+
+    def project(n: int, n_ctx: int) -> MemoryPlan:
+        if calls is not None:
+            calls.append((n, n_ctx))
+        plan = fake_projector((free_mib or 1,))(n)
+        gpu, host = plan.devices
+        kv = KV_CELL * n_ctx
+        host = replace(host, kv_cache_bytes=kv * len(host.layers) if free_mib else kv * N_LAYER,
+                       weights_bytes=host.weights_bytes if free_mib else LAYER * N_LAYER + OUTPUT,
+                       budget_bytes=host_mib * MIB)  # fmt: skip
+        if free_mib is None:  # a CPU load maps its weights from the file
+            return replace(plan, n_ctx=n_ctx, devices=(replace(host, mapped_bytes=host.weights_bytes),))
+        gpu = replace(gpu, kv_cache_bytes=kv * len(gpu.layers))
+        return replace(plan, n_ctx=n_ctx, devices=(gpu, host))
+
+    return project
+
+
+def largest_ctx_by_brute_force(project, n_gpu_layers: int, low: int, high: int) -> int:
+    return max(c for c in range(low, high + 1, 256) if project(n_gpu_layers, c).fits())
+
+
+def test_n_ctx_auto_is_the_training_context_where_it_fits():
+    calls: list[tuple[int, int]] = []
+    choice = choose_context(fake_ctx_projector(80_000, calls=calls), N_LAYER, 131_072, None)
+    assert (choice.n_ctx, choice.layers.n_gpu_layers) == (131_072, N_LAYER + 1) and calls == [(N_LAYER + 1, 131_072)]
+    assert choice.why.startswith("auto: 131,072, the model's training context, fits: GPU0 ")
+
+
+def test_n_ctx_auto_is_the_largest_that_fits_with_every_layer():
+    """llama.cpp's order: every layer kept, the context shrunk toward 4096 until the device keeps its margin."""
+    calls: list[tuple[int, int]] = []
+    project = fake_ctx_projector(6_000, calls=calls)
+    choice = choose_context(project, N_LAYER, 131_072, None)
+    expected = largest_ctx_by_brute_force(fake_ctx_projector(6_000), N_LAYER + 1, 4096, 131_072)
+    assert 4096 < expected < 131_072 and expected % 256 == 0
+    assert (choice.n_ctx, choice.layers.n_gpu_layers) == (expected, N_LAYER + 1)
+    assert not fake_ctx_projector(6_000)(N_LAYER + 1, expected + 256).fits()
+    assert choice.why.startswith(f"auto: {expected:,} of the training context's 131,072 fits: GPU0 ")
+    assert len(calls) <= 8 and all(n == N_LAYER + 1 for n, _ in calls)
+
+
+def test_n_ctx_auto_is_the_least_and_the_layers_fitted_at_it_when_every_layer_does_not_fit():
+    choice = choose_context(fake_ctx_projector(3_000), N_LAYER, 131_072, None)
+    at_least = fake_ctx_projector(3_000)
+    expected = max(n for n in range(N_LAYER + 2) if at_least(n, 4096).fits())
+    assert (choice.n_ctx, choice.layers.n_gpu_layers) == (4096, expected) and 0 < expected < N_LAYER + 1
+    assert choice.why == "auto: 4,096, the least auto chooses (llama.cpp's fit_params_min_ctx), the layers fitted at it"
+
+
+def test_n_ctx_auto_with_a_count_given_keeps_the_count():
+    choice = choose_context(fake_ctx_projector(6_000), N_LAYER, 131_072, 10)
+    expected = largest_ctx_by_brute_force(fake_ctx_projector(6_000), 10, 4096, 131_072)
+    assert (choice.n_ctx, choice.layers.n_gpu_layers) == (expected, 10)
+    tight = choose_context(fake_ctx_projector(3_000), N_LAYER, 131_072, N_LAYER + 1)
+    assert tight.n_ctx == 4096 and tight.layers.n_gpu_layers == N_LAYER + 1  # the load's refusal says the rest
+    assert "even it does not fit" in tight.why
+
+
+def test_n_ctx_auto_on_the_host_alone_and_a_short_training_context():
+    """No GPU device: the host's allocation (its KV cache and compute) against its budget less the margin; a model
+    trained on 2,048 tokens gets 2,048 at most."""
+    host_only = fake_ctx_projector(None, host_mib=4_000)
+    choice = choose_context(host_only, N_LAYER, 131_072, 0)
+    assert choice.n_ctx == largest_ctx_by_brute_force(host_only, 0, 4096, 131_072)
+    assert choice.why.startswith(f"auto: {choice.n_ctx:,} of the training context's 131,072 fits: host allocates ")
+    short = choose_context(fake_ctx_projector(80_000), N_LAYER, 2_048, None)
+    assert short.n_ctx == 2_048 and short.why.startswith("auto: 2,048, the model's training context, fits")
 
 
 def test_plan_round_trips_through_json():

@@ -245,3 +245,17 @@ def test_engine_refuses_a_count_that_would_not_fit_before_loading(default_model_
     engine.close()
     assert events == [EngineFailed(line, fatal=True)]
     assert "llama_model_loader" not in (tmp_path / "e.log").read_text()  # refused before llama.cpp read the file
+
+
+def test_n_ctx_auto_loads_the_largest_context_that_fits(default_model_info, tmp_path):
+    """``n_ctx auto`` on this machine (the host alone): the default model's training context fits the host's
+    available memory, so the load runs at it and says why (the load notice, LoadedSettings, ask --json)."""
+    engine, loaded = real_load(default_model_info, EngineConfig(n_ctx=None), tmp_path)
+    engine.close()
+    train = default_model_info.n_ctx_train
+    assert train and loaded.settings.n_ctx == train
+    why = loaded.settings.n_ctx_why
+    assert why is not None and why.startswith(f"auto: {train:,}, the model's training context, fits: host allocates ")
+    assert f"n_ctx {why}" in loaded.notes
+    assert loaded.settings.to_dict()["n_ctx_why"] == why
+    assert loaded.llama_kv_cache_bytes == train * 23_040  # llama.cpp's own cache, at the chosen size

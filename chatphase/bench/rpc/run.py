@@ -177,7 +177,7 @@ class RpcRun(ModelRun):
         self._facts: dict = {}
 
     def __iter__(self) -> Iterator[object]:
-        plan = validate_plan(self.plan, self.config.n_ctx)
+        plan = validate_plan(self.plan, self.config.n_ctx_before_load)
         done, total = 0, plan.total_runs
         for devices in plan.rpc_devices:
             if self._cancel.is_set():

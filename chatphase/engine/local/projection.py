@@ -30,6 +30,7 @@ from typing import Any
 
 from chatphase.engine.events import OFFLOAD_TYPES, DeviceInfo
 from chatphase.engine.memory_plan import (
+    AUTO_N_CTX_MIN,
     HOST,
     DevicePlan,
     FitResult,
@@ -37,6 +38,7 @@ from chatphase.engine.memory_plan import (
     LayerChoice,
     MemoryPlan,
     budget,
+    choose_context,
     choose_layers,
 )
 
@@ -175,6 +177,7 @@ def fit_layers(
     why_not: str | None,
     *,
     plan_always: bool = False,
+    n_ctx_train: int | None = None,
 ) -> FitResult:
     """Resolve ``settings["n_gpu_layers"]`` before a load (``None`` = auto), from llama.cpp's projection.
 
@@ -183,12 +186,15 @@ def fit_layers(
     layer, as before auto, and why). A count given (-1 = all): its plan, and the refusal line when a GPU device
     cannot hold its share. ``plan_always``: make the plan of the count even where the load would not need it
     (``info --plan``: the host's plan on a CPU-only build). ``n_layer``: the model's repeating layers.
+    ``settings["n_ctx"]`` ``None`` (auto): :func:`_fit_context`, with ``n_ctx_train`` the model's training context.
     """
     from chatphase.engine.local.llama_ext import ProjectionUnavailable
 
     margin = int(settings.get("gpu_margin_mib") or 0) * 2**20
     requested = settings["n_gpu_layers"]
     offload = gpu_ok and why_not is None
+    if settings["n_ctx"] is None:
+        return _fit_context(path, settings, n_layer, use_extra_bufts, offload, why_not, n_ctx_train, margin)
 
     def plan_of(n: int) -> MemoryPlan:
         return project(path, settings, n, use_extra_bufts, margin)
@@ -216,6 +222,53 @@ def fit_layers(
         if requested is None:
             return FitResult(n_layer + 1, f"auto: every layer, as without a plan ({exc})", None, unavailable=str(exc))
         return FitResult(n_layer + 1 if requested == -1 else requested, None, None, unavailable=str(exc))
+
+
+def _fit_context(
+    path: str,
+    settings: dict[str, Any],
+    n_layer: int,
+    use_extra_bufts: bool,
+    offload: bool,
+    why_not: str | None,
+    n_ctx_train: int | None,
+    margin: int,
+) -> FitResult:
+    """``n_ctx auto``: :func:`~chatphase.engine.memory_plan.choose_context` on llama.cpp's projections, with the
+    layers asked (auto: chosen with the context; 0 where nothing can be offloaded). Where no plan can be made,
+    the least context auto chooses, and why."""
+    from chatphase.engine.local.llama_ext import ProjectionUnavailable
+
+    requested = settings["n_gpu_layers"]
+    train = n_ctx_train or AUTO_N_CTX_MIN
+    if not offload:
+        count: int | None = 0
+    else:
+        count = None if requested is None else _ALL if requested == -1 else requested
+
+    def plan_of(n: int, n_ctx: int) -> MemoryPlan:
+        return project(path, {**settings, "n_ctx": n_ctx}, n, use_extra_bufts, margin)
+
+    try:
+        choice = choose_context(plan_of, n_layer, train, count)
+    except (ProjectionUnavailable, ProjectionFailed) as exc:
+        n_ctx = min(AUTO_N_CTX_MIN, train)
+        layers = n_layer + 1 if requested is None and offload else 0 if not offload else requested
+        return FitResult(
+            layers, f"auto: every layer, as without a plan ({exc})" if requested is None and offload else None,
+            None, unavailable=str(exc), n_ctx=n_ctx,
+            n_ctx_why=f"auto: {n_ctx:,}, the least auto chooses, as without a plan ({exc})",
+        )  # fmt: skip
+    plan = choice.layers.plan
+    if requested is None and offload:
+        why: str | None = f"auto: {choice.layers.why}"
+    elif requested is None:
+        why = f"auto: 0 layers, {why_not or 'no GPU offload in this llama.cpp build'}"
+    else:
+        why = _margin_note(plan) if plan else None
+    refusal = plan.overflow_line() if plan and requested is not None and offload else None
+    n = choice.layers.n_gpu_layers
+    return FitResult(n, why, plan, refusal=refusal, n_ctx=choice.n_ctx, n_ctx_why=choice.why)
 
 
 def _margin_note(plan: MemoryPlan) -> str | None:
@@ -256,7 +309,10 @@ def _child_main() -> int:
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), s["n_gpu_layers"])
         extra = offload_plan({**s, "n_gpu_layers": 0}, cpu_system_info(), gpu_ok).use_extra_bufts
-        result = fit_layers(str(info.path), s, info.n_layer or 0, extra, gpu_ok, why_not, plan_always=True)
+        result = fit_layers(
+            str(info.path), s, info.n_layer or 0, extra, gpu_ok, why_not, plan_always=True,
+            n_ctx_train=info.n_ctx_train,
+        )  # fmt: skip
         out.write(json.dumps(result.to_dict()) + "\n")
     except Exception as exc:  # one line for the parent; the traceback to the engine log
         import traceback

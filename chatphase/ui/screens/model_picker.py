@@ -264,7 +264,7 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
     settings, engine = chat.settings, chat.settings.engine
     app.push_screen(
         ModelPickerScreen(
-            n_ctx=engine.n_ctx,
+            n_ctx=engine.n_ctx_before_load,
             current_path=chat.model_info.path,
             models_dir=settings.models_dir,
             n_ubatch=engine.n_ubatch_used,
