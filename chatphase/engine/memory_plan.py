@@ -25,7 +25,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from chatphase.errors import ModelError
@@ -65,7 +65,8 @@ class DevicePlan:
 
     ``name`` ggml's device name (``Vulkan0``) or :data:`HOST`; ``type`` ggml's (``gpu``, ``igpu``) or ``host``;
     ``weights_bytes``, ``kv_cache_bytes``, ``compute_bytes`` from ``llama_get_memory_breakdown`` (model, context,
-    compute) summed over the device's buffer types; ``output_bytes`` the output (logits) buffer llama.cpp makes in
+    compute) summed over the device's buffer types; ``draft_bytes`` a speculative draft model's whole share
+    here (its own projection, :func:`with_draft`); ``output_bytes`` the output (logits) buffer llama.cpp makes in
     host memory with the context (its log line: the breakdown leaves it out); ``mapped_bytes`` the part of the
     host's weights a load maps from the file (page cache the OS can drop and read again) rather than allocates:
     those in the CPU's own buffer type, not repacked ones nor a GPU backend's pinned host buffers. ``layers``: the repeating layers
@@ -81,6 +82,7 @@ class DevicePlan:
     compute_bytes: int
     output_bytes: int = 0
     mapped_bytes: int = 0
+    draft_bytes: int = 0
     layers: tuple[int, ...] = ()
     output_layer: bool = False
     free_bytes: int = 0
@@ -90,8 +92,8 @@ class DevicePlan:
 
     @property
     def planned_bytes(self) -> int:
-        """Everything the load puts here: weights + KV cache + compute + output buffer."""
-        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.output_bytes
+        """Everything the load puts here: weights + KV cache + compute + output buffer (+ the draft model's)."""
+        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.output_bytes + self.draft_bytes
 
     @property
     def allocated_bytes(self) -> int:
@@ -128,7 +130,8 @@ class MemoryPlan:
     (0 to ``n_layer + 1``: llama.cpp counts the output layer as the last); ``n_ctx`` the context's cells as
     llama.cpp sizes them; ``kv_caches`` each cache llama.cpp made; ``output_layer_bytes`` the output layer's weights
     (the file's ``output`` tensors, or the token embedding it shares); ``margin_bytes`` what each GPU device must
-    keep free (``gpu_margin_mib``); ``projection_ms`` what the projection took; ``notes`` what the plan assumes.
+    keep free (``gpu_margin_mib``); ``projection_ms`` what the projection took; ``notes`` what the plan assumes;
+    ``draft_model`` the speculative draft model counted in it (``None``: none).
     """
 
     model: str
@@ -141,6 +144,7 @@ class MemoryPlan:
     margin_bytes: int = DEFAULT_MARGIN_MIB * 2**20
     projection_ms: float = 0.0
     notes: tuple[str, ...] = ()
+    draft_model: str | None = None
 
     @property
     def gpus(self) -> tuple[DevicePlan, ...]:
@@ -348,6 +352,8 @@ def parts_text(d: DevicePlan) -> str:
     parts = [("weights", d.weights_bytes), ("KV", d.kv_cache_bytes), ("compute", d.compute_bytes)]
     if d.output_bytes:
         parts.append(("output", d.output_bytes))
+    if d.draft_bytes:
+        parts.append(("draft model", d.draft_bytes))
     return " + ".join(f"{label} {fmt_bytes(n)}" for label, n in parts)
 
 
@@ -520,6 +526,25 @@ def _left_text(plan: MemoryPlan) -> str:
     )
 
 
+def with_draft(plan: MemoryPlan, draft: MemoryPlan) -> MemoryPlan:
+    """``plan`` with a speculative draft model's own plan (``draft``: its load and context, as the engine makes
+    them) added on each device as ``draft_bytes`` (its mapped weights to the host's ``mapped_bytes``), as llama.cpp's
+    fit counts an extra model (``common_fit_extra_model``): the target's layers are then fitted in what is left."""
+    theirs = {d.name: d for d in draft.devices}
+
+    def add(d: DevicePlan) -> DevicePlan:
+        x = theirs.get(d.name)
+        if x is None:
+            return d
+        return replace(d, draft_bytes=d.draft_bytes + x.planned_bytes, mapped_bytes=d.mapped_bytes + x.mapped_bytes)
+
+    where = ", ".join(f"{x.name} {fmt_bytes(x.planned_bytes)}" for x in draft.devices if x.planned_bytes)
+    note = f"with the draft model {draft.model} (spec draft:): {where}"
+    return replace(
+        plan, devices=tuple(add(d) for d in plan.devices), draft_model=draft.model, notes=(*plan.notes, note)
+    )
+
+
 def device_line(d: DevicePlan, margin_bytes: int) -> str:
     """One device's plan: ``weights 68.1 MiB (layers 12-29 + output) · KV 60.0 MiB · compute 10.0 MiB = 138.1 MiB
     of 2.0 GiB, 1.9 GiB left`` (the margin where a GPU device keeps less; the host's mapped weights)."""
@@ -532,6 +557,8 @@ def device_line(d: DevicePlan, margin_bytes: int) -> str:
     parts += [f"KV {fmt_bytes(d.kv_cache_bytes)}", f"compute {fmt_bytes(d.compute_bytes)}"]
     if d.output_bytes:
         parts.append(f"output {fmt_bytes(d.output_bytes)}")
+    if d.draft_bytes:
+        parts.append(f"draft model {fmt_bytes(d.draft_bytes)}")
     left = f"{fmt_bytes(d.left_bytes)} left" if d.left_bytes >= 0 else f"{fmt_bytes(-d.left_bytes)} short"
     if not d.is_host and 0 <= d.left_bytes < margin_bytes:
         left += f", under the {fmt_bytes(margin_bytes)} margin"

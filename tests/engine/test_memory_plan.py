@@ -19,6 +19,7 @@ from chatphase.engine.memory_plan import (
     choose_layers,
     layer_ranges,
     parse_layer_ranges,
+    with_draft,
 )
 from chatphase.units import fmt_bytes
 
@@ -248,6 +249,31 @@ def test_n_ctx_auto_on_the_host_alone_and_a_short_training_context():
     assert choice.why.startswith(f"auto: {choice.n_ctx:,} of the training context's 131,072 fits: host allocates ")
     short = choose_context(fake_ctx_projector(80_000), N_LAYER, 2_048, None)
     assert short.n_ctx == 2_048 and short.why.startswith("auto: 2,048, the model's training context, fits")
+
+
+def test_a_draft_model_on_the_gpu_leaves_fewer_layers_to_auto():
+    """A draft model's plan (:func:`with_draft`) adds its bytes on each device: auto fits the target's layers in
+    what is left, the refusal line names the draft's share, and the plan round-trips."""
+    gpu = DevicePlan("GPU0", "fake", "gpu", 400 * MIB, 50 * MIB, 100 * MIB, mapped_bytes=0)
+    host = DevicePlan(HOST, "host memory", HOST, 10 * MIB, 0, 5 * MIB, mapped_bytes=10 * MIB)
+    draft = MemoryPlan("draft.gguf", 8, 9, 4096, (gpu, host))
+    plain = fake_projector((3_000,))
+
+    def drafted(n: int) -> MemoryPlan:
+        return with_draft(plain(n), draft)
+
+    without, withd = choose_layers(plain, N_LAYER), choose_layers(drafted, N_LAYER)
+    assert withd.n_gpu_layers == best_by_brute_force(drafted) < without.n_gpu_layers
+    p = drafted(N_LAYER + 1)
+    assert p.draft_model == "draft.gguf" and p.devices[0].draft_bytes == 550 * MIB
+    assert p.devices[0].planned_bytes == plain(N_LAYER + 1).devices[0].planned_bytes + 550 * MIB
+    assert p.host is not None and p.host.draft_bytes == 15 * MIB and p.host.mapped_bytes == 10 * MIB
+    assert p.notes[-1] == "with the draft model draft.gguf (spec draft:): GPU0 550.0 MiB, host 15.0 MiB"
+    line = p.overflow_line()
+    assert line is not None and "+ draft model 550.0 MiB)" in line
+    import json
+
+    assert MemoryPlan.from_dict(json.loads(json.dumps(p.to_dict()))) == p
 
 
 def test_plan_round_trips_through_json():

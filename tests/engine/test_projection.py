@@ -259,3 +259,24 @@ def test_n_ctx_auto_loads_the_largest_context_that_fits(default_model_info, tmp_
     assert f"n_ctx {why}" in loaded.notes
     assert loaded.settings.to_dict()["n_ctx_why"] == why
     assert loaded.llama_kv_cache_bytes == train * 23_040  # llama.cpp's own cache, at the chosen size
+
+
+def test_a_draft_model_is_counted_in_the_plan(default_model_info):
+    """``spec draft:MODEL``: the draft model's own projection (its load and its one-sequence context, as the engine
+    makes them) is added on each device, and the plan names it; without a draft the plan is the target's alone."""
+    s = EngineConfig(n_ctx=1024, spec="draft:default").resolved()
+    fit = fit_layers(default_model_info.path, s, 30, False, gpu_ok=False, why_not="CPU-only build", plan_always=True)
+    alone = project(default_model_info.path, {**s, "spec": "off"}, 0, False, 0)
+    draft = project(default_model_info.path, {**s, "n_seq_max": 1}, 0, False, 0)
+    plan = fit.plan
+    assert plan is not None and plan.host is not None and alone.host is not None and draft.host is not None
+    assert plan.draft_model == default_model_info.path.rsplit("/", 1)[-1]
+    assert plan.host.draft_bytes == draft.host.planned_bytes > 0
+    assert plan.host.planned_bytes == alone.host.planned_bytes + draft.host.planned_bytes
+    assert plan.host.mapped_bytes == alone.host.mapped_bytes + draft.host.mapped_bytes
+    assert any(n.startswith(f"with the draft model {plan.draft_model} (spec draft:): host ") for n in plan.notes)
+    missing = fit_layers(default_model_info.path, {**s, "spec": "draft:/nonexistent/d.gguf"}, 30, False,
+                         gpu_ok=False, why_not="CPU-only build", plan_always=True)  # fmt: skip
+    assert missing.plan is not None and missing.plan.draft_model is None and missing.plan.host is not None
+    assert missing.plan.host.draft_bytes == 0
+    assert any(n.startswith("the draft model is not counted: ") for n in missing.plan.notes)

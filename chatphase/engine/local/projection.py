@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from chatphase.engine.memory_plan import (
     budget,
     choose_context,
     choose_layers,
+    with_draft,
 )
 
 #: ``llama_model_params.n_gpu_layers`` for every layer (llama.cpp clamps it), as llama_params' ALL_LAYERS.
@@ -194,10 +196,12 @@ def fit_layers(
     requested = settings["n_gpu_layers"]
     offload = gpu_ok and why_not is None
     if settings["n_ctx"] is None:
-        return _fit_context(path, settings, n_layer, use_extra_bufts, offload, why_not, n_ctx_train, margin)
+        return _fit_context(path, settings, n_layer, use_extra_bufts, gpu_ok, why_not, n_ctx_train, margin)
+
+    plans = _Projector(path, settings, use_extra_bufts, margin, gpu_ok)
 
     def plan_of(n: int) -> MemoryPlan:
-        return project(path, settings, n, use_extra_bufts, margin)
+        return plans(n, settings["n_ctx"])
 
     if requested is None and not offload:
         why = f"auto: 0 layers, {why_not or 'no GPU offload in this llama.cpp build'}"
@@ -224,12 +228,49 @@ def fit_layers(
         return FitResult(n_layer + 1 if requested == -1 else requested, None, None, unavailable=str(exc))
 
 
+class _Projector:
+    """``(n_gpu_layers, n_ctx) -> MemoryPlan``: :func:`project` of the model, with a speculative draft model
+    (``spec`` ``draft:MODEL``) counted in (:func:`~chatphase.engine.memory_plan.with_draft`): projected once per
+    context, with the layers the engine gives it (every layer where the target's count is auto or -1, else that
+    count; none on a build without GPU offload). A draft that cannot be found is left out, and the plan says why
+    (the load refuses it in its own words)."""
+
+    def __init__(self, path: str, settings: dict[str, Any], use_extra_bufts: bool, margin: int, gpu_ok: bool):
+        self.path, self.settings, self.use_extra_bufts, self.margin = path, settings, use_extra_bufts, margin
+        requested = settings["n_gpu_layers"]
+        self.draft_layers = 0 if not gpu_ok else _ALL if requested in (None, -1) else requested
+        self.draft_path: str | None = None
+        self.draft_note: str | None = None
+        self._drafts: dict[int, MemoryPlan] = {}
+        try:
+            from chatphase.engine.spec_modes import parse_spec
+            from chatphase.models.resolve import resolve_model
+
+            mode = parse_spec(settings.get("spec"))
+            if mode.kind == "draft":
+                self.draft_path = str(resolve_model(None if mode.draft == "default" else mode.draft))
+        except Exception as exc:  # the load says it in full; the plan says what it left out
+            self.draft_note = f"the draft model is not counted: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+
+    def __call__(self, n_gpu_layers: int, n_ctx: int) -> MemoryPlan:
+        s = {**self.settings, "n_ctx": n_ctx}
+        plan = project(self.path, s, n_gpu_layers, self.use_extra_bufts, self.margin)
+        if self.draft_note:
+            return replace(plan, notes=(*plan.notes, self.draft_note))
+        if self.draft_path is None:
+            return plan
+        if n_ctx not in self._drafts:
+            draft_settings = {**s, "n_seq_max": 1}  # as the engine's DraftModel makes its context
+            self._drafts[n_ctx] = project(self.draft_path, draft_settings, self.draft_layers, self.use_extra_bufts, 0)
+        return with_draft(plan, self._drafts[n_ctx])
+
+
 def _fit_context(
     path: str,
     settings: dict[str, Any],
     n_layer: int,
     use_extra_bufts: bool,
-    offload: bool,
+    gpu_ok: bool,
     why_not: str | None,
     n_ctx_train: int | None,
     margin: int,
@@ -240,17 +281,15 @@ def _fit_context(
     from chatphase.engine.local.llama_ext import ProjectionUnavailable
 
     requested = settings["n_gpu_layers"]
+    offload = gpu_ok and why_not is None
     train = n_ctx_train or AUTO_N_CTX_MIN
     if not offload:
         count: int | None = 0
     else:
         count = None if requested is None else _ALL if requested == -1 else requested
 
-    def plan_of(n: int, n_ctx: int) -> MemoryPlan:
-        return project(path, {**settings, "n_ctx": n_ctx}, n, use_extra_bufts, margin)
-
     try:
-        choice = choose_context(plan_of, n_layer, train, count)
+        choice = choose_context(_Projector(path, settings, use_extra_bufts, margin, gpu_ok), n_layer, train, count)
     except (ProjectionUnavailable, ProjectionFailed) as exc:
         n_ctx = min(AUTO_N_CTX_MIN, train)
         layers = n_layer + 1 if requested is None and offload else 0 if not offload else requested
