@@ -131,7 +131,8 @@ class MemoryPlan:
     llama.cpp sizes them; ``kv_caches`` each cache llama.cpp made; ``output_layer_bytes`` the output layer's weights
     (the file's ``output`` tensors, or the token embedding it shares); ``margin_bytes`` what each GPU device must
     keep free (``gpu_margin_mib``); ``projection_ms`` what the projection took; ``notes`` what the plan assumes;
-    ``draft_model`` the speculative draft model counted in it (``None``: none).
+    ``draft_model`` the speculative draft model counted in it (``None``: none); ``experts_on_host``: a
+    mixture-of-experts model's expert tensors kept in host memory (llama.cpp's ``-ot exps=CPU``).
     """
 
     model: str
@@ -145,6 +146,7 @@ class MemoryPlan:
     projection_ms: float = 0.0
     notes: tuple[str, ...] = ()
     draft_model: str | None = None
+    experts_on_host: bool = False
 
     @property
     def gpus(self) -> tuple[DevicePlan, ...]:
@@ -236,12 +238,14 @@ class MemoryPlan:
 
 @dataclass(frozen=True)
 class LayerChoice:
-    """``n_gpu_layers auto``'s answer: ``n_gpu_layers`` (0 to n_layer + 1), ``why`` in one line, and the
-    ``plan`` of that count (``None`` where no projection was made: no GPU device, or none available)."""
+    """``n_gpu_layers auto``'s answer: ``n_gpu_layers`` (0 to n_layer + 1), ``why`` in one line, the
+    ``plan`` of that count (``None`` where no projection was made: no GPU device, or none available), and whether
+    a mixture-of-experts model's experts stay on the host (:func:`choose_placement`)."""
 
     n_gpu_layers: int
     why: str
     plan: MemoryPlan | None = field(default=None, compare=False)
+    experts_on_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,8 @@ class FitResult:
     """What :func:`chatphase.engine.local.projection.fit_layers` found: ``n_gpu_layers`` for llama.cpp (0 to n_layer + 1), ``why`` it is that
     (``None`` for a count the user gave that the plan does not question), ``plan`` of that count (``None`` where
     none was made), ``refusal`` the one line refusing the load (a count that would not fit), ``unavailable`` why
-    there is no plan (one line)."""
+    there is no plan (one line); ``n_ctx`` / ``n_ctx_why`` what ``n_ctx auto`` chose and why; ``experts_on_host``
+    a mixture-of-experts model's experts kept in host memory (:func:`choose_placement`)."""
 
     n_gpu_layers: int
     why: str | None
@@ -258,6 +263,7 @@ class FitResult:
     unavailable: str | None = None
     n_ctx: int | None = None
     n_ctx_why: str | None = None
+    experts_on_host: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,6 +274,7 @@ class FitResult:
             "unavailable": self.unavailable,
             "n_ctx": self.n_ctx,
             "n_ctx_why": self.n_ctx_why,
+            "experts_on_host": self.experts_on_host,
         }
 
     def summary(self) -> str:
@@ -296,7 +303,7 @@ class FitResult:
         plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
         return cls(
             d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"), d.get("n_ctx"),
-            d.get("n_ctx_why"),
+            d.get("n_ctx_why"), bool(d.get("experts_on_host")),
         )  # fmt: skip
 
 
@@ -421,6 +428,41 @@ def choose_layers(project: Callable[[int], MemoryPlan], n_layer: int) -> LayerCh
         f"{low.n_gpu_layers} ({offloaded_text(low.n_gpu_layers, n_layer)}) fit: {_left_text(low)}; one more would leave "
         f"{d.name} {fmt_bytes(d.left_bytes)}, under the {fmt_bytes(high.margin_bytes)} margin (--gpu-margin-mib)",
         low,
+    )
+
+
+def choose_placement(project: Callable[[int, bool], MemoryPlan], n_layer: int, has_experts: bool) -> LayerChoice:
+    """:func:`choose_layers`, and for a mixture-of-experts model (``has_experts``: ``ffn_*_exps`` tensors) the
+    placement llama.cpp's ``--cpu-moe`` makes (``-ot exps=CPU``): where every layer does not fit the GPU devices
+    with their experts but does with the experts kept in host memory, every layer with the experts on the host
+    (the attention and the shared tensors, read every token, on the device; the experts, of which a token reads
+    a few, on the host). ``project(n_gpu_layers, experts_on_host)`` makes a plan. (llama.cpp's own fit goes on to
+    move some layers' experts back to a device with room left; this does not.)"""
+    top = n_layer + 1
+    plain: dict[int, MemoryPlan] = {}
+
+    def project_plain(n: int) -> MemoryPlan:
+        if n not in plain:
+            plain[n] = project(n, False)
+        return plain[n]
+
+    everything = project_plain(top)
+    if not has_experts or not everything.gpus or everything.within_margin():
+        return choose_layers(project_plain, n_layer)
+    experts_out = project(top, True)
+    if experts_out.within_margin():
+        return LayerChoice(
+            top,
+            f"all {n_layer} layers + output fit with the experts on the host (llama.cpp's -ot exps=CPU): "
+            f"{_left_text(experts_out)}",
+            experts_out,
+            experts_on_host=True,
+        )
+    choice = choose_layers(project_plain, n_layer)
+    d = _tightest(experts_out)
+    return replace(
+        choice,
+        why=f"{choice.why}; with the experts on the host every layer would leave {d.name} {fmt_bytes(d.left_bytes)}",
     )
 
 
@@ -568,8 +610,12 @@ def device_line(d: DevicePlan, margin_bytes: int) -> str:
 def plan_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
     """The plan as ``(label, text)`` rows for people: one per device (its name, :func:`device_line`, and where its
     budget is not the device's own free figure, why), the KV caches, the output layer, the assumptions."""
+    experts = " · experts on the host (-ot exps=CPU)" if plan.experts_on_host else ""
     rows = [
-        ("memory plan", f"{plan.n_gpu_layers_text()} · n_ctx {plan.n_ctx:,} · projected in {plan.projection_ms:.0f} ms")
+        (
+            "memory plan",
+            f"{plan.n_gpu_layers_text()}{experts} · n_ctx {plan.n_ctx:,} · projected in {plan.projection_ms:.0f} ms",
+        )
     ]
     for d in plan.devices:
         rows.append((d.name, device_line(d, plan.margin_bytes)))

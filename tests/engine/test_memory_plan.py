@@ -17,8 +17,10 @@ from chatphase.engine.memory_plan import (
     budget,
     choose_context,
     choose_layers,
+    choose_placement,
     layer_ranges,
     parse_layer_ranges,
+    plan_lines,
     with_draft,
 )
 from chatphase.units import fmt_bytes
@@ -132,7 +134,7 @@ def _fit_over(monkeypatch, free_mib: int, free_equals_total: bool):
     device that counts no usage, as Mesa's llvmpipe, planned through :func:`budget`)."""
     from chatphase.engine.local import projection
 
-    def project(path, settings, n, use_extra_bufts, margin_bytes, held_bytes=None):
+    def project(path, settings, n, use_extra_bufts, margin_bytes, held_bytes=None, experts_on_host=False):
         plan = fake_projector((free_mib,), margin_mib=margin_bytes // MIB)(n)
         if not free_equals_total:
             return plan
@@ -274,6 +276,49 @@ def test_a_draft_model_on_the_gpu_leaves_fewer_layers_to_auto():
     import json
 
     assert MemoryPlan.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+EXPERTS = 0.8  # the share of a MoE layer's weights in its experts
+
+
+def fake_moe_projector(free_mib: int, calls: list[tuple[int, bool]] | None = None):
+    """``project(n, experts_on_host)``: :func:`fake_projector`'s plans, with each GPU layer's experts moved to the
+    host when asked (its share :data:`EXPERTS` of the layer)."""
+
+    def project(n: int, experts_on_host: bool) -> MemoryPlan:
+        if calls is not None:
+            calls.append((n, experts_on_host))
+        plan = fake_projector((free_mib,))(n)
+        if not experts_on_host:
+            return plan
+        gpu, host = plan.devices
+        moved = round(len(gpu.layers) * LAYER * EXPERTS)
+        gpu = replace(gpu, weights_bytes=gpu.weights_bytes - moved)
+        host = replace(host, weights_bytes=host.weights_bytes + moved)
+        return replace(plan, devices=(gpu, host), experts_on_host=True)
+
+    return project
+
+
+def test_a_moe_model_keeps_its_experts_on_the_host_when_every_layer_then_fits():
+    """As llama.cpp's --cpu-moe: every layer does not fit 3,000 MiB with its experts, but does with them on the
+    host (3,500 MiB of weights less 80 % of 32 layers'); a dense model, or one that fits whole, is planned as
+    before; where even the experts on the host leave too little, the layers are fitted with their experts."""
+    calls: list[tuple[int, bool]] = []
+    choice = choose_placement(fake_moe_projector(3_000, calls), N_LAYER, has_experts=True)
+    assert (choice.n_gpu_layers, choice.experts_on_host) == (N_LAYER + 1, True)
+    assert choice.plan is not None and choice.plan.experts_on_host and choice.plan.within_margin()
+    assert choice.why.startswith("all 32 layers + output fit with the experts on the host (llama.cpp's -ot exps=CPU)")
+    assert calls == [(N_LAYER + 1, False), (N_LAYER + 1, True)]
+    dense = choose_placement(fake_moe_projector(3_000), N_LAYER, has_experts=False)
+    assert not dense.experts_on_host and dense.n_gpu_layers == best_by_brute_force(fake_projector((3_000,)))
+    whole = choose_placement(fake_moe_projector(80_000), N_LAYER, has_experts=True)
+    assert (whole.n_gpu_layers, whole.experts_on_host) == (N_LAYER + 1, False)
+    tight = choose_placement(fake_moe_projector(1_600), N_LAYER, has_experts=True)
+    assert not tight.experts_on_host and tight.n_gpu_layers == best_by_brute_force(fake_projector((1_600,)))
+    assert "; with the experts on the host every layer would leave GPU0 " in tight.why
+    lines = plan_lines(choice.plan)
+    assert lines[0][1].startswith("n_gpu_layers 33 (32/32 layers + output) · experts on the host (-ot exps=CPU) · ")
 
 
 def test_plan_round_trips_through_json():

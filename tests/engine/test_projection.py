@@ -280,3 +280,20 @@ def test_a_draft_model_is_counted_in_the_plan(default_model_info):
     assert missing.plan is not None and missing.plan.draft_model is None and missing.plan.host is not None
     assert missing.plan.host.draft_bytes == 0
     assert any(n.startswith("the draft model is not counted: ") for n in missing.plan.notes)
+
+
+def test_a_moe_models_experts_can_be_planned_on_the_host(tmp_path):
+    """A synthetic mixture-of-experts model (Qwen3 MoE's tensors, tiny): its expert tensors are found, and the
+    projection with them kept on the host (llama.cpp's -ot exps=CPU, through tensor_buft_overrides) is made and
+    says so; on this machine (the host alone) every byte is on the host either way."""
+    from chatphase.engine.local.projection import has_experts
+
+    moe = write_synthetic(synth_plan(SHAPES["tiny-qwen3moe"], "Q4_0"), tmp_path / "moe.gguf")
+    dense = write_synthetic(synth_plan(SHAPES["tiny-qwen3"], "Q4_0"), tmp_path / "dense.gguf")
+    assert has_experts(str(moe)) and not has_experts(str(dense))
+    s = EngineConfig(n_ctx=512).resolved()
+    plain = project(str(moe), s, 0, False, 0)
+    kept = project(str(moe), s, 0, False, 0, experts_on_host=True)
+    assert kept.experts_on_host and not plain.experts_on_host
+    assert kept.host is not None and plain.host is not None
+    assert kept.host.planned_bytes == plain.host.planned_bytes and kept.host.layers == plain.host.layers == (0, 1)

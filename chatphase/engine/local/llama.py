@@ -487,7 +487,7 @@ class LlamaEngine:
                 raise UsageError(refusal)
         if s["n_gpu_layers"] is None:
             n = ALL_LAYERS if fit.n_gpu_layers > (self.info.n_layer or 0) else fit.n_gpu_layers
-            plan = replace(plan, n_gpu_layers=n)
+            plan = replace(plan, n_gpu_layers=n, experts_on_host=fit.experts_on_host)
         if fit.why:
             notes.append(fit.why if fit.why.startswith(LAYERS_NOTE) else LAYERS_NOTE + fit.why)
         return plan, fit.why, fit.n_ctx_why

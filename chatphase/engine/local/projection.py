@@ -40,7 +40,7 @@ from chatphase.engine.memory_plan import (
     MemoryPlan,
     budget,
     choose_context,
-    choose_layers,
+    choose_placement,
     with_draft,
 )
 
@@ -50,6 +50,18 @@ _ALL = 0x7FFFFFFF
 
 class ProjectionFailed(RuntimeError):
     """llama.cpp could not project this load (one line: why)."""
+
+
+def has_experts(path: str) -> bool:
+    """Whether the file has a mixture-of-experts model's expert tensors (``blk.N.ffn_{gate,up,down}_exps``); a
+    file that cannot be read has none here (the projection, and the load, say why)."""
+    from chatphase.errors import ModelError
+    from chatphase.models.gguf_meta import read_metadata
+
+    try:
+        return any("_exps" in t.name for t in read_metadata(path)[1].tensors)
+    except ModelError:
+        return False
 
 
 def _output_layer_bytes(path: str) -> int | None:
@@ -72,10 +84,12 @@ def project(
     use_extra_bufts: bool,
     margin_bytes: int,
     held_bytes: dict[str, int] | None = None,
+    experts_on_host: bool = False,
 ) -> MemoryPlan:
     """llama.cpp's projection of loading ``path`` with ``n_gpu_layers`` (:data:`_ALL`-like counts are clamped)
     and the resolved engine ``settings`` (:meth:`chatphase.engine.config.EngineConfig.resolved`), per device.
-    ``held_bytes``: what this process already holds per device (for a device that reports free = total).
+    ``held_bytes``: what this process already holds per device (for a device that reports free = total);
+    ``experts_on_host``: a mixture-of-experts model's expert tensors kept in host memory (``-ot exps=CPU``).
 
     Raises:
         ProjectionUnavailable: the projection cannot be read in this build (one line).
@@ -93,7 +107,7 @@ def project(
     lc.llama_backend_init()
     name = Path(path).name
     with parse_only() as log:
-        params = model_params(OffloadPlan(n_gpu_layers, use_extra_bufts, False, ()))
+        params = model_params(OffloadPlan(n_gpu_layers, use_extra_bufts, False, (), experts_on_host=experts_on_host))
         params.no_alloc = True
         params.load_mode = lc.LLAMA_LOAD_MODE_NONE
         model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
@@ -163,6 +177,7 @@ def project(
         margin_bytes=margin_bytes,
         projection_ms=(time.perf_counter_ns() - t0) / 1e6,
         notes=tuple(notes),
+        experts_on_host=experts_on_host,
     )
 
 
@@ -184,7 +199,7 @@ def fit_layers(
     """Resolve ``settings["n_gpu_layers"]`` before a load (``None`` = auto), from llama.cpp's projection.
 
     auto: on a build without GPU offload, or with no GPU device, 0 and ``why_not`` (no projection unless
-    ``plan_always``); else :func:`~chatphase.engine.memory_plan.choose_layers` (a plan that cannot be made: every
+    ``plan_always``); else :func:`~chatphase.engine.memory_plan.choose_placement` (a plan that cannot be made: every
     layer, as before auto, and why). A count given (-1 = all): its plan, and the refusal line when a GPU device
     cannot hold its share. ``plan_always``: make the plan of the count even where the load would not need it
     (``info --plan``: the host's plan on a CPU-only build). ``n_layer``: the model's repeating layers.
@@ -213,8 +228,11 @@ def fit_layers(
             return FitResult(0, why, None, unavailable=str(exc))
     try:
         if requested is None:
-            choice: LayerChoice = choose_layers(plan_of, n_layer)
-            return FitResult(choice.n_gpu_layers, f"auto: {choice.why}", choice.plan)
+            n_ctx = settings["n_ctx"]
+            choice: LayerChoice = choose_placement(lambda n, x: plans(n, n_ctx, x), n_layer, has_experts(path))
+            return FitResult(
+                choice.n_gpu_layers, f"auto: {choice.why}", choice.plan, experts_on_host=choice.experts_on_host
+            )
         count = _ALL if requested == -1 else requested
         if not offload:
             count = 0
@@ -252,9 +270,9 @@ class _Projector:
         except Exception as exc:  # the load says it in full; the plan says what it left out
             self.draft_note = f"the draft model is not counted: {str(exc).splitlines()[0] if str(exc) else exc!r}"
 
-    def __call__(self, n_gpu_layers: int, n_ctx: int) -> MemoryPlan:
+    def __call__(self, n_gpu_layers: int, n_ctx: int, experts_on_host: bool = False) -> MemoryPlan:
         s = {**self.settings, "n_ctx": n_ctx}
-        plan = project(self.path, s, n_gpu_layers, self.use_extra_bufts, self.margin)
+        plan = project(self.path, s, n_gpu_layers, self.use_extra_bufts, self.margin, experts_on_host=experts_on_host)
         if self.draft_note:
             return replace(plan, notes=(*plan.notes, self.draft_note))
         if self.draft_path is None:
