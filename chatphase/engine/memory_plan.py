@@ -286,7 +286,8 @@ class FitResult:
         if self.plan is None:
             return f"no memory plan: {self.unavailable or self.why or 'none was made'}"
         p = self.plan
-        parts = [f"fit: n_gpu_layers {self.n_gpu_layers} ({offloaded_text(self.n_gpu_layers, p.n_layer)})"]
+        experts = ", experts on the host" if p.experts_on_host else ""
+        parts = [f"fit: n_gpu_layers {self.n_gpu_layers} ({offloaded_text(self.n_gpu_layers, p.n_layer)}{experts})"]
         parts += [
             f"{d.name} {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {fmt_bytes(d.left_bytes)} left"
             for d in p.gpus
