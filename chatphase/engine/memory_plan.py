@@ -17,6 +17,11 @@ reports free = total by design, and the OS knows better).
 margin (``gpu_margin_mib``), searched as llama.cpp's fit searches (``common/fit.cpp``, step 3): a plan with
 every layer, one with none, then the method of false position on the plans' device bytes until one layer
 separates what fits from what does not. Each plan is a projection (a fraction of a second, no weights read).
+:func:`choose_placement` adds a mixture-of-experts model's placement with its experts on the host (``-ot
+exps=CPU``); :func:`choose_context` is ``n_ctx auto`` (llama.cpp's fit, steps 1 and 2: the training context,
+else the largest that fits with the layers, else its least and the layers fitted at it); :func:`with_draft`
+counts a speculative draft model in a plan. :class:`FitResult` is what a load's fit found, and
+:func:`plan_in_child` asks for one from a child process (the command line, the model picker).
 """
 
 from __future__ import annotations

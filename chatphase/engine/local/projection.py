@@ -11,7 +11,10 @@ device, each KV cache and the output buffer. The plan is llama.cpp's figures lai
 
 :func:`fit_layers` is what a load does before it starts (the engine, in its own process, and ``chatphase info
 --plan``): resolve ``n_gpu_layers auto`` (:func:`chatphase.engine.memory_plan.choose_layers`; 0 with the reason on a
-build or machine without a GPU device) or project the count asked, whose plan refuses a load that would not fit.
+build or machine without a GPU device; a mixture-of-experts model's experts kept on the host where that is what
+fits) or project the count asked, whose plan refuses a load that would not fit; with ``n_ctx auto``, choose the
+context too (:func:`~chatphase.engine.memory_plan.choose_context`). A speculative draft model (``spec
+draft:MODEL``) is projected too and counted in each plan.
 
 The projection runs where llama.cpp may run: in the engine's process, or in a child of its own for the command
 line and the model picker (:func:`chatphase.engine.memory_plan.plan_in_child` runs ``python -m
