@@ -27,7 +27,8 @@ from pathlib import Path
 
 from benchmarks.harness import machine_line
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.local.projection import plan_in_child, project
+from chatphase.engine.local.projection import project
+from chatphase.engine.memory_plan import plan_in_child
 from chatphase.models.synth import plan as synth_plan
 from chatphase.models.synth import write_synthetic
 from chatphase.models.synth_shapes import SHAPES

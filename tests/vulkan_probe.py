@@ -69,8 +69,9 @@ def panel(settings: dict) -> dict:
     def readings() -> dict:
         return {d.name: [d.free_bytes, d.total_bytes] for d in ggml_devices.devices()}
 
+    path = settings.pop("model_path", None) or default_model_path()  # a file of the test's own, or the default
     before = readings()  # ggml_backend_dev_memory before the load, and after it (the engine still open)
-    engine = LlamaEngine(read_model_info(default_model_path()), EngineConfig(**settings))
+    engine = LlamaEngine(read_model_info(path), EngineConfig(**settings))
     try:
         (event,) = engine.load()
         after = readings()
@@ -84,6 +85,8 @@ def panel(settings: dict) -> dict:
         "memory": memory_text(loaded),
         "offload": gpu_offload_text(loaded),
         "slow_paths": list(loaded.slow_paths),
+        "n_gpu_layers": loaded.settings.n_gpu_layers,
+        "n_gpu_layers_why": loaded.settings.n_gpu_layers_why,
         "log_path": loaded.log_path,
         "read_before": before,
         "read_after": after,

@@ -349,7 +349,7 @@ class ChatController:
             # the session's overflow stands: the next turn is not an overflow of its own; at a larger n_ctx its
             # fit starts from the first message again, and may bring some back (as a fresh engine's)
             self._left_out(dropped)
-            self._refit = n_ctx_grew(session, self.settings.engine.n_ctx)
+            self._refit = n_ctx_grew(session, self.settings.engine.n_ctx_before_load)
 
     # -- the budget of a draft -----------------------------------------------------------------------
     def draft_request(self, text: str, texts: tuple[str, ...] = ()) -> CountRequest | None:

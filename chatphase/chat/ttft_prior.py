@@ -54,7 +54,8 @@ def roofline_bound(info: ModelInfo, threads_batch: int) -> TtftBound | None:
 def _predictor(info: ModelInfo, settings: Mapping[str, Any]) -> TtftPredictor:
     k = attention_ratio(attention_flops_per_context_token(info.attention), info.n_params)
     prior = [*history_points(info.path, settings), *saved_points(info.path, results_dir())]
-    chunk = min(int(settings["n_batch"]), int(settings["n_ctx"]))  # llama.cpp clamps n_batch to n_ctx
+    n_ctx = settings.get("n_ctx")  # absent before the load for n_ctx auto (at least AUTO_N_CTX_MIN, above n_batch)
+    chunk = min(int(settings["n_batch"]), int(n_ctx)) if n_ctx else int(settings["n_batch"])  # llama.cpp clamps
     return TtftPredictor(k, prior, roofline_bound(info, settings["n_threads_batch"]), chunk=chunk)
 
 
@@ -64,7 +65,8 @@ def ttft_predictor(info: ModelInfo, engine: EngineConfig) -> TtftPredictor:
     machine with the same prefill settings (:func:`~chatphase.history.ttft_prior.recent_points`; before the load,
     an automatic value only the load resolves is not compared) and of the saved bench results; its bound from the
     roofline (module docstring)."""
-    settings = {k: v for k, v in engine.resolved().items() if not (k == "flash_attn" and v == "auto")}
+    unresolved = {("flash_attn", "auto"), ("n_ctx", None)}  # only the load resolves these
+    settings = {k: v for k, v in engine.resolved().items() if (k, v) not in unresolved}
     return _predictor(info, settings)
 
 

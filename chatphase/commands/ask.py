@@ -305,9 +305,11 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if any(not p.strip() for p in args.prompts):
         raise UsageError("a PROMPT is empty")
-    limit = byte_limit(settings.engine.n_ctx)
+    limit = byte_limit(settings.engine.n_ctx_before_load)
     stdin = sys.stdin.buffer.read(-1 if limit is None else limit + 1) if "-" in args.files else None
-    files = [read_attachment(f, settings.engine.n_ctx, stdin) for f in args.files]  # exit 2 before the model loads
+    files = [
+        read_attachment(f, settings.engine.n_ctx_before_load, stdin) for f in args.files
+    ]  # exit 2 before the model loads
     info = model_info_for(settings, pull=args.pull)
     engine = engine_for(settings, info)  # bad server options fail here, before anything starts (exit 2)
     chat = ChatController(settings, info, lambda _info, _settings: engine, InlineDispatcher())

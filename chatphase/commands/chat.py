@@ -115,4 +115,5 @@ def resumed_n_ctx(settings: Settings, recorded: dict, flag: int | None) -> tuple
     try:
         return settings.with_overrides(n_ctx=was).validate(), f"Resumed at n_ctx {was:,}, the session's."
     except ChatPhaseError:  # out of today's range: keep the configured one, and say so
-        return settings, f"Resumed at n_ctx {settings.engine.n_ctx:,}; the session's {was:,} is not valid now."
+        now = "auto" if settings.engine.n_ctx is None else f"{settings.engine.n_ctx:,}"
+        return settings, f"Resumed at n_ctx {now}; the session's {was:,} is not valid now."

@@ -83,7 +83,11 @@ def build_report(args) -> dict:
     path = resolve_model(settings.model, settings.models_dir, pull=getattr(args, "pull", False))
     info = read_model_info(path)
     est = estimate(
-        info, settings.engine.n_ctx, settings.engine.n_ubatch_used, settings.engine.type_k, settings.engine.type_v
+        info,
+        settings.engine.n_ctx_before_load,
+        settings.engine.n_ubatch_used,
+        settings.engine.type_k,
+        settings.engine.type_v,
     )
     verdict = assess(est)
     kv_per_token = (
@@ -97,7 +101,7 @@ def build_report(args) -> dict:
         chat_format, system = chat_format_report(info, settings.engine.chat_template), system_report()
     plan = None
     if getattr(args, "plan", False):
-        from chatphase.engine.local.projection import plan_in_child
+        from chatphase.engine.memory_plan import plan_in_child
 
         try:
             plan = plan_in_child(str(path), settings.engine.to_dict()).to_dict()
@@ -111,7 +115,7 @@ def build_report(args) -> dict:
             "type_k": settings.engine.type_k,
             "type_v": settings.engine.type_v,
             "kv_bytes_per_token": kv_per_token,
-            "n_ctx": settings.engine.n_ctx,
+            "n_ctx": settings.engine.n_ctx_before_load,
             "kv_cells": est.kv_cells,
             "kv_capacity_bytes": est.kv_cache_bytes,
         },
@@ -166,7 +170,7 @@ def run(args) -> int:
 
 
 def _plan_lines(fit: dict) -> list[str]:
-    """The ``--plan`` rows: the layer count and why, then :func:`chatphase.engine.memory_plan.plan_lines`."""
+    """The ``--plan`` rows: the layer count and why (the context's too, for n_ctx auto), then :func:`chatphase.engine.memory_plan.plan_lines`."""
     from chatphase.engine.memory_plan import MemoryPlan, plan_lines
 
     lines = []
@@ -174,6 +178,8 @@ def _plan_lines(fit: dict) -> list[str]:
         return [f"memory plan    failed: {fit['error']}"]
     if fit.get("why"):
         lines.append(f"n_gpu_layers   {fit['why']}")
+    if fit.get("n_ctx_why"):
+        lines.append(f"n_ctx          {fit['n_ctx_why']}")
     if fit.get("unavailable"):
         lines.append(f"memory plan    none: {fit['unavailable']}")
     if fit.get("plan"):

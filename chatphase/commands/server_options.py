@@ -59,7 +59,7 @@ def model_info_for(settings: Settings, pull: bool = False, warn=None) -> ModelIn
 
     engine = settings.engine
     format_before_load(info, engine.chat_template)  # a broken template: one line, exit 2, before any UI
-    verdict = preflight(info, engine.n_ctx, engine.n_ubatch_used, engine.type_k, engine.type_v)
+    verdict = preflight(info, engine.n_ctx_before_load, engine.n_ubatch_used, engine.type_k, engine.type_v)
     if verdict.level == "warn":
         (warn or (lambda text: print(inert(f"chatphase: warning: {text}"), file=sys.stderr)))(verdict.message)
     return info
@@ -112,4 +112,4 @@ def validate_bench_plan(plan: P, settings: Settings) -> P:
     """
     if settings.server:
         return validate_plan(plan, None)
-    return validate_plan(plan, settings.engine.n_ctx, settings.engine.n_batch)
+    return validate_plan(plan, settings.engine.n_ctx_before_load, settings.engine.n_batch)

@@ -175,7 +175,7 @@ def _measure_here(args: argparse.Namespace):
     settings = settings_from_args(args)
     info = read_model_info(resolve_model(settings.model, settings.models_dir))
     plan = SweepPlan(prompt_lengths=(256,), depths=(0, args.check_depth), gen_tokens=16, reps=1, warmup=1)
-    plan.validate(settings.engine.n_ctx)
+    plan.validate(settings.engine.n_ctx_before_load)
     result = None
     for event in SweepRun(info, settings.engine, plan):
         if isinstance(event, BenchStatus):

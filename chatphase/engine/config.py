@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from chatphase.engine.memory_plan import DEFAULT_MARGIN_MIB
+from chatphase.engine.memory_plan import AUTO_N_CTX_MIN, DEFAULT_MARGIN_MIB
 from chatphase.engine.rpc_endpoints import UNAUTHENTICATED_FLAG, RpcEndpoint, parse_rpc
 from chatphase.engine.slow_paths import quantised_v_without_flash_attn
 from chatphase.engine.spec_modes import parse_spec
@@ -79,10 +79,12 @@ class EngineConfig:
     :mod:`chatphase.settings.schema` (the one definition of a setting; the engine reads none of it).
     """
 
-    n_ctx: int = field(
+    n_ctx: int | None = field(
         default=4096,
-        metadata={"flags": ("--n-ctx",), "metavar": "N", "help": "context size in tokens (default {default})",
-                  "label": "n_ctx", "hint": "context size, tokens"},
+        metadata={"flags": ("--n-ctx",), "metavar": "N|auto", "auto": True,
+                  "help": "context size in tokens (default {default}); auto = the largest that fits the memory after "
+                  "the layers, up to the model's training context, by llama.cpp's own memory projection",
+                  "label": "n_ctx", "hint": "context size, tokens; auto = the largest that fits, up to the training context"},
     )  # fmt: skip
     n_batch: int = field(
         default=256,
@@ -213,7 +215,7 @@ class EngineConfig:
         Raises:
             UsageError: naming the first bad setting.
         """
-        if self.n_ctx < 16:
+        if self.n_ctx is not None and self.n_ctx < 16:
             raise UsageError(f"n_ctx must be at least 16 (got {self.n_ctx})")
         if self.n_batch < 1 or self.n_ubatch < 1:
             raise UsageError("n_batch and n_ubatch must be positive")
@@ -250,6 +252,13 @@ class EngineConfig:
             UsageError: a bad list or an untrusted address (:func:`~chatphase.engine.rpc_endpoints.parse_rpc`).
         """
         return parse_rpc(self.rpc, self.rpc_unauthenticated_ok)
+
+    @property
+    def n_ctx_before_load(self) -> int:
+        """The context a request is checked against before the load: ``n_ctx``, or for auto the least it chooses
+        (:data:`~chatphase.engine.memory_plan.AUTO_N_CTX_MIN`; less only for a model trained on less, which the
+        loaded model's own checks then catch)."""
+        return self.n_ctx if self.n_ctx is not None else AUTO_N_CTX_MIN
 
     @property
     def n_ubatch_used(self) -> int:

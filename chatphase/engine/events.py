@@ -188,7 +188,8 @@ class LoadedSettings:
     The local engine fills the :class:`~chatphase.engine.config.EngineConfig` fields as resolved (threads
     counted, ``n_ubatch`` clamped to ``n_batch``, ``n_ctx`` as llama.cpp sized it, ``n_gpu_layers`` the count
     loaded, -1 for all), plus what the load found: ``n_gpu_layers_why`` (how ``auto`` chose the count, or why a
-    count given is short of the margin: :mod:`chatphase.engine.local.projection`), ``use_extra_bufts``,
+    count given is short of the margin: :mod:`chatphase.engine.local.projection`), ``n_ctx_why`` (how ``n_ctx
+    auto`` chose the context; ``None`` for a context given), ``use_extra_bufts``,
     ``gpu_offload_supported``, ``amx_detected``, ``flash_attn_enabled`` (how ``flash_attn``
     resolved: ``on`` / ``off`` as set, ``auto`` as llama.cpp's log says it chose; ``None``: not said). A remote
     server's engine
@@ -200,6 +201,7 @@ class LoadedSettings:
 
     backend: Literal["llama.cpp", "remote"] = "llama.cpp"
     n_ctx: int | None = None
+    n_ctx_why: str | None = None
     n_batch: int | None = None
     n_ubatch: int | None = None
     n_threads: int | None = None

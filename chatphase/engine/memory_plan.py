@@ -17,20 +17,36 @@ reports free = total by design, and the OS knows better).
 margin (``gpu_margin_mib``), searched as llama.cpp's fit searches (``common/fit.cpp``, step 3): a plan with
 every layer, one with none, then the method of false position on the plans' device bytes until one layer
 separates what fits from what does not. Each plan is a projection (a fraction of a second, no weights read).
+:func:`choose_placement` adds a mixture-of-experts model's placement with its experts on the host (``-ot
+exps=CPU``); :func:`choose_context` is ``n_ctx auto`` (llama.cpp's fit, steps 1 and 2: the training context,
+else the largest that fits with the layers, else its least and the layers fitted at it); :func:`with_draft`
+counts a speculative draft model in a plan. :class:`FitResult` is what a load's fit found, and
+:func:`plan_in_child` asks for one from a child process (the command line, the model picker).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from chatphase.errors import ModelError
 from chatphase.units import fmt_bytes
 
 #: the name of the host's entry in a plan.
 HOST = "host"
 #: how a load's note on its layer count starts (``n_gpu_layers auto: …``; the TUI shows such notes as notices).
 LAYERS_NOTE = "n_gpu_layers "
+#: the most seconds the projection's child may take (its imports, a few projections).
+CHILD_TIMEOUT_S = 120.0
+#: the least context ``n_ctx auto`` chooses (llama.cpp's ``fit_params_min_ctx``, common/common.h), or the model's
+#: training context where that is smaller: before a load, the context an auto n_ctx is checked against.
+AUTO_N_CTX_MIN = 4096
+#: the step ``n_ctx auto`` rounds down to (llama.cpp's fit aligns to 256 cells, and sizes the cache in 256-cell blocks).
+N_CTX_ALIGN = 256
 #: ``gpu_margin_mib``'s default: llama.cpp's ``--fit-target`` (1024 MiB per device, common/common.h).
 DEFAULT_MARGIN_MIB = 1024
 
@@ -54,7 +70,8 @@ class DevicePlan:
 
     ``name`` ggml's device name (``Vulkan0``) or :data:`HOST`; ``type`` ggml's (``gpu``, ``igpu``) or ``host``;
     ``weights_bytes``, ``kv_cache_bytes``, ``compute_bytes`` from ``llama_get_memory_breakdown`` (model, context,
-    compute) summed over the device's buffer types; ``output_bytes`` the output (logits) buffer llama.cpp makes in
+    compute) summed over the device's buffer types; ``draft_bytes`` a speculative draft model's whole share
+    here (its own projection, :func:`with_draft`); ``output_bytes`` the output (logits) buffer llama.cpp makes in
     host memory with the context (its log line: the breakdown leaves it out); ``mapped_bytes`` the part of the
     host's weights a load maps from the file (page cache the OS can drop and read again) rather than allocates:
     those in the CPU's own buffer type, not repacked ones nor a GPU backend's pinned host buffers. ``layers``: the repeating layers
@@ -70,6 +87,7 @@ class DevicePlan:
     compute_bytes: int
     output_bytes: int = 0
     mapped_bytes: int = 0
+    draft_bytes: int = 0
     layers: tuple[int, ...] = ()
     output_layer: bool = False
     free_bytes: int = 0
@@ -79,8 +97,8 @@ class DevicePlan:
 
     @property
     def planned_bytes(self) -> int:
-        """Everything the load puts here: weights + KV cache + compute + output buffer."""
-        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.output_bytes
+        """Everything the load puts here: weights + KV cache + compute + output buffer (+ the draft model's)."""
+        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.output_bytes + self.draft_bytes
 
     @property
     def allocated_bytes(self) -> int:
@@ -117,7 +135,9 @@ class MemoryPlan:
     (0 to ``n_layer + 1``: llama.cpp counts the output layer as the last); ``n_ctx`` the context's cells as
     llama.cpp sizes them; ``kv_caches`` each cache llama.cpp made; ``output_layer_bytes`` the output layer's weights
     (the file's ``output`` tensors, or the token embedding it shares); ``margin_bytes`` what each GPU device must
-    keep free (``gpu_margin_mib``); ``projection_ms`` what the projection took; ``notes`` what the plan assumes.
+    keep free (``gpu_margin_mib``); ``projection_ms`` what the projection took; ``notes`` what the plan assumes;
+    ``draft_model`` the speculative draft model counted in it (``None``: none); ``experts_on_host``: a
+    mixture-of-experts model's expert tensors kept in host memory (llama.cpp's ``-ot exps=CPU``).
     """
 
     model: str
@@ -130,6 +150,8 @@ class MemoryPlan:
     margin_bytes: int = DEFAULT_MARGIN_MIB * 2**20
     projection_ms: float = 0.0
     notes: tuple[str, ...] = ()
+    draft_model: str | None = None
+    experts_on_host: bool = False
 
     @property
     def gpus(self) -> tuple[DevicePlan, ...]:
@@ -152,6 +174,27 @@ class MemoryPlan:
     def within_margin(self) -> bool:
         """Every GPU device keeps at least the margin."""
         return all(d.left_bytes >= self.margin_bytes for d in self.gpus)
+
+    def fits(self) -> bool:
+        """What ``n_ctx auto`` asks of a plan: every GPU device keeps the margin; with no GPU device, the host keeps
+        it after what the load allocates there (its mapped weights are page cache, as llama.cpp's fit counts
+        the host with no device)."""
+        if self.gpus:
+            return self.within_margin()
+        host = self.host
+        return host is None or host.budget_bytes - host.allocated_bytes >= self.margin_bytes
+
+    def used_bytes(self) -> int:
+        """What the fit weighs: the GPU devices' planned bytes together, or the host's allocated bytes without one."""
+        if self.gpus:
+            return sum(d.planned_bytes for d in self.gpus)
+        return self.host.allocated_bytes if self.host else 0
+
+    def target_bytes(self) -> int:
+        """What :meth:`used_bytes` may reach: the devices' budgets less their margins (the host's, without one)."""
+        if self.gpus:
+            return sum(d.budget_bytes - self.margin_bytes for d in self.gpus)
+        return self.host.budget_bytes - self.margin_bytes if self.host else 0
 
     def overflow_line(self) -> str | None:
         """The one line refusing this load before it starts, with the plan's numbers (``None`` when every
@@ -200,12 +243,100 @@ class MemoryPlan:
 
 @dataclass(frozen=True)
 class LayerChoice:
-    """``n_gpu_layers auto``'s answer: ``n_gpu_layers`` (0 to n_layer + 1), ``why`` in one line, and the
-    ``plan`` of that count (``None`` where no projection was made: no GPU device, or none available)."""
+    """``n_gpu_layers auto``'s answer: ``n_gpu_layers`` (0 to n_layer + 1), ``why`` in one line, the
+    ``plan`` of that count (``None`` where no projection was made: no GPU device, or none available), and whether
+    a mixture-of-experts model's experts stay on the host (:func:`choose_placement`)."""
 
     n_gpu_layers: int
     why: str
     plan: MemoryPlan | None = field(default=None, compare=False)
+    experts_on_host: bool = False
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`chatphase.engine.local.projection.fit_layers` found: ``n_gpu_layers`` for llama.cpp (0 to n_layer + 1), ``why`` it is that
+    (``None`` for a count the user gave that the plan does not question), ``plan`` of that count (``None`` where
+    none was made), ``refusal`` the one line refusing the load (a count that would not fit), ``unavailable`` why
+    there is no plan (one line); ``n_ctx`` / ``n_ctx_why`` what ``n_ctx auto`` chose and why; ``experts_on_host``
+    a mixture-of-experts model's experts kept in host memory (:func:`choose_placement`)."""
+
+    n_gpu_layers: int
+    why: str | None
+    plan: MemoryPlan | None
+    refusal: str | None = None
+    unavailable: str | None = None
+    n_ctx: int | None = None
+    n_ctx_why: str | None = None
+    experts_on_host: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_gpu_layers": self.n_gpu_layers,
+            "why": self.why,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "refusal": self.refusal,
+            "unavailable": self.unavailable,
+            "n_ctx": self.n_ctx,
+            "n_ctx_why": self.n_ctx_why,
+            "experts_on_host": self.experts_on_host,
+        }
+
+    def summary(self) -> str:
+        """One line for a list of models (the picker): the count and where it puts the model, per device —
+        ``fit: n_gpu_layers 12 (11/30 layers + output) · Vulkan0 1.5 GiB of 2.0 GiB, 512.0 MiB left · host 300.0
+        MiB`` — or the refusal, or why there is no plan."""
+        if self.refusal:
+            return f"will not fit: {self.refusal}"
+        if self.plan is None:
+            return f"no memory plan: {self.unavailable or self.why or 'none was made'}"
+        p = self.plan
+        experts = ", experts on the host" if p.experts_on_host else ""
+        parts = [f"fit: n_gpu_layers {self.n_gpu_layers} ({offloaded_text(self.n_gpu_layers, p.n_layer)}{experts})"]
+        parts += [
+            f"{d.name} {fmt_bytes(d.planned_bytes)} of {fmt_bytes(d.budget_bytes)}, {fmt_bytes(d.left_bytes)} left"
+            for d in p.gpus
+        ]
+        if p.host is not None:
+            mapped = f" ({fmt_bytes(p.host.mapped_bytes)} mapped from the file)" if p.host.mapped_bytes else ""
+            parts.append(f"host {fmt_bytes(p.host.planned_bytes)}{mapped}")
+        if not p.gpus and self.why:
+            parts.append(self.why)
+        return " · ".join(parts)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FitResult:
+        plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
+        return cls(
+            d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"), d.get("n_ctx"),
+            d.get("n_ctx_why"), bool(d.get("experts_on_host")),
+        )  # fmt: skip
+
+
+def plan_in_child(path: str, engine: dict[str, Any], timeout_s: float = CHILD_TIMEOUT_S) -> FitResult:
+    """:func:`chatphase.engine.local.projection.fit_layers` for ``path`` with the engine settings ``engine`` (``EngineConfig.to_dict()``) in a child
+    process (``python -m chatphase.engine.local.projection``), with ``plan_always``: llama.cpp's lines go to the
+    engine log, and a crash there is one line here.
+
+    Raises:
+        ModelError: the child failed (its one line) or printed no plan.
+    """
+    request = json.dumps({"path": str(path), "engine": engine})
+    cmd = [sys.executable, "-m", "chatphase.engine.local.projection"]
+    try:
+        done = subprocess.run(
+            cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"llama.cpp's memory plan took more than {timeout_s:.0f} s") from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
+        raise ModelError(f"llama.cpp's memory plan failed ({how}); see the engine log")
+    out = json.loads(lines[-1])
+    if "error" in out:
+        raise ModelError(out["error"])
+    return FitResult.from_dict(out)
 
 
 def budget(
@@ -234,6 +365,8 @@ def parts_text(d: DevicePlan) -> str:
     parts = [("weights", d.weights_bytes), ("KV", d.kv_cache_bytes), ("compute", d.compute_bytes)]
     if d.output_bytes:
         parts.append(("output", d.output_bytes))
+    if d.draft_bytes:
+        parts.append(("draft model", d.draft_bytes))
     return " + ".join(f"{label} {fmt_bytes(n)}" for label, n in parts)
 
 
@@ -304,6 +437,119 @@ def choose_layers(project: Callable[[int], MemoryPlan], n_layer: int) -> LayerCh
     )
 
 
+def choose_placement(project: Callable[[int, bool], MemoryPlan], n_layer: int, has_experts: bool) -> LayerChoice:
+    """:func:`choose_layers`, and for a mixture-of-experts model (``has_experts``: ``ffn_*_exps`` tensors) the
+    placement llama.cpp's ``--cpu-moe`` makes (``-ot exps=CPU``): where every layer does not fit the GPU devices
+    with their experts but does with the experts kept in host memory, every layer with the experts on the host
+    (the attention and the shared tensors, read every token, on the device; the experts, of which a token reads
+    a few, on the host). ``project(n_gpu_layers, experts_on_host)`` makes a plan. (llama.cpp's own fit goes on to
+    move some layers' experts back to a device with room left; this does not.)"""
+    top = n_layer + 1
+    plain: dict[int, MemoryPlan] = {}
+
+    def project_plain(n: int) -> MemoryPlan:
+        if n not in plain:
+            plain[n] = project(n, False)
+        return plain[n]
+
+    everything = project_plain(top)
+    if not has_experts or not everything.gpus or everything.within_margin():
+        return choose_layers(project_plain, n_layer)
+    experts_out = project(top, True)
+    if experts_out.within_margin():
+        return LayerChoice(
+            top,
+            f"all {n_layer} layers + output fit with the experts on the host (llama.cpp's -ot exps=CPU): "
+            f"{_left_text(experts_out)}",
+            experts_out,
+            experts_on_host=True,
+        )
+    choice = choose_layers(project_plain, n_layer)
+    d = _tightest(experts_out)
+    return replace(
+        choice,
+        why=f"{choice.why}; with the experts on the host every layer would leave {d.name} {fmt_bytes(d.left_bytes)}",
+    )
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    """``n_ctx auto``'s answer: ``n_ctx`` (cells), ``why`` in one line, and the layer count at it (``layers``:
+    :func:`choose_layers`'s where the layers were auto too, else the count given, with the plan of both)."""
+
+    n_ctx: int
+    why: str
+    layers: LayerChoice
+
+
+def choose_context(
+    project: Callable[[int, int], MemoryPlan], n_layer: int, n_ctx_train: int, n_gpu_layers: int | None
+) -> ContextChoice:
+    """The largest context that fits, as llama.cpp's fit chooses it (``common/fit.cpp``, steps 1 and 2): the
+    model's training context ``n_ctx_train`` with the layers asked (``n_gpu_layers``; ``None`` = auto, tried
+    with every layer) when its plan fits (:meth:`MemoryPlan.fits`); else, where the least context
+    (:data:`AUTO_N_CTX_MIN`, or ``n_ctx_train`` where smaller) fits, the context between the two where the line
+    through their plans' bytes meets the devices' budgets less the margin, rounded down to :data:`N_CTX_ALIGN`
+    and checked (stepped down by the same line until its plan fits); else the least context, and with auto
+    layers :func:`choose_layers` at it. ``project(n_gpu_layers, n_ctx)`` makes a plan."""
+    top = n_layer + 1
+    ngl = top if n_gpu_layers is None else n_gpu_layers
+    hi_ctx = max(n_ctx_train, 1)
+    lo_ctx = min(AUTO_N_CTX_MIN, hi_ctx)
+
+    def layers_of(plan: MemoryPlan) -> LayerChoice:
+        if n_gpu_layers is not None:
+            return LayerChoice(plan.n_gpu_layers, "", plan)
+        return LayerChoice(top, f"all {n_layer} layers + output fit at n_ctx {plan.n_ctx:,}: {_left_text(plan)}", plan)
+
+    full = project(ngl, hi_ctx)
+    if full.fits():
+        return ContextChoice(
+            hi_ctx, f"auto: {hi_ctx:,}, the model's training context, fits: {_fit_text(full)}", layers_of(full)
+        )
+    low = project(ngl, lo_ctx) if lo_ctx < hi_ctx else full
+    if low.fits():
+        lo_n, hi_n, high = lo_ctx, hi_ctx, full  # the contexts asked (a plan's n_ctx is llama.cpp's, padded)
+        tries = 0
+        while hi_n - lo_n > N_CTX_ALIGN:
+            grow = high.used_bytes() - low.used_bytes()
+            room = low.target_bytes() - low.used_bytes()
+            step = (hi_n - lo_n) * room // grow if grow > 0 and tries < 4 else (hi_n - lo_n) // 2  # then bisect
+            n = min(
+                max(lo_n + N_CTX_ALIGN, (lo_n + step) // N_CTX_ALIGN * N_CTX_ALIGN),
+                (hi_n - 1) // N_CTX_ALIGN * N_CTX_ALIGN,
+            )
+            if n <= lo_n:
+                break
+            tries += 1
+            test = project(ngl, n)
+            if test.fits():
+                lo_n, low = n, test
+            else:
+                hi_n, high = n, test
+        return ContextChoice(
+            lo_n, f"auto: {lo_n:,} of the training context's {hi_ctx:,} fits: {_fit_text(low)}", layers_of(low)
+        )
+    why = f"auto: {lo_ctx:,}, the least auto chooses (llama.cpp's fit_params_min_ctx)"
+    if n_gpu_layers is not None:
+        return ContextChoice(lo_ctx, f"{why}; even it does not fit: {_fit_text(low)}", layers_of(low))
+    layers = choose_layers(lambda k: project(k, lo_ctx), n_layer)
+    return ContextChoice(lo_ctx, f"{why}, the layers fitted at it", layers)
+
+
+def _fit_text(plan: MemoryPlan) -> str:
+    """The devices' figures of a plan at its n_ctx (the host's allocation where there is no GPU device)."""
+    if plan.gpus:
+        return _left_text(plan)
+    host = plan.host
+    if host is None:
+        return "no device in the plan"
+    return (
+        f"host allocates {fmt_bytes(host.allocated_bytes)} of {fmt_bytes(host.budget_bytes)}, "
+        f"{fmt_bytes(host.budget_bytes - host.allocated_bytes)} left"
+    )
+
+
 def _false_position_step(low: MemoryPlan, high: MemoryPlan) -> int:
     """Layers to add to ``low``'s count: where the line between the two plans' bytes meets the margin on the
     device that binds first, at least 1 and short of ``high``'s count (``common/fit.cpp``'s step)."""
@@ -328,6 +574,25 @@ def _left_text(plan: MemoryPlan) -> str:
     )
 
 
+def with_draft(plan: MemoryPlan, draft: MemoryPlan) -> MemoryPlan:
+    """``plan`` with a speculative draft model's own plan (``draft``: its load and context, as the engine makes
+    them) added on each device as ``draft_bytes`` (its mapped weights to the host's ``mapped_bytes``), as llama.cpp's
+    fit counts an extra model (``common_fit_extra_model``): the target's layers are then fitted in what is left."""
+    theirs = {d.name: d for d in draft.devices}
+
+    def add(d: DevicePlan) -> DevicePlan:
+        x = theirs.get(d.name)
+        if x is None:
+            return d
+        return replace(d, draft_bytes=d.draft_bytes + x.planned_bytes, mapped_bytes=d.mapped_bytes + x.mapped_bytes)
+
+    where = ", ".join(f"{x.name} {fmt_bytes(x.planned_bytes)}" for x in draft.devices if x.planned_bytes)
+    note = f"with the draft model {draft.model} (spec draft:): {where}"
+    return replace(
+        plan, devices=tuple(add(d) for d in plan.devices), draft_model=draft.model, notes=(*plan.notes, note)
+    )
+
+
 def device_line(d: DevicePlan, margin_bytes: int) -> str:
     """One device's plan: ``weights 68.1 MiB (layers 12-29 + output) · KV 60.0 MiB · compute 10.0 MiB = 138.1 MiB
     of 2.0 GiB, 1.9 GiB left`` (the margin where a GPU device keeps less; the host's mapped weights)."""
@@ -340,6 +605,8 @@ def device_line(d: DevicePlan, margin_bytes: int) -> str:
     parts += [f"KV {fmt_bytes(d.kv_cache_bytes)}", f"compute {fmt_bytes(d.compute_bytes)}"]
     if d.output_bytes:
         parts.append(f"output {fmt_bytes(d.output_bytes)}")
+    if d.draft_bytes:
+        parts.append(f"draft model {fmt_bytes(d.draft_bytes)}")
     left = f"{fmt_bytes(d.left_bytes)} left" if d.left_bytes >= 0 else f"{fmt_bytes(-d.left_bytes)} short"
     if not d.is_host and 0 <= d.left_bytes < margin_bytes:
         left += f", under the {fmt_bytes(margin_bytes)} margin"
@@ -349,8 +616,12 @@ def device_line(d: DevicePlan, margin_bytes: int) -> str:
 def plan_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
     """The plan as ``(label, text)`` rows for people: one per device (its name, :func:`device_line`, and where its
     budget is not the device's own free figure, why), the KV caches, the output layer, the assumptions."""
+    experts = " · experts on the host (-ot exps=CPU)" if plan.experts_on_host else ""
     rows = [
-        ("memory plan", f"{plan.n_gpu_layers_text()} · n_ctx {plan.n_ctx:,} · projected in {plan.projection_ms:.0f} ms")
+        (
+            "memory plan",
+            f"{plan.n_gpu_layers_text()}{experts} · n_ctx {plan.n_ctx:,} · projected in {plan.projection_ms:.0f} ms",
+        )
     ]
     for d in plan.devices:
         rows.append((d.name, device_line(d, plan.margin_bytes)))

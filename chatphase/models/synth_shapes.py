@@ -44,8 +44,13 @@ class ModelShape:
 
     @property
     def qk_norm(self) -> bool:
-        """Whether each layer has per-head Q and K RMS norms (Qwen3, Gemma 3)."""
-        return self.architecture in ("qwen3", "gemma3")
+        """Whether each layer has per-head Q and K RMS norms (Qwen3, Qwen3 MoE, Gemma 3)."""
+        return self.architecture in ("qwen3", "qwen3moe", "gemma3")
+
+    @property
+    def n_expert(self) -> int:
+        """Experts per layer of a mixture-of-experts shape (``extra["expert_count"]``), 0 for a dense one."""
+        return int(self.extra.get("expert_count", 0))
 
     def n_params(self) -> int:
         """Elements of all tensors of :func:`tensor_plan` (what :attr:`ModelInfo.n_params` counts)."""
@@ -57,6 +62,9 @@ _LLAMA3: dict[str, Any] = dict(
 )
 _QWEN3: dict[str, Any] = dict(
     architecture="qwen3", n_vocab=151936, n_ctx_train=40960, rope_freq_base=1000000.0, rms_eps=1e-6, head_dim=128
+)
+_QWEN3MOE: dict[str, Any] = dict(
+    architecture="qwen3moe", n_vocab=151936, n_ctx_train=40960, rope_freq_base=1000000.0, rms_eps=1e-6, head_dim=128
 )
 _GEMMA3: dict[str, Any] = dict(
     architecture="gemma3",
@@ -100,6 +108,11 @@ SHAPES: dict[str, ModelShape] = {
             "qwen3-8b", "Qwen3-8B", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, tied=False,
             published_params=8_200_000_000, params_source=_QWEN3_CARD.format("Qwen3-8B", "8.2B"), **_QWEN3,
         ),
+        ModelShape(  # a mixture of experts: 128 experts of width 768 a layer, 8 used a token
+            "qwen3-30b-a3b", "Qwen3-30B-A3B", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, n_ff=6144, tied=False,
+            published_params=30_500_000_000, params_source=_QWEN3_CARD.format("Qwen3-30B-A3B", "30.5B"),
+            extra={"expert_count": 128, "expert_used_count": 8, "expert_feed_forward_length": 768}, **_QWEN3MOE,
+        ),
         ModelShape(
             "gemma-3-1b", "Gemma-3-1B", n_layer=26, n_embd=1152, n_head=4, n_head_kv=1, n_ff=6912, n_vocab=262144,
             n_ctx_train=32768, published_params=1_000_000_000, params_source=_GEMMA3_REPORT.format("302M", "698M"),
@@ -125,6 +138,12 @@ SHAPES: dict[str, ModelShape] = {
                 extra=_GEMMA3["extra"] if arch == "gemma3" else {}, listed=False,
             )
             for arch in ("llama", "qwen3", "gemma3")
+        ),
+        ModelShape(
+            "tiny-qwen3moe", "tiny-qwen3moe", architecture="qwen3moe", n_layer=2, n_embd=256, n_head=4, n_head_kv=2,
+            head_dim=64, n_ff=512, n_vocab=2048, tied=True, n_ctx_train=4096, rope_freq_base=10000.0, rms_eps=1e-6,
+            published_params=0, params_source="(a test shape)", listed=False,
+            extra={"expert_count": 4, "expert_used_count": 2, "expert_feed_forward_length": 256},
         ),
     )
 }  # fmt: skip
@@ -211,6 +230,13 @@ def tensor_plan(shape: ModelShape, quant: str) -> list[PlannedTensor]:
             add(b + "post_attention_norm.weight", (e,), "norm")
             add(b + "post_ffw_norm.weight", (e,), "norm")
         add(b + "ffn_norm.weight", (e,), "norm")
+        if shape.n_expert:  # llama.cpp's qwen3moe: a router (kept in F32 by its quantiser) and stacked experts
+            n_x, ff_x = shape.n_expert, int(shape.extra["expert_feed_forward_length"])
+            add(b + "ffn_gate_inp.weight", (e, n_x), "norm")
+            add(b + "ffn_gate_exps.weight", (e, ff_x, n_x), "weight", i)
+            add(b + "ffn_up_exps.weight", (e, ff_x, n_x), "weight", i)
+            add(b + "ffn_down_exps.weight", (ff_x, e, n_x), "ffn_down", i)
+            continue
         add(b + "ffn_gate.weight", (e, ff), "weight", i)
         add(b + "ffn_up.weight", (e, ff), "weight", i)
         add(b + "ffn_down.weight", (ff, e), "ffn_down", i)

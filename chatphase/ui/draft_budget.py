@@ -84,7 +84,7 @@ class DraftBudget(Static):
         """The context's size in tokens (the loaded engine's, else the setting's)."""
         loaded = self.chat.loaded
         n_ctx = loaded.settings.n_ctx if loaded is not None else None
-        return n_ctx or self.chat.settings.engine.n_ctx
+        return n_ctx or self.chat.settings.engine.n_ctx_before_load
 
     # -- what changes the draft --------------------------------------------------------------------------
     def draft_changed(self, text: str) -> None:

@@ -19,6 +19,7 @@ MiB = 2**20
 def test_layer_lists():
     assert parse_gpu_layers("0,8,16,all") == (0, 8, 16, -1)
     assert parse_gpu_layers(" all , -1, 4,4") == (-1, 4)
+    assert parse_gpu_layers("0,auto,AUTO,all") == (0, None, -1)  # auto: EngineConfig's None
     for bad in ("", "x", "8,-2", "1.5"):
         with pytest.raises(ValueError):
             parse_gpu_layers(bad)
@@ -86,6 +87,34 @@ def test_table_and_plot(tmp_path):
     assert table[2].split()[:6] == ["all", "31/31", "32", "1,008.1", "31.9", "11.3"]
     out = write_offload_plot(done, tmp_path / "offload.svg")
     assert out.read_text().lstrip().startswith("<?xml")
+
+
+def test_the_count_auto_chose_and_one_past_it_are_marked(tmp_path):
+    """``--gpu-layers 0,auto,13,all``: auto offloaded 12; its row, and the row at 13, are marked in the table
+    and the JSON (which keeps ``n_gpu_layers`` null for auto, and reads back), the plot draws a line at 12."""
+    pytest.importorskip("matplotlib")
+    from chatphase.bench.offload.run import auto_count, offload_from_dict, offload_json, offload_rows
+
+    auto = _placement(None, 12, 25.0, 9.0)
+    auto.result.system["n_gpu_layers_why"] = "auto: 12 (11/30 layers + output) fit: Vulkan0 …"
+    done = OffloadDone(
+        [_placement(0, 0, 20.0, 7.0), auto, _placement(13, 13, 26.0, 9.5), _placement(-1, 31, 31.9, 11.3)]
+    )
+    table = render_offload(done).splitlines()
+    assert [row.split()[0] for row in table[1:5]] == ["0", "auto", "13", "all"]
+    assert [row.endswith("◀ auto") for row in table[1:5]] == [False, True, False, False]
+    assert table[3].endswith("◀ auto+1") and "◀" not in table[4]
+    assert table[5] == "n_gpu_layers auto: 12 (11/30 layers + output) fit: Vulkan0 …"
+    data = offload_json(done)
+    assert data["auto"] == 12 and [p["mark"] for p in data["offload"]] == ["", "auto", "auto+1", ""]
+    assert data["offload"][1]["n_gpu_layers"] is None
+    again = offload_from_dict(data)
+    assert again.placements[1].n_gpu_layers is None and auto_count(again.placements) == 12
+    assert [r["n_gpu_layers"] for r in offload_rows(done)] == [0.0, 12.0, 13.0, -1.0]
+    svg = write_offload_plot(done, tmp_path / "offload.svg").read_text()
+    assert "auto (12)" in svg
+    no_auto = OffloadDone([_placement(0, 0, 20.0, 7.0), _placement(13, 13, 26.0, 9.5)])
+    assert "◀" not in render_offload(no_auto) and offload_json(no_auto)["auto"] is None
 
 
 def test_prefill_rate_and_ttft_describe_the_same_turns():

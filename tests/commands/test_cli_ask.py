@@ -119,7 +119,7 @@ def test_truncated_model_exits_2(tmp_path, default_model_path):
     "argv, start",
     [
         (["ask"], "chatphase ask: the following arguments are required: PROMPT"),
-        (["ask", "--n-ctx", "x", "hi"], "chatphase ask: argument --n-ctx: invalid int value: 'x'"),
+        (["ask", "--n-ctx", "x", "hi"], "chatphase ask: argument --n-ctx: expected a number or auto, got 'x'"),
         (["--n-ctx", "x"], "chatphase chat: argument --n-ctx"),
         (["sessions", "rename"], "chatphase sessions rename: the following arguments are required: ID, TITLE"),
         (["frob"], "chatphase: unknown command 'frob' (commands: chat, ask,"),

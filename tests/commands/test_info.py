@@ -197,15 +197,15 @@ def test_info_plan_is_llama_cpps_projection_per_device(capsys, default_model_inf
 
 def test_info_plan_refusal_is_one_line_and_exit_2(capsys, monkeypatch):
     """A count a GPU device cannot hold is refused as a load would refuse it: the report, then the plan's line."""
-    from chatphase.engine.local import projection
-    from chatphase.engine.memory_plan import DevicePlan, MemoryPlan
+    from chatphase.engine import memory_plan
+    from chatphase.engine.memory_plan import DevicePlan, FitResult, MemoryPlan
 
     gpu = DevicePlan("Vulkan0", "llvmpipe", "gpu", 3 * 2**30, 2**29, 2**28, layers=tuple(range(30)),
                      output_layer=True, free_bytes=2**31, total_bytes=2**31, budget_bytes=2**31,
                      budget_note="free as the device reports it")  # fmt: skip
     plan = MemoryPlan("m.gguf", 30, 31, 512, (gpu,))
-    fit = projection.FitResult(31, None, plan, refusal=plan.overflow_line())
-    monkeypatch.setattr(projection, "plan_in_child", lambda path, engine: fit)
+    fit = FitResult(31, None, plan, refusal=plan.overflow_line())
+    monkeypatch.setattr(memory_plan, "plan_in_child", lambda path, engine: fit)
     code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan", "-ngl", "-1")
     assert code == 2 and err.count("\n") == 1
     assert err == f"chatphase: {plan.overflow_line()}\n"
@@ -217,7 +217,7 @@ def test_info_plan_child_that_dies_is_one_line_after_the_report(capsys, monkeypa
     """The projection's child crashing (a native fault in llama.cpp) leaves the rest of the report and exit 2."""
     import subprocess
 
-    from chatphase.engine.local import projection
+    from chatphase.engine import memory_plan
 
     real_run = subprocess.run
 
@@ -226,7 +226,7 @@ def test_info_plan_child_that_dies_is_one_line_after_the_report(capsys, monkeypa
             return subprocess.CompletedProcess(cmd, -11, stdout="", stderr="")
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(projection.subprocess, "run", crashed)
+    monkeypatch.setattr(memory_plan.subprocess, "run", crashed)
     code, out, err = run(capsys, "info", "--n-ctx", "512", "--plan")
     assert code == 2 and err == "chatphase: llama.cpp's memory plan failed (signal 11); see the engine log\n"
     assert "memory plan    failed: llama.cpp's memory plan failed (signal 11); see the engine log\n" in out

@@ -182,6 +182,83 @@ def test_a_request_the_device_cannot_hold_is_one_plain_line(vk_env):
     assert f"n_gpu_layers auto: {settings['n_gpu_layers']} " in auto.stderr
 
 
+@pytest.fixture(scope="module")
+def synth_8b_path(tmp_path_factory) -> str:
+    """A synthetic Llama 3.1 8B (Q4_0), its tensor data a hole of zeros (no disk used)."""
+    from chatphase.models.synth import plan, write_synthetic
+    from chatphase.models.synth_shapes import SHAPES
+
+    target = tmp_path_factory.mktemp("synth") / "8b.gguf"
+    return str(write_synthetic(plan(SHAPES["llama-3.1-8b"], "Q4_0"), target, layout_only=True))
+
+
+def test_auto_fits_a_synthetic_8b_and_two_layers_more_are_refused_before_the_load(vk_env, synth_8b_path):
+    """Issue 42: on the 2 GiB device, ``n_gpu_layers auto`` (no margin: the most the device holds) chooses a count
+    and that load succeeds; forcing two layers more is refused before the load with the plan's numbers: llvmpipe
+    would over-commit into host memory rather than refuse, so the plan, planned against its total, says it."""
+    flags = ("--model", synth_8b_path, "--n-ctx", "512", "--gpu-margin-mib", "0")
+    info = run(vk_env, "-m", "chatphase", "info", *flags, "--plan", "--json")
+    assert info.returncode == 0, info.stderr
+    fit = json.loads(info.stdout)["plan"]
+    k = fit["n_gpu_layers"]
+    assert 0 < k < 33 and fit["why"].startswith(f"auto: {k} ({k - 1}/32 layers + output) fit: Vulkan0 "), fit
+    (vk,) = [d for d in fit["plan"]["devices"] if d["name"] == "Vulkan0"]
+    assert vk["left_bytes"] >= 0 and vk["weights_bytes"] > 0
+
+    forced = run(vk_env, "-m", "chatphase", "ask", "--no-save", "--max-tokens", "1", *flags,
+                 "--n-gpu-layers", str(k + 2), "Hi")  # fmt: skip
+    lines = forced.stderr.strip().splitlines()
+    assert forced.returncode != 0 and "Traceback" not in forced.stderr and len(lines) == 1, forced.stderr
+    assert re.search(
+        rf"n_gpu_layers {k + 2} \({k + 1}/32 layers \+ output\) would not fit Vulkan0: it needs [\d.]+ [MG]iB there "
+        r"\(weights [\d.]+ [MG]iB \+ KV [\d.]+ [KMG]?i?B \+ compute [\d.]+ [MG]iB.*\) and has [\d.]+ [MG]iB",
+        lines[0],
+    ), lines[0]
+    if vk["free_bytes"] == vk["total_bytes"]:  # llvmpipe: no usage counted, so the plan is what refuses
+        assert "(Vulkan0 reports free = total (it counts no usage)); use fewer --n-gpu-layers" in lines[0]
+    assert "slow path" not in forced.stderr  # nothing was loaded
+
+    settings = {"n_ctx": 512, "gpu_margin_mib": 0, "model_path": synth_8b_path}
+    done = run(vk_env, "tests/vulkan_probe.py", "panel", json.dumps(settings))
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert "error" not in shown, shown
+    assert shown["n_gpu_layers"] == k and shown["n_gpu_layers_why"] == fit["why"]
+    assert shown["offload"].startswith(f"on ({k - 1}/32 layers + output)")
+    log = Path(shown["log_path"]).read_text()
+    assert OFFLOADED_LINE.findall(log)[-1] == (str(k), "33")
+
+
+def test_a_synthetic_moe_keeps_its_experts_on_the_host_and_every_layer_on_the_device(vk_env, tmp_path):
+    """Issue 42: a synthetic Qwen3-30B-A3B (17 GiB, a hole of zeros) does not fit the 2 GiB device with its
+    experts, but every layer does with the experts on the host (llama.cpp's -ot exps=CPU): auto plans that, and the
+    load puts every layer on Vulkan0, with the device's weights llama.cpp's own buffer line within 3 % of the plan's."""
+    from chatphase.models.synth import plan, write_synthetic
+    from chatphase.models.synth_shapes import SHAPES
+
+    path = str(write_synthetic(plan(SHAPES["qwen3-30b-a3b"], "Q4_0"), tmp_path / "moe.gguf", layout_only=True))
+    info = run(vk_env, "-m", "chatphase", "info", "--model", path, "--n-ctx", "512", "--gpu-margin-mib", "0",
+               "--plan", "--json")  # fmt: skip
+    assert info.returncode == 0, info.stderr
+    fit = json.loads(info.stdout)["plan"]
+    assert fit["experts_on_host"] and fit["n_gpu_layers"] == 49, fit["why"]
+    assert fit["why"].startswith("auto: all 48 layers + output fit with the experts on the host (llama.cpp's -ot exps")
+    (vk,) = [d for d in fit["plan"]["devices"] if d["name"] == "Vulkan0"]
+    assert fit["plan"]["experts_on_host"] and 0 < vk["weights_bytes"] < 2**31
+
+    settings = {"n_ctx": 512, "gpu_margin_mib": 0, "model_path": path}
+    done = run(vk_env, "tests/vulkan_probe.py", "panel", json.dumps(settings))
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert "error" not in shown, shown
+    assert shown["n_gpu_layers"] == -1 and shown["n_gpu_layers_why"] == fit["why"]
+    log = Path(shown["log_path"]).read_text()
+    assert OFFLOADED_LINE.findall(log)[-1] == ("49", "49")
+    printed = log_buffers(log)
+    assert printed[("model", "Vulkan0")] == pytest.approx(vk["weights_bytes"], rel=0.03)
+    assert printed[("model", "CPU_Mapped")] > 10 * printed[("model", "Vulkan0")]  # the experts: mapped on the host
+
+
 def test_info_lists_the_vulkan_device_and_keeps_llama_cpp_off_stderr(vk_env):
     done = run(dict(vk_env, CHATPHASE_LOG_LEVEL="debug"), "-m", "chatphase", "info")  # ggml_vulkan logs at debug
     assert done.returncode == 0, done.stderr

@@ -22,6 +22,7 @@ def test_to_dict_keeps_the_keys_results_had():
     local = LoadedSettings(**EngineConfig(n_ctx=1024).resolved(), gpu_offload_supported=True)
     assert set(local.to_dict()) == set(EngineConfig().resolved()) | {
         "n_gpu_layers_why",
+        "n_ctx_why",
         "use_extra_bufts",
         "gpu_offload_supported",
         "amx_detected",

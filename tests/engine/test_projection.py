@@ -222,7 +222,7 @@ def _fake_gpu_engine(monkeypatch, fit):
 
 
 def test_engine_loads_the_count_auto_chose_and_says_why(default_model_info, tmp_path, monkeypatch):
-    from chatphase.engine.local.projection import FitResult
+    from chatphase.engine.memory_plan import FitResult
 
     why = "auto: 12 (11/30 layers + output) fit: Vulkan0 1.0 GiB of 2.0 GiB, 1.0 GiB left; one more would leave …"
     asked = _fake_gpu_engine(monkeypatch, FitResult(12, why, None))
@@ -236,7 +236,7 @@ def test_engine_loads_the_count_auto_chose_and_says_why(default_model_info, tmp_
 
 def test_engine_refuses_a_count_that_would_not_fit_before_loading(default_model_info, tmp_path, monkeypatch):
     from chatphase.engine.events import EngineFailed
-    from chatphase.engine.local.projection import FitResult
+    from chatphase.engine.memory_plan import FitResult
 
     line = "n_gpu_layers 31 (30/30 layers + output) would not fit Vulkan0: it needs 3.8 GiB there (…)"
     _fake_gpu_engine(monkeypatch, FitResult(31, None, None, refusal=line))
@@ -245,3 +245,55 @@ def test_engine_refuses_a_count_that_would_not_fit_before_loading(default_model_
     engine.close()
     assert events == [EngineFailed(line, fatal=True)]
     assert "llama_model_loader" not in (tmp_path / "e.log").read_text()  # refused before llama.cpp read the file
+
+
+def test_n_ctx_auto_loads_the_largest_context_that_fits(default_model_info, tmp_path):
+    """``n_ctx auto`` on this machine (the host alone): the default model's training context fits the host's
+    available memory, so the load runs at it and says why (the load notice, LoadedSettings, ask --json)."""
+    engine, loaded = real_load(default_model_info, EngineConfig(n_ctx=None), tmp_path)
+    engine.close()
+    train = default_model_info.n_ctx_train
+    assert train and loaded.settings.n_ctx == train
+    why = loaded.settings.n_ctx_why
+    assert why is not None and why.startswith(f"auto: {train:,}, the model's training context, fits: host allocates ")
+    assert f"n_ctx {why}" in loaded.notes
+    assert loaded.settings.to_dict()["n_ctx_why"] == why
+    assert loaded.llama_kv_cache_bytes == train * 23_040  # llama.cpp's own cache, at the chosen size
+
+
+def test_a_draft_model_is_counted_in_the_plan(default_model_info):
+    """``spec draft:MODEL``: the draft model's own projection (its load and its one-sequence context, as the engine
+    makes them) is added on each device, and the plan names it; without a draft the plan is the target's alone."""
+    s = EngineConfig(n_ctx=1024, spec="draft:default").resolved()
+    fit = fit_layers(default_model_info.path, s, 30, False, gpu_ok=False, why_not="CPU-only build", plan_always=True)
+    alone = project(default_model_info.path, {**s, "spec": "off"}, 0, False, 0)
+    draft = project(default_model_info.path, {**s, "n_seq_max": 1}, 0, False, 0)
+    plan = fit.plan
+    assert plan is not None and plan.host is not None and alone.host is not None and draft.host is not None
+    assert plan.draft_model == default_model_info.path.rsplit("/", 1)[-1]
+    assert plan.host.draft_bytes == draft.host.planned_bytes > 0
+    assert plan.host.planned_bytes == alone.host.planned_bytes + draft.host.planned_bytes
+    assert plan.host.mapped_bytes == alone.host.mapped_bytes + draft.host.mapped_bytes
+    assert any(n.startswith(f"with the draft model {plan.draft_model} (spec draft:): host ") for n in plan.notes)
+    missing = fit_layers(default_model_info.path, {**s, "spec": "draft:/nonexistent/d.gguf"}, 30, False,
+                         gpu_ok=False, why_not="CPU-only build", plan_always=True)  # fmt: skip
+    assert missing.plan is not None and missing.plan.draft_model is None and missing.plan.host is not None
+    assert missing.plan.host.draft_bytes == 0
+    assert any(n.startswith("the draft model is not counted: ") for n in missing.plan.notes)
+
+
+def test_a_moe_models_experts_can_be_planned_on_the_host(tmp_path):
+    """A synthetic mixture-of-experts model (Qwen3 MoE's tensors, tiny): its expert tensors are found, and the
+    projection with them kept on the host (llama.cpp's -ot exps=CPU, through tensor_buft_overrides) is made and
+    says so; on this machine (the host alone) every byte is on the host either way."""
+    from chatphase.engine.local.projection import has_experts
+
+    moe = write_synthetic(synth_plan(SHAPES["tiny-qwen3moe"], "Q4_0"), tmp_path / "moe.gguf")
+    dense = write_synthetic(synth_plan(SHAPES["tiny-qwen3"], "Q4_0"), tmp_path / "dense.gguf")
+    assert has_experts(str(moe)) and not has_experts(str(dense))
+    s = EngineConfig(n_ctx=512).resolved()
+    plain = project(str(moe), s, 0, False, 0)
+    kept = project(str(moe), s, 0, False, 0, experts_on_host=True)
+    assert kept.experts_on_host and not plain.experts_on_host
+    assert kept.host is not None and plain.host is not None
+    assert kept.host.planned_bytes == plain.host.planned_bytes and kept.host.layers == plain.host.layers == (0, 1)

@@ -16,9 +16,9 @@ from chatphase.models.synth_shapes import SHAPES, parse_spec, tensor_type
 PUBLIC = [k for k, s in SHAPES.items() if s.listed]
 
 
-def test_the_nine_shapes_are_listed():
+def test_the_ten_shapes_are_listed():
     assert set(PUBLIC) == {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-4b", "qwen3-8b",
-                           "gemma-3-1b", "gemma-3-4b", "mistral-7b"}  # fmt: skip
+                           "qwen3-30b-a3b", "gemma-3-1b", "gemma-3-4b", "mistral-7b"}  # fmt: skip
 
 
 @pytest.mark.parametrize("key", PUBLIC)
@@ -72,7 +72,7 @@ def test_vocabulary_is_exactly_the_size_asked_and_unique():
     assert "▁the" in tokens
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3", "qwen3moe"])
 @pytest.mark.parametrize("quant", ["Q4_0", "Q8_0", "Q4_K_M"])
 def test_written_file_reads_back_with_its_shapes_and_label(tmp_path, arch, quant):
     synth = plan(SHAPES[f"tiny-{arch}"], quant)

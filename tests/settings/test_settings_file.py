@@ -104,6 +104,10 @@ def test_auto_resets_optional_values(cfg):
     cfg.write_text("n_gpu_layers = 12\ngpu_margin_mib = 256\n")
     s = load_settings(cfg, environ={"CHATPHASE_N_GPU_LAYERS": "auto"})
     assert (s.engine.n_gpu_layers, s.engine.gpu_margin_mib) == (None, 256)
+    cfg.write_text('n_ctx = "auto"\n')  # n_ctx auto: the largest context that fits, chosen at the load
+    s = load_settings(cfg, environ={})
+    assert s.engine.n_ctx is None and s.engine.n_ctx_before_load == 4096
+    assert load_settings(cfg, environ={"CHATPHASE_N_CTX": "2048"}).engine.n_ctx == 2048
 
 
 @pytest.mark.parametrize(
@@ -220,7 +224,7 @@ text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
         optional={
             "model": text,
             "models_dir": st.just("/models"),
-            "n_ctx": st.integers(16, 1 << 20),
+            "n_ctx": st.none() | st.integers(16, 1 << 20),
             "n_batch": st.integers(1, 4096),
             "n_threads": st.none() | st.integers(1, MAX_THREADS_PER_CPU * (os.cpu_count() or 1)),
             "n_gpu_layers": st.none() | st.integers(-1, 200),

@@ -17,9 +17,9 @@ from chatphase.ui.screens.model_picker import COLUMNS, ModelPickerScreen
 class Host(App):
     """Opens the picker on mount and records what it returns."""
 
-    def __init__(self, lister, current_path=None):
+    def __init__(self, lister, current_path=None, planner=None):
         super().__init__()
-        self.lister, self.current_path = lister, current_path
+        self.lister, self.current_path, self.planner = lister, current_path, planner
         self.results: list = []
 
     def compose(self) -> ComposeResult:
@@ -27,7 +27,8 @@ class Host(App):
 
     def on_mount(self) -> None:
         self.push_screen(
-            ModelPickerScreen(n_ctx=2048, current_path=self.current_path, lister=self.lister), self.results.append
+            ModelPickerScreen(n_ctx=2048, current_path=self.current_path, lister=self.lister, planner=self.planner),
+            self.results.append,
         )
 
 
@@ -202,3 +203,65 @@ async def test_the_settings_screen_shows_the_model_picked_from_the_models_direct
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: len(engines) == 3 and app.chat.loaded is not None)
         assert app.chat.model_info.path == str(copy) and engines[-1].info.path == str(copy)
+
+
+def gpu_fit(path: str):
+    """A plan of 12 layers on a 2 GiB device (the fit a GPU machine's child would print)."""
+    from chatphase.engine.memory_plan import HOST, DevicePlan, FitResult, MemoryPlan
+
+    gpu = DevicePlan("Vulkan0", "llvmpipe", "gpu", 1_200 * 2**20, 60 * 2**20, 80 * 2**20, layers=tuple(range(19, 30)),
+                     output_layer=True, free_bytes=2**31, total_bytes=2**31, budget_bytes=2**31,
+                     budget_note="free as the device reports it")  # fmt: skip
+    host = DevicePlan(HOST, "host memory", HOST, 40 * 2**20, 0, 10 * 2**20, mapped_bytes=40 * 2**20)
+    return FitResult(12, "auto: 12 …", MemoryPlan(Path(path).name, 30, 12, 2048, (gpu, host)))
+
+
+async def wait_label(pilot, name: str, text: str) -> str:
+    label = pilot.app.screen.query_one(name, Label)
+    for _ in range(250):
+        if text in str(label.render()):
+            return str(label.render())
+        await pilot.pause(0.02)
+    raise AssertionError(f"{name} never said {text!r}: {label.render()}")
+
+
+async def test_the_highlighted_models_fit_is_planned_off_the_ui_thread(default_model_info, tmp_path):
+    """Issue 42: the highlighted model's memory plan (llama.cpp's, made in a child process: faked here) is asked
+    for from a worker thread, once per file, and shown under the table: the layers that fit and each device's
+    total; an unusable row shows none, and a plan that cannot be made says why in one line."""
+    import threading
+
+    from chatphase.errors import ModelError
+
+    asked: list[tuple[str, bool]] = []
+    release = threading.Event()
+
+    def planner(path: str):
+        asked.append((path, threading.current_thread() is threading.main_thread()))
+        release.wait(10)  # the UI keeps running while the plan is made
+        if path.endswith("copy.gguf"):
+            raise ModelError("llama.cpp's memory plan failed (signal 11); see the engine log")
+        return gpu_fit(path)
+
+    app = Host(lambda: entries(default_model_info, tmp_path), planner=planner)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await wait_rows(pilot, 3)
+        await wait_label(pilot, "#picker-plan", "memory plan: projecting…")
+        release.set()
+        shown = await wait_label(pilot, "#picker-plan", "fit: ")
+        assert shown == (
+            "fit: n_gpu_layers 12 (11/30 layers + output) · Vulkan0 1.3 GiB of 2.0 GiB, 708.0 MiB left · "
+            "host 50.0 MiB (40.0 MiB mapped from the file)"
+        )
+        await pilot.press("down")  # copy.gguf: its child fails
+        assert "no memory plan: llama.cpp's memory plan failed (signal 11)" in await wait_label(
+            pilot, "#picker-plan", "no memory plan"
+        )
+        await pilot.press("down")  # the unusable file: no plan asked for
+        await pilot.pause(0.5)
+        assert str(app.screen.query_one("#picker-plan", Label).render()) == ""
+        await pilot.press("up", "up")  # back to the first: the plan kept, not asked again
+        await wait_label(pilot, "#picker-plan", "fit: n_gpu_layers 12")
+        await pilot.pause(0.5)
+    assert [path for path, _ in asked] == [default_model_info.path, str(tmp_path / "copy.gguf")]
+    assert not any(on_main for _, on_main in asked)

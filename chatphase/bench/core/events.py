@@ -72,6 +72,8 @@ def placement_facts(loaded: LoadedModel) -> dict:
         "backends": list(loaded.backends),
         "devices": [asdict(d) for d in loaded.devices],
         "layers_offloaded": loaded.layers_offloaded,
+        "n_gpu_layers": loaded.settings.n_gpu_layers,
+        "n_gpu_layers_why": loaded.settings.n_gpu_layers_why,
         "layers_total": loaded.layers_total,
         "placement": [asdict(p) for p in loaded.placement],
         "kv_bytes_per_token": loaded.kv_bytes_per_token,

@@ -89,7 +89,7 @@ class ExperimentJob:
         roofline: bool = True,
         log_path: str | None = None,
     ) -> None:
-        self.info, self.config, self.plan = info, config, validate_plan(plan, config.n_ctx, config.n_batch)
+        self.info, self.config, self.plan = info, config, validate_plan(plan, config.n_ctx_before_load, config.n_batch)
         self.build, self.roofline, self.log_path = build, roofline, log_path
         self._child: Child[object, JobEvent] | None = None
 

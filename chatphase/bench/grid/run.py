@@ -140,7 +140,9 @@ class GridRun:
         for point in self.points:
             info, cfg = self.info_of(point), self.config_of(point)
             if info.attention is not None:
-                kv += kv_capacity_bytes(kv_bytes_per_token(info.attention, cfg.type_k, cfg.type_v), cfg.n_ctx)
+                kv += kv_capacity_bytes(
+                    kv_bytes_per_token(info.attention, cfg.type_k, cfg.type_v), cfg.n_ctx_before_load
+                )
         need, available = sum(weights.values()) + kv, psutil.virtual_memory().available
         if need > MEMORY_SHARE * available:
             raise UsageError(
@@ -150,7 +152,7 @@ class GridRun:
             )
 
     def __iter__(self) -> Iterator:
-        plan = validate_plan(self.plan, self.config.n_ctx)
+        plan = validate_plan(self.plan, self.config.n_ctx_before_load)
         configs = [self.config_of(p) for p in self.points]
         self.check_memory()
         peaks: dict[int, MachinePeaks] = dict(self._peaks or {})
@@ -343,7 +345,7 @@ def GridJob(
     ``GridProgress``, then ``GridDone`` or ``BenchFailed``.
 
     Raises:
-        UsageError: when the plan does not fit ``config.n_ctx``.
+        UsageError: when the plan does not fit ``config.n_ctx`` (auto: the least it chooses).
     """
     grid = GridPlan(points, infos, plan, list(notes or []))
     return ExperimentJob(infos[points[0].values.get("model")], config, grid, make_run, roofline, log_path)

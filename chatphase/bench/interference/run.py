@@ -127,7 +127,11 @@ class InterferenceRun(ModelRun):
         config = self.engine_config()
         engine = self._make(config)
         local = hasattr(engine, "iter_interference")  # else a server's engine (``--server``)
-        plan = validate_plan(self.plan, config.n_ctx, config.n_batch) if local else validate_plan(self.plan, None)
+        plan = (
+            validate_plan(self.plan, config.n_ctx_before_load, config.n_batch)
+            if local
+            else validate_plan(self.plan, None)
+        )
         engines = [engine]
         try:
             peaks = (yield from self.peaks()) if local else None

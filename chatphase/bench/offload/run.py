@@ -1,4 +1,9 @@
-"""The offload sweep: ``chatphase bench --gpu-layers 0,8,16,all`` (llama-bench's ``-ngl`` list).
+"""The offload sweep: ``chatphase bench --gpu-layers 0,8,16,auto,all`` (llama-bench's ``-ngl`` list).
+
+``auto`` loads with ``n_gpu_layers auto`` (the most layers the memory plan fits, :mod:`chatphase.engine.memory_plan`):
+its row, and any other row that offloaded the same count, is marked ``auto``, the row one layer past it ``auto+1``
+(the table, the JSON's ``auto`` and each placement's ``mark``, the plot's line), so the speed at the fit and one
+layer past read side by side.
 
 For each layer count the model is loaded with that many layers on the device and the usual sweep runs
 (the sweep's run, given as ``placement_run``: the prompt lengths and depths asked for); each placement gets its
@@ -49,20 +54,23 @@ from chatphase.plotting import check_plot_path, save_figure
 from chatphase.units import fmt_bytes
 
 
-def parse_gpu_layers(text: str) -> tuple[int, ...]:
-    """``"0,8,16,all"`` -> ``(0, 8, 16, -1)`` (``all`` or ``-1`` = every layer).
+def parse_gpu_layers(text: str) -> tuple[int | None, ...]:
+    """``"0,8,16,auto,all"`` -> ``(0, 8, 16, None, -1)`` (``all`` or ``-1`` = every layer, ``auto`` = ``None``,
+    as :class:`~chatphase.engine.config.EngineConfig`'s ``n_gpu_layers``).
 
     Raises:
-        ValueError: an entry that is neither a whole number >= 0 nor ``all``.
+        ValueError: an entry that is neither a whole number >= 0, ``all`` nor ``auto``.
     """
-    out = []
+    out: list[int | None] = []
     for part in (p.strip() for p in text.split(",")):
         if part.lower() in ("all", "-1"):
             out.append(-1)
+        elif part.lower() == "auto":
+            out.append(None)
         elif part.isdigit():
             out.append(int(part))
         else:
-            raise ValueError(f"--gpu-layers takes layer counts and 'all', comma-separated (got {part!r})")
+            raise ValueError(f"--gpu-layers takes layer counts, 'auto' and 'all', comma-separated (got {part!r})")
     if not out:
         raise ValueError("--gpu-layers needs at least one layer count")
     return tuple(dict.fromkeys(out))
@@ -73,10 +81,10 @@ class OffloadPlan(SweepPlan):
     """The sweep (:class:`SweepPlan`) at each layer count of ``gpu_layers`` (-1: all), with the device's memory
     bandwidth in GB/s for the roofline (``None``: see the module docstring)."""
 
-    gpu_layers: tuple[int, ...] = plan_field(
-        (0, -1), flag="--gpu-layers", metavar="N,N,...|all", parse=parse_gpu_layers,
-        help="instead: the offload sweep, one load per layer count on the GPU (e.g. 0,8,16,all), prefill and "
-        "decode with the roofline of each placement",
+    gpu_layers: tuple[int | None, ...] = plan_field(
+        (0, -1), flag="--gpu-layers", metavar="N,N,...|auto|all", parse=parse_gpu_layers,
+        help="instead: the offload sweep, one load per layer count on the GPU (e.g. 0,8,16,auto,all), prefill and "
+        "decode with the roofline of each placement; the count auto fits is marked, and the row one past it",
     )  # fmt: skip
     device_bandwidth_gbps: float | None = plan_field(
         None, flag="--device-bandwidth", metavar="GB/s", parse=number,
@@ -150,11 +158,17 @@ def placement_roofline(
     }
 
 
+def layers_label(n_gpu_layers: int | None) -> str:
+    """``--gpu-layers``'s word for a count: ``all`` (-1), ``auto`` (``None``), else the number."""
+    return "auto" if n_gpu_layers is None else "all" if n_gpu_layers == -1 else str(n_gpu_layers)
+
+
 @dataclass
 class Placement:
-    """One layer count's run: the ``n_gpu_layers`` asked, its :class:`SweepResult` and its roofline."""
+    """One layer count's run: the ``n_gpu_layers`` asked (``None``: auto), its :class:`SweepResult` and its
+    roofline."""
 
-    n_gpu_layers: int
+    n_gpu_layers: int | None
     result: SweepResult
     roofline: dict = field(default_factory=dict)
 
@@ -162,6 +176,11 @@ class Placement:
     def layers(self) -> tuple[int | None, int | None]:
         """``(offloaded, total)`` as llama.cpp reported them."""
         return self.result.system.get("layers_offloaded"), self.result.system.get("layers_total")
+
+    @property
+    def auto_why(self) -> str | None:
+        """Why auto chose its count (the load's ``n_gpu_layers_why``), for an auto placement."""
+        return self.result.system.get("n_gpu_layers_why") if self.n_gpu_layers is None else None
 
     def mean(self, metric: str) -> float | None:
         """The mean of ``metric`` (``decode_tokens_per_s``) over the run's cells."""
@@ -177,11 +196,13 @@ class Placement:
         c = max(cells, key=lambda c: c.prompt_tokens)
         return c.prompt_tokens, c.ttft_ms.mean, c.prefill_tokens_per_s.mean
 
-    def to_dict(self) -> dict:
+    def to_dict(self, auto: int | None = None) -> dict:
+        """JSON-ready; ``auto``: the count auto chose in this sweep (:func:`auto_count`), for the ``mark``."""
         offloaded, total = self.layers
         prompt_tokens, ttft_ms, prefill_rate = self.prefill()
         return {
             "n_gpu_layers": self.n_gpu_layers,
+            "mark": auto_mark(self, auto),
             "layers_offloaded": offloaded,
             "layers_total": total,
             "prefill_prompt_tokens": prompt_tokens,
@@ -192,6 +213,20 @@ class Placement:
             "roofline": self.roofline,
             "result": self.result.to_dict(),
         }
+
+
+def auto_count(placements: list[Placement]) -> int | None:
+    """The layers an ``auto`` placement offloaded (llama.cpp's count: the output layer counts as one); ``None``
+    without an auto placement that reported it."""
+    return next((p.layers[0] for p in placements if p.n_gpu_layers is None and p.layers[0] is not None), None)
+
+
+def auto_mark(p: Placement, auto: int | None) -> str:
+    """``auto`` where ``p`` offloaded the count auto chose, ``auto+1`` one layer past it, else ``""``."""
+    offloaded = p.layers[0]
+    if auto is None or offloaded is None:
+        return ""
+    return {auto: "auto", auto + 1: "auto+1"}.get(offloaded, "")
 
 
 #: the text forms of an offload result.
@@ -239,7 +274,7 @@ class OffloadRun:
         info: ModelInfo,
         config: EngineConfig,
         plan: SweepPlan,
-        gpu_layers: tuple[int, ...],
+        gpu_layers: tuple[int | None, ...],
         roofline: bool = True,
         device_bandwidth: float | None = None,
         placement_run: PlacementRun | None = None,
@@ -249,6 +284,7 @@ class OffloadRun:
         self._placement_run = placement_run
         self._current = None
         self._current_n: int | None = None
+        self._running = False
         self._placements: list[Placement] = []
         self._peaks: MachinePeaks | None = None
         self._cancelled = False
@@ -258,7 +294,7 @@ class OffloadRun:
         if self._current is not None:
             self._current.cancel()
 
-    def make_run(self, n_gpu_layers: int, peaks: MachinePeaks | None):
+    def make_run(self, n_gpu_layers: int | None, peaks: MachinePeaks | None):
         """The sweep's run of one placement (``placement_run``; tests replace this with a fake)."""
         assert self._placement_run is not None, "OffloadRun needs placement_run"
         return self._placement_run(self.info, replace(self.config, n_gpu_layers=n_gpu_layers), self.plan, peaks)
@@ -272,9 +308,9 @@ class OffloadRun:
         for i, n in enumerate(self.gpu_layers):
             if self._cancelled:
                 break
-            yield BenchStatus(f"n_gpu_layers {'all' if n == -1 else n} ({i + 1}/{len(self.gpu_layers)}): loading")
+            yield BenchStatus(f"n_gpu_layers {layers_label(n)} ({i + 1}/{len(self.gpu_layers)}): loading")
             run = self._current = self.make_run(n, peaks)
-            self._current_n = n
+            self._current_n, self._running = n, True
             for event in run:
                 if isinstance(event, RunDone):
                     placements.append(self._placement(n, event.result, peaks))
@@ -283,7 +319,7 @@ class OffloadRun:
                     yield replace(event, done_runs=i * per_run + event.done_runs, total_runs=total)
                 else:
                     yield event
-            self._current = self._current_n = None
+            self._current, self._current_n, self._running = None, None, False
         yield OffloadDone(list(placements), cancelled=self._cancelled, plan=self.plan_record())
 
     def partial(self) -> OffloadDone:
@@ -292,7 +328,7 @@ class OffloadRun:
         placements = list(self._placements)
         run, n = self._current, self._current_n
         result = run.partial() if run is not None else None
-        if result is not None and n is not None and result.results:
+        if result is not None and self._running and result.results:
             placements.append(self._placement(n, result, self._peaks))
         return OffloadDone(placements, cancelled=True, plan=self.plan_record())
 
@@ -305,7 +341,7 @@ class OffloadRun:
         bandwidth = self.device_bandwidth / 1e9 if self.device_bandwidth else None
         return {**self.plan.to_dict(), "gpu_layers": list(self.gpu_layers), "device_bandwidth_gbps": bandwidth}
 
-    def _placement(self, n: int, result: SweepResult, peaks: MachinePeaks | None) -> Placement:
+    def _placement(self, n: int | None, result: SweepResult, peaks: MachinePeaks | None) -> Placement:
         host_bw = peaks.bandwidth_bytes_per_s if peaks else None
         device_bw = self.device_bandwidth
         if device_bw is None and any(d.get("type") == "igpu" for d in result.system.get("devices", ())):
@@ -322,7 +358,8 @@ class OffloadRun:
 def render_offload(done: OffloadDone) -> str:
     """A table: per layer count the layers llama.cpp offloaded, the longest prompt's length, TTFT and prefill
     tokens/s (one cell: :meth:`Placement.prefill`), decode tokens/s, bytes per decode token from device and
-    host memory, the decode bound (``–`` when unknown) and what binds it."""
+    host memory, the decode bound (``–`` when unknown) and what binds it; the rows at auto's count and one past
+    it marked (:func:`auto_mark`), and why auto chose its count below."""
 
     def rate(v: float | None) -> str:
         return "–" if v is None else f"{v:,.1f}"
@@ -332,31 +369,40 @@ def render_offload(done: OffloadDone) -> str:
         f"{'decode tok/s':>12}  {'device B/tok':>12}  {'host B/tok':>10}  {'bound tok/s':>11}  bound by"
     )
     rows = [head]
+    auto = auto_count(done.placements)
     for p in done.placements:
         off, total = p.layers
         r = p.roofline
         prompt_tokens, ttft_ms, prefill_rate = p.prefill()
+        mark = auto_mark(p, auto)
         rows.append(
-            f"{'all' if p.n_gpu_layers == -1 else p.n_gpu_layers:>12}  {f'{off}/{total}':>9}  "
+            f"{layers_label(p.n_gpu_layers):>12}  {f'{off}/{total}':>9}  "
             f"{'–' if prompt_tokens is None else prompt_tokens:>10}  {rate(ttft_ms):>9}  "
             f"{rate(prefill_rate):>13}  {rate(p.mean('decode_tokens_per_s')):>12}  "
             f"{fmt_bytes(r['device_bytes_per_token']):>12}  {fmt_bytes(r['host_bytes_per_token']):>10}  "
-            f"{rate(r['decode_bound_tokens_per_s']):>11}  {r['bound_by']}"
+            f"{rate(r['decode_bound_tokens_per_s']):>11}  {r['bound_by']}" + (f"  ◀ {mark}" if mark else "")
         )
+    for p in done.placements:
+        if p.auto_why:
+            rows.append(f"n_gpu_layers {p.auto_why}")
     if done.cancelled:
         rows.append("(cancelled: the placements above are the ones that ran)")
     return "\n".join(rows) + "\n"
 
 
 def offload_json(done: OffloadDone) -> dict:
-    """The JSON object: ``{"kind": "offload", "version", "offload": [placement…], "cancelled": bool}`` (each
-    placement with its whole result)."""
+    """The JSON object: ``{"kind": "offload", "version", "offload": [placement…], "cancelled": bool, "auto"}``
+    (each placement with its whole result and its ``mark``; ``auto`` the count an auto placement offloaded, or
+    ``null``)."""
     plan = {"plan": done.plan} if done.plan else {}
-    return stamp("offload", {"offload": [p.to_dict() for p in done.placements], "cancelled": done.cancelled, **plan})
+    auto = auto_count(done.placements)
+    placements = [p.to_dict(auto) for p in done.placements]
+    return stamp("offload", {"offload": placements, "cancelled": done.cancelled, "auto": auto, **plan})
 
 
 def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
-    """Prefill and decode tokens/s against layers on the device, the decode bound beside decode.
+    """Prefill and decode tokens/s against layers on the device, the decode bound beside decode; a dashed line
+    at the count auto chose, where the sweep had an auto placement.
 
     Raises:
         UsageError: as :func:`chatphase.bench.core.plot.check_plot_path`, or when the file cannot be written.
@@ -378,7 +424,10 @@ def write_offload_plot(done: OffloadDone, path: str | os.PathLike) -> Path:
         title="Prefill (longest prompt) vs layers on the device", xlabel="layers offloaded", ylabel="prefill tokens/s"
     )
     ax2.set(title="Decode vs layers on the device", xlabel="layers offloaded", ylabel="decode tokens/s")
+    auto = auto_count(done.placements)
     for ax in (ax1, ax2):
+        if auto is not None:
+            ax.axvline(auto, color="0.4", linestyle=":", label=f"auto ({auto})")
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize="small")
@@ -394,7 +443,11 @@ def offload_from_dict(data: dict) -> OffloadDone:
     saved_version(data)
     try:
         placements = [
-            Placement(int(p["n_gpu_layers"]), SweepResult.from_dict(p["result"]), dict(p.get("roofline") or {}))
+            Placement(
+                None if p["n_gpu_layers"] is None else int(p["n_gpu_layers"]),
+                SweepResult.from_dict(p["result"]),
+                dict(p.get("roofline") or {}),
+            )
             for p in data["offload"]
         ]
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -424,7 +477,8 @@ def offload_rows(done: OffloadDone) -> list[dict]:
     rows = []
     for p in done.placements:
         _, _, prefill = p.prefill()
-        rows.append({"n_gpu_layers": float(p.n_gpu_layers), "prefill_tokens_per_s": prefill,
+        n = p.layers[0] if p.n_gpu_layers is None else p.n_gpu_layers  # auto: the count it chose
+        rows.append({"n_gpu_layers": float(n if n is not None else -1), "prefill_tokens_per_s": prefill,
                      "decode_tokens_per_s": p.mean("decode_tokens_per_s"),
                      "decode_bound_tokens_per_s": p.roofline.get("decode_bound_tokens_per_s")})  # fmt: skip
     return rows

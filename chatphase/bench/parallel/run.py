@@ -66,7 +66,7 @@ def run_parallel(bench, plan: ParallelPlan) -> Iterator[BenchEvent]:
     engines = [engine]
     local = hasattr(engine, "run_batch")
     try:
-        plan = validate_plan(plan, config.n_ctx, config.n_batch) if local else validate_plan(plan, None)
+        plan = validate_plan(plan, config.n_ctx_before_load, config.n_batch) if local else validate_plan(plan, None)
         peaks = (yield from bench.peaks()) if local else None
         yield BenchStatus(f"loading {bench.info.name}")
         bench.attach(engine=engine)

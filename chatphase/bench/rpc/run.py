@@ -177,7 +177,7 @@ class RpcRun(ModelRun):
         self._facts: dict = {}
 
     def __iter__(self) -> Iterator[object]:
-        plan = validate_plan(self.plan, self.config.n_ctx)
+        plan = validate_plan(self.plan, self.config.n_ctx_before_load)
         with ExitStack() as outer:
             builder = self.builder or outer.enter_context(vocab_builder(self.info.path))
             yield from self._devices(plan, builder)

@@ -47,7 +47,7 @@ class SweepRun(ModelRun):
     Arguments as :class:`~chatphase.bench.core.run.ModelRun`'s, ``plan`` a :class:`SweepPlan`.
 
     Raises (while iterating):
-        UsageError: the plan does not fit ``config.n_ctx`` (raised before any work).
+        UsageError: the plan does not fit ``config.n_ctx`` (auto: the least it chooses) (raised before any work).
         EngineError: the model fails to load or a turn fails.
     """
 
@@ -55,7 +55,7 @@ class SweepRun(ModelRun):
     _running: tuple[LoadedModel, SweepPlan, MachinePeaks | None] | None = None
 
     def __iter__(self) -> Iterator[BenchEvent]:
-        plan = validate_plan(self.plan, self.config.n_ctx)
+        plan = validate_plan(self.plan, self.config.n_ctx_before_load)
         peaks = yield from self.peaks()
         yield BenchStatus(f"loading {self.info.name}")
         engine = self._engine = self.make_engine()

@@ -72,10 +72,40 @@ def _libggml() -> ctypes.CDLL:
         ("ggml_backend_reg_by_name", vp, [ctypes.c_char_p]),
         ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
         ("ggml_backend_register", None, [vp]),
+        ("ggml_backend_dev_by_type", vp, [ctypes.c_int]),
     ):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib
+
+
+class TensorBuftOverride(ctypes.Structure):
+    """``struct llama_model_tensor_buft_override`` (llama.h): tensors whose name matches ``pattern`` (a regex) go
+    in the buffer type ``buft``; a list of them ends with a ``{NULL, NULL}`` entry."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+#: the expert tensors of a mixture-of-experts model (``blk.N.ffn_{gate,up,down}_exps``), llama.cpp's ``--cpu-moe``
+#: pattern (common/arg.cpp: ``\.ffn_(up|down|gate)_exps``).
+EXPERTS_PATTERN = rb"\.ffn_(up|down|gate)_exps"
+
+
+@cache
+def experts_on_host() -> ctypes.Array[TensorBuftOverride]:
+    """The override list that keeps expert tensors in the CPU's buffer type (llama.cpp's ``-ot exps=CPU``), for
+    ``llama_model_params.tensor_buft_overrides`` (kept here, alive for every load).
+
+    Raises:
+        RuntimeError: ggml has no CPU device (no build of llama.cpp lacks one).
+    """
+    lib = _libggml()
+    cpu = lib.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
+    if not cpu:
+        raise RuntimeError("ggml reports no CPU device to keep the experts on")
+    return (TensorBuftOverride * 2)(
+        TensorBuftOverride(EXPERTS_PATTERN, lib.ggml_backend_dev_buffer_type(cpu)), TensorBuftOverride(None, None)
+    )
 
 
 def backends() -> tuple[str, ...]:

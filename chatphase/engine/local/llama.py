@@ -365,7 +365,7 @@ class LlamaEngine:
         why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
         plan = offload_plan(s, system_info, gpu_ok, None if gpu_ok else why_not)
         notes = list(plan.notes)
-        plan, layers_why = self._fit_layers(s, plan, gpu_ok, why_not, notes)
+        plan, layers_why, n_ctx_why = self._fit_layers(s, plan, gpu_ok, why_not, notes)
         self._model = lc.llama_model_load_from_file(str(self.info.path).encode("utf-8"), model_params(plan))
         if not self._model:
             raise RuntimeError(
@@ -398,6 +398,7 @@ class LlamaEngine:
             "n_ctx": kv.n_ctx,
             "n_gpu_layers": plan.n_gpu_layers_setting,
             "n_gpu_layers_why": layers_why,
+            "n_ctx_why": n_ctx_why,
             "use_extra_bufts": plan.use_extra_bufts,
         }
         flash_attn_enabled = {"on": True, "off": False}.get(s["flash_attn"], self._log.flash_attn_enabled)
@@ -468,17 +469,25 @@ class LlamaEngine:
 
     def _fit_layers(
         self, s: dict[str, Any], plan: OffloadPlan, gpu_ok: bool, why_not: str | None, notes: list[str]
-    ) -> tuple[OffloadPlan, str | None]:
+    ) -> tuple[OffloadPlan, str | None, str | None]:
         """The layer count to load, from llama.cpp's memory projection (:func:`fit_layers`), and why it is that:
         ``auto`` resolved (0 and the reason where nothing can be offloaded, with no projection); a count given
-        refused when a GPU device cannot hold its share, and said when it leaves less than the margin.
+        refused when a GPU device cannot hold its share, and said when it leaves less than the margin. ``n_ctx``
+        auto resolved into ``s`` (the largest context that fits, with its projections on any build), and why.
 
         Raises:
             UsageError: the count given would not fit (the plan's one line).
         """
-        if not gpu_ok:
-            return plan, (f"auto: 0 layers, {why_not}" if s["n_gpu_layers"] is None and why_not else None)
-        fit = fit_layers(str(self.info.path), s, self.info.n_layer or 0, plan.use_extra_bufts, gpu_ok, why_not)
+        auto_ctx = s["n_ctx"] is None
+        if not gpu_ok and not auto_ctx:
+            return plan, (f"auto: 0 layers, {why_not}" if s["n_gpu_layers"] is None and why_not else None), None
+        fit = fit_layers(
+            str(self.info.path), s, self.info.n_layer or 0, plan.use_extra_bufts, gpu_ok, why_not,
+            n_ctx_train=self.info.n_ctx_train,
+        )  # fmt: skip
+        if auto_ctx:
+            s["n_ctx"] = fit.n_ctx
+            notes.append(f"n_ctx {fit.n_ctx_why}")
         if fit.refusal:
             raise UsageError(fit.refusal)
         if fit.unavailable:
@@ -487,10 +496,10 @@ class LlamaEngine:
                 raise UsageError(refusal)
         if s["n_gpu_layers"] is None:
             n = ALL_LAYERS if fit.n_gpu_layers > (self.info.n_layer or 0) else fit.n_gpu_layers
-            plan = replace(plan, n_gpu_layers=n)
+            plan = replace(plan, n_gpu_layers=n, experts_on_host=fit.experts_on_host)
         if fit.why:
             notes.append(fit.why if fit.why.startswith(LAYERS_NOTE) else LAYERS_NOTE + fit.why)
-        return plan, fit.why
+        return plan, fit.why, fit.n_ctx_why
 
     def _open_prefix_store(
         self, kv: KvContext, s: dict[str, Any], use_extra_bufts: bool, n_gpu_layers: int

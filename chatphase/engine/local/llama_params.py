@@ -30,14 +30,16 @@ ALL_LAYERS = 0x7FFFFFFF  # llama.cpp clamps to the model's layer count
 @dataclass(frozen=True)
 class OffloadPlan:
     """``n_gpu_layers`` as passed to llama.cpp (:data:`ALL_LAYERS` for all), ``use_extra_bufts``,
-    whether AMX was detected, the notes that explain a choice the user did not make, and why extra buffer
-    types are as they are (``""`` where nothing but the setting decided)."""
+    whether AMX was detected, the notes that explain a choice the user did not make, why extra buffer
+    types are as they are (``""`` where nothing but the setting decided), and whether a mixture-of-experts model's
+    expert tensors stay in host memory (llama.cpp's ``-ot exps=CPU``, :func:`chatphase.engine.local.ggml_devices.experts_on_host`)."""
 
     n_gpu_layers: int
     use_extra_bufts: bool
     amx: bool
     notes: tuple[str, ...]
     extra_bufts_why: str = ""
+    experts_on_host: bool = False
 
     @property
     def n_gpu_layers_setting(self) -> int:
@@ -94,6 +96,11 @@ def model_params(plan: OffloadPlan) -> lc.llama_model_params:
     params: lc.llama_model_params = lc.llama_model_default_params()
     params.n_gpu_layers = plan.n_gpu_layers
     params.use_extra_bufts = plan.use_extra_bufts
+    if plan.experts_on_host:
+        from chatphase.engine.local.ggml_devices import experts_on_host
+
+        # the bindings annotate an array; the ctypes field is a c_void_p, which takes the list's address
+        params.tensor_buft_overrides = ctypes.addressof(experts_on_host())  # type: ignore[assignment]
     return params
 
 

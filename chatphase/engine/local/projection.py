@@ -11,10 +11,14 @@ device, each KV cache and the output buffer. The plan is llama.cpp's figures lai
 
 :func:`fit_layers` is what a load does before it starts (the engine, in its own process, and ``chatphase info
 --plan``): resolve ``n_gpu_layers auto`` (:func:`chatphase.engine.memory_plan.choose_layers`; 0 with the reason on a
-build or machine without a GPU device) or project the count asked, whose plan refuses a load that would not fit.
+build or machine without a GPU device; a mixture-of-experts model's experts kept on the host where that is what
+fits) or project the count asked, whose plan refuses a load that would not fit; with ``n_ctx auto``, choose the
+context too (:func:`~chatphase.engine.memory_plan.choose_context`). A speculative draft model (``spec
+draft:MODEL``) is projected too and counted in each plan.
 
 The projection runs where llama.cpp may run: in the engine's process, or in a child of its own for the command
-line (:func:`plan_in_child`, ``python -m chatphase.engine.local.projection``), never in the UI's process. A
+line and the model picker (:func:`chatphase.engine.memory_plan.plan_in_child` runs ``python -m
+chatphase.engine.local.projection``), never in the UI's process. A
 projection llama.cpp cannot make here (:class:`~chatphase.engine.local.llama_ext.ProjectionUnavailable`, a file
 it refuses) is one line.
 """
@@ -22,27 +26,27 @@ it refuses) is one line.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from chatphase.engine.events import OFFLOAD_TYPES, DeviceInfo
 from chatphase.engine.memory_plan import (
+    AUTO_N_CTX_MIN,
     HOST,
     DevicePlan,
+    FitResult,
     KvCachePlan,
     LayerChoice,
     MemoryPlan,
     budget,
-    choose_layers,
+    choose_context,
+    choose_placement,
+    with_draft,
 )
-from chatphase.errors import ModelError
 
-#: the most seconds the projection's child may take (its imports, a few projections).
-CHILD_TIMEOUT_S = 120.0
 #: ``llama_model_params.n_gpu_layers`` for every layer (llama.cpp clamps it), as llama_params' ALL_LAYERS.
 _ALL = 0x7FFFFFFF
 
@@ -51,32 +55,16 @@ class ProjectionFailed(RuntimeError):
     """llama.cpp could not project this load (one line: why)."""
 
 
-@dataclass(frozen=True)
-class FitResult:
-    """What :func:`fit_layers` found: ``n_gpu_layers`` for llama.cpp (0 to n_layer + 1), ``why`` it is that
-    (``None`` for a count the user gave that the plan does not question), ``plan`` of that count (``None`` where
-    none was made), ``refusal`` the one line refusing the load (a count that would not fit), ``unavailable`` why
-    there is no plan (one line)."""
+def has_experts(path: str) -> bool:
+    """Whether the file has a mixture-of-experts model's expert tensors (``blk.N.ffn_{gate,up,down}_exps``); a
+    file that cannot be read has none here (the projection, and the load, say why)."""
+    from chatphase.errors import ModelError
+    from chatphase.models.gguf_meta import read_metadata
 
-    n_gpu_layers: int
-    why: str | None
-    plan: MemoryPlan | None
-    refusal: str | None = None
-    unavailable: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "n_gpu_layers": self.n_gpu_layers,
-            "why": self.why,
-            "plan": self.plan.to_dict() if self.plan else None,
-            "refusal": self.refusal,
-            "unavailable": self.unavailable,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FitResult:
-        plan = MemoryPlan.from_dict(d["plan"]) if d.get("plan") else None
-        return cls(d["n_gpu_layers"], d.get("why"), plan, d.get("refusal"), d.get("unavailable"))
+    try:
+        return any("_exps" in t.name for t in read_metadata(path)[1].tensors)
+    except ModelError:
+        return False
 
 
 def _output_layer_bytes(path: str) -> int | None:
@@ -99,10 +87,12 @@ def project(
     use_extra_bufts: bool,
     margin_bytes: int,
     held_bytes: dict[str, int] | None = None,
+    experts_on_host: bool = False,
 ) -> MemoryPlan:
     """llama.cpp's projection of loading ``path`` with ``n_gpu_layers`` (:data:`_ALL`-like counts are clamped)
     and the resolved engine ``settings`` (:meth:`chatphase.engine.config.EngineConfig.resolved`), per device.
-    ``held_bytes``: what this process already holds per device (for a device that reports free = total).
+    ``held_bytes``: what this process already holds per device (for a device that reports free = total);
+    ``experts_on_host``: a mixture-of-experts model's expert tensors kept in host memory (``-ot exps=CPU``).
 
     Raises:
         ProjectionUnavailable: the projection cannot be read in this build (one line).
@@ -120,7 +110,7 @@ def project(
     lc.llama_backend_init()
     name = Path(path).name
     with parse_only() as log:
-        params = model_params(OffloadPlan(n_gpu_layers, use_extra_bufts, False, ()))
+        params = model_params(OffloadPlan(n_gpu_layers, use_extra_bufts, False, (), experts_on_host=experts_on_host))
         params.no_alloc = True
         params.load_mode = lc.LLAMA_LOAD_MODE_NONE
         model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
@@ -190,6 +180,7 @@ def project(
         margin_bytes=margin_bytes,
         projection_ms=(time.perf_counter_ns() - t0) / 1e6,
         notes=tuple(notes),
+        experts_on_host=experts_on_host,
     )
 
 
@@ -206,23 +197,29 @@ def fit_layers(
     why_not: str | None,
     *,
     plan_always: bool = False,
+    n_ctx_train: int | None = None,
 ) -> FitResult:
     """Resolve ``settings["n_gpu_layers"]`` before a load (``None`` = auto), from llama.cpp's projection.
 
     auto: on a build without GPU offload, or with no GPU device, 0 and ``why_not`` (no projection unless
-    ``plan_always``); else :func:`~chatphase.engine.memory_plan.choose_layers` (a plan that cannot be made: every
+    ``plan_always``); else :func:`~chatphase.engine.memory_plan.choose_placement` (a plan that cannot be made: every
     layer, as before auto, and why). A count given (-1 = all): its plan, and the refusal line when a GPU device
     cannot hold its share. ``plan_always``: make the plan of the count even where the load would not need it
     (``info --plan``: the host's plan on a CPU-only build). ``n_layer``: the model's repeating layers.
+    ``settings["n_ctx"]`` ``None`` (auto): :func:`_fit_context`, with ``n_ctx_train`` the model's training context.
     """
     from chatphase.engine.local.llama_ext import ProjectionUnavailable
 
     margin = int(settings.get("gpu_margin_mib") or 0) * 2**20
     requested = settings["n_gpu_layers"]
     offload = gpu_ok and why_not is None
+    if settings["n_ctx"] is None:
+        return _fit_context(path, settings, n_layer, use_extra_bufts, gpu_ok, why_not, n_ctx_train, margin)
+
+    plans = _Projector(path, settings, use_extra_bufts, margin, gpu_ok)
 
     def plan_of(n: int) -> MemoryPlan:
-        return project(path, settings, n, use_extra_bufts, margin)
+        return plans(n, settings["n_ctx"])
 
     if requested is None and not offload:
         why = f"auto: 0 layers, {why_not or 'no GPU offload in this llama.cpp build'}"
@@ -234,8 +231,11 @@ def fit_layers(
             return FitResult(0, why, None, unavailable=str(exc))
     try:
         if requested is None:
-            choice: LayerChoice = choose_layers(plan_of, n_layer)
-            return FitResult(choice.n_gpu_layers, f"auto: {choice.why}", choice.plan)
+            n_ctx = settings["n_ctx"]
+            choice: LayerChoice = choose_placement(lambda n, x: plans(n, n_ctx, x), n_layer, has_experts(path))
+            return FitResult(
+                choice.n_gpu_layers, f"auto: {choice.why}", choice.plan, experts_on_host=choice.experts_on_host
+            )
         count = _ALL if requested == -1 else requested
         if not offload:
             count = 0
@@ -247,6 +247,88 @@ def fit_layers(
         if requested is None:
             return FitResult(n_layer + 1, f"auto: every layer, as without a plan ({exc})", None, unavailable=str(exc))
         return FitResult(n_layer + 1 if requested == -1 else requested, None, None, unavailable=str(exc))
+
+
+class _Projector:
+    """``(n_gpu_layers, n_ctx) -> MemoryPlan``: :func:`project` of the model, with a speculative draft model
+    (``spec`` ``draft:MODEL``) counted in (:func:`~chatphase.engine.memory_plan.with_draft`): projected once per
+    context, with the layers the engine gives it (every layer where the target's count is auto or -1, else that
+    count; none on a build without GPU offload). A draft that cannot be found is left out, and the plan says why
+    (the load refuses it in its own words)."""
+
+    def __init__(self, path: str, settings: dict[str, Any], use_extra_bufts: bool, margin: int, gpu_ok: bool):
+        self.path, self.settings, self.use_extra_bufts, self.margin = path, settings, use_extra_bufts, margin
+        requested = settings["n_gpu_layers"]
+        self.draft_layers = 0 if not gpu_ok else _ALL if requested in (None, -1) else requested
+        self.draft_path: str | None = None
+        self.draft_note: str | None = None
+        self._drafts: dict[int, MemoryPlan] = {}
+        try:
+            from chatphase.engine.spec_modes import parse_spec
+            from chatphase.models.resolve import resolve_model
+
+            mode = parse_spec(settings.get("spec"))
+            if mode.kind == "draft":
+                self.draft_path = str(resolve_model(None if mode.draft == "default" else mode.draft))
+        except Exception as exc:  # the load says it in full; the plan says what it left out
+            self.draft_note = f"the draft model is not counted: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+
+    def __call__(self, n_gpu_layers: int, n_ctx: int, experts_on_host: bool = False) -> MemoryPlan:
+        s = {**self.settings, "n_ctx": n_ctx}
+        plan = project(self.path, s, n_gpu_layers, self.use_extra_bufts, self.margin, experts_on_host=experts_on_host)
+        if self.draft_note:
+            return replace(plan, notes=(*plan.notes, self.draft_note))
+        if self.draft_path is None:
+            return plan
+        if n_ctx not in self._drafts:
+            draft_settings = {**s, "n_seq_max": 1}  # as the engine's DraftModel makes its context
+            self._drafts[n_ctx] = project(self.draft_path, draft_settings, self.draft_layers, self.use_extra_bufts, 0)
+        return with_draft(plan, self._drafts[n_ctx])
+
+
+def _fit_context(
+    path: str,
+    settings: dict[str, Any],
+    n_layer: int,
+    use_extra_bufts: bool,
+    gpu_ok: bool,
+    why_not: str | None,
+    n_ctx_train: int | None,
+    margin: int,
+) -> FitResult:
+    """``n_ctx auto``: :func:`~chatphase.engine.memory_plan.choose_context` on llama.cpp's projections, with the
+    layers asked (auto: chosen with the context; 0 where nothing can be offloaded). Where no plan can be made,
+    the least context auto chooses, and why."""
+    from chatphase.engine.local.llama_ext import ProjectionUnavailable
+
+    requested = settings["n_gpu_layers"]
+    offload = gpu_ok and why_not is None
+    train = n_ctx_train or AUTO_N_CTX_MIN
+    if not offload:
+        count: int | None = 0
+    else:
+        count = None if requested is None else _ALL if requested == -1 else requested
+
+    try:
+        choice = choose_context(_Projector(path, settings, use_extra_bufts, margin, gpu_ok), n_layer, train, count)
+    except (ProjectionUnavailable, ProjectionFailed) as exc:
+        n_ctx = min(AUTO_N_CTX_MIN, train)
+        layers = n_layer + 1 if requested is None and offload else 0 if not offload else requested
+        return FitResult(
+            layers, f"auto: every layer, as without a plan ({exc})" if requested is None and offload else None,
+            None, unavailable=str(exc), n_ctx=n_ctx,
+            n_ctx_why=f"auto: {n_ctx:,}, the least auto chooses, as without a plan ({exc})",
+        )  # fmt: skip
+    plan = choice.layers.plan
+    if requested is None and offload:
+        why: str | None = f"auto: {choice.layers.why}"
+    elif requested is None:
+        why = f"auto: 0 layers, {why_not or 'no GPU offload in this llama.cpp build'}"
+    else:
+        why = _margin_note(plan) if plan else None
+    refusal = plan.overflow_line() if plan and requested is not None and offload else None
+    n = choice.layers.n_gpu_layers
+    return FitResult(n, why, plan, refusal=refusal, n_ctx=choice.n_ctx, n_ctx_why=choice.why)
 
 
 def _margin_note(plan: MemoryPlan) -> str | None:
@@ -263,33 +345,7 @@ def _margin_note(plan: MemoryPlan) -> str | None:
     )
 
 
-# -- the child process: ``chatphase info --plan`` -------------------------------------------------------------
-def plan_in_child(path: str, engine: dict[str, Any], timeout_s: float = CHILD_TIMEOUT_S) -> FitResult:
-    """:func:`fit_layers` for ``path`` with the engine settings ``engine`` (``EngineConfig.to_dict()``) in a child
-    process (``python -m chatphase.engine.local.projection``), with ``plan_always``: llama.cpp's lines go to the
-    engine log, and a crash there is one line here.
-
-    Raises:
-        ModelError: the child failed (its one line) or printed no plan.
-    """
-    request = json.dumps({"path": str(path), "engine": engine})
-    cmd = [sys.executable, "-m", "chatphase.engine.local.projection"]
-    try:
-        done = subprocess.run(
-            cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise ModelError(f"llama.cpp's memory plan took more than {timeout_s:.0f} s") from None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
-        raise ModelError(f"llama.cpp's memory plan failed ({how}); see the engine log")
-    out = json.loads(lines[-1])
-    if "error" in out:
-        raise ModelError(out["error"])
-    return FitResult.from_dict(out)
-
-
+# -- the child process: ``chatphase info --plan``, the model picker (:func:`~chatphase.engine.memory_plan.plan_in_child`)
 def _child_main() -> int:
     """Read ``{"path", "engine"}`` on stdin, print one JSON line: :meth:`FitResult.to_dict` or ``{"error"}``."""
     import os
@@ -315,7 +371,10 @@ def _child_main() -> int:
         gpu_ok = bool(lc.llama_supports_gpu_offload())
         why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), s["n_gpu_layers"])
         extra = offload_plan({**s, "n_gpu_layers": 0}, cpu_system_info(), gpu_ok).use_extra_bufts
-        result = fit_layers(str(info.path), s, info.n_layer or 0, extra, gpu_ok, why_not, plan_always=True)
+        result = fit_layers(
+            str(info.path), s, info.n_layer or 0, extra, gpu_ok, why_not, plan_always=True,
+            n_ctx_train=info.n_ctx_train,
+        )  # fmt: skip
         out.write(json.dumps(result.to_dict()) + "\n")
     except Exception as exc:  # one line for the parent; the traceback to the engine log
         import traceback

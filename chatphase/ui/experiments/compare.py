@@ -109,7 +109,7 @@ class ComparePane(ExperimentPane):
         if not turns:
             raise UsageError("Turns: write at least one (paragraphs separated by a blank line)")
         plan = ComparePlan(turns=turns, **self.query_one(PlanForm).values())
-        return plan.validate(settings.engine.n_ctx, settings.engine.n_batch)
+        return plan.validate(settings.engine.n_ctx_before_load, settings.engine.n_batch)
 
     def start_live(self, label: str) -> None:
         self._live = []

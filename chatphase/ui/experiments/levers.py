@@ -219,7 +219,7 @@ class LeversPane(ExperimentPane):
         if lever in ("type_k", "type_v"):  # so that a V type the settings' flash attention refuses is left out
             levers["flash_attn"] = (settings.engine.flash_attn,)
         sweep = SweepPlan(**self.query_one(PlanForm).values())
-        return GridPlan.of(levers, sweep, infos).validate(settings.engine.n_ctx)
+        return GridPlan.of(levers, sweep, infos).validate(settings.engine.n_ctx_before_load)
 
     def make_job(self, info: ModelInfo, config: EngineConfig, plan: GridPlan) -> ExperimentJob:
         return job_for(plan.infos[plan.points[0].values.get("model")], config, plan)

@@ -91,7 +91,7 @@ class ExperimentPane(TabPane):
             UsageError: for a malformed field or a plan that does not fit.
         """
         values = self.query_one(PlanForm).values()
-        return self.experiment.make_plan(values).validate(settings.engine.n_ctx, settings.engine.n_batch)
+        return self.experiment.make_plan(values).validate(settings.engine.n_ctx_before_load, settings.engine.n_batch)
 
     @property
     def overlays(self) -> bool:

@@ -132,7 +132,7 @@ class ExperimentsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="exp-box"):
             yield Label(
-                inert(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx}"),
+                inert(f"Experiments — {self.model_info.name}  ·  n_ctx {self.settings.engine.n_ctx or 'auto'}"),
                 classes="panel-title",
                 markup=False,
             )

@@ -6,6 +6,10 @@ quantisation, file size, training context, KV bytes per token and the memory est
 n_ctx, n_ubatch and KV cache types (:mod:`chatphase.models.memory`). Files that fail validation are
 listed with their reason and cannot be chosen (a notice says why); a model that would be refused for
 memory cannot be chosen either.
+The highlighted model's fit — llama.cpp's own memory plan of loading it with the app's engine settings
+(``n_gpu_layers`` as set, auto by default: the layers that fit and each device's total) — is made in a child
+process (:func:`chatphase.engine.memory_plan.plan_in_child`, about a second) from a thread worker once the cursor
+rests on a row, kept per file, and shown under the table; the list's column stays the quick estimate.
 Enter picks, Esc cancels (``None``). No llama.cpp here: only GGUF headers are read. A long model spec is
 shortened with "…" so that every other column (Source last) fits the box; the line under the table
 gives the highlighted model's whole name and path.
@@ -22,9 +26,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
+from textual.worker import get_current_worker
 
 from chatphase.chat.controller import ChatController
 from chatphase.chat.settings_apply import naming_model
+from chatphase.engine.memory_plan import FitResult
 from chatphase.engine.text import inert
 from chatphase.errors import ChatPhaseError
 from chatphase.models.gguf_meta import SYNTHETIC_LABEL, ModelInfo
@@ -33,6 +39,8 @@ from chatphase.models.resolve import ModelEntry, list_models
 from chatphase.units import fmt_bytes, fmt_count
 
 COLUMNS = ("", "Model", "Arch", "Params", "Quant", "Size", "Ctx", "KV/tok", "Memory", "Source")
+#: seconds the cursor rests on a row before its memory plan is asked for (rows passed over start no child).
+PLAN_DELAY_S = 0.3
 #: the Model column is never cut below this many characters (a narrower box scrolls sideways instead).
 MIN_MODEL_CHARS = 8
 
@@ -46,7 +54,9 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
     """Pick a model. ``lister`` returns the entries (default :func:`list_models` over ``models_dir``);
     ``current_path`` marks the loaded model; ``n_ctx``, ``n_ubatch`` (the physical batch llama.cpp runs)
     and the KV cache types ``type_k``/``type_v`` size the memory column, as the user's settings would load
-    each model. Dismisses with the chosen :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` on Esc."""
+    each model; ``planner(path)`` makes the highlighted model's memory plan (``None``: no plan shown; it runs in a
+    thread and may raise :class:`~chatphase.errors.ChatPhaseError`). Dismisses with the chosen
+    :class:`~chatphase.models.gguf_meta.ModelInfo`, or ``None`` on Esc."""
 
     CSS_PATH = "model_picker.tcss"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]
@@ -60,6 +70,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         n_ubatch: int = 256,
         type_k: str = "f16",
         type_v: str = "f16",
+        planner: Callable[[str], FitResult] | None = None,
     ) -> None:
         super().__init__()
         self.n_ctx = n_ctx
@@ -69,6 +80,9 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
         self.entries: list[ModelEntry] = []
         self.rows: list[tuple] = []  # each entry's cells, the Model column whole
         self.verdicts: dict[str, MemoryVerdict] = {}
+        self.planner = planner
+        self.plans: dict[str, Text] = {}  # each file's plan line, once made
+        self.highlighted: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="picker-box", classes="modal-box"):
@@ -76,6 +90,7 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
             yield Label("Reading model headers…", id="picker-status")
             yield DataTable(id="picker-table", cursor_type="row", zebra_stripes=True)
             yield Label("", id="picker-detail")
+            yield Label("", id="picker-plan")
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
@@ -171,6 +186,40 @@ class ModelPickerScreen(ModalScreen[ModelInfo | None]):
             )
         )
         self.query_one("#picker-detail", Label).update(detail)
+        self.highlighted = e.path if e.info is not None else None
+        self._show_plan()
+        if self.highlighted is not None and self.planner is not None and e.path not in self.plans:
+            self.plan_entry(e.path)
+
+    @work(thread=True, exclusive=True, group="model-plan")
+    def plan_entry(self, path: str) -> None:
+        """``planner(path)`` off the UI thread, once the cursor has rested on the row (:data:`PLAN_DELAY_S`)."""
+        assert self.planner is not None
+        worker = get_current_worker()
+        if worker.cancelled_event.wait(PLAN_DELAY_S):  # the cursor moved on: another row's worker replaced this
+            return
+        try:
+            fit = self.planner(path)
+            line = Text(inert(fit.summary()), style="red" if fit.refusal else "")
+        except ChatPhaseError as exc:
+            line = Text(inert(f"no memory plan: {exc}"), style="red")
+        if not worker.is_cancelled:  # the picker is still open
+            self.app.call_from_thread(self._planned, path, line)
+
+    def _planned(self, path: str, line: Text) -> None:
+        self.plans[path] = line
+        if not self.is_attached:
+            return
+        self._show_plan()
+
+    def _show_plan(self) -> None:
+        """The highlighted model's plan line, ``memory plan: projecting…`` while it is made, blank without one."""
+        path = self.highlighted
+        if self.planner is None or path is None:
+            line = Text("")
+        else:
+            line = self.plans.get(path) or Text("memory plan: projecting…", style="dim")
+        self.query_one("#picker-plan", Label).update(line)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is None:
@@ -195,6 +244,7 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
     """Open :class:`ModelPickerScreen` at ``chat``'s n_ctx, its model highlighted; a usable choice goes to
     ``switch`` (a fresh engine; the conversation is kept). A file whose chat template cannot render is
     refused here, before the running engine is let go."""
+    from chatphase.engine.memory_plan import plan_in_child
     from chatphase.engine.prompting.chat_format import format_before_load
 
     def chosen(info: ModelInfo | None) -> None:
@@ -214,12 +264,13 @@ def pick_model(app: App, chat: ChatController, switch: Callable[[ModelInfo], Non
     settings, engine = chat.settings, chat.settings.engine
     app.push_screen(
         ModelPickerScreen(
-            n_ctx=engine.n_ctx,
+            n_ctx=engine.n_ctx_before_load,
             current_path=chat.model_info.path,
             models_dir=settings.models_dir,
             n_ubatch=engine.n_ubatch_used,
             type_k=engine.type_k,
             type_v=engine.type_v,
+            planner=lambda path: plan_in_child(path, engine.to_dict()),
         ),
         chosen,
     )
