@@ -10,6 +10,7 @@ from test_bench_interference import scripted
 from test_bench_parallel import _cell as parallel_cell
 from test_bench_results import make_cell, make_result
 
+from chatphase.bench.compare.result import CompareResult, CompareTurn
 from chatphase.bench.core.contract import SCHEMA_VERSION
 from chatphase.bench.core.peaks import MachinePeaks
 from chatphase.bench.core.results import save_result
@@ -22,9 +23,12 @@ from chatphase.bench.offload.run import OffloadDone, Placement
 from chatphase.bench.parallel.result import ParallelResult
 from chatphase.bench.rates.accounting import Slo, summarise
 from chatphase.bench.rates.result import RateResult
+from chatphase.bench.rpc.result import RpcResult
+from chatphase.bench.rpc.run import rows_of
 from chatphase.bench.spec.run import SpecResult
 from chatphase.cli import main
 from chatphase.errors import UsageError
+from tests.bench.test_rpc_sweep import sample as rpc_sample
 
 #: the flags that pick each experiment (a model that does not exist: the output flags are checked first).
 PICK = {
@@ -35,6 +39,8 @@ PICK = {
     "offload": ["--gpu-layers", "0,all"],
     "interference": ["--interference", "2"],
     "rates": ["--server", "http://127.0.0.1:9", "--rates", "1"],
+    "rpc": ["--rpc-rtt", "1"],
+    "compare": ["--compare", __file__, "--compare-b", "type_k=q8_0"],  # any text file holds turns
 }
 
 
@@ -62,9 +68,15 @@ def test_a_plot_an_experiment_cannot_draw_is_refused_in_one_line(capsys, tmp_pat
     assert not (tmp_path / "x.svg").exists()
 
 
+def compare_turn(side: str) -> CompareTurn:
+    return CompareTurn(0, side, 0 if side == "A" else 1, 10, 0, 10, 50.0, 40.0, 250.0, 8, 80.0, 100.0, 1000, None,
+                       "length", "a reply")  # fmt: skip
+
+
 def _results() -> dict[str, object]:
     """One result of every kind, with cells."""
     prediction = Prediction(50.0, 500.0, 128.0, 1e6, 2e8)
+    rpc_samples = [rpc_sample(1, 0, 10.0, 2), rpc_sample(1, 5, 21.0, 2)]
     peaks = MachinePeaks(20e9, "scripted copy", 100e9, "scripted matmul", threads=2)
     grid_cell = GridCell("t=2", {"n_threads": 2}, "m", False, make_cell(), prediction, 1000, 10_000, None, 100)
     return {
@@ -75,6 +87,8 @@ def _results() -> dict[str, object]:
         "offload": OffloadDone([Placement(0, make_result(), {"bound_by": "host memory"})]),
         "interference": InterferenceResult(model={"name": "Tiny"}, samples=[analyse(scripted(16, 40, 8))]),
         "rates": RateResult(model={"name": "Tiny"}, summaries=[summarise(1.0, [], Slo())], records=[[]]),
+        "rpc": RpcResult(model={"name": "Tiny"}, rows=rows_of(rpc_samples), samples=rpc_samples),
+        "compare": CompareResult(model={"name": "Tiny"}, turns=[compare_turn("A"), compare_turn("B")]),
     }
 
 
@@ -92,7 +106,7 @@ def test_every_saved_result_has_kind_and_version_and_loads_back(tmp_path, kind):
 def test_a_file_from_before_kind_and_version_loads_as_version_1(tmp_path, kind):
     data = json.loads(_results()[kind].to_json())
     del data["version"]
-    if kind not in ("spec", "interference", "rates"):  # these results always recorded their kind
+    if kind not in ("spec", "interference", "rates", "rpc", "compare"):  # these always recorded their kind
         del data["kind"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
