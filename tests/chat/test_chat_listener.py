@@ -23,6 +23,7 @@ OWN_METHODS = {
     "chatphase.chat.recording.SessionRecording": {"adopt", "session", "close"},
     "chatphase.commands.ask._Printer": {"emit_json"},
     "chatphase.ui.draft_budget.RecountAfterTurns": set(),
+    "chatphase.bench.compare.run._Side": {"rss_bytes", "record"},
 }
 
 INTERFACE = {name: fn for name, fn in vars(ChatListener).items() if inspect.isfunction(fn) and not name.startswith("_")}

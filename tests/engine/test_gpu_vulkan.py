@@ -393,3 +393,27 @@ def test_the_offload_sweep_writes_one_placement_per_layer_count_and_its_plot(vk_
         assert r["host_bytes_per_token"] >= size - p["memory"]["device"].get("weights", 0)
     assert none["roofline"]["device_bytes_per_token"] == 0 and every["roofline"]["device_bytes_per_token"] > 0
     assert plot.read_text().lstrip().startswith("<?xml")
+
+
+def test_auto_agrees_with_llama_fit_params_within_one_layer(vk_env, synth_8b_path):
+    """Issue 42: chatphase's ``auto`` against llama.cpp's own fit, ``llama-fit-params`` of the tools build (the same
+    vendored source) run on the Vulkan build's libraries (``LD_LIBRARY_PATH`` wins over the tool's RUNPATH), on the
+    synthetic 8B at three contexts and margins: the layer counts agree within one. (With no ``-c`` both fit the
+    training context, 131,072 tokens, whose KV buffer llvmpipe cannot hold: llama.cpp aborts in both, so that is not
+    compared here.)"""
+    from tests.engine.test_rpc_servers import _tools
+
+    fit_params = _tools() / "llama-fit-params"
+    env = {**vk_env, "LD_LIBRARY_PATH": vk_env["LLAMA_CPP_LIB_PATH"]}
+    for n_ctx, margin_mib in ((512, 0), (4096, 1024), (8192, 256)):
+        theirs = subprocess.run(
+            [str(fit_params), "-m", synth_8b_path, "-c", str(n_ctx), "-fitt", str(margin_mib)],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        fitted = re.search(r"-ngl (\d+)", theirs.stdout)
+        assert theirs.returncode == 0 and fitted, theirs.stderr[-2000:]
+        info = run(vk_env, "-m", "chatphase", "info", "--model", synth_8b_path, "--n-ctx", str(n_ctx),
+                   "--gpu-margin-mib", str(margin_mib), "--plan", "--json")  # fmt: skip
+        assert info.returncode == 0, info.stderr
+        ours = json.loads(info.stdout)["plan"]["n_gpu_layers"]
+        assert abs(ours - int(fitted.group(1))) <= 1, (n_ctx, margin_mib, ours, fitted.group(0))

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from typing_extensions import override
+
 from chatphase.bench.compare.plan import ComparePlan
 from chatphase.bench.compare.result import CompareResult, CompareSide, CompareTurn
 from chatphase.bench.core.contract import validate_plan
@@ -71,15 +73,19 @@ class _Side(ChatListener):
         self.reply = ""
         self.chat = ChatController(settings, info, factory, InlineDispatcher(), [self])
 
+    @override
     def engine_ready(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
 
+    @override
     def engine_stopped(self, message: str) -> None:
         self.failure = message
 
+    @override
     def turn_failed(self, turn: Turn, message: str) -> None:
         self.failure = message
 
+    @override
     def turn_finished(self, turn: Turn, event: TurnFinished) -> None:
         self.finished = event
         self.reply = turn.reply
