@@ -3,13 +3,15 @@ axis, the ratios table and the summary; a bad form is a notice; a snapshot at 80
 
 from __future__ import annotations
 
+import pytest
 from fake_engine import fake_model_info
 from textual.app import App
 from textual.widgets import DataTable, Input, Static, TextArea
+from ui_support import shot, wait_for
 
 from chatphase.bench.compare.run import CompareRun
 from chatphase.settings.schema import Settings
-from chatphase.ui.experiments.compare import DECODE, PREFILL, PhaseColumn
+from chatphase.ui.experiments.compare import BLOCK, PhaseColumn
 from chatphase.ui.experiments.screen import ExperimentsScreen
 from tests.bench.test_compare import fakes
 
@@ -57,8 +59,8 @@ async def test_a_run_draws_both_sides_on_one_time_axis_and_the_ratios():
         assert [str(c) for c in table.get_row_at(0)][5] == "0.50×"  # decode B/A: B is twice as slow
         a, b = (screen.query_one(f"#exp-cside-{s}", PhaseColumn) for s in "ab")
         assert a.scale_ms == b.scale_ms  # one time axis
-        bars_a = [line.count(PREFILL) + line.count(DECODE) for line in a.render().plain.splitlines()[1:4]]
-        bars_b = [line.count(PREFILL) + line.count(DECODE) for line in b.render().plain.splitlines()[1:4]]
+        bars_a = [line.count(BLOCK) for line in a.render().plain.splitlines()[1:4]]
+        bars_b = [line.count(BLOCK) for line in b.render().plain.splitlines()[1:4]]
         assert all(x < y for x, y in zip(bars_a, bars_b, strict=True))  # B's turns are the longer bars
         summary = str(screen.query_one("#exp-summary", Static).render())
         assert "never at once" in summary and "type_k: A 'f16', B 'q8_0'" in summary
@@ -88,3 +90,32 @@ def test_the_tab_at_80x24(snap_compare):
         await pilot.pause()
 
     assert snap_compare(ExperimentsApp(), terminal_size=(80, 24), run_before=run_it)
+
+
+@pytest.mark.model
+async def test_the_real_default_model_against_a_q8_0_kv_cache(default_model_info):
+    """The tab's real job (a child process, two engines) on the default model: both columns fill, B's KV bytes are
+    smaller; with ``CHATPHASE_SCREENSHOTS=1`` it saves ``screenshots/compare.svg``."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # before Textual's test harness takes the fds a child's start needs
+    settings = Settings().with_overrides(n_ctx=1024)
+
+    class RealApp(App):
+        def on_mount(self):
+            self.push_screen(ExperimentsScreen(default_model_info, settings))
+
+    app = RealApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _open_tab(pilot)
+        screen = app.screen
+        screen.query_one("#exp-compare-gen_tokens", Input).value = "12"
+        screen.query_one("#exp-cturns", TextArea).text = "Name three colours.\n\nWhich one is the warmest?"
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: screen.job is None, 240)
+        result = screen.results.get("compare")
+        assert result is not None, str(screen.query_one("#exp-status", Static).render())
+        assert [(t.turn, t.side) for t in result.turns] == [(0, "A"), (0, "B"), (1, "B"), (1, "A")]
+        assert all(r["kv_cache_bytes"] < 0.9 for r in result.ratios())
+        await pilot.pause(0.3)
+        shot(app, "compare")

@@ -2,7 +2,7 @@
 
 Checks what a user sees against the engine's own numbers, and that regenerate and edit-and-resend reuse
 the KV cache up to the change. With ``CHATPHASE_SCREENSHOTS=1`` it also saves SVG screenshots of the
-real conversation to ``screenshots/`` (``chat-finished.svg``, ``chat-narrow.svg``)
+real conversation to ``screenshots/`` (``chat-finished.svg``, ``token-view.svg``, ``chat-narrow.svg``)
 for the README.
 """
 
@@ -13,8 +13,10 @@ import os
 from ui_support import idle, send, shot, wait_for
 
 from chatphase.engine.process.host import EngineHost
+from chatphase.engine.tokens import TurnTokens
 from chatphase.settings.schema import Settings
 from chatphase.ui.app import ChatPhaseApp
+from chatphase.ui.screens.tokens import TokenScreen
 from chatphase.ui.transcript.reply_view import ReplyView
 from chatphase.units import fmt_int
 
@@ -47,6 +49,13 @@ async def test_real_model_turns_regenerate_and_edit_reuse_the_kv_cache(default_m
         )
         await pilot.pause(0.3)
         shot(app, "chat-finished")
+        await pilot.press("f12")  # the token view of the last turn: its cached prefix and what was prefilled
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenScreen), TIMEOUT_S)
+        await pilot.pause(0.3)
+        assert app.screen.tokens.view_counts() == TurnTokens.metric_counts(second)
+        shot(app, "token-view")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, TokenScreen), TIMEOUT_S)
 
         reply = app.chat.conversation[-1].content
         await pilot.press("ctrl+r")

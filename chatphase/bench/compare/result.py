@@ -31,8 +31,8 @@ FIGURES: dict[str, bool] = {
 }
 #: why the sides never run at once (said under every table).
 ONE_AT_A_TIME = (
-    "the sides ran one after the other, never at once (on a shared CPU each would slow the other), "
-    "the first alternating each turn"
+    "the sides ran one after the other, never at once: on a shared CPU each would slow the other; the first "
+    "alternates each turn"
 )
 
 

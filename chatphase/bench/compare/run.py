@@ -40,7 +40,15 @@ EngineFactory = Callable[[ModelInfo, Settings], Engine]
 
 
 def ordinary_engine(info: ModelInfo, settings: Settings) -> Engine:
-    """The engine ``settings`` ask for (:func:`chatphase.engine.factory.make_engine`)."""
+    """The engine ``settings`` ask for (:func:`chatphase.engine.factory.make_engine`: a server's, or the local
+    model in its own process). In the Experiments screen's job, itself a daemonic child process that may start no
+    process of its own, the local model runs in the job's process instead (a crash still ends only the job)."""
+    import multiprocessing
+
+    if not settings.server and multiprocessing.current_process().daemon:
+        from chatphase.engine.local.llama import LlamaEngine
+
+        return LlamaEngine(info, settings.engine)
     from chatphase.engine.factory import make_engine
 
     return make_engine(info, settings.engine, settings.server, settings.api_key_env, settings.remote_model)

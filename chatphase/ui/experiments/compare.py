@@ -27,16 +27,17 @@ from chatphase.units import DASH
 
 #: the turns the text area starts with.
 DEFAULT_TURNS = "Name three colours.\n\nWhich one is the warmest?\n\nWhy?"
-PREFILL, DECODE = "█", "▒"
+#: a bar's cell: yellow in the prefill (TTFT), cyan in the decode
+BLOCK = "█"
 #: columns of a row's turn label.
 LABEL_WIDTH = 8
-#: columns kept for a row's TTFT after its bar (its other figures are in the table).
+#: columns of a row's TTFT before its bar (its other figures are in the table).
 FIGURES_WIDTH = 10
 
 
 class PhaseColumn(Widget):
-    """One side's turns, a row each: the turn's prefill (TTFT) and decode as a bar on the time axis
-    ``scale_ms`` (the same for both columns: :meth:`ComparePane.rescale`), then its TTFT."""
+    """One side's turns, a row each: its TTFT, then the turn's prefill (TTFT) and decode as a bar on the time axis
+    ``scale_ms`` (the same for both columns: :meth:`ComparePane.rescale`)."""
 
     DEFAULT_CSS = "PhaseColumn { height: auto; min-height: 3; width: 1fr; margin-right: 1; }"
 
@@ -59,20 +60,19 @@ class PhaseColumn(Widget):
         if not self.turns:
             text.append("\n(no turn yet)", style="dim")
             return text
-        width = max(self.size.width - LABEL_WIDTH - FIGURES_WIDTH, 4)
+        width = max(self.size.width - LABEL_WIDTH - FIGURES_WIDTH - 1, 4)
         for t in self.turns:
             ttft, decode = t.ttft_ms or 0.0, t.decode_ms or 0.0
             a = round(ttft / self.scale_ms * width)
             b = round((ttft + decode) / self.scale_ms * width) - a
             text.append(f"\nturn {t.turn + 1:<3}", style="dim")
-            text.append(PREFILL * a, style="yellow")
-            text.append(DECODE * b, style="cyan")
-            text.append(" " * max(0, width - a - b))
-            text.append(f" {_ms(t.ttft_ms):>9}", style="dim")
-        text.append(f"\n{'':<{LABEL_WIDTH}}")
-        text.append(PREFILL, style="yellow")
+            text.append(f"{_ms(t.ttft_ms):>9} ", style="dim")
+            text.append(BLOCK * a, style="yellow")
+            text.append(BLOCK * b, style="cyan")
+        text.append(f"\n{'':<{LABEL_WIDTH + FIGURES_WIDTH}}")
+        text.append(BLOCK, style="yellow")
         text.append(" TTFT ", style="dim")
-        text.append(DECODE, style="cyan")
+        text.append(BLOCK, style="cyan")
         text.append(f" decode  0–{self.scale_ms:,.0f} ms", style="dim")
         return text
 
@@ -149,4 +149,4 @@ class ComparePane(ExperimentPane):
     def summary(result: CompareResult) -> str:
         names = " · ".join(f"{s.name} = {s.model}" for s in result.sides)
         diffs = "; ".join(f"{k}: A {a!r}, B {b!r}" for k, (a, b) in result.differences().items())
-        return "\n".join(line for line in (names, diffs, f"({ONE_AT_A_TIME})") if line)
+        return "\n".join(line for line in (names, diffs, ONE_AT_A_TIME[:1].upper() + ONE_AT_A_TIME[1:] + ".") if line)
