@@ -6,15 +6,17 @@ is handed one finished turn's :class:`~chatphase.engine.tokens.TurnTokens` of N 
 few wide and split-byte pieces; restored, cached and prefilled spans; N/20 tokens an overflow dropped; a reply of
 ``--reply`` tokens with their times, a stall and speculative drafts). Then, as a user would:
 
-- ``open``: F12 pressed → the first paint of the token screen with its grid laid out (the first open of the
+- ``open``: F12 pressed → the token screen's last paint with its grid laid out (the first open of the
   process, which loads the screen's module and its CSS, and a second open after Esc);
 - ``page-down``: PageDown from the first token until the selection is on the grid's last line (the whole length);
 - ``wheel``: the mouse wheel up from there, ``--wheel`` notches at most (a notch scrolls a few lines);
 - ``arrows``: Right, Down, Up, Left 40 times each (the selection moves, the detail line follows);
 - ``strip``: Tab to the reply's time strip, Right along it (``--reply`` presses at most), End, Home.
 
-A step's time is from the key (or notch) until the first paint after it has ended (so it includes Textual's
-update timer, which paints at most 60 times a second: a step is never under ~16 ms). A frame is one run of the
+Keys and wheel notches go in as a terminal's driver sends them (not through the test ``Pilot``, whose waits for
+an idle process would be most of each step). A step's time is from the key (or notch) until the last paint it
+causes has ended (no paint for 50 ms after it; so it includes Textual's update timer, which paints at most 60
+times a second). A frame is one run of the
 screen's update (layout, the compositor's render of the changed lines and, since a headless app writes no
 terminal, the render of that update to the terminal's escape sequences, which a real terminal would get). The
 event loop's longest block is the worst lateness of a 5 ms asyncio timer that runs beside the app all the while:
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -50,6 +53,7 @@ from benchmarks.harness import ROOT, machine_line, ratio, rotation
 TARGET_TOKENS = 20_000
 TARGET_BLOCK_MS = 50.0
 TICK_S = 0.005
+QUIET_S = 0.05
 PHASES = ("open", "page-down", "wheel", "arrows", "strip")
 
 # --- the synthetic turn -------------------------------------------------------------------------------------
@@ -89,7 +93,8 @@ def synthetic_tokens(n_prompt: int, n_reply: int = 300, seed: int = 0) -> Any:
     prompt = stream(n_prompt)
     restored, cached = int(0.3 * n_prompt), int(0.6 * n_prompt)
     reply = [rng.choice(ordinary) for _ in range(n_reply)]
-    t_ns, t = [], int(n_prompt / 500 * 1e9)
+    t_ns: list[int] = []
+    t = int(n_prompt / 500 * 1e9)
     for i in range(n_reply):
         t += 0 if i == 0 else int(rng.gauss(25e6, 4e6)) + (400_000_000 if i == n_reply // 2 else 0)
         t_ns.append(max(t, t_ns[-1] + 1 if t_ns else 0))
@@ -132,7 +137,17 @@ class Probe:
         self.frames: dict[str, list[float]] = {}
         self.block_ms: dict[str, float] = {}
         self.block_cpu_ms: dict[str, float] = {}
+        self.gc_ms: dict[str, float] = {}
         self.running = True
+        self._gc_t0 = 0.0
+
+    def collected(self, state: str, info: dict[str, int]) -> None:
+        """``gc.callbacks``: the longest garbage collection per phase (a pause the app's code does not choose)."""
+        if state == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            ms = (time.perf_counter() - self._gc_t0) * 1000
+            self.gc_ms[self.phase] = max(self.gc_ms.get(self.phase, 0.0), ms)
 
     def frame(self, ms: float) -> None:
         self.frames.setdefault(self.phase, []).append(ms)
@@ -202,64 +217,79 @@ async def _drive(n_prompt: int, size: tuple[int, int], n_reply: int, wheel: int)
                 raise TimeoutError(f"the token view did not get there in time ({probe.phase})")
             await asyncio.sleep(0.002)
 
-    async def step(act: Callable[[], Any]) -> None:
-        """One key or notch: from its start until the first paint that ends after its handling has."""
+    async def step(send: Callable[[], None]) -> float | None:
+        """One key or notch, sent as a terminal's driver sends it: ms from then until the last paint of the burst
+        it causes has ended (no further paint for :data:`QUIET_S`); ``None`` where it painted nothing."""
+        n0 = len(probe.paints)
         t0 = time.perf_counter()
-        await act()  # the pilot returns once the app has handled it
-        t1 = time.perf_counter()
-        await settle(lambda: bool(probe.paints) and probe.paints[-1] > t1, 5)
-        painted = next(p for p in probe.paints if p > t1)
-        steps.setdefault(probe.phase, []).append((painted - t0) * 1000)
+        send()
+        deadline = t0 + 2.0
+        while len(probe.paints) == n0 and time.perf_counter() < deadline:
+            await asyncio.sleep(0.001)
+        while len(probe.paints) > n0 and time.perf_counter() - probe.paints[-1] < QUIET_S:
+            await asyncio.sleep(0.002)
+        if len(probe.paints) == n0:
+            return None
+        ms = (probe.paints[-1] - t0) * 1000
+        steps.setdefault(probe.phase, []).append(ms)
+        return ms
 
+    def key(name: str) -> Callable[[], None]:
+        return lambda: send(events.Key(name, "\t" if name == "tab" else None))
+
+    def notch() -> None:
+        region = grid.region
+        x, y = region.x + region.width // 2, region.y + region.height // 2
+        send(events.MouseScrollUp(None, x, y, 0, 0, 0, False, False, False, screen_x=x, screen_y=y))
+
+    gc.callbacks.append(probe.collected)
     try:
         _isolate()
-        async with app.run_test(size=size) as pilot:
+        async with app.run_test(size=size):
+            driver = app._driver
+            assert driver is not None
+            send = driver.send_message
             chat = app.chat
             await settle(lambda: chat.loaded is not None and not chat.busy)
             app.view.turn_tokens[1] = tokens  # as if turn 1 had finished with this prompt
             watcher = asyncio.create_task(probe.watch())
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.2)
             probe.phase = "open"
-            for _ in range(2):
-                t0 = time.perf_counter()
-                await pilot.press("f12")
-
-                def painted(t0: float = t0) -> bool:
-                    grid = app.screen.query(TokenGrid)
-                    return bool(grid) and grid.first()._width > 0 and bool(probe.paints) and probe.paints[-1] > t0
-
-                await settle(painted)
-                opens.append((probe.paints[-1] - t0) * 1000)
-                if len(opens) == 1:
-                    await pilot.press("escape")
+            for again in (False, True):
+                opens.append(await step(key("f12")) or 0.0)
+                await settle(lambda: bool(app.screen.query(TokenGrid)) and app.screen.query_one(TokenGrid)._width > 0)
+                if not again:
+                    await step(key("escape"))
                     await settle(lambda: not app.screen.query(TokenGrid))
-                    await asyncio.sleep(0.05)
+            steps.pop("open", None)
             grid = app.screen.query_one(TokenGrid)
             last_line = grid.virtual_size.height - 1
             probe.phase = "page-down"
             while grid._entry_line[grid.cursor] < last_line:
-                await step(lambda: pilot.press("pagedown"))
+                if await step(key("pagedown")) is None:
+                    raise RuntimeError("PageDown moved nothing before the grid's last line")
             probe.phase = "wheel"
             for _ in range(wheel):
                 if grid.scroll_offset.y == 0:
                     break
-                await step(lambda: pilot._post_mouse_events([events.MouseScrollUp], widget=grid, offset=(2, 2)))
+                await step(notch)
             probe.phase = "arrows"
-            for key in ("right", "down", "up", "left"):
+            for name in ("right", "down", "up", "left"):
                 for _ in range(40):
-                    await step(lambda key=key: pilot.press(key))
+                    await step(key(name))
             probe.phase = "strip"
-            await step(lambda: pilot.press("tab"))
+            await step(key("tab"))
             strip = app.screen.query_one(GapStrip)
             for _ in range(min(n_reply, len(tokens.reply_ids))):
-                await step(lambda: pilot.press("right"))
-            for key in ("end", "home"):
-                await step(lambda key=key: pilot.press(key))
+                await step(key("right"))
+            for name in ("end", "home"):
+                await step(key(name))
             assert strip.has_focus
             probe.running = False
             await watcher
     finally:
         undo()
+        gc.callbacks.remove(probe.collected)
     return {
         "n": n_prompt,
         "lines": last_line + 1,
@@ -268,6 +298,7 @@ async def _drive(n_prompt: int, size: tuple[int, int], n_reply: int, wheel: int)
         "frames_ms": probe.frames,
         "block_ms": probe.block_ms,
         "block_cpu_ms": probe.block_cpu_ms,
+        "gc_ms": probe.gc_ms,
     }
 
 
@@ -280,7 +311,9 @@ def _child(n: int, size: tuple[int, int], args: argparse.Namespace) -> dict[str,
     cmd += ["--reply", str(args.reply), "--wheel", str(args.wheel)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if out.returncode != 0:
-        sys.exit(f"token_view: the run at {n:,} tokens failed: {out.stderr.strip().splitlines()[-1:] or out.returncode}")
+        sys.exit(
+            f"token_view: the run at {n:,} tokens failed: {out.stderr.strip().splitlines()[-1:] or out.returncode}"
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -297,6 +330,7 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
         if phase in run["block_ms"]:
             out[f"event-loop block ms, {phase}"] = run["block_ms"][phase]
     out["longest event-loop block ms"] = max(run["block_ms"][p] for p in PHASES if p in run["block_ms"])
+    out["longest garbage collection ms"] = max(run["gc_ms"].values(), default=0.0)
     out["its CPU: most between two ticks ms"] = max(run["block_cpu_ms"][p] for p in PHASES if p in run["block_cpu_ms"])
     return out
 
@@ -351,7 +385,11 @@ def report(args: argparse.Namespace, results: dict[tuple[int, int], dict[int, li
 
 def target_blocks(results: dict[tuple[int, int], dict[int, list[dict[str, Any]]]]) -> list[float] | None:
     """Every run's longest block at :data:`TARGET_TOKENS` (``None`` where none ran at that N)."""
-    blocks = [max(r["block_ms"][p] for p in PHASES if p in r["block_ms"]) for runs in results.values() for r in runs.get(TARGET_TOKENS, [])]
+    blocks = [
+        max(r["block_ms"][p] for p in PHASES if p in r["block_ms"])
+        for runs in results.values()
+        for r in runs.get(TARGET_TOKENS, [])
+    ]
     return blocks or None
 
 
