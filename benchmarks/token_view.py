@@ -335,12 +335,17 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _short(n: int) -> str:
+    """``20k`` for 20,000, ``2.5k`` for 2,500, ``400`` for 400."""
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
 def table(size: tuple[int, int], runs: dict[int, list[dict[str, Any]]]) -> list[str]:
     ns = sorted(runs)
     base = ns[0]
     per_n = {n: [figures(r) for r in runs[n]] for n in ns}
     head = " | ".join(f"N = {n:,}" for n in ns)
-    ratios = " | ".join(f"{n // 1000 if n >= 1000 else n}{'k' if n >= 1000 else ''} ÷ {base:,}" for n in ns[1:])
+    ratios = " | ".join(f"{_short(n)} ÷ {_short(base)}" for n in ns[1:])
     lines = [
         f"## {size[0]}×{size[1]}",
         "",

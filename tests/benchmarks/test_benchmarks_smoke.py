@@ -128,7 +128,7 @@ def test_token_view_smallest(tmp_path):
     done = run("token_view", *args, "--output", str(out))
     ok(done)
     text = out.read_text()
-    assert "| open (first) ms |" in text and "| longest event-loop block ms |" in text and "0.4k ÷ 200" in text
+    assert "| open (first) ms |" in text and "| longest event-loop block ms |" in text and "| 400 ÷ 200 |" in text
 
 
 def test_history_db_smallest_queries(tmp_path):
