@@ -193,7 +193,9 @@ def _instrument(probe: Probe) -> Callable[[], None]:
     return undo
 
 
-async def _drive(n_prompt: int, size: tuple[int, int], n_reply: int, wheel: int) -> dict[str, Any]:
+async def _drive(
+    n_prompt: int, size: tuple[int, int], n_reply: int, wheel: int, freeze: bool = False
+) -> dict[str, Any]:
     from textual import events
 
     from chatphase.settings.schema import Settings
@@ -252,6 +254,8 @@ async def _drive(n_prompt: int, size: tuple[int, int], n_reply: int, wheel: int)
             chat = app.chat
             await settle(lambda: chat.loaded is not None and not chat.busy)
             app.view.turn_tokens[1] = tokens  # as if turn 1 had finished with this prompt
+            if freeze:
+                gc.freeze()  # the app's start-up objects out of every later collection's way
             watcher = asyncio.create_task(probe.watch())
             await asyncio.sleep(0.2)
             probe.phase = "open"
@@ -308,7 +312,7 @@ async def _drive(n_prompt: int, size: tuple[int, int], n_reply: int, wheel: int)
 def _child(n: int, size: tuple[int, int], args: argparse.Namespace) -> dict[str, Any]:
     """One run in a fresh process; returns its figures."""
     cmd = [sys.executable, "-m", "benchmarks.token_view", "--child", str(n), "--sizes", f"{size[0]}x{size[1]}"]
-    cmd += ["--reply", str(args.reply), "--wheel", str(args.wheel)]
+    cmd += ["--reply", str(args.reply), "--wheel", str(args.wheel)] + ["--gc-freeze"] * args.gc_freeze
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if out.returncode != 0:
         sys.exit(
@@ -370,7 +374,7 @@ def report(args: argparse.Namespace, results: dict[tuple[int, int], dict[int, li
         f"# Token view at long prompts — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
         f"`python -m benchmarks.token_view --tokens {args.tokens} --sizes {args.sizes} --reps {args.reps}` · "
-        f"reply {args.reply} tok · {machine_line()}",
+        f"reply {args.reply} tok{' · gc.freeze() after start-up' if args.gc_freeze else ''} · {machine_line()}",
         "",
         "Steps include Textual's update timer (≤ 60 paints a second); the ratio columns are the verdict.",
         "",
@@ -425,6 +429,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="runs per N and size (default 3)")
     parser.add_argument("--reply", type=int, default=300, help="reply tokens (default 300)")
     parser.add_argument("--wheel", type=int, default=300, help="mouse-wheel notches at most (default 300)")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() once the app has started (what the collector costs)"
+    )
     parser.add_argument("--output", help="also write the Markdown report here")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -435,7 +442,7 @@ def main() -> int:
     if args.reps < 1 or args.reply < 1 or args.wheel < 0:
         parser.error("--reps and --reply must be at least 1, --wheel at least 0")
     if args.child:
-        print(json.dumps(asyncio.run(_drive(args.child, sizes[0], args.reply, args.wheel))))
+        print(json.dumps(asyncio.run(_drive(args.child, sizes[0], args.reply, args.wheel, args.gc_freeze))))
         return 0
     results: dict[tuple[int, int], dict[int, list[dict[str, Any]]]] = {}
     for size in sizes:
