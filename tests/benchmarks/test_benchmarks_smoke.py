@@ -38,6 +38,7 @@ BENCHMARKS = (
     "spec_decode",
     "startup",
     "terminal_share",
+    "token_view",
     "ttft_prediction",
     "tui_overhead",
     "ui_memory",
@@ -119,6 +120,15 @@ def test_ui_memory_smallest(tmp_path):
     done = run("ui_memory", "--turns", "12", "--no-trace", "--out", str(tmp_path / "m.md"))
     ok(done)
     assert "MiB/turn" in (tmp_path / "m.md").read_text()
+
+
+def test_token_view_smallest(tmp_path):
+    out = tmp_path / "t.md"
+    args = ["--tokens", "200,400", "--sizes", "80x24", "--reps", "1", "--reply", "8", "--wheel", "3"]
+    done = run("token_view", *args, "--output", str(out))
+    ok(done)
+    text = out.read_text()
+    assert "| open (first) ms |" in text and "| longest event-loop block ms |" in text and "| 400 ÷ 200 |" in text
 
 
 def test_history_db_smallest_queries(tmp_path):

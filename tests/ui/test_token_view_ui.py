@@ -133,6 +133,46 @@ async def test_a_20000_token_prompt_draws_only_the_lines_in_view(monkeypatch):
         assert drawn and max(drawn) < 24 and len(drawn) < 24 * 6
 
 
+async def test_a_long_prompt_s_pieces_are_measured_once_each_not_once_per_token(monkeypatch):
+    """Opening and scrolling a 20,000-token prompt of 1,000 distinct pieces works out each piece's text once:
+    the wrap looks widths up (it once measured every token on every resize, ~60 ms at 20,000 tokens)."""
+    from chatphase.ui.screens import token_grid
+
+    seen: list[str] = []
+    original = token_grid.shown
+
+    def counted(piece: str) -> str:
+        seen.append(piece)
+        return original(piece)
+
+    monkeypatch.setattr(token_grid, "shown", counted)
+    app = GridApp(big_tokens(20_000))
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = app.query_one(TokenGrid)
+        grid.focus()
+        await pilot.press("pagedown", "end")
+        await pilot.resize_terminal(60, 24)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert grid.selected == TokenRef("prompt", 19_999)
+    assert 0 < len(seen) <= 1000
+
+
+async def test_page_down_skips_the_part_headers():
+    """PageDown from the left-out tokens goes ten token lines down, the prompt's header line not counted."""
+    pieces = {i: Piece(f"w{i:02d} ", False) for i in range(100)}
+    tokens = TurnTokens(tuple(range(60, 100)), 0, 0, 40, left_out_ids=tuple(range(60)), pieces=pieces)
+    app = GridApp(tokens)
+    async with app.run_test(size=(30, 24)) as pilot:  # 7 tokens a line: 9 lines left out, 6 of the prompt
+        grid = app.query_one(TokenGrid)
+        grid.focus()
+        await pilot.pause()
+        await pilot.press("pagedown")
+        assert grid.selected == TokenRef("prompt", 7)  # line 11 of tokens: the prompt's second
+        await pilot.press("pagedown", "pageup")
+        assert grid.selected == TokenRef("left_out", 7 * 4)  # from the last prompt line: 5 prompt, 5 left out
+
+
 def test_the_token_view_at_80x24(snap_compare):
     """Turn 2 of a two-turn chat: the counts (cached and prefilled), the legend with their swatches, the prompt's
     cached tokens in sky blue and the new ones in orange, special tokens bold, the reply's two tokens and the
@@ -195,7 +235,7 @@ async def test_an_attached_file_s_tokens_are_italic_and_the_detail_names_the_fil
         await pilot.press("right", "right")
         assert detail(app) == "prompt position 6 · id 6 · prefilled · «↵</file>»"
         grid = app.screen.query_one(TokenGrid)
-        assert [grid._styles[i].italic for i in range(len(pieces))] == [None] * 4 + [True, True] + [None]
+        assert [bool(grid._style(i).italic) for i in range(len(pieces))] == [False] * 4 + [True, True] + [False]
 
 
 async def test_a_reasoning_model_s_thinking_has_its_own_colour_on_the_strip_and_in_the_detail():
