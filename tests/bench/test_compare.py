@@ -174,3 +174,14 @@ def test_the_default_model_against_a_q8_0_kv_cache_in_json(tmp_path):
     assert b["cached_tokens"] > 0  # its own first exchange stayed in its KV cache
     kv = [r["kv_cache_bytes"] for r in data["ratios"]]
     assert all(0.4 < r < 0.8 for r in kv), kv  # q8_0 K beside f16 V: (8.5/8 ÷ 2 + 1) ÷ 2 ≈ 0.77
+
+
+def test_both_sides_start_without_the_disk_prefix_store_unless_a_side_names_it():
+    """A store filled by earlier runs would restore one side's first prompt and not the other's (seen: side A's
+    first TTFT 20 ms, restored, beside B's cold 290 ms)."""
+    plan = ComparePlan(turns=("hi",), b={"type_k": "q8_0"})
+    a, b = CompareRun(fake_model_info(), Settings(), plan).side_settings()
+    assert a.engine.prefix_cache == b.engine.prefix_cache == "off"
+    on = ComparePlan(turns=("hi",), b={"prefix_cache": "on"})
+    a, b = CompareRun(fake_model_info(), Settings(), on).side_settings()
+    assert (a.engine.prefix_cache, b.engine.prefix_cache) == ("off", "on")

@@ -132,8 +132,8 @@ class CompareResult(Labelled):
         if len(self.sides) < 2:
             return {}
         a, b = self.sides[0].settings, self.sides[1].settings
-        flat_a = {**a, **a.get("sampling", {})}
-        flat_b = {**b, **b.get("sampling", {})}
+        flat_a = {**a, **a.get("sampling", {}), "model": self.sides[0].model}  # the model by its name (unset: default)
+        flat_b = {**b, **b.get("sampling", {}), "model": self.sides[1].model}
         return {k: (flat_a.get(k), flat_b.get(k)) for k in flat_a if k != "sampling" and flat_a.get(k) != flat_b.get(k)}
 
     def to_dict(self) -> dict:

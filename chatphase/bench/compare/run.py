@@ -153,13 +153,15 @@ class CompareRun:
             self._running.chat.stop()
 
     def side_settings(self) -> tuple[Settings, Settings]:
-        """A's and B's settings: greedy, ``gen_tokens`` per reply, each side's overrides on top.
+        """A's and B's settings: greedy, ``gen_tokens`` per reply, the disk prefix store off unless a side's
+        overrides name it (a store filled by earlier runs would restore one side's prompts and not the other's),
+        then each side's overrides on top.
 
         Raises:
             UsageError: the two are the same.
         """
         fixed = {"temperature": 0.0, "max_tokens": self.plan.gen_tokens}
-        a = with_values(self.settings, {**self.plan.a, **fixed}).validate()
+        a = with_values(self.settings, {"prefix_cache": "off", **self.plan.a, **fixed}).validate()
         b = with_values(a, {**self.plan.b, **fixed}).validate()
         if a == b:
             raise UsageError("the two sides are the same: give side B a setting that differs from A's")
