@@ -27,8 +27,8 @@ median over reps of each figure for each N side by side, and the median of the p
 that ratio is the verdict (a view that draws only the lines in view scales by ~1), not the absolute times, which
 depend on the machine and its load.
 
-``--gc-freeze``: ``gc.freeze()`` once the app has started, so that a collection no longer walks the app's
-start-up objects (what the collector's pauses are of the longest blocks).
+``--gc-freeze``: ``gc.freeze()`` again once the turn is there (the app itself freezes its start-up objects once its
+first screen is drawn, ``chatphase/ui/app.py``), so that a collection walks only what the view makes.
 
 Target: at 20,000 prompt tokens the event loop never blocks for more than 50 ms (exit 1 where it did).
 

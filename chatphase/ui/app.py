@@ -10,6 +10,7 @@ commands onto controller calls. The chat is recorded by
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -185,6 +186,11 @@ class ChatPhaseApp(App[None]):
         if self._resume is not None:
             self.chat.restore(self._resume)
         self.screen.set_focus(self.prompt)  # now: keys that arrived while starting are handled next
+        # The start-up's objects (Textual's DOM, styles, the widgets) live as long as the app; a full collection
+        # that walked them all paused the UI ~120 ms, at any prompt size (benchmarks/token_view.py). Frozen once
+        # the first screen is drawn, later collections walk only what came after (Python's gc.freeze, made for
+        # a long-lived process's start-up objects).
+        self.call_after_refresh(gc.freeze)
 
     @property
     def dashboard(self) -> Dashboard:
