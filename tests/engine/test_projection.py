@@ -1,5 +1,5 @@
 """llama.cpp's memory projection (chatphase/engine/local/projection.py) against the real load: for the default model,
-Gemma 3 270M (sliding-window layers) and a synthetic Llama 3.2 1B, the plan's per-device totals are within 3 % of
+Gemma 3 270M (sliding-window layers) and synthetic Llama 3.2 1B and 3.1 8B, the plan's per-device totals are within 3 % of
 llama.cpp's own buffer lines after the load; chatphase's quick estimate (chatphase/models/memory.py, the picker's)
 against the projection; an 8B plan reads no weights; the bindings' structs against the vendored llama.h; and a
 build where the projection cannot be read gives one line, not a crash."""
@@ -106,6 +106,13 @@ def test_gemma_plan_matches_the_load_with_its_sliding_window_cache(gemma_model_i
 @pytest.mark.parametrize("extra_bufts", ["off", "auto"])
 def test_synthetic_1b_plan_matches_the_load(synth_1b, tmp_path, extra_bufts):
     check_against_real_load(synth_1b, tmp_path, extra_bufts)
+
+
+def test_synthetic_8b_plan_matches_the_load(synth_8b, tmp_path):
+    """The 8B too (its file a hole of zeros: the load maps it, nothing is read from a disk); without the extra buffer
+    types, which would repack 4.3 GiB of weights into memory for nothing the plan checks."""
+    plan = check_against_real_load(synth_8b, tmp_path, "off")
+    assert [(c.kind, c.layers) for c in plan.kv_caches] == [("full", 32)]
 
 
 @pytest.mark.parametrize("which", ["default", "gemma", "1b", "8b"])
