@@ -96,6 +96,7 @@ LAYERS = {
         "chat",
         "engine",
         "engine.factory",
+        "engine.local",  # in the Experiments screen's job, a daemonic process, the local engine runs in-process
         "errors",
         "models",
         "plotting",

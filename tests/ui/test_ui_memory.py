@@ -163,7 +163,9 @@ def marks_held(mark: str) -> int:
     counted once, however many objects refer to it; a copy of it counts again. Left out: the engine's
     objects but the conversation's messages (the FakeEngine runs in this process: the reply it streams
     from, the pieces it is splitting, the events on their way, each with its piece), and the renderables
-    Textual caches for a widget until its next change (what it draws: Textual's)."""
+    Textual caches for a widget until its next change (what it draws: Textual's). The app freezes its start-up
+    objects (``gc.freeze()``), which ``gc.get_objects()`` no longer lists: they are unfrozen first."""
+    gc.unfreeze()
     gc.collect()
     strings: dict[int, str] = {}
     for obj in gc.get_objects():
