@@ -121,7 +121,9 @@ class TokenGrid(ScrollView, can_focus=True):
         Binding("end", "ends(1)", "Last token", show=False),
     ]
 
-    def __init__(self, tokens: TurnTokens, *, id: str | None = None) -> None:
+    def __init__(
+        self, tokens: TurnTokens, *, id: str | None = None, files: list[tuple[int, int, str]] | None = None
+    ) -> None:
         super().__init__(id=id)
         self.entries = _Entries(tokens)
         self.cursor = self.entries.parts[0][1] if self.entries.n else 0
@@ -132,7 +134,7 @@ class TokenGrid(ScrollView, can_focus=True):
         self._shades = {key: (*pair, *(st + _SPECIAL for st in pair)) for key, pair in shades.items()}
         self._accepted_shades = (*(pair := _shades(ACCEPTED_COLOUR)), *(st + _SPECIAL for st in pair))
         self._thinking_shades = (*(pair := _shades(THINKING_COLOUR)), *(st + _SPECIAL for st in pair))
-        self._files = file_runs(tokens)  # the attached files' text (italic)
+        self._files = file_runs(tokens) if files is None else files  # the attached files' text (italic)
         self._plain = (Style(), Style(dim=True), _SPECIAL, Style(dim=True) + _SPECIAL)
         self._width = -1
         # the layout: each line's first entry (-1 - part for a header line) and each entry's line and column;

@@ -28,15 +28,16 @@ from chatphase.ui.screens.token_grid import GapStrip, TokenGrid, TokenRef, Token
 from chatphase.units import fmt_ms
 
 
-def legend(t: TurnTokens) -> Text:
-    """A swatch and the words per source this turn has, then the marks for special tokens and accepted drafts."""
+def legend(t: TurnTokens, files: list[tuple[int, int, str]] | None = None) -> Text:
+    """A swatch and the words per source this turn has, then the marks for special tokens, an attached file's text
+    (``files``: the turn's :func:`~chatphase.chat.token_view.file_runs`), accepted drafts and thinking."""
     out = Text()
     for src in sources_present(t):
         out.append("  ", style=f"on {PALETTE[src]}")
         out.append(f" {LEGEND[src]}  ")
     out.append("special", style="bold underline")
     out.append(" template token")
-    if file_runs(t):
+    if files:
         out.append("  ")
         out.append("italic", style="italic")
         out.append(" a file's text")
@@ -88,8 +89,8 @@ class TokenScreen(CloseableScreen):
         with Vertical(id="tokens-box", classes="modal-box"):
             yield Label(self.titled(f"Turn {self.number} tokens  ·  Tab grid/strip"), classes="panel-title")
             yield Static(Text(counts_line(t)), id="tokens-counts")
-            yield Static(legend(t), id="tokens-legend")
-            yield TokenGrid(t, id="tokens-grid")
+            yield Static(legend(t, self.files), id="tokens-legend")
+            yield TokenGrid(t, id="tokens-grid", files=self.files)
             if t.reply_ids:
                 yield Label("reply on a time strip: each token's height is the gap before it", id="tokens-strip-title")
                 yield GapStrip(t, id="tokens-strip")
