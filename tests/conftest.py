@@ -9,6 +9,15 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``-n``), each worker runs on its own share of the CPUs (``workers_support.worker_cpus``).
+    The engines it starts inherit that mask, so their automatic thread count (physical cores within the affinity
+    mask) is that share: two workers' llama.cpp threads never spin against each other on one core."""
+    from workers_support import pin_this_worker
+
+    pin_this_worker()
+
+
 # Keep every test's files (logs, sessions, config, the engine registry) out of the user's real directories.
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):

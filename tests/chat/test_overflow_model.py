@@ -1,6 +1,6 @@
 """Overflow and cache-miss reasons on the real default model (and Gemma 3 for the sliding window).
 
-A 40-turn chat at ``n_ctx=1024`` runs to its end under ``drop-oldest`` and ``shift``, each overflow noticed with
+A 22-turn chat at ``n_ctx=512`` (over three times its context) runs to its end under ``drop-oldest`` and ``shift``, each overflow noticed with
 its cost; ``shift`` evaluates no history again (the engine's own counts); ``stop`` refuses with the numbers; and
 every cache-miss reason is produced by the situation it names.
 """
@@ -54,22 +54,20 @@ def finished(calls: Calls) -> list:
     return [ev.metrics for _turn, ev in calls.args_of("turn_finished")]
 
 
-def run_long_chat(chat, calls, turns=40):
+def run_long_chat(chat, calls, turns=22):
     for i in range(turns):
         chat.send(f"Note {i}: {FILLER} {FILLER} What is {i} plus {i}?")
     return finished(calls)
 
 
 @pytest.mark.parametrize("policy", ["drop-oldest", "shift"])
-def test_a_40_turn_chat_at_1024_runs_past_n_ctx_and_says_each_overflow_and_its_cost(
-    default_model_info, tmp_path, policy
-):
-    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy)
+def test_a_long_chat_runs_past_n_ctx_and_says_each_overflow_and_its_cost(default_model_info, tmp_path, policy):
+    chat, calls = chat_on(default_model_info, tmp_path, overflow=policy, n_ctx=512)
     try:
         metrics = run_long_chat(chat, calls)
-        assert len(metrics) == 40 and not calls.args_of("turn_failed")
+        assert len(metrics) == 22 and not calls.args_of("turn_failed")
         conversation = chat.engine.template.tokens([Message("system", ""), *chat.conversation])
-        assert len(conversation) > 3 * 1024  # the chat went on for several times n_ctx
+        assert len(conversation) > 3 * 512  # the chat went on for several times n_ctx
         overflows = [m for m in metrics if m.overflow is not None]
         assert len(overflows) >= 3 and all(m.overflow == policy for m in overflows)
         notices = [n.text for n in calls.notices() if n.kind == "dropped"]
@@ -82,7 +80,7 @@ def test_a_40_turn_chat_at_1024_runs_past_n_ctx_and_says_each_overflow_and_its_c
             else:
                 assert m.overflow_reprefill_tokens > 100 and f"re-prefill {m.overflow_reprefill_tokens:,} tok" in text
                 assert m.overflow_reprefill_ms > 0
-        newest = len(chat.engine.tokenize(f"Note 39: {FILLER} {FILLER} What is 39 plus 39?"))
+        newest = len(chat.engine.tokenize(f"Note 21: {FILLER} {FILLER} What is 21 plus 21?"))
         for m in metrics[1:]:  # the engine's own count of evaluated tokens
             if policy == "shift" or m.overflow is None:
                 assert m.prefill_tokens <= newest + 16, m  # the new message and the template's markers only
