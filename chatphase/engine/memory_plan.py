@@ -75,7 +75,8 @@ class DevicePlan:
     host memory with the context (its log line: the breakdown leaves it out); ``mapped_bytes`` the part of the
     host's weights a load maps from the file (page cache the OS can drop and read again) rather than allocates:
     those in the CPU's own buffer type, not repacked ones nor a GPU backend's pinned host buffers. ``layers``: the repeating layers
-    llama.cpp assigned here; ``output_layer``: the output layer too. ``free_bytes`` / ``total_bytes`` as the
+    llama.cpp assigned here; ``output_layer``: the output layer too; ``host`` an rpc-server's address (``None``: a
+    device of this machine). ``free_bytes`` / ``total_bytes`` as the
     device reports them; ``budget_bytes`` what the plan is made against and ``budget_note`` why
     (:func:`budget`)."""
 
@@ -90,6 +91,7 @@ class DevicePlan:
     draft_bytes: int = 0
     layers: tuple[int, ...] = ()
     output_layer: bool = False
+    host: str | None = None
     free_bytes: int = 0
     total_bytes: int = 0
     budget_bytes: int = 0
@@ -624,7 +626,7 @@ def plan_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
         )
     ]
     for d in plan.devices:
-        rows.append((d.name, device_line(d, plan.margin_bytes)))
+        rows.append((f"{d.name} at {d.host}" if d.host else d.name, device_line(d, plan.margin_bytes)))
         if not d.budget_note.startswith("free as"):
             rows.append(("", d.budget_note))
     kv = " · ".join(

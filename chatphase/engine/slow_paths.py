@@ -85,9 +85,12 @@ def slow_paths(
 
 def why_no_offload(backends: tuple[str, ...], devices: tuple[DeviceInfo, ...], n_gpu_layers: int | None) -> str | None:
     """Why no layer runs on a device, in words (``None`` when layers can be offloaded and are asked for):
-    a CPU-only build, a GPU backend that found no device, or ``n_gpu_layers`` 0."""
+    a CPU-only build (one with the RPC backend says how to reach rpc-servers), a GPU backend that found no device,
+    or ``n_gpu_layers`` 0. Registered rpc-servers' devices (``host`` set) take layers as a GPU's would."""
     gpu_backends = [b for b in backends if b not in ("CPU", "BLAS", "RPC")]
-    if not gpu_backends:
+    if not gpu_backends and not any(d.host for d in devices):
+        if "RPC" in backends:
+            return "no GPU backend in this llama.cpp; its RPC backend offloads to rpc-servers (--rpc HOST:PORT)"
         return "CPU-only build: no GPU support in this llama.cpp"
     if not any(d.type in OFFLOAD_TYPES for d in devices):
         hint = (

@@ -366,3 +366,14 @@ llama_kv_cache: size =   60.00 MiB (  4096 cells,  15 layers,  1/1 seqs), K (q8_
         ("swa", 15, "q8_0", 60.0),
     ]
     assert cap.kv_cache_mib == 60.0  # the last line, as before
+
+
+def test_an_rpc_servers_plan_names_its_host_and_survives_json():
+    import json
+
+    rpc = DevicePlan("RPC0", "10.0.0.2:50052", "gpu", 40 * MIB, 5 * MIB, 10 * MIB, layers=(0, 1), host="10.0.0.2:50052")
+    host = DevicePlan(HOST, "host memory", HOST, 10 * MIB, 0, 5 * MIB, budget_bytes=2**40)
+    plan = MemoryPlan("fake.gguf", 2, 2, 4096, (rpc, host))
+    labels = [label for label, _text in plan_lines(plan)]
+    assert "RPC0 at 10.0.0.2:50052" in labels and HOST in labels
+    assert MemoryPlan.from_dict(json.loads(json.dumps(plan.to_dict()))).devices[0].host == "10.0.0.2:50052"

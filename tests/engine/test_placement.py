@@ -134,6 +134,14 @@ def test_why_nothing_is_offloaded():
     assert why_no_offload(("Vulkan", "CPU"), (VULKAN, CPU), 0) == "n_gpu_layers is 0 (--n-gpu-layers)"
     assert why_no_offload(("Vulkan", "CPU"), (VULKAN, CPU), None) is None
     assert why_no_offload(("CUDA", "CPU"), (CPU,), -1) == "the CUDA backend found no GPU device"
+    # a build with the RPC backend: without --rpc it says how to reach rpc-servers; with them registered they
+    # take layers as a GPU's would (and n_gpu_layers 0 is said as for a GPU)
+    rpc_build = why_no_offload(("CPU", "RPC"), (CPU,), None)
+    assert rpc_build and "RPC backend offloads to rpc-servers (--rpc HOST:PORT)" in rpc_build
+    assert "CPU-only" not in rpc_build
+    server = DeviceInfo("RPC0", "127.0.0.1:50052", "gpu", 2**30, 2**30, host="127.0.0.1:50052")
+    assert why_no_offload(("CPU", "RPC"), (server, CPU), None) is None
+    assert why_no_offload(("CPU", "RPC"), (server, CPU), 0) == "n_gpu_layers is 0 (--n-gpu-layers)"
 
 
 def test_a_quantised_v_cache_without_flash_attention_is_refused_before_llama_cpp():

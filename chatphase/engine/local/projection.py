@@ -161,6 +161,7 @@ def project(
             mapped_bytes=sum(u.model_bytes for u in mine if u.mappable),
             layers=layers,
             output_layer=place(log.layer_devices.get(n_layer)) == key,
+            host=d.host if d else None,
             free_bytes=free,
             total_bytes=total,
             budget_bytes=limit,
