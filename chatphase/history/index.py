@@ -21,6 +21,7 @@ import os
 import queue
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,19 +202,14 @@ def _context_id(conn: sqlite3.Connection, row: dict[str, Any]) -> int:
     return int(conn.execute("SELECT id FROM contexts WHERE key = ?", (row["key"],)).fetchone()[0])
 
 
-def _write(conn: sqlite3.Connection, body) -> None:
-    """Run ``body`` in an immediate transaction (a concurrent writer waits its turn: the busy timeout), or in a
-    savepoint of the one already open (:func:`catch_up` takes over files in batches: a commit per file was a
-    sixth of a first catch-up)."""
+def _write(conn: sqlite3.Connection, body: Callable[[], object]) -> None:
+    """Run ``body`` in an immediate transaction (a concurrent writer waits its turn: the busy timeout), or, where a
+    transaction is open, in that one: :func:`catch_up` takes over files in batches (a commit per file was a sixth
+    of a first catch-up), and a failure takes the whole batch back. No savepoint per file: FTS5 writes its pending
+    terms out as a new segment at every savepoint, and a first catch-up then merged a thousand small ones (one a
+    file)."""
     if conn.in_transaction:
-        conn.execute("SAVEPOINT index_file")
-        try:
-            body()
-        except BaseException:
-            conn.execute("ROLLBACK TO index_file")
-            conn.execute("RELEASE index_file")
-            raise
-        conn.execute("RELEASE index_file")
+        body()
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
