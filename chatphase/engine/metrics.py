@@ -179,7 +179,7 @@ class TurnMetrics:
         if cls is not TurnMetrics:
             names = {f.name for f in fields(cls)}
             return cls(**{k: v for k, v in data.items() if k in names})
-        known = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+        known = data if _FIELD_NAMES.issuperset(data) else {k: v for k, v in data.items() if k in _FIELD_NAMES}
         if not _REQUIRED.issubset(known):
             return cls(**known)  # the TypeError that names what is missing
         # the frozen __init__ sets its 60-odd fields one object.__setattr__ at a time: building the __dict__ at

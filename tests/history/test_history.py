@@ -23,6 +23,7 @@ from chatphase.history import context as ctx_mod
 from chatphase.history.db import SCHEMA_VERSION, HistoryError, HistoryUnwritable, connect, db_path, write_refusal
 from chatphase.history.index import LiveIndex, catch_up
 from chatphase.history.query import Filters, fts_query, group_stats, logs, parse_time
+from chatphase.timing.fits import linear_fit
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.catalog import delete_session, rename_session
 from chatphase.sessions.store import load_session_file, sessions_dir
@@ -568,3 +569,36 @@ def test_a_later_schema_step_migrates_an_existing_database_keeping_its_rows(monk
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
     assert conn.execute("SELECT user, restore_ms FROM turns").fetchall() == [("kept", pytest.approx(5.0))]
     assert catch_up(conn).indexed == 0
+
+
+def test_a_file_s_turns_reach_the_text_index_as_one_segment():
+    """The turns of a file go into ``turns`` in one statement: SQLite gives each INSERT that fires a trigger its own
+    savepoint, at which FTS5 writes a segment out, so a row at a time left a segment a turn to merge (the
+    first catch-up's largest cost). The search still finds every turn."""
+    write_session([(f"question {i} dragon", f"answer {i}", metrics(10 + i, 5.0)) for i in range(40)])
+    conn = connect()
+    conn.execute("INSERT INTO turns_fts(turns_fts, rank) VALUES ('automerge', 0)")  # keep what was written apart
+    catch_up(conn)
+    assert conn.execute("SELECT count(DISTINCT segid) FROM turns_fts_idx").fetchone()[0] == 1
+    assert len(logs(conn, Filters(text="dragon"), limit=100)) == 40
+    conn.execute("INSERT INTO turns_fts(turns_fts) VALUES ('integrity-check')")
+
+
+def test_stats_lines_from_the_columns_sums_match_the_points_and_the_plot_gets_its_points():
+    """Two contexts of one model (two versions) make one group: its sums are both contexts', its distinct prompt
+    sizes counted over both; the points come only when asked (the plot's)."""
+    write_session([(f"q{n}", "a", metrics(n, 20 + 0.5 * n + (n % 7), decode_tps=100 - n / 10)) for n in (10, 20, 40)])
+    write_session(
+        [(f"q{n}", "a", metrics(n, 20 + 0.5 * n - (n % 5), decode_tps=90 - n / 20)) for n in (20, 40, 80)],
+        context=CONTEXT,
+    )
+    conn = connect()
+    catch_up(conn)
+    (bare,) = group_stats(conn, Filters())
+    (g,) = group_stats(conn, Filters(), points=True)
+    assert bare.points_ttft == [] and bare.ttft_fit == g.ttft_fit and g.distinct_x() == bare.distinct_x()
+    xs, ys = zip(*g.points_ttft, strict=True)
+    assert g.distinct_x()[0] == len(set(xs)) == 4 and g.turns == len(xs) == 6
+    free = linear_fit(xs, ys)
+    assert g.ttft_fit.slope == pytest.approx(free.slope) and g.ttft_fit.intercept == pytest.approx(free.intercept)
+    assert g.ttft_fit.r2 == pytest.approx(free.r2)
