@@ -23,11 +23,11 @@ from chatphase.history import context as ctx_mod
 from chatphase.history.db import SCHEMA_VERSION, HistoryError, HistoryUnwritable, connect, db_path, write_refusal
 from chatphase.history.index import LiveIndex, catch_up
 from chatphase.history.query import Filters, fts_query, group_stats, logs, parse_time
-from chatphase.timing.fits import linear_fit
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.catalog import delete_session, rename_session
 from chatphase.sessions.store import load_session_file, sessions_dir
 from chatphase.sessions.writer import SessionWriter
+from chatphase.timing.fits import linear_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = {
