@@ -241,7 +241,7 @@ def group_stats(
     """
     where, args = filters.where()
     key = " || ' · ' || ".join(GROUP_BY[d] for d in by)
-    names = dict(
+    names: dict[int | None, str] = dict(
         conn.execute(
             f"SELECT x.cid, {key} FROM (SELECT NULL AS cid UNION ALL SELECT id FROM contexts) x"
             " LEFT JOIN contexts c ON c.id = x.cid"

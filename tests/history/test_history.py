@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -602,3 +603,39 @@ def test_stats_lines_from_the_columns_sums_match_the_points_and_the_plot_gets_it
     free = linear_fit(xs, ys)
     assert g.ttft_fit.slope == pytest.approx(free.slope) and g.ttft_fit.intercept == pytest.approx(free.intercept)
     assert g.ttft_fit.r2 == pytest.approx(free.r2)
+
+
+def test_a_parallel_catch_up_stores_what_a_serial_one_does_and_reads_here_when_workers_cannot_start(
+    monkeypatch, caplog
+):
+    """Files read in worker processes (spawned) reach the database as the catch-up of this process writes them;
+    where the processes cannot start, the files are read here, and nothing is lost either way."""
+    from chatphase.history import index
+
+    todays_sessions()
+    for i in range(4):
+        write_session([(f"q{i}", f"a{i}", metrics(10 + i, 5.0))], context=CONTEXT if i % 2 else None)
+    serial = connect()
+    catch_up(serial)
+    want = db_turns(serial)
+    contexts = serial.execute("SELECT key FROM contexts ORDER BY id").fetchall()
+    serial.close()
+    monkeypatch.setattr(index, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(index, "_workers", lambda files: 2)
+    for broken in (False, True):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db_path()}{suffix}").unlink(missing_ok=True)
+        if broken:
+
+            def cannot_start(*args, **kwargs):
+                raise OSError("no semaphores here")
+
+            monkeypatch.setattr(index, "ProcessPoolExecutor", cannot_start)
+        conn = connect()
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="chatphase.history.index"):
+            done = catch_up(conn, parallel=True)
+        assert ("reading here" in caplog.text) == broken
+        assert done.indexed == len(list(sessions_dir().glob("*.jsonl"))) and db_turns(conn) == want
+        assert conn.execute("SELECT key FROM contexts ORDER BY id").fetchall() == contexts
+        conn.close()
