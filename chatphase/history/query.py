@@ -289,7 +289,7 @@ _EVALUATED = "coalesce(prefill_tokens, prompt_tokens - coalesce(cached_tokens, 0
 def _pairs(xs: list, ys: list) -> Moments:
     """The moments of the points where both ``x`` and ``y`` are defined."""
     both = [x is not None and y is not None for x, y in zip(xs, ys, strict=True)]
-    return Moments.of(list(itertools.compress(xs, both)), list(itertools.compress(ys, both)))
+    return Moments.of_points(list(itertools.compress(xs, both)), list(itertools.compress(ys, both)))
 
 
 def _points(xs: list, ys: list) -> list[tuple[float, float]]:

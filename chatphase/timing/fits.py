@@ -82,8 +82,11 @@ class Moments:
         if len(x) != len(y):
             raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
         defined = [b is not None for b in y]
-        xs = list(map(float, compress(x, defined)))
-        ys = list(map(float, compress(y, defined)))  # type: ignore[arg-type]
+        return cls.of_points(list(compress(x, defined)), list(compress(y, defined)))  # type: ignore[arg-type]
+
+    @classmethod
+    def of_points(cls, xs: list[float], ys: list[float]) -> Moments:
+        """The moments of the points ``(xs[i], ys[i])``, every one defined (numbers, ``int`` or ``float``)."""
         if not xs:
             return cls()
         return cls(
@@ -93,8 +96,8 @@ class Moments:
             math.fsum(map(mul, xs, xs)),
             math.fsum(map(mul, xs, ys)),
             math.fsum(map(mul, ys, ys)),
-            min(ys),
-            max(ys),
+            float(min(ys)),
+            float(max(ys)),
             len(set(xs)),
         )
 
