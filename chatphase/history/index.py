@@ -19,13 +19,11 @@ import collections
 import functools
 import json
 import logging
-import multiprocessing
 import os
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Generator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,6 +302,9 @@ def _index_files(
 def _read_ahead(paths: list[str], workers: int) -> Generator[FileRows | None, None, None]:
     """:func:`read_file` of each path, in order, read by ``workers`` processes a few files ahead of the writer;
     where the processes cannot start or break, the rest is read here."""
+    import multiprocessing  # here: ``logs`` and ``stats`` over a history caught up need neither (~15 ms)
+    from concurrent.futures import ProcessPoolExecutor
+
     done = 0
     try:
         context = multiprocessing.get_context("spawn")  # no fork: a TUI calling this has threads

@@ -630,7 +630,7 @@ def test_a_parallel_catch_up_stores_what_a_serial_one_does_and_reads_here_when_w
             def cannot_start(*args, **kwargs):
                 raise OSError("no semaphores here")
 
-            monkeypatch.setattr(index, "ProcessPoolExecutor", cannot_start)
+            monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", cannot_start)
         conn = connect()
         caplog.clear()
         with caplog.at_level(logging.DEBUG, logger="chatphase.history.index"):
