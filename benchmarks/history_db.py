@@ -4,7 +4,8 @@ Run: ``python -m benchmarks.history_db [--turns 100000] [--reps 5] [--decode-rep
 
 1. **Queries**: a generated history of ``--turns`` turns (session files in today's format, ``--per-session`` turns
    each, over three models, two chatphase versions and two machines, with texts to search), in a temporary data
-   directory. Timed: the first catch-up (the one-time take-over of every file), then, ``--reps`` times each (median
+   directory. Timed: the first catch-up (the one-time take-over of every file, as ``logs`` and ``stats`` take it:
+   the files read in worker processes), then, ``--reps`` times each (median
    and range), the steps of ``logs`` and ``stats`` in this process (open, catch-up of an unchanged history,
    query) — the default ``logs``, ``logs -q WORD``, ``logs --model``, ``stats``, ``stats --by model,version`` —
    and the commands as the user runs them (``python -m chatphase logs`` / ``stats``: a fresh process, imports
@@ -274,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     conn = connect()
-    catch_up(conn)
+    catch_up(conn, parallel=True)  # as the user's first ``logs`` or ``stats`` takes it over
     indexed = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
     conn.close()
     take_over_s = time.perf_counter() - t0

@@ -46,7 +46,7 @@ def open_history() -> sqlite3.Connection:
         _not_indexed(exc)
         return conn
     try:
-        catch_up(conn)
+        catch_up(conn, parallel=True)  # python -m chatphase: its main module runs nothing on import
     except HistoryUnwritable as exc:
         _not_indexed(exc)
     except HistoryError:

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     filters = filters_of(args)
     filters.where()  # bad filters are usage errors before the history is opened
     with closing(open_history()) as conn:
-        groups = group_stats(conn, filters, by)
+        groups = group_stats(conn, filters, by, points=plot is not None)
     if plot is not None:
         from chatphase.history.plot import write_history_plot
 

@@ -18,15 +18,16 @@ import hashlib
 import json
 import os
 from dataclasses import asdict
-from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatphase import __version__
-from chatphase.engine.events import LoadedModel
 from chatphase.history.db import CONTEXT_COLUMNS
 from chatphase.system.cpu_features import physical_cores
 from chatphase.system.gpu import gpu_names
 from chatphase.system.machine_peaks import machine_identity
+
+if TYPE_CHECKING:  # at run time only the live chat passes one: logs and stats need not import the engine's events
+    from chatphase.engine.events import LoadedModel
 
 HASH_HEAD_BYTES = 1 << 20
 #: the speed-changing engine settings a context keeps (the resolved ones when the engine reports them).
@@ -84,6 +85,8 @@ def machine_facts() -> dict[str, Any]:
 def llama_cpp_build() -> str:
     """The local backend's build, e.g. ``llama-cpp-python 0.3.36`` (from the installed package's metadata, so
     this process need not import llama.cpp)."""
+    from importlib import metadata  # here: ``chatphase logs`` and ``stats`` import this module, not this
+
     try:
         return f"llama-cpp-python {metadata.version('llama_cpp_python')}"
     except metadata.PackageNotFoundError:

@@ -15,13 +15,16 @@ replacement) is simply read again. ``sessions.file_size`` / ``file_mtime_ns`` re
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import logging
 import os
 import queue
 import sqlite3
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,12 @@ log = logging.getLogger(__name__)
 
 #: session files a catch-up indexes in one transaction: a live writer waits at most about a second behind it
 CATCH_UP_BATCH_FILES = 64
+#: stale files from which a catch-up reads them in worker processes (:func:`read_file`) while it writes: starting
+#: a process costs about as much as reading a few dozen files
+PARALLEL_MIN_FILES = 200
+#: the most worker processes, and the files each reads ahead of the writer
+MAX_WORKERS = 8
+READ_AHEAD_FILES = 4
 
 _TURN_COLUMNS = (
     "session_id",
@@ -57,7 +66,15 @@ _TURN_COLUMNS = (
     "reply",
     "thinking",
 )
-_INSERT_TURN = f"INSERT INTO turns ({', '.join(_TURN_COLUMNS)}) VALUES ({', '.join('?' * len(_TURN_COLUMNS))})"
+#: a file's new turn rows go to this temporary table, then into ``turns`` in one statement: SQLite opens a statement
+#: savepoint for each INSERT that fires a trigger, and FTS5 writes its pending terms out as a new segment at every
+#: savepoint, so a row at a time made a segment a turn (and merged them, on and on): two thirds of the inserts' time
+_STAGE = "temp.index_stage"
+_CREATE_STAGE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS index_stage AS SELECT {', '.join(_TURN_COLUMNS)} FROM main.turns WHERE 0"
+)
+_INSERT_STAGE = f"INSERT INTO {_STAGE} VALUES ({', '.join('?' * len(_TURN_COLUMNS))})"
+_INSERT_TURNS = f"INSERT INTO turns ({', '.join(_TURN_COLUMNS)}) SELECT {', '.join(_TURN_COLUMNS)} FROM {_STAGE}"
 _CONTEXT_KEYS = ("key", *CONTEXT_COLUMNS, "extra")
 _INSERT_CONTEXT = (
     f"INSERT OR IGNORE INTO contexts ({', '.join(_CONTEXT_KEYS)}) VALUES ({', '.join('?' * len(_CONTEXT_KEYS))})"
@@ -118,23 +135,101 @@ def index_file(conn: sqlite3.Connection, path: Path) -> int:
     Raises:
         sqlite3.Error: the database could not be written (locked past the busy timeout, disk full).
     """
-    sid = path.stem
+    return _store(conn, read_file(path))
+
+
+@dataclass(frozen=True)
+class FileRows:
+    """A session file as the database will hold it (:func:`read_file`): the ``sessions`` row's fields, the contexts
+    its turns ran in (:func:`~chatphase.history.context.context_row` dicts) and its ``turns`` rows, whose
+    ``context_id`` is still the position of their context in ``contexts``. ``gone``: the file no longer exists."""
+
+    path: Path
+    gone: bool = False
+    file_size: int = 0
+    file_mtime_ns: int = 0
+    title: str | None = None
+    created: str | None = None
+    corrupt_lines: int | None = None
+    contexts: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    turns: int = 0
+
+
+#: where ``context_id`` is in a ``turns`` row
+_CONTEXT_AT = _TURN_COLUMNS.index("context_id")
+
+
+def read_file(path: Path) -> FileRows | None:
+    """Read and parse one session file into its rows (no database: :func:`catch_up` runs this in worker
+    processes); ``None`` when it cannot be read (logged)."""
     try:
         st = path.stat()
         with open(path, encoding="utf-8", errors="replace") as fh:
             records, _ = parse_records(fh, keep_damaged=True)
     except FileNotFoundError:
-        _write(conn, lambda: conn.execute("DELETE FROM sessions WHERE path = ? OR id = ?", (str(path), sid)))
-        return 0
+        return FileRows(path, gone=True)
     except OSError as exc:
         log.debug("history: cannot read %s: %s", path, exc)
-        return 0
+        return None
     try:
         session = session_from_records(records, path=str(path))
     except SessionError:
-        session = None
+        return FileRows(path, file_size=st.st_size, file_mtime_ns=st.st_mtime_ns)
     readable = [r for r in records if r.get("type") != DAMAGED]
     contexts, ends = turn_contexts(readable), _end_metrics(readable)
+    sid = path.stem
+    context_at: dict[int, int] = {}  # id() of a turn_contexts tuple -> its position in context_rows
+    context_rows: list[dict[str, Any]] = []
+    fallback: tuple[dict, dict, dict | None] = (session.model, session.settings, None)
+    rows: list[tuple] = []
+    for t in session.turns:
+        where = contexts.get(t.index, fallback)
+        if id(where) not in context_at:
+            context_at[id(where)] = len(context_rows)
+            context_rows.append(context_row(*where))
+        m = ends.get(t.index) if t.metrics is not None else None
+        if t.metrics is not None and m is None:
+            m = t.metrics.to_dict()
+        rows.append(
+            (
+                sid,
+                t.index,
+                t.started,
+                t.finished,
+                t.status,
+                int(t.replaced),
+                t.error,
+                context_at[id(where)],
+                *((m or {}).get(c) for c in METRIC_COLUMNS),
+                json.dumps(m) if m else None,
+                json.dumps(t.sampling) if t.sampling else None,
+                t.user,
+                t.reply,
+                t.thinking or None,
+            )
+        )
+    return FileRows(
+        path,
+        file_size=st.st_size,
+        file_mtime_ns=st.st_mtime_ns,
+        title=session.title,
+        created=session.created,
+        corrupt_lines=session.corrupt_lines,
+        contexts=context_rows,
+        rows=rows,
+        turns=len(session.turns),
+    )
+
+
+def _store(conn: sqlite3.Connection, read: FileRows | None) -> int:
+    """Write what :func:`read_file` read (see :func:`index_file`); returns the file's turns."""
+    if read is None:
+        return 0
+    path, sid = read.path, read.path.stem
+    if read.gone:
+        _write(conn, lambda: conn.execute("DELETE FROM sessions WHERE path = ? OR id = ?", (str(path), sid)))
+        return 0
 
     def write() -> None:
         conn.execute("DELETE FROM sessions WHERE (path = ?) != (id = ?)", (str(path), sid))  # moved or renamed
@@ -143,57 +238,31 @@ def index_file(conn: sqlite3.Connection, path: Path) -> int:
             "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET path = excluded.path, title = excluded.title,"
             " created = excluded.created, file_size = excluded.file_size, file_mtime_ns = excluded.file_mtime_ns,"
             " corrupt_lines = excluded.corrupt_lines",
-            (
-                sid,
-                str(path),
-                session.title if session else None,
-                session.created if session else None,
-                st.st_size,
-                st.st_mtime_ns,
-                session.corrupt_lines if session else None,
-            ),
+            (sid, str(path), read.title, read.created, read.file_size, read.file_mtime_ns, read.corrupt_lines),
         )
         cols = ", ".join(_TURN_COLUMNS)
         indexed = {r[1]: r for r in conn.execute(f"SELECT {cols} FROM turns WHERE session_id = ?", (sid,))}
-        context_ids: dict[int, int] = {}  # id() of a turn_contexts tuple -> contexts.id
-        fallback = (session.model, session.settings, None) if session is not None else ({}, {}, None)
+        context_ids = [_context_id(conn, c) for c in read.contexts]
         changed: list[tuple[str, int]] = []  # (session, turn) of the rows to write again
         rows: list[tuple] = []
-        for t in session.turns if session is not None else ():
-            where = contexts.get(t.index, fallback)
-            if id(where) not in context_ids:
-                context_ids[id(where)] = _context_id(conn, context_row(*where))
-            m = ends.get(t.index) if t.metrics is not None else None
-            if t.metrics is not None and m is None:
-                m = t.metrics.to_dict()
-            row = (
-                sid,
-                t.index,
-                t.started,
-                t.finished,
-                t.status,
-                int(t.replaced),
-                t.error,
-                context_ids[id(where)],
-                *((m or {}).get(c) for c in METRIC_COLUMNS),
-                json.dumps(m) if m else None,
-                json.dumps(t.sampling) if t.sampling else None,
-                t.user,
-                t.reply,
-                t.thinking or None,
-            )
-            before = indexed.pop(t.index, None)
+        for parsed in read.rows:
+            row = (*parsed[:_CONTEXT_AT], context_ids[parsed[_CONTEXT_AT]], *parsed[_CONTEXT_AT + 1 :])
+            before = indexed.pop(row[1], None)
             if before != row:
                 if before is not None:
-                    changed.append((sid, t.index))
+                    changed.append((sid, row[1]))
                 rows.append(row)
         # the rows' turns changed or gone, then the new rows: one statement each (a first catch-up of 100,000
         # turns spent a third of its time in per-turn DELETE and INSERT calls)
         conn.executemany("DELETE FROM turns WHERE session_id = ? AND turn = ?", changed + [(sid, g) for g in indexed])
-        conn.executemany(_INSERT_TURN, rows)
+        if rows:
+            conn.execute(_CREATE_STAGE)
+            conn.executemany(_INSERT_STAGE, rows)
+            conn.execute(_INSERT_TURNS)
+            conn.execute(f"DELETE FROM {_STAGE}")
 
     _write(conn, write)
-    return len(session.turns) if session else 0
+    return read.turns
 
 
 def _context_id(conn: sqlite3.Connection, row: dict[str, Any]) -> int:
@@ -201,19 +270,14 @@ def _context_id(conn: sqlite3.Connection, row: dict[str, Any]) -> int:
     return int(conn.execute("SELECT id FROM contexts WHERE key = ?", (row["key"],)).fetchone()[0])
 
 
-def _write(conn: sqlite3.Connection, body) -> None:
-    """Run ``body`` in an immediate transaction (a concurrent writer waits its turn: the busy timeout), or in a
-    savepoint of the one already open (:func:`catch_up` takes over files in batches: a commit per file was a
-    sixth of a first catch-up)."""
+def _write(conn: sqlite3.Connection, body: Callable[[], object]) -> None:
+    """Run ``body`` in an immediate transaction (a concurrent writer waits its turn: the busy timeout), or, where a
+    transaction is open, in that one: :func:`catch_up` takes over files in batches (a commit per file was a sixth
+    of a first catch-up), and a failure takes the whole batch back. No savepoint per file: FTS5 writes its pending
+    terms out as a new segment at every savepoint, and a first catch-up then merged a thousand small ones (one a
+    file)."""
     if conn.in_transaction:
-        conn.execute("SAVEPOINT index_file")
-        try:
-            body()
-        except BaseException:
-            conn.execute("ROLLBACK TO index_file")
-            conn.execute("RELEASE index_file")
-            raise
-        conn.execute("RELEASE index_file")
+        body()
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -224,9 +288,63 @@ def _write(conn: sqlite3.Connection, body) -> None:
     conn.execute("COMMIT")
 
 
-def catch_up(conn: sqlite3.Connection, directory: Path | None = None) -> CatchUp:
+def _index_files(
+    conn: sqlite3.Connection, paths: list[str], reads: Generator[FileRows | None, None, None] | None
+) -> None:
+    """Index ``paths``: read here (:func:`index_file`), or taken from ``reads`` (the files read ahead)."""
+    for p in paths:
+        if reads is None:
+            index_file(conn, Path(p))
+        else:
+            _store(conn, next(reads))
+
+
+def _read_ahead(paths: list[str], workers: int) -> Generator[FileRows | None, None, None]:
+    """:func:`read_file` of each path, in order, read by ``workers`` processes a few files ahead of the writer;
+    where the processes cannot start or break, the rest is read here."""
+    import multiprocessing  # here: ``logs`` and ``stats`` over a history caught up need neither (~15 ms)
+    from concurrent.futures import ProcessPoolExecutor
+
+    done = 0
+    try:
+        context = multiprocessing.get_context("spawn")  # no fork: a TUI calling this has threads
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            ahead: collections.deque = collections.deque()
+            for p in paths[: READ_AHEAD_FILES * workers]:
+                ahead.append(pool.submit(read_file, Path(p)))
+            while ahead:
+                result = ahead.popleft().result()
+                if done + len(ahead) + 1 < len(paths):
+                    ahead.append(pool.submit(read_file, Path(paths[done + len(ahead) + 1])))
+                done += 1
+                yield result
+    except GeneratorExit:
+        raise
+    except Exception as exc:  # a worker that broke: read the rest here (read_file's own errors come back there)
+        log.debug("history: reading in worker processes stopped (%s); reading here", exc)
+    for p in paths[done:]:
+        yield read_file(Path(p))
+
+
+def _workers(files: int) -> int:
+    """Worker processes for reading ``files`` stale files: one CPU left to the writer, none for a few files."""
+    if files < PARALLEL_MIN_FILES:
+        return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(0, min(cpus - 1, MAX_WORKERS))
+
+
+def catch_up(conn: sqlite3.Connection, directory: Path | None = None, *, parallel: bool = False) -> CatchUp:
     """Index the session files of ``directory`` (default :func:`sessions_dir`) that are new or changed since they
     were indexed, and drop the rows of those deleted (see the module docstring).
+
+    With ``parallel``, :data:`PARALLEL_MIN_FILES` stale files or more (a first catch-up) are read and parsed in
+    worker processes while this one writes (parsing was half of a first catch-up's time). Those are *spawned*,
+    which imports the program's main module again: only a program whose main module runs nothing on import
+    (``python -m chatphase``) may ask for it.
 
     Raises:
         HistoryUnwritable: the database refused the writes (read-only, the disk full, locked); what it holds
@@ -247,8 +365,14 @@ def catch_up(conn: sqlite3.Connection, directory: Path | None = None) -> CatchUp
     try:
         stale = [p for p, st in on_disk.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
         stale.sort()
-        for at in range(0, len(stale), CATCH_UP_BATCH_FILES):
-            _write(conn, lambda at=at: [index_file(conn, Path(p)) for p in stale[at : at + CATCH_UP_BATCH_FILES]])
+        workers = _workers(len(stale)) if parallel else 0
+        reads = _read_ahead(stale, workers) if workers else None  # a generator: closed below
+        try:
+            for at in range(0, len(stale), CATCH_UP_BATCH_FILES):
+                _write(conn, functools.partial(_index_files, conn, stale[at : at + CATCH_UP_BATCH_FILES], reads))
+        finally:
+            if reads is not None:
+                reads.close()
         gone = [p for p in known if p not in on_disk and Path(p).parent == d]
         if gone:
             _write(conn, lambda: conn.executemany("DELETE FROM sessions WHERE path = ?", [(p,) for p in gone]))

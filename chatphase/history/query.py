@@ -17,6 +17,7 @@ through the origin when the free line's ``a`` comes out below 0), and ``decode_t
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sqlite3
@@ -28,7 +29,7 @@ from typing import Any
 
 from chatphase.errors import UsageError
 from chatphase.history.db import METRIC_COLUMNS
-from chatphase.timing.fits import LinearFit, cost_fit, linear_fit
+from chatphase.timing.fits import LinearFit, Moments, cost_line_of, line_of
 
 #: how ``--by`` names a dimension -> its SQL expression over ``turn_log``.
 GROUP_BY = {
@@ -173,8 +174,10 @@ def logs(conn: sqlite3.Connection, filters: Filters, limit: int = 20) -> list[di
 class GroupStats:
     """One group's turns (with metrics) and what they say; times in ms, rates in tokens/s.
 
-    ``points_ttft``: ``(prompt tokens evaluated, ttft_ms)``; ``points_decode``: ``(depth, decode tokens/s)`` — for
-    the plot. ``ttft_fit`` / ``decode_fit`` ``None`` when fewer than :data:`MIN_FIT_X` distinct x values.
+    ``prompt_sizes`` / ``depths``: the distinct prompt sizes (tokens evaluated) and depths the TTFT and decode
+    lines run through. ``points_ttft``: ``(prompt tokens evaluated, ttft_ms)``; ``points_decode``: ``(depth,
+    decode tokens/s)`` — for the plot, kept when :func:`group_stats` is asked for them. ``ttft_fit`` /
+    ``decode_fit`` ``None`` when fewer than :data:`MIN_FIT_X` distinct x values.
     """
 
     group: str
@@ -184,12 +187,14 @@ class GroupStats:
     median_decode_tokens_per_s: float | None
     ttft_fit: LinearFit | None
     decode_fit: LinearFit | None
+    prompt_sizes: int = 0
+    depths: int = 0
     points_ttft: list[tuple[float, float]] = field(default_factory=list, repr=False)
     points_decode: list[tuple[float, float]] = field(default_factory=list, repr=False)
 
     def distinct_x(self) -> tuple[int, int]:
         """How many distinct prompt sizes and depths the turns have: the fits need :data:`MIN_FIT_X` of each."""
-        return len({x for x, _ in self.points_ttft}), len({x for x, _ in self.points_decode})
+        return self.prompt_sizes, self.depths
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (no points): the figures, the fits as ``{"intercept", "slope", "r2", "n", "through_origin"}``
@@ -222,38 +227,73 @@ def parse_by(text: str) -> tuple[str, ...]:
     return dims
 
 
-def group_stats(conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] = ("model",)) -> list[GroupStats]:
-    """:class:`GroupStats` of the turns with metrics that pass ``filters``, grouped by ``by`` (most turns first)."""
+def group_stats(
+    conn: sqlite3.Connection, filters: Filters, by: tuple[str, ...] = ("model",), *, points: bool = False
+) -> list[GroupStats]:
+    """:class:`GroupStats` of the turns with metrics that pass ``filters``, grouped by ``by`` (most turns first);
+    with ``points``, each group's points too (the plot's).
+
+    The rows come without their group's name (it is looked up once per context), ordered by context, the order
+    of ``turns_figures``, which covers what is read (docs/history.md); each context's run of rows is split into
+    columns at once, and the lines are fitted from the columns' sums (:class:`~chatphase.timing.fits.Moments`).
+    Naming and grouping 100,000 rows one by one, and building NumPy arrays of them, was most of
+    ``chatphase stats``; SQLite's own aggregates (sums, window-function medians) came out slower than this.
+    """
     where, args = filters.where()
     key = " || ' · ' || ".join(GROUP_BY[d] for d in by)
-    rows = conn.execute(  # turns_figures covers what is read of the turns (docs/history.md)
-        f"SELECT {key}, prompt_tokens, cached_tokens, prefill_tokens, ttft_ms, prefill_tokens_per_s,"
-        f" decode_tokens_per_s, kv_cache_tokens FROM turns t LEFT JOIN contexts c ON c.id = t.context_id"
-        f" WHERE {where} AND stop_reason IS NOT NULL",
+    names: dict[int | None, str] = dict(
+        conn.execute(
+            f"SELECT x.cid, {key} FROM (SELECT NULL AS cid UNION ALL SELECT id FROM contexts) x"
+            " LEFT JOIN contexts c ON c.id = x.cid"
+        ).fetchall()
+    )
+    rows = conn.execute(
+        f"SELECT t.context_id, {_EVALUATED}, ttft_ms, prefill_tokens_per_s, decode_tokens_per_s, kv_cache_tokens"
+        f" FROM turns t LEFT JOIN contexts c ON c.id = t.context_id WHERE {where} AND stop_reason IS NOT NULL"
+        " ORDER BY t.context_id",
         args,
     ).fetchall()
-    groups: dict[str, list[tuple]] = {}
-    for row in rows:
-        groups.setdefault(row[0], []).append(row)
+    columns: dict[str, list[list]] = {}
+    for cid, run in itertools.groupby(rows, key=lambda r: r[0]):
+        group_columns = columns.setdefault(names.get(cid, names[None]), [[] for _ in range(5)])
+        for into, values in zip(group_columns, list(zip(*run, strict=True))[1:], strict=True):
+            into.extend(values)
     out = []
-    for name, rs in groups.items():
-        ttft = [(float(x), float(r[4])) for r in rs if r[4] is not None and (x := _evaluated(r)) is not None]
-        decode = [(float(r[7]), float(r[6])) for r in rs if r[6] is not None and r[7] is not None]
+    for name, (evaluated, ttft_ms, prefill_tps, decode_tps, depth) in columns.items():
+        ttft = _pairs(evaluated, ttft_ms)
+        decode = _pairs(depth, decode_tps)
         out.append(
             GroupStats(
                 group=name,
-                turns=len(rs),
-                median_ttft_ms=_median(r[4] for r in rs),
-                median_prefill_tokens_per_s=_median(r[5] for r in rs),
-                median_decode_tokens_per_s=_median(r[6] for r in rs),
-                ttft_fit=cost_fit([p[0] for p in ttft], [p[1] for p in ttft], MIN_FIT_X),
-                decode_fit=linear_fit([p[0] for p in decode], [p[1] for p in decode], MIN_FIT_X),
-                points_ttft=ttft,
-                points_decode=decode,
+                turns=len(ttft_ms),
+                median_ttft_ms=_median(ttft_ms),
+                median_prefill_tokens_per_s=_median(prefill_tps),
+                median_decode_tokens_per_s=_median(decode_tps),
+                ttft_fit=cost_line_of(ttft, MIN_FIT_X),
+                decode_fit=line_of(decode, MIN_FIT_X),
+                prompt_sizes=ttft.distinct_x,
+                depths=decode.distinct_x,
+                points_ttft=_points(evaluated, ttft_ms) if points else [],
+                points_decode=_points(depth, decode_tps) if points else [],
             )
         )
     out.sort(key=lambda g: (-g.turns, g.group))
     return out
+
+
+#: prompt tokens evaluated: ``prefill_tokens``, else prompt minus cached, else the prompt (a server's); NULL
+#: without a prompt count
+_EVALUATED = "coalesce(prefill_tokens, prompt_tokens - coalesce(cached_tokens, 0))"
+
+
+def _pairs(xs: list, ys: list) -> Moments:
+    """The moments of the points where both ``x`` and ``y`` are defined."""
+    both = [x is not None and y is not None for x, y in zip(xs, ys, strict=True)]
+    return Moments.of_points(list(itertools.compress(xs, both)), list(itertools.compress(ys, both)))
+
+
+def _points(xs: list, ys: list) -> list[tuple[float, float]]:
+    return [(float(x), float(y)) for x, y in zip(xs, ys, strict=True) if x is not None and y is not None]
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -261,16 +301,6 @@ def _median(values: Iterable[float | None]) -> float | None:
     :func:`chatphase.timing.stats.summarize` takes it (without its standard deviation, slow over 100,000)."""
     xs = [v for v in values if v is not None]
     return float(statistics.median(xs)) if xs else None
-
-
-def _evaluated(row: tuple) -> int | None:
-    """Prompt tokens evaluated: ``prefill_tokens``, else prompt minus cached, else the prompt (a server's)."""
-    prompt, cached, prefill = row[1], row[2], row[3]
-    if prefill is not None:
-        return int(prefill)
-    if prompt is None:
-        return None
-    return int(prompt) - int(cached or 0)
 
 
 def model_points(

@@ -46,13 +46,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from chatphase.engine.events import Message
 from chatphase.engine.metrics import TurnMetrics
 from chatphase.errors import ChatPhaseError
 from chatphase.sessions.message_files import message_preview, title_before_block
 from chatphase.system.paths import data_dir
+
+if TYPE_CHECKING:  # imported where used: ``logs`` and ``stats`` read sessions without the engine's events
+    from chatphase.engine.events import Message
 
 FORMAT_VERSION = 1
 SUFFIX = ".jsonl"
@@ -168,6 +170,8 @@ class Session:
     def history(self) -> list[Message]:
         """The conversation to continue from: system prompt (from the settings) then user/assistant
         pairs of the turns :attr:`RecordedTurn.in_conversation` (partial replies included)."""
+        from chatphase.engine.events import Message
+
         out: list[Message] = []
         system = (self.settings or {}).get("system_prompt")
         if system:

@@ -154,3 +154,18 @@ def test_itl_percentiles_match_numpys_linear_method():
         p50, p95, pmax = itl_stats_ms(times)
         assert (p50, p95) == pytest.approx(tuple(np.percentile(gaps, [50, 95])), rel=1e-12)
         assert pmax == gaps.max()
+
+
+def test_from_dict_is_the_constructor_over_the_known_fields():
+    """The fast path (the instance's dict built at once) gives what ``TurnMetrics(**known)`` gives: defaults for
+    the fields a dict lacks, unknown keys ignored, and a missing required field still a TypeError."""
+    full = scripted().to_dict()
+    assert TurnMetrics.from_dict(full) == TurnMetrics(**full)
+    assert TurnMetrics.from_dict({**full, "a_newer_field": 1}) == TurnMetrics(**full)
+    minimal = {k: full[k] for k in list(full)[:17]}
+    m = TurnMetrics.from_dict(minimal)
+    assert m == TurnMetrics(**minimal) and hash(m) == hash(TurnMetrics(**minimal))
+    with pytest.raises(AttributeError):
+        m.ttft_ms = 1.0  # still frozen
+    with pytest.raises(TypeError):
+        TurnMetrics.from_dict({k: v for k, v in full.items() if k != "ttft_ms"})

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -27,6 +28,7 @@ from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.catalog import delete_session, rename_session
 from chatphase.sessions.store import load_session_file, sessions_dir
 from chatphase.sessions.writer import SessionWriter
+from chatphase.timing.fits import linear_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = {
@@ -568,3 +570,72 @@ def test_a_later_schema_step_migrates_an_existing_database_keeping_its_rows(monk
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
     assert conn.execute("SELECT user, restore_ms FROM turns").fetchall() == [("kept", pytest.approx(5.0))]
     assert catch_up(conn).indexed == 0
+
+
+def test_a_file_s_turns_reach_the_text_index_as_one_segment():
+    """The turns of a file go into ``turns`` in one statement: SQLite gives each INSERT that fires a trigger its own
+    savepoint, at which FTS5 writes a segment out, so a row at a time left a segment a turn to merge (the
+    first catch-up's largest cost). The search still finds every turn."""
+    write_session([(f"question {i} dragon", f"answer {i}", metrics(10 + i, 5.0)) for i in range(40)])
+    conn = connect()
+    conn.execute("INSERT INTO turns_fts(turns_fts, rank) VALUES ('automerge', 0)")  # keep what was written apart
+    catch_up(conn)
+    assert conn.execute("SELECT count(DISTINCT segid) FROM turns_fts_idx").fetchone()[0] == 1
+    assert len(logs(conn, Filters(text="dragon"), limit=100)) == 40
+    conn.execute("INSERT INTO turns_fts(turns_fts) VALUES ('integrity-check')")
+
+
+def test_stats_lines_from_the_columns_sums_match_the_points_and_the_plot_gets_its_points():
+    """Two contexts of one model (two versions) make one group: its sums are both contexts', its distinct prompt
+    sizes counted over both; the points come only when asked (the plot's)."""
+    write_session([(f"q{n}", "a", metrics(n, 20 + 0.5 * n + (n % 7), decode_tps=100 - n / 10)) for n in (10, 20, 40)])
+    write_session(
+        [(f"q{n}", "a", metrics(n, 20 + 0.5 * n - (n % 5), decode_tps=90 - n / 20)) for n in (20, 40, 80)],
+        context=CONTEXT,
+    )
+    conn = connect()
+    catch_up(conn)
+    (bare,) = group_stats(conn, Filters())
+    (g,) = group_stats(conn, Filters(), points=True)
+    assert bare.points_ttft == [] and bare.ttft_fit == g.ttft_fit and g.distinct_x() == bare.distinct_x()
+    xs, ys = zip(*g.points_ttft, strict=True)
+    assert g.distinct_x()[0] == len(set(xs)) == 4 and g.turns == len(xs) == 6
+    free = linear_fit(xs, ys)
+    assert g.ttft_fit.slope == pytest.approx(free.slope) and g.ttft_fit.intercept == pytest.approx(free.intercept)
+    assert g.ttft_fit.r2 == pytest.approx(free.r2)
+
+
+def test_a_parallel_catch_up_stores_what_a_serial_one_does_and_reads_here_when_workers_cannot_start(
+    monkeypatch, caplog
+):
+    """Files read in worker processes (spawned) reach the database as the catch-up of this process writes them;
+    where the processes cannot start, the files are read here, and nothing is lost either way."""
+    from chatphase.history import index
+
+    todays_sessions()
+    for i in range(4):
+        write_session([(f"q{i}", f"a{i}", metrics(10 + i, 5.0))], context=CONTEXT if i % 2 else None)
+    serial = connect()
+    catch_up(serial)
+    want = db_turns(serial)
+    contexts = serial.execute("SELECT key FROM contexts ORDER BY id").fetchall()
+    serial.close()
+    monkeypatch.setattr(index, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(index, "_workers", lambda files: 2)
+    for broken in (False, True):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db_path()}{suffix}").unlink(missing_ok=True)
+        if broken:
+
+            def cannot_start(*args, **kwargs):
+                raise OSError("no semaphores here")
+
+            monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", cannot_start)
+        conn = connect()
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="chatphase.history.index"):
+            done = catch_up(conn, parallel=True)
+        assert ("reading here" in caplog.text) == broken
+        assert done.indexed == len(list(sessions_dir().glob("*.jsonl"))) and db_turns(conn) == want
+        assert conn.execute("SELECT key FROM contexts ORDER BY id").fetchall() == contexts
+        conn.close()
