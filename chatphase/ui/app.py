@@ -82,7 +82,10 @@ class ChatPhaseApp(App[None]):
         resume: a saved session to continue.
     """
 
-    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses elsewhere work
+    # absolute: subclasses elsewhere work. The token view's sheet is read with the app's: a screen's own sheet is read
+    # when the screen is first pushed, and Textual then parses every sheet again and restyles every widget (~50 ms
+    # blocked on the token view's first open, benchmarks/token_view.py); the screen finds it read already.
+    CSS_PATH = [Path(__file__).with_name("app.tcss"), Path(__file__).parent / "screens" / "tokens.tcss"]
     TITLE = "chatphase"
     BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Interrupt", show=False, priority=True)]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]

@@ -18,6 +18,7 @@ from rich.cells import cell_len, chop_cells
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.color import Color
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -33,6 +34,10 @@ _INK = Color.parse("#000000")
 _WHITE = Color.parse("#ffffff")
 _ITALIC = Style(italic=True)
 _SPECIAL = Style(bold=True, underline=True)
+_BOLD = Style(bold=True)
+_REVERSE = Style(reverse=True)
+#: the grid's drawn lines kept (a few screens' worth: what scrolls back into view is drawn once)
+STRIP_CACHE_LINES = 160
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,8 @@ class TokenGrid(ScrollView, can_focus=True):
         self._layouts: dict[int, tuple[list[int], array[int], array[int]]] = {}
         self._cells: array[int] | None = None  # each entry's width, and whether a line ends after it
         self._ends_line = b""
+        self._strips: LRUCache[tuple[int, int, int, Style], Strip] = LRUCache(STRIP_CACHE_LINES)
+        self._line_style: Style | None = None
 
     # -- layout ----------------------------------------------------------------------------------
     def _piece(self, token: int) -> tuple[str, int, bool]:
@@ -174,9 +181,6 @@ class TokenGrid(ScrollView, can_focus=True):
         if ref.part == "prompt" and file_at(self._files, i) is not None:
             style += _ITALIC
         return style
-
-    def _text(self, entry: int) -> str:
-        return self._piece(self._ids[entry])[0]
 
     def _layout(self, width: int) -> None:
         """Wrap the entries to ``width`` cells: a part's header on a line of its own, a line broken after a
@@ -219,35 +223,56 @@ class TokenGrid(ScrollView, can_focus=True):
             self.refresh()
 
     # -- drawing ---------------------------------------------------------------------------------
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._line_style = self.rich_style  # once a frame, not once a line (it walks the widget's ancestors)
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
+        """Line ``y`` of the view, the same :class:`Strip` object again while its line, the width, the selection
+        on it and the widget's style are unchanged: Textual keeps what it derives from a strip (the line
+        filters' pass, crops, the compositor's cuts) in the strip, so a line scrolled back into view costs a look-up,
+        and a frame makes few new objects for the garbage collector to walk."""
         line = self.scroll_offset.y + y
         width = self.scrollable_content_region.width
+        base = self._line_style or self.rich_style
         if self._width < 0 or line >= len(self._line_first):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, base)
+        first = self._line_first[line]
+        on_line = first >= 0 and self._entry_line[self.cursor] == line
+        key = (line, width, self.cursor if on_line else -1, base)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strips[key] = self._draw_line(line, width, base)
+        return strip
+
+    def _draw_line(self, line: int, width: int, base: Style) -> Strip:
         first = self._line_first[line]
         if first < 0:  # a header
             header = self.entries.parts[-1 - first][3]
             text = f"── {header} " + "─" * max(0, width - cell_len(header) - 4)
-            return Strip([Segment(text[:width], Style(bold=True))]).adjust_cell_length(width, self.rich_style)
+            return Strip([Segment(text[:width], _BOLD)]).adjust_cell_length(width, base)
         segments, e = [], first
         n = self.entries.n
-        while e < n and self._entry_line[e] == line:
-            text = self._text(e)
-            if cell_len(text) > width:
+        entry_line = self._entry_line
+        while e < n and entry_line[e] == line:
+            text, cells, _ = self._piece(self._ids[e])
+            if cells > width:
                 text = chop_cells(text, width)[0]
             style = self._style(e)
             if e == self.cursor:
-                style = style + Style(reverse=True)
+                style = style + _REVERSE
             segments.append(Segment(text, style))
             e += 1
-        return Strip(segments).adjust_cell_length(width, self.rich_style)
+        return Strip(segments).adjust_cell_length(width, base)
 
     # -- selection -------------------------------------------------------------------------------
     def select(self, ref: TokenRef, notify: bool = True) -> None:
         """Move the selection to ``ref`` and bring it into view."""
-        self.cursor = max(0, min(self.entries.entry(ref), self.entries.n - 1))
-        self.scroll_to_cursor()
-        self.refresh()
+        old, self.cursor = self.cursor, max(0, min(self.entries.entry(ref), self.entries.n - 1))
+        self.scroll_to_cursor()  # a scroll repaints the whole view itself
+        if self._width >= 0 and old != self.cursor:
+            for line in {self._entry_line[old], self._entry_line[self.cursor]}:
+                self.refresh_line(line)  # only the lines the selection left and came to
         if notify:
             self.post_message(TokenSelected(self.entries.ref(self.cursor)))
 

@@ -83,6 +83,7 @@ class TokenScreen(CloseableScreen):
         super().__init__()
         self.number, self.tokens = number, tokens
         self.files = file_runs(tokens)  # once: each selection names its token's file
+        self._detail_cells = 0  # the detail line's width as last shown (cells)
 
     def compose(self) -> ComposeResult:
         t = self.tokens
@@ -114,4 +115,11 @@ class TokenScreen(CloseableScreen):
         self._show(ref)
 
     def _show(self, ref: TokenRef) -> None:
-        self.query_one("#tokens-detail", Static).update(detail(self.tokens, ref, self.files))
+        """The detail line for ``ref``; a layout of the screen only where its height may change (a line as wide
+        as the box, before or after: it wraps), not on every selection move."""
+        widget = self.query_one("#tokens-detail", Static)
+        text = detail(self.tokens, ref, self.files)
+        width = widget.content_region.width
+        wraps = not 0 < max(text.cell_len, self._detail_cells) < width
+        self._detail_cells = text.cell_len
+        widget.update(text, layout=wraps)
