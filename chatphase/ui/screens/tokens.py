@@ -91,16 +91,17 @@ class TokenScreen(CloseableScreen):
             yield Label(self.titled(f"Turn {self.number} tokens  ·  Tab grid/strip"), classes="panel-title")
             yield Static(Text(counts_line(t)), id="tokens-counts")
             yield Static(legend(t, self.files), id="tokens-legend")
-            yield TokenGrid(t, id="tokens-grid", files=self.files)
+            grid = TokenGrid(t, id="tokens-grid", files=self.files)
+            yield grid
             if t.reply_ids:
                 yield Label("reply on a time strip: each token's height is the gap before it", id="tokens-strip-title")
                 yield GapStrip(t, id="tokens-strip")
-            yield Static(Text(""), id="tokens-detail")
+            first = detail(t, grid.selected, self.files)  # drawn with the rest, not updated once it is up
+            self._detail_cells = first.cell_len
+            yield Static(first, id="tokens-detail")
 
     def on_mount(self) -> None:
-        grid = self.query_one(TokenGrid)
-        grid.focus()
-        self._show(grid.selected)
+        self.query_one(TokenGrid).focus()
 
     def on_token_selected(self, message: TokenSelected) -> None:
         message.stop()
