@@ -160,8 +160,13 @@ class TokenGrid(ScrollView, can_focus=True):
         self._line_first: list[int] = []
         self._entry_line = _LineOf(array("i"), array("i"))
         self._layouts: dict[int, tuple[list[int], _LineOf]] = {}
-        self._cum: array[int] | None = None  # the entries' running width (cells; one more than entries)
-        self._ends_line = b""  # 1 where a line ends after the entry (a newline piece)
+        # what the wrap needs at any width, worked out here (the screen's build), not in its first layout's frame:
+        # the entries' running width (cells; one more than entries) and 1 where a line ends after an entry
+        pieces = {tok: self._piece(tok) for tok in set(self._ids)}  # once per vocabulary entry
+        cells = {tok: w for tok, (_, w, _) in pieces.items()}
+        ends = {tok: int(e) for tok, (_, _, e) in pieces.items()}
+        self._cum = array("q", accumulate(map(cells.__getitem__, self._ids), initial=0))
+        self._ends_line = bytes(map(ends.__getitem__, self._ids))
         self._strips: LRUCache[tuple[int, int, int, Style], Strip] = LRUCache(STRIP_CACHE_LINES)
         self._line_style: Style | None = None
 
@@ -202,12 +207,6 @@ class TokenGrid(ScrollView, can_focus=True):
         width = max(width, 8)
         self._width = width
         if width not in self._layouts:
-            if self._cum is None:
-                pieces = {tok: self._piece(tok) for tok in set(self._ids)}  # once per vocabulary entry
-                cells = {tok: w for tok, (_, w, _) in pieces.items()}
-                ends = {tok: int(e) for tok, (_, _, e) in pieces.items()}
-                self._cum = array("q", accumulate(map(cells.__getitem__, self._ids), initial=0))
-                self._ends_line = bytes(map(ends.__getitem__, self._ids))
             cum, ends_line = self._cum, self._ends_line
             first: list[int] = []
             for p, (_, start, count, _) in enumerate(self.entries.parts):
@@ -238,7 +237,6 @@ class TokenGrid(ScrollView, can_focus=True):
 
     def _x(self, entry: int) -> int:
         """The column ``entry`` starts at on its line."""
-        assert self._cum is not None
         return min(self._cum[entry] - self._cum[self._line_first[self._entry_line[entry]]], self._width)
 
     def on_resize(self) -> None:
