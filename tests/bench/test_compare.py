@@ -135,7 +135,7 @@ def test_each_side_warms_up_once_uncounted_so_the_first_side_does_not_pay_the_fi
     result: CompareResult = done.result
     assert result.ratios()[0]["ttft_ms"] == pytest.approx(1.0, rel=0.05)  # equal sides look equal on turn 1
     assert [(t.turn, t.side) for t in result.turns] == [(0, "A"), (0, "B"), (1, "B"), (1, "A")]  # none counted
-    for side, engine in engines.items():
+    for engine in engines.values():
         warm_up, first = engine.requests[0], engine.requests[1]
         assert warm_up.sampling.max_tokens == WARMUP_TOKENS and warm_up.sampling.temperature == 0.0
         assert [m.content for m in first.messages if m.role != "system"] == ["one"]  # not in the conversation
