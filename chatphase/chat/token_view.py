@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import Any
 
 from chatphase.engine.text import inert
@@ -72,12 +73,9 @@ def file_runs(t: TurnTokens) -> list[tuple[int, int, str]]:
     holds the end marker is marked up to there."""
     from chatphase.sessions.message_files import FILE_END, FILE_HEAD, file_name
 
-    starts, pieces, at = array("i"), [], 0
-    for tok in t.prompt_ids:
-        starts.append(at)
-        piece = t.text(tok)
-        pieces.append(piece)
-        at += len(piece)
+    texts = {tok: t.text(tok) for tok in set(t.prompt_ids)}  # once per vocabulary entry, the rest in C
+    pieces = list(map(texts.__getitem__, t.prompt_ids))
+    starts = array("q", accumulate(map(len, pieces), initial=0))  # each token's first character (and the end)
     text = "".join(pieces)
     runs = []
     for m in FILE_HEAD.finditer(text):

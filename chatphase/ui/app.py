@@ -35,6 +35,7 @@ from chatphase.engine.text import inert
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.sessions.store import Session
 from chatphase.settings.schema import Settings
+from chatphase.ui import idle_gc
 from chatphase.ui import messages as msg
 from chatphase.ui.actions import ACTIONS, action_bindings, help_rows, key_display, key_labels
 from chatphase.ui.chat_view import ChatView
@@ -82,7 +83,10 @@ class ChatPhaseApp(App[None]):
         resume: a saved session to continue.
     """
 
-    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses elsewhere work
+    # absolute: subclasses elsewhere work. The token view's sheet is read with the app's: a screen's own sheet is read
+    # when the screen is first pushed, and Textual then parses every sheet again and restyles every widget (~50 ms
+    # blocked on the token view's first open, benchmarks/token_view.py); the screen finds it read already.
+    CSS_PATH = [Path(__file__).with_name("app.tcss"), Path(__file__).parent / "screens" / "tokens.tcss"]
     TITLE = "chatphase"
     BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Interrupt", show=False, priority=True)]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
@@ -114,6 +118,7 @@ class ChatPhaseApp(App[None]):
         self.keymap, self._keymap_notices = check_keymap(settings.keys, reserved_keys(type(self)))
         self.keys = key_labels(self.keymap)
         self.view: ChatView  # the controller's listener, made on mount (it needs the mounted widgets)
+        self.idle_gc = idle_gc.IdleCollector()
 
     # -- the terminal --------------------------------------------------------------------------------
     def get_driver_class(self) -> type[Driver]:
@@ -191,6 +196,9 @@ class ChatPhaseApp(App[None]):
         # the first screen is drawn, later collections walk only what came after (Python's gc.freeze, made for
         # a long-lived process's start-up objects).
         self.call_after_refresh(gc.freeze)
+        # and what comes after is walked by a full collection in the user's pauses, not in a key's frame
+        self.idle_gc.start()
+        self.set_interval(idle_gc.CHECK_S, self.idle_gc.check, name="idle gc")
 
     @property
     def dashboard(self) -> Dashboard:
@@ -435,7 +443,13 @@ class ChatPhaseApp(App[None]):
         self.chat.close()
         self.exit()
 
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseEvent)):
+            self.idle_gc.input()  # the user is there: no full collection until they pause
+        await super().on_event(event)
+
     def on_unmount(self) -> None:
+        self.idle_gc.stop()
         self.chat.close()
         self.recording.on_error = None  # no screen left to notify: a failure at close stays in .failed
         self.recording.close()

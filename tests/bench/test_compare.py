@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from fake_engine import FakeEngine, FakeTiming, fake_model_info
 
 from chatphase.bench.compare.plan import ComparePlan, parse_side, read_turns
 from chatphase.bench.compare.result import CompareResult
-from chatphase.bench.compare.run import CompareRun
+from chatphase.bench.compare.run import WARMUP_TOKENS, CompareRun
 from chatphase.bench.core.events import RunDone
 from chatphase.bench.experiments import EXPERIMENTS, load_result
 from chatphase.errors import EngineError, UsageError
@@ -101,9 +102,44 @@ def test_turns_alternate_each_side_keeps_its_conversation_and_the_ratios_follow(
     first = result.ratios()[0]
     assert first["ttft_ms"] > 1 and first["prefill_tokens_per_s"] == pytest.approx(0.5, rel=0.2)
     assert result.differences() == {"type_k": ("f16", "q8_0")}
-    # greedy and capped for both
-    assert {e.requests[0].sampling.temperature for e in engines.values()} == {0.0}
-    assert {e.requests[0].sampling.max_tokens for e in engines.values()} == {16}
+    # greedy and capped for both (each engine's first request is its warm-up)
+    assert {e.requests[1].sampling.temperature for e in engines.values()} == {0.0}
+    assert {e.requests[1].sampling.max_tokens for e in engines.values()} == {16}
+
+
+def test_each_side_warms_up_once_uncounted_so_the_first_side_does_not_pay_the_first_evaluation():
+    """A process's first evaluation after a load pays for what later ones find ready (scripted here as 500 ms more
+    prefill on the machine's first evaluation, which warms the weights both sides read): without a warm-up, side A,
+    first on turn 1, paid it in its TTFT and turn 1's ratio B/A said B was much faster than it is."""
+    warm = []
+    factory, engines = fakes(slow_side="none")
+
+    class FirstEvaluationSlow(FakeEngine):
+        def run_turn(self, request):
+            timing = self.timing
+            if not warm:
+                warm.append(request)
+                self.timing = replace(timing, prefill_once_ms=timing.prefill_once_ms + 500)
+            try:
+                yield from super().run_turn(request)
+            finally:
+                self.timing = timing
+
+    def slow_first(info, settings):
+        engine = factory(info, settings)
+        engine.__class__ = FirstEvaluationSlow
+        return engine
+
+    plan = ComparePlan(turns=("one", "two"), b={"type_k": "q8_0"}, gen_tokens=16)
+    _, done = run_all(CompareRun(fake_model_info(), Settings(), plan, engine_factory=slow_first))
+    result: CompareResult = done.result
+    assert result.ratios()[0]["ttft_ms"] == pytest.approx(1.0, rel=0.05)  # equal sides look equal on turn 1
+    assert [(t.turn, t.side) for t in result.turns] == [(0, "A"), (0, "B"), (1, "B"), (1, "A")]  # none counted
+    for engine in engines.values():
+        warm_up, first = engine.requests[0], engine.requests[1]
+        assert warm_up.sampling.max_tokens == WARMUP_TOKENS and warm_up.sampling.temperature == 0.0
+        assert [m.content for m in first.messages if m.role != "system"] == ["one"]  # not in the conversation
+    assert "warm-up turn first, not counted" in result.render("table")
 
 
 def test_two_equal_sides_are_refused_before_anything_loads():

@@ -253,3 +253,72 @@ async def test_a_reasoning_model_s_thinking_has_its_own_colour_on_the_strip_and_
         assert "thinking" not in detail(app)
         await pilot.press("left")
         assert detail(app).startswith("reply #1 · id 2 · ") and " · thinking · " in detail(app)
+
+
+def reference_wrap(grid: TokenGrid, width: int) -> tuple[list[int], list[int], list[int]]:
+    """The wrap token by token (what the grid did before it wrapped per line): each line's first entry (-1 - part
+    for a header), each entry's line and column."""
+    width = max(width, 8)
+    first: list[int] = []
+    lines: list[int] = []
+    xs: list[int] = []
+    for p, (_, start, count, _) in enumerate(grid.entries.parts):
+        first.append(-1 - p)
+        line, x = len(first) - 1, width
+        for e in range(start, start + count):
+            _, cells, ends = grid._piece(grid._ids[e])
+            w = min(cells, width)
+            if x + w > width:
+                first.append(e)
+                line, x = line + 1, 0
+            lines.append(line)
+            xs.append(x)
+            x = width if ends else x + w
+    return first, lines, xs
+
+
+def test_the_wrap_per_line_puts_every_token_where_the_wrap_token_by_token_did():
+    """Newlines, a piece wider than the line, wide characters, specials, three parts: the same lines and columns
+    at every width from 8 (the least) to 60."""
+    texts = ["<|im_start|>", "user", "\n", " the", " cache", "缓存", "x" * 25, ".\n", " ", "\\xe2", "\n\n", "é"]
+    pieces = {i: Piece(text, i == 0) for i, text in enumerate(texts)}
+    ids = [(i * 7 + i // 5) % len(texts) for i in range(400)]
+    tokens = TurnTokens(ids[:300], 40, 100, 200, left_out_ids=ids[300:340], reply_ids=ids[340:],
+                        reply_t_ns=range(0, 60_000_000, 1_000_000), pieces=pieces)  # fmt: skip
+    grid = TokenGrid(tokens)
+    for width in range(8, 61):
+        first, lines, xs = reference_wrap(grid, width)
+        grid._layout(width)
+        assert grid._line_first == first, width
+        assert [grid._entry_line[e] for e in range(grid.entries.n)] == lines, width
+        assert [grid._x(e) for e in range(grid.entries.n)] == xs, width
+
+
+async def test_a_selection_move_repaints_two_lines_and_an_unchanged_line_is_the_same_strip(monkeypatch):
+    """A line that did not change is handed to Textual as the very strip it had (what Textual derives from it is
+    kept in it), and a move along a line repaints that line only, not the whole view."""
+    app = GridApp(big_tokens(2_000))
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = app.query_one(TokenGrid)
+        grid.focus()
+        await pilot.pause()
+        line3 = grid.render_line(3)
+        assert grid.render_line(3) is line3
+        asked: list[int] = []
+        drawn: list[int] = []
+        render_line, draw_line = TokenGrid.render_line, TokenGrid._draw_line
+
+        def spy_render(self, y):
+            asked.append(y)
+            return render_line(self, y)
+
+        def spy_draw(self, line, width, base):
+            drawn.append(line)
+            return draw_line(self, line, width, base)
+
+        monkeypatch.setattr(TokenGrid, "render_line", spy_render)
+        monkeypatch.setattr(TokenGrid, "_draw_line", spy_draw)
+        await pilot.press("right")  # along the first token line (line 1: line 0 is the prompt's header)
+        await pilot.pause()
+        assert grid.selected == TokenRef("prompt", 1) and asked == [1] and drawn == [1]
+        assert grid.render_line(3) is line3

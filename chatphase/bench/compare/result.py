@@ -29,10 +29,11 @@ FIGURES: dict[str, bool] = {
     "kv_cache_bytes": False,
     "rss_bytes": False,
 }
-#: why the sides never run at once (said under every table).
+#: why the sides never run at once, and their warm-up (said under every table).
 ONE_AT_A_TIME = (
     "the sides ran one after the other, never at once: on a shared CPU each would slow the other; the first "
-    "alternates each turn"
+    "alternates each turn; each side ran one short warm-up turn first, not counted (a process's first evaluation "
+    "after its load is slower)"
 )
 
 

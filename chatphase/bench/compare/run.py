@@ -5,7 +5,10 @@ loaded one after the other, then the turns.
 Each user turn goes to both sides, one after the other, never at once (on a shared CPU each would slow the
 other, and both measurements would be wrong); the side that goes first alternates (A first on odd turns), so
 neither always runs on a warmer machine. Each side keeps its own conversation, as a chat would: its own replies
-are in its next prompts, and its KV cache is reused between turns. The figures are the turns' own
+are in its next prompts, and its KV cache is reused between turns. Before the first measured turn each side runs
+one short warm-up turn, not counted (:data:`WARMUP_TEXT`, :data:`WARMUP_TOKENS` tokens): a process's first
+evaluation after a load pays for what later ones find ready (the weights paged in, buffers and threads set up), and
+without it the side that goes first on turn 1 paid it in its TTFT. The figures are the turns' own
 (:class:`~chatphase.engine.metrics.TurnMetrics`), the resident memory of the side's engine process read after
 each turn (psutil; ``None`` for a server).
 """
@@ -29,12 +32,16 @@ from chatphase.chat.listener import ChatListener
 from chatphase.chat.turn import Turn
 from chatphase.engine.base import Engine
 from chatphase.engine.config import EngineConfig
-from chatphase.engine.events import LoadedModel, TurnFinished
+from chatphase.engine.events import EngineFailed, LoadedModel, Message, SamplingParams, TurnFinished, TurnRequest
 from chatphase.errors import EngineError, UsageError
 from chatphase.models.gguf_meta import ModelInfo
 from chatphase.settings.schema import Settings, with_values
 
 SIDES = ("A", "B")
+#: the warm-up turn each side runs once loaded, before the first measured one (a fresh conversation of its own,
+#: greedy, :data:`WARMUP_TOKENS` tokens at most; its reply is kept nowhere)
+WARMUP_TEXT = "Hi."
+WARMUP_TOKENS = 4
 #: ``(model, settings) -> Engine``: how a side gets its engine.
 EngineFactory = Callable[[ModelInfo, Settings], Engine]
 
@@ -149,8 +156,9 @@ class CompareRun:
 
     def cancel(self) -> None:
         self._cancel.set()
-        if self._running is not None:
-            self._running.chat.stop()
+        running = self._running
+        if running is not None and not running.chat.stop() and running.chat.engine is not None:
+            running.chat.engine.cancel()  # its warm-up turn, which is not the controller's
 
     def side_settings(self) -> tuple[Settings, Settings]:
         """A's and B's settings: greedy, ``gen_tokens`` per reply, the disk prefix store off unless a side's
@@ -190,6 +198,11 @@ class CompareRun:
                 side.chat.start_engine()
                 if side.loaded is None:
                     raise EngineError(f"side {name} ({side.info.name}): {side.failure or 'the engine did not load'}")
+            for side in self._sides:
+                if self._cancel.is_set():
+                    break
+                yield BenchStatus(f"side {side.name}: warm-up turn (not counted)")
+                self._warm_up(side)
             done = 0
             for k, text in enumerate(plan.turns):
                 order = self._sides if k % 2 == 0 else self._sides[::-1]
@@ -203,6 +216,30 @@ class CompareRun:
         finally:
             for side in self._sides:
                 side.chat.close()
+
+    def _warm_up(self, side: _Side) -> None:
+        """One short turn straight to ``side``'s engine, outside its conversation (module docstring); its KV cache
+        keeps the warm-up's prompt, so the first measured turn may reuse the template's start from it, as each
+        later turn reuses its own conversation.
+
+        Raises:
+            EngineError: the warm-up failed.
+        """
+        engine = side.chat.engine
+        assert engine is not None
+        request = TurnRequest(
+            turn_id=0,  # the controller's own turns are numbered from 1
+            messages=(Message("user", WARMUP_TEXT),),
+            sampling=SamplingParams(max_tokens=WARMUP_TOKENS, temperature=0.0),
+            reset_cache=True,
+        )
+        self._running = side
+        try:
+            for event in engine.run_turn(request):
+                if isinstance(event, EngineFailed):
+                    raise EngineError(f"side {side.name}, warm-up turn: {event.message}")
+        finally:
+            self._running = None
 
     def _send(self, side: _Side, k: int, position: int, text: str) -> CompareTurn:
         side.finished, side.failure = None, None

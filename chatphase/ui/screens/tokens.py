@@ -83,6 +83,7 @@ class TokenScreen(CloseableScreen):
         super().__init__()
         self.number, self.tokens = number, tokens
         self.files = file_runs(tokens)  # once: each selection names its token's file
+        self._detail_cells = 0  # the detail line's width as last shown (cells)
 
     def compose(self) -> ComposeResult:
         t = self.tokens
@@ -90,16 +91,17 @@ class TokenScreen(CloseableScreen):
             yield Label(self.titled(f"Turn {self.number} tokens  ·  Tab grid/strip"), classes="panel-title")
             yield Static(Text(counts_line(t)), id="tokens-counts")
             yield Static(legend(t, self.files), id="tokens-legend")
-            yield TokenGrid(t, id="tokens-grid", files=self.files)
+            grid = TokenGrid(t, id="tokens-grid", files=self.files)
+            yield grid
             if t.reply_ids:
                 yield Label("reply on a time strip: each token's height is the gap before it", id="tokens-strip-title")
                 yield GapStrip(t, id="tokens-strip")
-            yield Static(Text(""), id="tokens-detail")
+            first = detail(t, grid.selected, self.files)  # drawn with the rest, not updated once it is up
+            self._detail_cells = first.cell_len
+            yield Static(first, id="tokens-detail")
 
     def on_mount(self) -> None:
-        grid = self.query_one(TokenGrid)
-        grid.focus()
-        self._show(grid.selected)
+        self.query_one(TokenGrid).focus()
 
     def on_token_selected(self, message: TokenSelected) -> None:
         message.stop()
@@ -114,4 +116,11 @@ class TokenScreen(CloseableScreen):
         self._show(ref)
 
     def _show(self, ref: TokenRef) -> None:
-        self.query_one("#tokens-detail", Static).update(detail(self.tokens, ref, self.files))
+        """The detail line for ``ref``; a layout of the screen only where its height may change (a line as wide
+        as the box, before or after: it wraps), not on every selection move."""
+        widget = self.query_one("#tokens-detail", Static)
+        text = detail(self.tokens, ref, self.files)
+        width = widget.content_region.width
+        wraps = not 0 < max(text.cell_len, self._detail_cells) < width
+        self._detail_cells = text.cell_len
+        widget.update(text, layout=wraps)
