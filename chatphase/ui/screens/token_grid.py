@@ -50,6 +50,19 @@ class TokenRef:
     index: int
 
 
+def first_ref(t: TurnTokens) -> TokenRef:
+    """The token a new grid selects: the first of its first part (the left-out tokens, else the prompt's, else the
+    reply's).
+
+    Raises:
+        IndexError: the turn has no tokens.
+    """
+    for part, ids in (("left_out", t.left_out_ids), ("prompt", t.prompt_ids), ("reply", t.reply_ids)):
+        if ids:
+            return TokenRef(part, 0)  # type: ignore[arg-type]
+    raise IndexError(0)
+
+
 class TokenSelected(Message):
     """The selection moved to ``ref``."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from chatphase.chat.token_view import (
@@ -24,7 +25,7 @@ from chatphase.chat.token_view import (
 )
 from chatphase.engine.tokens import TurnTokens
 from chatphase.ui.screens.modals import CloseableScreen
-from chatphase.ui.screens.token_grid import GapStrip, TokenGrid, TokenRef, TokenSelected
+from chatphase.ui.screens.token_grid import GapStrip, TokenGrid, TokenRef, TokenSelected, first_ref
 from chatphase.units import fmt_ms
 
 
@@ -91,17 +92,27 @@ class TokenScreen(CloseableScreen):
             yield Label(self.titled(f"Turn {self.number} tokens  ·  Tab grid/strip"), classes="panel-title")
             yield Static(Text(counts_line(t)), id="tokens-counts")
             yield Static(legend(t, self.files), id="tokens-legend")
-            grid = TokenGrid(t, id="tokens-grid", files=self.files)
-            yield grid
-            if t.reply_ids:
-                yield Label("reply on a time strip: each token's height is the gap before it", id="tokens-strip-title")
-                yield GapStrip(t, id="tokens-strip")
-            first = detail(t, grid.selected, self.files)  # drawn with the rest, not updated once it is up
+            yield Vertical(id="tokens-body")  # the grid and the strip: mounted once the rest is drawn
+            first = detail(t, first_ref(t), self.files)  # drawn with the rest, not updated once it is up
             self._detail_cells = first.cell_len
             yield Static(first, id="tokens-detail")
 
     def on_mount(self) -> None:
-        self.query_one(TokenGrid).focus()
+        # the screen's first build in two event-loop turns, each well under a frame's budget: the frame and its
+        # lines, then the grid and the strip (benchmarks/token_view.py: one turn for both blocked the UI ~50 ms)
+        self.call_after_refresh(self._mount_body)
+
+    async def _mount_body(self) -> None:
+        t = self.tokens
+        grid = TokenGrid(t, id="tokens-grid", files=self.files)
+        body: list[Widget] = [grid]
+        if t.reply_ids:
+            body.append(
+                Label("reply on a time strip: each token's height is the gap before it", id="tokens-strip-title")
+            )
+            body.append(GapStrip(t, id="tokens-strip"))
+        await self.query_one("#tokens-body", Vertical).mount_all(body)
+        grid.focus()
 
     def on_token_selected(self, message: TokenSelected) -> None:
         message.stop()
