@@ -9,15 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from chatphase.engine.fit_search import choose_context, choose_layers, choose_placement
 from chatphase.engine.llamalog import LlamaLogCapture, parse_only
 from chatphase.engine.memory_plan import (
     HOST,
     DevicePlan,
     MemoryPlan,
     budget,
-    choose_context,
-    choose_layers,
-    choose_placement,
     layer_ranges,
     parse_layer_ranges,
     plan_lines,

@@ -10,10 +10,10 @@ and llama.cpp's own lines, read and not written (:func:`chatphase.engine.llamalo
 device, each KV cache and the output buffer. The plan is llama.cpp's figures laid out per device; no second formula.
 
 :func:`fit_layers` is what a load does before it starts (the engine, in its own process, and ``chatphase info
---plan``): resolve ``n_gpu_layers auto`` (:func:`chatphase.engine.memory_plan.choose_layers`; 0 with the reason on a
+--plan``): resolve ``n_gpu_layers auto`` (:func:`chatphase.engine.fit_search.choose_layers`; 0 with the reason on a
 build or machine without a GPU device; a mixture-of-experts model's experts kept on the host where that is what
 fits) or project the count asked, whose plan refuses a load that would not fit; with ``n_ctx auto``, choose the
-context too (:func:`~chatphase.engine.memory_plan.choose_context`). A speculative draft model (``spec
+context too (:func:`~chatphase.engine.fit_search.choose_context`). A speculative draft model (``spec
 draft:MODEL``) is projected too and counted in each plan.
 
 The projection runs where llama.cpp may run: in the engine's process, or in a child of its own for the command
@@ -33,17 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from chatphase.engine.events import OFFLOAD_TYPES, DeviceInfo
+from chatphase.engine.fit_search import LayerChoice, choose_context, choose_placement
 from chatphase.engine.memory_plan import (
     AUTO_N_CTX_MIN,
     HOST,
     DevicePlan,
     FitResult,
     KvCachePlan,
-    LayerChoice,
     MemoryPlan,
     budget,
-    choose_context,
-    choose_placement,
     with_draft,
 )
 
@@ -203,7 +201,7 @@ def fit_layers(
     """Resolve ``settings["n_gpu_layers"]`` before a load (``None`` = auto), from llama.cpp's projection.
 
     auto: on a build without GPU offload, or with no GPU device, 0 and ``why_not`` (no projection unless
-    ``plan_always``); else :func:`~chatphase.engine.memory_plan.choose_placement` (a plan that cannot be made: every
+    ``plan_always``); else :func:`~chatphase.engine.fit_search.choose_placement` (a plan that cannot be made: every
     layer, as before auto, and why). A count given (-1 = all): its plan, and the refusal line when a GPU device
     cannot hold its share. ``plan_always``: make the plan of the count even where the load would not need it
     (``info --plan``: the host's plan on a CPU-only build). ``n_layer``: the model's repeating layers.
@@ -297,7 +295,7 @@ def _fit_context(
     n_ctx_train: int | None,
     margin: int,
 ) -> FitResult:
-    """``n_ctx auto``: :func:`~chatphase.engine.memory_plan.choose_context` on llama.cpp's projections, with the
+    """``n_ctx auto``: :func:`~chatphase.engine.fit_search.choose_context` on llama.cpp's projections, with the
     layers asked (auto: chosen with the context; 0 where nothing can be offloaded). Where no plan can be made,
     the least context auto chooses, and why."""
     from chatphase.engine.local.llama_ext import ProjectionUnavailable
