@@ -13,7 +13,7 @@ then rep 2, ..., the order rotating each rep so that no variant always runs firs
 (c) ``chatphase EngineHost`` — chatphase's engine in its child process with chatphase's default settings,
     driven by ``TurnRequest(prompt_token_ids=..., reset_cache=True, ignore_eos=True)``
     (:class:`benchmarks.harness.EngineTurns`);
-(d) ``llama-bench`` (with ``--llama-bench [PATH]``; without PATH, ``scripts/llama_tools_build.sh``'s build) —
+(d) ``llama-bench`` (with ``--llama-bench [PATH]``; without PATH, ``scripts/llama_build.sh``'s build) —
     llama.cpp's own tool, ``-p PP -n TG -r 1`` per rep, repacking weights where chatphase does.
 
 Method (llama-bench's test names): ``pp512`` = prompt tokens / time to the first token of a cold
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="",
         metavar="PATH",
-        help="add (d), llama.cpp's llama-bench (PATH, or scripts/llama_tools_build.sh's build when none is given)",
+        help="add (d), llama.cpp's llama-bench (PATH, or scripts/llama_build.sh's build when none is given)",
     )
     ap.add_argument("--json", metavar="FILE", help="also write the per-rep rates as JSON")
     args = ap.parse_args(argv)

@@ -3,10 +3,11 @@ rotation, the per-rep ratio statistic and chatphase's measured turn.
 
 - Tools: :func:`tool` finds llama-bench, llama-completion, llama-batched-bench or llama-server: a path
   given on the command line, else the folder ``$CHATPHASE_LLAMA_TOOLS``, else the build of
-  ``scripts/llama_tools_build.sh`` in the user cache. Every tool runs with the CPU-safety choice chatphase
+  ``scripts/llama_build.sh`` in the user cache. Every tool runs with the CPU-safety choice chatphase
   makes on this CPU and build (:func:`repack`: weight repacking, llama.cpp's extra buffer types, off only on
   an AMX CPU whose build fails chatphase's AMX probe): llama-bench ``--repack 0|1``, the others ``-nr``
-  where it is off.
+  where it is off. The build's Vulkan devices are hidden from the tools (:func:`tool_env`) unless chatphase's
+  engine sees them too (``LLAMA_CPP_LIB_PATH`` set).
 - :func:`free_port` and :func:`wait_ready`: a loopback port for a server a benchmark or test starts, and the wait
   until it answers.
 - :func:`machine_line`: CPU, cores, memory, extra buffer types and the load average, one line.
@@ -40,7 +41,7 @@ from chatphase.system.cpu_features import cpu_name, physical_cores
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ("llama-bench", "llama-completion", "llama-batched-bench", "llama-server")
 TOOLS_ENV = "CHATPHASE_LLAMA_TOOLS"
-BUILD_SCRIPT = ROOT / "scripts" / "llama_tools_build.sh"
+BUILD_SCRIPT = ROOT / "scripts" / "llama_build.sh"
 T = TypeVar("T")
 
 
@@ -49,7 +50,7 @@ class ToolMissing(SystemExit):
 
 
 def tools_dir() -> Path | None:
-    """``$CHATPHASE_LLAMA_TOOLS``, else the cached build of ``scripts/llama_tools_build.sh`` (``None``: none)."""
+    """``$CHATPHASE_LLAMA_TOOLS``, else the cached build of ``scripts/llama_build.sh`` (``None``: none)."""
     if os.environ.get(TOOLS_ENV):
         return Path(os.environ[TOOLS_ENV])
     try:
@@ -66,7 +67,7 @@ def tool(name: str, path: str | None = None) -> str:
         folder = tools_dir()
         if folder is None:
             raise ToolMissing(
-                f"benchmarks: {name} not found: build it with scripts/llama_tools_build.sh, set {TOOLS_ENV} to its "
+                f"benchmarks: {name} not found: build it with scripts/llama_build.sh, set {TOOLS_ENV} to its "
                 f"folder, or pass its path (--{name} PATH)"
             )
         path = str(folder / name)
@@ -104,17 +105,31 @@ def repack_args(name: str, on: bool) -> list[str]:
     return [] if on else ["-nr"]
 
 
+def tool_env() -> dict[str, str]:
+    """The environment a llama.cpp tool runs in: this one, with ``GGML_VK_VISIBLE_DEVICES`` set empty (no Vulkan
+    device) unless it is set already or ``LLAMA_CPP_LIB_PATH`` gives chatphase's engine the same libraries. The
+    tools' build has the Vulkan backend (``scripts/llama_build.sh``) where chatphase's own wheel may not; a tool
+    that offloads where the engine cannot would measure the device, not chatphase."""
+    env = dict(os.environ)
+    if "LLAMA_CPP_LIB_PATH" not in env:
+        env.setdefault("GGML_VK_VISIBLE_DEVICES", "")
+    return env
+
+
 def run_tool(
     exe: str, args: Sequence[str], *, timeout_s: float | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """Run the llama.cpp tool ``exe`` with ``args`` plus its repacking flags (:func:`repack`), no stdin.
+    """Run the llama.cpp tool ``exe`` with ``args`` plus its repacking flags (:func:`repack`), no stdin, in
+    :func:`tool_env`.
 
     Raises:
         subprocess.CalledProcessError: when ``check`` and it exits non-zero.
         subprocess.TimeoutExpired: when it runs longer than ``timeout_s`` (the process is killed).
     """
     cmd = [exe, *args, *repack_args(Path(exe).name, repack())]
-    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, check=check, timeout=timeout_s, stdin=subprocess.DEVNULL, env=tool_env()
+    )
 
 
 def llama_bench(
@@ -126,11 +141,13 @@ def llama_bench(
     depths: Sequence[int] = (0,),
     flash_attn: str | None = None,
     timeout_s: float | None = None,
+    reps: int = 1,
 ) -> list[dict[str, Any]]:
-    """One ``llama-bench -r 1`` run (``-p n_prompt -n n_gen -d depths``): its JSON rows (``n_prompt``,
-    ``n_gen``, ``n_depth``, ``avg_ts`` tokens/s, ...)."""
+    """One ``llama-bench -r reps`` run (``-p n_prompt -n n_gen -d depths``): its JSON rows (``n_prompt``,
+    ``n_gen``, ``n_depth``, ``avg_ts`` tokens/s, ``samples_ts`` one a rep, ...). llama-bench prefills a depth once
+    and restores it before each rep, so extra reps at depth cost only their own tests."""
     args = ["-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen)]
-    args += ["-d", ",".join(map(str, depths)), "-r", "1", "-o", "json"]
+    args += ["-d", ",".join(map(str, depths)), "-r", str(reps), "-o", "json"]
     args += ["-fa", flash_attn] if flash_attn else []
     rows: list[dict[str, Any]] = json.loads(run_tool(exe, args, timeout_s=timeout_s).stdout)
     return rows
@@ -305,7 +322,7 @@ def greedy(max_tokens: int) -> SamplingParams:
 
 class EngineTurns:
     """chatphase's engine in its child process (:class:`~chatphase.engine.process.host.EngineHost`, loaded
-    here with ``config``); :meth:`turn` runs one turn from a cleared KV cache with the end of sequence
+    here with ``config``); :meth:`turn` runs one turn (from a cleared KV cache by default) with the end of sequence
     ignored, cancelled after ``timeout_s`` when given. Exits with one line when the engine fails."""
 
     def __init__(self, info: Any, config: EngineConfig, timeout_s: float | None = None) -> None:
@@ -320,12 +337,15 @@ class EngineTurns:
                 raise SystemExit(f"chatphase engine failed to load: {ev.message}")
             self.loaded = ev.model
 
-    def turn(self, prompt: Sequence[int], sampling: SamplingParams, on_event: Any = None) -> Any:
+    def turn(
+        self, prompt: Sequence[int], sampling: SamplingParams, on_event: Any = None, reset_cache: bool = True
+    ) -> Any:
         """The :class:`~chatphase.engine.metrics.TurnMetrics` of one turn on ``prompt`` (token ids); ``on_event``
-        (optional) is called with each engine event as it arrives (what a chat's listeners would do)."""
+        (optional) is called with each engine event as it arrives (what a chat's listeners would do).
+        ``reset_cache=False`` keeps the KV cache, so the prompt's cached prefix is reused as in a chat."""
         self._turn += 1
         req = TurnRequest(
-            self._turn, prompt_token_ids=tuple(prompt), reset_cache=True, ignore_eos=True, sampling=sampling
+            self._turn, prompt_token_ids=tuple(prompt), reset_cache=reset_cache, ignore_eos=True, sampling=sampling
         )
         timer = threading.Timer(self.timeout_s, self.host.cancel) if self.timeout_s else None
         if timer:

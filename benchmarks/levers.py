@@ -237,7 +237,7 @@ def main() -> int:
         "llama_bench",
         nargs="?",
         default=None,
-        help="llama.cpp's llama-bench (default: scripts/llama_tools_build.sh's build)",
+        help="llama.cpp's llama-bench (default: scripts/llama_build.sh's build)",
     )
     ap.add_argument("--dir", help="where the synthetic GGUFs are kept (default: chatphase's user cache)")
     ap.add_argument("--parts", default="write,decode,kv")

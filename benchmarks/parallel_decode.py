@@ -1,6 +1,6 @@
 """Parallel decode, side by side: ``chatphase bench --parallel`` against llama.cpp's own ``llama-batched-bench``.
 
-Run (a quiet machine; the tool is by default the one ``scripts/llama_tools_build.sh`` built from the llama.cpp
+Run (a quiet machine; the tool is by default the one ``scripts/llama_build.sh`` built from the llama.cpp
 that llama-cpp-python vendors)::
 
     python -m benchmarks.parallel_decode [--llama-batched-bench PATH] [--model SPEC] [--threads N] \\
@@ -133,7 +133,7 @@ def plot(args, rounds: list[dict], path: str) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--llama-batched-bench", metavar="PATH", help="default: scripts/llama_tools_build.sh's build")
+    p.add_argument("--llama-batched-bench", metavar="PATH", help="default: scripts/llama_build.sh's build")
     p.add_argument("--model", default=None, help="model spec (default: the bundled model)")
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--parallel", type=token_list, default=(1, 2, 4, 8))

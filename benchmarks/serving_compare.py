@@ -1,5 +1,5 @@
 """Side by side with a serving benchmark: ``chatphase bench --server URL --rates R`` against NVIDIA AIPerf, the same
-workload on the same llama-server (built from the vendored llama.cpp: ``scripts/llama_tools_build.sh``).
+workload on the same llama-server (built from the vendored llama.cpp: ``scripts/llama_build.sh``).
 
 Run (a quiet machine)::
 
@@ -54,7 +54,18 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from benchmarks.harness import ROOT, free_port, machine_line, ratio, repack, repack_args, rotation, tool, wait_ready
+from benchmarks.harness import (
+    ROOT,
+    free_port,
+    machine_line,
+    ratio,
+    repack,
+    repack_args,
+    rotation,
+    tool,
+    tool_env,
+    wait_ready,
+)
 from chatphase.bench.rates.accounting import arrival_times_s
 from chatphase.engine.metrics import gap_percentiles_ms
 from chatphase.system.cpu_features import physical_cores
@@ -303,7 +314,7 @@ def start_server(args, model: str) -> tuple[subprocess.Popen, str]:
     argv += ["-t", str(args.threads), "-tb", str(args.threads), "--metrics", *repack_args("llama-server", repack())]
     log = Path(args.workdir) / "llama-server.log"
     with log.open("w") as sink:  # the child keeps its own descriptor
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=tool_env())
     url = f"http://127.0.0.1:{port}"
     if wait_ready(proc, url, 120):
         return proc, url
@@ -563,7 +574,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--install", action="store_true", help=f"create {VENV} with aiperf=={AIPERF_VERSION}, then stop")
     p.add_argument("--aiperf", metavar="PATH", default=str(VENV / "bin" / "aiperf"), help="AIPerf's executable")
-    p.add_argument("--llama-server", metavar="PATH", help="default: scripts/llama_tools_build.sh's build")
+    p.add_argument("--llama-server", metavar="PATH", help="default: scripts/llama_build.sh's build")
     p.add_argument("--model", default=None, help="model spec (default: the bundled model)")
     p.add_argument("--rate", type=float, default=2.0, help="requests/s (Poisson)")
     p.add_argument("--requests", type=int, default=48, help="requests a rep")

@@ -4,7 +4,7 @@ Run (the real one, on a machine nobody else is using; ~15 min on 2 vCPUs):
 
     python -m benchmarks.shared_cpu --reps 5 --llama-bench --output benchmarks/results/shared_cpu-DATE.md
 
-(``--llama-bench`` alone: ``scripts/llama_tools_build.sh``'s build; ``--llama-bench PATH``: that one)
+(``--llama-bench`` alone: ``scripts/llama_build.sh``'s build; ``--llama-bench PATH``: that one)
 
 Smoke run (proves it works, numbers meaningless): ``--reps 1 --pp 32 --tg 16 --spin-s 60``.
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="",
         metavar="PATH",
-        help="add llama.cpp's llama-bench arms (PATH, or scripts/llama_tools_build.sh's build when none is given)",
+        help="add llama.cpp's llama-bench arms (PATH, or scripts/llama_build.sh's build when none is given)",
     )
     ap.add_argument("--spin-s", type=float, default=1800.0, help="the longest a spin loop may live (default 1800)")
     ap.add_argument("--turn-timeout-s", type=float, default=60.0, help="cancel a turn after this (default 60)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# chatphase's GPU path on a real GPU: llama.cpp's Vulkan backend (the build scripts/vulkan_build.sh makes) on
+# chatphase's GPU path on a real GPU: llama.cpp's Vulkan backend (the libraries scripts/llama_build.sh builds) on
 # whatever Vulkan driver the machine has, with synthetic models of real sizes (no network there, and the default
 # model is too large to carry). Each step has its own time limit and its own output, so one that fails costs
 # only itself; all of it goes to $OUT (default /tmp/gpu-check): check.log and results.tar.gz, packed on any exit

@@ -88,10 +88,9 @@ def why_no_offload(backends: tuple[str, ...], devices: tuple[DeviceInfo, ...], n
     a CPU-only build (one with the RPC backend says how to reach rpc-servers), a GPU backend that found no device,
     or ``n_gpu_layers`` 0. Registered rpc-servers' devices (``host`` set) take layers as a GPU's would."""
     gpu_backends = [b for b in backends if b not in ("CPU", "BLAS", "RPC")]
+    rpc = "; its RPC backend offloads to rpc-servers (--rpc HOST:PORT)" if "RPC" in backends else ""
     if not gpu_backends and not any(d.host for d in devices):
-        if "RPC" in backends:
-            return "no GPU backend in this llama.cpp; its RPC backend offloads to rpc-servers (--rpc HOST:PORT)"
-        return "CPU-only build: no GPU support in this llama.cpp"
+        return f"no GPU backend in this llama.cpp{rpc}" if rpc else "CPU-only build: no GPU support in this llama.cpp"
     if not any(d.type in OFFLOAD_TYPES for d in devices):
         hint = (
             "; a GPU needs its Vulkan driver (`vulkaninfo --summary` lists what the Vulkan loader finds), and a "
@@ -99,7 +98,7 @@ def why_no_offload(backends: tuple[str, ...], devices: tuple[DeviceInfo, ...], n
             if "Vulkan" in gpu_backends
             else ""
         )
-        return f"the {'/'.join(gpu_backends)} backend found no GPU device{hint}"
+        return f"the {'/'.join(gpu_backends)} backend found no GPU device{hint}{rpc}"
     if n_gpu_layers == 0:
         return "n_gpu_layers is 0 (--n-gpu-layers)"
     return None

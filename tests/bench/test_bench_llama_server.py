@@ -1,5 +1,5 @@
 """``bench --interference`` over ``--server`` against the real llama-server built from the vendored source (the
-tools of ``scripts/llama_tools_build.sh``): K streams, a newcomer, the server's batching settings as it exposes them.
+tools of ``scripts/llama_build.sh``): K streams, a newcomer, the server's batching settings as it exposes them.
 Seconds on the bundled model. Where the tools are not built the test skips, unless ``CHATPHASE_REQUIRE_LLAMA_TOOLS=1``
 (``.ci/run``, which builds them first) turns the skip into a failure."""
 
@@ -24,7 +24,7 @@ def llama_server(default_model_path):
     folder = harness.tools_dir()
     binary = folder / "llama-server" if folder else None
     if binary is None or not binary.is_file():
-        message = "llama.cpp's tools are not built: run scripts/llama_tools_build.sh"
+        message = "llama.cpp's tools are not built: run scripts/llama_build.sh"
         if os.environ.get("CHATPHASE_REQUIRE_LLAMA_TOOLS") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -32,7 +32,9 @@ def llama_server(default_model_path):
     argv = [str(binary), "-m", str(default_model_path), "--host", "127.0.0.1", "--port", str(port), "-np", "3",
             "-c", "1536", "-t", "1", "-b", "64", "-ub", "64"]  # fmt: skip
     argv += harness.repack_args("llama-server", harness.repack())  # off on an AMX CPU whose build faults there
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=harness.tool_env()
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         if not harness.wait_ready(proc, url, 60):

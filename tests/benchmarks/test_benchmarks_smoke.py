@@ -1,6 +1,6 @@
 """Every benchmark in benchmarks/ runs, so none can rot unseen: its argument parsing (``--help``, a bad flag: one
 usage line and exit 2, no traceback) and its smallest configuration (tiny gen and reps, the bundled 135M model,
-llama.cpp's tools from ``scripts/llama_tools_build.sh``). The figures mean nothing here; only that each
+llama.cpp's tools from ``scripts/llama_build.sh``). The figures mean nothing here; only that each
 benchmark runs to its report. gpu_summary's smallest run is tests/benchmarks/test_gpu_check.py's (real ``ask``/``bench``
 output of this CPU).
 
@@ -81,7 +81,7 @@ def tools():
     """The folder of llama.cpp's tools (skips, or fails under CHATPHASE_REQUIRE_LLAMA_TOOLS=1, when not built)."""
     folder = harness.tools_dir()
     if folder is None or not all((folder / t).is_file() for t in harness.TOOLS):
-        message = "llama.cpp's tools are not built: run scripts/llama_tools_build.sh"
+        message = "llama.cpp's tools are not built: run scripts/llama_build.sh"
         if os.environ.get("CHATPHASE_REQUIRE_LLAMA_TOOLS") == "1":
             pytest.fail(message)
         pytest.skip(message)

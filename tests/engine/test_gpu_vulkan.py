@@ -2,7 +2,7 @@
 CPU machine Mesa's software device llvmpipe, a real ggml GPU backend (device buffers, the layer split,
 host↔device copies, per-device memory) whose speed says nothing about a GPU.
 
-Runs against the libraries ``scripts/vulkan_build.sh`` built (``LLAMA_CPP_LIB_PATH``), in child processes
+Runs against the libraries ``scripts/llama_build.sh`` built (``LLAMA_CPP_LIB_PATH``), in child processes
 with ``GGML_VK_VISIBLE_DEVICES=0`` (ggml skips CPU-type Vulkan devices otherwise). Deselected by default
 (``-m "not gpu_vulkan"`` in pyproject.toml); run with ``python3 -m pytest -m gpu_vulkan`` after the script.
 Without the build the tests skip, unless ``CHATPHASE_REQUIRE_VULKAN=1`` (CI) makes that a failure.
@@ -30,7 +30,7 @@ GREEDY_STEPS = 12
 
 @pytest.fixture(scope="module")
 def vulkan_lib() -> str:
-    done = subprocess.run([str(ROOT / "scripts" / "vulkan_build.sh"), "--cached"], capture_output=True, text=True)
+    done = subprocess.run([str(ROOT / "scripts" / "llama_build.sh"), "--cached"], capture_output=True, text=True)
     if done.returncode != 0:
         if os.environ.get("CHATPHASE_REQUIRE_VULKAN") == "1":
             pytest.fail(f"no Vulkan build: {done.stderr.strip()}")

@@ -142,6 +142,9 @@ def test_why_nothing_is_offloaded():
     server = DeviceInfo("RPC0", "127.0.0.1:50052", "gpu", 2**30, 2**30, host="127.0.0.1:50052")
     assert why_no_offload(("CPU", "RPC"), (server, CPU), None) is None
     assert why_no_offload(("CPU", "RPC"), (server, CPU), 0) == "n_gpu_layers is 0 (--n-gpu-layers)"
+    # scripts/llama_build.sh's libraries: Vulkan and RPC, no Vulkan device visible: both ways are said
+    both = why_no_offload(("CPU", "RPC", "Vulkan"), (CPU,), None)
+    assert both and both.startswith("the Vulkan backend found no GPU device") and both.endswith("(--rpc HOST:PORT)")
 
 
 def test_a_quantised_v_cache_without_flash_attention_is_refused_before_llama_cpp():

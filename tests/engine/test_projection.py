@@ -25,7 +25,7 @@ from chatphase.models.synth_shapes import SHAPES
 
 pytestmark = pytest.mark.model
 
-#: the vendored llama.cpp of the installed llama-cpp-python, where scripts/llama_build_lib.sh unpacks it.
+#: the vendored llama.cpp of the installed llama-cpp-python, where scripts/llama_build.sh unpacks it.
 VENDORED_H = (
     Path.home() / ".cache/chatphase/llama-cpp-0.3.36-src/llama_cpp_python-0.3.36/vendor/llama.cpp/include/llama.h"
 )

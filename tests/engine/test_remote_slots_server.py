@@ -1,5 +1,5 @@
 """Remote prefix save and restore against a real llama-server, built from the vendored llama.cpp source by
-``scripts/llama_tools_build.sh`` (``.ci/run`` builds it before pytest), serving the bundled default model with
+``scripts/llama_build.sh`` (``.ci/run`` builds it before pytest), serving the bundled default model with
 ``--slot-save-path`` in a temporary folder, one slot, a small context and no RAM prompt cache (``--cache-ram 0``:
 what the slot held is gone once erased, as after a restart). Where the tools are not built these tests skip,
 unless ``CHATPHASE_REQUIRE_LLAMA_TOOLS=1`` turns the skip into a failure. The scripted-server tests are
@@ -47,7 +47,7 @@ def _llama_server() -> str:
     folder = harness.tools_dir()
     exe = folder / "llama-server" if folder is not None else None
     if exe is None or not exe.is_file():
-        message = "llama-server is not built: run scripts/llama_tools_build.sh"
+        message = "llama-server is not built: run scripts/llama_build.sh"
         if os.environ.get("CHATPHASE_REQUIRE_LLAMA_TOOLS") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -60,7 +60,9 @@ def _start(model: str, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     args = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", "512", "-np", "1", "-t", "2"]
     args += ["--cache-ram", "0", *extra, *harness.repack_args("llama-server", harness.repack())]
     with log.open("wb") as out:
-        proc = subprocess.Popen([_llama_server(), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [_llama_server(), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=harness.tool_env()
+        )
     url = f"http://127.0.0.1:{port}"
     if harness.wait_ready(proc, url, 90):
         return proc, url

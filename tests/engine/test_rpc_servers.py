@@ -1,5 +1,5 @@
 """``chatphase ask --rpc`` against two real rpc-servers on 127.0.0.1 (``ggml-rpc-server`` of the tools build,
-``scripts/llama_tools_build.sh``, whose libraries carry the RPC backend and are given to the bindings with
+``scripts/llama_build.sh``, whose libraries carry the RPC backend and are given to the bindings with
 ``LLAMA_CPP_LIB_PATH``), on the default model: the layers split across both servers as llama.cpp's own load lines
 say, the greedy reply equals the one without them, and a server killed mid-reply ends the turn with one line and
 the partial reply kept. Where the tools are not built (or were built without the RPC backend) these tests skip,
@@ -43,12 +43,12 @@ def _tools() -> Path:
     folder = harness.tools_dir()
     message = None
     if folder is None or not (folder / "ggml-rpc-server").is_file():
-        message = "ggml-rpc-server is not built: run scripts/llama_tools_build.sh"
+        message = "ggml-rpc-server is not built: run scripts/llama_build.sh"
     elif (
         not list(folder.glob("libggml-rpc.so*"))
         and b"ggml_backend_rpc_add_server" not in (folder / "libggml.so").read_bytes()
     ):
-        message = f"the tools build in {folder} has no RPC backend: run scripts/llama_tools_build.sh"
+        message = f"the tools build in {folder} has no RPC backend: run scripts/llama_build.sh"
     if message is not None:
         if os.environ.get("CHATPHASE_REQUIRE_LLAMA_TOOLS") == "1":
             pytest.fail(message)

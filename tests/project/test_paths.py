@@ -25,7 +25,7 @@ from chatphase.system.machine_peaks import peaks_file
 ROOT = Path(__file__).resolve().parents[2]
 #: the variables that move a folder besides FOLDER_VARIABLES: platformdirs' on Linux, and the build scripts'.
 XDG = ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR")
-SCRIPT_VARIABLES = ("CHATPHASE_TOOLS_DIR", "CHATPHASE_VULKAN_DIR")
+SCRIPT_VARIABLES = ("CHATPHASE_LLAMA_BUILD_DIR",)
 
 
 def _hub_repo_folder() -> Path:

@@ -1,4 +1,4 @@
-"""scripts/vulkan_build.sh fetches Debian 13's Vulkan headers only from the archive this machine's own apt
+"""scripts/llama_build.sh fetches Debian 13's Vulkan headers only from the archive this machine's own apt
 configuration names (scripts/debian_mirror.sh), never from a host of its own."""
 
 from __future__ import annotations
@@ -39,6 +39,6 @@ def test_no_debian_archive_is_one_line_and_exit_1(tmp_path):
 
 
 def test_the_build_script_names_no_host_of_its_own():
-    script = (ROOT / "scripts" / "vulkan_build.sh").read_text()
+    script = (ROOT / "scripts" / "llama_build.sh").read_text()
     assert "debian_mirror.sh" in script
     assert "deb.debian.org" not in script

@@ -1,5 +1,5 @@
 """``rpc-server`` processes on this machine for the RPC experiment: llama.cpp's RPC server (its ``rpc``
-tool, built as ``ggml-rpc-server`` by ``scripts/llama_tools_build.sh``), each exposing this machine's CPU as one
+tool, built as ``ggml-rpc-server`` by ``scripts/llama_build.sh``), each exposing this machine's CPU as one
 RPC device on a free loopback port.
 
 The binary is looked for beside the llama.cpp libraries the bindings loaded (the tools build's folder, given
@@ -22,7 +22,7 @@ SERVER_NAMES = ("ggml-rpc-server", "rpc-server")
 #: seconds a server has to accept connections after it starts.
 START_TIMEOUT_S = 20.0
 
-HOW = "build it with scripts/llama_tools_build.sh and run with LLAMA_CPP_LIB_PATH set to the folder it prints"
+HOW = "build it with scripts/llama_build.sh and run with LLAMA_CPP_LIB_PATH set to the folder it prints"
 
 
 def server_binary(lib_folder: Path | None = None) -> Path:
@@ -74,7 +74,8 @@ class LocalRpcServers:
         with open(self.log_path or os.devnull, "ab") as log:  # each child holds its own copy
             for _ in range(self.n):
                 port = free_port()
-                cmd = [str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", str(self.threads)]
+                # the CPU device, named: an rpc-server otherwise serves every GPU its build sees
+                cmd = [str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", str(self.threads), "-d", "CPU"]
                 self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
                 self.ports.append(port)
         for proc, port in zip(self.procs, self.ports, strict=True):

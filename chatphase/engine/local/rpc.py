@@ -31,7 +31,7 @@ _HELLO, _CAPS = 14, 24
 _HELLO_REPLY = 4 + _CAPS
 #: how a user gets a build with the RPC backend (docs/rpc.md).
 HOW_TO_GET_RPC = (
-    "build one with scripts/llama_tools_build.sh and set LLAMA_CPP_LIB_PATH to the folder it prints (docs/rpc.md)"
+    "build one with scripts/llama_build.sh and set LLAMA_CPP_LIB_PATH to the folder it prints (docs/rpc.md)"
 )
 
 
