@@ -28,8 +28,8 @@
 #   3. the llama-cpp-python sdist of the installed version (pip download, or $LLAMA_CPP_SDIST), unpacked once into
 #      <user cache>/chatphase/llama-cpp-<version>-src.
 #   4. cmake + ninja: shared libraries, -march=native as the product's wheel, -DGGML_RPC=ON -DGGML_VULKAN=ON; the
-#      tools and libllama in <cache>/build ($LLAMA_BUILD_JOBS jobs, default all CPUs). On 2 cores about 25 minutes
-#      from nothing (the Vulkan shaders are a third of it); a change of options rebuilds only what they touch.
+#      tools and libllama in <cache>/build ($LLAMA_BUILD_JOBS jobs, default all CPUs). On 2 quiet cores 12 minutes
+#      from nothing (ggml-vulkan and its shaders 40 % of the compile time); a change of options rebuilds what it touches.
 # The cache is <user cache>/chatphase/llama-cpp-<version>-build ($CHATPHASE_LLAMA_BUILD_DIR overrides the whole
 # path; the user cache is ${XDG_CACHE_HOME:-~/.cache}). A stamp records the version, the build options and the CPU's
 # flags (the CPU backend is built for this CPU): when it matches, the script prints the folder at once.
@@ -141,7 +141,7 @@ fi
 VK_LIB=$(ldconfig -p | grep -m1 -oE '/[^ ]*/libvulkan\.so\.1$' || true)
 [ -n "$VK_LIB" ] || die "libvulkan.so.1 not found by ldconfig (package libvulkan1)"
 rm -f "$DIR/stamp"
-log "building llama.cpp $VERSION (tools; CPU, RPC and Vulkan backends) in $DIR/build (about 25 minutes on 2 cores from nothing; log: $DIR/build.log)"
+log "building llama.cpp $VERSION (tools; CPU, RPC and Vulkan backends) in $DIR/build (12-25 minutes on 2 cores from nothing; log: $DIR/build.log)"
 {
   cmake -S "$SRC" -B "$DIR/build" "${CMAKE_OPTS[@]}" \
     -DVulkan_INCLUDE_DIR="$HEADERS/usr/include" -DVulkan_LIBRARY="$VK_LIB" &&
