@@ -63,7 +63,7 @@ def system_report() -> dict:
     from chatphase.engine.local.llama_params import cpu_system_info, offload_plan
 
     system_info = cpu_system_info()
-    gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
+    gpu_ok = ggml_devices.can_offload()
     auto = offload_plan({"extra_bufts": "auto", "n_gpu_layers": 0}, system_info, gpu_ok)
     return {
         "llama_cpp_version": getattr(llama_cpp, "__version__", "?"),

@@ -190,7 +190,8 @@ class LoadedSettings:
     loaded, -1 for all), plus what the load found: ``n_gpu_layers_why`` (how ``auto`` chose the count, or why a
     count given is short of the margin: :mod:`chatphase.engine.local.projection`), ``n_ctx_why`` (how ``n_ctx
     auto`` chose the context; ``None`` for a context given), ``use_extra_bufts``,
-    ``gpu_offload_supported``, ``amx_detected``, ``flash_attn_enabled`` (how ``flash_attn``
+    ``gpu_offload_supported`` (a device to offload layers to was there at the load: a GPU's or an rpc-server's),
+    ``amx_detected``, ``flash_attn_enabled`` (how ``flash_attn``
     resolved: ``on`` / ``off`` as set, ``auto`` as llama.cpp's log says it chose; ``None``: not said). A remote
     server's engine
     (``backend="remote"``) fills :data:`REMOTE_SETTING_KEYS`: the ``server`` address, ``server_kind``

@@ -218,12 +218,11 @@ def test_auto_on_the_real_projection_of_the_default_model(default_model_info):
 def _fake_gpu_engine(monkeypatch, fit):
     """The engine on a build said to offload, its fit the given :class:`FitResult` (llama.cpp, with no device here,
     offloads nothing whatever the count)."""
-    import llama_cpp
-
+    from chatphase.engine.local import ggml_devices
     from chatphase.engine.local import llama as engine_module
 
     asked = []
-    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+    monkeypatch.setattr(ggml_devices, "can_offload", lambda: True)
     monkeypatch.setattr(engine_module, "fit_layers", lambda *a, **k: asked.append((a, k)) or fit)
     return asked
 
@@ -304,3 +303,21 @@ def test_a_moe_models_experts_can_be_planned_on_the_host(tmp_path):
     assert kept.experts_on_host and not plain.experts_on_host
     assert kept.host is not None and plain.host is not None
     assert kept.host.planned_bytes == plain.host.planned_bytes and kept.host.layers == plain.host.layers == (0, 1)
+
+
+def test_an_rpc_build_with_no_server_sends_no_layer_to_no_device(default_model_info, tmp_path, monkeypatch):
+    """llama.cpp's ``llama_supports_gpu_offload`` is true for any build with the RPC backend (scripts/llama_build.sh's
+    libraries), servers or none. With no device to take them, ``--n-gpu-layers -1`` is said to be ignored, and why;
+    the layers stay on the CPU, and no slow path speaks of a device that is not there."""
+    import llama_cpp
+
+    from chatphase.engine.local import ggml_devices
+
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+    monkeypatch.setattr(ggml_devices, "backends", lambda: ("CPU", "RPC"))
+    engine, loaded = real_load(default_model_info, EngineConfig(n_ctx=512, n_gpu_layers=-1), tmp_path)
+    engine.close()
+    why = "no GPU backend in this llama.cpp; its RPC backend offloads to rpc-servers (--rpc HOST:PORT)"
+    assert f"n_gpu_layers=-1 ignored: {why}" in loaded.notes
+    assert loaded.settings.n_gpu_layers == 0 and not loaded.settings.gpu_offload_supported
+    assert not any("device" in line for line in loaded.slow_paths), loaded.slow_paths

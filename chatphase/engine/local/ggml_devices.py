@@ -200,6 +200,13 @@ def offload_devices(all_devices: tuple[DeviceInfo, ...]) -> tuple[DeviceInfo, ..
     return tuple(d for d in all_devices if d.type in OFFLOAD_TYPES)
 
 
+def can_offload() -> bool:
+    """Whether layers have somewhere to go now: a GPU, an integrated GPU or a registered rpc-server's device.
+    Not llama.cpp's ``llama_supports_gpu_offload``, which is true for every build with the RPC backend, servers
+    or none, and would send ``n_gpu_layers`` to no device at all."""
+    return bool(offload_devices(devices()))
+
+
 def buffer_sizes(mib: dict[tuple[str, str], float], all_devices: tuple[DeviceInfo, ...]) -> tuple[BufferSize, ...]:
     """llama.cpp's printed buffers (``{(kind, buffer type name): MiB}``,
     :meth:`chatphase.engine.llamalog.LlamaLogCapture.buffer_mib`) as :class:`BufferSize`, each on the device

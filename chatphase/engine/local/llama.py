@@ -361,7 +361,7 @@ class LlamaEngine:
         s = self.config.resolved()
         self.threads = ThreadGovernor.for_config(self.config, self.set_threads)
         system_info = llama_params.cpu_system_info()  # the module attribute: tests fake the CPU there
-        gpu_ok = bool(lc.llama_supports_gpu_offload())
+        gpu_ok = ggml_devices.can_offload()
         why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), None)
         plan = offload_plan(s, system_info, gpu_ok, None if gpu_ok else why_not)
         notes = list(plan.notes)

@@ -357,8 +357,6 @@ def _child_main() -> int:
     out = os.fdopen(os.dup(1), "w")  # the plan's line; llama.cpp's fds 1/2 go to the engine log
     redirect_stdio(default_log_path())
     try:
-        import llama_cpp as lc
-
         from chatphase.engine.local import ggml_devices, rpc
         from chatphase.engine.local.llama_params import cpu_system_info, offload_plan
         from chatphase.models.gguf_meta import read_model_info
@@ -367,7 +365,7 @@ def _child_main() -> int:
         config = EngineConfig(**request["engine"]).validate()
         rpc.register(config.rpc_endpoints(), config.rpc_unauthenticated_ok)  # the plan splits across them too
         s = config.resolved()
-        gpu_ok = bool(lc.llama_supports_gpu_offload())
+        gpu_ok = ggml_devices.can_offload()
         why_not = why_no_offload(ggml_devices.backends(), ggml_devices.devices(), s["n_gpu_layers"])
         extra = offload_plan({**s, "n_gpu_layers": 0}, cpu_system_info(), gpu_ok).use_extra_bufts
         result = fit_layers(
