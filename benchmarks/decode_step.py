@@ -30,11 +30,11 @@ Arms, interleaved rep by rep (the order rotating), all with 2 threads (``--threa
 
 In one process (:func:`in_process`, ``--inproc-reps``): the tools above run as whole processes minutes apart, and
 this machine's speed drifts by ±15 % between minutes, which is more than the gap to find. So at depth 0 and each
-depth, on the one llama.cpp library the bindings load, three arms alternate turn by turn: chatphase's engine (its
-``llama_decode`` and ``llama_sampler_sample`` calls timed, so its TPOT splits into llama.cpp's step, sampling and
-chatphase's Python per token: piece lookup, UTF-8, stop check, the thread policy, the event), llama.cpp's own
-one-token loop (llama-bench's ``test_gen``) on a context with the engine's parameters, and that loop on
-llama-bench's context. Their ratios split chatphase ÷ llama-bench into chatphase's own cost per step and the
+depth, on the one llama.cpp library the bindings load, turn by turn: chatphase's engine (its ``llama_decode`` and
+``llama_sampler_sample`` calls timed, so its TPOT splits into llama.cpp's step, sampling and chatphase's Python
+per token: piece lookup, UTF-8, stop check, the thread policy, the event), then llama.cpp's own one-token loop
+(llama-bench's ``test_gen``) on a context with the engine's parameters and on llama-bench's context, these two
+step by step (A B, B A, …). Their ratios split chatphase ÷ llama-bench into chatphase's own cost per step and the
 context's (``n_ctx``, and with it the attended cells); the tool arms add what differs between the two builds.
 
 Each ratio is judged by the median of its per-rep ratios (the two arms run in the same rep), which a
@@ -52,6 +52,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.harness import (
@@ -125,17 +126,31 @@ class RawLoop:
             raise SystemExit("benchmarks: llama_decode failed")
         self.lc.llama_synchronize(self.ctx)
 
-    def step_ms(self, gen: int, token: int) -> float:
-        """``gen`` one-token steps after the prefilled depth (the cells past it dropped first): ms a step."""
+    def reset(self) -> None:
+        """Drop the cells past the prefilled depth."""
         self.lc.llama_memory_seq_rm(self.mem, 0, self.depth, -1)
+
+    def step(self, k: int, token: int) -> float:
+        """Step ``k`` after the depth (``token`` at position depth + k): its seconds."""
         t0 = time.perf_counter()
-        for k in range(gen):
-            self._decode([token], self.depth + k)
-        return (time.perf_counter() - t0) * 1000 / gen
+        self._decode([token], self.depth + k)
+        return time.perf_counter() - t0
 
     def close(self) -> None:
         self.lc.llama_batch_free(self.batch)
         self.lc.llama_free(self.ctx)
+
+
+def alternating_ms(loops: Sequence[RawLoop], gen: int, token: int) -> list[float]:
+    """``gen`` one-token steps on each of ``loops`` (each from its depth), their steps alternated A B, B A, … so
+    that the machine's drift within the turn falls alike on each: ms a step, one per loop."""
+    for loop in loops:
+        loop.reset()
+    spent = [0.0] * len(loops)
+    for k in range(gen):
+        for i in range(len(loops)) if k % 2 == 0 else reversed(range(len(loops))):
+            spent[i] += loops[i].step(k, token)
+    return [x * 1000 / gen for x in spent]
 
 
 def bench_cparams(lc, n_ctx: int):
@@ -149,12 +164,12 @@ def bench_cparams(lc, n_ctx: int):
 
 
 def in_process(info, threads: int, n_ctx: int, prompts: dict[int, list[int]], gen: int, reps: int) -> dict:
-    """Per depth, in this process on one llama.cpp library, arms alternated turn by turn (the order rotating):
+    """Per depth, in this process on one llama.cpp library, two arms alternated turn by turn (the order rotating):
     ``engine`` chatphase's engine with ``n_ctx`` (greedy, the depth's prefix reused), its ``llama_decode`` and
-    ``llama_sampler_sample`` calls timed; ``raw`` llama.cpp's own loop (:class:`RawLoop`) on a context with the
-    engine's parameters; ``bench`` the same loop on llama-bench's context (:func:`bench_cparams`). Medians over
-    ``reps`` of ms a step, and the medians of the per-rep ratios. Consecutive turns are seconds apart, so the
-    machine's drift, which moves whole runs of the tools by ±15 % here, moves these ratios little."""
+    ``llama_sampler_sample`` calls timed; and llama.cpp's own loop (:class:`RawLoop`) on two contexts, ``raw`` with
+    the engine's parameters and ``bench`` with llama-bench's (:func:`bench_cparams`), their steps alternated one by
+    one (:func:`alternating_ms`). Medians over ``reps`` of ms a step, and the medians of the per-rep ratios. The
+    machine's drift moves whole runs of the tools by ±15 % here; step by step it moves ``raw ÷ bench`` least."""
     import llama_cpp as lc
 
     from chatphase.engine.local import generation
@@ -211,15 +226,14 @@ def in_process(info, threads: int, n_ctx: int, prompts: dict[int, list[int]], ge
 
             engine_turn(prompt, reset=True)  # the depth prefilled (and a warm-up)
             rows: list[dict[str, float]] = []
-            arms = ["engine", "raw", "bench"]
             for rep in range(reps):
                 row: dict[str, float] = {}
-                for arm in rotation(arms, rep):
-                    row.update(
-                        engine_turn(prompt, reset=False)
-                        if arm == "engine"
-                        else {arm: loops[arm].step_ms(gen, prompt[-1])}
-                    )
+                for arm in rotation(["engine", "loops"], rep):
+                    if arm == "engine":
+                        row.update(engine_turn(prompt, reset=False))
+                    else:  # the two loops step by step, which of them first alternating by rep
+                        first, second = ("raw", "bench") if rep % 2 else ("bench", "raw")
+                        row[first], row[second] = alternating_ms([loops[first], loops[second]], gen, prompt[-1])
                 rows.append(row)
             for loop in loops.values():
                 loop.close()
@@ -397,8 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "",
         f"In one process, one library, turn by turn ({args.inproc_reps} reps, arms rotated; ms a step, medians):"
-        f" chatphase's engine (n_ctx {n_ctx}, greedy, its llama_decode and sampling timed), llama.cpp's own loop on"
-        " a context with the engine's parameters (raw), and on llama-bench's context (bench: n_ctx depth + gen).",
+        f" chatphase's engine (n_ctx {n_ctx}, greedy, its llama_decode and sampling timed), then llama.cpp's own"
+        " loop on a context with the engine's parameters (raw) and on llama-bench's (bench: n_ctx depth + gen),"
+        " these two step by step.",
         "",
         "| depth | engine TPOT | llama_decode | sampling | chatphase Python | raw | bench |",
         "|---:|---:|---:|---:|---:|---:|---:|",
