@@ -62,14 +62,6 @@ WIDE_COLUMNS = 120
 CRAMPED_COLUMNS = 80
 
 
-class Side(Vertical):
-    """The side area: beside the chat, or below it (``-narrow``), where it is ``-cramped`` under
-    :data:`CRAMPED_COLUMNS` (the phase panel alone: app.tcss)."""
-
-    def on_resize(self, event: events.Resize) -> None:
-        self.set_class(event.size.width < CRAMPED_COLUMNS, "-cramped")
-
-
 class ChatPhaseApp(App[None]):
     """The chat TUI.
 
@@ -89,7 +81,9 @@ class ChatPhaseApp(App[None]):
     CSS_PATH = [Path(__file__).with_name("app.tcss"), Path(__file__).parent / "screens" / "tokens.tcss"]
     TITLE = "chatphase"
     BINDINGS = [*action_bindings(), Binding("ctrl+c", "interrupt", "Interrupt", show=False, priority=True)]
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
+    # From the screen's width, not the side panel's own Resize: under load the panel, shown by Ctrl+B after the
+    # first frame had laid it out beside the chat, sometimes got no Resize at its new width and kept a stale class.
+    HORIZONTAL_BREAKPOINTS = [(0, "-cramped"), (CRAMPED_COLUMNS, "-narrow"), (WIDE_COLUMNS, "-wide")]
 
     def __init__(
         self,
@@ -160,7 +154,7 @@ class ChatPhaseApp(App[None]):
                 with Vertical(id="prompt-box"):  # a frame box of its own (app.tcss)
                     yield PromptInput(id="prompt")
                     yield DraftBudget(self.chat, self.keys["settings.edit"], id="draft-budget")
-            with Side(id="side"):
+            with Vertical(id="side"):
                 yield PhasePanel(id="phase-panel")
                 earlier = None if self.recording.in_memory else EarlierTurns(self.recording)
                 yield Dashboard(  # the panel shows the KV gauge
@@ -360,7 +354,7 @@ class ChatPhaseApp(App[None]):
 
     def action_toggle_dashboard(self) -> None:
         """Show or hide the side panel (beside the chat when wide, below it when narrow)."""
-        self.screen.toggle_class("-show-side" if self.screen.has_class("-narrow") else "-hide-side")
+        self.screen.toggle_class("-hide-side" if self.screen.has_class("-wide") else "-show-side")
 
     def action_toggle_draft_tint(self) -> None:
         """Tint accepted draft tokens in the streaming reply (speculative decoding), or stop."""

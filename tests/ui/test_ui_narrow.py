@@ -25,7 +25,7 @@ async def test_starts_at_narrow_sizes(size):
     async with app.run_test(size=size) as pilot:  # an exception in the app is raised here
         await wait_for(pilot, lambda: idle(app))
         await pilot.pause(0.1)
-        assert app.screen.has_class("-narrow")
+        assert app.screen.has_class("-cramped")  # under 80 columns
         assert app.prompt.content_size.width >= 1
 
 

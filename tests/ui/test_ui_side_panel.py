@@ -9,7 +9,7 @@ from dashboard_support import scripted_turn
 from fake_engine import fake_model_info
 from textual import events
 from textual.containers import ScrollableContainer
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.widgets import Static
 from ui_support import idle, make_app, screen_lines, send, wait_for
@@ -51,7 +51,10 @@ async def chat(pilot, size, thinking: bool = False) -> None:
         app.dashboard.turn_finished(number, metrics)
     if size[0] < WIDE_COLUMNS:
         await pilot.press("ctrl+b")  # the panel below the chat
-    await pilot.pause(0.3)
+    # laid out: the history table has its place and its rows (a condition: the layout's time is the machine's)
+    table = app.query_one(TurnHistoryTable)
+    await wait_for(pilot, lambda: table.region.width > 0 and table.row_count == len(app.dashboard.turns))
+    await pilot.pause()
 
 
 @pytest.mark.parametrize(
@@ -206,6 +209,27 @@ async def test_at_140_columns_the_model_panels_slow_path_row_is_on_screen_whole(
         shown = screen_lines(app)
         assert all(any(line in s for s in shown) for line in row), (row, shown)
         assert any("AMX off" in line for line in row)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
+async def test_the_dashboard_below_the_chat_follows_the_terminal_width_not_the_panels_resize_events(size):
+    """Seen under load at 80×24 and 100×30: the side panel, laid out 56 wide beside the chat in the first frame
+    and shown below it by Ctrl+B later, processed that first frame's Resize but got none at its new width, so it
+    kept the class that hides the dashboard (the turn history had no place on screen). Whether the dashboard
+    shows follows the terminal's width: a stale Resize of the panel (posted here) changes nothing."""
+    app, _ = make_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: idle(app))
+        await pilot.press("ctrl+b")
+        side = app.query_one("#side")
+        await wait_for(pilot, lambda: side.region.width == size[0] and app.dashboard.region.width >= 50)
+        side.post_message(events.Resize(Size(56, size[1] - 1), Size(56, size[1] - 1), Size(*size)))
+        handled: list[bool] = []
+        side.call_later(handled.append, True)  # queued behind the Resize: it has been handled once this runs
+        await wait_for(pilot, lambda: bool(handled))
+        await pilot.pause()
+        assert app.dashboard.display and app.dashboard.region.width >= 50
+        assert app.query_one(TurnHistoryTable).region.width >= 45
 
 
 async def test_at_60x20_the_turn_block_below_the_chat_shows_its_values():
