@@ -5,7 +5,13 @@ The range: from the fit's leave-one-out spread ``s`` (:attr:`~chatphase.timing.t
 a new prediction's range is ``× e^(±t·s·√((1 + h₀)/(1 + P/N)))`` with ``t`` Student's 95 % quantile at ``N − P``
 degrees of freedom (:func:`chatphase.timing.stats.t95`; a 90 % two-sided interval) and ``h₀`` the leverage of the
 new turn (wider away from the points), never narrower than ±:data:`MIN_HALF_WIDTH`; after a restore, the restore
-term's own spread (over the restores, Student's t at its degrees of freedom) is added in quadrature.
+term's own spread (over the restores, Student's t at its degrees of freedom) is added in quadrature. Nor is it
+narrower than the predictions shown already have been wrong: once :data:`MIN_SHOWN_ERRORS` of the predictor's own
+predictions were measured, ``t·r`` with ``r`` the root mean square of their ``ln(measured / predicted)`` (the latest
+:data:`SHOWN_ERRORS`, Student's t at that many degrees of freedom). Those errors were made forward in time, so they
+hold what the fit's residuals cannot: a machine that got slower or busier since its points were measured (on the
+AMD kind the same 849-token file took 3.7 s, then 4.3 s and 5.1 s minutes later, every miss of the range an
+under-prediction; ``benchmarks/results/ttft_prediction-2026-12-07-amd.md``).
 
 The prediction is withheld (:class:`Withheld`: at most a bound, never a number that may be several times off)
 when the points are too few for the parameters (``N < P + 1``; ``N = 1`` always), for a restore with fewer than
@@ -27,6 +33,7 @@ the rest, scaled by measured ÷ predicted for the part done.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,6 +53,10 @@ REACH = 2.0
 MAX_RATIO = 1.5
 #: the narrowest range, ± this fraction (a prefill's time varies by a few % from run to run on a quiet machine).
 MIN_HALF_WIDTH = 0.05
+#: the latest shown predictions whose errors bound the range from below (module docstring).
+SHOWN_ERRORS = 16
+#: shown predictions measured before their errors count.
+MIN_SHOWN_ERRORS = 3
 
 
 WithheldWhy = Literal["turns", "uneven", "tokens_above", "tokens_below", "context", "restores"]
@@ -112,10 +123,12 @@ def predict(
     restore_tokens: int = 0,
     restore_estimate_ms: float | None = None,
     bound: TtftBound | None = None,
+    shown_half: float = 0.0,
 ) -> TtftPrediction:
     """The prediction for ``tokens`` at ``depth`` after ``restore_tokens`` restored (``restore_estimate_ms``: the
     engine's own estimate of that restore's read, used for a restore larger than those measured), or why not
-    (module docstring). ``points``: the points ``model`` was fitted on (for the bounds)."""
+    (module docstring). ``points``: the points ``model`` was fitted on (for the bounds); ``shown_half``: the
+    least half-width (log) the errors of the predictions already shown give (:meth:`TtftPredictor.shown_half`)."""
     everything = usable_points(points)
     pts = [p for p in everything if not p.restored_tokens]
     why = _why_withheld(model, len(pts), tokens, depth)
@@ -136,17 +149,17 @@ def predict(
         dof = len(pts) - model.n_params
         h0 = model.leverage(tokens, depth)
         prefill_half = t95(dof) * model.log_spread * math.sqrt((1.0 + h0) / (1.0 + model.n_params / len(pts)))
-        half = max(math.hypot(prefill_half, restore_half), math.log1p(MIN_HALF_WIDTH))
+        half = max(math.hypot(prefill_half, restore_half), shown_half, math.log1p(MIN_HALF_WIDTH))
         if half <= math.log(MAX_RATIO):
             low, high = value * math.exp(-half), value * math.exp(half)
             return TtftPrediction(
                 tokens, depth, restore_tokens, value, low, high, model.source, None, model.a_ms, restore, prefill,
                 model,
             )  # fmt: skip
-        if restore_half > prefill_half and model.restore is not None:  # the restores are what disagree
+        if restore_half > max(prefill_half, shown_half) and model.restore is not None:  # the restores disagree
             why = Withheld("restores", model.restore.n_points)
-        else:
-            why = Withheld("turns" if dof < 8 else "uneven", len(pts))
+        else:  # the prefills disagree with the fit, or with what was predicted for them
+            why = Withheld("turns" if dof < 8 and shown_half <= prefill_half else "uneven", len(pts))
     assert why is not None
     least, most = _bounds(everything, tokens, depth, restore_tokens)
     bound_source = None
@@ -201,7 +214,9 @@ def remaining_ms(prediction: TtftPrediction | None, done: int, elapsed_ms: float
 
 class TtftPredictor:
     """A chat's TTFT predictions, fitted on ``prior`` (earlier chats', bench sweeps' points) and the chat's own
-    turns (:meth:`add`); ``bound`` (the roofline's least TTFT) is a bound when the prediction is withheld.
+    turns (:meth:`add`); ``bound`` (the roofline's least TTFT) is a bound when the prediction is withheld. The
+    errors of the predictions it showed (:meth:`add`'s ``predicted_ms``) widen the range of the next (module
+    docstring); they outlive :meth:`clear` (a new chat on the same engine and machine).
 
     Args:
         k: :func:`attention_ratio` of the model.
@@ -225,6 +240,7 @@ class TtftPredictor:
         self._fitted: tuple[int, TtftModel | None, list[PrefillPoint]] | None = None
         self._version = 0
         self._last: tuple[tuple[Any, ...], TtftPrediction] | None = None
+        self._shown_errors: deque[float] = deque(maxlen=SHOWN_ERRORS)
 
     @property
     def prior(self) -> list[PrefillPoint]:
@@ -244,8 +260,13 @@ class TtftPredictor:
         ttft_ms: float | None,
         restored_tokens: int | None = None,
         restore_ms: float | None = None,
+        predicted_ms: float | None = None,
     ) -> None:
-        """Count one completed prefill of this chat (skipped when a figure is unknown or nothing was evaluated)."""
+        """Count one completed prefill of this chat (skipped when a figure is unknown or nothing was evaluated);
+        ``predicted_ms``: the TTFT that was predicted and shown for it, if one was."""
+        if ttft_ms and predicted_ms and ttft_ms > 0 and predicted_ms > 0:
+            self._shown_errors.append(math.log(ttft_ms / predicted_ms))
+            self._version += 1
         if tokens and prefill_ms and ttft_ms and depth is not None:
             restored = restored_tokens or 0
             self.points.append(
@@ -270,6 +291,15 @@ class TtftPredictor:
         return self._fit()[0]
 
     @property
+    def shown_half(self) -> float:
+        """The least half-width (log) of a range: ``t·r`` over the latest shown predictions' errors, 0 under
+        :data:`MIN_SHOWN_ERRORS` of them (module docstring)."""
+        m = len(self._shown_errors)
+        if m < MIN_SHOWN_ERRORS:
+            return 0.0
+        return t95(m) * math.sqrt(sum(e * e for e in self._shown_errors) / m)
+
+    @property
     def n_points(self) -> int:
         """The usable points, the chat's and the prior's."""
         return len(self._fit()[1])
@@ -282,6 +312,8 @@ class TtftPredictor:
         if self._last is not None and self._last[0] == key:
             return self._last[1]
         model, pts = self._fit()
-        prediction = predict(model, pts, tokens, depth, restore_tokens, restore_estimate_ms, self.bound)
+        prediction = predict(
+            model, pts, tokens, depth, restore_tokens, restore_estimate_ms, self.bound, self.shown_half
+        )
         self._last = (key, prediction)
         return prediction

@@ -6,6 +6,7 @@ be within 0.5–2× of the measured TTFT, or be withheld (a bound at most)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -13,7 +14,9 @@ from fake_engine import FakeEngine, FakeTiming, fake_model_info, template_tokens
 
 from chatphase.chat.budget import budget_of
 from chatphase.engine.events import Message
+from chatphase.timing.stats import t95
 from chatphase.timing.ttft_model import PrefillPoint
+from chatphase.timing.ttft_prediction import SHOWN_ERRORS
 
 
 def words(n: int, tag: str = "w") -> str:
@@ -187,3 +190,25 @@ def test_ask_predicts_no_short_follow_up_from_one_long_file(tmp_path, capsys, mo
     assert first["prefill_tokens"] > 3150 and follow["prefill_tokens"] < 30
     assert shown_within_2x(follow["ttft_predicted_ms"], follow["ttft_ms"]), follow
     assert follow["ttft_prediction_note"] == "not enough turns yet (1)"
+
+
+def test_a_machine_that_gets_slower_widens_the_range_by_the_errors_of_the_predictions_shown():
+    """Seen on the AMD kind: the machine slowed by a fifth over a few minutes and measured TTFTs fell below the
+    ranges, every miss an under-prediction. The chat hands each turn's shown prediction back with its measured
+    TTFT: once three were shown, the range is at least ``t·rms`` of their log errors."""
+    timing = FakeTiming(prefill_once_ms=15.0, prefill_ms_per_token=2.0, prefill_ms_per_context=0.01)
+    chat, _engine, calls = _chat(replies=[words(12, "r")], timing=timing)
+    for i in range(6):
+        chat.send(words(20 + 40 * i, f"a{i}_"))
+    assert chat.ttft.shown_half < 0.05  # the steady machine: its predictions were right
+    timing.prefill_ms_per_token *= 1.2
+    timing.prefill_once_ms *= 1.2
+    for i in range(4):
+        chat.send(words(30 + 25 * i, f"b{i}_"))
+    shown = [m for m in finished(calls) if m.ttft_predicted_ms is not None]
+    errors = [math.log(m.ttft_ms / m.ttft_predicted_ms) for m in shown][-SHOWN_ERRORS:]
+    assert len(errors) >= 6 and min(errors[-4:]) > 0.05  # the slower turns, under-predicted
+    assert chat.ttft.shown_half == pytest.approx(t95(len(errors)) * math.sqrt(sum(e * e for e in errors) / len(errors)))
+    after = budget_of(chat.count(chat.draft_request(words(40, "c"))), chat.ttft).prediction
+    assert after is not None and after.ttft_ms is not None and after.high_ms is not None
+    assert math.log(after.high_ms / after.ttft_ms) >= chat.ttft.shown_half - 1e-9

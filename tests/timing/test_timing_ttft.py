@@ -163,3 +163,54 @@ def test_the_predictor_fits_the_prior_and_the_chat_together_and_names_both():
     assert p.model.source == "earlier chats, 4 turns" and p.n_points == 4
     bench = TtftPredictor(0.0, [law(n, 0, origin="bench results s.json") for n in (10, 100)])
     assert bench.model is not None and bench.model.source == "bench results s.json, 2 prefills"
+
+
+def test_the_range_is_never_narrower_than_the_shown_predictions_have_been_wrong():
+    """Seen on the AMD kind: many earlier chats' points fitted closely (a narrow range), then the machine got
+    slower, and later turns kept falling outside their ranges: the fit's residuals, on the old points, cannot show
+    it. The errors of the predictions shown set the least half-width, ``t·rms`` of their logs once three are
+    measured; a new chat keeps them, a new predictor (another model) starts without."""
+    prior = [law(30 + 37 * i, 60 * i, origin="earlier chats") for i in range(30)]
+    turns = [(60, 1000), (80, 1100), (500, 400), (40, 1200), (70, 1300), (90, 1400), (300, 600), (50, 1500)]
+    slower = 1.15
+
+    errors: list[float] = []
+
+    def replay(p: TtftPredictor, tell: bool) -> list[bool]:
+        held = []
+        for n, depth in turns:
+            shown = p.predict(n, depth)
+            assert shown.ttft_ms is not None and shown.low_ms is not None and shown.high_ms is not None
+            measured = law(n, depth)
+            held.append(shown.low_ms < measured.ttft_ms * slower < shown.high_ms)
+            errors.append(math.log(measured.ttft_ms * slower / shown.ttft_ms))
+            assert math.log(shown.high_ms / shown.ttft_ms) >= p.shown_half - 1e-9
+            p.add(n, depth, measured.prefill_ms * slower, measured.ttft_ms * slower,
+                  predicted_ms=shown.ttft_ms if tell else None)  # fmt: skip
+        return held
+
+    told = TtftPredictor(0.0, prior)
+    assert replay(told, tell=True) == [False, False, False] + [True] * 5  # from the fourth on, inside
+    assert not all(replay(TtftPredictor(0.0, prior), tell=False)[3:])  # the fit alone: misses go on
+    assert told.shown_half == pytest.approx(t95(8) * math.sqrt(sum(e * e for e in errors[:8]) / 8))
+    told.clear()  # a new chat on the same machine and model: the errors stay
+    assert told.shown_half > 0.1
+    assert TtftPredictor(0.0, prior).shown_half == 0.0
+    steady = TtftPredictor(0.0, prior)  # predictions that were right do not widen the range
+    for n, depth in turns:
+        shown = steady.predict(n, depth)
+        steady.add(n, depth, law(n, depth).prefill_ms, law(n, depth).ttft_ms, predicted_ms=shown.ttft_ms)
+    assert steady.shown_half < 0.01
+
+
+def test_shown_predictions_far_off_withhold_the_next():
+    """Three shown predictions each 40 % off: a range wider than ÷1.5–×1.5 is no prediction; the line says the
+    measured prefills disagree."""
+    prior = [law(n, d, origin="earlier chats") for n, d in ((40, 0), (300, 20), (30, 500), (50, 900), (600, 300))]
+    p = TtftPredictor(0.0, prior)
+    for n, depth in ((60, 1000), (80, 1100), (500, 400)):
+        predicted = p.predict(n, depth).ttft_ms
+        p.add(n, depth, law(n, depth).prefill_ms * 1.4, law(n, depth).ttft_ms * 1.4, predicted_ms=predicted)
+    withheld = p.predict(70, 1300)
+    assert withheld.ttft_ms is None and withheld.withheld is not None and withheld.withheld.why == "uneven"
+    assert "disagree too much" in ttft_text(withheld)
