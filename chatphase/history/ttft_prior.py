@@ -6,8 +6,9 @@ file, not its name, so a renamed copy counts and another quantisation of one nam
 name and CPU (:func:`chatphase.system.machine_peaks.machine_identity`) and the same settings that set prefill's
 speed (:data:`PREFILL_SETTINGS`, those given: two threads prefill at about half the rate of four, and a GPU many
 times the CPU's), that evaluated tokens and completed their prefill (a first token came; a turn stopped during
-decode counts, a failed one does not): the newest :data:`RECENT_TURNS` of them, with their restores, as points
-of origin ``earlier chats`` (:class:`chatphase.timing.ttft_model.PrefillPoint`). A context that did not
+decode counts, a failed one does not): the newest :data:`RECENT_TURNS` of them, with their restores and the TTFT
+predicted for them where one was shown, as points of origin ``earlier chats``
+(:class:`chatphase.timing.ttft_model.PrefillPoint`). A context that did not
 record a setting (an older session file) matches any value of it.
 
 The database is read as it is, without a catch-up of the session files (which can read many files): the chat's
@@ -50,7 +51,8 @@ def recent_points(
     same = "".join(f" AND (c.{k} IS ? OR c.{k} IS NULL)" for k in wanted)
     rows = conn.execute(
         "SELECT t.prefill_tokens, t.cached_tokens, t.prefill_ms, t.ttft_ms,"
-        " json_extract(t.metrics, '$.restored_tokens'), json_extract(t.metrics, '$.restore_ms') FROM turns t"
+        " json_extract(t.metrics, '$.restored_tokens'), json_extract(t.metrics, '$.restore_ms'),"
+        " json_extract(t.metrics, '$.ttft_predicted_ms') FROM turns t"
         " JOIN contexts c ON c.id = t.context_id"
         " WHERE c.model_hash = ? AND c.machine IS ? AND c.cpu IS ? AND c.backend = 'llama.cpp'"
         + same
@@ -60,9 +62,10 @@ def recent_points(
         (model_hash, machine, cpu, *wanted.values(), limit),
     ).fetchall()
     return [
-        PrefillPoint(int(n), int(depth or 0), float(p), float(t), int(rt or 0), float(rms or 0.0), "earlier chats")
-        for n, depth, p, t, rt, rms in rows
-    ]
+        PrefillPoint(int(n), int(depth or 0), float(p), float(t), int(rt or 0), float(rms or 0.0), "earlier chats",
+                     float(shown) if isinstance(shown, (int, float)) and shown > 0 else None)
+        for n, depth, p, t, rt, rms, shown in rows
+    ]  # fmt: skip
 
 
 def history_points(

@@ -6,12 +6,13 @@ a new prediction's range is ``× e^(±t·s·√((1 + h₀)/(1 + P/N)))`` with ``
 degrees of freedom (:func:`chatphase.timing.stats.t95`; a 90 % two-sided interval) and ``h₀`` the leverage of the
 new turn (wider away from the points), never narrower than ±:data:`MIN_HALF_WIDTH`; after a restore, the restore
 term's own spread (over the restores, Student's t at its degrees of freedom) is added in quadrature. Nor is it
-narrower than the predictions shown already have been wrong: once :data:`MIN_SHOWN_ERRORS` of the predictor's own
-predictions were measured, ``t·r`` with ``r`` the root mean square of their ``ln(measured / predicted)`` (the latest
-:data:`SHOWN_ERRORS`, Student's t at that many degrees of freedom). Those errors were made forward in time, so they
-hold what the fit's residuals cannot: a machine that got slower or busier since its points were measured (on the
-AMD kind the same 849-token file took 3.7 s, then 4.3 s and 5.1 s minutes later, every miss of the range an
-under-prediction; ``benchmarks/results/ttft_prediction-2026-12-07-amd.md``).
+narrower than the predictions shown already have been wrong: once :data:`MIN_SHOWN_ERRORS` of the points carry the
+TTFT predicted for them (:attr:`~chatphase.timing.ttft_model.PrefillPoint.predicted_ms`: this chat's turns, earlier
+chats' through the history database), ``t·r`` with ``r`` the root mean square of their ``ln(measured / predicted)``
+(the latest :data:`SHOWN_ERRORS`, Student's t at that many degrees of freedom). Those errors were made forward in
+time, so they hold what the fit's residuals cannot: a machine that got slower or busier since its points were
+measured (on the AMD kind the same 849-token file took 3.7 s, then 4.3 s and 5.1 s minutes later, every miss of the
+range an under-prediction; ``benchmarks/results/ttft_prediction-2026-12-07-amd.md``).
 
 The prediction is withheld (:class:`Withheld`: at most a bound, never a number that may be several times off)
 when the points are too few for the parameters (``N < P + 1``; ``N = 1`` always), for a restore with fewer than
@@ -33,7 +34,6 @@ the rest, scaled by measured ÷ predicted for the part done.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -215,8 +215,8 @@ def remaining_ms(prediction: TtftPrediction | None, done: int, elapsed_ms: float
 class TtftPredictor:
     """A chat's TTFT predictions, fitted on ``prior`` (earlier chats', bench sweeps' points) and the chat's own
     turns (:meth:`add`); ``bound`` (the roofline's least TTFT) is a bound when the prediction is withheld. The
-    errors of the predictions it showed (:meth:`add`'s ``predicted_ms``) widen the range of the next (module
-    docstring); they outlive :meth:`clear` (a new chat on the same engine and machine).
+    errors of the predictions shown for the points (:meth:`add`'s ``predicted_ms``, the prior's) bound the range
+    of the next from below (module docstring).
 
     Args:
         k: :func:`attention_ratio` of the model.
@@ -240,7 +240,6 @@ class TtftPredictor:
         self._fitted: tuple[int, TtftModel | None, list[PrefillPoint]] | None = None
         self._version = 0
         self._last: tuple[tuple[Any, ...], TtftPrediction] | None = None
-        self._shown_errors: deque[float] = deque(maxlen=SHOWN_ERRORS)
 
     @property
     def prior(self) -> list[PrefillPoint]:
@@ -264,14 +263,11 @@ class TtftPredictor:
     ) -> None:
         """Count one completed prefill of this chat (skipped when a figure is unknown or nothing was evaluated);
         ``predicted_ms``: the TTFT that was predicted and shown for it, if one was."""
-        if ttft_ms and predicted_ms and ttft_ms > 0 and predicted_ms > 0:
-            self._shown_errors.append(math.log(ttft_ms / predicted_ms))
-            self._version += 1
         if tokens and prefill_ms and ttft_ms and depth is not None:
             restored = restored_tokens or 0
-            self.points.append(
-                PrefillPoint(tokens, depth, prefill_ms, ttft_ms, restored, (restore_ms or 0.0) if restored else 0.0)
-            )
+            restore = (restore_ms or 0.0) if restored else 0.0
+            shown = predicted_ms if predicted_ms and predicted_ms > 0 else None
+            self.points.append(PrefillPoint(tokens, depth, prefill_ms, ttft_ms, restored, restore, predicted_ms=shown))
             self._version += 1
 
     def clear(self) -> None:
@@ -292,12 +288,14 @@ class TtftPredictor:
 
     @property
     def shown_half(self) -> float:
-        """The least half-width (log) of a range: ``t·r`` over the latest shown predictions' errors, 0 under
-        :data:`MIN_SHOWN_ERRORS` of them (module docstring)."""
-        m = len(self._shown_errors)
-        if m < MIN_SHOWN_ERRORS:
+        """The least half-width (log) of a range: ``t·r`` over the errors of the latest predictions shown (this
+        chat's newest first, then the prior's, each turn once), 0 under :data:`MIN_SHOWN_ERRORS` of them (module
+        docstring)."""
+        newest_first = usable_points([*reversed(self.points), *self._prior])
+        errors = [math.log(p.ttft_ms / p.predicted_ms) for p in newest_first if p.predicted_ms][:SHOWN_ERRORS]
+        if len(errors) < MIN_SHOWN_ERRORS:
             return 0.0
-        return t95(m) * math.sqrt(sum(e * e for e in self._shown_errors) / m)
+        return t95(len(errors)) * math.sqrt(sum(e * e for e in errors) / len(errors))
 
     @property
     def n_points(self) -> int:

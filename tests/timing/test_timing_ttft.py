@@ -4,6 +4,7 @@ the range, the withheld prediction and its bounds, the predictor, with points ma
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -169,7 +170,8 @@ def test_the_range_is_never_narrower_than_the_shown_predictions_have_been_wrong(
     """Seen on the AMD kind: many earlier chats' points fitted closely (a narrow range), then the machine got
     slower, and later turns kept falling outside their ranges: the fit's residuals, on the old points, cannot show
     it. The errors of the predictions shown set the least half-width, ``t·rms`` of their logs once three are
-    measured; a new chat keeps them, a new predictor (another model) starts without."""
+    measured; a new chat reads them back with the ended chat's turns, a new predictor (another model) starts
+    without."""
     prior = [law(30 + 37 * i, 60 * i, origin="earlier chats") for i in range(30)]
     turns = [(60, 1000), (80, 1100), (500, 400), (40, 1200), (70, 1300), (90, 1400), (300, 600), (50, 1500)]
     slower = 1.15
@@ -193,8 +195,12 @@ def test_the_range_is_never_narrower_than_the_shown_predictions_have_been_wrong(
     assert replay(told, tell=True) == [False, False, False] + [True] * 5  # from the fourth on, inside
     assert not all(replay(TtftPredictor(0.0, prior), tell=False)[3:])  # the fit alone: misses go on
     assert told.shown_half == pytest.approx(t95(8) * math.sqrt(sum(e * e for e in errors[:8]) / 8))
-    told.clear()  # a new chat on the same machine and model: the errors stay
-    assert told.shown_half > 0.1
+    half = told.shown_half
+    ended = [replace(q, origin="earlier chats") for q in reversed(told.points)]  # as the history reads them back
+    told.prior = ended + prior
+    assert told.shown_half == pytest.approx(half)  # each turn once, read from both
+    told.clear()  # a new chat: the ended chat's turns, read back from the history, bring their errors
+    assert told.shown_half == pytest.approx(half)
     assert TtftPredictor(0.0, prior).shown_half == 0.0
     steady = TtftPredictor(0.0, prior)  # predictions that were right do not widen the range
     for n, depth in turns:
