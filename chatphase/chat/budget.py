@@ -142,4 +142,5 @@ def with_prediction(m: TurnMetrics, p: TtftPrediction) -> TurnMetrics:
         ttft_predicted_high_ms=p.high_ms,
         ttft_prediction_source=p.source if p.ttft_ms is not None else p.bound_source,
         ttft_prediction_note=None if p.withheld is None else withheld_text(p.withheld),
+        ttft_estimate_ms=p.estimate_ms,
     )

@@ -484,9 +484,9 @@ class ChatController:
         if turn.ttft_prediction is not None:
             ev = replace(ev, metrics=with_prediction(m, turn.ttft_prediction))
         if m.stop_reason != "error" and m.ttft_ms is not None:  # the prefill completed (a turn stopped after it too)
-            shown = turn.ttft_prediction.ttft_ms if turn.ttft_prediction is not None else None
+            estimate = turn.ttft_prediction.estimate_ms if turn.ttft_prediction is not None else None
             self.ttft.add(
-                m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms, m.restored_tokens, m.restore_ms, shown
+                m.prefill_tokens, m.cached_tokens, m.prefill_ms, m.ttft_ms, m.restored_tokens, m.restore_ms, estimate
             )
         if ev.metrics.dropped_messages > self.history.left_out:  # the reply went on past n_ctx (shift or drop-oldest)
             self._left_out(ev.metrics.dropped_messages)

@@ -76,7 +76,9 @@ class TurnMetrics:
     message was counted, else when the prefill began), ``ttft_predicted_low_ms`` / ``ttft_predicted_high_ms`` its
     range, ``ttft_prediction_source`` from what (``this chat, 3 turns``, ``bench results FILE, 12 prefills``); a
     prediction withheld has ``ttft_predicted_ms = None``, its bounds (if any) as low / high and
-    ``ttft_prediction_note`` why (``not enough turns yet (1)``); set by the chat.
+    ``ttft_prediction_note`` why (``not enough turns yet (1)``); ``ttft_estimate_ms`` the fit's central TTFT for the
+    turn, also where the prediction was withheld for its width alone (never shown; its error bounds later ranges);
+    set by the chat.
 
     Overflow (:mod:`chatphase.engine.overflow`): ``overflow`` the policy that acted this turn (``drop-oldest``,
     ``shift``; ``None``: none did), ``overflow_dropped_messages`` / ``overflow_dropped_tokens`` what it left
@@ -158,6 +160,7 @@ class TurnMetrics:
     ttft_predicted_low_ms: float | None = None
     ttft_predicted_high_ms: float | None = None
     ttft_prediction_note: str | None = None
+    ttft_estimate_ms: float | None = None
     logits_exact: bool | None = None
     logits_exact_reason: str | None = None
     remote_wait_prefill_ms: float | None = None

@@ -7,7 +7,8 @@ name and CPU (:func:`chatphase.system.machine_peaks.machine_identity`) and the s
 speed (:data:`PREFILL_SETTINGS`, those given: two threads prefill at about half the rate of four, and a GPU many
 times the CPU's), that evaluated tokens and completed their prefill (a first token came; a turn stopped during
 decode counts, a failed one does not): the newest :data:`RECENT_TURNS` of them, with their restores and the TTFT
-predicted for them where one was shown, as points of origin ``earlier chats``
+estimated for them before they ran (``ttft_estimate_ms``; a turn recorded before that field: the prediction shown),
+as points of origin ``earlier chats``
 (:class:`chatphase.timing.ttft_model.PrefillPoint`). A context that did not
 record a setting (an older session file) matches any value of it.
 
@@ -52,7 +53,8 @@ def recent_points(
     rows = conn.execute(
         "SELECT t.prefill_tokens, t.cached_tokens, t.prefill_ms, t.ttft_ms,"
         " json_extract(t.metrics, '$.restored_tokens'), json_extract(t.metrics, '$.restore_ms'),"
-        " json_extract(t.metrics, '$.ttft_predicted_ms') FROM turns t"
+        " coalesce(json_extract(t.metrics, '$.ttft_estimate_ms'), json_extract(t.metrics, '$.ttft_predicted_ms'))"
+        " FROM turns t"
         " JOIN contexts c ON c.id = t.context_id"
         " WHERE c.model_hash = ? AND c.machine IS ? AND c.cpu IS ? AND c.backend = 'llama.cpp'"
         + same

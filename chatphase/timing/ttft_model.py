@@ -61,8 +61,8 @@ class PrefillPoint:
     """One completed prefill: ``tokens`` evaluated on top of ``depth`` cached tokens (restored ones included)
     in ``prefill_ms``; the turn's ``ttft_ms``; ``restored_tokens`` of the depth read from the prefix store in
     ``restore_ms`` (inside ``ttft_ms``); ``origin`` where it was measured (``this chat``, ``earlier chats``,
-    ``bench results NAME.json``); ``predicted_ms`` the TTFT predicted and shown before it ran (``None``: none
-    was; not part of the fit, its error bounds later ranges: :mod:`chatphase.timing.ttft_prediction`)."""
+    ``bench results NAME.json``); ``predicted_ms`` the TTFT the fit estimated for it before it ran (``None``: none;
+    not part of the fit, its error bounds later ranges: :mod:`chatphase.timing.ttft_prediction`)."""
 
     tokens: int
     depth: int

@@ -6,13 +6,15 @@ a new prediction's range is ``× e^(±t·s·√((1 + h₀)/(1 + P/N)))`` with ``
 degrees of freedom (:func:`chatphase.timing.stats.t95`; a 90 % two-sided interval) and ``h₀`` the leverage of the
 new turn (wider away from the points), never narrower than ±:data:`MIN_HALF_WIDTH`; after a restore, the restore
 term's own spread (over the restores, Student's t at its degrees of freedom) is added in quadrature. Nor is it
-narrower than the predictions shown already have been wrong: once :data:`MIN_SHOWN_ERRORS` of the points carry the
-TTFT predicted for them (:attr:`~chatphase.timing.ttft_model.PrefillPoint.predicted_ms`: this chat's turns, earlier
-chats' through the history database), ``t·r`` with ``r`` the root mean square of their ``ln(measured / predicted)``
-(the latest :data:`SHOWN_ERRORS`, Student's t at that many degrees of freedom). Those errors were made forward in
-time, so they hold what the fit's residuals cannot: a machine that got slower or busier since its points were
-measured (on the AMD kind the same 849-token file took 3.7 s, then 4.3 s and 5.1 s minutes later, every miss of the
-range an under-prediction; ``benchmarks/results/ttft_prediction-2026-12-07-amd.md``).
+narrower than the estimates made before earlier turns ran have been wrong: once :data:`MIN_FORWARD_ERRORS` of the
+points carry the TTFT estimated for them (:attr:`~chatphase.timing.ttft_model.PrefillPoint.predicted_ms`: this chat's
+turns, earlier chats' through the history database), ``t·r`` with ``r`` the root mean square of their
+``ln(measured / estimated)`` (the latest :data:`FORWARD_ERRORS`, Student's t at that many degrees of freedom). Those
+errors were made forward in time, so they hold what the fit's residuals cannot: a machine that got slower or busier
+since its points were measured (on the AMD kind the same 849-token file took 3.7 s, then 4.3 s and 5.1 s minutes
+later, every miss of the range an under-prediction; ``benchmarks/results/ttft_prediction-2026-12-07-amd.md``). The
+estimate of a prediction withheld for its width counts too (:attr:`TtftPrediction.estimate_ms`, never shown): else
+a few bad misses would withhold every later prediction, and no later error could narrow the range again.
 
 The prediction is withheld (:class:`Withheld`: at most a bound, never a number that may be several times off)
 when the points are too few for the parameters (``N < P + 1``; ``N = 1`` always), for a restore with fewer than
@@ -53,10 +55,10 @@ REACH = 2.0
 MAX_RATIO = 1.5
 #: the narrowest range, ± this fraction (a prefill's time varies by a few % from run to run on a quiet machine).
 MIN_HALF_WIDTH = 0.05
-#: the latest shown predictions whose errors bound the range from below (module docstring).
-SHOWN_ERRORS = 16
-#: shown predictions measured before their errors count.
-MIN_SHOWN_ERRORS = 3
+#: the latest estimates made before their turns ran whose errors bound the range from below (module docstring).
+FORWARD_ERRORS = 16
+#: such estimates measured before their errors count.
+MIN_FORWARD_ERRORS = 3
 
 
 WithheldWhy = Literal["turns", "uneven", "tokens_above", "tokens_below", "context", "restores"]
@@ -83,7 +85,8 @@ class TtftPrediction:
     A prediction: ``ttft_ms`` within ``low_ms``–``high_ms`` (the range), with its parts ``a_ms``, ``restore_ms``
     and ``prefill_ms``, fitted on ``source``. Withheld (``withheld`` says why): ``ttft_ms`` is ``None`` and
     ``low_ms``/``high_ms`` are bounds where known (``None``: none); ``bound_source`` names a lower bound that
-    came from the roofline."""
+    came from the roofline. ``estimate_ms``: the fit's central TTFT, also where the prediction is withheld for its
+    width alone (never shown; its error counts toward later ranges: module docstring); ``None`` without a fit."""
 
     tokens: int
     depth: int
@@ -98,6 +101,7 @@ class TtftPrediction:
     prefill_ms: float = 0.0
     model: TtftModel | None = field(default=None, repr=False, compare=False)
     bound_source: str | None = None
+    estimate_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,16 +127,17 @@ def predict(
     restore_tokens: int = 0,
     restore_estimate_ms: float | None = None,
     bound: TtftBound | None = None,
-    shown_half: float = 0.0,
+    forward_half: float = 0.0,
 ) -> TtftPrediction:
     """The prediction for ``tokens`` at ``depth`` after ``restore_tokens`` restored (``restore_estimate_ms``: the
     engine's own estimate of that restore's read, used for a restore larger than those measured), or why not
-    (module docstring). ``points``: the points ``model`` was fitted on (for the bounds); ``shown_half``: the
-    least half-width (log) the errors of the predictions already shown give (:meth:`TtftPredictor.shown_half`)."""
+    (module docstring). ``points``: the points ``model`` was fitted on (for the bounds); ``forward_half``: the
+    least half-width (log) the errors of earlier estimates give (:attr:`TtftPredictor.forward_half`)."""
     everything = usable_points(points)
     pts = [p for p in everything if not p.restored_tokens]
     why = _why_withheld(model, len(pts), tokens, depth)
     restore, restore_half = 0.0, 0.0
+    estimate = None
     if why is None and model is not None and restore_tokens > 0:
         term = model.restore
         if term is None or term.n_points < 2:
@@ -145,27 +150,29 @@ def predict(
             why = Withheld("restores", term.n_points, term.max_tokens)
     if why is None and model is not None:
         prefill = model.prefill_ms(tokens, depth)
-        value = model.a_ms + restore + prefill
+        value = estimate = model.a_ms + restore + prefill
         dof = len(pts) - model.n_params
         h0 = model.leverage(tokens, depth)
         prefill_half = t95(dof) * model.log_spread * math.sqrt((1.0 + h0) / (1.0 + model.n_params / len(pts)))
-        half = max(math.hypot(prefill_half, restore_half), shown_half, math.log1p(MIN_HALF_WIDTH))
+        half = max(math.hypot(prefill_half, restore_half), forward_half, math.log1p(MIN_HALF_WIDTH))
         if half <= math.log(MAX_RATIO):
             low, high = value * math.exp(-half), value * math.exp(half)
             return TtftPrediction(
                 tokens, depth, restore_tokens, value, low, high, model.source, None, model.a_ms, restore, prefill,
-                model,
+                model, estimate_ms=value,
             )  # fmt: skip
-        if restore_half > max(prefill_half, shown_half) and model.restore is not None:  # the restores disagree
+        if restore_half > max(prefill_half, forward_half) and model.restore is not None:  # the restores disagree
             why = Withheld("restores", model.restore.n_points)
         else:  # the prefills disagree with the fit, or with what was predicted for them
-            why = Withheld("turns" if dof < 8 and shown_half <= prefill_half else "uneven", len(pts))
+            why = Withheld("turns" if dof < 8 and forward_half <= prefill_half else "uneven", len(pts))
     assert why is not None
     least, most = _bounds(everything, tokens, depth, restore_tokens)
     bound_source = None
     if bound is not None and (least is None or bound.ttft_ms(tokens) > least):
         least, bound_source = bound.ttft_ms(tokens), bound.source
-    return TtftPrediction(tokens, depth, restore_tokens, None, least, most, None, why, bound_source=bound_source)
+    return TtftPrediction(
+        tokens, depth, restore_tokens, None, least, most, None, why, bound_source=bound_source, estimate_ms=estimate
+    )
 
 
 def _why_withheld(model: TtftModel | None, n_points: int, tokens: int, depth: int) -> Withheld | None:
@@ -215,8 +222,8 @@ def remaining_ms(prediction: TtftPrediction | None, done: int, elapsed_ms: float
 class TtftPredictor:
     """A chat's TTFT predictions, fitted on ``prior`` (earlier chats', bench sweeps' points) and the chat's own
     turns (:meth:`add`); ``bound`` (the roofline's least TTFT) is a bound when the prediction is withheld. The
-    errors of the predictions shown for the points (:meth:`add`'s ``predicted_ms``, the prior's) bound the range
-    of the next from below (module docstring).
+    errors of the estimates made for the points before they ran (:meth:`add`'s ``predicted_ms``, the prior's) bound
+    the range of the next from below (module docstring).
 
     Args:
         k: :func:`attention_ratio` of the model.
@@ -262,7 +269,7 @@ class TtftPredictor:
         predicted_ms: float | None = None,
     ) -> None:
         """Count one completed prefill of this chat (skipped when a figure is unknown or nothing was evaluated);
-        ``predicted_ms``: the TTFT that was predicted and shown for it, if one was."""
+        ``predicted_ms``: the TTFT estimated for it before it ran (:attr:`TtftPrediction.estimate_ms`), if any."""
         if tokens and prefill_ms and ttft_ms and depth is not None:
             restored = restored_tokens or 0
             restore = (restore_ms or 0.0) if restored else 0.0
@@ -287,13 +294,13 @@ class TtftPredictor:
         return self._fit()[0]
 
     @property
-    def shown_half(self) -> float:
-        """The least half-width (log) of a range: ``t·r`` over the errors of the latest predictions shown (this
-        chat's newest first, then the prior's, each turn once), 0 under :data:`MIN_SHOWN_ERRORS` of them (module
-        docstring)."""
+    def forward_half(self) -> float:
+        """The least half-width (log) of a range: ``t·r`` over the errors of the latest estimates made before their
+        turns ran (this chat's newest first, then the prior's, each turn once), 0 under :data:`MIN_FORWARD_ERRORS`
+        of them (module docstring)."""
         newest_first = usable_points([*reversed(self.points), *self._prior])
-        errors = [math.log(p.ttft_ms / p.predicted_ms) for p in newest_first if p.predicted_ms][:SHOWN_ERRORS]
-        if len(errors) < MIN_SHOWN_ERRORS:
+        errors = [math.log(p.ttft_ms / p.predicted_ms) for p in newest_first if p.predicted_ms][:FORWARD_ERRORS]
+        if len(errors) < MIN_FORWARD_ERRORS:
             return 0.0
         return t95(len(errors)) * math.sqrt(sum(e * e for e in errors) / len(errors))
 
@@ -311,7 +318,7 @@ class TtftPredictor:
             return self._last[1]
         model, pts = self._fit()
         prediction = predict(
-            model, pts, tokens, depth, restore_tokens, restore_estimate_ms, self.bound, self.shown_half
+            model, pts, tokens, depth, restore_tokens, restore_estimate_ms, self.bound, self.forward_half
         )
         self._last = (key, prediction)
         return prediction

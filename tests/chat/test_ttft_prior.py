@@ -199,24 +199,29 @@ def test_a_new_chat_takes_the_prior_again_with_the_turns_indexed_since(model_fil
 
 
 def test_earlier_chats_predictions_shown_and_missed_widen_the_first_range_of_a_new_run(model_file, here):
-    """``ask`` is one turn a process: the errors of the predictions shown in earlier runs (``ttft_predicted_ms``,
-    indexed with their turns) bound its range from below as a chat's own do; turns without one add none."""
+    """``ask`` is one turn a process: the errors of the estimates made in earlier runs (``ttft_estimate_ms``, or
+    ``ttft_predicted_ms`` in a file from before it; indexed with their turns) bound its range from below as a chat's
+    own do; turns without one add none."""
     digest = model_hash(model_file)
     sizes = (100, 300, 200, 400, 150)
     steady = [turn_metrics(n, 0, 50.0, 4.0) for n in sizes]
     write_chat(model_file, digest, HERE, steady)
     index_all()
     plain = ttft_prior.ttft_predictor(fake_model_info(path=str(model_file), attention=None), EngineConfig())
-    assert plain.shown_half == 0.0 and all(p.predicted_ms is None for p in plain.prior)
-    missed = [replace(turn_metrics(n, 0, 50.0, 4.1), ttft_predicted_ms=0.9 * (50.0 + 4.1 * n)) for n in sizes]
+    assert plain.forward_half == 0.0 and all(p.predicted_ms is None for p in plain.prior)
+    missed = [  # a withheld prediction's estimate (ttft_estimate_ms), or a shown one in a file from before that field
+        replace(turn_metrics(n, 0, 50.0, 4.1), **{key: 0.9 * (50.0 + 4.1 * n)})
+        for n, key in zip(sizes, ["ttft_estimate_ms", "ttft_predicted_ms"] * 3, strict=False)
+    ]
     write_chat(model_file, digest, HERE, missed)  # predicted 10 % low, each
     index_all()
     told = ttft_prior.ttft_predictor(fake_model_info(path=str(model_file), attention=None), EngineConfig())
-    assert sorted(p.predicted_ms for p in told.prior if p.predicted_ms) == sorted(m.ttft_predicted_ms for m in missed)
-    assert told.shown_half == pytest.approx(t95(5) * math.log(1 / 0.9), rel=0.02)
+    wanted = sorted(m.ttft_estimate_ms or m.ttft_predicted_ms for m in missed)
+    assert sorted(p.predicted_ms for p in told.prior if p.predicted_ms) == wanted
+    assert told.forward_half == pytest.approx(t95(5) * math.log(1 / 0.9), rel=0.02)
     first = budget_of(PromptCount(prompt_tokens=300, cached_tokens=0, kv_cache_tokens=0, n_ctx=4096), told).prediction
     assert first is not None and first.ttft_ms is not None and first.high_ms is not None
-    assert math.log(first.high_ms / first.ttft_ms) >= told.shown_half - 1e-9
+    assert math.log(first.high_ms / first.ttft_ms) >= told.forward_half - 1e-9
 
 
 def test_no_database_or_an_unreadable_one_gives_no_prior(model_file, here):

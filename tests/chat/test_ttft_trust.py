@@ -16,7 +16,7 @@ from chatphase.chat.budget import budget_of
 from chatphase.engine.events import Message
 from chatphase.timing.stats import t95
 from chatphase.timing.ttft_model import PrefillPoint
-from chatphase.timing.ttft_prediction import SHOWN_ERRORS
+from chatphase.timing.ttft_prediction import FORWARD_ERRORS
 
 
 def words(n: int, tag: str = "w") -> str:
@@ -200,15 +200,17 @@ def test_a_machine_that_gets_slower_widens_the_range_by_the_errors_of_the_predic
     chat, _engine, calls = _chat(replies=[words(12, "r")], timing=timing)
     for i in range(6):
         chat.send(words(20 + 40 * i, f"a{i}_"))
-    assert chat.ttft.shown_half < 0.05  # the steady machine: its predictions were right
+    assert chat.ttft.forward_half < 0.05  # the steady machine: its predictions were right
     timing.prefill_ms_per_token *= 1.2
     timing.prefill_once_ms *= 1.2
     for i in range(4):
         chat.send(words(30 + 25 * i, f"b{i}_"))
     shown = [m for m in finished(calls) if m.ttft_predicted_ms is not None]
-    errors = [math.log(m.ttft_ms / m.ttft_predicted_ms) for m in shown][-SHOWN_ERRORS:]
+    errors = [math.log(m.ttft_ms / m.ttft_predicted_ms) for m in shown][-FORWARD_ERRORS:]
     assert len(errors) >= 6 and min(errors[-4:]) > 0.05  # the slower turns, under-predicted
-    assert chat.ttft.shown_half == pytest.approx(t95(len(errors)) * math.sqrt(sum(e * e for e in errors) / len(errors)))
+    assert chat.ttft.forward_half == pytest.approx(
+        t95(len(errors)) * math.sqrt(sum(e * e for e in errors) / len(errors))
+    )
     after = budget_of(chat.count(chat.draft_request(words(40, "c"))), chat.ttft).prediction
     assert after is not None and after.ttft_ms is not None and after.high_ms is not None
-    assert math.log(after.high_ms / after.ttft_ms) >= chat.ttft.shown_half - 1e-9
+    assert math.log(after.high_ms / after.ttft_ms) >= chat.ttft.forward_half - 1e-9
