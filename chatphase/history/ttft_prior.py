@@ -8,8 +8,7 @@ speed (:data:`PREFILL_SETTINGS`, those given: two threads prefill at about half 
 times the CPU's), that evaluated tokens and completed their prefill (a first token came; a turn stopped during
 decode counts, a failed one does not): the newest :data:`RECENT_TURNS` of them, with their restores and the TTFT
 estimated for them before they ran (``ttft_estimate_ms``; a turn recorded before that field: the prediction shown),
-as points of origin ``earlier chats``
-(:class:`chatphase.timing.ttft_model.PrefillPoint`). A context that did not
+as points of origin ``earlier chats`` (:class:`chatphase.timing.ttft_model.PrefillPoint`). A context that did not
 record a setting (an older session file) matches any value of it.
 
 The database is read as it is, without a catch-up of the session files (which can read many files): the chat's
@@ -65,8 +64,8 @@ def recent_points(
     ).fetchall()
     return [
         PrefillPoint(int(n), int(depth or 0), float(p), float(t), int(rt or 0), float(rms or 0.0), "earlier chats",
-                     float(shown) if isinstance(shown, (int, float)) and shown > 0 else None)
-        for n, depth, p, t, rt, rms, shown in rows
+                     float(estimate) if isinstance(estimate, (int, float)) and estimate > 0 else None)
+        for n, depth, p, t, rt, rms, estimate in rows
     ]  # fmt: skip
 
 

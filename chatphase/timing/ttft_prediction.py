@@ -273,8 +273,10 @@ class TtftPredictor:
         if tokens and prefill_ms and ttft_ms and depth is not None:
             restored = restored_tokens or 0
             restore = (restore_ms or 0.0) if restored else 0.0
-            shown = predicted_ms if predicted_ms and predicted_ms > 0 else None
-            self.points.append(PrefillPoint(tokens, depth, prefill_ms, ttft_ms, restored, restore, predicted_ms=shown))
+            estimate = predicted_ms if predicted_ms and predicted_ms > 0 else None
+            self.points.append(
+                PrefillPoint(tokens, depth, prefill_ms, ttft_ms, restored, restore, predicted_ms=estimate)
+            )
             self._version += 1
 
     def clear(self) -> None:
