@@ -46,9 +46,17 @@ def recent_points(
 ) -> list[PrefillPoint]:
     """The newest ``limit`` measured prefills of the model with ``model_hash`` on the machine ``machine`` with
     ``cpu`` (each ``None`` only matches ``NULL``), run with ``settings``' values of :data:`PREFILL_SETTINGS` (a key
-    absent or ``None`` there is not compared; a context without the value matches), newest first."""
+    absent or ``None`` there is not compared; a context without the value matches), newest first. A turn whose
+    prefill ran on fewer threads than its context's ``n_threads_batch`` (``--threads auto`` gives cores to other
+    processes) is left out when that setting is compared: a prefill on one busy core is neither a point nor a bound
+    for one on two (seen: a 1,516-token prefill on 1 thread, 23.9 s, bounded a 2,772-token one "≥ 23.9 s" that took
+    19.8 s on 2)."""
     wanted = {k: v for k, v in (settings or {}).items() if k in PREFILL_SETTINGS and v is not None}
     same = "".join(f" AND (c.{k} IS ? OR c.{k} IS NULL)" for k in wanted)
+    threads: tuple[Any, ...] = ()
+    if isinstance(wanted.get("n_threads_batch"), int):
+        same += " AND coalesce(json_extract(t.metrics, '$.n_threads_prefill'), ?) = ?"
+        threads = (wanted["n_threads_batch"],) * 2
     rows = conn.execute(
         "SELECT t.prefill_tokens, t.cached_tokens, t.prefill_ms, t.ttft_ms,"
         " json_extract(t.metrics, '$.restored_tokens'), json_extract(t.metrics, '$.restore_ms'),"
@@ -60,7 +68,7 @@ def recent_points(
         + " AND t.stop_reason IS NOT NULL AND t.stop_reason != 'error'"
         " AND t.prefill_tokens > 0 AND t.prefill_ms > 0 AND t.ttft_ms >= t.prefill_ms"
         " ORDER BY t.started DESC, t.id DESC LIMIT ?",
-        (model_hash, machine, cpu, *wanted.values(), limit),
+        (model_hash, machine, cpu, *wanted.values(), *threads, limit),
     ).fetchall()
     return [
         PrefillPoint(int(n), int(depth or 0), float(p), float(t), int(rt or 0), float(rms or 0.0), "earlier chats",

@@ -198,6 +198,21 @@ def test_a_new_chat_takes_the_prior_again_with_the_turns_indexed_since(model_fil
     assert len(chat.ttft.prior) == 3
 
 
+def test_a_turn_prefilled_on_fewer_threads_than_its_context_is_no_point(model_file, here):
+    """Seen: with ``--threads auto`` on a busy machine a 1,516-token turn was prefilled on 1 of its context's 2
+    threads (23.9 s); in a quiet run later the budget line said ``TTFT ≥ 23.9 s`` for 2,772 tokens, which took 19.8 s
+    on 2. Such a turn is left out where the prefill threads are compared; a turn that did not record them matches."""
+    digest = model_hash(model_file)
+    two = {"n_ctx": 4096, "n_threads_batch": 2, "n_gpu_layers": 0}
+    full = [replace(turn_metrics(n, 0, 10.0, 4.0), n_threads_prefill=2) for n in (100, 300)]
+    busy = replace(turn_metrics(1500, 0, 10.0, 15.0), n_threads_prefill=1)
+    write_chat(model_file, digest, HERE, [*full, busy, turn_metrics(200, 0, 10.0, 4.0)], two)
+    index_all()
+    prior = history_ttft.history_points(str(model_file), two)
+    assert sorted(p.tokens for p in prior) == [100, 200, 300]
+    assert len(history_ttft.history_points(str(model_file))) == 4  # threads not compared: every turn
+
+
 def test_earlier_chats_predictions_shown_and_missed_widen_the_first_range_of_a_new_run(model_file, here):
     """``ask`` is one turn a process: the errors of the estimates made in earlier runs (``ttft_estimate_ms``, or
     ``ttft_predicted_ms`` in a file from before it; indexed with their turns) bound its range from below as a chat's
